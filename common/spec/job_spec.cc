@@ -1,0 +1,132 @@
+#include "common/spec/job_spec.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/spec/yaml_to_proto.h"
+#include "yaml-cpp/yaml.h"
+
+namespace tessera::spec {
+
+v1::JobSpec DefaultJobSpec() {
+  v1::JobSpec s;
+  auto* m = s.mutable_model();
+  m->set_family(v1::MODEL_FAMILY_GPT);
+  m->set_layers(4);
+  m->set_hidden(256);
+  m->set_heads(4);
+  m->set_vocab(256);
+  m->set_seq_len(128);
+  auto* d = s.mutable_data();
+  d->set_dtype(v1::TOKEN_DTYPE_UINT16);
+  d->set_seed(1234);
+  auto* p = s.mutable_parallel();
+  p->set_dp(1);
+  p->set_tp(1);
+  p->set_tp_mode(v1::TP_MODE_1D);
+  p->set_pp(1);
+  p->set_sp(1);
+  p->set_order("tp-sp-pp-dp");
+  auto* t = s.mutable_train();
+  t->set_steps(100);
+  t->set_micro_batch(8);
+  t->set_global_batch(8);
+  t->set_lr(3e-4);
+  t->set_min_lr(0.0);
+  t->set_warmup_steps(0);
+  t->set_schedule(v1::LR_SCHEDULE_COSINE);
+  t->set_weight_decay(0.1);
+  t->add_betas(0.9);
+  t->add_betas(0.95);
+  t->set_eps(1e-8);
+  t->set_grad_clip(1.0);
+  t->set_seed(1234);
+  auto* c = s.mutable_checkpoint();
+  c->set_every_steps(0);
+  c->set_keep(2);
+  s.set_device(v1::DEVICE_CPU);
+  return s;
+}
+
+namespace {
+
+// {"a.b.c", v} -> a: {b: {c: v}}.
+YAML::Node NestOverride(const std::vector<std::string>& parts, const YAML::Node& value) {
+  YAML::Node node = value;
+  for (auto it = parts.rbegin(); it != parts.rend(); ++it) {
+    YAML::Node parent(YAML::NodeType::Map);
+    parent[*it] = node;
+    node = parent;
+  }
+  return node;
+}
+
+}  // namespace
+
+absl::StatusOr<v1::JobSpec> ParseJobSpec(std::string_view text,
+                                         const std::vector<std::string>& overrides) {
+  v1::JobSpec spec = DefaultJobSpec();
+  std::vector<SpecError> errors;
+  YAML::Node root;
+  try {
+    root = YAML::Load(std::string(text));
+  } catch (const YAML::Exception& e) {
+    return ToStatus({{"", absl::StrCat("not valid YAML: line ", e.mark.line + 1, ", column ",
+                                       e.mark.column + 1, ": ", e.msg)}});
+  }
+  if (root && !root.IsNull() && !root.IsMap()) {
+    return ToStatus({{"", "a job spec is a YAML mapping (name:, model:, data:, ...)"}});
+  }
+  MergeYaml(root, "", &spec, &errors);
+  for (const std::string& o : overrides) {
+    size_t eq = o.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      errors.push_back({"--set " + o, "expected dotted.field=value"});
+      continue;
+    }
+    std::vector<std::string> parts = absl::StrSplit(o.substr(0, eq), '.');
+    YAML::Node value;
+    try {
+      value = YAML::Load(o.substr(eq + 1));
+    } catch (const YAML::Exception& e) {
+      errors.push_back({o.substr(0, eq), absl::StrCat("value is not valid YAML: ", e.msg)});
+      continue;
+    }
+    MergeYaml(NestOverride(parts, value), "", &spec, &errors);
+  }
+  if (!errors.empty()) return ToStatus(errors);
+  if (spec.output_dir().empty() && !spec.name().empty()) {
+    spec.set_output_dir(absl::StrCat("out/", spec.name()));
+  }
+  if (spec.checkpoint().dir().empty() && !spec.output_dir().empty()) {
+    spec.mutable_checkpoint()->set_dir(absl::StrCat(spec.output_dir(), "/checkpoints"));
+  }
+  return spec;
+}
+
+absl::StatusOr<v1::JobSpec> LoadJobSpec(const std::string& path,
+                                        const std::vector<std::string>& overrides) {
+  std::ifstream in(path);
+  if (!in) return absl::InvalidArgumentError(absl::StrCat(path, ": cannot read the spec file"));
+  std::stringstream buf;
+  buf << in.rdbuf();
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(buf.str(), overrides);
+  if (!spec.ok()) return spec.status();
+  absl::Status valid = ToStatus(ValidateJobSpec(*spec));
+  if (!valid.ok()) return valid;
+  return spec;
+}
+
+int WorldSize(const v1::JobSpec& spec) {
+  const auto& p = spec.parallel();
+  return p.dp() * p.tp() * p.pp() * p.sp();
+}
+
+int AccumulationSteps(const v1::JobSpec& spec) {
+  const int per_pass = spec.train().micro_batch() * spec.parallel().dp();
+  return per_pass > 0 ? spec.train().global_batch() / per_pass : 0;
+}
+
+}  // namespace tessera::spec

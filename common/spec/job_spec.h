@@ -1,0 +1,40 @@
+// Job specs: YAML text -> validated tessera.v1.JobSpec. Used by the CLI, the coordinator and the rank.
+#ifndef TESSERA_COMMON_SPEC_JOB_SPEC_H_
+#define TESSERA_COMMON_SPEC_JOB_SPEC_H_
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/spec/spec_error.h"
+#include "tessera/v1/job.pb.h"
+
+namespace tessera::spec {
+
+// The spec every YAML file is merged over (the defaults documented in job.proto).
+v1::JobSpec DefaultJobSpec();
+
+// Parses YAML `text`, merges it over DefaultJobSpec(), then applies `overrides` in order, each
+// "dotted.path=value" with the value in YAML syntax ("train.steps=20", "train.betas=[0.9,0.99]"),
+// and fills the derived defaults (output_dir, checkpoint.dir). Does not validate. On failure returns
+// InvalidArgument listing one "field: reason" per line.
+absl::StatusOr<v1::JobSpec> ParseJobSpec(std::string_view text,
+                                         const std::vector<std::string>& overrides);
+
+// Every problem of `spec`, one per field (empty when valid).
+std::vector<SpecError> ValidateJobSpec(const v1::JobSpec& spec);
+
+// Reads the YAML file at `path`, parses it with `overrides` and validates it.
+absl::StatusOr<v1::JobSpec> LoadJobSpec(const std::string& path,
+                                        const std::vector<std::string>& overrides);
+
+// dp·tp·pp·sp.
+int WorldSize(const v1::JobSpec& spec);
+
+// samples per step / (micro_batch·dp): micro-batches each rank runs per step.
+int AccumulationSteps(const v1::JobSpec& spec);
+
+}  // namespace tessera::spec
+
+#endif  // TESSERA_COMMON_SPEC_JOB_SPEC_H_

@@ -1,0 +1,112 @@
+#include "common/spec/job_spec.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace tessera::spec {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr char kValid[] = R"(
+name: demo
+model: {layers: 2, hidden: 64, heads: 4, vocab: 256, seq_len: 32}
+data: {path: data.bin, dtype: uint16}
+parallel: {dp: 2, tp: 2}
+train: {steps: 10, micro_batch: 2, global_batch: 8, lr: 1e-3, schedule: cosine, betas: [0.9, 0.99]}
+)";
+
+absl::StatusOr<v1::JobSpec> ParseAndValidate(const std::string& yaml,
+                                             const std::vector<std::string>& overrides = {}) {
+  auto spec = ParseJobSpec(yaml, overrides);
+  if (!spec.ok()) return spec.status();
+  absl::Status s = ToStatus(ValidateJobSpec(*spec));
+  if (!s.ok()) return s;
+  return spec;
+}
+
+TEST(JobSpecTest, ParsesValidSpecOverDefaults) {
+  auto spec = ParseAndValidate(kValid);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->model().hidden(), 64);
+  EXPECT_EQ(spec->train().schedule(), v1::LR_SCHEDULE_COSINE);
+  EXPECT_DOUBLE_EQ(spec->train().betas(1), 0.99);
+  EXPECT_DOUBLE_EQ(spec->train().eps(), 1e-8);  // Default kept.
+  EXPECT_EQ(spec->output_dir(), "out/demo");
+  EXPECT_EQ(spec->checkpoint().dir(), "out/demo/checkpoints");
+  EXPECT_EQ(WorldSize(*spec), 4);
+  EXPECT_EQ(AccumulationSteps(*spec), 2);  // 8 / (2·2).
+}
+
+TEST(JobSpecTest, OverridesApplyInOrder) {
+  auto spec = ParseAndValidate(kValid, {"train.steps=20", "parallel.tp=4", "train.betas=[0.8, 0.9]",
+                                        "parallel.tp=1"});
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->train().steps(), 20);
+  EXPECT_EQ(spec->parallel().tp(), 1);
+  EXPECT_DOUBLE_EQ(spec->train().betas(0), 0.8);
+}
+
+TEST(JobSpecTest, TpMustDivideHeads) {
+  auto spec = ParseAndValidate(kValid, {"parallel.tp=3", "parallel.dp=1", "train.global_batch=6",
+                                        "model.vocab=255"});
+  ASSERT_FALSE(spec.ok());
+  EXPECT_THAT(spec.status().message(), HasSubstr("parallel.tp: 3 does not divide model.heads 4"));
+  EXPECT_THAT(spec.status().message(), HasSubstr("parallel.tp: 3 does not divide model.vocab 255"));
+}
+
+TEST(JobSpecTest, GlobalBatchMustBeMultipleOfMicroBatchTimesDp) {
+  auto spec = ParseAndValidate(kValid, {"train.global_batch=6"});
+  ASSERT_FALSE(spec.ok());
+  EXPECT_EQ(spec.status().message(), "train.global_batch: 6 is not a multiple of micro_batch×dp = 4");
+}
+
+TEST(JobSpecTest, UnknownFieldIsNamedWithSuggestion) {
+  auto spec = ParseAndValidate(std::string(kValid) + "trian: {steps: 3}\n", {"model.hiden=3"});
+  ASSERT_FALSE(spec.ok());
+  EXPECT_THAT(spec.status().message(), HasSubstr("trian: unknown field (did you mean train?)"));
+  EXPECT_THAT(spec.status().message(), HasSubstr("model.hiden: unknown field (did you mean hidden?)"));
+}
+
+TEST(JobSpecTest, WrongTypesAreNamed) {
+  auto spec = ParseAndValidate(kValid, {"train.steps=ten", "train.schedule=linear", "data.shuffle=maybe",
+                                        "train.betas=0.9", "model=3"});
+  ASSERT_FALSE(spec.ok());
+  const std::string msg(spec.status().message());
+  EXPECT_THAT(msg, HasSubstr("train.steps: 'ten' is not an integer"));
+  EXPECT_THAT(msg, HasSubstr("train.schedule: 'linear' is not one of constant | cosine"));
+  EXPECT_THAT(msg, HasSubstr("data.shuffle: 'maybe' is not true or false"));
+  EXPECT_THAT(msg, HasSubstr("train.betas: expected a list"));
+  EXPECT_THAT(msg, HasSubstr("model: expected a mapping"));
+}
+
+TEST(JobSpecTest, EveryProblemReportedOnce) {
+  auto spec = ParseAndValidate("name: 'bad name'\nmodel: {heads: 0}\ntrain: {lr: -1, betas: [0.9, 1.5]}\n");
+  ASSERT_FALSE(spec.ok());
+  const std::string msg(spec.status().message());
+  EXPECT_THAT(msg, HasSubstr("name: 'bad name' may use only"));
+  EXPECT_THAT(msg, HasSubstr("model.heads: 0 must be at least 1"));
+  EXPECT_THAT(msg, HasSubstr("data.path: is required"));
+  EXPECT_THAT(msg, HasSubstr("train.lr: -1 must be positive"));
+  EXPECT_THAT(msg, HasSubstr("train.betas[1]: 1.5 must be in [0, 1)"));
+}
+
+TEST(JobSpecTest, NotYetAvailableModesAreRejectedByField) {
+  auto spec = ParseAndValidate(kValid, {"parallel.tp_mode=2.5d", "parallel.order=tp-dp-pp", "device=cuda"});
+  ASSERT_FALSE(spec.ok());
+  const std::string msg(spec.status().message());
+  EXPECT_THAT(msg, HasSubstr("parallel.tp_mode: 2.5d is not available yet"));
+  EXPECT_THAT(msg, HasSubstr("parallel.order: 'tp-dp-pp' must name dp, pp, sp and tp once each"));
+  EXPECT_THAT(msg, HasSubstr("device: cuda"));
+}
+
+TEST(JobSpecTest, MalformedYamlAndOverridesAreErrorsNotCrashes) {
+  EXPECT_THAT(ParseJobSpec("name: [unclosed", {}).status().message(), HasSubstr("not valid YAML: line 1"));
+  EXPECT_THAT(ParseJobSpec("- a\n- b\n", {}).status().message(), HasSubstr("a job spec is a YAML mapping"));
+  EXPECT_THAT(ParseJobSpec(kValid, {"train.steps"}).status().message(), HasSubstr("expected dotted.field=value"));
+  EXPECT_THAT(ParseJobSpec(kValid, {"train.steps=99999999999999999999"}).status().message(),
+              HasSubstr("train.steps: '99999999999999999999' is not an integer"));
+}
+
+}  // namespace
+}  // namespace tessera::spec

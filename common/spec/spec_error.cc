@@ -1,0 +1,18 @@
+#include "common/spec/spec_error.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace tessera::spec {
+
+std::string SpecError::ToString() const {
+  return field.empty() ? message : absl::StrCat(field, ": ", message);
+}
+
+absl::Status ToStatus(const std::vector<SpecError>& errors) {
+  if (errors.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrJoin(
+      errors, "\n", [](std::string* out, const SpecError& e) { out->append(e.ToString()); }));
+}
+
+}  // namespace tessera::spec

@@ -1,0 +1,25 @@
+// One problem found in a job spec, named by its field path ("parallel.tp") and a reason.
+#ifndef TESSERA_COMMON_SPEC_SPEC_ERROR_H_
+#define TESSERA_COMMON_SPEC_SPEC_ERROR_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace tessera::spec {
+
+struct SpecError {
+  std::string field;    // Dotted path from the top of the spec, e.g. "train.global_batch".
+  std::string message;  // Why the value is wrong, e.g. "6 is not a multiple of micro_batch×dp = 4".
+
+  // "field: message".
+  std::string ToString() const;
+};
+
+// OK when `errors` is empty; otherwise InvalidArgument whose message has one "field: message" per line.
+absl::Status ToStatus(const std::vector<SpecError>& errors);
+
+}  // namespace tessera::spec
+
+#endif  // TESSERA_COMMON_SPEC_SPEC_ERROR_H_

@@ -1,0 +1,140 @@
+// ValidateJobSpec: one SpecError per problem, each naming its field.
+#include <algorithm>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/spec/job_spec.h"
+#include "common/spec/yaml_to_proto.h"
+
+namespace tessera::spec {
+namespace {
+
+class Checker {
+ public:
+  explicit Checker(std::vector<SpecError>* errors) : errors_(errors) {}
+
+  void Fail(std::string field, std::string message) {
+    errors_->push_back({std::move(field), std::move(message)});
+  }
+  // Records "field: must be at least `min`" unless value >= min. Returns whether it passed.
+  template <typename T>
+  bool AtLeast(const std::string& field, T value, T min) {
+    if (value >= min) return true;
+    Fail(field, absl::StrCat(value, " must be at least ", min));
+    return false;
+  }
+
+ private:
+  std::vector<SpecError>* errors_;
+};
+
+bool ValidName(const std::string& name) {
+  if (name.empty() || name.size() > 128) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
+  });
+}
+
+void CheckModel(const v1::ModelSpec& m, Checker& c) {
+  if (m.family() != v1::MODEL_FAMILY_GPT) c.Fail("model.family", "must be gpt");
+  c.AtLeast("model.layers", m.layers(), 1);
+  bool hidden_ok = c.AtLeast("model.hidden", m.hidden(), 1);
+  bool heads_ok = c.AtLeast("model.heads", m.heads(), 1);
+  if (hidden_ok && heads_ok && m.hidden() % m.heads() != 0) {
+    c.Fail("model.heads", absl::StrCat(m.heads(), " does not divide model.hidden ", m.hidden()));
+  }
+  c.AtLeast("model.vocab", m.vocab(), 2);
+  c.AtLeast("model.seq_len", m.seq_len(), 1);
+}
+
+void CheckParallel(const v1::JobSpec& s, Checker& c) {
+  const auto& p = s.parallel();
+  bool sizes_ok = c.AtLeast("parallel.dp", p.dp(), 1);
+  sizes_ok &= c.AtLeast("parallel.tp", p.tp(), 1);
+  sizes_ok &= c.AtLeast("parallel.pp", p.pp(), 1);
+  sizes_ok &= c.AtLeast("parallel.sp", p.sp(), 1);
+  if (p.tp_mode() != v1::TP_MODE_1D) {
+    c.Fail("parallel.tp_mode",
+           absl::StrCat(EnumYamlName(v1::TpMode_descriptor()->FindValueByNumber(p.tp_mode())),
+                        " is not available yet; use 1d"));
+  }
+  if (p.pp() > 1) c.Fail("parallel.pp", absl::StrCat(p.pp(), ": pipeline parallelism is not available yet; use 1"));
+  if (p.sp() > 1) c.Fail("parallel.sp", absl::StrCat(p.sp(), ": sequence parallelism is not available yet; use 1"));
+  if (p.tp() >= 1 && s.model().heads() >= 1 && s.model().heads() % p.tp() != 0) {
+    c.Fail("parallel.tp", absl::StrCat(p.tp(), " does not divide model.heads ", s.model().heads()));
+  }
+  if (p.tp() >= 1 && s.model().vocab() >= 1 && s.model().vocab() % p.tp() != 0) {
+    c.Fail("parallel.tp", absl::StrCat(p.tp(), " does not divide model.vocab ", s.model().vocab()));
+  }
+  std::vector<std::string> axes = absl::StrSplit(p.order(), '-');
+  std::set<std::string> seen(axes.begin(), axes.end());
+  if (axes.size() != 4 || seen != std::set<std::string>{"dp", "pp", "sp", "tp"}) {
+    c.Fail("parallel.order", absl::StrCat("'", p.order(),
+                                          "' must name dp, pp, sp and tp once each, e.g. tp-sp-pp-dp"));
+  }
+  if (sizes_ok && WorldSize(s) > 4096) {
+    c.Fail("parallel", absl::StrCat("world size dp·tp·pp·sp = ", WorldSize(s), " exceeds 4096"));
+  }
+}
+
+void CheckTrain(const v1::JobSpec& s, Checker& c) {
+  const auto& t = s.train();
+  c.AtLeast<int64_t>("train.steps", t.steps(), 1);
+  bool mb_ok = c.AtLeast("train.micro_batch", t.micro_batch(), 1);
+  bool gb_ok = c.AtLeast("train.global_batch", t.global_batch(), 1);
+  if (mb_ok && gb_ok && s.parallel().dp() >= 1) {
+    const int per_pass = t.micro_batch() * s.parallel().dp();
+    if (t.global_batch() % per_pass != 0) {
+      c.Fail("train.global_batch", absl::StrCat(t.global_batch(), " is not a multiple of micro_batch×dp = ",
+                                                per_pass));
+    }
+  }
+  if (!(t.lr() > 0)) c.Fail("train.lr", absl::StrCat(t.lr(), " must be positive"));
+  if (!(t.min_lr() >= 0) || t.min_lr() > t.lr()) {
+    c.Fail("train.min_lr", absl::StrCat(t.min_lr(), " must be between 0 and train.lr ", t.lr()));
+  }
+  c.AtLeast<int64_t>("train.warmup_steps", t.warmup_steps(), 0);
+  if (!(t.weight_decay() >= 0)) c.Fail("train.weight_decay", absl::StrCat(t.weight_decay(), " must not be negative"));
+  if (t.betas_size() != 2) {
+    c.Fail("train.betas", absl::StrCat("expected two values [beta1, beta2], got ", t.betas_size()));
+  } else {
+    for (int i = 0; i < 2; ++i) {
+      if (!(t.betas(i) >= 0 && t.betas(i) < 1)) {
+        c.Fail(absl::StrCat("train.betas[", i, "]"), absl::StrCat(t.betas(i), " must be in [0, 1)"));
+      }
+    }
+  }
+  if (!(t.eps() > 0)) c.Fail("train.eps", absl::StrCat(t.eps(), " must be positive"));
+  if (!(t.grad_clip() >= 0)) c.Fail("train.grad_clip", absl::StrCat(t.grad_clip(), " must not be negative (0 disables clipping)"));
+}
+
+}  // namespace
+
+std::vector<SpecError> ValidateJobSpec(const v1::JobSpec& s) {
+  std::vector<SpecError> errors;
+  Checker c(&errors);
+  if (!ValidName(s.name())) {
+    c.Fail("name", s.name().empty() ? "is required"
+                                    : absl::StrCat("'", s.name(), "' may use only letters, digits, '-', '_' and '.'"));
+  }
+  CheckModel(s.model(), c);
+  if (s.data().path().empty()) c.Fail("data.path", "is required (a token file; see tessera data prepare)");
+  if (s.data().dtype() == v1::TOKEN_DTYPE_UNSPECIFIED) c.Fail("data.dtype", "must be uint16 or uint32");
+  if (s.data().dtype() == v1::TOKEN_DTYPE_UINT16 && s.model().vocab() > 65536) {
+    c.Fail("data.dtype", absl::StrCat("uint16 cannot hold token ids of model.vocab ", s.model().vocab()));
+  }
+  CheckParallel(s, c);
+  CheckTrain(s, c);
+  c.AtLeast<int64_t>("checkpoint.every_steps", s.checkpoint().every_steps(), 0);
+  c.AtLeast("checkpoint.keep", s.checkpoint().keep(), 1);
+  if (s.output_dir().empty()) c.Fail("output_dir", "is required");
+  if (s.device() == v1::DEVICE_CUDA) {
+    c.Fail("device", "cuda is not available in this build yet; use cpu");
+  } else if (s.device() != v1::DEVICE_CPU) {
+    c.Fail("device", "must be cpu or cuda");
+  }
+  return errors;
+}
+
+}  // namespace tessera::spec
