@@ -49,10 +49,10 @@ TEST(JobSpecTest, OverridesApplyInOrder) {
 
 TEST(JobSpecTest, TpMustDivideHeads) {
   auto spec = ParseAndValidate(kValid, {"parallel.tp=3", "parallel.dp=1", "train.global_batch=6",
-                                        "model.vocab=255"});
+                                        "model.vocab=256"});
   ASSERT_FALSE(spec.ok());
   EXPECT_THAT(spec.status().message(), HasSubstr("parallel.tp: 3 does not divide model.heads 4"));
-  EXPECT_THAT(spec.status().message(), HasSubstr("parallel.tp: 3 does not divide model.vocab 255"));
+  EXPECT_THAT(spec.status().message(), HasSubstr("parallel.tp: 3 does not divide model.vocab 256"));
 }
 
 TEST(JobSpecTest, GlobalBatchMustBeMultipleOfMicroBatchTimesDp) {

@@ -1,0 +1,72 @@
+// Communicator: collectives over one group of ranks, on tensors. Backends: Gloo (CPU, via c10d),
+// Self (a group of one); NCCL comes with the GPU backend.
+//
+// Ranks are numbered inside the group (0..size()-1). Every member must call the same collectives in
+// the same order. Thread safety: one caller thread at a time, except that asynchronous work may be
+// outstanding while the caller issues further operations (they queue in issue order).
+#ifndef TESSERA_PARALLEL_COMM_COMMUNICATOR_H_
+#define TESSERA_PARALLEL_COMM_COMMUNICATOR_H_
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include <ATen/core/Tensor.h>
+
+namespace tessera::parallel {
+
+enum class ReduceOp { kSum, kAvg, kMax, kMin };
+
+// A pending asynchronous operation.
+class CommWork {
+ public:
+  virtual ~CommWork() = default;
+  // Blocks until the operation finished; its result is then in the tensor it was given.
+  virtual absl::Status Wait() = 0;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // The global ranks of the members, in group-rank order.
+  virtual const std::vector<int>& members() const = 0;
+  // A short name for errors and logs, e.g. "tp[0,1]".
+  virtual const std::string& name() const = 0;
+
+  // In place: `t` becomes op over every member's `t`. `t` must be contiguous.
+  virtual absl::Status AllReduce(at::Tensor& t, ReduceOp op = ReduceOp::kSum) = 0;
+  // As AllReduce, without waiting. `t` must stay alive and untouched until Wait() returns.
+  virtual std::unique_ptr<CommWork> AllReduceAsync(at::Tensor& t, ReduceOp op = ReduceOp::kSum) = 0;
+  // out[size·n, ...] = every member's in[n, ...] concatenated along dim 0, in rank order.
+  virtual absl::Status AllGather(const at::Tensor& in, at::Tensor& out) = 0;
+  // in[size·n, ...] on every member; out[n, ...] = chunk `rank()` of op over every member's `in`.
+  virtual absl::Status ReduceScatter(const at::Tensor& in, at::Tensor& out,
+                                     ReduceOp op = ReduceOp::kSum) = 0;
+  // `t` on every member becomes root's `t`.
+  virtual absl::Status Broadcast(at::Tensor& t, int root) = 0;
+  // in, out [size·n, ...]: chunk j of `in` goes to member j, where it lands as chunk rank().
+  virtual absl::Status AllToAll(const at::Tensor& in, at::Tensor& out) = 0;
+  // Point to point; `t` in Recv must already have the sender's shape and dtype.
+  virtual absl::Status Send(const at::Tensor& t, int dst, int tag = 0) = 0;
+  virtual absl::Status Recv(at::Tensor& t, int src, int tag = 0) = 0;
+  virtual absl::Status Barrier() = 0;
+
+  // Bytes of tensors passed to AllReduce / AllReduceAsync so far (for metrics).
+  int64_t bytes_all_reduced() const { return bytes_all_reduced_.load(); }
+
+ protected:
+  std::atomic<int64_t> bytes_all_reduced_{0};
+};
+
+// Throws c10::Error with the status text unless `status` is ok: for code inside autograd functions,
+// which cannot return a Status. The rank process turns it back into an error at its boundary.
+void ThrowIfError(const absl::Status& status);
+
+}  // namespace tessera::parallel
+
+#endif  // TESSERA_PARALLEL_COMM_COMMUNICATOR_H_

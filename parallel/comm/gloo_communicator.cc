@@ -1,0 +1,169 @@
+#include "parallel/comm/gloo_communicator.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+
+#include "absl/strings/str_cat.h"
+
+namespace tessera::parallel {
+namespace {
+
+c10d::ReduceOp ToC10d(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return c10d::ReduceOp::SUM;
+    case ReduceOp::kAvg: return c10d::ReduceOp::AVG;
+    case ReduceOp::kMax: return c10d::ReduceOp::MAX;
+    case ReduceOp::kMin: return c10d::ReduceOp::MIN;
+  }
+  return c10d::ReduceOp::SUM;
+}
+
+// Runs `fn` (which issues one c10d operation and returns its Work), waits, and turns c10d's
+// exceptions into a Status naming the operation and the group.
+template <typename Fn>
+absl::Status Run(const std::string& group, const char* op, Fn&& fn) {
+  try {
+    c10::intrusive_ptr<c10d::Work> work = fn();
+    work->wait();
+    return absl::OkStatus();
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat(op, " on ", group, " failed: ", e.what()));
+  }
+}
+
+class GlooWork final : public CommWork {
+ public:
+  GlooWork(c10::intrusive_ptr<c10d::Work> work, std::string what)
+      : work_(std::move(work)), what_(std::move(what)) {}
+  absl::Status Wait() override {
+    if (!error_.ok()) return error_;
+    try {
+      work_->wait();
+      return absl::OkStatus();
+    } catch (const std::exception& e) {
+      return absl::InternalError(absl::StrCat(what_, " failed: ", e.what()));
+    }
+  }
+  static std::unique_ptr<CommWork> Failed(absl::Status s) {
+    auto w = std::make_unique<GlooWork>(c10::intrusive_ptr<c10d::Work>(), "");
+    w->error_ = std::move(s);
+    return w;
+  }
+
+ private:
+  c10::intrusive_ptr<c10d::Work> work_;
+  std::string what_;
+  absl::Status error_;
+};
+
+}  // namespace
+
+struct GlooCommunicator::Impl {
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> pg;
+};
+
+GlooCommunicator::GlooCommunicator(std::unique_ptr<Impl> impl, std::string name,
+                                   std::vector<int> members, int rank)
+    : impl_(std::move(impl)), name_(std::move(name)), members_(std::move(members)), rank_(rank) {}
+
+GlooCommunicator::~GlooCommunicator() = default;
+
+absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
+    const c10::intrusive_ptr<c10d::Store>& store, std::string name, std::vector<int> members,
+    int global_rank, std::chrono::milliseconds timeout) {
+  int rank = -1;
+  for (size_t i = 0; i < members.size(); ++i) {
+    if (members[i] == global_rank) rank = static_cast<int>(i);
+  }
+  if (rank < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", global_rank, " is not in group ", name));
+  }
+  auto impl = std::make_unique<Impl>();
+  try {
+    auto options = c10d::ProcessGroupGloo::Options::create(timeout);
+    options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+    options->threads = 2;
+    auto prefixed = c10::make_intrusive<c10d::PrefixStore>(name, store);
+    impl->pg = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, rank,
+                                                           static_cast<int>(members.size()), options);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(absl::StrCat("rendezvous of group ", name, " failed: ", e.what()));
+  }
+  return std::unique_ptr<GlooCommunicator>(
+      new GlooCommunicator(std::move(impl), std::move(name), std::move(members), rank));
+}
+
+absl::Status GlooCommunicator::AllReduce(at::Tensor& t, ReduceOp op) {
+  return AllReduceAsync(t, op)->Wait();
+}
+
+std::unique_ptr<CommWork> GlooCommunicator::AllReduceAsync(at::Tensor& t, ReduceOp op) {
+  if (!t.is_contiguous()) {
+    return GlooWork::Failed(absl::InvalidArgumentError("all_reduce needs a contiguous tensor"));
+  }
+  bytes_all_reduced_ += t.numel() * t.element_size();
+  try {
+    std::vector<at::Tensor> tensors{t};
+    c10d::AllreduceOptions opts;
+    opts.reduceOp = ToC10d(op);
+    return std::make_unique<GlooWork>(impl_->pg->allreduce(tensors, opts),
+                                      absl::StrCat("all_reduce on ", name_));
+  } catch (const std::exception& e) {
+    return GlooWork::Failed(absl::InternalError(absl::StrCat("all_reduce on ", name_, ": ", e.what())));
+  }
+}
+
+absl::Status GlooCommunicator::AllGather(const at::Tensor& in, at::Tensor& out) {
+  if (out.numel() != in.numel() * size()) {
+    return absl::InvalidArgumentError(absl::StrCat("all_gather on ", name_, ": output has ", out.numel(),
+                                                   " elements, expected ", in.numel() * size()));
+  }
+  at::Tensor src = in.contiguous();
+  return Run(name_, "all_gather", [&] { return impl_->pg->_allgather_base(out, src); });
+}
+
+absl::Status GlooCommunicator::ReduceScatter(const at::Tensor& in, at::Tensor& out, ReduceOp op) {
+  if (in.numel() != out.numel() * size()) {
+    return absl::InvalidArgumentError(absl::StrCat("reduce_scatter on ", name_, ": input has ", in.numel(),
+                                                   " elements, expected ", out.numel() * size()));
+  }
+  at::Tensor src = in.contiguous();
+  c10d::ReduceScatterOptions opts;
+  opts.reduceOp = ToC10d(op);
+  return Run(name_, "reduce_scatter", [&] { return impl_->pg->_reduce_scatter_base(out, src, opts); });
+}
+
+absl::Status GlooCommunicator::Broadcast(at::Tensor& t, int root) {
+  if (root < 0 || root >= size()) return absl::InvalidArgumentError("broadcast root out of range");
+  std::vector<at::Tensor> tensors{t};
+  c10d::BroadcastOptions opts;
+  opts.rootRank = root;
+  return Run(name_, "broadcast", [&] { return impl_->pg->broadcast(tensors, opts); });
+}
+
+absl::Status GlooCommunicator::AllToAll(const at::Tensor& in, at::Tensor& out) {
+  if (in.numel() != out.numel() || in.size(0) % size() != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("all_to_all on ", name_,
+                                                   ": dim 0 must split evenly and shapes match"));
+  }
+  at::Tensor src = in.contiguous();
+  std::vector<int64_t> even;  // Empty split sizes: equal chunks.
+  return Run(name_, "all_to_all", [&] { return impl_->pg->alltoall_base(out, src, even, even); });
+}
+
+absl::Status GlooCommunicator::Send(const at::Tensor& t, int dst, int tag) {
+  std::vector<at::Tensor> tensors{t.contiguous()};
+  return Run(name_, "send", [&] { return impl_->pg->send(tensors, dst, tag); });
+}
+
+absl::Status GlooCommunicator::Recv(at::Tensor& t, int src, int tag) {
+  std::vector<at::Tensor> tensors{t};
+  return Run(name_, "recv", [&] { return impl_->pg->recv(tensors, src, tag); });
+}
+
+absl::Status GlooCommunicator::Barrier() {
+  return Run(name_, "barrier", [&] { return impl_->pg->barrier(); });
+}
+
+}  // namespace tessera::parallel

@@ -1,0 +1,145 @@
+// Gloo collectives across forked rank processes; expected values from rank arithmetic.
+#include <ATen/ATen.h>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "parallel/comm/process_groups.h"
+#include "parallel/testing/multi_process.h"
+
+namespace tessera::parallel {
+namespace {
+
+using testing::RunRanks;
+
+#define RETURN_IF_ERROR(expr)            \
+  do {                                   \
+    absl::Status _s = (expr);            \
+    if (!_s.ok()) return _s;             \
+  } while (0)
+
+absl::Status Expect(bool cond, const std::string& what) {
+  return cond ? absl::OkStatus() : absl::InternalError(absl::StrCat("expectation failed: ", what));
+}
+
+absl::StatusOr<ProcessGroups> Groups(int rank, int port, MeshShape shape) {
+  auto mesh = ProcessMesh::Create(shape);
+  if (!mesh.ok()) return mesh.status();
+  BootstrapOptions o;
+  o.rank = rank;
+  o.store_port = port;
+  o.timeout = std::chrono::seconds(60);
+  return CreateGlooProcessGroups(o, *mesh);
+}
+
+TEST(GlooCommunicatorTest, AllReduceOpsAndDtypes) {
+  auto body = [](int rank, int port) -> absl::Status {
+    auto g = Groups(rank, port, {.dp = 4});
+    if (!g.ok()) return g.status();
+    Communicator& c = *g->world;
+    at::Tensor t = at::full({5}, rank + 1.0);
+    RETURN_IF_ERROR(c.AllReduce(t, ReduceOp::kSum));
+    RETURN_IF_ERROR(Expect(t.eq(10).all().item<bool>(), "sum 1+2+3+4 = 10"));
+    t = at::full({5}, rank + 1.0);
+    RETURN_IF_ERROR(c.AllReduce(t, ReduceOp::kAvg));
+    RETURN_IF_ERROR(Expect(t.eq(2.5).all().item<bool>(), "avg = 2.5"));
+    t = at::full({5}, rank + 1.0);
+    RETURN_IF_ERROR(c.AllReduce(t, ReduceOp::kMax));
+    RETURN_IF_ERROR(Expect(t.eq(4).all().item<bool>(), "max = 4"));
+    t = at::full({5}, rank + 1.0).to(at::kBFloat16);
+    RETURN_IF_ERROR(c.AllReduce(t, ReduceOp::kSum));
+    RETURN_IF_ERROR(Expect(t.to(at::kFloat).eq(10).all().item<bool>(), "bf16 sum = 10"));
+    at::Tensor a = at::full({3}, rank * 1.0), b = at::full({2}, 1.0);
+    auto wa = c.AllReduceAsync(a, ReduceOp::kSum);
+    auto wb = c.AllReduceAsync(b, ReduceOp::kSum);
+    RETURN_IF_ERROR(wa->Wait());
+    RETURN_IF_ERROR(wb->Wait());
+    RETURN_IF_ERROR(Expect(a.eq(6).all().item<bool>() && b.eq(4).all().item<bool>(), "async sums"));
+    return c.Barrier();
+  };
+  EXPECT_TRUE(RunRanks(4, body).ok());
+}
+
+TEST(GlooCommunicatorTest, GatherScatterBroadcastAllToAll) {
+  auto body = [](int rank, int port) -> absl::Status {
+    auto g = Groups(rank, port, {.dp = 4});
+    if (!g.ok()) return g.status();
+    Communicator& c = *g->world;
+    for (auto dtype : {at::kFloat, at::kBFloat16}) {
+      at::Tensor out = at::empty({8}, dtype);
+      RETURN_IF_ERROR(c.AllGather(at::full({2}, rank * 1.0, dtype), out));
+      at::Tensor want = at::arange(4).repeat_interleave(2).to(dtype);
+      RETURN_IF_ERROR(Expect(out.equal(want), "all_gather = [0,0,1,1,2,2,3,3]"));
+      // in[i] = i + 10·rank (exact in bf16); reduced: 4i + 60; this rank's chunk is i = 2·rank, 2·rank+1.
+      at::Tensor in = (at::arange(8) + 10 * rank).to(dtype);
+      at::Tensor part = at::empty({2}, dtype);
+      RETURN_IF_ERROR(c.ReduceScatter(in, part, ReduceOp::kSum));
+      at::Tensor expect = (at::arange(2 * rank, 2 * rank + 2) * 4 + 60).to(dtype);
+      RETURN_IF_ERROR(Expect(part.equal(expect), absl::StrCat("reduce_scatter ", c10::toString(dtype))));
+    }
+    at::Tensor b = at::full({3}, rank * 1.0);
+    RETURN_IF_ERROR(c.Broadcast(b, 2));
+    RETURN_IF_ERROR(Expect(b.eq(2).all().item<bool>(), "broadcast from 2"));
+    // Chunk j of rank r holds 10r + j; after all_to_all chunk i holds 10i + rank.
+    at::Tensor in = at::arange(4).to(at::kFloat) + 10 * rank;
+    at::Tensor out = at::empty({4});
+    RETURN_IF_ERROR(c.AllToAll(in, out));
+    RETURN_IF_ERROR(Expect(out.equal(at::arange(4).to(at::kFloat) * 10 + rank), "all_to_all"));
+    // Ring: send to the next rank, receive from the previous.
+    at::Tensor got = at::empty({2});
+    if (rank % 2 == 0) {
+      RETURN_IF_ERROR(c.Send(at::full({2}, rank * 1.0), (rank + 1) % 4, 0));
+      RETURN_IF_ERROR(c.Recv(got, (rank + 3) % 4, 0));
+    } else {
+      RETURN_IF_ERROR(c.Recv(got, (rank + 3) % 4, 0));
+      RETURN_IF_ERROR(c.Send(at::full({2}, rank * 1.0), (rank + 1) % 4, 0));
+    }
+    RETURN_IF_ERROR(Expect(got.eq((rank + 3) % 4).all().item<bool>(), "ring send/recv"));
+    return c.Barrier();
+  };
+  EXPECT_TRUE(RunRanks(4, body).ok());
+}
+
+TEST(GlooCommunicatorTest, MeshSubgroupsReduceOverTheirMembersOnly) {
+  auto body = [](int rank, int port) -> absl::Status {
+    auto g = Groups(rank, port, {.dp = 2, .tp = 2});  // tp groups {0,1},{2,3}; dp {0,2},{1,3}.
+    if (!g.ok()) return g.status();
+    at::Tensor t = at::full({1}, rank * 1.0);
+    RETURN_IF_ERROR(g->tp->AllReduce(t, ReduceOp::kSum));
+    RETURN_IF_ERROR(Expect(t.item<float>() == (rank < 2 ? 1 : 5), "tp sum"));
+    t = at::full({1}, rank * 1.0);
+    RETURN_IF_ERROR(g->dp->AllReduce(t, ReduceOp::kSum));
+    RETURN_IF_ERROR(Expect(t.item<float>() == (rank % 2 == 0 ? 2 : 4), "dp sum"));
+    RETURN_IF_ERROR(Expect(g->pp->size() == 1 && g->sp->size() == 1, "pp and sp are groups of one"));
+    return g->world->Barrier();
+  };
+  EXPECT_TRUE(RunRanks(4, body).ok());
+}
+
+TEST(GlooCommunicatorTest, BadArgumentsAreErrorsNotCrashes) {
+  auto body = [](int rank, int port) -> absl::Status {
+    auto g = Groups(rank, port, {.dp = 2});
+    if (!g.ok()) return g.status();
+    at::Tensor out = at::empty({3});
+    absl::Status s = g->world->AllGather(at::ones({2}), out);
+    RETURN_IF_ERROR(Expect(absl::IsInvalidArgument(s), "all_gather size mismatch"));
+    RETURN_IF_ERROR(Expect(absl::IsInvalidArgument(g->world->Broadcast(out, 5)), "bad root"));
+    return g->world->Barrier();
+  };
+  EXPECT_TRUE(RunRanks(2, body).ok());
+}
+
+TEST(GlooCommunicatorTest, UnreachableStoreTimesOut) {
+  auto body = [](int rank, int port) -> absl::Status {
+    auto mesh = ProcessMesh::Create({.dp = 2});
+    BootstrapOptions o;
+    o.rank = 1;  // Nobody hosts the store.
+    o.store_port = port;
+    o.timeout = std::chrono::seconds(2);
+    auto g = CreateGlooProcessGroups(o, *mesh);
+    return Expect(!g.ok(), "bootstrap without a store fails");
+  };
+  EXPECT_TRUE(RunRanks(1, body).ok());
+}
+
+}  // namespace
+}  // namespace tessera::parallel

@@ -1,0 +1,74 @@
+#include "parallel/comm/process_groups.h"
+
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "parallel/comm/gloo_communicator.h"
+#include "parallel/comm/self_communicator.h"
+
+namespace tessera::parallel {
+namespace {
+
+absl::StatusOr<std::shared_ptr<Communicator>> MakeGroup(const c10::intrusive_ptr<c10d::Store>& store,
+                                                        const std::string& axis,
+                                                        const std::vector<int>& members, int rank,
+                                                        std::chrono::milliseconds timeout) {
+  std::string name = absl::StrCat(axis, "[", absl::StrJoin(members, ","), "]");
+  if (members.size() == 1) return std::make_shared<SelfCommunicator>(rank, name);
+  auto comm = GlooCommunicator::Create(store, name, members, rank, timeout);
+  if (!comm.ok()) return comm.status();
+  return std::shared_ptr<Communicator>(std::move(*comm));
+}
+
+}  // namespace
+
+absl::StatusOr<ProcessGroups> CreateGlooProcessGroups(const BootstrapOptions& options,
+                                                      const ProcessMesh& mesh) {
+  const int world = mesh.world_size();
+  if (options.rank < 0 || options.rank >= world) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", options.rank, " outside world of ", world));
+  }
+  c10::intrusive_ptr<c10d::Store> store;
+  if (world > 1) {
+    if (options.store_port <= 0 || options.store_port > 65535) {
+      return absl::InvalidArgumentError(absl::StrCat("store port ", options.store_port, " is not valid"));
+    }
+    try {
+      c10d::TCPStoreOptions opts;
+      opts.port = static_cast<uint16_t>(options.store_port);
+      opts.isServer = options.rank == 0;
+      opts.numWorkers = world;
+      opts.waitWorkers = false;
+      opts.timeout = options.timeout;
+      store = c10::make_intrusive<c10d::TCPStore>(options.store_host, opts);
+    } catch (const std::exception& e) {
+      return absl::UnavailableError(absl::StrCat("cannot reach the store at ", options.store_host, ":",
+                                                 options.store_port, ": ", e.what()));
+    }
+  }
+  ProcessGroups groups;
+  groups.global_rank = options.rank;
+  std::vector<int> all(world);
+  for (int i = 0; i < world; ++i) all[i] = i;
+  struct Want {
+    const char* name;
+    std::shared_ptr<Communicator>* out;
+    std::vector<int> members;
+  };
+  std::vector<Want> wants = {
+      {"world", &groups.world, all},
+      {"dp", &groups.dp, mesh.GroupRanks(options.rank, Axis::kDp)},
+      {"pp", &groups.pp, mesh.GroupRanks(options.rank, Axis::kPp)},
+      {"tp", &groups.tp, mesh.GroupRanks(options.rank, Axis::kTp)},
+      {"sp", &groups.sp, mesh.GroupRanks(options.rank, Axis::kSp)},
+  };
+  for (Want& w : wants) {
+    auto comm = MakeGroup(store, w.name, w.members, options.rank, options.timeout);
+    if (!comm.ok()) return comm.status();
+    *w.out = std::move(*comm);
+  }
+  return groups;
+}
+
+}  // namespace tessera::parallel
