@@ -29,6 +29,7 @@ v1::JobSpec DefaultJobSpec() {
   p->set_pp(1);
   p->set_sp(1);
   p->set_order("tp-sp-pp-dp");
+  p->set_dp_bucket_mb(25);
   auto* t = s.mutable_train();
   t->set_steps(100);
   t->set_micro_batch(8);

@@ -67,6 +67,9 @@ void CheckParallel(const v1::JobSpec& s, Checker& c) {
   if (p.tp() >= 1 && s.model().vocab() >= 1 && s.model().vocab() % p.tp() != 0) {
     c.Fail("parallel.tp", absl::StrCat(p.tp(), " does not divide model.vocab ", s.model().vocab()));
   }
+  if (!(p.dp_bucket_mb() > 0)) {
+    c.Fail("parallel.dp_bucket_mb", absl::StrCat(p.dp_bucket_mb(), " must be positive"));
+  }
   std::vector<std::string> axes = absl::StrSplit(p.order(), '-');
   std::set<std::string> seen(axes.begin(), axes.end());
   if (axes.size() != 4 || seen != std::set<std::string>{"dp", "pp", "sp", "tp"}) {

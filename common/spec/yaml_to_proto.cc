@@ -68,7 +68,10 @@ const EnumValueDescriptor* FindEnum(const google::protobuf::EnumDescriptor* desc
                                     const std::string& text) {
   for (int i = 0; i < desc->value_count(); ++i) {
     std::string n = EnumYamlName(desc->value(i));
-    if (!n.empty() && n == absl::AsciiStrToLower(text)) return desc->value(i);
+    // The short YAML name, or the full proto name (as protobuf's JSON form writes it).
+    if (!n.empty() && (n == absl::AsciiStrToLower(text) || text == desc->value(i)->name())) {
+      return desc->value(i);
+    }
   }
   return nullptr;
 }

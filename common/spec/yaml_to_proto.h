@@ -14,7 +14,8 @@ namespace tessera::spec {
 
 // Sets every field named in `node` (a mapping) on `msg`; fields not named keep their values. A
 // repeated field named in `node` is replaced as a whole. Enum values are written in lower case without
-// the enum's prefix ("cosine" for LR_SCHEDULE_COSINE, "2.5d" for TP_MODE_2P5D). Problems are appended
+// the enum's prefix ("cosine" for LR_SCHEDULE_COSINE, "2.5d" for TP_MODE_2P5D); the full proto name
+// is accepted too, so protobuf's JSON form of a message (valid YAML) merges back losslessly. Problems are appended
 // to `errors` with paths prefixed by `path` ("" at the top); merging continues past them.
 void MergeYaml(const YAML::Node& node, const std::string& path, google::protobuf::Message* msg,
                std::vector<SpecError>* errors);

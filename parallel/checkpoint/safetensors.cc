@@ -1,0 +1,123 @@
+#include "parallel/checkpoint/safetensors.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+
+namespace tessera::parallel {
+
+int64_t RawTensor::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+int DtypeBytes(const std::string& dtype) {
+  if (dtype == "F64" || dtype == "I64" || dtype == "U64") return 8;
+  if (dtype == "F32" || dtype == "I32" || dtype == "U32") return 4;
+  if (dtype == "F16" || dtype == "BF16" || dtype == "I16" || dtype == "U16") return 2;
+  if (dtype == "I8" || dtype == "U8" || dtype == "BOOL") return 1;
+  return 0;
+}
+
+absl::Status WriteSafetensors(const std::string& path, const TensorMap& tensors,
+                              const std::map<std::string, std::string>& metadata) {
+  nlohmann::json header = nlohmann::json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  uint64_t offset = 0;
+  for (const auto& [name, t] : tensors) {
+    const int width = DtypeBytes(t.dtype);
+    if (width == 0) return absl::InvalidArgumentError(absl::StrCat(name, ": unknown dtype ", t.dtype));
+    if (static_cast<int64_t>(t.bytes.size()) != t.numel() * width) {
+      return absl::InvalidArgumentError(absl::StrCat(name, ": ", t.bytes.size(), " bytes for ", t.numel(),
+                                                     " elements of ", t.dtype));
+    }
+    header[name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.bytes.size()}}};
+    offset += t.bytes.size();
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');  // Data starts 8-byte aligned.
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) return absl::InternalError(absl::StrCat(path, ": cannot create: ", std::strerror(errno)));
+  uint64_t n = text.size();
+  char len[8];
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<char>((n >> (8 * i)) & 0xff);
+  out.write(len, 8);
+  out.write(text.data(), text.size());
+  for (const auto& [name, t] : tensors) out.write(t.bytes.data(), t.bytes.size());
+  out.close();
+  if (!out) return absl::InternalError(absl::StrCat(path, ": write failed"));
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    fsync(fd);
+    close(fd);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TensorMap> ReadSafetensors(const std::string& path,
+                                          std::map<std::string, std::string>* metadata) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
+  std::stringstream buf;
+  buf << in.rdbuf();
+  const std::string file = buf.str();
+  auto bad = [&](const std::string& why) {
+    return absl::DataLossError(absl::StrCat(path, ": not a valid safetensors file: ", why));
+  };
+  if (file.size() < 8) return bad("shorter than its 8-byte header length");
+  uint64_t n = 0;
+  for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(static_cast<uint8_t>(file[i])) << (8 * i);
+  if (n > file.size() - 8) return bad(absl::StrCat("header length ", n, " exceeds the file"));
+  nlohmann::json header = nlohmann::json::parse(file.begin() + 8, file.begin() + 8 + n, nullptr, false);
+  if (header.is_discarded() || !header.is_object()) return bad("header is not a JSON object");
+  const uint64_t data_size = file.size() - 8 - n;
+  TensorMap tensors;
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    if (it.key() == "__metadata__") {
+      if (metadata != nullptr && it->is_object()) {
+        for (auto m = it->begin(); m != it->end(); ++m) {
+          if (m->is_string()) (*metadata)[m.key()] = m->get<std::string>();
+        }
+      }
+      continue;
+    }
+    const nlohmann::json& e = *it;
+    if (!e.is_object() || !e.contains("dtype") || !e.contains("shape") || !e.contains("data_offsets") ||
+        !e["dtype"].is_string() || !e["shape"].is_array() || !e["data_offsets"].is_array() ||
+        e["data_offsets"].size() != 2) {
+      return bad(absl::StrCat("entry ", it.key(), " lacks dtype, shape or data_offsets"));
+    }
+    RawTensor t;
+    t.dtype = e["dtype"].get<std::string>();
+    const int width = DtypeBytes(t.dtype);
+    if (width == 0) return bad(absl::StrCat(it.key(), ": unknown dtype ", t.dtype));
+    for (const auto& d : e["shape"]) {
+      if (!d.is_number_unsigned()) return bad(absl::StrCat(it.key(), ": shape must be non-negative integers"));
+      t.shape.push_back(d.get<int64_t>());
+    }
+    if (!e["data_offsets"][0].is_number_unsigned() || !e["data_offsets"][1].is_number_unsigned()) {
+      return bad(absl::StrCat(it.key(), ": data_offsets must be non-negative integers"));
+    }
+    const uint64_t begin = e["data_offsets"][0].get<uint64_t>();
+    const uint64_t end = e["data_offsets"][1].get<uint64_t>();
+    if (begin > end || end > data_size) {
+      return bad(absl::StrCat(it.key(), ": data_offsets [", begin, ", ", end, ") outside the ", data_size,
+                              " data bytes (truncated file?)"));
+    }
+    if (static_cast<int64_t>(end - begin) != t.numel() * width) {
+      return bad(absl::StrCat(it.key(), ": ", end - begin, " bytes do not match shape and dtype"));
+    }
+    t.bytes = file.substr(8 + n + begin, end - begin);
+    tensors.emplace(it.key(), std::move(t));
+  }
+  return tensors;
+}
+
+}  // namespace tessera::parallel

@@ -1,0 +1,42 @@
+// The safetensors file format (8-byte little-endian header length, JSON header, raw data), written
+// and read without torch so that tools and tests can use it. See docs/checkpoint-format.md.
+#ifndef TESSERA_PARALLEL_CHECKPOINT_SAFETENSORS_H_
+#define TESSERA_PARALLEL_CHECKPOINT_SAFETENSORS_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace tessera::parallel {
+
+// One tensor: a safetensors dtype name ("F32", "BF16", "F16", "I64", "I32", ...), its shape, and
+// its bytes in row-major order.
+struct RawTensor {
+  std::string dtype;
+  std::vector<int64_t> shape;
+  std::string bytes;
+
+  int64_t numel() const;
+};
+
+// Bytes per element of a safetensors dtype name; 0 when unknown.
+int DtypeBytes(const std::string& dtype);
+
+using TensorMap = std::map<std::string, RawTensor>;
+
+// Writes `tensors` (and string `metadata`) to `path`, fsyncs it. Fails on I/O errors or on a tensor
+// whose byte count does not match its dtype and shape.
+absl::Status WriteSafetensors(const std::string& path, const TensorMap& tensors,
+                              const std::map<std::string, std::string>& metadata = {});
+
+// Reads the whole file. Fails, naming the file and the problem, on a truncated file, a header that
+// is not valid JSON, unknown dtypes, or data offsets that do not match the shapes or the file size.
+absl::StatusOr<TensorMap> ReadSafetensors(const std::string& path,
+                                          std::map<std::string, std::string>* metadata = nullptr);
+
+}  // namespace tessera::parallel
+
+#endif  // TESSERA_PARALLEL_CHECKPOINT_SAFETENSORS_H_

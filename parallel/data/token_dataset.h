@@ -1,0 +1,62 @@
+// TokenDataset: a flat little-endian file of uint16 or uint32 token ids, read as fixed windows.
+//
+// Sample order (docs/data-format.md): the file holds N = (num_tokens - 1) / seq_len whole windows;
+// window w covers tokens [w·seq_len, w·seq_len + seq_len + 1). Global sample g reads window
+// g mod N when shuffle is off. With shuffle on, epoch e = g / N reads window P_e[g mod N], where P_e
+// is the Fisher-Yates permutation of [0, N) drawn with SplitMix64 seeded by seed + e (see
+// Permutation()). Inputs are the window's first seq_len tokens, targets the last seq_len. No torch.
+#ifndef TESSERA_PARALLEL_DATA_TOKEN_DATASET_H_
+#define TESSERA_PARALLEL_DATA_TOKEN_DATASET_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace tessera::parallel {
+
+struct TokenDatasetOptions {
+  std::string path;
+  int token_bytes = 2;     // 2 (uint16) or 4 (uint32).
+  int seq_len = 128;
+  int64_t vocab = 256;     // Every token read must be below it; otherwise Read() fails.
+  bool shuffle = false;
+  uint64_t seed = 1234;
+};
+
+class TokenDataset {
+ public:
+  // Maps the file. Fails with a message naming the file when it is missing, its size is not a
+  // multiple of token_bytes, or it holds fewer than seq_len + 1 tokens.
+  static absl::StatusOr<std::unique_ptr<TokenDataset>> Open(const TokenDatasetOptions& options);
+  ~TokenDataset();
+
+  int64_t num_tokens() const { return num_tokens_; }
+  int64_t num_windows() const { return num_windows_; }
+
+  // The window index that global sample `g` reads.
+  int64_t WindowOf(int64_t g);
+
+  // Appends the seq_len + 1 tokens of global sample `g` to `out`. Fails on a token >= vocab.
+  absl::Status Read(int64_t g, std::vector<int64_t>* out);
+
+  // The documented permutation of [0, n) for `seed` (exposed for tests and the Python reference).
+  static std::vector<int64_t> Permutation(int64_t n, uint64_t seed);
+
+ private:
+  TokenDataset(TokenDatasetOptions options, const uint8_t* data, size_t size);
+
+  TokenDatasetOptions options_;
+  const uint8_t* data_;
+  size_t size_;
+  int64_t num_tokens_;
+  int64_t num_windows_;
+  int64_t cached_epoch_ = -1;
+  std::vector<int64_t> cached_permutation_;
+};
+
+}  // namespace tessera::parallel
+
+#endif  // TESSERA_PARALLEL_DATA_TOKEN_DATASET_H_

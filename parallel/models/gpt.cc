@@ -1,0 +1,140 @@
+#include "parallel/models/gpt.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "parallel/layers/tp_ops.h"
+
+namespace tessera::parallel {
+namespace {
+
+constexpr double kLayerNormEps = 1e-5;
+
+// FNV-1a of the name mixed with the seed: a per-tensor seed independent of creation order.
+uint64_t TensorSeed(uint64_t seed, const std::string& name) {
+  uint64_t h = 1469598103934665603ull ^ seed;
+  for (unsigned char c : name) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+std::string Shape(at::IntArrayRef s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) absl::StrAppend(&out, i ? "," : "", s[i]);
+  return out + "]";
+}
+
+}  // namespace
+
+Param& Gpt::Add(const std::string& name, std::vector<int64_t> shape, TpSplit split, double init_std,
+                double fill, uint64_t seed) {
+  at::Tensor full;
+  if (init_std > 0) {
+    at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(TensorSeed(seed, name));
+    full = at::normal(0.0, init_std, shape, gen);
+  } else {
+    full = at::full(shape, fill);
+  }
+  Param p;
+  p.name = name;
+  p.full_shape = shape;
+  p.split = split;
+  p.weight_decay = shape.size() >= 2;
+  p.value = ShardOf(p, full, tp_->rank(), tp_->size()).set_requires_grad(true);
+  index_[name] = params_.size();
+  params_.push_back(std::move(p));
+  return params_.back();
+}
+
+Gpt::Gpt(const GptConfig& c, std::shared_ptr<Communicator> tp, uint64_t seed)
+    : config_(c), tp_(std::move(tp)) {
+  const int64_t h = c.hidden;
+  const double std = 0.02;
+  const double residual_std = 0.02 / std::sqrt(2.0 * c.layers);
+  Add("wte.weight", {c.vocab, h}, TpSplit::kDim0, std, 0, seed);
+  Add("wpe.weight", {c.seq_len, h}, TpSplit::kReplicated, std, 0, seed);
+  for (int i = 0; i < c.layers; ++i) {
+    const std::string b = absl::StrCat("h.", i, ".");
+    Add(b + "ln_1.weight", {h}, TpSplit::kReplicated, 0, 1, seed);
+    Add(b + "ln_1.bias", {h}, TpSplit::kReplicated, 0, 0, seed);
+    Add(b + "attn.c_attn.weight", {3 * h, h}, TpSplit::kQkvDim0, std, 0, seed);
+    Add(b + "attn.c_attn.bias", {3 * h}, TpSplit::kQkvDim0, 0, 0, seed);
+    Add(b + "attn.c_proj.weight", {h, h}, TpSplit::kDim1, residual_std, 0, seed);
+    Add(b + "attn.c_proj.bias", {h}, TpSplit::kReplicated, 0, 0, seed);
+    Add(b + "ln_2.weight", {h}, TpSplit::kReplicated, 0, 1, seed);
+    Add(b + "ln_2.bias", {h}, TpSplit::kReplicated, 0, 0, seed);
+    Add(b + "mlp.c_fc.weight", {4 * h, h}, TpSplit::kDim0, std, 0, seed);
+    Add(b + "mlp.c_fc.bias", {4 * h}, TpSplit::kDim0, 0, 0, seed);
+    Add(b + "mlp.c_proj.weight", {h, 4 * h}, TpSplit::kDim1, residual_std, 0, seed);
+    Add(b + "mlp.c_proj.bias", {h}, TpSplit::kReplicated, 0, 0, seed);
+  }
+  Add("ln_f.weight", {h}, TpSplit::kReplicated, 0, 1, seed);
+  Add("ln_f.bias", {h}, TpSplit::kReplicated, 0, 0, seed);
+}
+
+const at::Tensor& Gpt::P(const std::string& name) const { return params_[index_.at(name)].value; }
+
+int64_t Gpt::num_parameters() const {
+  int64_t n = 0;
+  for (const Param& p : params_) {
+    int64_t k = 1;
+    for (int64_t d : p.full_shape) k *= d;
+    n += k;
+  }
+  return n;
+}
+
+absl::Status Gpt::LoadFull(const std::map<std::string, at::Tensor>& full) {
+  for (Param& p : params_) {
+    auto it = full.find(p.name);
+    if (it == full.end()) return absl::NotFoundError(absl::StrCat("tensor ", p.name, " is missing"));
+    if (!it->second.sizes().equals(p.full_shape)) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor ", p.name, " has shape ", Shape(it->second.sizes()),
+                                                     ", expected ", Shape(p.full_shape)));
+    }
+    at::NoGradGuard no_grad;
+    p.value.copy_(ShardOf(p, it->second.to(p.value.dtype()), tp_->rank(), tp_->size()));
+  }
+  return absl::OkStatus();
+}
+
+at::Tensor Gpt::Loss(const at::Tensor& tokens, const at::Tensor& targets) {
+  Communicator* tp = tp_.get();
+  const int64_t B = tokens.size(0), T = tokens.size(1);
+  const int64_t h = config_.hidden;
+  const int64_t local_heads = config_.heads / tp->size();
+  const int64_t head_dim = h / config_.heads;
+  const int64_t local_width = local_heads * head_dim;
+  const int64_t vocab_start = tp->rank() * (config_.vocab / tp->size());
+
+  at::Tensor x = VocabParallelEmbedding(tokens, P("wte.weight"), vocab_start, tp) +
+                 P("wpe.weight").narrow(0, 0, T);
+  for (int i = 0; i < config_.layers; ++i) {
+    const std::string b = absl::StrCat("h.", i, ".");
+    // Attention: column-parallel qkv (this rank's heads), row-parallel output projection.
+    at::Tensor a = at::layer_norm(x, {h}, P(b + "ln_1.weight"), P(b + "ln_1.bias"), kLayerNormEps);
+    a = at::linear(CopyToTp(a, tp), P(b + "attn.c_attn.weight"), P(b + "attn.c_attn.bias"));
+    std::vector<at::Tensor> qkv = a.split(local_width, -1);
+    auto heads = [&](const at::Tensor& t) { return t.view({B, T, local_heads, head_dim}).transpose(1, 2); };
+    at::Tensor y = at::scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), {}, 0.0,
+                                                    /*is_causal=*/true);
+    y = y.transpose(1, 2).reshape({B, T, local_width});
+    y = ReduceFromTp(at::linear(y, P(b + "attn.c_proj.weight")), tp) + P(b + "attn.c_proj.bias");
+    x = x + y;
+    // MLP: column-parallel c_fc, GELU (erf), row-parallel c_proj.
+    at::Tensor m = at::layer_norm(x, {h}, P(b + "ln_2.weight"), P(b + "ln_2.bias"), kLayerNormEps);
+    m = at::gelu(at::linear(CopyToTp(m, tp), P(b + "mlp.c_fc.weight"), P(b + "mlp.c_fc.bias")));
+    m = ReduceFromTp(at::linear(m, P(b + "mlp.c_proj.weight")), tp) + P(b + "mlp.c_proj.bias");
+    x = x + m;
+  }
+  x = at::layer_norm(x, {h}, P("ln_f.weight"), P("ln_f.bias"), kLayerNormEps);
+  at::Tensor logits = at::linear(CopyToTp(x, tp), P("wte.weight"));  // Tied head: [B, T, V/tp].
+  at::Tensor losses = VocabParallelCrossEntropy(logits.view({B * T, -1}), targets.reshape({B * T}),
+                                                vocab_start, tp);
+  return losses.mean();
+}
+
+}  // namespace tessera::parallel

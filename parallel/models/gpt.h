@@ -1,0 +1,56 @@
+// GPT-2, exactly (pre-LN blocks, learned positions, GELU(erf) MLP of 4×hidden, causal attention,
+// LayerNorm eps 1e-5, final LayerNorm, LM head tied to the token embedding, no dropout), with 1D
+// tensor parallelism over `tp`: column-parallel c_attn / c_fc, row-parallel c_proj, heads split over
+// tp ranks, vocab-parallel embedding and cross-entropy. Names and layouts: docs/checkpoint-format.md.
+#ifndef TESSERA_PARALLEL_MODELS_GPT_H_
+#define TESSERA_PARALLEL_MODELS_GPT_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "absl/status/status.h"
+#include "parallel/comm/communicator.h"
+#include "parallel/models/gpt_config.h"
+#include "parallel/models/param_layout.h"
+
+namespace tessera::parallel {
+
+class Gpt {
+ public:
+  // Parameters initialised as GPT-2 does (normal(0, 0.02) weights, zero biases, unit norm weights,
+  // residual projections normal(0, 0.02/sqrt(2·layers))). Each full tensor is drawn from its own
+  // generator seeded by (seed, name), then split, so every layout starts from identical weights.
+  // Requires heads % tp == 0 and vocab % tp == 0.
+  Gpt(const GptConfig& config, std::shared_ptr<Communicator> tp, uint64_t seed);
+
+  // Mean cross-entropy over all tokens of `tokens` [B, T] predicting `targets` [B, T] (T <= seq_len).
+  at::Tensor Loss(const at::Tensor& tokens, const at::Tensor& targets);
+
+  std::vector<Param>& params() { return params_; }
+  const GptConfig& config() const { return config_; }
+  Communicator* tp() const { return tp_.get(); }
+  int64_t num_parameters() const;  // Of the full model.
+
+  // Replaces this rank's parts with the shards of `full` tensors (every documented name required,
+  // shapes checked). Fails naming the first missing or mis-shaped tensor.
+  absl::Status LoadFull(const std::map<std::string, at::Tensor>& full);
+
+ private:
+  Param& Add(const std::string& name, std::vector<int64_t> shape, TpSplit split, double init_std,
+             double fill, uint64_t seed);
+  const at::Tensor& P(const std::string& name) const;
+
+  GptConfig config_;
+  std::shared_ptr<Communicator> tp_;
+  std::vector<Param> params_;
+  std::map<std::string, size_t> index_;
+};
+
+}  // namespace tessera::parallel
+
+#endif  // TESSERA_PARALLEL_MODELS_GPT_H_

@@ -1,0 +1,56 @@
+#include "parallel/models/param_layout.h"
+
+#include <ATen/ATen.h>
+
+namespace tessera::parallel {
+
+at::Tensor ShardOf(const Param& param, const at::Tensor& full, int tp_rank, int tp_size) {
+  switch (param.split) {
+    case TpSplit::kReplicated:
+      return full.clone();
+    case TpSplit::kDim0:
+      return full.chunk(tp_size, 0)[tp_rank].clone();
+    case TpSplit::kDim1:
+      return full.chunk(tp_size, 1)[tp_rank].contiguous();
+    case TpSplit::kQkvDim0: {
+      std::vector<at::Tensor> parts;
+      for (const at::Tensor& block : full.chunk(3, 0)) parts.push_back(block.chunk(tp_size, 0)[tp_rank]);
+      return at::cat(parts, 0);
+    }
+  }
+  return full;
+}
+
+absl::Status GatherFullTensor(const Param& param, const at::Tensor& part, Communicator* tp, at::Tensor* full) {
+  const int n = tp->size();
+  if (param.split == TpSplit::kReplicated || n == 1) {
+    *full = part.detach().clone();
+    return absl::OkStatus();
+  }
+  at::Tensor src = param.split == TpSplit::kDim1 ? part.detach().t().contiguous() : part.detach().contiguous();
+  std::vector<int64_t> shape = src.sizes().vec();
+  shape[0] *= n;
+  at::Tensor gathered = at::empty(shape, src.options());
+  absl::Status s = tp->AllGather(src, gathered);
+  if (!s.ok()) return s;
+  switch (param.split) {
+    case TpSplit::kDim0:
+      *full = gathered;
+      break;
+    case TpSplit::kDim1:
+      *full = gathered.t().contiguous();
+      break;
+    case TpSplit::kQkvDim0: {
+      // gathered = [q0; k0; v0; q1; k1; v1; ...] -> [q0; q1; ...; k0; k1; ...; v0; v1; ...].
+      std::vector<int64_t> view = {n, 3, part.size(0) / 3};
+      for (int64_t i = 1; i < part.dim(); ++i) view.push_back(part.size(i));
+      *full = gathered.view(view).transpose(0, 1).contiguous().view(param.full_shape);
+      break;
+    }
+    case TpSplit::kReplicated:
+      break;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tessera::parallel

@@ -1,0 +1,38 @@
+// How a model parameter of the documented full shape is split over the tp ranks.
+#ifndef TESSERA_PARALLEL_MODELS_PARAM_LAYOUT_H_
+#define TESSERA_PARALLEL_MODELS_PARAM_LAYOUT_H_
+
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "absl/status/status.h"
+#include "parallel/comm/communicator.h"
+
+namespace tessera::parallel {
+
+enum class TpSplit {
+  kReplicated,  // Every tp rank holds the full tensor (norms, position embedding, row-linear bias).
+  kDim0,        // Contiguous chunk r of dim 0 on rank r (column-linear weight/bias, vocab rows).
+  kDim1,        // Contiguous chunk r of dim 1 on rank r (row-linear weight).
+  kQkvDim0,     // Dim 0 is three stacked blocks (q, k, v); chunk r of each block on rank r.
+};
+
+struct Param {
+  std::string name;                 // Documented full name, e.g. "h.0.attn.c_attn.weight".
+  std::vector<int64_t> full_shape;  // Shape of the full (unsplit) tensor.
+  TpSplit split = TpSplit::kReplicated;
+  bool weight_decay = false;        // AdamW decay applies (tensors with >= 2 dims).
+  at::Tensor value;                 // This rank's part; a leaf that requires grad.
+};
+
+// This rank's part of `full` (shape `param.full_shape`) under `param.split`.
+at::Tensor ShardOf(const Param& param, const at::Tensor& full, int tp_rank, int tp_size);
+
+// Reassembles the full tensor from every tp rank's `part` (collective over `tp`).
+absl::Status GatherFullTensor(const Param& param, const at::Tensor& part, Communicator* tp, at::Tensor* full);
+
+}  // namespace tessera::parallel
+
+#endif  // TESSERA_PARALLEL_MODELS_PARAM_LAYOUT_H_

@@ -1,0 +1,40 @@
+// AdamW with PyTorch's arithmetic (torch.optim.AdamW, single-tensor path): decoupled weight decay
+// p ← p·(1 − lr·wd), m ← lerp(m, g, 1−β1), v ← β2·v + (1−β2)·g², p ← p − lr/(1−β1ᵗ) · m / (√v/√(1−β2ᵗ) + ε).
+#ifndef TESSERA_PARALLEL_OPTIM_ADAMW_H_
+#define TESSERA_PARALLEL_OPTIM_ADAMW_H_
+
+#include <cstdint>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+namespace tessera::parallel {
+
+struct AdamWOptions {
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;
+};
+
+// State of one parameter.
+struct AdamWState {
+  at::Tensor exp_avg;     // m
+  at::Tensor exp_avg_sq;  // v
+};
+
+class AdamW {
+ public:
+  explicit AdamW(AdamWOptions options) : options_(options) {}
+
+  // Updates `param` in place from `grad`; `step` counts from 1. `decay` selects weight decay.
+  void Update(at::Tensor& param, const at::Tensor& grad, AdamWState& state, double lr, int64_t step,
+              bool decay) const;
+
+ private:
+  AdamWOptions options_;
+};
+
+}  // namespace tessera::parallel
+
+#endif  // TESSERA_PARALLEL_OPTIM_ADAMW_H_

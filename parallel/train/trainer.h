@@ -1,0 +1,83 @@
+// Trainer: one rank's training loop — data, forward/backward with gradient accumulation, data-parallel
+// gradient averaging overlapped with backward, global-norm clipping, AdamW, checkpoints, step log.
+//
+// Every rank of the job constructs one with the same options and its own ProcessGroups, and calls
+// Run(); collectives inside require all ranks to make the same calls in the same order.
+#ifndef TESSERA_PARALLEL_TRAIN_TRAINER_H_
+#define TESSERA_PARALLEL_TRAIN_TRAINER_H_
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include <ATen/core/Tensor.h>
+
+#include "absl/status/statusor.h"
+#include "parallel/comm/process_groups.h"
+#include "parallel/data/token_dataset.h"
+#include "parallel/dp/grad_buckets.h"
+#include "parallel/models/gpt.h"
+#include "parallel/optim/adamw.h"
+#include "parallel/train/trainer_options.h"
+
+namespace tessera::parallel {
+
+struct StepStats {
+  int64_t step = 0;           // Steps completed, counting from 1.
+  double loss = 0;            // Mean over every token of the global batch.
+  double lr = 0;
+  double grad_norm = 0;       // Global L2 norm before clipping.
+  double step_seconds = 0;
+  double tokens_per_s = 0;
+  int64_t tokens = 0;         // Tokens of this step (global).
+  int64_t bytes_all_reduced = 0;  // By this rank in this step.
+};
+
+class Trainer {
+ public:
+  // Builds the model (initialised from the seed, or init_from), opens the data, and loads the newest
+  // checkpoint under options.checkpoint_dir when one exists (any dp/tp layout; model sizes must
+  // match). Fails with a message naming the problem.
+  static absl::StatusOr<std::unique_ptr<Trainer>> Create(const TrainerOptions& options, ProcessGroups groups);
+
+  // Trains from the current step to options.steps. Rank 0 appends to output_dir/steps.jsonl (cut
+  // back to the resumed step first). Checkpoints every checkpoint_every steps and at the end.
+  absl::Status Run(const std::function<void(const StepStats&)>& on_step = nullptr);
+
+  // One optimizer step.
+  absl::StatusOr<StepStats> Step();
+
+  int64_t step() const { return step_; }
+  Gpt& model() { return *model_; }
+
+  enum class What { kParams, kGrads, kExpAvg, kExpAvgSq };
+  // Full tensors by documented name, gathered over tp (a collective over this rank's tp group).
+  absl::StatusOr<std::map<std::string, at::Tensor>> GatherFull(What what);
+
+  // Writes the checkpoint of the current step (a collective over the tp group of dp rank 0; only
+  // global rank 0 writes).
+  absl::Status SaveCheckpoint();
+
+ private:
+  Trainer(const TrainerOptions& options, ProcessGroups groups);
+  absl::Status Init();
+  absl::Status LoadCheckpoint(const std::string& path);
+  absl::Status AppendStepLog(const StepStats& stats);
+  absl::Status TrimStepLog();
+  absl::Status DumpDebug();
+  absl::StatusOr<double> ClipGradients();
+
+  TrainerOptions options_;
+  ProcessGroups groups_;
+  std::unique_ptr<Gpt> model_;
+  std::unique_ptr<TokenDataset> data_;
+  std::unique_ptr<GradBuckets> buckets_;
+  AdamW adam_;
+  std::vector<AdamWState> adam_state_;
+  int64_t step_ = 0;
+};
+
+}  // namespace tessera::parallel
+
+#endif  // TESSERA_PARALLEL_TRAIN_TRAINER_H_

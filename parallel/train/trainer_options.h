@@ -1,0 +1,45 @@
+// Everything a Trainer needs, as plain values (no torch, no proto): the rank process fills it from
+// the job spec (worker/rank/spec_to_options.cc).
+#ifndef TESSERA_PARALLEL_TRAIN_TRAINER_OPTIONS_H_
+#define TESSERA_PARALLEL_TRAIN_TRAINER_OPTIONS_H_
+
+#include <cstdint>
+#include <string>
+
+#include "parallel/data/token_dataset.h"
+#include "parallel/mesh/process_mesh.h"
+#include "parallel/models/gpt_config.h"
+#include "parallel/optim/lr_schedule.h"
+
+namespace tessera::parallel {
+
+struct TrainerOptions {
+  GptConfig model;
+  std::string init_from;            // Optional safetensors file of full tensors (documented names).
+  TokenDatasetOptions data;
+  MeshShape mesh;
+  int64_t dp_bucket_bytes = 25 << 20;
+
+  int64_t steps = 100;              // Total optimizer steps of the job.
+  int micro_batch = 8;
+  int global_batch = 8;             // micro_batch × accumulation × dp.
+  LrScheduleOptions lr;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;
+  double grad_clip = 1.0;           // 0 disables.
+  uint64_t seed = 1234;             // Weight initialisation.
+
+  std::string checkpoint_dir;       // Resumes from its newest checkpoint when there is one.
+  int64_t checkpoint_every = 0;     // 0: only at the end.
+  int checkpoint_keep = 2;
+
+  std::string output_dir;           // steps.jsonl (written by global rank 0) and debug/.
+  int64_t dump_at_step = 0;         // > 0: after that step, write full weights and gradients to
+                                    // output_dir/debug/step_N.safetensors (a debugging aid).
+};
+
+}  // namespace tessera::parallel
+
+#endif  // TESSERA_PARALLEL_TRAIN_TRAINER_OPTIONS_H_

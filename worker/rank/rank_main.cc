@@ -1,0 +1,78 @@
+// tessera-rank: one rank of a training job. Started by `tessera run` (or a worker daemon) with the
+// job's resolved spec, its rank, the world size and the address of the job's c10d store.
+//
+// Exit status 0 when the job's steps are done, 1 on any error (printed to stderr as one line
+// starting with "error: "), 2 on bad arguments.
+#include <ATen/Parallel.h>
+
+#include <cstdio>
+#include <iostream>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "common/spec/job_spec.h"
+#include "parallel/comm/process_groups.h"
+#include "parallel/train/trainer.h"
+#include "worker/rank/spec_to_options.h"
+
+ABSL_FLAG(std::string, spec, "", "Resolved job spec (YAML or JSON).");
+ABSL_FLAG(int, rank, 0, "Global rank of this process.");
+ABSL_FLAG(int, world_size, 1, "Number of ranks; must equal dp·tp·pp·sp of the spec.");
+ABSL_FLAG(std::string, store_host, "127.0.0.1", "Host of the c10d TCPStore (rank 0 hosts it).");
+ABSL_FLAG(int, store_port, 0, "Port of the c10d TCPStore.");
+ABSL_FLAG(int, threads, 1, "Intra-op threads of this rank.");
+ABSL_FLAG(int64_t, dump_at_step, 0, "Debug: write full weights and gradients after this step.");
+ABSL_FLAG(int, timeout_s, 300, "Rendezvous and collective timeout in seconds.");
+
+namespace tessera::rank {
+namespace {
+
+absl::Status RunRank() {
+  auto spec = spec::LoadJobSpec(absl::GetFlag(FLAGS_spec), {});
+  if (!spec.ok()) return spec.status();
+  const int world = spec::WorldSize(*spec);
+  if (world != absl::GetFlag(FLAGS_world_size)) {
+    return absl::InvalidArgumentError(absl::StrCat("--world_size ", absl::GetFlag(FLAGS_world_size),
+                                                   " differs from the spec's dp·tp·pp·sp = ", world));
+  }
+  parallel::TrainerOptions options = ToTrainerOptions(*spec);
+  options.dump_at_step = absl::GetFlag(FLAGS_dump_at_step);
+  auto mesh = parallel::ProcessMesh::Create(options.mesh);
+  if (!mesh.ok()) return mesh.status();
+  parallel::BootstrapOptions boot;
+  boot.store_host = absl::GetFlag(FLAGS_store_host);
+  boot.store_port = absl::GetFlag(FLAGS_store_port);
+  boot.rank = absl::GetFlag(FLAGS_rank);
+  boot.timeout = std::chrono::seconds(absl::GetFlag(FLAGS_timeout_s));
+  auto groups = parallel::CreateGlooProcessGroups(boot, *mesh);
+  if (!groups.ok()) return groups.status();
+  auto trainer = parallel::Trainer::Create(options, *groups);
+  if (!trainer.ok()) return trainer.status();
+  return (*trainer)->Run();
+}
+
+}  // namespace
+}  // namespace tessera::rank
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("tessera-rank --spec FILE --rank R --world_size W --store_port P");
+  absl::ParseCommandLine(argc, argv);
+  const int threads = std::max(1, absl::GetFlag(FLAGS_threads));
+  at::set_num_threads(threads);
+  at::set_num_interop_threads(1);
+  absl::Status status;
+  try {
+    status = tessera::rank::RunRank();
+  } catch (const std::exception& e) {
+    status = absl::InternalError(e.what());
+  }
+  if (!status.ok()) {
+    // One line: the first line of the message (c10::Error appends a backtrace).
+    std::string msg(status.message());
+    std::cerr << "error: rank " << absl::GetFlag(FLAGS_rank) << ": " << msg.substr(0, msg.find('\n')) << std::endl;
+    return 1;
+  }
+  return 0;
+}

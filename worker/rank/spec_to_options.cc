@@ -1,0 +1,37 @@
+#include "worker/rank/spec_to_options.h"
+
+namespace tessera::rank {
+
+parallel::TrainerOptions ToTrainerOptions(const v1::JobSpec& spec) {
+  parallel::TrainerOptions o;
+  const auto& m = spec.model();
+  o.model = {m.layers(), m.hidden(), m.heads(), m.vocab(), m.seq_len()};
+  o.init_from = m.init_from();
+  o.data.path = spec.data().path();
+  o.data.token_bytes = spec.data().dtype() == v1::TOKEN_DTYPE_UINT32 ? 4 : 2;
+  o.data.seq_len = m.seq_len();
+  o.data.vocab = m.vocab();
+  o.data.shuffle = spec.data().shuffle();
+  o.data.seed = spec.data().seed();
+  const auto& p = spec.parallel();
+  o.mesh = {p.dp(), p.pp(), p.tp(), p.sp(), p.order()};
+  o.dp_bucket_bytes = static_cast<int64_t>(p.dp_bucket_mb() * (1 << 20));
+  const auto& t = spec.train();
+  o.steps = t.steps();
+  o.micro_batch = t.micro_batch();
+  o.global_batch = t.global_batch();
+  o.lr = {t.lr(), t.min_lr(), t.warmup_steps(), t.steps(), t.schedule() != v1::LR_SCHEDULE_CONSTANT};
+  o.beta1 = t.betas(0);
+  o.beta2 = t.betas(1);
+  o.eps = t.eps();
+  o.weight_decay = t.weight_decay();
+  o.grad_clip = t.grad_clip();
+  o.seed = t.seed();
+  o.checkpoint_dir = spec.checkpoint().dir();
+  o.checkpoint_every = spec.checkpoint().every_steps();
+  o.checkpoint_keep = spec.checkpoint().keep();
+  o.output_dir = spec.output_dir();
+  return o;
+}
+
+}  // namespace tessera::rank
