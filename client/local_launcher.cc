@@ -1,0 +1,234 @@
+#include "client/local_launcher.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "client/exit_codes.h"
+#include "client/progress_line.h"
+#include "common/process/subprocess.h"
+#include "common/spec/job_spec.h"
+#include "google/protobuf/util/json_util.h"
+#include "nlohmann/json.hpp"
+#include "parallel/data/token_dataset.h"
+
+namespace tessera::client {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::atomic<int> g_signal{0};
+
+void OnSignal(int sig) { g_signal = sig; }
+
+int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  int port = -1;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  close(fd);
+  return port;
+}
+
+void PrintErrors(const absl::Status& s) {
+  for (absl::string_view line : absl::StrSplit(s.message(), '\n')) std::cerr << "error: " << line << "\n";
+}
+
+// Reads steps.jsonl lines appended since the last call.
+class StepLogTail {
+ public:
+  explicit StepLogTail(std::string path) : path_(std::move(path)) {}
+  std::vector<nlohmann::json> Poll() {
+    std::vector<nlohmann::json> out;
+    std::ifstream in(path_);
+    if (!in) return out;
+    in.seekg(offset_);
+    std::string line;
+    while (std::getline(in, line)) {
+      if (in.eof()) break;  // A partial last line; read it next time.
+      offset_ += static_cast<std::streamoff>(line.size() + 1);
+      auto j = nlohmann::json::parse(line, nullptr, false);
+      if (!j.is_discarded()) out.push_back(std::move(j));
+    }
+    return out;
+  }
+  void SkipExisting() { Poll(); }
+
+ private:
+  std::string path_;
+  std::streamoff offset_ = 0;
+};
+
+}  // namespace
+
+std::string FindRankBinary() {
+  if (const char* env = getenv("TESSERA_RANK_BINARY"); env != nullptr && *env) return env;
+  std::error_code ec;
+  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) return "";
+  const fs::path candidates[] = {
+      self.parent_path() / "tessera-rank",
+      fs::path(self.string() + ".runfiles") / "tessera/worker/rank/tessera-rank",
+      self.parent_path().parent_path() / "worker/rank/tessera-rank",
+  };
+  for (const fs::path& c : candidates) {
+    if (fs::exists(c, ec)) return c.string();
+  }
+  return "";
+}
+
+int RunLocal(const LaunchOptions& options) {
+  auto spec = spec::LoadJobSpec(options.spec_path, options.overrides);
+  if (!spec.ok()) {
+    PrintErrors(spec.status());
+    return kExitBadInput;
+  }
+  parallel::TokenDatasetOptions data;
+  data.path = spec->data().path();
+  data.token_bytes = spec->data().dtype() == v1::TOKEN_DTYPE_UINT32 ? 4 : 2;
+  data.seq_len = spec->model().seq_len();
+  if (auto ds = parallel::TokenDataset::Open(data); !ds.ok()) {
+    std::cerr << "error: data.path: " << ds.status().message() << "\n";
+    return kExitBadInput;
+  }
+  if (!spec->model().init_from().empty() && !fs::exists(spec->model().init_from())) {
+    std::cerr << "error: model.init_from: " << spec->model().init_from() << " does not exist\n";
+    return kExitBadInput;
+  }
+  const std::string rank_binary = options.rank_binary.empty() ? FindRankBinary() : options.rank_binary;
+  if (rank_binary.empty()) {
+    std::cerr << "error: cannot find the tessera-rank executable (set TESSERA_RANK_BINARY)\n";
+    return kExitBadInput;
+  }
+  const std::string out_dir = spec->output_dir();
+  std::error_code ec;
+  fs::create_directories(out_dir + "/logs", ec);
+  if (ec) {
+    std::cerr << "error: output_dir: cannot create " << out_dir << ": " << ec.message() << "\n";
+    return kExitBadInput;
+  }
+  // The resolved spec every rank reads: protobuf's JSON form, which the YAML loader reads back.
+  std::string json;
+  google::protobuf::util::JsonPrintOptions print;
+  print.preserve_proto_field_names = true;
+  print.always_print_primitive_fields = true;
+  print.add_whitespace = true;
+  (void)google::protobuf::util::MessageToJsonString(*spec, &json, print);
+  const std::string spec_file = out_dir + "/job.json";
+  std::ofstream(spec_file) << json;
+
+  const int world = spec::WorldSize(*spec);
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = options.threads_per_rank > 0 ? options.threads_per_rank : std::max(1, cores / world);
+  const int port = FreePort();
+
+  StepLogTail tail(out_dir + "/steps.jsonl");
+  tail.SkipExisting();
+  struct sigaction sa {};
+  sa.sa_handler = OnSignal;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+
+  std::vector<pid_t> pids;
+  for (int r = 0; r < world; ++r) {
+    process::SpawnOptions so;
+    so.argv = {rank_binary, "--spec=" + spec_file, absl::StrCat("--rank=", r), absl::StrCat("--world_size=", world),
+               absl::StrCat("--store_port=", port), absl::StrCat("--threads=", threads),
+               absl::StrCat("--dump_at_step=", options.dump_at_step)};
+    so.log_path = absl::StrCat(out_dir, "/logs/rank_", r, ".log");
+    so.env = {{"OMP_NUM_THREADS", absl::StrCat(threads)}, {"MKL_NUM_THREADS", absl::StrCat(threads)}};
+    auto pid = process::Spawn(so);
+    if (!pid.ok()) {
+      process::StopAll(pids, std::chrono::seconds(5));
+      PrintErrors(pid.status());
+      return kExitJobFailed;
+    }
+    pids.push_back(*pid);
+  }
+  if (!options.quiet) {
+    std::cerr << "tessera run: " << spec->name() << ": " << world << " rank" << (world > 1 ? "s" : "") << " (dp "
+              << spec->parallel().dp() << ", tp " << spec->parallel().tp() << "), " << threads
+              << " thread(s) each; logs in " << out_dir << "/logs\n";
+  }
+
+  const bool tty = isatty(STDOUT_FILENO);
+  const auto start = std::chrono::steady_clock::now();
+  int64_t first_step = -1;
+  std::vector<bool> done(world, false);
+  int remaining = world;
+  int result = kExitOk;
+  auto draw = [&](const nlohmann::json& j) {
+    if (options.quiet) return;
+    Progress p;
+    p.step = j.value("step", int64_t{0});
+    p.total_steps = spec->train().steps();
+    p.loss = j.value("loss", 0.0);
+    p.lr = j.value("lr", 0.0);
+    p.tokens_per_s = j.value("tokens_per_s", 0.0);
+    if (first_step < 0) first_step = p.step - 1;
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (p.step > first_step) p.eta_seconds = elapsed / (p.step - first_step) * (p.total_steps - p.step);
+    if (tty) {
+      std::cout << "\r\033[K" << FormatProgress(p) << std::flush;
+    } else {
+      std::cout << FormatProgress(p) << "\n" << std::flush;
+    }
+  };
+  while (remaining > 0) {
+    for (const auto& j : tail.Poll()) draw(j);
+    if (g_signal != 0) {
+      if (tty) std::cout << "\n";
+      std::cerr << "tessera run: interrupted; stopping " << remaining << " rank(s)\n";
+      std::vector<pid_t> alive;
+      for (int r = 0; r < world; ++r) if (!done[r]) alive.push_back(pids[r]);
+      process::StopAll(alive, std::chrono::seconds(10));
+      return kExitInterrupted;
+    }
+    for (int r = 0; r < world; ++r) {
+      int status = 0;
+      if (done[r] || waitpid(pids[r], &status, WNOHANG) != pids[r]) continue;
+      done[r] = true;
+      --remaining;
+      if (WIFEXITED(status) && WEXITSTATUS(status) == 0) continue;
+      // A failed rank ends the job: stop the others and report its error.
+      std::vector<pid_t> alive;
+      for (int k = 0; k < world; ++k) if (!done[k]) alive.push_back(pids[k]), done[k] = true;
+      process::StopAll(alive, std::chrono::seconds(5));
+      remaining = 0;
+      if (tty) std::cout << "\n";
+      const std::string log = absl::StrCat(out_dir, "/logs/rank_", r, ".log");
+      std::string why = process::LastLineWithPrefix(log, "error: ");
+      if (why.empty()) why = absl::StrCat("error: rank ", r, " ended with ", process::DescribeExit(status));
+      std::cerr << why << "\n" << "error: the job failed; see " << log << "\n";
+      result = kExitJobFailed;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  if (result == kExitOk) {
+    for (const auto& j : tail.Poll()) draw(j);
+    if (tty && !options.quiet) std::cout << "\n";
+    if (!options.quiet) std::cerr << "tessera run: done; steps in " << out_dir << "/steps.jsonl\n";
+  }
+  return result;
+}
+
+}  // namespace tessera::client
