@@ -1,0 +1,40 @@
+// Test helpers for end-to-end tests: run the real `tessera` binary from the test's runfiles and
+// read what a run leaves behind (steps.jsonl, safetensors dumps).
+#ifndef TESSERA_TESTS_TESTING_CLI_H_
+#define TESSERA_TESTS_TESTING_CLI_H_
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace tessera::testing {
+
+struct CliResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together.
+};
+
+// Runs `tessera args...` to completion.
+CliResult RunTessera(const std::vector<std::string>& args);
+
+// Absolute path of a runfile, e.g. "client/tessera".
+std::string Runfile(const std::string& path);
+
+// A fresh directory under the test's temporary directory.
+std::string FreshDir(const std::string& name);
+
+// Writes a deterministic token file (uint16, ids < 256) of `tokens` tokens with learnable structure.
+std::string WriteTokenFile(const std::string& dir, int tokens);
+
+// One field ("loss", "grad_norm", ...) of every line of steps.jsonl, by step (1-based).
+std::map<int, double> ReadStepField(const std::string& steps_jsonl, const std::string& field);
+inline std::map<int, double> ReadLosses(const std::string& steps_jsonl) {
+  return ReadStepField(steps_jsonl, "loss");
+}
+
+// F32 tensors of a safetensors file, flattened.
+std::map<std::string, std::vector<float>> ReadF32(const std::string& path);
+
+}  // namespace tessera::testing
+
+#endif  // TESSERA_TESTS_TESTING_CLI_H_
