@@ -49,10 +49,21 @@ pkg_config_repository = repository_rule(
     doc = "A cc_library //:lib linking the given pkg-config modules.",
 )
 
-def _torch_impl(rctx):
+def _find_python(rctx):
+    # Same order as tools/python.sh: $TESSERA_PYTHON, the venv of tools/setup.sh, python3.
+    env = rctx.os.environ
+    if env.get("TESSERA_PYTHON"):
+        return env["TESSERA_PYTHON"]
+    venv = rctx.path(env.get("HOME", "/root") + "/.cache/tessera/venv/bin/python3")
+    if venv.exists:
+        return str(venv)
     python = rctx.which("python3")
     if python == None:
-        fail("python3 not found")
+        fail("python3 not found: run tools/setup.sh")
+    return str(python)
+
+def _torch_impl(rctx):
+    python = _find_python(rctx)
     res = rctx.execute([python, "-c", "import torch, os; print(os.path.dirname(torch.__file__))"])
     if res.return_code != 0:
         fail("the torch wheel is not installed (run tools/setup.sh): " + res.stderr)
@@ -81,5 +92,6 @@ cc_library(
 torch_repository = repository_rule(
     implementation = _torch_impl,
     local = True,
+    environ = ["TESSERA_PYTHON", "HOME"],
     doc = "LibTorch from the installed torch wheel (found with python3).",
 )

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Builds and runs every test, then prints one line "N passed, M failed" (test cases, from the
+# JUnit XML each test leaves). Extra arguments go to `bazel test` (e.g. a narrower target pattern).
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+cache="${HOME:-/root}/.cache/tessera/bazel-disk"
+mkdir -p "$cache"
+targets=("$@")
+[ ${#targets[@]} -gt 0 ] || targets=(//...)
+bazel test --disk_cache="$cache" "${targets[@]}"
+rc=$?
+python3 - "$(bazel info bazel-testlogs 2>/dev/null)" <<'PY'
+import pathlib, sys, xml.etree.ElementTree as ET
+passed = failed = 0
+for xml in pathlib.Path(sys.argv[1]).rglob("test.xml"):
+    try:
+        root = ET.parse(xml).getroot()
+    except ET.ParseError:
+        failed += 1
+        continue
+    for case in root.iter("testcase"):
+        if case.find("failure") is not None or case.find("error") is not None:
+            failed += 1
+        elif case.get("status", "run") == "run":
+            passed += 1
+print(f"{passed} passed, {failed} failed")
+PY
+exit $rc
