@@ -1,0 +1,137 @@
+// Checkpoints through the real CLI and rank processes: an interrupted run resumes to exactly the
+// losses of an uninterrupted one; a tp=2 run resumes from a dp=1 checkpoint; bad checkpoints and
+// mismatched models are clear errors.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "common/process/subprocess.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/cli.h"
+
+namespace tessera {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using testing::ReadLosses;
+using testing::RunTessera;
+
+// Cross-layout resume: fp32 tolerances of the parallel equivalence tests (loss atol 1e-5 / rtol 1e-3).
+constexpr double kLossAtol = 1e-5, kLossRtol = 1e-3;
+
+std::string WriteSpec(const std::string& dir, const std::string& schedule) {
+  const std::string data = testing::WriteTokenFile(dir, 40000);
+  const std::string spec = dir + "/spec.yaml";
+  std::ofstream(spec) << "name: resume\n"
+                      << "model: {layers: 2, hidden: 64, heads: 4, vocab: 256, seq_len: 32}\n"
+                      << "data: {path: " << data << ", shuffle: true}\n"
+                      << "train: {steps: 8, micro_batch: 4, global_batch: 8, lr: 1e-3, schedule: " << schedule
+                      << "}\n"
+                      << "checkpoint: {every_steps: 2, keep: 5}\n";
+  return spec;
+}
+
+// Ranks of a run are the tessera-rank processes whose command line names its spec file.
+int CountRankProcesses(const std::string& spec_file) {
+  int n = 0;
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    std::ifstream cmd(e.path() / "cmdline");
+    std::string s((std::istreambuf_iterator<char>(cmd)), std::istreambuf_iterator<char>());
+    if (s.find("tessera-rank") != std::string::npos && s.find(spec_file) != std::string::npos) ++n;
+  }
+  return n;
+}
+
+TEST(CheckpointResumeTest, InterruptedRunResumesToIdenticalLosses) {
+  const std::string dir = testing::FreshDir("interrupt");
+  // Constant LR: the schedule does not depend on train.steps, so a long run stopped early and a
+  // short run see the same learning rates.
+  const std::string spec = WriteSpec(dir, "constant");
+  auto full = RunTessera({"run", spec, "--quiet", "--set", "output_dir=" + dir + "/full"});
+  ASSERT_EQ(full.exit_code, 0) << full.output;
+  const auto want = ReadLosses(dir + "/full/steps.jsonl");
+  ASSERT_EQ(want.size(), 8u);
+
+  // A long run (tp=2, two ranks) interrupted with SIGINT once its first checkpoint exists.
+  const std::string out = dir + "/stopped";
+  process::SpawnOptions so;
+  so.argv = {testing::Runfile("client/tessera"), "run", spec, "--quiet", "--set", "output_dir=" + out,
+             "--set", "train.steps=100000", "--set", "parallel.tp=2"};
+  so.log_path = dir + "/launcher.log";
+  so.env = {{"TESSERA_RANK_BINARY", testing::Runfile("worker/rank/tessera-rank")}};
+  auto pid = process::Spawn(so);
+  ASSERT_TRUE(pid.ok());
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!fs::exists(out + "/checkpoints/step_00000002") && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(fs::exists(out + "/checkpoints/step_00000002"));
+  kill(*pid, SIGINT);
+  int status = 0;
+  ASSERT_EQ(waitpid(*pid, &status, 0), *pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 130) << process::DescribeExit(status);
+  EXPECT_EQ(CountRankProcesses(out + "/job.json"), 0) << "no rank outlives the launcher";
+
+  // Resume the same job (same tp=2 layout) and run it to step 8: identical losses, bit for bit, as
+  // the same arithmetic runs on the same restored state and data position.
+  auto resumed = RunTessera({"run", spec, "--quiet", "--set", "output_dir=" + out, "--set", "parallel.tp=2"});
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  auto tp2_full = RunTessera({"run", spec, "--quiet", "--set", "output_dir=" + dir + "/full_tp2", "--set",
+                              "parallel.tp=2"});
+  ASSERT_EQ(tp2_full.exit_code, 0) << tp2_full.output;
+  const auto got = ReadLosses(out + "/steps.jsonl");
+  const auto want_tp2 = ReadLosses(dir + "/full_tp2/steps.jsonl");
+  ASSERT_EQ(got.size(), 8u) << "steps.jsonl is cut back to the checkpoint, then continued";
+  for (const auto& [step, loss] : want_tp2) EXPECT_EQ(got.at(step), loss) << "step " << step;
+  // And the tp=2 run agrees with the single-process one.
+  for (const auto& [step, loss] : want) {
+    EXPECT_NEAR(got.at(step), loss, kLossAtol + kLossRtol * std::abs(loss)) << "step " << step;
+  }
+}
+
+TEST(CheckpointResumeTest, TensorParallelResumesFromSingleProcessCheckpoint) {
+  const std::string dir = testing::FreshDir("cross_layout");
+  const std::string spec = WriteSpec(dir, "cosine");
+  auto single = RunTessera({"run", spec, "--quiet", "--set", "output_dir=" + dir + "/single"});
+  ASSERT_EQ(single.exit_code, 0) << single.output;
+  const auto want = ReadLosses(dir + "/single/steps.jsonl");
+  // A new job directory holding only the dp=1 checkpoint of step 4.
+  fs::create_directories(dir + "/tp2/checkpoints");
+  fs::copy(dir + "/single/checkpoints/step_00000004", dir + "/tp2/checkpoints/step_00000004");
+  auto tp2 = RunTessera({"run", spec, "--quiet", "--set", "output_dir=" + dir + "/tp2", "--set", "parallel.tp=2"});
+  ASSERT_EQ(tp2.exit_code, 0) << tp2.output;
+  const auto got = ReadLosses(dir + "/tp2/steps.jsonl");
+  ASSERT_EQ(got.size(), 4u);
+  for (int step = 5; step <= 8; ++step) {
+    ASSERT_TRUE(got.count(step)) << step;
+    EXPECT_NEAR(got.at(step), want.at(step), kLossAtol + kLossRtol * std::abs(want.at(step))) << "step " << step;
+  }
+}
+
+TEST(CheckpointResumeTest, MismatchedOrCorruptCheckpointsAreClearErrors) {
+  const std::string dir = testing::FreshDir("bad_ckpt");
+  const std::string spec = WriteSpec(dir, "cosine");
+  auto first = RunTessera({"run", spec, "--quiet", "--set", "output_dir=" + dir + "/a", "--set", "train.steps=2"});
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  auto wider = RunTessera({"run", spec, "--quiet", "--set", "output_dir=" + dir + "/a", "--set", "model.hidden=128"});
+  EXPECT_EQ(wider.exit_code, 1);
+  EXPECT_THAT(wider.output, HasSubstr("was written for model.hidden 64, the spec says 128"));
+  // Truncate the model file of the newest checkpoint.
+  fs::resize_file(dir + "/a/checkpoints/step_00000002/model.safetensors", 100);
+  auto corrupt = RunTessera({"run", spec, "--quiet", "--set", "output_dir=" + dir + "/a"});
+  EXPECT_EQ(corrupt.exit_code, 1);
+  EXPECT_THAT(corrupt.output, HasSubstr("not a valid safetensors file"));
+  EXPECT_THAT(corrupt.output, ::testing::Not(HasSubstr("terminate called")));
+}
+
+}  // namespace
+}  // namespace tessera
