@@ -44,6 +44,7 @@ GradBuckets::GradBuckets(std::vector<at::Tensor> params, std::shared_ptr<Communi
           MarkReady(k);
           return outputs;
         }));
+    accumulators_.push_back(std::move(accumulator));
   }
 }
 

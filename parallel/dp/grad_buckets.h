@@ -12,6 +12,7 @@
 #include <vector>
 
 #include <ATen/core/Tensor.h>
+#include <torch/csrc/autograd/function.h>
 
 #include "absl/status/status.h"
 #include "parallel/comm/communicator.h"
@@ -50,6 +51,8 @@ class GradBuckets {
   void Start(Bucket& bucket);
 
   std::vector<at::Tensor> params_;
+  // Autograd keeps only weak references to gradient accumulators; holding them keeps our hooks.
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
   std::shared_ptr<Communicator> dp_;
   std::vector<Bucket> buckets_;
   std::vector<size_t> bucket_of_;
