@@ -71,11 +71,12 @@ absl::StatusOr<double> Trainer::ClipGradients() {
   double replicated = 0;
   at::Tensor sharded = at::zeros({1}, at::kDouble);
   for (Param& p : model_->params()) {
-    at::Tensor sq = p.value.grad().to(at::kDouble).pow(2).sum();
+    // One pass per tensor (fp32 with ATen's cascaded summation), squared and summed in double.
+    const double norm = p.value.grad().norm().item<double>();
     if (p.split == TpSplit::kReplicated) {
-      replicated += sq.item<double>();
+      replicated += norm * norm;
     } else {
-      sharded += sq;
+      sharded += norm * norm;
     }
   }
   if (groups_.tp->size() > 1) TESSERA_RETURN_IF_ERROR(groups_.tp->AllReduce(sharded, ReduceOp::kSum));
