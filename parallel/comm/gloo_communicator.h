@@ -1,8 +1,8 @@
 // GlooCommunicator: the CPU backend, over c10d's ProcessGroupGloo on 127.0.0.1.
 //
 // Measured on LibTorch 2.11 (tests in gloo_communicator_test.cc): Gloo has all_reduce with
-// SUM/AVG/MAX/MIN including bf16, _reduce_scatter_base, _allgather_base and alltoall_base, so no
-// emulation is needed for fp32/bf16. LibTorch 1.13 lacked several of them.
+// SUM/AVG/MAX/MIN, _reduce_scatter_base, _allgather_base and alltoall_base, all with fp32, bf16 and
+// fp16, so no emulation is needed. LibTorch 1.13 lacked several of them.
 #ifndef TESSERA_PARALLEL_COMM_GLOO_COMMUNICATOR_H_
 #define TESSERA_PARALLEL_COMM_GLOO_COMMUNICATOR_H_
 

@@ -45,9 +45,14 @@ TEST(GlooCommunicatorTest, AllReduceOpsAndDtypes) {
     t = at::full({5}, rank + 1.0);
     RETURN_IF_ERROR(c.AllReduce(t, ReduceOp::kMax));
     RETURN_IF_ERROR(Expect(t.eq(4).all().item<bool>(), "max = 4"));
-    t = at::full({5}, rank + 1.0).to(at::kBFloat16);
-    RETURN_IF_ERROR(c.AllReduce(t, ReduceOp::kSum));
-    RETURN_IF_ERROR(Expect(t.to(at::kFloat).eq(10).all().item<bool>(), "bf16 sum = 10"));
+    for (auto dtype : {at::kBFloat16, at::kHalf}) {
+      t = at::full({5}, rank + 1.0).to(dtype);
+      RETURN_IF_ERROR(c.AllReduce(t, ReduceOp::kSum));
+      RETURN_IF_ERROR(Expect(t.to(at::kFloat).eq(10).all().item<bool>(), absl::StrCat(c10::toString(dtype), " sum = 10")));
+      t = at::full({5}, rank + 1.0).to(dtype);
+      RETURN_IF_ERROR(c.AllReduce(t, ReduceOp::kAvg));
+      RETURN_IF_ERROR(Expect(t.to(at::kFloat).eq(2.5).all().item<bool>(), absl::StrCat(c10::toString(dtype), " avg = 2.5")));
+    }
     at::Tensor a = at::full({3}, rank * 1.0), b = at::full({2}, 1.0);
     auto wa = c.AllReduceAsync(a, ReduceOp::kSum);
     auto wb = c.AllReduceAsync(b, ReduceOp::kSum);
@@ -64,7 +69,7 @@ TEST(GlooCommunicatorTest, GatherScatterBroadcastAllToAll) {
     auto g = Groups(rank, port, {.dp = 4});
     if (!g.ok()) return g.status();
     Communicator& c = *g->world;
-    for (auto dtype : {at::kFloat, at::kBFloat16}) {
+    for (auto dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
       at::Tensor out = at::empty({8}, dtype);
       RETURN_IF_ERROR(c.AllGather(at::full({2}, rank * 1.0, dtype), out));
       at::Tensor want = at::arange(4).repeat_interleave(2).to(dtype);

@@ -43,14 +43,14 @@ Param& Gpt::Add(const std::string& name, std::vector<int64_t> shape, TpSplit spl
   p.full_shape = shape;
   p.split = split;
   p.weight_decay = shape.size() >= 2;
-  p.value = ShardOf(p, full, tp_->rank(), tp_->size()).set_requires_grad(true);
+  p.value = ShardOf(p, full, tp_->rank(), tp_->size()).to(device_).set_requires_grad(true);
   index_[name] = params_.size();
   params_.push_back(std::move(p));
   return params_.back();
 }
 
-Gpt::Gpt(const GptConfig& c, std::shared_ptr<Communicator> tp, uint64_t seed)
-    : config_(c), tp_(std::move(tp)) {
+Gpt::Gpt(const GptConfig& c, std::shared_ptr<Communicator> tp, uint64_t seed, c10::Device device)
+    : config_(c), tp_(std::move(tp)), device_(device) {
   const int64_t h = c.hidden;
   const double std = 0.02;
   const double residual_std = 0.02 / std::sqrt(2.0 * c.layers);

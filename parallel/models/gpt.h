@@ -12,6 +12,7 @@
 #include <vector>
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 
 #include "absl/status/status.h"
 #include "parallel/comm/communicator.h"
@@ -25,8 +26,9 @@ class Gpt {
   // Parameters initialised as GPT-2 does (normal(0, 0.02) weights, zero biases, unit norm weights,
   // residual projections normal(0, 0.02/sqrt(2·layers))). Each full tensor is drawn from its own
   // generator seeded by (seed, name), then split, so every layout starts from identical weights.
-  // Requires heads % tp == 0 and vocab % tp == 0.
-  Gpt(const GptConfig& config, std::shared_ptr<Communicator> tp, uint64_t seed);
+  // Requires heads % tp == 0 and vocab % tp == 0. Parameters live on `device` (drawn on the CPU
+  // first, so every device starts from the same values).
+  Gpt(const GptConfig& config, std::shared_ptr<Communicator> tp, uint64_t seed, c10::Device device);
 
   // Mean cross-entropy over all tokens of `tokens` [B, T] predicting `targets` [B, T] (T <= seq_len).
   at::Tensor Loss(const at::Tensor& tokens, const at::Tensor& targets);
@@ -47,6 +49,7 @@ class Gpt {
 
   GptConfig config_;
   std::shared_ptr<Communicator> tp_;
+  c10::Device device_;
   std::vector<Param> params_;
   std::map<std::string, size_t> index_;
 };

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "parallel/checkpoint/checkpoint_dir.h"
 #include "parallel/checkpoint/tensor_convert.h"
+#include "parallel/device/device.h"
 #include "parallel/optim/lr_schedule.h"
 #include "nlohmann/json.hpp"
 
@@ -49,7 +50,10 @@ absl::Status Trainer::Init() {
   auto ds = TokenDataset::Open(data);
   if (!ds.ok()) return ds.status();
   data_ = std::move(*ds);
-  model_ = std::make_unique<Gpt>(m, groups_.tp, options_.seed);
+  auto device = SelectDevice(options_.device);
+  if (!device.ok()) return device.status();
+  device_ = *device;
+  model_ = std::make_unique<Gpt>(m, groups_.tp, options_.seed, device_);
   adam_state_.resize(model_->params().size());
 
   auto checkpoints = ListCheckpoints(options_.checkpoint_dir);
@@ -110,7 +114,8 @@ absl::StatusOr<StepStats> Trainer::Step() {
       const int64_t g = step_ * options_.global_batch + dp_rank * micro * accum + a * micro + i;
       TESSERA_RETURN_IF_ERROR(data_->Read(g, &tokens));
     }
-    at::Tensor batch = at::from_blob(tokens.data(), {micro, T + 1}, at::kLong).clone();
+    at::Tensor batch = at::from_blob(tokens.data(), {micro, T + 1}, at::kLong).to(device_, /*non_blocking=*/false,
+                                                                                 /*copy=*/true);
     buckets_->SetSyncThisPass(a == accum - 1);
     at::Tensor loss = model_->Loss(batch.narrow(1, 0, T), batch.narrow(1, 1, T));
     (loss / accum).backward();
@@ -245,8 +250,8 @@ absl::Status Trainer::LoadCheckpoint(const std::string& path) {
       return absl::DataLossError(absl::StrCat(path, "/optimizer.safetensors lacks the state of ", ps[k].name));
     }
     const int r = groups_.tp->rank(), n = groups_.tp->size();
-    adam_state_[k].exp_avg = ShardOf(ps[k], m->second, r, n);
-    adam_state_[k].exp_avg_sq = ShardOf(ps[k], v->second, r, n);
+    adam_state_[k].exp_avg = ShardOf(ps[k], m->second, r, n).to(device_);
+    adam_state_[k].exp_avg_sq = ShardOf(ps[k], v->second, r, n).to(device_);
   }
   step_ = state["step"].get<int64_t>();
   return absl::OkStatus();

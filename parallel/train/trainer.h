@@ -70,6 +70,7 @@ class Trainer {
 
   TrainerOptions options_;
   ProcessGroups groups_;
+  c10::Device device_{c10::kCPU};
   std::unique_ptr<Gpt> model_;
   std::unique_ptr<TokenDataset> data_;
   std::unique_ptr<GradBuckets> buckets_;

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "parallel/data/token_dataset.h"
+#include "parallel/device/device_options.h"
 #include "parallel/mesh/process_mesh.h"
 #include "parallel/models/gpt_config.h"
 #include "parallel/optim/lr_schedule.h"
@@ -18,6 +19,7 @@ struct TrainerOptions {
   std::string init_from;            // Optional safetensors file of full tensors (documented names).
   TokenDatasetOptions data;
   MeshShape mesh;
+  DeviceOptions device;             // cpu, or cuda:local_rank (parallel/device/device.h).
   int64_t dp_bucket_bytes = 25 << 20;
 
   int64_t steps = 100;              // Total optimizer steps of the job.

@@ -24,6 +24,7 @@ ABSL_FLAG(int, world_size, 1, "Number of ranks; must equal dp·tp·pp·sp of the
 ABSL_FLAG(std::string, store_host, "127.0.0.1", "Host of the c10d TCPStore (rank 0 hosts it).");
 ABSL_FLAG(int, store_port, 0, "Port of the c10d TCPStore.");
 ABSL_FLAG(int, threads, 1, "Intra-op threads of this rank.");
+ABSL_FLAG(int, local_rank, -1, "Index of this rank on its machine (its GPU); default: --rank.");
 ABSL_FLAG(int64_t, dump_at_step, 0, "Debug: write full weights and gradients after this step.");
 ABSL_FLAG(int, timeout_s, 300, "Rendezvous and collective timeout in seconds.");
 
@@ -40,6 +41,8 @@ absl::Status RunRank() {
   }
   parallel::TrainerOptions options = ToTrainerOptions(*spec);
   options.dump_at_step = absl::GetFlag(FLAGS_dump_at_step);
+  const int local_rank = absl::GetFlag(FLAGS_local_rank);
+  options.device.local_rank = local_rank >= 0 ? local_rank : absl::GetFlag(FLAGS_rank);
   auto mesh = parallel::ProcessMesh::Create(options.mesh);
   if (!mesh.ok()) return mesh.status();
   parallel::BootstrapOptions boot;

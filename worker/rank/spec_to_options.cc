@@ -15,6 +15,7 @@ parallel::TrainerOptions ToTrainerOptions(const v1::JobSpec& spec) {
   o.data.seed = spec.data().seed();
   const auto& p = spec.parallel();
   o.mesh = {p.dp(), p.pp(), p.tp(), p.sp(), p.order()};
+  o.device.kind = spec.device() == v1::DEVICE_CUDA ? parallel::DeviceKind::kCuda : parallel::DeviceKind::kCpu;
   o.dp_bucket_bytes = static_cast<int64_t>(p.dp_bucket_mb() * (1 << 20));
   const auto& t = spec.train();
   o.steps = t.steps();

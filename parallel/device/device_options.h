@@ -1,0 +1,16 @@
+// Which device a rank computes on, as plain values (no torch) for option structs.
+#ifndef TESSERA_PARALLEL_DEVICE_DEVICE_OPTIONS_H_
+#define TESSERA_PARALLEL_DEVICE_DEVICE_OPTIONS_H_
+
+namespace tessera::parallel {
+
+enum class DeviceKind { kCpu, kCuda };
+
+struct DeviceOptions {
+  DeviceKind kind = DeviceKind::kCpu;
+  int local_rank = 0;  // Rank index on this machine: cuda:local_rank.
+};
+
+}  // namespace tessera::parallel
+
+#endif  // TESSERA_PARALLEL_DEVICE_DEVICE_OPTIONS_H_
