@@ -1,9 +1,6 @@
 #include "client/local_launcher.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,6 +15,7 @@
 #include "absl/strings/str_split.h"
 #include "client/exit_codes.h"
 #include "client/progress_line.h"
+#include "common/net/free_port.h"
 #include "common/process/subprocess.h"
 #include "common/spec/job_spec.h"
 #include "google/protobuf/util/json_util.h"
@@ -33,20 +31,6 @@ std::atomic<int> g_signal{0};
 
 void OnSignal(int sig) { g_signal = sig; }
 
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  int port = -1;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
-  }
-  close(fd);
-  return port;
-}
 
 void PrintErrors(const absl::Status& s) {
   for (absl::string_view line : absl::StrSplit(s.message(), '\n')) std::cerr << "error: " << line << "\n";
@@ -138,7 +122,7 @@ int RunLocal(const LaunchOptions& options) {
   const int world = spec::WorldSize(*spec);
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int threads = options.threads_per_rank > 0 ? options.threads_per_rank : std::max(1, cores / world);
-  const int port = FreePort();
+  const int port = net::PickFreePort();
 
   StepLogTail tail(out_dir + "/steps.jsonl");
   tail.SkipExisting();

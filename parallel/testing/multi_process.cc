@@ -1,9 +1,6 @@
 #include "parallel/testing/multi_process.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,28 +10,13 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/net/free_port.h"
 
 namespace tessera::parallel::testing {
 
-int PickFreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof(addr);
-  int port = -1;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
-  }
-  close(fd);
-  return port;
-}
-
 absl::Status RunRanks(int world, const std::function<absl::Status(int rank, int port)>& fn,
                       int timeout_s) {
-  const int port = PickFreePort();
+  const int port = net::PickFreePort();
   std::vector<pid_t> pids;
   for (int rank = 0; rank < world; ++rank) {
     pid_t pid = fork();

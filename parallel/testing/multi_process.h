@@ -11,9 +11,6 @@
 
 namespace tessera::parallel::testing {
 
-// A TCP port on 127.0.0.1 that was free a moment ago.
-int PickFreePort();
-
 // Forks `world` processes running `fn`; returns OK when every one returned OK, otherwise the first
 // failure (the child's message is printed to stderr by the child). Kills all after `timeout_s`.
 absl::Status RunRanks(int world, const std::function<absl::Status(int rank, int port)>& fn,
