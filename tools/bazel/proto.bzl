@@ -2,9 +2,10 @@
 
 Bazel 4's native proto rules want to download protobuf; a genrule calling /usr/bin/protoc and
 grpc_cpp_plugin works offline. Sources are relative to the package; imports are rooted there too.
+`proto_deps` are the tessera_proto_library targets whose .proto files `srcs` import.
 """
 
-def tessera_proto_library(name, srcs, deps = [], grpc = False, visibility = None):
+def tessera_proto_library(name, srcs, proto_deps = [], grpc = False, visibility = None):
     outs = []
     for src in srcs:
         base = src[:-len(".proto")]
@@ -15,10 +16,11 @@ def tessera_proto_library(name, srcs, deps = [], grpc = False, visibility = None
     cmd = "protoc --proto_path=%s --cpp_out=$(GENDIR)/%s" % (pkg, pkg)
     if grpc:
         cmd += " --grpc_out=$(GENDIR)/%s --plugin=protoc-gen-grpc=$$(command -v grpc_cpp_plugin)" % pkg
-    cmd += " $(SRCS)"
+    cmd += " " + " ".join(["$(location %s)" % s for s in srcs])
     native.genrule(
         name = name + "_gen",
-        srcs = srcs,
+        # Every .proto of the package, so that imports resolve; only `srcs` are compiled.
+        srcs = srcs + [p for p in native.glob(["**/*.proto"]) if p not in srcs],
         outs = outs,
         cmd = cmd,
     )
@@ -27,6 +29,6 @@ def tessera_proto_library(name, srcs, deps = [], grpc = False, visibility = None
         srcs = [o for o in outs if o.endswith(".cc")],
         hdrs = [o for o in outs if o.endswith(".h")],
         includes = ["."],
-        deps = deps + ["@protobuf//:lib"] + (["@grpc//:lib"] if grpc else []),
+        deps = proto_deps + ["@protobuf//:lib"] + (["@grpc//:lib"] if grpc else []),
         visibility = visibility,
     )
