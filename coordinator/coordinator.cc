@@ -1,0 +1,443 @@
+#include "coordinator/coordinator.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/spec/job_spec.h"
+#include "coordinator/placement.h"
+
+namespace tessera::coordinator {
+namespace {
+
+int64_t NowMs() { return absl::ToUnixMillis(absl::Now()); }
+
+v1::DeviceKind KindOf(const v1::JobSpec& spec) {
+  return spec.device() == v1::DEVICE_CUDA ? v1::DEVICE_KIND_CUDA : v1::DEVICE_KIND_CPU;
+}
+
+}  // namespace
+
+bool IsTerminal(v1::JobState s) {
+  return s == v1::JOB_STATE_SUCCEEDED || s == v1::JOB_STATE_FAILED || s == v1::JOB_STATE_CANCELLED;
+}
+
+Coordinator::Coordinator(CoordinatorOptions options, std::unique_ptr<JobStore> store)
+    : options_(options), store_(std::move(store)) {}
+
+absl::Status Coordinator::Recover() {
+  auto jobs = store_->LoadAll();
+  if (!jobs.ok()) return jobs.status();
+  absl::MutexLock lock(&mu_);
+  for (v1::Job& job : *jobs) {
+    JobEntry& e = jobs_[job.id()];
+    e.job = std::move(job);
+    if (IsTerminal(e.job.state())) continue;
+    if (e.job.state() != v1::JOB_STATE_PENDING) {
+      // Its ranks may still run on workers; they are stopped when their workers register again, and
+      // the next attempt resumes from the newest checkpoint.
+      e.job.clear_placement();
+      SetStateLocked(e, v1::JOB_STATE_PENDING, "coordinator restarted; resuming from the newest checkpoint");
+    }
+    queue_.push_back(e.job.id());
+  }
+  return absl::OkStatus();
+}
+
+void Coordinator::ChangedLocked(JobEntry& e, bool persist) {
+  e.version = ++version_counter_;
+  e.job.set_updated_unix_ms(NowMs());
+  if (persist || absl::Now() - e.last_persist > absl::Seconds(2)) {
+    absl::Status s = store_->Put(e.job);
+    if (!s.ok()) fprintf(stderr, "tessera-coordinator: persisting %s failed: %s\n", e.job.id().c_str(), s.ToString().c_str());
+    e.last_persist = absl::Now();
+  }
+  changed_.SignalAll();
+}
+
+void Coordinator::SetStateLocked(JobEntry& e, v1::JobState state, const std::string& reason) {
+  e.job.set_state(state);
+  e.job.set_reason(reason);
+  ChangedLocked(e, /*persist=*/true);
+}
+
+absl::StatusOr<v1::Job> Coordinator::Submit(const v1::JobSpec& spec, int max_restarts) {
+  std::vector<spec::SpecError> errors = spec::ValidateJobSpec(spec);
+  if (max_restarts < 0 || max_restarts > options_.max_restarts_limit) {
+    errors.push_back({"max_restarts", absl::StrCat(max_restarts, " must be between 0 and ", options_.max_restarts_limit)});
+  }
+  if (absl::Status s = spec::ToStatus(errors); !s.ok()) return s;
+  auto id = store_->NextJobId();
+  if (!id.ok()) return id.status();
+  absl::MutexLock lock(&mu_);
+  JobEntry& e = jobs_[*id];
+  e.job.set_id(*id);
+  *e.job.mutable_spec() = spec;
+  e.job.set_max_restarts(max_restarts);
+  e.job.set_created_unix_ms(NowMs());
+  e.job.mutable_progress()->set_total_steps(spec.train().steps());
+  SetStateLocked(e, v1::JOB_STATE_PENDING, "waiting to be scheduled");
+  queue_.push_back(*id);
+  TryScheduleLocked();
+  return e.job;
+}
+
+void Coordinator::TryScheduleLocked() {
+  while (!queue_.empty()) {
+    JobEntry& e = jobs_[queue_.front()];
+    const v1::JobSpec& spec = e.job.spec();
+    const int world = spec::WorldSize(spec);
+    std::vector<FreeDevices> free;
+    for (auto& [id, w] : workers_) {
+      if (w.info.state() != v1::Worker::STATE_ALIVE || w.info.device_kind() != KindOf(spec)) continue;
+      FreeDevices f{id, {}};
+      for (int d = 0; d < w.info.device_count(); ++d) {
+        if (!w.used_devices.count(d)) f.free_local_ranks.push_back(d);
+      }
+      if (!f.free_local_ranks.empty()) free.push_back(std::move(f));
+    }
+    auto slots = PlaceRanks(world, spec.parallel().tp(), free);
+    std::string reason;
+    if (!slots.ok()) {
+      reason = absl::StrCat("waiting for devices: ", slots.status().message());
+    } else {
+      WorkerEntry& w0 = workers_[(*slots)[0].worker_id];
+      int port = -1;
+      for (int p = w0.port_min; p <= w0.port_max; ++p) {
+        if (!w0.used_ports.count(p)) {
+          port = p;
+          break;
+        }
+      }
+      if (port < 0) reason = absl::StrCat("waiting for a free store port on worker ", w0.info.name());
+      if (port >= 0) {
+        e.job.set_attempt(e.job.attempt() + 1);
+        e.job.clear_placement();
+        e.ranks.assign(world, RankEntry{});
+        e.job.set_store_host(w0.info.host());
+        e.job.set_store_port(port);
+        w0.used_ports.insert(port);
+        for (int r = 0; r < world; ++r) {
+          const Slot& s = (*slots)[r];
+          e.ranks[r].worker_id = s.worker_id;
+          e.ranks[r].local_rank = s.local_rank;
+          auto* p = e.job.add_placement();
+          p->set_rank(r);
+          p->set_worker_id(s.worker_id);
+          p->set_local_rank(s.local_rank);
+          WorkerEntry& w = workers_[s.worker_id];
+          w.used_devices.insert(s.local_rank);
+          v1::Assignment a;
+          a.set_action(v1::Assignment::ACTION_START);
+          a.set_job_id(e.job.id());
+          a.set_attempt(e.job.attempt());
+          a.set_rank(r);
+          a.set_local_rank(s.local_rank);
+          a.set_world_size(world);
+          a.set_store_host(w0.info.host());
+          a.set_store_port(port);
+          *a.mutable_spec() = spec;
+          w.queue.push_back(std::move(a));
+        }
+        queue_.pop_front();
+        SetStateLocked(e, v1::JOB_STATE_SCHEDULED, absl::StrCat("attempt ", e.job.attempt(), " placed"));
+        continue;
+      }
+    }
+    if (e.job.reason() != reason) SetStateLocked(e, v1::JOB_STATE_PENDING, reason);
+    return;  // First come, first served: later jobs wait behind the head.
+  }
+}
+
+absl::StatusOr<v1::Job> Coordinator::GetJob(const std::string& id) {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("job ", id, " does not exist"));
+  return it->second.job;
+}
+
+std::vector<v1::Job> Coordinator::ListJobs() {
+  absl::MutexLock lock(&mu_);
+  std::vector<v1::Job> out;
+  for (auto& [id, e] : jobs_) out.push_back(e.job);
+  std::reverse(out.begin(), out.end());  // Ids grow with time.
+  return out;
+}
+
+absl::StatusOr<std::pair<v1::Job, uint64_t>> Coordinator::WaitForJobChange(const std::string& id, uint64_t seen,
+                                                                          absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  const absl::Time deadline = absl::Now() + timeout;
+  while (true) {
+    auto it = jobs_.find(id);
+    if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("job ", id, " does not exist"));
+    if (it->second.version > seen || absl::Now() >= deadline) return std::make_pair(it->second.job, it->second.version);
+    changed_.WaitWithDeadline(&mu_, deadline);
+  }
+}
+
+absl::StatusOr<v1::Job> Coordinator::Cancel(const std::string& id) {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("job ", id, " does not exist"));
+  JobEntry& e = it->second;
+  if (IsTerminal(e.job.state())) return e.job;
+  queue_.erase(std::remove(queue_.begin(), queue_.end(), id), queue_.end());
+  StopRanksLocked(e);
+  SetStateLocked(e, v1::JOB_STATE_CANCELLED, "cancelled by the user");
+  TryScheduleLocked();
+  return e.job;
+}
+
+void Coordinator::StopRanksLocked(JobEntry& e) {
+  std::set<std::string> notified;
+  for (const RankEntry& r : e.ranks) {
+    if (r.exited || notified.count(r.worker_id)) continue;
+    auto w = workers_.find(r.worker_id);
+    if (w == workers_.end()) continue;
+    v1::Assignment a;
+    a.set_action(v1::Assignment::ACTION_STOP);
+    a.set_job_id(e.job.id());
+    a.set_attempt(e.job.attempt());
+    w->second.queue.push_back(std::move(a));
+    notified.insert(r.worker_id);
+  }
+  changed_.SignalAll();
+}
+
+void Coordinator::RankGoneLocked(JobEntry& e, int rank) {
+  RankEntry& r = e.ranks[rank];
+  if (r.exited) return;
+  r.exited = true;
+  auto w = workers_.find(r.worker_id);
+  if (w == workers_.end()) return;
+  w->second.used_devices.erase(r.local_rank);
+  if (rank == 0) w->second.used_ports.erase(e.job.store_port());
+}
+
+void Coordinator::AttemptFailedLocked(JobEntry& e, const std::string& reason) {
+  StopRanksLocked(e);
+  const int restarts_used = e.job.attempt() - 1;
+  if (restarts_used < e.job.max_restarts()) {
+    SetStateLocked(e, v1::JOB_STATE_RESTARTING,
+                   absl::StrCat("attempt ", e.job.attempt(), " failed: ", reason, "; restarting from the newest checkpoint"));
+  } else {
+    SetStateLocked(e, v1::JOB_STATE_FAILED,
+                   absl::StrCat(reason, e.job.max_restarts() > 0 ? absl::StrCat(" (after ", restarts_used, " restarts)") : ""));
+  }
+  AfterRankExitLocked(e);
+}
+
+// Moves a RESTARTING job back to the queue once every rank of its attempt is gone.
+void Coordinator::AfterRankExitLocked(JobEntry& e) {
+  const bool all_gone = std::all_of(e.ranks.begin(), e.ranks.end(), [](const RankEntry& r) { return r.exited; });
+  if (all_gone && e.job.state() == v1::JOB_STATE_RESTARTING) {
+    e.job.clear_placement();
+    queue_.push_front(e.job.id());
+    SetStateLocked(e, v1::JOB_STATE_PENDING, absl::StrCat(e.job.reason(), "; waiting for devices"));
+  }
+  TryScheduleLocked();
+}
+
+std::vector<v1::Worker> Coordinator::ListWorkers() {
+  absl::MutexLock lock(&mu_);
+  std::vector<v1::Worker> out;
+  for (auto& [id, w] : workers_) {
+    v1::Worker info = w.info;
+    info.set_devices_in_use(static_cast<int>(w.used_devices.size()));
+    info.set_last_heartbeat_unix_ms(absl::ToUnixMillis(w.last_heartbeat));
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(const v1::RegisterWorkerRequest& req) {
+  std::vector<spec::SpecError> errors;
+  if (req.name().empty()) errors.push_back({"name", "is required"});
+  if (req.device_kind() != v1::DEVICE_KIND_CPU && req.device_kind() != v1::DEVICE_KIND_CUDA) {
+    errors.push_back({"device_kind", "must be cpu or cuda"});
+  }
+  if (req.device_count() < 1 || req.device_count() > 1024) {
+    errors.push_back({"device_count", absl::StrCat(req.device_count(), " must be between 1 and 1024")});
+  }
+  if (req.host().empty()) errors.push_back({"host", "is required"});
+  if (req.store_port_min() < 1 || req.store_port_max() > 65535 || req.store_port_min() > req.store_port_max()) {
+    errors.push_back({"store_port_min", absl::StrCat("[", req.store_port_min(), ", ", req.store_port_max(),
+                                                     "] is not a port range")});
+  }
+  if (absl::Status s = spec::ToStatus(errors); !s.ok()) return s;
+  absl::MutexLock lock(&mu_);
+  std::string id;
+  for (auto& [wid, w] : workers_) {
+    if (w.info.name() == req.name()) id = wid;
+  }
+  if (id.empty()) id = absl::StrCat("w", next_worker_number_++, "-", req.name());
+  WorkerEntry& w = workers_[id];
+  w.info.set_id(id);
+  w.info.set_name(req.name());
+  w.info.set_device_kind(req.device_kind());
+  w.info.set_device_count(req.device_count());
+  w.info.set_device_memory_bytes(req.device_memory_bytes());
+  w.info.set_host(req.host());
+  w.info.set_metrics_address(req.metrics_address());
+  w.info.set_state(v1::Worker::STATE_ALIVE);
+  w.port_min = req.store_port_min();
+  w.port_max = req.store_port_max();
+  w.last_heartbeat = absl::Now();
+  w.queue.clear();
+  // Ranks the worker still runs that belong to no current attempt are stopped.
+  for (const v1::RunningRank& r : req.running()) {
+    auto it = jobs_.find(r.job_id());
+    const bool current = it != jobs_.end() && !IsTerminal(it->second.job.state()) &&
+                         it->second.job.attempt() == r.attempt() &&
+                         (it->second.job.state() == v1::JOB_STATE_SCHEDULED ||
+                          it->second.job.state() == v1::JOB_STATE_RUNNING) &&
+                         r.rank() < static_cast<int>(it->second.ranks.size()) &&
+                         it->second.ranks[r.rank()].worker_id == id;
+    if (!current) {
+      v1::Assignment a;
+      a.set_action(v1::Assignment::ACTION_STOP);
+      a.set_job_id(r.job_id());
+      a.set_attempt(r.attempt());
+      w.queue.push_back(std::move(a));
+    }
+  }
+  RefreshWorkerUsageLocked();
+  TryScheduleLocked();
+  changed_.SignalAll();
+  v1::RegisterWorkerResponse resp;
+  resp.set_worker_id(id);
+  resp.set_heartbeat_interval_ms(static_cast<int32_t>(absl::ToInt64Milliseconds(options_.heartbeat_interval)));
+  return resp;
+}
+
+void Coordinator::RefreshWorkerUsageLocked() {
+  for (auto& [id, w] : workers_) w.used_devices.clear(), w.used_ports.clear();
+  for (auto& [id, e] : jobs_) {
+    for (size_t r = 0; r < e.ranks.size(); ++r) {
+      if (e.ranks[r].exited) continue;
+      auto w = workers_.find(e.ranks[r].worker_id);
+      if (w == workers_.end()) continue;
+      w->second.used_devices.insert(e.ranks[r].local_rank);
+      if (r == 0) w->second.used_ports.insert(e.job.store_port());
+    }
+  }
+}
+
+absl::Status Coordinator::Heartbeat(const std::string& worker_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end() || it->second.info.state() == v1::Worker::STATE_LOST) {
+    return absl::NotFoundError(absl::StrCat("worker ", worker_id, " is not registered; register again"));
+  }
+  it->second.last_heartbeat = absl::Now();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<v1::Assignment>> Coordinator::NextAssignment(const std::string& worker_id,
+                                                                         absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  const absl::Time deadline = absl::Now() + timeout;
+  while (true) {
+    auto it = workers_.find(worker_id);
+    if (it == workers_.end() || it->second.info.state() == v1::Worker::STATE_LOST) {
+      return absl::NotFoundError(absl::StrCat("worker ", worker_id, " is not registered; register again"));
+    }
+    if (!it->second.queue.empty()) {
+      v1::Assignment a = std::move(it->second.queue.front());
+      it->second.queue.pop_front();
+      return std::optional<v1::Assignment>(std::move(a));
+    }
+    if (absl::Now() >= deadline) return std::optional<v1::Assignment>();
+    changed_.WaitWithDeadline(&mu_, deadline);
+  }
+}
+
+absl::Status Coordinator::ReportRankStatus(const v1::ReportRankStatusRequest& req) {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(req.job_id());
+  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("job ", req.job_id(), " does not exist"));
+  JobEntry& e = it->second;
+  if (req.attempt() != e.job.attempt() || req.rank() < 0 || req.rank() >= static_cast<int>(e.ranks.size()) ||
+      e.ranks[req.rank()].worker_id != req.worker_id()) {
+    return absl::OkStatus();  // A report about an earlier attempt (or a rank it no longer owns).
+  }
+  switch (req.event()) {
+    case v1::ReportRankStatusRequest::EVENT_STARTED: {
+      e.ranks[req.rank()].started = true;
+      const bool all = std::all_of(e.ranks.begin(), e.ranks.end(), [](const RankEntry& r) { return r.started; });
+      if (all && e.job.state() == v1::JOB_STATE_SCHEDULED) {
+        SetStateLocked(e, v1::JOB_STATE_RUNNING, absl::StrCat("attempt ", e.job.attempt(), " running"));
+      }
+      return absl::OkStatus();
+    }
+    case v1::ReportRankStatusRequest::EVENT_PROGRESS: {
+      v1::JobProgress p = req.progress();
+      p.set_total_steps(e.job.spec().train().steps());
+      // The loss of the job's first reported step stays, so that "did it learn" reads off one message.
+      const bool first = p.step() <= 1 || e.job.progress().step() == 0;
+      p.set_first_loss(first ? p.loss() : e.job.progress().first_loss());
+      *e.job.mutable_progress() = p;
+      ChangedLocked(e, /*persist=*/false);
+      return absl::OkStatus();
+    }
+    case v1::ReportRankStatusRequest::EVENT_EXITED: {
+      RankGoneLocked(e, req.rank());
+      if (req.exit_code() == 0) {
+        const bool all = std::all_of(e.ranks.begin(), e.ranks.end(), [](const RankEntry& r) { return r.exited; });
+        if (all && (e.job.state() == v1::JOB_STATE_RUNNING || e.job.state() == v1::JOB_STATE_SCHEDULED)) {
+          SetStateLocked(e, v1::JOB_STATE_SUCCEEDED, absl::StrCat("all ranks finished (attempt ", e.job.attempt(), ")"));
+        }
+        AfterRankExitLocked(e);
+      } else if (e.job.state() == v1::JOB_STATE_RUNNING || e.job.state() == v1::JOB_STATE_SCHEDULED) {
+        const std::string& name = workers_.count(req.worker_id()) ? workers_[req.worker_id()].info.name() : req.worker_id();
+        AttemptFailedLocked(e, absl::StrCat("rank ", req.rank(), " on worker ", name, " exited with code ",
+                                            req.exit_code(), req.error().empty() ? "" : ": ", req.error()));
+      } else {
+        AfterRankExitLocked(e);
+      }
+      return absl::OkStatus();
+    }
+    default:
+      return absl::InvalidArgumentError("event: must be started, progress or exited");
+  }
+}
+
+void Coordinator::CheckLiveness() {
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = absl::Now();
+  for (auto& [wid, w] : workers_) {
+    if (w.info.state() != v1::Worker::STATE_ALIVE || now - w.last_heartbeat <= options_.heartbeat_timeout) continue;
+    w.info.set_state(v1::Worker::STATE_LOST);
+    w.queue.clear();
+    for (auto& [jid, e] : jobs_) {
+      bool hit = false;
+      for (size_t r = 0; r < e.ranks.size(); ++r) {
+        if (e.ranks[r].worker_id == wid && !e.ranks[r].exited) RankGoneLocked(e, static_cast<int>(r)), hit = true;
+      }
+      if (!hit) continue;
+      if (e.job.state() == v1::JOB_STATE_RUNNING || e.job.state() == v1::JOB_STATE_SCHEDULED) {
+        AttemptFailedLocked(e, absl::StrCat("worker ", w.info.name(), " lost (no heartbeat for ",
+                                            absl::FormatDuration(options_.heartbeat_timeout), ")"));
+      } else {
+        AfterRankExitLocked(e);
+      }
+    }
+    changed_.SignalAll();
+  }
+}
+
+std::map<v1::JobState, int> Coordinator::JobsByState() {
+  absl::MutexLock lock(&mu_);
+  std::map<v1::JobState, int> out;
+  for (auto& [id, e] : jobs_) ++out[e.job.state()];
+  return out;
+}
+
+std::map<v1::Worker::State, int> Coordinator::WorkersByState() {
+  absl::MutexLock lock(&mu_);
+  std::map<v1::Worker::State, int> out;
+  for (auto& [id, w] : workers_) ++out[w.info.state()];
+  return out;
+}
+
+}  // namespace tessera::coordinator

@@ -1,0 +1,115 @@
+// Coordinator: the cluster's state machine — jobs, workers, the FIFO queue, placement, attempts and
+// restarts. Transport-free: the gRPC handlers (coordinator_service.h, worker_service.h) call it.
+//
+// Job states: PENDING → SCHEDULED → RUNNING → SUCCEEDED | FAILED | CANCELLED. When a rank exits with
+// an error or its worker is lost, every rank of the attempt is stopped; with restarts left the job is
+// RESTARTING until they are gone, then PENDING again (its next attempt resumes from the newest
+// checkpoint); without, FAILED with the cause. Thread-safe.
+#ifndef TESSERA_COORDINATOR_COORDINATOR_H_
+#define TESSERA_COORDINATOR_COORDINATOR_H_
+
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "coordinator/job_store.h"
+#include "tessera/v1/cluster.pb.h"
+#include "tessera/v1/worker_service.pb.h"
+
+namespace tessera::coordinator {
+
+struct CoordinatorOptions {
+  absl::Duration heartbeat_interval = absl::Seconds(1);  // Asked of workers.
+  absl::Duration heartbeat_timeout = absl::Seconds(10);  // Silence after which a worker is lost.
+  int max_restarts_limit = 100;                          // Largest max_restarts a job may ask.
+};
+
+class Coordinator {
+ public:
+  Coordinator(CoordinatorOptions options, std::unique_ptr<JobStore> store);
+
+  // Loads the stored jobs. Jobs that were placed when the previous coordinator stopped go back to
+  // the queue (reason says so) and resume from their newest checkpoint on their next attempt.
+  absl::Status Recover();
+
+  // Client side. Submit validates the spec (InvalidArgument, one "field: reason" per line).
+  absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec, int max_restarts);
+  absl::StatusOr<v1::Job> GetJob(const std::string& id);
+  std::vector<v1::Job> ListJobs();  // Newest first.
+  absl::StatusOr<v1::Job> Cancel(const std::string& id);
+  // Waits until job `id` has a version newer than `seen` (or `timeout`); returns it and its version.
+  absl::StatusOr<std::pair<v1::Job, uint64_t>> WaitForJobChange(const std::string& id, uint64_t seen,
+                                                                absl::Duration timeout);
+  std::vector<v1::Worker> ListWorkers();
+
+  // Worker side.
+  absl::StatusOr<v1::RegisterWorkerResponse> RegisterWorker(const v1::RegisterWorkerRequest& request);
+  absl::Status Heartbeat(const std::string& worker_id);
+  // The next start/stop order for the worker, waiting up to `timeout`; nullopt when none came.
+  absl::StatusOr<std::optional<v1::Assignment>> NextAssignment(const std::string& worker_id,
+                                                               absl::Duration timeout);
+  absl::Status ReportRankStatus(const v1::ReportRankStatusRequest& request);
+
+  // Marks workers silent for longer than heartbeat_timeout as lost and fails their attempts.
+  void CheckLiveness();
+
+  // Counts for metrics.
+  std::map<v1::JobState, int> JobsByState();
+  std::map<v1::Worker::State, int> WorkersByState();
+
+ private:
+  struct RankEntry {
+    std::string worker_id;
+    int local_rank = 0;
+    bool started = false;
+    bool exited = false;
+  };
+  struct JobEntry {
+    v1::Job job;
+    std::vector<RankEntry> ranks;  // Of the current attempt.
+    uint64_t version = 0;
+    absl::Time last_persist = absl::InfinitePast();
+  };
+  struct WorkerEntry {
+    v1::Worker info;
+    int port_min = 0;
+    int port_max = -1;
+    std::deque<v1::Assignment> queue;
+    std::set<int> used_devices;
+    std::set<int> used_ports;
+    absl::Time last_heartbeat;
+  };
+
+  void TryScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AttemptFailedLocked(JobEntry& e, const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StopRanksLocked(JobEntry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RankGoneLocked(JobEntry& e, int rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AfterRankExitLocked(JobEntry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SetStateLocked(JobEntry& e, v1::JobState state, const std::string& reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ChangedLocked(JobEntry& e, bool persist) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RefreshWorkerUsageLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const CoordinatorOptions options_;
+  std::unique_ptr<JobStore> store_;
+  absl::Mutex mu_;
+  absl::CondVar changed_;
+  std::map<std::string, JobEntry> jobs_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, WorkerEntry> workers_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::string> queue_ ABSL_GUARDED_BY(mu_);  // PENDING job ids, first come first served.
+  uint64_t version_counter_ ABSL_GUARDED_BY(mu_) = 0;
+  int next_worker_number_ ABSL_GUARDED_BY(mu_) = 1;
+};
+
+bool IsTerminal(v1::JobState state);
+
+}  // namespace tessera::coordinator
+
+#endif  // TESSERA_COORDINATOR_COORDINATOR_H_

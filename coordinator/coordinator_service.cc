@@ -1,0 +1,67 @@
+#include "coordinator/coordinator_service.h"
+
+#include "common/rpc/status_conversion.h"
+
+namespace tessera::coordinator {
+
+using rpc::ToGrpc;
+
+grpc::Status CoordinatorServiceImpl::SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest* req,
+                                               v1::SubmitJobResponse* resp) {
+  if (!req->has_spec()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "spec: is required");
+  auto job = coordinator_->Submit(req->spec(), req->max_restarts());
+  if (!job.ok()) return ToGrpc(job.status());
+  *resp->mutable_job() = *job;
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorServiceImpl::GetJob(grpc::ServerContext*, const v1::GetJobRequest* req,
+                                            v1::GetJobResponse* resp) {
+  if (req->job_id().empty()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "job_id: is required");
+  auto job = coordinator_->GetJob(req->job_id());
+  if (!job.ok()) return ToGrpc(job.status());
+  *resp->mutable_job() = *job;
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorServiceImpl::ListJobs(grpc::ServerContext*, const v1::ListJobsRequest*,
+                                              v1::ListJobsResponse* resp) {
+  for (auto& job : coordinator_->ListJobs()) *resp->add_jobs() = std::move(job);
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorServiceImpl::CancelJob(grpc::ServerContext*, const v1::CancelJobRequest* req,
+                                               v1::CancelJobResponse* resp) {
+  if (req->job_id().empty()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "job_id: is required");
+  auto job = coordinator_->Cancel(req->job_id());
+  if (!job.ok()) return ToGrpc(job.status());
+  *resp->mutable_job() = *job;
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorServiceImpl::WatchJob(grpc::ServerContext* ctx, const v1::WatchJobRequest* req,
+                                              grpc::ServerWriter<v1::WatchJobResponse>* writer) {
+  if (req->job_id().empty()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "job_id: is required");
+  uint64_t seen = 0;
+  bool first = true;
+  while (!ctx->IsCancelled()) {
+    auto change = coordinator_->WaitForJobChange(req->job_id(), seen, absl::Seconds(1));
+    if (!change.ok()) return ToGrpc(change.status());
+    if (change->second == seen && !first) continue;
+    first = false;
+    seen = change->second;
+    v1::WatchJobResponse resp;
+    *resp.mutable_job() = change->first;
+    if (!writer->Write(resp)) return grpc::Status::OK;  // The client went away.
+    if (IsTerminal(change->first.state())) return grpc::Status::OK;
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorServiceImpl::ListWorkers(grpc::ServerContext*, const v1::ListWorkersRequest*,
+                                                 v1::ListWorkersResponse* resp) {
+  for (auto& w : coordinator_->ListWorkers()) *resp->add_workers() = std::move(w);
+  return grpc::Status::OK;
+}
+
+}  // namespace tessera::coordinator

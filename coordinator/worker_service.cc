@@ -1,0 +1,43 @@
+#include "coordinator/worker_service.h"
+
+#include "common/rpc/status_conversion.h"
+
+namespace tessera::coordinator {
+
+using rpc::ToGrpc;
+
+grpc::Status WorkerServiceImpl::RegisterWorker(grpc::ServerContext*, const v1::RegisterWorkerRequest* req,
+                                               v1::RegisterWorkerResponse* resp) {
+  auto r = coordinator_->RegisterWorker(*req);
+  if (!r.ok()) return ToGrpc(r.status());
+  *resp = *r;
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerServiceImpl::Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* req,
+                                          v1::HeartbeatResponse*) {
+  if (req->worker_id().empty()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "worker_id: is required");
+  return ToGrpc(coordinator_->Heartbeat(req->worker_id()));
+}
+
+grpc::Status WorkerServiceImpl::StreamAssignments(grpc::ServerContext* ctx, const v1::StreamAssignmentsRequest* req,
+                                                  grpc::ServerWriter<v1::Assignment>* writer) {
+  if (req->worker_id().empty()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "worker_id: is required");
+  while (!ctx->IsCancelled()) {
+    auto next = coordinator_->NextAssignment(req->worker_id(), absl::Milliseconds(500));
+    if (!next.ok()) return ToGrpc(next.status());
+    if (next->has_value() && !writer->Write(**next)) {
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the worker went away");
+    }
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerServiceImpl::ReportRankStatus(grpc::ServerContext*, const v1::ReportRankStatusRequest* req,
+                                                 v1::ReportRankStatusResponse*) {
+  if (req->worker_id().empty()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "worker_id: is required");
+  if (req->job_id().empty()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "job_id: is required");
+  return ToGrpc(coordinator_->ReportRankStatus(*req));
+}
+
+}  // namespace tessera::coordinator
