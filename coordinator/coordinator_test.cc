@@ -1,0 +1,172 @@
+// The coordinator's state machine without gRPC: a real JobStore on a temp file, workers played by
+// the test through the same calls the worker daemon makes.
+#include "coordinator/coordinator.h"
+
+#include <filesystem>
+
+#include "common/spec/job_spec.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace tessera::coordinator {
+namespace {
+
+using ::testing::HasSubstr;
+
+class CoordinatorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    db_ = std::string(getenv("TEST_TMPDIR") ? getenv("TEST_TMPDIR") : "/tmp") + "/coord_" +
+          ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".db";
+    std::filesystem::remove(db_);
+    Restart();
+  }
+  void Restart() {
+    c_.reset();
+    auto store = JobStore::Open({db_});
+    ASSERT_TRUE(store.ok());
+    CoordinatorOptions o;
+    o.heartbeat_timeout = absl::Milliseconds(200);
+    c_ = std::make_unique<Coordinator>(o, std::move(*store));
+    ASSERT_TRUE(c_->Recover().ok());
+  }
+  v1::JobSpec Spec(int dp, int tp) {
+    auto spec = spec::ParseJobSpec(
+        "name: t\ndata: {path: /x.bin}\nmodel: {heads: 4}\ntrain: {micro_batch: 1, global_batch: 4}\n",
+        {"parallel.dp=" + std::to_string(dp), "parallel.tp=" + std::to_string(tp)});
+    EXPECT_TRUE(spec.ok()) << spec.status();
+    return *spec;
+  }
+  std::string AddWorker(const std::string& name, int devices) {
+    v1::RegisterWorkerRequest r;
+    r.set_name(name);
+    r.set_device_kind(v1::DEVICE_KIND_CPU);
+    r.set_device_count(devices);
+    r.set_host("127.0.0.1");
+    r.set_store_port_min(30000);
+    r.set_store_port_max(30010);
+    auto resp = c_->RegisterWorker(r);
+    EXPECT_TRUE(resp.ok()) << resp.status();
+    return resp->worker_id();
+  }
+  std::vector<v1::Assignment> Drain(const std::string& worker) {
+    std::vector<v1::Assignment> out;
+    while (true) {
+      auto a = c_->NextAssignment(worker, absl::ZeroDuration());
+      if (!a.ok() || !a->has_value()) return out;
+      out.push_back(**a);
+    }
+  }
+  void Report(const std::string& worker, const v1::Assignment& a, v1::ReportRankStatusRequest::Event ev,
+              int code = 0) {
+    v1::ReportRankStatusRequest r;
+    r.set_worker_id(worker);
+    r.set_job_id(a.job_id());
+    r.set_attempt(a.attempt());
+    r.set_rank(a.rank());
+    r.set_event(ev);
+    r.set_exit_code(code);
+    r.set_error("error: boom");
+    ASSERT_TRUE(c_->ReportRankStatus(r).ok());
+  }
+  v1::JobState State(const std::string& id) { return c_->GetJob(id)->state(); }
+
+  std::string db_;
+  std::unique_ptr<Coordinator> c_;
+};
+
+TEST_F(CoordinatorTest, JobRunsToSuccessOnTwoWorkersWithTpGroupsKeptTogether) {
+  auto job = c_->Submit(Spec(2, 2), 0);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->state(), v1::JOB_STATE_PENDING);
+  EXPECT_THAT(job->reason(), HasSubstr("needs 4 devices; 0 free"));
+  const std::string a = AddWorker("a", 2), b = AddWorker("b", 2);
+  EXPECT_EQ(State(job->id()), v1::JOB_STATE_SCHEDULED);
+  auto on_a = Drain(a), on_b = Drain(b);
+  ASSERT_EQ(on_a.size(), 2u);
+  ASSERT_EQ(on_b.size(), 2u);
+  EXPECT_EQ(on_a[0].rank() / 2, on_a[1].rank() / 2) << "a tp group stays on one worker";
+  EXPECT_EQ(on_a[0].store_port(), 30000);
+  for (auto& x : on_a) Report(a, x, v1::ReportRankStatusRequest::EVENT_STARTED);
+  EXPECT_EQ(State(job->id()), v1::JOB_STATE_SCHEDULED);
+  for (auto& x : on_b) Report(b, x, v1::ReportRankStatusRequest::EVENT_STARTED);
+  EXPECT_EQ(State(job->id()), v1::JOB_STATE_RUNNING);
+  for (auto& x : on_a) Report(a, x, v1::ReportRankStatusRequest::EVENT_EXITED);
+  for (auto& x : on_b) Report(b, x, v1::ReportRankStatusRequest::EVENT_EXITED);
+  EXPECT_EQ(State(job->id()), v1::JOB_STATE_SUCCEEDED);
+  for (auto& w : c_->ListWorkers()) EXPECT_EQ(w.devices_in_use(), 0);
+}
+
+TEST_F(CoordinatorTest, FailedRankRestartsTheJobThenFailsWhenRestartsRunOut) {
+  const std::string a = AddWorker("a", 2);
+  auto job = c_->Submit(Spec(2, 1), /*max_restarts=*/1);
+  ASSERT_TRUE(job.ok());
+  auto first = Drain(a);
+  ASSERT_EQ(first.size(), 2u);
+  for (auto& x : first) Report(a, x, v1::ReportRankStatusRequest::EVENT_STARTED);
+  Report(a, first[1], v1::ReportRankStatusRequest::EVENT_EXITED, 1);
+  EXPECT_EQ(State(job->id()), v1::JOB_STATE_RESTARTING);
+  EXPECT_THAT(c_->GetJob(job->id())->reason(), HasSubstr("rank 1 on worker a exited with code 1: error: boom"));
+  auto stop = Drain(a);
+  ASSERT_EQ(stop.size(), 1u);
+  EXPECT_EQ(stop[0].action(), v1::Assignment::ACTION_STOP);
+  Report(a, first[0], v1::ReportRankStatusRequest::EVENT_EXITED, -15);  // Stopped.
+  EXPECT_EQ(State(job->id()), v1::JOB_STATE_SCHEDULED);
+  auto second = Drain(a);
+  ASSERT_EQ(second.size(), 2u);
+  EXPECT_EQ(second[0].attempt(), 2);
+  Report(a, second[0], v1::ReportRankStatusRequest::EVENT_EXITED, 1);
+  EXPECT_EQ(State(job->id()), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(c_->GetJob(job->id())->reason(), HasSubstr("after 1 restarts"));
+}
+
+TEST_F(CoordinatorTest, QueueIsFirstComeFirstServedAndCancelFreesDevices) {
+  const std::string a = AddWorker("a", 2);
+  auto big = c_->Submit(Spec(2, 1), 0);
+  auto small = c_->Submit(Spec(1, 1), 0);
+  EXPECT_EQ(State(big->id()), v1::JOB_STATE_SCHEDULED);
+  EXPECT_EQ(State(small->id()), v1::JOB_STATE_PENDING);
+  auto placed = Drain(a);
+  ASSERT_TRUE(c_->Cancel(big->id()).ok());
+  EXPECT_EQ(State(big->id()), v1::JOB_STATE_CANCELLED);
+  auto stop = Drain(a);
+  ASSERT_EQ(stop.size(), 1u);
+  EXPECT_EQ(stop[0].action(), v1::Assignment::ACTION_STOP);
+  EXPECT_EQ(State(small->id()), v1::JOB_STATE_PENDING) << "devices free only when the ranks are gone";
+  for (auto& x : placed) Report(a, x, v1::ReportRankStatusRequest::EVENT_EXITED, -15);
+  EXPECT_EQ(State(small->id()), v1::JOB_STATE_SCHEDULED);
+}
+
+TEST_F(CoordinatorTest, LostWorkerFailsItsAttemptAndInvalidInputIsNamed) {
+  const std::string a = AddWorker("a", 1);
+  auto job = c_->Submit(Spec(1, 1), 0);
+  Drain(a);
+  absl::SleepFor(absl::Milliseconds(300));
+  c_->CheckLiveness();
+  EXPECT_EQ(State(job->id()), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(c_->GetJob(job->id())->reason(), HasSubstr("worker a lost"));
+  EXPECT_TRUE(absl::IsNotFound(c_->Heartbeat(a)));
+  v1::JobSpec bad = Spec(1, 1);
+  bad.mutable_parallel()->set_tp(3);
+  EXPECT_THAT(c_->Submit(bad, 0).status().message(), HasSubstr("parallel.tp: 3 does not divide model.heads 4"));
+  EXPECT_THAT(c_->Submit(Spec(1, 1), -1).status().message(), HasSubstr("max_restarts: -1"));
+  v1::RegisterWorkerRequest r;
+  EXPECT_THAT(c_->RegisterWorker(r).status().message(), HasSubstr("name: is required"));
+}
+
+TEST_F(CoordinatorTest, RestartedCoordinatorKeepsEveryJobAndRequeuesPlacedOnes) {
+  const std::string a = AddWorker("a", 1);
+  auto running = c_->Submit(Spec(1, 1), 0);
+  auto done = c_->Submit(Spec(1, 1), 0);
+  Restart();
+  auto jobs = c_->ListJobs();
+  ASSERT_EQ(jobs.size(), 2u);
+  EXPECT_EQ(State(running->id()), v1::JOB_STATE_PENDING);
+  EXPECT_THAT(c_->GetJob(running->id())->reason(), HasSubstr("coordinator restarted"));
+  AddWorker("a", 1);
+  EXPECT_EQ(State(running->id()), v1::JOB_STATE_SCHEDULED);
+  EXPECT_EQ(c_->GetJob(running->id())->attempt(), 2);
+}
+
+}  // namespace
+}  // namespace tessera::coordinator
