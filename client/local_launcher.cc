@@ -16,6 +16,7 @@
 #include "client/exit_codes.h"
 #include "client/progress_line.h"
 #include "common/net/free_port.h"
+#include "common/process/find_binary.h"
 #include "common/process/subprocess.h"
 #include "common/spec/job_spec.h"
 #include "google/protobuf/util/json_util.h"
@@ -64,19 +65,7 @@ class StepLogTail {
 }  // namespace
 
 std::string FindRankBinary() {
-  if (const char* env = getenv("TESSERA_RANK_BINARY"); env != nullptr && *env) return env;
-  std::error_code ec;
-  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
-  if (ec) return "";
-  const fs::path candidates[] = {
-      self.parent_path() / "tessera-rank",
-      fs::path(self.string() + ".runfiles") / "tessera/worker/rank/tessera-rank",
-      self.parent_path().parent_path() / "worker/rank/tessera-rank",
-  };
-  for (const fs::path& c : candidates) {
-    if (fs::exists(c, ec)) return c.string();
-  }
-  return "";
+  return process::FindTesseraBinary("tessera-rank", "worker/rank", "TESSERA_RANK_BINARY");
 }
 
 int RunLocal(const LaunchOptions& options) {

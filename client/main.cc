@@ -4,6 +4,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
+#include "client/cluster_commands.h"
 #include "client/data_prepare.h"
 #include "client/exit_codes.h"
 #include "client/local_launcher.h"
@@ -24,12 +25,37 @@ int Main(int argc, char** argv) {
                       "Debug: write full weights and gradients after step N to OUTPUT_DIR/debug/");
   run_cmd->add_flag("--quiet", run.quiet, "No progress output");
 
+  ClusterOptions cluster;
+  if (const char* env = getenv("TESSERA_COORDINATOR"); env != nullptr && *env) cluster.coordinator = env;
+  std::string output = "table";
+  app.add_option("--coordinator", cluster.coordinator, "Coordinator address (default $TESSERA_COORDINATOR or 127.0.0.1:7070)");
+  app.add_option("--output", output, "table or json")->check(CLI::IsMember({"table", "json"}));
+
+  std::string submit_spec;
+  std::vector<std::string> submit_sets;
+  bool follow = false;
+  int max_restarts = 0;
+  CLI::App* submit = app.add_subcommand("submit", "Submit a job spec to the coordinator");
+  submit->add_option("spec", submit_spec, "Job spec (YAML)")->required();
+  submit->add_option("--set", submit_sets, "Override a spec field (repeatable)");
+  submit->add_option("--max-restarts", max_restarts, "Restarts from the newest checkpoint after a failure");
+  submit->add_flag("--follow", follow, "Show progress until the job ends; exit 0 only if it SUCCEEDED");
+  CLI::App* jobs = app.add_subcommand("jobs", "List jobs");
+  std::string job_id;
+  CLI::App* job = app.add_subcommand("job", "Show one job");
+  job->add_option("id", job_id, "Job id")->required();
+  CLI::App* cancel = app.add_subcommand("cancel", "Cancel a job (its ranks are stopped)");
+  cancel->add_option("id", job_id, "Job id")->required();
+  CLI::App* follow_cmd = app.add_subcommand("follow", "Follow a job until it ends");
+  follow_cmd->add_option("id", job_id, "Job id")->required();
+  CLI::App* workers = app.add_subcommand("workers", "List workers");
+
   CLI::App* data_cmd = app.add_subcommand("data", "Prepare training data");
   data_cmd->require_subcommand(1);
-  std::string input, output;
+  std::string input, output_file;
   CLI::App* prepare = data_cmd->add_subcommand("prepare", "Text file -> byte-level token file (uint16, vocab 256)");
   prepare->add_option("input", input, "Any text (or binary) file")->required();
-  prepare->add_option("output", output, "Token file to write")->required();
+  prepare->add_option("output", output_file, "Token file to write")->required();
 
   try {
     app.parse(argc, argv);
@@ -41,14 +67,21 @@ int Main(int argc, char** argv) {
     std::cerr << "error: " << e.what() << "\n" << "(see tessera --help)\n";
     return kExitBadInput;
   }
+  cluster.json = output == "json";
   if (run_cmd->parsed()) return RunLocal(run);
+  if (submit->parsed()) return SubmitCommand(cluster, submit_spec, submit_sets, max_restarts, follow);
+  if (jobs->parsed()) return JobsCommand(cluster);
+  if (job->parsed()) return JobCommand(cluster, job_id);
+  if (cancel->parsed()) return CancelCommand(cluster, job_id);
+  if (follow_cmd->parsed()) return FollowCommand(cluster, job_id);
+  if (workers->parsed()) return WorkersCommand(cluster);
   if (prepare->parsed()) {
-    auto n = PrepareByteTokens(input, output);
+    auto n = PrepareByteTokens(input, output_file);
     if (!n.ok()) {
       std::cerr << "error: " << n.status().message() << "\n";
       return kExitBadInput;
     }
-    std::cout << "wrote " << *n << " tokens to " << output << " (uint16, byte-level, vocab 256)\n";
+    std::cout << "wrote " << *n << " tokens to " << output_file << " (uint16, byte-level, vocab 256)\n";
     return kExitOk;
   }
   return kExitBadInput;

@@ -1,0 +1,249 @@
+#include "client/cluster_commands.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <iostream>
+#include <thread>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "client/exit_codes.h"
+#include "client/progress_line.h"
+#include "client/table.h"
+#include "common/spec/job_spec.h"
+#include "google/protobuf/util/json_util.h"
+#include "tessera/v1/coordinator_service.grpc.pb.h"
+
+namespace tessera::client {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::unique_ptr<v1::CoordinatorService::Stub> Connect(const ClusterOptions& o) {
+  return v1::CoordinatorService::NewStub(grpc::CreateChannel(o.coordinator, grpc::InsecureChannelCredentials()));
+}
+
+void SetDeadline(grpc::ClientContext* ctx, int seconds) {
+  ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(seconds));
+}
+
+// Prints the error of a failed call and returns the exit code it maps to.
+int Report(const ClusterOptions& o, const grpc::Status& s) {
+  switch (s.error_code()) {
+    case grpc::StatusCode::UNAVAILABLE:
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      std::cerr << "error: cannot reach the coordinator at " << o.coordinator << " (" << s.error_message() << ")\n";
+      return kExitUnreachable;
+    case grpc::StatusCode::INVALID_ARGUMENT:
+      for (absl::string_view line : absl::StrSplit(s.error_message(), '\n')) std::cerr << "error: " << line << "\n";
+      return kExitBadInput;
+    case grpc::StatusCode::NOT_FOUND:
+      std::cerr << "error: " << s.error_message() << "\n";
+      return kExitBadInput;
+    default:
+      std::cerr << "error: " << s.error_message() << "\n";
+      return kExitJobFailed;
+  }
+}
+
+std::string StateName(v1::JobState s) {
+  std::string n = v1::JobState_Name(s);
+  return n.substr(std::string("JOB_STATE_").size());
+}
+
+std::string Json(const google::protobuf::Message& m) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions p;
+  p.preserve_proto_field_names = true;
+  p.add_whitespace = true;
+  (void)google::protobuf::util::MessageToJsonString(m, &out, p);
+  return out;
+}
+
+std::string Absolute(const std::string& path) {
+  if (path.empty() || path[0] == '/') return path;
+  return (fs::current_path() / path).lexically_normal().string();
+}
+
+bool Terminal(v1::JobState s) {
+  return s == v1::JOB_STATE_SUCCEEDED || s == v1::JOB_STATE_FAILED || s == v1::JOB_STATE_CANCELLED;
+}
+
+std::string Summary(const v1::Job& job) {
+  std::string s = absl::StrCat(job.id(), " ", StateName(job.state()));
+  if (job.progress().step() > 0) {
+    absl::StrAppend(&s, absl::StrFormat(": step %d/%d, loss %.4f → %.4f", job.progress().step(),
+                                        job.progress().total_steps(), job.progress().first_loss(),
+                                        job.progress().loss()));
+  }
+  if (!job.reason().empty()) absl::StrAppend(&s, " (", job.reason(), ")");
+  return s;
+}
+
+}  // namespace
+
+int SubmitCommand(const ClusterOptions& o, const std::string& spec_path, const std::vector<std::string>& overrides,
+                  int max_restarts, bool follow) {
+  auto spec = spec::LoadJobSpec(spec_path, overrides);
+  if (!spec.ok()) {
+    for (absl::string_view line : absl::StrSplit(spec.status().message(), '\n')) std::cerr << "error: " << line << "\n";
+    return kExitBadInput;
+  }
+  // Paths in a spec are relative to where the user stands; ranks run elsewhere.
+  spec->mutable_data()->set_path(Absolute(spec->data().path()));
+  spec->set_output_dir(Absolute(spec->output_dir()));
+  spec->mutable_checkpoint()->set_dir(Absolute(spec->checkpoint().dir()));
+  spec->mutable_model()->set_init_from(Absolute(spec->model().init_from()));
+  v1::SubmitJobRequest req;
+  *req.mutable_spec() = *spec;
+  req.set_max_restarts(max_restarts);
+  v1::SubmitJobResponse resp;
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, o.timeout_s);
+  grpc::Status s = Connect(o)->SubmitJob(&ctx, req, &resp);
+  if (!s.ok()) return Report(o, s);
+  if (o.json && !follow) {
+    std::cout << Json(resp.job()) << "\n";
+    return kExitOk;
+  }
+  std::cout << "submitted " << resp.job().id() << " (" << StateName(resp.job().state()) << ": "
+            << resp.job().reason() << ")" << std::endl;
+  return follow ? FollowCommand(o, resp.job().id()) : kExitOk;
+}
+
+int FollowCommand(const ClusterOptions& o, const std::string& job_id) {
+  const bool tty = isatty(STDOUT_FILENO);
+  auto stub = Connect(o);
+  v1::JobState last_state = v1::JOB_STATE_UNSPECIFIED;
+  int64_t last_step = -1;
+  auto reconnect_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (true) {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, 7 * 24 * 3600);
+    v1::WatchJobRequest req;
+    req.set_job_id(job_id);
+    auto reader = stub->WatchJob(&ctx, req);
+    v1::WatchJobResponse resp;
+    bool got_any = false;
+    while (reader->Read(&resp)) {
+      got_any = true;
+      const v1::Job& job = resp.job();
+      if (job.state() != last_state) {
+        if (tty && last_step >= 0) std::cout << "\n";
+        std::cout << job.id() << ": " << StateName(job.state()) << (job.reason().empty() ? "" : " — ") << job.reason()
+                  << std::endl;
+        last_state = job.state();
+      }
+      if (job.progress().step() != last_step && job.progress().step() > 0) {
+        last_step = job.progress().step();
+        Progress p{job.progress().step(), job.progress().total_steps(), job.progress().loss(), job.progress().lr(),
+                   job.progress().tokens_per_s(), -1};
+        if (job.progress().step_seconds() > 0) {
+          p.eta_seconds = job.progress().step_seconds() * (job.progress().total_steps() - job.progress().step());
+        }
+        if (tty) {
+          std::cout << "\r\033[K" << FormatProgress(p) << std::flush;
+        } else {
+          std::cout << FormatProgress(p) << std::endl;
+        }
+      }
+      if (Terminal(job.state())) {
+        if (tty) std::cout << "\n";
+        std::cout << Summary(job) << std::endl;
+        return job.state() == v1::JOB_STATE_SUCCEEDED ? kExitOk : kExitJobFailed;
+      }
+    }
+    grpc::Status s = reader->Finish();
+    if (s.error_code() == grpc::StatusCode::NOT_FOUND || s.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
+      return Report(o, s);
+    }
+    // The coordinator went away (restart?): keep following once it is back.
+    if (got_any) reconnect_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    if (std::chrono::steady_clock::now() > reconnect_deadline) return Report(o, s);
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+}
+
+int JobsCommand(const ClusterOptions& o) {
+  v1::ListJobsResponse resp;
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, o.timeout_s);
+  grpc::Status s = Connect(o)->ListJobs(&ctx, v1::ListJobsRequest(), &resp);
+  if (!s.ok()) return Report(o, s);
+  if (o.json) {
+    std::cout << Json(resp) << "\n";
+    return kExitOk;
+  }
+  Table t({"ID", "NAME", "STATE", "RANKS", "STEP", "LOSS", "TOKENS/S", "REASON"});
+  for (const v1::Job& j : resp.jobs()) {
+    const auto& p = j.progress();
+    t.AddRow({j.id(), j.spec().name(), StateName(j.state()), absl::StrCat(spec::WorldSize(j.spec())),
+              p.step() > 0 ? absl::StrCat(p.step(), "/", p.total_steps()) : "-",
+              p.step() > 0 ? absl::StrFormat("%.4f", p.loss()) : "-",
+              p.step() > 0 ? FormatCount(p.tokens_per_s()) : "-", j.reason()});
+  }
+  std::cout << t.ToString();
+  return kExitOk;
+}
+
+int JobCommand(const ClusterOptions& o, const std::string& job_id) {
+  v1::GetJobRequest req;
+  req.set_job_id(job_id);
+  v1::GetJobResponse resp;
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, o.timeout_s);
+  grpc::Status s = Connect(o)->GetJob(&ctx, req, &resp);
+  if (!s.ok()) return Report(o, s);
+  if (o.json) {
+    std::cout << Json(resp.job()) << "\n";
+    return kExitOk;
+  }
+  const v1::Job& j = resp.job();
+  std::cout << Summary(j) << "\n";
+  Table t({"RANK", "WORKER", "DEVICE"});
+  for (const auto& p : j.placement()) t.AddRow({absl::StrCat(p.rank()), p.worker_id(), absl::StrCat(p.local_rank())});
+  std::cout << "name: " << j.spec().name() << "\nattempt: " << j.attempt() << " (max restarts " << j.max_restarts()
+            << ")\noutput_dir: " << j.spec().output_dir() << "\n";
+  if (j.placement_size() > 0) std::cout << t.ToString();
+  return kExitOk;
+}
+
+int CancelCommand(const ClusterOptions& o, const std::string& job_id) {
+  v1::CancelJobRequest req;
+  req.set_job_id(job_id);
+  v1::CancelJobResponse resp;
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, o.timeout_s);
+  grpc::Status s = Connect(o)->CancelJob(&ctx, req, &resp);
+  if (!s.ok()) return Report(o, s);
+  std::cout << Summary(resp.job()) << "\n";
+  return kExitOk;
+}
+
+int WorkersCommand(const ClusterOptions& o) {
+  v1::ListWorkersResponse resp;
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, o.timeout_s);
+  grpc::Status s = Connect(o)->ListWorkers(&ctx, v1::ListWorkersRequest(), &resp);
+  if (!s.ok()) return Report(o, s);
+  if (o.json) {
+    std::cout << Json(resp) << "\n";
+    return kExitOk;
+  }
+  Table t({"ID", "NAME", "STATE", "DEVICES", "IN USE", "HOST"});
+  for (const v1::Worker& w : resp.workers()) {
+    const std::string kind = w.device_kind() == v1::DEVICE_KIND_CUDA ? "cuda" : "cpu";
+    const std::string state = v1::Worker::State_Name(w.state()).substr(std::string("STATE_").size());
+    t.AddRow({w.id(), w.name(), state, absl::StrCat(kind, ":", w.device_count()), absl::StrCat(w.devices_in_use()),
+              w.host()});
+  }
+  std::cout << t.ToString();
+  return kExitOk;
+}
+
+}  // namespace tessera::client

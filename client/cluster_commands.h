@@ -1,0 +1,27 @@
+// The CLI's coordinator commands: submit, jobs, job, cancel, workers. Each returns a client exit
+// code (exit_codes.h) and prints errors as one line each, starting with "error: ".
+#ifndef TESSERA_CLIENT_CLUSTER_COMMANDS_H_
+#define TESSERA_CLIENT_CLUSTER_COMMANDS_H_
+
+#include <string>
+#include <vector>
+
+namespace tessera::client {
+
+struct ClusterOptions {
+  std::string coordinator = "127.0.0.1:7070";  // --coordinator, or $TESSERA_COORDINATOR.
+  bool json = false;                           // --output json.
+  int timeout_s = 10;                          // Deadline of each unary call.
+};
+
+int SubmitCommand(const ClusterOptions& o, const std::string& spec_path, const std::vector<std::string>& overrides,
+                  int max_restarts, bool follow);
+int FollowCommand(const ClusterOptions& o, const std::string& job_id);
+int JobsCommand(const ClusterOptions& o);
+int JobCommand(const ClusterOptions& o, const std::string& job_id);
+int CancelCommand(const ClusterOptions& o, const std::string& job_id);
+int WorkersCommand(const ClusterOptions& o);
+
+}  // namespace tessera::client
+
+#endif  // TESSERA_CLIENT_CLUSTER_COMMANDS_H_

@@ -1,0 +1,167 @@
+#include "worker/agent.h"
+
+#include <chrono>
+#include <deque>
+#include <iostream>
+#include <mutex>
+#include <thread>
+
+#include <grpcpp/grpcpp.h>
+
+#include "tessera/v1/worker_service.grpc.pb.h"
+
+namespace tessera::worker {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::unique_ptr<grpc::ClientContext> WithDeadline(std::chrono::milliseconds d) {
+  auto ctx = std::make_unique<grpc::ClientContext>();
+  ctx->set_deadline(std::chrono::system_clock::now() + d);
+  return ctx;
+}
+
+// Reads the assignment stream on its own thread into a queue the agent's loop drains.
+class AssignmentReader {
+ public:
+  AssignmentReader(v1::WorkerService::Stub* stub, const std::string& worker_id) {
+    // The stream lives as long as the registration; a day-long deadline bounds a forgotten stream.
+    ctx_.set_deadline(std::chrono::system_clock::now() + std::chrono::hours(24));
+    v1::StreamAssignmentsRequest req;
+    req.set_worker_id(worker_id);
+    thread_ = std::thread([this, stub, req] {
+      auto reader = stub->StreamAssignments(&ctx_, req);
+      v1::Assignment a;
+      while (reader->Read(&a)) {
+        std::lock_guard<std::mutex> lock(mu_);
+        queue_.push_back(a);
+      }
+      reader->Finish();
+      broken_ = true;
+    });
+  }
+  ~AssignmentReader() {
+    ctx_.TryCancel();
+    thread_.join();
+  }
+  bool broken() const { return broken_; }
+  std::deque<v1::Assignment> Take() {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::deque<v1::Assignment> out;
+    out.swap(queue_);
+    return out;
+  }
+
+ private:
+  grpc::ClientContext ctx_;
+  std::thread thread_;
+  std::mutex mu_;
+  std::deque<v1::Assignment> queue_;
+  std::atomic<bool> broken_{false};
+};
+
+}  // namespace
+
+void Agent::Run(const std::atomic<bool>& stop) {
+  auto channel = grpc::CreateChannel(options_.coordinator, grpc::InsecureChannelCredentials());
+  auto stub = v1::WorkerService::NewStub(channel);
+  RankSupervisor supervisor(options_.supervisor);
+  std::string worker_id;
+  std::unique_ptr<AssignmentReader> reader;
+  std::chrono::milliseconds heartbeat_interval{1000};
+  std::chrono::milliseconds backoff{200};
+  Clock::time_point next_attempt = Clock::now(), next_heartbeat = Clock::now();
+  std::deque<v1::ReportRankStatusRequest> unsent;  // Starts and exits not yet delivered.
+  bool said_unreachable = false;
+
+  while (!stop) {
+    const auto now = Clock::now();
+    if (worker_id.empty() && now >= next_attempt) {
+      v1::RegisterWorkerRequest req;
+      req.set_name(options_.name);
+      req.set_device_kind(options_.device_kind);
+      req.set_device_count(options_.device_count);
+      req.set_host(options_.host);
+      req.set_store_port_min(options_.store_port_min);
+      req.set_store_port_max(options_.store_port_max);
+      req.set_metrics_address(options_.metrics_address);
+      for (auto& r : supervisor.Running()) *req.add_running() = r;
+      v1::RegisterWorkerResponse resp;
+      grpc::Status s = stub->RegisterWorker(WithDeadline(std::chrono::seconds(3)).get(), req, &resp);
+      if (s.ok()) {
+        worker_id = resp.worker_id();
+        heartbeat_interval = std::chrono::milliseconds(std::max(100, resp.heartbeat_interval_ms()));
+        reader = std::make_unique<AssignmentReader>(stub.get(), worker_id);
+        backoff = std::chrono::milliseconds(200);
+        said_unreachable = false;
+        std::cout << "tessera-worker: registered as " << worker_id << " with " << options_.coordinator << std::endl;
+      } else {
+        if (!said_unreachable) {
+          std::cerr << "tessera-worker: cannot register with " << options_.coordinator << ": " << s.error_message()
+                    << " (retrying)" << std::endl;
+          said_unreachable = true;
+        }
+        next_attempt = now + backoff;
+        backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
+      }
+    }
+    if (!worker_id.empty() && now >= next_heartbeat) {
+      v1::HeartbeatRequest req;
+      req.set_worker_id(worker_id);
+      v1::HeartbeatResponse resp;
+      grpc::Status s = stub->Heartbeat(WithDeadline(std::chrono::seconds(2)).get(), req, &resp);
+      next_heartbeat = now + heartbeat_interval;
+      if (!s.ok() || reader->broken()) {
+        std::cerr << "tessera-worker: lost the coordinator (" << (s.ok() ? "stream ended" : s.error_message())
+                  << "); registering again" << std::endl;
+        reader.reset();
+        worker_id.clear();
+        next_attempt = now;
+      }
+    }
+    if (reader != nullptr) {
+      for (const v1::Assignment& a : reader->Take()) {
+        if (a.action() == v1::Assignment::ACTION_START) {
+          absl::Status s = supervisor.Start(a);
+          if (!s.ok()) {
+            v1::ReportRankStatusRequest r;
+            r.set_job_id(a.job_id());
+            r.set_attempt(a.attempt());
+            r.set_rank(a.rank());
+            r.set_event(v1::ReportRankStatusRequest::EVENT_EXITED);
+            r.set_exit_code(127);
+            r.set_error("error: the worker could not start the rank: " + std::string(s.message()));
+            unsent.push_back(std::move(r));
+          }
+        } else if (a.action() == v1::Assignment::ACTION_STOP) {
+          supervisor.StopJob(a.job_id());
+        }
+      }
+    }
+    for (RankEvent& e : supervisor.Poll()) {
+      v1::ReportRankStatusRequest r;
+      r.set_job_id(e.job_id);
+      r.set_attempt(e.attempt);
+      r.set_rank(e.rank);
+      r.set_event(e.event);
+      r.set_exit_code(e.exit_code);
+      r.set_error(e.error);
+      *r.mutable_progress() = e.progress;
+      unsent.push_back(std::move(r));
+    }
+    while (!unsent.empty() && !worker_id.empty()) {
+      v1::ReportRankStatusRequest& r = unsent.front();
+      r.set_worker_id(worker_id);
+      v1::ReportRankStatusResponse resp;
+      grpc::Status s = stub->ReportRankStatus(WithDeadline(std::chrono::seconds(2)).get(), r, &resp);
+      if (!s.ok() && s.error_code() == grpc::StatusCode::UNAVAILABLE) break;  // Retry later.
+      unsent.pop_front();
+    }
+    // Progress is only worth its newest value; keep the queue from growing while disconnected.
+    while (unsent.size() > 1000) unsent.pop_front();
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  reader.reset();
+}
+
+}  // namespace tessera::worker

@@ -1,0 +1,150 @@
+#include "worker/rank_supervisor.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "common/process/subprocess.h"
+#include "google/protobuf/util/json_util.h"
+#include "nlohmann/json.hpp"
+
+namespace tessera::worker {
+
+namespace fs = std::filesystem;
+
+RankSupervisor::~RankSupervisor() {
+  std::vector<pid_t> pids = Pids();
+  process::StopAll(pids, std::chrono::milliseconds(2000));
+}
+
+absl::Status RankSupervisor::Start(const v1::Assignment& a) {
+  const Key key{a.job_id(), a.attempt(), a.rank()};
+  if (ranks_.count(key)) return absl::OkStatus();  // Already running (a repeated order).
+  const std::string dir = absl::StrCat(options_.work_dir, "/jobs/", a.job_id(), "/attempt_", a.attempt());
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat(dir, ": cannot create: ", ec.message()));
+  const std::string spec_path = absl::StrCat(dir, "/job.json");
+  if (!fs::exists(spec_path)) {
+    std::string json;
+    google::protobuf::util::JsonPrintOptions print;
+    print.preserve_proto_field_names = true;
+    print.always_print_primitive_fields = true;
+    (void)google::protobuf::util::MessageToJsonString(a.spec(), &json, print);
+    const std::string tmp = absl::StrCat(spec_path, ".tmp.", a.rank());
+    std::ofstream(tmp) << json;
+    fs::rename(tmp, spec_path, ec);
+  }
+  Rank r;
+  r.log_path = absl::StrCat(dir, "/rank_", a.rank(), ".log");
+  process::SpawnOptions so;
+  so.argv = {options_.rank_binary, "--spec=" + spec_path, absl::StrCat("--rank=", a.rank()),
+             absl::StrCat("--world_size=", a.world_size()), "--store_host=" + a.store_host(),
+             absl::StrCat("--store_port=", a.store_port()), absl::StrCat("--local_rank=", a.local_rank()),
+             absl::StrCat("--threads=", options_.threads_per_rank)};
+  so.log_path = r.log_path;
+  so.env = {{"OMP_NUM_THREADS", absl::StrCat(options_.threads_per_rank)}};
+  auto pid = process::Spawn(so);
+  if (!pid.ok()) return pid.status();
+  r.pid = *pid;
+  if (a.rank() == 0) {
+    r.steps_path = a.spec().output_dir() + "/steps.jsonl";
+    std::ifstream steps(r.steps_path, std::ios::ate);
+    if (steps) r.steps_offset = steps.tellg();  // Report only what this attempt writes.
+  }
+  ranks_.emplace(key, std::move(r));
+  RankEvent started;
+  started.event = v1::ReportRankStatusRequest::EVENT_STARTED;
+  started.job_id = a.job_id();
+  started.attempt = a.attempt();
+  started.rank = a.rank();
+  pending_.push_back(std::move(started));
+  return absl::OkStatus();
+}
+
+void RankSupervisor::StopJob(const std::string& job_id) {
+  for (auto& [key, r] : ranks_) {
+    if (std::get<0>(key) != job_id || r.stopping) continue;
+    r.stopping = true;
+    r.kill_at = std::chrono::steady_clock::now() + options_.stop_grace;
+    kill(-r.pid, SIGTERM);
+  }
+}
+
+std::vector<RankEvent> RankSupervisor::Poll() {
+  std::vector<RankEvent> events;
+  events.swap(pending_);
+  const auto now = std::chrono::steady_clock::now();
+  for (auto it = ranks_.begin(); it != ranks_.end();) {
+    const auto& [job, attempt, rank] = it->first;
+    Rank& r = it->second;
+    // Progress: the newest complete line of rank 0's step log.
+    if (!r.steps_path.empty()) {
+      std::ifstream in(r.steps_path);
+      if (in) {
+        in.seekg(r.steps_offset);
+        std::string line, last;
+        while (std::getline(in, line)) {
+          if (in.eof()) break;
+          r.steps_offset += static_cast<std::streamoff>(line.size() + 1);
+          last = line;
+        }
+        auto j = nlohmann::json::parse(last, nullptr, false);
+        if (!last.empty() && !j.is_discarded()) {
+          RankEvent p;
+          p.event = v1::ReportRankStatusRequest::EVENT_PROGRESS;
+          p.job_id = job;
+          p.attempt = attempt;
+          p.rank = rank;
+          p.progress.set_step(j.value("step", int64_t{0}));
+          p.progress.set_loss(j.value("loss", 0.0));
+          p.progress.set_lr(j.value("lr", 0.0));
+          p.progress.set_grad_norm(j.value("grad_norm", 0.0));
+          p.progress.set_tokens_per_s(j.value("tokens_per_s", 0.0));
+          p.progress.set_step_seconds(j.value("step_seconds", 0.0));
+          events.push_back(std::move(p));
+        }
+      }
+    }
+    int status = 0;
+    if (waitpid(r.pid, &status, WNOHANG) == r.pid) {
+      kill(-r.pid, SIGKILL);  // Anything the rank left in its process group.
+      RankEvent e;
+      e.event = v1::ReportRankStatusRequest::EVENT_EXITED;
+      e.job_id = job;
+      e.attempt = attempt;
+      e.rank = rank;
+      e.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+      if (e.exit_code != 0) e.error = process::LastLineWithPrefix(r.log_path, "error: ");
+      events.push_back(std::move(e));
+      it = ranks_.erase(it);
+      continue;
+    }
+    if (r.stopping && now >= r.kill_at) kill(-r.pid, SIGKILL);
+    ++it;
+  }
+  return events;
+}
+
+std::vector<v1::RunningRank> RankSupervisor::Running() const {
+  std::vector<v1::RunningRank> out;
+  for (const auto& [key, r] : ranks_) {
+    v1::RunningRank rr;
+    rr.set_job_id(std::get<0>(key));
+    rr.set_attempt(std::get<1>(key));
+    rr.set_rank(std::get<2>(key));
+    out.push_back(std::move(rr));
+  }
+  return out;
+}
+
+std::vector<pid_t> RankSupervisor::Pids() const {
+  std::vector<pid_t> out;
+  for (const auto& [key, r] : ranks_) out.push_back(r.pid);
+  return out;
+}
+
+}  // namespace tessera::worker

@@ -1,0 +1,73 @@
+// RankSupervisor: the worker's tessera-rank processes — starts them for assignments, stops them
+// (SIGTERM to the process group, SIGKILL after a grace period), reaps them, and reads rank 0's step
+// log for progress. Never blocks: Poll() does the waiting work. Not thread-safe (one owner thread).
+#ifndef TESSERA_WORKER_RANK_SUPERVISOR_H_
+#define TESSERA_WORKER_RANK_SUPERVISOR_H_
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "tessera/v1/cluster.pb.h"
+#include "tessera/v1/worker_service.pb.h"
+
+namespace tessera::worker {
+
+struct RankSupervisorOptions {
+  std::string rank_binary;                      // tessera-rank.
+  std::string work_dir;                         // jobs/<job>/attempt_<n>/{job.json,rank_<r>.log} go here.
+  int threads_per_rank = 1;
+  std::chrono::milliseconds stop_grace{10000};  // SIGTERM → SIGKILL.
+};
+
+// Something that happened to a rank, to be reported to the coordinator.
+struct RankEvent {
+  v1::ReportRankStatusRequest::Event event;
+  std::string job_id;
+  int attempt = 0;
+  int rank = 0;
+  int exit_code = 0;    // EXITED: 0, the exit code, or -signal.
+  std::string error;    // EXITED with failure: the rank's last "error: " line.
+  v1::JobProgress progress;
+};
+
+class RankSupervisor {
+ public:
+  explicit RankSupervisor(RankSupervisorOptions options) : options_(std::move(options)) {}
+  ~RankSupervisor();  // Kills every rank still running.
+
+  // Writes the spec and starts the rank; STARTED is reported by the next Poll().
+  absl::Status Start(const v1::Assignment& assignment);
+  // Begins stopping every rank of `job_id` (any attempt).
+  void StopJob(const std::string& job_id);
+  // Reaps exits, escalates overdue stops to SIGKILL, reads progress. Returns the events since the last call.
+  std::vector<RankEvent> Poll();
+  // Ranks alive now (for re-registration after a coordinator restart).
+  std::vector<v1::RunningRank> Running() const;
+  // Process ids of live ranks (tests use them).
+  std::vector<pid_t> Pids() const;
+
+ private:
+  struct Rank {
+    pid_t pid = -1;
+    std::string log_path;
+    std::string steps_path;  // Rank 0 only.
+    std::streamoff steps_offset = 0;
+    bool stopping = false;
+    std::chrono::steady_clock::time_point kill_at;
+  };
+  using Key = std::tuple<std::string, int, int>;  // job, attempt, rank
+
+  RankSupervisorOptions options_;
+  std::map<Key, Rank> ranks_;
+  std::vector<RankEvent> pending_;
+};
+
+}  // namespace tessera::worker
+
+#endif  // TESSERA_WORKER_RANK_SUPERVISOR_H_

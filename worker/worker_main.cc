@@ -1,0 +1,79 @@
+// tessera-worker: the long-lived daemon of one node. Registers its devices with the coordinator,
+// starts and stops tessera-rank processes as told, reports them. Never links LibTorch.
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <iostream>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "common/process/find_binary.h"
+#include "worker/agent.h"
+
+ABSL_FLAG(std::string, coordinator, "127.0.0.1:7070", "Address of tessera-coordinator.");
+ABSL_FLAG(std::string, devices, "cpu:1", "Devices offered: cpu:N (CPU 'devices', Gloo) or cuda:N.");
+ABSL_FLAG(std::string, work_dir, "tessera-worker", "Rank logs and job files go under it.");
+ABSL_FLAG(std::string, name, "", "Node name, unique in the cluster (default: the host name).");
+ABSL_FLAG(std::string, host, "127.0.0.1", "Address other nodes' ranks reach this node's ranks on.");
+ABSL_FLAG(std::string, store_ports, "29500-29599", "Ports rank 0's c10d store may use here (MIN-MAX).");
+ABSL_FLAG(int, stop_grace_s, 10, "Seconds between SIGTERM and SIGKILL when stopping a rank.");
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+void OnSignal(int) { g_stop = true; }
+
+int Fail(const std::string& msg) {
+  std::cerr << "error: " << msg << "\n";
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("tessera-worker --coordinator 127.0.0.1:7070 --devices cpu:2 --work_dir DIR");
+  absl::ParseCommandLine(argc, argv);
+  tessera::worker::AgentOptions o;
+  o.coordinator = absl::GetFlag(FLAGS_coordinator);
+  std::vector<std::string> dev = absl::StrSplit(absl::GetFlag(FLAGS_devices), ':');
+  if (dev.size() != 2 || (dev[0] != "cpu" && dev[0] != "cuda") || !absl::SimpleAtoi(dev[1], &o.device_count) ||
+      o.device_count < 1) {
+    return Fail("--devices " + absl::GetFlag(FLAGS_devices) + ": expected cpu:N or cuda:N with N >= 1");
+  }
+  if (dev[0] == "cuda") return Fail("--devices cuda: the CUDA backend is not available in this build yet");
+  o.device_kind = tessera::v1::DEVICE_KIND_CPU;
+  o.name = absl::GetFlag(FLAGS_name);
+  if (o.name.empty()) {
+    char host[256] = {0};
+    gethostname(host, sizeof(host) - 1);
+    o.name = host;
+  }
+  o.host = absl::GetFlag(FLAGS_host);
+  std::vector<std::string> ports = absl::StrSplit(absl::GetFlag(FLAGS_store_ports), '-');
+  if (ports.size() != 2 || !absl::SimpleAtoi(ports[0], &o.store_port_min) ||
+      !absl::SimpleAtoi(ports[1], &o.store_port_max) || o.store_port_min < 1 || o.store_port_max > 65535 ||
+      o.store_port_min > o.store_port_max) {
+    return Fail("--store_ports " + absl::GetFlag(FLAGS_store_ports) + ": expected MIN-MAX, e.g. 29500-29599");
+  }
+  o.supervisor.rank_binary = tessera::process::FindTesseraBinary("tessera-rank", "worker/rank", "TESSERA_RANK_BINARY");
+  if (o.supervisor.rank_binary.empty()) return Fail("cannot find tessera-rank (set TESSERA_RANK_BINARY)");
+  o.supervisor.work_dir = absl::GetFlag(FLAGS_work_dir);
+  o.supervisor.stop_grace = std::chrono::seconds(absl::GetFlag(FLAGS_stop_grace_s));
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  o.supervisor.threads_per_rank = std::max(1, cores / o.device_count);
+  struct sigaction sa {};
+  sa.sa_handler = OnSignal;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  std::cout << "tessera-worker: " << o.name << " offers " << absl::GetFlag(FLAGS_devices) << " to "
+            << o.coordinator << std::endl;
+  tessera::worker::Agent agent(o);
+  agent.Run(g_stop);
+  std::cout << "tessera-worker: stopped" << std::endl;
+  return 0;
+}
