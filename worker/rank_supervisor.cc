@@ -81,19 +81,25 @@ std::vector<RankEvent> RankSupervisor::Poll() {
   for (auto it = ranks_.begin(); it != ranks_.end();) {
     const auto& [job, attempt, rank] = it->first;
     Rank& r = it->second;
-    // Progress: the newest complete line of rank 0's step log.
+    // Progress from rank 0's step log: step 1 (the baseline loss) and the newest complete line.
     if (!r.steps_path.empty()) {
       std::ifstream in(r.steps_path);
       if (in) {
         in.seekg(r.steps_offset);
-        std::string line, last;
+        std::string line;
+        std::vector<nlohmann::json> report;  // Step 1 (the job's baseline loss) and the newest step.
         while (std::getline(in, line)) {
           if (in.eof()) break;
           r.steps_offset += static_cast<std::streamoff>(line.size() + 1);
-          last = line;
+          nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+          if (j.is_discarded()) continue;
+          if (report.size() == 2 || (report.size() == 1 && report[0].value("step", int64_t{0}) != 1)) {
+            report.back() = std::move(j);
+          } else {
+            report.push_back(std::move(j));
+          }
         }
-        auto j = nlohmann::json::parse(last, nullptr, false);
-        if (!last.empty() && !j.is_discarded()) {
+        for (const nlohmann::json& j : report) {
           RankEvent p;
           p.event = v1::ReportRankStatusRequest::EVENT_PROGRESS;
           p.job_id = job;

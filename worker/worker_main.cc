@@ -22,6 +22,7 @@ ABSL_FLAG(std::string, name, "", "Node name, unique in the cluster (default: the
 ABSL_FLAG(std::string, host, "127.0.0.1", "Address other nodes' ranks reach this node's ranks on.");
 ABSL_FLAG(std::string, store_ports, "29500-29599", "Ports rank 0's c10d store may use here (MIN-MAX).");
 ABSL_FLAG(int, stop_grace_s, 10, "Seconds between SIGTERM and SIGKILL when stopping a rank.");
+ABSL_FLAG(int, threads_per_rank, 0, "Intra-op threads of each rank; 0 = cores / devices.");
 
 namespace {
 
@@ -65,7 +66,8 @@ int main(int argc, char** argv) {
   o.supervisor.work_dir = absl::GetFlag(FLAGS_work_dir);
   o.supervisor.stop_grace = std::chrono::seconds(absl::GetFlag(FLAGS_stop_grace_s));
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  o.supervisor.threads_per_rank = std::max(1, cores / o.device_count);
+  o.supervisor.threads_per_rank = absl::GetFlag(FLAGS_threads_per_rank) > 0 ? absl::GetFlag(FLAGS_threads_per_rank)
+                                                                             : std::max(1, cores / o.device_count);
   struct sigaction sa {};
   sa.sa_handler = OnSignal;
   sigaction(SIGINT, &sa, nullptr);

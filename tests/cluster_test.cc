@@ -1,0 +1,220 @@
+// The control plane end to end: a real tessera-coordinator (SQLite file), two tessera-worker daemons
+// with one CPU device each, the real CLI, real rank processes — all on 127.0.0.1 in temp dirs.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "common/net/free_port.h"
+#include "common/process/subprocess.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/testing/cli.h"
+
+namespace tessera {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using testing::RunTessera;
+
+// Processes whose command line contains `needle` (rank processes carry their job's work dir).
+std::vector<pid_t> ProcessesMatching(const std::string& needle) {
+  std::vector<pid_t> out;
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    std::ifstream cmd(e.path() / "cmdline");
+    std::string s((std::istreambuf_iterator<char>(cmd)), std::istreambuf_iterator<char>());
+    if (s.find("tessera-rank") != std::string::npos && s.find(needle) != std::string::npos) {
+      out.push_back(std::stoi(e.path().filename().string()));
+    }
+  }
+  return out;
+}
+
+template <typename Pred>
+bool WaitFor(Pred pred, int seconds) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return pred();
+}
+
+class ClusterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = testing::FreshDir(std::string("cluster_") + ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    port_ = net::PickFreePort();
+    addr_ = absl::StrCat("127.0.0.1:", port_);
+    StartCoordinator();
+    // Store ports: a range starting at a port that was just free (not the coordinator's).
+    int base = net::PickFreePort();
+    while (base == port_ || base > 65000) base = net::PickFreePort();
+    for (const std::string name : {"a", "b"}) {
+      process::SpawnOptions so;
+      so.argv = {testing::Runfile("worker/tessera-worker"), "--coordinator=" + addr_, "--devices=cpu:1",
+                 "--work_dir=" + dir_ + "/worker_" + name, "--name=" + name,
+                 absl::StrCat("--store_ports=", base, "-", base + 20), "--stop_grace_s=3", "--threads_per_rank=1"};
+      so.log_path = dir_ + "/worker_" + name + ".log";
+      so.env = {{"TESSERA_RANK_BINARY", testing::Runfile("worker/rank/tessera-rank")}};
+      auto pid = process::Spawn(so);
+      ASSERT_TRUE(pid.ok());
+      workers_.push_back(*pid);
+    }
+    ASSERT_TRUE(WaitFor([&] { return Cli({"workers"}).output.find("w2-") != std::string::npos; }, 20))
+        << Cli({"workers"}).output;
+    data_ = testing::WriteTokenFile(dir_, 40000);
+    spec_ = dir_ + "/spec.yaml";
+    std::ofstream(spec_) << "name: cluster\n"
+                         << "model: {layers: 2, hidden: 64, heads: 4, vocab: 256, seq_len: 32}\n"
+                         << "data: {path: " << data_ << "}\n"
+                         << "parallel: {dp: 2}\n"
+                         << "train: {steps: 20, micro_batch: 2, global_batch: 4, lr: 2e-3, schedule: constant}\n"
+                         << "checkpoint: {every_steps: 5, keep: 3}\n";
+  }
+
+  void TearDown() override {
+    std::vector<pid_t> all = workers_;
+    if (coordinator_ > 0) all.push_back(coordinator_);
+    process::StopAll(all, std::chrono::seconds(10));
+    EXPECT_TRUE(ProcessesMatching(dir_).empty()) << "no rank outlives its worker";
+  }
+
+  void StartCoordinator() {
+    process::SpawnOptions so;
+    so.argv = {testing::Runfile("coordinator/tessera-coordinator"), "--listen=" + addr_, "--db=" + dir_ + "/coord.db",
+               "--heartbeat_timeout_s=5"};
+    so.log_path = dir_ + "/coordinator.log";
+    auto pid = process::Spawn(so);
+    ASSERT_TRUE(pid.ok());
+    coordinator_ = *pid;
+    ASSERT_TRUE(WaitFor([&] { return Cli({"jobs"}).exit_code == 0; }, 20)) << "coordinator did not come up";
+  }
+
+  testing::CliResult Cli(std::vector<std::string> args) {
+    args.insert(args.begin(), "--coordinator=" + addr_);
+    return RunTessera(args);
+  }
+
+  nlohmann::json Job(const std::string& id) {
+    auto r = Cli({"--output=json", "job", id});
+    auto j = nlohmann::json::parse(r.output, nullptr, false);
+    return j.is_discarded() ? nlohmann::json::object() : j;
+  }
+
+  std::string Submit(std::vector<std::string> sets) {
+    std::vector<std::string> args = {"--output=json", "submit", spec_};
+    for (auto& s : sets) args.push_back("--set"), args.push_back(s);
+    auto r = Cli(args);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    auto j = nlohmann::json::parse(r.output, nullptr, false);
+    return j.is_discarded() ? "" : j.value("id", "");
+  }
+
+  std::string dir_, addr_, data_, spec_;
+  int port_ = 0;
+  pid_t coordinator_ = -1;
+  std::vector<pid_t> workers_;
+};
+
+TEST_F(ClusterTest, SubmittedJobSucceedsAndLearns) {
+  auto r = Cli({"submit", spec_, "--follow", "--set", "output_dir=" + dir_ + "/out"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("SUCCEEDED"));
+  auto jobs = Cli({"jobs"});
+  EXPECT_THAT(jobs.output, HasSubstr("SUCCEEDED"));
+  auto job = Job("job-000001");
+  ASSERT_EQ(job.value("state", ""), "JOB_STATE_SUCCEEDED");
+  const auto& p = job["progress"];
+  EXPECT_EQ(p.value("step", std::string()), "20");  // int64 travels as a JSON string.
+  EXPECT_LT(p.value("loss", 0.0), p.value("first_loss", 0.0)) << "the loss fell";
+  EXPECT_EQ(testing::ReadLosses(dir_ + "/out/steps.jsonl").size(), 20u);
+}
+
+TEST_F(ClusterTest, CancelStopsEveryRankWithinTheGracePeriod) {
+  const std::string id = Submit({"train.steps=100000", "output_dir=" + dir_ + "/out"});
+  ASSERT_TRUE(WaitFor([&] { return Job(id).value("state", "") == "JOB_STATE_RUNNING"; }, 30));
+  ASSERT_EQ(ProcessesMatching("/jobs/" + id + "/").size(), 2u);
+  auto r = Cli({"cancel", id});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("CANCELLED"));
+  EXPECT_TRUE(WaitFor([&] { return ProcessesMatching("/jobs/" + id + "/").empty(); }, 3 + 2))
+      << "ranks gone within the 3 s grace period (+2 s of polling)";
+  EXPECT_TRUE(WaitFor([&] { return Cli({"workers"}).output.find("  0       ") != std::string::npos; }, 5));
+}
+
+TEST_F(ClusterTest, JobLargerThanTheClusterWaitsWithItsReason) {
+  const std::string id = Submit({"parallel.dp=4", "train.global_batch=8", "output_dir=" + dir_ + "/out"});
+  auto job = Job(id);
+  EXPECT_EQ(job.value("state", ""), "JOB_STATE_PENDING");
+  EXPECT_THAT(job.value("reason", ""), HasSubstr("needs 4 devices; 2 free on 2 workers"));
+  auto r = Cli({"job", id});
+  EXPECT_THAT(r.output, HasSubstr("needs 4 devices"));
+  EXPECT_EQ(Cli({"cancel", id}).exit_code, 0);
+}
+
+TEST_F(ClusterTest, KilledRankRestartsFromCheckpointWithUndisturbedLosses) {
+  // The undisturbed reference: the same spec through `tessera run`.
+  auto ref = RunTessera({"run", spec_, "--quiet", "--threads-per-rank=1", "--set", "train.steps=60", "--set",
+                         "output_dir=" + dir_ + "/ref"});
+  ASSERT_EQ(ref.exit_code, 0) << ref.output;
+  const std::string out = dir_ + "/out";
+  auto r = Cli({"submit", spec_, "--max-restarts=2", "--set", "train.steps=60", "--set", "output_dir=" + out});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_TRUE(WaitFor([&] { return fs::exists(out + "/checkpoints/step_00000005"); }, 60));
+  auto ranks = ProcessesMatching("/jobs/job-000001/attempt_1/");
+  ASSERT_FALSE(ranks.empty());
+  kill(ranks.back(), SIGKILL);
+  auto done = Cli({"follow", "job-000001"});
+  EXPECT_EQ(done.exit_code, 0) << done.output;
+  auto job = Job("job-000001");
+  EXPECT_EQ(job.value("state", ""), "JOB_STATE_SUCCEEDED");
+  EXPECT_EQ(job.value("attempt", 0), 2) << "one restart";
+  const auto want = testing::ReadLosses(dir_ + "/ref/steps.jsonl");
+  const auto got = testing::ReadLosses(out + "/steps.jsonl");
+  ASSERT_EQ(got.size(), 60u);
+  // Same layout, same restored state and data position: the same arithmetic, bit for bit.
+  for (const auto& [step, loss] : want) EXPECT_EQ(got.at(step), loss) << "step " << step;
+}
+
+TEST_F(ClusterTest, CoordinatorKilledMidJobLosesNothing) {
+  const std::string first = Submit({"train.steps=5", "output_dir=" + dir_ + "/first"});
+  ASSERT_TRUE(WaitFor([&] { return Job(first).value("state", "") == "JOB_STATE_SUCCEEDED"; }, 60));
+  const std::string out = dir_ + "/out";
+  const std::string id = Submit({"train.steps=400", "output_dir=" + out});
+  ASSERT_TRUE(WaitFor([&] { return fs::exists(out + "/checkpoints/step_00000005"); }, 60));
+  kill(coordinator_, SIGKILL);
+  waitpid(coordinator_, nullptr, 0);
+  coordinator_ = -1;
+  StartCoordinator();
+  auto jobs = Cli({"jobs"});
+  EXPECT_THAT(jobs.output, HasSubstr(first));
+  EXPECT_THAT(jobs.output, HasSubstr(id));
+  auto done = Cli({"follow", id});
+  EXPECT_EQ(done.exit_code, 0) << done.output;
+  EXPECT_EQ(Job(id).value("state", ""), "JOB_STATE_SUCCEEDED");
+  EXPECT_EQ(Job(first).value("state", ""), "JOB_STATE_SUCCEEDED");
+  EXPECT_EQ(testing::ReadLosses(out + "/steps.jsonl").size(), 400u);
+}
+
+TEST_F(ClusterTest, MalformedRequestsAreInvalidArgumentAndTheCoordinatorKeepsServing) {
+  auto bad = Cli({"submit", spec_, "--set", "parallel.tp=3"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_THAT(bad.output, HasSubstr("parallel.tp: 3 does not divide model.heads 4"));
+  auto missing = Cli({"job", "job-999999"});
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_THAT(missing.output, HasSubstr("job job-999999 does not exist"));
+  auto unreachable = RunTessera({"--coordinator=127.0.0.1:1", "jobs"});
+  EXPECT_EQ(unreachable.exit_code, 3);
+  EXPECT_THAT(unreachable.output, HasSubstr("cannot reach the coordinator at 127.0.0.1:1"));
+  EXPECT_EQ(Cli({"jobs"}).exit_code, 0);
+}
+
+}  // namespace
+}  // namespace tessera
