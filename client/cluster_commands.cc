@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <optional>
 #include <filesystem>
 #include <iostream>
 #include <thread>
@@ -85,20 +86,27 @@ std::string Summary(const v1::Job& job) {
   return s;
 }
 
-}  // namespace
-
-int SubmitCommand(const ClusterOptions& o, const std::string& spec_path, const std::vector<std::string>& overrides,
-                  int max_restarts, bool follow) {
+// Loads and validates a spec (printing its errors), with paths made absolute: paths in a spec are
+// relative to where the user stands, and ranks run elsewhere.
+std::optional<v1::JobSpec> LoadForCluster(const std::string& spec_path, const std::vector<std::string>& overrides) {
   auto spec = spec::LoadJobSpec(spec_path, overrides);
   if (!spec.ok()) {
     for (absl::string_view line : absl::StrSplit(spec.status().message(), '\n')) std::cerr << "error: " << line << "\n";
-    return kExitBadInput;
+    return std::nullopt;
   }
-  // Paths in a spec are relative to where the user stands; ranks run elsewhere.
   spec->mutable_data()->set_path(Absolute(spec->data().path()));
   spec->set_output_dir(Absolute(spec->output_dir()));
   spec->mutable_checkpoint()->set_dir(Absolute(spec->checkpoint().dir()));
   spec->mutable_model()->set_init_from(Absolute(spec->model().init_from()));
+  return *spec;
+}
+
+}  // namespace
+
+int SubmitCommand(const ClusterOptions& o, const std::string& spec_path, const std::vector<std::string>& overrides,
+                  int max_restarts, bool follow) {
+  std::optional<v1::JobSpec> spec = LoadForCluster(spec_path, overrides);
+  if (!spec) return kExitBadInput;
   v1::SubmitJobRequest req;
   *req.mutable_spec() = *spec;
   req.set_max_restarts(max_restarts);
@@ -244,6 +252,62 @@ int WorkersCommand(const ClusterOptions& o) {
   }
   std::cout << t.ToString();
   return kExitOk;
+}
+
+int PlanCommand(const ClusterOptions& o, const std::string& spec_path, const std::vector<std::string>& overrides) {
+  std::optional<v1::JobSpec> spec = LoadForCluster(spec_path, overrides);
+  if (!spec) return kExitBadInput;
+  v1::PlanJobRequest req;
+  *req.mutable_spec() = *spec;
+  v1::PlanJobResponse resp;
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, o.timeout_s);
+  grpc::Status s = Connect(o)->PlanJob(&ctx, req, &resp);
+  if (!s.ok()) return Report(o, s);
+  if (o.json) {
+    std::cout << Json(resp) << "\n";
+    return kExitOk;
+  }
+  std::cout << "mesh: dp " << resp.dp() << " × pp " << resp.pp() << " × tp " << resp.tp() << " × sp " << resp.sp()
+            << " = " << resp.world_size() << " ranks, order " << resp.order() << "\n";
+  if (!resp.placeable_now()) {
+    std::cout << "not placeable now: " << resp.reason() << "\n";
+    return kExitOk;
+  }
+  std::cout << "placement: " << resp.reason() << "\n";
+  Table t({"RANK", "WORKER", "DEVICE"});
+  for (const auto& p : resp.placement()) t.AddRow({absl::StrCat(p.rank()), p.worker_id(), absl::StrCat(p.local_rank())});
+  std::cout << t.ToString();
+  return kExitOk;
+}
+
+int LogsCommand(const ClusterOptions& o, const std::string& job_id, int rank, bool follow) {
+  auto stub = Connect(o);
+  int64_t offset = 0;
+  while (true) {
+    v1::GetJobLogsRequest req;
+    req.set_job_id(job_id);
+    req.set_rank(rank);
+    req.set_offset(offset);
+    req.set_max_bytes(1 << 20);
+    v1::GetJobLogsResponse resp;
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, o.timeout_s);
+    grpc::Status s = stub->GetJobLogs(&ctx, req, &resp);
+    if (!s.ok()) return Report(o, s);
+    std::cout << resp.data() << std::flush;
+    offset = resp.next_offset();
+    if (!resp.data().empty()) continue;  // More may be there already.
+    if (!follow) return kExitOk;
+    v1::GetJobRequest get;
+    get.set_job_id(job_id);
+    v1::GetJobResponse job;
+    grpc::ClientContext ctx2;
+    SetDeadline(&ctx2, o.timeout_s);
+    if (grpc::Status js = stub->GetJob(&ctx2, get, &job); !js.ok()) return Report(o, js);
+    if (Terminal(job.job().state())) return kExitOk;
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
 }
 
 }  // namespace tessera::client

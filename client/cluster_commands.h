@@ -21,6 +21,9 @@ int JobsCommand(const ClusterOptions& o);
 int JobCommand(const ClusterOptions& o, const std::string& job_id);
 int CancelCommand(const ClusterOptions& o, const std::string& job_id);
 int WorkersCommand(const ClusterOptions& o);
+int PlanCommand(const ClusterOptions& o, const std::string& spec_path, const std::vector<std::string>& overrides);
+// Prints rank `rank`'s log; with `follow`, keeps printing until the job ends.
+int LogsCommand(const ClusterOptions& o, const std::string& job_id, int rank, bool follow);
 
 }  // namespace tessera::client
 

@@ -49,6 +49,15 @@ int Main(int argc, char** argv) {
   CLI::App* follow_cmd = app.add_subcommand("follow", "Follow a job until it ends");
   follow_cmd->add_option("id", job_id, "Job id")->required();
   CLI::App* workers = app.add_subcommand("workers", "List workers");
+  CLI::App* plan = app.add_subcommand("plan", "Show the mesh and placement the coordinator would choose now");
+  plan->add_option("spec", submit_spec, "Job spec (YAML)")->required();
+  plan->add_option("--set", submit_sets, "Override a spec field (repeatable)");
+  int log_rank = 0;
+  bool log_follow = false;
+  CLI::App* logs = app.add_subcommand("logs", "Print a rank's log");
+  logs->add_option("id", job_id, "Job id")->required();
+  logs->add_option("--rank", log_rank, "Rank (default 0)");
+  logs->add_flag("--follow", log_follow, "Keep printing until the job ends");
 
   CLI::App* data_cmd = app.add_subcommand("data", "Prepare training data");
   data_cmd->require_subcommand(1);
@@ -75,6 +84,8 @@ int Main(int argc, char** argv) {
   if (cancel->parsed()) return CancelCommand(cluster, job_id);
   if (follow_cmd->parsed()) return FollowCommand(cluster, job_id);
   if (workers->parsed()) return WorkersCommand(cluster);
+  if (plan->parsed()) return PlanCommand(cluster, submit_spec, submit_sets);
+  if (logs->parsed()) return LogsCommand(cluster, job_id, log_rank, log_follow);
   if (prepare->parsed()) {
     auto n = PrepareByteTokens(input, output_file);
     if (!n.ok()) {

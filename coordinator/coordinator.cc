@@ -86,16 +86,7 @@ void Coordinator::TryScheduleLocked() {
     JobEntry& e = jobs_[queue_.front()];
     const v1::JobSpec& spec = e.job.spec();
     const int world = spec::WorldSize(spec);
-    std::vector<FreeDevices> free;
-    for (auto& [id, w] : workers_) {
-      if (w.info.state() != v1::Worker::STATE_ALIVE || w.info.device_kind() != KindOf(spec)) continue;
-      FreeDevices f{id, {}};
-      for (int d = 0; d < w.info.device_count(); ++d) {
-        if (!w.used_devices.count(d)) f.free_local_ranks.push_back(d);
-      }
-      if (!f.free_local_ranks.empty()) free.push_back(std::move(f));
-    }
-    auto slots = PlaceRanks(world, spec.parallel().tp(), free);
+    auto slots = PlaceRanks(world, spec.parallel().tp(), FreeDevicesLocked(KindOf(spec)));
     std::string reason;
     if (!slots.ok()) {
       reason = absl::StrCat("waiting for devices: ", slots.status().message());
@@ -146,6 +137,82 @@ void Coordinator::TryScheduleLocked() {
     if (e.job.reason() != reason) SetStateLocked(e, v1::JOB_STATE_PENDING, reason);
     return;  // First come, first served: later jobs wait behind the head.
   }
+}
+
+std::vector<FreeDevices> Coordinator::FreeDevicesLocked(v1::DeviceKind kind) {
+  std::vector<FreeDevices> free;
+  for (auto& [id, w] : workers_) {
+    if (w.info.state() != v1::Worker::STATE_ALIVE || w.info.device_kind() != kind) continue;
+    FreeDevices f{id, {}};
+    for (int d = 0; d < w.info.device_count(); ++d) {
+      if (!w.used_devices.count(d)) f.free_local_ranks.push_back(d);
+    }
+    if (!f.free_local_ranks.empty()) free.push_back(std::move(f));
+  }
+  return free;
+}
+
+absl::StatusOr<v1::PlanJobResponse> Coordinator::Plan(const v1::JobSpec& spec) {
+  if (absl::Status s = spec::ToStatus(spec::ValidateJobSpec(spec)); !s.ok()) return s;
+  v1::PlanJobResponse plan;
+  const auto& p = spec.parallel();
+  plan.set_world_size(spec::WorldSize(spec));
+  plan.set_dp(p.dp());
+  plan.set_tp(p.tp());
+  plan.set_pp(p.pp());
+  plan.set_sp(p.sp());
+  plan.set_order(p.order());
+  absl::MutexLock lock(&mu_);
+  auto slots = PlaceRanks(plan.world_size(), p.tp(), FreeDevicesLocked(KindOf(spec)));
+  if (!slots.ok()) {
+    plan.set_reason(std::string(slots.status().message()));
+    return plan;
+  }
+  plan.set_placeable_now(true);
+  for (int r = 0; r < plan.world_size(); ++r) {
+    auto* x = plan.add_placement();
+    x->set_rank(r);
+    x->set_worker_id((*slots)[r].worker_id);
+    x->set_local_rank((*slots)[r].local_rank);
+  }
+  plan.set_reason(absl::StrCat("ranks numbered ", p.order(), " (first axis fastest): each tp group of ", p.tp(),
+                               " consecutive ranks is kept on one worker when one can hold it; workers with the "
+                               "most free devices are filled first"));
+  return plan;
+}
+
+absl::StatusOr<v1::GetJobLogsResponse> Coordinator::Logs(const std::string& id, int rank, int64_t offset,
+                                                         int max_bytes) {
+  std::string path;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = jobs_.find(id);
+    if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("job ", id, " does not exist"));
+    const int world = spec::WorldSize(it->second.job.spec());
+    if (rank < 0 || rank >= world) {
+      return absl::InvalidArgumentError(absl::StrCat("rank: ", rank, " is not a rank of ", id, " (0..", world - 1, ")"));
+    }
+    path = absl::StrCat(it->second.job.spec().output_dir(), "/logs/rank_", rank, ".log");
+  }
+  v1::GetJobLogsResponse resp;
+  resp.set_path(path);
+  FILE* f = fopen(path.c_str(), "rb");
+  if (f == nullptr) {
+    resp.set_next_offset(std::max<int64_t>(0, offset));
+    return resp;  // Not written yet.
+  }
+  fseek(f, 0, SEEK_END);
+  const int64_t size = ftell(f);
+  int64_t start = offset < 0 ? std::max<int64_t>(0, size + offset) : std::min(offset, size);
+  const int cap = max_bytes <= 0 ? 64 << 10 : std::min(max_bytes, 1 << 20);
+  std::string data(static_cast<size_t>(std::min<int64_t>(cap, size - start)), '\0');
+  fseek(f, start, SEEK_SET);
+  const size_t n = fread(data.data(), 1, data.size(), f);
+  fclose(f);
+  data.resize(n);
+  resp.set_next_offset(start + static_cast<int64_t>(n));
+  resp.set_data(std::move(data));
+  return resp;
 }
 
 absl::StatusOr<v1::Job> Coordinator::GetJob(const std::string& id) {

@@ -21,6 +21,7 @@
 #include "absl/time/time.h"
 #include "coordinator/job_store.h"
 #include "tessera/v1/cluster.pb.h"
+#include "tessera/v1/coordinator_service.pb.h"
 #include "tessera/v1/worker_service.pb.h"
 
 namespace tessera::coordinator {
@@ -48,6 +49,10 @@ class Coordinator {
   absl::StatusOr<std::pair<v1::Job, uint64_t>> WaitForJobChange(const std::string& id, uint64_t seen,
                                                                 absl::Duration timeout);
   std::vector<v1::Worker> ListWorkers();
+  // How `spec` would be placed on the devices free now (placeable_now false with the reason if not).
+  absl::StatusOr<v1::PlanJobResponse> Plan(const v1::JobSpec& spec);
+  // Bytes of rank `rank`'s log of job `id` from `offset` (negative: from the end).
+  absl::StatusOr<v1::GetJobLogsResponse> Logs(const std::string& id, int rank, int64_t offset, int max_bytes);
 
   // Worker side.
   absl::StatusOr<v1::RegisterWorkerResponse> RegisterWorker(const v1::RegisterWorkerRequest& request);
@@ -96,6 +101,7 @@ class Coordinator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ChangedLocked(JobEntry& e, bool persist) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RefreshWorkerUsageLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::vector<struct FreeDevices> FreeDevicesLocked(v1::DeviceKind kind) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const CoordinatorOptions options_;
   std::unique_ptr<JobStore> store_;

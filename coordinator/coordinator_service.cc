@@ -64,4 +64,22 @@ grpc::Status CoordinatorServiceImpl::ListWorkers(grpc::ServerContext*, const v1:
   return grpc::Status::OK;
 }
 
+grpc::Status CoordinatorServiceImpl::PlanJob(grpc::ServerContext*, const v1::PlanJobRequest* req,
+                                             v1::PlanJobResponse* resp) {
+  if (!req->has_spec()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "spec: is required");
+  auto plan = coordinator_->Plan(req->spec());
+  if (!plan.ok()) return ToGrpc(plan.status());
+  *resp = *plan;
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorServiceImpl::GetJobLogs(grpc::ServerContext*, const v1::GetJobLogsRequest* req,
+                                                v1::GetJobLogsResponse* resp) {
+  if (req->job_id().empty()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "job_id: is required");
+  auto logs = coordinator_->Logs(req->job_id(), req->rank(), req->offset(), req->max_bytes());
+  if (!logs.ok()) return ToGrpc(logs.status());
+  *resp = *logs;
+  return grpc::Status::OK;
+}
+
 }  // namespace tessera::coordinator

@@ -135,6 +135,20 @@ TEST_F(ClusterTest, SubmittedJobSucceedsAndLearns) {
   EXPECT_EQ(p.value("step", std::string()), "20");  // int64 travels as a JSON string.
   EXPECT_LT(p.value("loss", 0.0), p.value("first_loss", 0.0)) << "the loss fell";
   EXPECT_EQ(testing::ReadLosses(dir_ + "/out/steps.jsonl").size(), 20u);
+  auto logs = Cli({"logs", "job-000001", "--rank", "1"});
+  EXPECT_EQ(logs.exit_code, 0);
+  EXPECT_THAT(logs.output, HasSubstr("=== tessera-worker: job job-000001 attempt 1 rank 1 ==="));
+  EXPECT_EQ(Cli({"logs", "job-000001", "--rank", "7"}).exit_code, 2);
+}
+
+TEST_F(ClusterTest, PlanShowsMeshAndPlacementWithoutRunning) {
+  auto r = Cli({"plan", spec_});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("mesh: dp 2 × pp 1 × tp 1 × sp 1 = 2 ranks, order tp-sp-pp-dp"));
+  EXPECT_THAT(r.output, HasSubstr("RANK  WORKER"));
+  auto big = Cli({"plan", spec_, "--set", "parallel.dp=4", "--set", "train.global_batch=8"});
+  EXPECT_THAT(big.output, HasSubstr("not placeable now: needs 4 devices; 2 free on 2 workers"));
+  EXPECT_THAT(Cli({"jobs"}).output, ::testing::Not(HasSubstr("job-")));
 }
 
 TEST_F(ClusterTest, CancelStopsEveryRankWithinTheGracePeriod) {

@@ -39,7 +39,14 @@ absl::Status RankSupervisor::Start(const v1::Assignment& a) {
     fs::rename(tmp, spec_path, ec);
   }
   Rank r;
-  r.log_path = absl::StrCat(dir, "/rank_", a.rank(), ".log");
+  // Next to the job's checkpoints (storage every node and the coordinator can read); one file per rank
+  // over all attempts, each attempt starting with a header line.
+  const std::string log_dir = a.spec().output_dir() + "/logs";
+  fs::create_directories(log_dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat(log_dir, ": cannot create: ", ec.message()));
+  r.log_path = absl::StrCat(log_dir, "/rank_", a.rank(), ".log");
+  std::ofstream(r.log_path, std::ios::app) << "=== tessera-worker: job " << a.job_id() << " attempt " << a.attempt()
+                                           << " rank " << a.rank() << " ===\n";
   process::SpawnOptions so;
   so.argv = {options_.rank_binary, "--spec=" + spec_path, absl::StrCat("--rank=", a.rank()),
              absl::StrCat("--world_size=", a.world_size()), "--store_host=" + a.store_host(),

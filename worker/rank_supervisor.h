@@ -20,7 +20,8 @@ namespace tessera::worker {
 
 struct RankSupervisorOptions {
   std::string rank_binary;                      // tessera-rank.
-  std::string work_dir;                         // jobs/<job>/attempt_<n>/{job.json,rank_<r>.log} go here.
+  std::string work_dir;                         // jobs/<job>/attempt_<n>/job.json goes here; rank logs go
+                                                // to the job's OUTPUT_DIR/logs/rank_<r>.log.
   int threads_per_rank = 1;
   std::chrono::milliseconds stop_grace{10000};  // SIGTERM → SIGKILL.
 };
