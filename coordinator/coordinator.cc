@@ -130,6 +130,7 @@ void Coordinator::TryScheduleLocked() {
           w.queue.push_back(std::move(a));
         }
         queue_.pop_front();
+        if (options_.on_scheduled) options_.on_scheduled(absl::Now() - e.queued_at);
         SetStateLocked(e, v1::JOB_STATE_SCHEDULED, absl::StrCat("attempt ", e.job.attempt(), " placed"));
         continue;
       }
@@ -299,6 +300,7 @@ void Coordinator::AfterRankExitLocked(JobEntry& e) {
   const bool all_gone = std::all_of(e.ranks.begin(), e.ranks.end(), [](const RankEntry& r) { return r.exited; });
   if (all_gone && e.job.state() == v1::JOB_STATE_RESTARTING) {
     e.job.clear_placement();
+    e.queued_at = absl::Now();
     queue_.push_front(e.job.id());
     SetStateLocked(e, v1::JOB_STATE_PENDING, absl::StrCat(e.job.reason(), "; waiting for devices"));
   }

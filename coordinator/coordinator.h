@@ -9,6 +9,7 @@
 #define TESSERA_COORDINATOR_COORDINATOR_H_
 
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -30,6 +31,9 @@ struct CoordinatorOptions {
   absl::Duration heartbeat_interval = absl::Seconds(1);  // Asked of workers.
   absl::Duration heartbeat_timeout = absl::Seconds(10);  // Silence after which a worker is lost.
   int max_restarts_limit = 100;                          // Largest max_restarts a job may ask.
+  // Called (under the coordinator's lock: keep it short) with the time a job waited in the queue
+  // before its ranks were placed. May be empty.
+  std::function<void(absl::Duration)> on_scheduled;
 };
 
 class Coordinator {
@@ -81,6 +85,7 @@ class Coordinator {
     std::vector<RankEntry> ranks;  // Of the current attempt.
     uint64_t version = 0;
     absl::Time last_persist = absl::InfinitePast();
+    absl::Time queued_at = absl::Now();
   };
   struct WorkerEntry {
     v1::Worker info;

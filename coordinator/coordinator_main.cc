@@ -18,10 +18,13 @@
 #include "coordinator/coordinator_service.h"
 #include "coordinator/job_store.h"
 #include "coordinator/worker_service.h"
+#include "common/metrics/metrics_server.h"
+#include "coordinator/coordinator_metrics.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:7070", "gRPC address; port 0 picks a free port (printed).");
 ABSL_FLAG(std::string, db, "tessera-coordinator.db", "SQLite file holding every job.");
 ABSL_FLAG(int, heartbeat_timeout_s, 10, "Seconds without a heartbeat after which a worker is lost.");
+ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9464", "Prometheus /metrics address; port 0 picks one (printed).");
 
 namespace {
 
@@ -38,15 +41,22 @@ int main(int argc, char** argv) {
     std::cerr << "error: " << store.status().message() << "\n";
     return 2;
   }
+  auto metrics_server = tessera::metrics::MetricsServer::Start(absl::GetFlag(FLAGS_metrics_listen), "coordinator");
+  if (!metrics_server.ok()) {
+    std::cerr << "error: --metrics_listen: " << metrics_server.status().message() << "\n";
+    return 2;
+  }
+  tessera::coordinator::CoordinatorMetrics metrics((*metrics_server)->registry());
   tessera::coordinator::CoordinatorOptions options;
   options.heartbeat_timeout = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_timeout_s));
+  options.on_scheduled = [&metrics](absl::Duration d) { metrics.ObserveScheduling(absl::ToDoubleSeconds(d)); };
   tessera::coordinator::Coordinator coordinator(options, std::move(*store));
   if (absl::Status s = coordinator.Recover(); !s.ok()) {
     std::cerr << "error: " << s.message() << "\n";
     return 1;
   }
-  tessera::coordinator::CoordinatorServiceImpl client_api(&coordinator);
-  tessera::coordinator::WorkerServiceImpl worker_api(&coordinator);
+  tessera::coordinator::CoordinatorServiceImpl client_api(&coordinator, &metrics);
+  tessera::coordinator::WorkerServiceImpl worker_api(&coordinator, &metrics);
   grpc::ServerBuilder builder;
   int port = 0;
   const std::string listen = absl::GetFlag(FLAGS_listen);
@@ -60,12 +70,14 @@ int main(int argc, char** argv) {
   }
   const std::string host = listen.substr(0, listen.rfind(':'));
   std::cout << "tessera-coordinator: listening on " << host << ":" << port << std::endl;
+  std::cout << "tessera-coordinator: metrics on http://" << (*metrics_server)->address() << "/metrics" << std::endl;
   struct sigaction sa {};
   sa.sa_handler = OnSignal;
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
   while (!g_stop) {
     coordinator.CheckLiveness();
+    metrics.SetCounts(coordinator.JobsByState(), coordinator.WorkersByState());
     std::this_thread::sleep_for(std::chrono::milliseconds(250));
   }
   std::cout << "tessera-coordinator: shutting down" << std::endl;

@@ -8,6 +8,7 @@ using rpc::ToGrpc;
 
 grpc::Status CoordinatorServiceImpl::SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest* req,
                                                v1::SubmitJobResponse* resp) {
+  RpcTimer timer(metrics_, "SubmitJob");
   if (!req->has_spec()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "spec: is required");
   auto job = coordinator_->Submit(req->spec(), req->max_restarts());
   if (!job.ok()) return ToGrpc(job.status());
@@ -17,6 +18,7 @@ grpc::Status CoordinatorServiceImpl::SubmitJob(grpc::ServerContext*, const v1::S
 
 grpc::Status CoordinatorServiceImpl::GetJob(grpc::ServerContext*, const v1::GetJobRequest* req,
                                             v1::GetJobResponse* resp) {
+  RpcTimer timer(metrics_, "GetJob");
   if (req->job_id().empty()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "job_id: is required");
   auto job = coordinator_->GetJob(req->job_id());
   if (!job.ok()) return ToGrpc(job.status());
@@ -26,12 +28,14 @@ grpc::Status CoordinatorServiceImpl::GetJob(grpc::ServerContext*, const v1::GetJ
 
 grpc::Status CoordinatorServiceImpl::ListJobs(grpc::ServerContext*, const v1::ListJobsRequest*,
                                               v1::ListJobsResponse* resp) {
+  RpcTimer timer(metrics_, "ListJobs");
   for (auto& job : coordinator_->ListJobs()) *resp->add_jobs() = std::move(job);
   return grpc::Status::OK;
 }
 
 grpc::Status CoordinatorServiceImpl::CancelJob(grpc::ServerContext*, const v1::CancelJobRequest* req,
                                                v1::CancelJobResponse* resp) {
+  RpcTimer timer(metrics_, "CancelJob");
   if (req->job_id().empty()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "job_id: is required");
   auto job = coordinator_->Cancel(req->job_id());
   if (!job.ok()) return ToGrpc(job.status());
@@ -41,6 +45,7 @@ grpc::Status CoordinatorServiceImpl::CancelJob(grpc::ServerContext*, const v1::C
 
 grpc::Status CoordinatorServiceImpl::WatchJob(grpc::ServerContext* ctx, const v1::WatchJobRequest* req,
                                               grpc::ServerWriter<v1::WatchJobResponse>* writer) {
+  RpcTimer timer(metrics_, "WatchJob");
   if (req->job_id().empty()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "job_id: is required");
   uint64_t seen = 0;
   bool first = true;
@@ -60,12 +65,14 @@ grpc::Status CoordinatorServiceImpl::WatchJob(grpc::ServerContext* ctx, const v1
 
 grpc::Status CoordinatorServiceImpl::ListWorkers(grpc::ServerContext*, const v1::ListWorkersRequest*,
                                                  v1::ListWorkersResponse* resp) {
+  RpcTimer timer(metrics_, "ListWorkers");
   for (auto& w : coordinator_->ListWorkers()) *resp->add_workers() = std::move(w);
   return grpc::Status::OK;
 }
 
 grpc::Status CoordinatorServiceImpl::PlanJob(grpc::ServerContext*, const v1::PlanJobRequest* req,
                                              v1::PlanJobResponse* resp) {
+  RpcTimer timer(metrics_, "PlanJob");
   if (!req->has_spec()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "spec: is required");
   auto plan = coordinator_->Plan(req->spec());
   if (!plan.ok()) return ToGrpc(plan.status());
@@ -75,6 +82,7 @@ grpc::Status CoordinatorServiceImpl::PlanJob(grpc::ServerContext*, const v1::Pla
 
 grpc::Status CoordinatorServiceImpl::GetJobLogs(grpc::ServerContext*, const v1::GetJobLogsRequest* req,
                                                 v1::GetJobLogsResponse* resp) {
+  RpcTimer timer(metrics_, "GetJobLogs");
   if (req->job_id().empty()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "job_id: is required");
   auto logs = coordinator_->Logs(req->job_id(), req->rank(), req->offset(), req->max_bytes());
   if (!logs.ok()) return ToGrpc(logs.status());

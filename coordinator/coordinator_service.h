@@ -3,13 +3,15 @@
 #define TESSERA_COORDINATOR_COORDINATOR_SERVICE_H_
 
 #include "coordinator/coordinator.h"
+#include "coordinator/coordinator_metrics.h"
 #include "tessera/v1/coordinator_service.grpc.pb.h"
 
 namespace tessera::coordinator {
 
 class CoordinatorServiceImpl final : public v1::CoordinatorService::Service {
  public:
-  explicit CoordinatorServiceImpl(Coordinator* coordinator) : coordinator_(coordinator) {}
+  // `metrics` may be null.
+  CoordinatorServiceImpl(Coordinator* coordinator, CoordinatorMetrics* metrics) : coordinator_(coordinator), metrics_(metrics) {}
 
   grpc::Status SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest*, v1::SubmitJobResponse*) override;
   grpc::Status GetJob(grpc::ServerContext*, const v1::GetJobRequest*, v1::GetJobResponse*) override;
@@ -23,6 +25,7 @@ class CoordinatorServiceImpl final : public v1::CoordinatorService::Service {
 
  private:
   Coordinator* coordinator_;
+  CoordinatorMetrics* metrics_;
 };
 
 }  // namespace tessera::coordinator

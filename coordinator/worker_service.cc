@@ -8,6 +8,7 @@ using rpc::ToGrpc;
 
 grpc::Status WorkerServiceImpl::RegisterWorker(grpc::ServerContext*, const v1::RegisterWorkerRequest* req,
                                                v1::RegisterWorkerResponse* resp) {
+  RpcTimer timer(metrics_, "RegisterWorker");
   auto r = coordinator_->RegisterWorker(*req);
   if (!r.ok()) return ToGrpc(r.status());
   *resp = *r;
@@ -16,12 +17,14 @@ grpc::Status WorkerServiceImpl::RegisterWorker(grpc::ServerContext*, const v1::R
 
 grpc::Status WorkerServiceImpl::Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* req,
                                           v1::HeartbeatResponse*) {
+  RpcTimer timer(metrics_, "Heartbeat");
   if (req->worker_id().empty()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "worker_id: is required");
   return ToGrpc(coordinator_->Heartbeat(req->worker_id()));
 }
 
 grpc::Status WorkerServiceImpl::StreamAssignments(grpc::ServerContext* ctx, const v1::StreamAssignmentsRequest* req,
                                                   grpc::ServerWriter<v1::Assignment>* writer) {
+  RpcTimer timer(metrics_, "StreamAssignments");
   if (req->worker_id().empty()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "worker_id: is required");
   while (!ctx->IsCancelled()) {
     auto next = coordinator_->NextAssignment(req->worker_id(), absl::Milliseconds(500));
@@ -35,6 +38,7 @@ grpc::Status WorkerServiceImpl::StreamAssignments(grpc::ServerContext* ctx, cons
 
 grpc::Status WorkerServiceImpl::ReportRankStatus(grpc::ServerContext*, const v1::ReportRankStatusRequest* req,
                                                  v1::ReportRankStatusResponse*) {
+  RpcTimer timer(metrics_, "ReportRankStatus");
   if (req->worker_id().empty()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "worker_id: is required");
   if (req->job_id().empty()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "job_id: is required");
   return ToGrpc(coordinator_->ReportRankStatus(*req));

@@ -3,13 +3,15 @@
 #define TESSERA_COORDINATOR_WORKER_SERVICE_H_
 
 #include "coordinator/coordinator.h"
+#include "coordinator/coordinator_metrics.h"
 #include "tessera/v1/worker_service.grpc.pb.h"
 
 namespace tessera::coordinator {
 
 class WorkerServiceImpl final : public v1::WorkerService::Service {
  public:
-  explicit WorkerServiceImpl(Coordinator* coordinator) : coordinator_(coordinator) {}
+  // `metrics` may be null.
+  WorkerServiceImpl(Coordinator* coordinator, CoordinatorMetrics* metrics) : coordinator_(coordinator), metrics_(metrics) {}
 
   grpc::Status RegisterWorker(grpc::ServerContext*, const v1::RegisterWorkerRequest*,
                               v1::RegisterWorkerResponse*) override;
@@ -21,6 +23,7 @@ class WorkerServiceImpl final : public v1::WorkerService::Service {
 
  private:
   Coordinator* coordinator_;
+  CoordinatorMetrics* metrics_;
 };
 
 }  // namespace tessera::coordinator

@@ -60,7 +60,8 @@ class ClusterTest : public ::testing::Test {
       process::SpawnOptions so;
       so.argv = {testing::Runfile("worker/tessera-worker"), "--coordinator=" + addr_, "--devices=cpu:1",
                  "--work_dir=" + dir_ + "/worker_" + name, "--name=" + name,
-                 absl::StrCat("--store_ports=", base, "-", base + 20), "--stop_grace_s=3", "--threads_per_rank=1"};
+                 absl::StrCat("--store_ports=", base, "-", base + 20), "--stop_grace_s=3", "--threads_per_rank=1",
+                 "--metrics_listen=127.0.0.1:0"};
       so.log_path = dir_ + "/worker_" + name + ".log";
       so.env = {{"TESSERA_RANK_BINARY", testing::Runfile("worker/rank/tessera-rank")}};
       auto pid = process::Spawn(so);
@@ -89,7 +90,7 @@ class ClusterTest : public ::testing::Test {
   void StartCoordinator() {
     process::SpawnOptions so;
     so.argv = {testing::Runfile("coordinator/tessera-coordinator"), "--listen=" + addr_, "--db=" + dir_ + "/coord.db",
-               "--heartbeat_timeout_s=5"};
+               "--heartbeat_timeout_s=5", "--metrics_listen=127.0.0.1:0"};
     so.log_path = dir_ + "/coordinator.log";
     auto pid = process::Spawn(so);
     ASSERT_TRUE(pid.ok());
@@ -228,6 +229,78 @@ TEST_F(ClusterTest, MalformedRequestsAreInvalidArgumentAndTheCoordinatorKeepsSer
   EXPECT_EQ(unreachable.exit_code, 3);
   EXPECT_THAT(unreachable.output, HasSubstr("cannot reach the coordinator at 127.0.0.1:1"));
   EXPECT_EQ(Cli({"jobs"}).exit_code, 0);
+}
+
+std::string HttpGet(const std::string& url) {
+  FILE* p = popen(("curl -s --max-time 5 '" + url + "'").c_str(), "r");
+  if (p == nullptr) return "";
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  pclose(p);
+  return out;
+}
+
+// The value of the first sample a PromQL query returns, or -1.
+double PromQuery(const std::string& prometheus, const std::string& query) {
+  std::string encoded;
+  for (char c : query) {
+    if (std::isalnum(static_cast<unsigned char>(c)) || c == '_') {
+      encoded += c;
+    } else {
+      char hex[4];
+      snprintf(hex, sizeof(hex), "%%%02X", static_cast<unsigned char>(c));
+      encoded += hex;
+    }
+  }
+  auto j = nlohmann::json::parse(HttpGet("http://" + prometheus + "/api/v1/query?query=" + encoded), nullptr, false);
+  if (j.is_discarded() || j.value("status", "") != "success" || j["data"]["result"].empty()) return -1;
+  return std::stod(j["data"]["result"][0]["value"][1].get<std::string>());
+}
+
+TEST_F(ClusterTest, PrometheusScrapesCoordinatorAndWorkersDuringAJob) {
+  // Metrics addresses: the coordinator prints its own; workers report theirs at registration.
+  std::string coord_metrics;
+  ASSERT_TRUE(WaitFor([&] {
+    std::ifstream log(dir_ + "/coordinator.log");
+    std::string line;
+    while (std::getline(log, line)) {
+      auto at = line.find("metrics on http://");
+      if (at != std::string::npos) coord_metrics = line.substr(at + 18, line.find("/metrics") - at - 18);
+    }
+    return !coord_metrics.empty();
+  }, 10));
+  auto workers = nlohmann::json::parse(Cli({"--output=json", "workers"}).output, nullptr, false);
+  ASSERT_FALSE(workers.is_discarded());
+  std::vector<std::string> targets = {coord_metrics};
+  for (const auto& w : workers["workers"]) targets.push_back(w.value("metrics_address", ""));
+  ASSERT_EQ(targets.size(), 3u);
+  const int prom_port = net::PickFreePort();
+  const std::string prom = absl::StrCat("127.0.0.1:", prom_port);
+  std::ofstream(dir_ + "/prometheus.yml") << "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+                                          << "scrape_configs:\n  - job_name: tessera\n    static_configs:\n"
+                                          << "      - targets: ['" << targets[0] << "', '" << targets[1] << "', '"
+                                          << targets[2] << "']\n";
+  process::SpawnOptions so;
+  so.argv = {"/usr/bin/prometheus", "--config.file=" + dir_ + "/prometheus.yml", "--web.listen-address=" + prom,
+             "--storage.tsdb.path=" + dir_ + "/tsdb"};
+  so.log_path = dir_ + "/prometheus.log";
+  auto pid = process::Spawn(so);
+  ASSERT_TRUE(pid.ok());
+  const std::string id = Submit({"train.steps=100000", "output_dir=" + dir_ + "/out"});
+  double tokens_per_s = -1;
+  WaitFor([&] {
+    tokens_per_s = PromQuery(prom, "tessera_worker_tokens_per_second{job_id=\"" + id + "\",rank=\"0\"}");
+    return tokens_per_s > 0;
+  }, 40);
+  EXPECT_GT(tokens_per_s, 0) << "PromQL for the job's tokens/s";
+  EXPECT_GE(PromQuery(prom, "tessera_coordinator_jobs{state=\"running\"}"), 1);
+  EXPECT_EQ(PromQuery(prom, "count(tessera_build_info)"), 3) << "coordinator and both workers scraped";
+  EXPECT_GT(PromQuery(prom, "max(tessera_worker_process_resident_memory_bytes)"), 1e6);
+  EXPECT_GT(PromQuery(prom, "sum(tessera_coordinator_rpc_duration_seconds_count{method=\"Heartbeat\"})"), 0);
+  EXPECT_EQ(Cli({"cancel", id}).exit_code, 0);
+  process::StopAll({*pid}, std::chrono::seconds(5));
 }
 
 }  // namespace

@@ -70,7 +70,7 @@ void Agent::Run(const std::atomic<bool>& stop) {
   std::unique_ptr<AssignmentReader> reader;
   std::chrono::milliseconds heartbeat_interval{1000};
   std::chrono::milliseconds backoff{200};
-  Clock::time_point next_attempt = Clock::now(), next_heartbeat = Clock::now();
+  Clock::time_point next_attempt = Clock::now(), next_heartbeat = Clock::now(), next_sample = Clock::now();
   std::deque<v1::ReportRankStatusRequest> unsent;  // Starts and exits not yet delivered.
   bool said_unreachable = false;
 
@@ -138,7 +138,12 @@ void Agent::Run(const std::atomic<bool>& stop) {
         }
       }
     }
+    if (metrics_ != nullptr && now >= next_sample) {
+      metrics_->SampleProcesses(supervisor.Processes());
+      next_sample = now + std::chrono::seconds(1);
+    }
     for (RankEvent& e : supervisor.Poll()) {
+      if (metrics_ != nullptr) metrics_->OnEvent(e);
       v1::ReportRankStatusRequest r;
       r.set_job_id(e.job_id);
       r.set_attempt(e.attempt);

@@ -9,6 +9,7 @@
 
 #include "tessera/v1/cluster.pb.h"
 #include "worker/rank_supervisor.h"
+#include "worker/worker_metrics.h"
 
 namespace tessera::worker {
 
@@ -26,13 +27,15 @@ struct AgentOptions {
 
 class Agent {
  public:
-  explicit Agent(AgentOptions options) : options_(std::move(options)) {}
+  // `metrics` may be null.
+  Agent(AgentOptions options, WorkerMetrics* metrics) : options_(std::move(options)), metrics_(metrics) {}
 
   // Works until `stop` becomes true, then stops every rank (SIGTERM, SIGKILL after the grace period).
   void Run(const std::atomic<bool>& stop);
 
  private:
   AgentOptions options_;
+  WorkerMetrics* metrics_;
 };
 
 }  // namespace tessera::worker

@@ -15,6 +15,12 @@ namespace tessera::worker {
 
 namespace fs = std::filesystem;
 
+double ModelFlopsPerToken(const v1::JobSpec& spec) {
+  const double L = spec.model().layers(), h = spec.model().hidden(), V = spec.model().vocab(), S = spec.model().seq_len();
+  const double params = L * (12 * h * h + 13 * h) + V * h + S * h + 2 * h;
+  return 6 * params + 12 * L * h * S;
+}
+
 RankSupervisor::~RankSupervisor() {
   std::vector<pid_t> pids = Pids();
   process::StopAll(pids, std::chrono::milliseconds(2000));
@@ -57,6 +63,9 @@ absl::Status RankSupervisor::Start(const v1::Assignment& a) {
   auto pid = process::Spawn(so);
   if (!pid.ok()) return pid.status();
   r.pid = *pid;
+  r.flops_per_token = ModelFlopsPerToken(a.spec());
+  r.world_size = a.world_size();
+  r.samples_per_step = a.spec().train().global_batch();
   if (a.rank() == 0) {
     r.steps_path = a.spec().output_dir() + "/steps.jsonl";
     std::ifstream steps(r.steps_path, std::ios::ate);
@@ -118,6 +127,11 @@ std::vector<RankEvent> RankSupervisor::Poll() {
           p.progress.set_grad_norm(j.value("grad_norm", 0.0));
           p.progress.set_tokens_per_s(j.value("tokens_per_s", 0.0));
           p.progress.set_step_seconds(j.value("step_seconds", 0.0));
+          p.tokens = j.value("tokens", int64_t{0});
+          p.bytes_all_reduced = j.value("bytes_all_reduced", int64_t{0});
+          p.flops_per_token = r.flops_per_token;
+          p.samples = r.samples_per_step;
+          p.world_size = r.world_size;
           events.push_back(std::move(p));
         }
       }
@@ -151,6 +165,12 @@ std::vector<v1::RunningRank> RankSupervisor::Running() const {
     rr.set_rank(std::get<2>(key));
     out.push_back(std::move(rr));
   }
+  return out;
+}
+
+std::vector<RankProcess> RankSupervisor::Processes() const {
+  std::vector<RankProcess> out;
+  for (const auto& [key, r] : ranks_) out.push_back({std::get<0>(key), std::get<2>(key), r.pid});
   return out;
 }
 

@@ -35,6 +35,23 @@ struct RankEvent {
   int exit_code = 0;    // EXITED: 0, the exit code, or -signal.
   std::string error;    // EXITED with failure: the rank's last "error: " line.
   v1::JobProgress progress;
+  // PROGRESS only (rank 0's step log): for metrics.
+  int64_t tokens = 0;             // Tokens of the step (global).
+  int64_t samples = 0;            // Samples of the step (global batch).
+  int64_t bytes_all_reduced = 0;  // By rank 0 in the step.
+  double flops_per_token = 0;     // Model FLOPs per trained token (ModelFlopsPerToken).
+  int world_size = 1;
+};
+
+// Training FLOPs per token of a GPT: 6·N (N = every parameter, embeddings included, as the tied head
+// is a matmul) plus attention 12·layers·hidden·seq_len (forward and backward).
+double ModelFlopsPerToken(const v1::JobSpec& spec);
+
+// A live rank process.
+struct RankProcess {
+  std::string job_id;
+  int rank = 0;
+  pid_t pid = -1;
 };
 
 class RankSupervisor {
@@ -50,14 +67,18 @@ class RankSupervisor {
   std::vector<RankEvent> Poll();
   // Ranks alive now (for re-registration after a coordinator restart).
   std::vector<v1::RunningRank> Running() const;
-  // Process ids of live ranks (tests use them).
+  // Process ids of live ranks.
   std::vector<pid_t> Pids() const;
+  std::vector<RankProcess> Processes() const;
 
  private:
   struct Rank {
     pid_t pid = -1;
     std::string log_path;
     std::string steps_path;  // Rank 0 only.
+    double flops_per_token = 0;
+    int world_size = 1;
+    int64_t samples_per_step = 0;
     std::streamoff steps_offset = 0;
     bool stopping = false;
     std::chrono::steady_clock::time_point kill_at;

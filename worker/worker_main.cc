@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <fstream>
 #include <iostream>
 #include <thread>
 
@@ -12,6 +13,8 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/ascii.h"
+#include "common/metrics/metrics_server.h"
 #include "common/process/find_binary.h"
 #include "worker/agent.h"
 
@@ -23,11 +26,30 @@ ABSL_FLAG(std::string, host, "127.0.0.1", "Address other nodes' ranks reach this
 ABSL_FLAG(std::string, store_ports, "29500-29599", "Ports rank 0's c10d store may use here (MIN-MAX).");
 ABSL_FLAG(int, stop_grace_s, 10, "Seconds between SIGTERM and SIGKILL when stopping a rank.");
 ABSL_FLAG(int, threads_per_rank, 0, "Intra-op threads of each rank; 0 = cores / devices.");
+ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9465", "Prometheus /metrics address; port 0 picks one (printed).");
+ABSL_FLAG(double, peak_tflops_per_device, 0,
+          "Peak TFLOP/s of one device, the denominator of MFU. 0: for cpu, nominal fp32 FMA peak of the "
+          "threads each rank gets (32 FLOP/cycle × clock from /proc/cpuinfo).");
 
 namespace {
 
 std::atomic<bool> g_stop{false};
 void OnSignal(int) { g_stop = true; }
+
+// The clock of the first CPU from /proc/cpuinfo (Hz), or 2.5 GHz when it says nothing.
+double CpuHz() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("cpu MHz", 0) == 0) {
+      double mhz = 0;
+      if (absl::SimpleAtod(absl::StripAsciiWhitespace(line.substr(line.find(':') + 1)), &mhz) && mhz > 0) {
+        return mhz * 1e6;
+      }
+    }
+  }
+  return 2.5e9;
+}
 
 int Fail(const std::string& msg) {
   std::cerr << "error: " << msg << "\n";
@@ -68,13 +90,20 @@ int main(int argc, char** argv) {
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   o.supervisor.threads_per_rank = absl::GetFlag(FLAGS_threads_per_rank) > 0 ? absl::GetFlag(FLAGS_threads_per_rank)
                                                                              : std::max(1, cores / o.device_count);
+  auto metrics_server = tessera::metrics::MetricsServer::Start(absl::GetFlag(FLAGS_metrics_listen), "worker");
+  if (!metrics_server.ok()) return Fail("--metrics_listen: " + std::string(metrics_server.status().message()));
+  o.metrics_address = (*metrics_server)->address();
+  double peak = absl::GetFlag(FLAGS_peak_tflops_per_device) * 1e12;
+  if (peak <= 0) peak = o.supervisor.threads_per_rank * 32.0 * CpuHz();
+  tessera::worker::WorkerMetrics metrics((*metrics_server)->registry(), peak);
   struct sigaction sa {};
   sa.sa_handler = OnSignal;
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
   std::cout << "tessera-worker: " << o.name << " offers " << absl::GetFlag(FLAGS_devices) << " to "
             << o.coordinator << std::endl;
-  tessera::worker::Agent agent(o);
+  std::cout << "tessera-worker: metrics on http://" << o.metrics_address << "/metrics" << std::endl;
+  tessera::worker::Agent agent(o, &metrics);
   agent.Run(g_stop);
   std::cout << "tessera-worker: stopped" << std::endl;
   return 0;

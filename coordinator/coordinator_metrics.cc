@@ -1,0 +1,48 @@
+#include "coordinator/coordinator_metrics.h"
+
+#include "absl/strings/ascii.h"
+#include "common/metrics/metrics_server.h"
+
+namespace tessera::coordinator {
+
+CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& registry)
+    : jobs_(prometheus::BuildGauge()
+                .Name("tessera_coordinator_jobs")
+                .Help("Jobs known to the coordinator, by state.")
+                .Register(registry)),
+      workers_(prometheus::BuildGauge()
+                   .Name("tessera_coordinator_workers")
+                   .Help("Workers known to the coordinator, by state.")
+                   .Register(registry)),
+      rpc_(prometheus::BuildHistogram()
+               .Name("tessera_coordinator_rpc_duration_seconds")
+               .Help("Time to handle one RPC (streams: until the stream ends), by method.")
+               .Register(registry)),
+      scheduling_(prometheus::BuildHistogram()
+                      .Name("tessera_coordinator_scheduling_latency_seconds")
+                      .Help("Time from a job entering the queue to its ranks being placed.")
+                      .Register(registry)
+                      .Add({}, metrics::ExponentialBuckets(0.001, 4, 10))) {}
+
+void CoordinatorMetrics::ObserveRpc(const std::string& method, double seconds) {
+  rpc_.Add({{"method", method}}, metrics::ExponentialBuckets(0.0001, 2, 16)).Observe(seconds);
+}
+
+void CoordinatorMetrics::ObserveScheduling(double seconds) { scheduling_.Observe(seconds); }
+
+void CoordinatorMetrics::SetCounts(const std::map<v1::JobState, int>& jobs,
+                                   const std::map<v1::Worker::State, int>& workers) {
+  for (int s = v1::JOB_STATE_PENDING; s <= v1::JOB_STATE_CANCELLED; ++s) {
+    const auto state = static_cast<v1::JobState>(s);
+    const std::string name = absl::AsciiStrToLower(v1::JobState_Name(state).substr(std::string("JOB_STATE_").size()));
+    auto it = jobs.find(state);
+    jobs_.Add({{"state", name}}).Set(it == jobs.end() ? 0 : it->second);
+  }
+  for (auto state : {v1::Worker::STATE_ALIVE, v1::Worker::STATE_LOST}) {
+    const std::string name = absl::AsciiStrToLower(v1::Worker::State_Name(state).substr(std::string("STATE_").size()));
+    auto it = workers.find(state);
+    workers_.Add({{"state", name}}).Set(it == workers.end() ? 0 : it->second);
+  }
+}
+
+}  // namespace tessera::coordinator

@@ -1,0 +1,56 @@
+// The coordinator's Prometheus metrics, defined in this one place:
+//   tessera_coordinator_jobs{state}                     gauge
+//   tessera_coordinator_workers{state}                  gauge
+//   tessera_coordinator_rpc_duration_seconds{method}    histogram
+//   tessera_coordinator_scheduling_latency_seconds      histogram (queued → placed)
+#ifndef TESSERA_COORDINATOR_COORDINATOR_METRICS_H_
+#define TESSERA_COORDINATOR_COORDINATOR_METRICS_H_
+
+#include <chrono>
+#include <map>
+#include <string>
+
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include "tessera/v1/cluster.pb.h"
+
+namespace tessera::coordinator {
+
+class CoordinatorMetrics {
+ public:
+  explicit CoordinatorMetrics(prometheus::Registry& registry);
+
+  void ObserveRpc(const std::string& method, double seconds);
+  void ObserveScheduling(double seconds);
+  void SetCounts(const std::map<v1::JobState, int>& jobs, const std::map<v1::Worker::State, int>& workers);
+
+ private:
+  prometheus::Family<prometheus::Gauge>& jobs_;
+  prometheus::Family<prometheus::Gauge>& workers_;
+  prometheus::Family<prometheus::Histogram>& rpc_;
+  prometheus::Histogram& scheduling_;
+};
+
+// Times one RPC handler (no-op when metrics are null).
+class RpcTimer {
+ public:
+  RpcTimer(CoordinatorMetrics* metrics, const char* method)
+      : metrics_(metrics), method_(method), start_(std::chrono::steady_clock::now()) {}
+  ~RpcTimer() {
+    if (metrics_ != nullptr) {
+      metrics_->ObserveRpc(method_, std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
+    }
+  }
+
+ private:
+  CoordinatorMetrics* metrics_;
+  const char* method_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+}  // namespace tessera::coordinator
+
+#endif  // TESSERA_COORDINATOR_COORDINATOR_METRICS_H_
