@@ -295,10 +295,14 @@ TEST_F(ClusterTest, PrometheusScrapesCoordinatorAndWorkersDuringAJob) {
     return tokens_per_s > 0;
   }, 40);
   EXPECT_GT(tokens_per_s, 0) << "PromQL for the job's tokens/s";
-  EXPECT_GE(PromQuery(prom, "tessera_coordinator_jobs{state=\"running\"}"), 1);
-  EXPECT_EQ(PromQuery(prom, "count(tessera_build_info)"), 3) << "coordinator and both workers scraped";
-  EXPECT_GT(PromQuery(prom, "max(tessera_worker_process_resident_memory_bytes)"), 1e6);
-  EXPECT_GT(PromQuery(prom, "sum(tessera_coordinator_rpc_duration_seconds_count{method=\"Heartbeat\"})"), 0);
+  // Each target is scraped once a second; give every series a few scrapes to appear.
+  EXPECT_TRUE(WaitFor([&] { return PromQuery(prom, "tessera_coordinator_jobs{state=\"running\"}") >= 1; }, 10));
+  EXPECT_TRUE(WaitFor([&] { return PromQuery(prom, "count(tessera_build_info)") == 3; }, 10))
+      << "coordinator and both workers scraped";
+  EXPECT_TRUE(WaitFor([&] { return PromQuery(prom, "min(tessera_worker_process_resident_memory_bytes)") > 1e6; }, 10));
+  EXPECT_TRUE(WaitFor(
+      [&] { return PromQuery(prom, "sum(tessera_coordinator_rpc_duration_seconds_count{method=\"Heartbeat\"})") > 0; },
+      10));
   EXPECT_EQ(Cli({"cancel", id}).exit_code, 0);
   process::StopAll({*pid}, std::chrono::seconds(5));
 }
