@@ -1,0 +1,173 @@
+// Benchmark: tessera-coordinator under load. Starts a coordinator (its own SQLite file in a temp
+// dir), registers N simulated workers that heartbeat once a second each (spread evenly), and
+// measures heartbeat latency p50/p99, the rate achieved, and the coordinator's CPU and memory; then
+// a burst of job submissions. Prints one table row per N.
+//
+//   bazel run -c opt //bench:coordinator_load -- --workers=500,1000,2000 --seconds=10
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <mutex>
+#include <thread>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/net/free_port.h"
+#include "common/process/find_binary.h"
+#include "common/process/subprocess.h"
+#include "common/spec/job_spec.h"
+#include "tessera/v1/coordinator_service.grpc.pb.h"
+#include "tessera/v1/worker_service.grpc.pb.h"
+
+ABSL_FLAG(std::string, workers, "500,1000,2000", "Simulated worker counts, one measurement each.");
+ABSL_FLAG(int, seconds, 10, "Heartbeat phase length per measurement.");
+ABSL_FLAG(int, threads, 16, "Client threads sending heartbeats.");
+ABSL_FLAG(int, submissions, 300, "Jobs submitted in the burst.");
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(p * v.size()))];
+}
+
+// utime + stime of `pid` in seconds, and its resident memory in bytes.
+std::pair<double, double> CpuAndRss(pid_t pid) {
+  std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  std::vector<std::string> f = absl::StrSplit(text.substr(text.rfind(')') + 2), ' ');
+  double ticks = 0;
+  if (f.size() > 13) ticks = std::stod(f[11]) + std::stod(f[12]);
+  std::ifstream statm(absl::StrCat("/proc/", pid, "/statm"));
+  long size = 0, resident = 0;
+  statm >> size >> resident;
+  return {ticks / sysconf(_SC_CLK_TCK), static_cast<double>(resident) * sysconf(_SC_PAGESIZE)};
+}
+
+struct Row {
+  int workers;
+  double rate, p50_ms, p99_ms, cpu, rss_mb, submit_p50_ms, submit_p99_ms;
+};
+
+Row Measure(int n, int seconds, int threads, int submissions) {
+  const std::string dir = absl::StrCat("/tmp/tessera-coordinator-load-", getpid(), "-", n);
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const int port = tessera::net::PickFreePort();
+  const std::string addr = absl::StrCat("127.0.0.1:", port);
+  tessera::process::SpawnOptions so;
+  so.argv = {tessera::process::FindTesseraBinary("tessera-coordinator", "coordinator", "TESSERA_COORDINATOR_BINARY"),
+             "--listen=" + addr, "--metrics_listen=127.0.0.1:0", "--db=" + dir + "/c.db", "--heartbeat_timeout_s=30"};
+  so.log_path = dir + "/coordinator.log";
+  pid_t pid = *tessera::process::Spawn(so);
+  auto channel = grpc::CreateChannel(addr, grpc::InsecureChannelCredentials());
+  channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  auto workers = tessera::v1::WorkerService::NewStub(channel);
+  std::vector<std::string> ids(n);
+  for (int i = 0; i < n; ++i) {
+    tessera::v1::RegisterWorkerRequest req;
+    req.set_name(absl::StrCat("sim", i));
+    req.set_device_kind(tessera::v1::DEVICE_KIND_CPU);
+    req.set_device_count(1);
+    req.set_host("127.0.0.1");
+    req.set_store_port_min(40000);
+    req.set_store_port_max(40010);
+    tessera::v1::RegisterWorkerResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    workers->RegisterWorker(&ctx, req, &resp);
+    ids[i] = resp.worker_id();
+  }
+  // Heartbeats: thread t owns workers t, t+threads, ...; each worker beats once a second, the beats of
+  // a thread spread evenly over the second.
+  std::mutex mu;
+  std::vector<double> latencies;
+  std::atomic<int> errors{0};
+  auto [cpu0, rss0] = CpuAndRss(pid);
+  const auto start = Clock::now();
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      std::vector<double> mine;
+      std::vector<int> owned;
+      for (int i = t; i < n; i += threads) owned.push_back(i);
+      if (owned.empty()) return;
+      const auto gap = std::chrono::microseconds(1000000 / owned.size());
+      auto next = start;
+      for (int round = 0; round < seconds; ++round) {
+        for (int i : owned) {
+          std::this_thread::sleep_until(next);
+          next += gap;
+          tessera::v1::HeartbeatRequest req;
+          req.set_worker_id(ids[i]);
+          tessera::v1::HeartbeatResponse resp;
+          grpc::ClientContext ctx;
+          ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+          const auto t0 = Clock::now();
+          if (!workers->Heartbeat(&ctx, req, &resp).ok()) ++errors;
+          mine.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+        }
+      }
+      std::lock_guard<std::mutex> lock(mu);
+      latencies.insert(latencies.end(), mine.begin(), mine.end());
+    });
+  }
+  for (auto& th : pool) th.join();
+  const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+  auto [cpu1, rss1] = CpuAndRss(pid);
+  // Burst of submissions (valid 1-rank jobs; they are placed on the simulated workers).
+  auto client = tessera::v1::CoordinatorService::NewStub(channel);
+  auto spec = tessera::spec::ParseJobSpec("name: load\ndata: {path: /dev/null}\n", {});
+  std::vector<double> submit;
+  for (int i = 0; i < submissions; ++i) {
+    tessera::v1::SubmitJobRequest req;
+    *req.mutable_spec() = *spec;
+    tessera::v1::SubmitJobResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    const auto t0 = Clock::now();
+    client->SubmitJob(&ctx, req, &resp);
+    submit.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+  }
+  kill(pid, SIGTERM);
+  waitpid(pid, nullptr, 0);
+  std::filesystem::remove_all(dir);
+  if (errors > 0) std::cerr << "warning: " << errors << " heartbeats failed at N=" << n << "\n";
+  return {n, latencies.size() / elapsed, Percentile(latencies, 0.5), Percentile(latencies, 0.99),
+          (cpu1 - cpu0) / elapsed, rss1 / 1e6, Percentile(submit, 0.5), Percentile(submit, 0.99)};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  std::vector<Row> rows;
+  for (absl::string_view w : absl::StrSplit(absl::GetFlag(FLAGS_workers), ',')) {
+    int n = 0;
+    if (!absl::SimpleAtoi(w, &n) || n < 1) continue;
+    rows.push_back(Measure(n, absl::GetFlag(FLAGS_seconds), absl::GetFlag(FLAGS_threads), absl::GetFlag(FLAGS_submissions)));
+  }
+  std::printf("%8s %12s %10s %10s %10s %10s %14s %14s\n", "workers", "heartbeat/s", "p50 ms", "p99 ms",
+              "coord CPU", "coord MB", "submit p50 ms", "submit p99 ms");
+  for (const Row& r : rows) {
+    std::printf("%8d %12.0f %10.3f %10.3f %9.0f%% %10.1f %14.3f %14.3f\n", r.workers, r.rate, r.p50_ms, r.p99_ms,
+                r.cpu * 100, r.rss_mb, r.submit_p50_ms, r.submit_p99_ms);
+  }
+  return 0;
+}
