@@ -9,6 +9,11 @@ std::string SpecError::ToString() const {
   return field.empty() ? message : absl::StrCat(field, ": ", message);
 }
 
+std::string Quote(absl::string_view value, size_t max) {
+  if (value.size() <= max) return absl::StrCat("'", value, "'");
+  return absl::StrCat("'", value.substr(0, max), "…' (", value.size(), " characters)");
+}
+
 absl::Status ToStatus(const std::vector<SpecError>& errors) {
   if (errors.empty()) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrJoin(

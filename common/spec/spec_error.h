@@ -3,6 +3,7 @@
 #define TESSERA_COMMON_SPEC_SPEC_ERROR_H_
 
 #include <string>
+#include "absl/strings/string_view.h"
 #include <vector>
 
 #include "absl/status/status.h"
@@ -16,6 +17,10 @@ struct SpecError {
   // "field: message".
   std::string ToString() const;
 };
+
+// `value` in single quotes for an error message, cut to at most `max` characters ("…" marks a cut):
+// errors must not echo megabytes of bad input back.
+std::string Quote(absl::string_view value, size_t max = 64);
 
 // OK when `errors` is empty; otherwise InvalidArgument whose message has one "field: message" per line.
 absl::Status ToStatus(const std::vector<SpecError>& errors);

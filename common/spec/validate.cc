@@ -73,8 +73,7 @@ void CheckParallel(const v1::JobSpec& s, Checker& c) {
   std::vector<std::string> axes = absl::StrSplit(p.order(), '-');
   std::set<std::string> seen(axes.begin(), axes.end());
   if (axes.size() != 4 || seen != std::set<std::string>{"dp", "pp", "sp", "tp"}) {
-    c.Fail("parallel.order", absl::StrCat("'", p.order(),
-                                          "' must name dp, pp, sp and tp once each, e.g. tp-sp-pp-dp"));
+    c.Fail("parallel.order", absl::StrCat(Quote(p.order()), " must name dp, pp, sp and tp once each, e.g. tp-sp-pp-dp"));
   }
   if (sizes_ok && WorldSize(s) > 4096) {
     c.Fail("parallel", absl::StrCat("world size dp·tp·pp·sp = ", WorldSize(s), " exceeds 4096"));
@@ -118,8 +117,9 @@ std::vector<SpecError> ValidateJobSpec(const v1::JobSpec& s) {
   std::vector<SpecError> errors;
   Checker c(&errors);
   if (!ValidName(s.name())) {
-    c.Fail("name", s.name().empty() ? "is required"
-                                    : absl::StrCat("'", s.name(), "' may use only letters, digits, '-', '_' and '.'"));
+    c.Fail("name", s.name().empty()      ? "is required"
+                   : s.name().size() > 128 ? absl::StrCat(Quote(s.name(), 32), " is longer than 128 characters")
+                                           : absl::StrCat(Quote(s.name()), " may use only letters, digits, '-', '_' and '.'"));
   }
   CheckModel(s.model(), c);
   if (s.data().path().empty()) c.Fail("data.path", "is required (a token file; see tessera data prepare)");

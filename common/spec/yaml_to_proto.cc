@@ -100,32 +100,32 @@ std::string SetScalar(const YAML::Node& node, const FieldDescriptor* f, Message*
   switch (f->cpp_type()) {
     case FieldDescriptor::CPPTYPE_INT32: {
       int32_t v;
-      if (!absl::SimpleAtoi(s, &v)) return absl::StrCat("'", s, "' is not an integer");
+      if (!absl::SimpleAtoi(s, &v)) return absl::StrCat(Quote(s), " is not an integer");
       rep ? r->AddInt32(msg, f, v) : r->SetInt32(msg, f, v);
       return "";
     }
     case FieldDescriptor::CPPTYPE_INT64: {
       int64_t v;
-      if (!absl::SimpleAtoi(s, &v)) return absl::StrCat("'", s, "' is not an integer");
+      if (!absl::SimpleAtoi(s, &v)) return absl::StrCat(Quote(s), " is not an integer");
       rep ? r->AddInt64(msg, f, v) : r->SetInt64(msg, f, v);
       return "";
     }
     case FieldDescriptor::CPPTYPE_UINT32: {
       uint32_t v;
-      if (!absl::SimpleAtoi(s, &v)) return absl::StrCat("'", s, "' is not a non-negative integer");
+      if (!absl::SimpleAtoi(s, &v)) return absl::StrCat(Quote(s), " is not a non-negative integer");
       rep ? r->AddUInt32(msg, f, v) : r->SetUInt32(msg, f, v);
       return "";
     }
     case FieldDescriptor::CPPTYPE_UINT64: {
       uint64_t v;
-      if (!absl::SimpleAtoi(s, &v)) return absl::StrCat("'", s, "' is not a non-negative integer");
+      if (!absl::SimpleAtoi(s, &v)) return absl::StrCat(Quote(s), " is not a non-negative integer");
       rep ? r->AddUInt64(msg, f, v) : r->SetUInt64(msg, f, v);
       return "";
     }
     case FieldDescriptor::CPPTYPE_DOUBLE:
     case FieldDescriptor::CPPTYPE_FLOAT: {
       double v;
-      if (!ParseDouble(s, &v)) return absl::StrCat("'", s, "' is not a number");
+      if (!ParseDouble(s, &v)) return absl::StrCat(Quote(s), " is not a number");
       if (f->cpp_type() == FieldDescriptor::CPPTYPE_DOUBLE) {
         rep ? r->AddDouble(msg, f, v) : r->SetDouble(msg, f, v);
       } else {
@@ -135,7 +135,7 @@ std::string SetScalar(const YAML::Node& node, const FieldDescriptor* f, Message*
     }
     case FieldDescriptor::CPPTYPE_BOOL: {
       bool v;
-      if (!ParseBool(s, &v)) return absl::StrCat("'", s, "' is not true or false");
+      if (!ParseBool(s, &v)) return absl::StrCat(Quote(s), " is not true or false");
       rep ? r->AddBool(msg, f, v) : r->SetBool(msg, f, v);
       return "";
     }
@@ -145,7 +145,7 @@ std::string SetScalar(const YAML::Node& node, const FieldDescriptor* f, Message*
     case FieldDescriptor::CPPTYPE_ENUM: {
       const EnumValueDescriptor* v = FindEnum(f->enum_type(), s);
       if (v == nullptr) {
-        return absl::StrCat("'", s, "' is not one of ", EnumChoices(f->enum_type()));
+        return absl::StrCat(Quote(s), " is not one of ", EnumChoices(f->enum_type()));
       }
       rep ? r->AddEnum(msg, f, v) : r->SetEnum(msg, f, v);
       return "";
