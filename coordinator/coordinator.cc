@@ -36,7 +36,8 @@ absl::Status Coordinator::Recover() {
       // Its ranks may still run on workers; they are stopped when their workers register again, and
       // the next attempt resumes from the newest checkpoint.
       e.job.clear_placement();
-      SetStateLocked(e, v1::JOB_STATE_PENDING, "coordinator restarted; resuming from the newest checkpoint");
+      e.requeue_cause = "coordinator restarted; resuming from the newest checkpoint";
+      SetStateLocked(e, v1::JOB_STATE_PENDING, e.requeue_cause);
     }
     queue_.push_back(e.job.id());
   }
@@ -88,8 +89,9 @@ void Coordinator::TryScheduleLocked() {
     const int world = spec::WorldSize(spec);
     auto slots = PlaceRanks(world, spec.parallel().tp(), FreeDevicesLocked(KindOf(spec)));
     std::string reason;
+    const std::string prefix = e.requeue_cause.empty() ? "" : e.requeue_cause + "; ";
     if (!slots.ok()) {
-      reason = absl::StrCat("waiting for devices: ", slots.status().message());
+      reason = absl::StrCat(prefix, "waiting for devices: ", slots.status().message());
     } else {
       WorkerEntry& w0 = workers_[(*slots)[0].worker_id];
       int port = -1;
@@ -99,7 +101,7 @@ void Coordinator::TryScheduleLocked() {
           break;
         }
       }
-      if (port < 0) reason = absl::StrCat("waiting for a free store port on worker ", w0.info.name());
+      if (port < 0) reason = absl::StrCat(prefix, "waiting for a free store port on worker ", w0.info.name());
       if (port >= 0) {
         e.job.set_attempt(e.job.attempt() + 1);
         e.job.clear_placement();
@@ -131,7 +133,10 @@ void Coordinator::TryScheduleLocked() {
         }
         queue_.pop_front();
         if (options_.on_scheduled) options_.on_scheduled(absl::Now() - e.queued_at);
-        SetStateLocked(e, v1::JOB_STATE_SCHEDULED, absl::StrCat("attempt ", e.job.attempt(), " placed"));
+        SetStateLocked(e, v1::JOB_STATE_SCHEDULED,
+                       absl::StrCat("attempt ", e.job.attempt(), " placed",
+                                    e.requeue_cause.empty() ? "" : absl::StrCat(" (after: ", e.requeue_cause, ")")));
+        e.requeue_cause.clear();
         continue;
       }
     }
@@ -301,8 +306,9 @@ void Coordinator::AfterRankExitLocked(JobEntry& e) {
   if (all_gone && e.job.state() == v1::JOB_STATE_RESTARTING) {
     e.job.clear_placement();
     e.queued_at = absl::Now();
+    e.requeue_cause = e.job.reason();
     queue_.push_front(e.job.id());
-    SetStateLocked(e, v1::JOB_STATE_PENDING, absl::StrCat(e.job.reason(), "; waiting for devices"));
+    SetStateLocked(e, v1::JOB_STATE_PENDING, absl::StrCat(e.requeue_cause, "; waiting for devices"));
   }
   TryScheduleLocked();
 }

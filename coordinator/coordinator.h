@@ -86,6 +86,7 @@ class Coordinator {
     uint64_t version = 0;
     absl::Time last_persist = absl::InfinitePast();
     absl::Time queued_at = absl::Now();
+    std::string requeue_cause;  // Why the job is back in the queue (kept in its reason while it waits).
   };
   struct WorkerEntry {
     v1::Worker info;

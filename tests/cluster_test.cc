@@ -6,6 +6,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -53,21 +54,7 @@ class ClusterTest : public ::testing::Test {
     port_ = net::PickFreePort();
     addr_ = absl::StrCat("127.0.0.1:", port_);
     StartCoordinator();
-    // Store ports: a range starting at a port that was just free (not the coordinator's).
-    int base = net::PickFreePort();
-    while (base == port_ || base > 65000) base = net::PickFreePort();
-    for (const std::string name : {"a", "b"}) {
-      process::SpawnOptions so;
-      so.argv = {testing::Runfile("worker/tessera-worker"), "--coordinator=" + addr_, "--devices=cpu:1",
-                 "--work_dir=" + dir_ + "/worker_" + name, "--name=" + name,
-                 absl::StrCat("--store_ports=", base, "-", base + 20), "--stop_grace_s=3", "--threads_per_rank=1",
-                 "--metrics_listen=127.0.0.1:0"};
-      so.log_path = dir_ + "/worker_" + name + ".log";
-      so.env = {{"TESSERA_RANK_BINARY", testing::Runfile("worker/rank/tessera-rank")}};
-      auto pid = process::Spawn(so);
-      ASSERT_TRUE(pid.ok());
-      workers_.push_back(*pid);
-    }
+    for (const std::string name : {"a", "b"}) StartWorker(name);
     ASSERT_TRUE(WaitFor([&] { return Cli({"workers"}).output.find("w2-") != std::string::npos; }, 20))
         << Cli({"workers"}).output;
     data_ = testing::WriteTokenFile(dir_, 40000);
@@ -81,10 +68,28 @@ class ClusterTest : public ::testing::Test {
   }
 
   void TearDown() override {
-    std::vector<pid_t> all = workers_;
+    std::vector<pid_t> all;
+    for (auto& [name, pid] : workers_) all.push_back(pid);
     if (coordinator_ > 0) all.push_back(coordinator_);
     process::StopAll(all, std::chrono::seconds(10));
     EXPECT_TRUE(ProcessesMatching(dir_).empty()) << "no rank outlives its worker";
+  }
+
+  // Starts worker `name` (one CPU device); its pid goes to workers_[name].
+  void StartWorker(const std::string& name) {
+    // Store ports: a range starting at a port that was just free (not the coordinator's).
+    int base = net::PickFreePort();
+    while (base == port_ || base > 65000) base = net::PickFreePort();
+    process::SpawnOptions so;
+    so.argv = {testing::Runfile("worker/tessera-worker"), "--coordinator=" + addr_, "--devices=cpu:1",
+               "--work_dir=" + dir_ + "/worker_" + name, "--name=" + name,
+               absl::StrCat("--store_ports=", base, "-", base + 20), "--stop_grace_s=3", "--threads_per_rank=1",
+               "--metrics_listen=127.0.0.1:0"};
+    so.log_path = dir_ + "/worker_" + name + ".log";
+    so.env = {{"TESSERA_RANK_BINARY", testing::Runfile("worker/rank/tessera-rank")}};
+    auto pid = process::Spawn(so);
+    ASSERT_TRUE(pid.ok());
+    workers_[name] = *pid;
   }
 
   void StartCoordinator() {
@@ -121,7 +126,7 @@ class ClusterTest : public ::testing::Test {
   std::string dir_, addr_, data_, spec_;
   int port_ = 0;
   pid_t coordinator_ = -1;
-  std::vector<pid_t> workers_;
+  std::map<std::string, pid_t> workers_;
 };
 
 TEST_F(ClusterTest, SubmittedJobSucceedsAndLearns) {
@@ -216,6 +221,31 @@ TEST_F(ClusterTest, CoordinatorKilledMidJobLosesNothing) {
   EXPECT_EQ(Job(id).value("state", ""), "JOB_STATE_SUCCEEDED");
   EXPECT_EQ(Job(first).value("state", ""), "JOB_STATE_SUCCEEDED");
   EXPECT_EQ(testing::ReadLosses(out + "/steps.jsonl").size(), 400u);
+}
+
+TEST_F(ClusterTest, LostWorkerFailsTheAttemptAndTheJobResumesWhenItReturns) {
+  const std::string out = dir_ + "/out";
+  auto r = Cli({"submit", spec_, "--max-restarts=1", "--set", "train.steps=300", "--set", "output_dir=" + out});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_TRUE(WaitFor([&] { return fs::exists(out + "/checkpoints/step_00000005"); }, 60));
+  // The node dies: the worker and (through their parent-death signal) its ranks.
+  kill(workers_["b"], SIGKILL);
+  waitpid(workers_["b"], nullptr, 0);
+  workers_.erase("b");
+  ASSERT_TRUE(WaitFor([&] { return Job("job-000001").value("state", "") == "JOB_STATE_PENDING"; }, 20))
+      << Job("job-000001").dump();
+  // Whichever is noticed first — the surviving rank's broken all-reduce or b's missing heartbeats —
+  // fails the attempt; then the job waits for a second device.
+  EXPECT_THAT(Job("job-000001").value("reason", ""), HasSubstr("waiting for devices: needs 2 devices; 1 free"));
+  EXPECT_TRUE(WaitFor([&] { return Cli({"workers"}).output.find("LOST") != std::string::npos; }, 10))
+      << "b is lost after 5 s without heartbeats";
+  StartWorker("b");  // The node comes back under the same name.
+  auto done = Cli({"follow", "job-000001"});
+  EXPECT_EQ(done.exit_code, 0) << done.output;
+  auto job = Job("job-000001");
+  EXPECT_EQ(job.value("state", ""), "JOB_STATE_SUCCEEDED");
+  EXPECT_EQ(job.value("attempt", 0), 2);
+  EXPECT_EQ(testing::ReadLosses(out + "/steps.jsonl").size(), 300u);
 }
 
 TEST_F(ClusterTest, MalformedRequestsAreInvalidArgumentAndTheCoordinatorKeepsServing) {
