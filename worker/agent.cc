@@ -21,6 +21,18 @@ std::unique_ptr<grpc::ClientContext> WithDeadline(std::chrono::milliseconds d) {
   return ctx;
 }
 
+v1::ReportRankStatusRequest ToReport(const RankEvent& e) {
+  v1::ReportRankStatusRequest r;
+  r.set_job_id(e.job_id);
+  r.set_attempt(e.attempt);
+  r.set_rank(e.rank);
+  r.set_event(e.event);
+  r.set_exit_code(e.exit_code);
+  r.set_error(e.error);
+  *r.mutable_progress() = e.progress;
+  return r;
+}
+
 // Reads the assignment stream on its own thread into a queue the agent's loop drains.
 class AssignmentReader {
  public:
@@ -124,14 +136,14 @@ void Agent::Run(const std::atomic<bool>& stop) {
         if (a.action() == v1::Assignment::ACTION_START) {
           absl::Status s = supervisor.Start(a);
           if (!s.ok()) {
-            v1::ReportRankStatusRequest r;
-            r.set_job_id(a.job_id());
-            r.set_attempt(a.attempt());
-            r.set_rank(a.rank());
-            r.set_event(v1::ReportRankStatusRequest::EVENT_EXITED);
-            r.set_exit_code(127);
-            r.set_error("error: the worker could not start the rank: " + std::string(s.message()));
-            unsent.push_back(std::move(r));
+            RankEvent failed;
+            failed.event = v1::ReportRankStatusRequest::EVENT_EXITED;
+            failed.job_id = a.job_id();
+            failed.attempt = a.attempt();
+            failed.rank = a.rank();
+            failed.exit_code = 127;
+            failed.error = "error: the worker could not start the rank: " + std::string(s.message());
+            unsent.push_back(ToReport(failed));
           }
         } else if (a.action() == v1::Assignment::ACTION_STOP) {
           supervisor.StopJob(a.job_id());
@@ -144,15 +156,7 @@ void Agent::Run(const std::atomic<bool>& stop) {
     }
     for (RankEvent& e : supervisor.Poll()) {
       if (metrics_ != nullptr) metrics_->OnEvent(e);
-      v1::ReportRankStatusRequest r;
-      r.set_job_id(e.job_id);
-      r.set_attempt(e.attempt);
-      r.set_rank(e.rank);
-      r.set_event(e.event);
-      r.set_exit_code(e.exit_code);
-      r.set_error(e.error);
-      *r.mutable_progress() = e.progress;
-      unsent.push_back(std::move(r));
+      unsent.push_back(ToReport(e));
     }
     while (!unsent.empty() && !worker_id.empty()) {
       v1::ReportRankStatusRequest& r = unsent.front();
