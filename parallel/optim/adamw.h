@@ -8,6 +8,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "kernels/cpu_adam.h"
+
 namespace tessera::parallel {
 
 struct AdamWOptions {
@@ -25,14 +27,16 @@ struct AdamWState {
 
 class AdamW {
  public:
-  explicit AdamW(AdamWOptions options) : options_(options) {}
+  explicit AdamW(AdamWOptions options) : options_(options), simd_(kernels::DetectSimd()) {}
 
   // Updates `param` in place from `grad`; `step` counts from 1. `decay` selects weight decay.
+  // Contiguous fp32 CPU tensors take the fused SIMD kernel (kernels/cpu_adam.h); others ATen ops.
   void Update(at::Tensor& param, const at::Tensor& grad, AdamWState& state, double lr, int64_t step,
               bool decay) const;
 
  private:
   AdamWOptions options_;
+  kernels::Simd simd_;
 };
 
 }  // namespace tessera::parallel

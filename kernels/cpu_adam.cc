@@ -1,0 +1,146 @@
+#include "kernels/cpu_adam.h"
+
+#include <immintrin.h>
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+namespace tessera::kernels {
+namespace {
+
+// Per-step constants, each rounded to float once.
+struct Consts {
+  float decay;      // 1 − lr·wd
+  float w1;         // 1 − β1
+  float beta2;
+  float w2;         // 1 − β2
+  float bc2_sqrt;   // √(1 − β2ᵗ)
+  float eps;
+  float neg_step;   // −lr / (1 − β1ᵗ)
+};
+
+Consts MakeConsts(const AdamWStep& s) {
+  const double t = static_cast<double>(s.step);
+  return {static_cast<float>(1 - s.lr * s.weight_decay), static_cast<float>(1 - s.beta1),
+          static_cast<float>(s.beta2),                   static_cast<float>(1 - s.beta2),
+          static_cast<float>(std::sqrt(1 - std::pow(s.beta2, t))), static_cast<float>(s.eps),
+          static_cast<float>(-s.lr / (1 - std::pow(s.beta1, t)))};
+}
+
+inline uint16_t ToBf16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  if ((bits & 0x7fffffff) > 0x7f800000) return static_cast<uint16_t>((bits >> 16) | 0x40);  // NaN stays NaN.
+  bits += 0x7fff + ((bits >> 16) & 1);  // Round to nearest even.
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+void Scalar(float* p, const float* g, float* m, float* v, int64_t begin, int64_t end, const Consts& c, uint16_t* out) {
+  for (int64_t i = begin; i < end; ++i) {
+    float pi = p[i] * c.decay;
+    const float gi = g[i];
+    // torch.lerp with weight < 0.5: self + weight·(end − self); one rounding, as ATen's fmadd.
+    const float mi = std::fma(c.w1, gi - m[i], m[i]);
+    const float vi = std::fma(c.w2 * gi, gi, v[i] * c.beta2);  // torch.addcmul: fma(value·t1, t2, self).
+    const float denom = std::sqrt(vi) / c.bc2_sqrt + c.eps;
+    pi = pi + c.neg_step * mi / denom;  // torch.addcdiv: self + (value·t1) / t2.
+    p[i] = pi;
+    m[i] = mi;
+    v[i] = vi;
+    if (out != nullptr) out[i] = ToBf16(pi);
+  }
+}
+
+__attribute__((target("avx2,fma"))) void Avx2(float* p, const float* g, float* m, float* v, int64_t begin,
+                                              int64_t end, const Consts& c, uint16_t* out) {
+  const __m256 decay = _mm256_set1_ps(c.decay), w1 = _mm256_set1_ps(c.w1), beta2 = _mm256_set1_ps(c.beta2),
+               w2 = _mm256_set1_ps(c.w2), bc2 = _mm256_set1_ps(c.bc2_sqrt), eps = _mm256_set1_ps(c.eps),
+               neg_step = _mm256_set1_ps(c.neg_step);
+  int64_t i = begin;
+  for (; i + 8 <= end; i += 8) {
+    __m256 pi = _mm256_mul_ps(_mm256_loadu_ps(p + i), decay);
+    const __m256 gi = _mm256_loadu_ps(g + i);
+    const __m256 m0 = _mm256_loadu_ps(m + i);
+    const __m256 mi = _mm256_fmadd_ps(w1, _mm256_sub_ps(gi, m0), m0);
+    const __m256 vi = _mm256_fmadd_ps(_mm256_mul_ps(w2, gi), gi, _mm256_mul_ps(_mm256_loadu_ps(v + i), beta2));
+    const __m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(vi), bc2), eps);
+    pi = _mm256_add_ps(pi, _mm256_div_ps(_mm256_mul_ps(neg_step, mi), denom));
+    _mm256_storeu_ps(p + i, pi);
+    _mm256_storeu_ps(m + i, mi);
+    _mm256_storeu_ps(v + i, vi);
+    if (out != nullptr) {
+      for (int k = 0; k < 8; ++k) out[i + k] = ToBf16(p[i + k]);
+    }
+  }
+  Scalar(p, g, m, v, i, end, c, out);
+}
+
+__attribute__((target("avx512f"))) void Avx512(float* p, const float* g, float* m, float* v, int64_t begin,
+                                               int64_t end, const Consts& c, uint16_t* out) {
+  const __m512 decay = _mm512_set1_ps(c.decay), w1 = _mm512_set1_ps(c.w1), beta2 = _mm512_set1_ps(c.beta2),
+               w2 = _mm512_set1_ps(c.w2), bc2 = _mm512_set1_ps(c.bc2_sqrt), eps = _mm512_set1_ps(c.eps),
+               neg_step = _mm512_set1_ps(c.neg_step);
+  int64_t i = begin;
+  for (; i + 16 <= end; i += 16) {
+    __m512 pi = _mm512_mul_ps(_mm512_loadu_ps(p + i), decay);
+    const __m512 gi = _mm512_loadu_ps(g + i);
+    const __m512 m0 = _mm512_loadu_ps(m + i);
+    const __m512 mi = _mm512_fmadd_ps(w1, _mm512_sub_ps(gi, m0), m0);
+    const __m512 vi = _mm512_fmadd_ps(_mm512_mul_ps(w2, gi), gi, _mm512_mul_ps(_mm512_loadu_ps(v + i), beta2));
+    const __m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(vi), bc2), eps);
+    pi = _mm512_add_ps(pi, _mm512_div_ps(_mm512_mul_ps(neg_step, mi), denom));
+    _mm512_storeu_ps(p + i, pi);
+    _mm512_storeu_ps(m + i, mi);
+    _mm512_storeu_ps(v + i, vi);
+    if (out != nullptr) {
+      for (int k = 0; k < 16; ++k) out[i + k] = ToBf16(p[i + k]);
+    }
+  }
+  Scalar(p, g, m, v, i, end, c, out);
+}
+
+}  // namespace
+
+Simd DetectSimd() {
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f")) return Simd::kAvx512;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Simd::kAvx2;
+  return Simd::kScalar;
+}
+
+const char* SimdName(Simd simd) {
+  switch (simd) {
+    case Simd::kScalar: return "scalar";
+    case Simd::kAvx2: return "avx2";
+    case Simd::kAvx512: return "avx512";
+  }
+  return "?";
+}
+
+void CpuAdamW(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n, const AdamWStep& step,
+              Simd simd, bool parallel, uint16_t* bf16_out) {
+  const Consts c = MakeConsts(step);
+  const Simd have = DetectSimd();
+  if (static_cast<int>(simd) > static_cast<int>(have)) simd = have;
+  auto run = [&](int64_t begin, int64_t end) {
+    switch (simd) {
+      case Simd::kAvx512: Avx512(param, grad, exp_avg, exp_avg_sq, begin, end, c, bf16_out); break;
+      case Simd::kAvx2: Avx2(param, grad, exp_avg, exp_avg_sq, begin, end, c, bf16_out); break;
+      case Simd::kScalar: Scalar(param, grad, exp_avg, exp_avg_sq, begin, end, c, bf16_out); break;
+    }
+  };
+  // Chunks of 64k elements (a multiple of every vector width) keep threads on separate cache lines.
+  constexpr int64_t kGrain = 1 << 16;
+  if (parallel && n > kGrain) {
+    at::parallel_for(0, (n + kGrain - 1) / kGrain, 1, [&](int64_t b, int64_t e) {
+      run(b * kGrain, std::min(n, e * kGrain));
+    });
+  } else {
+    run(0, n);
+  }
+}
+
+}  // namespace tessera::kernels

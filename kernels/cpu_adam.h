@@ -1,0 +1,39 @@
+// CPU AdamW over fp32 arrays, vectorised (AVX-512 or AVX2+FMA, chosen at run time; scalar fallback)
+// and split over ATen's intra-op threads. One pass reads param, grad, m, v and writes param, m, v
+// (and optionally a bf16 copy of the new param), with PyTorch's AdamW arithmetic per element:
+//   p ← p·(1 − lr·wd)
+//   m ← m + (1−β1)·(g − m)                      (torch.lerp; fused multiply-add as ATen's AVX path)
+//   v ← fma((1−β2)·g, g, v·β2)                  (torch.addcmul, contracted as ATen's AVX path)
+//   p ← p + ((−lr/(1−β1ᵗ)) · m) / (√v / √(1−β2ᵗ) + ε)    (torch.addcdiv's order)
+// Scalars are computed in double and rounded to float once, as ATen does for a float tensor.
+#ifndef TESSERA_KERNELS_CPU_ADAM_H_
+#define TESSERA_KERNELS_CPU_ADAM_H_
+
+#include <cstdint>
+
+namespace tessera::kernels {
+
+enum class Simd { kScalar, kAvx2, kAvx512 };
+
+// The widest level this CPU supports.
+Simd DetectSimd();
+const char* SimdName(Simd simd);
+
+struct AdamWStep {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;  // 0 for tensors without decay.
+  int64_t step = 1;           // Counts from 1.
+};
+
+// Updates n elements in place. `bf16_out` (may be null) receives the updated parameters rounded to
+// bfloat16 (round to nearest even). `simd` above DetectSimd() is lowered to what the CPU has.
+// `parallel`: split over ATen's intra-op threads (false: the calling thread only).
+void CpuAdamW(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n, const AdamWStep& step,
+              Simd simd, bool parallel = true, uint16_t* bf16_out = nullptr);
+
+}  // namespace tessera::kernels
+
+#endif  // TESSERA_KERNELS_CPU_ADAM_H_
