@@ -1,6 +1,7 @@
 #include "coordinator/coordinator.h"
 
 #include <algorithm>
+#include <cctype>
 
 #include "absl/strings/str_cat.h"
 #include "common/spec/job_spec.h"
@@ -31,17 +32,55 @@ absl::Status Coordinator::Recover() {
   for (v1::Job& job : *jobs) {
     JobEntry& e = jobs_[job.id()];
     e.job = std::move(job);
-    if (IsTerminal(e.job.state())) continue;
-    if (e.job.state() != v1::JOB_STATE_PENDING) {
-      // Its ranks may still run on workers; they are stopped when their workers register again, and
-      // the next attempt resumes from the newest checkpoint.
+    const v1::JobState state = e.job.state();
+    if (IsTerminal(state)) continue;
+    if (state == v1::JOB_STATE_SCHEDULED || state == v1::JOB_STATE_RUNNING) {
+      // Adopt the placed attempt: its ranks may well still be training.
+      e.ranks.assign(e.job.placement_size(), RankEntry{});
+      for (const v1::RankPlacement& p : e.job.placement()) {
+        if (p.rank() >= 0 && p.rank() < e.job.placement_size()) {
+          e.ranks[p.rank()].worker_id = p.worker_id();
+          e.ranks[p.rank()].local_rank = p.local_rank();
+        }
+      }
+      e.adopt_deadline = absl::Now() + options_.heartbeat_timeout;
+      SetStateLocked(e, state, "coordinator restarted; waiting for the workers to report the ranks");
+      continue;
+    }
+    if (state == v1::JOB_STATE_RESTARTING) {
+      e.requeue_cause = e.job.reason();
       e.job.clear_placement();
-      e.requeue_cause = "coordinator restarted; resuming from the newest checkpoint";
       SetStateLocked(e, v1::JOB_STATE_PENDING, e.requeue_cause);
     }
     queue_.push_back(e.job.id());
   }
   return absl::OkStatus();
+}
+
+void Coordinator::CheckAdoptionLocked(JobEntry& e) {
+  if (!e.adopt_deadline) return;
+  if (e.job.state() != v1::JOB_STATE_SCHEDULED && e.job.state() != v1::JOB_STATE_RUNNING) {
+    e.adopt_deadline.reset();  // Finished or failed meanwhile.
+    return;
+  }
+  const bool all = std::all_of(e.ranks.begin(), e.ranks.end(), [](const RankEntry& r) { return r.started || r.exited; });
+  if (all) {
+    e.adopt_deadline.reset();
+    SetStateLocked(e, v1::JOB_STATE_RUNNING,
+                   absl::StrCat("attempt ", e.job.attempt(), " running (carried on through a coordinator restart)"));
+    return;
+  }
+  if (absl::Now() < *e.adopt_deadline) return;
+  e.adopt_deadline.reset();
+  std::string missing;
+  for (size_t r = 0; r < e.ranks.size(); ++r) {
+    if (!e.ranks[r].started && !e.ranks[r].exited) {
+      absl::StrAppend(&missing, missing.empty() ? "" : ",", r);
+      RankGoneLocked(e, static_cast<int>(r));
+    }
+  }
+  AttemptFailedLocked(e, absl::StrCat("rank(s) ", missing, " not reported running after a coordinator restart"),
+                      /*counts=*/false);
 }
 
 void Coordinator::ChangedLocked(JobEntry& e, bool persist) {
@@ -287,15 +326,17 @@ void Coordinator::RankGoneLocked(JobEntry& e, int rank) {
   if (rank == 0) w->second.used_ports.erase(e.job.store_port());
 }
 
-void Coordinator::AttemptFailedLocked(JobEntry& e, const std::string& reason) {
+void Coordinator::AttemptFailedLocked(JobEntry& e, const std::string& reason, bool counts) {
   StopRanksLocked(e);
-  const int restarts_used = e.job.attempt() - 1;
-  if (restarts_used < e.job.max_restarts()) {
+  e.adopt_deadline.reset();
+  if (!counts || e.job.restarts_used() < e.job.max_restarts()) {
+    if (counts) e.job.set_restarts_used(e.job.restarts_used() + 1);
     SetStateLocked(e, v1::JOB_STATE_RESTARTING,
                    absl::StrCat("attempt ", e.job.attempt(), " failed: ", reason, "; restarting from the newest checkpoint"));
   } else {
     SetStateLocked(e, v1::JOB_STATE_FAILED,
-                   absl::StrCat(reason, e.job.max_restarts() > 0 ? absl::StrCat(" (after ", restarts_used, " restarts)") : ""));
+                   absl::StrCat(reason, e.job.max_restarts() > 0 ? absl::StrCat(" (after ", e.job.restarts_used(), " restarts)")
+                                                                : ""));
   }
   AfterRankExitLocked(e);
 }
@@ -327,7 +368,14 @@ std::vector<v1::Worker> Coordinator::ListWorkers() {
 
 absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(const v1::RegisterWorkerRequest& req) {
   std::vector<spec::SpecError> errors;
-  if (req.name().empty()) errors.push_back({"name", "is required"});
+  if (req.name().empty()) {
+    errors.push_back({"name", "is required"});
+  } else if (req.name().size() > 128 || !std::all_of(req.name().begin(), req.name().end(), [](char c) {
+               return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
+             })) {
+    errors.push_back({"name", absl::StrCat(spec::Quote(req.name()), " may use only letters, digits, '-', '_' and '.' "
+                                                                    "(at most 128)")});
+  }
   if (req.device_kind() != v1::DEVICE_KIND_CPU && req.device_kind() != v1::DEVICE_KIND_CUDA) {
     errors.push_back({"device_kind", "must be cpu or cuda"});
   }
@@ -341,11 +389,7 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(const v1:
   }
   if (absl::Status s = spec::ToStatus(errors); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
-  std::string id;
-  for (auto& [wid, w] : workers_) {
-    if (w.info.name() == req.name()) id = wid;
-  }
-  if (id.empty()) id = absl::StrCat("w", next_worker_number_++, "-", req.name());
+  const std::string id = req.name();  // Stable across coordinator restarts, so placements stay valid.
   WorkerEntry& w = workers_[id];
   w.info.set_id(id);
   w.info.set_name(req.name());
@@ -368,7 +412,9 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(const v1:
                           it->second.job.state() == v1::JOB_STATE_RUNNING) &&
                          r.rank() < static_cast<int>(it->second.ranks.size()) &&
                          it->second.ranks[r.rank()].worker_id == id;
-    if (!current) {
+    if (current) {
+      it->second.ranks[r.rank()].started = true;  // Adopted (or simply still running).
+    } else {
       v1::Assignment a;
       a.set_action(v1::Assignment::ACTION_STOP);
       a.set_job_id(r.job_id());
@@ -377,6 +423,7 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(const v1:
     }
   }
   RefreshWorkerUsageLocked();
+  for (auto& [jid, e] : jobs_) CheckAdoptionLocked(e);
   TryScheduleLocked();
   changed_.SignalAll();
   v1::RegisterWorkerResponse resp;
@@ -480,6 +527,7 @@ absl::Status Coordinator::ReportRankStatus(const v1::ReportRankStatusRequest& re
 void Coordinator::CheckLiveness() {
   absl::MutexLock lock(&mu_);
   const absl::Time now = absl::Now();
+  for (auto& [jid, e] : jobs_) CheckAdoptionLocked(e);
   for (auto& [wid, w] : workers_) {
     if (w.info.state() != v1::Worker::STATE_ALIVE || now - w.last_heartbeat <= options_.heartbeat_timeout) continue;
     w.info.set_state(v1::Worker::STATE_LOST);

@@ -40,8 +40,10 @@ class Coordinator {
  public:
   Coordinator(CoordinatorOptions options, std::unique_ptr<JobStore> store);
 
-  // Loads the stored jobs. Jobs that were placed when the previous coordinator stopped go back to
-  // the queue (reason says so) and resume from their newest checkpoint on their next attempt.
+  // Loads the stored jobs. A job whose ranks were placed when the previous coordinator stopped keeps
+  // its attempt: when its workers register again listing those ranks as running, it carries on; ranks
+  // not reported within heartbeat_timeout are treated as gone, and the job restarts from its newest
+  // checkpoint without spending one of its restarts.
   absl::Status Recover();
 
   // Client side. Submit validates the spec (InvalidArgument, one "field: reason" per line).
@@ -87,6 +89,9 @@ class Coordinator {
     absl::Time last_persist = absl::InfinitePast();
     absl::Time queued_at = absl::Now();
     std::string requeue_cause;  // Why the job is back in the queue (kept in its reason while it waits).
+    // After a coordinator restart: the placed attempt is adopted if its workers report its ranks
+    // running before this deadline; ranks not reported by then are treated as gone.
+    std::optional<absl::Time> adopt_deadline;
   };
   struct WorkerEntry {
     v1::Worker info;
@@ -99,7 +104,11 @@ class Coordinator {
   };
 
   void TryScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void AttemptFailedLocked(JobEntry& e, const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `counts`: whether the failure spends one of the job's restarts (false for ranks lost to a
+  // coordinator restart rather than to the job).
+  void AttemptFailedLocked(JobEntry& e, const std::string& reason, bool counts = true)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CheckAdoptionLocked(JobEntry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void StopRanksLocked(JobEntry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RankGoneLocked(JobEntry& e, int rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AfterRankExitLocked(JobEntry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -117,7 +126,6 @@ class Coordinator {
   std::map<std::string, WorkerEntry> workers_ ABSL_GUARDED_BY(mu_);
   std::deque<std::string> queue_ ABSL_GUARDED_BY(mu_);  // PENDING job ids, first come first served.
   uint64_t version_counter_ ABSL_GUARDED_BY(mu_) = 0;
-  int next_worker_number_ ABSL_GUARDED_BY(mu_) = 1;
 };
 
 bool IsTerminal(v1::JobState state);

@@ -154,18 +154,49 @@ TEST_F(CoordinatorTest, LostWorkerFailsItsAttemptAndInvalidInputIsNamed) {
   EXPECT_THAT(c_->RegisterWorker(r).status().message(), HasSubstr("name: is required"));
 }
 
-TEST_F(CoordinatorTest, RestartedCoordinatorKeepsEveryJobAndRequeuesPlacedOnes) {
-  const std::string a = AddWorker("a", 1);
-  auto running = c_->Submit(Spec(1, 1), 0);
-  auto done = c_->Submit(Spec(1, 1), 0);
+TEST_F(CoordinatorTest, RestartedCoordinatorAdoptsReportedRanksAndRequeuesTheRest) {
+  const std::string a = AddWorker("a", 1), b = AddWorker("b", 1);
+  auto adopted = c_->Submit(Spec(1, 1), 0);
+  auto lost = c_->Submit(Spec(1, 1), 0);
+  auto on_a = Drain(a), on_b = Drain(b);
+  ASSERT_EQ(on_a.size(), 1u);
+  ASSERT_EQ(on_b.size(), 1u);
+  Report(a, on_a[0], v1::ReportRankStatusRequest::EVENT_STARTED);
+  Report(b, on_b[0], v1::ReportRankStatusRequest::EVENT_STARTED);
+  const std::string adopted_id = on_a[0].job_id(), lost_id = on_b[0].job_id();
   Restart();
-  auto jobs = c_->ListJobs();
-  ASSERT_EQ(jobs.size(), 2u);
-  EXPECT_EQ(State(running->id()), v1::JOB_STATE_PENDING);
-  EXPECT_THAT(c_->GetJob(running->id())->reason(), HasSubstr("coordinator restarted"));
-  AddWorker("a", 1);
-  EXPECT_EQ(State(running->id()), v1::JOB_STATE_SCHEDULED);
-  EXPECT_EQ(c_->GetJob(running->id())->attempt(), 2);
+  ASSERT_EQ(c_->ListJobs().size(), 2u);
+  EXPECT_THAT(c_->GetJob(adopted_id)->reason(), HasSubstr("coordinator restarted"));
+  // Worker a comes back still running its rank; worker b comes back with nothing.
+  v1::RegisterWorkerRequest r;
+  r.set_name("a");
+  r.set_device_kind(v1::DEVICE_KIND_CPU);
+  r.set_device_count(1);
+  r.set_host("127.0.0.1");
+  r.set_store_port_min(30000);
+  r.set_store_port_max(30010);
+  auto* running = r.add_running();
+  running->set_job_id(adopted_id);
+  running->set_attempt(1);
+  running->set_rank(0);
+  ASSERT_TRUE(c_->RegisterWorker(r).ok());
+  EXPECT_EQ(State(adopted_id), v1::JOB_STATE_RUNNING);
+  EXPECT_THAT(c_->GetJob(adopted_id)->reason(), HasSubstr("carried on through a coordinator restart"));
+  EXPECT_TRUE(Drain(a).empty()) << "an adopted rank is not stopped";
+  AddWorker("b", 1);
+  absl::SleepFor(absl::Milliseconds(300));  // Past the adoption deadline (the heartbeat timeout)...
+  ASSERT_TRUE(c_->Heartbeat("a").ok());     // ...with both workers alive.
+  ASSERT_TRUE(c_->Heartbeat("b").ok());
+  c_->CheckLiveness();
+  // b's rank was not reported: the attempt ends and the job is placed again, without spending a
+  // restart (it has none: max_restarts 0).
+  EXPECT_EQ(State(lost_id), v1::JOB_STATE_SCHEDULED);
+  EXPECT_EQ(c_->GetJob(lost_id)->attempt(), 2);
+  EXPECT_EQ(c_->GetJob(lost_id)->restarts_used(), 0);
+  EXPECT_THAT(c_->GetJob(lost_id)->reason(), HasSubstr("not reported running after a coordinator restart"));
+  // The adopted job finishes normally.
+  Report(a, on_a[0], v1::ReportRankStatusRequest::EVENT_EXITED);
+  EXPECT_EQ(State(adopted_id), v1::JOB_STATE_SUCCEEDED);
 }
 
 }  // namespace

@@ -55,8 +55,10 @@ class ClusterTest : public ::testing::Test {
     addr_ = absl::StrCat("127.0.0.1:", port_);
     StartCoordinator();
     for (const std::string name : {"a", "b"}) StartWorker(name);
-    ASSERT_TRUE(WaitFor([&] { return Cli({"workers"}).output.find("w2-") != std::string::npos; }, 20))
-        << Cli({"workers"}).output;
+    ASSERT_TRUE(WaitFor([&] {
+      const std::string out = Cli({"workers"}).output;
+      return out.find("a     ALIVE") != std::string::npos && out.find("b     ALIVE") != std::string::npos;
+    }, 20)) << Cli({"workers"}).output;
     data_ = testing::WriteTokenFile(dir_, 40000);
     spec_ = dir_ + "/spec.yaml";
     std::ofstream(spec_) << "name: cluster\n"
@@ -219,6 +221,7 @@ TEST_F(ClusterTest, CoordinatorKilledMidJobLosesNothing) {
   auto done = Cli({"follow", id});
   EXPECT_EQ(done.exit_code, 0) << done.output;
   EXPECT_EQ(Job(id).value("state", ""), "JOB_STATE_SUCCEEDED");
+  EXPECT_EQ(Job(id).value("attempt", 0), 1) << "the running ranks carried on; nothing restarted";
   EXPECT_EQ(Job(first).value("state", ""), "JOB_STATE_SUCCEEDED");
   EXPECT_EQ(testing::ReadLosses(out + "/steps.jsonl").size(), 400u);
 }
