@@ -215,8 +215,10 @@ int JobCommand(const ClusterOptions& o, const std::string& job_id) {
   std::cout << Summary(j) << "\n";
   Table t({"RANK", "WORKER", "DEVICE"});
   for (const auto& p : j.placement()) t.AddRow({absl::StrCat(p.rank()), p.worker_id(), absl::StrCat(p.local_rank())});
-  std::cout << "name: " << j.spec().name() << "\nattempt: " << j.attempt() << " (max restarts " << j.max_restarts()
-            << ")\noutput_dir: " << j.spec().output_dir() << "\n";
+  std::cout << "name: " << j.spec().name() << "\nattempt: " << j.attempt() << " (restarts used "
+            << j.restarts_used() << " of " << j.max_restarts() << ")\nlast checkpoint: step "
+            << j.progress().last_checkpoint_step() << " in " << j.spec().checkpoint().dir()
+            << "\noutput_dir: " << j.spec().output_dir() << "\n";
   if (j.placement_size() > 0) std::cout << t.ToString();
   return kExitOk;
 }
@@ -243,12 +245,12 @@ int WorkersCommand(const ClusterOptions& o) {
     std::cout << Json(resp) << "\n";
     return kExitOk;
   }
-  Table t({"ID", "NAME", "STATE", "DEVICES", "IN USE", "HOST"});
+  Table t({"ID", "NAME", "STATE", "DEVICES", "IN USE", "MEMORY/DEVICE", "HOST"});
   for (const v1::Worker& w : resp.workers()) {
     const std::string kind = w.device_kind() == v1::DEVICE_KIND_CUDA ? "cuda" : "cpu";
     const std::string state = v1::Worker::State_Name(w.state()).substr(std::string("STATE_").size());
     t.AddRow({w.id(), w.name(), state, absl::StrCat(kind, ":", w.device_count()), absl::StrCat(w.devices_in_use()),
-              w.host()});
+              absl::StrFormat("%.1f GiB", w.device_memory_bytes() / double(1 << 30)), w.host()});
   }
   std::cout << t.ToString();
   return kExitOk;

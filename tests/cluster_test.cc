@@ -143,6 +143,7 @@ TEST_F(ClusterTest, SubmittedJobSucceedsAndLearns) {
   EXPECT_EQ(p.value("step", std::string()), "20");  // int64 travels as a JSON string.
   EXPECT_LT(p.value("loss", 0.0), p.value("first_loss", 0.0)) << "the loss fell";
   EXPECT_EQ(testing::ReadLosses(dir_ + "/out/steps.jsonl").size(), 20u);
+  EXPECT_EQ(p.value("last_checkpoint_step", std::string()), "20");
   auto logs = Cli({"logs", "job-000001", "--rank", "1"});
   EXPECT_EQ(logs.exit_code, 0);
   EXPECT_THAT(logs.output, HasSubstr("=== tessera-worker: job job-000001 attempt 1 rank 1 ==="));
@@ -168,7 +169,14 @@ TEST_F(ClusterTest, CancelStopsEveryRankWithinTheGracePeriod) {
   EXPECT_THAT(r.output, HasSubstr("CANCELLED"));
   EXPECT_TRUE(WaitFor([&] { return ProcessesMatching("/jobs/" + id + "/").empty(); }, 3 + 2))
       << "ranks gone within the 3 s grace period (+2 s of polling)";
-  EXPECT_TRUE(WaitFor([&] { return Cli({"workers"}).output.find("  0       ") != std::string::npos; }, 5));
+  EXPECT_TRUE(WaitFor([&] {
+    auto w = nlohmann::json::parse(Cli({"--output=json", "workers"}).output, nullptr, false);
+    if (w.is_discarded()) return false;
+    for (const auto& x : w["workers"]) {
+      if (x.value("devices_in_use", 0) != 0) return false;
+    }
+    return true;
+  }, 5)) << "devices are free again";
 }
 
 TEST_F(ClusterTest, JobLargerThanTheClusterWaitsWithItsReason) {

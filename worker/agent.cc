@@ -93,6 +93,7 @@ void Agent::Run(const std::atomic<bool>& stop) {
       req.set_name(options_.name);
       req.set_device_kind(options_.device_kind);
       req.set_device_count(options_.device_count);
+      req.set_device_memory_bytes(options_.device_memory_bytes);
       req.set_host(options_.host);
       req.set_store_port_min(options_.store_port_min);
       req.set_store_port_max(options_.store_port_max);

@@ -18,6 +18,7 @@ struct AgentOptions {
   std::string name;                       // Unique per node.
   v1::DeviceKind device_kind = v1::DEVICE_KIND_CPU;
   int device_count = 1;
+  int64_t device_memory_bytes = 0;
   std::string host = "127.0.0.1";         // Where this node's ranks are reached.
   int store_port_min = 29500;             // Ports the coordinator may hand to rank 0's store here.
   int store_port_max = 29599;

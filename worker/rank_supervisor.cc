@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/process/subprocess.h"
+#include "parallel/checkpoint/checkpoint_dir.h"
 #include "google/protobuf/util/json_util.h"
 #include "nlohmann/json.hpp"
 
@@ -67,6 +68,7 @@ absl::Status RankSupervisor::Start(const v1::Assignment& a) {
   r.world_size = a.world_size();
   r.samples_per_step = a.spec().train().global_batch();
   if (a.rank() == 0) {
+    r.checkpoint_dir = a.spec().checkpoint().dir();
     r.steps_path = a.spec().output_dir() + "/steps.jsonl";
     std::ifstream steps(r.steps_path, std::ios::ate);
     if (steps) r.steps_offset = steps.tellg();  // Report only what this attempt writes.
@@ -115,8 +117,14 @@ std::vector<RankEvent> RankSupervisor::Poll() {
             report.push_back(std::move(j));
           }
         }
+        int64_t checkpoint = 0;
+        if (!report.empty()) {
+          auto all = parallel::ListCheckpoints(r.checkpoint_dir);
+          if (!all.empty()) checkpoint = all.back().first;
+        }
         for (const nlohmann::json& j : report) {
           RankEvent p;
+          p.progress.set_last_checkpoint_step(checkpoint);
           p.event = v1::ReportRankStatusRequest::EVENT_PROGRESS;
           p.job_id = job;
           p.attempt = attempt;

@@ -76,6 +76,7 @@ class RankSupervisor {
     pid_t pid = -1;
     std::string log_path;
     std::string steps_path;  // Rank 0 only.
+    std::string checkpoint_dir;
     double flops_per_token = 0;
     int world_size = 1;
     int64_t samples_per_step = 0;

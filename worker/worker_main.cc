@@ -51,6 +51,17 @@ double CpuHz() {
   return 2.5e9;
 }
 
+int64_t MemTotalBytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  int64_t kb = 0;
+  while (in >> key >> kb) {
+    if (key == "MemTotal:") return kb * 1024;
+    in.ignore(256, '\n');
+  }
+  return 0;
+}
+
 int Fail(const std::string& msg) {
   std::cerr << "error: " << msg << "\n";
   return 2;
@@ -70,6 +81,7 @@ int main(int argc, char** argv) {
   }
   if (dev[0] == "cuda") return Fail("--devices cuda: the CUDA backend is not available in this build yet");
   o.device_kind = tessera::v1::DEVICE_KIND_CPU;
+  o.device_memory_bytes = MemTotalBytes() / o.device_count;  // A CPU "device" gets its share of RAM.
   o.name = absl::GetFlag(FLAGS_name);
   if (o.name.empty()) {
     char host[256] = {0};
