@@ -43,7 +43,9 @@ absl::Status Coordinator::Recover() {
           e.ranks[p.rank()].local_rank = p.local_rank();
         }
       }
-      e.adopt_deadline = absl::Now() + options_.heartbeat_timeout;
+      // Workers reconnect with a backoff of up to a few seconds; one that has not come back within two
+      // heartbeat timeouts is taken for lost.
+      e.adopt_deadline = absl::Now() + 2 * options_.heartbeat_timeout;
       SetStateLocked(e, state, "coordinator restarted; waiting for the workers to report the ranks");
       continue;
     }
@@ -64,17 +66,18 @@ void Coordinator::CheckAdoptionLocked(JobEntry& e) {
     return;
   }
   const bool all = std::all_of(e.ranks.begin(), e.ranks.end(), [](const RankEntry& r) { return r.started || r.exited; });
-  if (all) {
+  const bool lost = std::any_of(e.ranks.begin(), e.ranks.end(), [](const RankEntry& r) { return r.exited && !r.started; });
+  if (all && !lost) {
     e.adopt_deadline.reset();
     SetStateLocked(e, v1::JOB_STATE_RUNNING,
                    absl::StrCat("attempt ", e.job.attempt(), " running (carried on through a coordinator restart)"));
     return;
   }
-  if (absl::Now() < *e.adopt_deadline) return;
+  if (!lost && absl::Now() < *e.adopt_deadline) return;
   e.adopt_deadline.reset();
   std::string missing;
   for (size_t r = 0; r < e.ranks.size(); ++r) {
-    if (!e.ranks[r].started && !e.ranks[r].exited) {
+    if (!e.ranks[r].started) {
       absl::StrAppend(&missing, missing.empty() ? "" : ",", r);
       RankGoneLocked(e, static_cast<int>(r));
     }
@@ -420,6 +423,16 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(const v1:
       a.set_job_id(r.job_id());
       a.set_attempt(r.attempt());
       w.queue.push_back(std::move(a));
+    }
+  }
+  // A worker that registers without a rank it was running for an attempt being adopted no longer has
+  // it (its exit report, if any, follows).
+  for (auto& [jid, e] : jobs_) {
+    if (!e.adopt_deadline) continue;
+    for (size_t r = 0; r < e.ranks.size(); ++r) {
+      if (e.ranks[r].worker_id == id && !e.ranks[r].started && !e.ranks[r].exited) {
+        RankGoneLocked(e, static_cast<int>(r));
+      }
     }
   }
   RefreshWorkerUsageLocked();

@@ -115,7 +115,7 @@ void Agent::Run(const std::atomic<bool>& stop) {
           said_unreachable = true;
         }
         next_attempt = now + backoff;
-        backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
+        backoff = std::min(backoff * 2, std::chrono::milliseconds(2000));
       }
     }
     if (!worker_id.empty() && now >= next_heartbeat) {

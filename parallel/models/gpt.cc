@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/custom_function.h>
 
 #include <cmath>
 
@@ -101,40 +103,79 @@ absl::Status Gpt::LoadFull(const std::map<std::string, at::Tensor>& full) {
   return absl::OkStatus();
 }
 
-at::Tensor Gpt::Loss(const at::Tensor& tokens, const at::Tensor& targets) {
+at::Tensor Gpt::Block(const at::Tensor& x_in, int i) {
   Communicator* tp = tp_.get();
-  const int64_t B = tokens.size(0), T = tokens.size(1);
+  const int64_t B = x_in.size(0), T = x_in.size(1);
   const int64_t h = config_.hidden;
   const int64_t local_heads = config_.heads / tp->size();
   const int64_t head_dim = h / config_.heads;
   const int64_t local_width = local_heads * head_dim;
-  const int64_t vocab_start = tp->rank() * (config_.vocab / tp->size());
+  const std::string b = absl::StrCat("h.", i, ".");
+  // Attention: column-parallel qkv (this rank's heads), row-parallel output projection.
+  at::Tensor a = at::layer_norm(x_in, {h}, P(b + "ln_1.weight"), P(b + "ln_1.bias"), kLayerNormEps);
+  a = at::linear(CopyToTp(a, tp), P(b + "attn.c_attn.weight"), P(b + "attn.c_attn.bias"));
+  std::vector<at::Tensor> qkv = a.split(local_width, -1);
+  auto heads = [&](const at::Tensor& t) { return t.view({B, T, local_heads, head_dim}).transpose(1, 2); };
+  at::Tensor y = at::scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), {}, 0.0,
+                                                  /*is_causal=*/true);
+  y = y.transpose(1, 2).reshape({B, T, local_width});
+  y = ReduceFromTp(at::linear(y, P(b + "attn.c_proj.weight")), tp) + P(b + "attn.c_proj.bias");
+  at::Tensor x = x_in + y;
+  // MLP: column-parallel c_fc, GELU (erf), row-parallel c_proj.
+  at::Tensor m = at::layer_norm(x, {h}, P(b + "ln_2.weight"), P(b + "ln_2.bias"), kLayerNormEps);
+  m = at::gelu(at::linear(CopyToTp(m, tp), P(b + "mlp.c_fc.weight"), P(b + "mlp.c_fc.bias")));
+  m = ReduceFromTp(at::linear(m, P(b + "mlp.c_proj.weight")), tp) + P(b + "mlp.c_proj.bias");
+  return x + m;
+}
 
+at::Tensor Gpt::Loss(const at::Tensor& tokens, const at::Tensor& targets) {
+  Communicator* tp = tp_.get();
+  const int64_t B = tokens.size(0), T = tokens.size(1);
+  const int64_t vocab_start = tp->rank() * (config_.vocab / tp->size());
   at::Tensor x = VocabParallelEmbedding(tokens, P("wte.weight"), vocab_start, tp) +
                  P("wpe.weight").narrow(0, 0, T);
   for (int i = 0; i < config_.layers; ++i) {
-    const std::string b = absl::StrCat("h.", i, ".");
-    // Attention: column-parallel qkv (this rank's heads), row-parallel output projection.
-    at::Tensor a = at::layer_norm(x, {h}, P(b + "ln_1.weight"), P(b + "ln_1.bias"), kLayerNormEps);
-    a = at::linear(CopyToTp(a, tp), P(b + "attn.c_attn.weight"), P(b + "attn.c_attn.bias"));
-    std::vector<at::Tensor> qkv = a.split(local_width, -1);
-    auto heads = [&](const at::Tensor& t) { return t.view({B, T, local_heads, head_dim}).transpose(1, 2); };
-    at::Tensor y = at::scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), {}, 0.0,
-                                                    /*is_causal=*/true);
-    y = y.transpose(1, 2).reshape({B, T, local_width});
-    y = ReduceFromTp(at::linear(y, P(b + "attn.c_proj.weight")), tp) + P(b + "attn.c_proj.bias");
-    x = x + y;
-    // MLP: column-parallel c_fc, GELU (erf), row-parallel c_proj.
-    at::Tensor m = at::layer_norm(x, {h}, P(b + "ln_2.weight"), P(b + "ln_2.bias"), kLayerNormEps);
-    m = at::gelu(at::linear(CopyToTp(m, tp), P(b + "mlp.c_fc.weight"), P(b + "mlp.c_fc.bias")));
-    m = ReduceFromTp(at::linear(m, P(b + "mlp.c_proj.weight")), tp) + P(b + "mlp.c_proj.bias");
-    x = x + m;
+    x = activation_checkpointing_ ? CheckpointedBlock(x, i) : Block(x, i);
   }
-  x = at::layer_norm(x, {h}, P("ln_f.weight"), P("ln_f.bias"), kLayerNormEps);
+  x = at::layer_norm(x, {config_.hidden}, P("ln_f.weight"), P("ln_f.bias"), kLayerNormEps);
   at::Tensor logits = at::linear(CopyToTp(x, tp), P("wte.weight"));  // Tied head: [B, T, V/tp].
   at::Tensor losses = VocabParallelCrossEntropy(logits.view({B * T, -1}), targets.reshape({B * T}),
                                                 vocab_start, tp);
   return losses.mean();
 }
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// Activation checkpointing of one block: forward keeps only the block's input; backward runs the
+// block's forward again with autograd on and back-propagates through it (a reentrant backward, as
+// torch.utils.checkpoint's reentrant mode). Parameter gradients accumulate into their .grad as usual;
+// the block's communication (tp all-reduces) is repeated in the recomputation on every tp rank.
+struct CheckpointFn : public torch::autograd::Function<CheckpointFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, Gpt* model, int64_t block) {
+    ctx->saved_data["model"] = reinterpret_cast<int64_t>(model);
+    ctx->saved_data["block"] = block;
+    ctx->save_for_backward({x});
+    at::NoGradGuard no_grad;
+    return model->Block(x, static_cast<int>(block));
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    Gpt* model = reinterpret_cast<Gpt*>(ctx->saved_data["model"].toInt());
+    at::Tensor x = ctx->get_saved_variables()[0].detach().requires_grad_(true);
+    at::Tensor y;
+    {
+      at::AutoGradMode enable(true);
+      y = model->Block(x, static_cast<int>(ctx->saved_data["block"].toInt()));
+    }
+    torch::autograd::backward({y}, {grads[0]});
+    return {x.grad(), at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor Gpt::CheckpointedBlock(const at::Tensor& x, int i) { return CheckpointFn::apply(x, this, i); }
 
 }  // namespace tessera::parallel

@@ -33,6 +33,12 @@ class Gpt {
   // Mean cross-entropy over all tokens of `tokens` [B, T] predicting `targets` [B, T] (T <= seq_len).
   at::Tensor Loss(const at::Tensor& tokens, const at::Tensor& targets);
 
+  // Transformer block `i` on activations `x` [B, T, hidden] (used by Loss and by recomputation).
+  at::Tensor Block(const at::Tensor& x, int i);
+
+  // Keep only each block's input in the forward pass and recompute the block in backward.
+  void set_activation_checkpointing(bool on) { activation_checkpointing_ = on; }
+
   std::vector<Param>& params() { return params_; }
   const GptConfig& config() const { return config_; }
   Communicator* tp() const { return tp_.get(); }
@@ -46,12 +52,14 @@ class Gpt {
   Param& Add(const std::string& name, std::vector<int64_t> shape, TpSplit split, double init_std,
              double fill, uint64_t seed);
   const at::Tensor& P(const std::string& name) const;
+  at::Tensor CheckpointedBlock(const at::Tensor& x, int i);
 
   GptConfig config_;
   std::shared_ptr<Communicator> tp_;
   c10::Device device_;
   std::vector<Param> params_;
   std::map<std::string, size_t> index_;
+  bool activation_checkpointing_ = false;
 };
 
 }  // namespace tessera::parallel

@@ -54,6 +54,7 @@ absl::Status Trainer::Init() {
   if (!device.ok()) return device.status();
   device_ = *device;
   model_ = std::make_unique<Gpt>(m, groups_.tp, options_.seed, device_);
+  model_->set_activation_checkpointing(options_.activation_checkpointing);
   adam_state_.resize(model_->params().size());
 
   auto checkpoints = ListCheckpoints(options_.checkpoint_dir);
