@@ -24,15 +24,16 @@ namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 using testing::RunTessera;
 
-// Processes whose command line contains `needle` (rank processes carry their job's work dir).
-std::vector<pid_t> ProcessesMatching(const std::string& needle) {
+// tessera-rank processes whose command line contains every needle (rank processes carry their
+// worker's work dir and their job id in their --spec path).
+std::vector<pid_t> ProcessesMatching(const std::vector<std::string>& needles) {
   std::vector<pid_t> out;
   for (const auto& e : fs::directory_iterator("/proc")) {
     std::ifstream cmd(e.path() / "cmdline");
     std::string s((std::istreambuf_iterator<char>(cmd)), std::istreambuf_iterator<char>());
-    if (s.find("tessera-rank") != std::string::npos && s.find(needle) != std::string::npos) {
-      out.push_back(std::stoi(e.path().filename().string()));
-    }
+    bool all = s.find("tessera-rank") != std::string::npos;
+    for (const std::string& n : needles) all = all && s.find(n) != std::string::npos;
+    if (all) out.push_back(std::stoi(e.path().filename().string()));
   }
   return out;
 }
@@ -74,7 +75,7 @@ class ClusterTest : public ::testing::Test {
     for (auto& [name, pid] : workers_) all.push_back(pid);
     if (coordinator_ > 0) all.push_back(coordinator_);
     process::StopAll(all, std::chrono::seconds(10));
-    EXPECT_TRUE(ProcessesMatching(dir_).empty()) << "no rank outlives its worker";
+    EXPECT_TRUE(ProcessesMatching({dir_ + "/"}).empty()) << "no rank outlives its worker";
   }
 
   // Starts worker `name` (one CPU device); its pid goes to workers_[name].
@@ -163,11 +164,11 @@ TEST_F(ClusterTest, PlanShowsMeshAndPlacementWithoutRunning) {
 TEST_F(ClusterTest, CancelStopsEveryRankWithinTheGracePeriod) {
   const std::string id = Submit({"train.steps=100000", "output_dir=" + dir_ + "/out"});
   ASSERT_TRUE(WaitFor([&] { return Job(id).value("state", "") == "JOB_STATE_RUNNING"; }, 30));
-  ASSERT_EQ(ProcessesMatching("/jobs/" + id + "/").size(), 2u);
+  ASSERT_EQ(ProcessesMatching({dir_ + "/", "/jobs/" + id + "/"}).size(), 2u);
   auto r = Cli({"cancel", id});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("CANCELLED"));
-  EXPECT_TRUE(WaitFor([&] { return ProcessesMatching("/jobs/" + id + "/").empty(); }, 3 + 2))
+  EXPECT_TRUE(WaitFor([&] { return ProcessesMatching({dir_ + "/", "/jobs/" + id + "/"}).empty(); }, 3 + 2))
       << "ranks gone within the 3 s grace period (+2 s of polling)";
   EXPECT_TRUE(WaitFor([&] {
     auto w = nlohmann::json::parse(Cli({"--output=json", "workers"}).output, nullptr, false);
@@ -198,7 +199,7 @@ TEST_F(ClusterTest, KilledRankRestartsFromCheckpointWithUndisturbedLosses) {
   auto r = Cli({"submit", spec_, "--max-restarts=2", "--set", "train.steps=60", "--set", "output_dir=" + out});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   ASSERT_TRUE(WaitFor([&] { return fs::exists(out + "/checkpoints/step_00000005"); }, 60));
-  auto ranks = ProcessesMatching("/jobs/job-000001/attempt_1/");
+  auto ranks = ProcessesMatching({dir_ + "/", "/jobs/job-000001/attempt_1/"});
   ASSERT_FALSE(ranks.empty());
   kill(ranks.back(), SIGKILL);
   auto done = Cli({"follow", "job-000001"});

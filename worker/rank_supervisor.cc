@@ -92,6 +92,60 @@ void RankSupervisor::StopJob(const std::string& job_id) {
   }
 }
 
+void RankSupervisor::ReadProgress(const Key& key, Rank& r, std::vector<RankEvent>* events) {
+  const auto& [job, attempt, rank] = key;
+  // Progress from rank 0's step log: step 1 (the baseline loss) and the newest complete line.
+  if (!r.steps_path.empty()) {
+    std::ifstream in(r.steps_path);
+    if (in) {
+      in.seekg(r.steps_offset);
+      std::string line;
+      std::vector<nlohmann::json> report;  // Step 1 (the job's baseline loss) and the newest step.
+      while (std::getline(in, line)) {
+        if (in.eof()) break;
+        r.steps_offset += static_cast<std::streamoff>(line.size() + 1);
+        nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+        if (j.is_discarded()) continue;
+        if (report.size() == 2 || (report.size() == 1 && report[0].value("step", int64_t{0}) != 1)) {
+          report.back() = std::move(j);
+        } else {
+          report.push_back(std::move(j));
+        }
+      }
+      // The checkpoint of a step is written after its log line: report a newer checkpoint even
+      // when no new step came (with the newest step again).
+      if (!report.empty()) r.last_step_line = report.back().dump();
+      int64_t checkpoint = r.reported_checkpoint;
+      auto all = parallel::ListCheckpoints(r.checkpoint_dir);
+      if (!all.empty()) checkpoint = all.back().first;
+      if (report.empty() && checkpoint != r.reported_checkpoint && !r.last_step_line.empty()) {
+        report.push_back(nlohmann::json::parse(r.last_step_line));
+      }
+      r.reported_checkpoint = checkpoint;
+      for (const nlohmann::json& j : report) {
+        RankEvent p;
+        p.progress.set_last_checkpoint_step(checkpoint);
+        p.event = v1::ReportRankStatusRequest::EVENT_PROGRESS;
+        p.job_id = job;
+        p.attempt = attempt;
+        p.rank = rank;
+        p.progress.set_step(j.value("step", int64_t{0}));
+        p.progress.set_loss(j.value("loss", 0.0));
+        p.progress.set_lr(j.value("lr", 0.0));
+        p.progress.set_grad_norm(j.value("grad_norm", 0.0));
+        p.progress.set_tokens_per_s(j.value("tokens_per_s", 0.0));
+        p.progress.set_step_seconds(j.value("step_seconds", 0.0));
+        p.tokens = j.value("tokens", int64_t{0});
+        p.bytes_all_reduced = j.value("bytes_all_reduced", int64_t{0});
+        p.flops_per_token = r.flops_per_token;
+        p.samples = r.samples_per_step;
+        p.world_size = r.world_size;
+        events->push_back(std::move(p));
+      }
+    }
+  }
+}
+
 std::vector<RankEvent> RankSupervisor::Poll() {
   std::vector<RankEvent> events;
   events.swap(pending_);
@@ -99,53 +153,11 @@ std::vector<RankEvent> RankSupervisor::Poll() {
   for (auto it = ranks_.begin(); it != ranks_.end();) {
     const auto& [job, attempt, rank] = it->first;
     Rank& r = it->second;
-    // Progress from rank 0's step log: step 1 (the baseline loss) and the newest complete line.
-    if (!r.steps_path.empty()) {
-      std::ifstream in(r.steps_path);
-      if (in) {
-        in.seekg(r.steps_offset);
-        std::string line;
-        std::vector<nlohmann::json> report;  // Step 1 (the job's baseline loss) and the newest step.
-        while (std::getline(in, line)) {
-          if (in.eof()) break;
-          r.steps_offset += static_cast<std::streamoff>(line.size() + 1);
-          nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-          if (j.is_discarded()) continue;
-          if (report.size() == 2 || (report.size() == 1 && report[0].value("step", int64_t{0}) != 1)) {
-            report.back() = std::move(j);
-          } else {
-            report.push_back(std::move(j));
-          }
-        }
-        int64_t checkpoint = 0;
-        if (!report.empty()) {
-          auto all = parallel::ListCheckpoints(r.checkpoint_dir);
-          if (!all.empty()) checkpoint = all.back().first;
-        }
-        for (const nlohmann::json& j : report) {
-          RankEvent p;
-          p.progress.set_last_checkpoint_step(checkpoint);
-          p.event = v1::ReportRankStatusRequest::EVENT_PROGRESS;
-          p.job_id = job;
-          p.attempt = attempt;
-          p.rank = rank;
-          p.progress.set_step(j.value("step", int64_t{0}));
-          p.progress.set_loss(j.value("loss", 0.0));
-          p.progress.set_lr(j.value("lr", 0.0));
-          p.progress.set_grad_norm(j.value("grad_norm", 0.0));
-          p.progress.set_tokens_per_s(j.value("tokens_per_s", 0.0));
-          p.progress.set_step_seconds(j.value("step_seconds", 0.0));
-          p.tokens = j.value("tokens", int64_t{0});
-          p.bytes_all_reduced = j.value("bytes_all_reduced", int64_t{0});
-          p.flops_per_token = r.flops_per_token;
-          p.samples = r.samples_per_step;
-          p.world_size = r.world_size;
-          events.push_back(std::move(p));
-        }
-      }
-    }
+    // Reap first, read progress second: after an exit every line and checkpoint the rank wrote is there.
     int status = 0;
-    if (waitpid(r.pid, &status, WNOHANG) == r.pid) {
+    const bool exited = waitpid(r.pid, &status, WNOHANG) == r.pid;
+    ReadProgress(it->first, r, &events);
+    if (exited) {
       kill(-r.pid, SIGKILL);  // Anything the rank left in its process group.
       RankEvent e;
       e.event = v1::ReportRankStatusRequest::EVENT_EXITED;

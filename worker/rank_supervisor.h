@@ -77,6 +77,8 @@ class RankSupervisor {
     std::string log_path;
     std::string steps_path;  // Rank 0 only.
     std::string checkpoint_dir;
+    std::string last_step_line;       // Newest step log line read.
+    int64_t reported_checkpoint = 0;  // Newest checkpoint step already reported.
     double flops_per_token = 0;
     int world_size = 1;
     int64_t samples_per_step = 0;
@@ -85,6 +87,9 @@ class RankSupervisor {
     std::chrono::steady_clock::time_point kill_at;
   };
   using Key = std::tuple<std::string, int, int>;  // job, attempt, rank
+
+  // Appends progress events from rank 0's step log and checkpoint directory.
+  void ReadProgress(const Key& key, Rank& r, std::vector<RankEvent>* events);
 
   RankSupervisorOptions options_;
   std::map<Key, Rank> ranks_;
