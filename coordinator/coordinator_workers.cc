@@ -1,0 +1,224 @@
+// The worker-facing half of Coordinator: registration (and adoption of running ranks after a
+// coordinator restart), heartbeats and liveness, assignment queues, rank status reports.
+#include <algorithm>
+#include <cctype>
+
+#include "absl/strings/str_cat.h"
+#include "common/spec/job_spec.h"
+#include "coordinator/coordinator.h"
+
+namespace tessera::coordinator {
+
+std::vector<v1::Worker> Coordinator::ListWorkers() {
+  absl::MutexLock lock(&mu_);
+  std::vector<v1::Worker> out;
+  for (auto& [id, w] : workers_) {
+    v1::Worker info = w.info;
+    info.set_devices_in_use(static_cast<int>(w.used_devices.size()));
+    info.set_last_heartbeat_unix_ms(absl::ToUnixMillis(w.last_heartbeat));
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(const v1::RegisterWorkerRequest& req) {
+  std::vector<spec::SpecError> errors;
+  if (req.name().empty()) {
+    errors.push_back({"name", "is required"});
+  } else if (req.name().size() > 128 || !std::all_of(req.name().begin(), req.name().end(), [](char c) {
+               return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
+             })) {
+    errors.push_back({"name", absl::StrCat(spec::Quote(req.name()), " may use only letters, digits, '-', '_' and '.' "
+                                                                    "(at most 128)")});
+  }
+  if (req.device_kind() != v1::DEVICE_KIND_CPU && req.device_kind() != v1::DEVICE_KIND_CUDA) {
+    errors.push_back({"device_kind", "must be cpu or cuda"});
+  }
+  if (req.device_count() < 1 || req.device_count() > 1024) {
+    errors.push_back({"device_count", absl::StrCat(req.device_count(), " must be between 1 and 1024")});
+  }
+  if (req.host().empty()) errors.push_back({"host", "is required"});
+  if (req.store_port_min() < 1 || req.store_port_max() > 65535 || req.store_port_min() > req.store_port_max()) {
+    errors.push_back({"store_port_min", absl::StrCat("[", req.store_port_min(), ", ", req.store_port_max(),
+                                                     "] is not a port range")});
+  }
+  if (absl::Status s = spec::ToStatus(errors); !s.ok()) return s;
+  absl::MutexLock lock(&mu_);
+  const std::string id = req.name();  // Stable across coordinator restarts, so placements stay valid.
+  WorkerEntry& w = workers_[id];
+  w.info.set_id(id);
+  w.info.set_name(req.name());
+  w.info.set_device_kind(req.device_kind());
+  w.info.set_device_count(req.device_count());
+  w.info.set_device_memory_bytes(req.device_memory_bytes());
+  w.info.set_host(req.host());
+  w.info.set_metrics_address(req.metrics_address());
+  w.info.set_state(v1::Worker::STATE_ALIVE);
+  w.port_min = req.store_port_min();
+  w.port_max = req.store_port_max();
+  w.last_heartbeat = absl::Now();
+  w.queue.clear();
+  // Ranks the worker still runs that belong to no current attempt are stopped.
+  for (const v1::RunningRank& r : req.running()) {
+    auto it = jobs_.find(r.job_id());
+    const bool current = it != jobs_.end() && !IsTerminal(it->second.job.state()) &&
+                         it->second.job.attempt() == r.attempt() &&
+                         (it->second.job.state() == v1::JOB_STATE_SCHEDULED ||
+                          it->second.job.state() == v1::JOB_STATE_RUNNING) &&
+                         r.rank() < static_cast<int>(it->second.ranks.size()) &&
+                         it->second.ranks[r.rank()].worker_id == id;
+    if (current) {
+      it->second.ranks[r.rank()].started = true;  // Adopted (or simply still running).
+    } else {
+      v1::Assignment a;
+      a.set_action(v1::Assignment::ACTION_STOP);
+      a.set_job_id(r.job_id());
+      a.set_attempt(r.attempt());
+      w.queue.push_back(std::move(a));
+    }
+  }
+  // A worker that registers without a rank it was running for an attempt being adopted no longer has
+  // it (its exit report, if any, follows).
+  for (auto& [jid, e] : jobs_) {
+    if (!e.adopt_deadline) continue;
+    for (size_t r = 0; r < e.ranks.size(); ++r) {
+      if (e.ranks[r].worker_id == id && !e.ranks[r].started && !e.ranks[r].exited) {
+        RankGoneLocked(e, static_cast<int>(r));
+      }
+    }
+  }
+  RefreshWorkerUsageLocked();
+  for (auto& [jid, e] : jobs_) CheckAdoptionLocked(e);
+  TryScheduleLocked();
+  changed_.SignalAll();
+  v1::RegisterWorkerResponse resp;
+  resp.set_worker_id(id);
+  resp.set_heartbeat_interval_ms(static_cast<int32_t>(absl::ToInt64Milliseconds(options_.heartbeat_interval)));
+  return resp;
+}
+
+void Coordinator::RefreshWorkerUsageLocked() {
+  for (auto& [id, w] : workers_) w.used_devices.clear(), w.used_ports.clear();
+  for (auto& [id, e] : jobs_) {
+    for (size_t r = 0; r < e.ranks.size(); ++r) {
+      if (e.ranks[r].exited) continue;
+      auto w = workers_.find(e.ranks[r].worker_id);
+      if (w == workers_.end()) continue;
+      w->second.used_devices.insert(e.ranks[r].local_rank);
+      if (r == 0) w->second.used_ports.insert(e.job.store_port());
+    }
+  }
+}
+
+absl::Status Coordinator::Heartbeat(const std::string& worker_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end() || it->second.info.state() == v1::Worker::STATE_LOST) {
+    return absl::NotFoundError(absl::StrCat("worker ", worker_id, " is not registered; register again"));
+  }
+  it->second.last_heartbeat = absl::Now();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<v1::Assignment>> Coordinator::NextAssignment(const std::string& worker_id,
+                                                                         absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  const absl::Time deadline = absl::Now() + timeout;
+  while (true) {
+    auto it = workers_.find(worker_id);
+    if (it == workers_.end() || it->second.info.state() == v1::Worker::STATE_LOST) {
+      return absl::NotFoundError(absl::StrCat("worker ", worker_id, " is not registered; register again"));
+    }
+    if (!it->second.queue.empty()) {
+      v1::Assignment a = std::move(it->second.queue.front());
+      it->second.queue.pop_front();
+      return std::optional<v1::Assignment>(std::move(a));
+    }
+    if (absl::Now() >= deadline) return std::optional<v1::Assignment>();
+    changed_.WaitWithDeadline(&mu_, deadline);
+  }
+}
+
+absl::Status Coordinator::ReportRankStatus(const v1::ReportRankStatusRequest& req) {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(req.job_id());
+  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("job ", req.job_id(), " does not exist"));
+  JobEntry& e = it->second;
+  if (req.attempt() != e.job.attempt() || req.rank() < 0 || req.rank() >= static_cast<int>(e.ranks.size()) ||
+      e.ranks[req.rank()].worker_id != req.worker_id()) {
+    return absl::OkStatus();  // A report about an earlier attempt (or a rank it no longer owns).
+  }
+  switch (req.event()) {
+    case v1::ReportRankStatusRequest::EVENT_STARTED: {
+      e.ranks[req.rank()].started = true;
+      const bool all = std::all_of(e.ranks.begin(), e.ranks.end(), [](const RankEntry& r) { return r.started; });
+      if (all && e.job.state() == v1::JOB_STATE_SCHEDULED) {
+        SetStateLocked(e, v1::JOB_STATE_RUNNING, absl::StrCat("attempt ", e.job.attempt(), " running"));
+      }
+      return absl::OkStatus();
+    }
+    case v1::ReportRankStatusRequest::EVENT_PROGRESS: {
+      v1::JobProgress p = req.progress();
+      p.set_total_steps(e.job.spec().train().steps());
+      // The loss of the job's first reported step stays, so that "did it learn" reads off one message.
+      const bool first = p.step() <= 1 || e.job.progress().step() == 0;
+      p.set_first_loss(first ? p.loss() : e.job.progress().first_loss());
+      *e.job.mutable_progress() = p;
+      ChangedLocked(e, /*persist=*/false);
+      return absl::OkStatus();
+    }
+    case v1::ReportRankStatusRequest::EVENT_EXITED: {
+      RankGoneLocked(e, req.rank());
+      if (req.exit_code() == 0) {
+        const bool all = std::all_of(e.ranks.begin(), e.ranks.end(), [](const RankEntry& r) { return r.exited; });
+        if (all && (e.job.state() == v1::JOB_STATE_RUNNING || e.job.state() == v1::JOB_STATE_SCHEDULED)) {
+          SetStateLocked(e, v1::JOB_STATE_SUCCEEDED, absl::StrCat("all ranks finished (attempt ", e.job.attempt(), ")"));
+        }
+        AfterRankExitLocked(e);
+      } else if (e.job.state() == v1::JOB_STATE_RUNNING || e.job.state() == v1::JOB_STATE_SCHEDULED) {
+        const std::string& name = workers_.count(req.worker_id()) ? workers_[req.worker_id()].info.name() : req.worker_id();
+        AttemptFailedLocked(e, absl::StrCat("rank ", req.rank(), " on worker ", name, " exited with code ",
+                                            req.exit_code(), req.error().empty() ? "" : ": ", req.error()));
+      } else {
+        AfterRankExitLocked(e);
+      }
+      return absl::OkStatus();
+    }
+    default:
+      return absl::InvalidArgumentError("event: must be started, progress or exited");
+  }
+}
+
+void Coordinator::CheckLiveness() {
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = absl::Now();
+  for (auto& [jid, e] : jobs_) CheckAdoptionLocked(e);
+  for (auto& [wid, w] : workers_) {
+    if (w.info.state() != v1::Worker::STATE_ALIVE || now - w.last_heartbeat <= options_.heartbeat_timeout) continue;
+    w.info.set_state(v1::Worker::STATE_LOST);
+    w.queue.clear();
+    for (auto& [jid, e] : jobs_) {
+      bool hit = false;
+      for (size_t r = 0; r < e.ranks.size(); ++r) {
+        if (e.ranks[r].worker_id == wid && !e.ranks[r].exited) RankGoneLocked(e, static_cast<int>(r)), hit = true;
+      }
+      if (!hit) continue;
+      if (e.job.state() == v1::JOB_STATE_RUNNING || e.job.state() == v1::JOB_STATE_SCHEDULED) {
+        AttemptFailedLocked(e, absl::StrCat("worker ", w.info.name(), " lost (no heartbeat for ",
+                                            absl::FormatDuration(options_.heartbeat_timeout), ")"));
+      } else {
+        AfterRankExitLocked(e);
+      }
+    }
+    changed_.SignalAll();
+  }
+}
+
+std::map<v1::Worker::State, int> Coordinator::WorkersByState() {
+  absl::MutexLock lock(&mu_);
+  std::map<v1::Worker::State, int> out;
+  for (auto& [id, w] : workers_) ++out[w.info.state()];
+  return out;
+}
+
+}  // namespace tessera::coordinator
