@@ -199,5 +199,31 @@ TEST_F(CoordinatorTest, RestartedCoordinatorAdoptsReportedRanksAndRequeuesTheRes
   EXPECT_EQ(State(adopted_id), v1::JOB_STATE_SUCCEEDED);
 }
 
+TEST_F(CoordinatorTest, RankThatFinishedDuringACoordinatorOutageCountsAsFinished) {
+  const std::string a = AddWorker("a", 1);
+  auto job = c_->Submit(Spec(1, 1), 0);
+  auto placed = Drain(a);
+  ASSERT_EQ(placed.size(), 1u);
+  Report(a, placed[0], v1::ReportRankStatusRequest::EVENT_STARTED);
+  Restart();
+  // The worker returns: its rank is no longer running, and it brings the exit it could not report.
+  v1::RegisterWorkerRequest r;
+  r.set_name("a");
+  r.set_device_kind(v1::DEVICE_KIND_CPU);
+  r.set_device_count(1);
+  r.set_host("127.0.0.1");
+  r.set_store_port_min(30000);
+  r.set_store_port_max(30010);
+  auto* exit = r.add_exited();
+  exit->set_job_id(job->id());
+  exit->set_attempt(1);
+  exit->set_rank(0);
+  exit->set_event(v1::ReportRankStatusRequest::EVENT_EXITED);
+  exit->set_exit_code(0);
+  ASSERT_TRUE(c_->RegisterWorker(r).ok());
+  EXPECT_EQ(State(job->id()), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(c_->GetJob(job->id())->attempt(), 1);
+}
+
 }  // namespace
 }  // namespace tessera::coordinator

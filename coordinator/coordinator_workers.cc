@@ -58,6 +58,11 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(const v1:
   w.port_max = req.store_port_max();
   w.last_heartbeat = absl::Now();
   w.queue.clear();
+  // Exits the worker could not report while it was away come first.
+  for (v1::ReportRankStatusRequest exit : req.exited()) {
+    exit.set_worker_id(id);
+    if (exit.event() == v1::ReportRankStatusRequest::EVENT_EXITED) ReportRankStatusLocked(exit).IgnoreError();
+  }
   // Ranks the worker still runs that belong to no current attempt are stopped.
   for (const v1::RunningRank& r : req.running()) {
     auto it = jobs_.find(r.job_id());
@@ -141,6 +146,10 @@ absl::StatusOr<std::optional<v1::Assignment>> Coordinator::NextAssignment(const 
 
 absl::Status Coordinator::ReportRankStatus(const v1::ReportRankStatusRequest& req) {
   absl::MutexLock lock(&mu_);
+  return ReportRankStatusLocked(req);
+}
+
+absl::Status Coordinator::ReportRankStatusLocked(const v1::ReportRankStatusRequest& req) {
   auto it = jobs_.find(req.job_id());
   if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("job ", req.job_id(), " does not exist"));
   JobEntry& e = it->second;

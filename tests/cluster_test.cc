@@ -230,7 +230,7 @@ TEST_F(ClusterTest, CoordinatorKilledMidJobLosesNothing) {
   auto done = Cli({"follow", id});
   EXPECT_EQ(done.exit_code, 0) << done.output;
   EXPECT_EQ(Job(id).value("state", ""), "JOB_STATE_SUCCEEDED");
-  EXPECT_EQ(Job(id).value("attempt", 0), 1) << "the running ranks carried on; nothing restarted";
+  EXPECT_EQ(Job(id).value("attempt", 0), 1) << "the running ranks carried on; nothing restarted: " << Job(id).dump();
   EXPECT_EQ(Job(first).value("state", ""), "JOB_STATE_SUCCEEDED");
   EXPECT_EQ(testing::ReadLosses(out + "/steps.jsonl").size(), 400u);
 }

@@ -99,9 +99,14 @@ void Agent::Run(const std::atomic<bool>& stop) {
       req.set_store_port_max(options_.store_port_max);
       req.set_metrics_address(options_.metrics_address);
       for (auto& r : supervisor.Running()) *req.add_running() = r;
+      for (const auto& r : unsent) {
+        if (r.event() == v1::ReportRankStatusRequest::EVENT_EXITED) *req.add_exited() = r;
+      }
       v1::RegisterWorkerResponse resp;
       grpc::Status s = stub->RegisterWorker(WithDeadline(std::chrono::seconds(3)).get(), req, &resp);
       if (s.ok()) {
+        // The exits went with the registration; the rest (starts, progress) is stale now.
+        unsent.clear();
         worker_id = resp.worker_id();
         heartbeat_interval = std::chrono::milliseconds(std::max(100, resp.heartbeat_interval_ms()));
         reader = std::make_unique<AssignmentReader>(stub.get(), worker_id);
