@@ -98,7 +98,7 @@ TEST(CheckpointResumeTest, InterruptedRunResumesToIdenticalLosses) {
   }
 }
 
-TEST(CheckpointResumeTest, TensorParallelResumesFromSingleProcessCheckpoint) {
+TEST(CheckpointResumeTest, OtherLayoutsResumeFromSingleProcessCheckpoint) {
   const std::string dir = testing::FreshDir("cross_layout");
   const std::string spec = WriteSpec(dir, "cosine");
   auto single = RunTessera({"run", spec, "--quiet", "--set", "output_dir=" + dir + "/single"});
@@ -114,6 +114,17 @@ TEST(CheckpointResumeTest, TensorParallelResumesFromSingleProcessCheckpoint) {
   for (int step = 5; step <= 8; ++step) {
     ASSERT_TRUE(got.count(step)) << step;
     EXPECT_NEAR(got.at(step), want.at(step), kLossAtol + kLossRtol * std::abs(want.at(step))) << "step " << step;
+  }
+  // And dp=2 with the optimizer state sharded (ZeRO-1) from the same full checkpoint.
+  fs::create_directories(dir + "/zero1/checkpoints");
+  fs::copy(dir + "/single/checkpoints/step_00000004", dir + "/zero1/checkpoints/step_00000004");
+  auto zero = RunTessera({"run", spec, "--quiet", "--set", "output_dir=" + dir + "/zero1", "--set", "parallel.dp=2",
+                          "--set", "parallel.zero_stage=1"});
+  ASSERT_EQ(zero.exit_code, 0) << zero.output;
+  const auto got_zero = ReadLosses(dir + "/zero1/steps.jsonl");
+  ASSERT_EQ(got_zero.size(), 4u);
+  for (int step = 5; step <= 8; ++step) {
+    EXPECT_NEAR(got_zero.at(step), want.at(step), kLossAtol + kLossRtol * std::abs(want.at(step))) << "step " << step;
   }
 }
 

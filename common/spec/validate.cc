@@ -67,6 +67,11 @@ void CheckParallel(const v1::JobSpec& s, Checker& c) {
   if (p.tp() >= 1 && s.model().vocab() >= 1 && s.model().vocab() % p.tp() != 0) {
     c.Fail("parallel.tp", absl::StrCat(p.tp(), " does not divide model.vocab ", s.model().vocab()));
   }
+  if (p.zero_stage() < 0 || p.zero_stage() > 3) {
+    c.Fail("parallel.zero_stage", absl::StrCat(p.zero_stage(), " must be 0, 1, 2 or 3"));
+  } else if (p.zero_stage() > 1) {
+    c.Fail("parallel.zero_stage", absl::StrCat(p.zero_stage(), " is not available yet; use 0 or 1"));
+  }
   if (!(p.dp_bucket_mb() > 0)) {
     c.Fail("parallel.dp_bucket_mb", absl::StrCat(p.dp_bucket_mb(), " must be positive"));
   }

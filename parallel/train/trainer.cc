@@ -67,8 +67,18 @@ absl::Status Trainer::Init() {
     if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("model.init_from ", options_.init_from, ": ", s.message()));
   }
   std::vector<at::Tensor> values;
-  for (Param& p : model_->params()) values.push_back(p.value);
+  std::vector<bool> decay;
+  for (Param& p : model_->params()) values.push_back(p.value), decay.push_back(p.weight_decay);
   buckets_ = std::make_unique<GradBuckets>(values, groups_.dp, GradBucketsOptions{options_.dp_bucket_bytes});
+  if (options_.zero_stage == 1) {
+    if (!device_.is_cpu()) return absl::UnimplementedError("parallel.zero_stage 1 runs on CPU parameters only (for now)");
+    sharded_ = std::make_unique<ShardedAdamW>(values, decay, groups_.dp,
+                                              AdamWOptions{options_.beta1, options_.beta2, options_.eps,
+                                                           options_.weight_decay});
+    if (!pending_m_.empty()) sharded_->LoadState(pending_m_, pending_v_);
+  }
+  pending_m_.clear();
+  pending_v_.clear();
   return absl::OkStatus();
 }
 
@@ -132,9 +142,12 @@ absl::StatusOr<StepStats> Trainer::Step() {
   lr_options.steps = options_.steps;
   const double lr = LearningRate(lr_options, step_);
   auto& params = model_->params();
-  for (size_t k = 0; k < params.size(); ++k) {
-    adam_.Update(params[k].value, params[k].value.grad(), adam_state_[k], lr, step_ + 1,
-                 params[k].weight_decay);
+  if (sharded_) {
+    TESSERA_RETURN_IF_ERROR(sharded_->Step(lr, step_ + 1));
+  } else {
+    for (size_t k = 0; k < params.size(); ++k) {
+      adam_.Update(params[k].value, params[k].value.grad(), adam_state_[k], lr, step_ + 1, params[k].weight_decay);
+    }
   }
   ++step_;
   StepStats s;
@@ -146,6 +159,11 @@ absl::StatusOr<StepStats> Trainer::Step() {
   s.tokens = static_cast<int64_t>(options_.global_batch) * T;
   s.tokens_per_s = s.tokens / s.step_seconds;
   s.bytes_all_reduced = groups_.dp->bytes_all_reduced() + groups_.tp->bytes_all_reduced() - bytes_before;
+  if (sharded_) {
+    s.optimizer_state_bytes = sharded_->state_bytes();
+  } else {
+    for (const AdamWState& a : adam_state_) s.optimizer_state_bytes += 2 * a.exp_avg.numel() * a.exp_avg.element_size();
+  }
   return s;
 }
 
@@ -163,16 +181,26 @@ absl::Status Trainer::Run(const std::function<void(const StepStats&)>& on_step) 
   return groups_.world->Barrier();
 }
 
+absl::Status Trainer::LocalOptimizerState(std::vector<at::Tensor>* m, std::vector<at::Tensor>* v) {
+  if (sharded_) return sharded_->GatherState(m, v);
+  m->clear();
+  v->clear();
+  for (const AdamWState& a : adam_state_) m->push_back(a.exp_avg), v->push_back(a.exp_avg_sq);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::map<std::string, at::Tensor>> Trainer::GatherFull(What what) {
   std::map<std::string, at::Tensor> out;
   auto& params = model_->params();
+  std::vector<at::Tensor> m, v;
+  if (what == What::kExpAvg || what == What::kExpAvgSq) TESSERA_RETURN_IF_ERROR(LocalOptimizerState(&m, &v));
   for (size_t k = 0; k < params.size(); ++k) {
     at::Tensor part;
     switch (what) {
       case What::kParams: part = params[k].value; break;
       case What::kGrads: part = params[k].value.grad(); break;
-      case What::kExpAvg: part = adam_state_[k].exp_avg; break;
-      case What::kExpAvgSq: part = adam_state_[k].exp_avg_sq; break;
+      case What::kExpAvg: part = m[k]; break;
+      case What::kExpAvgSq: part = v[k]; break;
     }
     if (!part.defined()) part = at::zeros_like(params[k].value);
     at::Tensor full;
@@ -183,6 +211,11 @@ absl::StatusOr<std::map<std::string, at::Tensor>> Trainer::GatherFull(What what)
 }
 
 absl::Status Trainer::SaveCheckpoint() {
+  if (sharded_ && groups_.dp->rank() != 0) {
+    std::vector<at::Tensor> m, v;  // Only to take part in the dp gathers of the shards.
+    TESSERA_RETURN_IF_ERROR(sharded_->GatherState(&m, &v));
+    TESSERA_RETURN_IF_ERROR(sharded_->GatherState(&m, &v));
+  }
   if (groups_.dp->rank() != 0) return groups_.world->Barrier();
   auto params = GatherFull(What::kParams);
   if (!params.ok()) return params.status();
@@ -253,7 +286,10 @@ absl::Status Trainer::LoadCheckpoint(const std::string& path) {
     const int r = groups_.tp->rank(), n = groups_.tp->size();
     adam_state_[k].exp_avg = ShardOf(ps[k], m->second, r, n).to(device_);
     adam_state_[k].exp_avg_sq = ShardOf(ps[k], v->second, r, n).to(device_);
+    pending_m_.push_back(adam_state_[k].exp_avg);
+    pending_v_.push_back(adam_state_[k].exp_avg_sq);
   }
+  if (options_.zero_stage == 1) adam_state_.assign(ps.size(), AdamWState{});  // The sharded optimizer keeps them.
   step_ = state["step"].get<int64_t>();
   return absl::OkStatus();
 }
@@ -277,7 +313,7 @@ absl::Status Trainer::TrimStepLog() {
 absl::Status Trainer::AppendStepLog(const StepStats& s) {
   nlohmann::json j = {{"step", s.step}, {"loss", s.loss}, {"lr", s.lr}, {"grad_norm", s.grad_norm},
                       {"tokens_per_s", s.tokens_per_s}, {"step_seconds", s.step_seconds}, {"tokens", s.tokens},
-                      {"bytes_all_reduced", s.bytes_all_reduced}};
+                      {"bytes_all_reduced", s.bytes_all_reduced}, {"optimizer_state_bytes", s.optimizer_state_bytes}};
   std::ofstream out(options_.output_dir + "/steps.jsonl", std::ios::app);
   out << j.dump() << "\n";
   out.flush();

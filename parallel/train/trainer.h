@@ -20,6 +20,7 @@
 #include "parallel/models/gpt.h"
 #include "parallel/optim/adamw.h"
 #include "parallel/train/trainer_options.h"
+#include "parallel/zero/sharded_adamw.h"
 
 namespace tessera::parallel {
 
@@ -32,6 +33,7 @@ struct StepStats {
   double tokens_per_s = 0;
   int64_t tokens = 0;         // Tokens of this step (global).
   int64_t bytes_all_reduced = 0;  // By this rank in this step.
+  int64_t optimizer_state_bytes = 0;  // AdamW state held by this rank.
 };
 
 class Trainer {
@@ -64,6 +66,9 @@ class Trainer {
   absl::Status Init();
   absl::Status LoadCheckpoint(const std::string& path);
   absl::Status AppendStepLog(const StepStats& stats);
+  // Full-size (tp-local) m and v per parameter, whichever optimizer holds them (collective over dp
+  // when sharded).
+  absl::Status LocalOptimizerState(std::vector<at::Tensor>* m, std::vector<at::Tensor>* v);
   absl::Status TrimStepLog();
   absl::Status DumpDebug();
   absl::StatusOr<double> ClipGradients();
@@ -75,7 +80,9 @@ class Trainer {
   std::unique_ptr<TokenDataset> data_;
   std::unique_ptr<GradBuckets> buckets_;
   AdamW adam_;
-  std::vector<AdamWState> adam_state_;
+  std::vector<AdamWState> adam_state_;      // zero_stage 0.
+  std::unique_ptr<ShardedAdamW> sharded_;  // zero_stage 1.
+  std::vector<at::Tensor> pending_m_, pending_v_;  // State from a checkpoint, until the optimizer exists.
   int64_t step_ = 0;
 };
 

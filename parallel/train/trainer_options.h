@@ -21,6 +21,7 @@ struct TrainerOptions {
   MeshShape mesh;
   DeviceOptions device;             // cpu, or cuda:local_rank (parallel/device/device.h).
   int64_t dp_bucket_bytes = 25 << 20;
+  int zero_stage = 0;               // 1: AdamW state sharded over dp (parallel/zero).
 
   int64_t steps = 100;              // Total optimizer steps of the job.
   int micro_batch = 8;

@@ -17,6 +17,7 @@ parallel::TrainerOptions ToTrainerOptions(const v1::JobSpec& spec) {
   o.mesh = {p.dp(), p.pp(), p.tp(), p.sp(), p.order()};
   o.device.kind = spec.device() == v1::DEVICE_CUDA ? parallel::DeviceKind::kCuda : parallel::DeviceKind::kCpu;
   o.dp_bucket_bytes = static_cast<int64_t>(p.dp_bucket_mb() * (1 << 20));
+  o.zero_stage = p.zero_stage();
   const auto& t = spec.train();
   o.steps = t.steps();
   o.micro_batch = t.micro_batch();
