@@ -130,6 +130,10 @@ TEST_F(ParallelEquivalenceTest, Zero1IsBitIdenticalToDataParallelWithHalfTheStat
   for (const auto& [name, w] : plain_opt) EXPECT_EQ(zero_opt.at(name), w) << name;
 }
 
+TEST_F(ParallelEquivalenceTest, Zero1WithTensorParallel) {
+  CompareWithReference(Run("dp2tp2_zero1", 2, 2, {"parallel.zero_stage=1"}));
+}
+
 // Recomputing each block in backward runs the same kernels on the same inputs: the losses and
 // gradients are identical, bit for bit, to storing the activations.
 TEST_F(ParallelEquivalenceTest, ActivationCheckpointingIsExact) {
