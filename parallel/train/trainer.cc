@@ -190,19 +190,21 @@ absl::Status Trainer::LocalOptimizerState(std::vector<at::Tensor>* m, std::vecto
 }
 
 absl::StatusOr<std::map<std::string, at::Tensor>> Trainer::GatherFull(What what) {
+  auto& params = model_->params();
+  std::vector<at::Tensor> local, m, v;
+  if (what == What::kExpAvg || what == What::kExpAvgSq) {
+    TESSERA_RETURN_IF_ERROR(LocalOptimizerState(&m, &v));
+    return GatherOverTp(what == What::kExpAvg ? m : v);
+  }
+  for (Param& p : params) local.push_back(what == What::kParams ? p.value : p.value.grad());
+  return GatherOverTp(local);
+}
+
+absl::StatusOr<std::map<std::string, at::Tensor>> Trainer::GatherOverTp(const std::vector<at::Tensor>& local) {
   std::map<std::string, at::Tensor> out;
   auto& params = model_->params();
-  std::vector<at::Tensor> m, v;
-  if (what == What::kExpAvg || what == What::kExpAvgSq) TESSERA_RETURN_IF_ERROR(LocalOptimizerState(&m, &v));
   for (size_t k = 0; k < params.size(); ++k) {
-    at::Tensor part;
-    switch (what) {
-      case What::kParams: part = params[k].value; break;
-      case What::kGrads: part = params[k].value.grad(); break;
-      case What::kExpAvg: part = m[k]; break;
-      case What::kExpAvgSq: part = v[k]; break;
-    }
-    if (!part.defined()) part = at::zeros_like(params[k].value);
+    at::Tensor part = local[k].defined() ? local[k] : at::zeros_like(params[k].value);
     at::Tensor full;
     TESSERA_RETURN_IF_ERROR(GatherFullTensor(params[k], part, groups_.tp.get(), &full));
     out.emplace(params[k].name, std::move(full));
@@ -211,17 +213,16 @@ absl::StatusOr<std::map<std::string, at::Tensor>> Trainer::GatherFull(What what)
 }
 
 absl::Status Trainer::SaveCheckpoint() {
-  if (sharded_ && groups_.dp->rank() != 0) {
-    std::vector<at::Tensor> m, v;  // Only to take part in the dp gathers of the shards.
-    TESSERA_RETURN_IF_ERROR(sharded_->GatherState(&m, &v));
-    TESSERA_RETURN_IF_ERROR(sharded_->GatherState(&m, &v));
-  }
+  // Every dp rank takes part in gathering a sharded optimizer state; then dp rank 0's tp group
+  // gathers the full tensors and global rank 0 writes them.
+  std::vector<at::Tensor> local_m, local_v;
+  TESSERA_RETURN_IF_ERROR(LocalOptimizerState(&local_m, &local_v));
   if (groups_.dp->rank() != 0) return groups_.world->Barrier();
   auto params = GatherFull(What::kParams);
   if (!params.ok()) return params.status();
-  auto m = GatherFull(What::kExpAvg);
+  auto m = GatherOverTp(local_m);
   if (!m.ok()) return m.status();
-  auto v = GatherFull(What::kExpAvgSq);
+  auto v = GatherOverTp(local_v);
   if (!v.ok()) return v.status();
   if (groups_.global_rank == 0) {
     auto tmp = BeginCheckpoint(options_.checkpoint_dir, step_);

@@ -69,6 +69,8 @@ class Trainer {
   // Full-size (tp-local) m and v per parameter, whichever optimizer holds them (collective over dp
   // when sharded).
   absl::Status LocalOptimizerState(std::vector<at::Tensor>* m, std::vector<at::Tensor>* v);
+  // Full tensors by name from this rank's per-parameter parts (a collective over the tp group).
+  absl::StatusOr<std::map<std::string, at::Tensor>> GatherOverTp(const std::vector<at::Tensor>& local);
   absl::Status TrimStepLog();
   absl::Status DumpDebug();
   absl::StatusOr<double> ClipGradients();
