@@ -37,7 +37,7 @@ class CoordinatorTest : public ::testing::Test {
     EXPECT_TRUE(spec.ok()) << spec.status();
     return *spec;
   }
-  std::string AddWorker(const std::string& name, int devices) {
+  static v1::RegisterWorkerRequest Registration(const std::string& name, int devices) {
     v1::RegisterWorkerRequest r;
     r.set_name(name);
     r.set_device_kind(v1::DEVICE_KIND_CPU);
@@ -45,7 +45,10 @@ class CoordinatorTest : public ::testing::Test {
     r.set_host("127.0.0.1");
     r.set_store_port_min(30000);
     r.set_store_port_max(30010);
-    auto resp = c_->RegisterWorker(r);
+    return r;
+  }
+  std::string AddWorker(const std::string& name, int devices) {
+    auto resp = c_->RegisterWorker(Registration(name, devices));
     EXPECT_TRUE(resp.ok()) << resp.status();
     return resp->worker_id();
   }
@@ -168,13 +171,7 @@ TEST_F(CoordinatorTest, RestartedCoordinatorAdoptsReportedRanksAndRequeuesTheRes
   ASSERT_EQ(c_->ListJobs().size(), 2u);
   EXPECT_THAT(c_->GetJob(adopted_id)->reason(), HasSubstr("coordinator restarted"));
   // Worker a comes back still running its rank; worker b comes back with nothing.
-  v1::RegisterWorkerRequest r;
-  r.set_name("a");
-  r.set_device_kind(v1::DEVICE_KIND_CPU);
-  r.set_device_count(1);
-  r.set_host("127.0.0.1");
-  r.set_store_port_min(30000);
-  r.set_store_port_max(30010);
+  v1::RegisterWorkerRequest r = Registration("a", 1);
   auto* running = r.add_running();
   running->set_job_id(adopted_id);
   running->set_attempt(1);
@@ -207,13 +204,7 @@ TEST_F(CoordinatorTest, RankThatFinishedDuringACoordinatorOutageCountsAsFinished
   Report(a, placed[0], v1::ReportRankStatusRequest::EVENT_STARTED);
   Restart();
   // The worker returns: its rank is no longer running, and it brings the exit it could not report.
-  v1::RegisterWorkerRequest r;
-  r.set_name("a");
-  r.set_device_kind(v1::DEVICE_KIND_CPU);
-  r.set_device_count(1);
-  r.set_host("127.0.0.1");
-  r.set_store_port_min(30000);
-  r.set_store_port_max(30010);
+  v1::RegisterWorkerRequest r = Registration("a", 1);
   auto* exit = r.add_exited();
   exit->set_job_id(job->id());
   exit->set_attempt(1);
