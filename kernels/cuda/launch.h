@@ -1,0 +1,75 @@
+// Launchers of tessera's fused CUDA kernels. Plain pointers and streams, no LibTorch, so that nvcc
+// never parses LibTorch's headers; the at::Tensor glue is kernels/cuda_kernels.cc.
+//
+// Contracts common to all: row-major contiguous arrays; `T` is float, __half or __nv_bfloat16
+// (selected by DType); arithmetic in fp32; every launcher returns the launch's cudaError_t
+// (cudaSuccess or the error of cudaGetLastError right after the launch) and never synchronises.
+#ifndef TESSERA_KERNELS_CUDA_LAUNCH_H_
+#define TESSERA_KERNELS_CUDA_LAUNCH_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace tessera::kernels::cuda {
+
+enum class DType { kFloat, kHalf, kBFloat16 };
+
+// y[r, :] = (x[r, :] − mean_r) · rstd_r · w + b over rows of length h; mean and rstd (fp32, one per
+// row) are saved for the backward pass. rstd_r = 1 / sqrt(var_r + eps), var the biased variance.
+cudaError_t LayerNormForward(DType t, const void* x, const void* w, const void* b, void* y, float* mean,
+                             float* rstd, int64_t rows, int64_t h, float eps, cudaStream_t stream);
+
+// dx (same type as x) and the per-block partial sums of dw and db: dw_partial, db_partial are fp32
+// [LayerNormPartialRows(rows), h], to be summed over dim 0 by the caller.
+cudaError_t LayerNormBackward(DType t, const void* dy, const void* x, const float* mean, const float* rstd,
+                              const void* w, void* dx, float* dw_partial, float* db_partial, int64_t rows,
+                              int64_t h, cudaStream_t stream);
+int64_t LayerNormPartialRows(int64_t rows);
+
+// y = gelu(x + bias[col]) with GELU's erf form; x [rows, cols] flattened, bias [cols].
+cudaError_t BiasGeluForward(DType t, const void* x, const void* bias, void* y, int64_t n, int64_t cols,
+                            cudaStream_t stream);
+// du = dy · gelu'(x + bias[col]) (the gradient of x; the caller sums du over rows for the bias).
+cudaError_t BiasGeluBackward(DType t, const void* dy, const void* x, const void* bias, void* du, int64_t n,
+                             int64_t cols, cudaStream_t stream);
+
+// Rows of length t_len taken from scores [batch, t_len, t_len]: row (b, i) gets
+// y[j] = softmax_j(scale · s[j]) over j <= i and y[j] = 0 for j > i (causal mask).
+cudaError_t CausalSoftmaxForward(DType t, const void* scores, void* y, int64_t batch, int64_t t_len, float scale,
+                                 cudaStream_t stream);
+// dx[j] = scale · y[j] · (dy[j] − Σ_k dy[k]·y[k]); zero where masked.
+cudaError_t CausalSoftmaxBackward(DType t, const void* dy, const void* y, void* dx, int64_t batch, int64_t t_len,
+                                  float scale, cudaStream_t stream);
+
+// One fp32 tensor of a multi-tensor AdamW launch.
+struct AdamWTensor {
+  float* param;
+  const float* grad;
+  float* exp_avg;
+  float* exp_avg_sq;
+  int64_t n;
+};
+
+// Scalars of one AdamW step, computed in double on the host and rounded to float once (as ATen does).
+struct AdamWScalars {
+  float decay;                  // 1 − lr·weight_decay
+  float one_minus_beta1;        // 1 − β1 (lerp weight)
+  float beta2;
+  float one_minus_beta2;
+  float step_size;              // lr / (1 − β1ᵗ)
+  float bias_correction2_sqrt;  // √(1 − β2ᵗ)
+  float eps;
+};
+
+// Elements per chunk of the multi-tensor AdamW: each thread block updates one chunk.
+constexpr int64_t kAdamWChunk = 65536;
+
+// The chunk table a multi-tensor launch reads: for chunk c, chunk_tensor[c] indexes `tensors` and
+// chunk_start[c] is its first element. Both tables and `tensors` must be in device memory.
+cudaError_t MultiTensorAdamW(const AdamWTensor* tensors, const int32_t* chunk_tensor, const int64_t* chunk_start,
+                             int64_t chunks, AdamWScalars s, cudaStream_t stream);
+
+}  // namespace tessera::kernels::cuda
+
+#endif  // TESSERA_KERNELS_CUDA_LAUNCH_H_

@@ -1,0 +1,67 @@
+// FusedKernels: the forward and backward contracts of tessera's fused operations, with two
+// implementations: the LibTorch composite (any device, the reference and the fallback) and the CUDA
+// kernels of kernels/cuda (present only in binaries that link //kernels:cuda_kernels, which registers
+// them at start-up). kernels/fused_ops.h builds autograd operations on top and picks one.
+#ifndef TESSERA_KERNELS_FUSED_KERNELS_H_
+#define TESSERA_KERNELS_FUSED_KERNELS_H_
+
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "kernels/cpu_adam.h"
+
+namespace tessera::kernels {
+
+struct LayerNormResult {
+  at::Tensor y;     // Like x.
+  at::Tensor mean;  // fp32 [rows]
+  at::Tensor rstd;  // fp32 [rows]: 1 / sqrt(biased variance + eps)
+};
+
+struct LayerNormGrads {
+  at::Tensor dx;       // Like x.
+  at::Tensor dweight;  // fp32 [h]
+  at::Tensor dbias;    // fp32 [h]
+};
+
+class FusedKernels {
+ public:
+  virtual ~FusedKernels() = default;
+  virtual const char* name() const = 0;
+
+  // Layer norm over the last dimension of x (contiguous, [..., h]) with weight and bias [h].
+  virtual LayerNormResult LayerNormForward(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                                           double eps) const = 0;
+  virtual LayerNormGrads LayerNormBackward(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& mean,
+                                           const at::Tensor& rstd, const at::Tensor& weight) const = 0;
+
+  // gelu(x + bias) with GELU's erf form; x [..., f], bias [f]. Backward returns the gradient of x
+  // (the bias gradient is its sum over all leading dimensions).
+  virtual at::Tensor BiasGeluForward(const at::Tensor& x, const at::Tensor& bias) const = 0;
+  virtual at::Tensor BiasGeluBackward(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& bias) const = 0;
+
+  // softmax(scale · scores) over the last dimension with a causal mask (key j > query i gets
+  // probability 0); scores [..., T, T].
+  virtual at::Tensor CausalSoftmaxForward(const at::Tensor& scores, double scale) const = 0;
+  virtual at::Tensor CausalSoftmaxBackward(const at::Tensor& dy, const at::Tensor& y, double scale) const = 0;
+
+  // AdamW (PyTorch's arithmetic, kernels/cpu_adam.h) over every tensor of one parameter group, in
+  // place. All tensors fp32 and contiguous; grads[i], exp_avgs[i], exp_avg_sqs[i] shaped as params[i].
+  virtual void AdamW(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
+                     const std::vector<at::Tensor>& exp_avgs, const std::vector<at::Tensor>& exp_avg_sqs,
+                     const AdamWStep& step) const = 0;
+};
+
+// LibTorch ops only; works on every device and dtype.
+const FusedKernels& CompositeKernels();
+
+// The CUDA kernels, or null when this binary was built without them.
+const FusedKernels* CudaKernels();
+
+// Called once by //kernels:cuda_kernels at static initialisation.
+void RegisterCudaKernels(const FusedKernels* kernels);
+
+}  // namespace tessera::kernels
+
+#endif  // TESSERA_KERNELS_FUSED_KERNELS_H_
