@@ -28,7 +28,7 @@ absl::StatusOr<ProcessGroups> Groups(int rank, int port, MeshShape shape) {
   o.rank = rank;
   o.store_port = port;
   o.timeout = std::chrono::seconds(60);
-  return CreateGlooProcessGroups(o, *mesh);
+  return CreateProcessGroups(o, *mesh);
 }
 
 TEST(GlooCommunicatorTest, AllReduceOpsAndDtypes) {
@@ -140,7 +140,7 @@ TEST(GlooCommunicatorTest, UnreachableStoreTimesOut) {
     o.rank = 1;  // Nobody hosts the store.
     o.store_port = port;
     o.timeout = std::chrono::seconds(2);
-    auto g = CreateGlooProcessGroups(o, *mesh);
+    auto g = CreateProcessGroups(o, *mesh);
     return Expect(!g.ok(), "bootstrap without a store fails");
   };
   EXPECT_TRUE(RunRanks(1, body).ok());

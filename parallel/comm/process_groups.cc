@@ -2,6 +2,8 @@
 
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <atomic>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "parallel/comm/gloo_communicator.h"
@@ -10,20 +12,32 @@
 namespace tessera::parallel {
 namespace {
 
+std::atomic<NcclFactory> nccl_factory{nullptr};
+
 absl::StatusOr<std::shared_ptr<Communicator>> MakeGroup(const c10::intrusive_ptr<c10d::Store>& store,
                                                         const std::string& axis,
                                                         const std::vector<int>& members, int rank,
-                                                        std::chrono::milliseconds timeout) {
+                                                        const BootstrapOptions& options) {
   std::string name = absl::StrCat(axis, "[", absl::StrJoin(members, ","), "]");
   if (members.size() == 1) return std::make_shared<SelfCommunicator>(rank, name);
-  auto comm = GlooCommunicator::Create(store, name, members, rank, timeout);
+  if (options.backend == CommBackend::kNccl) {
+    NcclFactory factory = nccl_factory.load();
+    if (factory == nullptr) {
+      return absl::FailedPreconditionError(
+          "this binary has no NCCL backend: device cuda runs in tessera-rank-cuda (built with the CUDA toolkit)");
+    }
+    return factory(store, name, members, rank, options.device_index, options.timeout);
+  }
+  auto comm = GlooCommunicator::Create(store, name, members, rank, options.timeout);
   if (!comm.ok()) return comm.status();
   return std::shared_ptr<Communicator>(std::move(*comm));
 }
 
 }  // namespace
 
-absl::StatusOr<ProcessGroups> CreateGlooProcessGroups(const BootstrapOptions& options,
+void RegisterNcclFactory(NcclFactory factory) { nccl_factory.store(factory); }
+
+absl::StatusOr<ProcessGroups> CreateProcessGroups(const BootstrapOptions& options,
                                                       const ProcessMesh& mesh) {
   const int world = mesh.world_size();
   if (options.rank < 0 || options.rank >= world) {
@@ -64,7 +78,7 @@ absl::StatusOr<ProcessGroups> CreateGlooProcessGroups(const BootstrapOptions& op
       {"sp", &groups.sp, mesh.GroupRanks(options.rank, Axis::kSp)},
   };
   for (Want& w : wants) {
-    auto comm = MakeGroup(store, w.name, w.members, options.rank, options.timeout);
+    auto comm = MakeGroup(store, w.name, w.members, options.rank, options);
     if (!comm.ok()) return comm.status();
     *w.out = std::move(*comm);
   }

@@ -6,10 +6,12 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "parallel/comm/communicator.h"
 #include "parallel/mesh/process_mesh.h"
+#include <torch/csrc/distributed/c10d/Store.hpp>
 
 namespace tessera::parallel {
 
@@ -22,17 +24,30 @@ struct ProcessGroups {
   std::shared_ptr<Communicator> sp;
 };
 
+enum class CommBackend {
+  kGloo,  // CPU tensors (c10d ProcessGroupGloo).
+  kNccl,  // CUDA tensors; needs a binary that links //parallel/comm:nccl (tessera-rank-cuda).
+};
+
 struct BootstrapOptions {
+  CommBackend backend = CommBackend::kGloo;
+  int device_index = 0;                  // NCCL: this rank's GPU, cuda:device_index.
   std::string store_host = "127.0.0.1";  // Where rank 0 hosts the c10d TCPStore.
   int store_port = 0;                    // Required when the world has more than one rank.
   int rank = 0;
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};  // Rendezvous and collectives.
 };
 
-// Connects to (rank 0: hosts) the TCPStore and builds this rank's Gloo groups for `mesh`. Groups of
-// one rank are SelfCommunicators; a one-rank world needs no store at all.
-absl::StatusOr<ProcessGroups> CreateGlooProcessGroups(const BootstrapOptions& options,
-                                                      const ProcessMesh& mesh);
+// Connects to (rank 0: hosts) the TCPStore and builds this rank's groups for `mesh` with the chosen
+// backend. Groups of one rank are SelfCommunicators; a one-rank world needs no store at all.
+absl::StatusOr<ProcessGroups> CreateProcessGroups(const BootstrapOptions& options, const ProcessMesh& mesh);
+
+// How the NCCL backend is made: registered at start-up by //parallel/comm:nccl, so that CPU-only
+// binaries carry no CUDA libraries.
+using NcclFactory = absl::StatusOr<std::shared_ptr<Communicator>> (*)(
+    const c10::intrusive_ptr<c10d::Store>& store, const std::string& name, const std::vector<int>& members,
+    int global_rank, int device_index, std::chrono::milliseconds timeout);
+void RegisterNcclFactory(NcclFactory factory);
 
 }  // namespace tessera::parallel
 

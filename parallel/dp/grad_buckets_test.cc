@@ -25,7 +25,7 @@ absl::Status Body(int rank, int port) {
   o.rank = rank;
   o.store_port = port;
   o.timeout = std::chrono::seconds(60);
-  auto groups = CreateGlooProcessGroups(o, *mesh);
+  auto groups = CreateProcessGroups(o, *mesh);
   if (!groups.ok()) return groups.status();
   at::manual_seed(0);  // Same weights and input on both ranks.
   std::vector<at::Tensor> weights;

@@ -50,7 +50,7 @@ absl::Status RunRank() {
   boot.store_port = absl::GetFlag(FLAGS_store_port);
   boot.rank = absl::GetFlag(FLAGS_rank);
   boot.timeout = std::chrono::seconds(absl::GetFlag(FLAGS_timeout_s));
-  auto groups = parallel::CreateGlooProcessGroups(boot, *mesh);
+  auto groups = parallel::CreateProcessGroups(boot, *mesh);
   if (!groups.ok()) return groups.status();
   auto trainer = parallel::Trainer::Create(options, *groups);
   if (!trainer.ok()) return trainer.status();
