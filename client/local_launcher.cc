@@ -64,7 +64,8 @@ class StepLogTail {
 
 }  // namespace
 
-std::string FindRankBinary() {
+std::string FindRankBinary(bool cuda) {
+  if (cuda) return process::FindTesseraBinary("tessera-rank-cuda", "worker/rank", "TESSERA_RANK_CUDA_BINARY");
   return process::FindTesseraBinary("tessera-rank", "worker/rank", "TESSERA_RANK_BINARY");
 }
 
@@ -86,9 +87,11 @@ int RunLocal(const LaunchOptions& options) {
     std::cerr << "error: model.init_from: " << spec->model().init_from() << " does not exist\n";
     return kExitBadInput;
   }
-  const std::string rank_binary = options.rank_binary.empty() ? FindRankBinary() : options.rank_binary;
+  const bool cuda = spec->device() == v1::DEVICE_CUDA;
+  const std::string rank_binary = options.rank_binary.empty() ? FindRankBinary(cuda) : options.rank_binary;
   if (rank_binary.empty()) {
-    std::cerr << "error: cannot find the tessera-rank executable (set TESSERA_RANK_BINARY)\n";
+    std::cerr << "error: cannot find the " << (cuda ? "tessera-rank-cuda" : "tessera-rank") << " executable (set "
+              << (cuda ? "TESSERA_RANK_CUDA_BINARY" : "TESSERA_RANK_BINARY") << ")\n";
     return kExitBadInput;
   }
   const std::string out_dir = spec->output_dir();

@@ -25,7 +25,8 @@ int RunLocal(const LaunchOptions& options);
 
 // Path of the tessera-rank executable: $TESSERA_RANK_BINARY, else next to /proc/self/exe, else in
 // its Bazel runfiles or bazel-bin layout. "" when none exists.
-std::string FindRankBinary();
+// device cuda: tessera-rank-cuda ($TESSERA_RANK_CUDA_BINARY, ...), which links the GPU backend.
+std::string FindRankBinary(bool cuda = false);
 
 }  // namespace tessera::client
 

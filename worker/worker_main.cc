@@ -79,9 +79,10 @@ int main(int argc, char** argv) {
       o.device_count < 1) {
     return Fail("--devices " + absl::GetFlag(FLAGS_devices) + ": expected cpu:N or cuda:N with N >= 1");
   }
-  if (dev[0] == "cuda") return Fail("--devices cuda: the CUDA backend is not available in this build yet");
-  o.device_kind = tessera::v1::DEVICE_KIND_CPU;
-  o.device_memory_bytes = MemTotalBytes() / o.device_count;  // A CPU "device" gets its share of RAM.
+  const bool cuda = dev[0] == "cuda";
+  o.device_kind = cuda ? tessera::v1::DEVICE_KIND_CUDA : tessera::v1::DEVICE_KIND_CPU;
+  // A CPU "device" gets its share of RAM; a GPU's memory is not read here (the daemon links no CUDA).
+  o.device_memory_bytes = cuda ? 0 : MemTotalBytes() / o.device_count;
   o.name = absl::GetFlag(FLAGS_name);
   if (o.name.empty()) {
     char host[256] = {0};
@@ -95,8 +96,14 @@ int main(int argc, char** argv) {
       o.store_port_min > o.store_port_max) {
     return Fail("--store_ports " + absl::GetFlag(FLAGS_store_ports) + ": expected MIN-MAX, e.g. 29500-29599");
   }
-  o.supervisor.rank_binary = tessera::process::FindTesseraBinary("tessera-rank", "worker/rank", "TESSERA_RANK_BINARY");
-  if (o.supervisor.rank_binary.empty()) return Fail("cannot find tessera-rank (set TESSERA_RANK_BINARY)");
+  // GPU nodes run ranks in tessera-rank-cuda (NCCL and the fused kernels linked in).
+  o.supervisor.rank_binary =
+      cuda ? tessera::process::FindTesseraBinary("tessera-rank-cuda", "worker/rank", "TESSERA_RANK_CUDA_BINARY")
+           : tessera::process::FindTesseraBinary("tessera-rank", "worker/rank", "TESSERA_RANK_BINARY");
+  if (o.supervisor.rank_binary.empty()) {
+    return Fail(cuda ? "cannot find tessera-rank-cuda (set TESSERA_RANK_CUDA_BINARY)"
+                     : "cannot find tessera-rank (set TESSERA_RANK_BINARY)");
+  }
   o.supervisor.work_dir = absl::GetFlag(FLAGS_work_dir);
   o.supervisor.stop_grace = std::chrono::seconds(absl::GetFlag(FLAGS_stop_grace_s));
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));

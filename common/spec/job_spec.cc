@@ -43,6 +43,7 @@ v1::JobSpec DefaultJobSpec() {
   t->add_betas(0.95);
   t->set_eps(1e-8);
   t->set_grad_clip(1.0);
+  t->set_fused_kernels(true);
   t->set_seed(1234);
   auto* c = s.mutable_checkpoint();
   c->set_every_steps(0);

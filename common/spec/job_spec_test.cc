@@ -92,12 +92,22 @@ TEST(JobSpecTest, EveryProblemReportedOnce) {
 }
 
 TEST(JobSpecTest, NotYetAvailableModesAreRejectedByField) {
-  auto spec = ParseAndValidate(kValid, {"parallel.tp_mode=2.5d", "parallel.order=tp-dp-pp", "device=cuda"});
+  auto spec = ParseAndValidate(kValid, {"parallel.tp_mode=2.5d", "parallel.order=tp-dp-pp", "device=cuda",
+                                        "parallel.zero_stage=1"});
   ASSERT_FALSE(spec.ok());
   const std::string msg(spec.status().message());
   EXPECT_THAT(msg, HasSubstr("parallel.tp_mode: 2.5d is not available yet"));
   EXPECT_THAT(msg, HasSubstr("parallel.order: 'tp-dp-pp' must name dp, pp, sp and tp once each"));
-  EXPECT_THAT(msg, HasSubstr("device: cuda"));
+  EXPECT_THAT(msg, HasSubstr("parallel.zero_stage: 1 with device cuda is not available yet"));
+}
+
+TEST(JobSpecTest, CudaIsAcceptedAndFusedKernelsDefaultOn) {
+  auto spec = ParseAndValidate(kValid, {"device=cuda"});
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_TRUE(spec->train().fused_kernels());
+  auto off = ParseAndValidate(kValid, {"device=cuda", "train.fused_kernels=false"});
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_FALSE(off->train().fused_kernels());
 }
 
 TEST(JobSpecTest, MalformedYamlAndOverridesAreErrorsNotCrashes) {

@@ -138,7 +138,9 @@ std::vector<SpecError> ValidateJobSpec(const v1::JobSpec& s) {
   c.AtLeast("checkpoint.keep", s.checkpoint().keep(), 1);
   if (s.output_dir().empty()) c.Fail("output_dir", "is required");
   if (s.device() == v1::DEVICE_CUDA) {
-    c.Fail("device", "cuda is not available in this build yet; use cpu");
+    if (s.parallel().zero_stage() > 0) {
+      c.Fail("parallel.zero_stage", absl::StrCat(s.parallel().zero_stage(), " with device cuda is not available yet; use 0"));
+    }
   } else if (s.device() != v1::DEVICE_CPU) {
     c.Fail("device", "must be cpu or cuda");
   }

@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/fused_ops.h"
 #include "parallel/layers/tp_ops.h"
 
 namespace tessera::parallel {
@@ -112,7 +113,8 @@ at::Tensor Gpt::Block(const at::Tensor& x_in, int i) {
   const int64_t local_width = local_heads * head_dim;
   const std::string b = absl::StrCat("h.", i, ".");
   // Attention: column-parallel qkv (this rank's heads), row-parallel output projection.
-  at::Tensor a = at::layer_norm(x_in, {h}, P(b + "ln_1.weight"), P(b + "ln_1.bias"), kLayerNormEps);
+  const bool fused = kernels::SelectKernels(x_in, fused_kernels_) != nullptr;
+  at::Tensor a = kernels::LayerNorm(x_in, P(b + "ln_1.weight"), P(b + "ln_1.bias"), kLayerNormEps, fused);
   a = at::linear(CopyToTp(a, tp), P(b + "attn.c_attn.weight"), P(b + "attn.c_attn.bias"));
   std::vector<at::Tensor> qkv = a.split(local_width, -1);
   auto heads = [&](const at::Tensor& t) { return t.view({B, T, local_heads, head_dim}).transpose(1, 2); };
@@ -122,8 +124,13 @@ at::Tensor Gpt::Block(const at::Tensor& x_in, int i) {
   y = ReduceFromTp(at::linear(y, P(b + "attn.c_proj.weight")), tp) + P(b + "attn.c_proj.bias");
   at::Tensor x = x_in + y;
   // MLP: column-parallel c_fc, GELU (erf), row-parallel c_proj.
-  at::Tensor m = at::layer_norm(x, {h}, P(b + "ln_2.weight"), P(b + "ln_2.bias"), kLayerNormEps);
-  m = at::gelu(at::linear(CopyToTp(m, tp), P(b + "mlp.c_fc.weight"), P(b + "mlp.c_fc.bias")));
+  at::Tensor m = kernels::LayerNorm(x, P(b + "ln_2.weight"), P(b + "ln_2.bias"), kLayerNormEps, fused);
+  if (fused) {
+    // Fused: the bias add rides in the GELU kernel instead of the matmul's epilogue.
+    m = kernels::BiasGelu(at::linear(CopyToTp(m, tp), P(b + "mlp.c_fc.weight")), P(b + "mlp.c_fc.bias"), true);
+  } else {
+    m = at::gelu(at::linear(CopyToTp(m, tp), P(b + "mlp.c_fc.weight"), P(b + "mlp.c_fc.bias")));
+  }
   m = ReduceFromTp(at::linear(m, P(b + "mlp.c_proj.weight")), tp) + P(b + "mlp.c_proj.bias");
   return x + m;
 }
@@ -137,7 +144,7 @@ at::Tensor Gpt::Loss(const at::Tensor& tokens, const at::Tensor& targets) {
   for (int i = 0; i < config_.layers; ++i) {
     x = activation_checkpointing_ ? CheckpointedBlock(x, i) : Block(x, i);
   }
-  x = at::layer_norm(x, {config_.hidden}, P("ln_f.weight"), P("ln_f.bias"), kLayerNormEps);
+  x = kernels::LayerNorm(x, P("ln_f.weight"), P("ln_f.bias"), kLayerNormEps, fused_kernels_);
   at::Tensor logits = at::linear(CopyToTp(x, tp), P("wte.weight"));  // Tied head: [B, T, V/tp].
   at::Tensor losses = VocabParallelCrossEntropy(logits.view({B * T, -1}), targets.reshape({B * T}),
                                                 vocab_start, tp);

@@ -38,6 +38,8 @@ class Gpt {
 
   // Keep only each block's input in the forward pass and recompute the block in backward.
   void set_activation_checkpointing(bool on) { activation_checkpointing_ = on; }
+  // Use the fused CUDA kernels (layer norm, bias+GELU) where they apply (kernels/fused_ops.h).
+  void set_fused_kernels(bool on) { fused_kernels_ = on; }
 
   std::vector<Param>& params() { return params_; }
   const GptConfig& config() const { return config_; }
@@ -60,6 +62,7 @@ class Gpt {
   std::vector<Param> params_;
   std::map<std::string, size_t> index_;
   bool activation_checkpointing_ = false;
+  bool fused_kernels_ = false;
 };
 
 }  // namespace tessera::parallel

@@ -34,6 +34,12 @@ class AdamW {
   void Update(at::Tensor& param, const at::Tensor& grad, AdamWState& state, double lr, int64_t step,
               bool decay) const;
 
+  // Updates every parameter. With `fused` on and fp32 CUDA tensors, one multi-tensor CUDA launch per
+  // weight-decay group (kernels/fused_kernels.h); otherwise Update() per tensor.
+  void UpdateAll(std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
+                 std::vector<AdamWState>& states, const std::vector<bool>& decay, double lr, int64_t step,
+                 bool fused) const;
+
  private:
   AdamWOptions options_;
   kernels::Simd simd_;

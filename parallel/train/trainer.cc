@@ -55,6 +55,7 @@ absl::Status Trainer::Init() {
   device_ = *device;
   model_ = std::make_unique<Gpt>(m, groups_.tp, options_.seed, device_);
   model_->set_activation_checkpointing(options_.activation_checkpointing);
+  model_->set_fused_kernels(options_.fused_kernels);
   adam_state_.resize(model_->params().size());
 
   auto checkpoints = ListCheckpoints(options_.checkpoint_dir);
@@ -83,19 +84,20 @@ absl::Status Trainer::Init() {
 }
 
 absl::StatusOr<double> Trainer::ClipGradients() {
-  double replicated = 0;
-  at::Tensor sharded = at::zeros({1}, at::kDouble);
+  // Sums stay on the device (one host sync at the end, not one per tensor).
+  at::Tensor replicated = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(device_));
+  at::Tensor sharded = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(device_));
   for (Param& p : model_->params()) {
     // One pass per tensor (fp32 with ATen's cascaded summation), squared and summed in double.
-    const double norm = p.value.grad().norm().item<double>();
+    at::Tensor sq = p.value.grad().norm().to(at::kDouble).square();
     if (p.split == TpSplit::kReplicated) {
-      replicated += norm * norm;
+      replicated += sq;
     } else {
-      sharded += norm * norm;
+      sharded += sq;
     }
   }
   if (groups_.tp->size() > 1) TESSERA_RETURN_IF_ERROR(groups_.tp->AllReduce(sharded, ReduceOp::kSum));
-  const double norm = std::sqrt(replicated + sharded.item<double>());
+  const double norm = std::sqrt(replicated.item<double>() + sharded.item<double>());
   if (options_.grad_clip > 0) {
     // torch.nn.utils.clip_grad_norm_: coefficient max_norm / (norm + 1e-6), clamped to 1.
     const double coef = std::min(1.0, options_.grad_clip / (norm + 1e-6));
@@ -133,7 +135,7 @@ absl::StatusOr<StepStats> Trainer::Step() {
     loss_sum += loss.item<double>();
   }
   TESSERA_RETURN_IF_ERROR(buckets_->Finish());
-  at::Tensor mean_loss = at::full({1}, loss_sum / accum, at::kDouble);
+  at::Tensor mean_loss = at::full({1}, loss_sum / accum, at::TensorOptions().dtype(at::kDouble).device(device_));
   if (dp > 1) TESSERA_RETURN_IF_ERROR(groups_.dp->AllReduce(mean_loss, ReduceOp::kAvg));
   auto norm = ClipGradients();
   if (!norm.ok()) return norm.status();
@@ -145,9 +147,10 @@ absl::StatusOr<StepStats> Trainer::Step() {
   if (sharded_) {
     TESSERA_RETURN_IF_ERROR(sharded_->Step(lr, step_ + 1));
   } else {
-    for (size_t k = 0; k < params.size(); ++k) {
-      adam_.Update(params[k].value, params[k].value.grad(), adam_state_[k], lr, step_ + 1, params[k].weight_decay);
-    }
+    std::vector<at::Tensor> values, grads;
+    std::vector<bool> decay;
+    for (Param& p : params) values.push_back(p.value), grads.push_back(p.value.grad()), decay.push_back(p.weight_decay);
+    adam_.UpdateAll(values, grads, adam_state_, decay, lr, step_ + 1, options_.fused_kernels);
   }
   ++step_;
   StepStats s;

@@ -50,6 +50,10 @@ absl::Status RunRank() {
   boot.store_port = absl::GetFlag(FLAGS_store_port);
   boot.rank = absl::GetFlag(FLAGS_rank);
   boot.timeout = std::chrono::seconds(absl::GetFlag(FLAGS_timeout_s));
+  if (options.device.kind == parallel::DeviceKind::kCuda) {
+    boot.backend = parallel::CommBackend::kNccl;
+    boot.device_index = options.device.local_rank;
+  }
   auto groups = parallel::CreateProcessGroups(boot, *mesh);
   if (!groups.ok()) return groups.status();
   auto trainer = parallel::Trainer::Create(options, *groups);

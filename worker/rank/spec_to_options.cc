@@ -30,6 +30,7 @@ parallel::TrainerOptions ToTrainerOptions(const v1::JobSpec& spec) {
   o.grad_clip = t.grad_clip();
   o.seed = t.seed();
   o.activation_checkpointing = t.activation_checkpointing();
+  o.fused_kernels = t.fused_kernels();
   o.checkpoint_dir = spec.checkpoint().dir();
   o.checkpoint_every = spec.checkpoint().every_steps();
   o.checkpoint_keep = spec.checkpoint().keep();
