@@ -1,0 +1,75 @@
+"""PyTorch 2.11 eager baseline for `gpu_bench gpt`: the same GPT (tests/python/gpt_reference.py), the
+same sizes, batch and bf16 parameters, forward+backward only (optimizer excluded on both sides),
+timed the same way (median of 10 after 3 warm-ups, synchronised). Prints one line in gpu_bench's format.
+
+Usage: python3 bench/gpu/gpt_eager.py --size 125m|1.3b|tiny [--batch B] [--device cuda|cpu]
+"""
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
+import gpt_reference  # noqa: E402
+
+SIZES = {"125m": (12, 768, 12, 50304, 1024), "1.3b": (24, 2048, 16, 50304, 1024), "tiny": (2, 64, 4, 256, 64)}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--size", default="125m", choices=SIZES)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--device", default="cuda")
+    a = ap.parse_args()
+    layers, hidden, heads, vocab, seq = SIZES[a.size]
+    dev = torch.device(a.device)
+    model = gpt_reference.GPT(layers, hidden, heads, vocab, seq).to(dev, torch.bfloat16)
+    tokens = torch.randint(vocab, (a.batch, seq + 1), device=dev)
+
+    def sync():
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+
+    def step():
+        loss = model(tokens[:, :-1], tokens[:, 1:])
+        loss.backward()
+        for p in model.parameters():
+            p.grad = None
+
+    for _ in range(3):
+        step()
+    sync()
+    times = []
+    for _ in range(10):
+        t0 = time.perf_counter()
+        step()
+        sync()
+        times.append(time.perf_counter() - t0)
+    t = statistics.median(times)
+    n_params = sum(p.numel() for p in model.parameters())
+    tokens_per_step = a.batch * seq
+    flops = tokens_per_step * (6.0 * n_params + 12.0 * layers * hidden * seq)
+    n = 8192 if dev.type == "cuda" else 1024
+    x = torch.randn(n, n, device=dev, dtype=torch.bfloat16)
+    y = torch.randn(n, n, device=dev, dtype=torch.bfloat16)
+    for _ in range(3):
+        x @ y
+    sync()
+    mm = []
+    for _ in range(10):
+        t0 = time.perf_counter()
+        x @ y
+        sync()
+        mm.append(time.perf_counter() - t0)
+    peak = 2.0 * n ** 3 / statistics.median(mm)
+    print(f"eager size {a.size} params {n_params} batch {a.batch} seq {seq} step_ms {t * 1e3:.2f} "
+          f"tokens_per_s {tokens_per_step / t:.0f} model_TFLOPs {flops / t / 1e12:.1f} "
+          f"peak_bf16_TFLOPs {peak / 1e12:.1f} mfu {flops / t / peak:.3f}")
+
+
+if __name__ == "__main__":
+    main()

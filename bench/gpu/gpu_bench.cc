@@ -1,0 +1,277 @@
+// GPU checks and benchmarks of the engine, for the device machine (tools/gpu/check.sh runs it).
+//
+//   gpu_bench check   [--dir D]         5 steps of one spec on cpu and on cuda (fused on and off):
+//                                       losses must agree within rtol 1e-3 (fp32). Exit 1 otherwise.
+//   gpu_bench kernels                   each fused kernel against its LibTorch composite: median time,
+//                                       bytes moved, and the fraction of the device-copy bandwidth.
+//   gpu_bench gpt --size 125m|1.3b|tiny [--batch B] [--device cuda|cpu]
+//                                       forward+backward of the GPT in bf16 (optimizer excluded):
+//                                       tokens/s and MFU against the bf16 matmul peak measured here.
+// Output: one line per measurement, "key value ..." (parsed by tools/gpu/check.sh into its table).
+#include <ATen/ATen.h>
+#include <ATen/Context.h>
+#include <c10/cuda/CUDAFunctions.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kernels/fused_kernels.h"
+#include "parallel/comm/process_groups.h"
+#include "parallel/comm/self_communicator.h"
+#include "parallel/models/gpt.h"
+#include "parallel/train/trainer.h"
+
+namespace tessera::bench {
+namespace {
+
+using parallel::DeviceKind;
+
+void Sync(const at::Device& d) {
+  if (d.is_cuda()) c10::cuda::device_synchronize();
+}
+
+// Median seconds of `fn` over `reps` runs after `warmup` runs.
+double TimeIt(const at::Device& d, const std::function<void()>& fn, int warmup = 3, int reps = 10) {
+  for (int i = 0; i < warmup; ++i) fn();
+  Sync(d);
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    const auto s = std::chrono::steady_clock::now();
+    fn();
+    Sync(d);
+    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - s).count());
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+std::string Arg(int argc, char** argv, const std::string& name, const std::string& fallback) {
+  for (int i = 2; i + 1 < argc; ++i) {
+    if (argv[i] == "--" + name) return argv[i + 1];
+  }
+  return fallback;
+}
+
+// ---- check ----
+
+int Check(const std::string& dir) {
+  std::filesystem::create_directories(dir);
+  const std::string data = dir + "/tokens.bin";
+  {
+    std::vector<uint16_t> tokens(40000);
+    uint64_t x = 12345;
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      x = x * 6364136223846793005ull + 1442695040888963407ull;
+      tokens[i] = static_cast<uint16_t>((i % 7 == 0) ? (x >> 40) % 256 : (tokens[i ? i - 1 : 0] * 31 + 7) % 256);
+    }
+    std::ofstream(data, std::ios::binary).write(reinterpret_cast<const char*>(tokens.data()), tokens.size() * 2);
+  }
+  auto run = [&](DeviceKind kind, bool fused, std::vector<double>* losses) -> absl::Status {
+    parallel::TrainerOptions o;
+    o.model = {2, 64, 4, 256, 32};
+    o.data.path = data;
+    o.device.kind = kind;
+    o.steps = 5;
+    o.micro_batch = 4;
+    o.global_batch = 8;
+    o.lr.lr = 1e-3;
+    o.lr.warmup_steps = 1;
+    o.fused_kernels = fused;
+    o.output_dir = dir + "/out";
+    auto mesh = parallel::ProcessMesh::Create(o.mesh);
+    if (!mesh.ok()) return mesh.status();
+    parallel::BootstrapOptions boot;
+    if (kind == DeviceKind::kCuda) boot.backend = parallel::CommBackend::kNccl;
+    auto groups = parallel::CreateProcessGroups(boot, *mesh);
+    if (!groups.ok()) return groups.status();
+    auto trainer = parallel::Trainer::Create(o, *groups);
+    if (!trainer.ok()) return trainer.status();
+    for (int i = 0; i < 5; ++i) {
+      auto s = (*trainer)->Step();
+      if (!s.ok()) return s.status();
+      losses->push_back(s->loss);
+    }
+    return absl::OkStatus();
+  };
+  std::vector<double> cpu, fused, unfused;
+  for (auto [kind, f, out] : {std::tuple{DeviceKind::kCpu, false, &cpu}, std::tuple{DeviceKind::kCuda, true, &fused},
+                              std::tuple{DeviceKind::kCuda, false, &unfused}}) {
+    absl::Status s = run(kind, f, out);
+    if (!s.ok()) {
+      std::printf("check_error %s\n", std::string(s.message()).c_str());
+      return 1;
+    }
+  }
+  double worst = 0;
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    std::printf("check_loss step %zu cpu %.7f cuda_fused %.7f cuda_unfused %.7f\n", i + 1, cpu[i], fused[i], unfused[i]);
+    worst = std::max({worst, std::fabs(fused[i] - cpu[i]) / std::fabs(cpu[i]),
+                      std::fabs(unfused[i] - cpu[i]) / std::fabs(cpu[i])});
+  }
+  const bool ok = worst <= 1e-3;
+  std::printf("check_result %s max_rel_loss_diff %.3g (bar 1e-3)\n", ok ? "PASS" : "FAIL", worst);
+  return ok ? 0 : 1;
+}
+
+// ---- kernels ----
+
+double CopyBandwidth(const at::Device& d) {
+  at::Tensor a = at::randn({256 << 20}, at::TensorOptions().device(d));  // 1 GiB fp32.
+  at::Tensor b = at::empty_like(a);
+  const double t = TimeIt(d, [&] { b.copy_(a); });
+  return 2.0 * a.numel() * 4 / t;  // Read + write.
+}
+
+void Report(const char* name, const char* dtype, double t_fused, double t_composite, double bytes, double bw) {
+  std::printf("kernel %s %s fused_us %.1f composite_us %.1f speedup %.2f fused_GBps %.0f of_copy_bw %.2f\n", name,
+              dtype, t_fused * 1e6, t_composite * 1e6, t_composite / t_fused, bytes / t_fused / 1e9,
+              bytes / t_fused / bw);
+}
+
+int Kernels() {
+  const at::Device d(at::kCUDA, 0);
+  const kernels::FusedKernels* cuda = kernels::CudaKernels();
+  const kernels::FusedKernels& comp = kernels::CompositeKernels();
+  if (cuda == nullptr || !at::hasCUDA()) {
+    std::printf("kernels_error no CUDA device or kernels\n");
+    return 1;
+  }
+  const double bw = CopyBandwidth(d);
+  std::printf("copy_bandwidth_GBps %.0f\n", bw / 1e9);
+  for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
+    const char* dn = dt == at::kFloat ? "fp32" : "bf16";
+    const int64_t e = dt == at::kFloat ? 4 : 2;
+    auto o = at::TensorOptions().dtype(dt).device(d);
+    {  // GPT-2 small activations: 8×1024 tokens × 768.
+      const int64_t n = 8 * 1024, h = 768;
+      at::Tensor x = at::randn({n, h}, o), w = at::randn({h}, o), b = at::randn({h}, o), dy = at::randn({n, h}, o);
+      Report("layer_norm_fwd", dn, TimeIt(d, [&] { cuda->LayerNormForward(x, w, b, 1e-5); }),
+             TimeIt(d, [&] { at::layer_norm(x, {h}, w, b, 1e-5); }), 2.0 * n * h * e + 8.0 * n, bw);
+      auto r = cuda->LayerNormForward(x, w, b, 1e-5);
+      // Composite backward baseline: ATen's own layer-norm backward kernel.
+      Report("layer_norm_bwd", dn, TimeIt(d, [&] { cuda->LayerNormBackward(dy, x, r.mean, r.rstd, w); }),
+             TimeIt(d, [&] {
+               at::native_layer_norm_backward(dy, x, {h}, r.mean.view({n, 1}), r.rstd.view({n, 1}), w, b,
+                                              {true, true, true});
+             }),
+             3.0 * n * h * e + 8.0 * n, bw);
+      (void)comp;
+    }
+    {
+      const int64_t n = 8 * 1024, f = 3072;
+      at::Tensor x = at::randn({n, f}, o), b = at::randn({f}, o), dy = at::randn({n, f}, o);
+      Report("bias_gelu_fwd", dn, TimeIt(d, [&] { cuda->BiasGeluForward(x, b); }),
+             TimeIt(d, [&] { at::gelu(x + b); }), 2.0 * n * f * e, bw);
+      Report("bias_gelu_bwd", dn, TimeIt(d, [&] { cuda->BiasGeluBackward(dy, x, b); }),
+             TimeIt(d, [&] { comp.BiasGeluBackward(dy, x, b); }), 3.0 * n * f * e, bw);
+    }
+    {
+      const int64_t bh = 8 * 12, t = 1024;
+      at::Tensor s = at::randn({bh, t, t}, o), dy = at::randn({bh, t, t}, o);
+      at::Tensor mask = at::ones({t, t}, o.dtype(at::kBool)).triu(1);
+      Report("causal_softmax_fwd", dn, TimeIt(d, [&] { cuda->CausalSoftmaxForward(s, 0.125); }),
+             TimeIt(d, [&] { at::softmax((s * 0.125).masked_fill(mask, -INFINITY), -1); }), 2.0 * bh * t * t * e, bw);
+      at::Tensor y = cuda->CausalSoftmaxForward(s, 0.125);
+      Report("causal_softmax_bwd", dn, TimeIt(d, [&] { cuda->CausalSoftmaxBackward(dy, y, 0.125); }),
+             TimeIt(d, [&] { at::_softmax_backward_data(dy, y, -1, dt) * 0.125; }), 3.0 * bh * t * t * e, bw);
+    }
+  }
+  {  // AdamW over a GPT-2-small-like parameter list (~124M fp32 parameters).
+    auto o = at::TensorOptions().device(d);
+    std::vector<at::Tensor> p, g, m, v;
+    std::vector<int64_t> sizes = {50304 * 768, 1024 * 768};
+    for (int l = 0; l < 12; ++l) {
+      for (int64_t s : {768 * 2304, 2304, 768 * 768, 768, 768 * 3072, 3072, 3072 * 768, 768, 768, 768, 768, 768}) {
+        sizes.push_back(s);
+      }
+    }
+    int64_t total = 0;
+    for (int64_t s : sizes) {
+      p.push_back(at::randn({s}, o)), g.push_back(at::randn({s}, o)), m.push_back(at::zeros({s}, o)),
+          v.push_back(at::zeros({s}, o));
+      total += s;
+    }
+    kernels::AdamWStep step{1e-4, 0.9, 0.95, 1e-8, 0.1, 1};
+    const double t_fused = TimeIt(d, [&] { cuda->AdamW(p, g, m, v, step); });
+    const double t_foreach = TimeIt(d, [&] {
+      at::_fused_adamw_(p, g, m, v, {}, std::vector<at::Tensor>(p.size(), at::ones({}, o)), 1e-4, 0.9, 0.95, 0.1,
+                        1e-8, false, false);
+    });
+    std::printf("adamw_params %lld\n", static_cast<long long>(total));
+    Report("multi_tensor_adamw(vs torch _fused_adamw_)", "fp32", t_fused, t_foreach, 7.0 * 4 * total, bw);
+  }
+  return 0;
+}
+
+// ---- gpt ----
+
+double MatmulPeak(const at::Device& d) {
+  auto o = at::TensorOptions().dtype(at::kBFloat16).device(d);
+  const int64_t n = d.is_cuda() ? 8192 : 1024;
+  at::Tensor a = at::randn({n, n}, o), b = at::randn({n, n}, o);
+  const double t = TimeIt(d, [&] { at::mm(a, b); });
+  return 2.0 * n * n * n / t;
+}
+
+int GptBench(int argc, char** argv) {
+  const std::string size = Arg(argc, argv, "size", "125m");
+  const bool cuda = Arg(argc, argv, "device", "cuda") == "cuda";
+  const int batch = std::stoi(Arg(argc, argv, "batch", "8"));
+  const bool fused = Arg(argc, argv, "fused", "1") == "1";
+  parallel::GptConfig c;
+  if (size == "125m") {
+    c = {12, 768, 12, 50304, 1024};
+  } else if (size == "1.3b") {
+    c = {24, 2048, 16, 50304, 1024};
+  } else {
+    c = {2, 64, 4, 256, 64};
+  }
+  const at::Device d = cuda ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU);
+  auto tp = std::make_shared<parallel::SelfCommunicator>(0, "tp[0]");
+  parallel::Gpt model(c, tp, 1234, d);
+  model.set_fused_kernels(fused);
+  {
+    at::NoGradGuard no_grad;
+    for (parallel::Param& p : model.params()) p.value = p.value.to(at::kBFloat16).detach().requires_grad_(true);
+  }
+  at::Tensor tokens = at::randint(c.vocab, {batch, c.seq_len + 1}, at::TensorOptions().dtype(at::kLong).device(d));
+  auto step = [&] {
+    at::Tensor loss = model.Loss(tokens.narrow(1, 0, c.seq_len), tokens.narrow(1, 1, c.seq_len));
+    loss.backward();
+    for (parallel::Param& p : model.params()) p.value.mutable_grad() = at::Tensor();
+  };
+  const double t = TimeIt(d, step, 3, 10);
+  const double tokens_per_step = static_cast<double>(batch) * c.seq_len;
+  const double n_params = static_cast<double>(model.num_parameters());
+  // Model FLOPs per token, forward + backward: 6·N plus attention 12·layers·hidden·seq (PaLM's count).
+  const double flops = tokens_per_step * (6.0 * n_params + 12.0 * c.layers * c.hidden * c.seq_len);
+  const double peak = MatmulPeak(d);
+  std::printf("gpt size %s params %.0f batch %d seq %d fused %d step_ms %.2f tokens_per_s %.0f model_TFLOPs %.1f "
+              "peak_bf16_TFLOPs %.1f mfu %.3f\n",
+              size.c_str(), n_params, batch, c.seq_len, fused ? 1 : 0, t * 1e3, tokens_per_step / t,
+              flops / t / 1e12, peak / 1e12, flops / t / peak);
+  return 0;
+}
+
+}  // namespace
+}  // namespace tessera::bench
+
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "";
+  try {
+    if (mode == "check") return tessera::bench::Check(tessera::bench::Arg(argc, argv, "dir", "/tmp/tessera_gpu_check"));
+    if (mode == "kernels") return tessera::bench::Kernels();
+    if (mode == "gpt") return tessera::bench::GptBench(argc, argv);
+  } catch (const std::exception& e) {
+    std::printf("error %s\n", std::string(e.what()).substr(0, 300).c_str());
+    return 1;
+  }
+  std::fprintf(stderr, "usage: gpu_bench check|kernels|gpt [--size 125m|1.3b|tiny] [--batch B] [--device cuda|cpu]\n");
+  return 2;
+}

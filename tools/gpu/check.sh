@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Everything GPU-side in one call on the device machine (CMake + nvcc + its PyTorch 2.11; no Bazel):
+# build the engine's GPU targets, run the GPU tests, check GPU-vs-CPU losses, time the fused kernels
+# and the GPT (tessera vs PyTorch eager, bf16), and print a short table last. Logs go to $OUT (or
+# /tmp/tessera_gpu). Needs .gpu_bundle carried along (tools/gpu/bundle.sh, run on the dev machine):
+#   run(command="bash tools/gpu/check.sh", carry=[".gpu_bundle"])
+# Also runs on a machine without a GPU (the tests skip, the checks report no device): the build part
+# is what CI's machine can verify.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+root=$(pwd)
+out=${OUT:-/tmp/tessera_gpu}
+mkdir -p "$out"
+build=${TESSERA_GPU_BUILD:-/tmp/tessera_gpu_build}
+python=${PYTHON:-python3}
+torch_dir=$($python -c 'import torch,os;print(os.path.dirname(torch.__file__))')
+# NCCL: prefer the pip wheel's (what PyTorch itself loads), else the CUDA toolkit's.
+nccl_dir=$($python -c 'import nvidia.nccl,os;print(list(nvidia.nccl.__path__)[0])' 2>/dev/null || true)
+extra=()
+if [[ -n "$nccl_dir" && -e "$nccl_dir/lib/libnccl.so.2" ]]; then
+  extra+=("-DNCCL_LIB=$nccl_dir/lib/libnccl.so.2")
+  [[ -d "$nccl_dir/include" ]] && extra+=("-DNCCL_INCLUDE=$nccl_dir/include")
+  export LD_LIBRARY_PATH="$nccl_dir/lib:${LD_LIBRARY_PATH:-}"
+fi
+export LD_LIBRARY_PATH="$torch_dir/lib:$root/.gpu_bundle/lib:${LD_LIBRARY_PATH:-}"
+gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
+jobs=$(nproc)
+summary=()
+step() { summary+=("$(printf '%-34s %s' "$1" "$2")"); }
+
+t0=$(date +%s)
+if cmake -S tools/gpu -B "$build" "${gen[@]}" -DTORCH_DIR="$torch_dir" "${extra[@]}" >"$out/cmake.log" 2>&1 &&
+   cmake --build "$build" -j "$jobs" >>"$out/cmake.log" 2>&1; then
+  step build "ok ($(( $(date +%s) - t0 )) s)"
+else
+  step build "FAILED (tail of cmake.log below)"; tail -40 "$out/cmake.log"
+  printf '%s\n' "${summary[@]}"; exit 1
+fi
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$out/gpu.txt" 2>&1 || echo "no nvidia-smi" >"$out/gpu.txt"
+step device "$(head -1 "$out/gpu.txt")"
+
+for t in fused_kernels_test nccl_communicator_test; do
+  "$build/$t" >"$out/$t.log" 2>&1
+  rc=$?
+  step "$t" "$( [[ $rc == 0 ]] && echo ok || echo FAILED ) ($(grep -c '^\[       OK' "$out/$t.log") ok, $(grep -oE '^\[  SKIPPED \] [0-9]+ test' "$out/$t.log" | grep -oE '[0-9]+' || echo 0) skipped)"
+done
+"$build/gpu_bench" check --dir "$build/check" >"$out/check.log" 2>&1
+step "gpu vs cpu losses (5 steps)" "$(grep -E '^check_(result|error)' "$out/check.log" | head -1)"
+"$build/gpu_bench" kernels >"$out/kernels.log" 2>&1
+while read -r line; do summary+=("  $line"); done < <(grep -E '^(kernel|copy_bandwidth|kernels_error)' "$out/kernels.log" |
+  awk '{ if ($1=="kernel") printf "%s %s fused %sus vs %sus x%s %.0f%% bw\n", $2,$3,$5,$7,$9,$13*100; else print }')
+for size in 125m 1.3b; do
+  batch=8; [[ $size == 1.3b ]] && batch=4
+  for fused in 1 0; do
+    "$build/gpu_bench" gpt --size $size --batch $batch --fused $fused >>"$out/gpt.log" 2>&1
+  done
+  $python bench/gpu/gpt_eager.py --size $size --batch $batch >>"$out/gpt.log" 2>&1
+done
+while read -r line; do summary+=("  $line"); done < <(grep -E '^(gpt|eager|error)' "$out/gpt.log" |
+  awk '{ for (i=1;i<=NF;i++) v[$i]=$(i+1); printf "%s %s fused=%s %s ms %s tok/s mfu %s\n", $1, v["size"], ($1=="gpt"?v["fused"]:"-"), v["step_ms"], v["tokens_per_s"], v["mfu"] }')
+echo "==== tessera GPU check ($(date -u +%F)) ===="
+printf '%s\n' "${summary[@]}"
