@@ -44,6 +44,10 @@ v1::JobSpec DefaultJobSpec() {
   t->set_eps(1e-8);
   t->set_grad_clip(1.0);
   t->set_fused_kernels(true);
+  t->set_precision(v1::PRECISION_FP32);
+  t->set_initial_loss_scale(65536);
+  t->set_loss_scale_window(1000);
+  s.mutable_optimizer()->set_offload(v1::OFFLOAD_NONE);
   t->set_seed(1234);
   auto* c = s.mutable_checkpoint();
   c->set_every_steps(0);

@@ -32,11 +32,15 @@ std::vector<std::pair<int64_t, std::string>> ListCheckpoints(const std::string& 
   return out;
 }
 
-absl::StatusOr<std::string> BeginCheckpoint(const std::string& dir, int64_t step) {
+std::string TmpCheckpointPath(const std::string& dir, int64_t step, int64_t token) {
+  return absl::StrCat(dir, "/", CheckpointName(step), ".tmp.", token);
+}
+
+absl::StatusOr<std::string> BeginCheckpoint(const std::string& dir, int64_t step, int64_t token) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return absl::InternalError(absl::StrCat(dir, ": cannot create: ", ec.message()));
-  std::string tmp = absl::StrCat(dir, "/", CheckpointName(step), ".tmp.", getpid());
+  std::string tmp = TmpCheckpointPath(dir, step, token == 0 ? getpid() : token);
   fs::remove_all(tmp, ec);
   fs::create_directory(tmp, ec);
   if (ec) return absl::InternalError(absl::StrCat(tmp, ": cannot create: ", ec.message()));

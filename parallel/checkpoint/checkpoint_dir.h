@@ -19,8 +19,13 @@ std::string CheckpointName(int64_t step);
 // Complete checkpoints under `dir`, oldest first (empty when `dir` does not exist).
 std::vector<std::pair<int64_t, std::string>> ListCheckpoints(const std::string& dir);
 
-// A fresh temporary directory under `dir` for the checkpoint of `step` (created with parents).
-absl::StatusOr<std::string> BeginCheckpoint(const std::string& dir, int64_t step);
+// The temporary directory of the checkpoint of `step` written by the writer `token` (rank 0's pid:
+// every rank of the job derives the same path from it and can add its own files).
+std::string TmpCheckpointPath(const std::string& dir, int64_t step, int64_t token);
+
+// A fresh temporary directory TmpCheckpointPath(dir, step, token) (token 0: this process's pid),
+// created with parents.
+absl::StatusOr<std::string> BeginCheckpoint(const std::string& dir, int64_t step, int64_t token = 0);
 
 // Renames `tmp` to dir/step_XXXXXXXX (replacing an older one of the same step), then deletes all
 // but the newest `keep` checkpoints and stale temporary directories.

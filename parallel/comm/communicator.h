@@ -47,6 +47,11 @@ class Communicator {
   // in[size·n, ...] on every member; out[n, ...] = chunk `rank()` of op over every member's `in`.
   virtual absl::Status ReduceScatter(const at::Tensor& in, at::Tensor& out,
                                      ReduceOp op = ReduceOp::kSum) = 0;
+  // As AllGather / ReduceScatter, without waiting; the tensors must stay alive and untouched until
+  // Wait() returns. The defaults run synchronously and return finished work.
+  virtual std::unique_ptr<CommWork> AllGatherAsync(const at::Tensor& in, at::Tensor& out);
+  virtual std::unique_ptr<CommWork> ReduceScatterAsync(const at::Tensor& in, at::Tensor& out,
+                                                       ReduceOp op = ReduceOp::kSum);
   // `t` on every member becomes root's `t`.
   virtual absl::Status Broadcast(at::Tensor& t, int root) = 0;
   // in, out [size·n, ...]: chunk j of `in` goes to member j, where it lands as chunk rank().
@@ -62,6 +67,9 @@ class Communicator {
  protected:
   std::atomic<int64_t> bytes_all_reduced_{0};
 };
+
+// Work that already finished with `status`.
+std::unique_ptr<CommWork> DoneWork(absl::Status status);
 
 // Throws c10::Error with the status text unless `status` is ok: for code inside autograd functions,
 // which cannot return a Status. The rank process turns it back into an error at its boundary.

@@ -4,6 +4,8 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
+#include <functional>
+
 #include "absl/strings/str_cat.h"
 
 namespace tessera::parallel {
@@ -32,14 +34,22 @@ absl::Status Run(const std::string& group, const char* op, Fn&& fn) {
   }
 }
 
+// Gloo reduces in the tensor's dtype and lacks some low-precision types: bf16 and fp16 tensors travel
+// as fp32 copies and the result is rounded back once (also the more accurate sum).
+bool NeedsFp32(const at::Tensor& t) {
+  return t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kHalf;
+}
+
 class GlooWork final : public CommWork {
  public:
-  GlooWork(c10::intrusive_ptr<c10d::Work> work, std::string what)
-      : work_(std::move(work)), what_(std::move(what)) {}
+  GlooWork(c10::intrusive_ptr<c10d::Work> work, std::string what, std::function<void()> on_done = nullptr)
+      : work_(std::move(work)), what_(std::move(what)), on_done_(std::move(on_done)) {}
   absl::Status Wait() override {
     if (!error_.ok()) return error_;
     try {
       work_->wait();
+      if (on_done_) on_done_();
+      on_done_ = nullptr;
       return absl::OkStatus();
     } catch (const std::exception& e) {
       return absl::InternalError(absl::StrCat(what_, " failed: ", e.what()));
@@ -54,6 +64,7 @@ class GlooWork final : public CommWork {
  private:
   c10::intrusive_ptr<c10d::Work> work_;
   std::string what_;
+  std::function<void()> on_done_;  // Runs once after a successful wait.
   absl::Status error_;
 };
 
@@ -104,34 +115,71 @@ std::unique_ptr<CommWork> GlooCommunicator::AllReduceAsync(at::Tensor& t, Reduce
   }
   bytes_all_reduced_ += t.numel() * t.element_size();
   try {
-    std::vector<at::Tensor> tensors{t};
+    std::function<void()> on_done;
+    at::Tensor target = t;
+    if (NeedsFp32(t)) {
+      target = t.to(at::kFloat);
+      on_done = [t, target]() mutable { t.copy_(target); };
+    }
+    std::vector<at::Tensor> tensors{target};
     c10d::AllreduceOptions opts;
     opts.reduceOp = ToC10d(op);
     return std::make_unique<GlooWork>(impl_->pg->allreduce(tensors, opts),
-                                      absl::StrCat("all_reduce on ", name_));
+                                      absl::StrCat("all_reduce on ", name_), std::move(on_done));
   } catch (const std::exception& e) {
     return GlooWork::Failed(absl::InternalError(absl::StrCat("all_reduce on ", name_, ": ", e.what())));
   }
 }
 
 absl::Status GlooCommunicator::AllGather(const at::Tensor& in, at::Tensor& out) {
+  return AllGatherAsync(in, out)->Wait();
+}
+
+std::unique_ptr<CommWork> GlooCommunicator::AllGatherAsync(const at::Tensor& in, at::Tensor& out) {
   if (out.numel() != in.numel() * size()) {
-    return absl::InvalidArgumentError(absl::StrCat("all_gather on ", name_, ": output has ", out.numel(),
-                                                   " elements, expected ", in.numel() * size()));
+    return GlooWork::Failed(absl::InvalidArgumentError(absl::StrCat(
+        "all_gather on ", name_, ": output has ", out.numel(), " elements, expected ", in.numel() * size())));
   }
-  at::Tensor src = in.contiguous();
-  return Run(name_, "all_gather", [&] { return impl_->pg->_allgather_base(out, src); });
+  try {
+    at::Tensor src = in.contiguous();
+    if (src.scalar_type() == at::kBFloat16 && out.scalar_type() == at::kBFloat16) {
+      // Gathering moves bits without arithmetic: bf16 travels as fp16 (which Gloo has), bit for bit.
+      at::Tensor src16 = src.view(at::kHalf);
+      at::Tensor out16 = out.view(at::kHalf);
+      return std::make_unique<GlooWork>(impl_->pg->_allgather_base(out16, src16),
+                                        absl::StrCat("all_gather on ", name_));
+    }
+    return std::make_unique<GlooWork>(impl_->pg->_allgather_base(out, src), absl::StrCat("all_gather on ", name_));
+  } catch (const std::exception& e) {
+    return GlooWork::Failed(absl::InternalError(absl::StrCat("all_gather on ", name_, ": ", e.what())));
+  }
 }
 
 absl::Status GlooCommunicator::ReduceScatter(const at::Tensor& in, at::Tensor& out, ReduceOp op) {
+  return ReduceScatterAsync(in, out, op)->Wait();
+}
+
+std::unique_ptr<CommWork> GlooCommunicator::ReduceScatterAsync(const at::Tensor& in, at::Tensor& out, ReduceOp op) {
   if (in.numel() != out.numel() * size()) {
-    return absl::InvalidArgumentError(absl::StrCat("reduce_scatter on ", name_, ": input has ", in.numel(),
-                                                   " elements, expected ", out.numel() * size()));
+    return GlooWork::Failed(absl::InvalidArgumentError(absl::StrCat(
+        "reduce_scatter on ", name_, ": input has ", in.numel(), " elements, expected ", out.numel() * size())));
   }
-  at::Tensor src = in.contiguous();
-  c10d::ReduceScatterOptions opts;
-  opts.reduceOp = ToC10d(op);
-  return Run(name_, "reduce_scatter", [&] { return impl_->pg->_reduce_scatter_base(out, src, opts); });
+  try {
+    at::Tensor src = in.contiguous();
+    std::function<void()> on_done;
+    at::Tensor target = out;
+    if (NeedsFp32(src)) {
+      src = src.to(at::kFloat);
+      target = at::empty(out.sizes(), out.options().dtype(at::kFloat));
+      on_done = [out, target]() mutable { out.copy_(target); };
+    }
+    c10d::ReduceScatterOptions opts;
+    opts.reduceOp = ToC10d(op);
+    return std::make_unique<GlooWork>(impl_->pg->_reduce_scatter_base(target, src, opts),
+                                      absl::StrCat("reduce_scatter on ", name_), std::move(on_done));
+  } catch (const std::exception& e) {
+    return GlooWork::Failed(absl::InternalError(absl::StrCat("reduce_scatter on ", name_, ": ", e.what())));
+  }
 }
 
 absl::Status GlooCommunicator::Broadcast(at::Tensor& t, int root) {

@@ -36,6 +36,8 @@ class GlooCommunicator final : public Communicator {
   std::unique_ptr<CommWork> AllReduceAsync(at::Tensor& t, ReduceOp op) override;
   absl::Status AllGather(const at::Tensor& in, at::Tensor& out) override;
   absl::Status ReduceScatter(const at::Tensor& in, at::Tensor& out, ReduceOp op) override;
+  std::unique_ptr<CommWork> AllGatherAsync(const at::Tensor& in, at::Tensor& out) override;
+  std::unique_ptr<CommWork> ReduceScatterAsync(const at::Tensor& in, at::Tensor& out, ReduceOp op) override;
   absl::Status Broadcast(at::Tensor& t, int root) override;
   absl::Status AllToAll(const at::Tensor& in, at::Tensor& out) override;
   absl::Status Send(const at::Tensor& t, int dst, int tag) override;

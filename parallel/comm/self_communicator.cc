@@ -6,11 +6,6 @@
 namespace tessera::parallel {
 namespace {
 
-class DoneWork final : public CommWork {
- public:
-  absl::Status Wait() override { return absl::OkStatus(); }
-};
-
 absl::Status CopyInto(const at::Tensor& in, at::Tensor& out) {
   if (!out.sizes().equals(in.sizes())) {
     return absl::InvalidArgumentError("output shape differs from input shape in a group of one");
@@ -20,10 +15,6 @@ absl::Status CopyInto(const at::Tensor& in, at::Tensor& out) {
 }
 
 }  // namespace
-
-void ThrowIfError(const absl::Status& status) {
-  TORCH_CHECK(status.ok(), status.ToString());
-}
 
 SelfCommunicator::SelfCommunicator(int global_rank, std::string name)
     : members_{global_rank}, name_(std::move(name)) {}
@@ -35,7 +26,7 @@ absl::Status SelfCommunicator::AllReduce(at::Tensor& t, ReduceOp) {
 
 std::unique_ptr<CommWork> SelfCommunicator::AllReduceAsync(at::Tensor& t, ReduceOp op) {
   AllReduce(t, op).IgnoreError();
-  return std::make_unique<DoneWork>();
+  return DoneWork(absl::OkStatus());
 }
 
 absl::Status SelfCommunicator::AllGather(const at::Tensor& in, at::Tensor& out) {

@@ -78,6 +78,19 @@ Gpt::Gpt(const GptConfig& c, std::shared_ptr<Communicator> tp, uint64_t seed, c1
   Add("ln_f.bias", {h}, TpSplit::kReplicated, 0, 0, seed);
 }
 
+std::vector<std::vector<size_t>> Gpt::Units() const {
+  std::vector<std::vector<size_t>> units(1 + config_.layers);
+  for (size_t k = 0; k < params_.size(); ++k) {
+    const std::string& name = params_[k].name;
+    if (name.rfind("h.", 0) == 0) {
+      units[1 + std::stoi(name.substr(2))].push_back(k);
+    } else {
+      units[0].push_back(k);
+    }
+  }
+  return units;
+}
+
 const at::Tensor& Gpt::P(const std::string& name) const { return params_[index_.at(name)].value; }
 
 int64_t Gpt::num_parameters() const {
@@ -139,16 +152,23 @@ at::Tensor Gpt::Loss(const at::Tensor& tokens, const at::Tensor& targets) {
   Communicator* tp = tp_.get();
   const int64_t B = tokens.size(0), T = tokens.size(1);
   const int64_t vocab_start = tp->rank() * (config_.vocab / tp->size());
+  if (hooks_) hooks_->PreForward(0);
   at::Tensor x = VocabParallelEmbedding(tokens, P("wte.weight"), vocab_start, tp) +
                  P("wpe.weight").narrow(0, 0, T);
   for (int i = 0; i < config_.layers; ++i) {
+    if (hooks_) hooks_->PreForward(1 + i);
     x = activation_checkpointing_ ? CheckpointedBlock(x, i) : Block(x, i);
+    if (hooks_) x = hooks_->PostForward(1 + i, x);
   }
   x = kernels::LayerNorm(x, P("ln_f.weight"), P("ln_f.bias"), kLayerNormEps, fused_kernels_);
   at::Tensor logits = at::linear(CopyToTp(x, tp), P("wte.weight"));  // Tied head: [B, T, V/tp].
+  // Low-precision logits: the softmax and the loss are computed in fp32.
+  if (logits.scalar_type() != at::kFloat) logits = logits.to(at::kFloat);
   at::Tensor losses = VocabParallelCrossEntropy(logits.view({B * T, -1}), targets.reshape({B * T}),
                                                 vocab_start, tp);
-  return losses.mean();
+  at::Tensor loss = losses.mean();
+  if (hooks_) loss = hooks_->PostForward(0, loss);
+  return loss;
 }
 
 namespace {
@@ -174,7 +194,9 @@ struct CheckpointFn : public torch::autograd::Function<CheckpointFn> {
     at::Tensor y;
     {
       at::AutoGradMode enable(true);
-      y = model->Block(x, static_cast<int>(ctx->saved_data["block"].toInt()));
+      const int block = static_cast<int>(ctx->saved_data["block"].toInt());
+      if (model->unit_hooks()) model->unit_hooks()->PreForward(1 + block);
+      y = model->Block(x, block);
     }
     torch::autograd::backward({y}, {grads[0]});
     return {x.grad(), at::Tensor(), at::Tensor()};

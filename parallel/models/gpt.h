@@ -21,6 +21,18 @@
 
 namespace tessera::parallel {
 
+// Called by the model around the use of each parameter unit (ZeRO-3 gathers units just before use
+// and frees them after; see Gpt::Units()). Unit 0 holds the embeddings and the final norm (used at
+// both ends of the forward pass), unit 1 + i the parameters of block i.
+class UnitHooks {
+ public:
+  virtual ~UnitHooks() = default;
+  // Before the unit's parameters are read in a forward pass (also a recomputation in backward).
+  virtual void PreForward(int unit) = 0;
+  // After the unit's forward produced `output` (returned, possibly with a gradient hook attached).
+  virtual at::Tensor PostForward(int unit, at::Tensor output) = 0;
+};
+
 class Gpt {
  public:
   // Parameters initialised as GPT-2 does (normal(0, 0.02) weights, zero biases, unit norm weights,
@@ -40,6 +52,12 @@ class Gpt {
   void set_activation_checkpointing(bool on) { activation_checkpointing_ = on; }
   // Use the fused CUDA kernels (layer norm, bias+GELU) where they apply (kernels/fused_ops.h).
   void set_fused_kernels(bool on) { fused_kernels_ = on; }
+
+  // Indices into params() of each unit (see UnitHooks), in forward order; every parameter in one.
+  std::vector<std::vector<size_t>> Units() const;
+  // Hooks around each unit's use (null: none). Not owned; must outlive the model's use.
+  void set_unit_hooks(UnitHooks* hooks) { hooks_ = hooks; }
+  UnitHooks* unit_hooks() const { return hooks_; }
 
   std::vector<Param>& params() { return params_; }
   const GptConfig& config() const { return config_; }
@@ -63,6 +81,7 @@ class Gpt {
   std::map<std::string, size_t> index_;
   bool activation_checkpointing_ = false;
   bool fused_kernels_ = false;
+  UnitHooks* hooks_ = nullptr;
 };
 
 }  // namespace tessera::parallel

@@ -21,6 +21,41 @@ at::Tensor ShardOf(const Param& param, const at::Tensor& full, int tp_rank, int 
   return full;
 }
 
+std::vector<int64_t> PartShape(const Param& param, int tp_size) {
+  std::vector<int64_t> shape = param.full_shape;
+  switch (param.split) {
+    case TpSplit::kReplicated:
+      break;
+    case TpSplit::kDim0:
+    case TpSplit::kQkvDim0:
+      shape[0] /= tp_size;
+      break;
+    case TpSplit::kDim1:
+      shape[1] /= tp_size;
+      break;
+  }
+  return shape;
+}
+
+at::Tensor JoinShards(const Param& param, const std::vector<at::Tensor>& parts) {
+  switch (param.split) {
+    case TpSplit::kReplicated:
+      return parts[0].clone();
+    case TpSplit::kDim0:
+      return at::cat(parts, 0);
+    case TpSplit::kDim1:
+      return at::cat(parts, 1);
+    case TpSplit::kQkvDim0: {
+      std::vector<at::Tensor> blocks;
+      for (int64_t b = 0; b < 3; ++b) {
+        for (const at::Tensor& part : parts) blocks.push_back(part.chunk(3, 0)[b]);
+      }
+      return at::cat(blocks, 0);
+    }
+  }
+  return parts[0];
+}
+
 absl::Status GatherFullTensor(const Param& param, const at::Tensor& part, Communicator* tp, at::Tensor* full) {
   const int n = tp->size();
   if (param.split == TpSplit::kReplicated || n == 1) {

@@ -30,6 +30,12 @@ struct Param {
 // This rank's part of `full` (shape `param.full_shape`) under `param.split`.
 at::Tensor ShardOf(const Param& param, const at::Tensor& full, int tp_rank, int tp_size);
 
+// The shape of one rank's part of `param` when split over `tp_size` ranks.
+std::vector<int64_t> PartShape(const Param& param, int tp_size);
+
+// The full tensor from every tp rank's part, `parts[r]` from rank r (the inverse of ShardOf).
+at::Tensor JoinShards(const Param& param, const std::vector<at::Tensor>& parts);
+
 // Reassembles the full tensor from every tp rank's `part` (collective over `tp`).
 absl::Status GatherFullTensor(const Param& param, const at::Tensor& part, Communicator* tp, at::Tensor* full);
 

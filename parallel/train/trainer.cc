@@ -8,6 +8,10 @@
 #include <fstream>
 #include <sstream>
 
+#include <unistd.h>
+
+#include <cmath>
+
 #include "absl/strings/str_cat.h"
 #include "parallel/checkpoint/checkpoint_dir.h"
 #include "parallel/checkpoint/tensor_convert.h"
@@ -44,6 +48,16 @@ absl::Status Trainer::Init() {
   if (options_.global_batch % (options_.micro_batch * groups_.dp->size()) != 0) {
     return absl::InvalidArgumentError("global_batch must be a multiple of micro_batch × dp");
   }
+  at::ScalarType dtype = at::kFloat;
+  if (options_.precision == "bf16") {
+    dtype = at::kBFloat16;
+  } else if (options_.precision == "fp16") {
+    dtype = at::kHalf;
+    loss_scale_ = options_.initial_loss_scale;
+  } else if (options_.precision != "fp32") {
+    return absl::InvalidArgumentError(absl::StrCat("train.precision must be fp32, bf16 or fp16, got \"",
+                                                   options_.precision, "\""));
+  }
   TokenDatasetOptions data = options_.data;
   data.seq_len = m.seq_len;
   data.vocab = m.vocab;
@@ -56,8 +70,8 @@ absl::Status Trainer::Init() {
   model_ = std::make_unique<Gpt>(m, groups_.tp, options_.seed, device_);
   model_->set_activation_checkpointing(options_.activation_checkpointing);
   model_->set_fused_kernels(options_.fused_kernels);
-  adam_state_.resize(model_->params().size());
 
+  // Weights (fp32) and optimizer state come from the newest checkpoint, else init_from, else the seed.
   auto checkpoints = ListCheckpoints(options_.checkpoint_dir);
   if (!checkpoints.empty()) {
     TESSERA_RETURN_IF_ERROR(LoadCheckpoint(checkpoints.back().second));
@@ -67,23 +81,34 @@ absl::Status Trainer::Init() {
     absl::Status s = model_->LoadFull(*full);
     if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("model.init_from ", options_.init_from, ": ", s.message()));
   }
-  std::vector<at::Tensor> values;
-  std::vector<bool> decay;
-  for (Param& p : model_->params()) values.push_back(p.value), decay.push_back(p.weight_decay);
-  buckets_ = std::make_unique<GradBuckets>(values, groups_.dp, GradBucketsOptions{options_.dp_bucket_bytes});
-  if (options_.zero_stage == 1) {
-    if (!device_.is_cpu()) return absl::UnimplementedError("parallel.zero_stage 1 runs on CPU parameters only (for now)");
-    sharded_ = std::make_unique<ShardedAdamW>(values, decay, groups_.dp,
-                                              AdamWOptions{options_.beta1, options_.beta2, options_.eps,
-                                                           options_.weight_decay});
-    if (!pending_m_.empty()) sharded_->LoadState(pending_m_, pending_v_);
+  const AdamWOptions adam{options_.beta1, options_.beta2, options_.eps, options_.weight_decay};
+  if (options_.zero_stage > 0 || dtype != at::kFloat || options_.offload_optimizer) {
+    ZeroOptions z;
+    z.stage = options_.zero_stage;
+    z.param_dtype = dtype;
+    z.offload = options_.offload_optimizer;
+    z.adam = adam;
+    z.bucket_bytes = options_.dp_bucket_bytes;
+    auto zero = ZeroOptimizer::Create(model_.get(), groups_.dp, groups_.tp, z);
+    if (!zero.ok()) return zero.status();
+    zero_ = std::move(*zero);
+    if (!pending_m_.empty()) TESSERA_RETURN_IF_ERROR(zero_->LoadState(pending_m_, pending_v_));
+  } else {
+    std::vector<at::Tensor> values;
+    for (Param& p : model_->params()) values.push_back(p.value);
+    buckets_ = std::make_unique<GradBuckets>(values, groups_.dp, GradBucketsOptions{options_.dp_bucket_bytes});
+    adam_state_.resize(model_->params().size());
+    for (size_t k = 0; k < pending_m_.size(); ++k) {
+      adam_state_[k].exp_avg = pending_m_[k].to(device_);
+      adam_state_[k].exp_avg_sq = pending_v_[k].to(device_);
+    }
   }
   pending_m_.clear();
   pending_v_.clear();
   return absl::OkStatus();
 }
 
-absl::StatusOr<double> Trainer::ClipGradients() {
+absl::StatusOr<double> Trainer::GradNorm() {
   // Sums stay on the device (one host sync at the end, not one per tensor).
   at::Tensor replicated = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(device_));
   at::Tensor sharded = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(device_));
@@ -97,16 +122,7 @@ absl::StatusOr<double> Trainer::ClipGradients() {
     }
   }
   if (groups_.tp->size() > 1) TESSERA_RETURN_IF_ERROR(groups_.tp->AllReduce(sharded, ReduceOp::kSum));
-  const double norm = std::sqrt(replicated.item<double>() + sharded.item<double>());
-  if (options_.grad_clip > 0) {
-    // torch.nn.utils.clip_grad_norm_: coefficient max_norm / (norm + 1e-6), clamped to 1.
-    const double coef = std::min(1.0, options_.grad_clip / (norm + 1e-6));
-    if (coef < 1.0) {
-      at::NoGradGuard no_grad;
-      for (Param& p : model_->params()) p.value.mutable_grad().mul_(coef);
-    }
-  }
-  return norm;
+  return std::sqrt(replicated.item<double>() + sharded.item<double>());
 }
 
 absl::StatusOr<StepStats> Trainer::Step() {
@@ -117,7 +133,14 @@ absl::StatusOr<StepStats> Trainer::Step() {
   const int accum = options_.global_batch / (micro * dp);
   const int64_t T = options_.model.seq_len;
   const int64_t bytes_before = groups_.dp->bytes_all_reduced() + groups_.tp->bytes_all_reduced();
-  buckets_->ZeroGrad();
+  StepStats s;
+  s.loss_scale = loss_scale_;
+  if (zero_) {
+    zero_->ZeroGrad();
+    zero_->ResetPeak();
+  } else {
+    buckets_->ZeroGrad();
+  }
   double loss_sum = 0;
   for (int a = 0; a < accum; ++a) {
     // Global sample j of this step for dp rank d, micro-batch a, row i: d·micro·accum + a·micro + i.
@@ -129,43 +152,75 @@ absl::StatusOr<StepStats> Trainer::Step() {
     }
     at::Tensor batch = at::from_blob(tokens.data(), {micro, T + 1}, at::kLong).to(device_, /*non_blocking=*/false,
                                                                                  /*copy=*/true);
-    buckets_->SetSyncThisPass(a == accum - 1);
-    at::Tensor loss = model_->Loss(batch.narrow(1, 0, T), batch.narrow(1, 1, T));
-    (loss / accum).backward();
-    loss_sum += loss.item<double>();
+    if (zero_) {
+      zero_->SetSyncThisPass(a == accum - 1);
+    } else {
+      buckets_->SetSyncThisPass(a == accum - 1);
+    }
+    try {
+      at::Tensor loss = model_->Loss(batch.narrow(1, 0, T), batch.narrow(1, 1, T));
+      at::Tensor objective = loss / accum;
+      if (loss_scale_ != 1) objective = objective * loss_scale_;
+      objective.backward();
+      loss_sum += loss.item<double>();
+    } catch (const c10::Error& e) {
+      // Communication inside forward/backward (tp, ZeRO-3 gathers) reports failures as exceptions.
+      return absl::InternalError(absl::StrCat("step ", step_ + 1, ": ", e.what_without_backtrace()));
+    }
   }
-  TESSERA_RETURN_IF_ERROR(buckets_->Finish());
+  TESSERA_RETURN_IF_ERROR(zero_ ? zero_->ReduceGradients() : buckets_->Finish());
   at::Tensor mean_loss = at::full({1}, loss_sum / accum, at::TensorOptions().dtype(at::kDouble).device(device_));
   if (dp > 1) TESSERA_RETURN_IF_ERROR(groups_.dp->AllReduce(mean_loss, ReduceOp::kAvg));
-  auto norm = ClipGradients();
-  if (!norm.ok()) return norm.status();
+  auto raw_norm = zero_ ? zero_->GradNorm() : GradNorm();
+  if (!raw_norm.ok()) return raw_norm.status();
+  const double norm = *raw_norm / loss_scale_;
 
   LrScheduleOptions lr_options = options_.lr;
   lr_options.steps = options_.steps;
   const double lr = LearningRate(lr_options, step_);
-  auto& params = model_->params();
-  if (sharded_) {
-    TESSERA_RETURN_IF_ERROR(sharded_->Step(lr, step_ + 1));
+  if (options_.precision == "fp16" && !std::isfinite(norm)) {
+    // Overflow in the scaled gradients: no update; a smaller scale for the next step.
+    s.skipped = true;
+    loss_scale_ = std::max(1.0, loss_scale_ / 2);
+    good_steps_ = 0;
   } else {
-    std::vector<at::Tensor> values, grads;
-    std::vector<bool> decay;
-    for (Param& p : params) values.push_back(p.value), grads.push_back(p.value.grad()), decay.push_back(p.weight_decay);
-    adam_.UpdateAll(values, grads, adam_state_, decay, lr, step_ + 1, options_.fused_kernels);
+    // torch.nn.utils.clip_grad_norm_: coefficient max_norm / (norm + 1e-6), clamped to 1.
+    const double coef = options_.grad_clip > 0 ? std::min(1.0, options_.grad_clip / (norm + 1e-6)) : 1.0;
+    ++adam_step_;
+    if (zero_) {
+      zero_->ScaleGradients(coef / loss_scale_);
+      TESSERA_RETURN_IF_ERROR(zero_->Step(lr, adam_step_));
+    } else {
+      at::NoGradGuard no_grad;
+      std::vector<at::Tensor> values, grads;
+      std::vector<bool> decay;
+      for (Param& p : model_->params()) {
+        if (coef < 1.0) p.value.mutable_grad().mul_(coef);
+        values.push_back(p.value), grads.push_back(p.value.grad()), decay.push_back(p.weight_decay);
+      }
+      adam_.UpdateAll(values, grads, adam_state_, decay, lr, adam_step_, options_.fused_kernels);
+    }
+    if (options_.precision == "fp16" && ++good_steps_ >= options_.loss_scale_window) {
+      loss_scale_ *= 2;
+      good_steps_ = 0;
+    }
   }
   ++step_;
-  StepStats s;
   s.step = step_;
   s.loss = mean_loss.item<double>();
   s.lr = lr;
-  s.grad_norm = *norm;
+  s.grad_norm = norm;
   s.step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   s.tokens = static_cast<int64_t>(options_.global_batch) * T;
   s.tokens_per_s = s.tokens / s.step_seconds;
   s.bytes_all_reduced = groups_.dp->bytes_all_reduced() + groups_.tp->bytes_all_reduced() - bytes_before;
-  if (sharded_) {
-    s.optimizer_state_bytes = sharded_->state_bytes();
+  if (zero_) {
+    s.optimizer_state_bytes = zero_->state_bytes();
+    s.model_state_bytes = zero_->peak_model_state_bytes();
   } else {
     for (const AdamWState& a : adam_state_) s.optimizer_state_bytes += 2 * a.exp_avg.numel() * a.exp_avg.element_size();
+    s.model_state_bytes = s.optimizer_state_bytes;
+    for (Param& p : model_->params()) s.model_state_bytes += 2 * p.value.numel() * p.value.element_size();
   }
   return s;
 }
@@ -185,7 +240,10 @@ absl::Status Trainer::Run(const std::function<void(const StepStats&)>& on_step) 
 }
 
 absl::Status Trainer::LocalOptimizerState(std::vector<at::Tensor>* m, std::vector<at::Tensor>* v) {
-  if (sharded_) return sharded_->GatherState(m, v);
+  if (zero_) {
+    TESSERA_RETURN_IF_ERROR(zero_->Gather(ZeroOptimizer::What::kExpAvg, m));
+    return zero_->Gather(ZeroOptimizer::What::kExpAvgSq, v);
+  }
   m->clear();
   v->clear();
   for (const AdamWState& a : adam_state_) m->push_back(a.exp_avg), v->push_back(a.exp_avg_sq);
@@ -193,13 +251,18 @@ absl::Status Trainer::LocalOptimizerState(std::vector<at::Tensor>* m, std::vecto
 }
 
 absl::StatusOr<std::map<std::string, at::Tensor>> Trainer::GatherFull(What what) {
-  auto& params = model_->params();
   std::vector<at::Tensor> local, m, v;
   if (what == What::kExpAvg || what == What::kExpAvgSq) {
     TESSERA_RETURN_IF_ERROR(LocalOptimizerState(&m, &v));
     return GatherOverTp(what == What::kExpAvg ? m : v);
   }
-  for (Param& p : params) local.push_back(what == What::kParams ? p.value : p.value.grad());
+  if (zero_) {
+    // The fp32 master weights and the reduced (clipped) fp32 gradients.
+    TESSERA_RETURN_IF_ERROR(
+        zero_->Gather(what == What::kParams ? ZeroOptimizer::What::kParams : ZeroOptimizer::What::kGrads, &local));
+    return GatherOverTp(local);
+  }
+  for (Param& p : model_->params()) local.push_back(what == What::kParams ? p.value : p.value.grad());
   return GatherOverTp(local);
 }
 
@@ -215,49 +278,95 @@ absl::StatusOr<std::map<std::string, at::Tensor>> Trainer::GatherOverTp(const st
   return out;
 }
 
+namespace {
+
+std::string ShardFileName(int dp_rank, int tp_rank) {
+  return absl::StrCat("optimizer.dp", dp_rank, ".tp", tp_rank, ".safetensors");
+}
+
+}  // namespace
+
 absl::Status Trainer::SaveCheckpoint() {
-  // Every dp rank takes part in gathering a sharded optimizer state; then dp rank 0's tp group
-  // gathers the full tensors and global rank 0 writes them.
-  std::vector<at::Tensor> local_m, local_v;
-  TESSERA_RETURN_IF_ERROR(LocalOptimizerState(&local_m, &local_v));
-  if (groups_.dp->rank() != 0) return groups_.world->Barrier();
-  auto params = GatherFull(What::kParams);
-  if (!params.ok()) return params.status();
-  auto m = GatherOverTp(local_m);
-  if (!m.ok()) return m.status();
-  auto v = GatherOverTp(local_v);
-  if (!v.ok()) return v.status();
-  if (groups_.global_rank == 0) {
-    auto tmp = BeginCheckpoint(options_.checkpoint_dir, step_);
-    if (!tmp.ok()) return tmp.status();
-    std::map<std::string, at::Tensor> optimizer;
-    for (auto& [name, t] : *m) optimizer.emplace("exp_avg." + name, t);
-    for (auto& [name, t] : *v) optimizer.emplace("exp_avg_sq." + name, t);
-    TESSERA_RETURN_IF_ERROR(SaveTensors(*tmp + "/model.safetensors", *params, {{"format", "pt"}}));
-    TESSERA_RETURN_IF_ERROR(SaveTensors(*tmp + "/optimizer.safetensors", optimizer));
-    const auto& c = options_.model;
-    nlohmann::json state = {
-        {"format", "tessera-checkpoint"},
-        {"version", 1},
-        {"step", step_},
-        {"samples_seen", step_ * options_.global_batch},
-        {"data", {{"next_sample", step_ * options_.global_batch}, {"shuffle", options_.data.shuffle},
-                  {"seed", options_.data.seed}}},
-        {"model", {{"family", "gpt"}, {"layers", c.layers}, {"hidden", c.hidden}, {"heads", c.heads},
-                   {"vocab", c.vocab}, {"seq_len", c.seq_len}}},
-        {"mesh", {{"dp", options_.mesh.dp}, {"tp", options_.mesh.tp}, {"pp", options_.mesh.pp},
-                  {"sp", options_.mesh.sp}, {"order", options_.mesh.order}}},
-        {"optimizer", {{"name", "adamw"}, {"step", step_}}},
-        {"rng", {{"init_seed", options_.seed}, {"note", "no randomness after initialisation (dropout 0)"}}},
-    };
-    std::ofstream(*tmp + "/trainer_state.json") << state.dump(2) << "\n";
-    nlohmann::json index = {{"format", "tessera-checkpoint"}, {"version", 1}, {"weight_map", nlohmann::json::object()}};
-    for (auto& [name, t] : *params) index["weight_map"][name] = "model.safetensors";
-    for (auto& [name, t] : optimizer) index["weight_map"][name] = "optimizer.safetensors";
-    std::ofstream(*tmp + "/index.json") << index.dump(2) << "\n";
-    TESSERA_RETURN_IF_ERROR(CommitCheckpoint(options_.checkpoint_dir, *tmp, step_, options_.checkpoint_keep));
+  // 1. This rank's tp-local tensors: the (master) weights, and the moments unless every rank writes
+  //    its own shard of them. Collectives over dp when the optimizer is sharded.
+  const bool sharded_state = zero_ && zero_->partitioned();
+  std::vector<at::Tensor> local_params, local_m, local_v;
+  if (zero_) {
+    TESSERA_RETURN_IF_ERROR(zero_->Gather(ZeroOptimizer::What::kParams, &local_params));
+  } else {
+    for (Param& p : model_->params()) local_params.push_back(p.value);
   }
-  return groups_.world->Barrier();
+  if (!sharded_state) TESSERA_RETURN_IF_ERROR(LocalOptimizerState(&local_m, &local_v));
+
+  // 2. One temporary directory for all ranks, named by rank 0's pid.
+  at::Tensor token = at::full({1}, static_cast<int64_t>(getpid()), at::kLong);
+  TESSERA_RETURN_IF_ERROR(groups_.world->Broadcast(token, 0));
+  const std::string tmp = TmpCheckpointPath(options_.checkpoint_dir, step_, token.item<int64_t>());
+  absl::Status status;
+  if (groups_.global_rank == 0) status = BeginCheckpoint(options_.checkpoint_dir, step_, token.item<int64_t>()).status();
+  TESSERA_RETURN_IF_ERROR(groups_.world->Barrier());
+  // Failures below are kept until every rank passed the barriers, so that no rank waits forever.
+  if (status.ok() && sharded_state) {
+    status = SaveTensors(tmp + "/" + ShardFileName(groups_.dp->rank(), groups_.tp->rank()), zero_->StateShard());
+  }
+
+  // 3. dp rank 0's tp group gathers full tensors; global rank 0 writes them.
+  if (groups_.dp->rank() == 0) {
+    auto params = GatherOverTp(local_params);
+    if (!params.ok()) return params.status();
+    std::map<std::string, at::Tensor> optimizer;
+    if (!sharded_state) {
+      auto m = GatherOverTp(local_m);
+      if (!m.ok()) return m.status();
+      auto v = GatherOverTp(local_v);
+      if (!v.ok()) return v.status();
+      for (auto& [name, t] : *m) optimizer.emplace("exp_avg." + name, t);
+      for (auto& [name, t] : *v) optimizer.emplace("exp_avg_sq." + name, t);
+    }
+    if (groups_.global_rank == 0 && status.ok()) {
+      status = SaveTensors(tmp + "/model.safetensors", *params, {{"format", "pt"}});
+      if (status.ok() && !sharded_state) status = SaveTensors(tmp + "/optimizer.safetensors", optimizer);
+      const auto& c = options_.model;
+      nlohmann::json optimizer_state = {{"name", "adamw"}, {"step", adam_step_}, {"sharded", sharded_state}};
+      if (sharded_state) {
+        nlohmann::json files = nlohmann::json::array();
+        for (int d = 0; d < options_.mesh.dp; ++d) {
+          for (int t = 0; t < options_.mesh.tp; ++t) files.push_back(ShardFileName(d, t));
+        }
+        optimizer_state["shards"] = files;
+      }
+      nlohmann::json state = {
+          {"format", "tessera-checkpoint"},
+          {"version", 1},
+          {"step", step_},
+          {"samples_seen", step_ * options_.global_batch},
+          {"data", {{"next_sample", step_ * options_.global_batch}, {"shuffle", options_.data.shuffle},
+                    {"seed", options_.data.seed}}},
+          {"model", {{"family", "gpt"}, {"layers", c.layers}, {"hidden", c.hidden}, {"heads", c.heads},
+                     {"vocab", c.vocab}, {"seq_len", c.seq_len}}},
+          {"mesh", {{"dp", options_.mesh.dp}, {"tp", options_.mesh.tp}, {"pp", options_.mesh.pp},
+                    {"sp", options_.mesh.sp}, {"order", options_.mesh.order}}},
+          {"optimizer", optimizer_state},
+          {"zero_stage", options_.zero_stage},
+          {"precision", options_.precision},
+          {"loss_scale", {{"scale", loss_scale_}, {"good_steps", good_steps_}}},
+          {"rng", {{"init_seed", options_.seed}, {"note", "no randomness after initialisation (dropout 0)"}}},
+      };
+      std::ofstream(tmp + "/trainer_state.json") << state.dump(2) << "\n";
+      nlohmann::json index = {{"format", "tessera-checkpoint"}, {"version", 1}, {"weight_map", nlohmann::json::object()}};
+      for (auto& [name, t] : *params) index["weight_map"][name] = "model.safetensors";
+      for (auto& [name, t] : optimizer) index["weight_map"][name] = "optimizer.safetensors";
+      if (sharded_state) index["optimizer_shards"] = optimizer_state["shards"];
+      std::ofstream(tmp + "/index.json") << index.dump(2) << "\n";
+    }
+  }
+  // Every shard is written before rank 0 renames the directory into place.
+  TESSERA_RETURN_IF_ERROR(groups_.world->Barrier());
+  if (groups_.global_rank == 0 && status.ok()) {
+    status = CommitCheckpoint(options_.checkpoint_dir, tmp, step_, options_.checkpoint_keep);
+  }
+  TESSERA_RETURN_IF_ERROR(groups_.world->Barrier());
+  return status;
 }
 
 absl::Status Trainer::LoadCheckpoint(const std::string& path) {
@@ -278,6 +387,23 @@ absl::Status Trainer::LoadCheckpoint(const std::string& path) {
   auto params = LoadTensors(path + "/model.safetensors");
   if (!params.ok()) return params.status();
   TESSERA_RETURN_IF_ERROR(model_->LoadFull(*params));
+  step_ = state["step"].get<int64_t>();
+  adam_step_ = step_;
+  if (state.contains("optimizer") && state["optimizer"].is_object()) {
+    adam_step_ = state["optimizer"].value("step", step_);
+  }
+  if (options_.precision == "fp16" && state.value("precision", std::string()) == "fp16" &&
+      state.contains("loss_scale")) {
+    loss_scale_ = state["loss_scale"].value("scale", options_.initial_loss_scale);
+    good_steps_ = state["loss_scale"].value("good_steps", int64_t{0});
+  }
+  pending_m_.clear();
+  pending_v_.clear();
+  if (state.contains("optimizer") && state["optimizer"].value("sharded", false)) {
+    const int saved_tp = state.contains("mesh") ? state["mesh"].value("tp", 0) : 0;
+    if (saved_tp < 1) return absl::DataLossError(absl::StrCat(path, "/trainer_state.json lacks mesh.tp"));
+    return LoadShardedOptimizer(path, saved_tp);
+  }
   auto optimizer = LoadTensors(path + "/optimizer.safetensors");
   if (!optimizer.ok()) return optimizer.status();
   auto& ps = model_->params();
@@ -288,13 +414,69 @@ absl::Status Trainer::LoadCheckpoint(const std::string& path) {
       return absl::DataLossError(absl::StrCat(path, "/optimizer.safetensors lacks the state of ", ps[k].name));
     }
     const int r = groups_.tp->rank(), n = groups_.tp->size();
-    adam_state_[k].exp_avg = ShardOf(ps[k], m->second, r, n).to(device_);
-    adam_state_[k].exp_avg_sq = ShardOf(ps[k], v->second, r, n).to(device_);
-    pending_m_.push_back(adam_state_[k].exp_avg);
-    pending_v_.push_back(adam_state_[k].exp_avg_sq);
+    pending_m_.push_back(ShardOf(ps[k], m->second.to(at::kFloat), r, n));
+    pending_v_.push_back(ShardOf(ps[k], v->second.to(at::kFloat), r, n));
   }
-  if (options_.zero_stage == 1) adam_state_.assign(ps.size(), AdamWState{});  // The sharded optimizer keeps them.
-  step_ = state["step"].get<int64_t>();
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::LoadShardedOptimizer(const std::string& path, int saved_tp) {
+  // Files of every saved dp rank, for the saved tp ranks this rank needs.
+  const bool same_tp = saved_tp == groups_.tp->size();
+  std::vector<int> tp_ranks;
+  for (int t = 0; t < saved_tp; ++t) {
+    if (!same_tp || t == groups_.tp->rank()) tp_ranks.push_back(t);
+  }
+  std::map<int, std::vector<std::map<std::string, at::Tensor>>> files;  // By saved tp rank.
+  for (int t : tp_ranks) {
+    for (int d = 0;; ++d) {
+      const std::string file = path + "/" + ShardFileName(d, t);
+      if (!fs::exists(file)) break;
+      auto tensors = LoadTensors(file);
+      if (!tensors.ok()) return tensors.status();
+      files[t].push_back(std::move(*tensors));
+    }
+    if (files[t].empty()) return absl::DataLossError(absl::StrCat(path, " lacks ", ShardFileName(0, t)));
+  }
+  auto& ps = model_->params();
+  for (Param& p : ps) {
+    std::vector<at::Tensor> parts_m, parts_v;
+    const std::vector<int64_t> shape = PartShape(p, saved_tp);
+    for (int t : tp_ranks) {
+      int64_t numel = 1;
+      for (int64_t d : shape) numel *= d;
+      at::Tensor m = at::zeros({numel}), v = at::zeros({numel});
+      int64_t covered = 0;
+      for (auto& f : files[t]) {
+        auto range = f.find("range." + p.name);
+        if (range == f.end()) continue;
+        const int64_t a = range->second[0].item<int64_t>(), b = range->second[1].item<int64_t>();
+        auto fm = f.find("exp_avg." + p.name), fv = f.find("exp_avg_sq." + p.name);
+        if (a < 0 || b > numel || a >= b || fm == f.end() || fv == f.end() || fm->second.numel() != b - a ||
+            fv->second.numel() != b - a) {
+          return absl::DataLossError(absl::StrCat(path, ": the optimizer shard of ", p.name, " (tp rank ", t,
+                                                  ") is malformed"));
+        }
+        m.narrow(0, a, b - a).copy_(fm->second.reshape({-1}));
+        v.narrow(0, a, b - a).copy_(fv->second.reshape({-1}));
+        covered += b - a;
+      }
+      if (covered != numel) {
+        return absl::DataLossError(absl::StrCat(path, ": the optimizer shards of ", p.name, " (tp rank ", t,
+                                                ") cover ", covered, " of ", numel, " elements"));
+      }
+      parts_m.push_back(m.view(shape));
+      parts_v.push_back(v.view(shape));
+    }
+    if (same_tp) {
+      pending_m_.push_back(parts_m[0]);
+      pending_v_.push_back(parts_v[0]);
+    } else {
+      const int r = groups_.tp->rank(), n = groups_.tp->size();
+      pending_m_.push_back(ShardOf(p, JoinShards(p, parts_m), r, n));
+      pending_v_.push_back(ShardOf(p, JoinShards(p, parts_v), r, n));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -318,6 +500,9 @@ absl::Status Trainer::AppendStepLog(const StepStats& s) {
   nlohmann::json j = {{"step", s.step}, {"loss", s.loss}, {"lr", s.lr}, {"grad_norm", s.grad_norm},
                       {"tokens_per_s", s.tokens_per_s}, {"step_seconds", s.step_seconds}, {"tokens", s.tokens},
                       {"bytes_all_reduced", s.bytes_all_reduced}, {"optimizer_state_bytes", s.optimizer_state_bytes}};
+  if (s.skipped) j["skipped"] = true;
+  if (options_.precision == "fp16") j["loss_scale"] = s.loss_scale;
+  j["model_state_bytes"] = s.model_state_bytes;
   std::ofstream out(options_.output_dir + "/steps.jsonl", std::ios::app);
   out << j.dump() << "\n";
   out.flush();

@@ -20,7 +20,7 @@
 #include "parallel/models/gpt.h"
 #include "parallel/optim/adamw.h"
 #include "parallel/train/trainer_options.h"
-#include "parallel/zero/sharded_adamw.h"
+#include "parallel/zero/zero_optimizer.h"
 
 namespace tessera::parallel {
 
@@ -33,7 +33,10 @@ struct StepStats {
   double tokens_per_s = 0;
   int64_t tokens = 0;         // Tokens of this step (global).
   int64_t bytes_all_reduced = 0;  // By this rank in this step.
-  int64_t optimizer_state_bytes = 0;  // AdamW state held by this rank.
+  int64_t optimizer_state_bytes = 0;  // AdamW state (and separate fp32 master weights) held by this rank.
+  int64_t model_state_bytes = 0;      // Peak this step: parameters, gradients, masters and moments.
+  bool skipped = false;               // fp16: gradients overflowed, no update, loss scale halved.
+  double loss_scale = 1;              // fp16: the scale this step's backward used.
 };
 
 class Trainer {
@@ -65,6 +68,9 @@ class Trainer {
   Trainer(const TrainerOptions& options, ProcessGroups groups);
   absl::Status Init();
   absl::Status LoadCheckpoint(const std::string& path);
+  // Per-parameter tp-local m and v for this rank from the per-rank files of a sharded checkpoint
+  // written with `saved_tp` tp ranks (any dp).
+  absl::Status LoadShardedOptimizer(const std::string& path, int saved_tp);
   absl::Status AppendStepLog(const StepStats& stats);
   // Full-size (tp-local) m and v per parameter, whichever optimizer holds them (collective over dp
   // when sharded).
@@ -73,19 +79,26 @@ class Trainer {
   absl::StatusOr<std::map<std::string, at::Tensor>> GatherOverTp(const std::vector<at::Tensor>& local);
   absl::Status TrimStepLog();
   absl::Status DumpDebug();
-  absl::StatusOr<double> ClipGradients();
+  // Global gradient norm (fp32 path without the optimizer of parallel/zero).
+  absl::StatusOr<double> GradNorm();
 
   TrainerOptions options_;
   ProcessGroups groups_;
   c10::Device device_{c10::kCPU};
   std::unique_ptr<Gpt> model_;
   std::unique_ptr<TokenDataset> data_;
+  // fp32 without sharding or offload: per-tensor AdamW on the parameters, gradients bucketed.
   std::unique_ptr<GradBuckets> buckets_;
   AdamW adam_;
-  std::vector<AdamWState> adam_state_;      // zero_stage 0.
-  std::unique_ptr<ShardedAdamW> sharded_;  // zero_stage 1.
-  std::vector<at::Tensor> pending_m_, pending_v_;  // State from a checkpoint, until the optimizer exists.
+  std::vector<AdamWState> adam_state_;
+  // Otherwise (zero_stage ≥ 1, bf16/fp16, or offload): parallel/zero.
+  std::unique_ptr<ZeroOptimizer> zero_;
+  // Optimizer state (tp-local, CPU) from a checkpoint, until the optimizer exists.
+  std::vector<at::Tensor> pending_m_, pending_v_;
   int64_t step_ = 0;
+  int64_t adam_step_ = 0;       // Updates applied (fp16 skips do not count): Adam's bias correction t.
+  double loss_scale_ = 1;       // fp16 dynamic loss scale.
+  int64_t good_steps_ = 0;      // fp16: steps since the last overflow or growth.
 };
 
 }  // namespace tessera::parallel

@@ -21,7 +21,11 @@ struct TrainerOptions {
   MeshShape mesh;
   DeviceOptions device;             // cpu, or cuda:local_rank (parallel/device/device.h).
   int64_t dp_bucket_bytes = 25 << 20;
-  int zero_stage = 0;               // 1: AdamW state sharded over dp (parallel/zero).
+  int zero_stage = 0;               // 1–3: state, + gradients, + parameters sharded over dp (parallel/zero).
+  bool offload_optimizer = false;   // Master weights and moments in host memory, update on the host.
+  std::string precision = "fp32";   // fp32 | bf16 | fp16 (parameters and activations; fp32 masters).
+  double initial_loss_scale = 65536;  // fp16: dynamic loss scaling starts here,
+  int loss_scale_window = 1000;       // doubles after this many steps without overflow, halves on one.
 
   int64_t steps = 100;              // Total optimizer steps of the job.
   int micro_batch = 8;

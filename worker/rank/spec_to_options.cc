@@ -31,6 +31,10 @@ parallel::TrainerOptions ToTrainerOptions(const v1::JobSpec& spec) {
   o.seed = t.seed();
   o.activation_checkpointing = t.activation_checkpointing();
   o.fused_kernels = t.fused_kernels();
+  o.precision = t.precision() == v1::PRECISION_BF16 ? "bf16" : t.precision() == v1::PRECISION_FP16 ? "fp16" : "fp32";
+  o.initial_loss_scale = t.initial_loss_scale();
+  o.loss_scale_window = t.loss_scale_window();
+  o.offload_optimizer = spec.optimizer().offload() == v1::OFFLOAD_CPU;
   o.checkpoint_dir = spec.checkpoint().dir();
   o.checkpoint_every = spec.checkpoint().every_steps();
   o.checkpoint_keep = spec.checkpoint().keep();

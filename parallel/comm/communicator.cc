@@ -1,0 +1,31 @@
+#include "parallel/comm/communicator.h"
+
+#include <c10/util/Exception.h>
+
+namespace tessera::parallel {
+namespace {
+
+class FinishedWork final : public CommWork {
+ public:
+  explicit FinishedWork(absl::Status status) : status_(std::move(status)) {}
+  absl::Status Wait() override { return status_; }
+
+ private:
+  absl::Status status_;
+};
+
+}  // namespace
+
+std::unique_ptr<CommWork> DoneWork(absl::Status status) { return std::make_unique<FinishedWork>(std::move(status)); }
+
+std::unique_ptr<CommWork> Communicator::AllGatherAsync(const at::Tensor& in, at::Tensor& out) {
+  return DoneWork(AllGather(in, out));
+}
+
+std::unique_ptr<CommWork> Communicator::ReduceScatterAsync(const at::Tensor& in, at::Tensor& out, ReduceOp op) {
+  return DoneWork(ReduceScatter(in, out, op));
+}
+
+void ThrowIfError(const absl::Status& status) { TORCH_CHECK(status.ok(), status.ToString()); }
+
+}  // namespace tessera::parallel

@@ -1,0 +1,507 @@
+#include "parallel/zero/zero_optimizer.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+#include <c10/core/StorageImpl.h>
+#include <torch/csrc/autograd/utils/lambda_post_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace tessera::parallel {
+namespace {
+
+// A tensor on the same storage with its own version counter: writes through it (gathers, updates)
+// do not count as in-place changes of the parameters that autograd saved for backward.
+at::Tensor Alias(const at::Tensor& t) {
+  return at::empty({0}, t.options()).set_(t.storage(), t.storage_offset(), t.sizes(), t.strides());
+}
+
+// Releases the memory behind every tensor on `t`'s storage (they must not be read until
+// AllocateStorage gives it memory again).
+void FreeStorage(const at::Tensor& t) {
+  c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
+  s->set_data_ptr_noswap(at::DataPtr(nullptr, t.device()));
+  s->set_nbytes(0);
+}
+
+void AllocateStorage(const at::Tensor& t, size_t nbytes) {
+  c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
+  if (s->nbytes() == nbytes && s->data() != nullptr) return;
+  s->set_data_ptr_noswap(s->allocator()->allocate(nbytes));
+  s->set_nbytes(nbytes);
+}
+
+int64_t Bytes(const at::Tensor& t) { return t.defined() ? t.numel() * t.element_size() : 0; }
+
+}  // namespace
+
+struct ZeroOptimizer::Unit {
+  std::vector<size_t> params;     // Model parameter indices.
+  std::vector<int64_t> offsets;   // Flat offset of each member; offsets.back() = numel.
+  int64_t numel = 0;              // N.
+  int64_t shard = 0;              // S (= N when not partitioned).
+  int64_t begin = 0;              // This rank's owned range [begin, begin + S) of the padded flat.
+  at::Tensor flat;                // [S·shards] in the parameter dtype; the parameters are views of it.
+  at::Tensor flat_alias;          // Alias(flat).
+  at::Tensor param_shard;         // Stage 3: [S] owned parameters in the parameter dtype.
+  at::Tensor master;              // [S] fp32 (an alias of the parameters' memory when they are fp32 there).
+  bool master_is_param = false;
+  at::Tensor exp_avg, exp_avg_sq;  // [S] fp32.
+  at::Tensor grad_shard;          // Stages 2–3: [S] in the parameter dtype, after ReduceGradients.
+  at::Tensor grad_flat;           // Stages 2–3: [S·shards] being reduce-scattered.
+  std::unique_ptr<CommWork> reduce;
+  std::unique_ptr<CommWork> gather;  // Stage 3: gathering into flat.
+  bool gathered = true;
+  size_t ready = 0;               // Members whose gradient this backward pass produced.
+};
+
+ZeroOptimizer::ZeroOptimizer(Gpt* model, std::shared_ptr<Communicator> dp, std::shared_ptr<Communicator> tp,
+                             const ZeroOptions& options)
+    : model_(model), dp_(std::move(dp)), tp_(std::move(tp)), options_(options), simd_(kernels::DetectSimd()) {}
+
+ZeroOptimizer::~ZeroOptimizer() {
+  for (auto& u : units_) {
+    if (u->reduce) u->reduce->Wait().IgnoreError();
+    if (u->gather) u->gather->Wait().IgnoreError();
+  }
+  if (model_->unit_hooks() == this) model_->set_unit_hooks(nullptr);
+}
+
+absl::StatusOr<std::unique_ptr<ZeroOptimizer>> ZeroOptimizer::Create(Gpt* model, std::shared_ptr<Communicator> dp,
+                                                                     std::shared_ptr<Communicator> tp,
+                                                                     const ZeroOptions& options) {
+  if (options.stage < 0 || options.stage > 3) {
+    return absl::InvalidArgumentError(absl::StrCat("parallel.zero_stage must be 0, 1, 2 or 3, got ", options.stage));
+  }
+  if (options.param_dtype != at::kFloat && options.param_dtype != at::kBFloat16 && options.param_dtype != at::kHalf) {
+    return absl::InvalidArgumentError("train.precision must be fp32, bf16 or fp16");
+  }
+  std::unique_ptr<ZeroOptimizer> z(new ZeroOptimizer(model, std::move(dp), std::move(tp), options));
+  if (absl::Status s = z->Init(); !s.ok()) return s;
+  return z;
+}
+
+absl::Status ZeroOptimizer::Init() {
+  at::NoGradGuard no_grad;
+  std::vector<Param>& params = model_->params();
+  device_ = params.at(0).value.device();
+  for (const Param& p : params) {
+    if (p.value.scalar_type() != at::kFloat || p.value.device() != device_) {
+      return absl::FailedPreconditionError(absl::StrCat("ZeroOptimizer needs fp32 parameters on one device; ", p.name,
+                                                        " is not"));
+    }
+  }
+  state_device_ = options_.offload ? c10::Device(c10::kCPU) : device_;
+  const bool pinned = options_.offload && !device_.is_cpu();
+  shards_ = partitioned() ? dp_->size() : 1;
+  shard_rank_ = partitioned() ? dp_->rank() : 0;
+  const at::TensorOptions f32 = at::TensorOptions().dtype(at::kFloat);
+  unit_of_.assign(params.size(), 0);
+  offset_in_unit_.assign(params.size(), 0);
+
+  for (const std::vector<size_t>& members : model_->Units()) {
+    auto u = std::make_unique<Unit>();
+    u->params = members;
+    u->offsets.push_back(0);
+    for (size_t k : members) {
+      unit_of_[k] = units_.size();
+      offset_in_unit_[k] = u->offsets.back();
+      u->offsets.push_back(u->offsets.back() + params[k].value.numel());
+    }
+    u->numel = u->offsets.back();
+    u->shard = (u->numel + shards_ - 1) / shards_;
+    u->begin = shard_rank_ * u->shard;
+    const int64_t padded = u->shard * shards_;
+
+    // The starting weights, flattened and padded, in fp32.
+    std::vector<at::Tensor> pieces;
+    for (size_t k : members) pieces.push_back(params[k].value.detach().reshape({-1}));
+    if (padded > u->numel) pieces.push_back(at::zeros({padded - u->numel}, f32.device(device_)));
+    at::Tensor full32 = at::cat(pieces);
+
+    u->flat = full32.to(options_.param_dtype).contiguous();
+    u->flat_alias = Alias(u->flat);
+    for (size_t j = 0; j < members.size(); ++j) {
+      Param& p = params[members[j]];
+      p.value = u->flat.narrow(0, u->offsets[j], p.value.numel()).view(p.value.sizes()).detach().requires_grad_(true);
+    }
+    at::Tensor owned32 = full32.narrow(0, u->begin, u->shard);
+    if (options_.stage == 3) u->param_shard = u->flat.narrow(0, u->begin, u->shard).clone();
+    // With offload the optimizer keeps its own host copy (even when the parameters are on the host).
+    u->master_is_param = options_.param_dtype == at::kFloat && !options_.offload;
+    if (u->master_is_param) {
+      u->master = options_.stage == 3 ? u->param_shard : u->flat_alias.narrow(0, u->begin, u->shard);
+    } else {
+      u->master = at::empty({u->shard}, f32.device(state_device_).pinned_memory(pinned));
+      u->master.copy_(owned32);
+    }
+    u->exp_avg = at::zeros({u->shard}, f32.device(state_device_).pinned_memory(pinned));
+    u->exp_avg_sq = at::zeros({u->shard}, f32.device(state_device_).pinned_memory(pinned));
+    if (options_.stage == 3) {
+      FreeStorage(u->flat);
+      u->gathered = false;
+    }
+    units_.push_back(std::move(u));
+  }
+
+  if (options_.stage <= 1) {
+    std::vector<at::Tensor> values;
+    for (Param& p : params) values.push_back(p.value);
+    buckets_ = std::make_unique<GradBuckets>(values, dp_, GradBucketsOptions{options_.bucket_bytes});
+  } else {
+    for (size_t k = 0; k < params.size(); ++k) {
+      auto accumulator = torch::autograd::impl::grad_accumulator(params[k].value);
+      accumulator->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
+          [this, k](const torch::autograd::variable_list& outputs, const torch::autograd::variable_list&) {
+            MarkReady(k);
+            return outputs;
+          }));
+      accumulators_.push_back(std::move(accumulator));
+    }
+  }
+  model_->set_unit_hooks(this);
+  ResetPeak();
+  return absl::OkStatus();
+}
+
+void ZeroOptimizer::ZeroGrad() {
+  if (buckets_) {
+    buckets_->ZeroGrad();
+  } else {
+    for (Param& p : model_->params()) p.value.mutable_grad() = at::Tensor();
+  }
+  for (auto& u : units_) u->grad_shard = at::Tensor();
+  grad_factor_ = 1.0;
+  in_backward_ = false;
+}
+
+void ZeroOptimizer::SetSyncThisPass(bool sync) {
+  sync_ = sync;
+  in_backward_ = false;
+  for (auto& u : units_) u->ready = 0;
+  if (buckets_) buckets_->SetSyncThisPass(sync);
+}
+
+void ZeroOptimizer::MarkReady(size_t k) {
+  Unit& u = *units_[unit_of_[k]];
+  if (++u.ready < u.params.size()) return;
+  u.ready = 0;
+  Sample();  // The unit's full gradients exist now.
+  if (sync_) StartReduce(u);
+  if (options_.stage == 3) Release(u);
+}
+
+void ZeroOptimizer::CopyGrads(const Unit& u, int64_t begin, int64_t end, at::Tensor& out) const {
+  std::vector<Param>& params = model_->params();
+  for (size_t j = 0; j < u.params.size(); ++j) {
+    const int64_t a = std::max(begin, u.offsets[j]), b = std::min(end, u.offsets[j + 1]);
+    if (a >= b) continue;
+    const at::Tensor& g = params[u.params[j]].value.grad();
+    at::Tensor dst = out.narrow(0, a - begin, b - a);
+    if (g.defined()) {
+      dst.copy_(g.reshape({-1}).narrow(0, a - u.offsets[j], b - a));
+    } else {
+      dst.zero_();
+    }
+  }
+}
+
+void ZeroOptimizer::StartReduce(Unit& u) {
+  at::NoGradGuard no_grad;
+  const int64_t padded = u.shard * shards_;
+  u.grad_flat = at::zeros({padded}, at::TensorOptions().dtype(options_.param_dtype).device(device_));
+  CopyGrads(u, 0, padded, u.grad_flat);
+  for (size_t k : u.params) model_->params()[k].value.mutable_grad() = at::Tensor();
+  u.grad_shard = at::empty({u.shard}, u.grad_flat.options());
+  if (shards_ == 1) {
+    u.grad_shard.copy_(u.grad_flat);
+    u.reduce = DoneWork(absl::OkStatus());
+  } else {
+    u.reduce = dp_->ReduceScatterAsync(u.grad_flat, u.grad_shard, ReduceOp::kSum);
+  }
+  Sample();
+  // At most kReductionsInFlight full-size fp32 gradient buffers exist at a time.
+  in_flight_.push_back(&u);
+  while (in_flight_.size() > kReductionsInFlight) {
+    FinishReduce(*in_flight_.front());
+    in_flight_.pop_front();
+  }
+}
+
+void ZeroOptimizer::FinishReduce(Unit& u) {
+  if (!u.reduce) return;
+  absl::Status s = u.reduce->Wait();
+  if (reduce_status_.ok() && !s.ok()) reduce_status_ = s;
+  u.reduce.reset();
+  u.grad_flat = at::Tensor();
+}
+
+absl::Status ZeroOptimizer::ReduceGradients() {
+  at::NoGradGuard no_grad;
+  absl::Status status;
+  if (buckets_) {
+    status = buckets_->Finish();  // The parameters' .grad now hold the averages.
+  } else {
+    for (auto& u : units_) {
+      if (!u->grad_shard.defined()) StartReduce(*u);  // Members without a gradient this step (unused).
+    }
+    for (auto& u : units_) FinishReduce(*u);
+    in_flight_.clear();
+    status = reduce_status_;
+    reduce_status_ = absl::OkStatus();
+    for (auto& u : units_) {
+      if (dp_->size() > 1) u->grad_shard.div_(dp_->size());
+    }
+  }
+  sync_ = false;
+  in_backward_ = false;
+  Sample();
+  return status;
+}
+
+absl::StatusOr<double> ZeroOptimizer::GradNorm() {
+  at::NoGradGuard no_grad;
+  std::vector<Param>& params = model_->params();
+  // [replicated over tp, split over tp] sums of squares, in double on the parameters' device.
+  at::Tensor sums = at::zeros({2}, at::TensorOptions().dtype(at::kDouble).device(device_));
+  auto add = [&](const Param& p, const at::Tensor& g) {
+    at::Tensor n = (g.scalar_type() == at::kFloat ? g : g.to(at::kFloat)).norm().to(at::kDouble).square();
+    sums[p.split == TpSplit::kReplicated ? 0 : 1] += n;
+  };
+  if (buckets_) {
+    // Full gradients are present: norms per tensor, as unsharded training takes them.
+    for (Param& p : params) add(p, p.value.grad());
+  } else {
+    for (auto& u : units_) {
+      for (size_t j = 0; j < u->params.size(); ++j) {
+        const int64_t a = std::max(u->begin, u->offsets[j]), b = std::min(u->begin + u->shard, u->offsets[j + 1]);
+        if (a < b) add(params[u->params[j]], u->grad_shard.narrow(0, a - u->begin, b - a));
+      }
+    }
+    if (shards_ > 1) {
+      if (absl::Status s = dp_->AllReduce(sums, ReduceOp::kSum); !s.ok()) return s;
+    }
+  }
+  at::Tensor split = sums.narrow(0, 1, 1).clone();
+  if (tp_->size() > 1) {
+    if (absl::Status s = tp_->AllReduce(split, ReduceOp::kSum); !s.ok()) return s;
+  }
+  return std::sqrt(sums[0].item<double>() + split.item<double>());
+}
+
+void ZeroOptimizer::ScaleGradients(double factor) {
+  grad_factor_ = factor;
+}
+
+at::Tensor ZeroOptimizer::OwnedGrad(const Unit& u, size_t j, int64_t a, int64_t b) const {
+  at::Tensor g;
+  if (buckets_) {
+    const at::Tensor& full = model_->params()[u.params[j]].value.grad();
+    g = full.defined() ? full.reshape({-1}).narrow(0, a - u.offsets[j], b - a)
+                       : at::zeros({b - a}, at::TensorOptions().dtype(at::kFloat).device(device_));
+  } else {
+    g = u.grad_shard.narrow(0, a - u.begin, b - a);
+  }
+  g = g.to(state_device_, at::kFloat);
+  // The same elementwise product as scaling the gradients in place (bit-identical to unsharded AdamW).
+  if (grad_factor_ != 1.0) g = g * grad_factor_;
+  return g.contiguous();
+}
+
+absl::Status ZeroOptimizer::Step(double lr, int64_t step) {
+  at::NoGradGuard no_grad;
+  AdamW aten_adam(options_.adam);
+  const bool host_update = state_device_.is_cpu();
+  std::vector<std::unique_ptr<CommWork>> gathers;
+  std::vector<at::Tensor> sources;  // Kept alive until the gathers finish.
+  for (auto& up : units_) {
+    Unit& u = *up;
+    // Where the new parameters go, in the parameter dtype.
+    at::Tensor dest = options_.stage == 3 ? u.param_shard : u.flat_alias.narrow(0, u.begin, u.shard);
+    const bool bf16_direct = !u.master_is_param && host_update && dest.device().is_cpu() &&
+                             options_.param_dtype == at::kBFloat16;
+    for (size_t j = 0; j < u.params.size(); ++j) {
+      const int64_t a = std::max(u.begin, u.offsets[j]), b = std::min(u.begin + u.shard, u.offsets[j + 1]);
+      if (a >= b) continue;
+      const int64_t o = a - u.begin, n = b - a;
+      const bool decay = model_->params()[u.params[j]].weight_decay;
+      at::Tensor grad = OwnedGrad(u, j, a, b);
+      if (host_update) {
+        kernels::AdamWStep s{lr, options_.adam.beta1, options_.adam.beta2, options_.adam.eps,
+                             decay ? options_.adam.weight_decay : 0.0, step};
+        uint16_t* bf16_out =
+            bf16_direct ? reinterpret_cast<uint16_t*>(dest.data_ptr<at::BFloat16>()) + o : nullptr;
+        kernels::CpuAdamW(u.master.data_ptr<float>() + o, grad.data_ptr<float>(),
+                          u.exp_avg.data_ptr<float>() + o, u.exp_avg_sq.data_ptr<float>() + o, n, s, simd_,
+                          /*parallel=*/true, bf16_out);
+      } else {
+        at::Tensor param = u.master.narrow(0, o, n);
+        AdamWState state{u.exp_avg.narrow(0, o, n), u.exp_avg_sq.narrow(0, o, n)};
+        aten_adam.Update(param, grad, state, lr, step, decay);
+      }
+    }
+    if (!u.master_is_param && !bf16_direct) dest.copy_(u.master, /*non_blocking=*/false);
+    if (shards_ > 1 && options_.stage <= 2) {
+      // The next unit's update overlaps this gather.
+      sources.push_back(dest.clone());
+      gathers.push_back(dp_->AllGatherAsync(sources.back(), u.flat_alias));
+    }
+  }
+  absl::Status status;
+  for (auto& g : gathers) {
+    absl::Status s = g->Wait();
+    if (status.ok() && !s.ok()) status = s;
+  }
+  Sample();
+  return status;
+}
+
+absl::Status ZeroOptimizer::Gather(What what, std::vector<at::Tensor>* out) {
+  at::NoGradGuard no_grad;
+  std::vector<Param>& params = model_->params();
+  out->assign(params.size(), at::Tensor());
+  for (auto& u : units_) {
+    at::Tensor local;
+    switch (what) {
+      case What::kParams: local = u->master; break;
+      case What::kGrads:
+        local = at::zeros({u->shard}, at::TensorOptions().dtype(at::kFloat).device(state_device_));
+        for (size_t j = 0; j < u->params.size(); ++j) {
+          const int64_t a = std::max(u->begin, u->offsets[j]), b = std::min(u->begin + u->shard, u->offsets[j + 1]);
+          if (a < b) local.narrow(0, a - u->begin, b - a).copy_(OwnedGrad(*u, j, a, b));
+        }
+        break;
+      case What::kExpAvg: local = u->exp_avg; break;
+      case What::kExpAvgSq: local = u->exp_avg_sq; break;
+    }
+    local = local.to(at::TensorOptions().dtype(at::kFloat).device(c10::kCPU)).contiguous();
+    at::Tensor all = local;
+    if (shards_ > 1) {
+      all = at::empty({u->shard * shards_}, local.options());
+      if (absl::Status s = dp_->AllGather(local, all); !s.ok()) return s;
+    }
+    for (size_t j = 0; j < u->params.size(); ++j) {
+      const Param& p = params[u->params[j]];
+      (*out)[u->params[j]] =
+          all.narrow(0, u->offsets[j], u->offsets[j + 1] - u->offsets[j]).view(p.value.sizes()).clone();
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ZeroOptimizer::LoadState(const std::vector<at::Tensor>& exp_avg, const std::vector<at::Tensor>& exp_avg_sq) {
+  at::NoGradGuard no_grad;
+  std::vector<Param>& params = model_->params();
+  if (exp_avg.size() != params.size() || exp_avg_sq.size() != params.size()) {
+    return absl::InvalidArgumentError("optimizer state has the wrong number of tensors");
+  }
+  for (auto& u : units_) {
+    for (size_t j = 0; j < u->params.size(); ++j) {
+      const size_t k = u->params[j];
+      if (exp_avg[k].numel() != params[k].value.numel() || exp_avg_sq[k].numel() != params[k].value.numel()) {
+        return absl::InvalidArgumentError(absl::StrCat("optimizer state of ", params[k].name, " has the wrong size"));
+      }
+      const int64_t a = std::max(u->begin, u->offsets[j]), b = std::min(u->begin + u->shard, u->offsets[j + 1]);
+      if (a >= b) continue;
+      const int64_t from = a - u->offsets[j];
+      u->exp_avg.narrow(0, a - u->begin, b - a).copy_(exp_avg[k].reshape({-1}).narrow(0, from, b - a));
+      u->exp_avg_sq.narrow(0, a - u->begin, b - a).copy_(exp_avg_sq[k].reshape({-1}).narrow(0, from, b - a));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::map<std::string, at::Tensor> ZeroOptimizer::StateShard() const {
+  std::map<std::string, at::Tensor> out;
+  const std::vector<Param>& params = model_->params();
+  for (const auto& u : units_) {
+    for (size_t j = 0; j < u->params.size(); ++j) {
+      const int64_t a = std::max(u->begin, u->offsets[j]), b = std::min(u->begin + u->shard, u->offsets[j + 1]);
+      if (a >= b) continue;
+      const std::string& name = params[u->params[j]].name;
+      out["exp_avg." + name] = u->exp_avg.narrow(0, a - u->begin, b - a).to(c10::kCPU).clone();
+      out["exp_avg_sq." + name] = u->exp_avg_sq.narrow(0, a - u->begin, b - a).to(c10::kCPU).clone();
+      out["range." + name] = at::tensor({a - u->offsets[j], b - u->offsets[j]}, at::kLong);
+    }
+  }
+  return out;
+}
+
+void ZeroOptimizer::StartGather(Unit& u) {
+  if (u.gathered || u.gather) return;
+  AllocateStorage(u.flat, static_cast<size_t>(u.shard * shards_ * u.flat.element_size()));
+  if (shards_ == 1) {
+    u.flat_alias.copy_(u.param_shard);
+    u.gather = DoneWork(absl::OkStatus());
+  } else {
+    u.gather = dp_->AllGatherAsync(u.param_shard, u.flat_alias);
+  }
+  Sample();
+}
+
+void ZeroOptimizer::Acquire(Unit& u) {
+  StartGather(u);
+  if (u.gather) {
+    absl::Status s = u.gather->Wait();
+    u.gather.reset();
+    ThrowIfError(s);  // Inside forward/backward: becomes an error at the trainer's boundary.
+  }
+  u.gathered = true;
+}
+
+void ZeroOptimizer::Release(Unit& u) {
+  if (u.gather) {
+    u.gather->Wait().IgnoreError();
+    u.gather.reset();
+  }
+  FreeStorage(u.flat);
+  u.gathered = false;
+}
+
+void ZeroOptimizer::PreForward(int i) {
+  if (options_.stage != 3) return;
+  at::NoGradGuard no_grad;
+  Acquire(*units_[i]);
+  if (!in_backward_ && i + 1 < static_cast<int>(units_.size())) StartGather(*units_[i + 1]);
+}
+
+at::Tensor ZeroOptimizer::PostForward(int i, at::Tensor output) {
+  // Unit 0 is used again by the head; it is freed when its gradients are complete. A recomputation
+  // inside backward keeps its unit for the backward that follows.
+  if (options_.stage != 3 || i == 0 || in_backward_) return output;
+  if (at::GradMode::is_enabled() && output.requires_grad()) {
+    output.register_hook([this, i](const at::Tensor& grad) {
+      in_backward_ = true;
+      at::NoGradGuard no_grad;
+      Acquire(*units_[i]);
+      if (i - 1 >= 1) StartGather(*units_[i - 1]);
+      return grad;
+    });
+  }
+  Release(*units_[i]);
+  return output;
+}
+
+int64_t ZeroOptimizer::state_bytes() const {
+  int64_t n = 0;
+  for (const auto& u : units_) n += Bytes(u->exp_avg) + Bytes(u->exp_avg_sq) + (u->master_is_param ? 0 : Bytes(u->master));
+  return n;
+}
+
+int64_t ZeroOptimizer::ModelStateBytes() const {
+  int64_t n = state_bytes();
+  for (const auto& u : units_) {
+    n += static_cast<int64_t>(u->flat.storage().nbytes()) + Bytes(u->param_shard) + Bytes(u->grad_shard) +
+         Bytes(u->grad_flat);
+  }
+  for (const Param& p : model_->params()) n += Bytes(p.value.grad());
+  return n;
+}
+
+void ZeroOptimizer::Sample() { peak_bytes_ = std::max(peak_bytes_, ModelStateBytes()); }
+
+}  // namespace tessera::parallel

@@ -1,0 +1,149 @@
+// ZeroOptimizer: AdamW with zero-redundancy sharding over the data-parallel group, fp32 master weights
+// for low-precision parameters, and optimizer state optionally held in host memory.
+//
+// The model's parameters are grouped in units (Gpt::Units(): the embeddings + final norm, then one
+// unit per block). Each unit's parameters become views of one flat buffer of N elements, padded to
+// S·dp with S = ⌈N/dp⌉; dp rank r owns elements [r·S, (r+1)·S) of every unit (with stage 0 every rank
+// owns all of it). For its owned elements a rank keeps, in fp32, the master weights and Adam's m and v;
+// stages 2–3 also keep the averaged gradients of the owned elements (in the parameter dtype).
+//
+//   stage 0  nothing sharded (used for mixed precision or offload without sharding)
+//   stage 1  optimizer state sharded; gradients all-reduced (bucketed, overlapping backward)
+//   stage 2  also gradients: each unit's are reduce-scattered as soon as backward produced them all,
+//            and the full gradients are freed
+//   stage 3  also parameters: a unit's flat buffer holds memory only from just before its forward
+//            (the next unit is prefetched) to the end of its forward, and again from the start of its
+//            backward to the end; unit 0 (embeddings, used at both ends) from its first use to the end
+//            of backward
+//
+// The update is elementwise, so for fp32 stages 0–2 the weights equal those of unsharded AdamW bit
+// for bit. After the update each unit's new parameters are all-gathered while the next unit updates.
+//
+// Use per step: ZeroGrad(); per micro-batch SetSyncThisPass(last) and backward; ReduceGradients();
+// GradNorm(); ScaleGradients(); Step(). Every dp rank makes the same calls in the same order.
+// Thread safety: none; the autograd hooks run on the thread that runs backward.
+#ifndef TESSERA_PARALLEL_ZERO_ZERO_OPTIMIZER_H_
+#define TESSERA_PARALLEL_ZERO_ZERO_OPTIMIZER_H_
+
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <torch/csrc/autograd/function.h>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/cpu_adam.h"
+#include "parallel/comm/communicator.h"
+#include "parallel/dp/grad_buckets.h"
+#include "parallel/models/gpt.h"
+#include "parallel/optim/adamw.h"
+
+namespace tessera::parallel {
+
+struct ZeroOptions {
+  int stage = 1;                             // 0, 1, 2 or 3 (see above).
+  at::ScalarType param_dtype = at::kFloat;   // The model's parameters: fp32, bf16 or fp16.
+  bool offload = false;                      // Master weights and moments in host memory (pinned for
+                                             // CUDA parameters); the update runs on the host.
+  AdamWOptions adam;
+  int64_t bucket_bytes = 25 << 20;           // Stages 0–1: gradient all-reduce buckets.
+};
+
+class ZeroOptimizer final : public UnitHooks {
+ public:
+  // Takes over `model`'s parameters (which must be fp32 and hold the starting weights: they become the
+  // master weights) and installs itself as the model's unit hooks. `dp` and `tp` are this rank's groups.
+  static absl::StatusOr<std::unique_ptr<ZeroOptimizer>> Create(Gpt* model, std::shared_ptr<Communicator> dp,
+                                                               std::shared_ptr<Communicator> tp,
+                                                               const ZeroOptions& options);
+  ~ZeroOptimizer() override;
+
+  // Before the first backward of a step: drops the previous step's gradients.
+  void ZeroGrad();
+  // Whether the coming backward is the last of the step (its gradients get reduced).
+  void SetSyncThisPass(bool sync);
+  // After the last backward: each rank's owned gradients, averaged over dp, in fp32.
+  absl::Status ReduceGradients();
+  // Global L2 norm of the reduced gradients over the whole model (collective over dp and tp). Not
+  // finite when some gradient overflowed.
+  absl::StatusOr<double> GradNorm();
+  // Multiplies the reduced gradients by `factor` (gradient clipping and loss-scale removal).
+  void ScaleGradients(double factor);
+  // AdamW on the owned elements (`step` counts from 1), then the new parameters reach every rank
+  // (stages 1–2: all-gathered; stage 3: gathered when next used).
+  absl::Status Step(double lr, int64_t step);
+
+  enum class What { kParams, kGrads, kExpAvg, kExpAvgSq };
+  // This rank's tp-local part of every parameter (model order, fp32, on the CPU): the master
+  // weights, the reduced gradients, or the moments. A collective over dp.
+  absl::Status Gather(What what, std::vector<at::Tensor>* out);
+  // Keeps the owned elements of full tp-local m and v per parameter (model order).
+  absl::Status LoadState(const std::vector<at::Tensor>& exp_avg, const std::vector<at::Tensor>& exp_avg_sq);
+  // This rank's owned pieces of m and v, as tensors "exp_avg.NAME", "exp_avg_sq.NAME" (1-D, fp32) and
+  // "range.NAME" (int64 [begin, end): the elements of the flattened tp-local tensor they cover).
+  std::map<std::string, at::Tensor> StateShard() const;
+
+  // UnitHooks (stage 3 gathers and frees; otherwise nothing).
+  void PreForward(int unit) override;
+  at::Tensor PostForward(int unit, at::Tensor output) override;
+
+  int stage() const { return options_.stage; }
+  bool partitioned() const { return options_.stage >= 1 && dp_->size() > 1; }
+  // Bytes of model states held now: parameters, gradients, master weights, moments (all devices).
+  int64_t ModelStateBytes() const;
+  // The most ModelStateBytes() was at the points it is sampled (gathers, gradient readiness, after
+  // reduction and update); reset by ResetPeak().
+  int64_t peak_model_state_bytes() const { return peak_bytes_; }
+  void ResetPeak() { peak_bytes_ = ModelStateBytes(); }
+  int64_t state_bytes() const;  // Master weights (when separate) and moments only.
+
+ private:
+  struct Unit;
+  ZeroOptimizer(Gpt* model, std::shared_ptr<Communicator> dp, std::shared_ptr<Communicator> tp,
+                const ZeroOptions& options);
+  absl::Status Init();
+  void MarkReady(size_t param_index);
+  void StartReduce(Unit& u);
+  // Waits for `u`'s reduction and frees its full-size buffer; errors are kept in reduce_status_.
+  void FinishReduce(Unit& u);
+  // Stage 3: starts gathering unit `u` unless it is gathered or on its way; Acquire also waits.
+  void StartGather(Unit& u);
+  void Acquire(Unit& u);
+  void Release(Unit& u);
+  void Sample();
+  // Copies elements [begin, end) of unit `u`'s flattened gradients into `out` (converting).
+  void CopyGrads(const Unit& u, int64_t begin, int64_t end, at::Tensor& out) const;
+  // The reduced gradient of owned elements [a, b) of unit `u` (within member j), times the factor of
+  // ScaleGradients, in fp32 on the state device (contiguous).
+  at::Tensor OwnedGrad(const Unit& u, size_t j, int64_t a, int64_t b) const;
+
+  Gpt* model_;
+  std::shared_ptr<Communicator> dp_;
+  std::shared_ptr<Communicator> tp_;
+  ZeroOptions options_;
+  kernels::Simd simd_;
+  c10::Device device_{c10::kCPU};        // Of the parameters.
+  c10::Device state_device_{c10::kCPU};  // Of master weights, moments and the update.
+  int shards_ = 1;                       // dp when partitioned, else 1.
+  int shard_rank_ = 0;
+  std::vector<std::unique_ptr<Unit>> units_;
+  std::vector<size_t> unit_of_;          // Per parameter.
+  std::vector<int64_t> offset_in_unit_;  // Per parameter.
+  std::unique_ptr<GradBuckets> buckets_;  // Stages 0–1.
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // Stages 2–3: hooks kept alive.
+  static constexpr size_t kReductionsInFlight = 2;
+  std::deque<Unit*> in_flight_;          // Stages 2–3: reductions started, oldest first.
+  absl::Status reduce_status_;
+  double grad_factor_ = 1.0;             // From ScaleGradients, applied as the update reads gradients.
+  bool sync_ = false;
+  bool in_backward_ = false;
+  int64_t peak_bytes_ = 0;
+};
+
+}  // namespace tessera::parallel
+
+#endif  // TESSERA_PARALLEL_ZERO_ZERO_OPTIMIZER_H_
