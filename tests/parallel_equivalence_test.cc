@@ -109,29 +109,18 @@ TEST_F(ParallelEquivalenceTest, TensorParallel2) { CompareWithReference(Run("tp2
 
 TEST_F(ParallelEquivalenceTest, DataParallel2TimesTensorParallel2) { CompareWithReference(Run("dp2tp2", 2, 2)); }
 
-// ZeRO stage 1 shards AdamW's state over dp; the update is elementwise, so losses, gradients and
-// weights are bit-identical to plain data parallelism, and each rank holds half the state.
-TEST_F(ParallelEquivalenceTest, Zero1IsBitIdenticalToDataParallelWithHalfTheState) {
-  const std::string plain = Run("dp2_plain", 2, 1);
-  const std::string zero = Run("dp2_zero1", 2, 1, {"parallel.zero_stage=1"});
-  EXPECT_EQ(ReadLosses(zero + "/steps.jsonl"), ReadLosses(plain + "/steps.jsonl"));
-  auto want = ReadF32(plain + "/debug/step_1.safetensors");
-  auto got = ReadF32(zero + "/debug/step_1.safetensors");
-  ASSERT_EQ(got.size(), want.size());
-  for (const auto& [name, w] : want) EXPECT_EQ(got.at(name), w) << name;
-  const double plain_state = testing::ReadStepField(plain + "/steps.jsonl", "optimizer_state_bytes")[1];
-  const double zero_state = testing::ReadStepField(zero + "/steps.jsonl", "optimizer_state_bytes")[1];
-  EXPECT_GT(plain_state, 0);
-  EXPECT_NEAR(zero_state, plain_state / 2, 8) << "⌈N/2⌉ elements of m and v (at most one element of padding)";
-  // The checkpoint holds the full optimizer state either way.
-  auto plain_opt = ReadF32(plain + "/checkpoints/step_00000010/optimizer.safetensors");
-  auto zero_opt = ReadF32(zero + "/checkpoints/step_00000010/optimizer.safetensors");
-  ASSERT_EQ(zero_opt.size(), plain_opt.size());
-  for (const auto& [name, w] : plain_opt) EXPECT_EQ(zero_opt.at(name), w) << name;
-}
-
+// ZeRO over dp composed with tp=2: clipping is active here, so stages 2–3 (norm summed from shards)
+// are held to the tolerances, not to bit equality (tests/zero_test.cc compares stages bit for bit).
 TEST_F(ParallelEquivalenceTest, Zero1WithTensorParallel) {
   CompareWithReference(Run("dp2tp2_zero1", 2, 2, {"parallel.zero_stage=1"}));
+}
+
+TEST_F(ParallelEquivalenceTest, Zero2WithTensorParallel) {
+  CompareWithReference(Run("dp2tp2_zero2", 2, 2, {"parallel.zero_stage=2"}));
+}
+
+TEST_F(ParallelEquivalenceTest, Zero3WithTensorParallel) {
+  CompareWithReference(Run("dp2tp2_zero3", 2, 2, {"parallel.zero_stage=3"}));
 }
 
 // Recomputing each block in backward runs the same kernels on the same inputs: the losses and

@@ -110,6 +110,33 @@ TEST(JobSpecTest, CudaIsAcceptedAndFusedKernelsDefaultOn) {
   EXPECT_FALSE(off->train().fused_kernels());
 }
 
+TEST(JobSpecTest, MemoryOptions) {
+  auto spec = ParseAndValidate(kValid, {"parallel.zero_stage=3", "train.precision=bf16", "optimizer.offload=cpu"});
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->train().precision(), v1::PRECISION_BF16);
+  EXPECT_EQ(spec->optimizer().offload(), v1::OFFLOAD_CPU);
+  auto defaults = ParseAndValidate(kValid, {});
+  ASSERT_TRUE(defaults.ok());
+  EXPECT_EQ(defaults->train().precision(), v1::PRECISION_FP32);
+  EXPECT_EQ(defaults->optimizer().offload(), v1::OFFLOAD_NONE);
+  EXPECT_EQ(defaults->train().initial_loss_scale(), 65536);
+  auto unknown = ParseAndValidate(kValid, {"train.precision=fp8", "optimizer.offload=nvme"});
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_THAT(unknown.status().message(), HasSubstr("train.precision: 'fp8' is not one of fp32 | bf16 | fp16"));
+  EXPECT_THAT(unknown.status().message(), HasSubstr("optimizer.offload: 'nvme' is not one of none | cpu"));
+  auto bad = ParseAndValidate(kValid, {"parallel.zero_stage=4", "train.initial_loss_scale=0.5",
+                                       "train.loss_scale_window=0"});
+  ASSERT_FALSE(bad.ok());
+  const std::string msg(bad.status().message());
+  EXPECT_THAT(msg, HasSubstr("parallel.zero_stage: 4 must be 0, 1, 2 or 3"));
+  EXPECT_THAT(msg, HasSubstr("train.initial_loss_scale: 0.5 must be a finite number >= 1"));
+  EXPECT_THAT(msg, HasSubstr("train.loss_scale_window: 0 must be at least 1"));
+  auto cuda = ParseAndValidate(kValid, {"device=cuda", "train.precision=bf16", "optimizer.offload=cpu"});
+  ASSERT_FALSE(cuda.ok());
+  EXPECT_THAT(cuda.status().message(), HasSubstr("optimizer.offload: cpu with device cuda is not available yet"));
+  EXPECT_THAT(cuda.status().message(), HasSubstr("train.precision: bf16 and fp16 with device cuda"));
+}
+
 TEST(JobSpecTest, MalformedYamlAndOverridesAreErrorsNotCrashes) {
   EXPECT_THAT(ParseJobSpec("name: [unclosed", {}).status().message(), HasSubstr("not valid YAML: line 1"));
   EXPECT_THAT(ParseJobSpec("- a\n- b\n", {}).status().message(), HasSubstr("a job spec is a YAML mapping"));

@@ -142,13 +142,6 @@ std::unique_ptr<CommWork> GlooCommunicator::AllGatherAsync(const at::Tensor& in,
   }
   try {
     at::Tensor src = in.contiguous();
-    if (src.scalar_type() == at::kBFloat16 && out.scalar_type() == at::kBFloat16) {
-      // Gathering moves bits without arithmetic: bf16 travels as fp16 (which Gloo has), bit for bit.
-      at::Tensor src16 = src.view(at::kHalf);
-      at::Tensor out16 = out.view(at::kHalf);
-      return std::make_unique<GlooWork>(impl_->pg->_allgather_base(out16, src16),
-                                        absl::StrCat("all_gather on ", name_));
-    }
     return std::make_unique<GlooWork>(impl_->pg->_allgather_base(out, src), absl::StrCat("all_gather on ", name_));
   } catch (const std::exception& e) {
     return GlooWork::Failed(absl::InternalError(absl::StrCat("all_gather on ", name_, ": ", e.what())));
