@@ -117,6 +117,41 @@ absl::Status Gpt::LoadFull(const std::map<std::string, at::Tensor>& full) {
   return absl::OkStatus();
 }
 
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// y = x·Wᵀ (+ b) for 16-bit tensors on the CPU, computed with fp32 GEMMs: ATen's CPU GEMMs for
+// bf16/fp16 without native hardware support are up to ~70× slower than fp32 (measured: the weight
+// gradient's transposed product). Inputs are saved in their 16-bit dtype; outputs and gradients are
+// rounded to it once, as a GEMM with fp32 accumulation would.
+struct LowPrecisionCpuLinear : public torch::autograd::Function<LowPrecisionCpuLinear> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w) {
+    ctx->save_for_backward({x, w});
+    return at::linear(x.to(at::kFloat), w.to(at::kFloat)).to(x.scalar_type());
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    const at::Tensor& x = saved[0];
+    const at::Tensor& w = saved[1];
+    at::Tensor g = grads[0].to(at::kFloat).reshape({-1, w.size(0)});
+    at::Tensor gx = at::mm(g, w.to(at::kFloat)).view(x.sizes()).to(x.scalar_type());
+    at::Tensor gw = at::mm(g.t(), x.reshape({-1, w.size(1)}).to(at::kFloat)).to(w.scalar_type());
+    return {gx, gw};
+  }
+};
+
+at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = at::Tensor()) {
+  if (x.device().is_cpu() && (x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kHalf)) {
+    at::Tensor y = LowPrecisionCpuLinear::apply(x, w);
+    return b.defined() ? y + b : y;
+  }
+  return at::linear(x, w, b);
+}
+
+}  // namespace
+
 at::Tensor Gpt::Block(const at::Tensor& x_in, int i) {
   Communicator* tp = tp_.get();
   const int64_t B = x_in.size(0), T = x_in.size(1);
@@ -128,23 +163,23 @@ at::Tensor Gpt::Block(const at::Tensor& x_in, int i) {
   // Attention: column-parallel qkv (this rank's heads), row-parallel output projection.
   const bool fused = kernels::SelectKernels(x_in, fused_kernels_) != nullptr;
   at::Tensor a = kernels::LayerNorm(x_in, P(b + "ln_1.weight"), P(b + "ln_1.bias"), kLayerNormEps, fused);
-  a = at::linear(CopyToTp(a, tp), P(b + "attn.c_attn.weight"), P(b + "attn.c_attn.bias"));
+  a = Linear(CopyToTp(a, tp), P(b + "attn.c_attn.weight"), P(b + "attn.c_attn.bias"));
   std::vector<at::Tensor> qkv = a.split(local_width, -1);
   auto heads = [&](const at::Tensor& t) { return t.view({B, T, local_heads, head_dim}).transpose(1, 2); };
   at::Tensor y = at::scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), {}, 0.0,
                                                   /*is_causal=*/true);
   y = y.transpose(1, 2).reshape({B, T, local_width});
-  y = ReduceFromTp(at::linear(y, P(b + "attn.c_proj.weight")), tp) + P(b + "attn.c_proj.bias");
+  y = ReduceFromTp(Linear(y, P(b + "attn.c_proj.weight")), tp) + P(b + "attn.c_proj.bias");
   at::Tensor x = x_in + y;
   // MLP: column-parallel c_fc, GELU (erf), row-parallel c_proj.
   at::Tensor m = kernels::LayerNorm(x, P(b + "ln_2.weight"), P(b + "ln_2.bias"), kLayerNormEps, fused);
   if (fused) {
     // Fused: the bias add rides in the GELU kernel instead of the matmul's epilogue.
-    m = kernels::BiasGelu(at::linear(CopyToTp(m, tp), P(b + "mlp.c_fc.weight")), P(b + "mlp.c_fc.bias"), true);
+    m = kernels::BiasGelu(Linear(CopyToTp(m, tp), P(b + "mlp.c_fc.weight")), P(b + "mlp.c_fc.bias"), true);
   } else {
-    m = at::gelu(at::linear(CopyToTp(m, tp), P(b + "mlp.c_fc.weight"), P(b + "mlp.c_fc.bias")));
+    m = at::gelu(Linear(CopyToTp(m, tp), P(b + "mlp.c_fc.weight"), P(b + "mlp.c_fc.bias")));
   }
-  m = ReduceFromTp(at::linear(m, P(b + "mlp.c_proj.weight")), tp) + P(b + "mlp.c_proj.bias");
+  m = ReduceFromTp(Linear(m, P(b + "mlp.c_proj.weight")), tp) + P(b + "mlp.c_proj.bias");
   return x + m;
 }
 
@@ -161,7 +196,7 @@ at::Tensor Gpt::Loss(const at::Tensor& tokens, const at::Tensor& targets) {
     if (hooks_) x = hooks_->PostForward(1 + i, x);
   }
   x = kernels::LayerNorm(x, P("ln_f.weight"), P("ln_f.bias"), kLayerNormEps, fused_kernels_);
-  at::Tensor logits = at::linear(CopyToTp(x, tp), P("wte.weight"));  // Tied head: [B, T, V/tp].
+  at::Tensor logits = Linear(CopyToTp(x, tp), P("wte.weight"));  // Tied head: [B, T, V/tp].
   // Low-precision logits: the softmax and the loss are computed in fp32.
   if (logits.scalar_type() != at::kFloat) logits = logits.to(at::kFloat);
   at::Tensor losses = VocabParallelCrossEntropy(logits.view({B * T, -1}), targets.reshape({B * T}),
@@ -172,9 +207,6 @@ at::Tensor Gpt::Loss(const at::Tensor& tokens, const at::Tensor& targets) {
 }
 
 namespace {
-
-using torch::autograd::AutogradContext;
-using torch::autograd::variable_list;
 
 // Activation checkpointing of one block: forward keeps only the block's input; backward runs the
 // block's forward again with autograd on and back-propagates through it (a reentrant backward, as
