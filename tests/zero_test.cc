@@ -109,8 +109,8 @@ TEST_F(ZeroTest, Stages1And2AreBitIdenticalToDataParallel) {
   ExpectIdentical(*plain_, z1);
   ExpectIdentical(*plain_, z2);
   const double plain_state = ReadStepField(*plain_ + "/steps.jsonl", "optimizer_state_bytes")[1];
-  for (const std::string& z : {z1, z2}) {
-    EXPECT_NEAR(ReadStepField(z + "/steps.jsonl", "optimizer_state_bytes")[1], plain_state / 2, 8 * 3)
+  for (const std::string* z : {&z1, &z2}) {
+    EXPECT_NEAR(ReadStepField(*z + "/steps.jsonl", "optimizer_state_bytes")[1], plain_state / 2, 8 * 3)
         << "⌈N/2⌉ of m and v per unit (at most one element of padding in each of 3 units)";
   }
   // Each rank wrote its own piece of m and v; rank 0's pieces then rank 1's are the full tensors.
@@ -132,8 +132,9 @@ TEST_F(ZeroTest, Stages1And2AreBitIdenticalToDataParallel) {
 // Stage 3 gathers each block's weights before use and frees them after; with the same reductions the
 // result stays within the fp32 tolerances (here, also with recomputed activations).
 TEST_F(ZeroTest, Stage3MatchesDataParallel) {
-  for (const std::string& ckpt : {"false", "true"}) {
-    const std::string z3 = Run("dp2_zero3_ckpt_" + ckpt, {"parallel.zero_stage=3", "train.activation_checkpointing=" + ckpt});
+  for (const char* ckpt : {"false", "true"}) {
+    const std::string z3 = Run(absl::StrCat("dp2_zero3_ckpt_", ckpt),
+                                {"parallel.zero_stage=3", absl::StrCat("train.activation_checkpointing=", ckpt)});
     ExpectLossesClose(*plain_, z3, 1);
     auto want = ReadF32(*plain_ + "/debug/step_1.safetensors");
     auto got = ReadF32(z3 + "/debug/step_1.safetensors");
@@ -219,8 +220,8 @@ TEST_F(ZeroTest, Fp16OverflowSkipsTheStepAndLowersTheScale) {
 // precision (8 bits of mantissa: 2% of the loss is generous for 10 steps, and a run that did not
 // learn would miss it by far more).
 TEST_F(ZeroTest, Bf16Trains) {
-  for (const std::string& stage : {"0", "3"}) {
-    const std::string out = Run("bf16_zero" + stage, {"train.precision=bf16", "parallel.zero_stage=" + stage});
+  for (const char* stage : {"0", "3"}) {
+    const std::string out = Run(absl::StrCat("bf16_zero", stage), {"train.precision=bf16", absl::StrCat("parallel.zero_stage=", stage)});
     auto want = ReadLosses(*plain_ + "/steps.jsonl");
     auto got = ReadLosses(out + "/steps.jsonl");
     ASSERT_EQ(got.size(), 10u);
