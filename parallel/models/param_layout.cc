@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include <cmath>
+
 namespace tessera::parallel {
 
 at::Tensor ShardOf(const Param& param, const at::Tensor& full, int tp_rank, int tp_size) {
@@ -54,6 +56,26 @@ at::Tensor JoinShards(const Param& param, const std::vector<at::Tensor>& parts) 
     }
   }
   return parts[0];
+}
+
+absl::StatusOr<double> GradNormOverTp(std::vector<Param>& params, Communicator* tp) {
+  // Sums stay on the device (one host sync at the end, not one per tensor).
+  const c10::Device device = params.at(0).value.device();
+  at::Tensor replicated = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(device));
+  at::Tensor split = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(device));
+  for (Param& p : params) {
+    const at::Tensor& g = p.value.grad();
+    at::Tensor sq = (g.scalar_type() == at::kFloat ? g : g.to(at::kFloat)).norm().to(at::kDouble).square();
+    if (p.split == TpSplit::kReplicated) {
+      replicated += sq;
+    } else {
+      split += sq;
+    }
+  }
+  if (tp->size() > 1) {
+    if (absl::Status s = tp->AllReduce(split, ReduceOp::kSum); !s.ok()) return s;
+  }
+  return std::sqrt(replicated.item<double>() + split.item<double>());
 }
 
 absl::Status GatherFullTensor(const Param& param, const at::Tensor& part, Communicator* tp, at::Tensor* full) {

@@ -8,6 +8,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "parallel/comm/communicator.h"
 
 namespace tessera::parallel {
@@ -35,6 +36,11 @@ std::vector<int64_t> PartShape(const Param& param, int tp_size);
 
 // The full tensor from every tp rank's part, `parts[r]` from rank r (the inverse of ShardOf).
 at::Tensor JoinShards(const Param& param, const std::vector<at::Tensor>& parts);
+
+// Global L2 norm of the parameters' .grad (this rank's tp parts; a collective over `tp`): one fp32
+// norm per tensor, squared and summed in double; tp-split tensors' sums are added over tp, replicated
+// ones counted once. Not finite when a gradient overflowed.
+absl::StatusOr<double> GradNormOverTp(std::vector<Param>& params, Communicator* tp);
 
 // Reassembles the full tensor from every tp rank's `part` (collective over `tp`).
 absl::Status GatherFullTensor(const Param& param, const at::Tensor& part, Communicator* tp, at::Tensor* full);

@@ -108,23 +108,6 @@ absl::Status Trainer::Init() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<double> Trainer::GradNorm() {
-  // Sums stay on the device (one host sync at the end, not one per tensor).
-  at::Tensor replicated = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(device_));
-  at::Tensor sharded = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(device_));
-  for (Param& p : model_->params()) {
-    // One pass per tensor (fp32 with ATen's cascaded summation), squared and summed in double.
-    at::Tensor sq = p.value.grad().norm().to(at::kDouble).square();
-    if (p.split == TpSplit::kReplicated) {
-      replicated += sq;
-    } else {
-      sharded += sq;
-    }
-  }
-  if (groups_.tp->size() > 1) TESSERA_RETURN_IF_ERROR(groups_.tp->AllReduce(sharded, ReduceOp::kSum));
-  return std::sqrt(replicated.item<double>() + sharded.item<double>());
-}
-
 absl::StatusOr<StepStats> Trainer::Step() {
   const auto start = std::chrono::steady_clock::now();
   const int dp = groups_.dp->size();
@@ -171,7 +154,7 @@ absl::StatusOr<StepStats> Trainer::Step() {
   TESSERA_RETURN_IF_ERROR(zero_ ? zero_->ReduceGradients() : buckets_->Finish());
   at::Tensor mean_loss = at::full({1}, loss_sum / accum, at::TensorOptions().dtype(at::kDouble).device(device_));
   if (dp > 1) TESSERA_RETURN_IF_ERROR(groups_.dp->AllReduce(mean_loss, ReduceOp::kAvg));
-  auto raw_norm = zero_ ? zero_->GradNorm() : GradNorm();
+  auto raw_norm = zero_ ? zero_->GradNorm() : GradNormOverTp(model_->params(), groups_.tp.get());
   if (!raw_norm.ok()) return raw_norm.status();
   const double norm = *raw_norm / loss_scale_;
 

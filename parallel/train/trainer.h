@@ -79,8 +79,6 @@ class Trainer {
   absl::StatusOr<std::map<std::string, at::Tensor>> GatherOverTp(const std::vector<at::Tensor>& local);
   absl::Status TrimStepLog();
   absl::Status DumpDebug();
-  // Global gradient norm (fp32 path without the optimizer of parallel/zero).
-  absl::StatusOr<double> GradNorm();
 
   TrainerOptions options_;
   ProcessGroups groups_;

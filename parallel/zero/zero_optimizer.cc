@@ -57,6 +57,11 @@ struct ZeroOptimizer::Unit {
   std::unique_ptr<CommWork> gather;  // Stage 3: gathering into flat.
   bool gathered = true;
   size_t ready = 0;               // Members whose gradient this backward pass produced.
+
+  // The owned elements [first, second) of the unit's flat that belong to member j (empty if none).
+  std::pair<int64_t, int64_t> Owned(size_t j) const {
+    return {std::max(begin, offsets[j]), std::min(begin + shard, offsets[j + 1])};
+  }
 };
 
 ZeroOptimizer::ZeroOptimizer(Gpt* model, std::shared_ptr<Communicator> dp, std::shared_ptr<Communicator> tp,
@@ -266,25 +271,19 @@ absl::Status ZeroOptimizer::ReduceGradients() {
 absl::StatusOr<double> ZeroOptimizer::GradNorm() {
   at::NoGradGuard no_grad;
   std::vector<Param>& params = model_->params();
-  // [replicated over tp, split over tp] sums of squares, in double on the parameters' device.
+  if (buckets_) return GradNormOverTp(params, tp_.get());  // Full gradients, as unsharded training.
+  // [replicated over tp, split over tp] sums of squares of the owned pieces, in double.
   at::Tensor sums = at::zeros({2}, at::TensorOptions().dtype(at::kDouble).device(device_));
-  auto add = [&](const Param& p, const at::Tensor& g) {
-    at::Tensor n = (g.scalar_type() == at::kFloat ? g : g.to(at::kFloat)).norm().to(at::kDouble).square();
-    sums[p.split == TpSplit::kReplicated ? 0 : 1] += n;
-  };
-  if (buckets_) {
-    // Full gradients are present: norms per tensor, as unsharded training takes them.
-    for (Param& p : params) add(p, p.value.grad());
-  } else {
-    for (auto& u : units_) {
-      for (size_t j = 0; j < u->params.size(); ++j) {
-        const int64_t a = std::max(u->begin, u->offsets[j]), b = std::min(u->begin + u->shard, u->offsets[j + 1]);
-        if (a < b) add(params[u->params[j]], u->grad_shard.narrow(0, a - u->begin, b - a));
-      }
+  for (auto& u : units_) {
+    for (size_t j = 0; j < u->params.size(); ++j) {
+      const auto [a, b] = u->Owned(j);
+      if (a >= b) continue;
+      at::Tensor g = u->grad_shard.narrow(0, a - u->begin, b - a).to(at::kFloat);
+      sums[params[u->params[j]].split == TpSplit::kReplicated ? 0 : 1] += g.norm().to(at::kDouble).square();
     }
-    if (shards_ > 1) {
-      if (absl::Status s = dp_->AllReduce(sums, ReduceOp::kSum); !s.ok()) return s;
-    }
+  }
+  if (shards_ > 1) {
+    if (absl::Status s = dp_->AllReduce(sums, ReduceOp::kSum); !s.ok()) return s;
   }
   at::Tensor split = sums.narrow(0, 1, 1).clone();
   if (tp_->size() > 1) {
@@ -325,7 +324,7 @@ absl::Status ZeroOptimizer::Step(double lr, int64_t step) {
     const bool bf16_direct = !u.master_is_param && host_update && dest.device().is_cpu() &&
                              options_.param_dtype == at::kBFloat16;
     for (size_t j = 0; j < u.params.size(); ++j) {
-      const int64_t a = std::max(u.begin, u.offsets[j]), b = std::min(u.begin + u.shard, u.offsets[j + 1]);
+      const auto [a, b] = u.Owned(j);
       if (a >= b) continue;
       const int64_t o = a - u.begin, n = b - a;
       const bool decay = model_->params()[u.params[j]].weight_decay;
@@ -371,7 +370,7 @@ absl::Status ZeroOptimizer::Gather(What what, std::vector<at::Tensor>* out) {
       case What::kGrads:
         local = at::zeros({u->shard}, at::TensorOptions().dtype(at::kFloat).device(state_device_));
         for (size_t j = 0; j < u->params.size(); ++j) {
-          const int64_t a = std::max(u->begin, u->offsets[j]), b = std::min(u->begin + u->shard, u->offsets[j + 1]);
+          const auto [a, b] = u->Owned(j);
           if (a < b) local.narrow(0, a - u->begin, b - a).copy_(OwnedGrad(*u, j, a, b));
         }
         break;
@@ -405,7 +404,7 @@ absl::Status ZeroOptimizer::LoadState(const std::vector<at::Tensor>& exp_avg, co
       if (exp_avg[k].numel() != params[k].value.numel() || exp_avg_sq[k].numel() != params[k].value.numel()) {
         return absl::InvalidArgumentError(absl::StrCat("optimizer state of ", params[k].name, " has the wrong size"));
       }
-      const int64_t a = std::max(u->begin, u->offsets[j]), b = std::min(u->begin + u->shard, u->offsets[j + 1]);
+      const auto [a, b] = u->Owned(j);
       if (a >= b) continue;
       const int64_t from = a - u->offsets[j];
       u->exp_avg.narrow(0, a - u->begin, b - a).copy_(exp_avg[k].reshape({-1}).narrow(0, from, b - a));
@@ -420,7 +419,7 @@ std::map<std::string, at::Tensor> ZeroOptimizer::StateShard() const {
   const std::vector<Param>& params = model_->params();
   for (const auto& u : units_) {
     for (size_t j = 0; j < u->params.size(); ++j) {
-      const int64_t a = std::max(u->begin, u->offsets[j]), b = std::min(u->begin + u->shard, u->offsets[j + 1]);
+      const auto [a, b] = u->Owned(j);
       if (a >= b) continue;
       const std::string& name = params[u->params[j]].name;
       out["exp_avg." + name] = u->exp_avg.narrow(0, a - u->begin, b - a).to(c10::kCPU).clone();
