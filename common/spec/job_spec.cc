@@ -30,6 +30,8 @@ v1::JobSpec DefaultJobSpec() {
   p->set_sp(1);
   p->set_order("tp-sp-pp-dp");
   p->set_dp_bucket_mb(25);
+  p->set_pp_schedule(v1::PP_SCHEDULE_1F1B);
+  p->set_pp_chunks(1);
   auto* t = s.mutable_train();
   t->set_steps(100);
   t->set_micro_batch(8);

@@ -49,6 +49,60 @@ void CheckModel(const v1::ModelSpec& m, Checker& c) {
   c.AtLeast("model.seq_len", m.seq_len(), 1);
 }
 
+// Micro-batches per step on each data-parallel rank (the pipeline's m), 0 when not computable.
+int MicroBatchesPerStep(const v1::JobSpec& s) {
+  const int per_pass = s.train().micro_batch() * s.parallel().dp();
+  if (per_pass < 1 || s.train().global_batch() < 1 || s.train().global_batch() % per_pass != 0) return 0;
+  return s.train().global_batch() / per_pass;
+}
+
+void CheckPipeline(const v1::JobSpec& s, Checker& c) {
+  const auto& p = s.parallel();
+  if (p.pp_schedule() == v1::PP_SCHEDULE_UNSPECIFIED) c.Fail("parallel.pp_schedule", "must be 1f1b or interleaved");
+  const bool interleaved = p.pp_schedule() == v1::PP_SCHEDULE_INTERLEAVED;
+  if (!c.AtLeast("parallel.pp_chunks", p.pp_chunks(), 1)) return;
+  if (interleaved && p.pp_chunks() < 2) {
+    c.Fail("parallel.pp_chunks", absl::StrCat(p.pp_chunks(), " must be at least 2 with pp_schedule interleaved"));
+  }
+  if (!interleaved && p.pp_chunks() != 1) {
+    c.Fail("parallel.pp_chunks", absl::StrCat(p.pp_chunks(), " needs pp_schedule interleaved (1f1b runs one chunk per stage)"));
+  }
+  if (p.pp() < 1) return;
+  const int v = p.pp() * p.pp_chunks();
+  if (p.pp_layers_size() > 0) {
+    if (p.pp_layers_size() != v) {
+      c.Fail("parallel.pp_layers", absl::StrCat("has ", p.pp_layers_size(), " entries, needs pp·pp_chunks = ", v));
+    } else {
+      int sum = 0;
+      for (int i = 0; i < p.pp_layers_size(); ++i) {
+        if (p.pp_layers(i) < 1) c.Fail(absl::StrCat("parallel.pp_layers[", i, "]"), absl::StrCat(p.pp_layers(i), " must be at least 1"));
+        sum += p.pp_layers(i);
+      }
+      if (sum != s.model().layers()) {
+        c.Fail("parallel.pp_layers", absl::StrCat("sums to ", sum, " layers, model.layers is ", s.model().layers()));
+      }
+    }
+  } else if (s.model().layers() >= 1 && s.model().layers() < v) {
+    c.Fail("parallel.pp", absl::StrCat("pp·pp_chunks = ", v, " virtual stages need model.layers ≥ ", v, ", it is ",
+                                       s.model().layers()));
+  }
+  if (p.pp() == 1) return;
+  const int m = MicroBatchesPerStep(s);
+  if (interleaved && m > 0 && m % p.pp() != 0) {
+    c.Fail("parallel.pp_schedule", absl::StrCat("interleaved needs the micro-batches per step, global_batch/(micro_batch·dp) = ",
+                                                m, ", to be a multiple of pp ", p.pp()));
+  }
+  // Not composed yet: the sharded / mixed-precision optimizer across pipeline stages.
+  if (p.zero_stage() > 0) {
+    c.Fail("parallel.zero_stage", absl::StrCat(p.zero_stage(), " with pp > 1 is not available yet; use 0"));
+  }
+  if (s.train().precision() == v1::PRECISION_BF16 || s.train().precision() == v1::PRECISION_FP16) {
+    c.Fail("train.precision", "bf16 and fp16 with pp > 1 are not available yet; use fp32");
+  }
+  if (s.optimizer().offload() == v1::OFFLOAD_CPU) c.Fail("optimizer.offload", "cpu with pp > 1 is not available yet; use none");
+  if (s.device() == v1::DEVICE_CUDA) c.Fail("parallel.pp", absl::StrCat(p.pp(), " with device cuda is not available yet; use 1"));
+}
+
 void CheckParallel(const v1::JobSpec& s, Checker& c) {
   const auto& p = s.parallel();
   bool sizes_ok = c.AtLeast("parallel.dp", p.dp(), 1);
@@ -60,7 +114,7 @@ void CheckParallel(const v1::JobSpec& s, Checker& c) {
            absl::StrCat(EnumYamlName(v1::TpMode_descriptor()->FindValueByNumber(p.tp_mode())),
                         " is not available yet; use 1d"));
   }
-  if (p.pp() > 1) c.Fail("parallel.pp", absl::StrCat(p.pp(), ": pipeline parallelism is not available yet; use 1"));
+  CheckPipeline(s, c);
   if (p.sp() > 1) c.Fail("parallel.sp", absl::StrCat(p.sp(), ": sequence parallelism is not available yet; use 1"));
   if (p.tp() >= 1 && s.model().heads() >= 1 && s.model().heads() % p.tp() != 0) {
     c.Fail("parallel.tp", absl::StrCat(p.tp(), " does not divide model.heads ", s.model().heads()));

@@ -26,6 +26,14 @@ std::unique_ptr<CommWork> Communicator::ReduceScatterAsync(const at::Tensor& in,
   return DoneWork(ReduceScatter(in, out, op));
 }
 
+std::unique_ptr<CommWork> Communicator::SendAsync(const at::Tensor& t, int dst, int tag) {
+  return DoneWork(Send(t, dst, tag));
+}
+
+std::unique_ptr<CommWork> Communicator::RecvAsync(at::Tensor& t, int src, int tag) {
+  return DoneWork(Recv(t, src, tag));
+}
+
 void ThrowIfError(const absl::Status& status) { TORCH_CHECK(status.ok(), status.ToString()); }
 
 }  // namespace tessera::parallel

@@ -59,6 +59,11 @@ class Communicator {
   // Point to point; `t` in Recv must already have the sender's shape and dtype.
   virtual absl::Status Send(const at::Tensor& t, int dst, int tag = 0) = 0;
   virtual absl::Status Recv(at::Tensor& t, int src, int tag = 0) = 0;
+  // As Send / Recv, without waiting; the tensor must stay alive (and, for Send, unchanged) until Wait()
+  // returns. Messages between two members with the same tag arrive in the order sent. The defaults
+  // run synchronously (a default SendAsync blocks until the receiver takes the message).
+  virtual std::unique_ptr<CommWork> SendAsync(const at::Tensor& t, int dst, int tag = 0);
+  virtual std::unique_ptr<CommWork> RecvAsync(at::Tensor& t, int src, int tag = 0);
   virtual absl::Status Barrier() = 0;
 
   // Bytes of tensors passed to AllReduce / AllReduceAsync so far (for metrics).

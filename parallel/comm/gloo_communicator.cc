@@ -193,14 +193,38 @@ absl::Status GlooCommunicator::AllToAll(const at::Tensor& in, at::Tensor& out) {
   return Run(name_, "all_to_all", [&] { return impl_->pg->alltoall_base(out, src, even, even); });
 }
 
-absl::Status GlooCommunicator::Send(const at::Tensor& t, int dst, int tag) {
-  std::vector<at::Tensor> tensors{t.contiguous()};
-  return Run(name_, "send", [&] { return impl_->pg->send(tensors, dst, tag); });
+absl::Status GlooCommunicator::Send(const at::Tensor& t, int dst, int tag) { return SendAsync(t, dst, tag)->Wait(); }
+
+absl::Status GlooCommunicator::Recv(at::Tensor& t, int src, int tag) { return RecvAsync(t, src, tag)->Wait(); }
+
+std::unique_ptr<CommWork> GlooCommunicator::SendAsync(const at::Tensor& t, int dst, int tag) {
+  if (dst < 0 || dst >= size() || dst == rank_) {
+    return GlooWork::Failed(absl::InvalidArgumentError(absl::StrCat("send on ", name_, ": bad peer ", dst)));
+  }
+  try {
+    // The work keeps its tensors alive until it completes.
+    std::vector<at::Tensor> tensors{t.contiguous()};
+    return std::make_unique<GlooWork>(impl_->pg->send(tensors, dst, tag),
+                                      absl::StrCat("send to ", dst, " on ", name_));
+  } catch (const std::exception& e) {
+    return GlooWork::Failed(absl::InternalError(absl::StrCat("send on ", name_, ": ", e.what())));
+  }
 }
 
-absl::Status GlooCommunicator::Recv(at::Tensor& t, int src, int tag) {
-  std::vector<at::Tensor> tensors{t};
-  return Run(name_, "recv", [&] { return impl_->pg->recv(tensors, src, tag); });
+std::unique_ptr<CommWork> GlooCommunicator::RecvAsync(at::Tensor& t, int src, int tag) {
+  if (src < 0 || src >= size() || src == rank_) {
+    return GlooWork::Failed(absl::InvalidArgumentError(absl::StrCat("recv on ", name_, ": bad peer ", src)));
+  }
+  if (!t.is_contiguous()) {
+    return GlooWork::Failed(absl::InvalidArgumentError(absl::StrCat("recv on ", name_, " needs a contiguous tensor")));
+  }
+  try {
+    std::vector<at::Tensor> tensors{t};
+    return std::make_unique<GlooWork>(impl_->pg->recv(tensors, src, tag),
+                                      absl::StrCat("recv from ", src, " on ", name_));
+  } catch (const std::exception& e) {
+    return GlooWork::Failed(absl::InternalError(absl::StrCat("recv on ", name_, ": ", e.what())));
+  }
 }
 
 absl::Status GlooCommunicator::Barrier() {

@@ -99,6 +99,23 @@ TEST(GlooCommunicatorTest, GatherScatterBroadcastAllToAll) {
       RETURN_IF_ERROR(c.Send(at::full({2}, rank * 1.0), (rank + 1) % 4, 0));
     }
     RETURN_IF_ERROR(Expect(got.eq((rank + 3) % 4).all().item<bool>(), "ring send/recv"));
+    // Asynchronous: every rank sends three messages (tags 0..2) to both neighbours before receiving
+    // any, and receives them in the reverse tag order — a deadlock with blocking sends.
+    std::vector<std::unique_ptr<CommWork>> sends;
+    for (int tag = 0; tag < 3; ++tag) {
+      sends.push_back(c.SendAsync(at::full({2}, 100.0 * rank + tag), (rank + 1) % 4, tag));
+      sends.push_back(c.SendAsync(at::full({2}, -100.0 * rank - tag), (rank + 3) % 4, tag));
+    }
+    for (int tag = 2; tag >= 0; --tag) {
+      at::Tensor from_prev = at::empty({2}), from_next = at::empty({2});
+      auto a = c.RecvAsync(from_prev, (rank + 3) % 4, tag);
+      auto b = c.RecvAsync(from_next, (rank + 1) % 4, tag);
+      RETURN_IF_ERROR(a->Wait());
+      RETURN_IF_ERROR(b->Wait());
+      RETURN_IF_ERROR(Expect(from_prev.eq(100.0 * ((rank + 3) % 4) + tag).all().item<bool>(), "async from prev"));
+      RETURN_IF_ERROR(Expect(from_next.eq(-100.0 * ((rank + 1) % 4) - tag).all().item<bool>(), "async from next"));
+    }
+    for (auto& w : sends) RETURN_IF_ERROR(w->Wait());
     return c.Barrier();
   };
   EXPECT_TRUE(RunRanks(4, body).ok());

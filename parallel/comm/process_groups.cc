@@ -77,6 +77,12 @@ absl::StatusOr<ProcessGroups> CreateProcessGroups(const BootstrapOptions& option
       {"tp", &groups.tp, mesh.GroupRanks(options.rank, Axis::kTp)},
       {"sp", &groups.sp, mesh.GroupRanks(options.rank, Axis::kSp)},
   };
+  const std::vector<int> pp_ranks = mesh.GroupRanks(options.rank, Axis::kPp);
+  if (options.rank == pp_ranks.front() || options.rank == pp_ranks.back()) {
+    std::vector<int> ends = {pp_ranks.front()};
+    if (pp_ranks.size() > 1) ends.push_back(pp_ranks.back());
+    wants.push_back({"embed", &groups.embed, ends});
+  }
   for (Want& w : wants) {
     auto comm = MakeGroup(store, w.name, w.members, options.rank, options);
     if (!comm.ok()) return comm.status();

@@ -22,6 +22,10 @@ struct ProcessGroups {
   std::shared_ptr<Communicator> pp;
   std::shared_ptr<Communicator> tp;
   std::shared_ptr<Communicator> sp;
+  // The first and the last pipeline stage of this rank's pp group, which both hold the tied token
+  // embedding (its gradient is summed between them). Null on the stages in between; a group of one
+  // when pp = 1.
+  std::shared_ptr<Communicator> embed;
 };
 
 enum class CommBackend {

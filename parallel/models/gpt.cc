@@ -32,58 +32,82 @@ std::string Shape(at::IntArrayRef s) {
 
 }  // namespace
 
-Param& Gpt::Add(const std::string& name, std::vector<int64_t> shape, TpSplit split, double init_std,
-                double fill, uint64_t seed) {
+Param& Gpt::Add(const ParamSpec& spec, uint64_t seed) {
   at::Tensor full;
-  if (init_std > 0) {
-    at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(TensorSeed(seed, name));
-    full = at::normal(0.0, init_std, shape, gen);
+  if (spec.init_std > 0) {
+    at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(TensorSeed(seed, spec.name));
+    full = at::normal(0.0, spec.init_std, spec.shape, gen);
   } else {
-    full = at::full(shape, fill);
+    full = at::full(spec.shape, spec.fill);
   }
   Param p;
-  p.name = name;
-  p.full_shape = shape;
-  p.split = split;
-  p.weight_decay = shape.size() >= 2;
+  p.name = spec.name;
+  p.full_shape = spec.shape;
+  p.split = spec.split;
+  p.weight_decay = spec.shape.size() >= 2;
   p.value = ShardOf(p, full, tp_->rank(), tp_->size()).to(device_).set_requires_grad(true);
-  index_[name] = params_.size();
+  index_[spec.name] = params_.size();
   params_.push_back(std::move(p));
   return params_.back();
 }
 
+GptPart GptPart::Whole(int layers) {
+  GptPart part;
+  for (int i = 0; i < layers; ++i) part.layers.push_back(i);
+  return part;
+}
+
 Gpt::Gpt(const GptConfig& c, std::shared_ptr<Communicator> tp, uint64_t seed, c10::Device device)
-    : config_(c), tp_(std::move(tp)), device_(device) {
+    : Gpt(c, GptPart::Whole(c.layers), std::move(tp), seed, device) {}
+
+std::vector<ParamSpec> GptParamSpecs(const GptConfig& c, const GptPart& part) {
   const int64_t h = c.hidden;
   const double std = 0.02;
   const double residual_std = 0.02 / std::sqrt(2.0 * c.layers);
-  Add("wte.weight", {c.vocab, h}, TpSplit::kDim0, std, 0, seed);
-  Add("wpe.weight", {c.seq_len, h}, TpSplit::kReplicated, std, 0, seed);
-  for (int i = 0; i < c.layers; ++i) {
+  std::vector<ParamSpec> out;
+  if (part.embedding || part.head) out.push_back({"wte.weight", {c.vocab, h}, TpSplit::kDim0, std, 0});
+  if (part.embedding) out.push_back({"wpe.weight", {c.seq_len, h}, TpSplit::kReplicated, std, 0});
+  for (int i : part.layers) {
     const std::string b = absl::StrCat("h.", i, ".");
-    Add(b + "ln_1.weight", {h}, TpSplit::kReplicated, 0, 1, seed);
-    Add(b + "ln_1.bias", {h}, TpSplit::kReplicated, 0, 0, seed);
-    Add(b + "attn.c_attn.weight", {3 * h, h}, TpSplit::kQkvDim0, std, 0, seed);
-    Add(b + "attn.c_attn.bias", {3 * h}, TpSplit::kQkvDim0, 0, 0, seed);
-    Add(b + "attn.c_proj.weight", {h, h}, TpSplit::kDim1, residual_std, 0, seed);
-    Add(b + "attn.c_proj.bias", {h}, TpSplit::kReplicated, 0, 0, seed);
-    Add(b + "ln_2.weight", {h}, TpSplit::kReplicated, 0, 1, seed);
-    Add(b + "ln_2.bias", {h}, TpSplit::kReplicated, 0, 0, seed);
-    Add(b + "mlp.c_fc.weight", {4 * h, h}, TpSplit::kDim0, std, 0, seed);
-    Add(b + "mlp.c_fc.bias", {4 * h}, TpSplit::kDim0, 0, 0, seed);
-    Add(b + "mlp.c_proj.weight", {h, 4 * h}, TpSplit::kDim1, residual_std, 0, seed);
-    Add(b + "mlp.c_proj.bias", {h}, TpSplit::kReplicated, 0, 0, seed);
+    out.push_back({b + "ln_1.weight", {h}, TpSplit::kReplicated, 0, 1});
+    out.push_back({b + "ln_1.bias", {h}, TpSplit::kReplicated, 0, 0});
+    out.push_back({b + "attn.c_attn.weight", {3 * h, h}, TpSplit::kQkvDim0, std, 0});
+    out.push_back({b + "attn.c_attn.bias", {3 * h}, TpSplit::kQkvDim0, 0, 0});
+    out.push_back({b + "attn.c_proj.weight", {h, h}, TpSplit::kDim1, residual_std, 0});
+    out.push_back({b + "attn.c_proj.bias", {h}, TpSplit::kReplicated, 0, 0});
+    out.push_back({b + "ln_2.weight", {h}, TpSplit::kReplicated, 0, 1});
+    out.push_back({b + "ln_2.bias", {h}, TpSplit::kReplicated, 0, 0});
+    out.push_back({b + "mlp.c_fc.weight", {4 * h, h}, TpSplit::kDim0, std, 0});
+    out.push_back({b + "mlp.c_fc.bias", {4 * h}, TpSplit::kDim0, 0, 0});
+    out.push_back({b + "mlp.c_proj.weight", {h, 4 * h}, TpSplit::kDim1, residual_std, 0});
+    out.push_back({b + "mlp.c_proj.bias", {h}, TpSplit::kReplicated, 0, 0});
   }
-  Add("ln_f.weight", {h}, TpSplit::kReplicated, 0, 1, seed);
-  Add("ln_f.bias", {h}, TpSplit::kReplicated, 0, 0, seed);
+  if (part.head) {
+    out.push_back({"ln_f.weight", {h}, TpSplit::kReplicated, 0, 1});
+    out.push_back({"ln_f.bias", {h}, TpSplit::kReplicated, 0, 0});
+  }
+  return out;
+}
+
+Gpt::Gpt(const GptConfig& c, const GptPart& part, std::shared_ptr<Communicator> tp, uint64_t seed,
+         c10::Device device)
+    : config_(c), part_(part), tp_(std::move(tp)), device_(device) {
+  for (const ParamSpec& spec : GptParamSpecs(c, part)) Add(spec, seed);
+}
+
+int Gpt::UnitOfLayer(int layer) const {
+  for (size_t j = 0; j < part_.layers.size(); ++j) {
+    if (part_.layers[j] == layer) return 1 + static_cast<int>(j);
+  }
+  return -1;
 }
 
 std::vector<std::vector<size_t>> Gpt::Units() const {
-  std::vector<std::vector<size_t>> units(1 + config_.layers);
+  std::vector<std::vector<size_t>> units(1 + part_.layers.size());
   for (size_t k = 0; k < params_.size(); ++k) {
     const std::string& name = params_[k].name;
     if (name.rfind("h.", 0) == 0) {
-      units[1 + std::stoi(name.substr(2))].push_back(k);
+      units[UnitOfLayer(std::stoi(name.substr(2)))].push_back(k);
     } else {
       units[0].push_back(k);
     }
@@ -183,19 +207,30 @@ at::Tensor Gpt::Block(const at::Tensor& x_in, int i) {
   return x + m;
 }
 
-at::Tensor Gpt::Loss(const at::Tensor& tokens, const at::Tensor& targets) {
+at::Tensor Gpt::Embed(const at::Tensor& tokens) {
   Communicator* tp = tp_.get();
-  const int64_t B = tokens.size(0), T = tokens.size(1);
   const int64_t vocab_start = tp->rank() * (config_.vocab / tp->size());
   if (hooks_) hooks_->PreForward(0);
-  at::Tensor x = VocabParallelEmbedding(tokens, P("wte.weight"), vocab_start, tp) +
-                 P("wpe.weight").narrow(0, 0, T);
-  for (int i = 0; i < config_.layers; ++i) {
-    if (hooks_) hooks_->PreForward(1 + i);
+  return VocabParallelEmbedding(tokens, P("wte.weight"), vocab_start, tp) +
+         P("wpe.weight").narrow(0, 0, tokens.size(1));
+}
+
+at::Tensor Gpt::Blocks(at::Tensor x, int first, int count) {
+  for (int i = first; i < first + count; ++i) {
+    const int unit = UnitOfLayer(i);
+    if (hooks_) hooks_->PreForward(unit);
     x = activation_checkpointing_ ? CheckpointedBlock(x, i) : Block(x, i);
-    if (hooks_) x = hooks_->PostForward(1 + i, x);
+    if (hooks_) x = hooks_->PostForward(unit, x);
   }
-  x = kernels::LayerNorm(x, P("ln_f.weight"), P("ln_f.bias"), kLayerNormEps, fused_kernels_);
+  return x;
+}
+
+at::Tensor Gpt::Head(const at::Tensor& x_in, const at::Tensor& targets) {
+  Communicator* tp = tp_.get();
+  const int64_t B = x_in.size(0), T = x_in.size(1);
+  const int64_t vocab_start = tp->rank() * (config_.vocab / tp->size());
+  if (hooks_ && !part_.embedding) hooks_->PreForward(0);
+  at::Tensor x = kernels::LayerNorm(x_in, P("ln_f.weight"), P("ln_f.bias"), kLayerNormEps, fused_kernels_);
   at::Tensor logits = Linear(CopyToTp(x, tp), P("wte.weight"));  // Tied head: [B, T, V/tp].
   // Low-precision logits: the softmax and the loss are computed in fp32.
   if (logits.scalar_type() != at::kFloat) logits = logits.to(at::kFloat);
@@ -204,6 +239,10 @@ at::Tensor Gpt::Loss(const at::Tensor& tokens, const at::Tensor& targets) {
   at::Tensor loss = losses.mean();
   if (hooks_) loss = hooks_->PostForward(0, loss);
   return loss;
+}
+
+at::Tensor Gpt::Loss(const at::Tensor& tokens, const at::Tensor& targets) {
+  return Head(Blocks(Embed(tokens), 0, config_.layers), targets);
 }
 
 namespace {
@@ -227,7 +266,7 @@ struct CheckpointFn : public torch::autograd::Function<CheckpointFn> {
     {
       at::AutoGradMode enable(true);
       const int block = static_cast<int>(ctx->saved_data["block"].toInt());
-      if (model->unit_hooks()) model->unit_hooks()->PreForward(1 + block);
+      if (model->unit_hooks()) model->unit_hooks()->PreForward(model->UnitOfLayer(block));
       y = model->Block(x, block);
     }
     torch::autograd::backward({y}, {grads[0]});

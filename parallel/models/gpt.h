@@ -33,6 +33,27 @@ class UnitHooks {
   virtual at::Tensor PostForward(int unit, at::Tensor output) = 0;
 };
 
+// The parts of the model one rank holds (pipeline stages hold a subset; parallel/pipeline).
+struct GptPart {
+  std::vector<int> layers;  // Blocks held, ascending (global block indices).
+  bool embedding = true;    // wte and wpe, used before the first block.
+  bool head = true;         // ln_f and the head (tied to wte), used after the last block.
+  static GptPart Whole(int layers);
+};
+
+// How one parameter is made: documented name, full shape, tp split, and its initialisation (normal
+// with init_std when > 0, else the constant fill).
+struct ParamSpec {
+  std::string name;
+  std::vector<int64_t> shape;
+  TpSplit split = TpSplit::kReplicated;
+  double init_std = 0;
+  double fill = 0;
+};
+
+// The parameters of `part` of a GPT of `config`, in the model's order.
+std::vector<ParamSpec> GptParamSpecs(const GptConfig& config, const GptPart& part);
+
 class Gpt {
  public:
   // Parameters initialised as GPT-2 does (normal(0, 0.02) weights, zero biases, unit norm weights,
@@ -40,10 +61,22 @@ class Gpt {
   // generator seeded by (seed, name), then split, so every layout starts from identical weights.
   // Requires heads % tp == 0 and vocab % tp == 0. Parameters live on `device` (drawn on the CPU
   // first, so every device starts from the same values).
+  // Only the parameters of `part` are created (drawn the same way, so every layout agrees); wte exists
+  // where the embedding or the head is held (a pipeline's first and last stage both hold it).
   Gpt(const GptConfig& config, std::shared_ptr<Communicator> tp, uint64_t seed, c10::Device device);
+  Gpt(const GptConfig& config, const GptPart& part, std::shared_ptr<Communicator> tp, uint64_t seed,
+      c10::Device device);
 
   // Mean cross-entropy over all tokens of `tokens` [B, T] predicting `targets` [B, T] (T <= seq_len).
+  // Needs the whole model: Head(Blocks(Embed(tokens), 0, layers), targets).
   at::Tensor Loss(const at::Tensor& tokens, const at::Tensor& targets);
+
+  // The pieces of Loss, for pipeline stages: token + position embedding [B, T, hidden] (needs the
+  // embedding); blocks [first, first + count) (must be held); final norm, tied head and mean
+  // cross-entropy (needs the head).
+  at::Tensor Embed(const at::Tensor& tokens);
+  at::Tensor Blocks(at::Tensor x, int first, int count);
+  at::Tensor Head(const at::Tensor& x, const at::Tensor& targets);
 
   // Transformer block `i` on activations `x` [B, T, hidden] (used by Loss and by recomputation).
   at::Tensor Block(const at::Tensor& x, int i);
@@ -54,13 +87,18 @@ class Gpt {
   void set_fused_kernels(bool on) { fused_kernels_ = on; }
 
   // Indices into params() of each unit (see UnitHooks), in forward order; every parameter in one.
+  // Unit 0 holds the non-block parameters (possibly none), unit 1 + j the j-th held block.
   std::vector<std::vector<size_t>> Units() const;
+  // The unit of held block `layer` (1 + its position in part().layers), -1 if not held.
+  int UnitOfLayer(int layer) const;
   // Hooks around each unit's use (null: none). Not owned; must outlive the model's use.
   void set_unit_hooks(UnitHooks* hooks) { hooks_ = hooks; }
   UnitHooks* unit_hooks() const { return hooks_; }
 
   std::vector<Param>& params() { return params_; }
   const GptConfig& config() const { return config_; }
+  const GptPart& part() const { return part_; }
+  bool holds(const std::string& name) const { return index_.count(name) > 0; }
   Communicator* tp() const { return tp_.get(); }
   int64_t num_parameters() const;  // Of the full model.
 
@@ -69,12 +107,12 @@ class Gpt {
   absl::Status LoadFull(const std::map<std::string, at::Tensor>& full);
 
  private:
-  Param& Add(const std::string& name, std::vector<int64_t> shape, TpSplit split, double init_std,
-             double fill, uint64_t seed);
+  Param& Add(const ParamSpec& spec, uint64_t seed);
   const at::Tensor& P(const std::string& name) const;
   at::Tensor CheckpointedBlock(const at::Tensor& x, int i);
 
   GptConfig config_;
+  GptPart part_;
   std::shared_ptr<Communicator> tp_;
   c10::Device device_;
   std::vector<Param> params_;

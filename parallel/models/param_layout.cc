@@ -1,5 +1,7 @@
 #include "parallel/models/param_layout.h"
 
+#include <algorithm>
+
 #include <ATen/ATen.h>
 
 #include <cmath>
@@ -59,11 +61,19 @@ at::Tensor JoinShards(const Param& param, const std::vector<at::Tensor>& parts) 
 }
 
 absl::StatusOr<double> GradNormOverTp(std::vector<Param>& params, Communicator* tp) {
+  auto sq = GradSquaredSumOverTp(params, tp);
+  if (!sq.ok()) return sq.status();
+  return std::sqrt(*sq);
+}
+
+absl::StatusOr<double> GradSquaredSumOverTp(std::vector<Param>& params, Communicator* tp,
+                                            const std::vector<std::string>& skip) {
   // Sums stay on the device (one host sync at the end, not one per tensor).
   const c10::Device device = params.at(0).value.device();
   at::Tensor replicated = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(device));
   at::Tensor split = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(device));
   for (Param& p : params) {
+    if (std::find(skip.begin(), skip.end(), p.name) != skip.end()) continue;
     const at::Tensor& g = p.value.grad();
     at::Tensor sq = (g.scalar_type() == at::kFloat ? g : g.to(at::kFloat)).norm().to(at::kDouble).square();
     if (p.split == TpSplit::kReplicated) {
@@ -75,7 +85,7 @@ absl::StatusOr<double> GradNormOverTp(std::vector<Param>& params, Communicator* 
   if (tp->size() > 1) {
     if (absl::Status s = tp->AllReduce(split, ReduceOp::kSum); !s.ok()) return s;
   }
-  return std::sqrt(replicated.item<double>() + split.item<double>());
+  return replicated.item<double>() + split.item<double>();
 }
 
 absl::Status GatherFullTensor(const Param& param, const at::Tensor& part, Communicator* tp, at::Tensor* full) {

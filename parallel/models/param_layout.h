@@ -41,6 +41,10 @@ at::Tensor JoinShards(const Param& param, const std::vector<at::Tensor>& parts);
 // norm per tensor, squared and summed in double; tp-split tensors' sums are added over tp, replicated
 // ones counted once. Not finite when a gradient overflowed.
 absl::StatusOr<double> GradNormOverTp(std::vector<Param>& params, Communicator* tp);
+// The square of that norm, leaving out the parameters named in `skip` (a pipeline's last stage skips
+// the tied embedding its first stage counts); summing it over pipeline stages gives the model's.
+absl::StatusOr<double> GradSquaredSumOverTp(std::vector<Param>& params, Communicator* tp,
+                                            const std::vector<std::string>& skip = {});
 
 // Reassembles the full tensor from every tp rank's `part` (collective over `tp`).
 absl::Status GatherFullTensor(const Param& param, const at::Tensor& part, Communicator* tp, at::Tensor* full);

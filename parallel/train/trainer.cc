@@ -67,7 +67,25 @@ absl::Status Trainer::Init() {
   auto device = SelectDevice(options_.device);
   if (!device.ok()) return device.status();
   device_ = *device;
-  model_ = std::make_unique<Gpt>(m, groups_.tp, options_.seed, device_);
+  GptPart part = GptPart::Whole(m.layers);
+  const int pp = groups_.pp->size();
+  if (pp > 1) {
+    if (options_.zero_stage > 0 || dtype != at::kFloat || options_.offload_optimizer) {
+      return absl::InvalidArgumentError(
+          "parallel.pp > 1 with zero_stage > 0, bf16/fp16 or optimizer offload is not available yet");
+    }
+    auto layout = StageLayout::Create(m.layers, pp, options_.pp_chunks, options_.pp_layers);
+    if (!layout.ok()) return layout.status();
+    layout_ = std::make_unique<StageLayout>(*layout);
+    part = GptPart{};
+    part.embedding = part.head = false;
+    for (const ModelChunk& c : layout_->ChunksOf(groups_.pp->rank())) {
+      for (int i = 0; i < c.num_layers; ++i) part.layers.push_back(c.first_layer + i);
+      part.embedding |= c.embedding;
+      part.head |= c.head;
+    }
+  }
+  model_ = std::make_unique<Gpt>(m, part, groups_.tp, options_.seed, device_);
   model_->set_activation_checkpointing(options_.activation_checkpointing);
   model_->set_fused_kernels(options_.fused_kernels);
 
@@ -105,13 +123,40 @@ absl::Status Trainer::Init() {
   }
   pending_m_.clear();
   pending_v_.clear();
+  if (layout_) {
+    PipelineOptions po;
+    if (options_.pp_schedule == "interleaved") {
+      po.schedule = PipeSchedule::kInterleaved;
+    } else if (options_.pp_schedule != "1f1b") {
+      return absl::InvalidArgumentError(absl::StrCat("parallel.pp_schedule must be 1f1b or interleaved, got \"",
+                                                     options_.pp_schedule, "\""));
+    }
+    po.micro_batches = options_.global_batch / (options_.micro_batch * groups_.dp->size());
+    po.micro_batch = options_.micro_batch;
+    po.activation_dtype = dtype;
+    auto runner = PipelineRunner::Create(model_.get(), *layout_, groups_.pp, po);
+    if (!runner.ok()) return runner.status();
+    pipeline_ = std::move(*runner);
+  }
   return absl::OkStatus();
+}
+
+absl::StatusOr<at::Tensor> Trainer::ReadMicroBatch(int a, int accum) {
+  // Global sample j of this step for dp rank d, micro-batch a, row i: d·micro·accum + a·micro + i.
+  const int micro = options_.micro_batch;
+  const int64_t T = options_.model.seq_len;
+  std::vector<int64_t> tokens;
+  tokens.reserve(micro * (T + 1));
+  for (int i = 0; i < micro; ++i) {
+    const int64_t g = step_ * options_.global_batch + groups_.dp->rank() * micro * accum + a * micro + i;
+    TESSERA_RETURN_IF_ERROR(data_->Read(g, &tokens));
+  }
+  return at::from_blob(tokens.data(), {micro, T + 1}, at::kLong).to(device_, /*non_blocking=*/false, /*copy=*/true);
 }
 
 absl::StatusOr<StepStats> Trainer::Step() {
   const auto start = std::chrono::steady_clock::now();
   const int dp = groups_.dp->size();
-  const int dp_rank = groups_.dp->rank();
   const int micro = options_.micro_batch;
   const int accum = options_.global_batch / (micro * dp);
   const int64_t T = options_.model.seq_len;
@@ -125,23 +170,25 @@ absl::StatusOr<StepStats> Trainer::Step() {
     buckets_->ZeroGrad();
   }
   double loss_sum = 0;
-  for (int a = 0; a < accum; ++a) {
-    // Global sample j of this step for dp rank d, micro-batch a, row i: d·micro·accum + a·micro + i.
-    std::vector<int64_t> tokens;
-    tokens.reserve(micro * (T + 1));
-    for (int i = 0; i < micro; ++i) {
-      const int64_t g = step_ * options_.global_batch + dp_rank * micro * accum + a * micro + i;
-      TESSERA_RETURN_IF_ERROR(data_->Read(g, &tokens));
-    }
-    at::Tensor batch = at::from_blob(tokens.data(), {micro, T + 1}, at::kLong).to(device_, /*non_blocking=*/false,
-                                                                                 /*copy=*/true);
+  if (pipeline_) {
+    // Gradients of the last backward pass of this stage start their dp reduction inside it.
+    buckets_->SetSyncThisPass(false);
+    auto sum = pipeline_->RunStep([&](int a) { return ReadMicroBatch(a, accum); }, loss_scale_,
+                                  [&] { buckets_->SetSyncThisPass(true); });
+    if (!sum.ok()) return absl::Status(sum.status().code(), absl::StrCat("step ", step_ + 1, ": ", sum.status().message()));
+    loss_sum = *sum;
+  }
+  for (int a = 0; a < accum && !pipeline_; ++a) {
+    auto batch = ReadMicroBatch(a, accum);
+    if (!batch.ok()) return batch.status();
+    const int64_t T = batch->size(1) - 1;
     if (zero_) {
       zero_->SetSyncThisPass(a == accum - 1);
     } else {
       buckets_->SetSyncThisPass(a == accum - 1);
     }
     try {
-      at::Tensor loss = model_->Loss(batch.narrow(1, 0, T), batch.narrow(1, 1, T));
+      at::Tensor loss = model_->Loss(batch->narrow(1, 0, T), batch->narrow(1, 1, T));
       at::Tensor objective = loss / accum;
       if (loss_scale_ != 1) objective = objective * loss_scale_;
       objective.backward();
@@ -153,10 +200,30 @@ absl::StatusOr<StepStats> Trainer::Step() {
   }
   TESSERA_RETURN_IF_ERROR(zero_ ? zero_->ReduceGradients() : buckets_->Finish());
   at::Tensor mean_loss = at::full({1}, loss_sum / accum, at::TensorOptions().dtype(at::kDouble).device(device_));
+  double raw_norm = 0;
+  if (pipeline_) {
+    // The tied embedding: the first stage's gradient (from the lookup) plus the last's (from the head).
+    if (groups_.embed && groups_.embed->size() > 1) {
+      for (Param& p : model_->params()) {
+        if (p.name == "wte.weight") TESSERA_RETURN_IF_ERROR(groups_.embed->AllReduce(p.value.mutable_grad(), ReduceOp::kSum));
+      }
+    }
+    // Only the last stage has the loss; every stage's gradients add to the norm (wte counted once).
+    TESSERA_RETURN_IF_ERROR(groups_.pp->AllReduce(mean_loss, ReduceOp::kSum));
+    std::vector<std::string> skip;
+    if (model_->part().head && !model_->part().embedding) skip.push_back("wte.weight");
+    auto sq = GradSquaredSumOverTp(model_->params(), groups_.tp.get(), skip);
+    if (!sq.ok()) return sq.status();
+    at::Tensor total = at::full({1}, *sq, at::TensorOptions().dtype(at::kDouble).device(device_));
+    TESSERA_RETURN_IF_ERROR(groups_.pp->AllReduce(total, ReduceOp::kSum));
+    raw_norm = std::sqrt(total.item<double>());
+  } else {
+    auto n = zero_ ? zero_->GradNorm() : GradNormOverTp(model_->params(), groups_.tp.get());
+    if (!n.ok()) return n.status();
+    raw_norm = *n;
+  }
   if (dp > 1) TESSERA_RETURN_IF_ERROR(groups_.dp->AllReduce(mean_loss, ReduceOp::kAvg));
-  auto raw_norm = zero_ ? zero_->GradNorm() : GradNormOverTp(model_->params(), groups_.tp.get());
-  if (!raw_norm.ok()) return raw_norm.status();
-  const double norm = *raw_norm / loss_scale_;
+  const double norm = raw_norm / loss_scale_;
 
   LrScheduleOptions lr_options = options_.lr;
   lr_options.steps = options_.steps;
@@ -237,16 +304,47 @@ absl::StatusOr<std::map<std::string, at::Tensor>> Trainer::GatherFull(What what)
   std::vector<at::Tensor> local, m, v;
   if (what == What::kExpAvg || what == What::kExpAvgSq) {
     TESSERA_RETURN_IF_ERROR(LocalOptimizerState(&m, &v));
-    return GatherOverTp(what == What::kExpAvg ? m : v);
-  }
-  if (zero_) {
+    local = what == What::kExpAvg ? m : v;
+  } else if (zero_) {
     // The fp32 master weights and the reduced (clipped) fp32 gradients.
     TESSERA_RETURN_IF_ERROR(
         zero_->Gather(what == What::kParams ? ZeroOptimizer::What::kParams : ZeroOptimizer::What::kGrads, &local));
-    return GatherOverTp(local);
+  } else {
+    for (Param& p : model_->params()) local.push_back(what == What::kParams ? p.value : p.value.grad());
   }
-  for (Param& p : model_->params()) local.push_back(what == What::kParams ? p.value : p.value.grad());
-  return GatherOverTp(local);
+  auto full = GatherOverTp(local);
+  if (!full.ok()) return full.status();
+  if (layout_ && groups_.tp->rank() == 0) TESSERA_RETURN_IF_ERROR(GatherOverPp(&*full));
+  return full;
+}
+
+absl::Status Trainer::GatherOverPp(std::map<std::string, at::Tensor>* full) {
+  Communicator* pp = groups_.pp.get();
+  // Stage s > 0 sends, in GptParamSpecs order, every tensor it holds except the tied embedding (stage
+  // 0 has it); stage 0 knows the names and shapes from the layout.
+  for (int s = 1; s < pp->size(); ++s) {
+    if (pp->rank() != 0 && pp->rank() != s) continue;
+    GptPart part;
+    part.embedding = false;
+    part.head = false;
+    for (const ModelChunk& c : layout_->ChunksOf(s)) {
+      for (int i = 0; i < c.num_layers; ++i) part.layers.push_back(c.first_layer + i);
+      part.head |= c.head;
+    }
+    for (const ParamSpec& spec : GptParamSpecs(options_.model, part)) {
+      if (spec.name == "wte.weight") continue;
+      if (pp->rank() == s) {
+        auto it = full->find(spec.name);
+        if (it == full->end()) return absl::InternalError(absl::StrCat("pipeline gather: stage ", s, " lacks ", spec.name));
+        TESSERA_RETURN_IF_ERROR(pp->Send(it->second.to(at::kFloat).cpu().contiguous(), 0, s));
+      } else {
+        at::Tensor t = at::empty(spec.shape, at::kFloat);
+        TESSERA_RETURN_IF_ERROR(pp->Recv(t, s, s));
+        full->emplace(spec.name, std::move(t));
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::map<std::string, at::Tensor>> Trainer::GatherOverTp(const std::vector<at::Tensor>& local) {
@@ -295,14 +393,19 @@ absl::Status Trainer::SaveCheckpoint() {
 
   // 3. dp rank 0's tp group gathers full tensors; global rank 0 writes them.
   if (groups_.dp->rank() == 0) {
+    // Pipeline stages: pp rank 0 collects the other stages' tensors.
+    const bool pp_gather = layout_ && groups_.tp->rank() == 0;
     auto params = GatherOverTp(local_params);
     if (!params.ok()) return params.status();
+    if (pp_gather) TESSERA_RETURN_IF_ERROR(GatherOverPp(&*params));
     std::map<std::string, at::Tensor> optimizer;
     if (!sharded_state) {
       auto m = GatherOverTp(local_m);
       if (!m.ok()) return m.status();
       auto v = GatherOverTp(local_v);
       if (!v.ok()) return v.status();
+      if (pp_gather) TESSERA_RETURN_IF_ERROR(GatherOverPp(&*m));
+      if (pp_gather) TESSERA_RETURN_IF_ERROR(GatherOverPp(&*v));
       for (auto& [name, t] : *m) optimizer.emplace("exp_avg." + name, t);
       for (auto& [name, t] : *v) optimizer.emplace("exp_avg_sq." + name, t);
     }
@@ -328,7 +431,8 @@ absl::Status Trainer::SaveCheckpoint() {
           {"model", {{"family", "gpt"}, {"layers", c.layers}, {"hidden", c.hidden}, {"heads", c.heads},
                      {"vocab", c.vocab}, {"seq_len", c.seq_len}}},
           {"mesh", {{"dp", options_.mesh.dp}, {"tp", options_.mesh.tp}, {"pp", options_.mesh.pp},
-                    {"sp", options_.mesh.sp}, {"order", options_.mesh.order}}},
+                    {"sp", options_.mesh.sp}, {"order", options_.mesh.order},
+                    {"pp_schedule", options_.pp_schedule}, {"pp_chunks", options_.pp_chunks}}},
           {"optimizer", optimizer_state},
           {"zero_stage", options_.zero_stage},
           {"precision", options_.precision},

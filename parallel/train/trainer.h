@@ -19,6 +19,8 @@
 #include "parallel/dp/grad_buckets.h"
 #include "parallel/models/gpt.h"
 #include "parallel/optim/adamw.h"
+#include "parallel/pipeline/pipeline_runner.h"
+#include "parallel/pipeline/stage_layout.h"
 #include "parallel/train/trainer_options.h"
 #include "parallel/zero/zero_optimizer.h"
 
@@ -57,7 +59,9 @@ class Trainer {
   Gpt& model() { return *model_; }
 
   enum class What { kParams, kGrads, kExpAvg, kExpAvgSq };
-  // Full tensors by documented name, gathered over tp (a collective over this rank's tp group).
+  // Full tensors by documented name, gathered over tp (a collective over this rank's tp group) and,
+  // with pipeline stages, over pp to pp rank 0 (by the tp rank 0 of every stage): complete on the
+  // ranks whose tp and pp coordinates are 0, this stage's tensors elsewhere.
   absl::StatusOr<std::map<std::string, at::Tensor>> GatherFull(What what);
 
   // Writes the checkpoint of the current step (a collective over the tp group of dp rank 0; only
@@ -77,6 +81,10 @@ class Trainer {
   absl::Status LocalOptimizerState(std::vector<at::Tensor>* m, std::vector<at::Tensor>* v);
   // Full tensors by name from this rank's per-parameter parts (a collective over the tp group).
   absl::StatusOr<std::map<std::string, at::Tensor>> GatherOverTp(const std::vector<at::Tensor>& local);
+  // Pipeline: pp rank 0 receives every later stage's full tensors (names it lacks) into `full`;
+  // the others send theirs. A collective over the pp group; fp32 tensors.
+  absl::Status GatherOverPp(std::map<std::string, at::Tensor>* full);
+  absl::StatusOr<at::Tensor> ReadMicroBatch(int a, int accum);
   absl::Status TrimStepLog();
   absl::Status DumpDebug();
 
@@ -85,6 +93,9 @@ class Trainer {
   c10::Device device_{c10::kCPU};
   std::unique_ptr<Gpt> model_;
   std::unique_ptr<TokenDataset> data_;
+  // Pipeline parallelism (pp > 1): this rank's chunks of the model and their schedule.
+  std::unique_ptr<StageLayout> layout_;
+  std::unique_ptr<PipelineRunner> pipeline_;
   // fp32 without sharding or offload: per-tensor AdamW on the parameters, gradients bucketed.
   std::unique_ptr<GradBuckets> buckets_;
   AdamW adam_;

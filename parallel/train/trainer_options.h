@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "parallel/data/token_dataset.h"
 #include "parallel/device/device_options.h"
@@ -21,6 +22,9 @@ struct TrainerOptions {
   MeshShape mesh;
   DeviceOptions device;             // cpu, or cuda:local_rank (parallel/device/device.h).
   int64_t dp_bucket_bytes = 25 << 20;
+  std::string pp_schedule = "1f1b";  // Pipeline (mesh.pp > 1): 1f1b | interleaved (parallel/pipeline).
+  int pp_chunks = 1;                  // Model chunks per pipeline stage (interleaved ≥ 2).
+  std::vector<int> pp_layers;         // Blocks per virtual stage; empty: balanced.
   int zero_stage = 0;               // 1–3: state, + gradients, + parameters sharded over dp (parallel/zero).
   bool offload_optimizer = false;   // Master weights and moments in host memory, update on the host.
   std::string precision = "fp32";   // fp32 | bf16 | fp16 (parameters and activations; fp32 masters).

@@ -18,6 +18,9 @@ parallel::TrainerOptions ToTrainerOptions(const v1::JobSpec& spec) {
   o.device.kind = spec.device() == v1::DEVICE_CUDA ? parallel::DeviceKind::kCuda : parallel::DeviceKind::kCpu;
   o.dp_bucket_bytes = static_cast<int64_t>(p.dp_bucket_mb() * (1 << 20));
   o.zero_stage = p.zero_stage();
+  o.pp_schedule = p.pp_schedule() == v1::PP_SCHEDULE_INTERLEAVED ? "interleaved" : "1f1b";
+  o.pp_chunks = p.pp_chunks();
+  o.pp_layers.assign(p.pp_layers().begin(), p.pp_layers().end());
   const auto& t = spec.train();
   o.steps = t.steps();
   o.micro_batch = t.micro_batch();

@@ -1,0 +1,137 @@
+#include "parallel/pipeline/pipeline_runner.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/autograd.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace tessera::parallel {
+
+absl::StatusOr<std::unique_ptr<PipelineRunner>> PipelineRunner::Create(Gpt* model, const StageLayout& layout,
+                                                                       std::shared_ptr<Communicator> pp,
+                                                                       const PipelineOptions& options) {
+  if (pp->size() != layout.pp()) {
+    return absl::InvalidArgumentError(absl::StrCat("pipeline group has ", pp->size(), " ranks, the layout ",
+                                                   layout.pp(), " stages"));
+  }
+  auto actions = MakeSchedule(options.schedule, layout.pp(), layout.chunks(), pp->rank(), options.micro_batches);
+  if (!actions.ok()) return actions.status();
+  std::vector<ModelChunk> chunks = layout.ChunksOf(pp->rank());
+  return std::unique_ptr<PipelineRunner>(new PipelineRunner(model, std::move(chunks), layout.num_virtual_stages(),
+                                                            std::move(pp), options, std::move(*actions)));
+}
+
+int PipelineRunner::Tag(bool gradient, int micro_batch, int virtual_stage) const {
+  return ((gradient ? 1 : 0) * virtual_stages_ + virtual_stage) * options_.micro_batches + micro_batch;
+}
+
+at::Tensor PipelineRunner::EmptyActivation() const {
+  const GptConfig& c = model_->config();
+  const at::Tensor& any = model_->params().at(0).value;
+  return at::empty({options_.micro_batch, c.seq_len, c.hidden},
+                   any.options().dtype(options_.activation_dtype).requires_grad(false));
+}
+
+absl::StatusOr<double> PipelineRunner::RunStep(const std::function<absl::StatusOr<at::Tensor>(int)>& batch,
+                                               double loss_scale, const std::function<void()>& before_last_backward) {
+  size_t last_backward = 0;
+  for (size_t i = 0; i < actions_.size(); ++i) {
+    if (actions_[i].op == PipeOp::kBackward) last_backward = i;
+  }
+  double loss_sum = 0;
+  in_flight_ = peak_in_flight_ = 0;
+  bytes_sent_ = 0;
+  absl::Status status;
+  try {
+    for (size_t i = 0; i < actions_.size() && status.ok(); ++i) {
+      const PipeAction& a = actions_[i];
+      if (a.op == PipeOp::kForward) {
+        status = Forward(a, batch, &loss_sum);
+      } else {
+        if (i == last_backward && before_last_backward) before_last_backward();
+        status = Backward(a, loss_scale);
+      }
+    }
+  } catch (const c10::Error& e) {
+    // Communication inside forward/backward (tp) reports failures as exceptions.
+    status = absl::InternalError(e.what_without_backtrace());
+  }
+  // Every send is complete before its tensor may go (also after a failure: the peers see it fail).
+  for (auto& w : sends_) {
+    absl::Status s = w->Wait();
+    if (status.ok() && !s.ok()) status = s;
+  }
+  sends_.clear();
+  stash_.clear();
+  if (!status.ok()) return status;
+  return loss_sum;
+}
+
+absl::Status PipelineRunner::Forward(const PipeAction& a, const std::function<absl::StatusOr<at::Tensor>(int)>& batch,
+                                     double* loss_sum) {
+  const ModelChunk& chunk = chunks_[a.chunk];
+  const int p = pp_->size(), rank = pp_->rank();
+  const int64_t T = model_->config().seq_len;
+  Stash stash;
+  at::Tensor tokens;
+  if (chunk.embedding || chunk.head) {
+    auto t = batch(a.micro_batch);
+    if (!t.ok()) return t.status();
+    tokens = *t;
+  }
+  at::Tensor x;
+  if (chunk.embedding) {
+    x = model_->Embed(tokens.narrow(1, 0, T));
+  } else {
+    stash.input = EmptyActivation();
+    absl::Status s = pp_->RecvAsync(stash.input, (rank + p - 1) % p, Tag(false, a.micro_batch, chunk.virtual_stage))->Wait();
+    if (!s.ok()) return s;
+    stash.input.requires_grad_(true);
+    x = stash.input;
+  }
+  x = model_->Blocks(x, chunk.first_layer, chunk.num_layers);
+  if (chunk.head) {
+    stash.output = model_->Head(x, tokens.narrow(1, 1, T));
+    *loss_sum += stash.output.item<double>();
+  } else {
+    stash.output = x;
+    at::Tensor payload = x.detach().contiguous();
+    bytes_sent_ += payload.numel() * payload.element_size();
+    sends_.push_back(pp_->SendAsync(payload, (rank + 1) % p, Tag(false, a.micro_batch, chunk.virtual_stage + 1)));
+  }
+  stash_[{a.micro_batch, a.chunk}] = std::move(stash);
+  peak_in_flight_ = std::max(peak_in_flight_, ++in_flight_);
+  return absl::OkStatus();
+}
+
+absl::Status PipelineRunner::Backward(const PipeAction& a, double loss_scale) {
+  const ModelChunk& chunk = chunks_[a.chunk];
+  const int p = pp_->size(), rank = pp_->rank();
+  auto it = stash_.find({a.micro_batch, a.chunk});
+  if (it == stash_.end()) {
+    return absl::InternalError(absl::StrCat("pipeline schedule: backward of micro-batch ", a.micro_batch,
+                                            " chunk ", a.chunk, " before its forward"));
+  }
+  Stash stash = std::move(it->second);
+  stash_.erase(it);
+  --in_flight_;
+  if (chunk.head) {
+    // As the unpipelined loop: loss / accumulation steps, times the loss scale.
+    at::Tensor objective = stash.output / options_.micro_batches;
+    if (loss_scale != 1) objective = objective * loss_scale;
+    objective.backward();
+  } else {
+    at::Tensor grad = EmptyActivation();
+    absl::Status s = pp_->RecvAsync(grad, (rank + 1) % p, Tag(true, a.micro_batch, chunk.virtual_stage))->Wait();
+    if (!s.ok()) return s;
+    torch::autograd::backward({stash.output}, {grad});
+  }
+  if (!chunk.embedding) {
+    at::Tensor payload = stash.input.grad().contiguous();
+    bytes_sent_ += payload.numel() * payload.element_size();
+    sends_.push_back(pp_->SendAsync(payload, (rank + p - 1) % p, Tag(true, a.micro_batch, chunk.virtual_stage - 1)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tessera::parallel

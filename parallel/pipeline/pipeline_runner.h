@@ -1,0 +1,92 @@
+// PipelineRunner: one pipeline rank's forward and backward passes of one step, in the order of a
+// schedule (schedule.h), with activations and their gradients sent point to point over the pp group.
+//
+// The rank holds the model chunks StageLayout::ChunksOf(pp rank) in a partial Gpt (GptPart of those
+// layers). A chunk's forward receives its input activation [micro_batch, seq_len, hidden] from the
+// previous virtual stage (or embeds the tokens), runs its blocks, and sends the output on (or computes
+// the loss); its backward receives the output's gradient (or starts from the loss) and sends the
+// input's gradient back. Sends do not wait for the receiver; receives wait. Parameter gradients
+// accumulate in .grad across micro-batches as in the unpipelined loop.
+//
+// Every rank of the pp group calls RunStep once per step with the same micro-batch count. Thread
+// safety: none.
+#ifndef TESSERA_PARALLEL_PIPELINE_PIPELINE_RUNNER_H_
+#define TESSERA_PARALLEL_PIPELINE_PIPELINE_RUNNER_H_
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "absl/status/statusor.h"
+#include "parallel/comm/communicator.h"
+#include "parallel/models/gpt.h"
+#include "parallel/pipeline/schedule.h"
+#include "parallel/pipeline/stage_layout.h"
+
+namespace tessera::parallel {
+
+struct PipelineOptions {
+  PipeSchedule schedule = PipeSchedule::kOneFOneB;
+  int micro_batches = 1;       // Per step (the gradient accumulation count).
+  int64_t micro_batch = 1;     // Samples per micro-batch.
+  at::ScalarType activation_dtype = at::kFloat;
+};
+
+class PipelineRunner {
+ public:
+  // `model` holds this rank's chunks of `layout`; `pp` is this rank's pipeline group. Fails when the
+  // schedule is impossible (message names the spec field).
+  static absl::StatusOr<std::unique_ptr<PipelineRunner>> Create(Gpt* model, const StageLayout& layout,
+                                                                std::shared_ptr<Communicator> pp,
+                                                                const PipelineOptions& options);
+
+  // Runs the step's forwards and backwards. `batch(a)` returns micro-batch a's tokens [micro_batch,
+  // seq_len + 1] on the model's device (read only by the stages that embed or compute the loss). Each
+  // micro-batch's backward starts from loss / micro_batches · loss_scale. `before_last_backward` runs
+  // just before this rank's last backward pass. Returns the sum of the micro-batch losses on the
+  // rank holding the head, 0 elsewhere.
+  absl::StatusOr<double> RunStep(const std::function<absl::StatusOr<at::Tensor>(int)>& batch, double loss_scale,
+                                 const std::function<void()>& before_last_backward);
+
+  // The schedule this rank runs.
+  const std::vector<PipeAction>& actions() const { return actions_; }
+  // The most micro-batch chunks whose activations were alive at once in the last step.
+  int peak_in_flight() const { return peak_in_flight_; }
+  // Bytes sent point to point by this rank in the last step (activations and their gradients).
+  int64_t bytes_sent() const { return bytes_sent_; }
+
+ private:
+  PipelineRunner(Gpt* model, std::vector<ModelChunk> chunks, int virtual_stages, std::shared_ptr<Communicator> pp,
+                 const PipelineOptions& options, std::vector<PipeAction> actions)
+      : model_(model), chunks_(std::move(chunks)), virtual_stages_(virtual_stages), pp_(std::move(pp)),
+        options_(options), actions_(std::move(actions)) {}
+  struct Stash {
+    at::Tensor input;   // Received activation (requires grad); undefined for the embedding chunk.
+    at::Tensor output;  // Sent activation, or the loss on the head chunk.
+  };
+  absl::Status Forward(const PipeAction& a, const std::function<absl::StatusOr<at::Tensor>(int)>& batch,
+                       double* loss_sum);
+  absl::Status Backward(const PipeAction& a, double loss_scale);
+  // Distinct per (direction, micro-batch, receiving virtual stage) within a step.
+  int Tag(bool gradient, int micro_batch, int virtual_stage) const;
+  at::Tensor EmptyActivation() const;
+
+  Gpt* model_;
+  std::vector<ModelChunk> chunks_;
+  int virtual_stages_;
+  std::shared_ptr<Communicator> pp_;
+  PipelineOptions options_;
+  std::vector<PipeAction> actions_;
+  std::map<std::pair<int, int>, Stash> stash_;  // By (micro-batch, chunk).
+  std::vector<std::unique_ptr<CommWork>> sends_;
+  int in_flight_ = 0;
+  int peak_in_flight_ = 0;
+  int64_t bytes_sent_ = 0;
+};
+
+}  // namespace tessera::parallel
+
+#endif  // TESSERA_PARALLEL_PIPELINE_PIPELINE_RUNNER_H_

@@ -1,0 +1,70 @@
+#include "parallel/pipeline/stage_layout.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace tessera::parallel {
+
+absl::StatusOr<StageLayout> StageLayout::Create(int layers, int pp, int chunks,
+                                                const std::vector<int>& layers_per_stage) {
+  if (pp < 1) return absl::InvalidArgumentError(absl::StrCat("parallel.pp: ", pp, " must be at least 1"));
+  if (chunks < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("parallel.pp_chunks: ", chunks, " must be at least 1"));
+  }
+  const int v = pp * chunks;
+  std::vector<int> counts;
+  if (layers_per_stage.empty()) {
+    if (layers < v) {
+      return absl::InvalidArgumentError(absl::StrCat("parallel.pp_chunks: pp·pp_chunks = ", v,
+                                                     " virtual stages need at least ", v,
+                                                     " layers, the model has ", layers));
+    }
+    for (int s = 0; s < v; ++s) counts.push_back(layers / v + (s < layers % v ? 1 : 0));
+  } else {
+    if (static_cast<int>(layers_per_stage.size()) != v) {
+      return absl::InvalidArgumentError(absl::StrCat("parallel.pp_layers: has ", layers_per_stage.size(),
+                                                     " entries, needs one per virtual stage (pp·pp_chunks = ",
+                                                     v, ")"));
+    }
+    int sum = 0;
+    for (size_t s = 0; s < layers_per_stage.size(); ++s) {
+      if (layers_per_stage[s] < 1) {
+        return absl::InvalidArgumentError(absl::StrCat("parallel.pp_layers[", s, "]: ", layers_per_stage[s],
+                                                       " must be at least 1"));
+      }
+      sum += layers_per_stage[s];
+    }
+    if (sum != layers) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("parallel.pp_layers: sums to ", sum, " layers, the model has ", layers));
+    }
+    counts = layers_per_stage;
+  }
+  std::vector<ModelChunk> stages;
+  int first = 0;
+  for (int s = 0; s < v; ++s) {
+    ModelChunk c;
+    c.virtual_stage = s;
+    c.first_layer = first;
+    c.num_layers = counts[s];
+    c.embedding = s == 0;
+    c.head = s == v - 1;
+    first += counts[s];
+    stages.push_back(c);
+  }
+  return StageLayout(pp, chunks, std::move(stages));
+}
+
+std::vector<ModelChunk> StageLayout::ChunksOf(int rank) const {
+  std::vector<ModelChunk> out;
+  for (int c = 0; c < chunks_; ++c) out.push_back(stages_[c * pp_ + rank]);
+  return out;
+}
+
+int StageLayout::RankOfLayer(int layer) const {
+  for (const ModelChunk& c : stages_) {
+    if (layer >= c.first_layer && layer < c.first_layer + c.num_layers) return c.virtual_stage % pp_;
+  }
+  return -1;
+}
+
+}  // namespace tessera::parallel

@@ -1,0 +1,52 @@
+// StageLayout: which GPT layers each pipeline stage holds. No torch here.
+//
+// The model's L transformer blocks are cut into V = pp·chunks consecutive pieces ("virtual stages");
+// virtual stage s runs on pipeline rank s % pp as that rank's local chunk s / pp (interleaving: with
+// chunks > 1 every rank holds several non-adjacent pieces). The token and position embeddings belong
+// to virtual stage 0, the final norm and the (tied) head to virtual stage V-1.
+#ifndef TESSERA_PARALLEL_PIPELINE_STAGE_LAYOUT_H_
+#define TESSERA_PARALLEL_PIPELINE_STAGE_LAYOUT_H_
+
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace tessera::parallel {
+
+struct ModelChunk {
+  int virtual_stage = 0;
+  int first_layer = 0;
+  int num_layers = 0;
+  bool embedding = false;  // Runs the embeddings before its blocks.
+  bool head = false;       // Runs the final norm, the head and the loss after its blocks.
+};
+
+class StageLayout {
+ public:
+  // Balanced by layer count when `layers_per_stage` is empty: each virtual stage gets ⌊L/V⌋ blocks and
+  // the first L mod V get one more (never the last, which also runs the head). Otherwise
+  // `layers_per_stage` lists the blocks of every virtual stage (V entries, each ≥ 1, summing to L).
+  // Fails with a message naming parallel.pp_layers / parallel.pp_chunks when impossible.
+  static absl::StatusOr<StageLayout> Create(int layers, int pp, int chunks,
+                                            const std::vector<int>& layers_per_stage = {});
+
+  int pp() const { return pp_; }
+  int chunks() const { return chunks_; }
+  int num_virtual_stages() const { return static_cast<int>(stages_.size()); }
+  const ModelChunk& virtual_stage(int s) const { return stages_[s]; }
+  // The chunks of pipeline rank `rank`, local chunk c at index c (virtual stage c·pp + rank).
+  std::vector<ModelChunk> ChunksOf(int rank) const;
+  // The pipeline rank that holds block `layer`.
+  int RankOfLayer(int layer) const;
+
+ private:
+  StageLayout(int pp, int chunks, std::vector<ModelChunk> stages)
+      : pp_(pp), chunks_(chunks), stages_(std::move(stages)) {}
+  int pp_;
+  int chunks_;
+  std::vector<ModelChunk> stages_;
+};
+
+}  // namespace tessera::parallel
+
+#endif  // TESSERA_PARALLEL_PIPELINE_STAGE_LAYOUT_H_
