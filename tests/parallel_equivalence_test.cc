@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/testing/cli.h"
+#include "tests/testing/compare.h"
 
 namespace tessera {
 namespace {
@@ -52,46 +53,9 @@ class ParallelEquivalenceTest : public ::testing::Test {
     return out;
   }
 
-  static void ExpectClose(const std::map<std::string, std::vector<float>>& want,
-                          const std::map<std::string, std::vector<float>>& got, const std::string& prefix,
-                          double atol, double rtol) {
-    int compared = 0;
-    for (const auto& [name, w] : want) {
-      if (name.rfind(prefix, 0) != 0) continue;
-      ASSERT_TRUE(got.count(name)) << name;
-      const auto& g = got.at(name);
-      ASSERT_EQ(g.size(), w.size()) << name;
-      double worst = 0;
-      size_t worst_i = 0;
-      for (size_t i = 0; i < w.size(); ++i) {
-        const double excess = std::abs(g[i] - w[i]) - (atol + rtol * std::abs(w[i]));
-        if (excess > worst) worst = excess, worst_i = i;
-      }
-      EXPECT_LE(worst, 0) << name << "[" << worst_i << "]: " << g[worst_i] << " vs " << w[worst_i];
-      ++compared;
-    }
-    EXPECT_EQ(compared, 2 + 2 * 12 + 2) << "every tensor of the 2-layer GPT under " << prefix;
-  }
-
   static void CompareWithReference(const std::string& out) {
-    auto want = ReadLosses(*reference_ + "/steps.jsonl");
-    auto got = ReadLosses(out + "/steps.jsonl");
-    ASSERT_EQ(want.size(), 10u);
-    ASSERT_EQ(got.size(), 10u);
-    for (const auto& [step, loss] : want) {
-      EXPECT_NEAR(got[step], loss, kLossAtol + kLossRtol * std::abs(loss)) << "step " << step;
-    }
-    EXPECT_LT(want[10], want[1]) << "the reference run learns";
-    // The global gradient norm before clipping (clipping would hide a wrongly scaled gradient).
-    auto want_norm = testing::ReadStepField(*reference_ + "/steps.jsonl", "grad_norm");
-    auto got_norm = testing::ReadStepField(out + "/steps.jsonl", "grad_norm");
-    for (const auto& [step, norm] : want_norm) {
-      EXPECT_NEAR(got_norm[step], norm, kGradAtol + kGradRtol * norm) << "grad_norm of step " << step;
-    }
-    auto ref_dump = ReadF32(*reference_ + "/debug/step_1.safetensors");
-    auto dump = ReadF32(out + "/debug/step_1.safetensors");
-    ExpectClose(ref_dump, dump, "grad.", kGradAtol, kGradRtol);
-    ExpectClose(ref_dump, dump, "param.", kWeightAtol, kWeightRtol);
+    testing::ExpectRunsClose(*reference_, out, /*steps=*/10, /*tensors=*/2 + 2 * 12 + 2,
+                             {kLossAtol, kLossRtol, kGradAtol, kGradRtol, kWeightAtol, kWeightRtol});
   }
 
   static std::string* dir_;

@@ -137,6 +137,44 @@ TEST(JobSpecTest, MemoryOptions) {
   EXPECT_THAT(cuda.status().message(), HasSubstr("train.precision: bf16 and fp16 with device cuda"));
 }
 
+TEST(JobSpecTest, PipelineOptions) {
+  auto defaults = ParseAndValidate(kValid, {"parallel.pp=2"});
+  ASSERT_TRUE(defaults.ok()) << defaults.status();
+  EXPECT_EQ(defaults->parallel().pp_schedule(), v1::PP_SCHEDULE_1F1B);
+  EXPECT_EQ(defaults->parallel().pp_chunks(), 1);
+  auto interleaved = ParseAndValidate(kValid, {"model.layers=4", "parallel.pp=2", "parallel.pp_schedule=interleaved",
+                                               "parallel.pp_chunks=2", "parallel.pp_layers=[1, 1, 1, 1]"});
+  ASSERT_TRUE(interleaved.ok()) << interleaved.status();
+  EXPECT_EQ(interleaved->parallel().pp_layers_size(), 4);
+
+  auto chunks = ParseAndValidate(kValid, {"parallel.pp=2", "parallel.pp_chunks=2"});
+  EXPECT_THAT(chunks.status().message(), HasSubstr("parallel.pp_chunks: 2 needs pp_schedule interleaved"));
+  auto one = ParseAndValidate(kValid, {"parallel.pp=2", "parallel.pp_schedule=interleaved"});
+  EXPECT_THAT(one.status().message(), HasSubstr("parallel.pp_chunks: 1 must be at least 2 with pp_schedule interleaved"));
+  auto deep = ParseAndValidate(kValid, {"parallel.pp=4"});
+  EXPECT_THAT(deep.status().message(), HasSubstr("parallel.pp: pp·pp_chunks = 4 virtual stages need model.layers ≥ 4"));
+  auto micro = ParseAndValidate(kValid, {"model.layers=8", "parallel.pp=4", "parallel.pp_schedule=interleaved",
+                                         "parallel.pp_chunks=2"});
+  EXPECT_THAT(micro.status().message(), HasSubstr("parallel.pp_schedule: interleaved needs the micro-batches per step, "
+                                                  "global_batch/(micro_batch·dp) = 2, to be a multiple of pp 4"));
+  auto count = ParseAndValidate(kValid, {"parallel.pp=2", "parallel.pp_layers=[2]"});
+  EXPECT_THAT(count.status().message(), HasSubstr("parallel.pp_layers: has 1 entries, needs pp·pp_chunks = 2"));
+  auto sum = ParseAndValidate(kValid, {"parallel.pp=2", "parallel.pp_layers=[2, 1]"});
+  EXPECT_THAT(sum.status().message(), HasSubstr("parallel.pp_layers: sums to 3 layers, model.layers is 2"));
+  auto empty = ParseAndValidate(kValid, {"parallel.pp=2", "parallel.pp_layers=[2, 0]"});
+  EXPECT_THAT(empty.status().message(), HasSubstr("parallel.pp_layers[1]: 0 must be at least 1"));
+  auto unknown = ParseAndValidate(kValid, {"parallel.pp_schedule=gpipe"});
+  EXPECT_THAT(unknown.status().message(), HasSubstr("parallel.pp_schedule: 'gpipe' is not one of 1f1b | interleaved"));
+  auto later = ParseAndValidate(kValid, {"parallel.pp=2", "parallel.zero_stage=1", "train.precision=bf16",
+                                         "optimizer.offload=cpu", "device=cuda"});
+  ASSERT_FALSE(later.ok());
+  const std::string msg(later.status().message());
+  EXPECT_THAT(msg, HasSubstr("parallel.zero_stage: 1 with pp > 1 is not available yet"));
+  EXPECT_THAT(msg, HasSubstr("train.precision: bf16 and fp16 with pp > 1 are not available yet"));
+  EXPECT_THAT(msg, HasSubstr("optimizer.offload: cpu with pp > 1 is not available yet"));
+  EXPECT_THAT(msg, HasSubstr("parallel.pp: 2 with device cuda is not available yet"));
+}
+
 TEST(JobSpecTest, MalformedYamlAndOverridesAreErrorsNotCrashes) {
   EXPECT_THAT(ParseJobSpec("name: [unclosed", {}).status().message(), HasSubstr("not valid YAML: line 1"));
   EXPECT_THAT(ParseJobSpec("- a\n- b\n", {}).status().message(), HasSubstr("a job spec is a YAML mapping"));

@@ -1,0 +1,131 @@
+// Pipeline parallelism through the real `tessera run` and tessera-rank processes, against the
+// single-process run of the same spec (8 blocks, 4 micro-batches per step): 1F1B and interleaved
+// schedules at pp 2 and 4, an explicit unbalanced split with activation checkpointing, hybrids with
+// dp and tp, and checkpoints moving between pipelined and unpipelined layouts.
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "tests/testing/cli.h"
+#include "tests/testing/compare.h"
+
+namespace tessera {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::ReadLosses;
+using testing::RunTessera;
+
+// fp32 tolerances as the other equivalence tests (tests/parallel_equivalence_test.cc explains the
+// weight tolerance). A pipeline sums the tied embedding's two gradient contributions in another order.
+constexpr int kSteps = 6;
+constexpr int kTensors = 2 + 8 * 12 + 2;  // wte, wpe, 8 blocks of 12, ln_f weight and bias.
+constexpr double kLossAtol = 1e-5, kLossRtol = 1e-3;
+
+class PipelineTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::string(testing::FreshDir("pipeline"));
+    const std::string data = testing::WriteTokenFile(*dir_, 40000);
+    spec_ = new std::string(*dir_ + "/spec.yaml");
+    std::ofstream(*spec_) << "name: pipe\n"
+                          << "model: {layers: 8, hidden: 32, heads: 4, vocab: 256, seq_len: 16}\n"
+                          << "data: {path: " << data << "}\n"
+                          << "parallel: {dp_bucket_mb: 0.02}\n"
+                          << "train: {steps: " << kSteps << ", micro_batch: 2, global_batch: 8, lr: 1e-3,\n"
+                          << "        warmup_steps: 2, schedule: cosine, min_lr: 1e-4, grad_clip: 1.0}\n"
+                          << "checkpoint: {every_steps: 3, keep: 3}\n";
+    reference_ = new std::string(Run("single", {}));
+  }
+
+  static std::string Run(const std::string& name, const std::vector<std::string>& sets) {
+    const std::string out = *dir_ + "/" + name;
+    std::vector<std::string> args = {"run", *spec_, "--quiet", "--dump-at-step", "1", "--set", "output_dir=" + out};
+    for (const auto& s : sets) args.push_back("--set"), args.push_back(s);
+    auto r = RunTessera(args);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return out;
+  }
+
+  static void Compare(const std::string& out) { testing::ExpectRunsClose(*reference_, out, kSteps, kTensors); }
+
+  // Resumes in a new job directory from `from`'s checkpoint of step 3 with another layout; the
+  // following losses equal the reference's.
+  static void ResumeAs(const std::string& from, const std::string& name, const std::vector<std::string>& sets) {
+    const std::string out = *dir_ + "/" + name;
+    fs::create_directories(out + "/checkpoints");
+    fs::copy(from + "/checkpoints/step_00000003", out + "/checkpoints/step_00000003");
+    std::vector<std::string> args = {"run", *spec_, "--quiet", "--set", "output_dir=" + out};
+    for (const auto& s : sets) args.push_back("--set"), args.push_back(s);
+    auto r = RunTessera(args);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const auto want = ReadLosses(*reference_ + "/steps.jsonl");
+    const auto got = ReadLosses(out + "/steps.jsonl");
+    ASSERT_EQ(got.size(), static_cast<size_t>(kSteps - 3)) << "steps 4.." << kSteps;
+    for (int step = 4; step <= kSteps; ++step) {
+      ASSERT_TRUE(got.count(step)) << step;
+      EXPECT_NEAR(got.at(step), want.at(step), kLossAtol + kLossRtol * std::abs(want.at(step))) << "step " << step;
+    }
+  }
+
+  static std::string* dir_;
+  static std::string* spec_;
+  static std::string* reference_;
+};
+
+std::string* PipelineTest::dir_;
+std::string* PipelineTest::spec_;
+std::string* PipelineTest::reference_;
+
+TEST_F(PipelineTest, OneFOneBTwoStages) { Compare(Run("pp2", {"parallel.pp=2"})); }
+
+TEST_F(PipelineTest, OneFOneBFourStages) { Compare(Run("pp4", {"parallel.pp=4"})); }
+
+TEST_F(PipelineTest, InterleavedTwoStagesTwoChunks) {
+  Compare(Run("pp2i", {"parallel.pp=2", "parallel.pp_schedule=interleaved", "parallel.pp_chunks=2"}));
+}
+
+// Eight virtual stages of one block each: every block boundary crosses ranks.
+TEST_F(PipelineTest, InterleavedFourStagesTwoChunks) {
+  Compare(Run("pp4i", {"parallel.pp=4", "parallel.pp_schedule=interleaved", "parallel.pp_chunks=2"}));
+}
+
+// A given split (5 + 3 blocks) and blocks recomputed in backward inside the stages.
+TEST_F(PipelineTest, UnbalancedSplitWithActivationCheckpointing) {
+  Compare(Run("pp2_split_ckpt", {"parallel.pp=2", "parallel.pp_layers=[5, 3]", "train.activation_checkpointing=true"}));
+}
+
+TEST_F(PipelineTest, DataTimesPipelineTimesTensor) {
+  Compare(Run("dp2pp2tp2", {"parallel.dp=2", "parallel.pp=2", "parallel.tp=2"}));
+}
+
+TEST_F(PipelineTest, InterleavedPipelineTimesTensor) {
+  Compare(Run("pp4itp2", {"parallel.pp=4", "parallel.tp=2", "parallel.pp_schedule=interleaved", "parallel.pp_chunks=2"}));
+}
+
+// A pipelined run's checkpoint (gathered from every stage into the documented full tensors) resumes
+// as dp2×tp2; a dp2 ZeRO-1 checkpoint (optimizer state in per-rank shards) resumes as pp4.
+TEST_F(PipelineTest, CheckpointsMoveBetweenPipelinedAndOtherLayouts) {
+  const std::string pp = Run("ckpt_pp2i", {"parallel.pp=2", "parallel.pp_schedule=interleaved", "parallel.pp_chunks=2"});
+  ResumeAs(pp, "from_pp_to_dp2tp2", {"parallel.dp=2", "parallel.tp=2"});
+  const std::string zero = Run("ckpt_zero1", {"parallel.dp=2", "parallel.zero_stage=1"});
+  ResumeAs(zero, "from_zero1_to_pp4", {"parallel.pp=4"});
+}
+
+TEST_F(PipelineTest, ImpossibleLayoutsAreNamed) {
+  auto r = RunTessera({"run", *spec_, "--quiet", "--set", "output_dir=" + *dir_ + "/bad", "--set", "parallel.pp=3",
+                       "--set", "parallel.pp_schedule=interleaved", "--set", "parallel.pp_chunks=4"});
+  EXPECT_NE(r.exit_code, 0);
+  // 4 micro-batches per step are not a multiple of 3; 12 virtual stages exceed 8 blocks.
+  EXPECT_NE(r.output.find("parallel.pp_schedule: interleaved needs the micro-batches per step"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("parallel.pp: pp·pp_chunks = 12 virtual stages need model.layers ≥ 12"), std::string::npos)
+      << r.output;
+  EXPECT_FALSE(fs::exists(*dir_ + "/bad/steps.jsonl"));
+}
+
+}  // namespace
+}  // namespace tessera

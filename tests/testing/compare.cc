@@ -1,0 +1,60 @@
+#include "tests/testing/compare.h"
+
+#include <cmath>
+
+#include "gtest/gtest.h"
+#include "tests/testing/cli.h"
+
+namespace tessera::testing {
+
+void ExpectTensorsClose(const std::map<std::string, std::vector<float>>& want,
+                        const std::map<std::string, std::vector<float>>& got, const std::string& prefix,
+                        double atol, double rtol, int expected_count) {
+  int compared = 0;
+  for (const auto& [name, w] : want) {
+    if (name.rfind(prefix, 0) != 0) continue;
+    ++compared;
+    auto it = got.find(name);
+    if (it == got.end()) {
+      ADD_FAILURE() << name << " is missing";
+      continue;
+    }
+    const auto& g = it->second;
+    if (g.size() != w.size()) {
+      ADD_FAILURE() << name << " has " << g.size() << " elements, expected " << w.size();
+      continue;
+    }
+    double worst = 0;
+    size_t worst_i = 0;
+    for (size_t i = 0; i < w.size(); ++i) {
+      const double excess = std::abs(g[i] - w[i]) - (atol + rtol * std::abs(w[i]));
+      if (excess > worst || std::isnan(g[i])) worst = std::isnan(g[i]) ? 1e30 : excess, worst_i = i;
+    }
+    EXPECT_LE(worst, 0) << name << "[" << worst_i << "]: " << g[worst_i] << " vs " << w[worst_i];
+  }
+  EXPECT_EQ(compared, expected_count) << "tensors under " << prefix;
+}
+
+void ExpectRunsClose(const std::string& reference_dir, const std::string& run_dir, int steps, int tensors,
+                     const Tolerances& tol) {
+  auto want = ReadLosses(reference_dir + "/steps.jsonl");
+  auto got = ReadLosses(run_dir + "/steps.jsonl");
+  ASSERT_EQ(want.size(), static_cast<size_t>(steps));
+  ASSERT_EQ(got.size(), static_cast<size_t>(steps));
+  for (const auto& [step, loss] : want) {
+    EXPECT_NEAR(got[step], loss, tol.loss_atol + tol.loss_rtol * std::abs(loss)) << "loss of step " << step;
+  }
+  EXPECT_LT(want[steps], want[1]) << "the reference run learns";
+  // The global gradient norm before clipping (clipping would hide a wrongly scaled gradient).
+  auto want_norm = ReadStepField(reference_dir + "/steps.jsonl", "grad_norm");
+  auto got_norm = ReadStepField(run_dir + "/steps.jsonl", "grad_norm");
+  for (const auto& [step, norm] : want_norm) {
+    EXPECT_NEAR(got_norm[step], norm, tol.grad_atol + tol.grad_rtol * norm) << "grad_norm of step " << step;
+  }
+  auto ref_dump = ReadF32(reference_dir + "/debug/step_1.safetensors");
+  auto dump = ReadF32(run_dir + "/debug/step_1.safetensors");
+  ExpectTensorsClose(ref_dump, dump, "grad.", tol.grad_atol, tol.grad_rtol, tensors);
+  ExpectTensorsClose(ref_dump, dump, "param.", tol.weight_atol, tol.weight_rtol, tensors);
+}
+
+}  // namespace tessera::testing

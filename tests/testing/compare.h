@@ -1,0 +1,31 @@
+// Test helpers comparing a parallel run with its single-process reference: every tensor of a
+// safetensors dump elementwise within atol + rtol·|reference|, per-step losses and gradient norms.
+#ifndef TESSERA_TESTS_TESTING_COMPARE_H_
+#define TESSERA_TESTS_TESTING_COMPARE_H_
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace tessera::testing {
+
+// Every tensor of `want` whose name starts with `prefix` exists in `got` with the same size and
+// elements within the tolerance (the worst element is reported); and there are `expected_count`.
+void ExpectTensorsClose(const std::map<std::string, std::vector<float>>& want,
+                        const std::map<std::string, std::vector<float>>& got, const std::string& prefix,
+                        double atol, double rtol, int expected_count);
+
+struct Tolerances {
+  double loss_atol = 1e-5, loss_rtol = 1e-3;
+  double grad_atol = 1e-6, grad_rtol = 1e-4;
+  double weight_atol = 1e-5, weight_rtol = 1e-4;
+};
+
+// Output directories of two runs of one spec (run with --dump-at-step 1): the losses and gradient
+// norms of every step, and the gradients and weights after step 1 (`tensors` of each kind).
+void ExpectRunsClose(const std::string& reference_dir, const std::string& run_dir, int steps, int tensors,
+                     const Tolerances& tol = {});
+
+}  // namespace tessera::testing
+
+#endif  // TESSERA_TESTS_TESTING_COMPARE_H_
