@@ -175,6 +175,27 @@ TEST(JobSpecTest, PipelineOptions) {
   EXPECT_THAT(msg, HasSubstr("parallel.pp: 2 with device cuda is not available yet"));
 }
 
+TEST(JobSpecTest, SequenceParallelOptions) {
+  auto ring = ParseAndValidate(kValid, {"parallel.sp=2"});
+  ASSERT_TRUE(ring.ok()) << ring.status();
+  EXPECT_EQ(ring->parallel().sp_mode(), v1::SP_MODE_RING);
+  // heads 4 / tp 2 = 2 heads per rank: all_to_all over sp 2 fits, over sp 4 does not.
+  auto a2a = ParseAndValidate(kValid, {"parallel.sp=2", "parallel.sp_mode=all_to_all"});
+  ASSERT_TRUE(a2a.ok()) << a2a.status();
+  auto heads = ParseAndValidate(kValid, {"parallel.sp=4", "parallel.sp_mode=all_to_all"});
+  EXPECT_THAT(heads.status().message(), HasSubstr("parallel.sp_mode: all_to_all splits each rank's model.heads/tp = 2 "
+                                                  "heads over sp 4"));
+  auto seq = ParseAndValidate(kValid, {"parallel.sp=3"});
+  EXPECT_THAT(seq.status().message(), HasSubstr("parallel.sp: 3 does not divide model.seq_len 32"));
+  auto later = ParseAndValidate(kValid, {"parallel.sp=2", "parallel.zero_stage=2", "train.precision=fp16", "device=cuda"});
+  ASSERT_FALSE(later.ok());
+  EXPECT_THAT(later.status().message(), HasSubstr("parallel.zero_stage: 2 with sp > 1 is not available yet"));
+  EXPECT_THAT(later.status().message(), HasSubstr("train.precision: bf16 and fp16 with sp > 1"));
+  EXPECT_THAT(later.status().message(), HasSubstr("parallel.sp: 2 with device cuda is not available yet"));
+  auto unknown = ParseAndValidate(kValid, {"parallel.sp_mode=ulysses"});
+  EXPECT_THAT(unknown.status().message(), HasSubstr("parallel.sp_mode: 'ulysses' is not one of ring | all_to_all"));
+}
+
 TEST(JobSpecTest, MalformedYamlAndOverridesAreErrorsNotCrashes) {
   EXPECT_THAT(ParseJobSpec("name: [unclosed", {}).status().message(), HasSubstr("not valid YAML: line 1"));
   EXPECT_THAT(ParseJobSpec("- a\n- b\n", {}).status().message(), HasSubstr("a job spec is a YAML mapping"));

@@ -103,6 +103,29 @@ void CheckPipeline(const v1::JobSpec& s, Checker& c) {
   if (s.device() == v1::DEVICE_CUDA) c.Fail("parallel.pp", absl::StrCat(p.pp(), " with device cuda is not available yet; use 1"));
 }
 
+void CheckSequence(const v1::JobSpec& s, Checker& c) {
+  const auto& p = s.parallel();
+  if (p.sp_mode() == v1::SP_MODE_UNSPECIFIED) c.Fail("parallel.sp_mode", "must be ring or all_to_all");
+  if (p.sp() <= 1) return;
+  if (s.model().seq_len() >= 1 && s.model().seq_len() % p.sp() != 0) {
+    c.Fail("parallel.sp", absl::StrCat(p.sp(), " does not divide model.seq_len ", s.model().seq_len()));
+  }
+  if (p.sp_mode() == v1::SP_MODE_ALL_TO_ALL && p.tp() >= 1 && s.model().heads() % p.tp() == 0 &&
+      (s.model().heads() / p.tp()) % p.sp() != 0) {
+    c.Fail("parallel.sp_mode", absl::StrCat("all_to_all splits each rank's model.heads/tp = ", s.model().heads() / p.tp(),
+                                            " heads over sp ", p.sp(), ", which does not divide them; use ring"));
+  }
+  // Not composed yet: the sharded / mixed-precision optimizer over sequence-parallel replicas.
+  if (p.zero_stage() > 0) {
+    c.Fail("parallel.zero_stage", absl::StrCat(p.zero_stage(), " with sp > 1 is not available yet; use 0"));
+  }
+  if (s.train().precision() == v1::PRECISION_BF16 || s.train().precision() == v1::PRECISION_FP16) {
+    c.Fail("train.precision", "bf16 and fp16 with sp > 1 are not available yet; use fp32");
+  }
+  if (s.optimizer().offload() == v1::OFFLOAD_CPU) c.Fail("optimizer.offload", "cpu with sp > 1 is not available yet; use none");
+  if (s.device() == v1::DEVICE_CUDA) c.Fail("parallel.sp", absl::StrCat(p.sp(), " with device cuda is not available yet; use 1"));
+}
+
 void CheckParallel(const v1::JobSpec& s, Checker& c) {
   const auto& p = s.parallel();
   bool sizes_ok = c.AtLeast("parallel.dp", p.dp(), 1);
@@ -115,7 +138,7 @@ void CheckParallel(const v1::JobSpec& s, Checker& c) {
                         " is not available yet; use 1d"));
   }
   CheckPipeline(s, c);
-  if (p.sp() > 1) c.Fail("parallel.sp", absl::StrCat(p.sp(), ": sequence parallelism is not available yet; use 1"));
+  CheckSequence(s, c);
   if (p.tp() >= 1 && s.model().heads() >= 1 && s.model().heads() % p.tp() != 0) {
     c.Fail("parallel.tp", absl::StrCat(p.tp(), " does not divide model.heads ", s.model().heads()));
   }

@@ -77,6 +77,9 @@ absl::StatusOr<ProcessGroups> CreateProcessGroups(const BootstrapOptions& option
       {"tp", &groups.tp, mesh.GroupRanks(options.rank, Axis::kTp)},
       {"sp", &groups.sp, mesh.GroupRanks(options.rank, Axis::kSp)},
   };
+  if (mesh.size(Axis::kSp) > 1) {
+    wants.push_back({"dpsp", &groups.dp_sp, mesh.GroupRanks(options.rank, std::vector<Axis>{Axis::kDp, Axis::kSp})});
+  }
   const std::vector<int> pp_ranks = mesh.GroupRanks(options.rank, Axis::kPp);
   if (options.rank == pp_ranks.front() || options.rank == pp_ranks.back()) {
     std::vector<int> ends = {pp_ranks.front()};
@@ -88,6 +91,7 @@ absl::StatusOr<ProcessGroups> CreateProcessGroups(const BootstrapOptions& option
     if (!comm.ok()) return comm.status();
     *w.out = std::move(*comm);
   }
+  if (!groups.dp_sp) groups.dp_sp = groups.dp;
   return groups;
 }
 

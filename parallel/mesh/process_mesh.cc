@@ -1,5 +1,6 @@
 #include "parallel/mesh/process_mesh.h"
 
+#include <algorithm>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -52,6 +53,19 @@ std::vector<int> ProcessMesh::GroupRanks(int rank, Axis axis) const {
   const int base = rank - Coord(rank, axis) * strides_[a];
   std::vector<int> ranks;
   for (int i = 0; i < sizes_[a]; ++i) ranks.push_back(base + i * strides_[a]);
+  return ranks;
+}
+
+std::vector<int> ProcessMesh::GroupRanks(int rank, const std::vector<Axis>& axes) const {
+  std::vector<int> ranks;
+  for (int r = 0; r < world_size_; ++r) {
+    bool same = true;
+    for (int a = 0; a < 4 && same; ++a) {
+      const Axis axis = static_cast<Axis>(a);
+      if (std::find(axes.begin(), axes.end(), axis) == axes.end()) same = Coord(r, axis) == Coord(rank, axis);
+    }
+    if (same) ranks.push_back(r);
+  }
   return ranks;
 }
 

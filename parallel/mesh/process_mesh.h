@@ -40,6 +40,9 @@ class ProcessMesh {
   // The ranks that share every coordinate of `rank` except `axis`, ordered by their `axis` index.
   std::vector<int> GroupRanks(int rank, Axis axis) const;
 
+  // The ranks that share every coordinate of `rank` except those of `axes`, in increasing rank order.
+  std::vector<int> GroupRanks(int rank, const std::vector<Axis>& axes) const;
+
   // Every group along `axis`, each ordered by its `axis` index; groups ordered by their lowest rank.
   std::vector<std::vector<int>> AllGroups(Axis axis) const;
 

@@ -17,6 +17,8 @@ TEST(ProcessMeshTest, FirstAxisVariesFastest) {
   EXPECT_THAT(mesh->GroupRanks(5, Axis::kPp), ElementsAre(5, 7));
   EXPECT_THAT(mesh->GroupRanks(5, Axis::kDp), ElementsAre(1, 5));
   EXPECT_THAT(mesh->GroupRanks(5, Axis::kSp), ElementsAre(5));
+  // Every rank of pp index 0 (any dp and tp).
+  EXPECT_THAT(mesh->GroupRanks(5, std::vector<Axis>{Axis::kDp, Axis::kTp}), ElementsAre(0, 1, 4, 5));
   EXPECT_EQ(mesh->Coord(6, Axis::kPp), 1);
   EXPECT_EQ(mesh->Coord(6, Axis::kDp), 1);
   EXPECT_EQ(mesh->Coord(6, Axis::kTp), 0);

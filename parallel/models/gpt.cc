@@ -190,8 +190,10 @@ at::Tensor Gpt::Block(const at::Tensor& x_in, int i) {
   a = Linear(CopyToTp(a, tp), P(b + "attn.c_attn.weight"), P(b + "attn.c_attn.bias"));
   std::vector<at::Tensor> qkv = a.split(local_width, -1);
   auto heads = [&](const at::Tensor& t) { return t.view({B, T, local_heads, head_dim}).transpose(1, 2); };
-  at::Tensor y = at::scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), {}, 0.0,
-                                                  /*is_causal=*/true);
+  at::Tensor y = sp_ && sp_->size() > 1
+                     ? SequenceParallelAttention(sp_mode_, heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), sp_.get())
+                     : at::scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), {}, 0.0,
+                                                        /*is_causal=*/true);
   y = y.transpose(1, 2).reshape({B, T, local_width});
   y = ReduceFromTp(Linear(y, P(b + "attn.c_proj.weight")), tp) + P(b + "attn.c_proj.bias");
   at::Tensor x = x_in + y;
@@ -211,8 +213,9 @@ at::Tensor Gpt::Embed(const at::Tensor& tokens) {
   Communicator* tp = tp_.get();
   const int64_t vocab_start = tp->rank() * (config_.vocab / tp->size());
   if (hooks_) hooks_->PreForward(0);
-  return VocabParallelEmbedding(tokens, P("wte.weight"), vocab_start, tp) +
-         P("wpe.weight").narrow(0, 0, tokens.size(1));
+  const int64_t T = tokens.size(1);
+  const int64_t first_position = sp_ ? sp_->rank() * T : 0;
+  return VocabParallelEmbedding(tokens, P("wte.weight"), vocab_start, tp) + P("wpe.weight").narrow(0, first_position, T);
 }
 
 at::Tensor Gpt::Blocks(at::Tensor x, int first, int count) {

@@ -18,6 +18,7 @@
 #include "parallel/comm/communicator.h"
 #include "parallel/models/gpt_config.h"
 #include "parallel/models/param_layout.h"
+#include "parallel/sequence/sequence_attention.h"
 
 namespace tessera::parallel {
 
@@ -83,6 +84,14 @@ class Gpt {
 
   // Keep only each block's input in the forward pass and recompute the block in backward.
   void set_activation_checkpointing(bool on) { activation_checkpointing_ = on; }
+  // Sequence parallelism: the tokens given to Embed/Loss are block sp->rank() of the sequence (all
+  // ranks the same length), positions offset accordingly; attention spans the whole sequence through
+  // `mode` (parallel/sequence). The loss is this block's mean: the mean over the sequence is the
+  // average over sp ranks, and gradients are averaged over sp like over dp.
+  void set_sequence_parallel(std::shared_ptr<Communicator> sp, SpMode mode) {
+    sp_ = std::move(sp);
+    sp_mode_ = mode;
+  }
   // Use the fused CUDA kernels (layer norm, bias+GELU) where they apply (kernels/fused_ops.h).
   void set_fused_kernels(bool on) { fused_kernels_ = on; }
 
@@ -114,6 +123,8 @@ class Gpt {
   GptConfig config_;
   GptPart part_;
   std::shared_ptr<Communicator> tp_;
+  std::shared_ptr<Communicator> sp_;  // Null or one rank: no sequence parallelism.
+  SpMode sp_mode_ = SpMode::kRing;
   c10::Device device_;
   std::vector<Param> params_;
   std::map<std::string, size_t> index_;

@@ -28,7 +28,7 @@ int PipelineRunner::Tag(bool gradient, int micro_batch, int virtual_stage) const
 at::Tensor PipelineRunner::EmptyActivation() const {
   const GptConfig& c = model_->config();
   const at::Tensor& any = model_->params().at(0).value;
-  return at::empty({options_.micro_batch, c.seq_len, c.hidden},
+  return at::empty({options_.micro_batch, options_.seq_len, c.hidden},
                    any.options().dtype(options_.activation_dtype).requires_grad(false));
 }
 
@@ -71,7 +71,7 @@ absl::Status PipelineRunner::Forward(const PipeAction& a, const std::function<ab
                                      double* loss_sum) {
   const ModelChunk& chunk = chunks_[a.chunk];
   const int p = pp_->size(), rank = pp_->rank();
-  const int64_t T = model_->config().seq_len;
+  const int64_t T = options_.seq_len;
   Stash stash;
   at::Tensor tokens;
   if (chunk.embedding || chunk.head) {

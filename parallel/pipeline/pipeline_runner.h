@@ -32,6 +32,7 @@ struct PipelineOptions {
   PipeSchedule schedule = PipeSchedule::kOneFOneB;
   int micro_batches = 1;       // Per step (the gradient accumulation count).
   int64_t micro_batch = 1;     // Samples per micro-batch.
+  int64_t seq_len = 1;         // Positions per sample on this rank (seq_len / sp).
   at::ScalarType activation_dtype = at::kFloat;
 };
 
@@ -44,7 +45,7 @@ class PipelineRunner {
                                                                 const PipelineOptions& options);
 
   // Runs the step's forwards and backwards. `batch(a)` returns micro-batch a's tokens [micro_batch,
-  // seq_len + 1] on the model's device (read only by the stages that embed or compute the loss). Each
+  // seq_len + 1] (inputs and their next-token targets) on the model's device (read only by the stages that embed or compute the loss). Each
   // micro-batch's backward starts from loss / micro_batches · loss_scale. `before_last_backward` runs
   // just before this rank's last backward pass. Returns the sum of the micro-batch losses on the
   // rank holding the head, 0 elsewhere.

@@ -58,6 +58,21 @@ absl::Status Trainer::Init() {
     return absl::InvalidArgumentError(absl::StrCat("train.precision must be fp32, bf16 or fp16, got \"",
                                                    options_.precision, "\""));
   }
+  const int sp = groups_.sp->size();
+  if (sp > 1) {
+    if (m.seq_len % sp != 0) return absl::InvalidArgumentError("parallel.sp must divide model.seq_len");
+    if (options_.sp_mode == "all_to_all" && (m.heads / groups_.tp->size()) % sp != 0) {
+      return absl::InvalidArgumentError("parallel.sp_mode all_to_all needs sp to divide model.heads / tp");
+    }
+    if (options_.sp_mode != "ring" && options_.sp_mode != "all_to_all") {
+      return absl::InvalidArgumentError(absl::StrCat("parallel.sp_mode must be ring or all_to_all, got \"",
+                                                     options_.sp_mode, "\""));
+    }
+    if (options_.zero_stage > 0 || options_.precision != "fp32" || options_.offload_optimizer) {
+      return absl::InvalidArgumentError(
+          "parallel.sp > 1 with zero_stage > 0, bf16/fp16 or optimizer offload is not available yet");
+    }
+  }
   TokenDatasetOptions data = options_.data;
   data.seq_len = m.seq_len;
   data.vocab = m.vocab;
@@ -86,6 +101,7 @@ absl::Status Trainer::Init() {
     }
   }
   model_ = std::make_unique<Gpt>(m, part, groups_.tp, options_.seed, device_);
+  if (sp > 1) model_->set_sequence_parallel(groups_.sp, options_.sp_mode == "ring" ? SpMode::kRing : SpMode::kAllToAll);
   model_->set_activation_checkpointing(options_.activation_checkpointing);
   model_->set_fused_kernels(options_.fused_kernels);
 
@@ -114,7 +130,8 @@ absl::Status Trainer::Init() {
   } else {
     std::vector<at::Tensor> values;
     for (Param& p : model_->params()) values.push_back(p.value);
-    buckets_ = std::make_unique<GradBuckets>(values, groups_.dp, GradBucketsOptions{options_.dp_bucket_bytes});
+    // Replicas of these parameters: dp × sp (sequence blocks contribute like separate samples).
+    buckets_ = std::make_unique<GradBuckets>(values, groups_.dp_sp, GradBucketsOptions{options_.dp_bucket_bytes});
     adam_state_.resize(model_->params().size());
     for (size_t k = 0; k < pending_m_.size(); ++k) {
       adam_state_[k].exp_avg = pending_m_[k].to(device_);
@@ -133,6 +150,7 @@ absl::Status Trainer::Init() {
     }
     po.micro_batches = options_.global_batch / (options_.micro_batch * groups_.dp->size());
     po.micro_batch = options_.micro_batch;
+    po.seq_len = m.seq_len / groups_.sp->size();
     po.activation_dtype = dtype;
     auto runner = PipelineRunner::Create(model_.get(), *layout_, groups_.pp, po);
     if (!runner.ok()) return runner.status();
@@ -143,6 +161,8 @@ absl::Status Trainer::Init() {
 
 absl::StatusOr<at::Tensor> Trainer::ReadMicroBatch(int a, int accum) {
   // Global sample j of this step for dp rank d, micro-batch a, row i: d·micro·accum + a·micro + i.
+  // With sequence parallelism, sp rank s keeps tokens [s·Tl, (s+1)·Tl] of each window (inputs and
+  // their next-token targets).
   const int micro = options_.micro_batch;
   const int64_t T = options_.model.seq_len;
   std::vector<int64_t> tokens;
@@ -151,7 +171,10 @@ absl::StatusOr<at::Tensor> Trainer::ReadMicroBatch(int a, int accum) {
     const int64_t g = step_ * options_.global_batch + groups_.dp->rank() * micro * accum + a * micro + i;
     TESSERA_RETURN_IF_ERROR(data_->Read(g, &tokens));
   }
-  return at::from_blob(tokens.data(), {micro, T + 1}, at::kLong).to(device_, /*non_blocking=*/false, /*copy=*/true);
+  at::Tensor window = at::from_blob(tokens.data(), {micro, T + 1}, at::kLong);
+  const int sp = groups_.sp->size();
+  if (sp > 1) window = window.narrow(1, groups_.sp->rank() * (T / sp), T / sp + 1);
+  return window.to(device_, /*non_blocking=*/false, /*copy=*/true);
 }
 
 absl::StatusOr<StepStats> Trainer::Step() {
@@ -160,7 +183,14 @@ absl::StatusOr<StepStats> Trainer::Step() {
   const int micro = options_.micro_batch;
   const int accum = options_.global_batch / (micro * dp);
   const int64_t T = options_.model.seq_len;
-  const int64_t bytes_before = groups_.dp->bytes_all_reduced() + groups_.tp->bytes_all_reduced();
+  // dp_sp is the dp group itself when sp = 1.
+  auto all_reduced = [&] {
+    int64_t n = groups_.dp_sp->bytes_all_reduced() + groups_.tp->bytes_all_reduced();
+    if (groups_.dp_sp != groups_.dp) n += groups_.dp->bytes_all_reduced();
+    if (groups_.embed && groups_.embed->size() > 1) n += groups_.embed->bytes_all_reduced();
+    return n;
+  };
+  const int64_t bytes_before = all_reduced();
   StepStats s;
   s.loss_scale = loss_scale_;
   if (zero_) {
@@ -222,7 +252,8 @@ absl::StatusOr<StepStats> Trainer::Step() {
     if (!n.ok()) return n.status();
     raw_norm = *n;
   }
-  if (dp > 1) TESSERA_RETURN_IF_ERROR(groups_.dp->AllReduce(mean_loss, ReduceOp::kAvg));
+  // Over dp × sp: each sequence block's mean weighs the same.
+  if (groups_.dp_sp->size() > 1) TESSERA_RETURN_IF_ERROR(groups_.dp_sp->AllReduce(mean_loss, ReduceOp::kAvg));
   const double norm = raw_norm / loss_scale_;
 
   LrScheduleOptions lr_options = options_.lr;
@@ -263,7 +294,7 @@ absl::StatusOr<StepStats> Trainer::Step() {
   s.step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   s.tokens = static_cast<int64_t>(options_.global_batch) * T;
   s.tokens_per_s = s.tokens / s.step_seconds;
-  s.bytes_all_reduced = groups_.dp->bytes_all_reduced() + groups_.tp->bytes_all_reduced() - bytes_before;
+  s.bytes_all_reduced = all_reduced() - bytes_before;
   if (zero_) {
     s.optimizer_state_bytes = zero_->state_bytes();
     s.model_state_bytes = zero_->peak_model_state_bytes();
@@ -392,7 +423,7 @@ absl::Status Trainer::SaveCheckpoint() {
   }
 
   // 3. dp rank 0's tp group gathers full tensors; global rank 0 writes them.
-  if (groups_.dp->rank() == 0) {
+  if (groups_.dp->rank() == 0 && groups_.sp->rank() == 0) {
     // Pipeline stages: pp rank 0 collects the other stages' tensors.
     const bool pp_gather = layout_ && groups_.tp->rank() == 0;
     auto params = GatherOverTp(local_params);
@@ -430,7 +461,7 @@ absl::Status Trainer::SaveCheckpoint() {
                     {"seed", options_.data.seed}}},
           {"model", {{"family", "gpt"}, {"layers", c.layers}, {"hidden", c.hidden}, {"heads", c.heads},
                      {"vocab", c.vocab}, {"seq_len", c.seq_len}}},
-          {"mesh", {{"dp", options_.mesh.dp}, {"tp", options_.mesh.tp}, {"pp", options_.mesh.pp},
+          {"mesh", {{"sp_mode", options_.sp_mode}, {"dp", options_.mesh.dp}, {"tp", options_.mesh.tp}, {"pp", options_.mesh.pp},
                     {"sp", options_.mesh.sp}, {"order", options_.mesh.order},
                     {"pp_schedule", options_.pp_schedule}, {"pp_chunks", options_.pp_chunks}}},
           {"optimizer", optimizer_state},

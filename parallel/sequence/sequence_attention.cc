@@ -1,0 +1,168 @@
+#include "parallel/sequence/sequence_attention.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <cmath>
+#include <limits>
+
+namespace tessera::parallel {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+Communicator* CommOf(AutogradContext* ctx) {
+  return reinterpret_cast<Communicator*>(ctx->saved_data["sp"].toInt());
+}
+
+// Sends `t` to the next rank of the ring and receives the previous rank's into `into`; waits for both.
+void Rotate(Communicator* sp, const at::Tensor& t, at::Tensor& into, int tag) {
+  const int n = sp->size(), r = sp->rank();
+  auto send = sp->SendAsync(t, (r + 1) % n, tag);
+  auto recv = sp->RecvAsync(into, (r + n - 1) % n, tag);
+  ThrowIfError(recv->Wait());
+  ThrowIfError(send->Wait());
+}
+
+// Scores of this rank's queries against the keys of block `src`, with the causal mask on the own block.
+at::Tensor Scores(const at::Tensor& q, const at::Tensor& k, double scale, bool diagonal) {
+  at::Tensor s = at::matmul(q, k.transpose(-2, -1)) * scale;
+  if (diagonal) {
+    const int64_t t = q.size(-2);
+    at::Tensor above = at::ones({t, t}, q.options().dtype(at::kBool)).triu(1);
+    s = s.masked_fill(above, -std::numeric_limits<float>::infinity());
+  }
+  return s;
+}
+
+struct RingAttentionFn : public torch::autograd::Function<RingAttentionFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q_in, const at::Tensor& k_in,
+                            const at::Tensor& v_in, int64_t comm) {
+    Communicator* sp = reinterpret_cast<Communicator*>(comm);
+    const int n = sp->size(), r = sp->rank();
+    const double scale = 1.0 / std::sqrt(static_cast<double>(q_in.size(-1)));
+    // fp32 accumulation whatever the activation dtype.
+    at::Tensor q = q_in.to(at::kFloat);
+    at::Tensor kv = at::stack({k_in, v_in}).to(at::kFloat).contiguous();  // [2, B, H, Tl, d]
+    at::Tensor out = at::zeros_like(q);
+    at::Tensor row_max = at::full({q.size(0), q.size(1), q.size(2), 1}, -std::numeric_limits<float>::infinity(),
+                                  q.options());
+    at::Tensor denom = at::zeros_like(row_max);
+    at::Tensor next = at::empty_like(kv);
+    for (int j = 0; j < n; ++j) {
+      const int src = (r - j + n) % n;
+      std::unique_ptr<CommWork> send, recv;
+      if (j + 1 < n) {  // The next block travels while this one is computed.
+        send = sp->SendAsync(kv, (r + 1) % n, 0);
+        recv = sp->RecvAsync(next, (r + n - 1) % n, 0);
+      }
+      if (src <= r) {  // Later positions are fully masked.
+        at::Tensor s = Scores(q, kv[0], scale, src == r);
+        at::Tensor new_max = at::maximum(row_max, std::get<0>(s.max(-1, /*keepdim=*/true)));
+        at::Tensor p = at::exp(s - new_max);
+        at::Tensor alpha = at::exp(row_max - new_max);
+        denom = denom * alpha + p.sum(-1, /*keepdim=*/true);
+        out = out * alpha + at::matmul(p, kv[1]);
+        row_max = new_max;
+      }
+      if (recv) {
+        ThrowIfError(recv->Wait());
+        ThrowIfError(send->Wait());
+        std::swap(kv, next);
+      }
+    }
+    out = out / denom;
+    at::Tensor lse = row_max + at::log(denom);
+    ctx->saved_data["sp"] = comm;
+    ctx->save_for_backward({q_in, k_in, v_in, out, lse});
+    return out.to(q_in.scalar_type());
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    Communicator* sp = CommOf(ctx);
+    const int n = sp->size(), r = sp->rank();
+    auto saved = ctx->get_saved_variables();
+    at::Tensor q = saved[0].to(at::kFloat);
+    const at::ScalarType dtype = saved[0].scalar_type();
+    const at::Tensor& out = saved[3];
+    const at::Tensor& lse = saved[4];
+    const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+    at::Tensor dout = grads[0].to(at::kFloat);
+    at::Tensor delta = (dout * out).sum(-1, /*keepdim=*/true);
+    at::Tensor dq = at::zeros_like(q);
+    // Keys, values and their gradient accumulators travel together: [k, v, dk, dv].
+    at::Tensor block = at::cat({at::stack({saved[1], saved[2]}).to(at::kFloat), at::zeros({2, q.size(0), q.size(1),
+                                                                                              q.size(2), q.size(3)},
+                                                                                             q.options())})
+                           .contiguous();
+    at::Tensor next = at::empty_like(block);
+    for (int j = 0; j < n; ++j) {
+      const int src = (r - j + n) % n;
+      if (src <= r) {
+        at::Tensor k = block[0], v = block[1];
+        at::Tensor p = at::exp(Scores(q, k, scale, src == r) - lse);
+        block[3].add_(at::matmul(p.transpose(-2, -1), dout));
+        at::Tensor ds = p * (at::matmul(dout, v.transpose(-2, -1)) - delta);
+        dq.add_(at::matmul(ds, k) * scale);
+        block[2].add_(at::matmul(ds.transpose(-2, -1), q) * scale);
+      }
+      // After n hops every block's gradients are back at the rank that owns it.
+      Rotate(sp, block, next, 1);
+      std::swap(block, next);
+    }
+    return {dq.to(dtype), block[2].to(dtype), block[3].to(dtype), at::Tensor()};
+  }
+};
+
+// [B, H, Tl, d] split over the sequence → [B, H/n, n·Tl, d] split over the heads (forward), and back.
+at::Tensor SeqToHeads(const at::Tensor& x, Communicator* sp) {
+  const int64_t n = sp->size(), B = x.size(0), H = x.size(1), Tl = x.size(2), d = x.size(3);
+  at::Tensor in = x.reshape({B, n, H / n, Tl, d}).permute({1, 0, 2, 3, 4}).contiguous();
+  at::Tensor out = at::empty_like(in);
+  ThrowIfError(sp->AllToAll(in, out));  // out[j]: head group `rank` of sequence block j.
+  return out.permute({1, 2, 0, 3, 4}).reshape({B, H / n, n * Tl, d});
+}
+
+at::Tensor HeadsToSeq(const at::Tensor& y, Communicator* sp) {
+  const int64_t n = sp->size(), B = y.size(0), Hs = y.size(1), T = y.size(2), d = y.size(3);
+  at::Tensor in = y.reshape({B, Hs, n, T / n, d}).permute({2, 0, 1, 3, 4}).contiguous();
+  at::Tensor out = at::empty_like(in);
+  ThrowIfError(sp->AllToAll(in, out));  // out[i]: head group i of this rank's sequence block.
+  return out.permute({1, 0, 2, 3, 4}).reshape({B, n * Hs, T / n, d});
+}
+
+struct SeqToHeadsFn : public torch::autograd::Function<SeqToHeadsFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t comm) {
+    ctx->saved_data["sp"] = comm;
+    return SeqToHeads(x, reinterpret_cast<Communicator*>(comm));
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {HeadsToSeq(grads[0], CommOf(ctx)), at::Tensor()};
+  }
+};
+
+struct HeadsToSeqFn : public torch::autograd::Function<HeadsToSeqFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& y, int64_t comm) {
+    ctx->saved_data["sp"] = comm;
+    return HeadsToSeq(y, reinterpret_cast<Communicator*>(comm));
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {SeqToHeads(grads[0], CommOf(ctx)), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor RingSelfAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, Communicator* sp) {
+  return RingAttentionFn::apply(q, k, v, reinterpret_cast<int64_t>(sp));
+}
+
+at::Tensor UlyssesSelfAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, Communicator* sp) {
+  const int64_t comm = reinterpret_cast<int64_t>(sp);
+  at::Tensor y = at::scaled_dot_product_attention(SeqToHeadsFn::apply(q, comm), SeqToHeadsFn::apply(k, comm),
+                                                  SeqToHeadsFn::apply(v, comm), {}, 0.0, /*is_causal=*/true);
+  return HeadsToSeqFn::apply(y, comm);
+}
+
+}  // namespace tessera::parallel

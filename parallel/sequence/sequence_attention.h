@@ -1,0 +1,38 @@
+// Causal self-attention over a sequence split across the ranks of an sp group: rank r holds
+// positions [r·Tl, (r+1)·Tl) of every sample. Both functions take this rank's q, k, v as
+// [B, H, Tl, head_dim] and return its attention output [B, H, Tl, head_dim], equal (up to rounding)
+// to the rows of causal attention over the whole sequence. Autograd-aware; communication failures
+// throw c10::Error. `sp` must outlive the autograd graph.
+//
+//   ring        (Ring Self-Attention, the paper's sequence parallelism): keys and values travel around
+//               the ring in sp−1 hops (the next block's transfer overlaps this block's compute); each
+//               block updates a running (online) softmax — maximum, denominator and output. Blocks
+//               from later positions are skipped (causal), the own block is masked. Backward
+//               recomputes the probabilities from the saved log-sum-exp while keys, values and their
+//               gradients travel again, the gradients ending at their owner. Memory O(Tl·Tl) per
+//               block, never O(T·T).
+//   all_to_all  (DeepSpeed-Ulysses): an all-to-all turns the sequence split into a head split (each
+//               rank gets all T positions of H/sp heads), attention runs locally, a second all-to-all
+//               turns it back. Needs H % sp == 0.
+#ifndef TESSERA_PARALLEL_SEQUENCE_SEQUENCE_ATTENTION_H_
+#define TESSERA_PARALLEL_SEQUENCE_SEQUENCE_ATTENTION_H_
+
+#include <ATen/core/Tensor.h>
+
+#include "parallel/comm/communicator.h"
+
+namespace tessera::parallel {
+
+enum class SpMode { kRing, kAllToAll };
+
+at::Tensor RingSelfAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, Communicator* sp);
+at::Tensor UlyssesSelfAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, Communicator* sp);
+
+inline at::Tensor SequenceParallelAttention(SpMode mode, const at::Tensor& q, const at::Tensor& k,
+                                            const at::Tensor& v, Communicator* sp) {
+  return mode == SpMode::kRing ? RingSelfAttention(q, k, v, sp) : UlyssesSelfAttention(q, k, v, sp);
+}
+
+}  // namespace tessera::parallel
+
+#endif  // TESSERA_PARALLEL_SEQUENCE_SEQUENCE_ATTENTION_H_
