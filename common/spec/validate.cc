@@ -126,23 +126,54 @@ void CheckSequence(const v1::JobSpec& s, Checker& c) {
   if (s.device() == v1::DEVICE_CUDA) c.Fail("parallel.sp", absl::StrCat(p.sp(), " with device cuda is not available yet; use 1"));
 }
 
+void CheckTensorMode(const v1::JobSpec& s, Checker& c) {
+  const auto& p = s.parallel();
+  if (p.tp_mode() == v1::TP_MODE_1D) return;
+  if (p.tp_mode() != v1::TP_MODE_2D) {
+    c.Fail("parallel.tp_mode", absl::StrCat(EnumYamlName(v1::TpMode_descriptor()->FindValueByNumber(p.tp_mode())),
+                                            " is not available yet; use 1d or 2d"));
+    return;
+  }
+  int q = 1;
+  while ((q + 1) * (q + 1) <= p.tp()) ++q;
+  if (q * q != p.tp() || q < 2) {
+    c.Fail("parallel.tp", absl::StrCat(p.tp(), " with tp_mode 2d must be a square q² ≥ 4 (4, 9, 16, ...)"));
+    return;
+  }
+  const auto& m = s.model();
+  for (const auto& [field, value] : std::vector<std::pair<std::string, int>>{
+           {"model.heads", m.heads()}, {"model.hidden", m.hidden()}, {"model.vocab", m.vocab()},
+           {"train.micro_batch", s.train().micro_batch()}}) {
+    if (value >= 1 && value % q != 0) {
+      c.Fail(field, absl::StrCat(value, " is not a multiple of the 2D grid side q = ", q, " (tp ", p.tp(), ")"));
+    }
+  }
+  // Not composed yet: the sharded / mixed-precision optimizer with 2D layouts.
+  if (p.zero_stage() > 0) {
+    c.Fail("parallel.zero_stage", absl::StrCat(p.zero_stage(), " with tp_mode 2d is not available yet; use 0"));
+  }
+  if (s.train().precision() == v1::PRECISION_BF16 || s.train().precision() == v1::PRECISION_FP16) {
+    c.Fail("train.precision", "bf16 and fp16 with tp_mode 2d are not available yet; use fp32");
+  }
+  if (s.optimizer().offload() == v1::OFFLOAD_CPU) {
+    c.Fail("optimizer.offload", "cpu with tp_mode 2d is not available yet; use none");
+  }
+  if (s.device() == v1::DEVICE_CUDA) c.Fail("parallel.tp_mode", "2d with device cuda is not available yet; use 1d");
+}
+
 void CheckParallel(const v1::JobSpec& s, Checker& c) {
   const auto& p = s.parallel();
   bool sizes_ok = c.AtLeast("parallel.dp", p.dp(), 1);
   sizes_ok &= c.AtLeast("parallel.tp", p.tp(), 1);
   sizes_ok &= c.AtLeast("parallel.pp", p.pp(), 1);
   sizes_ok &= c.AtLeast("parallel.sp", p.sp(), 1);
-  if (p.tp_mode() != v1::TP_MODE_1D) {
-    c.Fail("parallel.tp_mode",
-           absl::StrCat(EnumYamlName(v1::TpMode_descriptor()->FindValueByNumber(p.tp_mode())),
-                        " is not available yet; use 1d"));
-  }
+  CheckTensorMode(s, c);
   CheckPipeline(s, c);
   CheckSequence(s, c);
-  if (p.tp() >= 1 && s.model().heads() >= 1 && s.model().heads() % p.tp() != 0) {
+  if (p.tp_mode() == v1::TP_MODE_1D && p.tp() >= 1 && s.model().heads() >= 1 && s.model().heads() % p.tp() != 0) {
     c.Fail("parallel.tp", absl::StrCat(p.tp(), " does not divide model.heads ", s.model().heads()));
   }
-  if (p.tp() >= 1 && s.model().vocab() >= 1 && s.model().vocab() % p.tp() != 0) {
+  if (p.tp_mode() == v1::TP_MODE_1D && p.tp() >= 1 && s.model().vocab() >= 1 && s.model().vocab() % p.tp() != 0) {
     c.Fail("parallel.tp", absl::StrCat(p.tp(), " does not divide model.vocab ", s.model().vocab()));
   }
   if (p.zero_stage() < 0 || p.zero_stage() > 3) {

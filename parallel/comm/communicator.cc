@@ -26,6 +26,8 @@ std::unique_ptr<CommWork> Communicator::ReduceScatterAsync(const at::Tensor& in,
   return DoneWork(ReduceScatter(in, out, op));
 }
 
+absl::Status Communicator::Reduce(at::Tensor& t, int /*root*/, ReduceOp op) { return AllReduce(t, op); }
+
 std::unique_ptr<CommWork> Communicator::SendAsync(const at::Tensor& t, int dst, int tag) {
   return DoneWork(Send(t, dst, tag));
 }

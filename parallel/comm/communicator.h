@@ -52,6 +52,9 @@ class Communicator {
   virtual std::unique_ptr<CommWork> AllGatherAsync(const at::Tensor& in, at::Tensor& out);
   virtual std::unique_ptr<CommWork> ReduceScatterAsync(const at::Tensor& in, at::Tensor& out,
                                                        ReduceOp op = ReduceOp::kSum);
+  // In place on `root`: `t` becomes op over every member's `t`; other members' `t` is unspecified
+  // afterwards. The default all-reduces.
+  virtual absl::Status Reduce(at::Tensor& t, int root, ReduceOp op = ReduceOp::kSum);
   // `t` on every member becomes root's `t`.
   virtual absl::Status Broadcast(at::Tensor& t, int root) = 0;
   // in, out [size·n, ...]: chunk j of `in` goes to member j, where it lands as chunk rank().

@@ -183,6 +183,19 @@ absl::Status GlooCommunicator::Broadcast(at::Tensor& t, int root) {
   return Run(name_, "broadcast", [&] { return impl_->pg->broadcast(tensors, opts); });
 }
 
+absl::Status GlooCommunicator::Reduce(at::Tensor& t, int root, ReduceOp op) {
+  if (root < 0 || root >= size()) return absl::InvalidArgumentError("reduce root out of range");
+  if (!t.is_contiguous()) return absl::InvalidArgumentError(absl::StrCat("reduce on ", name_, " needs a contiguous tensor"));
+  at::Tensor target = NeedsFp32(t) ? t.to(at::kFloat) : t;
+  std::vector<at::Tensor> tensors{target};
+  c10d::ReduceOptions opts;
+  opts.rootRank = root;
+  opts.reduceOp = ToC10d(op);
+  absl::Status s = Run(name_, "reduce", [&] { return impl_->pg->reduce(tensors, opts); });
+  if (s.ok() && !target.is_same(t)) t.copy_(target);
+  return s;
+}
+
 absl::Status GlooCommunicator::AllToAll(const at::Tensor& in, at::Tensor& out) {
   if (in.numel() != out.numel() || in.size(0) % size() != 0) {
     return absl::InvalidArgumentError(absl::StrCat("all_to_all on ", name_,

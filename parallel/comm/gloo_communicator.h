@@ -42,6 +42,7 @@ class GlooCommunicator final : public Communicator {
   absl::Status AllToAll(const at::Tensor& in, at::Tensor& out) override;
   absl::Status Send(const at::Tensor& t, int dst, int tag) override;
   absl::Status Recv(at::Tensor& t, int src, int tag) override;
+  absl::Status Reduce(at::Tensor& t, int root, ReduceOp op) override;
   std::unique_ptr<CommWork> SendAsync(const at::Tensor& t, int dst, int tag) override;
   std::unique_ptr<CommWork> RecvAsync(at::Tensor& t, int src, int tag) override;
   absl::Status Barrier() override;

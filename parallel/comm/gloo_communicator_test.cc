@@ -81,6 +81,9 @@ TEST(GlooCommunicatorTest, GatherScatterBroadcastAllToAll) {
       at::Tensor expect = (at::arange(2 * rank, 2 * rank + 2) * 4 + 60).to(dtype);
       RETURN_IF_ERROR(Expect(part.equal(expect), absl::StrCat("reduce_scatter ", c10::toString(dtype))));
     }
+    at::Tensor red = at::full({3}, rank + 1.0);
+    RETURN_IF_ERROR(c.Reduce(red, 1, ReduceOp::kSum));
+    if (rank == 1) RETURN_IF_ERROR(Expect(red.eq(10).all().item<bool>(), "reduce to 1"));
     at::Tensor b = at::full({3}, rank * 1.0);
     RETURN_IF_ERROR(c.Broadcast(b, 2));
     RETURN_IF_ERROR(Expect(b.eq(2).all().item<bool>(), "broadcast from 2"));

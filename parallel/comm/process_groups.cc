@@ -80,6 +80,18 @@ absl::StatusOr<ProcessGroups> CreateProcessGroups(const BootstrapOptions& option
   if (mesh.size(Axis::kSp) > 1) {
     wants.push_back({"dpsp", &groups.dp_sp, mesh.GroupRanks(options.rank, std::vector<Axis>{Axis::kDp, Axis::kSp})});
   }
+  const int q = options.tp_grid_side;
+  if (q > 1) {
+    const std::vector<int> tp_ranks = mesh.GroupRanks(options.rank, Axis::kTp);
+    if (static_cast<int>(tp_ranks.size()) != q * q) {
+      return absl::InvalidArgumentError(absl::StrCat("a ", q, "×", q, " grid needs tp = ", q * q));
+    }
+    const int t = mesh.Coord(options.rank, Axis::kTp), i = t / q, j = t % q;
+    std::vector<int> row, col;
+    for (int k = 0; k < q; ++k) row.push_back(tp_ranks[i * q + k]), col.push_back(tp_ranks[k * q + j]);
+    wants.push_back({"tprow", &groups.tp_row, row});
+    wants.push_back({"tpcol", &groups.tp_col, col});
+  }
   const std::vector<int> pp_ranks = mesh.GroupRanks(options.rank, Axis::kPp);
   if (options.rank == pp_ranks.front() || options.rank == pp_ranks.back()) {
     std::vector<int> ends = {pp_ranks.front()};

@@ -29,6 +29,10 @@ struct ProcessGroups {
   // embedding (its gradient is summed between them). Null on the stages in between; a group of one
   // when pp = 1.
   std::shared_ptr<Communicator> embed;
+  // 2D tensor parallelism (BootstrapOptions::tp_grid_side q > 1): this rank's row and column of the
+  // q×q grid its tp group forms (tp rank t at row t / q, column t % q). Null otherwise.
+  std::shared_ptr<Communicator> tp_row;
+  std::shared_ptr<Communicator> tp_col;
 };
 
 enum class CommBackend {
@@ -43,6 +47,7 @@ struct BootstrapOptions {
   int store_port = 0;                    // Required when the world has more than one rank.
   int rank = 0;
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};  // Rendezvous and collectives.
+  int tp_grid_side = 0;  // > 1: tp = q² and the grid's row and column groups are built.
 };
 
 // Connects to (rank 0: hosts) the TCPStore and builds this rank's groups for `mesh` with the chosen

@@ -60,7 +60,25 @@ GptPart GptPart::Whole(int layers) {
 Gpt::Gpt(const GptConfig& c, std::shared_ptr<Communicator> tp, uint64_t seed, c10::Device device)
     : Gpt(c, GptPart::Whole(c.layers), std::move(tp), seed, device) {}
 
-std::vector<ParamSpec> GptParamSpecs(const GptConfig& c, const GptPart& part) {
+std::vector<ParamSpec> GptParamSpecs1D(const GptConfig& c, const GptPart& part);
+
+std::vector<ParamSpec> GptParamSpecs(const GptConfig& c, const GptPart& part, TpLayout layout) {
+  std::vector<ParamSpec> out = GptParamSpecs1D(c, part);
+  if (layout == TpLayout::k1D) return out;
+  for (ParamSpec& p : out) {
+    const bool qkv = p.name.find("c_attn") != std::string::npos;
+    if (p.shape.size() == 1) {
+      p.split = qkv ? TpSplit::kColQkvDim0 : TpSplit::kColDim0;
+    } else if (p.name == "wte.weight" || p.name == "wpe.weight") {
+      p.split = TpSplit::kColDim1;
+    } else {
+      p.split = qkv ? TpSplit::kGridQkv : TpSplit::kGrid;
+    }
+  }
+  return out;
+}
+
+std::vector<ParamSpec> GptParamSpecs1D(const GptConfig& c, const GptPart& part) {
   const int64_t h = c.hidden;
   const double std = 0.02;
   const double residual_std = 0.02 / std::sqrt(2.0 * c.layers);
@@ -95,6 +113,14 @@ Gpt::Gpt(const GptConfig& c, const GptPart& part, std::shared_ptr<Communicator> 
   for (const ParamSpec& spec : GptParamSpecs(c, part)) Add(spec, seed);
 }
 
+Gpt::Gpt(const GptConfig& c, const GptPart& part, std::shared_ptr<Communicator> tp, std::shared_ptr<Communicator> row,
+         std::shared_ptr<Communicator> col, uint64_t seed, c10::Device device)
+    : config_(c), part_(part), tp_(std::move(tp)), layout_(TpLayout::k2D), row_(std::move(row)), col_(std::move(col)),
+      device_(device) {
+  grid_ = Grid2D{row_.get(), col_.get(), row_->size()};
+  for (const ParamSpec& spec : GptParamSpecs(c, part, TpLayout::k2D)) Add(spec, seed);
+}
+
 int Gpt::UnitOfLayer(int layer) const {
   for (size_t j = 0; j < part_.layers.size(); ++j) {
     if (part_.layers[j] == layer) return 1 + static_cast<int>(j);
@@ -116,6 +142,13 @@ std::vector<std::vector<size_t>> Gpt::Units() const {
 }
 
 const at::Tensor& Gpt::P(const std::string& name) const { return params_[index_.at(name)].value; }
+
+at::Tensor Gpt::C(const std::string& name) const { return CopyToTp(P(name), col_.get()); }
+
+std::vector<int64_t> Gpt::ActivationShape(int64_t samples, int64_t positions) const {
+  if (layout_ == TpLayout::k2D) return {samples, positions, config_.hidden / grid_.q};
+  return {samples, positions, config_.hidden};
+}
 
 int64_t Gpt::num_parameters() const {
   int64_t n = 0;
@@ -176,7 +209,36 @@ at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b 
 
 }  // namespace
 
+at::Tensor Gpt::Linear2D(const at::Tensor& x, const std::string& weight, const std::string& bias) {
+  // x [b, T, in/q] (hidden chunk j); the weight block W_ij [out/q, in/q] is Wᵀ's block (i, j).
+  const at::Tensor& w = P(weight);
+  at::Tensor y = Summa(x.reshape({-1, x.size(-1)}), w.t(), grid_);
+  return y.view({x.size(0), x.size(1), w.size(0)}) + C(bias);
+}
+
+at::Tensor Gpt::Block2D(const at::Tensor& x_in, int i) {
+  const int64_t B = x_in.size(0), T = x_in.size(1);
+  const int64_t local_heads = config_.heads / grid_.q;
+  const int64_t head_dim = config_.hidden / config_.heads;
+  const int64_t local_width = local_heads * head_dim;
+  const std::string b = absl::StrCat("h.", i, ".");
+  at::Tensor a = LayerNorm2D(x_in, C(b + "ln_1.weight"), C(b + "ln_1.bias"), kLayerNormEps, grid_);
+  a = Linear2D(a, b + "attn.c_attn.weight", b + "attn.c_attn.bias");  // [B, T, 3·width/q]: this column's heads.
+  std::vector<at::Tensor> qkv = a.split(local_width, -1);
+  auto heads = [&](const at::Tensor& t) { return t.view({B, T, local_heads, head_dim}).transpose(1, 2); };
+  at::Tensor y = sp_ && sp_->size() > 1
+                     ? SequenceParallelAttention(sp_mode_, heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), sp_.get())
+                     : at::scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), {}, 0.0,
+                                                        /*is_causal=*/true);
+  y = y.transpose(1, 2).reshape({B, T, local_width});
+  at::Tensor x = x_in + Linear2D(y, b + "attn.c_proj.weight", b + "attn.c_proj.bias");
+  at::Tensor m = LayerNorm2D(x, C(b + "ln_2.weight"), C(b + "ln_2.bias"), kLayerNormEps, grid_);
+  m = at::gelu(Linear2D(m, b + "mlp.c_fc.weight", b + "mlp.c_fc.bias"));
+  return x + Linear2D(m, b + "mlp.c_proj.weight", b + "mlp.c_proj.bias");
+}
+
 at::Tensor Gpt::Block(const at::Tensor& x_in, int i) {
+  if (layout_ == TpLayout::k2D) return Block2D(x_in, i);
   Communicator* tp = tp_.get();
   const int64_t B = x_in.size(0), T = x_in.size(1);
   const int64_t h = config_.hidden;
@@ -215,6 +277,10 @@ at::Tensor Gpt::Embed(const at::Tensor& tokens) {
   if (hooks_) hooks_->PreForward(0);
   const int64_t T = tokens.size(1);
   const int64_t first_position = sp_ ? sp_->rank() * T : 0;
+  if (layout_ == TpLayout::k2D) {
+    // Embeddings split by hidden over the grid's columns: a local lookup gives X_ij.
+    return at::embedding(C("wte.weight"), tokens) + C("wpe.weight").narrow(0, first_position, T);
+  }
   return VocabParallelEmbedding(tokens, P("wte.weight"), vocab_start, tp) + P("wpe.weight").narrow(0, first_position, T);
 }
 
@@ -233,6 +299,18 @@ at::Tensor Gpt::Head(const at::Tensor& x_in, const at::Tensor& targets) {
   const int64_t B = x_in.size(0), T = x_in.size(1);
   const int64_t vocab_start = tp->rank() * (config_.vocab / tp->size());
   if (hooks_ && !part_.embedding) hooks_->PreForward(0);
+  if (layout_ == TpLayout::k2D) {
+    // Logits of this rank's samples: the hidden-split products summed over the row and scattered by
+    // vocabulary (chunk j), then the vocab-parallel loss over the row; the mean over grid rows.
+    at::Tensor x = LayerNorm2D(x_in, C("ln_f.weight"), C("ln_f.bias"), kLayerNormEps, grid_);
+    at::Tensor partial = at::matmul(x, C("wte.weight").t());  // [B, T, V], partial over j.
+    at::Tensor logits = ReduceScatterAlong(partial, 2, grid_.row);
+    const int64_t start = grid_.row->rank() * (config_.vocab / grid_.q);
+    at::Tensor losses = VocabParallelCrossEntropy(logits.reshape({B * T, -1}), targets.reshape({B * T}), start, grid_.row);
+    at::Tensor loss = ReduceFromTp(losses.mean() / grid_.q, grid_.col);
+    if (hooks_) loss = hooks_->PostForward(0, loss);
+    return loss;
+  }
   at::Tensor x = kernels::LayerNorm(x_in, P("ln_f.weight"), P("ln_f.bias"), kLayerNormEps, fused_kernels_);
   at::Tensor logits = Linear(CopyToTp(x, tp), P("wte.weight"));  // Tied head: [B, T, V/tp].
   // Low-precision logits: the softmax and the loss are computed in fp32.

@@ -17,6 +17,7 @@
 #include "absl/status/status.h"
 #include "parallel/comm/communicator.h"
 #include "parallel/models/gpt_config.h"
+#include "parallel/layers/tp2d_ops.h"
 #include "parallel/models/param_layout.h"
 #include "parallel/sequence/sequence_attention.h"
 
@@ -33,6 +34,11 @@ class UnitHooks {
   // After the unit's forward produced `output` (returned, possibly with a gradient hook attached).
   virtual at::Tensor PostForward(int unit, at::Tensor output) = 0;
 };
+
+// How the tp group splits the model: 1D (Megatron: heads and MLP columns split, activations
+// replicated) or 2D (a q×q grid, tp = q²: activations split by samples over grid rows and by hidden
+// over grid columns, linear weights in SUMMA blocks, norms and embeddings split by hidden over columns).
+enum class TpLayout { k1D, k2D };
 
 // The parts of the model one rank holds (pipeline stages hold a subset; parallel/pipeline).
 struct GptPart {
@@ -52,8 +58,9 @@ struct ParamSpec {
   double fill = 0;
 };
 
-// The parameters of `part` of a GPT of `config`, in the model's order.
-std::vector<ParamSpec> GptParamSpecs(const GptConfig& config, const GptPart& part);
+// The parameters of `part` of a GPT of `config`, in the model's order, split for `layout`.
+std::vector<ParamSpec> GptParamSpecs(const GptConfig& config, const GptPart& part,
+                                     TpLayout layout = TpLayout::k1D);
 
 class Gpt {
  public:
@@ -67,6 +74,11 @@ class Gpt {
   Gpt(const GptConfig& config, std::shared_ptr<Communicator> tp, uint64_t seed, c10::Device device);
   Gpt(const GptConfig& config, const GptPart& part, std::shared_ptr<Communicator> tp, uint64_t seed,
       c10::Device device);
+  // 2D: `row` and `col` are this rank's grid groups (ProcessGroups::tp_row / tp_col); tp = q².
+  // Requires q to divide heads, hidden and vocab. Token batches given to Embed/Head/Loss are this
+  // rank's sample chunk (grid row i of the micro-batch).
+  Gpt(const GptConfig& config, const GptPart& part, std::shared_ptr<Communicator> tp,
+      std::shared_ptr<Communicator> row, std::shared_ptr<Communicator> col, uint64_t seed, c10::Device device);
 
   // Mean cross-entropy over all tokens of `tokens` [B, T] predicting `targets` [B, T] (T <= seq_len).
   // Needs the whole model: Head(Blocks(Embed(tokens), 0, layers), targets).
@@ -76,6 +88,8 @@ class Gpt {
   // embedding); blocks [first, first + count) (must be held); final norm, tied head and mean
   // cross-entropy (needs the head).
   at::Tensor Embed(const at::Tensor& tokens);
+  // The shape of this rank's activations between blocks for `samples` × `positions` tokens given to it.
+  std::vector<int64_t> ActivationShape(int64_t samples, int64_t positions) const;
   at::Tensor Blocks(at::Tensor x, int first, int count);
   at::Tensor Head(const at::Tensor& x, const at::Tensor& targets);
 
@@ -118,12 +132,19 @@ class Gpt {
  private:
   Param& Add(const ParamSpec& spec, uint64_t seed);
   const at::Tensor& P(const std::string& name) const;
+  // 2D: a parameter copied over the grid's rows (gradients summed over the column in backward).
+  at::Tensor C(const std::string& name) const;
+  at::Tensor Block2D(const at::Tensor& x, int i);
+  at::Tensor Linear2D(const at::Tensor& x, const std::string& weight, const std::string& bias);
   at::Tensor CheckpointedBlock(const at::Tensor& x, int i);
 
   GptConfig config_;
   GptPart part_;
   std::shared_ptr<Communicator> tp_;
   std::shared_ptr<Communicator> sp_;  // Null or one rank: no sequence parallelism.
+  TpLayout layout_ = TpLayout::k1D;
+  std::shared_ptr<Communicator> row_, col_;  // 2D grid groups.
+  Grid2D grid_;
   SpMode sp_mode_ = SpMode::kRing;
   c10::Device device_;
   std::vector<Param> params_;

@@ -18,7 +18,20 @@ enum class TpSplit {
   kDim0,        // Contiguous chunk r of dim 0 on rank r (column-linear weight/bias, vocab rows).
   kDim1,        // Contiguous chunk r of dim 1 on rank r (row-linear weight).
   kQkvDim0,     // Dim 0 is three stacked blocks (q, k, v); chunk r of each block on rank r.
+  // 2D tensor parallelism: tp = q² ranks on a q×q grid, rank r at row i = r / q, column j = r % q.
+  kGrid,        // Linear weight [out, in]: out (dim 0) chunk j, in (dim 1) chunk i: SUMMA's block (i, j) of Wᵀ.
+  kGridQkv,     // As kGrid, dim 0 three stacked blocks (q, k, v), each chunked by j.
+  kColDim0,     // Dim 0 chunk j on every row (norm weights, biases): the same on all i.
+  kColQkvDim0,  // As kColDim0 with dim 0 three stacked blocks.
+  kColDim1,     // Dim 1 chunk j on every row (embeddings [rows, hidden]).
 };
+
+struct Param;
+
+// The side q of the grid of `tp_size` ranks (tp_size = q²) for the 2D kinds.
+int GridSide(int tp_size);
+// How many tp ranks hold identical copies of each element of `param` (1 when partitioned).
+int ReplicasInTp(const Param& param, int tp_size);
 
 struct Param {
   std::string name;                 // Documented full name, e.g. "h.0.attn.c_attn.weight".

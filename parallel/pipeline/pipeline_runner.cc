@@ -26,9 +26,8 @@ int PipelineRunner::Tag(bool gradient, int micro_batch, int virtual_stage) const
 }
 
 at::Tensor PipelineRunner::EmptyActivation() const {
-  const GptConfig& c = model_->config();
   const at::Tensor& any = model_->params().at(0).value;
-  return at::empty({options_.micro_batch, options_.seq_len, c.hidden},
+  return at::empty(model_->ActivationShape(options_.micro_batch, options_.seq_len),
                    any.options().dtype(options_.activation_dtype).requires_grad(false));
 }
 

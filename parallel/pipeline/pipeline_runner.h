@@ -31,7 +31,7 @@ namespace tessera::parallel {
 struct PipelineOptions {
   PipeSchedule schedule = PipeSchedule::kOneFOneB;
   int micro_batches = 1;       // Per step (the gradient accumulation count).
-  int64_t micro_batch = 1;     // Samples per micro-batch.
+  int64_t micro_batch = 1;     // Samples per micro-batch given to this rank.
   int64_t seq_len = 1;         // Positions per sample on this rank (seq_len / sp).
   at::ScalarType activation_dtype = at::kFloat;
 };

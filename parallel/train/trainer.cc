@@ -42,7 +42,22 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerOptions& o
 
 absl::Status Trainer::Init() {
   const auto& m = options_.model;
-  if (m.heads % groups_.tp->size() != 0 || m.vocab % groups_.tp->size() != 0) {
+  const bool grid = options_.tp_mode == "2d";
+  if (grid) {
+    const int q = GridSide(groups_.tp->size());
+    if (q * q != groups_.tp->size() || q < 2 || !groups_.tp_row || !groups_.tp_col) {
+      return absl::InvalidArgumentError("parallel.tp_mode 2d needs tp = q² (4, 9, 16, ...) and the grid's groups");
+    }
+    if (m.heads % q != 0 || m.vocab % q != 0 || m.hidden % q != 0 || options_.micro_batch % q != 0) {
+      return absl::InvalidArgumentError("parallel.tp_mode 2d: q must divide model.heads, hidden, vocab and micro_batch");
+    }
+    if (options_.zero_stage > 0 || options_.precision != "fp32" || options_.offload_optimizer) {
+      return absl::InvalidArgumentError(
+          "parallel.tp_mode 2d with zero_stage > 0, bf16/fp16 or optimizer offload is not available yet");
+    }
+  } else if (options_.tp_mode != "1d") {
+    return absl::InvalidArgumentError(absl::StrCat("parallel.tp_mode ", options_.tp_mode, " is not available"));
+  } else if (m.heads % groups_.tp->size() != 0 || m.vocab % groups_.tp->size() != 0) {
     return absl::InvalidArgumentError("tp must divide model.heads and model.vocab");
   }
   if (options_.global_batch % (options_.micro_batch * groups_.dp->size()) != 0) {
@@ -100,7 +115,8 @@ absl::Status Trainer::Init() {
       part.head |= c.head;
     }
   }
-  model_ = std::make_unique<Gpt>(m, part, groups_.tp, options_.seed, device_);
+  model_ = grid ? std::make_unique<Gpt>(m, part, groups_.tp, groups_.tp_row, groups_.tp_col, options_.seed, device_)
+               : std::make_unique<Gpt>(m, part, groups_.tp, options_.seed, device_);
   if (sp > 1) model_->set_sequence_parallel(groups_.sp, options_.sp_mode == "ring" ? SpMode::kRing : SpMode::kAllToAll);
   model_->set_activation_checkpointing(options_.activation_checkpointing);
   model_->set_fused_kernels(options_.fused_kernels);
@@ -149,7 +165,7 @@ absl::Status Trainer::Init() {
                                                      options_.pp_schedule, "\""));
     }
     po.micro_batches = options_.global_batch / (options_.micro_batch * groups_.dp->size());
-    po.micro_batch = options_.micro_batch;
+    po.micro_batch = grid ? options_.micro_batch / groups_.tp_row->size() : options_.micro_batch;
     po.seq_len = m.seq_len / groups_.sp->size();
     po.activation_dtype = dtype;
     auto runner = PipelineRunner::Create(model_.get(), *layout_, groups_.pp, po);
@@ -174,6 +190,11 @@ absl::StatusOr<at::Tensor> Trainer::ReadMicroBatch(int a, int accum) {
   at::Tensor window = at::from_blob(tokens.data(), {micro, T + 1}, at::kLong);
   const int sp = groups_.sp->size();
   if (sp > 1) window = window.narrow(1, groups_.sp->rank() * (T / sp), T / sp + 1);
+  if (options_.tp_mode == "2d") {
+    // 2D tensor parallelism: grid row i takes sample chunk i.
+    const int q = groups_.tp_col->size();
+    window = window.narrow(0, groups_.tp_col->rank() * (micro / q), micro / q);
+  }
   return window.to(device_, /*non_blocking=*/false, /*copy=*/true);
 }
 
@@ -539,8 +560,13 @@ absl::Status Trainer::LoadCheckpoint(const std::string& path) {
 }
 
 absl::Status Trainer::LoadShardedOptimizer(const std::string& path, int saved_tp) {
-  // Files of every saved dp rank, for the saved tp ranks this rank needs.
-  const bool same_tp = saved_tp == groups_.tp->size();
+  // Files of every saved dp rank, for the saved tp ranks this rank needs. Sharded checkpoints are
+  // written by 1D layouts (ZeRO does not run with other tp modes).
+  const bool same_tp = saved_tp == groups_.tp->size() && options_.tp_mode == "1d";
+  std::map<std::string, TpSplit> saved_split;
+  for (const ParamSpec& spec : GptParamSpecs(options_.model, model_->part(), TpLayout::k1D)) {
+    saved_split[spec.name] = spec.split;
+  }
   std::vector<int> tp_ranks;
   for (int t = 0; t < saved_tp; ++t) {
     if (!same_tp || t == groups_.tp->rank()) tp_ranks.push_back(t);
@@ -559,7 +585,9 @@ absl::Status Trainer::LoadShardedOptimizer(const std::string& path, int saved_tp
   auto& ps = model_->params();
   for (Param& p : ps) {
     std::vector<at::Tensor> parts_m, parts_v;
-    const std::vector<int64_t> shape = PartShape(p, saved_tp);
+    Param saved = p;
+    saved.split = saved_split.at(p.name);
+    const std::vector<int64_t> shape = PartShape(saved, saved_tp);
     for (int t : tp_ranks) {
       int64_t numel = 1;
       for (int64_t d : shape) numel *= d;
@@ -591,8 +619,8 @@ absl::Status Trainer::LoadShardedOptimizer(const std::string& path, int saved_tp
       pending_v_.push_back(parts_v[0]);
     } else {
       const int r = groups_.tp->rank(), n = groups_.tp->size();
-      pending_m_.push_back(ShardOf(p, JoinShards(p, parts_m), r, n));
-      pending_v_.push_back(ShardOf(p, JoinShards(p, parts_v), r, n));
+      pending_m_.push_back(ShardOf(p, JoinShards(saved, parts_m), r, n));
+      pending_v_.push_back(ShardOf(p, JoinShards(saved, parts_v), r, n));
     }
   }
   return absl::OkStatus();

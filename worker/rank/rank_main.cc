@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/spec/job_spec.h"
 #include "parallel/comm/process_groups.h"
+#include "parallel/models/param_layout.h"
 #include "parallel/train/trainer.h"
 #include "worker/rank/spec_to_options.h"
 
@@ -54,6 +55,7 @@ absl::Status RunRank() {
     boot.backend = parallel::CommBackend::kNccl;
     boot.device_index = options.device.local_rank;
   }
+  if (options.tp_mode == "2d") boot.tp_grid_side = parallel::GridSide(options.mesh.tp);
   auto groups = parallel::CreateProcessGroups(boot, *mesh);
   if (!groups.ok()) return groups.status();
   auto trainer = parallel::Trainer::Create(options, *groups);

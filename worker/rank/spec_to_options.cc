@@ -20,6 +20,7 @@ parallel::TrainerOptions ToTrainerOptions(const v1::JobSpec& spec) {
   o.zero_stage = p.zero_stage();
   o.pp_schedule = p.pp_schedule() == v1::PP_SCHEDULE_INTERLEAVED ? "interleaved" : "1f1b";
   o.pp_chunks = p.pp_chunks();
+  o.tp_mode = p.tp_mode() == v1::TP_MODE_2D ? "2d" : "1d";
   o.sp_mode = p.sp_mode() == v1::SP_MODE_ALL_TO_ALL ? "all_to_all" : "ring";
   o.pp_layers.assign(p.pp_layers().begin(), p.pp_layers().end());
   const auto& t = spec.train();
