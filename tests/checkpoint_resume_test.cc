@@ -126,6 +126,26 @@ TEST(CheckpointResumeTest, OtherLayoutsResumeFromSingleProcessCheckpoint) {
   for (int step = 5; step <= 8; ++step) {
     EXPECT_NEAR(got_zero.at(step), want.at(step), kLossAtol + kLossRtol * std::abs(want.at(step))) << "step " << step;
   }
+  // The ZeRO-1 run's checkpoint of step 6 (optimizer state in per-rank 1D shards) resumes on a 2D grid.
+  fs::create_directories(dir + "/tp2d/checkpoints");
+  fs::copy(dir + "/zero1/checkpoints/step_00000006", dir + "/tp2d/checkpoints/step_00000006");
+  auto grid = RunTessera({"run", spec, "--quiet", "--set", "output_dir=" + dir + "/tp2d", "--set", "parallel.tp=4",
+                          "--set", "parallel.tp_mode=2d"});
+  ASSERT_EQ(grid.exit_code, 0) << grid.output;
+  const auto got_grid = ReadLosses(dir + "/tp2d/steps.jsonl");
+  ASSERT_EQ(got_grid.size(), 2u);
+  for (int step = 7; step <= 8; ++step) {
+    EXPECT_NEAR(got_grid.at(step), want.at(step), kLossAtol + kLossRtol * std::abs(want.at(step))) << "step " << step;
+  }
+  // And the 2D run's own final checkpoint holds the full tensors of the single-process run's, within
+  // 1e-4 + 1e-3·|w|: two AdamW steps from rounding-level differences move a weight by up to ~2·lr.
+  auto a = testing::ReadF32(dir + "/single/checkpoints/step_00000008/model.safetensors");
+  auto b = testing::ReadF32(dir + "/tp2d/checkpoints/step_00000008/model.safetensors");
+  ASSERT_EQ(a.size(), b.size());
+  for (const auto& [name, w] : a) {
+    ASSERT_EQ(b[name].size(), w.size()) << name;
+    for (size_t i = 0; i < w.size(); ++i) ASSERT_NEAR(b[name][i], w[i], 1e-4 + 1e-3 * std::abs(w[i])) << name << "[" << i << "]";
+  }
 }
 
 TEST(CheckpointResumeTest, MismatchedOrCorruptCheckpointsAreClearErrors) {

@@ -87,6 +87,19 @@ TEST_F(ParallelEquivalenceTest, Zero3WithTensorParallel) {
   CompareWithReference(Run("dp2tp2_zero3", 2, 2, {"parallel.zero_stage=3"}));
 }
 
+// 2D (SUMMA) tensor parallelism on a 2×2 grid: samples split over grid rows, hidden over columns.
+TEST_F(ParallelEquivalenceTest, TensorParallel2D) {
+  CompareWithReference(Run("tp2d", 1, 4, {"parallel.tp_mode=2d"}));
+}
+
+TEST_F(ParallelEquivalenceTest, TensorParallel2DTimesDataParallel2) {
+  CompareWithReference(Run("tp2d_dp2", 2, 4, {"parallel.tp_mode=2d"}));
+}
+
+TEST_F(ParallelEquivalenceTest, TensorParallel2DWithActivationCheckpointing) {
+  CompareWithReference(Run("tp2d_ckpt", 1, 4, {"parallel.tp_mode=2d", "train.activation_checkpointing=true"}));
+}
+
 // Recomputing each block in backward runs the same kernels on the same inputs: the losses and
 // gradients are identical, bit for bit, to storing the activations.
 TEST_F(ParallelEquivalenceTest, ActivationCheckpointingIsExact) {

@@ -106,6 +106,10 @@ TEST_F(PipelineTest, InterleavedPipelineTimesTensor) {
   Compare(Run("pp4itp2", {"parallel.pp=4", "parallel.tp=2", "parallel.pp_schedule=interleaved", "parallel.pp_chunks=2"}));
 }
 
+TEST_F(PipelineTest, PipelineTimesTensor2D) {
+  Compare(Run("pp2tp2d", {"parallel.pp=2", "parallel.tp=4", "parallel.tp_mode=2d"}));
+}
+
 // A pipelined run's checkpoint (gathered from every stage into the documented full tensors) resumes
 // as dp2×tp2; a dp2 ZeRO-1 checkpoint (optimizer state in per-rank shards) resumes as pp4.
 TEST_F(PipelineTest, CheckpointsMoveBetweenPipelinedAndOtherLayouts) {

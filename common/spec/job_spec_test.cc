@@ -7,6 +7,7 @@ namespace tessera::spec {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr char kValid[] = R"(
 name: demo
@@ -92,11 +93,11 @@ TEST(JobSpecTest, EveryProblemReportedOnce) {
 }
 
 TEST(JobSpecTest, NotYetAvailableModesAreRejectedByField) {
-  auto spec = ParseAndValidate(kValid, {"parallel.tp_mode=2.5d", "parallel.order=tp-dp-pp", "device=cuda",
+  auto spec = ParseAndValidate(kValid, {"parallel.tp_mode=3d", "parallel.order=tp-dp-pp", "device=cuda",
                                         "parallel.zero_stage=1"});
   ASSERT_FALSE(spec.ok());
   const std::string msg(spec.status().message());
-  EXPECT_THAT(msg, HasSubstr("parallel.tp_mode: 2.5d is not available yet"));
+  EXPECT_THAT(msg, HasSubstr("parallel.tp_mode: 3d is not available yet"));
   EXPECT_THAT(msg, HasSubstr("parallel.order: 'tp-dp-pp' must name dp, pp, sp and tp once each"));
   EXPECT_THAT(msg, HasSubstr("parallel.zero_stage: 1 with device cuda is not available yet"));
 }
@@ -173,6 +174,24 @@ TEST(JobSpecTest, PipelineOptions) {
   EXPECT_THAT(msg, HasSubstr("train.precision: bf16 and fp16 with pp > 1 are not available yet"));
   EXPECT_THAT(msg, HasSubstr("optimizer.offload: cpu with pp > 1 is not available yet"));
   EXPECT_THAT(msg, HasSubstr("parallel.pp: 2 with device cuda is not available yet"));
+}
+
+TEST(JobSpecTest, TensorParallel2DOptions) {
+  auto ok = ParseAndValidate(kValid, {"parallel.tp=4", "parallel.tp_mode=2d"});
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  auto square = ParseAndValidate(kValid, {"parallel.tp=2", "parallel.tp_mode=2d"});
+  EXPECT_THAT(square.status().message(), HasSubstr("parallel.tp: 2 with tp_mode 2d must be a square q² ≥ 4"));
+  // q = 3: heads 4, hidden 64, vocab 256 and micro_batch 2 are not multiples of 3; tp 9 does not
+  // divide heads either, which 2d does not need.
+  auto side = ParseAndValidate(kValid, {"parallel.tp=9", "parallel.tp_mode=2d"});
+  ASSERT_FALSE(side.ok());
+  const std::string msg(side.status().message());
+  EXPECT_THAT(msg, HasSubstr("model.heads: 4 is not a multiple of the 2D grid side q = 3 (tp 9)"));
+  EXPECT_THAT(msg, HasSubstr("model.hidden: 64 is not a multiple"));
+  EXPECT_THAT(msg, HasSubstr("train.micro_batch: 2 is not a multiple"));
+  EXPECT_THAT(msg, Not(HasSubstr("parallel.tp: 9 does not divide")));
+  auto later = ParseAndValidate(kValid, {"parallel.tp=4", "parallel.tp_mode=2d", "parallel.zero_stage=1"});
+  EXPECT_THAT(later.status().message(), HasSubstr("parallel.zero_stage: 1 with tp_mode 2d is not available yet"));
 }
 
 TEST(JobSpecTest, SequenceParallelOptions) {
