@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <set>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -128,37 +129,63 @@ void CheckSequence(const v1::JobSpec& s, Checker& c) {
 
 void CheckTensorMode(const v1::JobSpec& s, Checker& c) {
   const auto& p = s.parallel();
+  c.AtLeast("parallel.tp_depth", p.tp_depth(), 1);
   if (p.tp_mode() == v1::TP_MODE_1D) return;
-  if (p.tp_mode() != v1::TP_MODE_2D) {
-    c.Fail("parallel.tp_mode", absl::StrCat(EnumYamlName(v1::TpMode_descriptor()->FindValueByNumber(p.tp_mode())),
-                                            " is not available yet; use 1d or 2d"));
+  const std::string mode = EnumYamlName(v1::TpMode_descriptor()->FindValueByNumber(p.tp_mode()));
+  if (p.tp_mode() == v1::TP_MODE_UNSPECIFIED || mode.empty()) {
+    c.Fail("parallel.tp_mode", "must be 1d, 2d, 2.5d or 3d");
     return;
   }
+  // The grid: 2d q×q, 2.5d d layers of q×q, 3d q×q×q. Samples are split over all axes but the one
+  // splitting the hidden dimension between blocks; 3d splits weights' inputs over two axes.
+  const int tp = p.tp(), d = std::max(1, p.tp_depth());
   int q = 1;
-  while ((q + 1) * (q + 1) <= p.tp()) ++q;
-  if (q * q != p.tp() || q < 2) {
-    c.Fail("parallel.tp", absl::StrCat(p.tp(), " with tp_mode 2d must be a square q² ≥ 4 (4, 9, 16, ...)"));
-    return;
+  int64_t samples = 1, hidden = 1;
+  if (p.tp_mode() == v1::TP_MODE_3D) {
+    while ((q + 1) * (q + 1) * (q + 1) <= tp) ++q;
+    if (q * q * q != tp || q < 2) {
+      c.Fail("parallel.tp", absl::StrCat(tp, " with tp_mode 3d must be a cube q³ ≥ 8 (8, 27, 64, ...)"));
+      return;
+    }
+    samples = q * q, hidden = q * q;
+  } else {
+    const int per_layer = p.tp_mode() == v1::TP_MODE_2P5D ? tp / d : tp;
+    while ((q + 1) * (q + 1) <= per_layer) ++q;
+    if (p.tp_mode() == v1::TP_MODE_2P5D && (tp % d != 0 || q * q * d != tp || q < 2)) {
+      c.Fail("parallel.tp", absl::StrCat(tp, " with tp_mode 2.5d must be tp_depth·q² = ", d, "·q² with q ≥ 2"));
+      return;
+    }
+    if (p.tp_mode() == v1::TP_MODE_2D && (q * q != tp || q < 2)) {
+      c.Fail("parallel.tp", absl::StrCat(tp, " with tp_mode 2d must be a square q² ≥ 4 (4, 9, 16, ...)"));
+      return;
+    }
+    samples = p.tp_mode() == v1::TP_MODE_2P5D ? d * q : q, hidden = q;
+  }
+  if (p.tp_mode() != v1::TP_MODE_2P5D && p.tp_depth() > 1) {
+    c.Fail("parallel.tp_depth", absl::StrCat(p.tp_depth(), " applies to tp_mode 2.5d only"));
   }
   const auto& m = s.model();
-  for (const auto& [field, value] : std::vector<std::pair<std::string, int>>{
-           {"model.heads", m.heads()}, {"model.hidden", m.hidden()}, {"model.vocab", m.vocab()},
-           {"train.micro_batch", s.train().micro_batch()}}) {
-    if (value >= 1 && value % q != 0) {
-      c.Fail(field, absl::StrCat(value, " is not a multiple of the 2D grid side q = ", q, " (tp ", p.tp(), ")"));
+  for (const auto& [field, value, by] : std::vector<std::tuple<std::string, int, int64_t>>{
+           {"model.heads", m.heads(), q}, {"model.vocab", m.vocab(), q}, {"model.hidden", m.hidden(), hidden},
+           {"train.micro_batch", s.train().micro_batch(), samples}}) {
+    if (value >= 1 && value % by != 0) {
+      c.Fail(field, absl::StrCat(value, " is not a multiple of ", by, " (tp_mode ", mode, ", tp ", tp, ", grid side q = ",
+                                 q, ")"));
     }
   }
-  // Not composed yet: the sharded / mixed-precision optimizer with 2D layouts.
+  // Not composed yet: the sharded / mixed-precision optimizer with grid layouts.
   if (p.zero_stage() > 0) {
-    c.Fail("parallel.zero_stage", absl::StrCat(p.zero_stage(), " with tp_mode 2d is not available yet; use 0"));
+    c.Fail("parallel.zero_stage", absl::StrCat(p.zero_stage(), " with tp_mode ", mode, " is not available yet; use 0"));
   }
   if (s.train().precision() == v1::PRECISION_BF16 || s.train().precision() == v1::PRECISION_FP16) {
-    c.Fail("train.precision", "bf16 and fp16 with tp_mode 2d are not available yet; use fp32");
+    c.Fail("train.precision", absl::StrCat("bf16 and fp16 with tp_mode ", mode, " are not available yet; use fp32"));
   }
   if (s.optimizer().offload() == v1::OFFLOAD_CPU) {
-    c.Fail("optimizer.offload", "cpu with tp_mode 2d is not available yet; use none");
+    c.Fail("optimizer.offload", absl::StrCat("cpu with tp_mode ", mode, " is not available yet; use none"));
   }
-  if (s.device() == v1::DEVICE_CUDA) c.Fail("parallel.tp_mode", "2d with device cuda is not available yet; use 1d");
+  if (s.device() == v1::DEVICE_CUDA) {
+    c.Fail("parallel.tp_mode", absl::StrCat(mode, " with device cuda is not available yet; use 1d"));
+  }
 }
 
 void CheckParallel(const v1::JobSpec& s, Checker& c) {

@@ -80,17 +80,25 @@ absl::StatusOr<ProcessGroups> CreateProcessGroups(const BootstrapOptions& option
   if (mesh.size(Axis::kSp) > 1) {
     wants.push_back({"dpsp", &groups.dp_sp, mesh.GroupRanks(options.rank, std::vector<Axis>{Axis::kDp, Axis::kSp})});
   }
-  const int q = options.tp_grid_side;
-  if (q > 1) {
+  std::vector<std::shared_ptr<Communicator>> axes(options.tp_grid.size());
+  if (!options.tp_grid.empty()) {
     const std::vector<int> tp_ranks = mesh.GroupRanks(options.rank, Axis::kTp);
-    if (static_cast<int>(tp_ranks.size()) != q * q) {
-      return absl::InvalidArgumentError(absl::StrCat("a ", q, "×", q, " grid needs tp = ", q * q));
+    int product = 1;
+    for (int n : options.tp_grid) product *= n;
+    if (product != static_cast<int>(tp_ranks.size())) {
+      return absl::InvalidArgumentError(absl::StrCat("the tp grid's sizes multiply to ", product, ", tp is ",
+                                                     tp_ranks.size()));
     }
-    const int t = mesh.Coord(options.rank, Axis::kTp), i = t / q, j = t % q;
-    std::vector<int> row, col;
-    for (int k = 0; k < q; ++k) row.push_back(tp_ranks[i * q + k]), col.push_back(tp_ranks[k * q + j]);
-    wants.push_back({"tprow", &groups.tp_row, row});
-    wants.push_back({"tpcol", &groups.tp_col, col});
+    const int t = mesh.Coord(options.rank, Axis::kTp);
+    int stride = 1;
+    for (size_t a = options.tp_grid.size(); a-- > 0;) {
+      const int n = options.tp_grid[a];
+      const int coord = (t / stride) % n;
+      std::vector<int> members;
+      for (int k = 0; k < n; ++k) members.push_back(tp_ranks[t + (k - coord) * stride]);
+      wants.push_back({nullptr, &axes[a], members});
+      stride *= n;
+    }
   }
   const std::vector<int> pp_ranks = mesh.GroupRanks(options.rank, Axis::kPp);
   if (options.rank == pp_ranks.front() || options.rank == pp_ranks.back()) {
@@ -99,11 +107,12 @@ absl::StatusOr<ProcessGroups> CreateProcessGroups(const BootstrapOptions& option
     wants.push_back({"embed", &groups.embed, ends});
   }
   for (Want& w : wants) {
-    auto comm = MakeGroup(store, w.name, w.members, options.rank, options);
+    auto comm = MakeGroup(store, w.name ? w.name : "tpaxis", w.members, options.rank, options);
     if (!comm.ok()) return comm.status();
     *w.out = std::move(*comm);
   }
   if (!groups.dp_sp) groups.dp_sp = groups.dp;
+  groups.tp_axes = std::move(axes);
   return groups;
 }
 

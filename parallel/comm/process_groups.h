@@ -29,10 +29,9 @@ struct ProcessGroups {
   // embedding (its gradient is summed between them). Null on the stages in between; a group of one
   // when pp = 1.
   std::shared_ptr<Communicator> embed;
-  // 2D tensor parallelism (BootstrapOptions::tp_grid_side q > 1): this rank's row and column of the
-  // q×q grid its tp group forms (tp rank t at row t / q, column t % q). Null otherwise.
-  std::shared_ptr<Communicator> tp_row;
-  std::shared_ptr<Communicator> tp_col;
+  // 2D / 2.5D / 3D tensor parallelism (BootstrapOptions::tp_grid): one group per grid axis a, the tp
+  // ranks that differ from this one only in coordinate a (ranked by it). Empty for 1D.
+  std::vector<std::shared_ptr<Communicator>> tp_axes;
 };
 
 enum class CommBackend {
@@ -47,7 +46,9 @@ struct BootstrapOptions {
   int store_port = 0;                    // Required when the world has more than one rank.
   int rank = 0;
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};  // Rendezvous and collectives.
-  int tp_grid_side = 0;  // > 1: tp = q² and the grid's row and column groups are built.
+  // Non-empty: the tp group is a grid with these axis sizes (major first, product tp; see GridSplit in
+  // parallel/models/param_layout.h) and tp_axes are built.
+  std::vector<int> tp_grid;
 };
 
 // Connects to (rank 0: hosts) the TCPStore and builds this rank's groups for `mesh` with the chosen

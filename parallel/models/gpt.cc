@@ -6,10 +6,12 @@
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/fused_ops.h"
+#include "parallel/layers/tp3d_ops.h"
 #include "parallel/layers/tp_ops.h"
 
 namespace tessera::parallel {
@@ -44,6 +46,7 @@ Param& Gpt::Add(const ParamSpec& spec, uint64_t seed) {
   p.name = spec.name;
   p.full_shape = spec.shape;
   p.split = spec.split;
+  p.grid = spec.grid;
   p.weight_decay = spec.shape.size() >= 2;
   p.value = ShardOf(p, full, tp_->rank(), tp_->size()).to(device_).set_requires_grad(true);
   index_[spec.name] = params_.size();
@@ -62,18 +65,51 @@ Gpt::Gpt(const GptConfig& c, std::shared_ptr<Communicator> tp, uint64_t seed, c1
 
 std::vector<ParamSpec> GptParamSpecs1D(const GptConfig& c, const GptPart& part);
 
-std::vector<ParamSpec> GptParamSpecs(const GptConfig& c, const GptPart& part, TpLayout layout) {
+std::vector<int> TpShape::Grid() const {
+  switch (layout) {
+    case TpLayout::k1D: return {};
+    case TpLayout::k2D: return {q, q};
+    case TpLayout::k2p5D: return {depth, q, q};
+    case TpLayout::k3D: return {q, q, q};
+  }
+  return {};
+}
+
+std::vector<ParamSpec> GptParamSpecs(const GptConfig& c, const GptPart& part, const TpShape& tp) {
   std::vector<ParamSpec> out = GptParamSpecs1D(c, part);
-  if (layout == TpLayout::k1D) return out;
+  if (tp.layout == TpLayout::k1D) return out;
+  const std::vector<int> grid = tp.Grid();
+  // 2D/2.5D: the grid's last two axes are (i, j); 3D: (x, y, z).
+  const int n = static_cast<int>(grid.size());
+  const int i = n - 2, j = n - 1;
   for (ParamSpec& p : out) {
-    const bool qkv = p.name.find("c_attn") != std::string::npos;
-    if (p.shape.size() == 1) {
-      p.split = qkv ? TpSplit::kColQkvDim0 : TpSplit::kColDim0;
+    GridSplit g;
+    g.grid = grid;
+    g.qkv = p.name.find("c_attn") != std::string::npos;
+    const bool first_of_pair = g.qkv || p.name.find("c_fc") != std::string::npos;  // Input layout → other.
+    if (tp.layout == TpLayout::k3D) {
+      const int x = 0, y = 1, z = 2;
+      if (p.shape.size() == 1) {
+        // Biases follow their linear's output layout (hidden over y after the first of a pair);
+        // norms act between blocks (hidden over z).
+        g.dim0 = {first_of_pair ? y : z};
+      } else if (p.name == "wte.weight" || p.name == "wpe.weight") {
+        g.dim1 = {z};
+      } else {
+        // Wᵀ's row (input) blocks over the contraction axis, sub-chunked over x; columns over the other.
+        g.dim0 = {first_of_pair ? y : z};
+        g.dim1 = {first_of_pair ? z : y, x};
+      }
+    } else if (p.shape.size() == 1) {
+      g.dim0 = {j};
     } else if (p.name == "wte.weight" || p.name == "wpe.weight") {
-      p.split = TpSplit::kColDim1;
+      g.dim1 = {j};
     } else {
-      p.split = qkv ? TpSplit::kGridQkv : TpSplit::kGrid;
+      g.dim0 = {j};  // Wᵀ's column block j (outputs),
+      g.dim1 = {i};  // row block i (inputs): SUMMA's B_ij.
     }
+    p.split = TpSplit::kGrid;
+    p.grid = std::move(g);
   }
   return out;
 }
@@ -113,12 +149,22 @@ Gpt::Gpt(const GptConfig& c, const GptPart& part, std::shared_ptr<Communicator> 
   for (const ParamSpec& spec : GptParamSpecs(c, part)) Add(spec, seed);
 }
 
-Gpt::Gpt(const GptConfig& c, const GptPart& part, std::shared_ptr<Communicator> tp, std::shared_ptr<Communicator> row,
-         std::shared_ptr<Communicator> col, uint64_t seed, c10::Device device)
-    : config_(c), part_(part), tp_(std::move(tp)), layout_(TpLayout::k2D), row_(std::move(row)), col_(std::move(col)),
-      device_(device) {
-  grid_ = Grid2D{row_.get(), col_.get(), row_->size()};
-  for (const ParamSpec& spec : GptParamSpecs(c, part, TpLayout::k2D)) Add(spec, seed);
+Gpt::Gpt(const GptConfig& c, const GptPart& part, std::shared_ptr<Communicator> tp, const TpShape& shape,
+         std::vector<std::shared_ptr<Communicator>> axes, uint64_t seed, c10::Device device)
+    : config_(c), part_(part), tp_(std::move(tp)), shape_(shape), axes_(std::move(axes)), device_(device) {
+  const size_t n = axes_.size();
+  grid_ = Grid2D{axes_[n - 1].get(), axes_[n - 2].get(), shape_.q};
+  for (const ParamSpec& spec : GptParamSpecs(c, part, shape_)) Add(spec, seed);
+}
+
+std::pair<int, int> Gpt::SampleChunk() const {
+  // Samples are split over every grid axis but the last (mixed radix, major first).
+  int index = 0, count = 1;
+  for (size_t a = 0; a + 1 < axes_.size(); ++a) {
+    index = index * axes_[a]->size() + axes_[a]->rank();
+    count *= axes_[a]->size();
+  }
+  return {index, count};
 }
 
 int Gpt::UnitOfLayer(int layer) const {
@@ -143,10 +189,19 @@ std::vector<std::vector<size_t>> Gpt::Units() const {
 
 const at::Tensor& Gpt::P(const std::string& name) const { return params_[index_.at(name)].value; }
 
-at::Tensor Gpt::C(const std::string& name) const { return CopyToTp(P(name), col_.get()); }
+at::Tensor Gpt::Use(const std::string& name) const {
+  const Param& p = params_[index_.at(name)];
+  at::Tensor v = p.value;
+  for (size_t a = 0; a < axes_.size(); ++a) {
+    const bool split = std::find(p.grid.dim0.begin(), p.grid.dim0.end(), static_cast<int>(a)) != p.grid.dim0.end() ||
+                       std::find(p.grid.dim1.begin(), p.grid.dim1.end(), static_cast<int>(a)) != p.grid.dim1.end();
+    if (!split && axes_[a]->size() > 1) v = CopyToTp(v, axes_[a].get());
+  }
+  return v;
+}
 
 std::vector<int64_t> Gpt::ActivationShape(int64_t samples, int64_t positions) const {
-  if (layout_ == TpLayout::k2D) return {samples, positions, config_.hidden / grid_.q};
+  if (shape_.layout != TpLayout::k1D) return {samples, positions, config_.hidden / shape_.q};
   return {samples, positions, config_.hidden};
 }
 
@@ -209,21 +264,31 @@ at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b 
 
 }  // namespace
 
-at::Tensor Gpt::Linear2D(const at::Tensor& x, const std::string& weight, const std::string& bias) {
-  // x [b, T, in/q] (hidden chunk j); the weight block W_ij [out/q, in/q] is Wᵀ's block (i, j).
-  const at::Tensor& w = P(weight);
-  at::Tensor y = Summa(x.reshape({-1, x.size(-1)}), w.t(), grid_);
-  return y.view({x.size(0), x.size(1), w.size(0)}) + C(bias);
+at::Tensor Gpt::GridLinear(const at::Tensor& x, const std::string& weight, const std::string& bias, bool second) {
+  at::Tensor w = Use(weight);  // [out part, in part]: its transpose is this rank's block of Wᵀ.
+  at::Tensor rows = x.reshape({-1, x.size(-1)});
+  at::Tensor y;
+  if (shape_.layout == TpLayout::k3D) {
+    // First of a pair: input hidden over z, rows sub-chunked over y → output hidden over y, rows over z.
+    Communicator* X = axes_[0].get();
+    Communicator* Y = axes_[1].get();
+    Communicator* Z = axes_[2].get();
+    y = second ? Linear3D(rows, w.t(), Z, X, Y) : Linear3D(rows, w.t(), Y, X, Z);
+  } else {
+    y = Summa(rows, w.t(), grid_);
+  }
+  return y.view({x.size(0), x.size(1), w.size(0)}) + Use(bias);
 }
 
-at::Tensor Gpt::Block2D(const at::Tensor& x_in, int i) {
+at::Tensor Gpt::GridBlock(const at::Tensor& x_in, int i) {
   const int64_t B = x_in.size(0), T = x_in.size(1);
-  const int64_t local_heads = config_.heads / grid_.q;
+  const int64_t local_heads = config_.heads / shape_.q;
   const int64_t head_dim = config_.hidden / config_.heads;
   const int64_t local_width = local_heads * head_dim;
   const std::string b = absl::StrCat("h.", i, ".");
-  at::Tensor a = LayerNorm2D(x_in, C(b + "ln_1.weight"), C(b + "ln_1.bias"), kLayerNormEps, grid_);
-  a = Linear2D(a, b + "attn.c_attn.weight", b + "attn.c_attn.bias");  // [B, T, 3·width/q]: this column's heads.
+  // Norms normalise over the hidden split along grid_.row (2D/2.5D: j; 3D: z).
+  at::Tensor a = LayerNorm2D(x_in, Use(b + "ln_1.weight"), Use(b + "ln_1.bias"), kLayerNormEps, grid_);
+  a = GridLinear(a, b + "attn.c_attn.weight", b + "attn.c_attn.bias", false);  // This rank's heads.
   std::vector<at::Tensor> qkv = a.split(local_width, -1);
   auto heads = [&](const at::Tensor& t) { return t.view({B, T, local_heads, head_dim}).transpose(1, 2); };
   at::Tensor y = sp_ && sp_->size() > 1
@@ -231,14 +296,14 @@ at::Tensor Gpt::Block2D(const at::Tensor& x_in, int i) {
                      : at::scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), {}, 0.0,
                                                         /*is_causal=*/true);
   y = y.transpose(1, 2).reshape({B, T, local_width});
-  at::Tensor x = x_in + Linear2D(y, b + "attn.c_proj.weight", b + "attn.c_proj.bias");
-  at::Tensor m = LayerNorm2D(x, C(b + "ln_2.weight"), C(b + "ln_2.bias"), kLayerNormEps, grid_);
-  m = at::gelu(Linear2D(m, b + "mlp.c_fc.weight", b + "mlp.c_fc.bias"));
-  return x + Linear2D(m, b + "mlp.c_proj.weight", b + "mlp.c_proj.bias");
+  at::Tensor x = x_in + GridLinear(y, b + "attn.c_proj.weight", b + "attn.c_proj.bias", true);
+  at::Tensor m = LayerNorm2D(x, Use(b + "ln_2.weight"), Use(b + "ln_2.bias"), kLayerNormEps, grid_);
+  m = at::gelu(GridLinear(m, b + "mlp.c_fc.weight", b + "mlp.c_fc.bias", false));
+  return x + GridLinear(m, b + "mlp.c_proj.weight", b + "mlp.c_proj.bias", true);
 }
 
 at::Tensor Gpt::Block(const at::Tensor& x_in, int i) {
-  if (layout_ == TpLayout::k2D) return Block2D(x_in, i);
+  if (shape_.layout != TpLayout::k1D) return GridBlock(x_in, i);
   Communicator* tp = tp_.get();
   const int64_t B = x_in.size(0), T = x_in.size(1);
   const int64_t h = config_.hidden;
@@ -277,9 +342,9 @@ at::Tensor Gpt::Embed(const at::Tensor& tokens) {
   if (hooks_) hooks_->PreForward(0);
   const int64_t T = tokens.size(1);
   const int64_t first_position = sp_ ? sp_->rank() * T : 0;
-  if (layout_ == TpLayout::k2D) {
-    // Embeddings split by hidden over the grid's columns: a local lookup gives X_ij.
-    return at::embedding(C("wte.weight"), tokens) + C("wpe.weight").narrow(0, first_position, T);
+  if (shape_.layout != TpLayout::k1D) {
+    // Embeddings split by hidden like the activations between blocks: a local lookup.
+    return at::embedding(Use("wte.weight"), tokens) + Use("wpe.weight").narrow(0, first_position, T);
   }
   return VocabParallelEmbedding(tokens, P("wte.weight"), vocab_start, tp) + P("wpe.weight").narrow(0, first_position, T);
 }
@@ -299,15 +364,17 @@ at::Tensor Gpt::Head(const at::Tensor& x_in, const at::Tensor& targets) {
   const int64_t B = x_in.size(0), T = x_in.size(1);
   const int64_t vocab_start = tp->rank() * (config_.vocab / tp->size());
   if (hooks_ && !part_.embedding) hooks_->PreForward(0);
-  if (layout_ == TpLayout::k2D) {
-    // Logits of this rank's samples: the hidden-split products summed over the row and scattered by
-    // vocabulary (chunk j), then the vocab-parallel loss over the row; the mean over grid rows.
-    at::Tensor x = LayerNorm2D(x_in, C("ln_f.weight"), C("ln_f.bias"), kLayerNormEps, grid_);
-    at::Tensor partial = at::matmul(x, C("wte.weight").t());  // [B, T, V], partial over j.
+  if (shape_.layout != TpLayout::k1D) {
+    // Logits of this rank's samples: the hidden-split products summed over the hidden axis and
+    // scattered by vocabulary, then the vocab-parallel loss over that axis; the mean over the axes
+    // that split the samples.
+    at::Tensor x = LayerNorm2D(x_in, Use("ln_f.weight"), Use("ln_f.bias"), kLayerNormEps, grid_);
+    at::Tensor partial = at::matmul(x, Use("wte.weight").t());  // [B, T, V], partial over the hidden axis.
     at::Tensor logits = ReduceScatterAlong(partial, 2, grid_.row);
     const int64_t start = grid_.row->rank() * (config_.vocab / grid_.q);
-    at::Tensor losses = VocabParallelCrossEntropy(logits.reshape({B * T, -1}), targets.reshape({B * T}), start, grid_.row);
-    at::Tensor loss = ReduceFromTp(losses.mean() / grid_.q, grid_.col);
+    at::Tensor loss = VocabParallelCrossEntropy(logits.reshape({B * T, -1}), targets.reshape({B * T}), start, grid_.row)
+                          .mean();
+    for (size_t a = 0; a + 1 < axes_.size(); ++a) loss = ReduceFromTp(loss / axes_[a]->size(), axes_[a].get());
     if (hooks_) loss = hooks_->PostForward(0, loss);
     return loss;
   }

@@ -35,10 +35,26 @@ class UnitHooks {
   virtual at::Tensor PostForward(int unit, at::Tensor output) = 0;
 };
 
-// How the tp group splits the model: 1D (Megatron: heads and MLP columns split, activations
-// replicated) or 2D (a q×q grid, tp = q²: activations split by samples over grid rows and by hidden
-// over grid columns, linear weights in SUMMA blocks, norms and embeddings split by hidden over columns).
-enum class TpLayout { k1D, k2D };
+// How the tp group splits the model.
+//   1D    Megatron: heads and MLP columns split, activations replicated.
+//   2D    a q×q grid (tp = q², axes i, j): activations split by samples over i and by hidden over j,
+//         linear weights in SUMMA blocks (i, j), norms, biases and embeddings split by hidden over j.
+//   2.5D  Tesseract: d layers of the 2D grid (tp = d·q², axes k, i, j): samples split over (k, i),
+//         every layer holds the same 2D blocks (their gradients summed over k).
+//   3D    a q×q×q cube (axes x, y, z): between blocks, samples split over (x, y) and hidden over z;
+//         each linear gathers its input over one axis and its weight over x and reduce-scatters its
+//         output over the third, so input and output layouts alternate (parallel/layers/tp3d_ops.h).
+// Grid layouts: embeddings split by hidden, the tied head's logits reduce-scattered by vocabulary
+// into the vocab-parallel loss.
+enum class TpLayout { k1D, k2D, k2p5D, k3D };
+
+struct TpShape {
+  TpLayout layout = TpLayout::k1D;
+  int q = 1;      // Grid side.
+  int depth = 1;  // 2.5D: the number of layers d.
+  // The grid's axis sizes, major first (ProcessGroups::tp_axes): {q, q}, {d, q, q}, {q, q, q}; {} for 1D.
+  std::vector<int> Grid() const;
+};
 
 // The parts of the model one rank holds (pipeline stages hold a subset; parallel/pipeline).
 struct GptPart {
@@ -56,11 +72,11 @@ struct ParamSpec {
   TpSplit split = TpSplit::kReplicated;
   double init_std = 0;
   double fill = 0;
+  GridSplit grid;  // With split kGrid.
 };
 
 // The parameters of `part` of a GPT of `config`, in the model's order, split for `layout`.
-std::vector<ParamSpec> GptParamSpecs(const GptConfig& config, const GptPart& part,
-                                     TpLayout layout = TpLayout::k1D);
+std::vector<ParamSpec> GptParamSpecs(const GptConfig& config, const GptPart& part, const TpShape& tp = {});
 
 class Gpt {
  public:
@@ -74,11 +90,13 @@ class Gpt {
   Gpt(const GptConfig& config, std::shared_ptr<Communicator> tp, uint64_t seed, c10::Device device);
   Gpt(const GptConfig& config, const GptPart& part, std::shared_ptr<Communicator> tp, uint64_t seed,
       c10::Device device);
-  // 2D: `row` and `col` are this rank's grid groups (ProcessGroups::tp_row / tp_col); tp = q².
-  // Requires q to divide heads, hidden and vocab. Token batches given to Embed/Head/Loss are this
-  // rank's sample chunk (grid row i of the micro-batch).
-  Gpt(const GptConfig& config, const GptPart& part, std::shared_ptr<Communicator> tp,
-      std::shared_ptr<Communicator> row, std::shared_ptr<Communicator> col, uint64_t seed, c10::Device device);
+  // Grid layouts (2D, 2.5D, 3D): `axes` are this rank's groups along the grid's axes
+  // (ProcessGroups::tp_axes). Token batches given to Embed/Head/Loss are this rank's chunk of the
+  // micro-batch's samples (SampleChunk()).
+  Gpt(const GptConfig& config, const GptPart& part, std::shared_ptr<Communicator> tp, const TpShape& shape,
+      std::vector<std::shared_ptr<Communicator>> axes, uint64_t seed, c10::Device device);
+  // Which chunk of each micro-batch's samples this rank processes: (index, count); (0, 1) for 1D.
+  std::pair<int, int> SampleChunk() const;
 
   // Mean cross-entropy over all tokens of `tokens` [B, T] predicting `targets` [B, T] (T <= seq_len).
   // Needs the whole model: Head(Blocks(Embed(tokens), 0, layers), targets).
@@ -132,19 +150,22 @@ class Gpt {
  private:
   Param& Add(const ParamSpec& spec, uint64_t seed);
   const at::Tensor& P(const std::string& name) const;
-  // 2D: a parameter copied over the grid's rows (gradients summed over the column in backward).
-  at::Tensor C(const std::string& name) const;
-  at::Tensor Block2D(const at::Tensor& x, int i);
-  at::Tensor Linear2D(const at::Tensor& x, const std::string& weight, const std::string& bias);
+  // Grid layouts: the parameter as used, copied over every grid axis it is not split by (its
+  // gradients summed over them in backward).
+  at::Tensor Use(const std::string& name) const;
+  at::Tensor GridBlock(const at::Tensor& x, int i);
+  // x [B, T, in part] → [B, T, out part] in the output layout, bias added. `second`: 3D's second
+  // linear of a pair (input split over (x, z) and hidden over y).
+  at::Tensor GridLinear(const at::Tensor& x, const std::string& weight, const std::string& bias, bool second);
   at::Tensor CheckpointedBlock(const at::Tensor& x, int i);
 
   GptConfig config_;
   GptPart part_;
   std::shared_ptr<Communicator> tp_;
   std::shared_ptr<Communicator> sp_;  // Null or one rank: no sequence parallelism.
-  TpLayout layout_ = TpLayout::k1D;
-  std::shared_ptr<Communicator> row_, col_;  // 2D grid groups.
-  Grid2D grid_;
+  TpShape shape_;
+  std::vector<std::shared_ptr<Communicator>> axes_;  // Grid layouts: groups along each axis.
+  Grid2D grid_;  // 2D / 2.5D: the (i, j) grid of this rank's layer; 3D: row = z (hidden between blocks).
   SpMode sp_mode_ = SpMode::kRing;
   c10::Device device_;
   std::vector<Param> params_;

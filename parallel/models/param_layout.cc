@@ -28,84 +28,90 @@ at::Tensor Join(const std::vector<at::Tensor>& parts, int64_t dim, bool qkv = fa
   return at::cat(blocks, 0);
 }
 
-bool IsGrid(TpSplit s) {
-  return s == TpSplit::kGrid || s == TpSplit::kGridQkv || s == TpSplit::kColDim0 || s == TpSplit::kColQkvDim0 ||
-         s == TpSplit::kColDim1;
+bool IsGrid(TpSplit s) { return s == TpSplit::kGrid; }
+
+at::Tensor GridShard(const GridSplit& g, const at::Tensor& full, int t) {
+  const std::vector<int> coords = GridCoords(g.grid, t);
+  at::Tensor x = full;
+  for (int a : g.dim0) x = Chunk(x, 0, g.grid[a], coords[a], g.qkv);
+  for (int a : g.dim1) x = Chunk(x, 1, g.grid[a], coords[a]);
+  return x.contiguous().clone();
 }
 
 }  // namespace
 
-int GridSide(int tp_size) {
+std::vector<int> GridCoords(const std::vector<int>& grid, int t) {
+  std::vector<int> coords(grid.size());
+  for (size_t a = grid.size(); a-- > 0;) {
+    coords[a] = t % grid[a];
+    t /= grid[a];
+  }
+  return coords;
+}
+
+int GridSide(int n) {
   int q = 1;
-  while ((q + 1) * (q + 1) <= tp_size) ++q;
+  while ((q + 1) * (q + 1) <= n) ++q;
   return q;
 }
 
 int ReplicasInTp(const Param& param, int tp_size) {
   switch (param.split) {
     case TpSplit::kReplicated: return tp_size;
-    case TpSplit::kColDim0:
-    case TpSplit::kColQkvDim0:
-    case TpSplit::kColDim1: return GridSide(tp_size);
+    case TpSplit::kGrid: {
+      int split = 1;
+      for (int a : param.grid.dim0) split *= param.grid.grid[a];
+      for (int a : param.grid.dim1) split *= param.grid.grid[a];
+      return tp_size / split;
+    }
     default: return 1;
   }
 }
 
 at::Tensor ShardOf(const Param& param, const at::Tensor& full, int tp_rank, int tp_size) {
-  const int q = GridSide(tp_size), i = tp_rank / q, j = tp_rank % q;
   switch (param.split) {
     case TpSplit::kReplicated: return full.clone();
     case TpSplit::kDim0: return Chunk(full, 0, tp_size, tp_rank).clone();
     case TpSplit::kDim1: return Chunk(full, 1, tp_size, tp_rank).contiguous();
     case TpSplit::kQkvDim0: return Chunk(full, 0, tp_size, tp_rank, true);
-    case TpSplit::kGrid: return Chunk(Chunk(full, 0, q, j), 1, q, i).contiguous();
-    case TpSplit::kGridQkv: return Chunk(Chunk(full, 0, q, j, true), 1, q, i).contiguous();
-    case TpSplit::kColDim0: return Chunk(full, 0, q, j).clone();
-    case TpSplit::kColQkvDim0: return Chunk(full, 0, q, j, true);
-    case TpSplit::kColDim1: return Chunk(full, 1, q, j).contiguous();
+    case TpSplit::kGrid: return GridShard(param.grid, full, tp_rank);
   }
   return full;
 }
 
 std::vector<int64_t> PartShape(const Param& param, int tp_size) {
   std::vector<int64_t> shape = param.full_shape;
-  const int q = GridSide(tp_size);
   switch (param.split) {
     case TpSplit::kReplicated: break;
     case TpSplit::kDim0:
     case TpSplit::kQkvDim0: shape[0] /= tp_size; break;
     case TpSplit::kDim1: shape[1] /= tp_size; break;
     case TpSplit::kGrid:
-    case TpSplit::kGridQkv: shape[0] /= q, shape[1] /= q; break;
-    case TpSplit::kColDim0:
-    case TpSplit::kColQkvDim0: shape[0] /= q; break;
-    case TpSplit::kColDim1: shape[1] /= q; break;
+      for (int a : param.grid.dim0) shape[0] /= param.grid.grid[a];
+      for (int a : param.grid.dim1) shape[1] /= param.grid.grid[a];
+      break;
   }
   return shape;
 }
 
 at::Tensor JoinShards(const Param& param, const std::vector<at::Tensor>& parts) {
-  const int q = GridSide(static_cast<int>(parts.size()));
   switch (param.split) {
     case TpSplit::kReplicated: return parts[0].clone();
     case TpSplit::kDim0: return Join(parts, 0);
     case TpSplit::kDim1: return Join(parts, 1);
     case TpSplit::kQkvDim0: return Join(parts, 0, true);
-    case TpSplit::kGrid:
-    case TpSplit::kGridQkv: {
-      std::vector<at::Tensor> columns;  // Column j: rows i = 0..q-1 joined along dim 1.
-      for (int j = 0; j < q; ++j) {
-        std::vector<at::Tensor> rows;
-        for (int i = 0; i < q; ++i) rows.push_back(parts[i * q + j]);
-        columns.push_back(Join(rows, 1));
+    case TpSplit::kGrid: {
+      // Each rank's part lands where ShardOf took it from: the flat indices of the full tensor
+      // sharded the same way (copies over replicated axes write the same values).
+      int64_t numel = 1;
+      for (int64_t d : param.full_shape) numel *= d;
+      at::Tensor index = at::arange(numel, at::kLong).view(param.full_shape);
+      at::Tensor full = at::empty({numel}, parts[0].options());
+      for (size_t t = 0; t < parts.size(); ++t) {
+        full.index_put_({GridShard(param.grid, index, static_cast<int>(t)).view({-1})},
+                        parts[t].reshape({-1}).to(full.device()));
       }
-      return Join(columns, 0, param.split == TpSplit::kGridQkv);
-    }
-    case TpSplit::kColDim0:
-    case TpSplit::kColQkvDim0:
-    case TpSplit::kColDim1: {
-      std::vector<at::Tensor> row0(parts.begin(), parts.begin() + q);
-      return Join(row0, param.split == TpSplit::kColDim1 ? 1 : 0, param.split == TpSplit::kColQkvDim0);
+      return full.view(param.full_shape);
     }
   }
   return parts[0];

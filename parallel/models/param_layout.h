@@ -18,18 +18,25 @@ enum class TpSplit {
   kDim0,        // Contiguous chunk r of dim 0 on rank r (column-linear weight/bias, vocab rows).
   kDim1,        // Contiguous chunk r of dim 1 on rank r (row-linear weight).
   kQkvDim0,     // Dim 0 is three stacked blocks (q, k, v); chunk r of each block on rank r.
-  // 2D tensor parallelism: tp = q² ranks on a q×q grid, rank r at row i = r / q, column j = r % q.
-  kGrid,        // Linear weight [out, in]: out (dim 0) chunk j, in (dim 1) chunk i: SUMMA's block (i, j) of Wᵀ.
-  kGridQkv,     // As kGrid, dim 0 three stacked blocks (q, k, v), each chunked by j.
-  kColDim0,     // Dim 0 chunk j on every row (norm weights, biases): the same on all i.
-  kColQkvDim0,  // As kColDim0 with dim 0 three stacked blocks.
-  kColDim1,     // Dim 1 chunk j on every row (embeddings [rows, hidden]).
+  kGrid,        // 2D / 2.5D / 3D tensor parallelism: see GridSplit (Param::grid).
 };
 
-struct Param;
+// The tp group as a grid (2D: q×q, 2.5D: d×q×q, 3D: q×q×q): tp rank t has coordinates along the
+// axes of `grid` (major first: t = Σ coordinate·stride). Each dimension of a tensor is chunked by the
+// listed axes, major first; a tensor is copied over the axes it is not chunked by.
+struct GridSplit {
+  std::vector<int> grid;  // Axis sizes, major first; their product is tp.
+  std::vector<int> dim0;  // Axes chunking dim 0, major first (empty: not split).
+  std::vector<int> dim1;  // Axes chunking dim 1.
+  bool qkv = false;       // Dim 0 is three stacked blocks (q, k, v), each chunked.
+};
 
-// The side q of the grid of `tp_size` ranks (tp_size = q²) for the 2D kinds.
-int GridSide(int tp_size);
+// Coordinates of tp rank `t` on `grid` (major first).
+std::vector<int> GridCoords(const std::vector<int>& grid, int t);
+// The largest q with q² <= n.
+int GridSide(int n);
+
+struct Param;
 // How many tp ranks hold identical copies of each element of `param` (1 when partitioned).
 int ReplicasInTp(const Param& param, int tp_size);
 
@@ -37,6 +44,7 @@ struct Param {
   std::string name;                 // Documented full name, e.g. "h.0.attn.c_attn.weight".
   std::vector<int64_t> full_shape;  // Shape of the full (unsplit) tensor.
   TpSplit split = TpSplit::kReplicated;
+  GridSplit grid;                   // With split kGrid.
   bool weight_decay = false;        // AdamW decay applies (tensors with >= 2 dims).
   at::Tensor value;                 // This rank's part; a leaf that requires grad.
 };

@@ -42,22 +42,40 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerOptions& o
 
 absl::Status Trainer::Init() {
   const auto& m = options_.model;
-  const bool grid = options_.tp_mode == "2d";
-  if (grid) {
-    const int q = GridSide(groups_.tp->size());
-    if (q * q != groups_.tp->size() || q < 2 || !groups_.tp_row || !groups_.tp_col) {
-      return absl::InvalidArgumentError("parallel.tp_mode 2d needs tp = q² (4, 9, 16, ...) and the grid's groups");
-    }
-    if (m.heads % q != 0 || m.vocab % q != 0 || m.hidden % q != 0 || options_.micro_batch % q != 0) {
-      return absl::InvalidArgumentError("parallel.tp_mode 2d: q must divide model.heads, hidden, vocab and micro_batch");
-    }
-    if (options_.zero_stage > 0 || options_.precision != "fp32" || options_.offload_optimizer) {
-      return absl::InvalidArgumentError(
-          "parallel.tp_mode 2d with zero_stage > 0, bf16/fp16 or optimizer offload is not available yet");
-    }
+  // Tensor-parallel layout: 1d, or a grid (2d: tp = q², 2.5d: tp = d·q², 3d: tp = q³).
+  TpShape shape;
+  const int tp = groups_.tp->size();
+  if (options_.tp_mode == "2d") {
+    shape = {TpLayout::k2D, GridSide(tp), 1};
+  } else if (options_.tp_mode == "2.5d") {
+    const int d = std::max(1, options_.tp_depth);
+    shape = {TpLayout::k2p5D, GridSide(tp / d), d};
+  } else if (options_.tp_mode == "3d") {
+    int q = 1;
+    while ((q + 1) * (q + 1) * (q + 1) <= tp) ++q;
+    shape = {TpLayout::k3D, q, 1};
   } else if (options_.tp_mode != "1d") {
     return absl::InvalidArgumentError(absl::StrCat("parallel.tp_mode ", options_.tp_mode, " is not available"));
-  } else if (m.heads % groups_.tp->size() != 0 || m.vocab % groups_.tp->size() != 0) {
+  }
+  const bool grid = shape.layout != TpLayout::k1D;
+  if (grid) {
+    int product = 1;
+    for (int n : shape.Grid()) product *= n;
+    const int q = shape.q;
+    const int64_t samples = shape.layout == TpLayout::k2D ? q : shape.layout == TpLayout::k3D ? q * q : shape.depth * q;
+    const int64_t hidden_split = shape.layout == TpLayout::k3D ? q * q : q;
+    if (product != tp || q < 2 || groups_.tp_axes.size() != shape.Grid().size()) {
+      return absl::InvalidArgumentError(absl::StrCat("parallel.tp ", tp, " does not form the ", options_.tp_mode, " grid"));
+    }
+    if (m.heads % q != 0 || m.vocab % q != 0 || m.hidden % hidden_split != 0 || options_.micro_batch % samples != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("parallel.tp_mode ", options_.tp_mode,
+                                                     ": the grid does not divide model.heads, hidden, vocab or micro_batch"));
+    }
+    if (options_.zero_stage > 0 || options_.precision != "fp32" || options_.offload_optimizer) {
+      return absl::InvalidArgumentError(absl::StrCat("parallel.tp_mode ", options_.tp_mode,
+                                                     " with zero_stage > 0, bf16/fp16 or optimizer offload is not available yet"));
+    }
+  } else if (m.heads % tp != 0 || m.vocab % tp != 0) {
     return absl::InvalidArgumentError("tp must divide model.heads and model.vocab");
   }
   if (options_.global_batch % (options_.micro_batch * groups_.dp->size()) != 0) {
@@ -115,7 +133,7 @@ absl::Status Trainer::Init() {
       part.head |= c.head;
     }
   }
-  model_ = grid ? std::make_unique<Gpt>(m, part, groups_.tp, groups_.tp_row, groups_.tp_col, options_.seed, device_)
+  model_ = grid ? std::make_unique<Gpt>(m, part, groups_.tp, shape, groups_.tp_axes, options_.seed, device_)
                : std::make_unique<Gpt>(m, part, groups_.tp, options_.seed, device_);
   if (sp > 1) model_->set_sequence_parallel(groups_.sp, options_.sp_mode == "ring" ? SpMode::kRing : SpMode::kAllToAll);
   model_->set_activation_checkpointing(options_.activation_checkpointing);
@@ -165,7 +183,7 @@ absl::Status Trainer::Init() {
                                                      options_.pp_schedule, "\""));
     }
     po.micro_batches = options_.global_batch / (options_.micro_batch * groups_.dp->size());
-    po.micro_batch = grid ? options_.micro_batch / groups_.tp_row->size() : options_.micro_batch;
+    po.micro_batch = options_.micro_batch / model_->SampleChunk().second;
     po.seq_len = m.seq_len / groups_.sp->size();
     po.activation_dtype = dtype;
     auto runner = PipelineRunner::Create(model_.get(), *layout_, groups_.pp, po);
@@ -190,11 +208,9 @@ absl::StatusOr<at::Tensor> Trainer::ReadMicroBatch(int a, int accum) {
   at::Tensor window = at::from_blob(tokens.data(), {micro, T + 1}, at::kLong);
   const int sp = groups_.sp->size();
   if (sp > 1) window = window.narrow(1, groups_.sp->rank() * (T / sp), T / sp + 1);
-  if (options_.tp_mode == "2d") {
-    // 2D tensor parallelism: grid row i takes sample chunk i.
-    const int q = groups_.tp_col->size();
-    window = window.narrow(0, groups_.tp_col->rank() * (micro / q), micro / q);
-  }
+  // Grid tensor parallelism: this rank's chunk of the samples.
+  const auto [chunk, chunks] = model_->SampleChunk();
+  if (chunks > 1) window = window.narrow(0, chunk * (micro / chunks), micro / chunks);
   return window.to(device_, /*non_blocking=*/false, /*copy=*/true);
 }
 
@@ -564,7 +580,7 @@ absl::Status Trainer::LoadShardedOptimizer(const std::string& path, int saved_tp
   // written by 1D layouts (ZeRO does not run with other tp modes).
   const bool same_tp = saved_tp == groups_.tp->size() && options_.tp_mode == "1d";
   std::map<std::string, TpSplit> saved_split;
-  for (const ParamSpec& spec : GptParamSpecs(options_.model, model_->part(), TpLayout::k1D)) {
+  for (const ParamSpec& spec : GptParamSpecs(options_.model, model_->part())) {
     saved_split[spec.name] = spec.split;
   }
   std::vector<int> tp_ranks;

@@ -25,7 +25,8 @@ struct TrainerOptions {
   std::string pp_schedule = "1f1b";  // Pipeline (mesh.pp > 1): 1f1b | interleaved (parallel/pipeline).
   int pp_chunks = 1;                  // Model chunks per pipeline stage (interleaved ≥ 2).
   std::vector<int> pp_layers;         // Blocks per virtual stage; empty: balanced.
-  std::string tp_mode = "1d";         // 1d (Megatron) | 2d (SUMMA grid, tp = q²).
+  std::string tp_mode = "1d";         // 1d (Megatron) | 2d (tp = q²) | 2.5d (tp = tp_depth·q²) | 3d (tp = q³).
+  int tp_depth = 1;                   // 2.5d: the number of q×q layers.
   std::string sp_mode = "ring";       // Sequence parallel (mesh.sp > 1): ring | all_to_all.
   int zero_stage = 0;               // 1–3: state, + gradients, + parameters sharded over dp (parallel/zero).
   bool offload_optimizer = false;   // Master weights and moments in host memory, update on the host.

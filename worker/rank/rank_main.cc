@@ -6,6 +6,7 @@
 #include <ATen/Parallel.h>
 #include <malloc.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 
@@ -55,7 +56,18 @@ absl::Status RunRank() {
     boot.backend = parallel::CommBackend::kNccl;
     boot.device_index = options.device.local_rank;
   }
-  if (options.tp_mode == "2d") boot.tp_grid_side = parallel::GridSide(options.mesh.tp);
+  // Grid tensor parallelism: the tp group's axes (see parallel::TpShape::Grid).
+  const int tp = options.mesh.tp;
+  if (options.tp_mode == "2d") {
+    boot.tp_grid = {parallel::GridSide(tp), parallel::GridSide(tp)};
+  } else if (options.tp_mode == "2.5d") {
+    const int d = std::max(1, options.tp_depth), q = parallel::GridSide(tp / d);
+    boot.tp_grid = {d, q, q};
+  } else if (options.tp_mode == "3d") {
+    int q = 1;
+    while ((q + 1) * (q + 1) * (q + 1) <= tp) ++q;
+    boot.tp_grid = {q, q, q};
+  }
   auto groups = parallel::CreateProcessGroups(boot, *mesh);
   if (!groups.ok()) return groups.status();
   auto trainer = parallel::Trainer::Create(options, *groups);

@@ -20,7 +20,11 @@ parallel::TrainerOptions ToTrainerOptions(const v1::JobSpec& spec) {
   o.zero_stage = p.zero_stage();
   o.pp_schedule = p.pp_schedule() == v1::PP_SCHEDULE_INTERLEAVED ? "interleaved" : "1f1b";
   o.pp_chunks = p.pp_chunks();
-  o.tp_mode = p.tp_mode() == v1::TP_MODE_2D ? "2d" : "1d";
+  o.tp_mode = p.tp_mode() == v1::TP_MODE_2D     ? "2d"
+              : p.tp_mode() == v1::TP_MODE_2P5D ? "2.5d"
+              : p.tp_mode() == v1::TP_MODE_3D   ? "3d"
+                                                : "1d";
+  o.tp_depth = p.tp_depth();
   o.sp_mode = p.sp_mode() == v1::SP_MODE_ALL_TO_ALL ? "all_to_all" : "ring";
   o.pp_layers.assign(p.pp_layers().begin(), p.pp_layers().end());
   const auto& t = spec.train();
