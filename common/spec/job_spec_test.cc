@@ -93,11 +93,11 @@ TEST(JobSpecTest, EveryProblemReportedOnce) {
 }
 
 TEST(JobSpecTest, NotYetAvailableModesAreRejectedByField) {
-  auto spec = ParseAndValidate(kValid, {"parallel.tp_mode=3d", "parallel.order=tp-dp-pp", "device=cuda",
-                                        "parallel.zero_stage=1"});
+  auto spec = ParseAndValidate(kValid, {"parallel.tp=8", "parallel.tp_mode=3d", "train.micro_batch=4",
+                                        "parallel.order=tp-dp-pp", "device=cuda", "parallel.zero_stage=1"});
   ASSERT_FALSE(spec.ok());
   const std::string msg(spec.status().message());
-  EXPECT_THAT(msg, HasSubstr("parallel.tp_mode: 3d is not available yet"));
+  EXPECT_THAT(msg, HasSubstr("parallel.tp_mode: 3d with device cuda is not available yet"));
   EXPECT_THAT(msg, HasSubstr("parallel.order: 'tp-dp-pp' must name dp, pp, sp and tp once each"));
   EXPECT_THAT(msg, HasSubstr("parallel.zero_stage: 1 with device cuda is not available yet"));
 }
@@ -176,7 +176,7 @@ TEST(JobSpecTest, PipelineOptions) {
   EXPECT_THAT(msg, HasSubstr("parallel.pp: 2 with device cuda is not available yet"));
 }
 
-TEST(JobSpecTest, TensorParallel2DOptions) {
+TEST(JobSpecTest, TensorParallelGridOptions) {
   auto ok = ParseAndValidate(kValid, {"parallel.tp=4", "parallel.tp_mode=2d"});
   ASSERT_TRUE(ok.ok()) << ok.status();
   auto square = ParseAndValidate(kValid, {"parallel.tp=2", "parallel.tp_mode=2d"});
@@ -186,12 +186,27 @@ TEST(JobSpecTest, TensorParallel2DOptions) {
   auto side = ParseAndValidate(kValid, {"parallel.tp=9", "parallel.tp_mode=2d"});
   ASSERT_FALSE(side.ok());
   const std::string msg(side.status().message());
-  EXPECT_THAT(msg, HasSubstr("model.heads: 4 is not a multiple of the 2D grid side q = 3 (tp 9)"));
-  EXPECT_THAT(msg, HasSubstr("model.hidden: 64 is not a multiple"));
-  EXPECT_THAT(msg, HasSubstr("train.micro_batch: 2 is not a multiple"));
+  EXPECT_THAT(msg, HasSubstr("model.heads: 4 is not a multiple of 3 (tp_mode 2d, tp 9, grid side q = 3)"));
+  EXPECT_THAT(msg, HasSubstr("model.hidden: 64 is not a multiple of 3"));
+  EXPECT_THAT(msg, HasSubstr("train.micro_batch: 2 is not a multiple of 3"));
   EXPECT_THAT(msg, Not(HasSubstr("parallel.tp: 9 does not divide")));
   auto later = ParseAndValidate(kValid, {"parallel.tp=4", "parallel.tp_mode=2d", "parallel.zero_stage=1"});
   EXPECT_THAT(later.status().message(), HasSubstr("parallel.zero_stage: 1 with tp_mode 2d is not available yet"));
+  // 2.5d: tp = d·q² and the samples split d·q ways; 3d: tp = q³, samples and hidden split q² ways.
+  auto tess = ParseAndValidate(kValid, {"parallel.tp=8", "parallel.tp_mode=2.5d", "parallel.tp_depth=2",
+                                        "train.micro_batch=4"});
+  ASSERT_TRUE(tess.ok()) << tess.status();
+  auto depth = ParseAndValidate(kValid, {"parallel.tp=8", "parallel.tp_mode=2.5d", "parallel.tp_depth=2"});
+  EXPECT_THAT(depth.status().message(), HasSubstr("train.micro_batch: 2 is not a multiple of 4 (tp_mode 2.5d"));
+  auto cube = ParseAndValidate(kValid, {"parallel.tp=8", "parallel.tp_mode=3d", "train.micro_batch=4"});
+  ASSERT_TRUE(cube.ok()) << cube.status();
+  auto not_cube = ParseAndValidate(kValid, {"parallel.tp=4", "parallel.tp_mode=3d"});
+  EXPECT_THAT(not_cube.status().message(), HasSubstr("parallel.tp: 4 with tp_mode 3d must be a cube q³ ≥ 8"));
+  auto wide = ParseAndValidate(kValid, {"parallel.tp=8", "parallel.tp_mode=3d", "train.micro_batch=4", "model.hidden=34",
+                                        "model.heads=2"});
+  EXPECT_THAT(wide.status().message(), HasSubstr("model.hidden: 34 is not a multiple of 4 (tp_mode 3d"));
+  auto stray = ParseAndValidate(kValid, {"parallel.tp=4", "parallel.tp_mode=2d", "parallel.tp_depth=2"});
+  EXPECT_THAT(stray.status().message(), HasSubstr("parallel.tp_depth: 2 applies to tp_mode 2.5d only"));
 }
 
 TEST(JobSpecTest, SequenceParallelOptions) {

@@ -1,0 +1,112 @@
+// 2D, 2.5D and 3D tensor parallelism through the real `tessera run` and tessera-rank processes,
+// against the single-process run of the same spec, and checkpoints moving between grid layouts.
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/testing/cli.h"
+#include "tests/testing/compare.h"
+
+namespace tessera {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::ReadLosses;
+using testing::RunTessera;
+
+// fp32 tolerances of the other equivalence tests: the grid layouts sum partial products and
+// statistics in other orders.
+constexpr int kSteps = 6;
+constexpr int kTensors = 2 + 2 * 12 + 2;
+constexpr double kLossAtol = 1e-5, kLossRtol = 1e-3;
+
+class TensorGridTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::string(testing::FreshDir("grid"));
+    const std::string data = testing::WriteTokenFile(*dir_, 40000);
+    spec_ = new std::string(*dir_ + "/spec.yaml");
+    // micro_batch 4: 2.5D (d=2, q=2) and 3D (q=2) split each micro-batch's samples 4 ways.
+    std::ofstream(*spec_) << "name: grid\n"
+                          << "model: {layers: 2, hidden: 32, heads: 4, vocab: 256, seq_len: 16}\n"
+                          << "data: {path: " << data << "}\n"
+                          << "train: {steps: " << kSteps << ", micro_batch: 4, global_batch: 8, lr: 1e-3,\n"
+                          << "        warmup_steps: 2, schedule: cosine, min_lr: 1e-4, grad_clip: 1.0}\n"
+                          << "checkpoint: {every_steps: 3, keep: 3}\n";
+    reference_ = new std::string(Run("single", {}));
+  }
+
+  static std::string Run(const std::string& name, const std::vector<std::string>& sets) {
+    const std::string out = *dir_ + "/" + name;
+    std::vector<std::string> args = {"run", *spec_, "--quiet", "--dump-at-step", "1", "--set", "output_dir=" + out};
+    for (const auto& s : sets) args.push_back("--set"), args.push_back(s);
+    auto r = RunTessera(args);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return out;
+  }
+
+  static void Compare(const std::string& out) { testing::ExpectRunsClose(*reference_, out, kSteps, kTensors); }
+
+  static void ResumeAs(const std::string& from, const std::string& name, const std::vector<std::string>& sets) {
+    const std::string out = *dir_ + "/" + name;
+    fs::create_directories(out + "/checkpoints");
+    fs::copy(from + "/checkpoints/step_00000003", out + "/checkpoints/step_00000003");
+    std::vector<std::string> args = {"run", *spec_, "--quiet", "--set", "output_dir=" + out};
+    for (const auto& s : sets) args.push_back("--set"), args.push_back(s);
+    auto r = RunTessera(args);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const auto want = ReadLosses(*reference_ + "/steps.jsonl");
+    const auto got = ReadLosses(out + "/steps.jsonl");
+    ASSERT_EQ(got.size(), static_cast<size_t>(kSteps - 3));
+    for (int step = 4; step <= kSteps; ++step) {
+      EXPECT_NEAR(got.at(step), want.at(step), kLossAtol + kLossRtol * std::abs(want.at(step))) << "step " << step;
+    }
+  }
+
+  static std::string* dir_;
+  static std::string* spec_;
+  static std::string* reference_;
+};
+
+std::string* TensorGridTest::dir_;
+std::string* TensorGridTest::spec_;
+std::string* TensorGridTest::reference_;
+
+TEST_F(TensorGridTest, TwoD) { Compare(Run("2d", {"parallel.tp=4", "parallel.tp_mode=2d"})); }
+
+TEST_F(TensorGridTest, TwoAndAHalfD) {
+  Compare(Run("2.5d", {"parallel.tp=8", "parallel.tp_mode=2.5d", "parallel.tp_depth=2"}));
+}
+
+TEST_F(TensorGridTest, ThreeD) { Compare(Run("3d", {"parallel.tp=8", "parallel.tp_mode=3d"})); }
+
+TEST_F(TensorGridTest, ThreeDWithActivationCheckpointing) {
+  Compare(Run("3d_ckpt", {"parallel.tp=8", "parallel.tp_mode=3d", "train.activation_checkpointing=true"}));
+}
+
+// A 3D checkpoint resumes as 2.5D and as 1D tp=2; a 1D dp=2 checkpoint resumes as 3D.
+TEST_F(TensorGridTest, CheckpointsMoveBetweenGridLayouts) {
+  const std::string cube = Run("ckpt_3d", {"parallel.tp=8", "parallel.tp_mode=3d"});
+  ResumeAs(cube, "3d_to_2.5d", {"parallel.tp=8", "parallel.tp_mode=2.5d", "parallel.tp_depth=2"});
+  ResumeAs(cube, "3d_to_tp2", {"parallel.tp=2"});
+  const std::string dp = Run("ckpt_dp2", {"parallel.dp=2"});
+  ResumeAs(dp, "dp2_to_3d", {"parallel.tp=8", "parallel.tp_mode=3d"});
+}
+
+TEST_F(TensorGridTest, ImpossibleGridsAreNamed) {
+  auto r = RunTessera({"run", *spec_, "--quiet", "--set", "output_dir=" + *dir_ + "/bad", "--set", "parallel.tp=4",
+                       "--set", "parallel.tp_mode=3d"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("parallel.tp: 4 with tp_mode 3d must be a cube q³ ≥ 8"), std::string::npos) << r.output;
+  auto d = RunTessera({"run", *spec_, "--quiet", "--set", "output_dir=" + *dir_ + "/bad", "--set", "parallel.tp=8",
+                       "--set", "parallel.tp_mode=2.5d", "--set", "parallel.tp_depth=3"});
+  EXPECT_NE(d.exit_code, 0);
+  EXPECT_NE(d.output.find("parallel.tp: 8 with tp_mode 2.5d must be tp_depth·q² = 3·q²"), std::string::npos)
+      << d.output;
+  EXPECT_FALSE(fs::exists(*dir_ + "/bad/steps.jsonl"));
+}
+
+}  // namespace
+}  // namespace tessera
