@@ -8,6 +8,7 @@
 #include "client/data_prepare.h"
 #include "client/exit_codes.h"
 #include "client/local_launcher.h"
+#include "client/plan_command.h"
 
 namespace tessera::client {
 namespace {
@@ -49,9 +50,17 @@ int Main(int argc, char** argv) {
   CLI::App* follow_cmd = app.add_subcommand("follow", "Follow a job until it ends");
   follow_cmd->add_option("id", job_id, "Job id")->required();
   CLI::App* workers = app.add_subcommand("workers", "List workers");
-  CLI::App* plan = app.add_subcommand("plan", "Show the mesh and placement the coordinator would choose now");
+  CLI::App* plan = app.add_subcommand(
+      "plan", "With --devices N: rank every parallel layout of the spec's model on N devices (cost model, local). "
+              "Without: the mesh and placement the coordinator would choose now");
   plan->add_option("spec", submit_spec, "Job spec (YAML)")->required();
   plan->add_option("--set", submit_sets, "Override a spec field (repeatable)");
+  LocalPlanOptions local_plan;
+  plan->add_option("--devices", local_plan.devices, "Plan for N devices (local cost model)");
+  plan->add_option("--gflops", local_plan.gflops, "Achieved GFLOP/s per device (default by spec device)");
+  plan->add_option("--bandwidth-gbs", local_plan.bandwidth_gbs, "Collective bandwidth per device, GB/s");
+  plan->add_option("--memory-gb", local_plan.memory_gb, "Memory per device, GB");
+  plan->add_option("--top", local_plan.top, "Print only the first N layouts");
   int log_rank = 0;
   bool log_follow = false;
   CLI::App* logs = app.add_subcommand("logs", "Print a rank's log");
@@ -84,6 +93,12 @@ int Main(int argc, char** argv) {
   if (cancel->parsed()) return CancelCommand(cluster, job_id);
   if (follow_cmd->parsed()) return FollowCommand(cluster, job_id);
   if (workers->parsed()) return WorkersCommand(cluster);
+  if (plan->parsed() && local_plan.devices != -1) {
+    local_plan.spec_path = submit_spec;
+    local_plan.overrides = submit_sets;
+    local_plan.json = cluster.json;
+    return LocalPlanCommand(local_plan);
+  }
   if (plan->parsed()) return PlanCommand(cluster, submit_spec, submit_sets);
   if (logs->parsed()) return LogsCommand(cluster, job_id, log_rank, log_follow);
   if (prepare->parsed()) {

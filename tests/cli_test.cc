@@ -48,7 +48,7 @@ TEST_F(CliTest, InvalidSpecsNameTheFieldAndExit2) {
               HasSubstr("error: train.global_batch: 6 is not a multiple of micro_batch×dp = 4"));
   EXPECT_THAT(BadRun({"trian.steps=3"}), HasSubstr("error: trian: unknown field (did you mean train?)"));
   EXPECT_THAT(BadRun({"train.steps=many"}), HasSubstr("error: train.steps: 'many' is not an integer"));
-  EXPECT_THAT(BadRun({"parallel.tp_mode=3d"}), HasSubstr("error: parallel.tp_mode: 3d is not available yet"));
+  EXPECT_THAT(BadRun({"parallel.tp_mode=3d"}), HasSubstr("error: parallel.tp: 1 with tp_mode 3d must be a cube"));
   EXPECT_THAT(BadRun({"train.steps"}), HasSubstr("expected dotted.field=value"));
   EXPECT_THAT(BadRun({"data.path=" + dir_ + "/missing.bin"}), HasSubstr("error: data.path: "));
   EXPECT_THAT(BadRun({"model.init_from=" + dir_ + "/missing.safetensors"}),
@@ -99,6 +99,27 @@ TEST_F(CliTest, DataPrepareWritesByteTokens) {
   EXPECT_EQ(t[0], 'h');
   EXPECT_EQ(t[1], 'i');
   EXPECT_EQ(t[2], '!');
+}
+
+// `tessera plan SPEC --devices N`: the ranking without a coordinator, its first line chosen, and the
+// flags that select it; impossible device counts and bad flags are errors.
+TEST_F(CliTest, PlanRanksLayoutsLocally) {
+  auto r = RunTessera({"plan", spec_, "--devices", "4", "--memory-gb", "1"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("layouts of 4 devices"));
+  EXPECT_THAT(r.output, HasSubstr("chosen: fastest predicted step that fits"));
+  EXPECT_THAT(r.output, HasSubstr("to use it: --set parallel.dp="));
+  EXPECT_THAT(r.output, HasSubstr("tp4(2d)"));  // heads 4, hidden 32 and micro_batch 2 admit a 2×2 grid.
+  auto json = RunTessera({"--output", "json", "plan", spec_, "--devices", "4", "--top", "2"});
+  ASSERT_EQ(json.exit_code, 0) << json.output;
+  EXPECT_THAT(json.output, HasSubstr("\"verdict\": \"chosen"));
+  // global_batch 4 = micro_batch 2 × dp, so dp ≤ 2; 3 devices need tp 3 or sp 3, which nothing divides.
+  auto none = RunTessera({"plan", spec_, "--devices", "3"});
+  EXPECT_EQ(none.exit_code, 2) << none.output;
+  EXPECT_THAT(none.output, HasSubstr("no layout of 3 devices can run this model"));
+  auto zero = RunTessera({"plan", spec_, "--devices", "0"});
+  EXPECT_EQ(zero.exit_code, 2) << zero.output;
+  EXPECT_THAT(zero.output, HasSubstr("--devices: 0 must be at least 1"));
 }
 
 TEST(CliLinkTest, TheCliDoesNotLinkLibTorch) {

@@ -1,0 +1,258 @@
+#include "parallel/planner/planner.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "parallel/pipeline/schedule.h"
+
+namespace tessera::parallel {
+namespace {
+
+constexpr double kBytes = 4;  // fp32.
+
+int CubeSide(int n) {
+  int q = 1;
+  while ((q + 1) * (q + 1) * (q + 1) <= n) ++q;
+  return q;
+}
+
+int SquareSide(int n) {
+  int q = 1;
+  while ((q + 1) * (q + 1) <= n) ++q;
+  return q;
+}
+
+// How a layout's tensor parallelism divides things (per rank).
+struct TpSplits {
+  int q = 1;              // Grid side (1 for 1D).
+  int samples = 1;        // Micro-batch samples split.
+  int hidden = 1;         // Hidden width of activations between blocks split.
+  int heads = 1;          // Attention heads split.
+  int weights = 1;        // Linear weights split.
+  int vocab = 1;          // Embedding / logits split.
+};
+
+TpSplits Splits(const Layout& l) {
+  TpSplits s;
+  if (l.tp_mode == "1d") {
+    s.heads = s.weights = s.vocab = l.tp;
+  } else if (l.tp_mode == "2d") {
+    s.q = SquareSide(l.tp);
+    s.samples = s.hidden = s.heads = s.vocab = s.q;
+    s.weights = s.q * s.q;
+  } else if (l.tp_mode == "2.5d") {
+    s.q = SquareSide(l.tp / std::max(1, l.tp_depth));
+    s.samples = l.tp_depth * s.q;
+    s.hidden = s.heads = s.vocab = s.q;
+    s.weights = s.q * s.q;
+  } else if (l.tp_mode == "3d") {
+    s.q = CubeSide(l.tp);
+    s.samples = s.q * s.q;
+    s.hidden = s.heads = s.vocab = s.q;
+    s.weights = l.tp;
+  }
+  return s;
+}
+
+std::vector<int> Divisors(int n) {
+  std::vector<int> d;
+  for (int i = 1; i <= n; ++i) {
+    if (n % i == 0) d.push_back(i);
+  }
+  return d;
+}
+
+}  // namespace
+
+std::string Layout::ToString() const {
+  std::string s;
+  auto add = [&](const std::string& part) { absl::StrAppend(&s, s.empty() ? "" : " ", part); };
+  if (dp > 1) add(absl::StrCat("dp", dp));
+  if (pp > 1) add(absl::StrCat("pp", pp, pp_schedule == "interleaved" ? absl::StrCat("(interleaved×", pp_chunks, ")") : ""));
+  if (tp > 1) add(absl::StrCat("tp", tp, "(", tp_mode, tp_mode == "2.5d" ? absl::StrCat(",d=", tp_depth) : "", ")"));
+  if (sp > 1) add(absl::StrCat("sp", sp, "(", sp_mode, ")"));
+  return s.empty() ? "single" : s;
+}
+
+std::string Invalid(const PlanInput& in, const Layout& l) {
+  const GptConfig& m = in.model;
+  if (l.dp * l.pp * l.tp * l.sp != in.devices) return "dp·pp·tp·sp is not the device count";
+  if (in.global_batch % (in.micro_batch * l.dp) != 0) return "global_batch is not a multiple of micro_batch·dp";
+  const int micro_batches = in.global_batch / (in.micro_batch * l.dp);
+  const TpSplits s = Splits(l);
+  if (l.tp_mode == "1d") {
+    if (m.heads % l.tp || m.vocab % l.tp) return "tp does not divide heads and vocab";
+  } else {
+    const int q = s.q;
+    const bool shape_ok = l.tp_mode == "2d"     ? q * q == l.tp
+                          : l.tp_mode == "2.5d" ? l.tp_depth >= 2 && q * q * l.tp_depth == l.tp
+                          : l.tp_mode == "3d"   ? q * q * q == l.tp
+                                                : false;
+    if (!shape_ok || q < 2) return "tp does not form the grid";
+    const int hidden_split = l.tp_mode == "3d" ? q * q : q;
+    if (m.heads % q || m.vocab % q || m.hidden % hidden_split) return "the grid does not divide heads, hidden and vocab";
+    if (in.micro_batch % s.samples) return "the grid does not divide micro_batch";
+  }
+  if (m.seq_len % l.sp) return "sp does not divide seq_len";
+  if (l.sp > 1 && l.sp_mode == "all_to_all" && (m.heads / s.heads) % l.sp) return "sp does not divide the heads per rank";
+  if (m.layers < l.pp * l.pp_chunks) return "fewer layers than virtual stages";
+  if (l.pp_schedule == "interleaved" && (l.pp_chunks < 2 || micro_batches % l.pp)) {
+    return "interleaved needs ≥2 chunks and micro-batches a multiple of pp";
+  }
+  if (l.pp_schedule == "1f1b" && l.pp_chunks != 1) return "1f1b runs one chunk";
+  return "";
+}
+
+Prediction Predict(const PlanInput& in, const Layout& l) {
+  const GptConfig& m = in.model;
+  const double L = m.layers, h = m.hidden, V = m.vocab, T = m.seq_len;
+  const TpSplits s = Splits(l);
+  const int micro_batches = std::max(1, in.global_batch / (in.micro_batch * l.dp));
+  Prediction p;
+  p.layout = l;
+
+  // Parameters on the device holding the most (the first stage: its blocks and the embeddings).
+  const double block_params = 12 * h * h + 13 * h;
+  const double params_total = L * block_params + V * h + T * h + 2 * h;
+  const double params_dev = L / l.pp * block_params / s.weights + (V * h + T * h) / (l.tp_mode == "1d" ? l.tp : s.q);
+  p.state_bytes = 16 * params_dev;
+
+  // Pipeline: bubble and peak micro-batch chunks alive on the first stage, from the schedule.
+  double peak_chunks = 1;
+  if (l.pp > 1) {
+    std::vector<std::vector<PipeAction>> ranks;
+    for (int r = 0; r < l.pp; ++r) {
+      auto a = MakeSchedule(l.pp_schedule == "interleaved" ? PipeSchedule::kInterleaved : PipeSchedule::kOneFOneB,
+                            l.pp, l.pp_chunks, r, micro_batches);
+      ranks.push_back(a.ok() ? *a : std::vector<PipeAction>{});
+    }
+    SimulatedStep sim = SimulateSchedule(ranks, l.pp_chunks, 1.0 / l.pp_chunks, 2.0 / l.pp_chunks);
+    p.bubble = sim.bubble;
+    peak_chunks = *std::max_element(sim.peak_in_flight.begin(), sim.peak_in_flight.end());
+  }
+
+  // Compute.
+  const double tokens = static_cast<double>(in.global_batch) * T;
+  double flops = tokens * (6 * params_total + 12 * L * T * h);
+  if (in.activation_checkpointing) flops *= 4.0 / 3.0;
+  p.compute_s = flops / in.devices / in.device.flops / (1 - p.bubble);
+
+  // Communication per device per step.
+  const double b = in.micro_batch, sp = l.sp;
+  const double tokens_mb = b * T / sp / s.samples;  // Tokens of one micro-batch on this rank.
+  const double layers_dev = L / l.pp;
+  double bytes = 0;
+  const int replicas = l.dp * l.sp;
+  if (replicas > 1) bytes += 2.0 * (replicas - 1) / replicas * params_dev * kBytes;
+  if (l.tp > 1 && l.tp_mode == "1d") {
+    const double t = l.tp;
+    const double all_reduces = 4 * layers_dev + 2 + (in.activation_checkpointing ? 2 * layers_dev : 0);
+    bytes += micro_batches * all_reduces * 2 * (t - 1) / t * tokens_mb * h * kBytes;
+  } else if (l.tp > 1) {
+    const double q = s.q;
+    const double linears[4][2] = {{h, 3 * h}, {h, h}, {h, 4 * h}, {4 * h, h}};
+    double per_layer = 0;
+    for (const auto& io : linears) {
+      const double in_dim = io[0], out_dim = io[1];
+      if (l.tp_mode == "3d") {
+        const double a = tokens_mb * in_dim / q, w = in_dim / (q * q) * out_dim / q;
+        const double fwd = (q - 1) * a + (q - 1) * w + (q - 1) * tokens_mb * out_dim / q;
+        const double bwd = (q - 1) * a + (q - 1) * w + (q - 1) * tokens_mb * out_dim / q +
+                           (q - 1) * tokens_mb * in_dim / q + (q - 1) / q * in_dim / q * out_dim / q;
+        per_layer += fwd + bwd;
+      } else {
+        // SUMMA: q broadcasts of an input and a weight block forward and again backward, and q
+        // reductions of each block's partial gradients.
+        const double a = tokens_mb * in_dim / q, w = in_dim / q * out_dim / q;
+        per_layer += (3 * q - 2) * (a + w);
+      }
+    }
+    const double head = 2 * (q - 1) / q * tokens_mb * V;
+    const double recompute = in.activation_checkpointing ? 1.0 / 3.0 : 0;  // Forward again: ~1/3 of it.
+    bytes += micro_batches * (layers_dev * per_layer * (1 + recompute) + head) * kBytes;
+    if (l.tp_mode == "2.5d") bytes += 2.0 * (l.tp_depth - 1) / l.tp_depth * params_dev * kBytes;
+  }
+  const double width = h / s.heads;  // Attention width on this rank.
+  if (l.sp > 1) {
+    const double kv = 2 * tokens_mb * width * kBytes;
+    const double per_layer = l.sp_mode == "ring" ? (sp - 1) * kv + 2 * sp * kv
+                                                 : 8 * (sp - 1) / sp * tokens_mb * width * kBytes;
+    bytes += micro_batches * layers_dev * per_layer * (in.activation_checkpointing ? 1.5 : 1.0);
+  }
+  if (l.pp > 1) bytes += micro_batches * 2.0 * l.pp_chunks * tokens_mb * h / s.hidden * kBytes;
+  p.comm_bytes = bytes;
+  p.comm_s = bytes / in.device.bandwidth;
+  p.step_s = p.compute_s + p.comm_s;
+
+  // Activations kept for backward.
+  const double per_token_layer = l.tp_mode == "1d" ? 5 * h + 16 * h / l.tp : 21 * h / s.hidden;
+  const double layers_chunk = L / (l.pp * l.pp_chunks);
+  double per_chunk = layers_chunk * tokens_mb * per_token_layer * kBytes;
+  if (in.activation_checkpointing) {
+    per_chunk = layers_chunk * tokens_mb * h / s.hidden * kBytes + tokens_mb * per_token_layer * kBytes / layers_chunk;
+  }
+  const double logits = 3 * tokens_mb * V / s.vocab * kBytes;
+  p.activation_bytes = peak_chunks * per_chunk + logits;
+  p.fits = p.memory_bytes() <= in.device.memory_bytes;
+  return p;
+}
+
+std::vector<Prediction> Plan(const PlanInput& in) {
+  std::vector<Prediction> out;
+  const int n = in.devices;
+  for (int dp : Divisors(n)) {
+    for (int pp : Divisors(n / dp)) {
+      for (int tp : Divisors(n / dp / pp)) {
+        const int sp = n / dp / pp / tp;
+        std::vector<std::pair<std::string, int>> modes = {{"1d", 1}};
+        if (tp >= 4) modes.push_back({"2d", 1});
+        for (int d : Divisors(tp)) {
+          if (d >= 2 && tp / d >= 4) modes.push_back({"2.5d", d});
+        }
+        if (tp >= 8) modes.push_back({"3d", 1});
+        std::vector<std::string> sp_modes = {"ring"};
+        if (sp > 1) sp_modes.push_back("all_to_all");
+        std::vector<std::pair<std::string, int>> schedules = {{"1f1b", 1}};
+        if (pp > 1) schedules.push_back({"interleaved", 2});
+        for (const auto& [mode, depth] : modes) {
+          for (const auto& sp_mode : sp_modes) {
+            for (const auto& [schedule, chunks] : schedules) {
+              Layout l{dp, pp, tp, sp, mode, depth, sp_mode, schedule, chunks};
+              if (!Invalid(in, l).empty()) continue;
+              out.push_back(Predict(in, l));
+            }
+          }
+        }
+      }
+    }
+  }
+  std::stable_sort(out.begin(), out.end(), [](const Prediction& a, const Prediction& b) {
+    if (a.fits != b.fits) return a.fits;
+    return a.fits ? a.step_s < b.step_s : a.memory_bytes() < b.memory_bytes();
+  });
+  if (out.empty()) return out;
+  const Prediction& best = out[0];
+  for (size_t k = 0; k < out.size(); ++k) {
+    Prediction& p = out[k];
+    if (!p.fits) {
+      p.verdict = absl::StrFormat("does not fit: %.2f GB > %.2f GB per device", p.memory_bytes() / 1e9,
+                                  in.device.memory_bytes / 1e9);
+    } else if (k == 0) {
+      p.verdict = "chosen: fastest predicted step that fits";
+    } else {
+      // The component that grew the most against the chosen layout.
+      const double extra_comm = p.comm_s - best.comm_s, extra_compute = p.compute_s - best.compute_s;
+      std::string why = extra_comm >= extra_compute
+                            ? absl::StrFormat("more communication (%.1f MB vs %.1f MB per device)", p.comm_bytes / 1e6,
+                                              best.comm_bytes / 1e6)
+                            : p.bubble > best.bubble ? absl::StrFormat("pipeline bubble %.0f%%", 100 * p.bubble)
+                                                     : "more compute per device";
+      p.verdict = absl::StrFormat("%.2f× the chosen step: %s", p.step_s / best.step_s, why);
+    }
+  }
+  return out;
+}
+
+}  // namespace tessera::parallel

@@ -1,0 +1,82 @@
+// Planner: chooses dp × pp × tp (1D/2D/2.5D/3D) × sp for a GPT on N devices from a cost model, and
+// explains the ranking. No torch and no proto here (the CLI links it).
+//
+// Per candidate layout, per device and per optimizer step (fp32 training, AdamW, no ZeRO):
+//   compute  6·Ψ·tokens + 12·L·T·h·tokens FLOPs (×4/3 with activation checkpointing), split evenly
+//            over the devices, at `flops` per second, stretched by the pipeline bubble of the
+//            schedule (simulated: (p−1)/(m+p−1) for 1F1B, (p−1)/(v·m+p−1) interleaved);
+//   comm     bytes sent per device by each mode's collectives (CommBytes below: ring all-reduce
+//            2(n−1)/n·S, all-gather / reduce-scatter (n−1)/n·S, SUMMA broadcasts and reductions,
+//            ring attention's key/value hops, all-to-all (n−1)/n·S, pipeline activations) at
+//            `bandwidth` bytes per second, not overlapped with compute;
+//   memory   parameters, gradients and AdamW moments of the device's shard (16 bytes per
+//            parameter) plus activations kept for backward: per token and layer ~20·h values
+//            (+ attention probabilities 2·a·T where materialised), split as each mode splits
+//            them, times the micro-batch chunks alive at the pipeline's peak (simulated), plus the
+//            logits of the last stage.
+// A layout is rejected when its memory exceeds `memory_bytes` per device.
+#ifndef TESSERA_PARALLEL_PLANNER_PLANNER_H_
+#define TESSERA_PARALLEL_PLANNER_PLANNER_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "parallel/models/gpt_config.h"
+
+namespace tessera::parallel {
+
+struct DeviceModel {
+  double flops = 50e9;            // Achieved fp32 matmul FLOP/s per device.
+  double bandwidth = 2e9;         // Bytes per second a device sends in collectives.
+  double memory_bytes = 8e9;      // Per device.
+};
+
+struct PlanInput {
+  GptConfig model;
+  int micro_batch = 8;            // Samples per micro-batch (per dp rank).
+  int global_batch = 8;           // Samples per step.
+  int devices = 1;
+  bool activation_checkpointing = false;
+  DeviceModel device;
+};
+
+struct Layout {
+  int dp = 1, pp = 1, tp = 1, sp = 1;
+  std::string tp_mode = "1d";     // 1d | 2d | 2.5d | 3d
+  int tp_depth = 1;               // 2.5d
+  std::string sp_mode = "ring";   // ring | all_to_all (sp > 1)
+  std::string pp_schedule = "1f1b";
+  int pp_chunks = 1;
+  // "dp2 pp2 tp2(1d)" style, only the axes above 1.
+  std::string ToString() const;
+};
+
+struct Prediction {
+  Layout layout;
+  double compute_s = 0;           // Including the bubble.
+  double comm_s = 0;
+  double step_s = 0;
+  double bubble = 0;              // Fraction of the step.
+  double comm_bytes = 0;          // Per device per step.
+  double state_bytes = 0;         // Parameters, gradients, moments per device.
+  double activation_bytes = 0;    // Peak per device.
+  double memory_bytes() const { return state_bytes + activation_bytes; }
+  bool fits = true;
+  std::string verdict;            // Why it ranks where it does.
+};
+
+// Every valid layout for the input, fastest fitting first (then the ones that do not fit, by memory).
+// The first entry's verdict says "chosen"; the others say why they lost.
+std::vector<Prediction> Plan(const PlanInput& input);
+
+// One layout's prediction (also for layouts the enumeration would not produce).
+Prediction Predict(const PlanInput& input, const Layout& layout);
+
+// Whether `layout` can run `input` at all (divisibility of heads, hidden, vocab, sequence, batch);
+// empty when it can, else the reason.
+std::string Invalid(const PlanInput& input, const Layout& layout);
+
+}  // namespace tessera::parallel
+
+#endif  // TESSERA_PARALLEL_PLANNER_PLANNER_H_

@@ -1,0 +1,108 @@
+#include "parallel/planner/planner.h"
+
+#include <set>
+
+#include "gtest/gtest.h"
+
+namespace tessera::parallel {
+namespace {
+
+PlanInput Gpt8(int devices) {
+  PlanInput in;
+  in.model = {/*layers=*/8, /*hidden=*/256, /*heads=*/8, /*vocab=*/1024, /*seq_len=*/128};
+  in.micro_batch = 8;
+  in.global_batch = 64;
+  in.devices = devices;
+  in.device = {50e9, 2e9, 64e9};
+  return in;
+}
+
+double Params(const GptConfig& m) {
+  const double h = m.hidden;
+  return m.layers * (12 * h * h + 13 * h) + m.vocab * h + m.seq_len * h + 2 * h;
+}
+
+TEST(PlannerTest, EnumeratesOnlyValidLayoutsOfTheDeviceCount) {
+  const PlanInput in = Gpt8(8);
+  auto plan = Plan(in);
+  std::set<std::string> names;
+  for (const Prediction& p : plan) {
+    const Layout& l = p.layout;
+    EXPECT_EQ(l.dp * l.pp * l.tp * l.sp, 8) << l.ToString();
+    EXPECT_EQ(Invalid(in, l), "") << l.ToString();
+    names.insert(l.ToString());
+  }
+  for (const char* want : {"dp8", "dp2 pp2 tp2(1d)", "tp8(3d)", "tp8(2.5d,d=2)", "dp2 tp4(2d)", "pp2 sp4(ring)",
+                           "dp2 pp2(interleaved×2) sp2(all_to_all)"}) {
+    EXPECT_TRUE(names.count(want)) << want;
+  }
+  EXPECT_EQ(plan[0].verdict, "chosen: fastest predicted step that fits");
+}
+
+// Model states: 16 bytes per parameter on one device; 1D tp divides the blocks (not the first
+// stage's embeddings, split by vocabulary); dp replicates.
+TEST(PlannerTest, ModelStateBytesFollowTheSplits) {
+  const PlanInput one = Gpt8(1);
+  const GptConfig& m = one.model;
+  EXPECT_DOUBLE_EQ(Predict(one, Layout{}).state_bytes, 16 * (Params(m) - 2 * m.hidden));
+  const double blocks = m.layers * (12.0 * m.hidden * m.hidden + 13 * m.hidden);
+  const double emb = 1.0 * m.vocab * m.hidden + 1.0 * m.seq_len * m.hidden;
+  Layout tp4{1, 1, 4, 1};
+  EXPECT_DOUBLE_EQ(Predict(Gpt8(4), tp4).state_bytes, 16 * (blocks / 4 + emb / 4));
+  Layout dp4{4, 1, 1, 1};
+  EXPECT_DOUBLE_EQ(Predict(Gpt8(4), dp4).state_bytes, 16 * (blocks + emb));
+  // Ring all-reduce of the fp32 gradients: 2(n−1)/n of them per device, nothing else for dp.
+  EXPECT_DOUBLE_EQ(Predict(Gpt8(4), dp4).comm_bytes, 2.0 * 3 / 4 * (blocks + emb) * 4);
+}
+
+TEST(PlannerTest, PipelineBubbleIsTheScheduleFormula) {
+  PlanInput in = Gpt8(4);
+  // m = 64 / (8·1) = 8 micro-batches: 1F1B bubble (p−1)/(m+p−1) = 3/11; interleaved ×2: 3/19.
+  EXPECT_NEAR(Predict(in, Layout{1, 4, 1, 1}).bubble, 3.0 / 11, 1e-12);
+  Layout inter{1, 4, 1, 1, "1d", 1, "ring", "interleaved", 2};
+  EXPECT_NEAR(Predict(in, inter).bubble, 3.0 / 19, 1e-12);
+}
+
+// Memory decides first: a budget below what pure data parallelism needs per device rejects it with
+// a reason, and the choice is a layout that fits (4-way tensor parallelism does).
+TEST(PlannerTest, RejectsLayoutsThatDoNotFit) {
+  PlanInput in = Gpt8(4);
+  in.device.memory_bytes = 0.8 * Predict(in, Layout{4, 1, 1, 1}).memory_bytes();
+  ASSERT_LT(Predict(in, Layout{1, 1, 4, 1}).memory_bytes(), in.device.memory_bytes);
+  auto plan = Plan(in);
+  ASSERT_FALSE(plan.empty());
+  EXPECT_TRUE(plan[0].fits);
+  EXPECT_LE(plan[0].memory_bytes(), in.device.memory_bytes);
+  bool rejected_dp4 = false;
+  for (const Prediction& p : plan) {
+    if (p.layout.ToString() == "dp4") {
+      rejected_dp4 = true;
+      EXPECT_FALSE(p.fits);
+      EXPECT_NE(p.verdict.find("does not fit"), std::string::npos) << p.verdict;
+    }
+  }
+  EXPECT_TRUE(rejected_dp4);
+}
+
+// With free communication every layout computes the same FLOPs per device, so the bubble-free
+// ones tie first and every pipeline ranks behind them; with costly communication and ample memory
+// the choice sends the fewest bytes among the bubble-free layouts.
+TEST(PlannerTest, RanksByTheCostModel) {
+  PlanInput in = Gpt8(4);
+  in.device.bandwidth = 1e30;
+  auto free_comm = Plan(in);
+  EXPECT_EQ(free_comm[0].layout.pp, 1);
+  EXPECT_DOUBLE_EQ(free_comm[0].bubble, 0);
+  for (const Prediction& p : free_comm) {
+    if (p.layout.pp > 1) EXPECT_GT(p.step_s, free_comm[0].step_s) << p.layout.ToString();
+  }
+  in.device.bandwidth = 1e6;
+  auto costly = Plan(in);
+  for (const Prediction& p : costly) {
+    if (p.layout.pp == 1) EXPECT_GE(p.comm_bytes, costly[0].comm_bytes) << p.layout.ToString();
+  }
+  EXPECT_NE(costly[1].verdict.find("× the chosen step"), std::string::npos) << costly[1].verdict;
+}
+
+}  // namespace
+}  // namespace tessera::parallel
