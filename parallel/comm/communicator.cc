@@ -36,6 +36,21 @@ std::unique_ptr<CommWork> Communicator::RecvAsync(at::Tensor& t, int src, int ta
   return DoneWork(Recv(t, src, tag));
 }
 
+void Communicator::CountAllReduce(int64_t bytes) {
+  const int n = size();
+  bytes_all_reduced_ += bytes;
+  if (n > 1) bytes_communicated_ += 2 * (n - 1) * bytes / n;
+}
+
+void Communicator::CountShare(int64_t bytes) {
+  const int n = size();
+  if (n > 1) bytes_communicated_ += (n - 1) * bytes / n;
+}
+
+void Communicator::CountWhole(int64_t bytes) {
+  if (size() > 1) bytes_communicated_ += bytes;
+}
+
 void ThrowIfError(const absl::Status& status) { TORCH_CHECK(status.ok(), status.ToString()); }
 
 }  // namespace tessera::parallel

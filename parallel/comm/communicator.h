@@ -71,9 +71,21 @@ class Communicator {
 
   // Bytes of tensors passed to AllReduce / AllReduceAsync so far (for metrics).
   int64_t bytes_all_reduced() const { return bytes_all_reduced_.load(); }
+  // Bytes this member has sent so far, counted as the bandwidth-optimal (ring) volume of each
+  // operation on the tensors it was given (S bytes; n members): all-reduce 2(n−1)/n·S, all-gather
+  // (n−1)/n·S of the output, reduce-scatter (n−1)/n·S of the input, all-to-all (n−1)/n·S, broadcast
+  // and reduce S, send S. The algorithm a backend runs may move other amounts; this is the volume the
+  // cost model predicts from.
+  int64_t bytes_communicated() const { return bytes_communicated_.load(); }
 
  protected:
+  // For backends: count one operation of `bytes` (S above).
+  void CountAllReduce(int64_t bytes);
+  void CountShare(int64_t bytes);   // All-gather, reduce-scatter, all-to-all: (n−1)/n·S.
+  void CountWhole(int64_t bytes);   // Broadcast, reduce, send: S.
+
   std::atomic<int64_t> bytes_all_reduced_{0};
+  std::atomic<int64_t> bytes_communicated_{0};
 };
 
 // Work that already finished with `status`.

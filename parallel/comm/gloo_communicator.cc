@@ -113,7 +113,7 @@ std::unique_ptr<CommWork> GlooCommunicator::AllReduceAsync(at::Tensor& t, Reduce
   if (!t.is_contiguous()) {
     return GlooWork::Failed(absl::InvalidArgumentError("all_reduce needs a contiguous tensor"));
   }
-  bytes_all_reduced_ += t.numel() * t.element_size();
+  CountAllReduce(t.numel() * t.element_size());
   try {
     std::function<void()> on_done;
     at::Tensor target = t;
@@ -140,6 +140,7 @@ std::unique_ptr<CommWork> GlooCommunicator::AllGatherAsync(const at::Tensor& in,
     return GlooWork::Failed(absl::InvalidArgumentError(absl::StrCat(
         "all_gather on ", name_, ": output has ", out.numel(), " elements, expected ", in.numel() * size())));
   }
+  CountShare(out.numel() * out.element_size());
   try {
     at::Tensor src = in.contiguous();
     return std::make_unique<GlooWork>(impl_->pg->_allgather_base(out, src), absl::StrCat("all_gather on ", name_));
@@ -157,6 +158,7 @@ std::unique_ptr<CommWork> GlooCommunicator::ReduceScatterAsync(const at::Tensor&
     return GlooWork::Failed(absl::InvalidArgumentError(absl::StrCat(
         "reduce_scatter on ", name_, ": input has ", in.numel(), " elements, expected ", out.numel() * size())));
   }
+  CountShare(in.numel() * in.element_size());
   try {
     at::Tensor src = in.contiguous();
     std::function<void()> on_done;
@@ -177,6 +179,7 @@ std::unique_ptr<CommWork> GlooCommunicator::ReduceScatterAsync(const at::Tensor&
 
 absl::Status GlooCommunicator::Broadcast(at::Tensor& t, int root) {
   if (root < 0 || root >= size()) return absl::InvalidArgumentError("broadcast root out of range");
+  CountWhole(t.numel() * t.element_size());
   std::vector<at::Tensor> tensors{t};
   c10d::BroadcastOptions opts;
   opts.rootRank = root;
@@ -186,6 +189,7 @@ absl::Status GlooCommunicator::Broadcast(at::Tensor& t, int root) {
 absl::Status GlooCommunicator::Reduce(at::Tensor& t, int root, ReduceOp op) {
   if (root < 0 || root >= size()) return absl::InvalidArgumentError("reduce root out of range");
   if (!t.is_contiguous()) return absl::InvalidArgumentError(absl::StrCat("reduce on ", name_, " needs a contiguous tensor"));
+  CountWhole(t.numel() * t.element_size());
   at::Tensor target = NeedsFp32(t) ? t.to(at::kFloat) : t;
   std::vector<at::Tensor> tensors{target};
   c10d::ReduceOptions opts;
@@ -201,6 +205,7 @@ absl::Status GlooCommunicator::AllToAll(const at::Tensor& in, at::Tensor& out) {
     return absl::InvalidArgumentError(absl::StrCat("all_to_all on ", name_,
                                                    ": dim 0 must split evenly and shapes match"));
   }
+  CountShare(in.numel() * in.element_size());
   at::Tensor src = in.contiguous();
   std::vector<int64_t> even;  // Empty split sizes: equal chunks.
   return Run(name_, "all_to_all", [&] { return impl_->pg->alltoall_base(out, src, even, even); });
@@ -214,6 +219,7 @@ std::unique_ptr<CommWork> GlooCommunicator::SendAsync(const at::Tensor& t, int d
   if (dst < 0 || dst >= size() || dst == rank_) {
     return GlooWork::Failed(absl::InvalidArgumentError(absl::StrCat("send on ", name_, ": bad peer ", dst)));
   }
+  CountWhole(t.numel() * t.element_size());
   try {
     // The work keeps its tensors alive until it completes.
     std::vector<at::Tensor> tensors{t.contiguous()};

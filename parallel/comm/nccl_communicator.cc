@@ -323,7 +323,7 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
 absl::Status NcclCommunicator::health() const { return impl_->Health(); }
 
 absl::Status NcclCommunicator::AllReduce(at::Tensor& t, ReduceOp op) {
-  bytes_all_reduced_ += t.numel() * t.element_size();
+  CountAllReduce(t.numel() * t.element_size());
   return impl_->Issue("all_reduce", t, [&](ncclDataType_t dt, cudaStream_t s) {
     return ncclAllReduce(t.data_ptr(), t.data_ptr(), t.numel(), dt, ToNccl(op), impl_->comm, s);
   });
@@ -341,6 +341,7 @@ absl::Status NcclCommunicator::AllGather(const at::Tensor& in, at::Tensor& out) 
   }
   at::Tensor src = in.contiguous();
   if (src.scalar_type() != out.scalar_type()) return absl::InvalidArgumentError("all_gather: dtypes differ");
+  CountShare(out.numel() * out.element_size());
   return impl_->Issue("all_gather", out, [&](ncclDataType_t dt, cudaStream_t s) {
     return ncclAllGather(src.data_ptr(), out.data_ptr(), src.numel(), dt, impl_->comm, s);
   });
@@ -353,6 +354,7 @@ absl::Status NcclCommunicator::ReduceScatter(const at::Tensor& in, at::Tensor& o
   }
   at::Tensor src = in.contiguous();
   if (src.scalar_type() != out.scalar_type()) return absl::InvalidArgumentError("reduce_scatter: dtypes differ");
+  CountShare(src.numel() * src.element_size());
   return impl_->Issue("reduce_scatter", out, [&](ncclDataType_t dt, cudaStream_t s) {
     return ncclReduceScatter(src.data_ptr(), out.data_ptr(), out.numel(), dt, ToNccl(op), impl_->comm, s);
   });
@@ -360,6 +362,7 @@ absl::Status NcclCommunicator::ReduceScatter(const at::Tensor& in, at::Tensor& o
 
 absl::Status NcclCommunicator::Broadcast(at::Tensor& t, int root) {
   if (root < 0 || root >= size()) return absl::InvalidArgumentError("broadcast root out of range");
+  CountWhole(t.numel() * t.element_size());
   return impl_->Issue("broadcast", t, [&](ncclDataType_t dt, cudaStream_t s) {
     return ncclBroadcast(t.data_ptr(), t.data_ptr(), t.numel(), dt, root, impl_->comm, s);
   });
@@ -373,6 +376,7 @@ absl::Status NcclCommunicator::AllToAll(const at::Tensor& in, at::Tensor& out) {
   at::Tensor src = in.contiguous();
   const int64_t chunk = src.numel() / size();
   const int64_t bytes = chunk * src.element_size();
+  CountShare(src.numel() * src.element_size());
   return impl_->Issue("all_to_all", out, [&](ncclDataType_t dt, cudaStream_t s) {
     ncclResult_t r = ncclGroupStart();
     if (r != ncclSuccess) return r;
@@ -390,6 +394,7 @@ absl::Status NcclCommunicator::AllToAll(const at::Tensor& in, at::Tensor& out) {
 absl::Status NcclCommunicator::Send(const at::Tensor& t, int dst, int /*tag*/) {
   if (dst < 0 || dst >= size() || dst == rank_) return absl::InvalidArgumentError("send: bad destination rank");
   at::Tensor src = t.contiguous();
+  CountWhole(src.numel() * src.element_size());
   return impl_->Issue("send", src, [&](ncclDataType_t dt, cudaStream_t s) {
     return ncclSend(src.data_ptr(), src.numel(), dt, dst, impl_->comm, s);
   });

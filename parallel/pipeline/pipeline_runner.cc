@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/autograd.h>
 
+#include <chrono>
+
 #include "absl/strings/str_cat.h"
 
 namespace tessera::parallel {
@@ -40,6 +42,7 @@ absl::StatusOr<double> PipelineRunner::RunStep(const std::function<absl::StatusO
   double loss_sum = 0;
   in_flight_ = peak_in_flight_ = 0;
   bytes_sent_ = 0;
+  wait_seconds_ = 0;
   absl::Status status;
   try {
     for (size_t i = 0; i < actions_.size() && status.ok(); ++i) {
@@ -83,7 +86,9 @@ absl::Status PipelineRunner::Forward(const PipeAction& a, const std::function<ab
     x = model_->Embed(tokens.narrow(1, 0, T));
   } else {
     stash.input = EmptyActivation();
+    const auto start = std::chrono::steady_clock::now();
     absl::Status s = pp_->RecvAsync(stash.input, (rank + p - 1) % p, Tag(false, a.micro_batch, chunk.virtual_stage))->Wait();
+    wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (!s.ok()) return s;
     stash.input.requires_grad_(true);
     x = stash.input;
@@ -121,7 +126,9 @@ absl::Status PipelineRunner::Backward(const PipeAction& a, double loss_scale) {
     objective.backward();
   } else {
     at::Tensor grad = EmptyActivation();
+    const auto start = std::chrono::steady_clock::now();
     absl::Status s = pp_->RecvAsync(grad, (rank + 1) % p, Tag(true, a.micro_batch, chunk.virtual_stage))->Wait();
+    wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (!s.ok()) return s;
     torch::autograd::backward({stash.output}, {grad});
   }

@@ -58,6 +58,8 @@ class PipelineRunner {
   int peak_in_flight() const { return peak_in_flight_; }
   // Bytes sent point to point by this rank in the last step (activations and their gradients).
   int64_t bytes_sent() const { return bytes_sent_; }
+  // Seconds this rank waited for activations or gradients in the last step (its share of the bubble).
+  double wait_seconds() const { return wait_seconds_; }
 
  private:
   PipelineRunner(Gpt* model, std::vector<ModelChunk> chunks, int virtual_stages, std::shared_ptr<Communicator> pp,
@@ -86,6 +88,7 @@ class PipelineRunner {
   int in_flight_ = 0;
   int peak_in_flight_ = 0;
   int64_t bytes_sent_ = 0;
+  double wait_seconds_ = 0;
 };
 
 }  // namespace tessera::parallel

@@ -3,11 +3,13 @@
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -40,7 +42,25 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerOptions& o
   return t;
 }
 
+namespace {
+
+int64_t ResidentBytes() {
+  std::ifstream statm("/proc/self/statm");
+  int64_t pages = 0, resident = 0;
+  statm >> pages >> resident;
+  return resident * sysconf(_SC_PAGESIZE);
+}
+
+int64_t PeakResidentBytes() {
+  struct rusage u;
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<int64_t>(u.ru_maxrss) * 1024;
+}
+
+}  // namespace
+
 absl::Status Trainer::Init() {
+  rss_base_bytes_ = ResidentBytes();
   const auto& m = options_.model;
   // Tensor-parallel layout: 1d, or a grid (2d: tp = q², 2.5d: tp = d·q², 3d: tp = q³).
   TpShape shape;
@@ -228,6 +248,7 @@ absl::StatusOr<StepStats> Trainer::Step() {
     return n;
   };
   const int64_t bytes_before = all_reduced();
+  const int64_t communicated_before = BytesCommunicated();
   StepStats s;
   s.loss_scale = loss_scale_;
   if (zero_) {
@@ -332,6 +353,9 @@ absl::StatusOr<StepStats> Trainer::Step() {
   s.tokens = static_cast<int64_t>(options_.global_batch) * T;
   s.tokens_per_s = s.tokens / s.step_seconds;
   s.bytes_all_reduced = all_reduced() - bytes_before;
+  s.bytes_communicated = BytesCommunicated() - communicated_before;
+  s.rss_peak_bytes = PeakResidentBytes();
+  if (pipeline_) s.pipeline_wait_s = pipeline_->wait_seconds();
   if (zero_) {
     s.optimizer_state_bytes = zero_->state_bytes();
     s.model_state_bytes = zero_->peak_model_state_bytes();
@@ -341,6 +365,19 @@ absl::StatusOr<StepStats> Trainer::Step() {
     for (Param& p : model_->params()) s.model_state_bytes += 2 * p.value.numel() * p.value.element_size();
   }
   return s;
+}
+
+int64_t Trainer::BytesCommunicated() const {
+  std::vector<Communicator*> groups = {groups_.world.get(), groups_.dp.get(), groups_.pp.get(), groups_.tp.get(),
+                                       groups_.sp.get(), groups_.dp_sp.get(), groups_.embed.get()};
+  for (const auto& a : groups_.tp_axes) groups.push_back(a.get());
+  std::sort(groups.begin(), groups.end());
+  groups.erase(std::unique(groups.begin(), groups.end()), groups.end());
+  int64_t n = 0;
+  for (Communicator* g : groups) {
+    if (g) n += g->bytes_communicated();
+  }
+  return n;
 }
 
 absl::Status Trainer::Run(const std::function<void(const StepStats&)>& on_step) {
@@ -661,8 +698,12 @@ absl::Status Trainer::TrimStepLog() {
 absl::Status Trainer::AppendStepLog(const StepStats& s) {
   nlohmann::json j = {{"step", s.step}, {"loss", s.loss}, {"lr", s.lr}, {"grad_norm", s.grad_norm},
                       {"tokens_per_s", s.tokens_per_s}, {"step_seconds", s.step_seconds}, {"tokens", s.tokens},
-                      {"bytes_all_reduced", s.bytes_all_reduced}, {"optimizer_state_bytes", s.optimizer_state_bytes}};
+                      {"bytes_all_reduced", s.bytes_all_reduced}, {"bytes_communicated", s.bytes_communicated},
+                      {"optimizer_state_bytes", s.optimizer_state_bytes}};
   if (s.skipped) j["skipped"] = true;
+  if (pipeline_) j["pipeline_wait_s"] = s.pipeline_wait_s;
+  j["rss_peak_bytes"] = s.rss_peak_bytes;
+  j["rss_base_bytes"] = rss_base_bytes_;
   if (options_.precision == "fp16") j["loss_scale"] = s.loss_scale;
   j["model_state_bytes"] = s.model_state_bytes;
   std::ofstream out(options_.output_dir + "/steps.jsonl", std::ios::app);

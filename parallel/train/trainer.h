@@ -35,8 +35,11 @@ struct StepStats {
   double tokens_per_s = 0;
   int64_t tokens = 0;         // Tokens of this step (global).
   int64_t bytes_all_reduced = 0;  // By this rank in this step.
+  int64_t bytes_communicated = 0;  // By this rank in this step, every group (Communicator::bytes_communicated).
   int64_t optimizer_state_bytes = 0;  // AdamW state (and separate fp32 master weights) held by this rank.
   int64_t model_state_bytes = 0;      // Peak this step: parameters, gradients, masters and moments.
+  double pipeline_wait_s = 0;         // pp > 1: time this rank waited for activations / gradients.
+  int64_t rss_peak_bytes = 0;         // Peak resident memory of this process so far.
   bool skipped = false;               // fp16: gradients overflowed, no update, loss scale halved.
   double loss_scale = 1;              // fp16: the scale this step's backward used.
 };
@@ -86,6 +89,8 @@ class Trainer {
   absl::Status GatherOverPp(std::map<std::string, at::Tensor>* full);
   absl::StatusOr<at::Tensor> ReadMicroBatch(int a, int accum);
   absl::Status TrimStepLog();
+  // Communicator::bytes_communicated summed over this rank's distinct groups.
+  int64_t BytesCommunicated() const;
   absl::Status DumpDebug();
 
   TrainerOptions options_;
@@ -105,6 +110,7 @@ class Trainer {
   // Optimizer state (tp-local, CPU) from a checkpoint, until the optimizer exists.
   std::vector<at::Tensor> pending_m_, pending_v_;
   int64_t step_ = 0;
+  int64_t rss_base_bytes_ = 0;  // Resident memory before the model was built.
   int64_t adam_step_ = 0;       // Updates applied (fp16 skips do not count): Adam's bias correction t.
   double loss_scale_ = 1;       // fp16 dynamic loss scale.
   int64_t good_steps_ = 0;      // fp16: steps since the last overflow or growth.
