@@ -48,6 +48,8 @@ struct RingAttentionFn : public torch::autograd::Function<RingAttentionFn> {
     at::Tensor out = at::zeros_like(q);
     at::Tensor row_max = at::full({q.size(0), q.size(1), q.size(2), 1}, -std::numeric_limits<float>::infinity(),
                                   q.options());
+    // Explicit blocks: running maximum and denominator. CPU blocks (fused kernel): row_max is the
+    // running log-sum-exp and denom is unused.
     at::Tensor denom = at::zeros_like(row_max);
     at::Tensor next = at::empty_like(kv);
     for (int j = 0; j < n; ++j) {
@@ -57,7 +59,14 @@ struct RingAttentionFn : public torch::autograd::Function<RingAttentionFn> {
         send = sp->SendAsync(kv, (r + 1) % n, 0);
         recv = sp->RecvAsync(next, (r + n - 1) % n, 0);
       }
-      if (src <= r) {  // Later positions are fully masked.
+      if (src <= r && q.device().is_cpu()) {
+        // The fused CPU attention kernel on this block (memory O(Tl), not O(Tl²)), merged by log-sum-exp.
+        auto [o, l] = at::_scaled_dot_product_flash_attention_for_cpu(q, kv[0], kv[1], 0.0, src == r);
+        at::Tensor lj = l.unsqueeze(-1);
+        at::Tensor merged = at::logaddexp(row_max, lj);  // row_max holds the running log-sum-exp here.
+        out = out * at::exp(row_max - merged) + o * at::exp(lj - merged);
+        row_max = merged;
+      } else if (src <= r) {  // Later positions are fully masked.
         at::Tensor s = Scores(q, kv[0], scale, src == r);
         at::Tensor new_max = at::maximum(row_max, std::get<0>(s.max(-1, /*keepdim=*/true)));
         at::Tensor p = at::exp(s - new_max);
@@ -72,8 +81,14 @@ struct RingAttentionFn : public torch::autograd::Function<RingAttentionFn> {
         std::swap(kv, next);
       }
     }
-    out = out / denom;
-    at::Tensor lse = row_max + at::log(denom);
+    at::Tensor lse;
+    if (q.device().is_cpu()) {
+      lse = row_max;
+    } else {
+      out = out / denom;
+      lse = row_max + at::log(denom);
+    }
+    out = out.contiguous();
     ctx->saved_data["sp"] = comm;
     ctx->save_for_backward({q_in, k_in, v_in, out, lse});
     return out.to(q_in.scalar_type());
@@ -88,7 +103,7 @@ struct RingAttentionFn : public torch::autograd::Function<RingAttentionFn> {
     const at::Tensor& out = saved[3];
     const at::Tensor& lse = saved[4];
     const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
-    at::Tensor dout = grads[0].to(at::kFloat);
+    at::Tensor dout = grads[0].to(at::kFloat).contiguous();
     at::Tensor delta = (dout * out).sum(-1, /*keepdim=*/true);
     at::Tensor dq = at::zeros_like(q);
     // Keys, values and their gradient accumulators travel together: [k, v, dk, dv].
@@ -99,7 +114,13 @@ struct RingAttentionFn : public torch::autograd::Function<RingAttentionFn> {
     at::Tensor next = at::empty_like(block);
     for (int j = 0; j < n; ++j) {
       const int src = (r - j + n) % n;
-      if (src <= r) {
+      if (src <= r && q.device().is_cpu()) {
+        auto [dq_j, dk_j, dv_j] = at::_scaled_dot_product_flash_attention_for_cpu_backward(
+            dout, q, block[0], block[1], out, lse.squeeze(-1), 0.0, src == r);
+        dq.add_(dq_j);
+        block[2].add_(dk_j);
+        block[3].add_(dv_j);
+      } else if (src <= r) {
         at::Tensor k = block[0], v = block[1];
         at::Tensor p = at::exp(Scores(q, k, scale, src == r) - lse);
         block[3].add_(at::matmul(p.transpose(-2, -1), dout));

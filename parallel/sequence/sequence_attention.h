@@ -9,8 +9,10 @@
 //               block updates a running (online) softmax — maximum, denominator and output. Blocks
 //               from later positions are skipped (causal), the own block is masked. Backward
 //               recomputes the probabilities from the saved log-sum-exp while keys, values and their
-//               gradients travel again, the gradients ending at their owner. Memory O(Tl·Tl) per
-//               block, never O(T·T).
+//               gradients travel again, the gradients ending at their owner. On the CPU each block
+//               runs ATen's fused (flash) attention kernel, which returns its log-sum-exp, and blocks
+//               merge by log-sum-exp (memory O(Tl) per block); elsewhere blocks are explicit
+//               products (O(Tl·Tl)). Never O(T·T).
 //   all_to_all  (DeepSpeed-Ulysses): an all-to-all turns the sequence split into a head split (each
 //               rank gets all T positions of H/sp heads), attention runs locally, a second all-to-all
 //               turns it back. Needs H % sp == 0.
