@@ -5,17 +5,20 @@ budget with sequence parallelism.
 Per layout (6 steps; medians of steps 3-6, rank 0's steps.jsonl):
   step_s        measured step time (NOTE: ranks share this machine's cores: with more ranks than
                 cores the time measures total work, not parallel speed-up)
-  comm MB       bytes rank 0 sent per step (Communicator::bytes_communicated: ring-algorithm volume of
+  comm MB       bytes the busiest rank sent per step (Communicator::bytes_communicated: ring-algorithm volume of
                 the collectives actually issued) next to the planner's per-device prediction
   state MB      model-state bytes counted by the trainer (parameters, gradients, AdamW moments)
-  rss MB        peak resident memory minus the resident memory before the model was built
+  rss MB        the largest (peak resident memory minus resident memory before the model was built)
+                over the ranks
   pred mem MB   the planner's model states + activations per device
-Pipeline bubble: rank 0's time waiting for activations/gradients over the step, against
-(p-1)/(m+p-1) (1F1B) at pp=2 (2 ranks: no oversubscription on 2 cores) and pp=4.
+Pipeline bubble: the first stage's time waiting for activations/gradients over the step, against
+(p-1)/(m+p-1) (1F1B) at pp=2 (2 ranks: no oversubscription on 2 cores) and pp=4. (The first stage
+idles only while waiting for gradients; later stages also idle after their last backward, outside
+any receive, so their waiting time undercounts.)
 Longest sequence: the largest seq_len (doubling) whose activation memory (rss delta minus model
 states) stays under a per-rank budget, with sp = 1, 2 and 4 (ring).
 
-Usage (after tools/setup.sh): bash bench/run_parallel.sh [--quick]
+Usage (after tools/setup.sh): bash bench/run_parallel.sh [--quick] [--only=modes,bubble,seq]
 """
 import json
 import os
@@ -78,7 +81,19 @@ def run(tmp, spec, name, sets):
     if r.returncode != 0:
         return None, r.stdout + r.stderr
     with open(os.path.join(out, "steps.jsonl")) as f:
-        return [json.loads(line) for line in f], ""
+        steps = [json.loads(line) for line in f]
+    # Per-rank measurements: the busiest rank's communication and memory.
+    ranks_dir = os.path.join(out, "ranks")
+    per_rank = []
+    for name in sorted(os.listdir(ranks_dir)):
+        with open(os.path.join(ranks_dir, name)) as f:
+            per_rank.append([json.loads(line) for line in f])
+    for i, s in enumerate(steps):
+        s["max_bytes_communicated"] = max(r[i]["bytes_communicated"] for r in per_rank)
+        s["max_rss_delta"] = max(r[i]["rss_peak_bytes"] - r[i]["rss_base_bytes"] for r in per_rank)
+        s["max_model_state_bytes"] = max(r[i]["model_state_bytes"] for r in per_rank)
+        s["mean_pipeline_wait_s"] = statistics.mean(r[i].get("pipeline_wait_s", 0) for r in per_rank)
+    return steps, ""
 
 
 def plan(spec, devices, sets):
@@ -111,17 +126,17 @@ def modes(tmp, data, quick):
                 print(f"| {name} | failed: {err.strip().splitlines()[-1] if err.strip() else '?'} |")
                 continue
             p = predictions.get(name)
-            comm = median(steps, "bytes_communicated") / 1e6
+            comm = median(steps, "max_bytes_communicated") / 1e6
             pred = p["comm_bytes"] / 1e6 if p else float("nan")
-            rss = (max(s["rss_peak_bytes"] for s in steps) - steps[0]["rss_base_bytes"]) / 1e6
+            rss = max(s["max_rss_delta"] for s in steps) / 1e6
             print(f"| {name} | {median(steps, 'step_seconds'):.3f} | {comm:.2f} | {pred:.2f} | "
-                  f"{comm / pred if p and pred else float('nan'):.2f} | {steps[-1]['model_state_bytes'] / 1e6:.1f} | "
+                  f"{comm / pred if p and pred else float('nan'):.2f} | {steps[-1]['max_model_state_bytes'] / 1e6:.1f} | "
                   f"{rss:.1f} | {p['memory_bytes'] / 1e6 if p else float('nan'):.1f} |")
         print()
 
 
 def bubble(tmp, data, quick):
-    print("## Pipeline bubble (1F1B): rank 0's waiting time / step time vs (p-1)/(m+p-1)\n")
+    print("## Pipeline bubble (1F1B): the first stage's waiting time / step time vs (p-1)/(m+p-1)\n")
     print("| pp | micro-batches m | measured | formula |")
     print("|---:|---:|---:|---:|")
     for pp, m in [(2, 4), (2, 8), (4, 8)] if not quick else [(2, 4)]:
@@ -149,7 +164,7 @@ def longest_sequence(tmp, data, quick, budget_mb=192):
             steps, err = run(tmp, spec, f"seq_sp{sp}_{seq}", [f"parallel.sp={sp}"] if sp > 1 else [])
             if steps is None:
                 break
-            act = (max(s["rss_peak_bytes"] for s in steps) - steps[0]["rss_base_bytes"] - steps[-1]["model_state_bytes"]) / 1e6
+            act = (max(s["max_rss_delta"] for s in steps) - steps[-1]["max_model_state_bytes"]) / 1e6
             if act > budget_mb:
                 break
             best, best_mb, seq = seq, act, seq * 2
@@ -159,12 +174,16 @@ def longest_sequence(tmp, data, quick, budget_mb=192):
 
 def main():
     quick = "--quick" in sys.argv
+    only = next((a.split("=", 1)[1].split(",") for a in sys.argv if a.startswith("--only=")), ["modes", "bubble", "seq"])
     tmp = tempfile.mkdtemp(prefix="tessera-parallel-bench-")
     data = os.path.join(tmp, "tokens.bin")
     write_tokens(data, 2_000_000)
-    modes(tmp, data, quick)
-    bubble(tmp, data, quick)
-    longest_sequence(tmp, data, quick)
+    if "modes" in only:
+        modes(tmp, data, quick)
+    if "bubble" in only:
+        bubble(tmp, data, quick)
+    if "seq" in only:
+        longest_sequence(tmp, data, quick)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,7 @@
 #include "client/local_launcher.h"
 
+#include "client/auto_layout.h"
+
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -74,6 +76,20 @@ int RunLocal(const LaunchOptions& options) {
   if (!spec.ok()) {
     PrintErrors(spec.status());
     return kExitBadInput;
+  }
+  if (spec->parallel().auto_layout()) {
+    // parallel: auto — the planner picks the layout for the devices given (tessera run --devices N).
+    const int devices = options.devices > 0 ? options.devices : spec->parallel().devices();
+    auto chosen = ApplyAutoLayout(&*spec, devices);
+    if (!chosen.ok()) {
+      std::cerr << "error: " << chosen.status().message() << "\n";
+      return kExitBadInput;
+    }
+    if (auto errors = spec::ValidateJobSpec(*spec); !errors.empty()) {
+      PrintErrors(spec::ToStatus(errors));
+      return kExitBadInput;
+    }
+    if (!options.quiet) std::cout << "parallel: auto chose " << *chosen << "\n";
   }
   parallel::TokenDatasetOptions data;
   data.path = spec->data().path();

@@ -17,6 +17,7 @@ struct LaunchOptions {
   int64_t dump_at_step = 0;            // Passed to every rank (debug dump of weights and grads).
   int threads_per_rank = 0;            // 0 = cores / ranks (at least 1).
   bool quiet = false;                  // No progress output.
+  int devices = 0;                     // parallel: auto: devices to plan for (0: the spec's parallel.devices).
 };
 
 // Runs the job to its end. Returns a client exit code (exit_codes.h); errors go to stderr as lines

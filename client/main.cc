@@ -25,6 +25,7 @@ int Main(int argc, char** argv) {
   run_cmd->add_option("--dump-at-step", run.dump_at_step,
                       "Debug: write full weights and gradients after step N to OUTPUT_DIR/debug/");
   run_cmd->add_flag("--quiet", run.quiet, "No progress output");
+  run_cmd->add_option("--devices", run.devices, "With parallel: auto: how many rank processes to plan for");
 
   ClusterOptions cluster;
   if (const char* env = getenv("TESSERA_COORDINATOR"); env != nullptr && *env) cluster.coordinator = env;

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "client/auto_layout.h"
 #include "client/exit_codes.h"
 #include "client/table.h"
 #include "common/spec/job_spec.h"
@@ -22,18 +23,7 @@ int LocalPlanCommand(const LocalPlanOptions& o) {
     std::cerr << "error: --devices: " << o.devices << " must be at least 1\n";
     return kExitBadInput;
   }
-  parallel::PlanInput in;
-  const auto& m = spec->model();
-  in.model = {m.layers(), m.hidden(), m.heads(), m.vocab(), m.seq_len()};
-  in.micro_batch = spec->train().micro_batch();
-  in.global_batch = spec->train().global_batch();
-  in.devices = o.devices;
-  in.activation_checkpointing = spec->train().activation_checkpointing();
-  // Defaults: a CPU core pair with loopback Gloo, or an H100 (fp32 without TF32, NVLink).
-  const bool cuda = spec->device() == v1::DEVICE_CUDA;
-  in.device.flops = o.gflops > 0 ? o.gflops * 1e9 : cuda ? 50e12 : 50e9;
-  in.device.bandwidth = o.bandwidth_gbs > 0 ? o.bandwidth_gbs * 1e9 : cuda ? 200e9 : 2e9;
-  in.device.memory_bytes = o.memory_gb > 0 ? o.memory_gb * 1e9 : cuda ? 80e9 : 8e9;
+  parallel::PlanInput in = PlanInputFor(*spec, o.devices, o.gflops, o.bandwidth_gbs, o.memory_gb);
   std::vector<parallel::Prediction> plan = parallel::Plan(in);
   if (plan.empty()) {
     std::cerr << "error: no layout of " << o.devices << " devices can run this model and batch "

@@ -108,6 +108,10 @@ absl::StatusOr<v1::Job> Coordinator::Submit(const v1::JobSpec& spec, int max_res
   if (max_restarts < 0 || max_restarts > options_.max_restarts_limit) {
     errors.push_back({"max_restarts", absl::StrCat(max_restarts, " must be between 0 and ", options_.max_restarts_limit)});
   }
+  if (spec.parallel().auto_layout()) {
+    errors.push_back({"parallel", "auto is resolved by tessera run; for a cluster job choose the layout with "
+                                  "tessera plan SPEC --devices N and set it"});
+  }
   if (absl::Status s = spec::ToStatus(errors); !s.ok()) return s;
   auto id = store_->NextJobId();
   if (!id.ok()) return id.status();

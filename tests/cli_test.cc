@@ -2,6 +2,7 @@
 // never a crash; a failing rank ends the job with exit code 1 and its error; no LibTorch linked.
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -120,6 +121,21 @@ TEST_F(CliTest, PlanRanksLayoutsLocally) {
   auto zero = RunTessera({"plan", spec_, "--devices", "0"});
   EXPECT_EQ(zero.exit_code, 2) << zero.output;
   EXPECT_THAT(zero.output, HasSubstr("--devices: 0 must be at least 1"));
+}
+
+// parallel: auto: `tessera run --devices N` runs the planner's choice for N ranks (every layout of
+// 2 devices of this spec trains; the chosen one is written to job.json).
+TEST_F(CliTest, ParallelAutoRunsThePlannersChoice) {
+  auto r = RunTessera({"run", spec_, "--devices", "2", "--set", "parallel=auto", "--set", "parallel.dp=1"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("parallel: auto chose "));
+  std::ifstream job(dir_ + "/out/job.json");
+  std::string text((std::istreambuf_iterator<char>(job)), std::istreambuf_iterator<char>());
+  EXPECT_THAT(text, HasSubstr("\"auto_layout\": false"));
+  auto steps = testing::ReadLosses(dir_ + "/out/steps.jsonl");
+  EXPECT_EQ(steps.size(), 2u);
+  // The spec asks for dp 2; with auto that is a conflict named by field.
+  EXPECT_THAT(BadRun({"parallel=auto"}), HasSubstr("error: parallel.dp: 2 conflicts with parallel: auto"));
 }
 
 TEST(CliLinkTest, TheCliDoesNotLinkLibTorch) {

@@ -34,6 +34,7 @@ v1::JobSpec DefaultJobSpec() {
   p->set_pp_chunks(1);
   p->set_sp_mode(v1::SP_MODE_RING);
   p->set_tp_depth(1);
+  p->set_devices(1);
   auto* t = s.mutable_train();
   t->set_steps(100);
   t->set_micro_batch(8);

@@ -209,6 +209,26 @@ TEST(JobSpecTest, TensorParallelGridOptions) {
   EXPECT_THAT(stray.status().message(), HasSubstr("parallel.tp_depth: 2 applies to tp_mode 2.5d only"));
 }
 
+TEST(JobSpecTest, ParallelAuto) {
+  auto spec = ParseAndValidate(R"(
+name: demo
+model: {layers: 2, hidden: 64, heads: 4, vocab: 256, seq_len: 32}
+data: {path: data.bin}
+parallel: auto
+)");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_TRUE(spec->parallel().auto_layout());
+  EXPECT_EQ(spec->parallel().devices(), 1);
+  EXPECT_EQ(spec->parallel().dp(), 1);
+  auto set = ParseAndValidate(kValid, {"parallel=auto", "parallel.dp=1", "parallel.tp=1", "parallel.devices=0"});
+  ASSERT_FALSE(set.ok());
+  EXPECT_THAT(set.status().message(), HasSubstr("parallel.devices: 0 must be at least 1"));
+  auto conflict = ParseAndValidate(kValid, {"parallel=auto"});  // kValid sets dp 2 and tp 2.
+  ASSERT_FALSE(conflict.ok());
+  EXPECT_THAT(conflict.status().message(), HasSubstr("parallel.dp: 2 conflicts with parallel: auto"));
+  EXPECT_THAT(conflict.status().message(), HasSubstr("parallel.tp: 2 conflicts with parallel: auto"));
+}
+
 TEST(JobSpecTest, SequenceParallelOptions) {
   auto ring = ParseAndValidate(kValid, {"parallel.sp=2"});
   ASSERT_TRUE(ring.ok()) << ring.status();

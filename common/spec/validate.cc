@@ -190,6 +190,14 @@ void CheckTensorMode(const v1::JobSpec& s, Checker& c) {
 
 void CheckParallel(const v1::JobSpec& s, Checker& c) {
   const auto& p = s.parallel();
+  if (p.auto_layout()) {
+    // The planner fills the layout; sizes given next to `auto` would be silently replaced.
+    c.AtLeast("parallel.devices", p.devices(), 1);
+    for (const auto& [field, value] : std::vector<std::pair<std::string, int>>{
+             {"parallel.dp", p.dp()}, {"parallel.pp", p.pp()}, {"parallel.tp", p.tp()}, {"parallel.sp", p.sp()}}) {
+      if (value != 1) c.Fail(field, absl::StrCat(value, " conflicts with parallel: auto (the planner chooses it)"));
+    }
+  }
   bool sizes_ok = c.AtLeast("parallel.dp", p.dp(), 1);
   sizes_ok &= c.AtLeast("parallel.tp", p.tp(), 1);
   sizes_ok &= c.AtLeast("parallel.pp", p.pp(), 1);

@@ -210,7 +210,15 @@ void MergeYaml(const YAML::Node& node, const std::string& path, Message* msg,
       continue;
     }
     if (f->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
-      MergeYaml(value, field_path, r->MutableMessage(msg, f), errors);
+      Message* sub = r->MutableMessage(msg, f);
+      // `section: auto` stands for `section: {auto_layout: true}` where the section has that field
+      // (parallel: auto).
+      const FieldDescriptor* auto_field = sub->GetDescriptor()->FindFieldByName("auto_layout");
+      if (auto_field != nullptr && value.IsScalar() && absl::AsciiStrToLower(value.Scalar()) == "auto") {
+        sub->GetReflection()->SetBool(sub, auto_field, true);
+        continue;
+      }
+      MergeYaml(value, field_path, sub, errors);
       continue;
     }
     if (value.IsNull()) {

@@ -164,9 +164,10 @@ Prediction Predict(const PlanInput& in, const Layout& l) {
         per_layer += fwd + bwd;
       } else {
         // SUMMA: q broadcasts of an input and a weight block forward and again backward, and q
-        // reductions of each block's partial gradients.
+        // reductions of each block's partial gradients (a broadcast or reduce counts its size on
+        // every member).
         const double a = tokens_mb * in_dim / q, w = in_dim / q * out_dim / q;
-        per_layer += (3 * q - 2) * (a + w);
+        per_layer += 3 * q * (a + w);
       }
     }
     const double head = 2 * (q - 1) / q * tokens_mb * V;
@@ -195,6 +196,7 @@ Prediction Predict(const PlanInput& in, const Layout& l) {
   }
   const double logits = 3 * tokens_mb * V / s.vocab * kBytes;
   p.activation_bytes = peak_chunks * per_chunk + logits;
+  p.runtime_bytes = in.device.runtime_bytes;
   p.fits = p.memory_bytes() <= in.device.memory_bytes;
   return p;
 }

@@ -13,7 +13,7 @@
 //            parameter) plus activations kept for backward: per token and layer ~20·h values
 //            (+ attention probabilities 2·a·T where materialised), split as each mode splits
 //            them, times the micro-batch chunks alive at the pipeline's peak (simulated), plus the
-//            logits of the last stage.
+//            logits of the last stage, plus the device's fixed runtime memory.
 // A layout is rejected when its memory exceeds `memory_bytes` per device.
 #ifndef TESSERA_PARALLEL_PLANNER_PLANNER_H_
 #define TESSERA_PARALLEL_PLANNER_PLANNER_H_
@@ -30,6 +30,7 @@ struct DeviceModel {
   double flops = 50e9;            // Achieved fp32 matmul FLOP/s per device.
   double bandwidth = 2e9;         // Bytes per second a device sends in collectives.
   double memory_bytes = 8e9;      // Per device.
+  double runtime_bytes = 0;       // Per process before any activation (allocator, kernels' scratch).
 };
 
 struct PlanInput {
@@ -61,7 +62,8 @@ struct Prediction {
   double comm_bytes = 0;          // Per device per step.
   double state_bytes = 0;         // Parameters, gradients, moments per device.
   double activation_bytes = 0;    // Peak per device.
-  double memory_bytes() const { return state_bytes + activation_bytes; }
+  double runtime_bytes = 0;       // DeviceModel::runtime_bytes.
+  double memory_bytes() const { return state_bytes + activation_bytes + runtime_bytes; }
   bool fits = true;
   std::string verdict;            // Why it ranks where it does.
 };

@@ -382,10 +382,21 @@ int64_t Trainer::BytesCommunicated() const {
 
 absl::Status Trainer::Run(const std::function<void(const StepStats&)>& on_step) {
   if (groups_.global_rank == 0) TESSERA_RETURN_IF_ERROR(TrimStepLog());
+  // Every rank's own measurements of this run (communication, memory, pipeline waiting), one line
+  // per step, for benchmarks and debugging: output_dir/ranks/rank_R.jsonl (restarted with the run).
+  std::error_code ec;
+  fs::create_directories(options_.output_dir + "/ranks", ec);
+  const std::string rank_log = absl::StrCat(options_.output_dir, "/ranks/rank_", groups_.global_rank, ".jsonl");
+  std::ofstream(rank_log, std::ios::trunc).close();
   while (step_ < options_.steps) {
     auto stats = Step();
     if (!stats.ok()) return stats.status();
     if (groups_.global_rank == 0) TESSERA_RETURN_IF_ERROR(AppendStepLog(*stats));
+    nlohmann::json mine = {{"step", stats->step}, {"step_seconds", stats->step_seconds},
+                           {"bytes_communicated", stats->bytes_communicated}, {"rss_peak_bytes", stats->rss_peak_bytes},
+                           {"rss_base_bytes", rss_base_bytes_}, {"model_state_bytes", stats->model_state_bytes},
+                           {"pipeline_wait_s", stats->pipeline_wait_s}};
+    std::ofstream(rank_log, std::ios::app) << mine.dump() << "\n";
     if (on_step) on_step(*stats);
     if (options_.dump_at_step == step_) TESSERA_RETURN_IF_ERROR(DumpDebug());
     const bool periodic = options_.checkpoint_every > 0 && step_ % options_.checkpoint_every == 0;
