@@ -153,6 +153,9 @@ TEST_F(CoordinatorTest, LostWorkerFailsItsAttemptAndInvalidInputIsNamed) {
   bad.mutable_parallel()->set_tp(3);
   EXPECT_THAT(c_->Submit(bad, 0).status().message(), HasSubstr("parallel.tp: 3 does not divide model.heads 4"));
   EXPECT_THAT(c_->Submit(Spec(1, 1), -1).status().message(), HasSubstr("max_restarts: -1"));
+  v1::JobSpec automatic = Spec(1, 1);
+  automatic.mutable_parallel()->set_auto_layout(true);
+  EXPECT_THAT(c_->Submit(automatic, 0).status().message(), HasSubstr("parallel: auto is resolved by tessera run"));
   v1::RegisterWorkerRequest r;
   EXPECT_THAT(c_->RegisterWorker(r).status().message(), HasSubstr("name: is required"));
 }
