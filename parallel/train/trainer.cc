@@ -51,11 +51,22 @@ int64_t ResidentBytes() {
   return resident * sysconf(_SC_PAGESIZE);
 }
 
+// Peak resident memory since the last ResetPeakResident() (VmHWM), falling back to the process's
+// lifetime peak.
 int64_t PeakResidentBytes() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
+  }
   struct rusage u;
   getrusage(RUSAGE_SELF, &u);
   return static_cast<int64_t>(u.ru_maxrss) * 1024;
 }
+
+// Starts the peak over again from the current resident memory (Linux ≥ 4.0), so that the peak of
+// training excludes the start-up (full tensors drawn before sharding, checkpoint loading).
+void ResetPeakResident() { std::ofstream("/proc/self/clear_refs") << "5"; }
 
 }  // namespace
 
@@ -194,6 +205,7 @@ absl::Status Trainer::Init() {
   }
   pending_m_.clear();
   pending_v_.clear();
+  ResetPeakResident();
   if (layout_) {
     PipelineOptions po;
     if (options_.pp_schedule == "interleaved") {

@@ -39,7 +39,7 @@ struct StepStats {
   int64_t optimizer_state_bytes = 0;  // AdamW state (and separate fp32 master weights) held by this rank.
   int64_t model_state_bytes = 0;      // Peak this step: parameters, gradients, masters and moments.
   double pipeline_wait_s = 0;         // pp > 1: time this rank waited for activations / gradients.
-  int64_t rss_peak_bytes = 0;         // Peak resident memory of this process so far.
+  int64_t rss_peak_bytes = 0;         // Peak resident memory of this process since training began.
   bool skipped = false;               // fp16: gradients overflowed, no update, loss scale halved.
   double loss_scale = 1;              // fp16: the scale this step's backward used.
 };
