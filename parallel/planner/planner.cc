@@ -182,7 +182,13 @@ Prediction Predict(const PlanInput& in, const Layout& l) {
                                                  : 8 * (sp - 1) / sp * tokens_mb * width * kBytes;
     bytes += micro_batches * layers_dev * per_layer * (in.activation_checkpointing ? 1.5 : 1.0);
   }
-  if (l.pp > 1) bytes += micro_batches * 2.0 * l.pp_chunks * tokens_mb * h / s.hidden * kBytes;
+  if (l.pp > 1) {
+    // Per micro-batch, a rank sends an activation forward from each of its v chunks but the model's
+    // last and a gradient back from each but the model's first: the busiest rank sends 2v messages
+    // when some rank holds only middle chunks (pp ≥ 3), else 2v − 1.
+    const double messages = 2.0 * l.pp_chunks - (l.pp == 2 ? 1 : 0);
+    bytes += micro_batches * messages * tokens_mb * h / s.hidden * kBytes;
+  }
   p.comm_bytes = bytes;
   p.comm_s = bytes / in.device.bandwidth;
   p.step_s = p.compute_s + p.comm_s;
