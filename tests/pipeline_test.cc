@@ -16,14 +16,13 @@ namespace tessera {
 namespace {
 
 namespace fs = std::filesystem;
-using testing::ReadLosses;
 using testing::RunTessera;
 
-// fp32 tolerances as the other equivalence tests (tests/parallel_equivalence_test.cc explains the
-// weight tolerance). A pipeline sums the tied embedding's two gradient contributions in another order.
+// fp32 tolerances (testing::Tolerances) as the other equivalence tests (tests/parallel_equivalence_test.cc
+// explains the weight tolerance). A pipeline sums the tied embedding's two gradient contributions in
+// another order.
 constexpr int kSteps = 6;
 constexpr int kTensors = 2 + 8 * 12 + 2;  // wte, wpe, 8 blocks of 12, ln_f weight and bias.
-constexpr double kLossAtol = 1e-5, kLossRtol = 1e-3;
 
 class PipelineTest : public ::testing::Test {
  protected:
@@ -42,12 +41,7 @@ class PipelineTest : public ::testing::Test {
   }
 
   static std::string Run(const std::string& name, const std::vector<std::string>& sets) {
-    const std::string out = *dir_ + "/" + name;
-    std::vector<std::string> args = {"run", *spec_, "--quiet", "--dump-at-step", "1", "--set", "output_dir=" + out};
-    for (const auto& s : sets) args.push_back("--set"), args.push_back(s);
-    auto r = RunTessera(args);
-    EXPECT_EQ(r.exit_code, 0) << r.output;
-    return out;
+    return testing::RunLayout(*dir_, *spec_, name, sets);
   }
 
   static void Compare(const std::string& out) { testing::ExpectRunsClose(*reference_, out, kSteps, kTensors); }
@@ -55,20 +49,7 @@ class PipelineTest : public ::testing::Test {
   // Resumes in a new job directory from `from`'s checkpoint of step 3 with another layout; the
   // following losses equal the reference's.
   static void ResumeAs(const std::string& from, const std::string& name, const std::vector<std::string>& sets) {
-    const std::string out = *dir_ + "/" + name;
-    fs::create_directories(out + "/checkpoints");
-    fs::copy(from + "/checkpoints/step_00000003", out + "/checkpoints/step_00000003");
-    std::vector<std::string> args = {"run", *spec_, "--quiet", "--set", "output_dir=" + out};
-    for (const auto& s : sets) args.push_back("--set"), args.push_back(s);
-    auto r = RunTessera(args);
-    ASSERT_EQ(r.exit_code, 0) << r.output;
-    const auto want = ReadLosses(*reference_ + "/steps.jsonl");
-    const auto got = ReadLosses(out + "/steps.jsonl");
-    ASSERT_EQ(got.size(), static_cast<size_t>(kSteps - 3)) << "steps 4.." << kSteps;
-    for (int step = 4; step <= kSteps; ++step) {
-      ASSERT_TRUE(got.count(step)) << step;
-      EXPECT_NEAR(got.at(step), want.at(step), kLossAtol + kLossRtol * std::abs(want.at(step))) << "step " << step;
-    }
+    testing::ExpectResumeMatches(*dir_, *spec_, from, name, sets, *reference_, 3, kSteps);
   }
 
   static std::string* dir_;

@@ -15,14 +15,12 @@ namespace tessera {
 namespace {
 
 namespace fs = std::filesystem;
-using testing::ReadLosses;
 using testing::RunTessera;
 
-// fp32 tolerances of the other equivalence tests. Ring attention sums the softmax blockwise (online),
+// fp32 tolerances (testing::Tolerances) of the other equivalence tests. Ring attention sums the softmax blockwise (online),
 // all-to-all runs the same attention kernel on regrouped heads; both within them.
 constexpr int kSteps = 6;
 constexpr int kTensors = 2 + 4 * 12 + 2;
-constexpr double kLossAtol = 1e-5, kLossRtol = 1e-3;
 
 class SequenceParallelTest : public ::testing::Test {
  protected:
@@ -41,12 +39,7 @@ class SequenceParallelTest : public ::testing::Test {
   }
 
   static std::string Run(const std::string& name, const std::vector<std::string>& sets) {
-    const std::string out = *dir_ + "/" + name;
-    std::vector<std::string> args = {"run", *spec_, "--quiet", "--dump-at-step", "1", "--set", "output_dir=" + out};
-    for (const auto& s : sets) args.push_back("--set"), args.push_back(s);
-    auto r = RunTessera(args);
-    EXPECT_EQ(r.exit_code, 0) << r.output;
-    return out;
+    return testing::RunLayout(*dir_, *spec_, name, sets);
   }
 
   static void Compare(const std::string& out) { testing::ExpectRunsClose(*reference_, out, kSteps, kTensors); }
@@ -80,18 +73,8 @@ TEST_F(SequenceParallelTest, AllToAllWithTensorAndDataParallel) {
 TEST_F(SequenceParallelTest, PipelineTimesSequenceTimesDataAndResumeAsSp4) {
   const std::string hybrid = Run("pp2sp2dp2", {"parallel.pp=2", "parallel.sp=2", "parallel.dp=2"});
   Compare(hybrid);
-  const std::string out = *dir_ + "/resume_sp4a";
-  fs::create_directories(out + "/checkpoints");
-  fs::copy(hybrid + "/checkpoints/step_00000003", out + "/checkpoints/step_00000003");
-  auto r = RunTessera({"run", *spec_, "--quiet", "--set", "output_dir=" + out, "--set", "parallel.sp=4", "--set",
-                       "parallel.sp_mode=all_to_all"});
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  const auto want = ReadLosses(*reference_ + "/steps.jsonl");
-  const auto got = ReadLosses(out + "/steps.jsonl");
-  ASSERT_EQ(got.size(), static_cast<size_t>(kSteps - 3));
-  for (int step = 4; step <= kSteps; ++step) {
-    EXPECT_NEAR(got.at(step), want.at(step), kLossAtol + kLossRtol * std::abs(want.at(step))) << "step " << step;
-  }
+  testing::ExpectResumeMatches(*dir_, *spec_, hybrid, "resume_sp4a", {"parallel.sp=4", "parallel.sp_mode=all_to_all"},
+                               *reference_, 3, kSteps);
 }
 
 TEST_F(SequenceParallelTest, ImpossibleSplitsAreNamed) {

@@ -13,14 +13,12 @@ namespace tessera {
 namespace {
 
 namespace fs = std::filesystem;
-using testing::ReadLosses;
 using testing::RunTessera;
 
-// fp32 tolerances of the other equivalence tests: the grid layouts sum partial products and
+// fp32 tolerances (testing::Tolerances) of the other equivalence tests: the grid layouts sum partial products and
 // statistics in other orders.
 constexpr int kSteps = 6;
 constexpr int kTensors = 2 + 2 * 12 + 2;
-constexpr double kLossAtol = 1e-5, kLossRtol = 1e-3;
 
 class TensorGridTest : public ::testing::Test {
  protected:
@@ -39,30 +37,13 @@ class TensorGridTest : public ::testing::Test {
   }
 
   static std::string Run(const std::string& name, const std::vector<std::string>& sets) {
-    const std::string out = *dir_ + "/" + name;
-    std::vector<std::string> args = {"run", *spec_, "--quiet", "--dump-at-step", "1", "--set", "output_dir=" + out};
-    for (const auto& s : sets) args.push_back("--set"), args.push_back(s);
-    auto r = RunTessera(args);
-    EXPECT_EQ(r.exit_code, 0) << r.output;
-    return out;
+    return testing::RunLayout(*dir_, *spec_, name, sets);
   }
 
   static void Compare(const std::string& out) { testing::ExpectRunsClose(*reference_, out, kSteps, kTensors); }
 
   static void ResumeAs(const std::string& from, const std::string& name, const std::vector<std::string>& sets) {
-    const std::string out = *dir_ + "/" + name;
-    fs::create_directories(out + "/checkpoints");
-    fs::copy(from + "/checkpoints/step_00000003", out + "/checkpoints/step_00000003");
-    std::vector<std::string> args = {"run", *spec_, "--quiet", "--set", "output_dir=" + out};
-    for (const auto& s : sets) args.push_back("--set"), args.push_back(s);
-    auto r = RunTessera(args);
-    ASSERT_EQ(r.exit_code, 0) << r.output;
-    const auto want = ReadLosses(*reference_ + "/steps.jsonl");
-    const auto got = ReadLosses(out + "/steps.jsonl");
-    ASSERT_EQ(got.size(), static_cast<size_t>(kSteps - 3));
-    for (int step = 4; step <= kSteps; ++step) {
-      EXPECT_NEAR(got.at(step), want.at(step), kLossAtol + kLossRtol * std::abs(want.at(step))) << "step " << step;
-    }
+    testing::ExpectResumeMatches(*dir_, *spec_, from, name, sets, *reference_, 3, kSteps);
   }
 
   static std::string* dir_;

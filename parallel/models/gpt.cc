@@ -264,6 +264,17 @@ at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b 
 
 }  // namespace
 
+at::Tensor Gpt::Attention(const at::Tensor& qkv_in, int64_t local_heads, int64_t head_dim) {
+  const int64_t B = qkv_in.size(0), T = qkv_in.size(1), width = local_heads * head_dim;
+  std::vector<at::Tensor> qkv = qkv_in.split(width, -1);
+  auto heads = [&](const at::Tensor& t) { return t.view({B, T, local_heads, head_dim}).transpose(1, 2); };
+  at::Tensor y = sp_ && sp_->size() > 1
+                     ? SequenceParallelAttention(sp_mode_, heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), sp_.get())
+                     : at::scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), {}, 0.0,
+                                                        /*is_causal=*/true);
+  return y.transpose(1, 2).reshape({B, T, width});
+}
+
 at::Tensor Gpt::GridLinear(const at::Tensor& x, const std::string& weight, const std::string& bias, bool second) {
   at::Tensor w = Use(weight);  // [out part, in part]: its transpose is this rank's block of Wᵀ.
   at::Tensor rows = x.reshape({-1, x.size(-1)});
@@ -281,21 +292,13 @@ at::Tensor Gpt::GridLinear(const at::Tensor& x, const std::string& weight, const
 }
 
 at::Tensor Gpt::GridBlock(const at::Tensor& x_in, int i) {
-  const int64_t B = x_in.size(0), T = x_in.size(1);
   const int64_t local_heads = config_.heads / shape_.q;
   const int64_t head_dim = config_.hidden / config_.heads;
-  const int64_t local_width = local_heads * head_dim;
   const std::string b = absl::StrCat("h.", i, ".");
   // Norms normalise over the hidden split along grid_.row (2D/2.5D: j; 3D: z).
   at::Tensor a = LayerNorm2D(x_in, Use(b + "ln_1.weight"), Use(b + "ln_1.bias"), kLayerNormEps, grid_);
   a = GridLinear(a, b + "attn.c_attn.weight", b + "attn.c_attn.bias", false);  // This rank's heads.
-  std::vector<at::Tensor> qkv = a.split(local_width, -1);
-  auto heads = [&](const at::Tensor& t) { return t.view({B, T, local_heads, head_dim}).transpose(1, 2); };
-  at::Tensor y = sp_ && sp_->size() > 1
-                     ? SequenceParallelAttention(sp_mode_, heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), sp_.get())
-                     : at::scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), {}, 0.0,
-                                                        /*is_causal=*/true);
-  y = y.transpose(1, 2).reshape({B, T, local_width});
+  at::Tensor y = Attention(a, local_heads, head_dim);
   at::Tensor x = x_in + GridLinear(y, b + "attn.c_proj.weight", b + "attn.c_proj.bias", true);
   at::Tensor m = LayerNorm2D(x, Use(b + "ln_2.weight"), Use(b + "ln_2.bias"), kLayerNormEps, grid_);
   m = at::gelu(GridLinear(m, b + "mlp.c_fc.weight", b + "mlp.c_fc.bias", false));
@@ -305,23 +308,14 @@ at::Tensor Gpt::GridBlock(const at::Tensor& x_in, int i) {
 at::Tensor Gpt::Block(const at::Tensor& x_in, int i) {
   if (shape_.layout != TpLayout::k1D) return GridBlock(x_in, i);
   Communicator* tp = tp_.get();
-  const int64_t B = x_in.size(0), T = x_in.size(1);
-  const int64_t h = config_.hidden;
   const int64_t local_heads = config_.heads / tp->size();
-  const int64_t head_dim = h / config_.heads;
-  const int64_t local_width = local_heads * head_dim;
+  const int64_t head_dim = config_.hidden / config_.heads;
   const std::string b = absl::StrCat("h.", i, ".");
   // Attention: column-parallel qkv (this rank's heads), row-parallel output projection.
   const bool fused = kernels::SelectKernels(x_in, fused_kernels_) != nullptr;
   at::Tensor a = kernels::LayerNorm(x_in, P(b + "ln_1.weight"), P(b + "ln_1.bias"), kLayerNormEps, fused);
   a = Linear(CopyToTp(a, tp), P(b + "attn.c_attn.weight"), P(b + "attn.c_attn.bias"));
-  std::vector<at::Tensor> qkv = a.split(local_width, -1);
-  auto heads = [&](const at::Tensor& t) { return t.view({B, T, local_heads, head_dim}).transpose(1, 2); };
-  at::Tensor y = sp_ && sp_->size() > 1
-                     ? SequenceParallelAttention(sp_mode_, heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), sp_.get())
-                     : at::scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), {}, 0.0,
-                                                        /*is_causal=*/true);
-  y = y.transpose(1, 2).reshape({B, T, local_width});
+  at::Tensor y = Attention(a, local_heads, head_dim);
   y = ReduceFromTp(Linear(y, P(b + "attn.c_proj.weight")), tp) + P(b + "attn.c_proj.bias");
   at::Tensor x = x_in + y;
   // MLP: column-parallel c_fc, GELU (erf), row-parallel c_proj.

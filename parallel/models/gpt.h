@@ -154,6 +154,9 @@ class Gpt {
   // gradients summed over them in backward).
   at::Tensor Use(const std::string& name) const;
   at::Tensor GridBlock(const at::Tensor& x, int i);
+  // Causal self-attention of this rank's heads from qkv [B, T, 3·heads·head_dim] (q, k, v blocks),
+  // over the whole sequence when it is split over sp; returns [B, T, heads·head_dim].
+  at::Tensor Attention(const at::Tensor& qkv, int64_t local_heads, int64_t head_dim);
   // x [B, T, in part] → [B, T, out part] in the output layout, bias added. `second`: 3D's second
   // linear of a pair (input split over (x, z) and hidden over y).
   at::Tensor GridLinear(const at::Tensor& x, const std::string& weight, const std::string& bias, bool second);

@@ -1,6 +1,8 @@
 #include "tests/testing/compare.h"
 
 #include <cmath>
+#include <cstdio>
+#include <filesystem>
 
 #include "gtest/gtest.h"
 #include "tests/testing/cli.h"
@@ -55,6 +57,36 @@ void ExpectRunsClose(const std::string& reference_dir, const std::string& run_di
   auto dump = ReadF32(run_dir + "/debug/step_1.safetensors");
   ExpectTensorsClose(ref_dump, dump, "grad.", tol.grad_atol, tol.grad_rtol, tensors);
   ExpectTensorsClose(ref_dump, dump, "param.", tol.weight_atol, tol.weight_rtol, tensors);
+}
+
+std::string RunLayout(const std::string& dir, const std::string& spec, const std::string& name,
+                      const std::vector<std::string>& sets, bool dump) {
+  const std::string out = dir + "/" + name;
+  std::vector<std::string> args = {"run", spec, "--quiet", "--set", "output_dir=" + out};
+  if (dump) args.push_back("--dump-at-step"), args.push_back("1");
+  for (const auto& s : sets) args.push_back("--set"), args.push_back(s);
+  auto r = RunTessera(args);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  return out;
+}
+
+void ExpectResumeMatches(const std::string& dir, const std::string& spec, const std::string& from,
+                         const std::string& name, const std::vector<std::string>& sets,
+                         const std::string& reference, int step, int steps, const Tolerances& tol) {
+  namespace fs = std::filesystem;
+  char checkpoint[32];
+  std::snprintf(checkpoint, sizeof(checkpoint), "step_%08d", step);
+  const std::string out = dir + "/" + name;
+  fs::create_directories(out + "/checkpoints");
+  fs::copy(from + "/checkpoints/" + checkpoint, out + "/checkpoints/" + checkpoint);
+  RunLayout(dir, spec, name, sets, /*dump=*/false);
+  const auto want = ReadLosses(reference + "/steps.jsonl");
+  const auto got = ReadLosses(out + "/steps.jsonl");
+  ASSERT_EQ(got.size(), static_cast<size_t>(steps - step)) << "steps " << step + 1 << ".." << steps;
+  for (int s = step + 1; s <= steps; ++s) {
+    ASSERT_TRUE(got.count(s)) << s;
+    EXPECT_NEAR(got.at(s), want.at(s), tol.loss_atol + tol.loss_rtol * std::abs(want.at(s))) << "step " << s;
+  }
 }
 
 }  // namespace tessera::testing

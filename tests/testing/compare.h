@@ -26,6 +26,17 @@ struct Tolerances {
 void ExpectRunsClose(const std::string& reference_dir, const std::string& run_dir, int steps, int tensors,
                      const Tolerances& tol = {});
 
+// `tessera run SPEC --quiet [--dump-at-step 1] --set output_dir=DIR/NAME --set S...`, expecting
+// success; returns the output directory.
+std::string RunLayout(const std::string& dir, const std::string& spec, const std::string& name,
+                      const std::vector<std::string>& sets, bool dump = true);
+
+// Copies `from`'s checkpoint of `step` into a new job DIR/NAME, resumes it with `sets`, and expects
+// the losses of steps step+1..steps within loss_atol + loss_rtol·|loss| of `reference`'s.
+void ExpectResumeMatches(const std::string& dir, const std::string& spec, const std::string& from,
+                         const std::string& name, const std::vector<std::string>& sets,
+                         const std::string& reference, int step, int steps, const Tolerances& tol = {});
+
 }  // namespace tessera::testing
 
 #endif  // TESSERA_TESTS_TESTING_COMPARE_H_
