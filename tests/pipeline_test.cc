@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -27,39 +28,27 @@ constexpr int kTensors = 2 + 8 * 12 + 2;  // wte, wpe, 8 blocks of 12, ln_f weig
 class PipelineTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = new std::string(testing::FreshDir("pipeline"));
-    const std::string data = testing::WriteTokenFile(*dir_, 40000);
-    spec_ = new std::string(*dir_ + "/spec.yaml");
-    std::ofstream(*spec_) << "name: pipe\n"
-                          << "model: {layers: 8, hidden: 32, heads: 4, vocab: 256, seq_len: 16}\n"
-                          << "data: {path: " << data << "}\n"
-                          << "parallel: {dp_bucket_mb: 0.02}\n"
-                          << "train: {steps: " << kSteps << ", micro_batch: 2, global_batch: 8, lr: 1e-3,\n"
-                          << "        warmup_steps: 2, schedule: cosine, min_lr: 1e-4, grad_clip: 1.0}\n"
-                          << "checkpoint: {every_steps: 3, keep: 3}\n";
-    reference_ = new std::string(Run("single", {}));
+    std::ostringstream yaml;
+    yaml << "name: pipe\n"
+         << "model: {layers: 8, hidden: 32, heads: 4, vocab: 256, seq_len: 16}\n"
+         << "parallel: {dp_bucket_mb: 0.02}\n"
+         << "train: {steps: " << kSteps << ", micro_batch: 2, global_batch: 8, lr: 1e-3,\n"
+         << "        warmup_steps: 2, schedule: cosine, min_lr: 1e-4, grad_clip: 1.0}\n"
+         << "checkpoint: {every_steps: 3, keep: 3}\n";
+    suite_ = new testing::LayoutSuite("pipeline", yaml.str(), kSteps, kTensors);
   }
-
   static std::string Run(const std::string& name, const std::vector<std::string>& sets) {
-    return testing::RunLayout(*dir_, *spec_, name, sets);
+    return suite_->Run(name, sets);
   }
-
-  static void Compare(const std::string& out) { testing::ExpectRunsClose(*reference_, out, kSteps, kTensors); }
-
-  // Resumes in a new job directory from `from`'s checkpoint of step 3 with another layout; the
-  // following losses equal the reference's.
+  static void Compare(const std::string& out) { suite_->Compare(out); }
   static void ResumeAs(const std::string& from, const std::string& name, const std::vector<std::string>& sets) {
-    testing::ExpectResumeMatches(*dir_, *spec_, from, name, sets, *reference_, 3, kSteps);
+    suite_->ResumeAs(from, name, sets, 3);
   }
 
-  static std::string* dir_;
-  static std::string* spec_;
-  static std::string* reference_;
+  static testing::LayoutSuite* suite_;
 };
 
-std::string* PipelineTest::dir_;
-std::string* PipelineTest::spec_;
-std::string* PipelineTest::reference_;
+testing::LayoutSuite* PipelineTest::suite_;
 
 TEST_F(PipelineTest, OneFOneBTwoStages) { Compare(Run("pp2", {"parallel.pp=2"})); }
 
@@ -84,7 +73,8 @@ TEST_F(PipelineTest, DataTimesPipelineTimesTensor) {
 }
 
 TEST_F(PipelineTest, InterleavedPipelineTimesTensor) {
-  Compare(Run("pp4itp2", {"parallel.pp=4", "parallel.tp=2", "parallel.pp_schedule=interleaved", "parallel.pp_chunks=2"}));
+  Compare(Run("pp4itp2",
+              {"parallel.pp=4", "parallel.tp=2", "parallel.pp_schedule=interleaved", "parallel.pp_chunks=2"}));
 }
 
 TEST_F(PipelineTest, PipelineTimesTensor2D) {
@@ -94,14 +84,16 @@ TEST_F(PipelineTest, PipelineTimesTensor2D) {
 // A pipelined run's checkpoint (gathered from every stage into the documented full tensors) resumes
 // as dp2×tp2; a dp2 ZeRO-1 checkpoint (optimizer state in per-rank shards) resumes as pp4.
 TEST_F(PipelineTest, CheckpointsMoveBetweenPipelinedAndOtherLayouts) {
-  const std::string pp = Run("ckpt_pp2i", {"parallel.pp=2", "parallel.pp_schedule=interleaved", "parallel.pp_chunks=2"});
+  const std::string pp =
+      Run("ckpt_pp2i", {"parallel.pp=2", "parallel.pp_schedule=interleaved", "parallel.pp_chunks=2"});
   ResumeAs(pp, "from_pp_to_dp2tp2", {"parallel.dp=2", "parallel.tp=2"});
   const std::string zero = Run("ckpt_zero1", {"parallel.dp=2", "parallel.zero_stage=1"});
   ResumeAs(zero, "from_zero1_to_pp4", {"parallel.pp=4"});
 }
 
 TEST_F(PipelineTest, ImpossibleLayoutsAreNamed) {
-  auto r = RunTessera({"run", *spec_, "--quiet", "--set", "output_dir=" + *dir_ + "/bad", "--set", "parallel.pp=3",
+  auto r = RunTessera({"run", suite_->spec(), "--quiet", "--set", "output_dir=" + suite_->dir() + "/bad",
+                       "--set", "parallel.pp=3",
                        "--set", "parallel.pp_schedule=interleaved", "--set", "parallel.pp_chunks=4"});
   EXPECT_NE(r.exit_code, 0);
   // 4 micro-batches per step are not a multiple of 3; 12 virtual stages exceed 8 blocks.
@@ -109,7 +101,7 @@ TEST_F(PipelineTest, ImpossibleLayoutsAreNamed) {
       << r.output;
   EXPECT_NE(r.output.find("parallel.pp: pp·pp_chunks = 12 virtual stages need model.layers ≥ 12"), std::string::npos)
       << r.output;
-  EXPECT_FALSE(fs::exists(*dir_ + "/bad/steps.jsonl"));
+  EXPECT_FALSE(fs::exists(suite_->dir() + "/bad/steps.jsonl"));
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -17,41 +18,33 @@ namespace {
 namespace fs = std::filesystem;
 using testing::RunTessera;
 
-// fp32 tolerances (testing::Tolerances) of the other equivalence tests. Ring attention sums the softmax blockwise (online),
-// all-to-all runs the same attention kernel on regrouped heads; both within them.
+// fp32 tolerances (testing::Tolerances) of the other equivalence tests. Ring attention sums the
+// softmax blockwise (online), all-to-all runs the same attention kernel on regrouped heads; both
+// within them.
 constexpr int kSteps = 6;
 constexpr int kTensors = 2 + 4 * 12 + 2;
 
 class SequenceParallelTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = new std::string(testing::FreshDir("sequence"));
-    const std::string data = testing::WriteTokenFile(*dir_, 40000);
-    spec_ = new std::string(*dir_ + "/spec.yaml");
-    std::ofstream(*spec_) << "name: seq\n"
-                          << "model: {layers: 4, hidden: 32, heads: 4, vocab: 256, seq_len: 32}\n"
-                          << "data: {path: " << data << "}\n"
-                          << "parallel: {dp_bucket_mb: 0.02}\n"
-                          << "train: {steps: " << kSteps << ", micro_batch: 2, global_batch: 8, lr: 1e-3,\n"
-                          << "        warmup_steps: 2, schedule: cosine, min_lr: 1e-4, grad_clip: 1.0}\n"
-                          << "checkpoint: {every_steps: 3, keep: 3}\n";
-    reference_ = new std::string(Run("single", {}));
+    std::ostringstream yaml;
+    yaml << "name: seq\n"
+         << "model: {layers: 4, hidden: 32, heads: 4, vocab: 256, seq_len: 32}\n"
+         << "parallel: {dp_bucket_mb: 0.02}\n"
+         << "train: {steps: " << kSteps << ", micro_batch: 2, global_batch: 8, lr: 1e-3,\n"
+         << "        warmup_steps: 2, schedule: cosine, min_lr: 1e-4, grad_clip: 1.0}\n"
+         << "checkpoint: {every_steps: 3, keep: 3}\n";
+    suite_ = new testing::LayoutSuite("sequence", yaml.str(), kSteps, kTensors);
   }
-
   static std::string Run(const std::string& name, const std::vector<std::string>& sets) {
-    return testing::RunLayout(*dir_, *spec_, name, sets);
+    return suite_->Run(name, sets);
   }
+  static void Compare(const std::string& out) { suite_->Compare(out); }
 
-  static void Compare(const std::string& out) { testing::ExpectRunsClose(*reference_, out, kSteps, kTensors); }
-
-  static std::string* dir_;
-  static std::string* spec_;
-  static std::string* reference_;
+  static testing::LayoutSuite* suite_;
 };
 
-std::string* SequenceParallelTest::dir_;
-std::string* SequenceParallelTest::spec_;
-std::string* SequenceParallelTest::reference_;
+testing::LayoutSuite* SequenceParallelTest::suite_;
 
 TEST_F(SequenceParallelTest, RingTwo) { Compare(Run("sp2", {"parallel.sp=2"})); }
 
@@ -73,12 +66,12 @@ TEST_F(SequenceParallelTest, AllToAllWithTensorAndDataParallel) {
 TEST_F(SequenceParallelTest, PipelineTimesSequenceTimesDataAndResumeAsSp4) {
   const std::string hybrid = Run("pp2sp2dp2", {"parallel.pp=2", "parallel.sp=2", "parallel.dp=2"});
   Compare(hybrid);
-  testing::ExpectResumeMatches(*dir_, *spec_, hybrid, "resume_sp4a", {"parallel.sp=4", "parallel.sp_mode=all_to_all"},
-                               *reference_, 3, kSteps);
+  suite_->ResumeAs(hybrid, "resume_sp4a", {"parallel.sp=4", "parallel.sp_mode=all_to_all"}, 3);
 }
 
 TEST_F(SequenceParallelTest, ImpossibleSplitsAreNamed) {
-  auto r = RunTessera({"run", *spec_, "--quiet", "--set", "output_dir=" + *dir_ + "/bad", "--set", "parallel.sp=3",
+  auto r = RunTessera({"run", suite_->spec(), "--quiet", "--set", "output_dir=" + suite_->dir() + "/bad",
+                       "--set", "parallel.sp=3",
                        "--set", "parallel.sp_mode=all_to_all", "--set", "parallel.zero_stage=1"});
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("parallel.sp: 3 does not divide model.seq_len 32"), std::string::npos) << r.output;
@@ -86,7 +79,7 @@ TEST_F(SequenceParallelTest, ImpossibleSplitsAreNamed) {
             std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("parallel.zero_stage: 1 with sp > 1 is not available yet"), std::string::npos) << r.output;
-  EXPECT_FALSE(fs::exists(*dir_ + "/bad/steps.jsonl"));
+  EXPECT_FALSE(fs::exists(suite_->dir() + "/bad/steps.jsonl"));
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -23,37 +24,26 @@ constexpr int kTensors = 2 + 2 * 12 + 2;
 class TensorGridTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = new std::string(testing::FreshDir("grid"));
-    const std::string data = testing::WriteTokenFile(*dir_, 40000);
-    spec_ = new std::string(*dir_ + "/spec.yaml");
-    // micro_batch 4: 2.5D (d=2, q=2) and 3D (q=2) split each micro-batch's samples 4 ways.
-    std::ofstream(*spec_) << "name: grid\n"
-                          << "model: {layers: 2, hidden: 32, heads: 4, vocab: 256, seq_len: 16}\n"
-                          << "data: {path: " << data << "}\n"
-                          << "train: {steps: " << kSteps << ", micro_batch: 4, global_batch: 8, lr: 1e-3,\n"
-                          << "        warmup_steps: 2, schedule: cosine, min_lr: 1e-4, grad_clip: 1.0}\n"
-                          << "checkpoint: {every_steps: 3, keep: 3}\n";
-    reference_ = new std::string(Run("single", {}));
+    std::ostringstream yaml;
+    yaml << "name: grid\n"
+         << "model: {layers: 2, hidden: 32, heads: 4, vocab: 256, seq_len: 16}\n"
+         << "train: {steps: " << kSteps << ", micro_batch: 4, global_batch: 8, lr: 1e-3,\n"
+         << "        warmup_steps: 2, schedule: cosine, min_lr: 1e-4, grad_clip: 1.0}\n"
+         << "checkpoint: {every_steps: 3, keep: 3}\n";
+    suite_ = new testing::LayoutSuite("grid", yaml.str(), kSteps, kTensors);
   }
-
   static std::string Run(const std::string& name, const std::vector<std::string>& sets) {
-    return testing::RunLayout(*dir_, *spec_, name, sets);
+    return suite_->Run(name, sets);
   }
-
-  static void Compare(const std::string& out) { testing::ExpectRunsClose(*reference_, out, kSteps, kTensors); }
-
+  static void Compare(const std::string& out) { suite_->Compare(out); }
   static void ResumeAs(const std::string& from, const std::string& name, const std::vector<std::string>& sets) {
-    testing::ExpectResumeMatches(*dir_, *spec_, from, name, sets, *reference_, 3, kSteps);
+    suite_->ResumeAs(from, name, sets, 3);
   }
 
-  static std::string* dir_;
-  static std::string* spec_;
-  static std::string* reference_;
+  static testing::LayoutSuite* suite_;
 };
 
-std::string* TensorGridTest::dir_;
-std::string* TensorGridTest::spec_;
-std::string* TensorGridTest::reference_;
+testing::LayoutSuite* TensorGridTest::suite_;
 
 TEST_F(TensorGridTest, TwoD) { Compare(Run("2d", {"parallel.tp=4", "parallel.tp_mode=2d"})); }
 
@@ -77,16 +67,18 @@ TEST_F(TensorGridTest, CheckpointsMoveBetweenGridLayouts) {
 }
 
 TEST_F(TensorGridTest, ImpossibleGridsAreNamed) {
-  auto r = RunTessera({"run", *spec_, "--quiet", "--set", "output_dir=" + *dir_ + "/bad", "--set", "parallel.tp=4",
+  auto r = RunTessera({"run", suite_->spec(), "--quiet", "--set", "output_dir=" + suite_->dir() + "/bad",
+                       "--set", "parallel.tp=4",
                        "--set", "parallel.tp_mode=3d"});
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("parallel.tp: 4 with tp_mode 3d must be a cube q³ ≥ 8"), std::string::npos) << r.output;
-  auto d = RunTessera({"run", *spec_, "--quiet", "--set", "output_dir=" + *dir_ + "/bad", "--set", "parallel.tp=8",
+  auto d = RunTessera({"run", suite_->spec(), "--quiet", "--set", "output_dir=" + suite_->dir() + "/bad",
+                       "--set", "parallel.tp=8",
                        "--set", "parallel.tp_mode=2.5d", "--set", "parallel.tp_depth=3"});
   EXPECT_NE(d.exit_code, 0);
   EXPECT_NE(d.output.find("parallel.tp: 8 with tp_mode 2.5d must be tp_depth·q² = 3·q²"), std::string::npos)
       << d.output;
-  EXPECT_FALSE(fs::exists(*dir_ + "/bad/steps.jsonl"));
+  EXPECT_FALSE(fs::exists(suite_->dir() + "/bad/steps.jsonl"));
 }
 
 }  // namespace

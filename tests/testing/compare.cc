@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 
 #include "gtest/gtest.h"
 #include "tests/testing/cli.h"
@@ -87,6 +88,13 @@ void ExpectResumeMatches(const std::string& dir, const std::string& spec, const 
     ASSERT_TRUE(got.count(s)) << s;
     EXPECT_NEAR(got.at(s), want.at(s), tol.loss_atol + tol.loss_rtol * std::abs(want.at(s))) << "step " << s;
   }
+}
+
+LayoutSuite::LayoutSuite(const std::string& name, const std::string& yaml, int steps, int tensors)
+    : dir_(FreshDir(name)), spec_(dir_ + "/spec.yaml"), steps_(steps), tensors_(tensors) {
+  const std::string data = WriteTokenFile(dir_, 40000);
+  std::ofstream(spec_) << yaml << "data: {path: " << data << "}\n";
+  reference_ = Run("single", {});
 }
 
 }  // namespace tessera::testing

@@ -37,6 +37,31 @@ void ExpectResumeMatches(const std::string& dir, const std::string& spec, const 
                          const std::string& name, const std::vector<std::string>& sets,
                          const std::string& reference, int step, int steps, const Tolerances& tol = {});
 
+// One spec shared by the tests of a suite: a fresh directory with a token file, the spec (`yaml`
+// plus its data section) and the single-process reference run (with --dump-at-step 1).
+class LayoutSuite {
+ public:
+  LayoutSuite(const std::string& name, const std::string& yaml, int steps, int tensors);
+
+  // Runs the spec with `sets` (ExpectRunsClose-ready); returns the output directory.
+  std::string Run(const std::string& name, const std::vector<std::string>& sets) const {
+    return RunLayout(dir_, spec_, name, sets);
+  }
+  // ExpectRunsClose against the reference.
+  void Compare(const std::string& out) const { ExpectRunsClose(reference_, out, steps_, tensors_); }
+  // ExpectResumeMatches from `from`'s checkpoint of `step`.
+  void ResumeAs(const std::string& from, const std::string& name, const std::vector<std::string>& sets,
+                int step) const {
+    ExpectResumeMatches(dir_, spec_, from, name, sets, reference_, step, steps_);
+  }
+  const std::string& dir() const { return dir_; }
+  const std::string& spec() const { return spec_; }
+
+ private:
+  std::string dir_, spec_, reference_;
+  int steps_, tensors_;
+};
+
 }  // namespace tessera::testing
 
 #endif  // TESSERA_TESTS_TESTING_COMPARE_H_
