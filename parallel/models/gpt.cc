@@ -75,6 +75,16 @@ std::vector<int> TpShape::Grid() const {
   return {};
 }
 
+TpShape TpShapeOf(const std::string& mode, int tp, int depth) {
+  if (mode == "2d") return {TpLayout::k2D, GridSide(tp), 1};
+  if (mode == "2.5d") {
+    const int d = std::max(1, depth);
+    return {TpLayout::k2p5D, GridSide(tp / d), d};
+  }
+  if (mode == "3d") return {TpLayout::k3D, CubeSide(tp), 1};
+  return {};
+}
+
 std::vector<ParamSpec> GptParamSpecs(const GptConfig& c, const GptPart& part, const TpShape& tp) {
   std::vector<ParamSpec> out = GptParamSpecs1D(c, part);
   if (tp.layout == TpLayout::k1D) return out;

@@ -56,6 +56,11 @@ struct TpShape {
   std::vector<int> Grid() const;
 };
 
+// The shape of `tp` ranks in `mode` ("1d", "2d", "2.5d" with `depth` layers, "3d"); the grid's
+// side is the largest that fits, so a tp that does not form the grid gives a shape whose Grid()
+// product differs from tp. Unknown modes give 1D.
+TpShape TpShapeOf(const std::string& mode, int tp, int depth = 1);
+
 // The parts of the model one rank holds (pipeline stages hold a subset; parallel/pipeline).
 struct GptPart {
   std::vector<int> layers;  // Blocks held, ascending (global block indices).

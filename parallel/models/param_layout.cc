@@ -55,6 +55,12 @@ int GridSide(int n) {
   return q;
 }
 
+int CubeSide(int n) {
+  int q = 1;
+  while ((q + 1) * (q + 1) * (q + 1) <= n) ++q;
+  return q;
+}
+
 int ReplicasInTp(const Param& param, int tp_size) {
   switch (param.split) {
     case TpSplit::kReplicated: return tp_size;

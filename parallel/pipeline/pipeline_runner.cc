@@ -9,6 +9,17 @@
 
 namespace tessera::parallel {
 
+GptPart PartOfRank(const StageLayout& layout, int rank) {
+  GptPart part;
+  part.embedding = part.head = false;
+  for (const ModelChunk& c : layout.ChunksOf(rank)) {
+    for (int i = 0; i < c.num_layers; ++i) part.layers.push_back(c.first_layer + i);
+    part.embedding |= c.embedding;
+    part.head |= c.head;
+  }
+  return part;
+}
+
 absl::StatusOr<std::unique_ptr<PipelineRunner>> PipelineRunner::Create(Gpt* model, const StageLayout& layout,
                                                                        std::shared_ptr<Communicator> pp,
                                                                        const PipelineOptions& options) {

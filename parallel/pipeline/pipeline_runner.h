@@ -28,6 +28,10 @@
 
 namespace tessera::parallel {
 
+// The parts of the GPT that pipeline rank `rank` holds under `layout`: its chunks' blocks, the
+// embeddings on the rank with virtual stage 0, the head on the rank with the last.
+GptPart PartOfRank(const StageLayout& layout, int rank);
+
 struct PipelineOptions {
   PipeSchedule schedule = PipeSchedule::kOneFOneB;
   int micro_batches = 1;       // Per step (the gradient accumulation count).

@@ -6,7 +6,6 @@
 #include <ATen/Parallel.h>
 #include <malloc.h>
 
-#include <algorithm>
 #include <cstdio>
 #include <iostream>
 
@@ -16,7 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/spec/job_spec.h"
 #include "parallel/comm/process_groups.h"
-#include "parallel/models/param_layout.h"
+#include "parallel/models/gpt.h"
 #include "parallel/train/trainer.h"
 #include "worker/rank/spec_to_options.h"
 
@@ -56,18 +55,8 @@ absl::Status RunRank() {
     boot.backend = parallel::CommBackend::kNccl;
     boot.device_index = options.device.local_rank;
   }
-  // Grid tensor parallelism: the tp group's axes (see parallel::TpShape::Grid).
-  const int tp = options.mesh.tp;
-  if (options.tp_mode == "2d") {
-    boot.tp_grid = {parallel::GridSide(tp), parallel::GridSide(tp)};
-  } else if (options.tp_mode == "2.5d") {
-    const int d = std::max(1, options.tp_depth), q = parallel::GridSide(tp / d);
-    boot.tp_grid = {d, q, q};
-  } else if (options.tp_mode == "3d") {
-    int q = 1;
-    while ((q + 1) * (q + 1) * (q + 1) <= tp) ++q;
-    boot.tp_grid = {q, q, q};
-  }
+  // Grid tensor parallelism: the tp group's axes.
+  boot.tp_grid = parallel::TpShapeOf(options.tp_mode, options.mesh.tp, options.tp_depth).Grid();
   auto groups = parallel::CreateProcessGroups(boot, *mesh);
   if (!groups.ok()) return groups.status();
   auto trainer = parallel::Trainer::Create(options, *groups);

@@ -1,0 +1,299 @@
+// Trainer: gathering full tensors over tp and pp, and checkpoints (save, load in any layout,
+// sharded optimizer state). The training loop is in trainer.cc.
+#include <ATen/ATen.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <unistd.h>
+
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+#include "parallel/checkpoint/checkpoint_dir.h"
+#include "parallel/checkpoint/tensor_convert.h"
+#include "parallel/train/status_macros.h"
+#include "parallel/train/trainer.h"
+
+namespace tessera::parallel {
+
+namespace fs = std::filesystem;
+
+absl::Status Trainer::LocalOptimizerState(std::vector<at::Tensor>* m, std::vector<at::Tensor>* v) {
+  if (zero_) {
+    TESSERA_RETURN_IF_ERROR(zero_->Gather(ZeroOptimizer::What::kExpAvg, m));
+    return zero_->Gather(ZeroOptimizer::What::kExpAvgSq, v);
+  }
+  m->clear();
+  v->clear();
+  for (const AdamWState& a : adam_state_) m->push_back(a.exp_avg), v->push_back(a.exp_avg_sq);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::map<std::string, at::Tensor>> Trainer::GatherFull(What what) {
+  std::vector<at::Tensor> local, m, v;
+  if (what == What::kExpAvg || what == What::kExpAvgSq) {
+    TESSERA_RETURN_IF_ERROR(LocalOptimizerState(&m, &v));
+    local = what == What::kExpAvg ? m : v;
+  } else if (zero_) {
+    // The fp32 master weights and the reduced (clipped) fp32 gradients.
+    TESSERA_RETURN_IF_ERROR(
+        zero_->Gather(what == What::kParams ? ZeroOptimizer::What::kParams : ZeroOptimizer::What::kGrads, &local));
+  } else {
+    for (Param& p : model_->params()) local.push_back(what == What::kParams ? p.value : p.value.grad());
+  }
+  auto full = GatherOverTp(local);
+  if (!full.ok()) return full.status();
+  if (layout_ && groups_.tp->rank() == 0) TESSERA_RETURN_IF_ERROR(GatherOverPp(&*full));
+  return full;
+}
+
+absl::Status Trainer::GatherOverPp(std::map<std::string, at::Tensor>* full) {
+  Communicator* pp = groups_.pp.get();
+  // Stage s > 0 sends, in GptParamSpecs order, every tensor it holds except the tied embedding (stage
+  // 0 has it); stage 0 knows the names and shapes from the layout.
+  for (int s = 1; s < pp->size(); ++s) {
+    if (pp->rank() != 0 && pp->rank() != s) continue;
+    for (const ParamSpec& spec : GptParamSpecs(options_.model, PartOfRank(*layout_, s))) {
+      if (spec.name == "wte.weight") continue;
+      if (pp->rank() == s) {
+        auto it = full->find(spec.name);
+        if (it == full->end()) return absl::InternalError(absl::StrCat("pipeline gather: stage ", s, " lacks ", spec.name));
+        TESSERA_RETURN_IF_ERROR(pp->Send(it->second.to(at::kFloat).cpu().contiguous(), 0, s));
+      } else {
+        at::Tensor t = at::empty(spec.shape, at::kFloat);
+        TESSERA_RETURN_IF_ERROR(pp->Recv(t, s, s));
+        full->emplace(spec.name, std::move(t));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::map<std::string, at::Tensor>> Trainer::GatherOverTp(const std::vector<at::Tensor>& local) {
+  std::map<std::string, at::Tensor> out;
+  auto& params = model_->params();
+  for (size_t k = 0; k < params.size(); ++k) {
+    at::Tensor part = local[k].defined() ? local[k] : at::zeros_like(params[k].value);
+    at::Tensor full;
+    TESSERA_RETURN_IF_ERROR(GatherFullTensor(params[k], part, groups_.tp.get(), &full));
+    out.emplace(params[k].name, std::move(full));
+  }
+  return out;
+}
+
+namespace {
+
+std::string ShardFileName(int dp_rank, int tp_rank) {
+  return absl::StrCat("optimizer.dp", dp_rank, ".tp", tp_rank, ".safetensors");
+}
+
+}  // namespace
+
+absl::Status Trainer::SaveCheckpoint() {
+  // 1. This rank's tp-local tensors: the (master) weights, and the moments unless every rank writes
+  //    its own shard of them. Collectives over dp when the optimizer is sharded.
+  const bool sharded_state = zero_ && zero_->partitioned();
+  std::vector<at::Tensor> local_params, local_m, local_v;
+  if (zero_) {
+    TESSERA_RETURN_IF_ERROR(zero_->Gather(ZeroOptimizer::What::kParams, &local_params));
+  } else {
+    for (Param& p : model_->params()) local_params.push_back(p.value);
+  }
+  if (!sharded_state) TESSERA_RETURN_IF_ERROR(LocalOptimizerState(&local_m, &local_v));
+
+  // 2. One temporary directory for all ranks, named by rank 0's pid.
+  at::Tensor token = at::full({1}, static_cast<int64_t>(getpid()), at::kLong);
+  TESSERA_RETURN_IF_ERROR(groups_.world->Broadcast(token, 0));
+  const std::string tmp = TmpCheckpointPath(options_.checkpoint_dir, step_, token.item<int64_t>());
+  absl::Status status;
+  if (groups_.global_rank == 0) status = BeginCheckpoint(options_.checkpoint_dir, step_, token.item<int64_t>()).status();
+  TESSERA_RETURN_IF_ERROR(groups_.world->Barrier());
+  // Failures below are kept until every rank passed the barriers, so that no rank waits forever.
+  if (status.ok() && sharded_state) {
+    status = SaveTensors(tmp + "/" + ShardFileName(groups_.dp->rank(), groups_.tp->rank()), zero_->StateShard());
+  }
+
+  // 3. dp rank 0's tp group gathers full tensors; global rank 0 writes them.
+  if (groups_.dp->rank() == 0 && groups_.sp->rank() == 0) {
+    // Pipeline stages: pp rank 0 collects the other stages' tensors.
+    const bool pp_gather = layout_ && groups_.tp->rank() == 0;
+    auto params = GatherOverTp(local_params);
+    if (!params.ok()) return params.status();
+    if (pp_gather) TESSERA_RETURN_IF_ERROR(GatherOverPp(&*params));
+    std::map<std::string, at::Tensor> optimizer;
+    if (!sharded_state) {
+      auto m = GatherOverTp(local_m);
+      if (!m.ok()) return m.status();
+      auto v = GatherOverTp(local_v);
+      if (!v.ok()) return v.status();
+      if (pp_gather) TESSERA_RETURN_IF_ERROR(GatherOverPp(&*m));
+      if (pp_gather) TESSERA_RETURN_IF_ERROR(GatherOverPp(&*v));
+      for (auto& [name, t] : *m) optimizer.emplace("exp_avg." + name, t);
+      for (auto& [name, t] : *v) optimizer.emplace("exp_avg_sq." + name, t);
+    }
+    if (groups_.global_rank == 0 && status.ok()) {
+      status = SaveTensors(tmp + "/model.safetensors", *params, {{"format", "pt"}});
+      if (status.ok() && !sharded_state) status = SaveTensors(tmp + "/optimizer.safetensors", optimizer);
+      const auto& c = options_.model;
+      nlohmann::json optimizer_state = {{"name", "adamw"}, {"step", adam_step_}, {"sharded", sharded_state}};
+      if (sharded_state) {
+        nlohmann::json files = nlohmann::json::array();
+        for (int d = 0; d < options_.mesh.dp; ++d) {
+          for (int t = 0; t < options_.mesh.tp; ++t) files.push_back(ShardFileName(d, t));
+        }
+        optimizer_state["shards"] = files;
+      }
+      nlohmann::json state = {
+          {"format", "tessera-checkpoint"},
+          {"version", 1},
+          {"step", step_},
+          {"samples_seen", step_ * options_.global_batch},
+          {"data", {{"next_sample", step_ * options_.global_batch}, {"shuffle", options_.data.shuffle},
+                    {"seed", options_.data.seed}}},
+          {"model", {{"family", "gpt"}, {"layers", c.layers}, {"hidden", c.hidden}, {"heads", c.heads},
+                     {"vocab", c.vocab}, {"seq_len", c.seq_len}}},
+          {"mesh", {{"sp_mode", options_.sp_mode}, {"dp", options_.mesh.dp}, {"tp", options_.mesh.tp}, {"pp", options_.mesh.pp},
+                    {"sp", options_.mesh.sp}, {"order", options_.mesh.order},
+                    {"pp_schedule", options_.pp_schedule}, {"pp_chunks", options_.pp_chunks}}},
+          {"optimizer", optimizer_state},
+          {"zero_stage", options_.zero_stage},
+          {"precision", options_.precision},
+          {"loss_scale", {{"scale", loss_scale_}, {"good_steps", good_steps_}}},
+          {"rng", {{"init_seed", options_.seed}, {"note", "no randomness after initialisation (dropout 0)"}}},
+      };
+      std::ofstream(tmp + "/trainer_state.json") << state.dump(2) << "\n";
+      nlohmann::json index = {{"format", "tessera-checkpoint"}, {"version", 1}, {"weight_map", nlohmann::json::object()}};
+      for (auto& [name, t] : *params) index["weight_map"][name] = "model.safetensors";
+      for (auto& [name, t] : optimizer) index["weight_map"][name] = "optimizer.safetensors";
+      if (sharded_state) index["optimizer_shards"] = optimizer_state["shards"];
+      std::ofstream(tmp + "/index.json") << index.dump(2) << "\n";
+    }
+  }
+  // Every shard is written before rank 0 renames the directory into place.
+  TESSERA_RETURN_IF_ERROR(groups_.world->Barrier());
+  if (groups_.global_rank == 0 && status.ok()) {
+    status = CommitCheckpoint(options_.checkpoint_dir, tmp, step_, options_.checkpoint_keep);
+  }
+  TESSERA_RETURN_IF_ERROR(groups_.world->Barrier());
+  return status;
+}
+
+absl::Status Trainer::LoadCheckpoint(const std::string& path) {
+  std::ifstream in(path + "/trainer_state.json");
+  nlohmann::json state = nlohmann::json::parse(in, nullptr, false);
+  if (state.is_discarded() || !state.contains("step") || !state.contains("model")) {
+    return absl::DataLossError(absl::StrCat(path, "/trainer_state.json is missing or not valid"));
+  }
+  const auto& c = options_.model;
+  for (const auto& [key, want] : std::map<std::string, int>{{"layers", c.layers}, {"hidden", c.hidden},
+                                                            {"heads", c.heads}, {"vocab", c.vocab},
+                                                            {"seq_len", c.seq_len}}) {
+    if (state["model"].value(key, -1) != want) {
+      return absl::FailedPreconditionError(absl::StrCat("checkpoint ", path, " was written for model.", key, " ",
+                                                        state["model"].value(key, -1), ", the spec says ", want));
+    }
+  }
+  auto params = LoadTensors(path + "/model.safetensors");
+  if (!params.ok()) return params.status();
+  TESSERA_RETURN_IF_ERROR(model_->LoadFull(*params));
+  step_ = state["step"].get<int64_t>();
+  adam_step_ = step_;
+  if (state.contains("optimizer") && state["optimizer"].is_object()) {
+    adam_step_ = state["optimizer"].value("step", step_);
+  }
+  if (options_.precision == "fp16" && state.value("precision", std::string()) == "fp16" &&
+      state.contains("loss_scale")) {
+    loss_scale_ = state["loss_scale"].value("scale", options_.initial_loss_scale);
+    good_steps_ = state["loss_scale"].value("good_steps", int64_t{0});
+  }
+  pending_m_.clear();
+  pending_v_.clear();
+  if (state.contains("optimizer") && state["optimizer"].value("sharded", false)) {
+    const int saved_tp = state.contains("mesh") ? state["mesh"].value("tp", 0) : 0;
+    if (saved_tp < 1) return absl::DataLossError(absl::StrCat(path, "/trainer_state.json lacks mesh.tp"));
+    return LoadShardedOptimizer(path, saved_tp);
+  }
+  auto optimizer = LoadTensors(path + "/optimizer.safetensors");
+  if (!optimizer.ok()) return optimizer.status();
+  auto& ps = model_->params();
+  for (size_t k = 0; k < ps.size(); ++k) {
+    auto m = optimizer->find("exp_avg." + ps[k].name);
+    auto v = optimizer->find("exp_avg_sq." + ps[k].name);
+    if (m == optimizer->end() || v == optimizer->end()) {
+      return absl::DataLossError(absl::StrCat(path, "/optimizer.safetensors lacks the state of ", ps[k].name));
+    }
+    const int r = groups_.tp->rank(), n = groups_.tp->size();
+    pending_m_.push_back(ShardOf(ps[k], m->second.to(at::kFloat), r, n));
+    pending_v_.push_back(ShardOf(ps[k], v->second.to(at::kFloat), r, n));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::LoadShardedOptimizer(const std::string& path, int saved_tp) {
+  // Files of every saved dp rank, for the saved tp ranks this rank needs. Sharded checkpoints are
+  // written by 1D layouts (ZeRO does not run with other tp modes).
+  const bool same_tp = saved_tp == groups_.tp->size() && options_.tp_mode == "1d";
+  std::map<std::string, TpSplit> saved_split;
+  for (const ParamSpec& spec : GptParamSpecs(options_.model, model_->part())) {
+    saved_split[spec.name] = spec.split;
+  }
+  std::vector<int> tp_ranks;
+  for (int t = 0; t < saved_tp; ++t) {
+    if (!same_tp || t == groups_.tp->rank()) tp_ranks.push_back(t);
+  }
+  std::map<int, std::vector<std::map<std::string, at::Tensor>>> files;  // By saved tp rank.
+  for (int t : tp_ranks) {
+    for (int d = 0;; ++d) {
+      const std::string file = path + "/" + ShardFileName(d, t);
+      if (!fs::exists(file)) break;
+      auto tensors = LoadTensors(file);
+      if (!tensors.ok()) return tensors.status();
+      files[t].push_back(std::move(*tensors));
+    }
+    if (files[t].empty()) return absl::DataLossError(absl::StrCat(path, " lacks ", ShardFileName(0, t)));
+  }
+  auto& ps = model_->params();
+  for (Param& p : ps) {
+    std::vector<at::Tensor> parts_m, parts_v;
+    Param saved = p;
+    saved.split = saved_split.at(p.name);
+    const std::vector<int64_t> shape = PartShape(saved, saved_tp);
+    for (int t : tp_ranks) {
+      int64_t numel = 1;
+      for (int64_t d : shape) numel *= d;
+      at::Tensor m = at::zeros({numel}), v = at::zeros({numel});
+      int64_t covered = 0;
+      for (auto& f : files[t]) {
+        auto range = f.find("range." + p.name);
+        if (range == f.end()) continue;
+        const int64_t a = range->second[0].item<int64_t>(), b = range->second[1].item<int64_t>();
+        auto fm = f.find("exp_avg." + p.name), fv = f.find("exp_avg_sq." + p.name);
+        if (a < 0 || b > numel || a >= b || fm == f.end() || fv == f.end() || fm->second.numel() != b - a ||
+            fv->second.numel() != b - a) {
+          return absl::DataLossError(absl::StrCat(path, ": the optimizer shard of ", p.name, " (tp rank ", t,
+                                                  ") is malformed"));
+        }
+        m.narrow(0, a, b - a).copy_(fm->second.reshape({-1}));
+        v.narrow(0, a, b - a).copy_(fv->second.reshape({-1}));
+        covered += b - a;
+      }
+      if (covered != numel) {
+        return absl::DataLossError(absl::StrCat(path, ": the optimizer shards of ", p.name, " (tp rank ", t,
+                                                ") cover ", covered, " of ", numel, " elements"));
+      }
+      parts_m.push_back(m.view(shape));
+      parts_v.push_back(v.view(shape));
+    }
+    if (same_tp) {
+      pending_m_.push_back(parts_m[0]);
+      pending_v_.push_back(parts_v[0]);
+    } else {
+      const int r = groups_.tp->rank(), n = groups_.tp->size();
+      pending_m_.push_back(ShardOf(p, JoinShards(saved, parts_m), r, n));
+      pending_v_.push_back(ShardOf(p, JoinShards(saved, parts_v), r, n));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tessera::parallel
