@@ -69,6 +69,13 @@ TEST_F(SequenceParallelTest, PipelineTimesSequenceTimesDataAndResumeAsSp4) {
   suite_->ResumeAs(hybrid, "resume_sp4a", {"parallel.sp=4", "parallel.sp_mode=all_to_all"}, 3);
 }
 
+// The sharded optimizer over the dp × sp replicas of each parameter (sequence blocks average like
+// samples): ZeRO-2 with ring attention over sp2×dp2, ZeRO-3 with all-to-all over sp2.
+TEST_F(SequenceParallelTest, ZeroOverSequenceReplicas) {
+  Compare(Run("sp2dp2_zero2", {"parallel.sp=2", "parallel.dp=2", "parallel.zero_stage=2"}));
+  Compare(Run("sp2a_zero3", {"parallel.sp=2", "parallel.sp_mode=all_to_all", "parallel.zero_stage=3"}));
+}
+
 TEST_F(SequenceParallelTest, ImpossibleSplitsAreNamed) {
   auto r = RunTessera({"run", suite_->spec(), "--quiet", "--set", "output_dir=" + suite_->dir() + "/bad",
                        "--set", "parallel.sp=3",

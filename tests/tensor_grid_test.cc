@@ -66,6 +66,15 @@ TEST_F(TensorGridTest, CheckpointsMoveBetweenGridLayouts) {
   ResumeAs(dp, "dp2_to_3d", {"parallel.tp=8", "parallel.tp_mode=3d"});
 }
 
+// The sharded optimizer with grid layouts: ZeRO-2 over dp2 of a 2D grid (8 ranks; the gradient norm
+// counts a tensor copied over some grid axes once), ZeRO-3 inside a 3D cube (dp 1: gathers and frees
+// without sharding) with offloaded state.
+TEST_F(TensorGridTest, ZeroWithGrids) {
+  Compare(Run("2d_dp2_zero2", {"parallel.tp=4", "parallel.tp_mode=2d", "parallel.dp=2", "parallel.zero_stage=2"}));
+  Compare(Run("3d_zero3_offload", {"parallel.tp=8", "parallel.tp_mode=3d", "parallel.zero_stage=3",
+                                   "optimizer.offload=cpu"}));
+}
+
 TEST_F(TensorGridTest, ImpossibleGridsAreNamed) {
   auto r = RunTessera({"run", suite_->spec(), "--quiet", "--set", "output_dir=" + suite_->dir() + "/bad",
                        "--set", "parallel.tp=4",

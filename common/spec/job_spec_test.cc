@@ -166,14 +166,15 @@ TEST(JobSpecTest, PipelineOptions) {
   EXPECT_THAT(empty.status().message(), HasSubstr("parallel.pp_layers[1]: 0 must be at least 1"));
   auto unknown = ParseAndValidate(kValid, {"parallel.pp_schedule=gpipe"});
   EXPECT_THAT(unknown.status().message(), HasSubstr("parallel.pp_schedule: 'gpipe' is not one of 1f1b | interleaved"));
-  auto later = ParseAndValidate(kValid, {"parallel.pp=2", "parallel.zero_stage=1", "train.precision=bf16",
-                                         "optimizer.offload=cpu", "device=cuda"});
+  // ZeRO, mixed precision and offload compose with pipeline stages; the CUDA pipeline does not yet.
+  auto composed = ParseAndValidate(kValid, {"parallel.pp=2", "parallel.zero_stage=3", "train.precision=bf16",
+                                            "optimizer.offload=cpu"});
+  ASSERT_TRUE(composed.ok()) << composed.status();
+  auto later = ParseAndValidate(kValid, {"parallel.pp=2", "device=cuda"});
   ASSERT_FALSE(later.ok());
   const std::string msg(later.status().message());
-  EXPECT_THAT(msg, HasSubstr("parallel.zero_stage: 1 with pp > 1 is not available yet"));
-  EXPECT_THAT(msg, HasSubstr("train.precision: bf16 and fp16 with pp > 1 are not available yet"));
-  EXPECT_THAT(msg, HasSubstr("optimizer.offload: cpu with pp > 1 is not available yet"));
   EXPECT_THAT(msg, HasSubstr("parallel.pp: 2 with device cuda is not available yet"));
+  EXPECT_THAT(msg, Not(HasSubstr("zero_stage")));
 }
 
 TEST(JobSpecTest, TensorParallelGridOptions) {
@@ -190,8 +191,11 @@ TEST(JobSpecTest, TensorParallelGridOptions) {
   EXPECT_THAT(msg, HasSubstr("model.hidden: 64 is not a multiple of 3"));
   EXPECT_THAT(msg, HasSubstr("train.micro_batch: 2 is not a multiple of 3"));
   EXPECT_THAT(msg, Not(HasSubstr("parallel.tp: 9 does not divide")));
-  auto later = ParseAndValidate(kValid, {"parallel.tp=4", "parallel.tp_mode=2d", "parallel.zero_stage=1"});
-  EXPECT_THAT(later.status().message(), HasSubstr("parallel.zero_stage: 1 with tp_mode 2d is not available yet"));
+  auto composed = ParseAndValidate(kValid, {"parallel.tp=4", "parallel.tp_mode=2d", "parallel.zero_stage=2",
+                                            "train.precision=bf16"});
+  ASSERT_TRUE(composed.ok()) << composed.status();
+  auto later = ParseAndValidate(kValid, {"parallel.tp=4", "parallel.tp_mode=2d", "device=cuda"});
+  EXPECT_THAT(later.status().message(), HasSubstr("parallel.tp_mode: 2d with device cuda is not available yet"));
   // 2.5d: tp = d·q² and the samples split d·q ways; 3d: tp = q³, samples and hidden split q² ways.
   auto tess = ParseAndValidate(kValid, {"parallel.tp=8", "parallel.tp_mode=2.5d", "parallel.tp_depth=2",
                                         "train.micro_batch=4"});
@@ -241,10 +245,10 @@ TEST(JobSpecTest, SequenceParallelOptions) {
                                                   "heads over sp 4"));
   auto seq = ParseAndValidate(kValid, {"parallel.sp=3"});
   EXPECT_THAT(seq.status().message(), HasSubstr("parallel.sp: 3 does not divide model.seq_len 32"));
+  auto composed = ParseAndValidate(kValid, {"parallel.sp=2", "parallel.zero_stage=2", "train.precision=fp16"});
+  ASSERT_TRUE(composed.ok()) << composed.status();
   auto later = ParseAndValidate(kValid, {"parallel.sp=2", "parallel.zero_stage=2", "train.precision=fp16", "device=cuda"});
   ASSERT_FALSE(later.ok());
-  EXPECT_THAT(later.status().message(), HasSubstr("parallel.zero_stage: 2 with sp > 1 is not available yet"));
-  EXPECT_THAT(later.status().message(), HasSubstr("train.precision: bf16 and fp16 with sp > 1"));
   EXPECT_THAT(later.status().message(), HasSubstr("parallel.sp: 2 with device cuda is not available yet"));
   auto unknown = ParseAndValidate(kValid, {"parallel.sp_mode=ulysses"});
   EXPECT_THAT(unknown.status().message(), HasSubstr("parallel.sp_mode: 'ulysses' is not one of ring | all_to_all"));

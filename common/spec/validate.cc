@@ -93,14 +93,6 @@ void CheckPipeline(const v1::JobSpec& s, Checker& c) {
     c.Fail("parallel.pp_schedule", absl::StrCat("interleaved needs the micro-batches per step, global_batch/(micro_batch·dp) = ",
                                                 m, ", to be a multiple of pp ", p.pp()));
   }
-  // Not composed yet: the sharded / mixed-precision optimizer across pipeline stages.
-  if (p.zero_stage() > 0) {
-    c.Fail("parallel.zero_stage", absl::StrCat(p.zero_stage(), " with pp > 1 is not available yet; use 0"));
-  }
-  if (s.train().precision() == v1::PRECISION_BF16 || s.train().precision() == v1::PRECISION_FP16) {
-    c.Fail("train.precision", "bf16 and fp16 with pp > 1 are not available yet; use fp32");
-  }
-  if (s.optimizer().offload() == v1::OFFLOAD_CPU) c.Fail("optimizer.offload", "cpu with pp > 1 is not available yet; use none");
   if (s.device() == v1::DEVICE_CUDA) c.Fail("parallel.pp", absl::StrCat(p.pp(), " with device cuda is not available yet; use 1"));
 }
 
@@ -116,14 +108,6 @@ void CheckSequence(const v1::JobSpec& s, Checker& c) {
     c.Fail("parallel.sp_mode", absl::StrCat("all_to_all splits each rank's model.heads/tp = ", s.model().heads() / p.tp(),
                                             " heads over sp ", p.sp(), ", which does not divide them; use ring"));
   }
-  // Not composed yet: the sharded / mixed-precision optimizer over sequence-parallel replicas.
-  if (p.zero_stage() > 0) {
-    c.Fail("parallel.zero_stage", absl::StrCat(p.zero_stage(), " with sp > 1 is not available yet; use 0"));
-  }
-  if (s.train().precision() == v1::PRECISION_BF16 || s.train().precision() == v1::PRECISION_FP16) {
-    c.Fail("train.precision", "bf16 and fp16 with sp > 1 are not available yet; use fp32");
-  }
-  if (s.optimizer().offload() == v1::OFFLOAD_CPU) c.Fail("optimizer.offload", "cpu with sp > 1 is not available yet; use none");
   if (s.device() == v1::DEVICE_CUDA) c.Fail("parallel.sp", absl::StrCat(p.sp(), " with device cuda is not available yet; use 1"));
 }
 
@@ -172,16 +156,6 @@ void CheckTensorMode(const v1::JobSpec& s, Checker& c) {
       c.Fail(field, absl::StrCat(value, " is not a multiple of ", by, " (tp_mode ", mode, ", tp ", tp, ", grid side q = ",
                                  q, ")"));
     }
-  }
-  // Not composed yet: the sharded / mixed-precision optimizer with grid layouts.
-  if (p.zero_stage() > 0) {
-    c.Fail("parallel.zero_stage", absl::StrCat(p.zero_stage(), " with tp_mode ", mode, " is not available yet; use 0"));
-  }
-  if (s.train().precision() == v1::PRECISION_BF16 || s.train().precision() == v1::PRECISION_FP16) {
-    c.Fail("train.precision", absl::StrCat("bf16 and fp16 with tp_mode ", mode, " are not available yet; use fp32"));
-  }
-  if (s.optimizer().offload() == v1::OFFLOAD_CPU) {
-    c.Fail("optimizer.offload", absl::StrCat("cpu with tp_mode ", mode, " is not available yet; use none"));
   }
   if (s.device() == v1::DEVICE_CUDA) {
     c.Fail("parallel.tp_mode", absl::StrCat(mode, " with device cuda is not available yet; use 1d"));

@@ -343,7 +343,7 @@ at::Tensor Gpt::Block(const at::Tensor& x_in, int i) {
 at::Tensor Gpt::Embed(const at::Tensor& tokens) {
   Communicator* tp = tp_.get();
   const int64_t vocab_start = tp->rank() * (config_.vocab / tp->size());
-  if (hooks_) hooks_->PreForward(0);
+  if (hooks_) hooks_->PreForward(0, false);
   const int64_t T = tokens.size(1);
   const int64_t first_position = sp_ ? sp_->rank() * T : 0;
   if (shape_.layout != TpLayout::k1D) {
@@ -356,7 +356,7 @@ at::Tensor Gpt::Embed(const at::Tensor& tokens) {
 at::Tensor Gpt::Blocks(at::Tensor x, int first, int count) {
   for (int i = first; i < first + count; ++i) {
     const int unit = UnitOfLayer(i);
-    if (hooks_) hooks_->PreForward(unit);
+    if (hooks_) hooks_->PreForward(unit, false);
     x = activation_checkpointing_ ? CheckpointedBlock(x, i) : Block(x, i);
     if (hooks_) x = hooks_->PostForward(unit, x);
   }
@@ -367,7 +367,7 @@ at::Tensor Gpt::Head(const at::Tensor& x_in, const at::Tensor& targets) {
   Communicator* tp = tp_.get();
   const int64_t B = x_in.size(0), T = x_in.size(1);
   const int64_t vocab_start = tp->rank() * (config_.vocab / tp->size());
-  if (hooks_ && !part_.embedding) hooks_->PreForward(0);
+  if (hooks_ && !part_.embedding) hooks_->PreForward(0, false);
   if (shape_.layout != TpLayout::k1D) {
     // Logits of this rank's samples: the hidden-split products summed over the hidden axis and
     // scattered by vocabulary, then the vocab-parallel loss over that axis; the mean over the axes
@@ -418,7 +418,7 @@ struct CheckpointFn : public torch::autograd::Function<CheckpointFn> {
     {
       at::AutoGradMode enable(true);
       const int block = static_cast<int>(ctx->saved_data["block"].toInt());
-      if (model->unit_hooks()) model->unit_hooks()->PreForward(model->UnitOfLayer(block));
+      if (model->unit_hooks()) model->unit_hooks()->PreForward(model->UnitOfLayer(block), true);
       y = model->Block(x, block);
     }
     torch::autograd::backward({y}, {grads[0]});

@@ -29,8 +29,9 @@ namespace tessera::parallel {
 class UnitHooks {
  public:
   virtual ~UnitHooks() = default;
-  // Before the unit's parameters are read in a forward pass (also a recomputation in backward).
-  virtual void PreForward(int unit) = 0;
+  // Before the unit's parameters are read in a forward pass, or (`recomputation`) in the forward
+  // that activation checkpointing repeats inside backward.
+  virtual void PreForward(int unit, bool recomputation) = 0;
   // After the unit's forward produced `output` (returned, possibly with a gradient hook attached).
   virtual at::Tensor PostForward(int unit, at::Tensor output) = 0;
 };

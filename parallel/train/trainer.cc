@@ -88,10 +88,6 @@ absl::Status Trainer::Init() {
       return absl::InvalidArgumentError(absl::StrCat("parallel.tp_mode ", options_.tp_mode,
                                                      ": the grid does not divide model.heads, hidden, vocab or micro_batch"));
     }
-    if (options_.zero_stage > 0 || options_.precision != "fp32" || options_.offload_optimizer) {
-      return absl::InvalidArgumentError(absl::StrCat("parallel.tp_mode ", options_.tp_mode,
-                                                     " with zero_stage > 0, bf16/fp16 or optimizer offload is not available yet"));
-    }
   } else if (m.heads % tp != 0 || m.vocab % tp != 0) {
     return absl::InvalidArgumentError("tp must divide model.heads and model.vocab");
   }
@@ -118,10 +114,6 @@ absl::Status Trainer::Init() {
       return absl::InvalidArgumentError(absl::StrCat("parallel.sp_mode must be ring or all_to_all, got \"",
                                                      options_.sp_mode, "\""));
     }
-    if (options_.zero_stage > 0 || options_.precision != "fp32" || options_.offload_optimizer) {
-      return absl::InvalidArgumentError(
-          "parallel.sp > 1 with zero_stage > 0, bf16/fp16 or optimizer offload is not available yet");
-    }
   }
   TokenDatasetOptions data = options_.data;
   data.seq_len = m.seq_len;
@@ -135,10 +127,6 @@ absl::Status Trainer::Init() {
   GptPart part = GptPart::Whole(m.layers);
   const int pp = groups_.pp->size();
   if (pp > 1) {
-    if (options_.zero_stage > 0 || dtype != at::kFloat || options_.offload_optimizer) {
-      return absl::InvalidArgumentError(
-          "parallel.pp > 1 with zero_stage > 0, bf16/fp16 or optimizer offload is not available yet");
-    }
     auto layout = StageLayout::Create(m.layers, pp, options_.pp_chunks, options_.pp_layers);
     if (!layout.ok()) return layout.status();
     layout_ = std::make_unique<StageLayout>(*layout);
@@ -168,7 +156,9 @@ absl::Status Trainer::Init() {
     z.offload = options_.offload_optimizer;
     z.adam = adam;
     z.bucket_bytes = options_.dp_bucket_bytes;
-    auto zero = ZeroOptimizer::Create(model_.get(), groups_.dp, groups_.tp, z);
+    // Sharded over dp × sp (the replicas of every parameter); with pipeline stages, the first and the
+    // last stage sum their gradients of the tied embedding.
+    auto zero = ZeroOptimizer::Create(model_.get(), groups_.dp_sp, groups_.tp, z, layout_ ? groups_.embed : nullptr);
     if (!zero.ok()) return zero.status();
     zero_ = std::move(*zero);
     if (!pending_m_.empty()) TESSERA_RETURN_IF_ERROR(zero_->LoadState(pending_m_, pending_v_));
@@ -252,9 +242,9 @@ absl::StatusOr<StepStats> Trainer::Step() {
   double loss_sum = 0;
   if (pipeline_) {
     // Gradients of the last backward pass of this stage start their dp reduction inside it.
-    buckets_->SetSyncThisPass(false);
-    auto sum = pipeline_->RunStep([&](int a) { return ReadMicroBatch(a, accum); }, loss_scale_,
-                                  [&] { buckets_->SetSyncThisPass(true); });
+    auto sync = [&](bool on) { zero_ ? zero_->SetSyncThisPass(on) : buckets_->SetSyncThisPass(on); };
+    sync(false);
+    auto sum = pipeline_->RunStep([&](int a) { return ReadMicroBatch(a, accum); }, loss_scale_, [&] { sync(true); });
     if (!sum.ok()) return absl::Status(sum.status().code(), absl::StrCat("step ", step_ + 1, ": ", sum.status().message()));
     loss_sum = *sum;
   }
@@ -282,8 +272,9 @@ absl::StatusOr<StepStats> Trainer::Step() {
   at::Tensor mean_loss = at::full({1}, loss_sum / accum, at::TensorOptions().dtype(at::kDouble).device(device_));
   double raw_norm = 0;
   if (pipeline_) {
-    // The tied embedding: the first stage's gradient (from the lookup) plus the last's (from the head).
-    if (groups_.embed && groups_.embed->size() > 1) {
+    // The tied embedding: the first stage's gradient (from the lookup) plus the last's (from the head)
+    // (the sharded optimizer sums its own pieces).
+    if (!zero_ && groups_.embed && groups_.embed->size() > 1) {
       for (Param& p : model_->params()) {
         if (p.name == "wte.weight") TESSERA_RETURN_IF_ERROR(groups_.embed->AllReduce(p.value.mutable_grad(), ReduceOp::kSum));
       }
@@ -292,7 +283,7 @@ absl::StatusOr<StepStats> Trainer::Step() {
     TESSERA_RETURN_IF_ERROR(groups_.pp->AllReduce(mean_loss, ReduceOp::kSum));
     std::vector<std::string> skip;
     if (model_->part().head && !model_->part().embedding) skip.push_back("wte.weight");
-    auto sq = GradSquaredSumOverTp(model_->params(), groups_.tp.get(), skip);
+    auto sq = zero_ ? zero_->GradSquaredSum(skip) : GradSquaredSumOverTp(model_->params(), groups_.tp.get(), skip);
     if (!sq.ok()) return sq.status();
     at::Tensor total = at::full({1}, *sq, at::TensorOptions().dtype(at::kDouble).device(device_));
     TESSERA_RETURN_IF_ERROR(groups_.pp->AllReduce(total, ReduceOp::kSum));

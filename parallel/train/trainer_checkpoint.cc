@@ -92,7 +92,10 @@ std::string ShardFileName(int dp_rank, int tp_rank) {
 absl::Status Trainer::SaveCheckpoint() {
   // 1. This rank's tp-local tensors: the (master) weights, and the moments unless every rank writes
   //    its own shard of them. Collectives over dp when the optimizer is sharded.
-  const bool sharded_state = zero_ && zero_->partitioned();
+  // Per-rank optimizer files are written by plain dp × 1D-tp layouts; pipeline, sequence and grid
+  // layouts gather the sharded state into optimizer.safetensors like unsharded training.
+  const bool sharded_state = zero_ && zero_->partitioned() && !layout_ && groups_.sp->size() == 1 &&
+                             options_.tp_mode == "1d";
   std::vector<at::Tensor> local_params, local_m, local_v;
   if (zero_) {
     TESSERA_RETURN_IF_ERROR(zero_->Gather(ZeroOptimizer::What::kParams, &local_params));

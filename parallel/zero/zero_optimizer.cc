@@ -57,6 +57,8 @@ struct ZeroOptimizer::Unit {
   std::unique_ptr<CommWork> gather;  // Stage 3: gathering into flat.
   bool gathered = true;
   size_t ready = 0;               // Members whose gradient this backward pass produced.
+  int model_unit = 0;             // The model's unit (UnitHooks) this belongs to.
+  int pending = 0;                // Model unit 0: forwards whose backward has not completed the unit.
 
   // The owned elements [first, second) of the unit's flat that belong to member j (empty if none).
   std::pair<int64_t, int64_t> Owned(size_t j) const {
@@ -65,8 +67,13 @@ struct ZeroOptimizer::Unit {
 };
 
 ZeroOptimizer::ZeroOptimizer(Gpt* model, std::shared_ptr<Communicator> dp, std::shared_ptr<Communicator> tp,
-                             const ZeroOptions& options)
-    : model_(model), dp_(std::move(dp)), tp_(std::move(tp)), options_(options), simd_(kernels::DetectSimd()) {}
+                             const ZeroOptions& options, std::shared_ptr<Communicator> tied)
+    : model_(model),
+      dp_(std::move(dp)),
+      tp_(std::move(tp)),
+      tied_(tied && tied->size() > 1 ? std::move(tied) : nullptr),
+      options_(options),
+      simd_(kernels::DetectSimd()) {}
 
 ZeroOptimizer::~ZeroOptimizer() {
   for (auto& u : units_) {
@@ -78,14 +85,15 @@ ZeroOptimizer::~ZeroOptimizer() {
 
 absl::StatusOr<std::unique_ptr<ZeroOptimizer>> ZeroOptimizer::Create(Gpt* model, std::shared_ptr<Communicator> dp,
                                                                      std::shared_ptr<Communicator> tp,
-                                                                     const ZeroOptions& options) {
+                                                                     const ZeroOptions& options,
+                                                                     std::shared_ptr<Communicator> tied) {
   if (options.stage < 0 || options.stage > 3) {
     return absl::InvalidArgumentError(absl::StrCat("parallel.zero_stage must be 0, 1, 2 or 3, got ", options.stage));
   }
   if (options.param_dtype != at::kFloat && options.param_dtype != at::kBFloat16 && options.param_dtype != at::kHalf) {
     return absl::InvalidArgumentError("train.precision must be fp32, bf16 or fp16");
   }
-  std::unique_ptr<ZeroOptimizer> z(new ZeroOptimizer(model, std::move(dp), std::move(tp), options));
+  std::unique_ptr<ZeroOptimizer> z(new ZeroOptimizer(model, std::move(dp), std::move(tp), options, std::move(tied)));
   if (absl::Status s = z->Init(); !s.ok()) return s;
   return z;
 }
@@ -108,9 +116,28 @@ absl::Status ZeroOptimizer::Init() {
   unit_of_.assign(params.size(), 0);
   offset_in_unit_.assign(params.size(), 0);
 
-  for (const std::vector<size_t>& members : model_->Units()) {
+  // The model's units; with a tied group, wte is split off unit 0 into a unit of its own.
+  std::vector<std::pair<int, std::vector<size_t>>> groups;
+  const std::vector<std::vector<size_t>> model_units = model_->Units();
+  of_model_unit_.assign(model_units.size(), {});
+  for (size_t m = 0; m < model_units.size(); ++m) {
+    std::vector<size_t> rest;
+    for (size_t k : model_units[m]) {
+      if (tied_ && params[k].name == "wte.weight") {
+        tied_unit_ = static_cast<int>(groups.size());
+        groups.push_back({static_cast<int>(m), {k}});
+      } else {
+        rest.push_back(k);
+      }
+    }
+    if (!rest.empty()) groups.push_back({static_cast<int>(m), rest});
+  }
+  if (tied_ && tied_unit_ < 0) return absl::FailedPreconditionError("ZeroOptimizer: a tied group but no wte.weight");
+  for (const auto& [model_unit, members] : groups) {
     auto u = std::make_unique<Unit>();
     u->params = members;
+    u->model_unit = model_unit;
+    of_model_unit_[model_unit].push_back(units_.size());
     u->offsets.push_back(0);
     for (size_t k : members) {
       unit_of_[k] = units_.size();
@@ -181,12 +208,10 @@ void ZeroOptimizer::ZeroGrad() {
   }
   for (auto& u : units_) u->grad_shard = at::Tensor();
   grad_factor_ = 1.0;
-  in_backward_ = false;
 }
 
 void ZeroOptimizer::SetSyncThisPass(bool sync) {
   sync_ = sync;
-  in_backward_ = false;
   for (auto& u : units_) u->ready = 0;
   if (buckets_) buckets_->SetSyncThisPass(sync);
 }
@@ -197,7 +222,14 @@ void ZeroOptimizer::MarkReady(size_t k) {
   u.ready = 0;
   Sample();  // The unit's full gradients exist now.
   if (sync_) StartReduce(u);
-  if (options_.stage == 3) Release(u);
+  if (options_.stage != 3) return;
+  // Blocks are gathered again by the gradient hook of their next backward; unit 0 has no such hook
+  // and stays until the last forward that used it has gone backward.
+  if (u.model_unit == 0) {
+    if (u.pending > 0) --u.pending;
+    if (u.pending > 0) return;
+  }
+  Release(u);
 }
 
 void ZeroOptimizer::CopyGrads(const Unit& u, int64_t begin, int64_t end, at::Tensor& out) const {
@@ -250,6 +282,12 @@ absl::Status ZeroOptimizer::ReduceGradients() {
   absl::Status status;
   if (buckets_) {
     status = buckets_->Finish();  // The parameters' .grad now hold the averages.
+    if (status.ok() && tied_) {
+      // Both copies of wte get the sum of the first stage's (lookup) and the last's (head) gradients.
+      at::Tensor& g = model_->params()[units_[tied_unit_]->params[0]].value.mutable_grad();
+      if (!g.defined()) g = at::zeros_like(model_->params()[units_[tied_unit_]->params[0]].value);
+      status = tied_->AllReduce(g, ReduceOp::kSum);
+    }
   } else {
     for (auto& u : units_) {
       if (!u->grad_shard.defined()) StartReduce(*u);  // Members without a gradient this step (unused).
@@ -261,25 +299,40 @@ absl::Status ZeroOptimizer::ReduceGradients() {
     for (auto& u : units_) {
       if (dp_->size() > 1) u->grad_shard.div_(dp_->size());
     }
+    // The same owned range of wte on both stages (a unit of its own): sum the two.
+    if (status.ok() && tied_) status = tied_->AllReduce(units_[tied_unit_]->grad_shard, ReduceOp::kSum);
   }
   sync_ = false;
-  in_backward_ = false;
   Sample();
   return status;
 }
 
 absl::StatusOr<double> ZeroOptimizer::GradNorm() {
+  auto sq = GradSquaredSum();
+  if (!sq.ok()) return sq.status();
+  return std::sqrt(*sq);
+}
+
+absl::StatusOr<double> ZeroOptimizer::GradSquaredSum(const std::vector<std::string>& skip) {
   at::NoGradGuard no_grad;
   std::vector<Param>& params = model_->params();
-  if (buckets_) return GradNormOverTp(params, tp_.get());  // Full gradients, as unsharded training.
-  // [replicated over tp, split over tp] sums of squares of the owned pieces, in double.
+  // Full gradients, as unsharded training.
+  if (buckets_) return GradSquaredSumOverTp(params, tp_.get(), skip);
+  // [replicated over tp, split over tp] sums of squares of the owned pieces, in double; a tensor
+  // partitioned over some tp ranks and copied over the others counts 1/copies on each.
   at::Tensor sums = at::zeros({2}, at::TensorOptions().dtype(at::kDouble).device(device_));
   for (auto& u : units_) {
     for (size_t j = 0; j < u->params.size(); ++j) {
+      const Param& p = params[u->params[j]];
       const auto [a, b] = u->Owned(j);
-      if (a >= b) continue;
-      at::Tensor g = u->grad_shard.narrow(0, a - u->begin, b - a).to(at::kFloat);
-      sums[params[u->params[j]].split == TpSplit::kReplicated ? 0 : 1] += g.norm().to(at::kDouble).square();
+      if (a >= b || std::find(skip.begin(), skip.end(), p.name) != skip.end()) continue;
+      at::Tensor sq = u->grad_shard.narrow(0, a - u->begin, b - a).to(at::kFloat).norm().to(at::kDouble).square();
+      if (p.split == TpSplit::kReplicated) {
+        sums[0] += sq;
+      } else {
+        const int copies = ReplicasInTp(p, tp_->size());
+        sums[1] += copies == 1 ? sq : sq / copies;
+      }
     }
   }
   if (shards_ > 1) {
@@ -289,7 +342,7 @@ absl::StatusOr<double> ZeroOptimizer::GradNorm() {
   if (tp_->size() > 1) {
     if (absl::Status s = tp_->AllReduce(split, ReduceOp::kSum); !s.ok()) return s;
   }
-  return std::sqrt(sums[0].item<double>() + split.item<double>());
+  return sums[0].item<double>() + split.item<double>();
 }
 
 void ZeroOptimizer::ScaleGradients(double factor) {
@@ -461,27 +514,33 @@ void ZeroOptimizer::Release(Unit& u) {
   u.gathered = false;
 }
 
-void ZeroOptimizer::PreForward(int i) {
+void ZeroOptimizer::PreForward(int m, bool recomputation) {
   if (options_.stage != 3) return;
   at::NoGradGuard no_grad;
-  Acquire(*units_[i]);
-  if (!in_backward_ && i + 1 < static_cast<int>(units_.size())) StartGather(*units_[i + 1]);
+  for (size_t u : of_model_unit_[m]) {
+    if (m == 0 && !recomputation) ++units_[u]->pending;
+    Acquire(*units_[u]);
+  }
+  if (!recomputation && m + 1 < static_cast<int>(of_model_unit_.size())) {
+    for (size_t u : of_model_unit_[m + 1]) StartGather(*units_[u]);
+  }
 }
 
-at::Tensor ZeroOptimizer::PostForward(int i, at::Tensor output) {
+at::Tensor ZeroOptimizer::PostForward(int m, at::Tensor output) {
   // Unit 0 is used again by the head; it is freed when its gradients are complete. A recomputation
-  // inside backward keeps its unit for the backward that follows.
-  if (options_.stage != 3 || i == 0 || in_backward_) return output;
+  // inside backward calls no PostForward: its unit stays for the backward that follows.
+  if (options_.stage != 3 || m == 0) return output;
   if (at::GradMode::is_enabled() && output.requires_grad()) {
-    output.register_hook([this, i](const at::Tensor& grad) {
-      in_backward_ = true;
+    output.register_hook([this, m](const at::Tensor& grad) {
       at::NoGradGuard no_grad;
-      Acquire(*units_[i]);
-      if (i - 1 >= 1) StartGather(*units_[i - 1]);
+      for (size_t u : of_model_unit_[m]) Acquire(*units_[u]);
+      if (m - 1 >= 1) {
+        for (size_t u : of_model_unit_[m - 1]) StartGather(*units_[u]);
+      }
       return grad;
     });
   }
-  Release(*units_[i]);
+  for (size_t u : of_model_unit_[m]) Release(*units_[u]);
   return output;
 }
 

@@ -14,7 +14,12 @@
 //   stage 3  also parameters: a unit's flat buffer holds memory only from just before its forward
 //            (the next unit is prefetched) to the end of its forward, and again from the start of its
 //            backward to the end; unit 0 (embeddings, used at both ends) from its first use to the end
-//            of backward
+//            of the last backward of the forwards that used it (pipeline stages run several forwards
+//            before their backwards)
+//
+// Pipeline stages: the model may be a GptPart. The first and the last stage both hold the tied
+// embedding wte; given their group (`tied`), wte becomes a unit of its own (the same flat size, so the
+// same owned range, on both stages) and its reduced gradient is summed over that group.
 //
 // The update is elementwise, so for fp32 stages 0–2 the weights equal those of unsharded AdamW bit
 // for bit. After the update each unit's new parameters are all-gathered while the next unit updates.
@@ -57,9 +62,13 @@ class ZeroOptimizer final : public UnitHooks {
  public:
   // Takes over `model`'s parameters (which must be fp32 and hold the starting weights: they become the
   // master weights) and installs itself as the model's unit hooks. `dp` and `tp` are this rank's groups.
+  // `dp` is the group over which gradients are averaged and state is sharded (data × sequence parallel
+  // ranks). `tied`, when not null, is the group of this rank and the other holder of wte.weight
+  // (pipeline first and last stages with the same dp, sp and tp coordinates).
   static absl::StatusOr<std::unique_ptr<ZeroOptimizer>> Create(Gpt* model, std::shared_ptr<Communicator> dp,
                                                                std::shared_ptr<Communicator> tp,
-                                                               const ZeroOptions& options);
+                                                               const ZeroOptions& options,
+                                                               std::shared_ptr<Communicator> tied = nullptr);
   ~ZeroOptimizer() override;
 
   // Before the first backward of a step: drops the previous step's gradients.
@@ -71,6 +80,9 @@ class ZeroOptimizer final : public UnitHooks {
   // Global L2 norm of the reduced gradients over the whole model (collective over dp and tp). Not
   // finite when some gradient overflowed.
   absl::StatusOr<double> GradNorm();
+  // The squared norm of this rank's part of the model: the sum over dp and tp, each tensor counted once
+  // however many tp ranks hold it, leaving out the parameters named in `skip`.
+  absl::StatusOr<double> GradSquaredSum(const std::vector<std::string>& skip = {});
   // Multiplies the reduced gradients by `factor` (gradient clipping and loss-scale removal).
   void ScaleGradients(double factor);
   // AdamW on the owned elements (`step` counts from 1), then the new parameters reach every rank
@@ -88,7 +100,7 @@ class ZeroOptimizer final : public UnitHooks {
   std::map<std::string, at::Tensor> StateShard() const;
 
   // UnitHooks (stage 3 gathers and frees; otherwise nothing).
-  void PreForward(int unit) override;
+  void PreForward(int unit, bool recomputation) override;
   at::Tensor PostForward(int unit, at::Tensor output) override;
 
   int stage() const { return options_.stage; }
@@ -104,7 +116,7 @@ class ZeroOptimizer final : public UnitHooks {
  private:
   struct Unit;
   ZeroOptimizer(Gpt* model, std::shared_ptr<Communicator> dp, std::shared_ptr<Communicator> tp,
-                const ZeroOptions& options);
+                const ZeroOptions& options, std::shared_ptr<Communicator> tied);
   absl::Status Init();
   void MarkReady(size_t param_index);
   void StartReduce(Unit& u);
@@ -124,6 +136,7 @@ class ZeroOptimizer final : public UnitHooks {
   Gpt* model_;
   std::shared_ptr<Communicator> dp_;
   std::shared_ptr<Communicator> tp_;
+  std::shared_ptr<Communicator> tied_;   // Null unless the model's wte has a copy on another stage.
   ZeroOptions options_;
   kernels::Simd simd_;
   c10::Device device_{c10::kCPU};        // Of the parameters.
@@ -131,6 +144,8 @@ class ZeroOptimizer final : public UnitHooks {
   int shards_ = 1;                       // dp when partitioned, else 1.
   int shard_rank_ = 0;
   std::vector<std::unique_ptr<Unit>> units_;
+  std::vector<std::vector<size_t>> of_model_unit_;  // The units_ of each of the model's units (hooks).
+  int tied_unit_ = -1;                   // The unit holding wte alone when tied_ is set.
   std::vector<size_t> unit_of_;          // Per parameter.
   std::vector<int64_t> offset_in_unit_;  // Per parameter.
   std::unique_ptr<GradBuckets> buckets_;  // Stages 0–1.
@@ -140,7 +155,6 @@ class ZeroOptimizer final : public UnitHooks {
   absl::Status reduce_status_;
   double grad_factor_ = 1.0;             // From ScaleGradients, applied as the update reads gradients.
   bool sync_ = false;
-  bool in_backward_ = false;
   int64_t peak_bytes_ = 0;
 };
 

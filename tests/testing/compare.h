@@ -55,6 +55,7 @@ class LayoutSuite {
     ExpectResumeMatches(dir_, spec_, from, name, sets, reference_, step, steps_);
   }
   const std::string& dir() const { return dir_; }
+  const std::string& reference() const { return reference_; }  // Output directory of the reference run.
   const std::string& spec() const { return spec_; }
 
  private:
