@@ -201,7 +201,12 @@ Prediction Predict(const PlanInput& in, const Layout& l) {
     per_chunk = layers_chunk * tokens_mb * h / s.hidden * kBytes + tokens_mb * per_token_layer * kBytes / layers_chunk;
   }
   const double logits = 3 * tokens_mb * V / s.vocab * kBytes;
-  p.activation_bytes = peak_chunks * per_chunk + logits;
+  // Backward's working set on top of what forward kept: the gradients of one layer's activations
+  // (about that layer's saved activations again) and the fresh gradient of the largest weight (an
+  // MLP matrix or the tied embedding) before it is added into .grad, with the next one's.
+  const double working_layer = tokens_mb * per_token_layer * kBytes;
+  const double largest_weight = std::max(4.0 * h * h / s.weights, static_cast<double>(V) * h / s.vocab) * kBytes;
+  p.activation_bytes = peak_chunks * per_chunk + logits + working_layer + 2 * largest_weight;
   p.runtime_bytes = in.device.runtime_bytes;
   p.fits = p.memory_bytes() <= in.device.memory_bytes;
   return p;

@@ -13,7 +13,9 @@
 //            parameter) plus activations kept for backward: per token and layer ~20·h values
 //            (+ attention probabilities 2·a·T where materialised), split as each mode splits
 //            them, times the micro-batch chunks alive at the pipeline's peak (simulated), plus the
-//            logits of the last stage, plus the device's fixed runtime memory.
+//            logits of the last stage, plus backward's working set (one layer's activation
+//            gradients, two fresh gradients of the largest weight), plus the device's fixed runtime
+//            memory.
 // A layout is rejected when its memory exceeds `memory_bytes` per device.
 #ifndef TESSERA_PARALLEL_PLANNER_PLANNER_H_
 #define TESSERA_PARALLEL_PLANNER_PLANNER_H_
