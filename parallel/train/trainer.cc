@@ -18,6 +18,7 @@
 #include "parallel/checkpoint/checkpoint_dir.h"
 #include "parallel/checkpoint/tensor_convert.h"
 #include "parallel/device/device.h"
+#include "parallel/device/live_bytes.h"
 #include "parallel/optim/lr_schedule.h"
 #include "nlohmann/json.hpp"
 #include "parallel/train/status_macros.h"
@@ -233,6 +234,7 @@ absl::StatusOr<StepStats> Trainer::Step() {
   const int64_t communicated_before = BytesCommunicated();
   StepStats s;
   s.loss_scale = loss_scale_;
+  ResetPeakLiveBytes();
   if (zero_) {
     zero_->ZeroGrad();
     zero_->ResetPeak();
@@ -338,6 +340,7 @@ absl::StatusOr<StepStats> Trainer::Step() {
   s.bytes_all_reduced = all_reduced() - bytes_before;
   s.bytes_communicated = BytesCommunicated() - communicated_before;
   s.rss_peak_bytes = PeakResidentBytes();
+  if (LiveBytesCounted()) s.live_peak_bytes = PeakLiveBytes();
   if (pipeline_) s.pipeline_wait_s = pipeline_->wait_seconds();
   if (zero_) {
     s.optimizer_state_bytes = zero_->state_bytes();
@@ -377,7 +380,8 @@ absl::Status Trainer::Run(const std::function<void(const StepStats&)>& on_step) 
     if (groups_.global_rank == 0) TESSERA_RETURN_IF_ERROR(AppendStepLog(*stats));
     nlohmann::json mine = {{"step", stats->step}, {"step_seconds", stats->step_seconds},
                            {"bytes_communicated", stats->bytes_communicated}, {"rss_peak_bytes", stats->rss_peak_bytes},
-                           {"rss_base_bytes", rss_base_bytes_}, {"model_state_bytes", stats->model_state_bytes},
+                           {"rss_base_bytes", rss_base_bytes_}, {"live_peak_bytes", stats->live_peak_bytes},
+                           {"model_state_bytes", stats->model_state_bytes},
                            {"pipeline_wait_s", stats->pipeline_wait_s}};
     std::ofstream(rank_log, std::ios::app) << mine.dump() << "\n";
     if (on_step) on_step(*stats);
@@ -413,6 +417,7 @@ absl::Status Trainer::AppendStepLog(const StepStats& s) {
   if (pipeline_) j["pipeline_wait_s"] = s.pipeline_wait_s;
   j["rss_peak_bytes"] = s.rss_peak_bytes;
   j["rss_base_bytes"] = rss_base_bytes_;
+  if (s.live_peak_bytes > 0) j["live_peak_bytes"] = s.live_peak_bytes;
   if (options_.precision == "fp16") j["loss_scale"] = s.loss_scale;
   j["model_state_bytes"] = s.model_state_bytes;
   std::ofstream out(options_.output_dir + "/steps.jsonl", std::ios::app);

@@ -40,6 +40,8 @@ struct StepStats {
   int64_t model_state_bytes = 0;      // Peak this step: parameters, gradients, masters and moments.
   double pipeline_wait_s = 0;         // pp > 1: time this rank waited for activations / gradients.
   int64_t rss_peak_bytes = 0;         // Peak resident memory of this process since training began.
+  int64_t live_peak_bytes = 0;        // Peak bytes of host tensors alive in this step (0 unless the
+                                      // process installed the counter, parallel/device/live_bytes.h).
   bool skipped = false;               // fp16: gradients overflowed, no update, loss scale halved.
   double loss_scale = 1;              // fp16: the scale this step's backward used.
 };

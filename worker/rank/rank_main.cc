@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/spec/job_spec.h"
 #include "parallel/comm/process_groups.h"
+#include "parallel/device/live_bytes.h"
 #include "parallel/models/gpt.h"
 #include "parallel/train/trainer.h"
 #include "worker/rank/spec_to_options.h"
@@ -75,6 +76,9 @@ int main(int argc, char** argv) {
   // measured ~6% of step time on the demo GPT. Keep freed memory in the process instead.
   mallopt(M_MMAP_THRESHOLD, 256 << 20);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  // Host tensor bytes really alive (reported per step next to resident memory, which also holds what
+  // the C library kept after frees).
+  tessera::parallel::InstallLiveBytesCounter();
   const int threads = std::max(1, absl::GetFlag(FLAGS_threads));
   at::set_num_threads(threads);
   at::set_num_interop_threads(1);
