@@ -10,6 +10,9 @@ Per layout (6 steps; medians of steps 3-6, rank 0's steps.jsonl):
   state MB      model-state bytes counted by the trainer (parameters, gradients, AdamW moments)
   rss MB        the largest (peak resident memory minus resident memory before the model was built)
                 over the ranks
+  live MB       the largest peak of host tensor bytes alive in a step over the ranks (live_peak_bytes:
+                a counting allocator, parallel/device/live_bytes.h)
+  act MB        of it, what is not model state (activations, buffers, temporaries): live − state
   pred mem MB   the planner's model states + activations per device
 Pipeline bubble: the first stage's time waiting for activations/gradients over the step, against
 (p-1)/(m+p-1) (1F1B) at pp=2 (2 ranks: no oversubscription on 2 cores) and pp=4. (The first stage
@@ -92,6 +95,10 @@ def run(tmp, spec, name, sets):
         s["max_bytes_communicated"] = max(r[i]["bytes_communicated"] for r in per_rank)
         s["max_rss_delta"] = max(r[i]["rss_peak_bytes"] - r[i]["rss_base_bytes"] for r in per_rank)
         s["max_model_state_bytes"] = max(r[i]["model_state_bytes"] for r in per_rank)
+        # Host tensor bytes alive at the step's peak, and what of it is not model state (activations,
+        # communication buffers, temporaries), on the rank where that is largest.
+        s["max_live_bytes"] = max(r[i].get("live_peak_bytes", 0) for r in per_rank)
+        s["max_activation_bytes"] = max(r[i].get("live_peak_bytes", 0) - r[i]["model_state_bytes"] for r in per_rank)
         s["mean_pipeline_wait_s"] = statistics.mean(r[i].get("pipeline_wait_s", 0) for r in per_rank)
     return steps, ""
 
@@ -116,8 +123,8 @@ def modes(tmp, data, quick):
     for n, layouts in LAYOUTS.items():
         print(f"### {n} ranks\n")
         print("| layout | step_s | comm MB measured | comm MB predicted | measured/predicted | state MB | "
-              "rss MB | pred mem MB |")
-        print("|---|---:|---:|---:|---:|---:|---:|---:|")
+              "live MB | act MB | rss MB | pred mem MB |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for name, sets in layouts:
             extra = [s for s in sets if s.startswith("train.")]
             predictions = plan(spec, n, extra)
@@ -131,6 +138,8 @@ def modes(tmp, data, quick):
             rss = max(s["max_rss_delta"] for s in steps) / 1e6
             print(f"| {name} | {median(steps, 'step_seconds'):.3f} | {comm:.2f} | {pred:.2f} | "
                   f"{comm / pred if p and pred else float('nan'):.2f} | {steps[-1]['max_model_state_bytes'] / 1e6:.1f} | "
+                  f"{max(s['max_live_bytes'] for s in steps) / 1e6:.1f} | "
+                  f"{max(s['max_activation_bytes'] for s in steps) / 1e6:.1f} | "
                   f"{rss:.1f} | {p['memory_bytes'] / 1e6 if p else float('nan'):.1f} |")
         print()
 
