@@ -3,6 +3,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -10,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/testing/cli.h"
+#include "tests/testing/compare.h"
 
 namespace tessera {
 namespace {
@@ -104,8 +106,9 @@ std::string* ZeroTest::plain_;
 // Stages 1 and 2 change where state and gradients live, not the arithmetic: losses, gradients and
 // weights equal plain data parallelism bit for bit, and each rank holds half of AdamW's state.
 TEST_F(ZeroTest, Stages1And2AreBitIdenticalToDataParallel) {
+  // Two micro-batches per step: stage 2 reduces once, in the last backward pass, as plain dp does.
   const std::string z1 = Run("dp2_zero1", {"parallel.zero_stage=1"});
-  const std::string z2 = Run("dp2_zero2", {"parallel.zero_stage=2"});
+  const std::string z2 = Run("dp2_zero2", {"parallel.zero_stage=2", "parallel.zero_grad_reduce=step"});
   ExpectIdentical(*plain_, z1);
   ExpectIdentical(*plain_, z2);
   const double plain_state = ReadStepField(*plain_ + "/steps.jsonl", "optimizer_state_bytes")[1];
@@ -146,6 +149,19 @@ TEST_F(ZeroTest, Stage3MatchesDataParallel) {
         ASSERT_NEAR(g[i], w[i], kWeightAtol + kWeightRtol * std::abs(w[i])) << name << "[" << i << "]";
       }
     }
+  }
+}
+
+// By default stages 2–3 reduce-scatter every backward pass's gradients (two micro-batches per step
+// here) and add them up in the owned shard: the same sums in another order, so within the fp32
+// tolerances of the parallel suites — losses and gradient norms of every step, gradients and weights
+// after the first.
+TEST_F(ZeroTest, ReducingEveryMicroBatchMatchesDataParallel) {
+  for (const char* stage : {"2", "3"}) {
+    SCOPED_TRACE(absl::StrCat("zero_stage ", stage));
+    const std::string out = Run(absl::StrCat("dp2_zero", stage, "_every_pass"),
+                                {absl::StrCat("parallel.zero_stage=", stage), "parallel.zero_grad_reduce=micro_batch"});
+    testing::ExpectRunsClose(*plain_, out, 10, 2 + 2 * 12 + 2);
   }
 }
 
@@ -232,8 +248,7 @@ TEST_F(ZeroTest, Bf16Trains) {
 
 // Model-state bytes per rank at dp=2 in bf16 (Ψ parameters): 16Ψ unsharded, 4Ψ + 12Ψ/2 with stage 1
 // (exactly, up to padding), and less again with stages 2 and 3, whose peaks include the gradients of
-// the units in flight and (stage 3) the gathered units. One micro-batch per step: with accumulation,
-// stages 2–3 keep each micro-batch's local gradients until the step's single reduction.
+// the units in flight and (stage 3) the gathered units.
 TEST_F(ZeroTest, ModelStateMemoryFallsWithEachStage) {
   const std::string spec = WriteSpec("spec8", 8, "grad_clip: 1.0");
   const double psi = 256 * 64 + 32 * 64 + 8 * (12 * 64 * 64 + 13 * 64) + 2 * 64;
@@ -250,9 +265,24 @@ TEST_F(ZeroTest, ModelStateMemoryFallsWithEachStage) {
   EXPECT_LT(peak[2], peak[1]);
   EXPECT_LT(peak[3], peak[2]);
   // Above the formulas by what is in flight: two units' full gradients (stage 2, 12% of Ψ each here),
-  // plus the gathered unit 0 and one or two gathered blocks (stage 3). Measured: 9.67Ψ and 9.12Ψ.
+  // plus the gathered unit 0 and one or two gathered blocks (stage 3). Measured: 9.55Ψ and 9.00Ψ.
   EXPECT_LT(peak[2], 1.15 * (2 * psi + 14 * psi / 2));
   EXPECT_LT(peak[3], 1.25 * (16 * psi / 2));
+
+  // Two micro-batches per step, stage 2. Reducing once a step, every parameter's full bf16 gradient
+  // exists at the end of the first pass: at least 2Ψ on top of the sharded 8Ψ. Reducing every pass,
+  // what the one-micro-batch run held plus the owned gradient shards carried between passes (2Ψ/2).
+  std::map<std::string, double> accum_peak;
+  for (const char* mode : {"micro_batch", "step"}) {
+    const std::string out = Run(absl::StrCat("mem_stage2_accum_", mode),
+                                {"train.precision=bf16", "train.steps=2", "train.global_batch=8",
+                                 "parallel.zero_stage=2", absl::StrCat("parallel.zero_grad_reduce=", mode)},
+                                spec);
+    accum_peak[mode] = ReadStepField(out + "/steps.jsonl", "model_state_bytes")[2];
+  }
+  EXPECT_GE(accum_peak["step"], 8 * psi + 2 * psi);
+  EXPECT_LE(accum_peak["micro_batch"], peak[2] + 2 * psi / 2);
+  EXPECT_LT(accum_peak["micro_batch"], accum_peak["step"]);
 }
 
 }  // namespace

@@ -35,6 +35,7 @@ v1::JobSpec DefaultJobSpec() {
   p->set_sp_mode(v1::SP_MODE_RING);
   p->set_tp_depth(1);
   p->set_devices(1);
+  p->set_zero_grad_reduce(v1::ZERO_GRAD_REDUCE_MICRO_BATCH);
   auto* t = s.mutable_train();
   t->set_steps(100);
   t->set_micro_batch(8);

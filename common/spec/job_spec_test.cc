@@ -121,10 +121,16 @@ TEST(JobSpecTest, MemoryOptions) {
   EXPECT_EQ(defaults->train().precision(), v1::PRECISION_FP32);
   EXPECT_EQ(defaults->optimizer().offload(), v1::OFFLOAD_NONE);
   EXPECT_EQ(defaults->train().initial_loss_scale(), 65536);
-  auto unknown = ParseAndValidate(kValid, {"train.precision=fp8", "optimizer.offload=nvme"});
+  EXPECT_EQ(defaults->parallel().zero_grad_reduce(), v1::ZERO_GRAD_REDUCE_MICRO_BATCH);
+  auto once = ParseAndValidate(kValid, {"parallel.zero_stage=2", "parallel.zero_grad_reduce=step"});
+  ASSERT_TRUE(once.ok()) << once.status();
+  EXPECT_EQ(once->parallel().zero_grad_reduce(), v1::ZERO_GRAD_REDUCE_STEP);
+  auto unknown = ParseAndValidate(kValid, {"train.precision=fp8", "optimizer.offload=nvme", "parallel.zero_grad_reduce=never"});
   ASSERT_FALSE(unknown.ok());
   EXPECT_THAT(unknown.status().message(), HasSubstr("train.precision: 'fp8' is not one of fp32 | bf16 | fp16"));
   EXPECT_THAT(unknown.status().message(), HasSubstr("optimizer.offload: 'nvme' is not one of none | cpu"));
+  EXPECT_THAT(unknown.status().message(),
+              HasSubstr("parallel.zero_grad_reduce: 'never' is not one of micro_batch | step"));
   auto bad = ParseAndValidate(kValid, {"parallel.zero_stage=4", "train.initial_loss_scale=0.5",
                                        "train.loss_scale_window=0"});
   ASSERT_FALSE(bad.ok());

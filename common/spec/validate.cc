@@ -188,6 +188,9 @@ void CheckParallel(const v1::JobSpec& s, Checker& c) {
   if (p.zero_stage() < 0 || p.zero_stage() > 3) {
     c.Fail("parallel.zero_stage", absl::StrCat(p.zero_stage(), " must be 0, 1, 2 or 3"));
   }
+  if (p.zero_grad_reduce() == v1::ZERO_GRAD_REDUCE_UNSPECIFIED) {
+    c.Fail("parallel.zero_grad_reduce", "must be micro_batch or step");
+  }
   if (!(p.dp_bucket_mb() > 0)) {
     c.Fail("parallel.dp_bucket_mb", absl::StrCat(p.dp_bucket_mb(), " must be positive"));
   }

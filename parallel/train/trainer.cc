@@ -153,6 +153,7 @@ absl::Status Trainer::Init() {
   if (options_.zero_stage > 0 || dtype != at::kFloat || options_.offload_optimizer) {
     ZeroOptions z;
     z.stage = options_.zero_stage;
+    z.reduce_every_pass = options_.zero_reduce_every_pass;
     z.param_dtype = dtype;
     z.offload = options_.offload_optimizer;
     z.adam = adam;

@@ -29,6 +29,7 @@ struct TrainerOptions {
   int tp_depth = 1;                   // 2.5d: the number of q×q layers.
   std::string sp_mode = "ring";       // Sequence parallel (mesh.sp > 1): ring | all_to_all.
   int zero_stage = 0;               // 1–3: state, + gradients, + parameters sharded over dp (parallel/zero).
+  bool zero_reduce_every_pass = true;  // Stages 2–3: reduce-scatter in every backward pass, not once a step.
   bool offload_optimizer = false;   // Master weights and moments in host memory, update on the host.
   std::string precision = "fp32";   // fp32 | bf16 | fp16 (parameters and activations; fp32 masters).
   double initial_loss_scale = 65536;  // fp16: dynamic loss scaling starts here,

@@ -51,8 +51,9 @@ struct ZeroOptimizer::Unit {
   at::Tensor master;              // [S] fp32 (an alias of the parameters' memory when they are fp32 there).
   bool master_is_param = false;
   at::Tensor exp_avg, exp_avg_sq;  // [S] fp32.
-  at::Tensor grad_shard;          // Stages 2–3: [S] in the parameter dtype, after ReduceGradients.
-  at::Tensor grad_flat;           // Stages 2–3: [S·shards] being reduce-scattered.
+  at::Tensor grad_shard;          // Stages 2–3: [S] in the parameter dtype: the reductions finished.
+  at::Tensor grad_flat;           // Stages 2–3: [S·shards] being reduce-scattered...
+  at::Tensor incoming;            // ... into [S], added to grad_shard when it arrives.
   std::unique_ptr<CommWork> reduce;
   std::unique_ptr<CommWork> gather;  // Stage 3: gathering into flat.
   bool gathered = true;
@@ -221,7 +222,7 @@ void ZeroOptimizer::MarkReady(size_t k) {
   if (++u.ready < u.params.size()) return;
   u.ready = 0;
   Sample();  // The unit's full gradients exist now.
-  if (sync_) StartReduce(u);
+  if (sync_ || options_.reduce_every_pass) StartReduce(u);
   if (options_.stage != 3) return;
   // Blocks are gathered again by the gradient hook of their next backward; unit 0 has no such hook
   // and stays until the last forward that used it has gone backward.
@@ -249,24 +250,29 @@ void ZeroOptimizer::CopyGrads(const Unit& u, int64_t begin, int64_t end, at::Ten
 
 void ZeroOptimizer::StartReduce(Unit& u) {
   at::NoGradGuard no_grad;
+  if (u.reduce) {  // The previous pass's reduction of this unit is still on its way.
+    FinishReduce(u);
+    in_flight_.erase(std::find(in_flight_.begin(), in_flight_.end(), &u));
+  }
+  // At most kReductionsInFlight full-size gradient buffers exist at a time: the oldest reduction
+  // finishes before this one's buffer is made.
+  while (in_flight_.size() >= kReductionsInFlight) {
+    FinishReduce(*in_flight_.front());
+    in_flight_.pop_front();
+  }
   const int64_t padded = u.shard * shards_;
   u.grad_flat = at::zeros({padded}, at::TensorOptions().dtype(options_.param_dtype).device(device_));
   CopyGrads(u, 0, padded, u.grad_flat);
   for (size_t k : u.params) model_->params()[k].value.mutable_grad() = at::Tensor();
-  u.grad_shard = at::empty({u.shard}, u.grad_flat.options());
+  u.incoming = at::empty({u.shard}, u.grad_flat.options());
   if (shards_ == 1) {
-    u.grad_shard.copy_(u.grad_flat);
+    u.incoming.copy_(u.grad_flat);
     u.reduce = DoneWork(absl::OkStatus());
   } else {
-    u.reduce = dp_->ReduceScatterAsync(u.grad_flat, u.grad_shard, ReduceOp::kSum);
+    u.reduce = dp_->ReduceScatterAsync(u.grad_flat, u.incoming, ReduceOp::kSum);
   }
-  Sample();
-  // At most kReductionsInFlight full-size fp32 gradient buffers exist at a time.
   in_flight_.push_back(&u);
-  while (in_flight_.size() > kReductionsInFlight) {
-    FinishReduce(*in_flight_.front());
-    in_flight_.pop_front();
-  }
+  Sample();
 }
 
 void ZeroOptimizer::FinishReduce(Unit& u) {
@@ -275,6 +281,14 @@ void ZeroOptimizer::FinishReduce(Unit& u) {
   if (reduce_status_.ok() && !s.ok()) reduce_status_ = s;
   u.reduce.reset();
   u.grad_flat = at::Tensor();
+  // The first reduction of a step becomes the owned gradients as they are (one reduction per step:
+  // the same sums as plain dp's all-reduce); later ones add to them.
+  if (u.grad_shard.defined()) {
+    u.grad_shard.add_(u.incoming);
+  } else {
+    u.grad_shard = u.incoming;
+  }
+  u.incoming = at::Tensor();
 }
 
 absl::Status ZeroOptimizer::ReduceGradients() {
@@ -289,8 +303,12 @@ absl::Status ZeroOptimizer::ReduceGradients() {
       status = tied_->AllReduce(g, ReduceOp::kSum);
     }
   } else {
+    // Units with gradients not reduced yet (a member unused in some pass, or no pass reduced them).
+    std::vector<Param>& params = model_->params();
     for (auto& u : units_) {
-      if (!u->grad_shard.defined()) StartReduce(*u);  // Members without a gradient this step (unused).
+      const bool local = std::any_of(u->params.begin(), u->params.end(),
+                                     [&](size_t k) { return params[k].value.grad().defined(); });
+      if (local || (!u->grad_shard.defined() && !u->reduce)) StartReduce(*u);
     }
     for (auto& u : units_) FinishReduce(*u);
     in_flight_.clear();
@@ -554,7 +572,7 @@ int64_t ZeroOptimizer::ModelStateBytes() const {
   int64_t n = state_bytes();
   for (const auto& u : units_) {
     n += static_cast<int64_t>(u->flat.storage().nbytes()) + Bytes(u->param_shard) + Bytes(u->grad_shard) +
-         Bytes(u->grad_flat);
+         Bytes(u->grad_flat) + Bytes(u->incoming);
   }
   for (const Param& p : model_->params()) n += Bytes(p.value.grad());
   return n;

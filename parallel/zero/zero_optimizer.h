@@ -10,7 +10,10 @@
 //   stage 0  nothing sharded (used for mixed precision or offload without sharding)
 //   stage 1  optimizer state sharded; gradients all-reduced (bucketed, overlapping backward)
 //   stage 2  also gradients: each unit's are reduce-scattered as soon as backward produced them all,
-//            and the full gradients are freed
+//            and the full gradients are freed. With gradient accumulation either in every backward
+//            pass, summing into the owned shard (reduce_every_pass: full gradients never outlive one
+//            unit's backward; accum× the reduce-scatter traffic), or only in the last pass, the local
+//            full gradients accumulating until then (one reduction: bit-identical to plain dp)
 //   stage 3  also parameters: a unit's flat buffer holds memory only from just before its forward
 //            (the next unit is prefetched) to the end of its forward, and again from the start of its
 //            backward to the end; unit 0 (embeddings, used at both ends) from its first use to the end
@@ -56,6 +59,7 @@ struct ZeroOptions {
                                              // CUDA parameters); the update runs on the host.
   AdamWOptions adam;
   int64_t bucket_bytes = 25 << 20;           // Stages 0–1: gradient all-reduce buckets.
+  bool reduce_every_pass = true;             // Stages 2–3 with accumulation: see above.
 };
 
 class ZeroOptimizer final : public UnitHooks {
@@ -120,7 +124,8 @@ class ZeroOptimizer final : public UnitHooks {
   absl::Status Init();
   void MarkReady(size_t param_index);
   void StartReduce(Unit& u);
-  // Waits for `u`'s reduction and frees its full-size buffer; errors are kept in reduce_status_.
+  // Waits for `u`'s reduction, adds it to the owned gradients and frees the full-size buffer; errors
+  // are kept in reduce_status_.
   void FinishReduce(Unit& u);
   // Stage 3: starts gathering unit `u` unless it is gathered or on its way; Acquire also waits.
   void StartGather(Unit& u);

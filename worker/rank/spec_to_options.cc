@@ -18,6 +18,7 @@ parallel::TrainerOptions ToTrainerOptions(const v1::JobSpec& spec) {
   o.device.kind = spec.device() == v1::DEVICE_CUDA ? parallel::DeviceKind::kCuda : parallel::DeviceKind::kCpu;
   o.dp_bucket_bytes = static_cast<int64_t>(p.dp_bucket_mb() * (1 << 20));
   o.zero_stage = p.zero_stage();
+  o.zero_reduce_every_pass = p.zero_grad_reduce() != v1::ZERO_GRAD_REDUCE_STEP;
   o.pp_schedule = p.pp_schedule() == v1::PP_SCHEDULE_INTERLEAVED ? "interleaved" : "1f1b";
   o.pp_chunks = p.pp_chunks();
   o.tp_mode = p.tp_mode() == v1::TP_MODE_2D     ? "2d"
