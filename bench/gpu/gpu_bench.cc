@@ -2,6 +2,13 @@
 //
 //   gpu_bench check   [--dir D]         5 steps of one spec on cpu and on cuda (fused on and off):
 //                                       losses must agree within rtol 1e-3 (fp32). Exit 1 otherwise.
+//                                       Then the memory features on cuda (one rank): ZeRO-3 and offload
+//                                       in fp32 (rtol 1e-3), bf16 / fp16 with and without offload
+//                                       (rtol 2e-2 of the fp32 cpu losses, bf16's precision).
+//   gpu_bench capacity --layers L --hidden H [--heads A] [--seq S] [--batch B] [--offload 0|1] [--device cpu]
+//                                       3 steps of a GPT in bf16 with activation checkpointing on one
+//                                       GPU, optimizer state on the GPU or offloaded: "fits" with
+//                                       tokens/s and peak GPU / host bytes, or "does_not_fit" and why.
 //   gpu_bench kernels                   each fused kernel against its LibTorch composite: median time,
 //                                       bytes moved, and the fraction of the device-copy bandwidth.
 //   gpu_bench gpt --size 125m|1.3b|tiny [--batch B] [--device cuda|cpu]
@@ -10,6 +17,7 @@
 // Output: one line per measurement, "key value ..." (parsed by tools/gpu/check.sh into its table).
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 
 #include <algorithm>
@@ -72,7 +80,8 @@ int Check(const std::string& dir) {
     }
     std::ofstream(data, std::ios::binary).write(reinterpret_cast<const char*>(tokens.data()), tokens.size() * 2);
   }
-  auto run = [&](DeviceKind kind, bool fused, std::vector<double>* losses) -> absl::Status {
+  auto run = [&](DeviceKind kind, bool fused, std::vector<double>* losses,
+                 const std::function<void(parallel::TrainerOptions&)>& modify = nullptr) -> absl::Status {
     parallel::TrainerOptions o;
     o.model = {2, 64, 4, 256, 32};
     o.data.path = data;
@@ -84,6 +93,7 @@ int Check(const std::string& dir) {
     o.lr.warmup_steps = 1;
     o.fused_kernels = fused;
     o.output_dir = dir + "/out";
+    if (modify) modify(o);
     auto mesh = parallel::ProcessMesh::Create(o.mesh);
     if (!mesh.ok()) return mesh.status();
     parallel::BootstrapOptions boot;
@@ -116,7 +126,116 @@ int Check(const std::string& dir) {
   }
   const bool ok = worst <= 1e-3;
   std::printf("check_result %s max_rel_loss_diff %.3g (bar 1e-3)\n", ok ? "PASS" : "FAIL", worst);
-  return ok ? 0 : 1;
+
+  // The memory features on the GPU (parallel/zero with CUDA parameters; one rank, so nothing is
+  // sharded, but stage 3 frees and re-gathers every block and offload keeps pinned host state).
+  struct Variant {
+    const char* name;
+    int stage;
+    bool offload;
+    const char* precision;
+    double rtol;
+  };
+  bool memory_ok = true;
+  for (const Variant& v : {Variant{"fp32_zero3", 3, false, "fp32", 1e-3}, Variant{"fp32_offload", 0, true, "fp32", 1e-3},
+                           Variant{"bf16", 0, false, "bf16", 2e-2}, Variant{"bf16_zero2_offload", 2, true, "bf16", 2e-2},
+                           Variant{"fp16_offload", 0, true, "fp16", 2e-2}}) {
+    std::vector<double> got;
+    absl::Status st = run(DeviceKind::kCuda, true, &got, [&](parallel::TrainerOptions& o) {
+      o.zero_stage = v.stage;
+      o.offload_optimizer = v.offload;
+      o.precision = v.precision;
+    });
+    if (!st.ok()) {
+      std::printf("check_memory %s error %s\n", v.name, std::string(st.message()).c_str());
+      memory_ok = false;
+      continue;
+    }
+    double w = 0;
+    for (size_t i = 0; i < cpu.size(); ++i) w = std::max(w, std::fabs(got[i] - cpu[i]) / std::fabs(cpu[i]));
+    const bool pass = w <= v.rtol;
+    memory_ok = memory_ok && pass;
+    std::printf("check_memory %s %s max_rel_loss_diff %.3g (bar %.0e) last_loss %.5f\n", v.name, pass ? "PASS" : "FAIL",
+                w, v.rtol, got.back());
+  }
+  std::printf("check_memory_result %s\n", memory_ok ? "PASS" : "FAIL");
+  return ok && memory_ok ? 0 : 1;
+}
+
+// ---- capacity ----
+
+int64_t HostPeakBytes() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
+  }
+  return 0;
+}
+
+int Capacity(int argc, char** argv) {
+  parallel::TrainerOptions o;
+  o.model.layers = std::stoi(Arg(argc, argv, "layers", "24"));
+  o.model.hidden = std::stoi(Arg(argc, argv, "hidden", "2048"));
+  o.model.heads = std::stoi(Arg(argc, argv, "heads", std::to_string(o.model.hidden / 128)));
+  o.model.vocab = 50304;
+  o.model.seq_len = std::stoi(Arg(argc, argv, "seq", "1024"));
+  o.micro_batch = o.global_batch = std::stoi(Arg(argc, argv, "batch", "4"));
+  o.offload_optimizer = Arg(argc, argv, "offload", "0") == "1";
+  o.precision = "bf16";
+  o.activation_checkpointing = true;
+  const bool cuda = Arg(argc, argv, "device", "cuda") == "cuda";  // cpu: tries the flow on a small model.
+  o.device.kind = cuda ? DeviceKind::kCuda : DeviceKind::kCpu;
+  o.steps = 3;
+  o.lr.lr = 1e-4;
+  const std::string dir = Arg(argc, argv, "dir", "/tmp/tessera_gpu_capacity");
+  std::filesystem::create_directories(dir);
+  o.data.path = dir + "/tokens.bin";
+  o.output_dir = dir + "/out";
+  {
+    std::vector<uint16_t> tokens(static_cast<size_t>(o.micro_batch) * (o.model.seq_len + 1) * 4);
+    uint64_t x = 99;
+    for (uint16_t& t : tokens) x = x * 6364136223846793005ull + 1442695040888963407ull, t = (x >> 33) % 50304;
+    std::ofstream(o.data.path, std::ios::binary).write(reinterpret_cast<const char*>(tokens.data()), tokens.size() * 2);
+  }
+  const double n_params = 12.0 * o.model.layers * o.model.hidden * o.model.hidden +
+                          13.0 * o.model.layers * o.model.hidden + (o.model.vocab + o.model.seq_len + 2.0) * o.model.hidden;
+  std::printf("capacity layers %d hidden %d params %.0f offload %d batch %d seq %d ", o.model.layers, o.model.hidden,
+              n_params, o.offload_optimizer ? 1 : 0, o.micro_batch, o.model.seq_len);
+  std::fflush(stdout);
+  auto fail = [&](const std::string& why) {
+    std::printf("result does_not_fit why %s\n", why.substr(0, 200).c_str());
+    return 3;
+  };
+  std::vector<double> seconds;
+  try {
+    auto mesh = parallel::ProcessMesh::Create(o.mesh);
+    if (!mesh.ok()) return fail(std::string(mesh.status().message()));
+    parallel::BootstrapOptions boot;
+    if (cuda) boot.backend = parallel::CommBackend::kNccl;
+    auto groups = parallel::CreateProcessGroups(boot, *mesh);
+    if (!groups.ok()) return fail(std::string(groups.status().message()));
+    auto trainer = parallel::Trainer::Create(o, *groups);
+    if (!trainer.ok()) return fail(std::string(trainer.status().message()));
+    for (int i = 0; i < 3; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      auto s = (*trainer)->Step();
+      if (cuda) Sync(at::Device(at::kCUDA, 0));
+      if (!s.ok()) return fail(std::string(s.status().message()));
+      seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+  } catch (const std::exception& e) {
+    return fail(e.what());
+  }
+  const double step_s = std::min(seconds[1], seconds[2]);  // The first step also warms the allocators.
+  int64_t gpu_peak = 0;
+  if (cuda) {
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(0);
+    gpu_peak = stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].peak;
+  }
+  std::printf("result fits step_s %.2f tokens_per_s %.0f gpu_peak_GB %.1f host_peak_GB %.1f\n", step_s,
+              o.micro_batch * o.model.seq_len / step_s, gpu_peak / 1e9, HostPeakBytes() / 1e9);
+  return 0;
 }
 
 // ---- kernels ----
@@ -268,10 +387,11 @@ int main(int argc, char** argv) {
     if (mode == "check") return tessera::bench::Check(tessera::bench::Arg(argc, argv, "dir", "/tmp/tessera_gpu_check"));
     if (mode == "kernels") return tessera::bench::Kernels();
     if (mode == "gpt") return tessera::bench::GptBench(argc, argv);
+    if (mode == "capacity") return tessera::bench::Capacity(argc, argv);
   } catch (const std::exception& e) {
     std::printf("error %s\n", std::string(e.what()).substr(0, 300).c_str());
     return 1;
   }
-  std::fprintf(stderr, "usage: gpu_bench check|kernels|gpt [--size 125m|1.3b|tiny] [--batch B] [--device cuda|cpu]\n");
+  std::fprintf(stderr, "usage: gpu_bench check|kernels|gpt|capacity (see the top of bench/gpu/gpu_bench.cc)\n");
   return 2;
 }

@@ -4,7 +4,8 @@
 # and the GPT (tessera vs PyTorch eager, bf16), and print a short table last. Logs go to $OUT (or
 # /tmp/tessera_gpu). Needs .gpu_bundle carried along (tools/gpu/bundle.sh, run on the dev machine):
 #   run(command="bash tools/gpu/check.sh", carry=[".gpu_bundle"])
-# Also runs on a machine without a GPU (the tests skip, the checks report no device): the build part
+# Then, as separate calls: tools/gpu/offload_capacity.sh 0 and 1 (the largest GPT with and without
+# optimizer offload). Also runs on a machine without a GPU (the tests skip, the checks report no device): the build part
 # is what CI's machine can verify.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -46,6 +47,8 @@ for t in fused_kernels_test nccl_communicator_test; do
 done
 "$build/gpu_bench" check --dir "$build/check" >"$out/check.log" 2>&1
 step "gpu vs cpu losses (5 steps)" "$(grep -E '^check_(result|error)' "$out/check.log" | head -1)"
+step "zero/offload/bf16 on cuda" "$(grep -E '^check_memory_result' "$out/check.log" | head -1)"
+while read -r line; do summary+=("  $line"); done < <(grep -E '^check_memory ' "$out/check.log")
 "$build/gpu_bench" kernels >"$out/kernels.log" 2>&1
 while read -r line; do summary+=("  $line"); done < <(grep -E '^(kernel|copy_bandwidth|kernels_error)' "$out/kernels.log" |
   awk '{ if ($1=="kernel") printf "%s %s fused %sus vs %sus x%s %.0f%% bw\n", $2,$3,$5,$7,$9,$13*100; else print }')
