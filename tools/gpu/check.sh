@@ -5,32 +5,17 @@
 # /tmp/tessera_gpu). Needs .gpu_bundle carried along (tools/gpu/bundle.sh, run on the dev machine):
 #   run(command="bash tools/gpu/check.sh", carry=[".gpu_bundle"])
 # Then, as separate calls: tools/gpu/offload_capacity.sh 0 and 1 (the largest GPT with and without
-# optimizer offload). Also runs on a machine without a GPU (the tests skip, the checks report no device): the build part
-# is what CI's machine can verify.
+# optimizer offload). Also runs on a machine without a GPU (the tests skip, the checks report no
+# device): the build part is what CI's machine can verify.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-root=$(pwd)
-out=${OUT:-/tmp/tessera_gpu}
-mkdir -p "$out"
-build=${TESSERA_GPU_BUILD:-/tmp/tessera_gpu_build}
-python=${PYTHON:-python3}
-torch_dir=$($python -c 'import torch,os;print(os.path.dirname(torch.__file__))')
-# NCCL: prefer the pip wheel's (what PyTorch itself loads), else the CUDA toolkit's.
-nccl_dir=$($python -c 'import nvidia.nccl,os;print(list(nvidia.nccl.__path__)[0])' 2>/dev/null || true)
-extra=()
-if [[ -n "$nccl_dir" && -e "$nccl_dir/lib/libnccl.so.2" ]]; then
-  extra+=("-DNCCL_LIB=$nccl_dir/lib/libnccl.so.2")
-  [[ -d "$nccl_dir/include" ]] && extra+=("-DNCCL_INCLUDE=$nccl_dir/include")
-  export LD_LIBRARY_PATH="$nccl_dir/lib:${LD_LIBRARY_PATH:-}"
-fi
-export LD_LIBRARY_PATH="$torch_dir/lib:$root/.gpu_bundle/lib:${LD_LIBRARY_PATH:-}"
-gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
+source tools/gpu/env.sh
 jobs=$(nproc)
 summary=()
 step() { summary+=("$(printf '%-34s %s' "$1" "$2")"); }
 
 t0=$(date +%s)
-if cmake -S tools/gpu -B "$build" "${gen[@]}" -DTORCH_DIR="$torch_dir" "${extra[@]}" >"$out/cmake.log" 2>&1 &&
+if configure_gpu_build >"$out/cmake.log" 2>&1 &&
    cmake --build "$build" -j "$jobs" >>"$out/cmake.log" 2>&1; then
   step build "ok ($(( $(date +%s) - t0 )) s)"
 else

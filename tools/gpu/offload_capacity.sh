@@ -8,21 +8,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 offload=${1:-0}
-out=${OUT:-/tmp/tessera_gpu}
-mkdir -p "$out"
-build=${TESSERA_GPU_BUILD:-/tmp/tessera_gpu_build}
-python=${PYTHON:-python3}
-torch_dir=$($python -c 'import torch,os;print(os.path.dirname(torch.__file__))')
-nccl_dir=$($python -c 'import nvidia.nccl,os;print(list(nvidia.nccl.__path__)[0])' 2>/dev/null || true)
-extra=()
-if [[ -n "$nccl_dir" && -e "$nccl_dir/lib/libnccl.so.2" ]]; then
-  extra+=("-DNCCL_LIB=$nccl_dir/lib/libnccl.so.2")
-  [[ -d "$nccl_dir/include" ]] && extra+=("-DNCCL_INCLUDE=$nccl_dir/include")
-  export LD_LIBRARY_PATH="$nccl_dir/lib:${LD_LIBRARY_PATH:-}"
-fi
-export LD_LIBRARY_PATH="$torch_dir/lib:$(pwd)/.gpu_bundle/lib:${LD_LIBRARY_PATH:-}"
-gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
-if ! { cmake -S tools/gpu -B "$build" "${gen[@]}" -DTORCH_DIR="$torch_dir" "${extra[@]}" &&
+source tools/gpu/env.sh
+if ! { configure_gpu_build &&
        cmake --build "$build" -j "$(nproc)" --target gpu_bench; } >"$out/capacity_build.log" 2>&1; then
   echo "build FAILED"; tail -30 "$out/capacity_build.log"; exit 1
 fi
