@@ -51,8 +51,8 @@ struct ZeroOptimizer::Unit {
   at::Tensor master;              // [S] fp32 (an alias of the parameters' memory when they are fp32 there).
   bool master_is_param = false;
   at::Tensor exp_avg, exp_avg_sq;  // [S] fp32.
-  at::Tensor grad_shard;          // Stages 2–3: [S] in the parameter dtype: the reductions finished.
-  at::Tensor grad_flat;           // Stages 2–3: [S·shards] being reduce-scattered...
+  at::Tensor grad_shard;          // Without buckets_: [S] in the parameter dtype: the reductions finished.
+  at::Tensor grad_flat;           // Without buckets_: [S·shards] being reduce-scattered...
   at::Tensor incoming;            // ... into [S], added to grad_shard when it arrives.
   std::unique_ptr<CommWork> reduce;
   std::unique_ptr<CommWork> gather;  // Stage 3: gathering into flat.
@@ -181,7 +181,7 @@ absl::Status ZeroOptimizer::Init() {
     units_.push_back(std::move(u));
   }
 
-  if (options_.stage <= 1) {
+  if (options_.stage == 0 || (options_.stage == 1 && !partitioned())) {
     std::vector<at::Tensor> values;
     for (Param& p : params) values.push_back(p.value);
     buckets_ = std::make_unique<GradBuckets>(values, dp_, GradBucketsOptions{options_.bucket_bytes});
@@ -222,7 +222,7 @@ void ZeroOptimizer::MarkReady(size_t k) {
   if (++u.ready < u.params.size()) return;
   u.ready = 0;
   Sample();  // The unit's full gradients exist now.
-  if (sync_ || options_.reduce_every_pass) StartReduce(u);
+  if (sync_ || (options_.reduce_every_pass && options_.stage >= 2)) StartReduce(u);
   if (options_.stage != 3) return;
   // Blocks are gathered again by the gradient hook of their next backward; unit 0 has no such hook
   // and stays until the last forward that used it has gone backward.

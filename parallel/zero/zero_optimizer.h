@@ -5,15 +5,18 @@
 // unit per block). Each unit's parameters become views of one flat buffer of N elements, padded to
 // S·dp with S = ⌈N/dp⌉; dp rank r owns elements [r·S, (r+1)·S) of every unit (with stage 0 every rank
 // owns all of it). For its owned elements a rank keeps, in fp32, the master weights and Adam's m and v;
-// stages 2–3 also keep the averaged gradients of the owned elements (in the parameter dtype).
+// stages 1–3 (sharded) also keep the averaged gradients of the owned elements (in the parameter dtype).
 //
-//   stage 0  nothing sharded (used for mixed precision or offload without sharding)
-//   stage 1  optimizer state sharded; gradients all-reduced (bucketed, overlapping backward)
-//   stage 2  also gradients: each unit's are reduce-scattered as soon as backward produced them all,
-//            and the full gradients are freed. With gradient accumulation either in every backward
-//            pass, summing into the owned shard (reduce_every_pass: full gradients never outlive one
-//            unit's backward; accum× the reduce-scatter traffic), or only in the last pass, the local
-//            full gradients accumulating until then (one reduction: bit-identical to plain dp)
+//   stage 0  nothing sharded (used for mixed precision or offload without sharding): gradients
+//            all-reduced (bucketed, overlapping backward)
+//   stage 1  optimizer state sharded; full gradients accumulate locally over the step's backward
+//            passes, and in the last one each unit's are reduce-scattered as soon as backward produced
+//            them all (the same communication volume as plain dp's all-reduce, and the same sums),
+//            then freed
+//   stage 2  also gradients: each unit's are reduce-scattered in every backward pass and summed into
+//            the owned shard, so full gradients never outlive one unit's backward (accum× the
+//            reduce-scatter traffic); with reduce_every_pass false, as stage 1 (one reduction,
+//            bit-identical to plain dp, full local gradients kept between passes)
 //   stage 3  also parameters: a unit's flat buffer holds memory only from just before its forward
 //            (the next unit is prefetched) to the end of its forward, and again from the start of its
 //            backward to the end; unit 0 (embeddings, used at both ends) from its first use to the end
@@ -58,7 +61,7 @@ struct ZeroOptions {
   bool offload = false;                      // Master weights and moments in host memory (pinned for
                                              // CUDA parameters); the update runs on the host.
   AdamWOptions adam;
-  int64_t bucket_bytes = 25 << 20;           // Stages 0–1: gradient all-reduce buckets.
+  int64_t bucket_bytes = 25 << 20;           // Stage 0 (and 1 at dp 1): gradient all-reduce buckets.
   bool reduce_every_pass = true;             // Stages 2–3 with accumulation: see above.
 };
 
@@ -153,10 +156,10 @@ class ZeroOptimizer final : public UnitHooks {
   int tied_unit_ = -1;                   // The unit holding wte alone when tied_ is set.
   std::vector<size_t> unit_of_;          // Per parameter.
   std::vector<int64_t> offset_in_unit_;  // Per parameter.
-  std::unique_ptr<GradBuckets> buckets_;  // Stages 0–1.
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // Stages 2–3: hooks kept alive.
+  std::unique_ptr<GradBuckets> buckets_;  // Stage 0 (and 1 at dp 1).
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // Otherwise: hooks kept alive.
   static constexpr size_t kReductionsInFlight = 2;
-  std::deque<Unit*> in_flight_;          // Stages 2–3: reductions started, oldest first.
+  std::deque<Unit*> in_flight_;          // Without buckets_: reductions started, oldest first.
   absl::Status reduce_status_;
   double grad_factor_ = 1.0;             // From ScaleGradients, applied as the update reads gradients.
   bool sync_ = false;
