@@ -25,7 +25,7 @@ using testing::RunTessera;
 constexpr int kSteps = 6;
 constexpr int kTensors = 2 + 8 * 12 + 2;  // wte, wpe, 8 blocks of 12, ln_f weight and bias.
 
-class PipelineTest : public ::testing::Test {
+class PipelineTest : public testing::LayoutSuiteTest<PipelineTest> {
  protected:
   static void SetUpTestSuite() {
     std::ostringstream yaml;
@@ -35,20 +35,9 @@ class PipelineTest : public ::testing::Test {
          << "train: {steps: " << kSteps << ", micro_batch: 2, global_batch: 8, lr: 1e-3,\n"
          << "        warmup_steps: 2, schedule: cosine, min_lr: 1e-4, grad_clip: 1.0}\n"
          << "checkpoint: {every_steps: 3, keep: 3}\n";
-    suite_ = new testing::LayoutSuite("pipeline", yaml.str(), kSteps, kTensors);
+    Start("pipeline", yaml.str(), kSteps, kTensors);
   }
-  static std::string Run(const std::string& name, const std::vector<std::string>& sets) {
-    return suite_->Run(name, sets);
-  }
-  static void Compare(const std::string& out) { suite_->Compare(out); }
-  static void ResumeAs(const std::string& from, const std::string& name, const std::vector<std::string>& sets) {
-    suite_->ResumeAs(from, name, sets, 3);
-  }
-
-  static testing::LayoutSuite* suite_;
 };
-
-testing::LayoutSuite* PipelineTest::suite_;
 
 TEST_F(PipelineTest, OneFOneBTwoStages) { Compare(Run("pp2", {"parallel.pp=2"})); }
 

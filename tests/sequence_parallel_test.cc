@@ -24,7 +24,7 @@ using testing::RunTessera;
 constexpr int kSteps = 6;
 constexpr int kTensors = 2 + 4 * 12 + 2;
 
-class SequenceParallelTest : public ::testing::Test {
+class SequenceParallelTest : public testing::LayoutSuiteTest<SequenceParallelTest> {
  protected:
   static void SetUpTestSuite() {
     std::ostringstream yaml;
@@ -34,17 +34,9 @@ class SequenceParallelTest : public ::testing::Test {
          << "train: {steps: " << kSteps << ", micro_batch: 2, global_batch: 8, lr: 1e-3,\n"
          << "        warmup_steps: 2, schedule: cosine, min_lr: 1e-4, grad_clip: 1.0}\n"
          << "checkpoint: {every_steps: 3, keep: 3}\n";
-    suite_ = new testing::LayoutSuite("sequence", yaml.str(), kSteps, kTensors);
+    Start("sequence", yaml.str(), kSteps, kTensors);
   }
-  static std::string Run(const std::string& name, const std::vector<std::string>& sets) {
-    return suite_->Run(name, sets);
-  }
-  static void Compare(const std::string& out) { suite_->Compare(out); }
-
-  static testing::LayoutSuite* suite_;
 };
-
-testing::LayoutSuite* SequenceParallelTest::suite_;
 
 TEST_F(SequenceParallelTest, RingTwo) { Compare(Run("sp2", {"parallel.sp=2"})); }
 

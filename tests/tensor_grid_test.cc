@@ -21,7 +21,7 @@ using testing::RunTessera;
 constexpr int kSteps = 6;
 constexpr int kTensors = 2 + 2 * 12 + 2;
 
-class TensorGridTest : public ::testing::Test {
+class TensorGridTest : public testing::LayoutSuiteTest<TensorGridTest> {
  protected:
   static void SetUpTestSuite() {
     std::ostringstream yaml;
@@ -30,20 +30,9 @@ class TensorGridTest : public ::testing::Test {
          << "train: {steps: " << kSteps << ", micro_batch: 4, global_batch: 8, lr: 1e-3,\n"
          << "        warmup_steps: 2, schedule: cosine, min_lr: 1e-4, grad_clip: 1.0}\n"
          << "checkpoint: {every_steps: 3, keep: 3}\n";
-    suite_ = new testing::LayoutSuite("grid", yaml.str(), kSteps, kTensors);
+    Start("grid", yaml.str(), kSteps, kTensors);
   }
-  static std::string Run(const std::string& name, const std::vector<std::string>& sets) {
-    return suite_->Run(name, sets);
-  }
-  static void Compare(const std::string& out) { suite_->Compare(out); }
-  static void ResumeAs(const std::string& from, const std::string& name, const std::vector<std::string>& sets) {
-    suite_->ResumeAs(from, name, sets, 3);
-  }
-
-  static testing::LayoutSuite* suite_;
 };
-
-testing::LayoutSuite* TensorGridTest::suite_;
 
 TEST_F(TensorGridTest, TwoD) { Compare(Run("2d", {"parallel.tp=4", "parallel.tp_mode=2d"})); }
 

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "gtest/gtest.h"
+
 namespace tessera::testing {
 
 // Every tensor of `want` whose name starts with `prefix` exists in `got` with the same size and
@@ -62,6 +64,29 @@ class LayoutSuite {
   std::string dir_, spec_, reference_;
   int steps_, tensors_;
 };
+
+// A test fixture with one LayoutSuite shared by every test of the suite. A suite derives from
+// LayoutSuiteTest<itself> (each gets its own suite_) and calls Start in its SetUpTestSuite.
+template <typename Suite>
+class LayoutSuiteTest : public ::testing::Test {
+ protected:
+  static void Start(const std::string& name, const std::string& yaml, int steps, int tensors) {
+    suite_ = new LayoutSuite(name, yaml, steps, tensors);
+  }
+  static std::string Run(const std::string& name, const std::vector<std::string>& sets) {
+    return suite_->Run(name, sets);
+  }
+  static void Compare(const std::string& out) { suite_->Compare(out); }
+  // Resumes from `from`'s checkpoint of step 3 (the suites checkpoint every 3 steps).
+  static void ResumeAs(const std::string& from, const std::string& name, const std::vector<std::string>& sets) {
+    suite_->ResumeAs(from, name, sets, 3);
+  }
+
+  static LayoutSuite* suite_;  // Lives for the whole test binary.
+};
+
+template <typename Suite>
+LayoutSuite* LayoutSuiteTest<Suite>::suite_ = nullptr;
 
 }  // namespace tessera::testing
 
