@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #include <ATen/Parallel.h>
+#include <c10/util/Half.h>
 
 #include <algorithm>
 #include <cmath>
@@ -38,7 +39,19 @@ inline uint16_t ToBf16(float f) {
   return static_cast<uint16_t>(bits >> 16);
 }
 
-void Scalar(float* p, const float* g, float* m, float* v, int64_t begin, int64_t end, const Consts& c, uint16_t* out) {
+// Where the 16-bit copy goes (data null: none).
+struct Out16 {
+  uint16_t* data;
+  Copy16 type;
+};
+
+inline uint16_t ToFp16(float f) { return c10::Half(f).x; }  // c10's IEEE round to nearest even.
+
+inline void Store16(const Out16& out, int64_t i, float f) {
+  out.data[i] = out.type == Copy16::kBf16 ? ToBf16(f) : ToFp16(f);
+}
+
+void Scalar(float* p, const float* g, float* m, float* v, int64_t begin, int64_t end, const Consts& c, Out16 out) {
   for (int64_t i = begin; i < end; ++i) {
     float pi = p[i] * c.decay;
     const float gi = g[i];
@@ -50,12 +63,12 @@ void Scalar(float* p, const float* g, float* m, float* v, int64_t begin, int64_t
     p[i] = pi;
     m[i] = mi;
     v[i] = vi;
-    if (out != nullptr) out[i] = ToBf16(pi);
+    if (out.data != nullptr) Store16(out, i, pi);
   }
 }
 
-__attribute__((target("avx2,fma"))) void Avx2(float* p, const float* g, float* m, float* v, int64_t begin,
-                                              int64_t end, const Consts& c, uint16_t* out) {
+__attribute__((target("avx2,fma,f16c"))) void Avx2(float* p, const float* g, float* m, float* v, int64_t begin,
+                                                   int64_t end, const Consts& c, Out16 out) {
   const __m256 decay = _mm256_set1_ps(c.decay), w1 = _mm256_set1_ps(c.w1), beta2 = _mm256_set1_ps(c.beta2),
                w2 = _mm256_set1_ps(c.w2), bc2 = _mm256_set1_ps(c.bc2_sqrt), eps = _mm256_set1_ps(c.eps),
                neg_step = _mm256_set1_ps(c.neg_step);
@@ -71,15 +84,17 @@ __attribute__((target("avx2,fma"))) void Avx2(float* p, const float* g, float* m
     _mm256_storeu_ps(p + i, pi);
     _mm256_storeu_ps(m + i, mi);
     _mm256_storeu_ps(v + i, vi);
-    if (out != nullptr) {
-      for (int k = 0; k < 8; ++k) out[i + k] = ToBf16(p[i + k]);
+    if (out.data != nullptr && out.type == Copy16::kFp16) {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out.data + i), _mm256_cvtps_ph(pi, _MM_FROUND_TO_NEAREST_INT));
+    } else if (out.data != nullptr) {
+      for (int k = 0; k < 8; ++k) out.data[i + k] = ToBf16(p[i + k]);
     }
   }
   Scalar(p, g, m, v, i, end, c, out);
 }
 
 __attribute__((target("avx512f"))) void Avx512(float* p, const float* g, float* m, float* v, int64_t begin,
-                                               int64_t end, const Consts& c, uint16_t* out) {
+                                               int64_t end, const Consts& c, Out16 out) {
   const __m512 decay = _mm512_set1_ps(c.decay), w1 = _mm512_set1_ps(c.w1), beta2 = _mm512_set1_ps(c.beta2),
                w2 = _mm512_set1_ps(c.w2), bc2 = _mm512_set1_ps(c.bc2_sqrt), eps = _mm512_set1_ps(c.eps),
                neg_step = _mm512_set1_ps(c.neg_step);
@@ -95,8 +110,10 @@ __attribute__((target("avx512f"))) void Avx512(float* p, const float* g, float* 
     _mm512_storeu_ps(p + i, pi);
     _mm512_storeu_ps(m + i, mi);
     _mm512_storeu_ps(v + i, vi);
-    if (out != nullptr) {
-      for (int k = 0; k < 16; ++k) out[i + k] = ToBf16(p[i + k]);
+    if (out.data != nullptr && out.type == Copy16::kFp16) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out.data + i), _mm512_cvtps_ph(pi, _MM_FROUND_TO_NEAREST_INT));
+    } else if (out.data != nullptr) {
+      for (int k = 0; k < 16; ++k) out.data[i + k] = ToBf16(p[i + k]);
     }
   }
   Scalar(p, g, m, v, i, end, c, out);
@@ -107,7 +124,9 @@ __attribute__((target("avx512f"))) void Avx512(float* p, const float* g, float* 
 Simd DetectSimd() {
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx512f")) return Simd::kAvx512;
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Simd::kAvx2;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
+    return Simd::kAvx2;
+  }
   return Simd::kScalar;
 }
 
@@ -121,15 +140,16 @@ const char* SimdName(Simd simd) {
 }
 
 void CpuAdamW(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n, const AdamWStep& step,
-              Simd simd, bool parallel, uint16_t* bf16_out) {
+              Simd simd, bool parallel, uint16_t* out16, Copy16 out16_type) {
+  const Out16 out{out16, out16_type};
   const Consts c = MakeConsts(step);
   const Simd have = DetectSimd();
   if (static_cast<int>(simd) > static_cast<int>(have)) simd = have;
   auto run = [&](int64_t begin, int64_t end) {
     switch (simd) {
-      case Simd::kAvx512: Avx512(param, grad, exp_avg, exp_avg_sq, begin, end, c, bf16_out); break;
-      case Simd::kAvx2: Avx2(param, grad, exp_avg, exp_avg_sq, begin, end, c, bf16_out); break;
-      case Simd::kScalar: Scalar(param, grad, exp_avg, exp_avg_sq, begin, end, c, bf16_out); break;
+      case Simd::kAvx512: Avx512(param, grad, exp_avg, exp_avg_sq, begin, end, c, out); break;
+      case Simd::kAvx2: Avx2(param, grad, exp_avg, exp_avg_sq, begin, end, c, out); break;
+      case Simd::kScalar: Scalar(param, grad, exp_avg, exp_avg_sq, begin, end, c, out); break;
     }
   };
   // Chunks of 64k elements (a multiple of every vector width) keep threads on separate cache lines.

@@ -1,6 +1,6 @@
 // CPU AdamW over fp32 arrays, vectorised (AVX-512 or AVX2+FMA, chosen at run time; scalar fallback)
 // and split over ATen's intra-op threads. One pass reads param, grad, m, v and writes param, m, v
-// (and optionally a bf16 copy of the new param), with PyTorch's AdamW arithmetic per element:
+// (and optionally a bf16 or fp16 copy of the new param), with PyTorch's AdamW arithmetic per element:
 //   p ← p·(1 − lr·wd)
 //   m ← m + (1−β1)·(g − m)                      (torch.lerp; fused multiply-add as ATen's AVX path)
 //   v ← fma((1−β2)·g, g, v·β2)                  (torch.addcmul, contracted as ATen's AVX path)
@@ -28,11 +28,15 @@ struct AdamWStep {
   int64_t step = 1;           // Counts from 1.
 };
 
-// Updates n elements in place. `bf16_out` (may be null) receives the updated parameters rounded to
-// bfloat16 (round to nearest even). `simd` above DetectSimd() is lowered to what the CPU has.
-// `parallel`: split over ATen's intra-op threads (false: the calling thread only).
+// The 16-bit copy of the updated parameters that CpuAdamW can write in the same pass.
+enum class Copy16 { kBf16, kFp16 };
+
+// Updates n elements in place. `out16` (may be null) receives the updated parameters rounded to
+// `out16_type` (bfloat16 or IEEE half; round to nearest even, as ATen's conversions). `simd` above
+// DetectSimd() is lowered to what the CPU has. `parallel`: split over ATen's intra-op threads (false:
+// the calling thread only).
 void CpuAdamW(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n, const AdamWStep& step,
-              Simd simd, bool parallel = true, uint16_t* bf16_out = nullptr);
+              Simd simd, bool parallel = true, uint16_t* out16 = nullptr, Copy16 out16_type = Copy16::kBf16);
 
 }  // namespace tessera::kernels
 

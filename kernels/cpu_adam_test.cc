@@ -5,7 +5,6 @@
 #include <ATen/ATen.h>
 
 #include <cmath>
-#include <cstring>
 
 #include "gtest/gtest.h"
 
@@ -20,13 +19,6 @@ void Reference(at::Tensor& p, const at::Tensor& g, at::Tensor& m, at::Tensor& v,
   const double bc1 = 1 - std::pow(s.beta1, s.step), bc2 = 1 - std::pow(s.beta2, s.step);
   at::Tensor denom = (v.sqrt() / std::sqrt(bc2)).add_(s.eps);
   p.addcdiv_(m, denom, -s.lr / bc1);
-}
-
-float FromBf16(uint16_t b) {
-  uint32_t bits = static_cast<uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
 }
 
 // Max over elements of |a − b| / max(|b|, 0.01). The reference is not correctly rounded itself (ATen
@@ -44,25 +36,28 @@ TEST_P(CpuAdamTest, MatchesPyTorchAdamWOverSeveralSteps) {
     GTEST_SKIP() << "this CPU has no " << SimdName(GetParam()) << " (it has " << SimdName(DetectSimd()) << ")";
   }
   at::manual_seed(3);
-  for (int64_t n : {1, 7, 8, 15, 17, 31, 1000, 65536 + 13, 300007}) {
-    at::Tensor p = at::randn({n}), m = at::zeros({n}), v = at::zeros({n});
-    at::Tensor rp = p.clone(), rm = m.clone(), rv = v.clone();
-    std::vector<uint16_t> bf16(n);
-    for (int64_t t = 1; t <= 5; ++t) {
-      at::Tensor g = at::randn({n}) * 0.1;
-      AdamWStep s{.lr = 1e-2, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1, .step = t};
-      CpuAdamW(p.data_ptr<float>(), g.data_ptr<float>(), m.data_ptr<float>(), v.data_ptr<float>(), n, s, GetParam(),
-               /*parallel=*/true, bf16.data());
-      Reference(rp, g, rm, rv, s);
+  for (Copy16 type : {Copy16::kBf16, Copy16::kFp16}) {
+    const at::ScalarType dtype16 = type == Copy16::kBf16 ? at::kBFloat16 : at::kHalf;
+    for (int64_t n : {1, 7, 8, 15, 17, 31, 1000, 65536 + 13, 300007}) {
+      at::Tensor p = at::randn({n}), m = at::zeros({n}), v = at::zeros({n});
+      at::Tensor rp = p.clone(), rm = m.clone(), rv = v.clone();
+      at::Tensor copy16 = at::empty({n}, dtype16);
+      for (int64_t t = 1; t <= 5; ++t) {
+        at::Tensor g = at::randn({n}) * 0.1;
+        AdamWStep s{.lr = 1e-2, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1, .step = t};
+        CpuAdamW(p.data_ptr<float>(), g.data_ptr<float>(), m.data_ptr<float>(), v.data_ptr<float>(), n, s, GetParam(),
+                 /*parallel=*/true, static_cast<uint16_t*>(copy16.data_ptr()), type);
+        Reference(rp, g, rm, rv, s);
+      }
+      // fp32: the bar is 1e-6 relative.
+      EXPECT_LE(MaxRelError(p, rp), 1e-6) << "n=" << n;
+      EXPECT_LE(MaxRelError(m, rm), 1e-6) << "n=" << n;
+      EXPECT_LE(MaxRelError(v, rv), 1e-6) << "n=" << n;
+      // The 16-bit copy is ATen's conversion of the updated fp32 parameters, bit for bit; for bf16 that
+      // is within bf16's rounding (2^-9 relative) of the reference, under the bar of 4e-3.
+      EXPECT_TRUE(at::equal(copy16, p.to(dtype16))) << "n=" << n << " " << (type == Copy16::kBf16 ? "bf16" : "fp16");
+      if (type == Copy16::kBf16) EXPECT_LE(MaxRelError(copy16.to(at::kFloat), rp), 4e-3) << "n=" << n;
     }
-    // fp32: the bar is 1e-6 relative.
-    EXPECT_LE(MaxRelError(p, rp), 1e-6) << "n=" << n;
-    EXPECT_LE(MaxRelError(m, rm), 1e-6) << "n=" << n;
-    EXPECT_LE(MaxRelError(v, rv), 1e-6) << "n=" << n;
-    // bf16 copy: within bf16's rounding (2^-9 relative) of the fp32 result; the bar is 4e-3.
-    at::Tensor copy = at::empty({n});
-    for (int64_t i = 0; i < n; ++i) copy[i] = FromBf16(bf16[i]);
-    EXPECT_LE(MaxRelError(copy, rp), 4e-3) << "n=" << n;
   }
 }
 

@@ -392,8 +392,11 @@ absl::Status ZeroOptimizer::Step(double lr, int64_t step) {
     Unit& u = *up;
     // Where the new parameters go, in the parameter dtype.
     at::Tensor dest = options_.stage == 3 ? u.param_shard : u.flat_alias.narrow(0, u.begin, u.shard);
-    const bool bf16_direct = !u.master_is_param && host_update && dest.device().is_cpu() &&
-                             options_.param_dtype == at::kBFloat16;
+    // Host parameters in 16 bits are written by the update's own pass.
+    const bool direct16 = !u.master_is_param && host_update && dest.device().is_cpu() &&
+                          (options_.param_dtype == at::kBFloat16 || options_.param_dtype == at::kHalf);
+    const kernels::Copy16 type16 =
+        options_.param_dtype == at::kHalf ? kernels::Copy16::kFp16 : kernels::Copy16::kBf16;
     for (size_t j = 0; j < u.params.size(); ++j) {
       const auto [a, b] = u.Owned(j);
       if (a >= b) continue;
@@ -403,18 +406,17 @@ absl::Status ZeroOptimizer::Step(double lr, int64_t step) {
       if (host_update) {
         kernels::AdamWStep s{lr, options_.adam.beta1, options_.adam.beta2, options_.adam.eps,
                              decay ? options_.adam.weight_decay : 0.0, step};
-        uint16_t* bf16_out =
-            bf16_direct ? reinterpret_cast<uint16_t*>(dest.data_ptr<at::BFloat16>()) + o : nullptr;
+        uint16_t* out16 = direct16 ? static_cast<uint16_t*>(dest.data_ptr()) + o : nullptr;
         kernels::CpuAdamW(u.master.data_ptr<float>() + o, grad.data_ptr<float>(),
                           u.exp_avg.data_ptr<float>() + o, u.exp_avg_sq.data_ptr<float>() + o, n, s, simd_,
-                          /*parallel=*/true, bf16_out);
+                          /*parallel=*/true, out16, type16);
       } else {
         at::Tensor param = u.master.narrow(0, o, n);
         AdamWState state{u.exp_avg.narrow(0, o, n), u.exp_avg_sq.narrow(0, o, n)};
         aten_adam.Update(param, grad, state, lr, step, decay);
       }
     }
-    if (!u.master_is_param && !bf16_direct) dest.copy_(u.master, /*non_blocking=*/false);
+    if (!u.master_is_param && !direct16) dest.copy_(u.master, /*non_blocking=*/false);
     if (shards_ > 1 && options_.stage <= 2) {
       // The next unit's update overlaps this gather.
       sources.push_back(dest.clone());
