@@ -29,6 +29,8 @@
 //
 // The update is elementwise, so for fp32 stages 0–2 the weights equal those of unsharded AdamW bit
 // for bit. After the update each unit's new parameters are all-gathered while the next unit updates.
+// With offload and parameters on an accelerator, a unit's gradients travel to the host and its new
+// parameters back while the host updates its neighbours (HostStaging).
 //
 // Use per step: ZeroGrad(); per micro-batch SetSyncThisPass(last) and backward; ReduceGradients();
 // GradNorm(); ScaleGradients(); Step(). Every dp rank makes the same calls in the same order.
@@ -52,6 +54,7 @@
 #include "parallel/dp/grad_buckets.h"
 #include "parallel/models/gpt.h"
 #include "parallel/optim/adamw.h"
+#include "parallel/zero/host_staging.h"
 
 namespace tessera::parallel {
 
@@ -138,8 +141,10 @@ class ZeroOptimizer final : public UnitHooks {
   // Copies elements [begin, end) of unit `u`'s flattened gradients into `out` (converting).
   void CopyGrads(const Unit& u, int64_t begin, int64_t end, at::Tensor& out) const;
   // The reduced gradient of owned elements [a, b) of unit `u` (within member j), times the factor of
-  // ScaleGradients, in fp32 on the state device (contiguous).
-  at::Tensor OwnedGrad(const Unit& u, size_t j, int64_t a, int64_t b) const;
+  // ScaleGradients, in fp32 on device `where` (contiguous).
+  at::Tensor OwnedGrad(const Unit& u, size_t j, int64_t a, int64_t b, c10::Device where) const;
+  // Starts moving unit `u`'s owned gradients (as OwnedGrad) into staging slot `slot`.
+  void StageDown(const Unit& u, int slot);
 
   Gpt* model_;
   std::shared_ptr<Communicator> dp_;
@@ -161,6 +166,7 @@ class ZeroOptimizer final : public UnitHooks {
   static constexpr size_t kReductionsInFlight = 2;
   std::deque<Unit*> in_flight_;          // Without buckets_: reductions started, oldest first.
   absl::Status reduce_status_;
+  std::unique_ptr<HostStaging> staging_;  // Offload with parameters on an accelerator (first Step).
   double grad_factor_ = 1.0;             // From ScaleGradients, applied as the update reads gradients.
   bool sync_ = false;
   int64_t peak_bytes_ = 0;
