@@ -47,6 +47,9 @@ def main():
           f"{'tessera best ÷ this':>20s}")
     for name, v in [(f"tessera {k}", v) for k, v in rows] + others:
         print(f"{name:28s} {v / 1e6:11.1f} {v / bound:14.0%} {v / stream:16.0%} {best / v:20.2f}")
+    fused, first = r["lowp_in_pass_params_per_s"], r["lowp_converted_first_params_per_s"]
+    print(f"bf16 gradients x factor ({r['simd']}): read in the update's pass {fused / 1e6:.1f}M params/s, "
+          f"converted and scaled first {first / 1e6:.1f}M params/s: {fused / first:.2f}x")
 
 
 if __name__ == "__main__":

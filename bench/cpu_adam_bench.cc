@@ -7,6 +7,7 @@
 //           multiply-add per array instead of Adam's arithmetic: what any kernel of AdamW's access
 //           pattern can reach here (a write to memory just read costs no extra read for ownership,
 //           which a copy's destination may).
+// Also: bf16 gradients times a factor read in the update's pass vs converted and scaled first.
 // Prints JSON (bench/cpu_adam.py adds PyTorch's Python optimizers and prints the table).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -124,6 +125,23 @@ int main(int argc, char** argv) {
                     at::Tensor denom = (v.sqrt() / std::sqrt(1 - std::pow(0.95, step))).add_(1e-8);
                     p.addcdiv_(m, denom, -1e-3 / (1 - std::pow(0.9, step)));
                   }});
+  // bf16 gradients times a factor (a clip coefficient, 1 / a loss scale), the ZeRO host step's common
+  // case: read in the kernel's own pass, against converting and scaling them first in ATen (what the
+  // host step did before, two more passes and two fresh tensors).
+  at::Tensor g16 = g.to(at::kBFloat16);
+  const Simd widest = tessera::kernels::DetectSimd();
+  runs.push_back({"lowp_in_pass", [&] {
+                    tessera::kernels::AdamWStep st{1e-3, 0.9, 0.95, 1e-8, 0.1, ++step};
+                    tessera::kernels::CpuAdamW(p.data_ptr<float>(),
+                                               {g16.data_ptr(), tessera::kernels::GradType::kBf16, 0.5f},
+                                               m.data_ptr<float>(), v.data_ptr<float>(), n, st, widest);
+                  }});
+  runs.push_back({"lowp_converted_first", [&] {
+                    tessera::kernels::AdamWStep st{1e-3, 0.9, 0.95, 1e-8, 0.1, ++step};
+                    const at::Tensor g32 = g16.to(at::kFloat) * 0.5;
+                    tessera::kernels::CpuAdamW(p.data_ptr<float>(), g32.data_ptr<float>(), m.data_ptr<float>(),
+                                               v.data_ptr<float>(), n, st, widest);
+                  }});
   std::map<std::string, double> best;
   for (int r = 0; r < reps; ++r) {
     for (auto& [name, fn] : runs) {
@@ -133,10 +151,10 @@ int main(int argc, char** argv) {
   }
 
   const double bandwidth = 2.0 * 4 * n / best["copy"];
-  std::printf("{\"n\": %lld, \"threads\": %d, \"copy_bandwidth_bytes_per_s\": %.4g, "
+  std::printf("{\"n\": %lld, \"threads\": %d, \"simd\": \"%s\", \"copy_bandwidth_bytes_per_s\": %.4g, "
               "\"stream_bandwidth_bytes_per_s\": %.4g, \"stream_params_per_s\": %.4g, \"bound_params_per_s\": %.4g",
-              static_cast<long long>(n), at::get_num_threads(), bandwidth, 28.0 * n / best["stream"],
-              n / best["stream"], bandwidth / 28);
+              static_cast<long long>(n), at::get_num_threads(), tessera::kernels::SimdName(widest), bandwidth,
+              28.0 * n / best["stream"], n / best["stream"], bandwidth / 28);
   for (const auto& [name, fn] : runs) {
     if (name != "copy" && name != "stream") std::printf(", \"%s_params_per_s\": %.4g", name.c_str(), n / best[name]);
   }

@@ -51,10 +51,26 @@ inline void Store16(const Out16& out, int64_t i, float f) {
   out.data[i] = out.type == Copy16::kBf16 ? ToBf16(f) : ToFp16(f);
 }
 
-void Scalar(float* p, const float* g, float* m, float* v, int64_t begin, int64_t end, const Consts& c, Out16 out) {
+// Element i of the gradients, widened to float and scaled (one rounding, as g.to(float) * scale).
+template <GradType G>
+inline float LoadGrad(const GradIn& g, int64_t i) {
+  float f;
+  if constexpr (G == GradType::kF32) {
+    f = static_cast<const float*>(g.data)[i];
+  } else if constexpr (G == GradType::kBf16) {
+    const uint32_t bits = static_cast<uint32_t>(static_cast<const uint16_t*>(g.data)[i]) << 16;
+    std::memcpy(&f, &bits, 4);
+  } else {
+    f = c10::detail::fp16_ieee_to_fp32_value(static_cast<const uint16_t*>(g.data)[i]);
+  }
+  return f * g.scale;
+}
+
+template <GradType G>
+void Scalar(float* p, const GradIn& g, float* m, float* v, int64_t begin, int64_t end, const Consts& c, Out16 out) {
   for (int64_t i = begin; i < end; ++i) {
     float pi = p[i] * c.decay;
-    const float gi = g[i];
+    const float gi = LoadGrad<G>(g, i);
     // torch.lerp with weight < 0.5: self + weight·(end − self); one rounding, as ATen's fmadd.
     const float mi = std::fma(c.w1, gi - m[i], m[i]);
     const float vi = std::fma(c.w2 * gi, gi, v[i] * c.beta2);  // torch.addcmul: fma(value·t1, t2, self).
@@ -67,15 +83,32 @@ void Scalar(float* p, const float* g, float* m, float* v, int64_t begin, int64_t
   }
 }
 
-__attribute__((target("avx2,fma,f16c"))) void Avx2(float* p, const float* g, float* m, float* v, int64_t begin,
+template <GradType G>
+__attribute__((target("avx2,fma,f16c"))) inline __m256 LoadGrad8(const GradIn& g, int64_t i, __m256 scale) {
+  __m256 f;
+  if constexpr (G == GradType::kF32) {
+    f = _mm256_loadu_ps(static_cast<const float*>(g.data) + i);
+  } else {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(g.data) + i));
+    if constexpr (G == GradType::kBf16) {
+      f = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    } else {
+      f = _mm256_cvtph_ps(h);
+    }
+  }
+  return _mm256_mul_ps(f, scale);
+}
+
+template <GradType G>
+__attribute__((target("avx2,fma,f16c"))) void Avx2(float* p, const GradIn& g, float* m, float* v, int64_t begin,
                                                    int64_t end, const Consts& c, Out16 out) {
   const __m256 decay = _mm256_set1_ps(c.decay), w1 = _mm256_set1_ps(c.w1), beta2 = _mm256_set1_ps(c.beta2),
                w2 = _mm256_set1_ps(c.w2), bc2 = _mm256_set1_ps(c.bc2_sqrt), eps = _mm256_set1_ps(c.eps),
-               neg_step = _mm256_set1_ps(c.neg_step);
+               neg_step = _mm256_set1_ps(c.neg_step), scale = _mm256_set1_ps(g.scale);
   int64_t i = begin;
   for (; i + 8 <= end; i += 8) {
     __m256 pi = _mm256_mul_ps(_mm256_loadu_ps(p + i), decay);
-    const __m256 gi = _mm256_loadu_ps(g + i);
+    const __m256 gi = LoadGrad8<G>(g, i, scale);
     const __m256 m0 = _mm256_loadu_ps(m + i);
     const __m256 mi = _mm256_fmadd_ps(w1, _mm256_sub_ps(gi, m0), m0);
     const __m256 vi = _mm256_fmadd_ps(_mm256_mul_ps(w2, gi), gi, _mm256_mul_ps(_mm256_loadu_ps(v + i), beta2));
@@ -90,18 +123,35 @@ __attribute__((target("avx2,fma,f16c"))) void Avx2(float* p, const float* g, flo
       for (int k = 0; k < 8; ++k) out.data[i + k] = ToBf16(p[i + k]);
     }
   }
-  Scalar(p, g, m, v, i, end, c, out);
+  Scalar<G>(p, g, m, v, i, end, c, out);
 }
 
-__attribute__((target("avx512f"))) void Avx512(float* p, const float* g, float* m, float* v, int64_t begin,
+template <GradType G>
+__attribute__((target("avx512f"))) inline __m512 LoadGrad16(const GradIn& g, int64_t i, __m512 scale) {
+  __m512 f;
+  if constexpr (G == GradType::kF32) {
+    f = _mm512_loadu_ps(static_cast<const float*>(g.data) + i);
+  } else {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(g.data) + i));
+    if constexpr (G == GradType::kBf16) {
+      f = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    } else {
+      f = _mm512_cvtph_ps(h);
+    }
+  }
+  return _mm512_mul_ps(f, scale);
+}
+
+template <GradType G>
+__attribute__((target("avx512f"))) void Avx512(float* p, const GradIn& g, float* m, float* v, int64_t begin,
                                                int64_t end, const Consts& c, Out16 out) {
   const __m512 decay = _mm512_set1_ps(c.decay), w1 = _mm512_set1_ps(c.w1), beta2 = _mm512_set1_ps(c.beta2),
                w2 = _mm512_set1_ps(c.w2), bc2 = _mm512_set1_ps(c.bc2_sqrt), eps = _mm512_set1_ps(c.eps),
-               neg_step = _mm512_set1_ps(c.neg_step);
+               neg_step = _mm512_set1_ps(c.neg_step), scale = _mm512_set1_ps(g.scale);
   int64_t i = begin;
   for (; i + 16 <= end; i += 16) {
     __m512 pi = _mm512_mul_ps(_mm512_loadu_ps(p + i), decay);
-    const __m512 gi = _mm512_loadu_ps(g + i);
+    const __m512 gi = LoadGrad16<G>(g, i, scale);
     const __m512 m0 = _mm512_loadu_ps(m + i);
     const __m512 mi = _mm512_fmadd_ps(w1, _mm512_sub_ps(gi, m0), m0);
     const __m512 vi = _mm512_fmadd_ps(_mm512_mul_ps(w2, gi), gi, _mm512_mul_ps(_mm512_loadu_ps(v + i), beta2));
@@ -116,7 +166,18 @@ __attribute__((target("avx512f"))) void Avx512(float* p, const float* g, float* 
       for (int k = 0; k < 16; ++k) out.data[i + k] = ToBf16(p[i + k]);
     }
   }
-  Scalar(p, g, m, v, i, end, c, out);
+  Scalar<G>(p, g, m, v, i, end, c, out);
+}
+
+// One range of elements at SIMD level `simd`, gradients of type G.
+template <GradType G>
+void Run(Simd simd, float* p, const GradIn& g, float* m, float* v, int64_t begin, int64_t end, const Consts& c,
+         Out16 out) {
+  switch (simd) {
+    case Simd::kAvx512: Avx512<G>(p, g, m, v, begin, end, c, out); break;
+    case Simd::kAvx2: Avx2<G>(p, g, m, v, begin, end, c, out); break;
+    case Simd::kScalar: Scalar<G>(p, g, m, v, begin, end, c, out); break;
+  }
 }
 
 }  // namespace
@@ -139,17 +200,17 @@ const char* SimdName(Simd simd) {
   return "?";
 }
 
-void CpuAdamW(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n, const AdamWStep& step,
+void CpuAdamW(float* param, const GradIn& grad, float* exp_avg, float* exp_avg_sq, int64_t n, const AdamWStep& step,
               Simd simd, bool parallel, uint16_t* out16, Copy16 out16_type) {
   const Out16 out{out16, out16_type};
   const Consts c = MakeConsts(step);
   const Simd have = DetectSimd();
   if (static_cast<int>(simd) > static_cast<int>(have)) simd = have;
   auto run = [&](int64_t begin, int64_t end) {
-    switch (simd) {
-      case Simd::kAvx512: Avx512(param, grad, exp_avg, exp_avg_sq, begin, end, c, out); break;
-      case Simd::kAvx2: Avx2(param, grad, exp_avg, exp_avg_sq, begin, end, c, out); break;
-      case Simd::kScalar: Scalar(param, grad, exp_avg, exp_avg_sq, begin, end, c, out); break;
+    switch (grad.type) {
+      case GradType::kF32: Run<GradType::kF32>(simd, param, grad, exp_avg, exp_avg_sq, begin, end, c, out); break;
+      case GradType::kBf16: Run<GradType::kBf16>(simd, param, grad, exp_avg, exp_avg_sq, begin, end, c, out); break;
+      case GradType::kFp16: Run<GradType::kFp16>(simd, param, grad, exp_avg, exp_avg_sq, begin, end, c, out); break;
     }
   };
   // Chunks of 64k elements (a multiple of every vector width) keep threads on separate cache lines.

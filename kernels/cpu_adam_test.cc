@@ -5,6 +5,8 @@
 #include <ATen/ATen.h>
 
 #include <cmath>
+#include <string>
+#include <utility>
 
 #include "gtest/gtest.h"
 
@@ -56,7 +58,41 @@ TEST_P(CpuAdamTest, MatchesPyTorchAdamWOverSeveralSteps) {
       // The 16-bit copy is ATen's conversion of the updated fp32 parameters, bit for bit; for bf16 that
       // is within bf16's rounding (2^-9 relative) of the reference, under the bar of 4e-3.
       EXPECT_TRUE(at::equal(copy16, p.to(dtype16))) << "n=" << n << " " << (type == Copy16::kBf16 ? "bf16" : "fp16");
-      if (type == Copy16::kBf16) EXPECT_LE(MaxRelError(copy16.to(at::kFloat), rp), 4e-3) << "n=" << n;
+      if (type == Copy16::kBf16) {
+        EXPECT_LE(MaxRelError(copy16.to(at::kFloat), rp), 4e-3) << "n=" << n;
+      }
+    }
+  }
+}
+
+// Gradients read as 16-bit or scaled give exactly the update of ATen's g.to(float) * scale fed as fp32
+// (the factor is a double, as the trainer's clip coefficient and 1 / loss scale are).
+TEST_P(CpuAdamTest, ReadsLowPrecisionAndScaledGradientsAsAtenConvertsThem) {
+  if (static_cast<int>(GetParam()) > static_cast<int>(DetectSimd())) {
+    GTEST_SKIP() << "this CPU has no " << SimdName(GetParam()) << " (it has " << SimdName(DetectSimd()) << ")";
+  }
+  at::manual_seed(4);
+  const std::pair<GradType, at::ScalarType> types[] = {
+      {GradType::kF32, at::kFloat}, {GradType::kBf16, at::kBFloat16}, {GradType::kFp16, at::kHalf}};
+  for (const auto& [type, dtype] : types) {
+    for (double scale : {1.0, 0.3713, 1.0 / 65536}) {
+      for (int64_t n : {1, 9, 17, 33, 65536 + 5}) {
+        // Gradients of fp16 loss scaling: large values, some beyond what survives the scale in fp32.
+        at::Tensor g = (at::randn({n}) * (scale < 1e-3 ? 3000.0 : 0.1)).to(dtype);
+        at::Tensor p = at::randn({n}), m = at::randn({n}) * 0.01, v = at::rand({n}) * 1e-4;
+        at::Tensor p2 = p.clone(), m2 = m.clone(), v2 = v.clone();
+        AdamWStep s{.lr = 1e-2, .beta2 = 0.95, .weight_decay = 0.1, .step = 3};
+        CpuAdamW(p.data_ptr<float>(), GradIn{g.data_ptr(), type, static_cast<float>(scale)}, m.data_ptr<float>(),
+                 v.data_ptr<float>(), n, s, GetParam());
+        at::Tensor g32 = (g.to(at::kFloat) * scale).contiguous();
+        CpuAdamW(p2.data_ptr<float>(), g32.data_ptr<float>(), m2.data_ptr<float>(), v2.data_ptr<float>(), n, s,
+                 GetParam());
+        const std::string what = "n=" + std::to_string(n) + " scale=" + std::to_string(scale) + " dtype=" +
+                                 std::string(c10::toString(dtype));
+        EXPECT_TRUE(at::equal(m, m2)) << what;
+        EXPECT_TRUE(at::equal(v, v2)) << what;
+        EXPECT_TRUE(at::equal(p, p2)) << what;
+      }
     }
   }
 }

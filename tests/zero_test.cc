@@ -174,6 +174,46 @@ TEST_F(ZeroTest, OffloadOnAndOffAreIdentical) {
   ExpectIdentical(*plain_, plain_on);
 }
 
+// ScaleGradients' factor (the clip coefficient, 1 / the fp16 loss scale) is applied by the host update
+// as it reads the gradients. AdamW's steps barely change when every gradient is multiplied by one
+// constant, so the losses would not notice a factor applied twice or not at all; the moments would.
+TEST_F(ZeroTest, ClipAndLossScaleReachTheMoments) {
+  const auto moments = [](const std::string& out) {
+    return ReadF32(out + "/checkpoints/step_00000005/optimizer.safetensors");
+  };
+  // fp32 with a clip that is active at every step: the host update (offload) against plain AdamW,
+  // which scales .grad in place. The norms are summed in another order (last-bit differences in the
+  // clip coefficient), so the moments agree within fp32 tolerances scaled to their size: clipped
+  // gradients are ~1e-4 per element here, m ~1e-4 and v ~1e-8.
+  const std::string spec = WriteSpec("spec_clip", 2, "grad_clip: 0.05");
+  const std::string plain = Run("dp2_clip", {}, spec);
+  const std::string offload = Run("dp2_clip_offload", {"optimizer.offload=cpu"}, spec);
+  for (const auto& [step, norm] : ReadStepField(plain + "/steps.jsonl", "grad_norm")) {
+    ASSERT_GT(norm, 0.1) << "step " << step << ": the clip must be active";
+  }
+  testing::ExpectTensorsClose(moments(plain), moments(offload), "exp_avg.", 1e-9, 1e-3, 2 + 2 * 12 + 2);
+  testing::ExpectTensorsClose(moments(plain), moments(offload), "exp_avg_sq.", 1e-13, 1e-3, 2 + 2 * 12 + 2);
+
+  // fp16 with its loss scale (65536 unless lowered) against fp32: every moment tensor has the fp32
+  // run's size within 5% (fp16 gradients and a diverging trajectory; unscaled moments would be
+  // 65536× and 65536²× too large).
+  const std::string fp16 = Run("dp2_fp16", {"train.precision=fp16"});
+  const auto want = moments(*plain_), got = moments(fp16);
+  const auto norm = [](const std::vector<float>& x) {
+    double s = 0;
+    for (float f : x) s += static_cast<double>(f) * f;
+    return std::sqrt(s);
+  };
+  int compared = 0;
+  for (const auto& [name, w] : want) {
+    if (name.rfind("exp_avg", 0) != 0) continue;
+    ASSERT_TRUE(got.count(name)) << name;
+    EXPECT_NEAR(norm(got.at(name)) / norm(w), 1.0, 0.05) << name;
+    ++compared;
+  }
+  EXPECT_EQ(compared, 2 * (2 + 2 * 12 + 2));
+}
+
 // A sharded checkpoint written at dp=2 resumes at dp=4 (stage 3), at dp=1 without ZeRO, and at tp=2.
 TEST_F(ZeroTest, ShardedCheckpointResumesInOtherLayouts) {
   const std::string z2 = Run("dp2_zero2_ckpt", {"parallel.zero_stage=2"});

@@ -17,7 +17,7 @@ HostStaging::HostStaging(c10::Device device, int64_t max_elements, at::ScalarTyp
   TORCH_CHECK(!device.is_cpu(), "HostStaging is for parameters on an accelerator");
   const at::TensorOptions host = at::TensorOptions().device(c10::kCPU).pinned_memory(true);
   for (int s = 0; s < 2; ++s) {
-    grads_[s] = at::empty({max_elements}, host.dtype(at::kFloat));
+    grads_[s] = at::empty({max_elements}, host.dtype(param_dtype));
     if (param_dtype != at::kFloat) out16_[s] = at::empty({max_elements}, host.dtype(param_dtype));
     down_[s].emplace(device.type());
     up_[s].emplace(device.type());

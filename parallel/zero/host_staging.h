@@ -12,6 +12,8 @@
 //   Out16(k's slot)          (16-bit parameters) blocks until the slot's previous Up has finished
 //   Up(k's slot, dest, src)  the new parameters back to the device
 //   Finish()                 after the last unit: every Up has finished (the sources may change)
+// Pinned host memory: two slots of max_elements gradients, and of the 16-bit parameter copy when the
+// parameters are 16-bit.
 // Thread safety: none; one step at a time, on one thread.
 #ifndef TESSERA_PARALLEL_ZERO_HOST_STAGING_H_
 #define TESSERA_PARALLEL_ZERO_HOST_STAGING_H_
@@ -29,18 +31,21 @@ namespace tessera::parallel {
 class HostStaging {
  public:
   // `device`: the parameters' device (not the CPU). `max_elements`: the largest owned shard of a unit.
-  // `param_dtype`: the parameters' dtype; 16-bit dtypes get host buffers for the converted copy.
+  // `param_dtype`: the parameters' (and gradients') dtype; 16-bit dtypes also get host buffers for the
+  // converted copy of the parameters.
   HostStaging(c10::Device device, int64_t max_elements, at::ScalarType param_dtype);
   HostStaging(const HostStaging&) = delete;
   HostStaging& operator=(const HostStaging&) = delete;
   ~HostStaging();
 
-  // Starts copying `grads` (fp32 on the device, contiguous, 1-D) into elements [offset, offset + n) of
-  // the slot's host gradients. The caller keeps nothing alive: device memory is stream-ordered.
+  // Starts copying `grads` (on the device, contiguous, 1-D; 16-bit gradients travel in 16 bits) into
+  // elements [offset, offset + n) of the slot's host gradients. The caller keeps nothing alive: device
+  // memory is stream-ordered.
   void Down(int slot, const at::Tensor& grads, int64_t offset);
   // After the last Down of a slot's unit.
   void EndDown(int slot);
-  // The slot's host gradients ([max_elements] fp32), once every Down before EndDown has landed.
+  // The slot's host gradients ([max_elements] in the parameter dtype), once every Down before EndDown
+  // has landed.
   const at::Tensor& Grads(int slot);
   // The slot's host buffer for 16-bit parameters ([max_elements] in the parameter dtype), once the
   // slot's previous Up has finished reading it. Undefined for fp32 parameters.

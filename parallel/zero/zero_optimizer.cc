@@ -37,6 +37,21 @@ void AllocateStorage(const at::Tensor& t, size_t nbytes) {
 
 int64_t Bytes(const at::Tensor& t) { return t.defined() ? t.numel() * t.element_size() : 0; }
 
+// CPU Adam's view of contiguous host gradients `g` (fp32, bf16 or fp16), times `factor`.
+kernels::GradIn HostGrad(const at::Tensor& g, double factor) {
+  TORCH_CHECK(g.device().is_cpu() && g.is_contiguous(), "CPU Adam reads contiguous host gradients");
+  kernels::GradType type = kernels::GradType::kF32;
+  if (g.scalar_type() == at::kBFloat16) {
+    type = kernels::GradType::kBf16;
+  } else if (g.scalar_type() == at::kHalf) {
+    type = kernels::GradType::kFp16;
+  } else {
+    TORCH_CHECK(g.scalar_type() == at::kFloat, "CPU Adam reads fp32, bf16 or fp16 gradients, not ", g.scalar_type());
+  }
+  // ATen's g * factor on a float tensor multiplies by the factor rounded to float, as the kernel does.
+  return {g.data_ptr(), type, static_cast<float>(factor)};
+}
+
 }  // namespace
 
 struct ZeroOptimizer::Unit {
@@ -367,16 +382,15 @@ void ZeroOptimizer::ScaleGradients(double factor) {
   grad_factor_ = factor;
 }
 
+at::Tensor ZeroOptimizer::RawOwnedGrad(const Unit& u, size_t j, int64_t a, int64_t b) const {
+  if (!buckets_) return u.grad_shard.narrow(0, a - u.begin, b - a);
+  const at::Tensor& full = model_->params()[u.params[j]].value.grad();
+  if (!full.defined()) return at::zeros({b - a}, at::TensorOptions().dtype(options_.param_dtype).device(device_));
+  return full.reshape({-1}).narrow(0, a - u.offsets[j], b - a).contiguous();
+}
+
 at::Tensor ZeroOptimizer::OwnedGrad(const Unit& u, size_t j, int64_t a, int64_t b, c10::Device where) const {
-  at::Tensor g;
-  if (buckets_) {
-    const at::Tensor& full = model_->params()[u.params[j]].value.grad();
-    g = full.defined() ? full.reshape({-1}).narrow(0, a - u.offsets[j], b - a)
-                       : at::zeros({b - a}, at::TensorOptions().dtype(at::kFloat).device(device_));
-  } else {
-    g = u.grad_shard.narrow(0, a - u.begin, b - a);
-  }
-  g = g.to(where, at::kFloat);
+  at::Tensor g = RawOwnedGrad(u, j, a, b).to(where, at::kFloat);
   // The same elementwise product as scaling the gradients in place (bit-identical to unsharded AdamW).
   if (grad_factor_ != 1.0) g = g * grad_factor_;
   return g.contiguous();
@@ -385,7 +399,7 @@ at::Tensor ZeroOptimizer::OwnedGrad(const Unit& u, size_t j, int64_t a, int64_t 
 void ZeroOptimizer::StageDown(const Unit& u, int slot) {
   for (size_t j = 0; j < u.params.size(); ++j) {
     const auto [a, b] = u.Owned(j);
-    if (a < b) staging_->Down(slot, OwnedGrad(u, j, a, b, device_), a - u.begin);
+    if (a < b) staging_->Down(slot, RawOwnedGrad(u, j, a, b), a - u.begin);
   }
   staging_->EndDown(slot);
 }
@@ -428,18 +442,19 @@ absl::Status ZeroOptimizer::Step(double lr, int64_t step) {
       if (a >= b) continue;
       const int64_t o = a - u.begin, n = b - a;
       const bool decay = model_->params()[u.params[j]].weight_decay;
-      at::Tensor grad = staged ? staged_grads.narrow(0, o, n) : OwnedGrad(u, j, a, b, state_device_);
       if (host_update) {
+        // The update reads the gradients in their own dtype and applies ScaleGradients' factor itself.
+        const at::Tensor grad = staged ? staged_grads.narrow(0, o, n) : RawOwnedGrad(u, j, a, b);
         kernels::AdamWStep s{lr, options_.adam.beta1, options_.adam.beta2, options_.adam.eps,
                              decay ? options_.adam.weight_decay : 0.0, step};
         uint16_t* out = out16.defined() ? static_cast<uint16_t*>(out16.data_ptr()) + o : nullptr;
-        kernels::CpuAdamW(u.master.data_ptr<float>() + o, grad.data_ptr<float>(),
+        kernels::CpuAdamW(u.master.data_ptr<float>() + o, HostGrad(grad, grad_factor_),
                           u.exp_avg.data_ptr<float>() + o, u.exp_avg_sq.data_ptr<float>() + o, n, s, simd_,
                           /*parallel=*/true, out, type16);
       } else {
         at::Tensor param = u.master.narrow(0, o, n);
         AdamWState state{u.exp_avg.narrow(0, o, n), u.exp_avg_sq.narrow(0, o, n)};
-        aten_adam.Update(param, grad, state, lr, step, decay);
+        aten_adam.Update(param, OwnedGrad(u, j, a, b, state_device_), state, lr, step, decay);
       }
     }
     if (staged) {

@@ -140,6 +140,9 @@ class ZeroOptimizer final : public UnitHooks {
   void Sample();
   // Copies elements [begin, end) of unit `u`'s flattened gradients into `out` (converting).
   void CopyGrads(const Unit& u, int64_t begin, int64_t end, at::Tensor& out) const;
+  // The reduced gradient of owned elements [a, b) of unit `u` (within member j), 1-D contiguous, in the
+  // dtype and on the device where it was reduced (unscaled).
+  at::Tensor RawOwnedGrad(const Unit& u, size_t j, int64_t a, int64_t b) const;
   // The reduced gradient of owned elements [a, b) of unit `u` (within member j), times the factor of
   // ScaleGradients, in fp32 on device `where` (contiguous).
   at::Tensor OwnedGrad(const Unit& u, size_t j, int64_t a, int64_t b, c10::Device where) const;
