@@ -99,6 +99,10 @@ __attribute__((target("avx2,fma,f16c"))) inline __m256 LoadGrad8(const GradIn& g
   return _mm256_mul_ps(f, scale);
 }
 
+// GCC 12's vector intrinsics initialise their undefined operands from themselves (_mm256_undefined_si256,
+// _mm512_undefined_ps), which -Wmaybe-uninitialized reports at every use; nothing here is uninitialised.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 template <GradType G>
 __attribute__((target("avx2,fma,f16c"))) void Avx2(float* p, const GradIn& g, float* m, float* v, int64_t begin,
                                                    int64_t end, const Consts& c, Out16 out) {
@@ -168,6 +172,8 @@ __attribute__((target("avx512f"))) void Avx512(float* p, const GradIn& g, float*
   }
   Scalar<G>(p, g, m, v, i, end, c, out);
 }
+
+#pragma GCC diagnostic pop
 
 // One range of elements at SIMD level `simd`, gradients of type G.
 template <GradType G>
