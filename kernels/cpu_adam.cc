@@ -61,7 +61,7 @@ inline float LoadGrad(const GradIn& g, int64_t i) {
     const uint32_t bits = static_cast<uint32_t>(static_cast<const uint16_t*>(g.data)[i]) << 16;
     std::memcpy(&f, &bits, 4);
   } else {
-    f = c10::detail::fp16_ieee_to_fp32_value(static_cast<const uint16_t*>(g.data)[i]);
+    f = c10::Half(static_cast<const uint16_t*>(g.data)[i], c10::Half::from_bits());
   }
   return f * g.scale;
 }
