@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds and runs every test, then prints one line "N passed, M failed" (test cases, from the
-# JUnit XML each test leaves). Extra arguments go to `bazel test` (e.g. a narrower target pattern).
+# Builds and runs every test, then prints one line "N passed, M failed, K skipped" (test cases, from
+# the JUnit XML each test leaves; GoogleTest marks a GTEST_SKIP case result="skipped", and skipped
+# cases are never counted as passed). Extra arguments go to `bazel test` (e.g. a narrower target pattern).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 cache="${HOME:-/root}/.cache/tessera/bazel-disk"
@@ -11,7 +12,7 @@ bazel test --disk_cache="$cache" "${targets[@]}"
 rc=$?
 python3 - "$(bazel info bazel-testlogs 2>/dev/null)" <<'PY'
 import pathlib, sys, xml.etree.ElementTree as ET
-passed = failed = 0
+passed = failed = skipped = 0
 for xml in pathlib.Path(sys.argv[1]).rglob("test.xml"):
     try:
         root = ET.parse(xml).getroot()
@@ -21,8 +22,12 @@ for xml in pathlib.Path(sys.argv[1]).rglob("test.xml"):
     for case in root.iter("testcase"):
         if case.find("failure") is not None or case.find("error") is not None:
             failed += 1
+        elif case.get("result") == "skipped" or case.find("skipped") is not None:
+            skipped += 1
         elif case.get("status", "run") == "run":
             passed += 1
-print(f"{passed} passed, {failed} failed")
+        else:  # status="notrun": a DISABLED_ case.
+            skipped += 1
+print(f"{passed} passed, {failed} failed, {skipped} skipped")
 PY
 exit $rc
