@@ -1,8 +1,13 @@
 """PyTorch 2.11 eager baseline for `gpu_bench gpt`: the same GPT (tests/python/gpt_reference.py), the
-same sizes, batch and bf16 parameters, forward+backward only (optimizer excluded on both sides),
-timed the same way (median of 10 after 3 warm-ups, synchronised). Prints one line in gpu_bench's format.
+same sizes, batch and bf16 parameters, timed the same way (median of 10 after 3 warm-ups, synchronised).
+Prints one line in gpu_bench's format.
 
-Usage: python3 bench/gpu/gpt_eager.py --size 125m|1.3b|tiny [--batch B] [--device cuda|cpu]
+Without --full: forward+backward only (optimizer excluded on both sides), against `gpu_bench gpt`.
+With --full: the whole training step as `gpu_bench train` runs it — bf16 parameters and gradients,
+fp32 master weights, global-norm clipping at 1.0, PyTorch's fused AdamW on the masters, masters cast
+back to bf16, the loss read on the host — the usual eager recipe (Megatron's mixed-precision optimizer).
+
+Usage: python3 bench/gpu/gpt_eager.py --size 125m|1.3b|tiny [--batch B] [--device cuda|cpu] [--full]
 """
 import argparse
 import os
@@ -24,6 +29,7 @@ def main():
     ap.add_argument("--size", default="125m", choices=SIZES)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--device", default="cuda")
+    ap.add_argument("--full", action="store_true")
     a = ap.parse_args()
     layers, hidden, heads, vocab, seq = SIZES[a.size]
     dev = torch.device(a.device)
@@ -34,10 +40,25 @@ def main():
         if dev.type == "cuda":
             torch.cuda.synchronize()
 
+    params = list(model.parameters())
+    masters = [p.detach().float().clone() for p in params]
+    opt = torch.optim.AdamW(masters, lr=1e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1,
+                            fused=dev.type == "cuda")
+
     def step():
         loss = model(tokens[:, :-1], tokens[:, 1:])
         loss.backward()
-        for p in model.parameters():
+        if a.full:
+            for m, p in zip(masters, params):
+                m.grad = p.grad.float()
+            torch.nn.utils.clip_grad_norm_(masters, 1.0)
+            opt.step()
+            with torch.no_grad():
+                torch._foreach_copy_(params, masters)
+            for m in masters:
+                m.grad = None
+            loss.item()
+        for p in params:
             p.grad = None
 
     for _ in range(3):
@@ -66,7 +87,7 @@ def main():
         sync()
         mm.append(time.perf_counter() - t0)
     peak = 2.0 * n ** 3 / statistics.median(mm)
-    print(f"eager size {a.size} params {n_params} batch {a.batch} seq {seq} step_ms {t * 1e3:.2f} "
+    print(f"{'eager_train' if a.full else 'eager'} size {a.size} params {n_params} batch {a.batch} seq {seq} step_ms {t * 1e3:.2f} "
           f"tokens_per_s {tokens_per_step / t:.0f} model_TFLOPs {flops / t / 1e12:.1f} "
           f"peak_bf16_TFLOPs {peak / 1e12:.1f} mfu {flops / t / peak:.3f}")
 

@@ -14,6 +14,11 @@
 //   gpu_bench gpt --size 125m|1.3b|tiny [--batch B] [--device cuda|cpu]
 //                                       forward+backward of the GPT in bf16 (optimizer excluded):
 //                                       tokens/s and MFU against the bf16 matmul peak measured here.
+//   gpu_bench train --size 125m|1.3b|tiny [--batch B] [--fused 0|1] [--fused_layers 0|1] [--device cuda|cpu]
+//                                       full training steps through the Trainer (bf16 parameters,
+//                                       fp32 masters, clipping, AdamW): median of steps 4..10.
+//                                       --fused_layers 0 keeps the fused optimizer but ATen's layer
+//                                       norm and GELU (default: as --fused).
 // Output: one line per measurement, "key value ..." (parsed by tools/gpu/check.sh into its table).
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
@@ -65,6 +70,27 @@ std::string Arg(int argc, char** argv, const std::string& name, const std::strin
   }
   return fallback;
 }
+
+// Model sizes by name (GPT-2 small and XL-like shapes; vocabulary padded to 50304 as nanoGPT does).
+parallel::GptConfig SizeConfig(const std::string& size) {
+  if (size == "125m") return {12, 768, 12, 50304, 1024};
+  if (size == "1.3b") return {24, 2048, 16, 50304, 1024};
+  return {2, 64, 4, 256, 64};
+}
+
+// Writes `count` pseudo-random tokens below `vocab` to `path` (uint16, the flat token format).
+void WriteRandomTokens(const std::string& path, size_t count, int vocab, uint64_t seed) {
+  std::vector<uint16_t> tokens(count);
+  for (uint16_t& t : tokens) seed = seed * 6364136223846793005ull + 1442695040888963407ull, t = (seed >> 33) % vocab;
+  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(tokens.data()), tokens.size() * 2);
+}
+
+// Model FLOPs of one token, forward + backward: 6·N plus attention 12·layers·hidden·seq (PaLM's count).
+double FlopsPerToken(const parallel::GptConfig& c, double n_params) {
+  return 6.0 * n_params + 12.0 * c.layers * c.hidden * c.seq_len;
+}
+
+double MatmulPeak(const at::Device& d);
 
 // ---- check ----
 
@@ -192,12 +218,7 @@ int Capacity(int argc, char** argv) {
   std::filesystem::create_directories(dir);
   o.data.path = dir + "/tokens.bin";
   o.output_dir = dir + "/out";
-  {
-    std::vector<uint16_t> tokens(static_cast<size_t>(o.micro_batch) * (o.model.seq_len + 1) * 4);
-    uint64_t x = 99;
-    for (uint16_t& t : tokens) x = x * 6364136223846793005ull + 1442695040888963407ull, t = (x >> 33) % 50304;
-    std::ofstream(o.data.path, std::ios::binary).write(reinterpret_cast<const char*>(tokens.data()), tokens.size() * 2);
-  }
+  WriteRandomTokens(o.data.path, static_cast<size_t>(o.micro_batch) * (o.model.seq_len + 1) * 4, 50304, 99);
   const double n_params = 12.0 * o.model.layers * o.model.hidden * o.model.hidden +
                           13.0 * o.model.layers * o.model.hidden + (o.model.vocab + o.model.seq_len + 2.0) * o.model.hidden;
   std::printf("capacity layers %d hidden %d params %.0f offload %d batch %d seq %d ", o.model.layers, o.model.hidden,
@@ -323,7 +344,7 @@ int Kernels() {
                         1e-8, false, false);
     });
     std::printf("adamw_params %lld\n", static_cast<long long>(total));
-    Report("multi_tensor_adamw(vs torch _fused_adamw_)", "fp32", t_fused, t_foreach, 7.0 * 4 * total, bw);
+    Report("multi_tensor_adamw_vs_torch_fused_adamw", "fp32", t_fused, t_foreach, 7.0 * 4 * total, bw);
   }
   return 0;
 }
@@ -343,14 +364,7 @@ int GptBench(int argc, char** argv) {
   const bool cuda = Arg(argc, argv, "device", "cuda") == "cuda";
   const int batch = std::stoi(Arg(argc, argv, "batch", "8"));
   const bool fused = Arg(argc, argv, "fused", "1") == "1";
-  parallel::GptConfig c;
-  if (size == "125m") {
-    c = {12, 768, 12, 50304, 1024};
-  } else if (size == "1.3b") {
-    c = {24, 2048, 16, 50304, 1024};
-  } else {
-    c = {2, 64, 4, 256, 64};
-  }
+  const parallel::GptConfig c = SizeConfig(size);
   const at::Device d = cuda ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU);
   auto tp = std::make_shared<parallel::SelfCommunicator>(0, "tp[0]");
   parallel::Gpt model(c, tp, 1234, d);
@@ -368,13 +382,68 @@ int GptBench(int argc, char** argv) {
   const double t = TimeIt(d, step, 3, 10);
   const double tokens_per_step = static_cast<double>(batch) * c.seq_len;
   const double n_params = static_cast<double>(model.num_parameters());
-  // Model FLOPs per token, forward + backward: 6·N plus attention 12·layers·hidden·seq (PaLM's count).
-  const double flops = tokens_per_step * (6.0 * n_params + 12.0 * c.layers * c.hidden * c.seq_len);
+  const double flops = tokens_per_step * FlopsPerToken(c, n_params);
   const double peak = MatmulPeak(d);
   std::printf("gpt size %s params %.0f batch %d seq %d fused %d step_ms %.2f tokens_per_s %.0f model_TFLOPs %.1f "
               "peak_bf16_TFLOPs %.1f mfu %.3f\n",
               size.c_str(), n_params, batch, c.seq_len, fused ? 1 : 0, t * 1e3, tokens_per_step / t,
               flops / t / 1e12, peak / 1e12, flops / t / peak);
+  return 0;
+}
+
+// ---- train ----
+
+int TrainBench(int argc, char** argv) {
+  const std::string size = Arg(argc, argv, "size", "125m");
+  const bool cuda = Arg(argc, argv, "device", "cuda") == "cuda";
+  parallel::TrainerOptions o;
+  o.model = SizeConfig(size);
+  o.micro_batch = o.global_batch = std::stoi(Arg(argc, argv, "batch", "8"));
+  o.fused_kernels = Arg(argc, argv, "fused", "1") == "1";
+  o.precision = "bf16";
+  o.device.kind = cuda ? DeviceKind::kCuda : DeviceKind::kCpu;
+  constexpr int kSteps = 10, kWarm = 3;
+  o.steps = kSteps;
+  o.lr.lr = 1e-4;
+  o.lr.warmup_steps = 1;
+  const std::string dir = Arg(argc, argv, "dir", "/tmp/tessera_gpu_train");
+  std::filesystem::create_directories(dir);
+  o.data.path = dir + "/tokens.bin";
+  o.output_dir = dir + "/out";
+  WriteRandomTokens(o.data.path, static_cast<size_t>(o.micro_batch) * (o.model.seq_len + 1) * (kSteps + 1),
+                    o.model.vocab, 7);
+  auto mesh = parallel::ProcessMesh::Create(o.mesh);
+  if (!mesh.ok()) return std::printf("error %s\n", std::string(mesh.status().message()).c_str()), 1;
+  parallel::BootstrapOptions boot;
+  if (cuda) boot.backend = parallel::CommBackend::kNccl;
+  auto groups = parallel::CreateProcessGroups(boot, *mesh);
+  if (!groups.ok()) return std::printf("error %s\n", std::string(groups.status().message()).c_str()), 1;
+  auto trainer = parallel::Trainer::Create(o, *groups);
+  if (!trainer.ok()) return std::printf("error %s\n", std::string(trainer.status().message()).c_str()), 1;
+  const bool fused_layers = Arg(argc, argv, "fused_layers", o.fused_kernels ? "1" : "0") == "1";
+  (*trainer)->model().set_fused_kernels(fused_layers);
+  const at::Device d = cuda ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU);
+  std::vector<double> seconds;
+  double loss = 0;
+  for (int i = 0; i < kSteps; ++i) {
+    Sync(d);
+    const auto t0 = std::chrono::steady_clock::now();
+    auto s = (*trainer)->Step();
+    Sync(d);
+    if (!s.ok()) return std::printf("error %s\n", std::string(s.status().message()).c_str()), 1;
+    if (i >= kWarm) seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    loss = s->loss;
+  }
+  std::sort(seconds.begin(), seconds.end());
+  const double t = seconds[seconds.size() / 2];
+  const double n_params = static_cast<double>((*trainer)->model().num_parameters());
+  const double tokens_per_step = static_cast<double>(o.micro_batch) * o.model.seq_len;
+  const double flops = tokens_per_step * FlopsPerToken(o.model, n_params);
+  const double peak = MatmulPeak(d);
+  std::printf("train size %s params %.0f batch %d seq %d fused %d fused_layers %d step_ms %.2f tokens_per_s %.0f model_TFLOPs %.1f "
+              "peak_bf16_TFLOPs %.1f mfu %.3f last_loss %.4f\n",
+              size.c_str(), n_params, o.micro_batch, o.model.seq_len, o.fused_kernels ? 1 : 0, fused_layers ? 1 : 0, t * 1e3,
+              tokens_per_step / t, flops / t / 1e12, peak / 1e12, flops / t / peak, loss);
   return 0;
 }
 
@@ -388,10 +457,11 @@ int main(int argc, char** argv) {
     if (mode == "kernels") return tessera::bench::Kernels();
     if (mode == "gpt") return tessera::bench::GptBench(argc, argv);
     if (mode == "capacity") return tessera::bench::Capacity(argc, argv);
+    if (mode == "train") return tessera::bench::TrainBench(argc, argv);
   } catch (const std::exception& e) {
     std::printf("error %s\n", std::string(e.what()).substr(0, 300).c_str());
     return 1;
   }
-  std::fprintf(stderr, "usage: gpu_bench check|kernels|gpt|capacity (see the top of bench/gpu/gpu_bench.cc)\n");
+  std::fprintf(stderr, "usage: gpu_bench check|kernels|gpt|train|capacity (see the top of bench/gpu/gpu_bench.cc)\n");
   return 2;
 }

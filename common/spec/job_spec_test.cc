@@ -99,7 +99,7 @@ TEST(JobSpecTest, NotYetAvailableModesAreRejectedByField) {
   const std::string msg(spec.status().message());
   EXPECT_THAT(msg, HasSubstr("parallel.tp_mode: 3d with device cuda is not available yet"));
   EXPECT_THAT(msg, HasSubstr("parallel.order: 'tp-dp-pp' must name dp, pp, sp and tp once each"));
-  EXPECT_THAT(msg, HasSubstr("parallel.zero_stage: 1 with device cuda is not available yet"));
+  EXPECT_THAT(msg, Not(HasSubstr("parallel.zero_stage")));  // Ran on a GPU: accepted.
 }
 
 TEST(JobSpecTest, CudaIsAcceptedAndFusedKernelsDefaultOn) {
@@ -138,10 +138,11 @@ TEST(JobSpecTest, MemoryOptions) {
   EXPECT_THAT(msg, HasSubstr("parallel.zero_stage: 4 must be 0, 1, 2 or 3"));
   EXPECT_THAT(msg, HasSubstr("train.initial_loss_scale: 0.5 must be a finite number >= 1"));
   EXPECT_THAT(msg, HasSubstr("train.loss_scale_window: 0 must be at least 1"));
-  auto cuda = ParseAndValidate(kValid, {"device=cuda", "train.precision=bf16", "optimizer.offload=cpu"});
-  ASSERT_FALSE(cuda.ok());
-  EXPECT_THAT(cuda.status().message(), HasSubstr("optimizer.offload: cpu with device cuda is not available yet"));
-  EXPECT_THAT(cuda.status().message(), HasSubstr("train.precision: bf16 and fp16 with device cuda"));
+  // Checked on an H100 against the CPU losses (tools/gpu/check.sh): accepted on cuda.
+  for (const char* precision : {"train.precision=bf16", "train.precision=fp16"}) {
+    auto cuda = ParseAndValidate(kValid, {"device=cuda", precision, "optimizer.offload=cpu", "parallel.zero_stage=3"});
+    EXPECT_TRUE(cuda.ok()) << cuda.status();
+  }
 }
 
 TEST(JobSpecTest, PipelineOptions) {

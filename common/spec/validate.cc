@@ -262,18 +262,10 @@ std::vector<SpecError> ValidateJobSpec(const v1::JobSpec& s) {
   c.AtLeast("checkpoint.keep", s.checkpoint().keep(), 1);
   if (s.output_dir().empty()) c.Fail("output_dir", "is required");
   if (s.optimizer().offload() == v1::OFFLOAD_UNSPECIFIED) c.Fail("optimizer.offload", "must be none or cpu");
-  if (s.device() == v1::DEVICE_CUDA) {
-    // The sharded / offloaded optimizer's CUDA path has not run on a GPU yet (no device lent).
-    if (s.parallel().zero_stage() > 0) {
-      c.Fail("parallel.zero_stage", absl::StrCat(s.parallel().zero_stage(), " with device cuda is not available yet; use 0"));
-    }
-    if (s.optimizer().offload() == v1::OFFLOAD_CPU) {
-      c.Fail("optimizer.offload", "cpu with device cuda is not available yet; use none");
-    }
-    if (s.train().precision() != v1::PRECISION_FP32 && s.train().precision() != v1::PRECISION_UNSPECIFIED) {
-      c.Fail("train.precision", "bf16 and fp16 with device cuda are not available yet; use fp32");
-    }
-  } else if (s.device() != v1::DEVICE_CPU) {
+  // ZeRO 1–3, offload and bf16 / fp16 ran on an H100 against the CPU losses (tools/gpu/check.sh,
+  // bench/RESULTS.md); pipeline, sequence and grid tensor parallelism on CUDA need two GPUs, which no
+  // session has had, and stay refused in CheckParallel.
+  if (s.device() != v1::DEVICE_CUDA && s.device() != v1::DEVICE_CPU) {
     c.Fail("device", "must be cpu or cuda");
   }
   return errors;

@@ -5,9 +5,12 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
+#include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
+
+#include <thread>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
 #include "parallel/comm/testing/spin_kernel.h"
@@ -89,10 +92,24 @@ TEST(NcclCommunicatorTest, WatchdogFiresOnAPlantedHang) {
   *flag = 0;
   int* device_flag = nullptr;
   ASSERT_EQ(cudaHostGetDevicePointer(reinterpret_cast<void**>(&device_flag), flag, 0), cudaSuccess);
+  // A hang in the middle of training: the communicator has run a collective (NCCL connects lazily, and
+  // its set-up copies wait for the whole device), and the work runs on a stream of its own — a
+  // spinner on the legacy default stream would also hold every synchronous copy of the process.
+  at::Tensor x = at::ones({8}, at::TensorOptions().device(at::kCUDA, 0));
+  ASSERT_TRUE((*comm)->AllReduce(x, ReduceOp::kSum).ok());
+  ASSERT_TRUE((*comm)->Barrier().ok());
+  c10::cuda::CUDAStreamGuard on_side_stream(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, 0));
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream(0).stream();
   ASSERT_EQ(testing::LaunchSpinUntilFlag(device_flag, 30.0, stream), cudaSuccess);
-  at::Tensor x = at::ones({8}, at::TensorOptions().device(at::kCUDA, 0));
+  // The planted hang really holds the stream: work recorded behind it is not done.
+  cudaEvent_t probe;
+  ASSERT_EQ(cudaEventCreateWithFlags(&probe, cudaEventDisableTiming), cudaSuccess);
+  ASSERT_EQ(cudaEventRecord(probe, stream), cudaSuccess);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(cudaEventQuery(probe), cudaErrorNotReady) << "the spinner does not hold stream " << stream;
   ASSERT_TRUE((*comm)->AllReduce(x, ReduceOp::kSum).ok());  // Enqueued behind the spinning kernel.
+  EXPECT_EQ(cudaEventQuery(probe), cudaErrorNotReady) << "the stream was released while enqueueing";
+  EXPECT_EQ(c10::cuda::getCurrentCUDAStream(0).stream(), stream) << "the current stream changed";
   const auto start = std::chrono::steady_clock::now();
   absl::Status s = (*comm)->Barrier();
   const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -100,8 +117,10 @@ TEST(NcclCommunicatorTest, WatchdogFiresOnAPlantedHang) {
   cudaStreamSynchronize(stream);
   cudaFreeHost(flag);
   EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
-  EXPECT_NE(s.message().find("all_reduce #1 on solo[0] (nccl) did not finish"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("all_reduce #3 on solo[0] (nccl) did not finish"), std::string::npos) << s;
   EXPECT_LT(waited, 10.0);  // Fired near the 1.5 s timeout, not at the spinner's 30 s.
+  EXPECT_GT(waited, 1.0) << "returned before the 1.5 s timeout";
+  cudaEventDestroy(probe);
   EXPECT_FALSE((*comm)->health().ok());
   EXPECT_FALSE((*comm)->AllReduce(x, ReduceOp::kSum).ok());  // Failed communicators stay failed.
 }

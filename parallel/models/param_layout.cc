@@ -129,10 +129,43 @@ absl::StatusOr<double> GradNormOverTp(std::vector<Param>& params, Communicator* 
   return std::sqrt(*sq);
 }
 
+namespace {
+
+// GradSquaredSumOverTp on an accelerator: every norm in one multi-tensor launch (_foreach_norm, fp32
+// accumulation) instead of five ops per tensor — the same sum up to the order of additions.
+absl::StatusOr<double> GradSquaredSumMultiTensor(std::vector<Param>& params, Communicator* tp,
+                                                 const std::vector<std::string>& skip) {
+  std::vector<at::Tensor> grads;
+  std::vector<double> replicated_weight, split_weight;  // Per gradient: its share in each sum.
+  for (Param& p : params) {
+    if (std::find(skip.begin(), skip.end(), p.name) != skip.end()) continue;
+    grads.push_back(p.value.grad());
+    const bool rep = p.split == TpSplit::kReplicated;
+    replicated_weight.push_back(rep ? 1.0 : 0.0);
+    split_weight.push_back(rep ? 0.0 : 1.0 / ReplicasInTp(p, tp->size()));
+  }
+  const c10::Device device = params.at(0).value.device();
+  at::Tensor replicated = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(device));
+  at::Tensor split = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(device));
+  if (!grads.empty()) {
+    const at::Tensor sq = at::stack(at::_foreach_norm(grads, 2, at::kFloat)).to(at::kDouble).square();
+    auto weights = [&](const std::vector<double>& w) { return at::tensor(w, at::kDouble).to(device); };
+    replicated += (sq * weights(replicated_weight)).sum();
+    split += (sq * weights(split_weight)).sum();
+  }
+  if (tp->size() > 1) {
+    if (absl::Status s = tp->AllReduce(split, ReduceOp::kSum); !s.ok()) return s;
+  }
+  return replicated.item<double>() + split.item<double>();
+}
+
+}  // namespace
+
 absl::StatusOr<double> GradSquaredSumOverTp(std::vector<Param>& params, Communicator* tp,
                                             const std::vector<std::string>& skip) {
   // Sums stay on the device (one host sync at the end, not one per tensor).
   const c10::Device device = params.at(0).value.device();
+  if (device.is_cuda()) return GradSquaredSumMultiTensor(params, tp, skip);
   at::Tensor replicated = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(device));
   at::Tensor split = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(device));
   for (Param& p : params) {

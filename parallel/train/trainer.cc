@@ -158,6 +158,7 @@ absl::Status Trainer::Init() {
     z.offload = options_.offload_optimizer;
     z.adam = adam;
     z.bucket_bytes = options_.dp_bucket_bytes;
+    z.fused = options_.fused_kernels;
     // Sharded over dp × sp (the replicas of every parameter); with pipeline stages, the first and the
     // last stage sum their gradients of the tied embedding.
     auto zero = ZeroOptimizer::Create(model_.get(), groups_.dp_sp, groups_.tp, z, layout_ ? groups_.embed : nullptr);

@@ -66,6 +66,9 @@ struct ZeroOptions {
   AdamWOptions adam;
   int64_t bucket_bytes = 25 << 20;           // Stage 0 (and 1 at dp 1): gradient all-reduce buckets.
   bool reduce_every_pass = true;             // Stages 2–3 with accumulation: see above.
+  bool fused = true;                         // Update on an accelerator: one multi-tensor AdamW launch
+                                             // per unit and weight-decay group (kernels/fused_kernels.h)
+                                             // instead of ATen's ops per tensor.
 };
 
 class ZeroOptimizer final : public UnitHooks {
@@ -146,6 +149,9 @@ class ZeroOptimizer final : public UnitHooks {
   // The reduced gradient of owned elements [a, b) of unit `u` (within member j), times the factor of
   // ScaleGradients, in fp32 on device `where` (contiguous).
   at::Tensor OwnedGrad(const Unit& u, size_t j, int64_t a, int64_t b, c10::Device where) const;
+  // AdamW over unit `u`'s owned elements where the state lives (state_device_): the owned gradients
+  // gathered into one fp32 buffer (times ScaleGradients' factor), then AdamW::UpdateAll.
+  void UpdateOnStateDevice(Unit& u, const AdamW& adam, double lr, int64_t step);
   // Starts moving unit `u`'s owned gradients (as OwnedGrad) into staging slot `slot`.
   void StageDown(const Unit& u, int slot);
 

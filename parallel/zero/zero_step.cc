@@ -57,6 +57,34 @@ void ZeroOptimizer::StageDown(const Unit& u, int slot) {
   staging_->EndDown(slot);
 }
 
+void ZeroOptimizer::UpdateOnStateDevice(Unit& u, const AdamW& adam, double lr, int64_t step) {
+  std::vector<at::Tensor> raw;
+  for (size_t j = 0; j < u.params.size(); ++j) {
+    const auto [a, b] = u.Owned(j);
+    if (a < b) raw.push_back(RawOwnedGrad(u, j, a, b).reshape({-1}));
+  }
+  if (raw.empty()) return;
+  // One copy of the owned gradients in fp32 (a fresh tensor: the model's gradients are never scaled in
+  // place), scaled as OwnedGrad does: the same elementwise arithmetic, in a few launches per unit.
+  at::Tensor grads = at::cat(raw).to(state_device_, at::kFloat);
+  if (grad_factor_ != 1.0) grads.mul_(grad_factor_);
+  std::vector<at::Tensor> params, views;
+  std::vector<AdamWState> states;
+  std::vector<bool> decay;
+  int64_t at = 0;
+  for (size_t j = 0; j < u.params.size(); ++j) {
+    const auto [a, b] = u.Owned(j);
+    if (a >= b) continue;
+    const int64_t o = a - u.begin, n = b - a;
+    params.push_back(u.master.narrow(0, o, n));
+    views.push_back(grads.narrow(0, at, n));
+    states.push_back({u.exp_avg.narrow(0, o, n), u.exp_avg_sq.narrow(0, o, n)});
+    decay.push_back(model_->params()[u.params[j]].weight_decay);
+    at += n;
+  }
+  adam.UpdateAll(params, views, states, decay, lr, step, options_.fused);
+}
+
 absl::Status ZeroOptimizer::Step(double lr, int64_t step) {
   at::NoGradGuard no_grad;
   AdamW aten_adam(options_.adam);
@@ -90,26 +118,21 @@ absl::Status ZeroOptimizer::Step(double lr, int64_t step) {
       }
     }
     const at::Tensor staged_grads = staged ? staging_->Grads(slot) : at::Tensor();
-    for (size_t j = 0; j < u.params.size(); ++j) {
+    for (size_t j = 0; host_update && j < u.params.size(); ++j) {
       const auto [a, b] = u.Owned(j);
       if (a >= b) continue;
       const int64_t o = a - u.begin, n = b - a;
       const bool decay = model_->params()[u.params[j]].weight_decay;
-      if (host_update) {
-        // The update reads the gradients in their own dtype and applies ScaleGradients' factor itself.
-        const at::Tensor grad = staged ? staged_grads.narrow(0, o, n) : RawOwnedGrad(u, j, a, b);
-        kernels::AdamWStep s{lr, options_.adam.beta1, options_.adam.beta2, options_.adam.eps,
-                             decay ? options_.adam.weight_decay : 0.0, step};
-        uint16_t* out = out16.defined() ? static_cast<uint16_t*>(out16.data_ptr()) + o : nullptr;
-        kernels::CpuAdamW(u.master.data_ptr<float>() + o, HostGrad(grad, grad_factor_),
-                          u.exp_avg.data_ptr<float>() + o, u.exp_avg_sq.data_ptr<float>() + o, n, s, simd_,
-                          /*parallel=*/true, out, type16);
-      } else {
-        at::Tensor param = u.master.narrow(0, o, n);
-        AdamWState state{u.exp_avg.narrow(0, o, n), u.exp_avg_sq.narrow(0, o, n)};
-        aten_adam.Update(param, OwnedGrad(u, j, a, b, state_device_), state, lr, step, decay);
-      }
+      // The update reads the gradients in their own dtype and applies ScaleGradients' factor itself.
+      const at::Tensor grad = staged ? staged_grads.narrow(0, o, n) : RawOwnedGrad(u, j, a, b);
+      kernels::AdamWStep s{lr, options_.adam.beta1, options_.adam.beta2, options_.adam.eps,
+                           decay ? options_.adam.weight_decay : 0.0, step};
+      uint16_t* out = out16.defined() ? static_cast<uint16_t*>(out16.data_ptr()) + o : nullptr;
+      kernels::CpuAdamW(u.master.data_ptr<float>() + o, HostGrad(grad, grad_factor_),
+                        u.exp_avg.data_ptr<float>() + o, u.exp_avg_sq.data_ptr<float>() + o, n, s, simd_,
+                        /*parallel=*/true, out, type16);
     }
+    if (!host_update) UpdateOnStateDevice(u, aten_adam, lr, step);
     if (staged) {
       // The owned elements that are not padding (the padding keeps its zeros).
       const int64_t real = std::clamp<int64_t>(u.numel - u.begin, 0, u.shard);

@@ -16,8 +16,18 @@ if [[ -n "$nccl_dir" && -e "$nccl_dir/lib/libnccl.so.2" ]]; then
 fi
 export LD_LIBRARY_PATH="$torch_dir/lib:$(pwd)/.gpu_bundle/lib:${LD_LIBRARY_PATH:-}"
 
+# TESSERA_GPU_BIN=DIR: use the binaries already in DIR (built on another machine against the same
+# PyTorch, e.g. the dev machine's wheel, and carried along) instead of building here.
+bin=${TESSERA_GPU_BIN:-$build}
+
 configure_gpu_build() {
   local gen=()
   command -v ninja >/dev/null && gen=(-G Ninja)
   cmake -S tools/gpu -B "$build" "${gen[@]}" -DTORCH_DIR="$torch_dir" "${cmake_extra[@]}"
+}
+
+# Builds the GPU targets unless TESSERA_GPU_BIN names prebuilt ones; the log goes to $1.
+build_gpu_targets() {
+  if [[ -n "${TESSERA_GPU_BIN:-}" ]]; then echo "prebuilt binaries from $TESSERA_GPU_BIN" >"$1"; return 0; fi
+  configure_gpu_build >"$1" 2>&1 && cmake --build "$build" -j "$(nproc)" >>"$1" 2>&1
 }
