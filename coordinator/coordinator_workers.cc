@@ -2,6 +2,8 @@
 // coordinator restart), heartbeats and liveness, assignment queues, rank status reports.
 #include <algorithm>
 #include <cctype>
+#include <set>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "common/spec/job_spec.h"
@@ -91,6 +93,27 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(const v1:
         RankGoneLocked(e, static_cast<int>(r));
       }
     }
+  }
+  // Reconciliation: a rank of a live attempt placed on this worker that it does not report running is
+  // gone — the worker restarted (faster than the heartbeat timeout: it never counted as lost) or lost
+  // its queue of assignments in a reconnect. The attempt fails and restarts; its other ranks stop.
+  std::set<std::tuple<std::string, int, int>> running;
+  for (const v1::RunningRank& r : req.running()) running.insert({r.job_id(), r.attempt(), r.rank()});
+  for (auto& [jid, e] : jobs_) {
+    if (e.adopt_deadline) continue;  // Being adopted after a coordinator restart: handled above.
+    if (e.job.state() != v1::JOB_STATE_RUNNING && e.job.state() != v1::JOB_STATE_SCHEDULED) continue;
+    std::vector<int> missing;
+    for (size_t r = 0; r < e.ranks.size(); ++r) {
+      const int rank = static_cast<int>(r);
+      if (e.ranks[r].worker_id == id && !e.ranks[r].exited && !running.count({jid, e.job.attempt(), rank})) {
+        missing.push_back(rank);
+      }
+    }
+    if (missing.empty()) continue;
+    for (int r : missing) RankGoneLocked(e, r);
+    AttemptFailedLocked(e, absl::StrCat("worker ", req.name(), " registered again without rank ", missing.front(),
+                                        missing.size() > 1 ? absl::StrCat(" (and ", missing.size() - 1, " more)") : "",
+                                        " of attempt ", e.job.attempt(), " (the worker restarted?)"));
   }
   RefreshWorkerUsageLocked();
   for (auto& [jid, e] : jobs_) CheckAdoptionLocked(e);

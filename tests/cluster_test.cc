@@ -214,6 +214,38 @@ TEST_F(ClusterTest, KilledRankRestartsFromCheckpointWithUndisturbedLosses) {
   for (const auto& [step, loss] : want) EXPECT_EQ(got.at(step), loss) << "step " << step;
 }
 
+TEST_F(ClusterTest, WorkerRestartedWithinTheHeartbeatTimeoutRestartsItsJob) {
+  // As systemd's Restart= does: the worker dies (its rank with it) and is back before the coordinator's
+  // 5 s heartbeat timeout could call it lost. Its registration reports no rank of the running attempt.
+  auto ref = RunTessera({"run", spec_, "--quiet", "--threads-per-rank=1", "--set", "train.steps=40", "--set",
+                         "output_dir=" + dir_ + "/ref"});
+  ASSERT_EQ(ref.exit_code, 0) << ref.output;
+  const std::string out = dir_ + "/out";
+  auto submitted = Cli({"submit", spec_, "--max-restarts=2", "--set", "train.steps=40", "--set", "output_dir=" + out});
+  ASSERT_EQ(submitted.exit_code, 0) << submitted.output;
+  const std::string id = "job-000001";
+  ASSERT_TRUE(WaitFor([&] { return fs::exists(out + "/checkpoints/step_00000005"); }, 60));
+  ASSERT_EQ(Job(id).value("attempt", 0), 1);
+  kill(workers_["b"], SIGKILL);
+  int status = 0;
+  waitpid(workers_["b"], &status, 0);
+  const auto killed = std::chrono::steady_clock::now();
+  StartWorker("b");
+  // The attempt fails at the re-registration, not after a collective timeout (300 s) of the other rank.
+  ASSERT_TRUE(WaitFor([&] { return Job(id).value("attempt", 0) == 2; }, 15)) << Job(id).dump();
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count(), 15.0);
+  auto done = Cli({"follow", id});
+  EXPECT_EQ(done.exit_code, 0) << done.output;
+  auto job = Job(id);
+  EXPECT_EQ(job.value("state", ""), "JOB_STATE_SUCCEEDED");
+  EXPECT_EQ(job.value("attempt", 0), 2) << "one restart";
+  const auto want = testing::ReadLosses(dir_ + "/ref/steps.jsonl");
+  const auto got = testing::ReadLosses(out + "/steps.jsonl");
+  ASSERT_EQ(got.size(), 40u);
+  for (const auto& [step, loss] : want) EXPECT_EQ(got.at(step), loss) << "step " << step;
+  EXPECT_TRUE(ProcessesMatching({dir_ + "/", "/jobs/" + id + "/attempt_1/"}).empty()) << "no rank of attempt 1 left";
+}
+
 TEST_F(ClusterTest, CoordinatorKilledMidJobLosesNothing) {
   const std::string first = Submit({"train.steps=5", "output_dir=" + dir_ + "/first"});
   ASSERT_TRUE(WaitFor([&] { return Job(first).value("state", "") == "JOB_STATE_SUCCEEDED"; }, 60));

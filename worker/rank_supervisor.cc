@@ -58,9 +58,14 @@ absl::Status RankSupervisor::Start(const v1::Assignment& a) {
   so.argv = {options_.rank_binary, "--spec=" + spec_path, absl::StrCat("--rank=", a.rank()),
              absl::StrCat("--world_size=", a.world_size()), "--store_host=" + a.store_host(),
              absl::StrCat("--store_port=", a.store_port()), absl::StrCat("--local_rank=", a.local_rank()),
-             absl::StrCat("--threads=", options_.threads_per_rank)};
+             absl::StrCat("--threads=", options_.threads_per_rank), "--host=" + options_.host};
   so.log_path = r.log_path;
   so.env = {{"OMP_NUM_THREADS", absl::StrCat(options_.threads_per_rank)}};
+  if (!options_.interface.empty()) {
+    // NCCL's bootstrap and socket transport, on the interface other nodes reach this one by.
+    so.env["NCCL_SOCKET_IFNAME"] = "=" + options_.interface;  // "=": exactly this name, not a prefix.
+    so.env["GLOO_SOCKET_IFNAME"] = options_.interface;
+  }
   auto pid = process::Spawn(so);
   if (!pid.ok()) return pid.status();
   r.pid = *pid;

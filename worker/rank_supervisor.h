@@ -24,6 +24,10 @@ struct RankSupervisorOptions {
                                                 // to the job's OUTPUT_DIR/logs/rank_<r>.log.
   int threads_per_rank = 1;
   std::chrono::milliseconds stop_grace{10000};  // SIGTERM → SIGKILL.
+  std::string host = "127.0.0.1";               // This node's address (the worker's --host): the ranks'
+                                                // collectives bind to it (tessera-rank --host).
+  std::string interface;                        // The interface that has `host` ("" unknown): NCCL's and
+                                                // Gloo's socket interface (NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME).
 };
 
 // Something that happened to a rank, to be reported to the coordinator.

@@ -15,6 +15,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/ascii.h"
 #include "common/metrics/metrics_server.h"
+#include "common/net/local_address.h"
 #include "common/process/find_binary.h"
 #include "worker/agent.h"
 
@@ -22,7 +23,9 @@ ABSL_FLAG(std::string, coordinator, "127.0.0.1:7070", "Address of tessera-coordi
 ABSL_FLAG(std::string, devices, "cpu:1", "Devices offered: cpu:N (CPU 'devices', Gloo) or cuda:N.");
 ABSL_FLAG(std::string, work_dir, "tessera-worker", "Rank logs and job files go under it.");
 ABSL_FLAG(std::string, name, "", "Node name, unique in the cluster (default: the host name).");
-ABSL_FLAG(std::string, host, "127.0.0.1", "Address other nodes' ranks reach this node's ranks on.");
+ABSL_FLAG(std::string, host, "",
+          "Address other nodes' ranks reach this node's ranks on (their collectives bind to it). Default: "
+          "the address this machine uses towards --coordinator (printed).");
 ABSL_FLAG(std::string, store_ports, "29500-29599", "Ports rank 0's c10d store may use here (MIN-MAX).");
 ABSL_FLAG(int, stop_grace_s, 10, "Seconds between SIGTERM and SIGKILL when stopping a rank.");
 ABSL_FLAG(int, threads_per_rank, 0, "Intra-op threads of each rank; 0 = cores / devices.");
@@ -90,6 +93,20 @@ int main(int argc, char** argv) {
     o.name = host;
   }
   o.host = absl::GetFlag(FLAGS_host);
+  if (o.host.empty()) {
+    auto towards = tessera::net::LocalAddressTowards(o.coordinator);
+    if (!towards.ok()) return Fail("--host not given and " + std::string(towards.status().message()));
+    o.host = *towards;
+    std::cout << "tessera-worker: --host not given; ranks bind to " << o.host << " (this machine's address towards "
+              << o.coordinator << ")" << std::endl;
+  }
+  o.supervisor.host = o.host;
+  if (auto iface = tessera::net::InterfaceWithAddress(o.host); iface.ok()) {
+    o.supervisor.interface = *iface;
+  } else if (tessera::net::IsNumericAddress(o.host)) {
+    // Ranks could not bind their collectives to it.
+    return Fail("--host " + o.host + ": " + std::string(iface.status().message()));
+  }
   std::vector<std::string> ports = absl::StrSplit(absl::GetFlag(FLAGS_store_ports), '-');
   if (ports.size() != 2 || !absl::SimpleAtoi(ports[0], &o.store_port_min) ||
       !absl::SimpleAtoi(ports[1], &o.store_port_max) || o.store_port_min < 1 || o.store_port_max > 65535 ||

@@ -82,7 +82,7 @@ GlooCommunicator::~GlooCommunicator() = default;
 
 absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
     const c10::intrusive_ptr<c10d::Store>& store, std::string name, std::vector<int> members,
-    int global_rank, std::chrono::milliseconds timeout) {
+    int global_rank, std::chrono::milliseconds timeout, const std::string& local_host) {
   int rank = -1;
   for (size_t i = 0; i < members.size(); ++i) {
     if (members[i] == global_rank) rank = static_cast<int>(i);
@@ -93,13 +93,16 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
   auto impl = std::make_unique<Impl>();
   try {
     auto options = c10d::ProcessGroupGloo::Options::create(timeout);
-    options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+    // Gloo's pairs bind to this address and publish it through the store: it must be one the
+    // other members reach (a loopback address only works when every member is on this machine).
+    options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(local_host));
     options->threads = 2;
     auto prefixed = c10::make_intrusive<c10d::PrefixStore>(name, store);
     impl->pg = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, rank,
                                                            static_cast<int>(members.size()), options);
   } catch (const std::exception& e) {
-    return absl::UnavailableError(absl::StrCat("rendezvous of group ", name, " failed: ", e.what()));
+    return absl::UnavailableError(
+        absl::StrCat("rendezvous of group ", name, " (this rank on ", local_host, ") failed: ", e.what()));
   }
   return std::unique_ptr<GlooCommunicator>(
       new GlooCommunicator(std::move(impl), std::move(name), std::move(members), rank));

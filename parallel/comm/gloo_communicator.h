@@ -1,4 +1,4 @@
-// GlooCommunicator: the CPU backend, over c10d's ProcessGroupGloo on 127.0.0.1.
+// GlooCommunicator: the CPU backend, over c10d's ProcessGroupGloo, bound to this node's address.
 //
 // Measured on LibTorch 2.11 (tests in gloo_communicator_test.cc): Gloo has all_reduce with
 // SUM/AVG/MAX/MIN, _reduce_scatter_base, _allgather_base and alltoall_base, all with fp32, bf16 and
@@ -20,11 +20,12 @@ namespace tessera::parallel {
 class GlooCommunicator final : public Communicator {
  public:
   // Rendezvous of the group `members` (global ranks, in group order) through `store` under the key
-  // prefix `name`; `global_rank` must be one of `members`. Blocks until every member joined or
-  // `timeout` passed.
+  // prefix `name`; `global_rank` must be one of `members`. This rank's pairs listen on and connect
+  // from `local_host` (this node's address, which the other members can reach; "127.0.0.1" when every
+  // member is on this machine). Blocks until every member joined or `timeout` passed.
   static absl::StatusOr<std::unique_ptr<GlooCommunicator>> Create(
       const c10::intrusive_ptr<c10d::Store>& store, std::string name, std::vector<int> members,
-      int global_rank, std::chrono::milliseconds timeout);
+      int global_rank, std::chrono::milliseconds timeout, const std::string& local_host = "127.0.0.1");
   ~GlooCommunicator() override;
 
   int rank() const override { return rank_; }

@@ -28,7 +28,7 @@ absl::StatusOr<std::shared_ptr<Communicator>> MakeGroup(const c10::intrusive_ptr
     }
     return factory(store, name, members, rank, options.device_index, options.timeout);
   }
-  auto comm = GlooCommunicator::Create(store, name, members, rank, options.timeout);
+  auto comm = GlooCommunicator::Create(store, name, members, rank, options.timeout, options.local_host);
   if (!comm.ok()) return comm.status();
   return std::shared_ptr<Communicator>(std::move(*comm));
 }

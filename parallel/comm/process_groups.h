@@ -43,6 +43,8 @@ struct BootstrapOptions {
   CommBackend backend = CommBackend::kGloo;
   int device_index = 0;                  // NCCL: this rank's GPU, cuda:device_index.
   std::string store_host = "127.0.0.1";  // Where rank 0 hosts the c10d TCPStore.
+  std::string local_host = "127.0.0.1";  // This node's address: Gloo's pairs bind to it (the worker's
+                                         // --host); loopback only when the whole job is on one machine.
   int store_port = 0;                    // Required when the world has more than one rank.
   int rank = 0;
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};  // Rendezvous and collectives.

@@ -32,8 +32,18 @@ std::string FreshDir(const std::string& name) {
 
 CliResult RunTessera(const std::vector<std::string>& args) {
   setenv("TESSERA_RANK_BINARY", Runfile("worker/rank/tessera-rank").c_str(), 1);
-  std::string cmd = "'" + Runfile("client/tessera") + "'";
-  for (const std::string& a : args) cmd += " '" + a + "'";
+  std::vector<std::string> argv = {Runfile("client/tessera")};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return RunCommand(argv);
+}
+
+CliResult RunCommand(const std::vector<std::string>& argv) {
+  std::string cmd;
+  for (const std::string& a : argv) {
+    std::string quoted = "'";
+    for (char c : a) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    cmd += (cmd.empty() ? "" : " ") + quoted + "'";
+  }
   cmd += " 2>&1";
   CliResult r;
   FILE* p = popen(cmd.c_str(), "r");

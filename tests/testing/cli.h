@@ -17,6 +17,9 @@ struct CliResult {
 // Runs `tessera args...` to completion.
 CliResult RunTessera(const std::vector<std::string>& args);
 
+// Runs argv (argv[0] a path or a name on PATH) to completion; stdout and stderr together.
+CliResult RunCommand(const std::vector<std::string>& argv);
+
 // Absolute path of a runfile, e.g. "client/tessera".
 std::string Runfile(const std::string& path);
 

@@ -25,6 +25,8 @@ ABSL_FLAG(int, rank, 0, "Global rank of this process.");
 ABSL_FLAG(int, world_size, 1, "Number of ranks; must equal dp·tp·pp·sp of the spec.");
 ABSL_FLAG(std::string, store_host, "127.0.0.1", "Host of the c10d TCPStore (rank 0 hosts it).");
 ABSL_FLAG(int, store_port, 0, "Port of the c10d TCPStore.");
+ABSL_FLAG(std::string, host, "127.0.0.1",
+          "This node's address, which the job's other nodes reach: Gloo binds to it (the worker's --host).");
 ABSL_FLAG(int, threads, 1, "Intra-op threads of this rank.");
 ABSL_FLAG(int, local_rank, -1, "Index of this rank on its machine (its GPU); default: --rank.");
 ABSL_FLAG(int64_t, dump_at_step, 0, "Debug: write full weights and gradients after this step.");
@@ -50,6 +52,7 @@ absl::Status RunRank() {
   parallel::BootstrapOptions boot;
   boot.store_host = absl::GetFlag(FLAGS_store_host);
   boot.store_port = absl::GetFlag(FLAGS_store_port);
+  boot.local_host = absl::GetFlag(FLAGS_host);
   boot.rank = absl::GetFlag(FLAGS_rank);
   boot.timeout = std::chrono::seconds(absl::GetFlag(FLAGS_timeout_s));
   if (options.device.kind == parallel::DeviceKind::kCuda) {

@@ -1,0 +1,153 @@
+// A cluster of several hosts: tessera-coordinator and tessera-worker daemons each in a network
+// namespace of its own (tests/testing/test_hosts.h, addresses 198.18.0.x, no default route), the real
+// CLI, real rank processes; the filesystem is shared, as a cluster's storage would be. Skips with the
+// reason where namespaces cannot be made (not root, no iproute2).
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/testing/cli.h"
+#include "tests/testing/compare.h"
+#include "tests/testing/test_hosts.h"
+
+namespace tessera {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+template <typename Pred>
+bool WaitFor(Pred pred, int seconds) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return pred();
+}
+
+// Host 0 runs the coordinator (and the CLI); hosts 1.. run one worker each.
+class MultiHostTest : public ::testing::Test {
+ protected:
+  static constexpr int kPort = 7070;
+
+  void SetUp() override {
+    auto hosts = testing::TestHosts::Create(3);
+    if (!hosts.ok()) GTEST_SKIP() << "no test hosts on this machine: " << hosts.status().message();
+    hosts_ = std::move(*hosts);
+    dir_ = testing::FreshDir(std::string("multi_host_") +
+                             ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    coordinator_ = absl::StrCat(hosts_->address(0), ":", kPort);
+    auto c = hosts_->Spawn(0, {testing::Runfile("coordinator/tessera-coordinator"), "--listen=" + coordinator_,
+                               "--db=" + dir_ + "/coord.db", "--heartbeat_timeout_s=5",
+                               "--metrics_listen=" + hosts_->address(0) + ":9464"},
+                           dir_ + "/coordinator.log");
+    ASSERT_TRUE(c.ok()) << c.status();
+    ASSERT_TRUE(WaitFor([&] { return Cli({"jobs"}).exit_code == 0; }, 20)) << Log("coordinator.log");
+    data_ = testing::WriteTokenFile(dir_, 40000);
+    spec_ = dir_ + "/spec.yaml";
+    std::ofstream(spec_) << "name: multi-host\n"
+                         << "model: {layers: 2, hidden: 64, heads: 4, vocab: 256, seq_len: 32}\n"
+                         << "data: {path: " << data_ << "}\n"
+                         << "parallel: {dp: 2}\n"
+                         << "train: {steps: 8, micro_batch: 2, global_batch: 4, lr: 2e-3, schedule: constant}\n"
+                         << "checkpoint: {every_steps: 4, keep: 2}\n";
+  }
+
+  // A worker on `host` (no --host: it must find its own address towards the coordinator).
+  void StartWorker(int host, const std::string& devices) {
+    const std::string name = absl::StrCat("node", host);
+    auto w = hosts_->Spawn(host, {testing::Runfile("worker/tessera-worker"), "--coordinator=" + coordinator_,
+                                  "--devices=" + devices, "--work_dir=" + dir_ + "/" + name, "--name=" + name,
+                                  "--stop_grace_s=3", "--threads_per_rank=1",
+                                  "--metrics_listen=" + hosts_->address(host) + ":9465"},
+                           dir_ + "/" + name + ".log",
+                           {{"TESSERA_RANK_BINARY", testing::Runfile("worker/rank/tessera-rank")}});
+    ASSERT_TRUE(w.ok()) << w.status();
+  }
+
+  testing::CliResult Cli(std::vector<std::string> args) {
+    std::vector<std::string> argv = {testing::Runfile("client/tessera"), "--coordinator=" + coordinator_};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return hosts_->Run(0, argv);
+  }
+
+  std::string Log(const std::string& name) {
+    std::ifstream in(dir_ + "/" + name);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  }
+
+  std::unique_ptr<testing::TestHosts> hosts_;
+  std::string dir_, coordinator_, data_, spec_;
+};
+
+TEST_F(MultiHostTest, DataParallelJobAcrossTwoHostsEqualsTheSingleProcessRun) {
+  StartWorker(1, "cpu:1");
+  StartWorker(2, "cpu:1");
+  ASSERT_TRUE(WaitFor([&] {
+    const std::string out = Cli({"workers"}).output;
+    return out.find("node1") != std::string::npos && out.find("node2") != std::string::npos;
+  }, 20)) << Cli({"workers"}).output;
+  // Each worker found its own address on the test network (no --host given).
+  EXPECT_THAT(Log("node1.log"), HasSubstr("ranks bind to " + hosts_->address(1)));
+  EXPECT_THAT(Log("node2.log"), HasSubstr("ranks bind to " + hosts_->address(2)));
+
+  const std::string out = dir_ + "/out";
+  auto r = Cli({"submit", spec_, "--follow", "--set", "output_dir=" + out});
+  ASSERT_EQ(r.exit_code, 0) << r.output << Log("node1.log") << Log("node2.log");
+  EXPECT_THAT(r.output, HasSubstr("SUCCEEDED"));
+  // Rank 0 and rank 1 ran on different hosts: each rank log says which worker started it.
+  auto job = nlohmann::json::parse(Cli({"--output=json", "job", "job-000001"}).output, nullptr, false);
+  ASSERT_FALSE(job.is_discarded());
+  EXPECT_EQ(job.value("state", ""), "JOB_STATE_SUCCEEDED");
+
+  // The reference: the same spec in one process (dp 1, the same global batch) on this machine.
+  auto ref = testing::RunTessera({"run", spec_, "--quiet", "--threads-per-rank=1", "--set", "parallel.dp=1",
+                                  "--set", "output_dir=" + dir_ + "/ref"});
+  ASSERT_EQ(ref.exit_code, 0) << ref.output;
+  const testing::Tolerances tol;  // fp32: loss atol 1e-5 / rtol 1e-3, grads 1e-6 / 1e-4, weights 1e-5 / 1e-4.
+  const auto want = testing::ReadLosses(dir_ + "/ref/steps.jsonl");
+  const auto got = testing::ReadLosses(out + "/steps.jsonl");
+  ASSERT_EQ(want.size(), 8u);
+  ASSERT_EQ(got.size(), 8u);
+  for (const auto& [step, loss] : want) {
+    EXPECT_NEAR(got.at(step), loss, tol.loss_atol + tol.loss_rtol * std::abs(loss)) << "loss of step " << step;
+  }
+  EXPECT_LT(want.at(8), want.at(1)) << "the reference learns";
+  const auto want_norm = testing::ReadStepField(dir_ + "/ref/steps.jsonl", "grad_norm");
+  const auto got_norm = testing::ReadStepField(out + "/steps.jsonl", "grad_norm");
+  for (const auto& [step, norm] : want_norm) {
+    EXPECT_NEAR(got_norm.at(step), norm, tol.grad_atol + tol.grad_rtol * norm) << "grad_norm of step " << step;
+  }
+  // The weights after the last step (the final checkpoints hold full fp32 tensors by name).
+  const auto want_w = testing::ReadF32(dir_ + "/ref/checkpoints/step_00000008/model.safetensors");
+  const auto got_w = testing::ReadF32(out + "/checkpoints/step_00000008/model.safetensors");
+  ASSERT_FALSE(want_w.empty());
+  testing::ExpectTensorsClose(want_w, got_w, "", tol.weight_atol, tol.weight_rtol, static_cast<int>(want_w.size()));
+}
+
+TEST_F(MultiHostTest, HostsReachOnlyEachOther) {
+  // The fixture's promise: addresses of their own, the others reachable, no route anywhere else.
+  auto route = hosts_->Run(1, {"ip", "route", "show", "default"});
+  EXPECT_EQ(route.exit_code, 0);
+  EXPECT_EQ(route.output, "") << "no default route";
+  auto addr = hosts_->Run(2, {"ip", "-4", "-o", "addr", "show", "dev", "eth0"});
+  EXPECT_THAT(addr.output, HasSubstr(hosts_->address(2) + "/24"));
+  // The coordinator on host 0 answers host 1's CLI, and stops answering when host 1 is cut off.
+  EXPECT_EQ(Cli({"jobs"}).exit_code, 0);
+  std::vector<std::string> from1 = {testing::Runfile("client/tessera"), "--coordinator=" + coordinator_, "jobs"};
+  EXPECT_EQ(hosts_->Run(1, from1).exit_code, 0);
+  ASSERT_TRUE(hosts_->CutOff(1).ok());
+  EXPECT_NE(hosts_->Run(1, from1).exit_code, 0) << "host 1 is cut off";
+  ASSERT_TRUE(hosts_->Heal(1).ok());
+  EXPECT_TRUE(WaitFor([&] { return hosts_->Run(1, from1).exit_code == 0; }, 10)) << "host 1 is back";
+}
+
+}  // namespace
+}  // namespace tessera
