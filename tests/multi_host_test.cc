@@ -60,12 +60,13 @@ class MultiHostTest : public ::testing::Test {
                          << "checkpoint: {every_steps: 4, keep: 2}\n";
   }
 
-  // A worker on `host` (no --host: it must find its own address towards the coordinator).
+  // A worker on `host` (no --host: it must find its own address towards the coordinator). Its ranks'
+  // collectives time out after 4 s, below the coordinator's 5 s heartbeat timeout.
   void StartWorker(int host, const std::string& devices) {
     const std::string name = absl::StrCat("node", host);
     auto w = hosts_->Spawn(host, {testing::Runfile("worker/tessera-worker"), "--coordinator=" + coordinator_,
                                   "--devices=" + devices, "--work_dir=" + dir_ + "/" + name, "--name=" + name,
-                                  "--stop_grace_s=3", "--threads_per_rank=1",
+                                  "--stop_grace_s=3", "--threads_per_rank=1", "--collective_timeout_s=4",
                                   "--metrics_listen=" + hosts_->address(host) + ":9465"},
                            dir_ + "/" + name + ".log",
                            {{"TESSERA_RANK_BINARY", testing::Runfile("worker/rank/tessera-rank")}});
@@ -78,6 +79,48 @@ class MultiHostTest : public ::testing::Test {
     return hosts_->Run(0, argv);
   }
 
+  void StartTwoWorkers() {
+    StartWorker(1, "cpu:1");
+    StartWorker(2, "cpu:1");
+    ASSERT_TRUE(WaitFor([&] {
+      const std::string out = Cli({"workers"}).output;
+      return out.find("node1") != std::string::npos && out.find("node2") != std::string::npos;
+    }, 20)) << Cli({"workers"}).output;
+  }
+
+  nlohmann::json Job(const std::string& id) {
+    auto j = nlohmann::json::parse(Cli({"--output=json", "job", id}).output, nullptr, false);
+    return j.is_discarded() ? nlohmann::json::object() : j;
+  }
+
+  // Every step's loss of `out` within fp32 tolerance of the single-process run of the spec with `sets`.
+  void ExpectLossesOfTheSingleProcessRun(const std::string& out, const std::vector<std::string>& sets, int steps) {
+    std::vector<std::string> args = {"run", spec_, "--quiet", "--threads-per-rank=1", "--set", "parallel.dp=1",
+                                     "--set", "output_dir=" + dir_ + "/ref"};
+    for (const std::string& s : sets) args.push_back("--set"), args.push_back(s);
+    auto ref = testing::RunTessera(args);
+    ASSERT_EQ(ref.exit_code, 0) << ref.output;
+    const testing::Tolerances tol;  // fp32: loss atol 1e-5 / rtol 1e-3.
+    const auto want = testing::ReadLosses(dir_ + "/ref/steps.jsonl");
+    const auto got = testing::ReadLosses(out + "/steps.jsonl");
+    ASSERT_EQ(want.size(), static_cast<size_t>(steps));
+    ASSERT_EQ(got.size(), static_cast<size_t>(steps));
+    for (const auto& [step, loss] : want) {
+      EXPECT_NEAR(got.at(step), loss, tol.loss_atol + tol.loss_rtol * std::abs(loss)) << "loss of step " << step;
+    }
+  }
+
+  // tessera-rank processes of this test, on any host (one process table: the hosts share the kernel).
+  int RanksLeft() {
+    int n = 0;
+    for (const auto& e : fs::directory_iterator("/proc")) {
+      std::ifstream cmd(e.path() / "cmdline");
+      std::string s((std::istreambuf_iterator<char>(cmd)), std::istreambuf_iterator<char>());
+      n += s.find("tessera-rank") != std::string::npos && s.find(dir_ + "/") != std::string::npos;
+    }
+    return n;
+  }
+
   std::string Log(const std::string& name) {
     std::ifstream in(dir_ + "/" + name);
     return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -88,12 +131,7 @@ class MultiHostTest : public ::testing::Test {
 };
 
 TEST_F(MultiHostTest, DataParallelJobAcrossTwoHostsEqualsTheSingleProcessRun) {
-  StartWorker(1, "cpu:1");
-  StartWorker(2, "cpu:1");
-  ASSERT_TRUE(WaitFor([&] {
-    const std::string out = Cli({"workers"}).output;
-    return out.find("node1") != std::string::npos && out.find("node2") != std::string::npos;
-  }, 20)) << Cli({"workers"}).output;
+  StartTwoWorkers();
   // Each worker found its own address on the test network (no --host given).
   EXPECT_THAT(Log("node1.log"), HasSubstr("ranks bind to " + hosts_->address(1)));
   EXPECT_THAT(Log("node2.log"), HasSubstr("ranks bind to " + hosts_->address(2)));
@@ -130,6 +168,69 @@ TEST_F(MultiHostTest, DataParallelJobAcrossTwoHostsEqualsTheSingleProcessRun) {
   const auto got_w = testing::ReadF32(out + "/checkpoints/step_00000008/model.safetensors");
   ASSERT_FALSE(want_w.empty());
   testing::ExpectTensorsClose(want_w, got_w, "", tol.weight_atol, tol.weight_rtol, static_cast<int>(want_w.size()));
+}
+
+TEST_F(MultiHostTest, HostCutOffLongerThanTheTimeoutsRestartsTheJobWhichEndsAsUndisturbed) {
+  StartTwoWorkers();
+  const std::string out = dir_ + "/out";
+  const std::vector<std::string> sets = {"train.steps=200", "checkpoint.every_steps=20"};
+  std::vector<std::string> submit = {"submit", spec_, "--max-restarts=3", "--set", "output_dir=" + out};
+  for (const std::string& s : sets) submit.push_back("--set"), submit.push_back(s);
+  ASSERT_EQ(Cli(submit).exit_code, 0);
+  const std::string id = "job-000001";
+  ASSERT_TRUE(WaitFor([&] { return fs::exists(out + "/checkpoints/step_00000020"); }, 60)) << Job(id).dump();
+  // Which host runs which rank, for the names the error must carry.
+  std::string members = "members:";
+  int r = 0;
+  for (const auto& p : Job(id)["placement"]) {
+    const int host = p.value("worker_id", "") == "node1" ? 1 : 2;
+    members += absl::StrCat(r ? ", rank " : " rank ", r, " on ", hosts_->address(host));
+    ++r;
+  }
+  ASSERT_TRUE(hosts_->CutOff(2).ok());
+  const auto cut = std::chrono::steady_clock::now();
+  // The rank left on host 1 ends its collective after the 4 s timeout, naming the group's hosts, and
+  // the attempt fails (well before the default 300 s).
+  ASSERT_TRUE(WaitFor([&] { return Job(id).value("state", "") != "JOB_STATE_RUNNING"; }, 20)) << Job(id).dump();
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - cut).count(), 12.0);
+  std::this_thread::sleep_for(std::chrono::seconds(6));  // Past the 5 s heartbeat timeout: node2 is lost.
+  EXPECT_THAT(Cli({"workers"}).output, HasSubstr("LOST"));
+  ASSERT_TRUE(hosts_->Heal(2).ok());
+  auto done = Cli({"follow", id});
+  EXPECT_EQ(done.exit_code, 0) << done.output << Job(id).dump();
+  auto job = Job(id);
+  EXPECT_EQ(job.value("state", ""), "JOB_STATE_SUCCEEDED");
+  EXPECT_GE(job.value("attempt", 0), 2);
+  std::string logs;
+  for (int rank : {0, 1}) {
+    std::ifstream in(absl::StrCat(out, "/logs/rank_", rank, ".log"));
+    logs += std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  }
+  EXPECT_THAT(logs, HasSubstr(members)) << "a rank's error names every member's host";
+  ExpectLossesOfTheSingleProcessRun(out, sets, 200);
+  EXPECT_TRUE(WaitFor([&] { return RanksLeft() == 0; }, 10)) << "no rank process left on any host";
+}
+
+TEST_F(MultiHostTest, HostCutOffBrieflyLosesNothing) {
+  StartTwoWorkers();
+  const std::string out = dir_ + "/out";
+  const std::vector<std::string> sets = {"train.steps=200", "checkpoint.every_steps=20"};
+  std::vector<std::string> submit = {"submit", spec_, "--max-restarts=3", "--set", "output_dir=" + out};
+  for (const std::string& s : sets) submit.push_back("--set"), submit.push_back(s);
+  ASSERT_EQ(Cli(submit).exit_code, 0);
+  const std::string id = "job-000001";
+  ASSERT_TRUE(WaitFor([&] { return fs::exists(out + "/checkpoints/step_00000020"); }, 60)) << Job(id).dump();
+  // 1.5 s: shorter than the ranks' 4 s collective timeout and the coordinator's 5 s heartbeat timeout.
+  ASSERT_TRUE(hosts_->CutOff(2).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  ASSERT_TRUE(hosts_->Heal(2).ok());
+  auto done = Cli({"follow", id});
+  EXPECT_EQ(done.exit_code, 0) << done.output;
+  auto job = Job(id);
+  EXPECT_EQ(job.value("state", ""), "JOB_STATE_SUCCEEDED");
+  EXPECT_EQ(job.value("attempt", 0), 1) << "no restart: " << job.dump();
+  ExpectLossesOfTheSingleProcessRun(out, sets, 200);
+  EXPECT_TRUE(WaitFor([&] { return RanksLeft() == 0; }, 10)) << "no rank process left on any host";
 }
 
 TEST_F(MultiHostTest, HostsReachOnlyEachOther) {

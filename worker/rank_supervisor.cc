@@ -58,7 +58,8 @@ absl::Status RankSupervisor::Start(const v1::Assignment& a) {
   so.argv = {options_.rank_binary, "--spec=" + spec_path, absl::StrCat("--rank=", a.rank()),
              absl::StrCat("--world_size=", a.world_size()), "--store_host=" + a.store_host(),
              absl::StrCat("--store_port=", a.store_port()), absl::StrCat("--local_rank=", a.local_rank()),
-             absl::StrCat("--threads=", options_.threads_per_rank), "--host=" + options_.host};
+             absl::StrCat("--threads=", options_.threads_per_rank), "--host=" + options_.host,
+             absl::StrCat("--timeout_s=", options_.collective_timeout_s)};
   so.log_path = r.log_path;
   so.env = {{"OMP_NUM_THREADS", absl::StrCat(options_.threads_per_rank)}};
   if (!options_.interface.empty()) {

@@ -26,6 +26,8 @@ struct RankSupervisorOptions {
   std::chrono::milliseconds stop_grace{10000};  // SIGTERM → SIGKILL.
   std::string host = "127.0.0.1";               // This node's address (the worker's --host): the ranks'
                                                 // collectives bind to it (tessera-rank --host).
+  int collective_timeout_s = 300;                // A rank's rendezvous and each collective fail after this
+                                                // (tessera-rank --timeout_s), naming the group's hosts.
   std::string interface;                        // The interface that has `host` ("" unknown): NCCL's and
                                                 // Gloo's socket interface (NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME).
 };

@@ -28,6 +28,10 @@ ABSL_FLAG(std::string, host, "",
           "the address this machine uses towards --coordinator (printed).");
 ABSL_FLAG(std::string, store_ports, "29500-29599", "Ports rank 0's c10d store may use here (MIN-MAX).");
 ABSL_FLAG(int, stop_grace_s, 10, "Seconds between SIGTERM and SIGKILL when stopping a rank.");
+ABSL_FLAG(int, collective_timeout_s, 300,
+          "A rank's rendezvous, store and each collective fail after this many seconds, naming the group's "
+          "hosts (docs/fault-model.md: keep it below the coordinator's --heartbeat_timeout_s to learn which "
+          "host stalled from the rank's own error).");
 ABSL_FLAG(int, threads_per_rank, 0, "Intra-op threads of each rank; 0 = cores / devices.");
 ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9465", "Prometheus /metrics address; port 0 picks one (printed).");
 ABSL_FLAG(double, peak_tflops_per_device, 0,
@@ -123,6 +127,8 @@ int main(int argc, char** argv) {
   }
   o.supervisor.work_dir = absl::GetFlag(FLAGS_work_dir);
   o.supervisor.stop_grace = std::chrono::seconds(absl::GetFlag(FLAGS_stop_grace_s));
+  o.supervisor.collective_timeout_s = absl::GetFlag(FLAGS_collective_timeout_s);
+  if (o.supervisor.collective_timeout_s < 1) return Fail("--collective_timeout_s must be at least 1");
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   o.supervisor.threads_per_rank = absl::GetFlag(FLAGS_threads_per_rank) > 0 ? absl::GetFlag(FLAGS_threads_per_rank)
                                                                              : std::max(1, cores / o.device_count);

@@ -5,6 +5,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
 #include <functional>
+#include <memory>
 
 #include "absl/strings/str_cat.h"
 
@@ -24,14 +25,24 @@ c10d::ReduceOp ToC10d(ReduceOp op) {
 // Runs `fn` (which issues one c10d operation and returns its Work), waits, and turns c10d's
 // exceptions into a Status naming the operation and the group.
 template <typename Fn>
-absl::Status Run(const std::string& group, const char* op, Fn&& fn) {
+absl::Status Run(const std::string& group, const std::string& peers, const char* op, Fn&& fn) {
   try {
     c10::intrusive_ptr<c10d::Work> work = fn();
     work->wait();
     return absl::OkStatus();
   } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat(op, " on ", group, " failed: ", e.what()));
+    return absl::InternalError(absl::StrCat(op, " on ", group, " failed: ", e.what(), "; ", peers));
   }
+}
+
+// "members: rank 0 on HOST, rank 1 on HOST" (global ranks; hosts as the ranks published them).
+std::string DescribePeers(const std::vector<int>& members, const std::vector<std::string>& hosts) {
+  std::string out = "members:";
+  for (size_t i = 0; i < members.size(); ++i) {
+    absl::StrAppend(&out, i ? ", rank " : " rank ", members[i], " on ",
+                    i < hosts.size() && !hosts[i].empty() ? hosts[i] : "?");
+  }
+  return out;
 }
 
 // Gloo reduces in the tensor's dtype and lacks some low-precision types: bf16 and fp16 tensors travel
@@ -52,9 +63,12 @@ class GlooWork final : public CommWork {
       on_done_ = nullptr;
       return absl::OkStatus();
     } catch (const std::exception& e) {
-      return absl::InternalError(absl::StrCat(what_, " failed: ", e.what()));
+      return absl::InternalError(
+          absl::StrCat(what_, " failed: ", e.what(), peers_ ? "; " : "", peers_ ? *peers_ : ""));
     }
   }
+  // Failures name the group's members and their hosts too (which peer a timeout waited for).
+  void set_peers(std::shared_ptr<const std::string> peers) { peers_ = std::move(peers); }
   static std::unique_ptr<CommWork> Failed(absl::Status s) {
     auto w = std::make_unique<GlooWork>(c10::intrusive_ptr<c10d::Work>(), "");
     w->error_ = std::move(s);
@@ -65,6 +79,7 @@ class GlooWork final : public CommWork {
   c10::intrusive_ptr<c10d::Work> work_;
   std::string what_;
   std::function<void()> on_done_;  // Runs once after a successful wait.
+  std::shared_ptr<const std::string> peers_;
   absl::Status error_;
 };
 
@@ -72,6 +87,12 @@ class GlooWork final : public CommWork {
 
 struct GlooCommunicator::Impl {
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg;
+  std::shared_ptr<const std::string> peers;  // DescribePeers of the group.
+
+  std::unique_ptr<CommWork> WithPeers(std::unique_ptr<GlooWork> work) const {
+    work->set_peers(peers);
+    return work;
+  }
 };
 
 GlooCommunicator::GlooCommunicator(std::unique_ptr<Impl> impl, std::string name,
@@ -82,7 +103,8 @@ GlooCommunicator::~GlooCommunicator() = default;
 
 absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
     const c10::intrusive_ptr<c10d::Store>& store, std::string name, std::vector<int> members,
-    int global_rank, std::chrono::milliseconds timeout, const std::string& local_host) {
+    int global_rank, std::chrono::milliseconds timeout, const std::string& local_host,
+    const std::vector<std::string>& member_hosts) {
   int rank = -1;
   for (size_t i = 0; i < members.size(); ++i) {
     if (members[i] == global_rank) rank = static_cast<int>(i);
@@ -91,6 +113,7 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
     return absl::InvalidArgumentError(absl::StrCat("rank ", global_rank, " is not in group ", name));
   }
   auto impl = std::make_unique<Impl>();
+  impl->peers = std::make_shared<const std::string>(DescribePeers(members, member_hosts));
   try {
     auto options = c10d::ProcessGroupGloo::Options::create(timeout);
     // Gloo's pairs bind to this address and publish it through the store: it must be one the
@@ -102,7 +125,8 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
                                                            static_cast<int>(members.size()), options);
   } catch (const std::exception& e) {
     return absl::UnavailableError(
-        absl::StrCat("rendezvous of group ", name, " (this rank on ", local_host, ") failed: ", e.what()));
+        absl::StrCat("rendezvous of group ", name, " (this rank on ", local_host, ") failed: ", e.what(), "; ",
+                     *impl->peers));
   }
   return std::unique_ptr<GlooCommunicator>(
       new GlooCommunicator(std::move(impl), std::move(name), std::move(members), rank));
@@ -127,8 +151,8 @@ std::unique_ptr<CommWork> GlooCommunicator::AllReduceAsync(at::Tensor& t, Reduce
     std::vector<at::Tensor> tensors{target};
     c10d::AllreduceOptions opts;
     opts.reduceOp = ToC10d(op);
-    return std::make_unique<GlooWork>(impl_->pg->allreduce(tensors, opts),
-                                      absl::StrCat("all_reduce on ", name_), std::move(on_done));
+    return impl_->WithPeers(std::make_unique<GlooWork>(impl_->pg->allreduce(tensors, opts),
+                                      absl::StrCat("all_reduce on ", name_), std::move(on_done)));
   } catch (const std::exception& e) {
     return GlooWork::Failed(absl::InternalError(absl::StrCat("all_reduce on ", name_, ": ", e.what())));
   }
@@ -146,7 +170,8 @@ std::unique_ptr<CommWork> GlooCommunicator::AllGatherAsync(const at::Tensor& in,
   CountShare(out.numel() * out.element_size());
   try {
     at::Tensor src = in.contiguous();
-    return std::make_unique<GlooWork>(impl_->pg->_allgather_base(out, src), absl::StrCat("all_gather on ", name_));
+    return impl_->WithPeers(
+        std::make_unique<GlooWork>(impl_->pg->_allgather_base(out, src), absl::StrCat("all_gather on ", name_)));
   } catch (const std::exception& e) {
     return GlooWork::Failed(absl::InternalError(absl::StrCat("all_gather on ", name_, ": ", e.what())));
   }
@@ -173,8 +198,8 @@ std::unique_ptr<CommWork> GlooCommunicator::ReduceScatterAsync(const at::Tensor&
     }
     c10d::ReduceScatterOptions opts;
     opts.reduceOp = ToC10d(op);
-    return std::make_unique<GlooWork>(impl_->pg->_reduce_scatter_base(target, src, opts),
-                                      absl::StrCat("reduce_scatter on ", name_), std::move(on_done));
+    return impl_->WithPeers(std::make_unique<GlooWork>(impl_->pg->_reduce_scatter_base(target, src, opts),
+                                      absl::StrCat("reduce_scatter on ", name_), std::move(on_done)));
   } catch (const std::exception& e) {
     return GlooWork::Failed(absl::InternalError(absl::StrCat("reduce_scatter on ", name_, ": ", e.what())));
   }
@@ -186,7 +211,7 @@ absl::Status GlooCommunicator::Broadcast(at::Tensor& t, int root) {
   std::vector<at::Tensor> tensors{t};
   c10d::BroadcastOptions opts;
   opts.rootRank = root;
-  return Run(name_, "broadcast", [&] { return impl_->pg->broadcast(tensors, opts); });
+  return Run(name_, *impl_->peers, "broadcast", [&] { return impl_->pg->broadcast(tensors, opts); });
 }
 
 absl::Status GlooCommunicator::Reduce(at::Tensor& t, int root, ReduceOp op) {
@@ -198,7 +223,7 @@ absl::Status GlooCommunicator::Reduce(at::Tensor& t, int root, ReduceOp op) {
   c10d::ReduceOptions opts;
   opts.rootRank = root;
   opts.reduceOp = ToC10d(op);
-  absl::Status s = Run(name_, "reduce", [&] { return impl_->pg->reduce(tensors, opts); });
+  absl::Status s = Run(name_, *impl_->peers, "reduce", [&] { return impl_->pg->reduce(tensors, opts); });
   if (s.ok() && !target.is_same(t)) t.copy_(target);
   return s;
 }
@@ -211,7 +236,7 @@ absl::Status GlooCommunicator::AllToAll(const at::Tensor& in, at::Tensor& out) {
   CountShare(in.numel() * in.element_size());
   at::Tensor src = in.contiguous();
   std::vector<int64_t> even;  // Empty split sizes: equal chunks.
-  return Run(name_, "all_to_all", [&] { return impl_->pg->alltoall_base(out, src, even, even); });
+  return Run(name_, *impl_->peers, "all_to_all", [&] { return impl_->pg->alltoall_base(out, src, even, even); });
 }
 
 absl::Status GlooCommunicator::Send(const at::Tensor& t, int dst, int tag) { return SendAsync(t, dst, tag)->Wait(); }
@@ -226,8 +251,8 @@ std::unique_ptr<CommWork> GlooCommunicator::SendAsync(const at::Tensor& t, int d
   try {
     // The work keeps its tensors alive until it completes.
     std::vector<at::Tensor> tensors{t.contiguous()};
-    return std::make_unique<GlooWork>(impl_->pg->send(tensors, dst, tag),
-                                      absl::StrCat("send to ", dst, " on ", name_));
+    return impl_->WithPeers(std::make_unique<GlooWork>(impl_->pg->send(tensors, dst, tag),
+                                      absl::StrCat("send to ", dst, " on ", name_)));
   } catch (const std::exception& e) {
     return GlooWork::Failed(absl::InternalError(absl::StrCat("send on ", name_, ": ", e.what())));
   }
@@ -242,15 +267,15 @@ std::unique_ptr<CommWork> GlooCommunicator::RecvAsync(at::Tensor& t, int src, in
   }
   try {
     std::vector<at::Tensor> tensors{t};
-    return std::make_unique<GlooWork>(impl_->pg->recv(tensors, src, tag),
-                                      absl::StrCat("recv from ", src, " on ", name_));
+    return impl_->WithPeers(std::make_unique<GlooWork>(impl_->pg->recv(tensors, src, tag),
+                                      absl::StrCat("recv from ", src, " on ", name_)));
   } catch (const std::exception& e) {
     return GlooWork::Failed(absl::InternalError(absl::StrCat("recv on ", name_, ": ", e.what())));
   }
 }
 
 absl::Status GlooCommunicator::Barrier() {
-  return Run(name_, "barrier", [&] { return impl_->pg->barrier(); });
+  return Run(name_, *impl_->peers, "barrier", [&] { return impl_->pg->barrier(); });
 }
 
 }  // namespace tessera::parallel

@@ -22,10 +22,13 @@ class GlooCommunicator final : public Communicator {
   // Rendezvous of the group `members` (global ranks, in group order) through `store` under the key
   // prefix `name`; `global_rank` must be one of `members`. This rank's pairs listen on and connect
   // from `local_host` (this node's address, which the other members can reach; "127.0.0.1" when every
-  // member is on this machine). Blocks until every member joined or `timeout` passed.
+  // member is on this machine). Blocks until every member joined or `timeout` passed; every
+  // operation fails after `timeout` too. `member_hosts` (in member order, optional) only feeds error
+  // messages: a failure names the operation, the group and each member's host.
   static absl::StatusOr<std::unique_ptr<GlooCommunicator>> Create(
       const c10::intrusive_ptr<c10d::Store>& store, std::string name, std::vector<int> members,
-      int global_rank, std::chrono::milliseconds timeout, const std::string& local_host = "127.0.0.1");
+      int global_rank, std::chrono::milliseconds timeout, const std::string& local_host = "127.0.0.1",
+      const std::vector<std::string>& member_hosts = {});
   ~GlooCommunicator() override;
 
   int rank() const override { return rank_; }

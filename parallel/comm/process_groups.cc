@@ -17,7 +17,8 @@ std::atomic<NcclFactory> nccl_factory{nullptr};
 absl::StatusOr<std::shared_ptr<Communicator>> MakeGroup(const c10::intrusive_ptr<c10d::Store>& store,
                                                         const std::string& axis,
                                                         const std::vector<int>& members, int rank,
-                                                        const BootstrapOptions& options) {
+                                                        const BootstrapOptions& options,
+                                                        const std::vector<std::string>& rank_hosts) {
   std::string name = absl::StrCat(axis, "[", absl::StrJoin(members, ","), "]");
   if (members.size() == 1) return std::make_shared<SelfCommunicator>(rank, name);
   if (options.backend == CommBackend::kNccl) {
@@ -28,7 +29,9 @@ absl::StatusOr<std::shared_ptr<Communicator>> MakeGroup(const c10::intrusive_ptr
     }
     return factory(store, name, members, rank, options.device_index, options.timeout);
   }
-  auto comm = GlooCommunicator::Create(store, name, members, rank, options.timeout, options.local_host);
+  std::vector<std::string> hosts;
+  for (int m : members) hosts.push_back(m < static_cast<int>(rank_hosts.size()) ? rank_hosts[m] : "");
+  auto comm = GlooCommunicator::Create(store, name, members, rank, options.timeout, options.local_host, hosts);
   if (!comm.ok()) return comm.status();
   return std::shared_ptr<Communicator>(std::move(*comm));
 }
@@ -59,6 +62,24 @@ absl::StatusOr<ProcessGroups> CreateProcessGroups(const BootstrapOptions& option
     } catch (const std::exception& e) {
       return absl::UnavailableError(absl::StrCat("cannot reach the store at ", options.store_host, ":",
                                                  options.store_port, ": ", e.what()));
+    }
+  }
+  // Every rank's host, for error messages that say which host a failed collective waited for: each
+  // rank publishes its own and reads the others' (all ranks bootstrap together, so this waits little).
+  std::vector<std::string> rank_hosts(world);
+  rank_hosts[options.rank] = options.local_host;
+  if (store) {
+    try {
+      const std::string& h = options.local_host;
+      store->set(absl::StrCat("tessera/host/", options.rank), std::vector<uint8_t>(h.begin(), h.end()));
+      for (int r = 0; r < world; ++r) {
+        const std::vector<uint8_t> v = store->get(absl::StrCat("tessera/host/", r));
+        rank_hosts[r].assign(v.begin(), v.end());
+      }
+    } catch (const std::exception& e) {
+      return absl::UnavailableError(absl::StrCat("rank ", options.rank, " on ", options.local_host,
+                                                 ": not every rank reached the store at ", options.store_host, ":",
+                                                 options.store_port, " in time: ", e.what()));
     }
   }
   ProcessGroups groups;
@@ -107,7 +128,7 @@ absl::StatusOr<ProcessGroups> CreateProcessGroups(const BootstrapOptions& option
     wants.push_back({"embed", &groups.embed, ends});
   }
   for (Want& w : wants) {
-    auto comm = MakeGroup(store, w.name ? w.name : "tpaxis", w.members, options.rank, options);
+    auto comm = MakeGroup(store, w.name ? w.name : "tpaxis", w.members, options.rank, options, rank_hosts);
     if (!comm.ok()) return comm.status();
     *w.out = std::move(*comm);
   }
