@@ -23,6 +23,7 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 using testing::RunTessera;
+using testing::WaitFor;
 
 // tessera-rank processes whose command line contains every needle (rank processes carry their
 // worker's work dir and their job id in their --spec path).
@@ -36,16 +37,6 @@ std::vector<pid_t> ProcessesMatching(const std::vector<std::string>& needles) {
     if (all) out.push_back(std::stoi(e.path().filename().string()));
   }
   return out;
-}
-
-template <typename Pred>
-bool WaitFor(Pred pred, int seconds) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return pred();
 }
 
 class ClusterTest : public ::testing::Test {
@@ -126,6 +117,35 @@ class ClusterTest : public ::testing::Test {
     return j.is_discarded() ? "" : j.value("id", "");
   }
 
+  // Runs the undisturbed reference of `steps` steps (`tessera run`, into DIR/ref), submits the same
+  // spec as job-000001 with two restarts allowed, and waits for its checkpoint of step 5. Returns the
+  // job's output directory.
+  std::string StartRestartableJob(int steps) {
+    const std::string n = absl::StrCat("train.steps=", steps);
+    auto ref = RunTessera({"run", spec_, "--quiet", "--threads-per-rank=1", "--set", n, "--set",
+                           "output_dir=" + dir_ + "/ref"});
+    EXPECT_EQ(ref.exit_code, 0) << ref.output;
+    const std::string out = dir_ + "/out";
+    auto r = Cli({"submit", spec_, "--max-restarts=2", "--set", n, "--set", "output_dir=" + out});
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_TRUE(WaitFor([&] { return fs::exists(out + "/checkpoints/step_00000005"); }, 60));
+    return out;
+  }
+
+  // job-000001 ends SUCCEEDED after exactly one restart, with the reference's losses bit for bit (same
+  // layout, same restored state and data position: the same arithmetic).
+  void ExpectOneRestartAndUndisturbedLosses(const std::string& out, int steps) {
+    auto done = Cli({"follow", "job-000001"});
+    EXPECT_EQ(done.exit_code, 0) << done.output;
+    auto job = Job("job-000001");
+    EXPECT_EQ(job.value("state", ""), "JOB_STATE_SUCCEEDED");
+    EXPECT_EQ(job.value("attempt", 0), 2) << "one restart";
+    const auto want = testing::ReadLosses(dir_ + "/ref/steps.jsonl");
+    const auto got = testing::ReadLosses(out + "/steps.jsonl");
+    ASSERT_EQ(got.size(), static_cast<size_t>(steps));
+    for (const auto& [step, loss] : want) EXPECT_EQ(got.at(step), loss) << "step " << step;
+  }
+
   std::string dir_, addr_, data_, spec_;
   int port_ = 0;
   pid_t coordinator_ = -1;
@@ -191,59 +211,28 @@ TEST_F(ClusterTest, JobLargerThanTheClusterWaitsWithItsReason) {
 }
 
 TEST_F(ClusterTest, KilledRankRestartsFromCheckpointWithUndisturbedLosses) {
-  // The undisturbed reference: the same spec through `tessera run`.
-  auto ref = RunTessera({"run", spec_, "--quiet", "--threads-per-rank=1", "--set", "train.steps=60", "--set",
-                         "output_dir=" + dir_ + "/ref"});
-  ASSERT_EQ(ref.exit_code, 0) << ref.output;
-  const std::string out = dir_ + "/out";
-  auto r = Cli({"submit", spec_, "--max-restarts=2", "--set", "train.steps=60", "--set", "output_dir=" + out});
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  ASSERT_TRUE(WaitFor([&] { return fs::exists(out + "/checkpoints/step_00000005"); }, 60));
+  const std::string out = StartRestartableJob(60);
   auto ranks = ProcessesMatching({dir_ + "/", "/jobs/job-000001/attempt_1/"});
   ASSERT_FALSE(ranks.empty());
   kill(ranks.back(), SIGKILL);
-  auto done = Cli({"follow", "job-000001"});
-  EXPECT_EQ(done.exit_code, 0) << done.output;
-  auto job = Job("job-000001");
-  EXPECT_EQ(job.value("state", ""), "JOB_STATE_SUCCEEDED");
-  EXPECT_EQ(job.value("attempt", 0), 2) << "one restart";
-  const auto want = testing::ReadLosses(dir_ + "/ref/steps.jsonl");
-  const auto got = testing::ReadLosses(out + "/steps.jsonl");
-  ASSERT_EQ(got.size(), 60u);
-  // Same layout, same restored state and data position: the same arithmetic, bit for bit.
-  for (const auto& [step, loss] : want) EXPECT_EQ(got.at(step), loss) << "step " << step;
+  ExpectOneRestartAndUndisturbedLosses(out, 60);
 }
 
 TEST_F(ClusterTest, WorkerRestartedWithinTheHeartbeatTimeoutRestartsItsJob) {
   // As systemd's Restart= does: the worker dies (its rank with it) and is back before the coordinator's
   // 5 s heartbeat timeout could call it lost. Its registration reports no rank of the running attempt.
-  auto ref = RunTessera({"run", spec_, "--quiet", "--threads-per-rank=1", "--set", "train.steps=40", "--set",
-                         "output_dir=" + dir_ + "/ref"});
-  ASSERT_EQ(ref.exit_code, 0) << ref.output;
-  const std::string out = dir_ + "/out";
-  auto submitted = Cli({"submit", spec_, "--max-restarts=2", "--set", "train.steps=40", "--set", "output_dir=" + out});
-  ASSERT_EQ(submitted.exit_code, 0) << submitted.output;
-  const std::string id = "job-000001";
-  ASSERT_TRUE(WaitFor([&] { return fs::exists(out + "/checkpoints/step_00000005"); }, 60));
-  ASSERT_EQ(Job(id).value("attempt", 0), 1);
+  const std::string out = StartRestartableJob(40);
+  ASSERT_EQ(Job("job-000001").value("attempt", 0), 1);
   kill(workers_["b"], SIGKILL);
   int status = 0;
   waitpid(workers_["b"], &status, 0);
   const auto killed = std::chrono::steady_clock::now();
   StartWorker("b");
   // The attempt fails at the re-registration, not after a collective timeout (300 s) of the other rank.
-  ASSERT_TRUE(WaitFor([&] { return Job(id).value("attempt", 0) == 2; }, 15)) << Job(id).dump();
+  ASSERT_TRUE(WaitFor([&] { return Job("job-000001").value("attempt", 0) == 2; }, 15)) << Job("job-000001").dump();
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count(), 15.0);
-  auto done = Cli({"follow", id});
-  EXPECT_EQ(done.exit_code, 0) << done.output;
-  auto job = Job(id);
-  EXPECT_EQ(job.value("state", ""), "JOB_STATE_SUCCEEDED");
-  EXPECT_EQ(job.value("attempt", 0), 2) << "one restart";
-  const auto want = testing::ReadLosses(dir_ + "/ref/steps.jsonl");
-  const auto got = testing::ReadLosses(out + "/steps.jsonl");
-  ASSERT_EQ(got.size(), 40u);
-  for (const auto& [step, loss] : want) EXPECT_EQ(got.at(step), loss) << "step " << step;
-  EXPECT_TRUE(ProcessesMatching({dir_ + "/", "/jobs/" + id + "/attempt_1/"}).empty()) << "no rank of attempt 1 left";
+  ExpectOneRestartAndUndisturbedLosses(out, 40);
+  EXPECT_TRUE(ProcessesMatching({dir_ + "/", "/jobs/job-000001/attempt_1/"}).empty()) << "no rank of attempt 1 left";
 }
 
 TEST_F(ClusterTest, CoordinatorKilledMidJobLosesNothing) {

@@ -21,16 +21,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
-
-template <typename Pred>
-bool WaitFor(Pred pred, int seconds) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  return pred();
-}
+using testing::WaitFor;
 
 // Host 0 runs the coordinator (and the CLI); hosts 1.. run one worker each.
 class MultiHostTest : public ::testing::Test {
@@ -110,6 +101,19 @@ class MultiHostTest : public ::testing::Test {
     }
   }
 
+  // Submits the spec as job-000001 with kLongJob's settings and three restarts allowed, across the two
+  // workers, and waits for its checkpoint of step 20. Returns its output directory.
+  std::string StartLongJob() {
+    const std::string out = dir_ + "/out";
+    std::vector<std::string> submit = {"submit", spec_, "--max-restarts=3", "--set", "output_dir=" + out};
+    for (const std::string& s : kLongJob) submit.push_back("--set"), submit.push_back(s);
+    EXPECT_EQ(Cli(submit).exit_code, 0);
+    EXPECT_TRUE(WaitFor([&] { return fs::exists(out + "/checkpoints/step_00000020"); }, 60))
+        << Job("job-000001").dump();
+    return out;
+  }
+  static inline const std::vector<std::string> kLongJob = {"train.steps=200", "checkpoint.every_steps=20"};
+
   // tessera-rank processes of this test, on any host (one process table: the hosts share the kernel).
   int RanksLeft() {
     int n = 0;
@@ -172,13 +176,8 @@ TEST_F(MultiHostTest, DataParallelJobAcrossTwoHostsEqualsTheSingleProcessRun) {
 
 TEST_F(MultiHostTest, HostCutOffLongerThanTheTimeoutsRestartsTheJobWhichEndsAsUndisturbed) {
   StartTwoWorkers();
-  const std::string out = dir_ + "/out";
-  const std::vector<std::string> sets = {"train.steps=200", "checkpoint.every_steps=20"};
-  std::vector<std::string> submit = {"submit", spec_, "--max-restarts=3", "--set", "output_dir=" + out};
-  for (const std::string& s : sets) submit.push_back("--set"), submit.push_back(s);
-  ASSERT_EQ(Cli(submit).exit_code, 0);
+  const std::string out = StartLongJob();
   const std::string id = "job-000001";
-  ASSERT_TRUE(WaitFor([&] { return fs::exists(out + "/checkpoints/step_00000020"); }, 60)) << Job(id).dump();
   // Which host runs which rank, for the names the error must carry.
   std::string members = "members:";
   int r = 0;
@@ -207,19 +206,14 @@ TEST_F(MultiHostTest, HostCutOffLongerThanTheTimeoutsRestartsTheJobWhichEndsAsUn
     logs += std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   }
   EXPECT_THAT(logs, HasSubstr(members)) << "a rank's error names every member's host";
-  ExpectLossesOfTheSingleProcessRun(out, sets, 200);
+  ExpectLossesOfTheSingleProcessRun(out, kLongJob, 200);
   EXPECT_TRUE(WaitFor([&] { return RanksLeft() == 0; }, 10)) << "no rank process left on any host";
 }
 
 TEST_F(MultiHostTest, HostCutOffBrieflyLosesNothing) {
   StartTwoWorkers();
-  const std::string out = dir_ + "/out";
-  const std::vector<std::string> sets = {"train.steps=200", "checkpoint.every_steps=20"};
-  std::vector<std::string> submit = {"submit", spec_, "--max-restarts=3", "--set", "output_dir=" + out};
-  for (const std::string& s : sets) submit.push_back("--set"), submit.push_back(s);
-  ASSERT_EQ(Cli(submit).exit_code, 0);
+  const std::string out = StartLongJob();
   const std::string id = "job-000001";
-  ASSERT_TRUE(WaitFor([&] { return fs::exists(out + "/checkpoints/step_00000020"); }, 60)) << Job(id).dump();
   // 1.5 s: shorter than the ranks' 4 s collective timeout and the coordinator's 5 s heartbeat timeout.
   ASSERT_TRUE(hosts_->CutOff(2).ok());
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));
@@ -229,7 +223,7 @@ TEST_F(MultiHostTest, HostCutOffBrieflyLosesNothing) {
   auto job = Job(id);
   EXPECT_EQ(job.value("state", ""), "JOB_STATE_SUCCEEDED");
   EXPECT_EQ(job.value("attempt", 0), 1) << "no restart: " << job.dump();
-  ExpectLossesOfTheSingleProcessRun(out, sets, 200);
+  ExpectLossesOfTheSingleProcessRun(out, kLongJob, 200);
   EXPECT_TRUE(WaitFor([&] { return RanksLeft() == 0; }, 10)) << "no rank process left on any host";
 }
 

@@ -3,10 +3,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "nlohmann/json.hpp"
 #include "parallel/checkpoint/safetensors.h"
@@ -14,6 +16,15 @@
 namespace tessera::testing {
 
 namespace fs = std::filesystem;
+
+bool WaitFor(const std::function<bool()>& pred, int seconds) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return pred();
+}
 
 std::string Runfile(const std::string& path) {
   const char* srcdir = getenv("TEST_SRCDIR");

@@ -3,6 +3,7 @@
 #ifndef TESSERA_TESTS_TESTING_CLI_H_
 #define TESSERA_TESTS_TESTING_CLI_H_
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -19,6 +20,9 @@ CliResult RunTessera(const std::vector<std::string>& args);
 
 // Runs argv (argv[0] a path or a name on PATH) to completion; stdout and stderr together.
 CliResult RunCommand(const std::vector<std::string>& argv);
+
+// Polls `pred` every 50 ms until it holds (true) or `seconds` passed (its last answer).
+bool WaitFor(const std::function<bool()>& pred, int seconds);
 
 // Absolute path of a runfile, e.g. "client/tessera".
 std::string Runfile(const std::string& path);
