@@ -64,8 +64,13 @@ class Coordinator {
   absl::StatusOr<v1::RegisterWorkerResponse> RegisterWorker(const v1::RegisterWorkerRequest& request);
   absl::Status Heartbeat(const std::string& worker_id);
   // The next start/stop order for the worker, waiting up to `timeout`; nullopt when none came.
+  // `session` (from RegisterWorker; 0: any) must be the worker's newest: a stream of an older
+  // registration gets FailedPrecondition and takes nothing.
   absl::StatusOr<std::optional<v1::Assignment>> NextAssignment(const std::string& worker_id,
-                                                               absl::Duration timeout);
+                                                               absl::Duration timeout, int64_t session = 0);
+  // Puts back an order that NextAssignment gave but that could not be delivered, first in the queue,
+  // if `session` is still the worker's newest (else the registration's reconciliation covers it).
+  void ReturnAssignment(const std::string& worker_id, int64_t session, v1::Assignment assignment);
   absl::Status ReportRankStatus(const v1::ReportRankStatusRequest& request);
 
   // Marks workers silent for longer than heartbeat_timeout as lost and fails their attempts.
@@ -101,6 +106,7 @@ class Coordinator {
     std::set<int> used_devices;
     std::set<int> used_ports;
     absl::Time last_heartbeat;
+    int64_t session = 0;  // Of the newest registration.
   };
 
   void TryScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -127,6 +133,8 @@ class Coordinator {
   std::map<std::string, WorkerEntry> workers_ ABSL_GUARDED_BY(mu_);
   std::deque<std::string> queue_ ABSL_GUARDED_BY(mu_);  // PENDING job ids, first come first served.
   uint64_t version_counter_ ABSL_GUARDED_BY(mu_) = 0;
+  // Sessions count up from the start time, so that none repeats one of a previous coordinator process.
+  int64_t last_session_ ABSL_GUARDED_BY(mu_) = absl::ToUnixMicros(absl::Now());
 };
 
 bool IsTerminal(v1::JobState state);

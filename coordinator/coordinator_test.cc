@@ -160,6 +160,37 @@ TEST_F(CoordinatorTest, LostWorkerFailsItsAttemptAndInvalidInputIsNamed) {
   EXPECT_THAT(c_->RegisterWorker(r).status().message(), HasSubstr("name: is required"));
 }
 
+TEST_F(CoordinatorTest, WorkerRegisteringAgainWithoutItsRanksFailsTheAttemptAndFencesOldStreams) {
+  const std::string a = AddWorker("a", 1);
+  auto first = c_->RegisterWorker(Registration("b", 1));
+  ASSERT_TRUE(first.ok());
+  auto job = c_->Submit(Spec(2, 1), 1);
+  ASSERT_TRUE(job.ok()) << job.status();
+  auto on_a = Drain(a), on_b = Drain("b");
+  ASSERT_EQ(on_a.size(), 1u);
+  ASSERT_EQ(on_b.size(), 1u);
+  Report(a, on_a[0], v1::ReportRankStatusRequest::EVENT_STARTED);
+  Report("b", on_b[0], v1::ReportRankStatusRequest::EVENT_STARTED);
+  ASSERT_EQ(State(job->id()), v1::JOB_STATE_RUNNING);
+  // b restarts (its rank died with it) and registers before any heartbeat timeout, running nothing.
+  auto second = c_->RegisterWorker(Registration("b", 1));
+  ASSERT_TRUE(second.ok());
+  EXPECT_NE(second->session(), first->session());
+  EXPECT_EQ(State(job->id()), v1::JOB_STATE_RESTARTING);
+  EXPECT_THAT(c_->GetJob(job->id())->reason(), HasSubstr("worker b registered again without rank 1 of attempt 1"));
+  // The dead process's stream (the first session) takes nothing any more; the new one does.
+  auto stale = c_->NextAssignment("b", absl::ZeroDuration(), first->session());
+  ASSERT_FALSE(stale.ok());
+  EXPECT_THAT(stale.status().message(), HasSubstr("this stream of session"));
+  v1::Assignment order;
+  order.set_job_id("x");
+  c_->ReturnAssignment("b", first->session(), order);  // Of an old session: dropped.
+  c_->ReturnAssignment("b", second->session(), order);  // Undelivered on the current one: first again.
+  auto next = c_->NextAssignment("b", absl::ZeroDuration(), second->session());
+  ASSERT_TRUE(next.ok() && next->has_value());
+  EXPECT_EQ((*next)->job_id(), "x");
+}
+
 TEST_F(CoordinatorTest, RestartedCoordinatorAdoptsReportedRanksAndRequeuesTheRest) {
   const std::string a = AddWorker("a", 1), b = AddWorker("b", 1);
   auto adopted = c_->Submit(Spec(1, 1), 0);

@@ -60,6 +60,7 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(const v1:
   w.port_max = req.store_port_max();
   w.last_heartbeat = absl::Now();
   w.queue.clear();
+  w.session = ++last_session_;  // Streams of earlier registrations stop taking orders.
   // Exits the worker could not report while it was away come first.
   for (v1::ReportRankStatusRequest exit : req.exited()) {
     exit.set_worker_id(id);
@@ -122,6 +123,7 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(const v1:
   v1::RegisterWorkerResponse resp;
   resp.set_worker_id(id);
   resp.set_heartbeat_interval_ms(static_cast<int32_t>(absl::ToInt64Milliseconds(options_.heartbeat_interval)));
+  resp.set_session(w.session);
   return resp;
 }
 
@@ -149,13 +151,18 @@ absl::Status Coordinator::Heartbeat(const std::string& worker_id) {
 }
 
 absl::StatusOr<std::optional<v1::Assignment>> Coordinator::NextAssignment(const std::string& worker_id,
-                                                                         absl::Duration timeout) {
+                                                                         absl::Duration timeout, int64_t session) {
   absl::MutexLock lock(&mu_);
   const absl::Time deadline = absl::Now() + timeout;
   while (true) {
     auto it = workers_.find(worker_id);
     if (it == workers_.end() || it->second.info.state() == v1::Worker::STATE_LOST) {
       return absl::NotFoundError(absl::StrCat("worker ", worker_id, " is not registered; register again"));
+    }
+    if (session != 0 && session != it->second.session) {
+      return absl::FailedPreconditionError(absl::StrCat("worker ", worker_id, " registered again (session ",
+                                                        it->second.session, "); this stream of session ", session,
+                                                        " is over"));
     }
     if (!it->second.queue.empty()) {
       v1::Assignment a = std::move(it->second.queue.front());
@@ -165,6 +172,13 @@ absl::StatusOr<std::optional<v1::Assignment>> Coordinator::NextAssignment(const 
     if (absl::Now() >= deadline) return std::optional<v1::Assignment>();
     changed_.WaitWithDeadline(&mu_, deadline);
   }
+}
+
+void Coordinator::ReturnAssignment(const std::string& worker_id, int64_t session, v1::Assignment assignment) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end() || it->second.session != session) return;
+  it->second.queue.push_front(std::move(assignment));
 }
 
 absl::Status Coordinator::ReportRankStatus(const v1::ReportRankStatusRequest& req) {

@@ -27,9 +27,11 @@ grpc::Status WorkerServiceImpl::StreamAssignments(grpc::ServerContext* ctx, cons
   RpcTimer timer(metrics_, "StreamAssignments");
   if (req->worker_id().empty()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "worker_id: is required");
   while (!ctx->IsCancelled()) {
-    auto next = coordinator_->NextAssignment(req->worker_id(), absl::Milliseconds(500));
+    auto next = coordinator_->NextAssignment(req->worker_id(), absl::Milliseconds(500), req->session());
     if (!next.ok()) return ToGrpc(next.status());
     if (next->has_value() && !writer->Write(**next)) {
+      // Not delivered: back to the front of the queue for the worker's next stream of this session.
+      coordinator_->ReturnAssignment(req->worker_id(), req->session(), std::move(**next));
       return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the worker went away");
     }
   }

@@ -36,11 +36,12 @@ v1::ReportRankStatusRequest ToReport(const RankEvent& e) {
 // Reads the assignment stream on its own thread into a queue the agent's loop drains.
 class AssignmentReader {
  public:
-  AssignmentReader(v1::WorkerService::Stub* stub, const std::string& worker_id) {
+  AssignmentReader(v1::WorkerService::Stub* stub, const std::string& worker_id, int64_t session) {
     // The stream lives as long as the registration; a day-long deadline bounds a forgotten stream.
     ctx_.set_deadline(std::chrono::system_clock::now() + std::chrono::hours(24));
     v1::StreamAssignmentsRequest req;
     req.set_worker_id(worker_id);
+    req.set_session(session);
     thread_ = std::thread([this, stub, req] {
       auto reader = stub->StreamAssignments(&ctx_, req);
       v1::Assignment a;
@@ -109,7 +110,7 @@ void Agent::Run(const std::atomic<bool>& stop) {
         unsent.clear();
         worker_id = resp.worker_id();
         heartbeat_interval = std::chrono::milliseconds(std::max(100, resp.heartbeat_interval_ms()));
-        reader = std::make_unique<AssignmentReader>(stub.get(), worker_id);
+        reader = std::make_unique<AssignmentReader>(stub.get(), worker_id, resp.session());
         backoff = std::chrono::milliseconds(200);
         said_unreachable = false;
         std::cout << "tessera-worker: registered as " << worker_id << " with " << options_.coordinator << std::endl;
