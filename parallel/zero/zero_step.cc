@@ -71,16 +71,16 @@ void ZeroOptimizer::UpdateOnStateDevice(Unit& u, const AdamW& adam, double lr, i
   std::vector<at::Tensor> params, views;
   std::vector<AdamWState> states;
   std::vector<bool> decay;
-  int64_t at = 0;
+  int64_t next = 0;  // Where member j's owned gradients start in `grads`.
   for (size_t j = 0; j < u.params.size(); ++j) {
     const auto [a, b] = u.Owned(j);
     if (a >= b) continue;
     const int64_t o = a - u.begin, n = b - a;
     params.push_back(u.master.narrow(0, o, n));
-    views.push_back(grads.narrow(0, at, n));
+    views.push_back(grads.narrow(0, next, n));
     states.push_back({u.exp_avg.narrow(0, o, n), u.exp_avg_sq.narrow(0, o, n)});
     decay.push_back(model_->params()[u.params[j]].weight_decay);
-    at += n;
+    next += n;
   }
   adam.UpdateAll(params, views, states, decay, lr, step, options_.fused);
 }
