@@ -9,6 +9,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "tessera/v1/worker_service.grpc.pb.h"
+#include "worker/report_queue.h"
 
 namespace tessera::worker {
 namespace {
@@ -84,7 +85,7 @@ void Agent::Run(const std::atomic<bool>& stop) {
   std::chrono::milliseconds heartbeat_interval{1000};
   std::chrono::milliseconds backoff{200};
   Clock::time_point next_attempt = Clock::now(), next_heartbeat = Clock::now(), next_sample = Clock::now();
-  std::deque<v1::ReportRankStatusRequest> unsent;  // Starts and exits not yet delivered.
+  ReportQueue unsent;  // Reports not yet delivered.
   bool said_unreachable = false;
 
   while (!stop) {
@@ -100,14 +101,12 @@ void Agent::Run(const std::atomic<bool>& stop) {
       req.set_store_port_max(options_.store_port_max);
       req.set_metrics_address(options_.metrics_address);
       for (auto& r : supervisor.Running()) *req.add_running() = r;
-      for (const auto& r : unsent) {
-        if (r.event() == v1::ReportRankStatusRequest::EVENT_EXITED) *req.add_exited() = r;
-      }
+      for (const auto& r : unsent.Exits()) *req.add_exited() = r;
       v1::RegisterWorkerResponse resp;
       grpc::Status s = stub->RegisterWorker(WithDeadline(std::chrono::seconds(3)).get(), req, &resp);
       if (s.ok()) {
         // The exits went with the registration; the rest (starts, progress) is stale now.
-        unsent.clear();
+        unsent.Clear();
         worker_id = resp.worker_id();
         heartbeat_interval = std::chrono::milliseconds(std::max(100, resp.heartbeat_interval_ms()));
         reader = std::make_unique<AssignmentReader>(stub.get(), worker_id, resp.session());
@@ -150,7 +149,7 @@ void Agent::Run(const std::atomic<bool>& stop) {
             failed.rank = a.rank();
             failed.exit_code = 127;
             failed.error = "error: the worker could not start the rank: " + std::string(s.message());
-            unsent.push_back(ToReport(failed));
+            unsent.Push(ToReport(failed));
           }
         } else if (a.action() == v1::Assignment::ACTION_STOP) {
           supervisor.StopJob(a.job_id());
@@ -163,18 +162,16 @@ void Agent::Run(const std::atomic<bool>& stop) {
     }
     for (RankEvent& e : supervisor.Poll()) {
       if (metrics_ != nullptr) metrics_->OnEvent(e);
-      unsent.push_back(ToReport(e));
+      unsent.Push(ToReport(e));
     }
-    while (!unsent.empty() && !worker_id.empty()) {
-      v1::ReportRankStatusRequest& r = unsent.front();
-      r.set_worker_id(worker_id);
-      v1::ReportRankStatusResponse resp;
-      grpc::Status s = stub->ReportRankStatus(WithDeadline(std::chrono::seconds(2)).get(), r, &resp);
-      if (!s.ok() && s.error_code() == grpc::StatusCode::UNAVAILABLE) break;  // Retry later.
-      unsent.pop_front();
+    if (!worker_id.empty()) {
+      // In order; a transient failure (unreachable, slow) keeps the report for the next round.
+      unsent.Deliver([&](v1::ReportRankStatusRequest& r) {
+        r.set_worker_id(worker_id);
+        v1::ReportRankStatusResponse resp;
+        return stub->ReportRankStatus(WithDeadline(std::chrono::seconds(2)).get(), r, &resp);
+      });
     }
-    // Progress is only worth its newest value; keep the queue from growing while disconnected.
-    while (unsent.size() > 1000) unsent.pop_front();
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   reader.reset();
