@@ -75,6 +75,24 @@ class Composite final : public FusedKernels {
     return (scale * yf * (dyf - dot)).to(y.scalar_type());
   }
 
+  SoftmaxStats CrossEntropyForward(const at::Tensor& logits) const override {
+    at::NoGradGuard no_grad;
+    at::Tensor xf = logits.to(at::kFloat);
+    at::Tensor max = std::get<0>(xf.max(1));
+    // A row of −inf: max −inf, sum 0 (as the kernel), not NaN from −inf − (−inf).
+    at::Tensor shift = at::where(at::isinf(max).logical_and(max < 0), at::zeros_like(max), max);
+    return {max, (xf - shift.unsqueeze(1)).exp().sum(1)};
+  }
+
+  at::Tensor CrossEntropyBackward(const at::Tensor& logits, const at::Tensor& lse, const at::Tensor& target,
+                                  const at::Tensor& dloss) const override {
+    at::NoGradGuard no_grad;
+    at::Tensor p = (logits.to(at::kFloat) - lse.unsqueeze(1)).exp();
+    at::Tensor hit = (target >= 0).to(at::kFloat).unsqueeze(1);
+    p.scatter_add_(1, target.clamp_min(0).unsqueeze(1), -hit);
+    return (p * dloss.unsqueeze(1)).to(logits.scalar_type());
+  }
+
   void AdamW(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
              const std::vector<at::Tensor>& exp_avgs, const std::vector<at::Tensor>& exp_avg_sqs,
              const AdamWStep& s) const override {

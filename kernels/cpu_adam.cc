@@ -83,6 +83,32 @@ void Scalar(float* p, const GradIn& g, float* m, float* v, int64_t begin, int64_
   }
 }
 
+// ToBf16 on 8 floats (the same bits: round to nearest even, NaN kept quiet), stored as 8 uint16.
+__attribute__((target("avx2"))) inline void StoreBf16x8(uint16_t* out, __m256 f) {
+  const __m256i bits = _mm256_castps_si256(f);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+  const __m256i rounded = _mm256_add_epi32(bits, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb));
+  const __m256i magnitude = _mm256_and_si256(bits, _mm256_set1_epi32(0x7fffffff));
+  const __m256i nan = _mm256_cmpgt_epi32(magnitude, _mm256_set1_epi32(0x7f800000));
+  const __m256i quiet = _mm256_or_si256(bits, _mm256_set1_epi32(0x400000));
+  const __m256i high = _mm256_srli_epi32(_mm256_blendv_epi8(rounded, quiet, nan), 16);
+  // packus works within 128-bit lanes: [h0..h3 h0..h3 | h4..h7 h4..h7]; quads 0 and 2 hold h0..h7.
+  const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(high, high), 0xD8);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm256_castsi256_si128(packed));
+}
+
+// The same on 16 floats.
+__attribute__((target("avx512f"))) inline void StoreBf16x16(uint16_t* out, __m512 f) {
+  const __m512i bits = _mm512_castps_si512(f);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+  const __m512i rounded = _mm512_add_epi32(bits, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb));
+  const __m512i magnitude = _mm512_and_si512(bits, _mm512_set1_epi32(0x7fffffff));
+  const __mmask16 nan = _mm512_cmpgt_epi32_mask(magnitude, _mm512_set1_epi32(0x7f800000));
+  const __m512i quiet = _mm512_or_si512(bits, _mm512_set1_epi32(0x400000));
+  const __m512i high = _mm512_srli_epi32(_mm512_mask_blend_epi32(nan, rounded, quiet), 16);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm512_cvtepi32_epi16(high));
+}
+
 template <GradType G>
 __attribute__((target("avx2,fma,f16c"))) inline __m256 LoadGrad8(const GradIn& g, int64_t i, __m256 scale) {
   __m256 f;
@@ -124,7 +150,7 @@ __attribute__((target("avx2,fma,f16c"))) void Avx2(float* p, const GradIn& g, fl
     if (out.data != nullptr && out.type == Copy16::kFp16) {
       _mm_storeu_si128(reinterpret_cast<__m128i*>(out.data + i), _mm256_cvtps_ph(pi, _MM_FROUND_TO_NEAREST_INT));
     } else if (out.data != nullptr) {
-      for (int k = 0; k < 8; ++k) out.data[i + k] = ToBf16(p[i + k]);
+      StoreBf16x8(out.data + i, pi);
     }
   }
   Scalar<G>(p, g, m, v, i, end, c, out);
@@ -167,7 +193,7 @@ __attribute__((target("avx512f"))) void Avx512(float* p, const GradIn& g, float*
     if (out.data != nullptr && out.type == Copy16::kFp16) {
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(out.data + i), _mm512_cvtps_ph(pi, _MM_FROUND_TO_NEAREST_INT));
     } else if (out.data != nullptr) {
-      for (int k = 0; k < 16; ++k) out.data[i + k] = ToBf16(p[i + k]);
+      StoreBf16x16(out.data + i, pi);
     }
   }
   Scalar<G>(p, g, m, v, i, end, c, out);

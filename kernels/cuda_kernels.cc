@@ -122,6 +122,43 @@ class Cuda final : public FusedKernels {
     return dx;
   }
 
+  SoftmaxStats CrossEntropyForward(const at::Tensor& logits) const override {
+    CheckSame(logits, logits, "cross_entropy");
+    TORCH_CHECK(logits.dim() == 2, "cross_entropy: logits must be [rows, v]");
+    const int64_t rows = logits.size(0), v = logits.size(1);
+    TORCH_CHECK(rows < (int64_t{1} << 31), "cross_entropy: ", rows, " rows exceed one launch");
+    c10::cuda::CUDAGuard guard(logits.device());
+    at::Tensor max = at::empty({rows}, logits.options().dtype(at::kFloat));
+    at::Tensor sum_exp = at::empty({rows}, logits.options().dtype(at::kFloat));
+    Check(cuda::CrossEntropyForward(ToDType(logits), logits.data_ptr(), max.data_ptr<float>(),
+                                    sum_exp.data_ptr<float>(), rows, v, StreamOf(logits)),
+          "cross_entropy forward kernel");
+    return {max, sum_exp};
+  }
+
+  at::Tensor CrossEntropyBackward(const at::Tensor& logits, const at::Tensor& lse, const at::Tensor& target,
+                                  const at::Tensor& dloss) const override {
+    CheckSame(logits, logits, "cross_entropy backward");
+    TORCH_CHECK(logits.dim() == 2, "cross_entropy backward: logits must be [rows, v]");
+    const int64_t rows = logits.size(0), v = logits.size(1);
+    TORCH_CHECK(rows < (int64_t{1} << 31), "cross_entropy backward: ", rows, " rows exceed one launch");
+    for (const at::Tensor* t : {&lse, &target, &dloss}) {
+      TORCH_CHECK(t->device() == logits.device() && t->is_contiguous() && t->numel() == rows,
+                  "cross_entropy backward: lse, target and dloss must be contiguous [", rows, "] on ",
+                  logits.device());
+    }
+    TORCH_CHECK(lse.scalar_type() == at::kFloat && dloss.scalar_type() == at::kFloat &&
+                    target.scalar_type() == at::kLong,
+                "cross_entropy backward: lse and dloss fp32, target int64");
+    c10::cuda::CUDAGuard guard(logits.device());
+    at::Tensor dlogits = at::empty_like(logits);
+    Check(cuda::CrossEntropyBackward(ToDType(logits), logits.data_ptr(), lse.data_ptr<float>(),
+                                     target.data_ptr<int64_t>(), dloss.data_ptr<float>(), dlogits.data_ptr(), rows,
+                                     v, StreamOf(logits)),
+          "cross_entropy backward kernel");
+    return dlogits;
+  }
+
   void AdamW(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
              const std::vector<at::Tensor>& exp_avgs, const std::vector<at::Tensor>& exp_avg_sqs,
              const AdamWStep& s) const override {

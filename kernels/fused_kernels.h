@@ -25,6 +25,11 @@ struct LayerNormGrads {
   at::Tensor dbias;    // fp32 [h]
 };
 
+struct SoftmaxStats {
+  at::Tensor max;      // fp32 [rows]: the row's largest logit
+  at::Tensor sum_exp;  // fp32 [rows]: Σ_j exp(x_j − max)
+};
+
 class FusedKernels {
  public:
   virtual ~FusedKernels() = default;
@@ -45,6 +50,16 @@ class FusedKernels {
   // probability 0); scores [..., T, T].
   virtual at::Tensor CausalSoftmaxForward(const at::Tensor& scores, double scale) const = 0;
   virtual at::Tensor CausalSoftmaxBackward(const at::Tensor& dy, const at::Tensor& y, double scale) const = 0;
+
+  // Cross-entropy over rows of logits [rows, v] (contiguous, float/half/bfloat16; v may be one
+  // rank's slice of the vocabulary): the forward pass returns each row's softmax statistics, from
+  // which the caller forms lse = max + log(sum_exp) (after reducing over vocabulary slices). The
+  // backward pass returns dlogits = dloss_r · (exp(x − lse_r) − [j == target_r]) in the logits'
+  // dtype; target int64 [rows] holds a local column or −1 (the target is in another slice); lse and
+  // dloss fp32 [rows]. Nothing of size rows × v is kept between the two.
+  virtual SoftmaxStats CrossEntropyForward(const at::Tensor& logits) const = 0;
+  virtual at::Tensor CrossEntropyBackward(const at::Tensor& logits, const at::Tensor& lse, const at::Tensor& target,
+                                          const at::Tensor& dloss) const = 0;
 
   // AdamW (PyTorch's arithmetic, kernels/cpu_adam.h) over every tensor of one parameter group, in
   // place. All tensors fp32 and contiguous; grads[i], exp_avgs[i], exp_avg_sqs[i] shaped as params[i].

@@ -73,6 +73,26 @@ TEST(CompositeKernelsTest, CausalSoftmaxMatchesAutogradInDouble) {
   EXPECT_LT(RelErr(k.CausalSoftmaxBackward(dy.to(at::kFloat), got, scale), s.grad()), 1e-5);
 }
 
+TEST(CompositeKernelsTest, CrossEntropyMatchesAutogradInDouble) {
+  at::manual_seed(7);
+  at::Tensor x = (at::randn({kRows, kCols}, at::kDouble) * 4).requires_grad_(true);
+  at::Tensor target = at::randint(kCols, {kRows}, at::kLong);
+  at::Tensor dloss = at::randn({kRows}, at::kDouble);
+  at::Tensor loss = at::cross_entropy_loss(x, target, {}, at::Reduction::None);
+  loss.backward(dloss);
+  const FusedKernels& k = CompositeKernels();
+  at::Tensor xf = x.detach().to(at::kFloat);
+  SoftmaxStats st = k.CrossEntropyForward(xf);
+  at::Tensor lse = st.max + st.sum_exp.log();
+  EXPECT_LT(RelErr(lse - xf.gather(1, target.unsqueeze(1)).squeeze(1), loss), 1e-6);
+  // A target of −1 (in another vocabulary slice) contributes no one-hot term.
+  at::Tensor t2 = target.clone();
+  t2[0] = -1;
+  at::Tensor want = x.grad().clone();
+  want[0] = want[0] + at::one_hot(target[0], kCols).to(at::kDouble) * dloss[0];
+  EXPECT_LT(RelErr(k.CrossEntropyBackward(xf, lse, t2, dloss.to(at::kFloat)), want), 1e-6);
+}
+
 TEST(CompositeKernelsTest, AdamWMatchesCpuAdamW) {
   at::manual_seed(4);
   AdamWStep step{1e-3, 0.9, 0.95, 1e-8, 0.1, 3};
@@ -159,7 +179,8 @@ TEST_P(CudaKernelsTest, LayerNorm) {
   SKIP_WITHOUT_CUDA();
   const at::ScalarType dt = GetParam();
   auto opts = at::TensorOptions().dtype(dt).device(at::kCUDA);
-  for (int64_t h : {kCols, int64_t{768}, int64_t{1600}}) {
+  // In registers with 16-byte packs up to 4096 (bf16) / 2048 (fp32) elements; element by element beyond.
+  for (int64_t h : {kCols, int64_t{768}, int64_t{1600}, int64_t{2048}, int64_t{8192}}) {
     at::Tensor x = at::randn({kRows * 11, h}, opts), w = at::randn({h}, opts), b = at::randn({h}, opts);
     at::Tensor dy = at::randn({kRows * 11, h}, opts);
     PoisonCudaAllocator(64 << 20);
@@ -181,16 +202,18 @@ TEST_P(CudaKernelsTest, BiasGelu) {
   SKIP_WITHOUT_CUDA();
   const at::ScalarType dt = GetParam();
   auto opts = at::TensorOptions().dtype(dt).device(at::kCUDA);
-  at::Tensor x = at::randn({kRows * 7, 3 * kCols}, opts), b = at::randn({3 * kCols}, opts);
-  at::Tensor dy = at::randn_like(x);
-  PoisonCudaAllocator(16 << 20);
-  at::Tensor y = CudaKernels()->BiasGeluForward(x, b);
-  EXPECT_FALSE(y.isnan().any().item<bool>());
-  EXPECT_LT(RelErr(y, CompositeKernels().BiasGeluForward(x, b)), Tolerance(dt));
-  PoisonCudaAllocator(16 << 20);
-  at::Tensor du = CudaKernels()->BiasGeluBackward(dy, x, b);
-  EXPECT_FALSE(du.isnan().any().item<bool>());
-  EXPECT_LT(RelErr(du, CompositeKernels().BiasGeluBackward(dy, x, b)), Tolerance(dt));
+  for (int64_t f : {3 * kCols, int64_t{3072}}) {  // Element by element, and in 16-byte packs.
+    at::Tensor x = at::randn({kRows * 7, f}, opts), b = at::randn({f}, opts);
+    at::Tensor dy = at::randn_like(x);
+    PoisonCudaAllocator(16 << 20);
+    at::Tensor y = CudaKernels()->BiasGeluForward(x, b);
+    EXPECT_FALSE(y.isnan().any().item<bool>()) << f;
+    EXPECT_LT(RelErr(y, CompositeKernels().BiasGeluForward(x, b)), Tolerance(dt)) << f;
+    PoisonCudaAllocator(16 << 20);
+    at::Tensor du = CudaKernels()->BiasGeluBackward(dy, x, b);
+    EXPECT_FALSE(du.isnan().any().item<bool>()) << f;
+    EXPECT_LT(RelErr(du, CompositeKernels().BiasGeluBackward(dy, x, b)), Tolerance(dt)) << f;
+  }
 }
 
 TEST_P(CudaKernelsTest, CausalSoftmax) {
@@ -207,6 +230,29 @@ TEST_P(CudaKernelsTest, CausalSoftmax) {
     at::Tensor dx = CudaKernels()->CausalSoftmaxBackward(dy, y, 0.125);
     EXPECT_FALSE(dx.isnan().any().item<bool>()) << t;
     EXPECT_LT(RelErr(dx, CompositeKernels().CausalSoftmaxBackward(dy, y, 0.125)), Tolerance(dt)) << t;
+  }
+}
+
+TEST_P(CudaKernelsTest, CrossEntropy) {
+  SKIP_WITHOUT_CUDA();
+  const at::ScalarType dt = GetParam();
+  auto opts = at::TensorOptions().dtype(dt).device(at::kCUDA);
+  // Odd widths take the scalar path, multiples of the vector width the vectorised one.
+  for (int64_t v : {kCols, int64_t{1024}, int64_t{50304}, int64_t{50257}}) {
+    at::Tensor x = at::randn({kRows * 5, v}, opts) * 4;
+    at::Tensor target = at::randint(-1, v, {kRows * 5}, opts.dtype(at::kLong));  // −1: another slice.
+    at::Tensor dloss = at::randn({kRows * 5}, opts.dtype(at::kFloat));
+    PoisonCudaAllocator(64 << 20);
+    SoftmaxStats got = CudaKernels()->CrossEntropyForward(x);
+    SoftmaxStats want = CompositeKernels().CrossEntropyForward(x);
+    EXPECT_TRUE(at::equal(got.max, want.max)) << v;  // A maximum is exact.
+    EXPECT_LT(RelErr(got.sum_exp, want.sum_exp), 1e-5) << v;  // fp32 sums in another order.
+    at::Tensor lse = want.max + want.sum_exp.log();
+    PoisonCudaAllocator(64 << 20);
+    at::Tensor dx = CudaKernels()->CrossEntropyBackward(x, lse, target, dloss);
+    EXPECT_FALSE(dx.isnan().any().item<bool>()) << v;
+    EXPECT_EQ(dx.scalar_type(), dt);
+    EXPECT_LT(RelErr(dx, CompositeKernels().CrossEntropyBackward(x, lse, target, dloss)), Tolerance(dt)) << v;
   }
 }
 

@@ -24,12 +24,29 @@ import gpt_reference  # noqa: E402
 SIZES = {"125m": (12, 768, 12, 50304, 1024), "1.3b": (24, 2048, 16, 50304, 1024), "tiny": (2, 64, 4, 256, 64)}
 
 
+def profile(step, sync, label, top=25):
+    """Prints the GPU kernels of one step with the most total time, as gpu_bench's Profile does."""
+    from torch.profiler import ProfilerActivity
+    with torch.profiler.profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        step()
+        sync()
+    totals = {}
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            ms, n = totals.get(e.name, (0.0, 0))
+            totals[e.name] = (ms + e.device_time / 1e3, n + 1)
+    print(f"profile {label} gpu_kernel_total_ms {sum(v[0] for v in totals.values()):.2f}")
+    for name, (ms, n) in sorted(totals.items(), key=lambda kv: -kv[1][0])[:top]:
+        print(f"profile {label} gpu {ms:.2f} {n} {name[:90]}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--size", default="125m", choices=SIZES)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--full", action="store_true")
+    ap.add_argument("--profile", action="store_true", help="one more step under torch.profiler: top GPU kernels")
     a = ap.parse_args()
     layers, hidden, heads, vocab, seq = SIZES[a.size]
     dev = torch.device(a.device)
@@ -71,6 +88,8 @@ def main():
         sync()
         times.append(time.perf_counter() - t0)
     t = statistics.median(times)
+    if a.profile:
+        profile(step, sync, f"eager_{a.size}")
     n_params = sum(p.numel() for p in model.parameters())
     tokens_per_step = a.batch * seq
     flops = tokens_per_step * (6.0 * n_params + 12.0 * layers * hidden * seq)

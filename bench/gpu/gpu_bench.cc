@@ -22,8 +22,11 @@
 // Output: one line per measurement, "key value ..." (parsed by tools/gpu/check.sh into its table).
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
+#include <ATen/Parallel.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/profiler_kineto.h>
 
 #include <algorithm>
 #include <chrono>
@@ -31,9 +34,14 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
+#include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "absl/strings/str_join.h"
+#include "kernels/cpu_adam.h"
 #include "kernels/fused_kernels.h"
 #include "parallel/comm/process_groups.h"
 #include "parallel/comm/self_communicator.h"
@@ -62,6 +70,47 @@ double TimeIt(const at::Device& d, const std::function<void()>& fn, int warmup =
   }
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
+}
+
+// Runs `fn` once under LibTorch's Kineto profiler and prints, for CPU-side ranges (ATen operators and
+// tessera's RECORD_USER_SCOPE ranges; nested ones each count their whole time) and for GPU kernels,
+// the `top` names with the most total time: "profile <label> cpu|gpu total_ms count name".
+// With `shapes`, copies (aten::copy_, clone, contiguous, _to_copy) are keyed by their input shapes too.
+void Profile(const std::string& label, const std::function<void()>& fn, const at::Device& d, bool shapes = false,
+             size_t top = 25) {
+  namespace prof = torch::autograd::profiler;
+  using torch::profiler::impl::ActivityType;
+  const prof::ProfilerConfig config(torch::profiler::impl::ProfilerState::KINETO, /*report_input_shapes=*/shapes);
+  std::set<ActivityType> activities{ActivityType::CPU};
+  if (d.is_cuda()) activities.insert(ActivityType::CUDA);
+  prof::prepareProfiler(config, activities);
+  prof::enableProfiler(config, activities);
+  fn();
+  Sync(d);
+  std::unique_ptr<prof::ProfilerResult> result = prof::disableProfiler();
+  std::map<std::string, std::pair<double, int>> cpu, gpu;
+  for (const auto& e : result->events()) {
+    auto& m = e.deviceType() == c10::DeviceType::CUDA ? gpu : cpu;
+    std::string key = e.name();
+    if (shapes && (key == "aten::copy_" || key == "aten::clone" || key == "aten::contiguous" || key == "aten::_to_copy")) {
+      for (const auto& shape : e.shapes()) key += " [" + absl::StrJoin(shape, ",") + "]";
+    }
+    auto& [ms, n] = m[key];
+    ms += e.durationNs() / 1e6;
+    ++n;
+  }
+  for (auto* m : {&cpu, &gpu}) {
+    std::vector<std::pair<double, std::string>> rows;
+    double total = 0;
+    for (const auto& [name, v] : *m) rows.push_back({v.first, name}), total += m == &gpu ? v.first : 0;
+    std::sort(rows.rbegin(), rows.rend());
+    const char* side = m == &cpu ? "cpu" : "gpu";
+    if (m == &gpu) std::printf("profile %s gpu_kernel_total_ms %.2f\n", label.c_str(), total);
+    for (size_t i = 0; i < rows.size() && i < top; ++i) {
+      std::printf("profile %s %s %.2f %d %s\n", label.c_str(), side, rows[i].first, (*m)[rows[i].second].second,
+                  rows[i].second.substr(0, shapes ? 160 : 90).c_str());
+    }
+  }
 }
 
 std::string Arg(int argc, char** argv, const std::string& name, const std::string& fallback) {
@@ -238,9 +287,16 @@ int Capacity(int argc, char** argv) {
     if (!groups.ok()) return fail(std::string(groups.status().message()));
     auto trainer = parallel::Trainer::Create(o, *groups);
     if (!trainer.ok()) return fail(std::string(trainer.status().message()));
+    const bool profile = Arg(argc, argv, "profile", "0") == "1";
     for (int i = 0; i < 3; ++i) {
       const auto t0 = std::chrono::steady_clock::now();
-      auto s = (*trainer)->Step();
+      absl::StatusOr<parallel::StepStats> s;
+      auto step = [&] { s = (*trainer)->Step(); };
+      if (profile && i == 2) {
+        Profile("capacity", step, cuda ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU));
+      } else {
+        step();
+      }
       if (cuda) Sync(at::Device(at::kCUDA, 0));
       if (!s.ok()) return fail(std::string(s.status().message()));
       seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
@@ -256,6 +312,41 @@ int Capacity(int argc, char** argv) {
   }
   std::printf("result fits step_s %.2f tokens_per_s %.0f gpu_peak_GB %.1f host_peak_GB %.1f\n", step_s,
               o.micro_batch * o.model.seq_len / step_s, gpu_peak / 1e9, HostPeakBytes() / 1e9);
+  return 0;
+}
+
+// ---- cpu_adam ----
+
+// The host update of an offloaded step in isolation: CpuAdamW over n fp32 parameters with bf16
+// gradients and the bf16 copy written (what ZeRO offload runs per unit), in pinned or pageable
+// memory, at 1 thread and at ATen's thread count, at each SIMD level this CPU has.
+int CpuAdamBench(int argc, char** argv) {
+  const int64_t n = std::stoll(Arg(argc, argv, "n", "268435456"));
+  const int threads = at::get_num_threads();
+  std::printf("cpu_adam n %lld aten_threads %d hardware_threads %u simd %s\n", static_cast<long long>(n), threads,
+              std::thread::hardware_concurrency(), kernels::SimdName(kernels::DetectSimd()));
+  for (bool pinned : {true, false}) {
+    if (pinned && !at::hasCUDA()) continue;  // Pinning needs the CUDA driver.
+    const at::TensorOptions host = at::TensorOptions().pinned_memory(pinned);
+    at::Tensor p = at::randn({n}, host), m = at::zeros({n}, host), v = at::zeros({n}, host);
+    at::Tensor g = at::randn({n}, host.dtype(at::kBFloat16)), out = at::empty({n}, host.dtype(at::kBFloat16));
+    for (kernels::Simd simd : {kernels::Simd::kAvx2, kernels::Simd::kAvx512}) {
+      if (static_cast<int>(simd) > static_cast<int>(kernels::DetectSimd())) continue;
+      for (int t : {1, threads}) {
+        at::set_num_threads(t);
+        int64_t step = 0;
+        const double s = TimeIt(at::Device(at::kCPU), [&] {
+          kernels::AdamWStep st{1e-4, 0.9, 0.95, 1e-8, 0.1, ++step};
+          kernels::CpuAdamW(p.data_ptr<float>(), {g.data_ptr(), kernels::GradType::kBf16, 1.0f},
+                            m.data_ptr<float>(), v.data_ptr<float>(), n, st, simd, /*parallel=*/true,
+                            static_cast<uint16_t*>(out.data_ptr()), kernels::Copy16::kBf16);
+        }, 1, 3);
+        std::printf("cpu_adam pinned %d simd %s threads %d Mparams_per_s %.0f GBps %.1f\n", pinned ? 1 : 0,
+                    kernels::SimdName(simd), t, n / s / 1e6, 26.0 * n / s / 1e9);
+      }
+      at::set_num_threads(threads);
+    }
+  }
   return 0;
 }
 
@@ -310,6 +401,22 @@ int Kernels() {
              TimeIt(d, [&] { at::gelu(x + b); }), 2.0 * n * f * e, bw);
       Report("bias_gelu_bwd", dn, TimeIt(d, [&] { cuda->BiasGeluBackward(dy, x, b); }),
              TimeIt(d, [&] { comp.BiasGeluBackward(dy, x, b); }), 3.0 * n * f * e, bw);
+    }
+    {  // GPT-2 small logits: 8×1024 tokens × 50304. Baseline: ATen's cross-entropy on the same dtype
+       // (log_softmax + nll, as PyTorch eager trains), forward and backward.
+      const int64_t n = 8 * 1024, v = 50304;
+      at::Tensor x = at::randn({n, v}, o), target = at::randint(v, {n}, o.dtype(at::kLong));
+      at::Tensor dloss = at::full({n}, 1.0 / n, o.dtype(at::kFloat));
+      Report("cross_entropy_fwd", dn, TimeIt(d, [&] { cuda->CrossEntropyForward(x); }),
+             TimeIt(d, [&] { at::cross_entropy_loss(x, target, {}, at::Reduction::None); }), 1.0 * n * v * e, bw);
+      auto st = cuda->CrossEntropyForward(x);
+      at::Tensor lse = st.max + st.sum_exp.log();
+      at::Tensor xr = x.detach().requires_grad_(true);
+      at::Tensor losses = at::cross_entropy_loss(xr, target, {}, at::Reduction::None);
+      at::Tensor dl = dloss.to(losses.scalar_type());
+      Report("cross_entropy_bwd", dn, TimeIt(d, [&] { cuda->CrossEntropyBackward(x, lse, target, dloss); }),
+             TimeIt(d, [&] { torch::autograd::grad({losses}, {xr}, {dl}, /*retain_graph=*/true); }),
+             2.0 * n * v * e, bw);
     }
     {
       const int64_t bh = 8 * 12, t = 1024;
@@ -380,6 +487,7 @@ int GptBench(int argc, char** argv) {
     for (parallel::Param& p : model.params()) p.value.mutable_grad() = at::Tensor();
   };
   const double t = TimeIt(d, step, 3, 10);
+  if (Arg(argc, argv, "profile", "0") == "1") Profile("gpt_" + size, step, d, /*shapes=*/true, 60);
   const double tokens_per_step = static_cast<double>(batch) * c.seq_len;
   const double n_params = static_cast<double>(model.num_parameters());
   const double flops = tokens_per_step * FlopsPerToken(c, n_params);
@@ -455,6 +563,7 @@ int main(int argc, char** argv) {
   try {
     if (mode == "check") return tessera::bench::Check(tessera::bench::Arg(argc, argv, "dir", "/tmp/tessera_gpu_check"));
     if (mode == "kernels") return tessera::bench::Kernels();
+    if (mode == "cpu_adam") return tessera::bench::CpuAdamBench(argc, argv);
     if (mode == "gpt") return tessera::bench::GptBench(argc, argv);
     if (mode == "capacity") return tessera::bench::Capacity(argc, argv);
     if (mode == "train") return tessera::bench::TrainBench(argc, argv);

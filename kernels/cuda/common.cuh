@@ -7,6 +7,8 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <cstdint>
+
 #include "kernels/cuda/launch.h"
 
 namespace tessera::kernels::cuda {
@@ -52,6 +54,16 @@ __device__ __forceinline__ float BlockReduce(float v, float* scratch) {
 
 __device__ __forceinline__ float BlockSum(float v, float* scratch) { return BlockReduce<false>(v, scratch); }
 __device__ __forceinline__ float BlockMax(float v, float* scratch) { return BlockReduce<true>(v, scratch); }
+
+// N elements of T in one 16-byte load or store (N = 16 / sizeof(T)): the vector width of the
+// vectorised kernels. Only for addresses that are multiples of 16 (see Aligned16).
+template <typename T>
+struct alignas(16) Pack {
+  static constexpr int kN = 16 / sizeof(T);
+  T v[kN];
+};
+
+inline bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // Calls `fn` with a null pointer of the element type named by `t`.
 template <typename Fn>

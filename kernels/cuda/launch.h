@@ -42,6 +42,15 @@ cudaError_t CausalSoftmaxForward(DType t, const void* scores, void* y, int64_t b
 cudaError_t CausalSoftmaxBackward(DType t, const void* dy, const void* y, void* dx, int64_t batch, int64_t t_len,
                                   float scale, cudaStream_t stream);
 
+// Per row r of logits [rows, v]: max[r] = max_j x[r, j] and sum_exp[r] = Σ_j exp(x[r, j] − max[r])
+// (fp32; −inf and 0 for a row of −inf). One read of the logits.
+cudaError_t CrossEntropyForward(DType t, const void* logits, float* max, float* sum_exp, int64_t rows, int64_t v,
+                                cudaStream_t stream);
+// dlogits[r, j] = dloss[r] · (exp(x[r, j] − lse[r]) − [j == target[r]]) in the logits' type; target[r]
+// is a column of this row or −1 (none). lse and dloss fp32 [rows], target int64 [rows].
+cudaError_t CrossEntropyBackward(DType t, const void* logits, const float* lse, const int64_t* target,
+                                 const float* dloss, void* dlogits, int64_t rows, int64_t v, cudaStream_t stream);
+
 // One fp32 tensor of a multi-tensor AdamW launch.
 struct AdamWTensor {
   float* param;

@@ -70,6 +70,39 @@ struct VocabParallelCrossEntropyFn : public Function<VocabParallelCrossEntropyFn
   }
 };
 
+// The same losses with the fused kernels (kernels/fused_kernels.h): the statistics of this rank's
+// slice are merged over tp (lse = M + log Σ_r s_r·exp(m_r − M)), and only the logits (in their own
+// dtype), lse and the local targets are kept for backward — no fp32 copy, no saved softmax.
+struct KernelCrossEntropyFn : public Function<KernelCrossEntropyFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& logits, const at::Tensor& targets,
+                            int64_t vocab_start, Communicator* comm, const kernels::FusedKernels* k) {
+    at::Tensor x = logits.contiguous();
+    const int64_t local_vocab = x.size(1);
+    kernels::SoftmaxStats stats = k->CrossEntropyForward(x);
+    at::Tensor max = stats.max, sum = stats.sum_exp;
+    if (comm->size() > 1) {
+      at::Tensor global = AllReduced(max, comm, ReduceOp::kMax);
+      sum = AllReduced(sum * (max - global).exp(), comm);
+      max = global;
+    }
+    at::Tensor lse = max + sum.log();
+    at::Tensor local = targets - vocab_start;
+    at::Tensor in_range = (local >= 0).logical_and(local < local_vocab);
+    at::Tensor picked = x.gather(1, local.clamp(0, local_vocab - 1).unsqueeze(1)).squeeze(1).to(at::kFloat) *
+                        in_range.to(at::kFloat);
+    picked = AllReduced(picked, comm);
+    ctx->saved_data["kernels"] = reinterpret_cast<int64_t>(k);
+    ctx->save_for_backward({x, lse, at::where(in_range, local, at::full_like(local, -1)).contiguous()});
+    return lse - picked;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    const auto* k = reinterpret_cast<const kernels::FusedKernels*>(ctx->saved_data["kernels"].toInt());
+    at::Tensor dx = k->CrossEntropyBackward(saved[0], saved[1], saved[2], grads[0].to(at::kFloat).contiguous());
+    return {dx, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
 }  // namespace
 
 at::Tensor CopyToTp(const at::Tensor& x, Communicator* tp) {
@@ -93,7 +126,9 @@ at::Tensor VocabParallelEmbedding(const at::Tensor& tokens, const at::Tensor& we
 }
 
 at::Tensor VocabParallelCrossEntropy(const at::Tensor& logits, const at::Tensor& targets,
-                                     int64_t vocab_start, Communicator* tp) {
+                                     int64_t vocab_start, Communicator* tp,
+                                     const kernels::FusedKernels* kernels) {
+  if (kernels != nullptr) return KernelCrossEntropyFn::apply(logits, targets, vocab_start, tp, kernels);
   return VocabParallelCrossEntropyFn::apply(logits, targets, vocab_start, tp);
 }
 

@@ -8,6 +8,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "kernels/fused_kernels.h"
 #include "parallel/comm/communicator.h"
 
 namespace tessera::parallel {
@@ -23,8 +24,12 @@ at::Tensor VocabParallelEmbedding(const at::Tensor& tokens, const at::Tensor& we
 // Per-token cross-entropy from logits split along the vocabulary: `logits` [N, V/tp] holds columns
 // [vocab_start, vocab_start + V/tp); `targets` [N] are global ids. Returns [N] losses, identical on
 // every tp rank; the full logits are never gathered. Softmax max and sum are reduced over tp.
+// Without `kernels`, ATen operations in the logits' dtype (the caller passes fp32 logits), saving the
+// softmax for backward; with them (kernels/fused_kernels.h), one read of the logits per pass in their
+// own dtype with fp32 arithmetic, fp32 losses, and a gradient in the logits' dtype.
 at::Tensor VocabParallelCrossEntropy(const at::Tensor& logits, const at::Tensor& targets,
-                                     int64_t vocab_start, Communicator* tp);
+                                     int64_t vocab_start, Communicator* tp,
+                                     const kernels::FusedKernels* kernels = nullptr);
 
 }  // namespace tessera::parallel
 

@@ -384,10 +384,12 @@ at::Tensor Gpt::Head(const at::Tensor& x_in, const at::Tensor& targets) {
   }
   at::Tensor x = kernels::LayerNorm(x_in, P("ln_f.weight"), P("ln_f.bias"), kLayerNormEps, fused_kernels_);
   at::Tensor logits = Linear(CopyToTp(x, tp), P("wte.weight"));  // Tied head: [B, T, V/tp].
-  // Low-precision logits: the softmax and the loss are computed in fp32.
-  if (logits.scalar_type() != at::kFloat) logits = logits.to(at::kFloat);
+  // Low-precision logits: the softmax and the loss are computed in fp32 — by the fused kernel
+  // reading the 16-bit logits, or by ATen on an fp32 copy.
+  const kernels::FusedKernels* k = kernels::SelectKernels(logits, fused_kernels_);
+  if (k == nullptr && logits.scalar_type() != at::kFloat) logits = logits.to(at::kFloat);
   at::Tensor losses = VocabParallelCrossEntropy(logits.view({B * T, -1}), targets.reshape({B * T}),
-                                                vocab_start, tp);
+                                                vocab_start, tp, k);
   at::Tensor loss = losses.mean();
   if (hooks_) loss = hooks_->PostForward(0, loss);
   return loss;

@@ -1,6 +1,7 @@
 #include "parallel/train/trainer.h"
 
 #include <ATen/ATen.h>
+#include <ATen/record_function.h>
 #include <ATen/core/grad_mode.h>
 
 #include <algorithm>
@@ -262,6 +263,7 @@ absl::StatusOr<StepStats> Trainer::Step() {
       buckets_->SetSyncThisPass(a == accum - 1);
     }
     try {
+      RECORD_USER_SCOPE("tessera::train::forward_backward");
       at::Tensor loss = model_->Loss(batch->narrow(1, 0, T), batch->narrow(1, 1, T));
       at::Tensor objective = loss / accum;
       if (loss_scale_ != 1) objective = objective * loss_scale_;
@@ -272,7 +274,10 @@ absl::StatusOr<StepStats> Trainer::Step() {
       return absl::InternalError(absl::StrCat("step ", step_ + 1, ": ", e.what_without_backtrace()));
     }
   }
-  TESSERA_RETURN_IF_ERROR(zero_ ? zero_->ReduceGradients() : buckets_->Finish());
+  {
+    RECORD_USER_SCOPE("tessera::train::reduce_gradients");
+    TESSERA_RETURN_IF_ERROR(zero_ ? zero_->ReduceGradients() : buckets_->Finish());
+  }
   at::Tensor mean_loss = at::full({1}, loss_sum / accum, at::TensorOptions().dtype(at::kDouble).device(device_));
   double raw_norm = 0;
   if (pipeline_) {
@@ -293,6 +298,7 @@ absl::StatusOr<StepStats> Trainer::Step() {
     TESSERA_RETURN_IF_ERROR(groups_.pp->AllReduce(total, ReduceOp::kSum));
     raw_norm = std::sqrt(total.item<double>());
   } else {
+    RECORD_USER_SCOPE("tessera::train::grad_norm");
     auto n = zero_ ? zero_->GradNorm() : GradNormOverTp(model_->params(), groups_.tp.get());
     if (!n.ok()) return n.status();
     raw_norm = *n;
@@ -313,6 +319,7 @@ absl::StatusOr<StepStats> Trainer::Step() {
     // torch.nn.utils.clip_grad_norm_: coefficient max_norm / (norm + 1e-6), clamped to 1.
     const double coef = options_.grad_clip > 0 ? std::min(1.0, options_.grad_clip / (norm + 1e-6)) : 1.0;
     ++adam_step_;
+    RECORD_USER_SCOPE("tessera::train::optimizer");
     if (zero_) {
       zero_->ScaleGradients(coef / loss_scale_);
       TESSERA_RETURN_IF_ERROR(zero_->Step(lr, adam_step_));

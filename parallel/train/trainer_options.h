@@ -46,7 +46,7 @@ struct TrainerOptions {
   double grad_clip = 1.0;           // 0 disables.
   uint64_t seed = 1234;             // Weight initialisation.
   bool activation_checkpointing = false;  // Recompute each block in backward (less activation memory).
-  bool fused_kernels = true;        // CUDA: fused layer norm, bias+GELU and AdamW (kernels/fused_ops.h).
+  bool fused_kernels = true;        // CUDA: fused layer norm, bias+GELU, cross-entropy, AdamW (kernels/fused_ops.h).
 
   std::string checkpoint_dir;       // Resumes from its newest checkpoint when there is one.
   int64_t checkpoint_every = 0;     // 0: only at the end.
