@@ -23,7 +23,8 @@ fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$out/gpu.txt" 2>&1 || echo "no nvidia-smi" >"$out/gpu.txt"
 step device "$(head -1 "$out/gpu.txt")"
 
-for t in fused_kernels_test nccl_communicator_test; do
+# cpu_adam_test too: the device CPU may have AVX-512, which the dev machine lacks.
+for t in fused_kernels_test nccl_communicator_test cpu_adam_test; do
   "$bin/$t" >"$out/$t.log" 2>&1
   rc=$?
   step "$t" "$( [[ $rc == 0 ]] && echo ok || echo FAILED ) ($(grep -c '^\[       OK' "$out/$t.log") ok, $(grep -oE '^\[  SKIPPED \] [0-9]+ test' "$out/$t.log" | grep -oE '[0-9]+' || echo 0) skipped)"
