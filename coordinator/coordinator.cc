@@ -26,8 +26,13 @@ Coordinator::Coordinator(CoordinatorOptions options, std::unique_ptr<JobStore> s
     : options_(options), store_(std::move(store)) {}
 
 absl::Status Coordinator::Recover() {
-  auto jobs = store_->LoadAll();
+  std::vector<std::string> quarantined;
+  auto jobs = store_->LoadAll(&quarantined);
   if (!jobs.ok()) return jobs.status();
+  for (const std::string& q : quarantined) {
+    fprintf(stderr, "tessera-coordinator: ERROR: damaged database row moved to the quarantine table: %s\n",
+            q.c_str());
+  }
   absl::MutexLock lock(&mu_);
   for (v1::Job& job : *jobs) {
     JobEntry& e = jobs_[job.id()];
@@ -114,15 +119,29 @@ absl::StatusOr<v1::Job> Coordinator::Submit(const v1::JobSpec& spec, int max_res
   }
   if (absl::Status s = spec::ToStatus(errors); !s.ok()) return s;
   auto id = store_->NextJobId();
-  if (!id.ok()) return id.status();
+  if (!id.ok()) {
+    return absl::InternalError(
+        absl::StrCat("job not accepted: the coordinator could not allocate its id: ", id.status().message()));
+  }
+  v1::Job job;
+  job.set_id(*id);
+  *job.mutable_spec() = spec;
+  job.set_max_restarts(max_restarts);
+  job.set_created_unix_ms(NowMs());
+  job.set_updated_unix_ms(job.created_unix_ms());
+  job.mutable_progress()->set_total_steps(spec.train().steps());
+  job.set_state(v1::JOB_STATE_PENDING);
+  job.set_reason("waiting to be scheduled");
+  // The submission is acknowledged only once it is durable: a write that fails fails the RPC, and the
+  // job does not exist.
+  if (absl::Status s = store_->Put(job); !s.ok()) {
+    return absl::InternalError(absl::StrCat("job not accepted: the coordinator could not store it: ", s.message()));
+  }
   absl::MutexLock lock(&mu_);
   JobEntry& e = jobs_[*id];
-  e.job.set_id(*id);
-  *e.job.mutable_spec() = spec;
-  e.job.set_max_restarts(max_restarts);
-  e.job.set_created_unix_ms(NowMs());
-  e.job.mutable_progress()->set_total_steps(spec.train().steps());
-  SetStateLocked(e, v1::JOB_STATE_PENDING, "waiting to be scheduled");
+  e.job = std::move(job);
+  e.last_persist = absl::Now();
+  ChangedLocked(e, /*persist=*/false);
   queue_.push_back(*id);
   TryScheduleLocked();
   return e.job;

@@ -2,7 +2,14 @@
 // the test through the same calls the worker daemon makes.
 #include "coordinator/coordinator.h"
 
+#include <sys/mount.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <set>
 
 #include "common/spec/job_spec.h"
 #include "gmock/gmock.h"
@@ -248,6 +255,59 @@ TEST_F(CoordinatorTest, RankThatFinishedDuringACoordinatorOutageCountsAsFinished
   ASSERT_TRUE(c_->RegisterWorker(r).ok());
   EXPECT_EQ(State(job->id()), v1::JOB_STATE_SUCCEEDED);
   EXPECT_EQ(c_->GetJob(job->id())->attempt(), 1);
+}
+
+// A submission is acknowledged only once stored: on a full file system (a 1 MB tmpfs filled up) the
+// Submit that cannot be stored fails with a clear error and the job does not exist; every Submit that
+// succeeded is still there after a restart.
+TEST(CoordinatorStorageTest, SubmissionThatCannotBeStoredFailsAndLeavesNoJob) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to mount a size-limited tmpfs";
+  const std::string dir = std::string(getenv("TEST_TMPDIR") ? getenv("TEST_TMPDIR") : "/tmp") + "/full_fs";
+  std::filesystem::create_directories(dir);
+  if (mount("tmpfs", dir.c_str(), "tmpfs", 0, "size=1m") != 0) {
+    GTEST_SKIP() << "cannot mount a tmpfs here: " << strerror(errno);
+  }
+  struct Unmount {
+    std::string dir;
+    ~Unmount() { umount2(dir.c_str(), MNT_DETACH); }
+  } unmount{dir};
+  const std::string db = dir + "/coord.db";
+  auto spec = spec::ParseJobSpec("name: t\ndata: {path: /x.bin}\nmodel: {heads: 4}\n", {});
+  ASSERT_TRUE(spec.ok());
+  std::set<std::string> accepted;
+  std::string refusal;
+  {
+    auto store = JobStore::Open({db});
+    ASSERT_TRUE(store.ok()) << store.status();
+    Coordinator c(CoordinatorOptions{}, std::move(*store));
+    ASSERT_TRUE(c.Recover().ok());
+    {  // Fill what is left of the file system.
+      std::ofstream filler(dir + "/filler", std::ios::binary);
+      const std::string block(4096, 'x');
+      while (filler.write(block.data(), block.size())) {
+      }
+    }
+    for (int i = 0; i < 5000 && refusal.empty(); ++i) {
+      auto job = c.Submit(*spec, 0);
+      if (job.ok()) {
+        accepted.insert(job->id());
+      } else {
+        refusal = std::string(job.status().message());
+      }
+    }
+    ASSERT_FALSE(refusal.empty()) << "every submission was stored on a full file system";
+    EXPECT_THAT(refusal, HasSubstr("job not accepted: the coordinator could not"));
+    EXPECT_EQ(c.ListJobs().size(), accepted.size()) << "a refused job must not be listed";
+  }
+  std::filesystem::remove(dir + "/filler");
+  auto store = JobStore::Open({db});
+  ASSERT_TRUE(store.ok()) << store.status();
+  Coordinator c(CoordinatorOptions{}, std::move(*store));
+  ASSERT_TRUE(c.Recover().ok());
+  std::set<std::string> after;
+  for (const v1::Job& j : c.ListJobs()) after.insert(j.id());
+  EXPECT_EQ(after, accepted);
+  EXPECT_TRUE(c.Submit(*spec, 0).ok()) << "with space again, submissions are accepted";
 }
 
 }  // namespace

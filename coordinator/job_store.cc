@@ -1,9 +1,18 @@
 #include "coordinator/job_store.h"
 
+#include <fcntl.h>
 #include <sqlite3.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
+#include "absl/strings/ascii.h"
 
 namespace tessera::coordinator {
 namespace {
@@ -25,23 +34,56 @@ class Statement {
   int rc_;
 };
 
+// Takes the advisory lock `path` + ".lock" (flock, held until the descriptor closes: a killed
+// coordinator releases it with its process) and writes this process's id into it.
+absl::StatusOr<int> LockDatabase(const std::string& db_path) {
+  const std::string path = db_path + ".lock";
+  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) return absl::UnavailableError(absl::StrCat(path, ": cannot open the lock file: ", strerror(errno)));
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    char pid[32] = {0};
+    const ssize_t n = pread(fd, pid, sizeof(pid) - 1, 0);
+    close(fd);
+    if (err == EWOULDBLOCK) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          db_path, " is in use by another coordinator (pid ", n > 0 ? absl::StripAsciiWhitespace(pid) : "unknown",
+          ", lock ", path, "); one coordinator per database"));
+    }
+    return absl::UnavailableError(absl::StrCat(path, ": cannot lock: ", strerror(err)));
+  }
+  const std::string me = absl::StrCat(getpid(), "\n");
+  if (ftruncate(fd, 0) != 0 || pwrite(fd, me.data(), me.size(), 0) != static_cast<ssize_t>(me.size())) {
+    close(fd);
+    return absl::UnavailableError(absl::StrCat(path, ": cannot write the lock file: ", strerror(errno)));
+  }
+  return fd;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const JobStoreOptions& options) {
+  auto lock = LockDatabase(options.path);
+  if (!lock.ok()) return lock.status();
   sqlite3* db = nullptr;
   if (sqlite3_open_v2(options.path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
                       nullptr) != SQLITE_OK) {
     absl::Status s = absl::UnavailableError(
         absl::StrCat(options.path, ": cannot open the job database: ", db ? sqlite3_errmsg(db) : "out of memory"));
     sqlite3_close(db);
+    close(*lock);
     return s;
   }
-  std::unique_ptr<JobStore> store(new JobStore(db));
+  std::unique_ptr<JobStore> store(new JobStore(db, *lock));
   sqlite3_busy_timeout(db, 5000);
   for (const char* sql : {
            "PRAGMA journal_mode=WAL",
-           "PRAGMA synchronous=NORMAL",
+           // FULL: a commit is on disk before the RPC that made it returns (NORMAL may lose the last
+           // transactions of a WAL database on power loss).
+           "PRAGMA synchronous=FULL",
            "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL)",
+           "CREATE TABLE IF NOT EXISTS quarantine (id TEXT NOT NULL, quarantined_unix_ms INTEGER NOT NULL, "
+           "reason TEXT NOT NULL, job BLOB)",
            "CREATE TABLE IF NOT EXISTS jobs (id TEXT PRIMARY KEY, state INTEGER NOT NULL, "
            "created_unix_ms INTEGER NOT NULL, job BLOB NOT NULL)",
            "CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state)",
@@ -62,7 +104,10 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const JobStoreOptions& 
   return store;
 }
 
-JobStore::~JobStore() { sqlite3_close(db_); }
+JobStore::~JobStore() {
+  sqlite3_close(db_);
+  close(lock_fd_);  // Releases the lock.
+}
 
 absl::Status JobStore::Exec(const char* sql) {
   char* err = nullptr;
@@ -87,22 +132,49 @@ absl::Status JobStore::Put(const v1::Job& job) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<v1::Job>> JobStore::LoadAll() {
-  Statement st(db_, "SELECT id, job FROM jobs ORDER BY created_unix_ms, id");
-  if (!st.ok()) return SqlError(db_, "preparing the job query");
+absl::StatusOr<std::vector<v1::Job>> JobStore::LoadAll(std::vector<std::string>* quarantined) {
   std::vector<v1::Job> jobs;
-  int rc;
-  while ((rc = sqlite3_step(st.get())) == SQLITE_ROW) {
-    v1::Job job;
-    const void* data = sqlite3_column_blob(st.get(), 1);
-    const int size = sqlite3_column_bytes(st.get(), 1);
-    if (!job.ParseFromArray(data, size)) {
-      return absl::DataLossError(absl::StrCat("job ", reinterpret_cast<const char*>(sqlite3_column_text(st.get(), 0)),
-                                              " in the database is not a valid Job message"));
+  std::vector<std::pair<std::string, std::string>> damaged;  // (id, why)
+  {
+    Statement st(db_, "SELECT id, job FROM jobs ORDER BY created_unix_ms, id");
+    if (!st.ok()) return SqlError(db_, "preparing the job query");
+    int rc;
+    while ((rc = sqlite3_step(st.get())) == SQLITE_ROW) {
+      const unsigned char* id_text = sqlite3_column_text(st.get(), 0);
+      const std::string id = id_text ? reinterpret_cast<const char*>(id_text) : "";
+      v1::Job job;
+      const void* data = sqlite3_column_blob(st.get(), 1);
+      const int size = sqlite3_column_bytes(st.get(), 1);
+      if (sqlite3_column_type(st.get(), 1) != SQLITE_BLOB || !job.ParseFromArray(data, size)) {
+        damaged.push_back({id, absl::StrCat("the stored job (", size, " bytes) is not a valid Job message")});
+      } else if (job.id() != id) {
+        damaged.push_back({id, absl::StrCat("the stored job names itself '", absl::CEscape(job.id()), "'")});
+      } else {
+        jobs.push_back(std::move(job));
+      }
     }
-    jobs.push_back(std::move(job));
+    if (rc != SQLITE_DONE) return SqlError(db_, "reading jobs");
   }
-  if (rc != SQLITE_DONE) return SqlError(db_, "reading jobs");
+  // Each damaged row moves to the quarantine table (kept for inspection), in one transaction per row.
+  for (const auto& [id, why] : damaged) {
+    Statement move(db_,
+                   "INSERT INTO quarantine (id, quarantined_unix_ms, reason, job) "
+                   "SELECT id, CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER), ?, job FROM jobs "
+                   "WHERE id = ?");
+    Statement drop(db_, "DELETE FROM jobs WHERE id = ?");
+    if (!move.ok() || !drop.ok()) return SqlError(db_, "preparing the quarantine of job " + id);
+    sqlite3_bind_text(move.get(), 1, why.data(), static_cast<int>(why.size()), SQLITE_TRANSIENT);
+    sqlite3_bind_text(move.get(), 2, id.data(), static_cast<int>(id.size()), SQLITE_TRANSIENT);
+    sqlite3_bind_text(drop.get(), 1, id.data(), static_cast<int>(id.size()), SQLITE_TRANSIENT);
+    if (absl::Status s = Exec("BEGIN IMMEDIATE"); !s.ok()) return s;
+    if (sqlite3_step(move.get()) != SQLITE_DONE || sqlite3_step(drop.get()) != SQLITE_DONE) {
+      absl::Status s = SqlError(db_, "quarantining job " + id);
+      (void)Exec("ROLLBACK");
+      return s;
+    }
+    if (absl::Status s = Exec("COMMIT"); !s.ok()) return s;
+    if (quarantined != nullptr) quarantined->push_back(absl::StrCat("job ", absl::CEscape(id), ": ", why));
+  }
   return jobs;
 }
 
