@@ -9,6 +9,7 @@
 #include "gtest/gtest.h"
 #include "parallel/comm/process_groups.h"
 #include "parallel/testing/multi_process.h"
+#include "parallel/testing/rank_groups.h"
 
 namespace tessera::parallel {
 namespace {
@@ -20,12 +21,7 @@ absl::Status Check(bool ok, const std::string& what) {
 // A chain of linear layers; rank r scales its loss by (r + 1), so the dp average of every gradient
 // is 1.5× the gradient of the unscaled loss (ranks 1 and 2 → mean 1.5).
 absl::Status Body(int rank, int port) {
-  auto mesh = ProcessMesh::Create({.dp = 2});
-  BootstrapOptions o;
-  o.rank = rank;
-  o.store_port = port;
-  o.timeout = std::chrono::seconds(60);
-  auto groups = CreateProcessGroups(o, *mesh);
+  auto groups = testing::RankGroups(rank, port, {.dp = 2});
   if (!groups.ok()) return groups.status();
   at::manual_seed(0);  // Same weights and input on both ranks.
   std::vector<at::Tensor> weights;

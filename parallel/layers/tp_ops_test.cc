@@ -14,6 +14,7 @@
 #include "parallel/comm/process_groups.h"
 #include "parallel/comm/self_communicator.h"
 #include "parallel/testing/multi_process.h"
+#include "parallel/testing/rank_groups.h"
 
 namespace tessera::parallel {
 namespace {
@@ -75,13 +76,7 @@ std::string Compare(const Case& c, at::ScalarType dt, int rank, int tp, Communic
 }
 
 absl::Status CheckRanks(int rank, int port, int tp) {
-  auto mesh = ProcessMesh::Create({.tp = tp});
-  if (!mesh.ok()) return mesh.status();
-  BootstrapOptions o;
-  o.rank = rank;
-  o.store_port = port;
-  o.timeout = std::chrono::seconds(60);
-  auto groups = CreateProcessGroups(o, *mesh);
+  auto groups = testing::RankGroups(rank, port, {.tp = tp});
   if (!groups.ok()) return groups.status();
   for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
     const Case c = MakeCase(19 * tp, dt);

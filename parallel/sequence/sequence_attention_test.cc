@@ -9,6 +9,7 @@
 #include "gtest/gtest.h"
 #include "parallel/comm/process_groups.h"
 #include "parallel/testing/multi_process.h"
+#include "parallel/testing/rank_groups.h"
 
 namespace tessera::parallel {
 namespace {
@@ -24,13 +25,7 @@ absl::Status Close(const at::Tensor& got, const at::Tensor& want, const std::str
 }
 
 absl::Status Check(int rank, int port, int sp, SpMode mode) {
-  auto mesh = ProcessMesh::Create({.sp = sp});
-  if (!mesh.ok()) return mesh.status();
-  BootstrapOptions o;
-  o.rank = rank;
-  o.store_port = port;
-  o.timeout = std::chrono::seconds(60);
-  auto groups = CreateProcessGroups(o, *mesh);
+  auto groups = testing::RankGroups(rank, port, {.sp = sp});
   if (!groups.ok()) return groups.status();
   at::manual_seed(7);
   const int64_t B = 2, H = 4, T = 8 * sp, d = 8, Tl = T / sp;
