@@ -1,6 +1,6 @@
 // Checkpoints through the real CLI and rank processes: an interrupted run resumes to exactly the
-// losses of an uninterrupted one; a tp=2 run resumes from a dp=1 checkpoint; bad checkpoints and
-// mismatched models are clear errors.
+// losses of an uninterrupted one; a tp=2 run resumes from a dp=1 checkpoint; a mismatched model is a
+// clear error, damaged checkpoints are found by their index's checksums and skipped.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -15,6 +15,7 @@
 #include "common/process/subprocess.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "parallel/checkpoint/checkpoint_dir.h"
 #include "tests/testing/cli.h"
 
 namespace tessera {
@@ -148,20 +149,48 @@ TEST(CheckpointResumeTest, OtherLayoutsResumeFromSingleProcessCheckpoint) {
   }
 }
 
-TEST(CheckpointResumeTest, MismatchedOrCorruptCheckpointsAreClearErrors) {
+TEST(CheckpointResumeTest, MismatchedModelIsAClearErrorAndDamagedCheckpointsAreSkipped) {
   const std::string dir = testing::FreshDir("bad_ckpt");
-  const std::string spec = WriteSpec(dir, "cosine");
-  auto first = RunTessera({"run", spec, "--quiet", "--set", "output_dir=" + dir + "/a", "--set", "train.steps=2"});
+  const std::string spec = WriteSpec(dir, "constant");
+  auto full = RunTessera({"run", spec, "--quiet", "--set", "output_dir=" + dir + "/full"});
+  ASSERT_EQ(full.exit_code, 0) << full.output;
+  auto first = RunTessera({"run", spec, "--quiet", "--set", "output_dir=" + dir + "/a", "--set", "train.steps=4"});
   ASSERT_EQ(first.exit_code, 0) << first.output;
   auto wider = RunTessera({"run", spec, "--quiet", "--set", "output_dir=" + dir + "/a", "--set", "model.hidden=128"});
   EXPECT_EQ(wider.exit_code, 1);
   EXPECT_THAT(wider.output, HasSubstr("was written for model.hidden 64, the spec says 128"));
-  // Truncate the model file of the newest checkpoint.
-  fs::resize_file(dir + "/a/checkpoints/step_00000002/model.safetensors", 100);
-  auto corrupt = RunTessera({"run", spec, "--quiet", "--set", "output_dir=" + dir + "/a"});
-  EXPECT_EQ(corrupt.exit_code, 1);
-  EXPECT_THAT(corrupt.output, HasSubstr("not a valid safetensors file"));
-  EXPECT_THAT(corrupt.output, ::testing::Not(HasSubstr("terminate called")));
+
+  // The newest checkpoint (step 4) truncated: its index's recorded size gives it away, it is set
+  // aside, and the run resumes from step 2 to the undisturbed run's losses, bit for bit.
+  fs::resize_file(dir + "/a/checkpoints/step_00000004/model.safetensors", 100);
+  auto resumed = RunTessera({"run", spec, "--quiet", "--set", "output_dir=" + dir + "/a"});
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  const auto rank_log = [&] {
+    std::ifstream in(dir + "/a/logs/rank_0.log");
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  EXPECT_THAT(rank_log(), HasSubstr("step_00000004 is damaged: model.safetensors has 100 bytes, the index recorded"));
+  EXPECT_THAT(resumed.output, ::testing::Not(HasSubstr("terminate called")));
+  const auto want = ReadLosses(dir + "/full/steps.jsonl");
+  const auto got = ReadLosses(dir + "/a/steps.jsonl");
+  ASSERT_EQ(got.size(), 8u);
+  for (const auto& [step, loss] : want) EXPECT_EQ(got.at(step), loss) << "step " << step;
+  EXPECT_FALSE(fs::exists(dir + "/a/checkpoints/step_00000004.damaged")) << "deleted by the next commit";
+
+  // Every checkpoint damaged (one byte changed: same size, other checksum): the run says so and
+  // starts over from the initialisation, again to the same losses.
+  for (const auto& [step, path] : parallel::ListCheckpoints(dir + "/a/checkpoints")) {
+    std::fstream f(path + "/optimizer.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-1, std::ios::end);
+    f.put('\x7f');
+  }
+  auto over = RunTessera({"run", spec, "--quiet", "--set", "output_dir=" + dir + "/a"});
+  ASSERT_EQ(over.exit_code, 0) << over.output;
+  EXPECT_THAT(rank_log(), HasSubstr("step_00000002 is damaged: optimizer.safetensors has CRC-32C"));
+  EXPECT_THAT(rank_log(), HasSubstr("no undamaged checkpoint left"));
+  const auto again = ReadLosses(dir + "/a/steps.jsonl");
+  ASSERT_EQ(again.size(), 8u);
+  for (const auto& [step, loss] : want) EXPECT_EQ(again.at(step), loss) << "step " << step;
 }
 
 }  // namespace

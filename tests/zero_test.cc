@@ -231,13 +231,25 @@ TEST_F(ZeroTest, ShardedCheckpointResumesInOtherLayouts) {
     ASSERT_EQ(losses.size(), 5u) << l.name << ": steps 6..10 only";
     ExpectLossesClose(z2, out, 6);
   }
-  // A missing shard is named, and nothing is trained.
+  // A missing shard: the index lists it, so the checkpoint is set aside naming the file (and, as no
+  // other is left, training starts over).
   const std::string broken = SeedCheckpoint(z2, "resume_broken", 5);
   fs::remove(broken + "/checkpoints/step_00000005/optimizer.dp1.tp0.safetensors");
   std::string output;
-  Run("resume_broken", {"parallel.zero_stage=1"}, "", 1, &output);
+  Run("resume_broken", {"parallel.zero_stage=1"}, "", 0, &output);
+  std::ifstream log(broken + "/logs/rank_0.log");
+  EXPECT_THAT(std::string((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>()),
+              HasSubstr("step_00000005 is damaged: optimizer.dp1.tp0.safetensors: "));
+  EXPECT_EQ(ReadLosses(broken + "/steps.jsonl").size(), 10u);
+  // In a checkpoint without recorded checksums (the first index format), the loader's own checks name
+  // the gap, and nothing is trained.
+  const std::string legacy = SeedCheckpoint(z2, "resume_legacy", 5);
+  fs::remove(legacy + "/checkpoints/step_00000005/optimizer.dp1.tp0.safetensors");
+  std::ofstream(legacy + "/checkpoints/step_00000005/index.json", std::ios::trunc)
+      << "{\"format\": \"tessera-checkpoint\", \"version\": 1}";
+  Run("resume_legacy", {"parallel.zero_stage=1"}, "", 1, &output);
   EXPECT_THAT(output, HasSubstr("cover"));
-  EXPECT_TRUE(!fs::exists(broken + "/steps.jsonl") || ReadLosses(broken + "/steps.jsonl").empty());
+  EXPECT_TRUE(!fs::exists(legacy + "/steps.jsonl") || ReadLosses(legacy + "/steps.jsonl").empty());
 }
 
 // fp16: a loss scale so large that the fp16 gradients overflow makes every step skip its update and

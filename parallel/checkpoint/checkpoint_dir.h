@@ -1,6 +1,8 @@
 // Checkpoint directories: CHECKPOINT_DIR/step_00000010/{model.safetensors, optimizer.safetensors,
-// trainer_state.json, index.json}. A checkpoint is written under a temporary name and renamed into
-// place, so a directory named step_* is always complete. See docs/checkpoint-format.md. No torch.
+// trainer_state.json, index.json}. A checkpoint is written under a temporary name, every file and the
+// directory fsynced, and renamed into place, so a directory named step_* is complete unless storage
+// damaged it afterwards; its index.json records every file's size and CRC-32C so that such damage is
+// found before a resume. See docs/checkpoint-format.md. No torch.
 #ifndef TESSERA_PARALLEL_CHECKPOINT_CHECKPOINT_DIR_H_
 #define TESSERA_PARALLEL_CHECKPOINT_CHECKPOINT_DIR_H_
 
@@ -27,9 +29,24 @@ std::string TmpCheckpointPath(const std::string& dir, int64_t step, int64_t toke
 // created with parents.
 absl::StatusOr<std::string> BeginCheckpoint(const std::string& dir, int64_t step, int64_t token = 0);
 
-// Renames `tmp` to dir/step_XXXXXXXX (replacing an older one of the same step), then deletes all
-// but the newest `keep` checkpoints and stale temporary directories.
+// fsyncs `tmp` (the caller fsynced its files), renames it to dir/step_XXXXXXXX (replacing an older one
+// of the same step) and fsyncs `dir`; only then deletes all but the newest `keep` checkpoints and
+// stale temporary or set-aside directories. Nothing is deleted when the commit fails.
 absl::Status CommitCheckpoint(const std::string& dir, const std::string& tmp, int64_t step, int keep);
+
+// Deletes the temporary directory of a checkpoint that will not be committed (frees its space).
+void AbortCheckpoint(const std::string& tmp);
+
+// OK when the checkpoint at `path` has its index.json and every file the index lists, with the size
+// and CRC-32C recorded there (reads every file once). DataLoss naming the file and what differs
+// otherwise. Indexes written before checksums were recorded (no "files") pass when they parse.
+absl::Status VerifyCheckpoint(const std::string& path);
+
+// The newest checkpoint under `dir` that VerifyCheckpoint accepts, or nullopt. Newer ones that it
+// rejects are renamed to step_XXXXXXXX.damaged (out of ListCheckpoints, deleted by the next commit)
+// and their errors appended to `damaged`.
+std::optional<std::pair<int64_t, std::string>> NewestGoodCheckpoint(const std::string& dir,
+                                                                     std::vector<absl::Status>* damaged);
 
 }  // namespace tessera::parallel
 

@@ -1,14 +1,12 @@
 #include "parallel/checkpoint/safetensors.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <cstring>
 #include <fstream>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
+#include "parallel/checkpoint/durable_file.h"
 
 namespace tessera::parallel {
 
@@ -27,7 +25,7 @@ int DtypeBytes(const std::string& dtype) {
 }
 
 absl::Status WriteSafetensors(const std::string& path, const TensorMap& tensors,
-                              const std::map<std::string, std::string>& metadata) {
+                              const std::map<std::string, std::string>& metadata, FileDigest* digest) {
   nlohmann::json header = nlohmann::json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   uint64_t offset = 0;
@@ -43,21 +41,20 @@ absl::Status WriteSafetensors(const std::string& path, const TensorMap& tensors,
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // Data starts 8-byte aligned.
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) return absl::InternalError(absl::StrCat(path, ": cannot create: ", std::strerror(errno)));
   uint64_t n = text.size();
   char len[8];
   for (int i = 0; i < 8; ++i) len[i] = static_cast<char>((n >> (8 * i)) & 0xff);
-  out.write(len, 8);
-  out.write(text.data(), text.size());
-  for (const auto& [name, t] : tensors) out.write(t.bytes.data(), t.bytes.size());
-  out.close();
-  if (!out) return absl::InternalError(absl::StrCat(path, ": write failed"));
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd >= 0) {
-    fsync(fd);
-    close(fd);
+  DurableWriter out;
+  absl::Status s = out.Open(path);
+  if (s.ok()) s = out.Append(std::string_view(len, 8));
+  if (s.ok()) s = out.Append(text);
+  for (const auto& [name, t] : tensors) {
+    if (s.ok()) s = out.Append(t.bytes);
   }
+  if (!s.ok()) return s;
+  auto written = out.Finish();
+  if (!written.ok()) return written.status();
+  if (digest != nullptr) *digest = *written;
   return absl::OkStatus();
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "parallel/checkpoint/durable_file.h"
 
 namespace tessera::parallel {
 
@@ -27,10 +28,12 @@ int DtypeBytes(const std::string& dtype);
 
 using TensorMap = std::map<std::string, RawTensor>;
 
-// Writes `tensors` (and string `metadata`) to `path`, fsyncs it. Fails on I/O errors or on a tensor
-// whose byte count does not match its dtype and shape.
+// Writes `tensors` (and string `metadata`) to `path`, fsyncs it, and stores the size and CRC-32C of
+// the file in `digest` when given. Fails on I/O errors (ResourceExhausted on a full disk) or on a
+// tensor whose byte count does not match its dtype and shape.
 absl::Status WriteSafetensors(const std::string& path, const TensorMap& tensors,
-                              const std::map<std::string, std::string>& metadata = {});
+                              const std::map<std::string, std::string>& metadata = {},
+                              FileDigest* digest = nullptr);
 
 // Reads the whole file. Fails, naming the file and the problem, on a truncated file, a header that
 // is not valid JSON, unknown dtypes, or data offsets that do not match the shapes or the file size.

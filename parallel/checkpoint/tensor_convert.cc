@@ -56,14 +56,14 @@ absl::StatusOr<std::map<std::string, at::Tensor>> LoadTensors(const std::string&
 }
 
 absl::Status SaveTensors(const std::string& path, const std::map<std::string, at::Tensor>& tensors,
-                         const std::map<std::string, std::string>& metadata) {
+                         const std::map<std::string, std::string>& metadata, FileDigest* digest) {
   TensorMap raw;
   for (const auto& [name, t] : tensors) {
     auto r = ToRaw(t);
     if (!r.ok()) return absl::InvalidArgumentError(absl::StrCat(name, ": ", r.status().message()));
     raw.emplace(name, std::move(*r));
   }
-  return WriteSafetensors(path, raw, metadata);
+  return WriteSafetensors(path, raw, metadata, digest);
 }
 
 }  // namespace tessera::parallel

@@ -21,9 +21,9 @@ absl::StatusOr<at::Tensor> FromRaw(const RawTensor& raw);
 // Reads a safetensors file into tensors.
 absl::StatusOr<std::map<std::string, at::Tensor>> LoadTensors(const std::string& path);
 
-// Writes tensors to a safetensors file.
+// Writes tensors to a safetensors file (see WriteSafetensors: durable, `digest` of the file).
 absl::Status SaveTensors(const std::string& path, const std::map<std::string, at::Tensor>& tensors,
-                         const std::map<std::string, std::string>& metadata = {});
+                         const std::map<std::string, std::string>& metadata = {}, FileDigest* digest = nullptr);
 
 }  // namespace tessera::parallel
 

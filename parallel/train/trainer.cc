@@ -141,9 +141,10 @@ absl::Status Trainer::Init() {
   model_->set_fused_kernels(options_.fused_kernels);
 
   // Weights (fp32) and optimizer state come from the newest checkpoint, else init_from, else the seed.
-  auto checkpoints = ListCheckpoints(options_.checkpoint_dir);
-  if (!checkpoints.empty()) {
-    TESSERA_RETURN_IF_ERROR(LoadCheckpoint(checkpoints.back().second));
+  auto resume = AgreeOnResumeStep();
+  if (!resume.ok()) return resume.status();
+  if (*resume >= 0) {
+    TESSERA_RETURN_IF_ERROR(LoadCheckpoint(absl::StrCat(options_.checkpoint_dir, "/", CheckpointName(*resume))));
   } else if (!options_.init_from.empty()) {
     auto full = LoadTensors(options_.init_from);
     if (!full.ok()) return full.status();

@@ -14,6 +14,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "absl/status/statusor.h"
+#include "nlohmann/json_fwd.hpp"
 #include "parallel/comm/process_groups.h"
 #include "parallel/data/token_dataset.h"
 #include "parallel/dp/grad_buckets.h"
@@ -69,14 +70,20 @@ class Trainer {
   // ranks whose tp and pp coordinates are 0, this stage's tensors elsewhere.
   absl::StatusOr<std::map<std::string, at::Tensor>> GatherFull(What what);
 
-  // Writes the checkpoint of the current step (a collective over the tp group of dp rank 0; only
-  // global rank 0 writes).
+  // Writes the checkpoint of the current step, a collective over every rank: rank 0 (and, with a
+  // sharded optimizer, every rank) writes and fsyncs its files, and rank 0 commits the checkpoint only
+  // when every rank reported its files written (docs/checkpoint-format.md, "Commit"). Every rank
+  // returns the same verdict; on failure the previous checkpoints are untouched.
   absl::Status SaveCheckpoint();
 
  private:
   Trainer(const TrainerOptions& options, ProcessGroups groups);
   absl::Status Init();
   absl::Status LoadCheckpoint(const std::string& path);
+  // Rank 0 picks the newest checkpoint whose files match its index (setting damaged ones aside, with a
+  // line in its log) and tells every rank; -1 when there is none.
+  absl::StatusOr<int64_t> AgreeOnResumeStep();
+  nlohmann::json TrainerStateJson(bool sharded_state) const;
   // Per-parameter tp-local m and v for this rank from the per-rank files of a sharded checkpoint
   // written with `saved_tp` tp ranks (any dp).
   absl::Status LoadShardedOptimizer(const std::string& path, int saved_tp);

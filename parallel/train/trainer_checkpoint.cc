@@ -4,12 +4,14 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 
 #include <unistd.h>
 
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 #include "parallel/checkpoint/checkpoint_dir.h"
+#include "parallel/checkpoint/durable_file.h"
 #include "parallel/checkpoint/tensor_convert.h"
 #include "parallel/train/status_macros.h"
 #include "parallel/train/trainer.h"
@@ -90,6 +92,11 @@ std::string ShardFileName(int dp_rank, int tp_rank) {
 }  // namespace
 
 absl::Status Trainer::SaveCheckpoint() {
+  // A two-phase commit: every rank writes and fsyncs its files into one temporary directory and votes;
+  // rank 0 writes the index (every file's size and CRC-32C) and renames the directory into place only
+  // when every rank voted yes, and prunes old checkpoints only after that. Failures are kept until
+  // every rank has passed the collectives, so that no rank waits forever for one that gave up.
+  //
   // 1. This rank's tp-local tensors: the (master) weights, and the moments unless every rank writes
   //    its own shard of them. Collectives over dp when the optimizer is sharded.
   // Per-rank optimizer files are written by plain dp × 1D-tp layouts; pipeline, sequence and grid
@@ -104,26 +111,34 @@ absl::Status Trainer::SaveCheckpoint() {
   }
   if (!sharded_state) TESSERA_RETURN_IF_ERROR(LocalOptimizerState(&local_m, &local_v));
 
-  // 2. One temporary directory for all ranks, named by rank 0's pid.
-  at::Tensor token = at::full({1}, static_cast<int64_t>(getpid()), at::kLong);
+  // 2. One temporary directory for all ranks, named by rank 0's pid. Small control tensors live on
+  //    the model's device (NCCL groups take device tensors only).
+  at::Tensor token = at::full({1}, static_cast<int64_t>(getpid()), at::kLong).to(device_);
   TESSERA_RETURN_IF_ERROR(groups_.world->Broadcast(token, 0));
-  const std::string tmp = TmpCheckpointPath(options_.checkpoint_dir, step_, token.item<int64_t>());
+  const int64_t writer = token.cpu().item<int64_t>();
+  const std::string tmp = TmpCheckpointPath(options_.checkpoint_dir, step_, writer);
   absl::Status status;
-  if (groups_.global_rank == 0) status = BeginCheckpoint(options_.checkpoint_dir, step_, token.item<int64_t>()).status();
+  if (groups_.global_rank == 0) status = BeginCheckpoint(options_.checkpoint_dir, step_, writer).status();
   TESSERA_RETURN_IF_ERROR(groups_.world->Barrier());
-  // Failures below are kept until every rank passed the barriers, so that no rank waits forever.
-  if (status.ok() && sharded_state) {
-    status = SaveTensors(tmp + "/" + ShardFileName(groups_.dp->rank(), groups_.tp->rank()), zero_->StateShard());
-  }
+  std::map<std::string, FileDigest> written;  // The files this rank wrote, fsynced.
+  auto save = [&](const std::string& name, const std::map<std::string, at::Tensor>& tensors,
+                  const std::map<std::string, std::string>& metadata) {
+    if (!status.ok()) return;
+    FileDigest d;
+    status = SaveTensors(tmp + "/" + name, tensors, metadata, &d);
+    if (status.ok()) written[name] = d;
+  };
+  if (sharded_state) save(ShardFileName(groups_.dp->rank(), groups_.tp->rank()), zero_->StateShard(), {});
 
   // 3. dp rank 0's tp group gathers full tensors; global rank 0 writes them.
+  std::map<std::string, at::Tensor> params, optimizer;
   if (groups_.dp->rank() == 0 && groups_.sp->rank() == 0) {
     // Pipeline stages: pp rank 0 collects the other stages' tensors.
     const bool pp_gather = layout_ && groups_.tp->rank() == 0;
-    auto params = GatherOverTp(local_params);
-    if (!params.ok()) return params.status();
-    if (pp_gather) TESSERA_RETURN_IF_ERROR(GatherOverPp(&*params));
-    std::map<std::string, at::Tensor> optimizer;
+    auto gathered = GatherOverTp(local_params);
+    if (!gathered.ok()) return gathered.status();
+    params = std::move(*gathered);
+    if (pp_gather) TESSERA_RETURN_IF_ERROR(GatherOverPp(&params));
     if (!sharded_state) {
       auto m = GatherOverTp(local_m);
       if (!m.ok()) return m.status();
@@ -134,51 +149,128 @@ absl::Status Trainer::SaveCheckpoint() {
       for (auto& [name, t] : *m) optimizer.emplace("exp_avg." + name, t);
       for (auto& [name, t] : *v) optimizer.emplace("exp_avg_sq." + name, t);
     }
-    if (groups_.global_rank == 0 && status.ok()) {
-      status = SaveTensors(tmp + "/model.safetensors", *params, {{"format", "pt"}});
-      if (status.ok() && !sharded_state) status = SaveTensors(tmp + "/optimizer.safetensors", optimizer);
-      const auto& c = options_.model;
-      nlohmann::json optimizer_state = {{"name", "adamw"}, {"step", adam_step_}, {"sharded", sharded_state}};
-      if (sharded_state) {
-        nlohmann::json files = nlohmann::json::array();
-        for (int d = 0; d < options_.mesh.dp; ++d) {
-          for (int t = 0; t < options_.mesh.tp; ++t) files.push_back(ShardFileName(d, t));
-        }
-        optimizer_state["shards"] = files;
+    if (groups_.global_rank == 0) {
+      save("model.safetensors", params, {{"format", "pt"}});
+      if (!sharded_state) save("optimizer.safetensors", optimizer, {});
+      if (status.ok()) {
+        auto d = WriteFileDurably(tmp + "/trainer_state.json", TrainerStateJson(sharded_state).dump(2) + "\n");
+        status = d.status();
+        if (d.ok()) written["trainer_state.json"] = *d;
       }
-      nlohmann::json state = {
-          {"format", "tessera-checkpoint"},
-          {"version", 1},
-          {"step", step_},
-          {"samples_seen", step_ * options_.global_batch},
-          {"data", {{"next_sample", step_ * options_.global_batch}, {"shuffle", options_.data.shuffle},
-                    {"seed", options_.data.seed}}},
-          {"model", {{"family", "gpt"}, {"layers", c.layers}, {"hidden", c.hidden}, {"heads", c.heads},
-                     {"vocab", c.vocab}, {"seq_len", c.seq_len}}},
-          {"mesh", {{"sp_mode", options_.sp_mode}, {"dp", options_.mesh.dp}, {"tp", options_.mesh.tp}, {"pp", options_.mesh.pp},
-                    {"sp", options_.mesh.sp}, {"order", options_.mesh.order},
-                    {"pp_schedule", options_.pp_schedule}, {"pp_chunks", options_.pp_chunks}}},
-          {"optimizer", optimizer_state},
-          {"zero_stage", options_.zero_stage},
-          {"precision", options_.precision},
-          {"loss_scale", {{"scale", loss_scale_}, {"good_steps", good_steps_}}},
-          {"rng", {{"init_seed", options_.seed}, {"note", "no randomness after initialisation (dropout 0)"}}},
-      };
-      std::ofstream(tmp + "/trainer_state.json") << state.dump(2) << "\n";
-      nlohmann::json index = {{"format", "tessera-checkpoint"}, {"version", 1}, {"weight_map", nlohmann::json::object()}};
-      for (auto& [name, t] : *params) index["weight_map"][name] = "model.safetensors";
-      for (auto& [name, t] : optimizer) index["weight_map"][name] = "optimizer.safetensors";
-      if (sharded_state) index["optimizer_shards"] = optimizer_state["shards"];
-      std::ofstream(tmp + "/index.json") << index.dump(2) << "\n";
     }
   }
-  // Every shard is written before rank 0 renames the directory into place.
-  TESSERA_RETURN_IF_ERROR(groups_.world->Barrier());
-  if (groups_.global_rank == 0 && status.ok()) {
-    status = CommitCheckpoint(options_.checkpoint_dir, tmp, step_, options_.checkpoint_keep);
+
+  // 4. The votes: slot r of the first `world` entries is 1 when rank r failed; with sharded state,
+  //    then (bytes, crc32c) of the file of dp rank d, tp rank t at slot d·tp + t.
+  const int world = groups_.world->size();
+  const int tp = groups_.tp->size();
+  const int shards = sharded_state ? groups_.dp->size() * tp : 0;
+  at::Tensor votes = at::zeros({world + 2 * shards}, at::kLong);
+  votes[groups_.global_rank] = status.ok() ? 0 : 1;
+  if (sharded_state && status.ok()) {
+    const FileDigest& d = written.at(ShardFileName(groups_.dp->rank(), groups_.tp->rank()));
+    const int slot = groups_.dp->rank() * tp + groups_.tp->rank();
+    votes[world + 2 * slot] = d.bytes;
+    votes[world + 2 * slot + 1] = static_cast<int64_t>(d.crc32c);
   }
-  TESSERA_RETURN_IF_ERROR(groups_.world->Barrier());
-  return status;
+  at::Tensor all_votes = votes.to(device_);
+  TESSERA_RETURN_IF_ERROR(groups_.world->AllReduce(all_votes));
+  votes = all_votes.cpu();
+
+  // 5. Rank 0 commits (index last, then the rename) and tells every rank whether it did.
+  at::Tensor committed = at::zeros({1}, at::kLong);
+  if (groups_.global_rank == 0) {
+    std::string failed;
+    for (int r = 0; r < world; ++r) {
+      if (votes[r].item<int64_t>() != 0) absl::StrAppend(&failed, failed.empty() ? "" : ", ", r);
+    }
+    if (status.ok() && !failed.empty()) {
+      status = absl::AbortedError(absl::StrCat("rank(s) ", failed, " could not write their files (their logs say why)"));
+    }
+    if (status.ok()) {
+      for (int d = 0; d < groups_.dp->size() && sharded_state; ++d) {
+        for (int t = 0; t < tp; ++t) {
+          const int slot = d * tp + t;
+          written[ShardFileName(d, t)] = FileDigest{votes[world + 2 * slot].item<int64_t>(),
+                                                    static_cast<uint32_t>(votes[world + 2 * slot + 1].item<int64_t>())};
+        }
+      }
+      nlohmann::json index = {{"format", "tessera-checkpoint"}, {"version", 2}, {"weight_map", nlohmann::json::object()},
+                              {"files", nlohmann::json::object()}};
+      for (auto& [name, t] : params) index["weight_map"][name] = "model.safetensors";
+      for (auto& [name, t] : optimizer) index["weight_map"][name] = "optimizer.safetensors";
+      if (sharded_state) {
+        nlohmann::json files = nlohmann::json::array();
+        for (int d = 0; d < groups_.dp->size(); ++d) {
+          for (int t = 0; t < tp; ++t) files.push_back(ShardFileName(d, t));
+        }
+        index["optimizer_shards"] = files;
+      }
+      for (const auto& [name, d] : written) index["files"][name] = {{"bytes", d.bytes}, {"crc32c", d.crc32c}};
+      status = WriteFileDurably(tmp + "/index.json", index.dump(2) + "\n").status();
+    }
+    if (status.ok()) status = CommitCheckpoint(options_.checkpoint_dir, tmp, step_, options_.checkpoint_keep);
+    if (!status.ok()) AbortCheckpoint(tmp);
+    committed[0] = status.ok() ? 1 : 0;
+  }
+  at::Tensor decision = committed.to(device_);
+  TESSERA_RETURN_IF_ERROR(groups_.world->Broadcast(decision, 0));
+  if (status.ok() && decision.cpu().item<int64_t>() == 0) {
+    status = absl::AbortedError("not committed by rank 0 (its log says why)");
+  }
+  if (!status.ok()) {
+    return absl::Status(status.code(), absl::StrCat("checkpoint of step ", step_, ": ", status.message()));
+  }
+  return absl::OkStatus();
+}
+
+nlohmann::json Trainer::TrainerStateJson(bool sharded_state) const {
+  const auto& c = options_.model;
+  nlohmann::json optimizer_state = {{"name", "adamw"}, {"step", adam_step_}, {"sharded", sharded_state}};
+  if (sharded_state) {
+    nlohmann::json files = nlohmann::json::array();
+    for (int d = 0; d < options_.mesh.dp; ++d) {
+      for (int t = 0; t < options_.mesh.tp; ++t) files.push_back(ShardFileName(d, t));
+    }
+    optimizer_state["shards"] = files;
+  }
+  return {
+      {"format", "tessera-checkpoint"},
+      {"version", 1},
+      {"step", step_},
+      {"samples_seen", step_ * options_.global_batch},
+      {"data", {{"next_sample", step_ * options_.global_batch}, {"shuffle", options_.data.shuffle},
+                {"seed", options_.data.seed}}},
+      {"model", {{"family", "gpt"}, {"layers", c.layers}, {"hidden", c.hidden}, {"heads", c.heads},
+                 {"vocab", c.vocab}, {"seq_len", c.seq_len}}},
+      {"mesh", {{"sp_mode", options_.sp_mode}, {"dp", options_.mesh.dp}, {"tp", options_.mesh.tp}, {"pp", options_.mesh.pp},
+                {"sp", options_.mesh.sp}, {"order", options_.mesh.order},
+                {"pp_schedule", options_.pp_schedule}, {"pp_chunks", options_.pp_chunks}}},
+      {"optimizer", optimizer_state},
+      {"zero_stage", options_.zero_stage},
+      {"precision", options_.precision},
+      {"loss_scale", {{"scale", loss_scale_}, {"good_steps", good_steps_}}},
+      {"rng", {{"init_seed", options_.seed}, {"note", "no randomness after initialisation (dropout 0)"}}},
+  };
+}
+
+absl::StatusOr<int64_t> Trainer::AgreeOnResumeStep() {
+  at::Tensor step = at::full({1}, int64_t{-1}, at::kLong);
+  if (groups_.global_rank == 0) {
+    std::vector<absl::Status> damaged;
+    auto good = NewestGoodCheckpoint(options_.checkpoint_dir, &damaged);
+    for (const absl::Status& s : damaged) {
+      std::cerr << "tessera: " << s.message() << "; set aside as .damaged, resuming from an older one\n";
+    }
+    if (good.has_value()) {
+      step[0] = good->first;
+    } else if (!damaged.empty()) {
+      std::cerr << "tessera: no undamaged checkpoint left in " << options_.checkpoint_dir << "; starting over\n";
+    }
+  }
+  at::Tensor agreed = step.to(device_);
+  TESSERA_RETURN_IF_ERROR(groups_.world->Broadcast(agreed, 0));
+  return agreed.cpu().item<int64_t>();
 }
 
 absl::Status Trainer::LoadCheckpoint(const std::string& path) {
