@@ -66,6 +66,21 @@ absl::Status Coordinator::Recover() {
 
 void Coordinator::CheckAdoptionLocked(JobEntry& e) {
   if (!e.adopt_deadline) return;
+  if (e.job.state() == v1::JOB_STATE_RESTARTING) {
+    // The adopted attempt failed before all its workers were back. At the deadline its ranks on
+    // workers that did not come back (unknown to this coordinator, or lost) are gone, so that the job
+    // is queued again instead of waiting for reports that will never come.
+    if (absl::Now() >= *e.adopt_deadline) {
+      for (size_t r = 0; r < e.ranks.size(); ++r) {
+        auto w = workers_.find(e.ranks[r].worker_id);
+        if (!e.ranks[r].exited && (w == workers_.end() || w->second.info.state() != v1::Worker::STATE_ALIVE)) {
+          RankGoneLocked(e, static_cast<int>(r));
+        }
+      }
+    }
+    AfterRankExitLocked(e);  // Queued again (and the deadline dropped) once every rank is gone.
+    return;
+  }
   if (e.job.state() != v1::JOB_STATE_SCHEDULED && e.job.state() != v1::JOB_STATE_RUNNING) {
     e.adopt_deadline.reset();  // Finished or failed meanwhile.
     return;
@@ -354,7 +369,8 @@ void Coordinator::RankGoneLocked(JobEntry& e, int rank) {
 
 void Coordinator::AttemptFailedLocked(JobEntry& e, const std::string& reason, bool counts) {
   StopRanksLocked(e);
-  e.adopt_deadline.reset();
+  // An attempt being adopted keeps its deadline: CheckAdoptionLocked then clears ranks whose workers
+  // never came back.
   if (!counts || e.job.restarts_used() < e.job.max_restarts()) {
     if (counts) e.job.set_restarts_used(e.job.restarts_used() + 1);
     SetStateLocked(e, v1::JOB_STATE_RESTARTING,
@@ -371,6 +387,7 @@ void Coordinator::AttemptFailedLocked(JobEntry& e, const std::string& reason, bo
 void Coordinator::AfterRankExitLocked(JobEntry& e) {
   const bool all_gone = std::all_of(e.ranks.begin(), e.ranks.end(), [](const RankEntry& r) { return r.exited; });
   if (all_gone && e.job.state() == v1::JOB_STATE_RESTARTING) {
+    e.adopt_deadline.reset();  // The next attempt is not adopted.
     e.job.clear_placement();
     e.queued_at = absl::Now();
     e.requeue_cause = e.job.reason();

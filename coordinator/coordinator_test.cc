@@ -237,6 +237,86 @@ TEST_F(CoordinatorTest, RestartedCoordinatorAdoptsReportedRanksAndRequeuesTheRes
   EXPECT_EQ(State(adopted_id), v1::JOB_STATE_SUCCEEDED);
 }
 
+// The adopted attempt fails (the rank on worker a exits with an error) before worker b, which held
+// the other rank, came back — b never does (it was SIGKILLed). At the adoption deadline b's rank
+// counts as gone, and the job is placed again on the workers there are; the new attempt is not
+// treated as adopted.
+TEST_F(CoordinatorTest, AdoptedAttemptThatFailsIsRequeuedWhenItsOtherWorkerNeverReturns) {
+  const std::string a = AddWorker("a", 1), b = AddWorker("b", 1);
+  auto job = c_->Submit(Spec(2, 1), 1);
+  auto on_a = Drain(a), on_b = Drain(b);
+  ASSERT_EQ(on_a.size(), 1u);
+  ASSERT_EQ(on_b.size(), 1u);
+  Report(a, on_a[0], v1::ReportRankStatusRequest::EVENT_STARTED);
+  Report(b, on_b[0], v1::ReportRankStatusRequest::EVENT_STARTED);
+  Restart();
+  v1::RegisterWorkerRequest r = Registration("a", 1);
+  auto* running = r.add_running();
+  running->set_job_id(job->id());
+  running->set_attempt(1);
+  running->set_rank(on_a[0].rank());
+  ASSERT_TRUE(c_->RegisterWorker(r).ok());
+  Report(a, on_a[0], v1::ReportRankStatusRequest::EVENT_EXITED, 1);
+  EXPECT_EQ(State(job->id()), v1::JOB_STATE_RESTARTING);
+  AddWorker("c", 1);
+  absl::SleepFor(absl::Milliseconds(450));  // Past the adoption deadline (2 heartbeat timeouts).
+  ASSERT_TRUE(c_->Heartbeat("a").ok());
+  ASSERT_TRUE(c_->Heartbeat("c").ok());
+  c_->CheckLiveness();
+  ASSERT_EQ(State(job->id()), v1::JOB_STATE_SCHEDULED) << c_->GetJob(job->id())->reason();
+  EXPECT_EQ(c_->GetJob(job->id())->attempt(), 2);
+  std::set<std::string> placed;
+  const v1::Job requeued = *c_->GetJob(job->id());
+  for (const auto& p : requeued.placement()) placed.insert(p.worker_id());
+  EXPECT_EQ(placed, (std::set<std::string>{"a", "c"}));
+  // The new attempt runs as any other: nothing is adopted, so the deadline does not fail it.
+  auto next_a = Drain(a), next_c = Drain("c");
+  c_->CheckLiveness();  // Before its ranks report: a new attempt has no adoption deadline to miss.
+  EXPECT_EQ(State(job->id()), v1::JOB_STATE_SCHEDULED) << c_->GetJob(job->id())->reason();
+  ASSERT_FALSE(next_a.empty());
+  ASSERT_EQ(next_c.size(), 1u);
+  Report(a, next_a.back(), v1::ReportRankStatusRequest::EVENT_STARTED);
+  Report("c", next_c[0], v1::ReportRankStatusRequest::EVENT_STARTED);
+  absl::SleepFor(absl::Milliseconds(450));
+  ASSERT_TRUE(c_->Heartbeat("a").ok());
+  ASSERT_TRUE(c_->Heartbeat("c").ok());
+  c_->CheckLiveness();
+  EXPECT_EQ(State(job->id()), v1::JOB_STATE_RUNNING) << c_->GetJob(job->id())->reason();
+  EXPECT_EQ(c_->GetJob(job->id())->attempt(), 2);
+  EXPECT_THAT(c_->GetJob(job->id())->reason(), ::testing::Not(HasSubstr("coordinator restart")));
+}
+
+// The adopted attempt fails on worker a, then worker b registers again without its rank (it was
+// restarted): every rank is gone, so the job is placed again at once, before the adoption deadline,
+// and the new attempt is a fresh one (its ranks, slow to start, are not failed by the old deadline).
+TEST_F(CoordinatorTest, AttemptAfterAFailedAdoptedOneIsNotAdopted) {
+  const std::string a = AddWorker("a", 1), b = AddWorker("b", 1);
+  auto job = c_->Submit(Spec(2, 1), 1);
+  auto on_a = Drain(a), on_b = Drain(b);
+  ASSERT_EQ(on_a.size(), 1u);
+  ASSERT_EQ(on_b.size(), 1u);
+  Report(a, on_a[0], v1::ReportRankStatusRequest::EVENT_STARTED);
+  Report(b, on_b[0], v1::ReportRankStatusRequest::EVENT_STARTED);
+  Restart();
+  v1::RegisterWorkerRequest r = Registration(a, 1);
+  auto* running = r.add_running();
+  running->set_job_id(job->id());
+  running->set_attempt(1);
+  running->set_rank(on_a[0].rank());
+  ASSERT_TRUE(c_->RegisterWorker(r).ok());
+  Report(a, on_a[0], v1::ReportRankStatusRequest::EVENT_EXITED, 1);
+  EXPECT_EQ(State(job->id()), v1::JOB_STATE_RESTARTING);
+  AddWorker(b, 1);
+  ASSERT_EQ(State(job->id()), v1::JOB_STATE_SCHEDULED) << c_->GetJob(job->id())->reason();
+  ASSERT_EQ(c_->GetJob(job->id())->attempt(), 2);
+  absl::SleepFor(absl::Milliseconds(450));  // Past the old adoption deadline, the new ranks not started.
+  ASSERT_TRUE(c_->Heartbeat(a).ok());
+  ASSERT_TRUE(c_->Heartbeat(b).ok());
+  c_->CheckLiveness();
+  EXPECT_EQ(State(job->id()), v1::JOB_STATE_SCHEDULED) << c_->GetJob(job->id())->reason();
+  EXPECT_EQ(c_->GetJob(job->id())->attempt(), 2);
+}
+
 TEST_F(CoordinatorTest, RankThatFinishedDuringACoordinatorOutageCountsAsFinished) {
   const std::string a = AddWorker("a", 1);
   auto job = c_->Submit(Spec(1, 1), 0);

@@ -6,12 +6,16 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <thread>
+
+#include <sys/statvfs.h>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "parallel/checkpoint/checkpoint_dir.h"
 #include "tests/testing/cli.h"
 #include "tests/testing/compare.h"
 #include "tests/testing/test_hosts.h"
@@ -29,18 +33,13 @@ class MultiHostTest : public ::testing::Test {
   static constexpr int kPort = 7070;
 
   void SetUp() override {
-    auto hosts = testing::TestHosts::Create(3);
+    auto hosts = testing::TestHosts::Create(4);
     if (!hosts.ok()) GTEST_SKIP() << "no test hosts on this machine: " << hosts.status().message();
     hosts_ = std::move(*hosts);
     dir_ = testing::FreshDir(std::string("multi_host_") +
                              ::testing::UnitTest::GetInstance()->current_test_info()->name());
     coordinator_ = absl::StrCat(hosts_->address(0), ":", kPort);
-    auto c = hosts_->Spawn(0, {testing::Runfile("coordinator/tessera-coordinator"), "--listen=" + coordinator_,
-                               "--db=" + dir_ + "/coord.db", "--heartbeat_timeout_s=5",
-                               "--metrics_listen=" + hosts_->address(0) + ":9464"},
-                           dir_ + "/coordinator.log");
-    ASSERT_TRUE(c.ok()) << c.status();
-    ASSERT_TRUE(WaitFor([&] { return Cli({"jobs"}).exit_code == 0; }, 20)) << Log("coordinator.log");
+    StartCoordinator();
     data_ = testing::WriteTokenFile(dir_, 40000);
     spec_ = dir_ + "/spec.yaml";
     std::ofstream(spec_) << "name: multi-host\n"
@@ -49,6 +48,22 @@ class MultiHostTest : public ::testing::Test {
                          << "parallel: {dp: 2}\n"
                          << "train: {steps: 8, micro_batch: 2, global_batch: 4, lr: 2e-3, schedule: constant}\n"
                          << "checkpoint: {every_steps: 4, keep: 2}\n";
+  }
+
+  void TearDown() override {
+    hosts_.reset();  // Every daemon and rank stopped before the file systems they used go.
+    if (!mounted_.empty()) testing::RunCommand({"umount", "-l", mounted_});
+  }
+
+  // The coordinator on host 0 (again after a Kill: the same database, the same address).
+  void StartCoordinator() {
+    auto c = hosts_->Spawn(0, {testing::Runfile("coordinator/tessera-coordinator"), "--listen=" + coordinator_,
+                               "--db=" + dir_ + "/coord.db", "--heartbeat_timeout_s=5",
+                               "--metrics_listen=" + hosts_->address(0) + ":9464"},
+                           dir_ + "/coordinator.log");
+    ASSERT_TRUE(c.ok()) << c.status();
+    coordinator_pid_ = *c;
+    ASSERT_TRUE(WaitFor([&] { return Cli({"jobs"}).exit_code == 0; }, 20)) << Log("coordinator.log");
   }
 
   // A worker on `host` (no --host: it must find its own address towards the coordinator). Its ranks'
@@ -62,6 +77,7 @@ class MultiHostTest : public ::testing::Test {
                            dir_ + "/" + name + ".log",
                            {{"TESSERA_RANK_BINARY", testing::Runfile("worker/rank/tessera-rank")}});
     ASSERT_TRUE(w.ok()) << w.status();
+    worker_pids_[host] = *w;
   }
 
   testing::CliResult Cli(std::vector<std::string> args) {
@@ -106,12 +122,13 @@ class MultiHostTest : public ::testing::Test {
     }
   }
 
-  // Submits the spec as job-000001 with kLongJob's settings and three restarts allowed, across the two
-  // workers, and waits for its checkpoint of step 20. Returns its output directory.
-  std::string StartLongJob() {
+  // Submits the spec as job-000001 with kLongJob's settings (and `sets`) and three restarts allowed,
+  // across the two workers, and waits for its checkpoint of step 20. Returns its output directory.
+  std::string StartLongJob(const std::vector<std::string>& sets = {}) {
     const std::string out = dir_ + "/out";
     std::vector<std::string> submit = {"submit", spec_, "--max-restarts=3", "--set", "output_dir=" + out};
     for (const std::string& s : kLongJob) submit.push_back("--set"), submit.push_back(s);
+    for (const std::string& s : sets) submit.push_back("--set"), submit.push_back(s);
     EXPECT_EQ(Cli(submit).exit_code, 0);
     EXPECT_TRUE(WaitFor([&] { return fs::exists(out + "/checkpoints/step_00000020"); }, 60))
         << Job("job-000001").dump();
@@ -135,8 +152,21 @@ class MultiHostTest : public ::testing::Test {
     return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   }
 
+  // Every rank log of the job in `out`, all attempts.
+  static std::string RankLogs(const std::string& out) {
+    std::string logs;
+    for (int rank : {0, 1}) {
+      std::ifstream in(absl::StrCat(out, "/logs/rank_", rank, ".log"));
+      logs += std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    }
+    return logs;
+  }
+
   std::unique_ptr<testing::TestHosts> hosts_;
   std::string dir_, coordinator_, data_, spec_;
+  pid_t coordinator_pid_ = -1;
+  std::map<int, pid_t> worker_pids_;  // By host.
+  std::string mounted_;               // A file system the test mounted (unmounted in TearDown).
 };
 
 TEST_F(MultiHostTest, DataParallelJobAcrossTwoHostsEqualsTheSingleProcessRun) {
@@ -229,6 +259,86 @@ TEST_F(MultiHostTest, HostCutOffBrieflyLosesNothing) {
   auto job = Job(id);
   EXPECT_EQ(job.value("state", ""), "JOB_STATE_SUCCEEDED");
   EXPECT_EQ(job.value("attempt", 0), 1) << "no restart: " << job.dump();
+  ExpectLossesOfTheSingleProcessRun(out, kLongJob, 200);
+  EXPECT_TRUE(WaitFor([&] { return RanksLeft() == 0; }, 10)) << "no rank process left on any host";
+}
+
+// The output root fills up while a checkpoint is written (rank 1's optimizer shard, on the other
+// host, or rank 0's files): the checkpoint is not committed, the previous one stays intact, the
+// attempt fails naming the full disk, and once space returns the job resumes from the previous
+// checkpoint to the undisturbed run's losses.
+TEST_F(MultiHostTest, FullDiskDuringACheckpointKeepsThePreviousOneAndTheJobResumes) {
+  const std::string out = dir_ + "/out";
+  fs::create_directories(out);
+  auto mount = testing::RunCommand({"mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", out});
+  ASSERT_EQ(mount.exit_code, 0) << mount.output;
+  mounted_ = out;
+  StartTwoWorkers();  // After the mount: their namespaces see it.
+  const std::vector<std::string> zero = {"parallel.zero_stage=1"};  // Every rank writes a shard.
+  ASSERT_EQ(StartLongJob(zero), out);
+  const std::string id = "job-000001";
+  // Leave room for half a checkpoint more than is used now: the one of step 40 cannot be written.
+  int64_t checkpoint_bytes = 0;
+  for (const auto& f : fs::directory_iterator(out + "/checkpoints/step_00000020")) checkpoint_bytes += f.file_size();
+  struct statvfs st;
+  ASSERT_EQ(statvfs(out.c_str(), &st), 0);
+  const int64_t used = static_cast<int64_t>(st.f_blocks - st.f_bfree) * static_cast<int64_t>(st.f_frsize);
+  const int64_t limit = (used + checkpoint_bytes / 2 + 4095) / 4096 * 4096;
+  auto shrink = testing::RunCommand({"mount", "-o", absl::StrCat("remount,size=", limit), out});
+  ASSERT_EQ(shrink.exit_code, 0) << shrink.output;
+
+  ASSERT_TRUE(WaitFor([&] { return Job(id).value("attempt", 0) >= 2 || Ended(Job(id)); }, 60)) << Job(id).dump();
+  EXPECT_THAT(RankLogs(out), HasSubstr("checkpoint of step 40: ")) << RankLogs(out);
+  EXPECT_THAT(RankLogs(out), HasSubstr("No space left on device"));
+  // The previous checkpoint was neither pruned nor touched.
+  EXPECT_TRUE(parallel::VerifyCheckpoint(out + "/checkpoints/step_00000020").ok());
+  EXPECT_FALSE(fs::exists(out + "/checkpoints/step_00000040"));
+
+  auto grow = testing::RunCommand({"mount", "-o", "remount,size=64m", out});
+  ASSERT_EQ(grow.exit_code, 0) << grow.output;
+  ASSERT_TRUE(WaitFor([&] { return Ended(Job(id)); }, 120)) << "job stuck: " << Job(id).dump();
+  EXPECT_EQ(Job(id).value("state", ""), "JOB_STATE_SUCCEEDED") << Job(id).dump();
+  ExpectLossesOfTheSingleProcessRun(out, {"train.steps=200", "checkpoint.every_steps=20", "parallel.zero_stage=1"}, 200);
+  EXPECT_TRUE(WaitFor([&] { return RanksLeft() == 0; }, 10)) << "no rank process left on any host";
+}
+
+// SIGKILL of a worker daemon mid-job (its rank dies with it), the coordinator SIGKILLed and restarted
+// while the job is failing, and the newest checkpoint damaged: the job resumes on the two nodes still
+// alive (three were registered), from the newest undamaged checkpoint, to the undisturbed losses.
+TEST_F(MultiHostTest, WorkerAndCoordinatorKilledAndADamagedCheckpointTheJobEndsAsUndisturbed) {
+  StartWorker(1, "cpu:1");
+  StartWorker(2, "cpu:1");
+  StartWorker(3, "cpu:1");
+  ASSERT_TRUE(WaitFor([&] {
+    const std::string out = Cli({"workers"}).output;
+    return out.find("node1") != std::string::npos && out.find("node2") != std::string::npos &&
+           out.find("node3") != std::string::npos;
+  }, 20)) << Cli({"workers"}).output;
+  const std::string out = StartLongJob();
+  const std::string id = "job-000001";
+  ASSERT_TRUE(WaitFor([&] { return fs::exists(out + "/checkpoints/step_00000040"); }, 60)) << Job(id).dump();
+  const std::string victim = Job(id)["placement"][1].value("worker_id", "");
+  ASSERT_THAT(victim, ::testing::StartsWith("node"));
+  const int victim_host = victim.back() - '0';
+
+  hosts_->Kill(worker_pids_.at(victim_host));
+  // With a rank gone no checkpoint can be committed any more (every rank must vote): damage the
+  // newest one now.
+  auto all = parallel::ListCheckpoints(out + "/checkpoints");
+  ASSERT_FALSE(all.empty());
+  const int64_t damaged_step = all.back().first;
+  fs::resize_file(all.back().second + "/model.safetensors", 1000);
+  hosts_->Kill(coordinator_pid_);
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  StartCoordinator();
+
+  ASSERT_TRUE(WaitFor([&] { return Ended(Job(id)); }, 150)) << "job stuck: " << Job(id).dump();
+  auto job = Job(id);
+  EXPECT_EQ(job.value("state", ""), "JOB_STATE_SUCCEEDED") << job.dump();
+  EXPECT_GE(job.value("attempt", 0), 2);
+  for (const auto& p : job["placement"]) EXPECT_NE(p.value("worker_id", ""), victim) << "resumed on the others";
+  EXPECT_THAT(RankLogs(out), HasSubstr(absl::StrCat(parallel::CheckpointName(damaged_step),
+                                                    " is damaged: model.safetensors has 1000 bytes")));
   ExpectLossesOfTheSingleProcessRun(out, kLongJob, 200);
   EXPECT_TRUE(WaitFor([&] { return RanksLeft() == 0; }, 10)) << "no rank process left on any host";
 }
