@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <optional>
 #include <filesystem>
@@ -10,8 +11,10 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "client/exit_codes.h"
 #include "client/progress_line.h"
@@ -220,6 +223,22 @@ int JobCommand(const ClusterOptions& o, const std::string& job_id) {
             << j.progress().last_checkpoint_step() << " in " << j.spec().checkpoint().dir()
             << "\noutput_dir: " << j.spec().output_dir() << "\n";
   if (j.placement_size() > 0) std::cout << t.ToString();
+  if (j.history_size() > 0) {
+    // Each attempt: where it ran, the steps it covered (from its checkpoint to its last step), how
+    // it ended and, when a node ended it, which one.
+    Table h({"ATTEMPT", "WORKERS", "STEPS", "OUTCOME", "FAILED NODE", "REASON"});
+    for (const v1::Attempt& a : j.history()) {
+      std::string outcome = "running";
+      if (a.outcome() != v1::JOB_STATE_UNSPECIFIED) {
+        outcome = absl::AsciiStrToLower(v1::JobState_Name(a.outcome()).substr(sizeof("JOB_STATE_") - 1));
+      }
+      h.AddRow({absl::StrCat(a.attempt()), absl::StrJoin(a.workers(), ","),
+                absl::StrCat(a.resumed_from_step() + 1, "..", std::max(a.last_step(), a.resumed_from_step())), outcome,
+                a.failed_worker().empty() ? "-" : absl::StrCat(a.failed_worker(), " (", a.failed_host(), ")"),
+                a.reason()});
+    }
+    std::cout << "history:\n" << h.ToString();
+  }
   return kExitOk;
 }
 

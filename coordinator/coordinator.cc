@@ -12,6 +12,14 @@ namespace {
 
 int64_t NowMs() { return absl::ToUnixMillis(absl::Now()); }
 
+// The address `worker_id` had when the attempt was placed ("" when it was not one of its workers).
+std::string HostInAttempt(const v1::Attempt& h, const std::string& worker_id) {
+  for (int i = 0; i < h.workers_size() && i < h.worker_hosts_size(); ++i) {
+    if (h.workers(i) == worker_id) return h.worker_hosts(i);
+  }
+  return "";
+}
+
 v1::DeviceKind KindOf(const v1::JobSpec& spec) {
   return spec.device() == v1::DEVICE_CUDA ? v1::DEVICE_KIND_CUDA : v1::DEVICE_KIND_CPU;
 }
@@ -75,6 +83,7 @@ void Coordinator::CheckAdoptionLocked(JobEntry& e) {
         auto w = workers_.find(e.ranks[r].worker_id);
         if (!e.ranks[r].exited && (w == workers_.end() || w->second.info.state() != v1::Worker::STATE_ALIVE)) {
           RankGoneLocked(e, static_cast<int>(r));
+          BlameWorkerLocked(e, e.ranks[r].worker_id, "did not come back after the coordinator restarted");
         }
       }
     }
@@ -95,15 +104,16 @@ void Coordinator::CheckAdoptionLocked(JobEntry& e) {
   }
   if (!lost && absl::Now() < *e.adopt_deadline) return;
   e.adopt_deadline.reset();
-  std::string missing;
+  std::string missing, failed_worker;
   for (size_t r = 0; r < e.ranks.size(); ++r) {
     if (!e.ranks[r].started) {
       absl::StrAppend(&missing, missing.empty() ? "" : ",", r);
+      if (failed_worker.empty()) failed_worker = e.ranks[r].worker_id;
       RankGoneLocked(e, static_cast<int>(r));
     }
   }
   AttemptFailedLocked(e, absl::StrCat("rank(s) ", missing, " not reported running after a coordinator restart"),
-                      /*counts=*/false);
+                      /*counts=*/false, failed_worker);
 }
 
 void Coordinator::ChangedLocked(JobEntry& e, bool persist) {
@@ -211,6 +221,17 @@ void Coordinator::TryScheduleLocked() {
           *a.mutable_spec() = spec;
           w.queue.push_back(std::move(a));
         }
+        v1::Attempt* h = e.job.add_history();
+        h->set_attempt(e.job.attempt());
+        h->set_started_unix_ms(NowMs());
+        h->set_resumed_from_step(e.job.progress().last_checkpoint_step());
+        for (const Slot& s : *slots) {
+          if (std::find(h->workers().begin(), h->workers().end(), s.worker_id) == h->workers().end()) {
+            h->add_workers(s.worker_id);
+            h->add_worker_hosts(workers_[s.worker_id].info.host());
+          }
+        }
+        if (e.job.history_size() > kMaxHistory) e.job.mutable_history()->DeleteSubrange(0, e.job.history_size() - kMaxHistory);
         queue_.pop_front();
         if (options_.on_scheduled) options_.on_scheduled(absl::Now() - e.queued_at);
         SetStateLocked(e, v1::JOB_STATE_SCHEDULED,
@@ -336,6 +357,7 @@ absl::StatusOr<v1::Job> Coordinator::Cancel(const std::string& id) {
   if (IsTerminal(e.job.state())) return e.job;
   queue_.erase(std::remove(queue_.begin(), queue_.end(), id), queue_.end());
   StopRanksLocked(e);
+  EndAttemptLocked(e, v1::JOB_STATE_CANCELLED, "cancelled by the user", "");
   SetStateLocked(e, v1::JOB_STATE_CANCELLED, "cancelled by the user");
   TryScheduleLocked();
   return e.job;
@@ -367,7 +389,37 @@ void Coordinator::RankGoneLocked(JobEntry& e, int rank) {
   if (rank == 0) w->second.used_ports.erase(e.job.store_port());
 }
 
-void Coordinator::AttemptFailedLocked(JobEntry& e, const std::string& reason, bool counts) {
+void Coordinator::EndAttemptLocked(JobEntry& e, v1::JobState outcome, const std::string& reason,
+                                   const std::string& failed_worker) {
+  if (e.job.history_size() == 0) return;
+  v1::Attempt& h = *e.job.mutable_history(e.job.history_size() - 1);
+  if (h.attempt() != e.job.attempt() || h.ended_unix_ms() != 0) return;
+  h.set_ended_unix_ms(NowMs());
+  h.set_outcome(outcome);
+  h.set_reason(reason);
+  if (!failed_worker.empty()) {
+    h.set_failed_worker(failed_worker);
+    h.set_failed_host(HostInAttempt(h, failed_worker));
+  }
+}
+
+void Coordinator::BlameWorkerLocked(JobEntry& e, const std::string& worker_id, const std::string& why) {
+  if (e.job.history_size() == 0) return;
+  v1::Attempt& h = *e.job.mutable_history(e.job.history_size() - 1);
+  if (h.outcome() != v1::JOB_STATE_FAILED || h.failed_worker() == worker_id ||
+      std::find(h.workers().begin(), h.workers().end(), worker_id) == h.workers().end() ||
+      absl::FromUnixMillis(h.ended_unix_ms()) < absl::Now() - 2 * options_.heartbeat_timeout) {
+    return;
+  }
+  h.set_failed_worker(worker_id);
+  h.set_failed_host(HostInAttempt(h, worker_id));
+  h.set_reason(absl::StrCat(h.reason(), "; then worker ", worker_id, " ", why));
+  ChangedLocked(e, /*persist=*/true);
+}
+
+void Coordinator::AttemptFailedLocked(JobEntry& e, const std::string& reason, bool counts,
+                                      const std::string& failed_worker) {
+  EndAttemptLocked(e, v1::JOB_STATE_FAILED, reason, failed_worker);
   StopRanksLocked(e);
   // An attempt being adopted keeps its deadline: CheckAdoptionLocked then clears ranks whose workers
   // never came back.

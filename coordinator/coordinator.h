@@ -112,8 +112,18 @@ class Coordinator {
   void TryScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `counts`: whether the failure spends one of the job's restarts (false for ranks lost to a
   // coordinator restart rather than to the job).
-  void AttemptFailedLocked(JobEntry& e, const std::string& reason, bool counts = true)
+  // `failed_worker`: the worker whose rank, registration or silence ended the attempt ("" if none).
+  void AttemptFailedLocked(JobEntry& e, const std::string& reason, bool counts = true,
+                           const std::string& failed_worker = "") ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Closes the current attempt's entry in the job's history (once).
+  void EndAttemptLocked(JobEntry& e, v1::JobState outcome, const std::string& reason,
+                        const std::string& failed_worker) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // An attempt that failed (within two heartbeat timeouts) is blamed on `worker_id`, one of its
+  // workers, found lost (or never back) afterwards: a peer that vanished is seen first as a failed
+  // collective on a healthy node, whose report ended the attempt.
+  void BlameWorkerLocked(JobEntry& e, const std::string& worker_id, const std::string& why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static constexpr int kMaxHistory = 128;  // Attempts kept in a job's history.
   void CheckAdoptionLocked(JobEntry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status ReportRankStatusLocked(const v1::ReportRankStatusRequest& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void StopRanksLocked(JobEntry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

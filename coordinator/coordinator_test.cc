@@ -317,6 +317,61 @@ TEST_F(CoordinatorTest, AttemptAfterAFailedAdoptedOneIsNotAdopted) {
   EXPECT_EQ(c_->GetJob(job->id())->attempt(), 2);
 }
 
+// A job's history: each attempt with its workers, the steps it covered and how it ended. A peer that
+// vanished is first seen as a failed collective on a healthy node (whose rank reports the error);
+// once the vanished node's worker is found lost, the attempt is blamed on it.
+TEST_F(CoordinatorTest, HistoryRecordsEachAttemptAndBlamesTheNodeThatWasLost) {
+  const std::string a = AddWorker("a", 1), b = AddWorker("b", 1);
+  auto job = c_->Submit(Spec(2, 1), 2);
+  auto on_a = Drain(a), on_b = Drain(b);
+  ASSERT_EQ(on_a.size(), 1u);
+  ASSERT_EQ(on_b.size(), 1u);
+  Report(a, on_a[0], v1::ReportRankStatusRequest::EVENT_STARTED);
+  Report(b, on_b[0], v1::ReportRankStatusRequest::EVENT_STARTED);
+  v1::ReportRankStatusRequest progress;
+  progress.set_worker_id(a);
+  progress.set_job_id(job->id());
+  progress.set_attempt(1);
+  progress.set_rank(on_a[0].rank());
+  progress.set_event(v1::ReportRankStatusRequest::EVENT_PROGRESS);
+  progress.mutable_progress()->set_step(27);
+  progress.mutable_progress()->set_last_checkpoint_step(20);
+  ASSERT_TRUE(c_->ReportRankStatus(progress).ok());
+  Report(a, on_a[0], v1::ReportRankStatusRequest::EVENT_EXITED, 1);  // "all_reduce failed: ..."
+  v1::Job j = *c_->GetJob(job->id());
+  ASSERT_EQ(j.history_size(), 1);
+  EXPECT_EQ(j.history(0).outcome(), v1::JOB_STATE_FAILED);
+  EXPECT_EQ(j.history(0).failed_worker(), "a");
+  EXPECT_EQ(j.history(0).failed_host(), "127.0.0.1");
+  EXPECT_EQ(j.history(0).last_step(), 27);
+  EXPECT_EQ(j.history(0).resumed_from_step(), 0);
+  EXPECT_THAT(j.history(0).workers(), ::testing::UnorderedElementsAre("a", "b"));
+  EXPECT_GT(j.history(0).ended_unix_ms(), 0);
+  // b falls silent: it is lost, and the failed attempt is blamed on it.
+  absl::SleepFor(absl::Milliseconds(250));
+  ASSERT_TRUE(c_->Heartbeat(a).ok());
+  c_->CheckLiveness();
+  j = *c_->GetJob(job->id());
+  EXPECT_EQ(j.history(0).failed_worker(), "b");
+  EXPECT_THAT(j.history(0).reason(), HasSubstr("exited with code 1: error: boom; then worker b was lost"));
+  // The next attempt, on a and a new worker c, resumes from the checkpoint of step 20.
+  AddWorker("c", 1);
+  j = *c_->GetJob(job->id());
+  ASSERT_EQ(j.history_size(), 2);
+  EXPECT_EQ(j.history(1).attempt(), 2);
+  EXPECT_EQ(j.history(1).resumed_from_step(), 20);
+  EXPECT_EQ(j.history(1).outcome(), v1::JOB_STATE_UNSPECIFIED);
+  EXPECT_EQ(j.history(1).ended_unix_ms(), 0);
+  EXPECT_THAT(j.history(1).workers(), ::testing::UnorderedElementsAre("a", "c"));
+  // It is cancelled: the history says so, and survives a coordinator restart.
+  ASSERT_TRUE(c_->Cancel(job->id()).ok());
+  Restart();
+  j = *c_->GetJob(job->id());
+  ASSERT_EQ(j.history_size(), 2);
+  EXPECT_EQ(j.history(1).outcome(), v1::JOB_STATE_CANCELLED);
+  EXPECT_EQ(j.history(0).failed_worker(), "b");
+}
+
 TEST_F(CoordinatorTest, RankThatFinishedDuringACoordinatorOutageCountsAsFinished) {
   const std::string a = AddWorker("a", 1);
   auto job = c_->Submit(Spec(1, 1), 0);

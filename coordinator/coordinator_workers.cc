@@ -114,7 +114,8 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(const v1:
     for (int r : missing) RankGoneLocked(e, r);
     AttemptFailedLocked(e, absl::StrCat("worker ", req.name(), " registered again without rank ", missing.front(),
                                         missing.size() > 1 ? absl::StrCat(" (and ", missing.size() - 1, " more)") : "",
-                                        " of attempt ", e.job.attempt(), " (the worker restarted?)"));
+                                        " of attempt ", e.job.attempt(), " (the worker restarted?)"),
+                        /*counts=*/true, id);
   }
   RefreshWorkerUsageLocked();
   for (auto& [jid, e] : jobs_) CheckAdoptionLocked(e);
@@ -210,6 +211,9 @@ absl::Status Coordinator::ReportRankStatusLocked(const v1::ReportRankStatusReque
       const bool first = p.step() <= 1 || e.job.progress().step() == 0;
       p.set_first_loss(first ? p.loss() : e.job.progress().first_loss());
       *e.job.mutable_progress() = p;
+      if (e.job.history_size() > 0 && e.job.history(e.job.history_size() - 1).attempt() == e.job.attempt()) {
+        e.job.mutable_history(e.job.history_size() - 1)->set_last_step(p.step());
+      }
       ChangedLocked(e, /*persist=*/false);
       return absl::OkStatus();
     }
@@ -218,13 +222,15 @@ absl::Status Coordinator::ReportRankStatusLocked(const v1::ReportRankStatusReque
       if (req.exit_code() == 0) {
         const bool all = std::all_of(e.ranks.begin(), e.ranks.end(), [](const RankEntry& r) { return r.exited; });
         if (all && (e.job.state() == v1::JOB_STATE_RUNNING || e.job.state() == v1::JOB_STATE_SCHEDULED)) {
+          EndAttemptLocked(e, v1::JOB_STATE_SUCCEEDED, "all ranks finished", "");
           SetStateLocked(e, v1::JOB_STATE_SUCCEEDED, absl::StrCat("all ranks finished (attempt ", e.job.attempt(), ")"));
         }
         AfterRankExitLocked(e);
       } else if (e.job.state() == v1::JOB_STATE_RUNNING || e.job.state() == v1::JOB_STATE_SCHEDULED) {
         const std::string& name = workers_.count(req.worker_id()) ? workers_[req.worker_id()].info.name() : req.worker_id();
         AttemptFailedLocked(e, absl::StrCat("rank ", req.rank(), " on worker ", name, " exited with code ",
-                                            req.exit_code(), req.error().empty() ? "" : ": ", req.error()));
+                                            req.exit_code(), req.error().empty() ? "" : ": ", req.error()),
+                            /*counts=*/true, req.worker_id());
       } else {
         AfterRankExitLocked(e);
       }
@@ -244,6 +250,7 @@ void Coordinator::CheckLiveness() {
     w.info.set_state(v1::Worker::STATE_LOST);
     w.queue.clear();
     for (auto& [jid, e] : jobs_) {
+      BlameWorkerLocked(e, wid, absl::StrCat("was lost (no heartbeat for ", absl::FormatDuration(options_.heartbeat_timeout), ")"));
       bool hit = false;
       for (size_t r = 0; r < e.ranks.size(); ++r) {
         if (e.ranks[r].worker_id == wid && !e.ranks[r].exited) RankGoneLocked(e, static_cast<int>(r)), hit = true;
@@ -251,7 +258,8 @@ void Coordinator::CheckLiveness() {
       if (!hit) continue;
       if (e.job.state() == v1::JOB_STATE_RUNNING || e.job.state() == v1::JOB_STATE_SCHEDULED) {
         AttemptFailedLocked(e, absl::StrCat("worker ", w.info.name(), " lost (no heartbeat for ",
-                                            absl::FormatDuration(options_.heartbeat_timeout), ")"));
+                                            absl::FormatDuration(options_.heartbeat_timeout), ")"),
+                            /*counts=*/true, wid);
       } else {
         AfterRankExitLocked(e);
       }

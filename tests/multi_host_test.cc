@@ -240,6 +240,10 @@ TEST_F(MultiHostTest, HostCutOffLongerThanTheTimeoutsRestartsTheJobWhichEndsAsUn
     logs += std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   }
   EXPECT_THAT(logs, HasSubstr(members)) << "a rank's error names every member's host";
+  // The job's history blames the host that was cut off for its first attempt.
+  ASSERT_GE(job["history"].size(), 2u) << job.dump();
+  EXPECT_EQ(job["history"][0].value("failed_worker", ""), "node2") << job["history"].dump();
+  EXPECT_EQ(job["history"][0].value("failed_host", ""), hosts_->address(2));
   ExpectLossesOfTheSingleProcessRun(out, kLongJob, 200);
   EXPECT_TRUE(WaitFor([&] { return RanksLeft() == 0; }, 10)) << "no rank process left on any host";
 }
@@ -337,6 +341,13 @@ TEST_F(MultiHostTest, WorkerAndCoordinatorKilledAndADamagedCheckpointTheJobEndsA
   EXPECT_EQ(job.value("state", ""), "JOB_STATE_SUCCEEDED") << job.dump();
   EXPECT_GE(job.value("attempt", 0), 2);
   for (const auto& p : job["placement"]) EXPECT_NE(p.value("worker_id", ""), victim) << "resumed on the others";
+  // The history blames the killed node, with its address, for the attempt that failed.
+  ASSERT_GE(job["history"].size(), 2u) << job.dump();
+  EXPECT_EQ(job["history"][0].value("outcome", ""), "JOB_STATE_FAILED");
+  EXPECT_EQ(job["history"][0].value("failed_worker", ""), victim) << job["history"].dump();
+  EXPECT_EQ(job["history"][0].value("failed_host", ""), hosts_->address(victim_host));
+  EXPECT_EQ(job["history"].back().value("outcome", ""), "JOB_STATE_SUCCEEDED");
+  EXPECT_THAT(Cli({"job", id}).output, HasSubstr(absl::StrCat(victim, " (", hosts_->address(victim_host), ")")));
   EXPECT_THAT(RankLogs(out), HasSubstr(absl::StrCat(parallel::CheckpointName(damaged_step),
                                                     " is damaged: model.safetensors has 1000 bytes")));
   ExpectLossesOfTheSingleProcessRun(out, kLongJob, 200);
