@@ -31,6 +31,9 @@ struct CoordinatorOptions {
   absl::Duration heartbeat_interval = absl::Seconds(1);  // Asked of workers.
   absl::Duration heartbeat_timeout = absl::Seconds(10);  // Silence after which a worker is lost.
   int max_restarts_limit = 100;                          // Largest max_restarts a job may ask.
+  // A worker name stays with its live worker: another process registering the name is refused while
+  // the holder heartbeated within this time (a restarted worker waits at most this long).
+  absl::Duration name_hold = absl::Seconds(3);
   // Called (under the coordinator's lock: keep it short) with the time a job waited in the queue
   // before its ranks were placed. May be empty.
   std::function<void(absl::Duration)> on_scheduled;
@@ -62,7 +65,8 @@ class Coordinator {
 
   // Worker side.
   absl::StatusOr<v1::RegisterWorkerResponse> RegisterWorker(const v1::RegisterWorkerRequest& request);
-  absl::Status Heartbeat(const std::string& worker_id);
+  // `session` (0: not checked) must be the worker's newest registration's.
+  absl::Status Heartbeat(const std::string& worker_id, int64_t session = 0);
   // The next start/stop order for the worker, waiting up to `timeout`; nullopt when none came.
   // `session` (from RegisterWorker; 0: any) must be the worker's newest: a stream of an older
   // registration gets FailedPrecondition and takes nothing.
@@ -107,6 +111,7 @@ class Coordinator {
     std::set<int> used_ports;
     absl::Time last_heartbeat;
     int64_t session = 0;  // Of the newest registration.
+    std::string instance;  // The worker process that registered it (RegisterWorkerRequest.instance).
   };
 
   void TryScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -34,6 +34,7 @@ class CoordinatorTest : public ::testing::Test {
     ASSERT_TRUE(store.ok());
     CoordinatorOptions o;
     o.heartbeat_timeout = absl::Milliseconds(200);
+    o.name_hold = absl::Milliseconds(100);
     c_ = std::make_unique<Coordinator>(o, std::move(*store));
     ASSERT_TRUE(c_->Recover().ok());
   }
@@ -370,6 +371,51 @@ TEST_F(CoordinatorTest, HistoryRecordsEachAttemptAndBlamesTheNodeThatWasLost) {
   ASSERT_EQ(j.history_size(), 2);
   EXPECT_EQ(j.history(1).outcome(), v1::JOB_STATE_CANCELLED);
   EXPECT_EQ(j.history(0).failed_worker(), "b");
+}
+
+// Two worker processes under one name: the second is refused while the first is alive, and accepted
+// once the first has been silent for the name hold (as a restarted worker is); the first's heartbeats
+// then fail, so it cannot keep the entry alive.
+TEST_F(CoordinatorTest, ASecondLiveWorkerUnderANameInUseIsRefused) {
+  v1::RegisterWorkerRequest first = Registration("node", 1);
+  first.set_instance("p1");
+  first.set_host("198.18.0.2");
+  auto one = c_->RegisterWorker(first);
+  ASSERT_TRUE(one.ok());
+  v1::RegisterWorkerRequest second = Registration("node", 2);
+  second.set_instance("p2");
+  auto refused = c_->RegisterWorker(second);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(refused.status().message(), HasSubstr("worker name node is in use by a live worker at 198.18.0.2"));
+  EXPECT_EQ(c_->ListWorkers().size(), 1u);
+  EXPECT_EQ(c_->ListWorkers()[0].device_count(), 1) << "the entry is the first worker's";
+  // The same process registering again (a reconnect) is not a second worker.
+  ASSERT_TRUE(c_->RegisterWorker(first).ok());
+  ASSERT_TRUE(c_->Heartbeat("node", 0).ok());
+  // The first worker falls silent (killed): past the hold, the second gets the name.
+  absl::SleepFor(absl::Milliseconds(150));
+  auto two = c_->RegisterWorker(second);
+  ASSERT_TRUE(two.ok()) << two.status();
+  EXPECT_EQ(c_->ListWorkers()[0].device_count(), 2);
+  EXPECT_EQ(c_->Heartbeat("node", one->session()).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(c_->Heartbeat("node", two->session()).ok());
+}
+
+// The attempt already failed (the rank on a saw its peer die) when worker b, restarted, registers
+// again without its rank: that rank is gone, and the job is placed again at once.
+TEST_F(CoordinatorTest, WorkerBackWithoutItsRankReleasesAnAttemptThatAlreadyFailed) {
+  const std::string a = AddWorker("a", 1), b = AddWorker("b", 1);
+  auto job = c_->Submit(Spec(2, 1), 2);
+  auto on_a = Drain(a), on_b = Drain(b);
+  ASSERT_EQ(on_b.size(), 1u);
+  Report(a, on_a[0], v1::ReportRankStatusRequest::EVENT_STARTED);
+  Report(b, on_b[0], v1::ReportRankStatusRequest::EVENT_STARTED);
+  Report(a, on_a[0], v1::ReportRankStatusRequest::EVENT_EXITED, 1);
+  ASSERT_EQ(State(job->id()), v1::JOB_STATE_RESTARTING);
+  AddWorker("b", 1);  // No rank running.
+  EXPECT_EQ(State(job->id()), v1::JOB_STATE_SCHEDULED) << c_->GetJob(job->id())->reason();
+  EXPECT_EQ(c_->GetJob(job->id())->attempt(), 2);
 }
 
 TEST_F(CoordinatorTest, RankThatFinishedDuringACoordinatorOutageCountsAsFinished) {

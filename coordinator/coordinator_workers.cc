@@ -47,7 +47,18 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(const v1:
   if (absl::Status s = spec::ToStatus(errors); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
   const std::string id = req.name();  // Stable across coordinator restarts, so placements stay valid.
+  if (auto held = workers_.find(id); held != workers_.end() && !req.instance().empty() &&
+                                     !held->second.instance.empty() && held->second.instance != req.instance() &&
+                                     held->second.info.state() == v1::Worker::STATE_ALIVE &&
+                                     absl::Now() - held->second.last_heartbeat < options_.name_hold) {
+    return absl::AlreadyExistsError(absl::StrCat(
+        "worker name ", id, " is in use by a live worker at ", held->second.info.host(), " (last heartbeat ",
+        absl::FormatDuration(absl::Trunc(absl::Now() - held->second.last_heartbeat, absl::Milliseconds(1))),
+        " ago): give this worker another --name (a restarted worker is accepted once its predecessor has been "
+        "silent for ", absl::FormatDuration(options_.name_hold), ")"));
+  }
   WorkerEntry& w = workers_[id];
+  w.instance = req.instance();
   w.info.set_id(id);
   w.info.set_name(req.name());
   w.info.set_device_kind(req.device_kind());
@@ -102,7 +113,10 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(const v1:
   for (const v1::RunningRank& r : req.running()) running.insert({r.job_id(), r.attempt(), r.rank()});
   for (auto& [jid, e] : jobs_) {
     if (e.adopt_deadline) continue;  // Being adopted after a coordinator restart: handled above.
-    if (e.job.state() != v1::JOB_STATE_RUNNING && e.job.state() != v1::JOB_STATE_SCHEDULED) continue;
+    const v1::JobState state = e.job.state();
+    if (state != v1::JOB_STATE_RUNNING && state != v1::JOB_STATE_SCHEDULED && state != v1::JOB_STATE_RESTARTING) {
+      continue;
+    }
     std::vector<int> missing;
     for (size_t r = 0; r < e.ranks.size(); ++r) {
       const int rank = static_cast<int>(r);
@@ -112,6 +126,12 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(const v1:
     }
     if (missing.empty()) continue;
     for (int r : missing) RankGoneLocked(e, r);
+    if (state == v1::JOB_STATE_RESTARTING) {
+      // The attempt already failed (a peer's collective saw this worker's rank die): the job goes
+      // back to the queue once its last rank is gone.
+      AfterRankExitLocked(e);
+      continue;
+    }
     AttemptFailedLocked(e, absl::StrCat("worker ", req.name(), " registered again without rank ", missing.front(),
                                         missing.size() > 1 ? absl::StrCat(" (and ", missing.size() - 1, " more)") : "",
                                         " of attempt ", e.job.attempt(), " (the worker restarted?)"),
@@ -141,11 +161,15 @@ void Coordinator::RefreshWorkerUsageLocked() {
   }
 }
 
-absl::Status Coordinator::Heartbeat(const std::string& worker_id) {
+absl::Status Coordinator::Heartbeat(const std::string& worker_id, int64_t session) {
   absl::MutexLock lock(&mu_);
   auto it = workers_.find(worker_id);
   if (it == workers_.end() || it->second.info.state() == v1::Worker::STATE_LOST) {
     return absl::NotFoundError(absl::StrCat("worker ", worker_id, " is not registered; register again"));
+  }
+  if (session != 0 && session != it->second.session) {
+    return absl::FailedPreconditionError(absl::StrCat("worker ", worker_id, " registered again (session ",
+                                                      it->second.session, "); session ", session, " is over"));
   }
   it->second.last_heartbeat = absl::Now();
   return absl::OkStatus();

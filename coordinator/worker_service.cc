@@ -19,7 +19,7 @@ grpc::Status WorkerServiceImpl::Heartbeat(grpc::ServerContext*, const v1::Heartb
                                           v1::HeartbeatResponse*) {
   RpcTimer timer(metrics_, "Heartbeat");
   if (req->worker_id().empty()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "worker_id: is required");
-  return ToGrpc(coordinator_->Heartbeat(req->worker_id()));
+  return ToGrpc(coordinator_->Heartbeat(req->worker_id(), req->session()));
 }
 
 grpc::Status WorkerServiceImpl::StreamAssignments(grpc::ServerContext* ctx, const v1::StreamAssignmentsRequest* req,

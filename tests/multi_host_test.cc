@@ -68,13 +68,13 @@ class MultiHostTest : public ::testing::Test {
 
   // A worker on `host` (no --host: it must find its own address towards the coordinator). Its ranks'
   // collectives time out after 4 s, below the coordinator's 5 s heartbeat timeout.
-  void StartWorker(int host, const std::string& devices) {
-    const std::string name = absl::StrCat("node", host);
+  void StartWorker(int host, const std::string& devices, std::string name = "") {
+    if (name.empty()) name = absl::StrCat("node", host);
     auto w = hosts_->Spawn(host, {testing::Runfile("worker/tessera-worker"), "--coordinator=" + coordinator_,
-                                  "--devices=" + devices, "--work_dir=" + dir_ + "/" + name, "--name=" + name,
+                                  "--devices=" + devices, "--work_dir=" + absl::StrCat(dir_, "/", name, ".", host), "--name=" + name,
                                   "--stop_grace_s=3", "--threads_per_rank=1", "--collective_timeout_s=4",
                                   "--metrics_listen=" + hosts_->address(host) + ":9465"},
-                           dir_ + "/" + name + ".log",
+                           absl::StrCat(dir_, "/", name, ".", host, ".log"),
                            {{"TESSERA_RANK_BINARY", testing::Runfile("worker/rank/tessera-rank")}});
     ASSERT_TRUE(w.ok()) << w.status();
     worker_pids_[host] = *w;
@@ -172,12 +172,12 @@ class MultiHostTest : public ::testing::Test {
 TEST_F(MultiHostTest, DataParallelJobAcrossTwoHostsEqualsTheSingleProcessRun) {
   StartTwoWorkers();
   // Each worker found its own address on the test network (no --host given).
-  EXPECT_THAT(Log("node1.log"), HasSubstr("ranks bind to " + hosts_->address(1)));
-  EXPECT_THAT(Log("node2.log"), HasSubstr("ranks bind to " + hosts_->address(2)));
+  EXPECT_THAT(Log("node1.1.log"), HasSubstr("ranks bind to " + hosts_->address(1)));
+  EXPECT_THAT(Log("node2.2.log"), HasSubstr("ranks bind to " + hosts_->address(2)));
 
   const std::string out = dir_ + "/out";
   auto r = Cli({"submit", spec_, "--follow", "--set", "output_dir=" + out});
-  ASSERT_EQ(r.exit_code, 0) << r.output << Log("node1.log") << Log("node2.log");
+  ASSERT_EQ(r.exit_code, 0) << r.output << Log("node1.1.log") << Log("node2.2.log");
   EXPECT_THAT(r.output, HasSubstr("SUCCEEDED"));
   // Rank 0 and rank 1 ran on different hosts: each rank log says which worker started it.
   auto job = nlohmann::json::parse(Cli({"--output=json", "job", "job-000001"}).output, nullptr, false);
@@ -352,6 +352,27 @@ TEST_F(MultiHostTest, WorkerAndCoordinatorKilledAndADamagedCheckpointTheJobEndsA
                                                     " is damaged: model.safetensors has 1000 bytes")));
   ExpectLossesOfTheSingleProcessRun(out, kLongJob, 200);
   EXPECT_TRUE(WaitFor([&] { return RanksLeft() == 0; }, 10)) << "no rank process left on any host";
+}
+
+// Two nodes started with the same --name: the second is refused, saying by whom the name is held,
+// and the first keeps it; when the first dies, the second takes the name over within seconds.
+TEST_F(MultiHostTest, ASecondWorkerUnderANameInUseIsRefusedUntilTheFirstIsGone) {
+  StartWorker(1, "cpu:1");
+  ASSERT_TRUE(WaitFor([&] { return Cli({"workers"}).output.find("node1") != std::string::npos; }, 20));
+  StartWorker(2, "cpu:2", "node1");
+  ASSERT_TRUE(WaitFor([&] {
+    return Log("node1.2.log").find("registration refused: worker name node1 is in use by a live worker at " +
+                                   hosts_->address(1)) != std::string::npos;
+  }, 20)) << Log("node1.2.log");
+  auto workers = nlohmann::json::parse(Cli({"--output=json", "workers"}).output, nullptr, false);
+  ASSERT_FALSE(workers.is_discarded());
+  ASSERT_EQ(workers["workers"].size(), 1u) << workers.dump();
+  EXPECT_EQ(workers["workers"][0].value("host", ""), hosts_->address(1));
+  hosts_->Kill(worker_pids_.at(1));
+  EXPECT_TRUE(WaitFor([&] {
+    auto w = nlohmann::json::parse(Cli({"--output=json", "workers"}).output, nullptr, false);
+    return !w.is_discarded() && w["workers"].size() == 1 && w["workers"][0].value("host", "") == hosts_->address(2);
+  }, 20)) << Cli({"workers"}).output;
 }
 
 TEST_F(MultiHostTest, HostsReachOnlyEachOther) {

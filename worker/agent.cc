@@ -1,5 +1,7 @@
 #include "worker/agent.h"
 
+#include <unistd.h>
+
 #include <chrono>
 #include <deque>
 #include <iostream>
@@ -8,6 +10,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "absl/strings/str_cat.h"
 #include "tessera/v1/worker_service.grpc.pb.h"
 #include "worker/report_queue.h"
 
@@ -87,6 +90,11 @@ void Agent::Run(const std::atomic<bool>& stop) {
   Clock::time_point next_attempt = Clock::now(), next_heartbeat = Clock::now(), next_sample = Clock::now();
   ReportQueue unsent;  // Reports not yet delivered.
   bool said_unreachable = false;
+  std::string last_refusal;  // The last ALREADY_EXISTS message printed.
+  int64_t session = 0;       // Of the current registration.
+  // This process, for the coordinator to tell a second worker under the same name from this one.
+  const std::string instance = absl::StrCat(options_.host, "/", getpid(), "/",
+                                            std::chrono::system_clock::now().time_since_epoch().count());
 
   while (!stop) {
     const auto now = Clock::now();
@@ -100,6 +108,7 @@ void Agent::Run(const std::atomic<bool>& stop) {
       req.set_store_port_min(options_.store_port_min);
       req.set_store_port_max(options_.store_port_max);
       req.set_metrics_address(options_.metrics_address);
+      req.set_instance(instance);
       for (auto& r : supervisor.Running()) *req.add_running() = r;
       for (const auto& r : unsent.Exits()) *req.add_exited() = r;
       v1::RegisterWorkerResponse resp;
@@ -109,10 +118,21 @@ void Agent::Run(const std::atomic<bool>& stop) {
         unsent.Clear();
         worker_id = resp.worker_id();
         heartbeat_interval = std::chrono::milliseconds(std::max(100, resp.heartbeat_interval_ms()));
-        reader = std::make_unique<AssignmentReader>(stub.get(), worker_id, resp.session());
+        session = resp.session();
+        reader = std::make_unique<AssignmentReader>(stub.get(), worker_id, session);
         backoff = std::chrono::milliseconds(200);
         said_unreachable = false;
+        last_refusal.clear();
         std::cout << "tessera-worker: registered as " << worker_id << " with " << options_.coordinator << std::endl;
+      } else if (s.error_code() == grpc::StatusCode::ALREADY_EXISTS) {
+        // The name is held by a live worker: say so (once per message) and keep trying, as a worker
+        // restarted faster than its predecessor's name hold is accepted moments later.
+        if (s.error_message() != last_refusal) {
+          std::cerr << "tessera-worker: registration refused: " << s.error_message() << " (retrying)" << std::endl;
+          last_refusal = s.error_message();
+        }
+        next_attempt = now + backoff;
+        backoff = std::min(backoff * 2, std::chrono::milliseconds(2000));
       } else {
         if (!said_unreachable) {
           std::cerr << "tessera-worker: cannot register with " << options_.coordinator << ": " << s.error_message()
@@ -126,6 +146,7 @@ void Agent::Run(const std::atomic<bool>& stop) {
     if (!worker_id.empty() && now >= next_heartbeat) {
       v1::HeartbeatRequest req;
       req.set_worker_id(worker_id);
+      req.set_session(session);
       v1::HeartbeatResponse resp;
       grpc::Status s = stub->Heartbeat(WithDeadline(std::chrono::seconds(2)).get(), req, &resp);
       next_heartbeat = now + heartbeat_interval;
