@@ -1,6 +1,7 @@
 #include "coordinator/coordinator.h"
 
 #include <algorithm>
+#include <set>
 #include <cctype>
 
 #include "absl/strings/str_cat.h"
@@ -116,6 +117,30 @@ void Coordinator::CheckAdoptionLocked(JobEntry& e) {
                       /*counts=*/false, failed_worker);
 }
 
+void Coordinator::CheckStartLocked(JobEntry& e) {
+  if (e.adopt_deadline || e.job.state() != v1::JOB_STATE_SCHEDULED ||
+      absl::Now() - e.scheduled_at <= options_.start_timeout) {
+    return;
+  }
+  std::string missing, failed_worker;
+  for (size_t r = 0; r < e.ranks.size(); ++r) {
+    if (e.ranks[r].started || e.ranks[r].exited) continue;
+    absl::StrAppend(&missing, missing.empty() ? "" : ",", r);
+    if (failed_worker.empty()) failed_worker = e.ranks[r].worker_id;
+  }
+  if (missing.empty()) return;
+  AttemptFailedLocked(e, absl::StrCat("rank(s) ", missing, " not started within ",
+                                      absl::FormatDuration(options_.start_timeout), " (first on worker ", failed_worker,
+                                      ")"),
+                      /*counts=*/true, failed_worker);
+  // Their workers were told to stop them (should they start after all); they count as gone now, as
+  // an assignment that was lost would never report an exit.
+  for (size_t r = 0; r < e.ranks.size(); ++r) {
+    if (!e.ranks[r].started) RankGoneLocked(e, static_cast<int>(r));
+  }
+  AfterRankExitLocked(e);
+}
+
 void Coordinator::ChangedLocked(JobEntry& e, bool persist) {
   e.version = ++version_counter_;
   e.job.set_updated_unix_ms(NowMs());
@@ -173,16 +198,32 @@ absl::StatusOr<v1::Job> Coordinator::Submit(const v1::JobSpec& spec, int max_res
 }
 
 void Coordinator::TryScheduleLocked() {
-  while (!queue_.empty()) {
-    JobEntry& e = jobs_[queue_.front()];
+  // In queue order (first come, first served); a job that does not fit lets later ones that do fit
+  // go first (backfill), unless it has waited longer than backfill_limit: then nothing behind it of
+  // its device kind is placed until it is, so that a large job is not starved by a stream of small
+  // ones. A job larger than every live device of its kind together never blocks the others.
+  std::set<v1::DeviceKind> reserved;  // Kinds whose devices a long-waiting job holds back.
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    JobEntry& e = jobs_[*it];
     const v1::JobSpec& spec = e.job.spec();
     const int world = spec::WorldSize(spec);
-    auto slots = PlaceRanks(world, spec.parallel().tp(), FreeDevicesLocked(KindOf(spec)));
+    const v1::DeviceKind kind = KindOf(spec);
     std::string reason;
     const std::string prefix = e.requeue_cause.empty() ? "" : e.requeue_cause + "; ";
-    if (!slots.ok()) {
-      reason = absl::StrCat(prefix, "waiting for devices: ", slots.status().message());
+    const int64_t cluster = ClusterDevicesLocked(kind);
+    absl::StatusOr<std::vector<Slot>> slots = absl::ResourceExhaustedError("");
+    if (world > cluster) {
+      reason = absl::StrCat(prefix, "needs ", world, " ", kind == v1::DEVICE_KIND_CUDA ? "cuda" : "cpu",
+                            " devices, more than the whole cluster's ", cluster,
+                            " (live workers); waiting for more workers");
+    } else if (reserved.count(kind)) {
+      reason = absl::StrCat(prefix, "waiting behind an earlier job that has waited longer than ",
+                            absl::FormatDuration(options_.backfill_limit));
     } else {
+      slots = PlaceRanks(world, spec.parallel().tp(), FreeDevicesLocked(kind));
+      if (!slots.ok()) reason = absl::StrCat(prefix, "waiting for devices: ", slots.status().message());
+    }
+    if (slots.ok()) {
       WorkerEntry& w0 = workers_[(*slots)[0].worker_id];
       int port = -1;
       for (int p = w0.port_min; p <= w0.port_max; ++p) {
@@ -232,7 +273,8 @@ void Coordinator::TryScheduleLocked() {
           }
         }
         if (e.job.history_size() > kMaxHistory) e.job.mutable_history()->DeleteSubrange(0, e.job.history_size() - kMaxHistory);
-        queue_.pop_front();
+        e.scheduled_at = absl::Now();
+        it = queue_.erase(it);
         if (options_.on_scheduled) options_.on_scheduled(absl::Now() - e.queued_at);
         SetStateLocked(e, v1::JOB_STATE_SCHEDULED,
                        absl::StrCat("attempt ", e.job.attempt(), " placed",
@@ -242,8 +284,17 @@ void Coordinator::TryScheduleLocked() {
       }
     }
     if (e.job.reason() != reason) SetStateLocked(e, v1::JOB_STATE_PENDING, reason);
-    return;  // First come, first served: later jobs wait behind the head.
+    if (world <= cluster && absl::Now() - e.queued_at > options_.backfill_limit) reserved.insert(kind);
+    ++it;
   }
+}
+
+int64_t Coordinator::ClusterDevicesLocked(v1::DeviceKind kind) {
+  int64_t n = 0;
+  for (auto& [id, w] : workers_) {
+    if (w.info.state() == v1::Worker::STATE_ALIVE && w.info.device_kind() == kind) n += w.info.device_count();
+  }
+  return n;
 }
 
 std::vector<FreeDevices> Coordinator::FreeDevicesLocked(v1::DeviceKind kind) {

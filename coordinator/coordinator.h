@@ -34,6 +34,12 @@ struct CoordinatorOptions {
   // A worker name stays with its live worker: another process registering the name is refused while
   // the holder heartbeated within this time (a restarted worker waits at most this long).
   absl::Duration name_hold = absl::Seconds(3);
+  // An attempt whose ranks have not all reported STARTED this long after placement (an assignment
+  // lost, a worker that cannot start processes) fails and is retried, spending a restart.
+  absl::Duration start_timeout = absl::Minutes(2);
+  // Backfill: later jobs that fit may be placed before an earlier one that does not, until it has
+  // waited this long; from then on, nothing behind it (same device kind) is placed before it.
+  absl::Duration backfill_limit = absl::Minutes(10);
   // Called (under the coordinator's lock: keep it short) with the time a job waited in the queue
   // before its ranks were placed. May be empty.
   std::function<void(absl::Duration)> on_scheduled;
@@ -97,6 +103,7 @@ class Coordinator {
     uint64_t version = 0;
     absl::Time last_persist = absl::InfinitePast();
     absl::Time queued_at = absl::Now();
+    absl::Time scheduled_at = absl::InfinitePast();  // When the current attempt was placed.
     std::string requeue_cause;  // Why the job is back in the queue (kept in its reason while it waits).
     // After a coordinator restart: the placed attempt is adopted if its workers report its ranks
     // running before this deadline; ranks not reported by then are treated as gone.
@@ -130,6 +137,10 @@ class Coordinator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static constexpr int kMaxHistory = 128;  // Attempts kept in a job's history.
   void CheckAdoptionLocked(JobEntry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Fails a SCHEDULED attempt whose ranks did not all start within start_timeout.
+  void CheckStartLocked(JobEntry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Devices of `kind` on live workers, used or not.
+  int64_t ClusterDevicesLocked(v1::DeviceKind kind) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status ReportRankStatusLocked(const v1::ReportRankStatusRequest& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void StopRanksLocked(JobEntry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RankGoneLocked(JobEntry& e, int rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

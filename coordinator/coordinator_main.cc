@@ -24,6 +24,9 @@
 ABSL_FLAG(std::string, listen, "127.0.0.1:7070", "gRPC address; port 0 picks a free port (printed).");
 ABSL_FLAG(std::string, db, "tessera-coordinator.db", "SQLite file holding every job.");
 ABSL_FLAG(int, heartbeat_timeout_s, 10, "Seconds without a heartbeat after which a worker is lost.");
+ABSL_FLAG(int, start_timeout_s, 120, "Seconds for every rank of a placed attempt to start before it is retried.");
+ABSL_FLAG(int, backfill_limit_s, 600,
+          "Seconds a job that does not fit lets later jobs that fit go first; then it holds its devices' kind.");
 ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9464", "Prometheus /metrics address; port 0 picks one (printed).");
 
 namespace {
@@ -49,6 +52,8 @@ int main(int argc, char** argv) {
   tessera::coordinator::CoordinatorMetrics metrics((*metrics_server)->registry());
   tessera::coordinator::CoordinatorOptions options;
   options.heartbeat_timeout = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_timeout_s));
+  options.start_timeout = absl::Seconds(absl::GetFlag(FLAGS_start_timeout_s));
+  options.backfill_limit = absl::Seconds(absl::GetFlag(FLAGS_backfill_limit_s));
   options.on_scheduled = [&metrics](absl::Duration d) { metrics.ObserveScheduling(absl::ToDoubleSeconds(d)); };
   tessera::coordinator::Coordinator coordinator(options, std::move(*store));
   if (absl::Status s = coordinator.Recover(); !s.ok()) {

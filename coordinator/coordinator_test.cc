@@ -35,6 +35,8 @@ class CoordinatorTest : public ::testing::Test {
     CoordinatorOptions o;
     o.heartbeat_timeout = absl::Milliseconds(200);
     o.name_hold = absl::Milliseconds(100);
+    o.start_timeout = start_timeout_;
+    o.backfill_limit = backfill_limit_;
     c_ = std::make_unique<Coordinator>(o, std::move(*store));
     ASSERT_TRUE(c_->Recover().ok());
   }
@@ -84,13 +86,14 @@ class CoordinatorTest : public ::testing::Test {
 
   std::string db_;
   std::unique_ptr<Coordinator> c_;
+  absl::Duration start_timeout_ = absl::Minutes(2), backfill_limit_ = absl::Minutes(10);
 };
 
 TEST_F(CoordinatorTest, JobRunsToSuccessOnTwoWorkersWithTpGroupsKeptTogether) {
   auto job = c_->Submit(Spec(2, 2), 0);
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_EQ(job->state(), v1::JOB_STATE_PENDING);
-  EXPECT_THAT(job->reason(), HasSubstr("needs 4 devices; 0 free"));
+  EXPECT_THAT(job->reason(), HasSubstr("needs 4 cpu devices, more than the whole cluster's 0"));
   const std::string a = AddWorker("a", 2), b = AddWorker("b", 2);
   EXPECT_EQ(State(job->id()), v1::JOB_STATE_SCHEDULED);
   auto on_a = Drain(a), on_b = Drain(b);
@@ -146,6 +149,83 @@ TEST_F(CoordinatorTest, QueueIsFirstComeFirstServedAndCancelFreesDevices) {
   EXPECT_EQ(State(small->id()), v1::JOB_STATE_PENDING) << "devices free only when the ranks are gone";
   for (auto& x : placed) Report(a, x, v1::ReportRankStatusRequest::EVENT_EXITED, -15);
   EXPECT_EQ(State(small->id()), v1::JOB_STATE_SCHEDULED);
+}
+
+// Backfill: a job that does not fit lets a later one that fits go first; a job larger than the whole
+// cluster says so and blocks nobody; when space frees, the earlier waiting job goes before a later one
+// of the same size (first come, first served among equals).
+TEST_F(CoordinatorTest, SmallerJobsBackfillAroundOneThatDoesNotFit) {
+  const std::string a = AddWorker("a", 2);
+  auto first = c_->Submit(Spec(1, 1), 0);  // Takes 1 of 2 devices.
+  auto two = c_->Submit(Spec(2, 1), 0);    // Does not fit now.
+  auto huge = c_->Submit(Spec(4, 1), 0);   // Can never fit on 2 devices.
+  auto one = c_->Submit(Spec(1, 1), 0);    // Fits in the free device: goes before `two`.
+  EXPECT_EQ(State(first->id()), v1::JOB_STATE_SCHEDULED);
+  EXPECT_EQ(State(two->id()), v1::JOB_STATE_PENDING);
+  EXPECT_THAT(c_->GetJob(two->id())->reason(), HasSubstr("waiting for devices"));
+  EXPECT_EQ(State(huge->id()), v1::JOB_STATE_PENDING);
+  EXPECT_THAT(c_->GetJob(huge->id())->reason(),
+              HasSubstr("needs 4 cpu devices, more than the whole cluster's 2 (live workers)"));
+  EXPECT_EQ(State(one->id()), v1::JOB_STATE_SCHEDULED) << c_->GetJob(one->id())->reason();
+  auto later1 = c_->Submit(Spec(1, 1), 0), later2 = c_->Submit(Spec(1, 1), 0);
+  EXPECT_EQ(State(later1->id()), v1::JOB_STATE_PENDING);
+  // One device frees: the earlier of the two equal jobs that fit takes it.
+  auto placed = Drain(a);
+  ASSERT_EQ(placed.size(), 2u);
+  Report(a, placed[0], v1::ReportRankStatusRequest::EVENT_EXITED, 0);
+  EXPECT_EQ(State(later1->id()), v1::JOB_STATE_SCHEDULED);
+  EXPECT_EQ(State(later2->id()), v1::JOB_STATE_PENDING);
+  EXPECT_EQ(State(two->id()), v1::JOB_STATE_PENDING);
+  // A second worker: `two` fits there and goes first; the huge job now only waits for devices.
+  AddWorker("b", 2);
+  EXPECT_EQ(State(two->id()), v1::JOB_STATE_SCHEDULED);
+  EXPECT_THAT(c_->GetJob(huge->id())->reason(), HasSubstr("waiting for devices"));
+}
+
+// A job that has waited longer than the backfill limit is not overtaken any more.
+TEST_F(CoordinatorTest, AJobWaitingPastTheBackfillLimitIsNotOvertaken) {
+  backfill_limit_ = absl::Milliseconds(50);
+  Restart();
+  const std::string a = AddWorker("a", 2);
+  auto first = c_->Submit(Spec(1, 1), 0);
+  auto two = c_->Submit(Spec(2, 1), 0);
+  absl::SleepFor(absl::Milliseconds(100));
+  auto one = c_->Submit(Spec(1, 1), 0);
+  EXPECT_EQ(State(one->id()), v1::JOB_STATE_PENDING);
+  EXPECT_THAT(c_->GetJob(one->id())->reason(), HasSubstr("waiting behind an earlier job"));
+  for (auto& x : Drain(a)) Report(a, x, v1::ReportRankStatusRequest::EVENT_EXITED, 0);
+  EXPECT_EQ(State(two->id()), v1::JOB_STATE_SCHEDULED);
+  EXPECT_EQ(State(one->id()), v1::JOB_STATE_PENDING);
+}
+
+// An attempt whose ranks do not all start in time (here: the assignment to worker b is lost) fails,
+// naming the rank and worker, and is placed again.
+TEST_F(CoordinatorTest, AttemptNotStartedInTimeIsRetried) {
+  start_timeout_ = absl::Milliseconds(100);
+  Restart();
+  const std::string a = AddWorker("a", 1), b = AddWorker("b", 1);
+  auto job = c_->Submit(Spec(2, 1), 1);
+  auto on_a = Drain(a);
+  Drain(b);  // Lost: b never starts its rank.
+  Report(a, on_a[0], v1::ReportRankStatusRequest::EVENT_STARTED);
+  c_->CheckLiveness();
+  EXPECT_EQ(State(job->id()), v1::JOB_STATE_SCHEDULED) << "within the timeout";
+  absl::SleepFor(absl::Milliseconds(150));
+  ASSERT_TRUE(c_->Heartbeat(a).ok());
+  ASSERT_TRUE(c_->Heartbeat(b).ok());
+  c_->CheckLiveness();
+  v1::Job j = *c_->GetJob(job->id());
+  ASSERT_GE(j.history_size(), 1);
+  EXPECT_THAT(j.history(0).reason(), HasSubstr("rank(s) 1 not started within 100ms (first on worker b)"));
+  EXPECT_EQ(j.history(0).failed_worker(), "b");
+  // a is told to stop its rank; once it has, the job is placed again.
+  auto stop = Drain(a);
+  ASSERT_EQ(stop.size(), 1u);
+  EXPECT_EQ(stop[0].action(), v1::Assignment::ACTION_STOP);
+  Report(a, on_a[0], v1::ReportRankStatusRequest::EVENT_EXITED, -15);
+  EXPECT_EQ(State(job->id()), v1::JOB_STATE_SCHEDULED);
+  EXPECT_EQ(c_->GetJob(job->id())->attempt(), 2);
+  EXPECT_EQ(c_->GetJob(job->id())->restarts_used(), 1);
 }
 
 TEST_F(CoordinatorTest, LostWorkerFailsItsAttemptAndInvalidInputIsNamed) {

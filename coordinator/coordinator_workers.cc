@@ -269,6 +269,7 @@ void Coordinator::CheckLiveness() {
   absl::MutexLock lock(&mu_);
   const absl::Time now = absl::Now();
   for (auto& [jid, e] : jobs_) CheckAdoptionLocked(e);
+  for (auto& [jid, e] : jobs_) CheckStartLocked(e);
   for (auto& [wid, w] : workers_) {
     if (w.info.state() != v1::Worker::STATE_ALIVE || now - w.last_heartbeat <= options_.heartbeat_timeout) continue;
     w.info.set_state(v1::Worker::STATE_LOST);
