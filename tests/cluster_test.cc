@@ -210,7 +210,7 @@ TEST_F(ClusterTest, JobLargerThanTheClusterWaitsWithItsReason) {
   EXPECT_EQ(job.value("state", ""), "JOB_STATE_PENDING");
   EXPECT_THAT(job.value("reason", ""), HasSubstr("needs 4 cpu devices, more than the whole cluster's 2"));
   auto r = Cli({"job", id});
-  EXPECT_THAT(r.output, HasSubstr("needs 4 devices"));
+  EXPECT_THAT(r.output, HasSubstr("needs 4 cpu devices"));
   EXPECT_EQ(Cli({"cancel", id}).exit_code, 0);
 }
 
