@@ -84,6 +84,32 @@ class CoordinatorTest : public ::testing::Test {
   }
   v1::JobState State(const std::string& id) { return c_->GetJob(id)->state(); }
 
+  // A dp=2 job allowed `max_restarts` placed on new workers "a" and "b" (one device each), both ranks
+  // reported STARTED: its id and the two START assignments.
+  void RunningOnAAndB(int max_restarts, std::string* id, v1::Assignment* on_a, v1::Assignment* on_b) {
+    AddWorker("a", 1);
+    AddWorker("b", 1);
+    auto job = c_->Submit(Spec(2, 1), max_restarts);
+    ASSERT_TRUE(job.ok()) << job.status();
+    *id = job->id();
+    auto to_a = Drain("a"), to_b = Drain("b");
+    ASSERT_EQ(to_a.size(), 1u);
+    ASSERT_EQ(to_b.size(), 1u);
+    *on_a = to_a[0];
+    *on_b = to_b[0];
+    Report("a", *on_a, v1::ReportRankStatusRequest::EVENT_STARTED);
+    Report("b", *on_b, v1::ReportRankStatusRequest::EVENT_STARTED);
+  }
+  // `worker` registers again (as after a coordinator restart) listing the rank of `placed` as running.
+  void RegisterRunning(const std::string& worker, const v1::Assignment& placed) {
+    v1::RegisterWorkerRequest r = Registration(worker, 1);
+    auto* running = r.add_running();
+    running->set_job_id(placed.job_id());
+    running->set_attempt(placed.attempt());
+    running->set_rank(placed.rank());
+    ASSERT_TRUE(c_->RegisterWorker(r).ok());
+  }
+
   std::string db_;
   std::unique_ptr<Coordinator> c_;
   absl::Duration start_timeout_ = absl::Minutes(2), backfill_limit_ = absl::Minutes(10);
@@ -323,37 +349,29 @@ TEST_F(CoordinatorTest, RestartedCoordinatorAdoptsReportedRanksAndRequeuesTheRes
 // counts as gone, and the job is placed again on the workers there are; the new attempt is not
 // treated as adopted.
 TEST_F(CoordinatorTest, AdoptedAttemptThatFailsIsRequeuedWhenItsOtherWorkerNeverReturns) {
-  const std::string a = AddWorker("a", 1), b = AddWorker("b", 1);
-  auto job = c_->Submit(Spec(2, 1), 1);
-  auto on_a = Drain(a), on_b = Drain(b);
-  ASSERT_EQ(on_a.size(), 1u);
-  ASSERT_EQ(on_b.size(), 1u);
-  Report(a, on_a[0], v1::ReportRankStatusRequest::EVENT_STARTED);
-  Report(b, on_b[0], v1::ReportRankStatusRequest::EVENT_STARTED);
+  const std::string a = "a", b = "b";
+  std::string id;
+  v1::Assignment on_a, on_b;
+  ASSERT_NO_FATAL_FAILURE(RunningOnAAndB(1, &id, &on_a, &on_b));
   Restart();
-  v1::RegisterWorkerRequest r = Registration("a", 1);
-  auto* running = r.add_running();
-  running->set_job_id(job->id());
-  running->set_attempt(1);
-  running->set_rank(on_a[0].rank());
-  ASSERT_TRUE(c_->RegisterWorker(r).ok());
-  Report(a, on_a[0], v1::ReportRankStatusRequest::EVENT_EXITED, 1);
-  EXPECT_EQ(State(job->id()), v1::JOB_STATE_RESTARTING);
+  ASSERT_NO_FATAL_FAILURE(RegisterRunning(a, on_a));
+  Report(a, on_a, v1::ReportRankStatusRequest::EVENT_EXITED, 1);
+  EXPECT_EQ(State(id), v1::JOB_STATE_RESTARTING);
   AddWorker("c", 1);
   absl::SleepFor(absl::Milliseconds(450));  // Past the adoption deadline (2 heartbeat timeouts).
   ASSERT_TRUE(c_->Heartbeat("a").ok());
   ASSERT_TRUE(c_->Heartbeat("c").ok());
   c_->CheckLiveness();
-  ASSERT_EQ(State(job->id()), v1::JOB_STATE_SCHEDULED) << c_->GetJob(job->id())->reason();
-  EXPECT_EQ(c_->GetJob(job->id())->attempt(), 2);
+  ASSERT_EQ(State(id), v1::JOB_STATE_SCHEDULED) << c_->GetJob(id)->reason();
+  EXPECT_EQ(c_->GetJob(id)->attempt(), 2);
   std::set<std::string> placed;
-  const v1::Job requeued = *c_->GetJob(job->id());
+  const v1::Job requeued = *c_->GetJob(id);
   for (const auto& p : requeued.placement()) placed.insert(p.worker_id());
   EXPECT_EQ(placed, (std::set<std::string>{"a", "c"}));
   // The new attempt runs as any other: nothing is adopted, so the deadline does not fail it.
   auto next_a = Drain(a), next_c = Drain("c");
   c_->CheckLiveness();  // Before its ranks report: a new attempt has no adoption deadline to miss.
-  EXPECT_EQ(State(job->id()), v1::JOB_STATE_SCHEDULED) << c_->GetJob(job->id())->reason();
+  EXPECT_EQ(State(id), v1::JOB_STATE_SCHEDULED) << c_->GetJob(id)->reason();
   ASSERT_FALSE(next_a.empty());
   ASSERT_EQ(next_c.size(), 1u);
   Report(a, next_a.back(), v1::ReportRankStatusRequest::EVENT_STARTED);
@@ -362,64 +380,53 @@ TEST_F(CoordinatorTest, AdoptedAttemptThatFailsIsRequeuedWhenItsOtherWorkerNever
   ASSERT_TRUE(c_->Heartbeat("a").ok());
   ASSERT_TRUE(c_->Heartbeat("c").ok());
   c_->CheckLiveness();
-  EXPECT_EQ(State(job->id()), v1::JOB_STATE_RUNNING) << c_->GetJob(job->id())->reason();
-  EXPECT_EQ(c_->GetJob(job->id())->attempt(), 2);
-  EXPECT_THAT(c_->GetJob(job->id())->reason(), ::testing::Not(HasSubstr("coordinator restart")));
+  EXPECT_EQ(State(id), v1::JOB_STATE_RUNNING) << c_->GetJob(id)->reason();
+  EXPECT_EQ(c_->GetJob(id)->attempt(), 2);
+  EXPECT_THAT(c_->GetJob(id)->reason(), ::testing::Not(HasSubstr("coordinator restart")));
 }
 
 // The adopted attempt fails on worker a, then worker b registers again without its rank (it was
 // restarted): every rank is gone, so the job is placed again at once, before the adoption deadline,
 // and the new attempt is a fresh one (its ranks, slow to start, are not failed by the old deadline).
 TEST_F(CoordinatorTest, AttemptAfterAFailedAdoptedOneIsNotAdopted) {
-  const std::string a = AddWorker("a", 1), b = AddWorker("b", 1);
-  auto job = c_->Submit(Spec(2, 1), 1);
-  auto on_a = Drain(a), on_b = Drain(b);
-  ASSERT_EQ(on_a.size(), 1u);
-  ASSERT_EQ(on_b.size(), 1u);
-  Report(a, on_a[0], v1::ReportRankStatusRequest::EVENT_STARTED);
-  Report(b, on_b[0], v1::ReportRankStatusRequest::EVENT_STARTED);
+  const std::string a = "a", b = "b";
+  std::string id;
+  v1::Assignment on_a, on_b;
+  ASSERT_NO_FATAL_FAILURE(RunningOnAAndB(1, &id, &on_a, &on_b));
   Restart();
-  v1::RegisterWorkerRequest r = Registration(a, 1);
-  auto* running = r.add_running();
-  running->set_job_id(job->id());
-  running->set_attempt(1);
-  running->set_rank(on_a[0].rank());
-  ASSERT_TRUE(c_->RegisterWorker(r).ok());
-  Report(a, on_a[0], v1::ReportRankStatusRequest::EVENT_EXITED, 1);
-  EXPECT_EQ(State(job->id()), v1::JOB_STATE_RESTARTING);
+  ASSERT_NO_FATAL_FAILURE(RegisterRunning(a, on_a));
+  Report(a, on_a, v1::ReportRankStatusRequest::EVENT_EXITED, 1);
+  EXPECT_EQ(State(id), v1::JOB_STATE_RESTARTING);
   AddWorker(b, 1);
-  ASSERT_EQ(State(job->id()), v1::JOB_STATE_SCHEDULED) << c_->GetJob(job->id())->reason();
-  ASSERT_EQ(c_->GetJob(job->id())->attempt(), 2);
+  ASSERT_EQ(State(id), v1::JOB_STATE_SCHEDULED) << c_->GetJob(id)->reason();
+  ASSERT_EQ(c_->GetJob(id)->attempt(), 2);
   absl::SleepFor(absl::Milliseconds(450));  // Past the old adoption deadline, the new ranks not started.
   ASSERT_TRUE(c_->Heartbeat(a).ok());
   ASSERT_TRUE(c_->Heartbeat(b).ok());
   c_->CheckLiveness();
-  EXPECT_EQ(State(job->id()), v1::JOB_STATE_SCHEDULED) << c_->GetJob(job->id())->reason();
-  EXPECT_EQ(c_->GetJob(job->id())->attempt(), 2);
+  EXPECT_EQ(State(id), v1::JOB_STATE_SCHEDULED) << c_->GetJob(id)->reason();
+  EXPECT_EQ(c_->GetJob(id)->attempt(), 2);
 }
 
 // A job's history: each attempt with its workers, the steps it covered and how it ended. A peer that
 // vanished is first seen as a failed collective on a healthy node (whose rank reports the error);
 // once the vanished node's worker is found lost, the attempt is blamed on it.
 TEST_F(CoordinatorTest, HistoryRecordsEachAttemptAndBlamesTheNodeThatWasLost) {
-  const std::string a = AddWorker("a", 1), b = AddWorker("b", 1);
-  auto job = c_->Submit(Spec(2, 1), 2);
-  auto on_a = Drain(a), on_b = Drain(b);
-  ASSERT_EQ(on_a.size(), 1u);
-  ASSERT_EQ(on_b.size(), 1u);
-  Report(a, on_a[0], v1::ReportRankStatusRequest::EVENT_STARTED);
-  Report(b, on_b[0], v1::ReportRankStatusRequest::EVENT_STARTED);
+  const std::string a = "a", b = "b";
+  std::string id;
+  v1::Assignment on_a, on_b;
+  ASSERT_NO_FATAL_FAILURE(RunningOnAAndB(2, &id, &on_a, &on_b));
   v1::ReportRankStatusRequest progress;
   progress.set_worker_id(a);
-  progress.set_job_id(job->id());
+  progress.set_job_id(id);
   progress.set_attempt(1);
-  progress.set_rank(on_a[0].rank());
+  progress.set_rank(on_a.rank());
   progress.set_event(v1::ReportRankStatusRequest::EVENT_PROGRESS);
   progress.mutable_progress()->set_step(27);
   progress.mutable_progress()->set_last_checkpoint_step(20);
   ASSERT_TRUE(c_->ReportRankStatus(progress).ok());
-  Report(a, on_a[0], v1::ReportRankStatusRequest::EVENT_EXITED, 1);  // "all_reduce failed: ..."
-  v1::Job j = *c_->GetJob(job->id());
+  Report(a, on_a, v1::ReportRankStatusRequest::EVENT_EXITED, 1);  // "all_reduce failed: ..."
+  v1::Job j = *c_->GetJob(id);
   ASSERT_EQ(j.history_size(), 1);
   EXPECT_EQ(j.history(0).outcome(), v1::JOB_STATE_FAILED);
   EXPECT_EQ(j.history(0).failed_worker(), "a");
@@ -432,12 +439,12 @@ TEST_F(CoordinatorTest, HistoryRecordsEachAttemptAndBlamesTheNodeThatWasLost) {
   absl::SleepFor(absl::Milliseconds(250));
   ASSERT_TRUE(c_->Heartbeat(a).ok());
   c_->CheckLiveness();
-  j = *c_->GetJob(job->id());
+  j = *c_->GetJob(id);
   EXPECT_EQ(j.history(0).failed_worker(), "b");
   EXPECT_THAT(j.history(0).reason(), HasSubstr("exited with code 1: error: boom; then worker b was lost"));
   // The next attempt, on a and a new worker c, resumes from the checkpoint of step 20.
   AddWorker("c", 1);
-  j = *c_->GetJob(job->id());
+  j = *c_->GetJob(id);
   ASSERT_EQ(j.history_size(), 2);
   EXPECT_EQ(j.history(1).attempt(), 2);
   EXPECT_EQ(j.history(1).resumed_from_step(), 20);
@@ -445,9 +452,9 @@ TEST_F(CoordinatorTest, HistoryRecordsEachAttemptAndBlamesTheNodeThatWasLost) {
   EXPECT_EQ(j.history(1).ended_unix_ms(), 0);
   EXPECT_THAT(j.history(1).workers(), ::testing::UnorderedElementsAre("a", "c"));
   // It is cancelled: the history says so, and survives a coordinator restart.
-  ASSERT_TRUE(c_->Cancel(job->id()).ok());
+  ASSERT_TRUE(c_->Cancel(id).ok());
   Restart();
-  j = *c_->GetJob(job->id());
+  j = *c_->GetJob(id);
   ASSERT_EQ(j.history_size(), 2);
   EXPECT_EQ(j.history(1).outcome(), v1::JOB_STATE_CANCELLED);
   EXPECT_EQ(j.history(0).failed_worker(), "b");
@@ -485,17 +492,15 @@ TEST_F(CoordinatorTest, ASecondLiveWorkerUnderANameInUseIsRefused) {
 // The attempt already failed (the rank on a saw its peer die) when worker b, restarted, registers
 // again without its rank: that rank is gone, and the job is placed again at once.
 TEST_F(CoordinatorTest, WorkerBackWithoutItsRankReleasesAnAttemptThatAlreadyFailed) {
-  const std::string a = AddWorker("a", 1), b = AddWorker("b", 1);
-  auto job = c_->Submit(Spec(2, 1), 2);
-  auto on_a = Drain(a), on_b = Drain(b);
-  ASSERT_EQ(on_b.size(), 1u);
-  Report(a, on_a[0], v1::ReportRankStatusRequest::EVENT_STARTED);
-  Report(b, on_b[0], v1::ReportRankStatusRequest::EVENT_STARTED);
-  Report(a, on_a[0], v1::ReportRankStatusRequest::EVENT_EXITED, 1);
-  ASSERT_EQ(State(job->id()), v1::JOB_STATE_RESTARTING);
+  const std::string a = "a", b = "b";
+  std::string id;
+  v1::Assignment on_a, on_b;
+  ASSERT_NO_FATAL_FAILURE(RunningOnAAndB(2, &id, &on_a, &on_b));
+  Report(a, on_a, v1::ReportRankStatusRequest::EVENT_EXITED, 1);
+  ASSERT_EQ(State(id), v1::JOB_STATE_RESTARTING);
   AddWorker("b", 1);  // No rank running.
-  EXPECT_EQ(State(job->id()), v1::JOB_STATE_SCHEDULED) << c_->GetJob(job->id())->reason();
-  EXPECT_EQ(c_->GetJob(job->id())->attempt(), 2);
+  EXPECT_EQ(State(id), v1::JOB_STATE_SCHEDULED) << c_->GetJob(id)->reason();
+  EXPECT_EQ(c_->GetJob(id)->attempt(), 2);
 }
 
 TEST_F(CoordinatorTest, RankThatFinishedDuringACoordinatorOutageCountsAsFinished) {
