@@ -260,7 +260,7 @@ void Coordinator::TryScheduleLocked() {
           a.set_store_host(w0.info.host());
           a.set_store_port(port);
           *a.mutable_spec() = spec;
-          w.queue.push_back(std::move(a));
+          e.ranks[r].start_seq = SendLocked(w, std::move(a));
         }
         v1::Attempt* h = e.job.add_history();
         h->set_attempt(e.job.attempt());
@@ -424,7 +424,7 @@ void Coordinator::StopRanksLocked(JobEntry& e) {
     a.set_action(v1::Assignment::ACTION_STOP);
     a.set_job_id(e.job.id());
     a.set_attempt(e.job.attempt());
-    w->second.queue.push_back(std::move(a));
+    SendLocked(w->second, std::move(a));
     notified.insert(r.worker_id);
   }
   changed_.SignalAll();

@@ -15,6 +15,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -73,14 +74,22 @@ class Coordinator {
   absl::StatusOr<v1::RegisterWorkerResponse> RegisterWorker(const v1::RegisterWorkerRequest& request);
   // `session` (0: not checked) must be the worker's newest registration's.
   absl::Status Heartbeat(const std::string& worker_id, int64_t session = 0);
+  // The same, with the worker's acknowledgement (applied_seq) and, with reports_ranks, its ranks:
+  // acknowledged orders are forgotten, and ranks of live attempts whose start is acknowledged and
+  // that the worker does not list are gone (their attempt fails and restarts).
+  absl::Status Heartbeat(const v1::HeartbeatRequest& request);
   // The next start/stop order for the worker, waiting up to `timeout`; nullopt when none came.
-  // `session` (from RegisterWorker; 0: any) must be the worker's newest: a stream of an older
-  // registration gets FailedPrecondition and takes nothing.
+  // `session` (from RegisterWorker; 0: any) must be the worker's newest, and `stream` (from
+  // StreamOpened; 0: any) its newest stream: an older one gets FailedPrecondition and takes nothing.
+  // An order given stays with the coordinator until the worker acknowledges it (Heartbeat).
   absl::StatusOr<std::optional<v1::Assignment>> NextAssignment(const std::string& worker_id,
-                                                               absl::Duration timeout, int64_t session = 0);
-  // Puts back an order that NextAssignment gave but that could not be delivered, first in the queue,
-  // if `session` is still the worker's newest (else the registration's reconciliation covers it).
-  void ReturnAssignment(const std::string& worker_id, int64_t session, v1::Assignment assignment);
+                                                               absl::Duration timeout, int64_t session = 0,
+                                                               int64_t stream = 0);
+  // A new assignment stream of `session` opens: the orders given to earlier streams of the session
+  // and not acknowledged go first again, in order (a reconnect may have lost them in flight). Orders of
+  // an older session are not resent: the registration's reconciliation covers them. Returns the
+  // stream's number for NextAssignment (0 if `session` is not the worker's newest); earlier streams end.
+  int64_t StreamOpened(const std::string& worker_id, int64_t session);
   absl::Status ReportRankStatus(const v1::ReportRankStatusRequest& request);
 
   // Marks workers silent for longer than heartbeat_timeout as lost and fails their attempts.
@@ -96,6 +105,8 @@ class Coordinator {
     int local_rank = 0;
     bool started = false;
     bool exited = false;
+    // The Assignment.seq of its start order in the worker's session (0: adopted at a registration).
+    int64_t start_seq = 0;
   };
   struct JobEntry {
     v1::Job job;
@@ -113,7 +124,12 @@ class Coordinator {
     v1::Worker info;
     int port_min = 0;
     int port_max = -1;
-    std::deque<v1::Assignment> queue;
+    std::deque<v1::Assignment> queue;  // Orders not yet given to a stream.
+    std::deque<v1::Assignment> sent;   // Given to a stream, not yet acknowledged.
+    int64_t last_seq = 0;              // Of the newest order of this session.
+    int64_t applied_seq = 0;           // The worker's acknowledgement.
+    int64_t stream = 0;                // The newest assignment stream (StreamOpened).
+
     std::set<int> used_devices;
     std::set<int> used_ports;
     absl::Time last_heartbeat;
@@ -143,6 +159,14 @@ class Coordinator {
   int64_t ClusterDevicesLocked(v1::DeviceKind kind) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status ReportRankStatusLocked(const v1::ReportRankStatusRequest& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void StopRanksLocked(JobEntry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Numbers `a` in the worker's session and queues it; returns its seq.
+  int64_t SendLocked(WorkerEntry& w, v1::Assignment a) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Reconciliation: ranks of live attempts placed on worker `id` that are not in `listed` and whose
+  // start order has seq <= `up_to_seq` are gone; their attempts fail with the reason "worker NAME
+  // `seen` rank R of attempt A `hint`".
+  void ReconcileLocked(const std::string& id, const std::set<std::tuple<std::string, int, int>>& listed,
+                       int64_t up_to_seq, const std::string& seen, const std::string& hint)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RankGoneLocked(JobEntry& e, int rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AfterRankExitLocked(JobEntry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SetStateLocked(JobEntry& e, v1::JobState state, const std::string& reason)
@@ -161,6 +185,7 @@ class Coordinator {
   uint64_t version_counter_ ABSL_GUARDED_BY(mu_) = 0;
   // Sessions count up from the start time, so that none repeats one of a previous coordinator process.
   int64_t last_session_ ABSL_GUARDED_BY(mu_) = absl::ToUnixMicros(absl::Now());
+  int64_t last_stream_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 bool IsTerminal(v1::JobState state);

@@ -296,13 +296,96 @@ TEST_F(CoordinatorTest, WorkerRegisteringAgainWithoutItsRanksFailsTheAttemptAndF
   auto stale = c_->NextAssignment("b", absl::ZeroDuration(), first->session());
   ASSERT_FALSE(stale.ok());
   EXPECT_THAT(stale.status().message(), HasSubstr("this stream of session"));
-  v1::Assignment order;
-  order.set_job_id("x");
-  c_->ReturnAssignment("b", first->session(), order);  // Of an old session: dropped.
-  c_->ReturnAssignment("b", second->session(), order);  // Undelivered on the current one: first again.
-  auto next = c_->NextAssignment("b", absl::ZeroDuration(), second->session());
-  ASSERT_TRUE(next.ok() && next->has_value());
-  EXPECT_EQ((*next)->job_id(), "x");
+  // Nor are the old session's orders sent again to a stream of the new one.
+  EXPECT_EQ(c_->StreamOpened("b", first->session()), 0);
+  const int64_t stream = c_->StreamOpened("b", second->session());
+  auto next = c_->NextAssignment("b", absl::ZeroDuration(), second->session(), stream);
+  ASSERT_TRUE(next.ok());
+  EXPECT_FALSE(next->has_value());  // b's start of the old session is not given again.
+}
+
+TEST_F(CoordinatorTest, AnOrderNotAcknowledgedIsSentAgainOnTheWorkersNextStream) {
+  auto reg = c_->RegisterWorker(Registration("a", 1));
+  ASSERT_TRUE(reg.ok());
+  const int64_t session = reg->session();
+  ASSERT_TRUE(c_->Submit(Spec(1, 1), 0).ok());
+  const int64_t one = c_->StreamOpened("a", session);
+  auto given = c_->NextAssignment("a", absl::ZeroDuration(), session, one);
+  ASSERT_TRUE(given.ok() && given->has_value());
+  EXPECT_EQ((*given)->seq(), 1);
+  // The connection broke with the order in flight; the worker opens another stream.
+  const int64_t two = c_->StreamOpened("a", session);
+  auto old_stream = c_->NextAssignment("a", absl::ZeroDuration(), session, one);
+  ASSERT_FALSE(old_stream.ok());
+  EXPECT_THAT(old_stream.status().message(), HasSubstr("newer assignment stream"));
+  auto again = c_->NextAssignment("a", absl::ZeroDuration(), session, two);
+  ASSERT_TRUE(again.ok() && again->has_value());
+  EXPECT_EQ((*again)->seq(), 1);
+  EXPECT_EQ((*again)->job_id(), (*given)->job_id());
+  // Acknowledged: a later stream gets nothing more.
+  v1::HeartbeatRequest hb;
+  hb.set_worker_id("a");
+  hb.set_session(session);
+  hb.set_applied_seq(1);
+  ASSERT_TRUE(c_->Heartbeat(hb).ok());
+  const int64_t three = c_->StreamOpened("a", session);
+  auto none = c_->NextAssignment("a", absl::ZeroDuration(), session, three);
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->has_value());
+  // An acknowledgement of an order never given is refused, naming the field.
+  hb.set_applied_seq(7);
+  absl::Status bad = c_->Heartbeat(hb);
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.message(), HasSubstr("applied_seq: 7"));
+}
+
+TEST_F(CoordinatorTest, AHeartbeatWithoutARankWhoseStartIsAcknowledgedFailsTheAttempt) {
+  auto ra = c_->RegisterWorker(Registration("a", 1));
+  auto rb = c_->RegisterWorker(Registration("b", 1));
+  ASSERT_TRUE(ra.ok() && rb.ok());
+  auto job = c_->Submit(Spec(2, 1), 1);
+  ASSERT_TRUE(job.ok());
+  auto on_a = Drain("a"), on_b = Drain("b");
+  ASSERT_EQ(on_a.size(), 1u);
+  ASSERT_EQ(on_b.size(), 1u);
+  Report("a", on_a[0], v1::ReportRankStatusRequest::EVENT_STARTED);
+  Report("b", on_b[0], v1::ReportRankStatusRequest::EVENT_STARTED);
+  ASSERT_EQ(State(job->id()), v1::JOB_STATE_RUNNING);
+  v1::HeartbeatRequest hb;
+  hb.set_worker_id("b");
+  hb.set_session(rb->session());
+  hb.set_reports_ranks(true);
+  // b has not acknowledged the start yet: its rank not being listed says nothing.
+  ASSERT_TRUE(c_->Heartbeat(hb).ok());
+  EXPECT_EQ(State(job->id()), v1::JOB_STATE_RUNNING);
+  // Acknowledged and listed (running, or exited with the report still on its way): fine.
+  hb.set_applied_seq(on_b[0].seq());
+  auto* listed = hb.add_ranks();
+  listed->set_job_id(job->id());
+  listed->set_attempt(1);
+  listed->set_rank(on_b[0].rank());
+  ASSERT_TRUE(c_->Heartbeat(hb).ok());
+  EXPECT_EQ(State(job->id()), v1::JOB_STATE_RUNNING);
+  // Without reports_ranks the list is not a claim.
+  hb.clear_ranks();
+  hb.set_reports_ranks(false);
+  ASSERT_TRUE(c_->Heartbeat(hb).ok());
+  EXPECT_EQ(State(job->id()), v1::JOB_STATE_RUNNING);
+  // Acknowledged and gone, its exit report lost: the attempt fails, blamed on b, and a's rank stops.
+  hb.set_reports_ranks(true);
+  ASSERT_TRUE(c_->Heartbeat(hb).ok());
+  auto after = c_->GetJob(job->id());
+  EXPECT_EQ(after->state(), v1::JOB_STATE_RESTARTING);
+  EXPECT_THAT(after->reason(),
+              HasSubstr("worker b no longer has rank " + std::to_string(on_b[0].rank()) + " of attempt 1"));
+  ASSERT_GE(after->history_size(), 1);
+  EXPECT_EQ(after->history(0).failed_worker(), "b");
+  auto stop = Drain("a");
+  ASSERT_EQ(stop.size(), 1u);
+  EXPECT_EQ(stop[0].action(), v1::Assignment::ACTION_STOP);
+  // a's rank stops and reports it: the job is queued again and placed (restarts left: 1).
+  Report("a", on_a[0], v1::ReportRankStatusRequest::EVENT_EXITED, -15);
+  EXPECT_EQ(c_->GetJob(job->id())->attempt(), 2);
 }
 
 TEST_F(CoordinatorTest, RestartedCoordinatorAdoptsReportedRanksAndRequeuesTheRest) {

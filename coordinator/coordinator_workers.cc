@@ -2,6 +2,7 @@
 // coordinator restart), heartbeats and liveness, assignment queues, rank status reports.
 #include <algorithm>
 #include <cctype>
+#include <limits>
 #include <set>
 #include <tuple>
 
@@ -71,6 +72,9 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(const v1:
   w.port_max = req.store_port_max();
   w.last_heartbeat = absl::Now();
   w.queue.clear();
+  w.sent.clear();
+  w.last_seq = 0;
+  w.applied_seq = 0;
   w.session = ++last_session_;  // Streams of earlier registrations stop taking orders.
   // Exits the worker could not report while it was away come first.
   for (v1::ReportRankStatusRequest exit : req.exited()) {
@@ -88,12 +92,13 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(const v1:
                          it->second.ranks[r.rank()].worker_id == id;
     if (current) {
       it->second.ranks[r.rank()].started = true;  // Adopted (or simply still running).
+      it->second.ranks[r.rank()].start_seq = 0;   // Known to the worker in this session from the start.
     } else {
       v1::Assignment a;
       a.set_action(v1::Assignment::ACTION_STOP);
       a.set_job_id(r.job_id());
       a.set_attempt(r.attempt());
-      w.queue.push_back(std::move(a));
+      SendLocked(w, std::move(a));
     }
   }
   // A worker that registers without a rank it was running for an attempt being adopted no longer has
@@ -111,8 +116,24 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(const v1:
   // its queue of assignments in a reconnect. The attempt fails and restarts; its other ranks stop.
   std::set<std::tuple<std::string, int, int>> running;
   for (const v1::RunningRank& r : req.running()) running.insert({r.job_id(), r.attempt(), r.rank()});
+  ReconcileLocked(id, running, std::numeric_limits<int64_t>::max(), "registered again without",
+                  "(the worker restarted?)");
+  RefreshWorkerUsageLocked();
+  for (auto& [jid, e] : jobs_) CheckAdoptionLocked(e);
+  TryScheduleLocked();
+  changed_.SignalAll();
+  v1::RegisterWorkerResponse resp;
+  resp.set_worker_id(id);
+  resp.set_heartbeat_interval_ms(static_cast<int32_t>(absl::ToInt64Milliseconds(options_.heartbeat_interval)));
+  resp.set_session(w.session);
+  return resp;
+}
+
+void Coordinator::ReconcileLocked(const std::string& id, const std::set<std::tuple<std::string, int, int>>& listed,
+                                  int64_t up_to_seq, const std::string& seen, const std::string& hint) {
+  const std::string& name = workers_[id].info.name();
   for (auto& [jid, e] : jobs_) {
-    if (e.adopt_deadline) continue;  // Being adopted after a coordinator restart: handled above.
+    if (e.adopt_deadline) continue;  // Being adopted after a coordinator restart: the registration decides.
     const v1::JobState state = e.job.state();
     if (state != v1::JOB_STATE_RUNNING && state != v1::JOB_STATE_SCHEDULED && state != v1::JOB_STATE_RESTARTING) {
       continue;
@@ -120,7 +141,8 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(const v1:
     std::vector<int> missing;
     for (size_t r = 0; r < e.ranks.size(); ++r) {
       const int rank = static_cast<int>(r);
-      if (e.ranks[r].worker_id == id && !e.ranks[r].exited && !running.count({jid, e.job.attempt(), rank})) {
+      if (e.ranks[r].worker_id == id && !e.ranks[r].exited && e.ranks[r].start_seq <= up_to_seq &&
+          !listed.count({jid, e.job.attempt(), rank})) {
         missing.push_back(rank);
       }
     }
@@ -132,20 +154,18 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(const v1:
       AfterRankExitLocked(e);
       continue;
     }
-    AttemptFailedLocked(e, absl::StrCat("worker ", req.name(), " registered again without rank ", missing.front(),
+    AttemptFailedLocked(e, absl::StrCat("worker ", name, " ", seen, " rank ", missing.front(),
                                         missing.size() > 1 ? absl::StrCat(" (and ", missing.size() - 1, " more)") : "",
-                                        " of attempt ", e.job.attempt(), " (the worker restarted?)"),
+                                        " of attempt ", e.job.attempt(), " ", hint),
                         /*counts=*/true, id);
   }
-  RefreshWorkerUsageLocked();
-  for (auto& [jid, e] : jobs_) CheckAdoptionLocked(e);
-  TryScheduleLocked();
+}
+
+int64_t Coordinator::SendLocked(WorkerEntry& w, v1::Assignment a) {
+  a.set_seq(++w.last_seq);
+  w.queue.push_back(std::move(a));
   changed_.SignalAll();
-  v1::RegisterWorkerResponse resp;
-  resp.set_worker_id(id);
-  resp.set_heartbeat_interval_ms(static_cast<int32_t>(absl::ToInt64Milliseconds(options_.heartbeat_interval)));
-  resp.set_session(w.session);
-  return resp;
+  return w.last_seq;
 }
 
 void Coordinator::RefreshWorkerUsageLocked() {
@@ -162,21 +182,44 @@ void Coordinator::RefreshWorkerUsageLocked() {
 }
 
 absl::Status Coordinator::Heartbeat(const std::string& worker_id, int64_t session) {
+  v1::HeartbeatRequest req;
+  req.set_worker_id(worker_id);
+  req.set_session(session);
+  return Heartbeat(req);
+}
+
+absl::Status Coordinator::Heartbeat(const v1::HeartbeatRequest& req) {
   absl::MutexLock lock(&mu_);
-  auto it = workers_.find(worker_id);
+  auto it = workers_.find(req.worker_id());
   if (it == workers_.end() || it->second.info.state() == v1::Worker::STATE_LOST) {
-    return absl::NotFoundError(absl::StrCat("worker ", worker_id, " is not registered; register again"));
+    return absl::NotFoundError(absl::StrCat("worker ", req.worker_id(), " is not registered; register again"));
   }
-  if (session != 0 && session != it->second.session) {
-    return absl::FailedPreconditionError(absl::StrCat("worker ", worker_id, " registered again (session ",
-                                                      it->second.session, "); session ", session, " is over"));
+  WorkerEntry& w = it->second;
+  if (req.session() != 0 && req.session() != w.session) {
+    return absl::FailedPreconditionError(absl::StrCat("worker ", req.worker_id(), " registered again (session ",
+                                                      w.session, "); session ", req.session(), " is over"));
   }
-  it->second.last_heartbeat = absl::Now();
+  w.last_heartbeat = absl::Now();
+  if (req.session() == 0) return absl::OkStatus();  // Unfenced: nothing to acknowledge or reconcile.
+  if (req.applied_seq() < 0 || req.applied_seq() > w.last_seq) {
+    return absl::InvalidArgumentError(absl::StrCat("applied_seq: ", req.applied_seq(), " is not an order of session ",
+                                                   w.session, " (the newest is ", w.last_seq, ")"));
+  }
+  w.applied_seq = std::max(w.applied_seq, req.applied_seq());
+  while (!w.sent.empty() && w.sent.front().seq() <= w.applied_seq) w.sent.pop_front();
+  if (!req.reports_ranks()) return absl::OkStatus();
+  std::set<std::tuple<std::string, int, int>> listed;
+  for (const v1::RunningRank& r : req.ranks()) listed.insert({r.job_id(), r.attempt(), r.rank()});
+  ReconcileLocked(req.worker_id(), listed, w.applied_seq, "no longer has", "(its exit was not reported)");
+  RefreshWorkerUsageLocked();
+  TryScheduleLocked();
+  changed_.SignalAll();
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::optional<v1::Assignment>> Coordinator::NextAssignment(const std::string& worker_id,
-                                                                         absl::Duration timeout, int64_t session) {
+                                                                         absl::Duration timeout, int64_t session,
+                                                                         int64_t stream) {
   absl::MutexLock lock(&mu_);
   const absl::Time deadline = absl::Now() + timeout;
   while (true) {
@@ -184,14 +227,20 @@ absl::StatusOr<std::optional<v1::Assignment>> Coordinator::NextAssignment(const 
     if (it == workers_.end() || it->second.info.state() == v1::Worker::STATE_LOST) {
       return absl::NotFoundError(absl::StrCat("worker ", worker_id, " is not registered; register again"));
     }
-    if (session != 0 && session != it->second.session) {
+    WorkerEntry& w = it->second;
+    if (session != 0 && session != w.session) {
       return absl::FailedPreconditionError(absl::StrCat("worker ", worker_id, " registered again (session ",
-                                                        it->second.session, "); this stream of session ", session,
+                                                        w.session, "); this stream of session ", session,
                                                         " is over"));
     }
-    if (!it->second.queue.empty()) {
-      v1::Assignment a = std::move(it->second.queue.front());
-      it->second.queue.pop_front();
+    if (stream != 0 && stream != w.stream) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("worker ", worker_id, " opened a newer assignment stream; this one is over"));
+    }
+    if (!w.queue.empty()) {
+      v1::Assignment a = std::move(w.queue.front());
+      w.queue.pop_front();
+      if (a.seq() > 0) w.sent.push_back(a);  // Until acknowledged.
       return std::optional<v1::Assignment>(std::move(a));
     }
     if (absl::Now() >= deadline) return std::optional<v1::Assignment>();
@@ -199,11 +248,16 @@ absl::StatusOr<std::optional<v1::Assignment>> Coordinator::NextAssignment(const 
   }
 }
 
-void Coordinator::ReturnAssignment(const std::string& worker_id, int64_t session, v1::Assignment assignment) {
+int64_t Coordinator::StreamOpened(const std::string& worker_id, int64_t session) {
   absl::MutexLock lock(&mu_);
   auto it = workers_.find(worker_id);
-  if (it == workers_.end() || it->second.session != session) return;
-  it->second.queue.push_front(std::move(assignment));
+  if (it == workers_.end() || it->second.session != session) return 0;
+  WorkerEntry& w = it->second;
+  w.queue.insert(w.queue.begin(), std::make_move_iterator(w.sent.begin()), std::make_move_iterator(w.sent.end()));
+  w.sent.clear();
+  w.stream = ++last_stream_;
+  changed_.SignalAll();  // The stream it replaces ends.
+  return w.stream;
 }
 
 absl::Status Coordinator::ReportRankStatus(const v1::ReportRankStatusRequest& req) {
@@ -274,6 +328,7 @@ void Coordinator::CheckLiveness() {
     if (w.info.state() != v1::Worker::STATE_ALIVE || now - w.last_heartbeat <= options_.heartbeat_timeout) continue;
     w.info.set_state(v1::Worker::STATE_LOST);
     w.queue.clear();
+    w.sent.clear();
     for (auto& [jid, e] : jobs_) {
       BlameWorkerLocked(e, wid, absl::StrCat("was lost (no heartbeat for ", absl::FormatDuration(options_.heartbeat_timeout), ")"));
       bool hit = false;

@@ -19,19 +19,20 @@ grpc::Status WorkerServiceImpl::Heartbeat(grpc::ServerContext*, const v1::Heartb
                                           v1::HeartbeatResponse*) {
   RpcTimer timer(metrics_, "Heartbeat");
   if (req->worker_id().empty()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "worker_id: is required");
-  return ToGrpc(coordinator_->Heartbeat(req->worker_id(), req->session()));
+  return ToGrpc(coordinator_->Heartbeat(*req));
 }
 
 grpc::Status WorkerServiceImpl::StreamAssignments(grpc::ServerContext* ctx, const v1::StreamAssignmentsRequest* req,
                                                   grpc::ServerWriter<v1::Assignment>* writer) {
   RpcTimer timer(metrics_, "StreamAssignments");
   if (req->worker_id().empty()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "worker_id: is required");
+  const int64_t stream = coordinator_->StreamOpened(req->worker_id(), req->session());
   while (!ctx->IsCancelled()) {
-    auto next = coordinator_->NextAssignment(req->worker_id(), absl::Milliseconds(500), req->session());
+    auto next = coordinator_->NextAssignment(req->worker_id(), absl::Milliseconds(500), req->session(), stream);
     if (!next.ok()) return ToGrpc(next.status());
     if (next->has_value() && !writer->Write(**next)) {
-      // Not delivered: back to the front of the queue for the worker's next stream of this session.
-      coordinator_->ReturnAssignment(req->worker_id(), req->session(), std::move(**next));
+      // Not delivered (nor is an order written just before the connection broke, necessarily): orders
+      // stay with the coordinator until acknowledged, and the worker's next stream gets them again.
       return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the worker went away");
     }
   }

@@ -209,6 +209,46 @@ TEST_F(MultiHostTest, DataParallelJobAcrossTwoHostsEqualsTheSingleProcessRun) {
   testing::ExpectTensorsClose(want_w, got_w, "", tol.weight_atol, tol.weight_rtol, static_cast<int>(want_w.size()));
 }
 
+TEST_F(MultiHostTest, DataAndTensorParallelJobAcrossTwoHostsOfTwoDevicesEqualsTheSingleProcessRun) {
+  StartWorker(1, "cpu:2");
+  StartWorker(2, "cpu:2");
+  ASSERT_TRUE(WaitFor([&] {
+    const std::string out = Cli({"workers"}).output;
+    return out.find("node1") != std::string::npos && out.find("node2") != std::string::npos;
+  }, 20)) << Cli({"workers"}).output;
+  const std::string out = dir_ + "/out";
+  auto r = Cli({"submit", spec_, "--follow", "--set", "parallel.tp=2", "--set", "output_dir=" + out});
+  ASSERT_EQ(r.exit_code, 0) << r.output << Log("node1.1.log") << Log("node2.2.log");
+  // Tensor parallel stays inside a node: ranks 0 and 1 (one tp group) on one host, 2 and 3 on the other.
+  const nlohmann::json job = Job("job-000001");
+  EXPECT_EQ(job.value("state", ""), "JOB_STATE_SUCCEEDED");
+  std::map<int, std::string> worker_of;
+  for (const auto& p : job["placement"]) worker_of[p.value("rank", 0)] = p.value("worker_id", "");
+  ASSERT_EQ(worker_of.size(), 4u) << job.dump();
+  EXPECT_EQ(worker_of[0], worker_of[1]);
+  EXPECT_EQ(worker_of[2], worker_of[3]);
+  EXPECT_NE(worker_of[0], worker_of[2]);
+
+  ExpectLossesOfTheSingleProcessRun(out, {}, 8);
+  const testing::Tolerances tol;  // fp32: grads atol 1e-6 / rtol 1e-4, weights 1e-5 / 1e-4.
+  const auto want_norm = testing::ReadStepField(dir_ + "/ref/steps.jsonl", "grad_norm");
+  const auto got_norm = testing::ReadStepField(out + "/steps.jsonl", "grad_norm");
+  ASSERT_EQ(got_norm.size(), want_norm.size());
+  for (const auto& [step, norm] : want_norm) {
+    EXPECT_NEAR(got_norm.at(step), norm, tol.grad_atol + tol.grad_rtol * norm) << "grad_norm of step " << step;
+  }
+  // The weights after the last step: the checkpoint holds full (gathered) tensors by name. tp sums
+  // partial products in another order (~1e-7 relative); where a gradient element is near zero, Adam's
+  // normalized update turns that into up to a fraction of lr per step, so after 8 steps at lr 2e-3
+  // weights agree to atol lr/20 = 1e-4 (a missing or doubled tp reduction moves them by ~lr per step
+  // and changes the losses above).
+  const auto want_w = testing::ReadF32(dir_ + "/ref/checkpoints/step_00000008/model.safetensors");
+  const auto got_w = testing::ReadF32(out + "/checkpoints/step_00000008/model.safetensors");
+  ASSERT_FALSE(want_w.empty());
+  testing::ExpectTensorsClose(want_w, got_w, "", /*atol=*/1e-4, tol.weight_rtol, static_cast<int>(want_w.size()));
+  EXPECT_EQ(RanksLeft(), 0);
+}
+
 TEST_F(MultiHostTest, HostCutOffLongerThanTheTimeoutsRestartsTheJobWhichEndsAsUndisturbed) {
   StartTwoWorkers();
   const std::string out = StartLongJob();

@@ -92,6 +92,7 @@ void Agent::Run(const std::atomic<bool>& stop) {
   bool said_unreachable = false;
   std::string last_refusal;  // The last ALREADY_EXISTS message printed.
   int64_t session = 0;       // Of the current registration.
+  int64_t applied_seq = 0;   // Every order of the session up to this one is applied (the acknowledgement).
   // This process, for the coordinator to tell a second worker under the same name from this one.
   const std::string instance = absl::StrCat(options_.host, "/", getpid(), "/",
                                             std::chrono::system_clock::now().time_since_epoch().count());
@@ -119,6 +120,7 @@ void Agent::Run(const std::atomic<bool>& stop) {
         worker_id = resp.worker_id();
         heartbeat_interval = std::chrono::milliseconds(std::max(100, resp.heartbeat_interval_ms()));
         session = resp.session();
+        applied_seq = 0;
         reader = std::make_unique<AssignmentReader>(stub.get(), worker_id, session);
         backoff = std::chrono::milliseconds(200);
         said_unreachable = false;
@@ -147,19 +149,44 @@ void Agent::Run(const std::atomic<bool>& stop) {
       v1::HeartbeatRequest req;
       req.set_worker_id(worker_id);
       req.set_session(session);
+      // The acknowledgement, and every rank the coordinator may still count as alive: those this
+      // worker runs and those whose exit it has not delivered yet (one loop thread: no rank is between).
+      req.set_applied_seq(applied_seq);
+      req.set_reports_ranks(true);
+      for (auto& r : supervisor.Running()) *req.add_ranks() = r;
+      for (const auto& e : unsent.Exits()) {
+        v1::RunningRank* r = req.add_ranks();
+        r->set_job_id(e.job_id());
+        r->set_attempt(e.attempt());
+        r->set_rank(e.rank());
+      }
       v1::HeartbeatResponse resp;
       grpc::Status s = stub->Heartbeat(WithDeadline(std::chrono::seconds(2)).get(), req, &resp);
       next_heartbeat = now + heartbeat_interval;
-      if (!s.ok() || reader->broken()) {
-        std::cerr << "tessera-worker: lost the coordinator (" << (s.ok() ? "stream ended" : s.error_message())
-                  << "); registering again" << std::endl;
+      if (!s.ok()) {
+        std::cerr << "tessera-worker: lost the coordinator (" << s.error_message() << "); registering again"
+                  << std::endl;
         reader.reset();
         worker_id.clear();
         next_attempt = now;
+      } else if (reader->broken()) {
+        // The registration holds; only the stream broke. A new one gets the orders not acknowledged.
+        std::cerr << "tessera-worker: the assignment stream ended; opening it again" << std::endl;
+        reader = std::make_unique<AssignmentReader>(stub.get(), worker_id, session);
       }
     }
     if (reader != nullptr) {
       for (const v1::Assignment& a : reader->Take()) {
+        if (a.seq() > 0 && a.seq() <= applied_seq) continue;  // Sent again after a reconnect: applied.
+        if (a.seq() > applied_seq + 1) {
+          // An order is missing (lost with a broken stream): a new stream sends every order not
+          // acknowledged again, in order.
+          std::cerr << "tessera-worker: assignment " << applied_seq + 1 << " is missing (got " << a.seq()
+                    << "); opening the stream again" << std::endl;
+          reader = std::make_unique<AssignmentReader>(stub.get(), worker_id, session);
+          break;
+        }
+        if (a.seq() > 0) applied_seq = a.seq();
         if (a.action() == v1::Assignment::ACTION_START) {
           absl::Status s = supervisor.Start(a);
           if (!s.ok()) {

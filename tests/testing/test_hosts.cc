@@ -122,11 +122,12 @@ absl::Status TestHosts::CutOff(int host) { return Ip({"-n", netns_.at(host), "li
 
 absl::Status TestHosts::Heal(int host) { return Ip({"-n", netns_.at(host), "link", "set", "eth0", "up"}); }
 
-absl::Status TestHosts::Slow(int host, int ms) {
+absl::Status TestHosts::Slow(int host, int ms, int loss_percent) {
   std::vector<std::string> argv = {"ip", "netns", "exec", netns_.at(host), "tc", "qdisc"};
-  if (ms > 0) {
+  if (ms > 0 || loss_percent > 0) {
     for (const char* a : {"replace", "dev", "eth0", "root", "netem", "delay"}) argv.push_back(a);
     argv.push_back(absl::StrCat(ms, "ms"));
+    if (loss_percent > 0) argv.push_back("loss"), argv.push_back(absl::StrCat(loss_percent, "%"));
   } else {
     for (const char* a : {"del", "dev", "eth0", "root"}) argv.push_back(a);
   }

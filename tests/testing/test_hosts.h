@@ -46,8 +46,9 @@ class TestHosts {
   // Cuts `host` off the others (its link down), or brings it back.
   absl::Status CutOff(int host);
   absl::Status Heal(int host);
-  // Delays every packet `host` sends by `ms` (tc netem); 0 removes the delay.
-  absl::Status Slow(int host, int ms);
+  // Delays every packet `host` sends by `ms` and drops `loss_percent` of them at random (tc netem);
+  // both 0 removes the impairment.
+  absl::Status Slow(int host, int ms, int loss_percent = 0);
 
  private:
   TestHosts() = default;

@@ -1,0 +1,532 @@
+// Chaos soak: a cluster of test hosts (tests/testing/test_hosts.h: network namespaces, addresses
+// 198.18.0.x, no default route) running several concurrent jobs while faults are injected one after
+// another at random times for --minutes. Then it heals everything, waits for every job to end and
+// prints what happened and every invariant broken:
+//   - every job SUCCEEDED (none lost, none FAILED), and `tessera jobs` lists each one;
+//   - every job's losses equal the undisturbed single-process run of the same spec (fp32 tolerance);
+//   - after each fault, every job that was training trains again (a step past the one it had) within
+//     --stuck_after_s: none stays stuck in RUNNING / SCHEDULED / RESTARTING;
+//   - no job has ranks of two attempts alive for longer than a collective timeout + stop grace + 5 s;
+//   - a restart recomputes at most one checkpoint interval of steps (two after a damaged checkpoint);
+//   - no rank process is left once every job ended.
+// Faults (issue 16's list): a worker SIGKILLed and back after 2–15 s; a worker restarted at once (faster
+// than the heartbeat timeout); a host partitioned for longer than the heartbeat timeout, and one for
+// 1.5 s; the coordinator SIGKILLed and restarted; a rank SIGKILLed (a crash: its peers' collectives
+// fail); the newest checkpoint of a job truncated, then a rank of it killed (the resume must skip it);
+// a host's link dropping 30% of packets with 100 ms delay for 10 s (lost and late messages).
+//
+// Needs root and iproute2 (as the multi-host tests). Run with bench/chaos.sh; exit code 0 only when
+// no invariant broke.
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "nlohmann/json.hpp"
+#include "tests/testing/cli.h"
+#include "tests/testing/test_hosts.h"
+
+ABSL_FLAG(int, minutes, 10, "How long faults are injected.");
+ABSL_FLAG(int, workers, 3, "Worker hosts (one more host runs the coordinator).");
+ABSL_FLAG(int, devices, 2, "CPU devices per worker.");
+ABSL_FLAG(int, jobs, 3, "Jobs kept in flight (dp=2 each).");
+ABSL_FLAG(int, steps, 300, "Steps per job.");
+ABSL_FLAG(int, every, 20, "Checkpoint interval (steps).");
+ABSL_FLAG(int, gap_min_s, 5, "Shortest wait between one fault's recovery and the next fault.");
+ABSL_FLAG(int, gap_max_s, 25, "Longest such wait.");
+ABSL_FLAG(int, heartbeat_timeout_s, 10, "The coordinator's --heartbeat_timeout_s.");
+ABSL_FLAG(int, collective_timeout_s, 8, "The workers' --collective_timeout_s (below the heartbeat timeout).");
+ABSL_FLAG(int, stuck_after_s, 300, "A job not training again this long after a fault is stuck.");
+ABSL_FLAG(uint64_t, seed, 0, "Random seed (0: from the clock; printed).");
+ABSL_FLAG(std::string, dir, "", "Working directory (default: a fresh one under $TMPDIR or /tmp).");
+
+namespace tessera::bench {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+enum class Fault {
+  kWorkerKilled,
+  kWorkerRestartedFast,
+  kPartitionLong,
+  kPartitionShort,
+  kCoordinatorKilled,
+  kRankKilled,
+  kCheckpointDamaged,
+  kLossyLink,
+};
+constexpr Fault kFaults[] = {Fault::kWorkerKilled,      Fault::kWorkerRestartedFast, Fault::kPartitionLong,
+                             Fault::kPartitionShort,    Fault::kCoordinatorKilled,   Fault::kRankKilled,
+                             Fault::kCheckpointDamaged, Fault::kLossyLink};
+
+const char* FaultName(Fault f) {
+  switch (f) {
+    case Fault::kWorkerKilled: return "worker SIGKILL, back after 2-15 s";
+    case Fault::kWorkerRestartedFast: return "worker restarted at once";
+    case Fault::kPartitionLong: return "host partitioned > heartbeat timeout";
+    case Fault::kPartitionShort: return "host partitioned 1.5 s";
+    case Fault::kCoordinatorKilled: return "coordinator SIGKILL + restart";
+    case Fault::kRankKilled: return "rank SIGKILL";
+    case Fault::kCheckpointDamaged: return "newest checkpoint truncated + rank SIGKILL";
+    case Fault::kLossyLink: return "link 30% loss + 100 ms delay, 10 s";
+  }
+  return "?";
+}
+
+// An int64 of proto JSON (a string, a number, or absent for 0).
+int64_t Int(const json& j, const char* key) {
+  if (!j.contains(key)) return 0;
+  const json& v = j[key];
+  if (v.is_number()) return v.get<int64_t>();
+  if (v.is_string()) return std::stoll(v.get<std::string>());
+  return 0;
+}
+
+struct JobRecord {
+  std::string id, out;
+  bool ended = false;
+  bool damaged = false;  // Its newest checkpoint was truncated: two intervals may be recomputed once.
+};
+
+struct FaultRecord {
+  Fault fault;
+  std::string detail;
+  double recovery_s = -1;  // Until every job training at the fault trained again; -1: not recovered.
+};
+
+class Chaos {
+ public:
+  int Run();
+
+ private:
+  void StartCoordinator();
+  void StartWorker(int host);
+  testing::CliResult Cli(std::vector<std::string> args);
+  json Jobs();  // By id; empty when the coordinator does not answer.
+  void Submit();
+  // Live rank processes of this run: job id → attempts → pids.
+  std::map<std::string, std::map<int, std::vector<pid_t>>> Ranks();
+  void Inject(Fault f, FaultRecord* rec);
+  void CheckOverlaps();
+  void CheckEnded(const json& jobs);
+  void Broke(const std::string& what) {
+    std::cout << "INVARIANT BROKEN: " << what << std::endl;
+    broken_.push_back(what);
+  }
+  double Elapsed() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
+  template <typename T>
+  T Uniform(T lo, T hi) {
+    if constexpr (std::is_integral_v<T>) return std::uniform_int_distribution<T>(lo, hi)(rng_);
+    else return std::uniform_real_distribution<T>(lo, hi)(rng_);
+  }
+
+  std::unique_ptr<testing::TestHosts> hosts_;
+  std::string dir_, coordinator_, spec_;
+  pid_t coordinator_pid_ = -1;
+  std::map<int, pid_t> worker_pids_;
+  std::mt19937_64 rng_;
+  Clock::time_point start_ = Clock::now();
+  std::vector<JobRecord> jobs_;
+  std::map<int, double> ref_losses_;
+  std::vector<FaultRecord> faults_;
+  std::vector<std::string> broken_;
+  std::map<std::string, Clock::time_point> overlap_since_;  // Job → when two attempts' ranks were first seen.
+  std::set<std::string> overlap_reported_;
+  int64_t recomputed_ = 0, restarts_ = 0;
+  int max_recomputed_ = 0;
+};
+
+void Chaos::StartCoordinator() {
+  auto c = hosts_->Spawn(0, {testing::Runfile("coordinator/tessera-coordinator"), "--listen=" + coordinator_,
+                             "--db=" + dir_ + "/coord.db",
+                             absl::StrCat("--heartbeat_timeout_s=", absl::GetFlag(FLAGS_heartbeat_timeout_s))},
+                         dir_ + "/coordinator.log");
+  if (!c.ok()) {
+    Broke(absl::StrCat("coordinator did not start: ", c.status().message()));
+    return;
+  }
+  coordinator_pid_ = *c;
+  testing::WaitFor([&] { return Cli({"jobs"}).exit_code == 0; }, 30);
+}
+
+void Chaos::StartWorker(int host) {
+  const std::string name = absl::StrCat("node", host);
+  auto w = hosts_->Spawn(host, {testing::Runfile("worker/tessera-worker"), "--coordinator=" + coordinator_,
+                                absl::StrCat("--devices=cpu:", absl::GetFlag(FLAGS_devices)),
+                                absl::StrCat("--work_dir=", dir_, "/", name), "--name=" + name, "--stop_grace_s=3",
+                                "--threads_per_rank=1",
+                                absl::StrCat("--collective_timeout_s=", absl::GetFlag(FLAGS_collective_timeout_s))},
+                         absl::StrCat(dir_, "/", name, ".log"),
+                         {{"TESSERA_RANK_BINARY", testing::Runfile("worker/rank/tessera-rank")}});
+  if (!w.ok()) {
+    Broke(absl::StrCat("worker on host ", host, " did not start: ", w.status().message()));
+    return;
+  }
+  worker_pids_[host] = *w;
+}
+
+testing::CliResult Chaos::Cli(std::vector<std::string> args) {
+  std::vector<std::string> argv = {testing::Runfile("client/tessera"), "--coordinator=" + coordinator_};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return hosts_->Run(0, argv);
+}
+
+json Chaos::Jobs() {
+  auto r = Cli({"--output=json", "jobs"});
+  json out = json::object();
+  if (r.exit_code != 0) return out;
+  json j = json::parse(r.output, nullptr, false);
+  if (j.is_discarded() || !j.contains("jobs")) return out;
+  for (const json& job : j["jobs"]) out[job.value("id", "")] = job;
+  return out;
+}
+
+void Chaos::Submit() {
+  JobRecord rec;
+  rec.out = absl::StrCat(dir_, "/out_", jobs_.size() + 1);
+  auto r = Cli({"--output=json", "submit", spec_, "--max-restarts=100", "--set", "output_dir=" + rec.out});
+  json j = json::parse(r.output, nullptr, false);
+  if (r.exit_code != 0 || j.is_discarded() || !j.contains("id")) return;  // Coordinator away: later.
+  rec.id = j["id"];
+  jobs_.push_back(rec);
+}
+
+std::map<std::string, std::map<int, std::vector<pid_t>>> Chaos::Ranks() {
+  std::map<std::string, std::map<int, std::vector<pid_t>>> out;
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string pid = e.path().filename();
+    if (!std::all_of(pid.begin(), pid.end(), ::isdigit)) continue;
+    std::ifstream cmd(e.path() / "cmdline");
+    std::string s((std::istreambuf_iterator<char>(cmd)), std::istreambuf_iterator<char>());
+    if (s.find("tessera-rank") == std::string::npos || s.find(dir_ + "/") == std::string::npos) continue;
+    // --spec=WORK_DIR/jobs/<job>/attempt_<n>/job.json
+    const size_t j = s.find("/jobs/"), a = s.find("/attempt_");
+    if (j == std::string::npos || a == std::string::npos || a < j) continue;
+    out[s.substr(j + 6, a - j - 6)][std::atoi(s.c_str() + a + 9)].push_back(std::stoi(pid));
+  }
+  return out;
+}
+
+void Chaos::CheckOverlaps() {
+  const auto limit = std::chrono::seconds(absl::GetFlag(FLAGS_collective_timeout_s) + 3 + 5);
+  std::set<std::string> now_overlapping;
+  for (const auto& [job, attempts] : Ranks()) {
+    if (attempts.size() < 2) continue;
+    now_overlapping.insert(job);
+    auto [it, fresh] = overlap_since_.try_emplace(job, Clock::now());
+    if (!fresh && Clock::now() - it->second > limit && !overlap_reported_.count(job)) {
+      overlap_reported_.insert(job);
+      Broke(absl::StrCat(job, " has ranks of ", attempts.size(), " attempts alive for over ",
+                         std::chrono::duration_cast<std::chrono::seconds>(limit).count(), " s"));
+    }
+  }
+  for (auto it = overlap_since_.begin(); it != overlap_since_.end();) {
+    it = now_overlapping.count(it->first) ? std::next(it) : overlap_since_.erase(it);
+  }
+}
+
+void Chaos::CheckEnded(const json& jobs) {
+  for (JobRecord& rec : jobs_) {
+    if (rec.ended || !jobs.contains(rec.id)) continue;
+    const json& j = jobs[rec.id];
+    const std::string state = j.value("state", "");
+    if (state == "JOB_STATE_FAILED" || state == "JOB_STATE_CANCELLED") {
+      rec.ended = true;
+      Broke(absl::StrCat(rec.id, " ended ", state, ": ", j.value("reason", "")));
+      continue;
+    }
+    if (state != "JOB_STATE_SUCCEEDED") continue;
+    rec.ended = true;
+    // Losses of every step equal the undisturbed run's (fp32: atol 1e-5 + rtol 1e-3).
+    const auto got = testing::ReadLosses(rec.out + "/steps.jsonl");
+    int differ = 0;
+    for (const auto& [step, loss] : ref_losses_) {
+      auto it = got.find(step);
+      if (it == got.end() || std::abs(it->second - loss) > 1e-5 + 1e-3 * std::abs(loss)) ++differ;
+    }
+    if (differ > 0 || got.size() != ref_losses_.size()) {
+      Broke(absl::StrCat(rec.id, ": ", differ, " of ", ref_losses_.size(), " losses differ from the undisturbed run (",
+                         got.size(), " steps logged)"));
+    }
+    // Steps recomputed: for each restart, the steps the failed attempt reached past the checkpoint the
+    // next one resumed from.
+    const json history = j.value("history", json::array());
+    bool allowance_used = false;
+    for (size_t i = 0; i + 1 < history.size(); ++i) {
+      const int64_t redo = std::max<int64_t>(0, Int(history[i], "last_step") - Int(history[i + 1], "resumed_from_step"));
+      ++restarts_;
+      recomputed_ += redo;
+      max_recomputed_ = std::max<int>(max_recomputed_, static_cast<int>(redo));
+      int allowed = absl::GetFlag(FLAGS_every);
+      if (rec.damaged && !allowance_used && redo > allowed) allowed *= 2, allowance_used = true;
+      if (redo > allowed) {
+        Broke(absl::StrCat(rec.id, " attempt ", Int(history[i], "attempt"), " recomputed ", redo,
+                           " steps, more than the checkpoint interval ", allowed));
+      }
+      if (history[i].value("reason", "").empty()) {
+        Broke(absl::StrCat(rec.id, " attempt ", Int(history[i], "attempt"), " ended with no reason in the history"));
+      }
+    }
+  }
+}
+
+void Chaos::Inject(Fault f, FaultRecord* rec) {
+  const int workers = absl::GetFlag(FLAGS_workers);
+  const int host = Uniform(1, workers);
+  const std::string node = absl::StrCat("node", host, " (", hosts_->address(host), ")");
+  switch (f) {
+    case Fault::kWorkerKilled: {
+      hosts_->Kill(worker_pids_[host]);
+      const int wait = Uniform(2, 15);
+      rec->detail = absl::StrCat(node, ", back after ", wait, " s");
+      std::this_thread::sleep_for(std::chrono::seconds(wait));
+      StartWorker(host);
+      break;
+    }
+    case Fault::kWorkerRestartedFast:
+      hosts_->Kill(worker_pids_[host]);
+      StartWorker(host);
+      rec->detail = node;
+      break;
+    case Fault::kPartitionLong:
+    case Fault::kPartitionShort: {
+      const double secs = f == Fault::kPartitionLong ? absl::GetFlag(FLAGS_heartbeat_timeout_s) + 5 : 1.5;
+      (void)hosts_->CutOff(host);
+      std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int>(secs * 1000)));
+      (void)hosts_->Heal(host);
+      rec->detail = absl::StrCat(node, " for ", secs, " s");
+      break;
+    }
+    case Fault::kCoordinatorKilled: {
+      hosts_->Kill(coordinator_pid_);
+      const int wait = Uniform(0, 5);
+      std::this_thread::sleep_for(std::chrono::seconds(wait));
+      StartCoordinator();
+      rec->detail = absl::StrCat("down ", wait, " s");
+      break;
+    }
+    case Fault::kRankKilled:
+    case Fault::kCheckpointDamaged: {
+      auto ranks = Ranks();
+      if (ranks.empty()) {
+        rec->detail = "no rank running: nothing done";
+        break;
+      }
+      auto it = std::next(ranks.begin(), Uniform<size_t>(0, ranks.size() - 1));
+      const std::string job = it->first;
+      const auto& pids = it->second.rbegin()->second;
+      if (f == Fault::kCheckpointDamaged) {
+        for (JobRecord& r : jobs_) {
+          if (r.id != job) continue;
+          // The newest committed checkpoint (step_N without a suffix), its largest file cut in half.
+          std::string newest;
+          std::error_code ec;
+          for (const auto& d : fs::directory_iterator(r.out + "/checkpoints", ec)) {
+            const std::string name = d.path().filename();
+            if (name.rfind("step_", 0) == 0 && name.find('.') == std::string::npos && name > fs::path(newest).filename().string()) {
+              newest = d.path();
+            }
+          }
+          if (newest.empty()) break;
+          fs::path biggest;
+          uintmax_t size = 0;
+          for (const auto& file : fs::directory_iterator(newest, ec)) {
+            if (file.is_regular_file() && file.file_size() > size) size = file.file_size(), biggest = file.path();
+          }
+          if (size == 0) break;
+          fs::resize_file(biggest, size / 2, ec);
+          r.damaged = true;
+          rec->detail = absl::StrCat(job, ": ", fs::path(newest).filename().string(), "/",
+                                     biggest.filename().string(), " truncated; ");
+        }
+      }
+      const pid_t victim = pids[Uniform<size_t>(0, pids.size() - 1)];
+      kill(victim, SIGKILL);
+      rec->detail += absl::StrCat("killed a rank of ", job, " (pid ", victim, ")");
+      break;
+    }
+    case Fault::kLossyLink:
+      (void)hosts_->Slow(host, 100, 30);
+      std::this_thread::sleep_for(std::chrono::seconds(10));
+      (void)hosts_->Slow(host, 0, 0);
+      rec->detail = node;
+      break;
+  }
+}
+
+int Chaos::Run() {
+  const int workers = absl::GetFlag(FLAGS_workers);
+  uint64_t seed = absl::GetFlag(FLAGS_seed);
+  if (seed == 0) seed = static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()));
+  rng_.seed(seed);
+  auto hosts = testing::TestHosts::Create(workers + 1);
+  if (!hosts.ok()) {
+    std::cerr << "chaos: no test hosts on this machine: " << hosts.status().message() << "\n";
+    return 2;
+  }
+  hosts_ = std::move(*hosts);
+  dir_ = absl::GetFlag(FLAGS_dir);
+  if (dir_.empty()) dir_ = testing::FreshDir(absl::StrCat("tessera_chaos_", getpid()));
+  fs::create_directories(dir_);
+  coordinator_ = absl::StrCat(hosts_->address(0), ":7070");
+  const int steps = absl::GetFlag(FLAGS_steps), every = absl::GetFlag(FLAGS_every);
+  const std::string data = testing::WriteTokenFile(dir_, 40000);
+  spec_ = dir_ + "/spec.yaml";
+  std::ofstream(spec_) << "name: chaos\n"
+                       << "model: {layers: 2, hidden: 64, heads: 4, vocab: 256, seq_len: 32}\n"
+                       << "data: {path: " << data << "}\n"
+                       << "parallel: {dp: 2}\n"
+                       << "train: {steps: " << steps
+                       << ", micro_batch: 2, global_batch: 4, lr: 2e-3, schedule: constant}\n"
+                       << "checkpoint: {every_steps: " << every << ", keep: 2}\n";
+  std::cout << "chaos: seed " << seed << ", " << workers << " workers x cpu:" << absl::GetFlag(FLAGS_devices)
+            << ", " << absl::GetFlag(FLAGS_jobs) << " dp=2 jobs of " << steps << " steps in flight, checkpoint every "
+            << every << ", heartbeat timeout " << absl::GetFlag(FLAGS_heartbeat_timeout_s) << " s, collective timeout "
+            << absl::GetFlag(FLAGS_collective_timeout_s) << " s, in " << dir_ << std::endl;
+
+  // The undisturbed reference: the same spec in one process.
+  auto ref = testing::RunTessera({"run", spec_, "--quiet", "--threads-per-rank=1", "--set", "parallel.dp=1",
+                                  "--set", "output_dir=" + dir_ + "/ref"});
+  if (ref.exit_code != 0) {
+    std::cerr << "chaos: the reference run failed:\n" << ref.output;
+    return 2;
+  }
+  ref_losses_ = testing::ReadLosses(dir_ + "/ref/steps.jsonl");
+
+  StartCoordinator();
+  for (int h = 1; h <= workers; ++h) StartWorker(h);
+  start_ = Clock::now();
+  const auto inject_until = start_ + std::chrono::minutes(absl::GetFlag(FLAGS_minutes));
+  auto next_fault = start_ + std::chrono::seconds(Uniform(absl::GetFlag(FLAGS_gap_min_s), absl::GetFlag(FLAGS_gap_max_s)));
+  // The fault being recovered from: the step of each job training when it struck.
+  std::optional<size_t> pending;
+  Clock::time_point pending_since;
+  std::map<std::string, int64_t> pending_steps;
+
+  while (true) {
+    const auto now = Clock::now();
+    const bool injecting = now < inject_until;
+    json jobs = Jobs();
+    if (!jobs.empty() || jobs_.empty()) {
+      int in_flight = 0;
+      for (const JobRecord& r : jobs_) in_flight += !r.ended;
+      for (; injecting && in_flight < absl::GetFlag(FLAGS_jobs); ++in_flight) Submit();
+      CheckEnded(jobs);
+    }
+    CheckOverlaps();
+    if (pending) {
+      bool recovered = !jobs.empty();
+      for (const auto& [id, step] : pending_steps) {
+        if (!jobs.contains(id)) continue;
+        const json& j = jobs[id];
+        const std::string state = j.value("state", "");
+        const bool done = state == "JOB_STATE_SUCCEEDED" || state == "JOB_STATE_FAILED" || state == "JOB_STATE_CANCELLED";
+        if (!done && Int(j.value("progress", json::object()), "step") <= step) recovered = false;
+      }
+      const double secs = std::chrono::duration<double>(now - pending_since).count();
+      if (recovered) {
+        faults_[*pending].recovery_s = secs;
+        std::cout << absl::StrFormat("[%6.0fs]   training again after %.1f s", Elapsed(), secs) << std::endl;
+        pending.reset();
+        next_fault = now + std::chrono::seconds(Uniform(absl::GetFlag(FLAGS_gap_min_s), absl::GetFlag(FLAGS_gap_max_s)));
+      } else if (secs > absl::GetFlag(FLAGS_stuck_after_s)) {
+        Broke(absl::StrCat("jobs not training again ", absl::GetFlag(FLAGS_stuck_after_s), " s after fault ",
+                           *pending + 1, " (", FaultName(faults_[*pending].fault), "): ", jobs.dump()));
+        pending.reset();
+        next_fault = now;
+      }
+    } else if (injecting && now >= next_fault) {
+      pending_steps.clear();
+      for (const auto& [id, j] : jobs.items()) {
+        if (j.value("state", "") == "JOB_STATE_RUNNING") pending_steps[id] = Int(j.value("progress", json::object()), "step");
+      }
+      FaultRecord rec{kFaults[Uniform<size_t>(0, std::size(kFaults) - 1)], ""};
+      pending_since = Clock::now();
+      Inject(rec.fault, &rec);
+      faults_.push_back(rec);
+      pending = faults_.size() - 1;
+      std::cout << absl::StrFormat("[%6.0fs] fault %d: %s: %s", Elapsed(), faults_.size(), FaultName(rec.fault),
+                                   rec.detail)
+                << std::endl;
+    }
+    const bool all_ended = std::all_of(jobs_.begin(), jobs_.end(), [](const JobRecord& r) { return r.ended; });
+    if (!injecting && !pending && all_ended) break;
+    if (!injecting && now - inject_until > std::chrono::seconds(absl::GetFlag(FLAGS_stuck_after_s))) {
+      for (const JobRecord& r : jobs_) {
+        if (!r.ended) Broke(absl::StrCat(r.id, " did not end: ", jobs.contains(r.id) ? jobs[r.id].dump() : "unknown"));
+      }
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
+
+  // Every job listed; no rank left.
+  const json listed = Jobs();
+  for (const JobRecord& r : jobs_) {
+    if (!listed.contains(r.id)) Broke(absl::StrCat("tessera jobs does not list ", r.id));
+  }
+  testing::WaitFor([&] { return Ranks().empty(); }, 30);
+  size_t left = 0;
+  for (const auto& [job, attempts] : Ranks()) {
+    for (const auto& [a, pids] : attempts) left += pids.size();
+  }
+  if (left > 0) Broke(absl::StrCat(left, " rank processes left after every job ended"));
+
+  // The report.
+  int finished = 0;
+  for (const JobRecord& r : jobs_) {
+    finished += listed.contains(r.id) && listed[r.id].value("state", "") == "JOB_STATE_SUCCEEDED";
+  }
+  std::cout << "\n| fault | injected | recovered | median recovery s | max recovery s |\n|---|---|---|---|---|\n";
+  double longest = 0;
+  for (Fault f : kFaults) {
+    std::vector<double> times;
+    int n = 0;
+    for (const FaultRecord& r : faults_) {
+      if (r.fault != f) continue;
+      ++n;
+      if (r.recovery_s >= 0) times.push_back(r.recovery_s);
+    }
+    std::sort(times.begin(), times.end());
+    if (!times.empty()) longest = std::max(longest, times.back());
+    std::cout << absl::StrFormat("| %s | %d | %d | %s | %s |\n", FaultName(f), n, times.size(),
+                                 times.empty() ? "-" : absl::StrFormat("%.1f", times[times.size() / 2]),
+                                 times.empty() ? "-" : absl::StrFormat("%.1f", times.back()));
+  }
+  std::cout << absl::StrFormat(
+      "\nminutes of faults: %d, faults injected: %d, jobs submitted: %d, jobs finished: %d, restarts: %d, "
+      "steps recomputed: %d (at most %d in one restart; interval %d), longest fault-to-training: %.1f s, "
+      "rank processes left: %d, invariants broken: %d\n",
+      absl::GetFlag(FLAGS_minutes), faults_.size(), jobs_.size(), finished, restarts_, recomputed_, max_recomputed_,
+      every, longest, left, broken_.size());
+  for (const std::string& b : broken_) std::cout << "  broken: " << b << "\n";
+  return broken_.empty() ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace tessera::bench
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  signal(SIGPIPE, SIG_IGN);
+  return tessera::bench::Chaos().Run();
+}
