@@ -1,11 +1,13 @@
 // Chaos soak: a cluster of test hosts (tests/testing/test_hosts.h: network namespaces, addresses
 // 198.18.0.x, no default route) running several concurrent jobs while faults are injected one after
-// another at random times for --minutes. Then it heals everything, waits for every job to end and
+// another at random times for --minutes (each after the cluster recovered from the previous one). Then it heals everything, waits for every job to end and
 // prints what happened and every invariant broken:
 //   - every job SUCCEEDED (none lost, none FAILED), and `tessera jobs` lists each one;
 //   - every job's losses equal the undisturbed single-process run of the same spec (fp32 tolerance);
-//   - after each fault, every job that was training trains again (a step past the one it had) within
-//     --stuck_after_s: none stays stuck in RUNNING / SCHEDULED / RESTARTING;
+//   - after each fault, every job that was training trains again within --stuck_after_s (the
+//     coordinator hears of new steps: of a new attempt, or two past the step it had): none stays stuck
+//     in RUNNING / SCHEDULED / RESTARTING. The time from the fault's start until then is its recovery
+//     time (it includes the fault's own duration: a partition, a worker's downtime);
 //   - no job has ranks of two attempts alive for longer than a collective timeout + stop grace + 5 s;
 //   - a restart recomputes at most one checkpoint interval of steps (two after a damaged checkpoint);
 //   - no rank process is left once every job ended.
@@ -267,19 +269,19 @@ void Chaos::CheckEnded(const json& jobs) {
       Broke(absl::StrCat(rec.id, ": ", differ, " of ", ref_losses_.size(), " losses differ from the undisturbed run (",
                          got.size(), " steps logged)"));
     }
-    // Steps recomputed: for each restart, the steps the failed attempt reached past the checkpoint the
-    // next one resumed from.
+    // Steps recomputed by each restart: those earlier attempts had logged past the checkpoint it
+    // resumed from (the history's recomputed_steps, measured by rank 0 as it trims its step log).
     const json history = j.value("history", json::array());
     bool allowance_used = false;
     for (size_t i = 0; i + 1 < history.size(); ++i) {
-      const int64_t redo = std::max<int64_t>(0, Int(history[i], "last_step") - Int(history[i + 1], "resumed_from_step"));
+      const int64_t redo = Int(history[i + 1], "recomputed_steps");
       ++restarts_;
       recomputed_ += redo;
       max_recomputed_ = std::max<int>(max_recomputed_, static_cast<int>(redo));
       int allowed = absl::GetFlag(FLAGS_every);
       if (rec.damaged && !allowance_used && redo > allowed) allowed *= 2, allowance_used = true;
       if (redo > allowed) {
-        Broke(absl::StrCat(rec.id, " attempt ", Int(history[i], "attempt"), " recomputed ", redo,
+        Broke(absl::StrCat(rec.id, " attempt ", Int(history[i + 1], "attempt"), " recomputed ", redo,
                            " steps, more than the checkpoint interval ", allowed));
       }
       if (history[i].value("reason", "").empty()) {
@@ -417,10 +419,13 @@ int Chaos::Run() {
   start_ = Clock::now();
   const auto inject_until = start_ + std::chrono::minutes(absl::GetFlag(FLAGS_minutes));
   auto next_fault = start_ + std::chrono::seconds(Uniform(absl::GetFlag(FLAGS_gap_min_s), absl::GetFlag(FLAGS_gap_max_s)));
-  // The fault being recovered from: the step of each job training when it struck.
+  // The fault being recovered from, and each job that was training when it struck, with its attempt
+  // and step once the fault was in place. Such a job trains again when a later attempt reported a
+  // step, or its attempt went 2 steps past that one (one more step may still have been on its way
+  // from a rank killed mid-report).
   std::optional<size_t> pending;
   Clock::time_point pending_since;
-  std::map<std::string, int64_t> pending_steps;
+  std::map<std::string, std::pair<int64_t, int64_t>> pending_jobs;  // Id → (attempt, step).
 
   while (true) {
     const auto now = Clock::now();
@@ -435,12 +440,18 @@ int Chaos::Run() {
     CheckOverlaps();
     if (pending) {
       bool recovered = !jobs.empty();
-      for (const auto& [id, step] : pending_steps) {
+      for (const auto& [id, at] : pending_jobs) {
         if (!jobs.contains(id)) continue;
         const json& j = jobs[id];
         const std::string state = j.value("state", "");
-        const bool done = state == "JOB_STATE_SUCCEEDED" || state == "JOB_STATE_FAILED" || state == "JOB_STATE_CANCELLED";
-        if (!done && Int(j.value("progress", json::object()), "step") <= step) recovered = false;
+        if (state == "JOB_STATE_SUCCEEDED" || state == "JOB_STATE_FAILED" || state == "JOB_STATE_CANCELLED") continue;
+        const json history = j.value("history", json::array());
+        const bool restarted_and_trained = Int(j, "attempt") > at.first && !history.empty() &&
+                                           Int(history.back(), "attempt") == Int(j, "attempt") &&
+                                           Int(history.back(), "last_step") > 0;
+        const bool went_on = Int(j, "attempt") == at.first && state == "JOB_STATE_RUNNING" &&
+                             Int(j.value("progress", json::object()), "step") >= at.second + 2;
+        if (!restarted_and_trained && !went_on) recovered = false;
       }
       const double secs = std::chrono::duration<double>(now - pending_since).count();
       if (recovered) {
@@ -455,17 +466,21 @@ int Chaos::Run() {
         next_fault = now;
       }
     } else if (injecting && now >= next_fault) {
-      pending_steps.clear();
-      for (const auto& [id, j] : jobs.items()) {
-        if (j.value("state", "") == "JOB_STATE_RUNNING") pending_steps[id] = Int(j.value("progress", json::object()), "step");
-      }
       FaultRecord rec{kFaults[Uniform<size_t>(0, std::size(kFaults) - 1)], ""};
+      const json before = Jobs();
       pending_since = Clock::now();
+      const double at = Elapsed();
       Inject(rec.fault, &rec);
+      const json after = Jobs();
+      pending_jobs.clear();
+      for (const auto& [id, j] : before.items()) {
+        if (j.value("state", "") != "JOB_STATE_RUNNING") continue;
+        const json& now_j = after.contains(id) ? after[id] : j;
+        pending_jobs[id] = {Int(now_j, "attempt"), Int(now_j.value("progress", json::object()), "step")};
+      }
       faults_.push_back(rec);
       pending = faults_.size() - 1;
-      std::cout << absl::StrFormat("[%6.0fs] fault %d: %s: %s", Elapsed(), faults_.size(), FaultName(rec.fault),
-                                   rec.detail)
+      std::cout << absl::StrFormat("[%6.0fs] fault %d: %s: %s", at, faults_.size(), FaultName(rec.fault), rec.detail)
                 << std::endl;
     }
     const bool all_ended = std::all_of(jobs_.begin(), jobs_.end(), [](const JobRecord& r) { return r.ended; });

@@ -287,12 +287,22 @@ absl::Status Coordinator::ReportRankStatusLocked(const v1::ReportRankStatusReque
       p.set_total_steps(e.job.spec().train().steps());
       // The loss of the job's first reported step stays, so that "did it learn" reads off one message.
       const bool first = p.step() <= 1 || e.job.progress().step() == 0;
+      // A new checkpoint is persisted at once: after a coordinator crash the next attempt's history
+      // says where it resumes from.
+      bool persist = p.last_checkpoint_step() != e.job.progress().last_checkpoint_step();
       p.set_first_loss(first ? p.loss() : e.job.progress().first_loss());
       *e.job.mutable_progress() = p;
       if (e.job.history_size() > 0 && e.job.history(e.job.history_size() - 1).attempt() == e.job.attempt()) {
-        e.job.mutable_history(e.job.history_size() - 1)->set_last_step(p.step());
+        v1::Attempt* h = e.job.mutable_history(e.job.history_size() - 1);
+        // Where its ranks really resumed (an older checkpoint when the newest was damaged) and what
+        // they recomputed; persisted at once the first time (a coordinator crash must not lose it).
+        const bool first_report = h->last_step() == 0;
+        h->set_resumed_from_step(p.resumed_from_step());
+        h->set_recomputed_steps(p.discarded_steps());
+        h->set_last_step(p.step());
+        if (first_report) persist = true;
       }
-      ChangedLocked(e, /*persist=*/false);
+      ChangedLocked(e, persist);
       return absl::OkStatus();
     }
     case v1::ReportRankStatusRequest::EVENT_EXITED: {

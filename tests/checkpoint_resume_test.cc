@@ -93,6 +93,11 @@ TEST(CheckpointResumeTest, InterruptedRunResumesToIdenticalLosses) {
   const auto want_tp2 = ReadLosses(dir + "/full_tp2/steps.jsonl");
   ASSERT_EQ(got.size(), 8u) << "steps.jsonl is cut back to the checkpoint, then continued";
   for (const auto& [step, loss] : want_tp2) EXPECT_EQ(got.at(step), loss) << "step " << step;
+  // The lines of the resumed run name the checkpoint it started from; those kept from the first run, 0.
+  const auto from = testing::ReadStepField(out + "/steps.jsonl", "resumed_from");
+  const double resumed_at = from.at(8);
+  EXPECT_GE(resumed_at, 2);
+  for (const auto& [step, f] : from) EXPECT_EQ(f, step > resumed_at ? resumed_at : 0) << "step " << step;
   // And the tp=2 run agrees with the single-process one.
   for (const auto& [step, loss] : want) {
     EXPECT_NEAR(got.at(step), loss, kLossAtol + kLossRtol * std::abs(loss)) << "step " << step;
@@ -191,6 +196,14 @@ TEST(CheckpointResumeTest, MismatchedModelIsAClearErrorAndDamagedCheckpointsAreS
   const auto again = ReadLosses(dir + "/a/steps.jsonl");
   ASSERT_EQ(again.size(), 8u);
   for (const auto& [step, loss] : want) EXPECT_EQ(again.at(step), loss) << "step " << step;
+  // Each step line says where its run started and how many logged steps it dropped to get there
+  // (the work recomputed: all 8 steps of the previous run, which finished).
+  for (const auto& [step, from] : testing::ReadStepField(dir + "/a/steps.jsonl", "resumed_from")) {
+    EXPECT_EQ(from, 0) << "step " << step;
+  }
+  for (const auto& [step, n] : testing::ReadStepField(dir + "/a/steps.jsonl", "discarded_steps")) {
+    EXPECT_EQ(n, 8) << "step " << step;
+  }
 }
 
 }  // namespace

@@ -136,6 +136,25 @@ class MultiHostTest : public ::testing::Test {
   }
   static inline const std::vector<std::string> kLongJob = {"train.steps=200", "checkpoint.every_steps=20"};
 
+  // Each restart of `job` recomputed at most `allowed` steps: the steps earlier attempts had logged
+  // past the checkpoint it resumed from (its history's recomputed_steps, measured by rank 0 as it
+  // trims the step log). At least one later attempt trained. int64 fields are JSON strings.
+  static void ExpectRecomputedAtMost(const nlohmann::json& job, int64_t allowed) {
+    auto num = [](const nlohmann::json& a, const char* key) -> int64_t {
+      if (!a.contains(key)) return 0;  // Proto JSON leaves zeros out.
+      return a[key].is_string() ? std::stoll(a[key].get<std::string>()) : a[key].get<int64_t>();
+    };
+    const nlohmann::json& h = job["history"];
+    ASSERT_GE(h.size(), 2u) << job.dump();
+    int trained = 0;
+    for (size_t i = 1; i < h.size(); ++i) {
+      if (num(h[i], "last_step") == 0) continue;  // Failed before its first step.
+      ++trained;
+      EXPECT_LE(num(h[i], "recomputed_steps"), allowed) << "attempt " << i + 1 << ": " << h.dump();
+    }
+    EXPECT_GE(trained, 1) << h.dump();
+  }
+
   // tessera-rank processes of this test, on any host (one process table: the hosts share the kernel).
   int RanksLeft() {
     int n = 0;
@@ -284,6 +303,7 @@ TEST_F(MultiHostTest, HostCutOffLongerThanTheTimeoutsRestartsTheJobWhichEndsAsUn
   ASSERT_GE(job["history"].size(), 2u) << job.dump();
   EXPECT_EQ(job["history"][0].value("failed_worker", ""), "node2") << job["history"].dump();
   EXPECT_EQ(job["history"][0].value("failed_host", ""), hosts_->address(2));
+  ExpectRecomputedAtMost(job, 20);  // One checkpoint interval.
   ExpectLossesOfTheSingleProcessRun(out, kLongJob, 200);
   EXPECT_TRUE(WaitFor([&] { return RanksLeft() == 0; }, 10)) << "no rank process left on any host";
 }
@@ -342,6 +362,7 @@ TEST_F(MultiHostTest, FullDiskDuringACheckpointKeepsThePreviousOneAndTheJobResum
   ASSERT_EQ(grow.exit_code, 0) << grow.output;
   ASSERT_TRUE(WaitFor([&] { return Ended(Job(id)); }, 120)) << "job stuck: " << Job(id).dump();
   EXPECT_EQ(Job(id).value("state", ""), "JOB_STATE_SUCCEEDED") << Job(id).dump();
+  ExpectRecomputedAtMost(Job(id), 20);  // From step 40, whose checkpoint failed, back to 20.
   ExpectLossesOfTheSingleProcessRun(out, {"train.steps=200", "checkpoint.every_steps=20", "parallel.zero_stage=1"}, 200);
   EXPECT_TRUE(WaitFor([&] { return RanksLeft() == 0; }, 10)) << "no rank process left on any host";
 }
@@ -390,6 +411,10 @@ TEST_F(MultiHostTest, WorkerAndCoordinatorKilledAndADamagedCheckpointTheJobEndsA
   EXPECT_THAT(Cli({"job", id}).output, HasSubstr(absl::StrCat(victim, " (", hosts_->address(victim_host), ")")));
   EXPECT_THAT(RankLogs(out), HasSubstr(absl::StrCat(parallel::CheckpointName(damaged_step),
                                                     " is damaged: model.safetensors has 1000 bytes")));
+  // The damaged checkpoint costs one interval more (the history shows where the attempt really
+  // resumed, not the damaged newest one).
+  ExpectRecomputedAtMost(job, 40);
+  EXPECT_EQ(job["history"].back().value("resumed_from_step", ""), std::to_string(damaged_step - 20));
   ExpectLossesOfTheSingleProcessRun(out, kLongJob, 200);
   EXPECT_TRUE(WaitFor([&] { return RanksLeft() == 0; }, 10)) << "no rank process left on any host";
 }

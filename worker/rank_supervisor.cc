@@ -136,6 +136,8 @@ void RankSupervisor::ReadProgress(const Key& key, Rank& r, std::vector<RankEvent
         p.attempt = attempt;
         p.rank = rank;
         p.progress.set_step(j.value("step", int64_t{0}));
+        p.progress.set_resumed_from_step(j.value("resumed_from", int64_t{0}));
+        p.progress.set_discarded_steps(j.value("discarded_steps", int64_t{0}));
         p.progress.set_loss(j.value("loss", 0.0));
         p.progress.set_lr(j.value("lr", 0.0));
         p.progress.set_grad_norm(j.value("grad_norm", 0.0));

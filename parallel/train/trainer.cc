@@ -409,9 +409,16 @@ absl::Status Trainer::TrimStepLog() {
   std::ifstream in(path);
   std::stringstream kept;
   std::string line;
+  resumed_from_ = step_;
+  discarded_steps_ = 0;
   while (std::getline(in, line)) {
     nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-    if (!j.is_discarded() && j.value("step", int64_t{0}) <= step_) kept << line << "\n";
+    if (j.is_discarded()) continue;
+    if (j.value("step", int64_t{0}) <= step_) {
+      kept << line << "\n";
+    } else {
+      ++discarded_steps_;  // Trained by an earlier run past the checkpoint this one resumes from.
+    }
   }
   in.close();
   std::ofstream(path, std::ios::trunc) << kept.str();
@@ -430,6 +437,8 @@ absl::Status Trainer::AppendStepLog(const StepStats& s) {
   if (s.live_peak_bytes > 0) j["live_peak_bytes"] = s.live_peak_bytes;
   if (options_.precision == "fp16") j["loss_scale"] = s.loss_scale;
   j["model_state_bytes"] = s.model_state_bytes;
+  j["resumed_from"] = resumed_from_;
+  j["discarded_steps"] = discarded_steps_;
   std::ofstream out(options_.output_dir + "/steps.jsonl", std::ios::app);
   out << j.dump() << "\n";
   out.flush();

@@ -120,6 +120,10 @@ class Trainer {
   std::vector<at::Tensor> pending_m_, pending_v_;
   int64_t step_ = 0;
   int64_t rss_base_bytes_ = 0;  // Resident memory before the model was built.
+  // Rank 0's step log (TrimStepLog): the step this run started from, and how many logged steps of
+  // earlier runs past it it dropped (work recomputed). Written on every step line.
+  int64_t resumed_from_ = 0;
+  int64_t discarded_steps_ = 0;
   int64_t adam_step_ = 0;       // Updates applied (fp16 skips do not count): Adam's bias correction t.
   double loss_scale_ = 1;       // fp16 dynamic loss scale.
   int64_t good_steps_ = 0;      // fp16: steps since the last overflow or growth.
