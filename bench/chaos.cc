@@ -1,6 +1,6 @@
 // Chaos soak: a cluster of test hosts (tests/testing/test_hosts.h: network namespaces, addresses
 // 198.18.0.x, no default route) running several concurrent jobs while faults are injected one after
-// another at random times for --minutes (each after the cluster recovered from the previous one). Then it heals everything, waits for every job to end and
+// another at random times (each kind in turn, in a random order per round) for --minutes (each after the cluster recovered from the previous one). Then it heals everything, waits for every job to end and
 // prints what happened and every invariant broken:
 //   - every job SUCCEEDED (none lost, none FAILED), and `tessera jobs` lists each one;
 //   - every job's losses equal the undisturbed single-process run of the same spec (fp32 tolerance);
@@ -423,7 +423,8 @@ int Chaos::Run() {
   // and step once the fault was in place. Such a job trains again when a later attempt reported a
   // step, or its attempt went 2 steps past that one (one more step may still have been on its way
   // from a rank killed mid-report).
-  std::optional<size_t> pending;
+  int pending = -1;  // Index into faults_, -1: none.
+  std::vector<Fault> deck;
   Clock::time_point pending_since;
   std::map<std::string, std::pair<int64_t, int64_t>> pending_jobs;  // Id → (attempt, step).
 
@@ -438,7 +439,7 @@ int Chaos::Run() {
       CheckEnded(jobs);
     }
     CheckOverlaps();
-    if (pending) {
+    if (pending >= 0) {
       bool recovered = !jobs.empty();
       for (const auto& [id, at] : pending_jobs) {
         if (!jobs.contains(id)) continue;
@@ -455,18 +456,24 @@ int Chaos::Run() {
       }
       const double secs = std::chrono::duration<double>(now - pending_since).count();
       if (recovered) {
-        faults_[*pending].recovery_s = secs;
+        faults_[pending].recovery_s = secs;
         std::cout << absl::StrFormat("[%6.0fs]   training again after %.1f s", Elapsed(), secs) << std::endl;
-        pending.reset();
+        pending = -1;
         next_fault = now + std::chrono::seconds(Uniform(absl::GetFlag(FLAGS_gap_min_s), absl::GetFlag(FLAGS_gap_max_s)));
       } else if (secs > absl::GetFlag(FLAGS_stuck_after_s)) {
         Broke(absl::StrCat("jobs not training again ", absl::GetFlag(FLAGS_stuck_after_s), " s after fault ",
-                           *pending + 1, " (", FaultName(faults_[*pending].fault), "): ", jobs.dump()));
-        pending.reset();
+                           pending + 1, " (", FaultName(faults_[pending].fault), "): ", jobs.dump()));
+        pending = -1;
         next_fault = now;
       }
     } else if (injecting && now >= next_fault) {
-      FaultRecord rec{kFaults[Uniform<size_t>(0, std::size(kFaults) - 1)], ""};
+      // Every kind in turn, in a random order each round: no kind goes untried by chance.
+      if (deck.empty()) {
+        deck.assign(std::begin(kFaults), std::end(kFaults));
+        std::shuffle(deck.begin(), deck.end(), rng_);
+      }
+      FaultRecord rec{deck.back(), ""};
+      deck.pop_back();
       const json before = Jobs();
       pending_since = Clock::now();
       const double at = Elapsed();
@@ -479,12 +486,12 @@ int Chaos::Run() {
         pending_jobs[id] = {Int(now_j, "attempt"), Int(now_j.value("progress", json::object()), "step")};
       }
       faults_.push_back(rec);
-      pending = faults_.size() - 1;
+      pending = static_cast<int>(faults_.size()) - 1;
       std::cout << absl::StrFormat("[%6.0fs] fault %d: %s: %s", at, faults_.size(), FaultName(rec.fault), rec.detail)
                 << std::endl;
     }
     const bool all_ended = std::all_of(jobs_.begin(), jobs_.end(), [](const JobRecord& r) { return r.ended; });
-    if (!injecting && !pending && all_ended) break;
+    if (!injecting && pending < 0 && all_ended) break;
     if (!injecting && now - inject_until > std::chrono::seconds(absl::GetFlag(FLAGS_stuck_after_s))) {
       for (const JobRecord& r : jobs_) {
         if (!r.ended) Broke(absl::StrCat(r.id, " did not end: ", jobs.contains(r.id) ? jobs[r.id].dump() : "unknown"));
@@ -529,7 +536,7 @@ int Chaos::Run() {
   }
   std::cout << absl::StrFormat(
       "\nminutes of faults: %d, faults injected: %d, jobs submitted: %d, jobs finished: %d, restarts: %d, "
-      "steps recomputed: %d (at most %d in one restart; interval %d), longest fault-to-training: %.1f s, "
+      "steps recomputed: %d (at most %d in one restart; interval %d, twice that after a damaged checkpoint), longest fault-to-training: %.1f s, "
       "rank processes left: %d, invariants broken: %d\n",
       absl::GetFlag(FLAGS_minutes), faults_.size(), jobs_.size(), finished, restarts_, recomputed_, max_recomputed_,
       every, longest, left, broken_.size());

@@ -9,6 +9,7 @@
 #include <map>
 #include <thread>
 
+#include <signal.h>
 #include <sys/statvfs.h>
 
 #include "absl/strings/str_cat.h"
@@ -156,15 +157,18 @@ class MultiHostTest : public ::testing::Test {
   }
 
   // tessera-rank processes of this test, on any host (one process table: the hosts share the kernel).
-  int RanksLeft() {
-    int n = 0;
+  std::vector<pid_t> RankPids() {
+    std::vector<pid_t> pids;
     for (const auto& e : fs::directory_iterator("/proc")) {
       std::ifstream cmd(e.path() / "cmdline");
       std::string s((std::istreambuf_iterator<char>(cmd)), std::istreambuf_iterator<char>());
-      n += s.find("tessera-rank") != std::string::npos && s.find(dir_ + "/") != std::string::npos;
+      if (s.find("tessera-rank") != std::string::npos && s.find(dir_ + "/") != std::string::npos) {
+        pids.push_back(std::atoi(e.path().filename().c_str()));
+      }
     }
-    return n;
+    return pids;
   }
+  int RanksLeft() { return static_cast<int>(RankPids().size()); }
 
   std::string Log(const std::string& name) {
     std::ifstream in(dir_ + "/" + name);
@@ -305,6 +309,35 @@ TEST_F(MultiHostTest, HostCutOffLongerThanTheTimeoutsRestartsTheJobWhichEndsAsUn
   EXPECT_EQ(job["history"][0].value("failed_host", ""), hosts_->address(2));
   ExpectRecomputedAtMost(job, 20);  // One checkpoint interval.
   ExpectLossesOfTheSingleProcessRun(out, kLongJob, 200);
+  EXPECT_TRUE(WaitFor([&] { return RanksLeft() == 0; }, 10)) << "no rank process left on any host";
+}
+
+// A single-rank job (no peer whose collective would fail) loses its rank while its host is cut off:
+// the worker cannot report the exit until the link is back, and must not lose it — else the job would
+// stay RUNNING for ever. The report arrives after the heal (or the next heartbeat, which no longer
+// lists the rank, fails the attempt); the job restarts from its checkpoint, the worker never counted
+// as lost.
+TEST_F(MultiHostTest, ARankExitDuringAPartitionIsNotLost) {
+  StartWorker(1, "cpu:1");
+  ASSERT_TRUE(WaitFor([&] { return Cli({"workers"}).output.find("node1") != std::string::npos; }, 20));
+  const std::string out = StartLongJob({"parallel.dp=1"});
+  const std::string id = "job-000001";
+  const std::vector<pid_t> ranks = RankPids();
+  ASSERT_EQ(ranks.size(), 1u);
+  ASSERT_TRUE(hosts_->CutOff(1).ok());
+  kill(ranks[0], SIGKILL);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // Below the 5 s heartbeat timeout.
+  ASSERT_TRUE(hosts_->Heal(1).ok());
+  ASSERT_TRUE(WaitFor([&] { return Ended(Job(id)); }, 120)) << "job stuck: " << Job(id).dump();
+  auto job = Job(id);
+  EXPECT_EQ(job.value("state", ""), "JOB_STATE_SUCCEEDED") << job.dump();
+  ASSERT_GE(job["history"].size(), 2u) << job.dump();
+  EXPECT_EQ(job["history"][0].value("failed_worker", ""), "node1");
+  EXPECT_THAT(job["history"][0].value("reason", ""), ::testing::AnyOf(HasSubstr("exited with code -9"),
+                                                                     HasSubstr("no longer has rank 0")));
+  EXPECT_THAT(Cli({"workers"}).output, ::testing::Not(HasSubstr("LOST")));
+  ExpectRecomputedAtMost(job, 20);
+  ExpectLossesOfTheSingleProcessRun(out, {"train.steps=200", "checkpoint.every_steps=20"}, 200);
   EXPECT_TRUE(WaitFor([&] { return RanksLeft() == 0; }, 10)) << "no rank process left on any host";
 }
 
