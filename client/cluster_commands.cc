@@ -225,15 +225,16 @@ int JobCommand(const ClusterOptions& o, const std::string& job_id) {
   if (j.placement_size() > 0) std::cout << t.ToString();
   if (j.history_size() > 0) {
     // Each attempt: where it ran, the steps it covered (from its checkpoint to its last step), how
-    // it ended and, when a node ended it, which one.
-    Table h({"ATTEMPT", "WORKERS", "STEPS", "OUTCOME", "FAILED NODE", "REASON"});
+    // it ended and, when a node ended it, which one; REDONE: steps of earlier attempts it trained again.
+    Table h({"ATTEMPT", "WORKERS", "STEPS", "REDONE", "OUTCOME", "FAILED NODE", "REASON"});
     for (const v1::Attempt& a : j.history()) {
       std::string outcome = "running";
       if (a.outcome() != v1::JOB_STATE_UNSPECIFIED) {
         outcome = absl::AsciiStrToLower(v1::JobState_Name(a.outcome()).substr(sizeof("JOB_STATE_") - 1));
       }
       h.AddRow({absl::StrCat(a.attempt()), absl::StrJoin(a.workers(), ","),
-                absl::StrCat(a.resumed_from_step() + 1, "..", std::max(a.last_step(), a.resumed_from_step())), outcome,
+                absl::StrCat(a.resumed_from_step() + 1, "..", std::max(a.last_step(), a.resumed_from_step())),
+                absl::StrCat(a.recomputed_steps()), outcome,
                 a.failed_worker().empty() ? "-" : absl::StrCat(a.failed_worker(), " (", a.failed_host(), ")"),
                 a.reason()});
     }
