@@ -139,8 +139,10 @@ class MultiHostTest : public ::testing::Test {
 
   // Each restart of `job` recomputed at most `allowed` steps: the steps earlier attempts had logged
   // past the checkpoint it resumed from (its history's recomputed_steps, measured by rank 0 as it
-  // trims the step log). At least one later attempt trained. int64 fields are JSON strings.
-  static void ExpectRecomputedAtMost(const nlohmann::json& job, int64_t allowed) {
+  // trims the step log). At least one later attempt trained. And `tessera jobs` still lists the job.
+  // int64 fields are JSON strings.
+  void ExpectRecomputedAtMost(const nlohmann::json& job, int64_t allowed) {
+    EXPECT_THAT(Cli({"jobs"}).output, HasSubstr(job.value("id", "?"))) << "tessera jobs lists the job";
     auto num = [](const nlohmann::json& a, const char* key) -> int64_t {
       if (!a.contains(key)) return 0;  // Proto JSON leaves zeros out.
       return a[key].is_string() ? std::stoll(a[key].get<std::string>()) : a[key].get<int64_t>();
