@@ -1,0 +1,129 @@
+// CoordinatorTest: the fixture of the coordinator's unit tests — a Coordinator on a real JobStore
+// (a temp SQLite file) whose workers are played by the test through the calls the worker daemon makes.
+#ifndef TESSERA_COORDINATOR_COORDINATOR_TEST_FIXTURE_H_
+#define TESSERA_COORDINATOR_COORDINATOR_TEST_FIXTURE_H_
+
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/spec/job_spec.h"
+#include "coordinator/coordinator.h"
+#include "gtest/gtest.h"
+
+namespace tessera::coordinator {
+
+class CoordinatorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    db_ = std::string(getenv("TEST_TMPDIR") ? getenv("TEST_TMPDIR") : "/tmp") + "/coord_" +
+          ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".db";
+    std::filesystem::remove(db_);
+    Restart();
+  }
+  void Restart() {
+    c_.reset();
+    auto store = JobStore::Open({db_});
+    ASSERT_TRUE(store.ok());
+    CoordinatorOptions o;
+    o.heartbeat_timeout = absl::Milliseconds(200);
+    o.name_hold = absl::Milliseconds(100);
+    o.start_timeout = start_timeout_;
+    o.backfill_limit = backfill_limit_;
+    c_ = std::make_unique<Coordinator>(o, std::move(*store));
+    ASSERT_TRUE(c_->Recover().ok());
+  }
+  v1::JobSpec Spec(int dp, int tp) {
+    auto spec = spec::ParseJobSpec(
+        "name: t\ndata: {path: /x.bin}\nmodel: {heads: 4}\ntrain: {micro_batch: 1, global_batch: 4}\n",
+        {"parallel.dp=" + std::to_string(dp), "parallel.tp=" + std::to_string(tp)});
+    EXPECT_TRUE(spec.ok()) << spec.status();
+    return *spec;
+  }
+  static v1::RegisterWorkerRequest Registration(const std::string& name, int devices) {
+    v1::RegisterWorkerRequest r;
+    r.set_name(name);
+    r.set_device_kind(v1::DEVICE_KIND_CPU);
+    r.set_device_count(devices);
+    r.set_host("127.0.0.1");
+    r.set_store_port_min(30000);
+    r.set_store_port_max(30010);
+    return r;
+  }
+  // Registers a worker; its session is kept in sessions_[name].
+  std::string AddWorker(const std::string& name, int devices) {
+    auto resp = c_->RegisterWorker(Registration(name, devices));
+    EXPECT_TRUE(resp.ok()) << resp.status();
+    sessions_[name] = resp->session();
+    return resp->worker_id();
+  }
+  std::vector<v1::Assignment> Drain(const std::string& worker) {
+    std::vector<v1::Assignment> out;
+    while (true) {
+      auto a = c_->NextAssignment(worker, absl::ZeroDuration());
+      if (!a.ok() || !a->has_value()) return out;
+      out.push_back(**a);
+    }
+  }
+  void Report(const std::string& worker, const v1::Assignment& a, v1::ReportRankStatusRequest::Event ev,
+              int code = 0) {
+    v1::ReportRankStatusRequest r;
+    r.set_worker_id(worker);
+    r.set_job_id(a.job_id());
+    r.set_attempt(a.attempt());
+    r.set_rank(a.rank());
+    r.set_event(ev);
+    r.set_exit_code(code);
+    r.set_error("error: boom");
+    ASSERT_TRUE(c_->ReportRankStatus(r).ok());
+  }
+  v1::JobState State(const std::string& id) { return c_->GetJob(id)->state(); }
+
+  // A dp=2 job allowed `max_restarts` placed on new workers "a" and "b" (one device each), both ranks
+  // reported STARTED: its id and the two START assignments.
+  void RunningOnAAndB(int max_restarts, std::string* id, v1::Assignment* on_a, v1::Assignment* on_b) {
+    AddWorker("a", 1);
+    AddWorker("b", 1);
+    auto job = c_->Submit(Spec(2, 1), max_restarts);
+    ASSERT_TRUE(job.ok()) << job.status();
+    *id = job->id();
+    auto to_a = Drain("a"), to_b = Drain("b");
+    ASSERT_EQ(to_a.size(), 1u);
+    ASSERT_EQ(to_b.size(), 1u);
+    *on_a = to_a[0];
+    *on_b = to_b[0];
+    Report("a", *on_a, v1::ReportRankStatusRequest::EVENT_STARTED);
+    Report("b", *on_b, v1::ReportRankStatusRequest::EVENT_STARTED);
+  }
+  // `worker` registers again (as after a coordinator restart) listing the rank of `placed` as running.
+  void RegisterRunning(const std::string& worker, const v1::Assignment& placed) {
+    v1::RegisterWorkerRequest r = Registration(worker, 1);
+    auto* running = r.add_running();
+    running->set_job_id(placed.job_id());
+    running->set_attempt(placed.attempt());
+    running->set_rank(placed.rank());
+    ASSERT_TRUE(c_->RegisterWorker(r).ok());
+  }
+
+  // RunningOnAAndB allowing one restart, then the coordinator restarts, a registers again with its
+  // rank running (adopted) and that rank exits with an error before b is back: RESTARTING.
+  void AdoptedAttemptFailedOnA(std::string* id, v1::Assignment* on_a, v1::Assignment* on_b) {
+    ASSERT_NO_FATAL_FAILURE(RunningOnAAndB(1, id, on_a, on_b));
+    Restart();
+    ASSERT_NO_FATAL_FAILURE(RegisterRunning("a", *on_a));
+    Report("a", *on_a, v1::ReportRankStatusRequest::EVENT_EXITED, 1);
+    ASSERT_EQ(State(*id), v1::JOB_STATE_RESTARTING);
+  }
+
+  std::string db_;
+  std::unique_ptr<Coordinator> c_;
+  std::map<std::string, int64_t> sessions_;  // Of each worker's newest AddWorker.
+  absl::Duration start_timeout_ = absl::Minutes(2), backfill_limit_ = absl::Minutes(10);
+};
+
+}  // namespace tessera::coordinator
+
+#endif  // TESSERA_COORDINATOR_COORDINATOR_TEST_FIXTURE_H_

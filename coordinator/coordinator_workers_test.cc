@@ -1,0 +1,280 @@
+// The worker-facing half of the coordinator (coordinator_workers.cc) without gRPC: registrations and
+// their reconciliation, sessions and assignment streams, acknowledgements, heartbeats, adoption after a
+// coordinator restart, worker names.
+#include <set>
+
+#include "coordinator/coordinator_test_fixture.h"
+#include "gmock/gmock.h"
+
+namespace tessera::coordinator {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST_F(CoordinatorTest, WorkerRegisteringAgainWithoutItsRanksFailsTheAttemptAndFencesOldStreams) {
+  const std::string a = AddWorker("a", 1);
+  auto first = c_->RegisterWorker(Registration("b", 1));
+  ASSERT_TRUE(first.ok());
+  auto job = c_->Submit(Spec(2, 1), 1);
+  ASSERT_TRUE(job.ok()) << job.status();
+  auto on_a = Drain(a), on_b = Drain("b");
+  ASSERT_EQ(on_a.size(), 1u);
+  ASSERT_EQ(on_b.size(), 1u);
+  Report(a, on_a[0], v1::ReportRankStatusRequest::EVENT_STARTED);
+  Report("b", on_b[0], v1::ReportRankStatusRequest::EVENT_STARTED);
+  ASSERT_EQ(State(job->id()), v1::JOB_STATE_RUNNING);
+  // b restarts (its rank died with it) and registers before any heartbeat timeout, running nothing.
+  auto second = c_->RegisterWorker(Registration("b", 1));
+  ASSERT_TRUE(second.ok());
+  EXPECT_NE(second->session(), first->session());
+  EXPECT_EQ(State(job->id()), v1::JOB_STATE_RESTARTING);
+  EXPECT_THAT(c_->GetJob(job->id())->reason(), HasSubstr("worker b registered again without rank 1 of attempt 1"));
+  // The dead process's stream (the first session) takes nothing any more; the new one does.
+  auto stale = c_->NextAssignment("b", absl::ZeroDuration(), first->session());
+  ASSERT_FALSE(stale.ok());
+  EXPECT_THAT(stale.status().message(), HasSubstr("this stream of session"));
+  // Nor are the old session's orders sent again to a stream of the new one.
+  EXPECT_EQ(c_->StreamOpened("b", first->session()), 0);
+  const int64_t stream = c_->StreamOpened("b", second->session());
+  auto next = c_->NextAssignment("b", absl::ZeroDuration(), second->session(), stream);
+  ASSERT_TRUE(next.ok());
+  EXPECT_FALSE(next->has_value());  // b's start of the old session is not given again.
+}
+
+TEST_F(CoordinatorTest, AnOrderNotAcknowledgedIsSentAgainOnTheWorkersNextStream) {
+  auto reg = c_->RegisterWorker(Registration("a", 1));
+  ASSERT_TRUE(reg.ok());
+  const int64_t session = reg->session();
+  ASSERT_TRUE(c_->Submit(Spec(1, 1), 0).ok());
+  const int64_t one = c_->StreamOpened("a", session);
+  auto given = c_->NextAssignment("a", absl::ZeroDuration(), session, one);
+  ASSERT_TRUE(given.ok() && given->has_value());
+  EXPECT_EQ((*given)->seq(), 1);
+  // The connection broke with the order in flight; the worker opens another stream.
+  const int64_t two = c_->StreamOpened("a", session);
+  auto old_stream = c_->NextAssignment("a", absl::ZeroDuration(), session, one);
+  ASSERT_FALSE(old_stream.ok());
+  EXPECT_THAT(old_stream.status().message(), HasSubstr("newer assignment stream"));
+  auto again = c_->NextAssignment("a", absl::ZeroDuration(), session, two);
+  ASSERT_TRUE(again.ok() && again->has_value());
+  EXPECT_EQ((*again)->seq(), 1);
+  EXPECT_EQ((*again)->job_id(), (*given)->job_id());
+  // Acknowledged: a later stream gets nothing more.
+  v1::HeartbeatRequest hb;
+  hb.set_worker_id("a");
+  hb.set_session(session);
+  hb.set_applied_seq(1);
+  ASSERT_TRUE(c_->Heartbeat(hb).ok());
+  const int64_t three = c_->StreamOpened("a", session);
+  auto none = c_->NextAssignment("a", absl::ZeroDuration(), session, three);
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->has_value());
+  // An acknowledgement of an order never given is refused, naming the field.
+  hb.set_applied_seq(7);
+  absl::Status bad = c_->Heartbeat(hb);
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.message(), HasSubstr("applied_seq: 7"));
+}
+
+TEST_F(CoordinatorTest, AHeartbeatWithoutARankWhoseStartIsAcknowledgedFailsTheAttempt) {
+  std::string id;
+  v1::Assignment on_a, on_b;
+  ASSERT_NO_FATAL_FAILURE(RunningOnAAndB(1, &id, &on_a, &on_b));
+  ASSERT_EQ(State(id), v1::JOB_STATE_RUNNING);
+  v1::HeartbeatRequest hb;
+  hb.set_worker_id("b");
+  hb.set_session(sessions_["b"]);
+  hb.set_reports_ranks(true);
+  // b has not acknowledged the start yet: its rank not being listed says nothing.
+  ASSERT_TRUE(c_->Heartbeat(hb).ok());
+  EXPECT_EQ(State(id), v1::JOB_STATE_RUNNING);
+  // Acknowledged and listed (running, or exited with the report still on its way): fine.
+  hb.set_applied_seq(on_b.seq());
+  auto* listed = hb.add_ranks();
+  listed->set_job_id(id);
+  listed->set_attempt(1);
+  listed->set_rank(on_b.rank());
+  ASSERT_TRUE(c_->Heartbeat(hb).ok());
+  EXPECT_EQ(State(id), v1::JOB_STATE_RUNNING);
+  // Without reports_ranks the list is not a claim.
+  hb.clear_ranks();
+  hb.set_reports_ranks(false);
+  ASSERT_TRUE(c_->Heartbeat(hb).ok());
+  EXPECT_EQ(State(id), v1::JOB_STATE_RUNNING);
+  // Acknowledged and gone, its exit report lost: the attempt fails, blamed on b, and a's rank stops.
+  hb.set_reports_ranks(true);
+  ASSERT_TRUE(c_->Heartbeat(hb).ok());
+  auto after = c_->GetJob(id);
+  EXPECT_EQ(after->state(), v1::JOB_STATE_RESTARTING);
+  EXPECT_THAT(after->reason(),
+              HasSubstr("worker b no longer has rank " + std::to_string(on_b.rank()) + " of attempt 1"));
+  ASSERT_GE(after->history_size(), 1);
+  EXPECT_EQ(after->history(0).failed_worker(), "b");
+  auto stop = Drain("a");
+  ASSERT_EQ(stop.size(), 1u);
+  EXPECT_EQ(stop[0].action(), v1::Assignment::ACTION_STOP);
+  // a's rank stops and reports it: the job is queued again and placed (restarts left: 1).
+  Report("a", on_a, v1::ReportRankStatusRequest::EVENT_EXITED, -15);
+  EXPECT_EQ(c_->GetJob(id)->attempt(), 2);
+}
+
+TEST_F(CoordinatorTest, RestartedCoordinatorAdoptsReportedRanksAndRequeuesTheRest) {
+  const std::string a = AddWorker("a", 1), b = AddWorker("b", 1);
+  auto adopted = c_->Submit(Spec(1, 1), 0);
+  auto lost = c_->Submit(Spec(1, 1), 0);
+  auto on_a = Drain(a), on_b = Drain(b);
+  ASSERT_EQ(on_a.size(), 1u);
+  ASSERT_EQ(on_b.size(), 1u);
+  Report(a, on_a[0], v1::ReportRankStatusRequest::EVENT_STARTED);
+  Report(b, on_b[0], v1::ReportRankStatusRequest::EVENT_STARTED);
+  const std::string adopted_id = on_a[0].job_id(), lost_id = on_b[0].job_id();
+  Restart();
+  ASSERT_EQ(c_->ListJobs().size(), 2u);
+  EXPECT_THAT(c_->GetJob(adopted_id)->reason(), HasSubstr("coordinator restarted"));
+  // Worker a comes back still running its rank; worker b comes back with nothing.
+  v1::RegisterWorkerRequest r = Registration("a", 1);
+  auto* running = r.add_running();
+  running->set_job_id(adopted_id);
+  running->set_attempt(1);
+  running->set_rank(0);
+  ASSERT_TRUE(c_->RegisterWorker(r).ok());
+  EXPECT_EQ(State(adopted_id), v1::JOB_STATE_RUNNING);
+  EXPECT_THAT(c_->GetJob(adopted_id)->reason(), HasSubstr("carried on through a coordinator restart"));
+  EXPECT_TRUE(Drain(a).empty()) << "an adopted rank is not stopped";
+  AddWorker("b", 1);
+  absl::SleepFor(absl::Milliseconds(300));  // Past the adoption deadline (the heartbeat timeout)...
+  ASSERT_TRUE(c_->Heartbeat("a").ok());     // ...with both workers alive.
+  ASSERT_TRUE(c_->Heartbeat("b").ok());
+  c_->CheckLiveness();
+  // b's rank was not reported: the attempt ends and the job is placed again, without spending a
+  // restart (it has none: max_restarts 0).
+  EXPECT_EQ(State(lost_id), v1::JOB_STATE_SCHEDULED);
+  EXPECT_EQ(c_->GetJob(lost_id)->attempt(), 2);
+  EXPECT_EQ(c_->GetJob(lost_id)->restarts_used(), 0);
+  EXPECT_THAT(c_->GetJob(lost_id)->reason(), HasSubstr("not reported running after a coordinator restart"));
+  // The adopted job finishes normally.
+  Report(a, on_a[0], v1::ReportRankStatusRequest::EVENT_EXITED);
+  EXPECT_EQ(State(adopted_id), v1::JOB_STATE_SUCCEEDED);
+}
+
+// The adopted attempt fails (the rank on worker a exits with an error) before worker b, which held
+// the other rank, came back — b never does (it was SIGKILLed). At the adoption deadline b's rank
+// counts as gone, and the job is placed again on the workers there are; the new attempt is not
+// treated as adopted.
+TEST_F(CoordinatorTest, AdoptedAttemptThatFailsIsRequeuedWhenItsOtherWorkerNeverReturns) {
+  const std::string a = "a", b = "b";
+  std::string id;
+  v1::Assignment on_a, on_b;
+  ASSERT_NO_FATAL_FAILURE(AdoptedAttemptFailedOnA(&id, &on_a, &on_b));
+  AddWorker("c", 1);
+  absl::SleepFor(absl::Milliseconds(450));  // Past the adoption deadline (2 heartbeat timeouts).
+  ASSERT_TRUE(c_->Heartbeat("a").ok());
+  ASSERT_TRUE(c_->Heartbeat("c").ok());
+  c_->CheckLiveness();
+  ASSERT_EQ(State(id), v1::JOB_STATE_SCHEDULED) << c_->GetJob(id)->reason();
+  EXPECT_EQ(c_->GetJob(id)->attempt(), 2);
+  std::set<std::string> placed;
+  const v1::Job requeued = *c_->GetJob(id);
+  for (const auto& p : requeued.placement()) placed.insert(p.worker_id());
+  EXPECT_EQ(placed, (std::set<std::string>{"a", "c"}));
+  // The new attempt runs as any other: nothing is adopted, so the deadline does not fail it.
+  auto next_a = Drain(a), next_c = Drain("c");
+  c_->CheckLiveness();  // Before its ranks report: a new attempt has no adoption deadline to miss.
+  EXPECT_EQ(State(id), v1::JOB_STATE_SCHEDULED) << c_->GetJob(id)->reason();
+  ASSERT_FALSE(next_a.empty());
+  ASSERT_EQ(next_c.size(), 1u);
+  Report(a, next_a.back(), v1::ReportRankStatusRequest::EVENT_STARTED);
+  Report("c", next_c[0], v1::ReportRankStatusRequest::EVENT_STARTED);
+  absl::SleepFor(absl::Milliseconds(450));
+  ASSERT_TRUE(c_->Heartbeat("a").ok());
+  ASSERT_TRUE(c_->Heartbeat("c").ok());
+  c_->CheckLiveness();
+  EXPECT_EQ(State(id), v1::JOB_STATE_RUNNING) << c_->GetJob(id)->reason();
+  EXPECT_EQ(c_->GetJob(id)->attempt(), 2);
+  EXPECT_THAT(c_->GetJob(id)->reason(), ::testing::Not(HasSubstr("coordinator restart")));
+}
+
+// The adopted attempt fails on worker a, then worker b registers again without its rank (it was
+// restarted): every rank is gone, so the job is placed again at once, before the adoption deadline,
+// and the new attempt is a fresh one (its ranks, slow to start, are not failed by the old deadline).
+TEST_F(CoordinatorTest, AttemptAfterAFailedAdoptedOneIsNotAdopted) {
+  const std::string a = "a", b = "b";
+  std::string id;
+  v1::Assignment on_a, on_b;
+  ASSERT_NO_FATAL_FAILURE(AdoptedAttemptFailedOnA(&id, &on_a, &on_b));
+  AddWorker(b, 1);
+  ASSERT_EQ(State(id), v1::JOB_STATE_SCHEDULED) << c_->GetJob(id)->reason();
+  ASSERT_EQ(c_->GetJob(id)->attempt(), 2);
+  absl::SleepFor(absl::Milliseconds(450));  // Past the old adoption deadline, the new ranks not started.
+  ASSERT_TRUE(c_->Heartbeat(a).ok());
+  ASSERT_TRUE(c_->Heartbeat(b).ok());
+  c_->CheckLiveness();
+  EXPECT_EQ(State(id), v1::JOB_STATE_SCHEDULED) << c_->GetJob(id)->reason();
+  EXPECT_EQ(c_->GetJob(id)->attempt(), 2);
+}
+
+// Two worker processes under one name: the second is refused while the first is alive, and accepted
+// once the first has been silent for the name hold (as a restarted worker is); the first's heartbeats
+// then fail, so it cannot keep the entry alive.
+TEST_F(CoordinatorTest, ASecondLiveWorkerUnderANameInUseIsRefused) {
+  v1::RegisterWorkerRequest first = Registration("node", 1);
+  first.set_instance("p1");
+  first.set_host("198.18.0.2");
+  auto one = c_->RegisterWorker(first);
+  ASSERT_TRUE(one.ok());
+  v1::RegisterWorkerRequest second = Registration("node", 2);
+  second.set_instance("p2");
+  auto refused = c_->RegisterWorker(second);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(refused.status().message(), HasSubstr("worker name node is in use by a live worker at 198.18.0.2"));
+  EXPECT_EQ(c_->ListWorkers().size(), 1u);
+  EXPECT_EQ(c_->ListWorkers()[0].device_count(), 1) << "the entry is the first worker's";
+  // The same process registering again (a reconnect) is not a second worker.
+  ASSERT_TRUE(c_->RegisterWorker(first).ok());
+  ASSERT_TRUE(c_->Heartbeat("node", 0).ok());
+  // The first worker falls silent (killed): past the hold, the second gets the name.
+  absl::SleepFor(absl::Milliseconds(150));
+  auto two = c_->RegisterWorker(second);
+  ASSERT_TRUE(two.ok()) << two.status();
+  EXPECT_EQ(c_->ListWorkers()[0].device_count(), 2);
+  EXPECT_EQ(c_->Heartbeat("node", one->session()).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(c_->Heartbeat("node", two->session()).ok());
+}
+
+// The attempt already failed (the rank on a saw its peer die) when worker b, restarted, registers
+// again without its rank: that rank is gone, and the job is placed again at once.
+TEST_F(CoordinatorTest, WorkerBackWithoutItsRankReleasesAnAttemptThatAlreadyFailed) {
+  const std::string a = "a", b = "b";
+  std::string id;
+  v1::Assignment on_a, on_b;
+  ASSERT_NO_FATAL_FAILURE(RunningOnAAndB(2, &id, &on_a, &on_b));
+  Report(a, on_a, v1::ReportRankStatusRequest::EVENT_EXITED, 1);
+  ASSERT_EQ(State(id), v1::JOB_STATE_RESTARTING);
+  AddWorker("b", 1);  // No rank running.
+  EXPECT_EQ(State(id), v1::JOB_STATE_SCHEDULED) << c_->GetJob(id)->reason();
+  EXPECT_EQ(c_->GetJob(id)->attempt(), 2);
+}
+
+TEST_F(CoordinatorTest, RankThatFinishedDuringACoordinatorOutageCountsAsFinished) {
+  const std::string a = AddWorker("a", 1);
+  auto job = c_->Submit(Spec(1, 1), 0);
+  auto placed = Drain(a);
+  ASSERT_EQ(placed.size(), 1u);
+  Report(a, placed[0], v1::ReportRankStatusRequest::EVENT_STARTED);
+  Restart();
+  // The worker returns: its rank is no longer running, and it brings the exit it could not report.
+  v1::RegisterWorkerRequest r = Registration("a", 1);
+  auto* exit = r.add_exited();
+  exit->set_job_id(job->id());
+  exit->set_attempt(1);
+  exit->set_rank(0);
+  exit->set_event(v1::ReportRankStatusRequest::EVENT_EXITED);
+  exit->set_exit_code(0);
+  ASSERT_TRUE(c_->RegisterWorker(r).ok());
+  EXPECT_EQ(State(job->id()), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(c_->GetJob(job->id())->attempt(), 1);
+}
+
+}  // namespace
+}  // namespace tessera::coordinator
