@@ -163,8 +163,8 @@ class Coordinator {
   int64_t SendLocked(WorkerEntry& w, v1::Assignment a) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Reconciliation: ranks of live attempts placed on worker `id` that are not in `listed` and whose
   // start order has seq <= `up_to_seq` are gone; their attempts fail with the reason "worker NAME
-  // `seen` rank R of attempt A `hint`".
-  void ReconcileLocked(const std::string& id, const std::set<std::tuple<std::string, int, int>>& listed,
+  // `seen` rank R of attempt A `hint`". Returns whether any rank was gone.
+  bool ReconcileLocked(const std::string& id, const std::set<std::tuple<std::string, int, int>>& listed,
                        int64_t up_to_seq, const std::string& seen, const std::string& hint)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RankGoneLocked(JobEntry& e, int rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

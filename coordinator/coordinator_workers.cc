@@ -129,9 +129,10 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(const v1:
   return resp;
 }
 
-void Coordinator::ReconcileLocked(const std::string& id, const std::set<std::tuple<std::string, int, int>>& listed,
+bool Coordinator::ReconcileLocked(const std::string& id, const std::set<std::tuple<std::string, int, int>>& listed,
                                   int64_t up_to_seq, const std::string& seen, const std::string& hint) {
   const std::string& name = workers_[id].info.name();
+  bool any = false;
   for (auto& [jid, e] : jobs_) {
     if (e.adopt_deadline) continue;  // Being adopted after a coordinator restart: the registration decides.
     const v1::JobState state = e.job.state();
@@ -147,6 +148,7 @@ void Coordinator::ReconcileLocked(const std::string& id, const std::set<std::tup
       }
     }
     if (missing.empty()) continue;
+    any = true;
     for (int r : missing) RankGoneLocked(e, r);
     if (state == v1::JOB_STATE_RESTARTING) {
       // The attempt already failed (a peer's collective saw this worker's rank die): the job goes
@@ -159,6 +161,7 @@ void Coordinator::ReconcileLocked(const std::string& id, const std::set<std::tup
                                         " of attempt ", e.job.attempt(), " ", hint),
                         /*counts=*/true, id);
   }
+  return any;
 }
 
 int64_t Coordinator::SendLocked(WorkerEntry& w, v1::Assignment a) {
@@ -210,10 +213,12 @@ absl::Status Coordinator::Heartbeat(const v1::HeartbeatRequest& req) {
   if (!req.reports_ranks()) return absl::OkStatus();
   std::set<std::tuple<std::string, int, int>> listed;
   for (const v1::RunningRank& r : req.ranks()) listed.insert({r.job_id(), r.attempt(), r.rank()});
-  ReconcileLocked(req.worker_id(), listed, w.applied_seq, "no longer has", "(its exit was not reported)");
-  RefreshWorkerUsageLocked();
-  TryScheduleLocked();
-  changed_.SignalAll();
+  // Every second from every worker: the usage and the queue are revisited only when a rank was gone.
+  if (ReconcileLocked(req.worker_id(), listed, w.applied_seq, "no longer has", "(its exit was not reported)")) {
+    RefreshWorkerUsageLocked();
+    TryScheduleLocked();
+    changed_.SignalAll();
+  }
   return absl::OkStatus();
 }
 
