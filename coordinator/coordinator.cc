@@ -225,13 +225,15 @@ void Coordinator::TryScheduleLocked() {
     }
     if (slots.ok()) {
       WorkerEntry& w0 = workers_[(*slots)[0].worker_id];
+      // Round robin over the worker's range: the next attempt does not take the port its predecessor's
+      // store just closed (its connections linger in TIME_WAIT; another process may have taken it).
       int port = -1;
-      for (int p = w0.port_min; p <= w0.port_max; ++p) {
-        if (!w0.used_ports.count(p)) {
-          port = p;
-          break;
-        }
+      const int range = w0.port_max - w0.port_min + 1;
+      for (int k = 0; k < range && port < 0; ++k) {
+        const int p = w0.port_min + (std::max(0, w0.next_port - w0.port_min) + k) % range;
+        if (!w0.used_ports.count(p)) port = p;
       }
+      if (port >= 0) w0.next_port = port + 1;
       if (port < 0) reason = absl::StrCat(prefix, "waiting for a free store port on worker ", w0.info.name());
       if (port >= 0) {
         e.job.set_attempt(e.job.attempt() + 1);

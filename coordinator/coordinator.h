@@ -124,6 +124,7 @@ class Coordinator {
     v1::Worker info;
     int port_min = 0;
     int port_max = -1;
+    int next_port = 0;  // Where the search for a free store port starts (round robin).
     std::deque<v1::Assignment> queue;  // Orders not yet given to a stream.
     std::deque<v1::Assignment> sent;   // Given to a stream, not yet acknowledged.
     int64_t last_seq = 0;              // Of the newest order of this session.

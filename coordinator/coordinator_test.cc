@@ -58,6 +58,9 @@ TEST_F(CoordinatorTest, FailedRankRestartsTheJobThenFailsWhenRestartsRunOut) {
   auto second = Drain(a);
   ASSERT_EQ(second.size(), 2u);
   EXPECT_EQ(second[0].attempt(), 2);
+  // The store moves on to the next port of the worker's range (the old one may linger in TIME_WAIT).
+  EXPECT_EQ(first[0].store_port(), 30000);
+  EXPECT_EQ(second[0].store_port(), 30001);
   Report(a, second[0], v1::ReportRankStatusRequest::EVENT_EXITED, 1);
   EXPECT_EQ(State(job->id()), v1::JOB_STATE_FAILED);
   EXPECT_THAT(c_->GetJob(job->id())->reason(), HasSubstr("after 1 restarts"));
