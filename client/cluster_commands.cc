@@ -19,6 +19,7 @@
 #include "client/exit_codes.h"
 #include "client/progress_line.h"
 #include "client/table.h"
+#include "common/rpc/channel.h"
 #include "common/spec/job_spec.h"
 #include "google/protobuf/util/json_util.h"
 #include "tessera/v1/coordinator_service.grpc.pb.h"
@@ -29,7 +30,7 @@ namespace {
 namespace fs = std::filesystem;
 
 std::unique_ptr<v1::CoordinatorService::Stub> Connect(const ClusterOptions& o) {
-  return v1::CoordinatorService::NewStub(grpc::CreateChannel(o.coordinator, grpc::InsecureChannelCredentials()));
+  return v1::CoordinatorService::NewStub(rpc::OpenChannel(o.coordinator));
 }
 
 void SetDeadline(grpc::ClientContext* ctx, int seconds) {

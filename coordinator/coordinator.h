@@ -148,8 +148,8 @@ class Coordinator {
   void EndAttemptLocked(JobEntry& e, v1::JobState outcome, const std::string& reason,
                         const std::string& failed_worker) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // An attempt that failed (within two heartbeat timeouts) is blamed on `worker_id`, one of its
-  // workers, found lost (or never back) afterwards: a peer that vanished is seen first as a failed
-  // collective on a healthy node, whose report ended the attempt.
+  // workers, found lost, never back, or without one of its ranks unreported afterwards: a peer that
+  // vanished is seen first as a failed collective on a healthy node, whose report ended the attempt.
   void BlameWorkerLocked(JobEntry& e, const std::string& worker_id, const std::string& why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static constexpr int kMaxHistory = 128;  // Attempts kept in a job's history.

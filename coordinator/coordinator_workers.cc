@@ -151,8 +151,10 @@ bool Coordinator::ReconcileLocked(const std::string& id, const std::set<std::tup
     any = true;
     for (int r : missing) RankGoneLocked(e, r);
     if (state == v1::JOB_STATE_RESTARTING) {
-      // The attempt already failed (a peer's collective saw this worker's rank die): the job goes
-      // back to the queue once its last rank is gone.
+      // The attempt already failed — typically a peer's collective saw this worker's rank die, so
+      // the peer's worker was blamed. The rank that vanished unreported is the cause: the history
+      // names this worker. The job goes back to the queue once its last rank is gone.
+      BlameWorkerLocked(e, id, absl::StrCat(seen, " rank ", missing.front(), " ", hint));
       AfterRankExitLocked(e);
       continue;
     }

@@ -251,9 +251,14 @@ TEST_F(CoordinatorTest, WorkerBackWithoutItsRankReleasesAnAttemptThatAlreadyFail
   ASSERT_NO_FATAL_FAILURE(RunningOnAAndB(2, &id, &on_a, &on_b));
   Report(a, on_a, v1::ReportRankStatusRequest::EVENT_EXITED, 1);
   ASSERT_EQ(State(id), v1::JOB_STATE_RESTARTING);
+  ASSERT_EQ(c_->GetJob(id)->history(0).failed_worker(), "a");  // Its rank's report ended the attempt.
   AddWorker("b", 1);  // No rank running.
   EXPECT_EQ(State(id), v1::JOB_STATE_SCHEDULED) << c_->GetJob(id)->reason();
   EXPECT_EQ(c_->GetJob(id)->attempt(), 2);
+  // b's rank vanished unreported (b restarted): the cause, so the history names b.
+  const v1::Attempt first = c_->GetJob(id)->history(0);
+  EXPECT_EQ(first.failed_worker(), "b");
+  EXPECT_THAT(first.reason(), HasSubstr("; then worker b registered again without rank 1"));
 }
 
 TEST_F(CoordinatorTest, RankThatFinishedDuringACoordinatorOutageCountsAsFinished) {

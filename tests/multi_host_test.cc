@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <thread>
 
 #include <signal.h>
@@ -171,6 +172,19 @@ class MultiHostTest : public ::testing::Test {
     return pids;
   }
   int RanksLeft() { return static_cast<int>(RankPids().size()); }
+
+  // The attempts of job-000001 that have a live rank process now (their job.json is under
+  // WORK_DIR/jobs/job-000001/attempt_N/).
+  std::set<int> AttemptsAlive() {
+    std::set<int> attempts;
+    for (pid_t pid : RankPids()) {
+      std::ifstream cmd(absl::StrCat("/proc/", pid, "/cmdline"));
+      std::string s((std::istreambuf_iterator<char>(cmd)), std::istreambuf_iterator<char>());
+      const size_t at = s.find("/jobs/job-000001/attempt_");
+      if (at != std::string::npos) attempts.insert(std::atoi(s.c_str() + at + 25));
+    }
+    return attempts;
+  }
 
   std::string Log(const std::string& name) {
     std::ifstream in(dir_ + "/" + name);
@@ -450,6 +464,70 @@ TEST_F(MultiHostTest, WorkerAndCoordinatorKilledAndADamagedCheckpointTheJobEndsA
   // resumed, not the damaged newest one).
   ExpectRecomputedAtMost(job, 40);
   EXPECT_EQ(job["history"].back().value("resumed_from_step", ""), std::to_string(damaged_step - 20));
+  ExpectLossesOfTheSingleProcessRun(out, kLongJob, 200);
+  EXPECT_TRUE(WaitFor([&] { return RanksLeft() == 0; }, 10)) << "no rank process left on any host";
+}
+
+// A worker daemon SIGKILLed (its rank dies with it, by its parent-death signal) and started again at
+// once, as systemd's Restart= does, well inside the coordinator's 5 s heartbeat timeout: it was never
+// lost, so only its registration can tell that the rank of the running attempt is gone. The attempt
+// fails then (not after the other rank's 4 s collective timeout alone, and never stays RUNNING), and
+// the job resumes on the same two hosts to the undisturbed losses.
+TEST_F(MultiHostTest, AWorkerRestartedFasterThanTheHeartbeatTimeoutRestartsItsJob) {
+  StartTwoWorkers();
+  const std::string out = StartLongJob();
+  const std::string id = "job-000001";
+  ASSERT_EQ(Job(id).value("attempt", 0), 1);
+  hosts_->Kill(worker_pids_.at(2));
+  const auto killed = std::chrono::steady_clock::now();
+  StartWorker(2, "cpu:1");
+  ASSERT_TRUE(WaitFor([&] { return Job(id).value("attempt", 0) >= 2; }, 15)) << Job(id).dump();
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count(), 15.0);
+  ASSERT_TRUE(WaitFor([&] { return Ended(Job(id)); }, 120)) << "job stuck: " << Job(id).dump();
+  auto job = Job(id);
+  EXPECT_EQ(job.value("state", ""), "JOB_STATE_SUCCEEDED") << job.dump();
+  ASSERT_GE(job["history"].size(), 2u) << job.dump();
+  // Blamed on node2, the host that failed: node1's rank may have reported its broken collective
+  // first, but node2's registration without its rank names the cause.
+  EXPECT_EQ(job["history"][0].value("failed_worker", ""), "node2") << job["history"].dump();
+  EXPECT_EQ(job["history"][0].value("failed_host", ""), hosts_->address(2));
+  EXPECT_THAT(Cli({"workers"}).output, ::testing::Not(HasSubstr("LOST"))) << "never lost: back within 5 s";
+  ExpectRecomputedAtMost(job, 20);
+  ExpectLossesOfTheSingleProcessRun(out, kLongJob, 200);
+  EXPECT_TRUE(WaitFor([&] { return RanksLeft() == 0; }, 10)) << "no rank process left on any host";
+}
+
+// The coordinator SIGKILLed while a host is cut off, started again during the partition, and the host
+// healed after it has been lost: the restarted coordinator learns of the failed attempt from the
+// surviving worker's re-registration (the exit it could not report), waits for the lost host, and
+// runs one attempt at a time — no rank of the failed attempt is alive once the next one has ranks.
+TEST_F(MultiHostTest, CoordinatorRestartedDuringAPartitionRunsOneAttemptAtATime) {
+  StartTwoWorkers();
+  const std::string out = StartLongJob();
+  const std::string id = "job-000001";
+  ASSERT_TRUE(hosts_->CutOff(2).ok());
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  hosts_->Kill(coordinator_pid_);
+  std::this_thread::sleep_for(std::chrono::seconds(4));  // The ranks' 4 s collective timeout passes.
+  StartCoordinator();
+  // The attempt ends by node1's report of its rank's failed collective, or at the latest when the
+  // restarted coordinator stops waiting for node2 to report its rank (two heartbeat timeouts, 10 s).
+  ASSERT_TRUE(WaitFor([&] { return Job(id).value("state", "") != "JOB_STATE_RUNNING"; }, 15)) << Job(id).dump();
+  ASSERT_TRUE(WaitFor([&] { return Job(id)["history"][0].value("failed_worker", "") == "node2"; }, 15))
+      << "blamed on the host that was cut off: " << Job(id)["history"].dump();
+  ASSERT_TRUE(hosts_->Heal(2).ok());
+  size_t most_attempts = 0;
+  ASSERT_TRUE(WaitFor([&] {
+    most_attempts = std::max(most_attempts, AttemptsAlive().size());
+    return Ended(Job(id));
+  }, 150)) << "job stuck: " << Job(id).dump();
+  EXPECT_LE(most_attempts, 1u) << "ranks of two attempts alive at once";
+  auto job = Job(id);
+  EXPECT_EQ(job.value("state", ""), "JOB_STATE_SUCCEEDED") << job.dump();
+  ASSERT_GE(job["history"].size(), 2u) << job.dump();
+  EXPECT_EQ(job["history"][0].value("outcome", ""), "JOB_STATE_FAILED") << job["history"].dump();
+  EXPECT_FALSE(job["history"][0].value("reason", "").empty()) << job["history"].dump();
+  ExpectRecomputedAtMost(job, 20);
   ExpectLossesOfTheSingleProcessRun(out, kLongJob, 200);
   EXPECT_TRUE(WaitFor([&] { return RanksLeft() == 0; }, 10)) << "no rank process left on any host";
 }

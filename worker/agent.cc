@@ -11,6 +11,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/rpc/channel.h"
 #include "tessera/v1/worker_service.grpc.pb.h"
 #include "worker/report_queue.h"
 
@@ -80,7 +81,7 @@ class AssignmentReader {
 }  // namespace
 
 void Agent::Run(const std::atomic<bool>& stop) {
-  auto channel = grpc::CreateChannel(options_.coordinator, grpc::InsecureChannelCredentials());
+  auto channel = rpc::OpenChannel(options_.coordinator);
   auto stub = v1::WorkerService::NewStub(channel);
   RankSupervisor supervisor(options_.supervisor);
   std::string worker_id;
