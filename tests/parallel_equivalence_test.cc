@@ -1,8 +1,10 @@
-// dp=2, tp=2 and dp=2×tp=2 runs of one spec, through the real `tessera run` and tessera-rank
-// processes, against the single-process run of the same spec: per-step losses for 10 steps, and the
+// dp, tp (1D and grids), ZeRO and activation-checkpointing runs of one spec per model family (gpt,
+// llama), through the real `tessera run` and tessera-rank processes, against the single-process run
+// of the same spec: per-step losses for 10 steps, and the
 // full gradients and weights after step 1 (gathered over tp by the --dump-at-step debug aid).
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <vector>
 #include <fstream>
 
@@ -26,25 +28,41 @@ constexpr double kLossAtol = 1e-5, kLossRtol = 1e-3;
 constexpr double kGradAtol = 1e-6, kGradRtol = 1e-4;
 constexpr double kWeightAtol = 1e-5, kWeightRtol = 1e-4;
 
-class ParallelEquivalenceTest : public ::testing::Test {
+// The spec's model line for each family (the same sizes; Llama with grouped-query attention).
+std::string ModelLine(const std::string& family) {
+  if (family == "llama") return "{family: llama, layers: 2, hidden: 64, heads: 4, kv_heads: 2, vocab: 256, seq_len: 32}";
+  return "{layers: 2, hidden: 64, heads: 4, vocab: 256, seq_len: 32}";
+}
+// Tensors of that model: GPT-2 wte, wpe, 12 per block, ln_f (2); Llama embed_tokens, 9 per block,
+// norm, lm_head.
+int Tensors(const std::string& family) { return family == "llama" ? 1 + 2 * 9 + 2 : 2 + 2 * 12 + 2; }
+
+// Runs of one spec per family, each compared with the single-process run of that family's spec.
+class Equivalence {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new std::string(testing::FreshDir("equivalence"));
+  static std::string Spec(const std::string& family) {
+    static std::map<std::string, std::string> specs;
+    if (!dir_) dir_ = new std::string(testing::FreshDir("equivalence"));
+    auto it = specs.find(family);
+    if (it != specs.end()) return it->second;
     const std::string data = testing::WriteTokenFile(*dir_, 40000);
-    spec_ = new std::string(*dir_ + "/spec.yaml");
-    std::ofstream(*spec_) << "name: equiv\n"
-                          << "model: {layers: 2, hidden: 64, heads: 4, vocab: 256, seq_len: 32}\n"
-                          << "data: {path: " << data << "}\n"
-                          << "parallel: {dp_bucket_mb: 0.05}\n"  // Several buckets.
-                          << "train: {steps: 10, micro_batch: 2, global_batch: 8, lr: 1e-3, warmup_steps: 2,\n"
-                          << "        schedule: cosine, min_lr: 1e-4, grad_clip: 1.0, weight_decay: 0.1}\n";
-    reference_ = new std::string(Run("single", 1, 1));
+    const std::string spec = *dir_ + "/" + family + ".yaml";
+    std::ofstream(spec) << "name: equiv\n"
+                        << "model: " << ModelLine(family) << "\n"
+                        << "data: {path: " << data << "}\n"
+                        << "parallel: {dp_bucket_mb: 0.05}\n"  // Several buckets.
+                        << "train: {steps: 10, micro_batch: 2, global_batch: 8, lr: 1e-3, warmup_steps: 2,\n"
+                        << "        schedule: cosine, min_lr: 1e-4, grad_clip: 1.0, weight_decay: 0.1}\n";
+    specs[family] = spec;
+    return spec;
   }
 
-  // Runs the spec with dp×tp ranks; returns the output directory.
-  static std::string Run(const std::string& name, int dp, int tp, std::vector<std::string> extra = {}) {
-    const std::string out = *dir_ + "/" + name;
-    std::vector<std::string> args = {"run", *spec_, "--quiet", "--dump-at-step", "1", "--set", "output_dir=" + out,
+  // Runs the family's spec with dp×tp ranks; returns the output directory.
+  static std::string Run(const std::string& family, const std::string& name, int dp, int tp,
+                         std::vector<std::string> extra = {}) {
+    const std::string spec = Spec(family);
+    const std::string out = *dir_ + "/" + family + "_" + name;
+    std::vector<std::string> args = {"run", spec, "--quiet", "--dump-at-step", "1", "--set", "output_dir=" + out,
                                      "--set", absl::StrCat("parallel.dp=", dp), "--set",
                                      absl::StrCat("parallel.tp=", tp)};
     for (const auto& e : extra) args.push_back("--set"), args.push_back(e);
@@ -53,65 +71,93 @@ class ParallelEquivalenceTest : public ::testing::Test {
     return out;
   }
 
-  static void CompareWithReference(const std::string& out) {
-    testing::ExpectRunsClose(*reference_, out, /*steps=*/10, /*tensors=*/2 + 2 * 12 + 2,
+  // The single-process run of the family's spec (run once per family).
+  static const std::string& Reference(const std::string& family) {
+    static std::map<std::string, std::string> refs;
+    if (!refs.count(family)) refs[family] = Run(family, "single", 1, 1);
+    return refs[family];
+  }
+
+  static void CompareWithReference(const std::string& family, const std::string& out) {
+    testing::ExpectRunsClose(Reference(family), out, /*steps=*/10, Tensors(family),
                              {kLossAtol, kLossRtol, kGradAtol, kGradRtol, kWeightAtol, kWeightRtol});
   }
 
   static std::string* dir_;
-  static std::string* spec_;
-  static std::string* reference_;
 };
 
-std::string* ParallelEquivalenceTest::dir_;
-std::string* ParallelEquivalenceTest::spec_;
-std::string* ParallelEquivalenceTest::reference_;
+std::string* Equivalence::dir_;
 
-TEST_F(ParallelEquivalenceTest, DataParallel2) { CompareWithReference(Run("dp2", 2, 1)); }
+// Layouts every family runs: the same test per family.
+class ParallelEquivalenceTest : public Equivalence, public ::testing::TestWithParam<std::string> {
+ protected:
+  std::string Run(const std::string& name, int dp, int tp, std::vector<std::string> extra = {}) {
+    return Equivalence::Run(GetParam(), name, dp, tp, std::move(extra));
+  }
+  void CompareWithReference(const std::string& out) { Equivalence::CompareWithReference(GetParam(), out); }
+  const std::string& Reference() { return Equivalence::Reference(GetParam()); }
+};
 
-TEST_F(ParallelEquivalenceTest, TensorParallel2) { CompareWithReference(Run("tp2", 1, 2)); }
+INSTANTIATE_TEST_SUITE_P(Families, ParallelEquivalenceTest, ::testing::Values("gpt", "llama"),
+                         [](const auto& info) { return info.param; });
 
-TEST_F(ParallelEquivalenceTest, DataParallel2TimesTensorParallel2) { CompareWithReference(Run("dp2tp2", 2, 2)); }
+// Grid layouts: GPT-2's only so far.
+class GridEquivalenceTest : public Equivalence, public ::testing::Test {
+ protected:
+  static std::string Run(const std::string& name, int dp, int tp, std::vector<std::string> extra = {}) {
+    return Equivalence::Run("gpt", name, dp, tp, std::move(extra));
+  }
+  static void CompareWithReference(const std::string& out) { Equivalence::CompareWithReference("gpt", out); }
+};
+
+TEST_P(ParallelEquivalenceTest, DataParallel2) { CompareWithReference(Run("dp2", 2, 1)); }
+
+TEST_P(ParallelEquivalenceTest, TensorParallel2) { CompareWithReference(Run("tp2", 1, 2)); }
+
+// tp = heads: for Llama (kv_heads 2) each key/value head is shared by two tp ranks.
+TEST_P(ParallelEquivalenceTest, TensorParallel4) { CompareWithReference(Run("tp4", 1, 4)); }
+
+TEST_P(ParallelEquivalenceTest, DataParallel2TimesTensorParallel2) { CompareWithReference(Run("dp2tp2", 2, 2)); }
 
 // ZeRO over dp composed with tp=2: clipping is active here, so stages 2–3 (norm summed from shards)
 // are held to the tolerances, not to bit equality (tests/zero_test.cc compares stages bit for bit).
-TEST_F(ParallelEquivalenceTest, Zero1WithTensorParallel) {
+TEST_P(ParallelEquivalenceTest, Zero1WithTensorParallel) {
   CompareWithReference(Run("dp2tp2_zero1", 2, 2, {"parallel.zero_stage=1"}));
 }
 
-TEST_F(ParallelEquivalenceTest, Zero2WithTensorParallel) {
+TEST_P(ParallelEquivalenceTest, Zero2WithTensorParallel) {
   CompareWithReference(Run("dp2tp2_zero2", 2, 2, {"parallel.zero_stage=2"}));
 }
 
-TEST_F(ParallelEquivalenceTest, Zero3WithTensorParallel) {
+TEST_P(ParallelEquivalenceTest, Zero3WithTensorParallel) {
   CompareWithReference(Run("dp2tp2_zero3", 2, 2, {"parallel.zero_stage=3"}));
 }
 
 // 2D (SUMMA) tensor parallelism on a 2×2 grid: samples split over grid rows, hidden over columns.
-TEST_F(ParallelEquivalenceTest, TensorParallel2D) {
+TEST_F(GridEquivalenceTest, TensorParallel2D) {
   CompareWithReference(Run("tp2d", 1, 4, {"parallel.tp_mode=2d"}));
 }
 
-TEST_F(ParallelEquivalenceTest, TensorParallel2DTimesDataParallel2) {
+TEST_F(GridEquivalenceTest, TensorParallel2DTimesDataParallel2) {
   CompareWithReference(Run("tp2d_dp2", 2, 4, {"parallel.tp_mode=2d"}));
 }
 
-TEST_F(ParallelEquivalenceTest, TensorParallel2DWithActivationCheckpointing) {
+TEST_F(GridEquivalenceTest, TensorParallel2DWithActivationCheckpointing) {
   CompareWithReference(Run("tp2d_ckpt", 1, 4, {"parallel.tp_mode=2d", "train.activation_checkpointing=true"}));
 }
 
 // Recomputing each block in backward runs the same kernels on the same inputs: the losses and
 // gradients are identical, bit for bit, to storing the activations.
-TEST_F(ParallelEquivalenceTest, ActivationCheckpointingIsExact) {
+TEST_P(ParallelEquivalenceTest, ActivationCheckpointingIsExact) {
   const std::string out = Run("ckpt", 1, 1, {"train.activation_checkpointing=true"});
-  EXPECT_EQ(ReadLosses(out + "/steps.jsonl"), ReadLosses(*reference_ + "/steps.jsonl"));
-  auto want = ReadF32(*reference_ + "/debug/step_1.safetensors");
+  EXPECT_EQ(ReadLosses(out + "/steps.jsonl"), ReadLosses(Reference() + "/steps.jsonl"));
+  auto want = ReadF32(Reference() + "/debug/step_1.safetensors");
   auto got = ReadF32(out + "/debug/step_1.safetensors");
   ASSERT_EQ(got.size(), want.size());
   for (const auto& [name, w] : want) EXPECT_EQ(got.at(name), w) << name;
 }
 
-TEST_F(ParallelEquivalenceTest, ActivationCheckpointingWithDataAndTensorParallel) {
+TEST_P(ParallelEquivalenceTest, ActivationCheckpointingWithDataAndTensorParallel) {
   CompareWithReference(Run("dp2tp2_ckpt", 2, 2, {"train.activation_checkpointing=true"}));
 }
 

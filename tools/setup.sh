@@ -5,6 +5,7 @@
 set -euo pipefail
 
 TORCH_VERSION=2.11.0
+TRANSFORMERS_VERSION=4.57.1
 PACKAGES=(
   bazel-bootstrap build-essential pkg-config python3 python3-venv
   protobuf-compiler libprotobuf-dev libgrpc++-dev protobuf-compiler-grpc libabsl-dev
@@ -61,4 +62,9 @@ if ! has_torch "$py"; then
   "${pip[@]}" "torch==$TORCH_VERSION"
 fi
 has_torch "$py" || { log "torch $TORCH_VERSION does not import; see the messages above"; exit 1; }
+# Used by tests only: the other side's own code for interop (transformers' models and checkpoints).
+if ! "$py" -c "import transformers" 2>/dev/null; then
+  log "installing transformers==$TRANSFORMERS_VERSION (tests only)"
+  "${pip[@]}" "transformers==$TRANSFORMERS_VERSION"
+fi
 log "torch $TORCH_VERSION: installed in $venv"

@@ -45,7 +45,7 @@
 #include "kernels/fused_kernels.h"
 #include "parallel/comm/process_groups.h"
 #include "parallel/comm/self_communicator.h"
-#include "parallel/models/gpt.h"
+#include "parallel/models/decoder.h"
 #include "parallel/train/trainer.h"
 
 namespace tessera::bench {
@@ -121,7 +121,7 @@ std::string Arg(int argc, char** argv, const std::string& name, const std::strin
 }
 
 // Model sizes by name (GPT-2 small and XL-like shapes; vocabulary padded to 50304 as nanoGPT does).
-parallel::GptConfig SizeConfig(const std::string& size) {
+parallel::ModelConfig SizeConfig(const std::string& size) {
   if (size == "125m") return {12, 768, 12, 50304, 1024};
   if (size == "1.3b") return {24, 2048, 16, 50304, 1024};
   return {2, 64, 4, 256, 64};
@@ -135,7 +135,7 @@ void WriteRandomTokens(const std::string& path, size_t count, int vocab, uint64_
 }
 
 // Model FLOPs of one token, forward + backward: 6·N plus attention 12·layers·hidden·seq (PaLM's count).
-double FlopsPerToken(const parallel::GptConfig& c, double n_params) {
+double FlopsPerToken(const parallel::ModelConfig& c, double n_params) {
   return 6.0 * n_params + 12.0 * c.layers * c.hidden * c.seq_len;
 }
 
@@ -471,10 +471,10 @@ int GptBench(int argc, char** argv) {
   const bool cuda = Arg(argc, argv, "device", "cuda") == "cuda";
   const int batch = std::stoi(Arg(argc, argv, "batch", "8"));
   const bool fused = Arg(argc, argv, "fused", "1") == "1";
-  const parallel::GptConfig c = SizeConfig(size);
+  const parallel::ModelConfig c = SizeConfig(size);
   const at::Device d = cuda ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU);
   auto tp = std::make_shared<parallel::SelfCommunicator>(0, "tp[0]");
-  parallel::Gpt model(c, tp, 1234, d);
+  parallel::Decoder model(c, tp, 1234, d);
   model.set_fused_kernels(fused);
   {
     at::NoGradGuard no_grad;

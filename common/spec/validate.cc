@@ -39,7 +39,8 @@ bool ValidName(const std::string& name) {
 }
 
 void CheckModel(const v1::ModelSpec& m, Checker& c) {
-  if (m.family() != v1::MODEL_FAMILY_GPT) c.Fail("model.family", "must be gpt");
+  const bool gpt = m.family() == v1::MODEL_FAMILY_GPT, llama = m.family() == v1::MODEL_FAMILY_LLAMA;
+  if (!gpt && !llama) c.Fail("model.family", "must be gpt or llama");
   c.AtLeast("model.layers", m.layers(), 1);
   bool hidden_ok = c.AtLeast("model.hidden", m.hidden(), 1);
   bool heads_ok = c.AtLeast("model.heads", m.heads(), 1);
@@ -48,6 +49,34 @@ void CheckModel(const v1::ModelSpec& m, Checker& c) {
   }
   c.AtLeast("model.vocab", m.vocab(), 2);
   c.AtLeast("model.seq_len", m.seq_len(), 1);
+  if (m.norm_eps() != 0 && !(m.norm_eps() > 0 && m.norm_eps() < 1)) {
+    c.Fail("model.norm_eps", absl::StrCat(m.norm_eps(), " must be in (0, 1) (or 0: 1e-5)"));
+  }
+  if (m.kv_heads() < 0) c.Fail("model.kv_heads", absl::StrCat(m.kv_heads(), " must be at least 1 (or 0: heads)"));
+  if (m.ffn_hidden() < 0) c.Fail("model.ffn_hidden", absl::StrCat(m.ffn_hidden(), " must be at least 1 (or 0: the default)"));
+  if (gpt) {
+    // GPT-2's architecture is fixed: these describe other families.
+    if (m.kv_heads() != 0 && m.kv_heads() != m.heads()) {
+      c.Fail("model.kv_heads", absl::StrCat(m.kv_heads(), ": gpt has no grouped-query attention (0 or model.heads ",
+                                            m.heads(), ")"));
+    }
+    if (m.ffn_hidden() != 0 && static_cast<int64_t>(m.ffn_hidden()) != 4 * static_cast<int64_t>(m.hidden())) {
+      c.Fail("model.ffn_hidden", absl::StrCat(m.ffn_hidden(), ": gpt's MLP is 4·hidden = ",
+                                              4 * static_cast<int64_t>(m.hidden())));
+    }
+    if (m.has_tie_embeddings() && !m.tie_embeddings()) c.Fail("model.tie_embeddings", "gpt's head is always tied");
+    if (m.rope_theta() != 0) c.Fail("model.rope_theta", "gpt has learned positions, not rotary ones");
+  }
+  if (llama) {
+    if (heads_ok && m.kv_heads() > 0 && m.heads() % m.kv_heads() != 0) {
+      c.Fail("model.kv_heads", absl::StrCat(m.kv_heads(), " does not divide model.heads ", m.heads()));
+    }
+    if (hidden_ok && heads_ok && m.hidden() % m.heads() == 0 && (m.hidden() / m.heads()) % 2 != 0) {
+      c.Fail("model.heads", absl::StrCat("rotary positions need an even head dimension; hidden/heads = ",
+                                         m.hidden() / m.heads()));
+    }
+    if (!(m.rope_theta() >= 0)) c.Fail("model.rope_theta", absl::StrCat(m.rope_theta(), " must be positive (or 0: 10000)"));
+  }
 }
 
 // Micro-batches per step on each data-parallel rank (the pipeline's m), 0 when not computable.
@@ -184,6 +213,17 @@ void CheckParallel(const v1::JobSpec& s, Checker& c) {
   }
   if (p.tp_mode() == v1::TP_MODE_1D && p.tp() >= 1 && s.model().vocab() >= 1 && s.model().vocab() % p.tp() != 0) {
     c.Fail("parallel.tp", absl::StrCat(p.tp(), " does not divide model.vocab ", s.model().vocab()));
+  }
+  if (s.model().family() == v1::MODEL_FAMILY_LLAMA && p.tp() >= 1) {
+    const int kv = s.model().kv_heads() > 0 ? s.model().kv_heads() : s.model().heads();
+    if (kv >= 1 && kv % p.tp() != 0 && p.tp() % kv != 0) {
+      c.Fail("parallel.tp", absl::StrCat(p.tp(), " and model.kv_heads ", kv,
+                                         ": one must divide the other (key/value heads are split over tp, or each "
+                                         "rank uses one of them)"));
+    }
+    if (p.tp_mode() != v1::TP_MODE_1D) {
+      c.Fail("parallel.tp_mode", "llama runs with tp_mode 1d only so far (the grid layouts are gpt's)");
+    }
   }
   if (p.zero_stage() < 0 || p.zero_stage() > 3) {
     c.Fail("parallel.zero_stage", absl::StrCat(p.zero_stage(), " must be 0, 1, 2 or 3"));

@@ -2,7 +2,7 @@
 // q×q×q cube. C = A·B with C_ij = Σ_l A_il·B_lj: the rank at (i, j, l) holds row chunk j of A_il and
 // row chunk i of B_lj; it all-gathers A_il along j and B_lj along i, multiplies, and the products are
 // reduce-scattered along l (each rank keeps row chunk l of C_ij). The output's layout is the input's
-// with the roles of two axes exchanged, so consecutive linears alternate (see Gpt's 3D blocks).
+// with the roles of two axes exchanged, so consecutive linears alternate (see Decoder's 3D blocks).
 // Groups must outlive the autograd graph; failures inside throw c10::Error.
 #ifndef TESSERA_PARALLEL_LAYERS_TP3D_OPS_H_
 #define TESSERA_PARALLEL_LAYERS_TP3D_OPS_H_

@@ -9,8 +9,8 @@
 
 namespace tessera::parallel {
 
-GptPart PartOfRank(const StageLayout& layout, int rank) {
-  GptPart part;
+ModelPart PartOfRank(const StageLayout& layout, int rank) {
+  ModelPart part;
   part.embedding = part.head = false;
   for (const ModelChunk& c : layout.ChunksOf(rank)) {
     for (int i = 0; i < c.num_layers; ++i) part.layers.push_back(c.first_layer + i);
@@ -20,7 +20,7 @@ GptPart PartOfRank(const StageLayout& layout, int rank) {
   return part;
 }
 
-absl::StatusOr<std::unique_ptr<PipelineRunner>> PipelineRunner::Create(Gpt* model, const StageLayout& layout,
+absl::StatusOr<std::unique_ptr<PipelineRunner>> PipelineRunner::Create(Decoder* model, const StageLayout& layout,
                                                                        std::shared_ptr<Communicator> pp,
                                                                        const PipelineOptions& options) {
   if (pp->size() != layout.pp()) {

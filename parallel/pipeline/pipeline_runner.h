@@ -1,7 +1,7 @@
 // PipelineRunner: one pipeline rank's forward and backward passes of one step, in the order of a
 // schedule (schedule.h), with activations and their gradients sent point to point over the pp group.
 //
-// The rank holds the model chunks StageLayout::ChunksOf(pp rank) in a partial Gpt (GptPart of those
+// The rank holds the model chunks StageLayout::ChunksOf(pp rank) in a partial Decoder (ModelPart of those
 // layers). A chunk's forward receives its input activation [micro_batch, seq_len, hidden] from the
 // previous virtual stage (or embeds the tokens), runs its blocks, and sends the output on (or computes
 // the loss); its backward receives the output's gradient (or starts from the loss) and sends the
@@ -22,7 +22,7 @@
 
 #include "absl/status/statusor.h"
 #include "parallel/comm/communicator.h"
-#include "parallel/models/gpt.h"
+#include "parallel/models/decoder.h"
 #include "parallel/pipeline/schedule.h"
 #include "parallel/pipeline/stage_layout.h"
 
@@ -30,7 +30,7 @@ namespace tessera::parallel {
 
 // The parts of the GPT that pipeline rank `rank` holds under `layout`: its chunks' blocks, the
 // embeddings on the rank with virtual stage 0, the head on the rank with the last.
-GptPart PartOfRank(const StageLayout& layout, int rank);
+ModelPart PartOfRank(const StageLayout& layout, int rank);
 
 struct PipelineOptions {
   PipeSchedule schedule = PipeSchedule::kOneFOneB;
@@ -44,7 +44,7 @@ class PipelineRunner {
  public:
   // `model` holds this rank's chunks of `layout`; `pp` is this rank's pipeline group. Fails when the
   // schedule is impossible (message names the spec field).
-  static absl::StatusOr<std::unique_ptr<PipelineRunner>> Create(Gpt* model, const StageLayout& layout,
+  static absl::StatusOr<std::unique_ptr<PipelineRunner>> Create(Decoder* model, const StageLayout& layout,
                                                                 std::shared_ptr<Communicator> pp,
                                                                 const PipelineOptions& options);
 
@@ -66,7 +66,7 @@ class PipelineRunner {
   double wait_seconds() const { return wait_seconds_; }
 
  private:
-  PipelineRunner(Gpt* model, std::vector<ModelChunk> chunks, int virtual_stages, std::shared_ptr<Communicator> pp,
+  PipelineRunner(Decoder* model, std::vector<ModelChunk> chunks, int virtual_stages, std::shared_ptr<Communicator> pp,
                  const PipelineOptions& options, std::vector<PipeAction> actions)
       : model_(model), chunks_(std::move(chunks)), virtual_stages_(virtual_stages), pp_(std::move(pp)),
         options_(options), actions_(std::move(actions)) {}
@@ -81,7 +81,7 @@ class PipelineRunner {
   int Tag(bool gradient, int micro_batch, int virtual_stage) const;
   at::Tensor EmptyActivation() const;
 
-  Gpt* model_;
+  Decoder* model_;
   std::vector<ModelChunk> chunks_;
   int virtual_stages_;
   std::shared_ptr<Communicator> pp_;

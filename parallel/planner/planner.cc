@@ -77,7 +77,7 @@ std::string Layout::ToString() const {
 }
 
 std::string Invalid(const PlanInput& in, const Layout& l) {
-  const GptConfig& m = in.model;
+  const ModelConfig& m = in.model;
   if (l.dp * l.pp * l.tp * l.sp != in.devices) return "dp·pp·tp·sp is not the device count";
   if (in.global_batch % (in.micro_batch * l.dp) != 0) return "global_batch is not a multiple of micro_batch·dp";
   const int micro_batches = in.global_batch / (in.micro_batch * l.dp);
@@ -106,7 +106,7 @@ std::string Invalid(const PlanInput& in, const Layout& l) {
 }
 
 Prediction Predict(const PlanInput& in, const Layout& l) {
-  const GptConfig& m = in.model;
+  const ModelConfig& m = in.model;
   const double L = m.layers, h = m.hidden, V = m.vocab, T = m.seq_len;
   const TpSplits s = Splits(l);
   const int micro_batches = std::max(1, in.global_batch / (in.micro_batch * l.dp));

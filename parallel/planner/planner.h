@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "parallel/models/gpt_config.h"
+#include "parallel/models/model_config.h"
 
 namespace tessera::parallel {
 
@@ -36,7 +36,7 @@ struct DeviceModel {
 };
 
 struct PlanInput {
-  GptConfig model;
+  ModelConfig model;
   int micro_batch = 8;            // Samples per micro-batch (per dp rank).
   int global_batch = 8;           // Samples per step.
   int devices = 1;

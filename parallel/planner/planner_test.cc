@@ -17,7 +17,7 @@ PlanInput Gpt8(int devices) {
   return in;
 }
 
-double Params(const GptConfig& m) {
+double Params(const ModelConfig& m) {
   const double h = m.hidden;
   return m.layers * (12 * h * h + 13 * h) + m.vocab * h + m.seq_len * h + 2 * h;
 }
@@ -43,7 +43,7 @@ TEST(PlannerTest, EnumeratesOnlyValidLayoutsOfTheDeviceCount) {
 // stage's embeddings, split by vocabulary); dp replicates.
 TEST(PlannerTest, ModelStateBytesFollowTheSplits) {
   const PlanInput one = Gpt8(1);
-  const GptConfig& m = one.model;
+  const ModelConfig& m = one.model;
   EXPECT_DOUBLE_EQ(Predict(one, Layout{}).state_bytes, 16 * (Params(m) - 2 * m.hidden));
   const double blocks = m.layers * (12.0 * m.hidden * m.hidden + 13 * m.hidden);
   const double emb = 1.0 * m.vocab * m.hidden + 1.0 * m.seq_len * m.hidden;

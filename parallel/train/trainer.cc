@@ -93,6 +93,14 @@ absl::Status Trainer::Init() {
   } else if (m.heads % tp != 0 || m.vocab % tp != 0) {
     return absl::InvalidArgumentError("tp must divide model.heads and model.vocab");
   }
+  if (grid && m.family != ModelFamily::kGpt2) {
+    return absl::InvalidArgumentError(absl::StrCat("parallel.tp_mode ", options_.tp_mode, ": ",
+                                                   FamilyName(m.family), " runs with tp_mode 1d only so far"));
+  }
+  if (m.heads % m.KvHeads() != 0 || (m.KvHeads() % tp != 0 && tp % m.KvHeads() != 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("model.kv_heads ", m.KvHeads(), " must divide model.heads ", m.heads,
+                                                   ", and divide or be divided by tp ", tp));
+  }
   if (options_.global_batch % (options_.micro_batch * groups_.dp->size()) != 0) {
     return absl::InvalidArgumentError("global_batch must be a multiple of micro_batch × dp");
   }
@@ -126,7 +134,7 @@ absl::Status Trainer::Init() {
   auto device = SelectDevice(options_.device);
   if (!device.ok()) return device.status();
   device_ = *device;
-  GptPart part = GptPart::Whole(m.layers);
+  ModelPart part = ModelPart::Whole(m.layers);
   const int pp = groups_.pp->size();
   if (pp > 1) {
     auto layout = StageLayout::Create(m.layers, pp, options_.pp_chunks, options_.pp_layers);
@@ -134,8 +142,8 @@ absl::Status Trainer::Init() {
     layout_ = std::make_unique<StageLayout>(*layout);
     part = PartOfRank(*layout_, groups_.pp->rank());
   }
-  model_ = grid ? std::make_unique<Gpt>(m, part, groups_.tp, shape, groups_.tp_axes, options_.seed, device_)
-               : std::make_unique<Gpt>(m, part, groups_.tp, options_.seed, device_);
+  model_ = grid ? std::make_unique<Decoder>(m, part, groups_.tp, shape, groups_.tp_axes, options_.seed, device_)
+               : std::make_unique<Decoder>(m, part, groups_.tp, options_.seed, device_);
   if (sp > 1) model_->set_sequence_parallel(groups_.sp, options_.sp_mode == "ring" ? SpMode::kRing : SpMode::kAllToAll);
   model_->set_activation_checkpointing(options_.activation_checkpointing);
   model_->set_fused_kernels(options_.fused_kernels);
@@ -163,7 +171,7 @@ absl::Status Trainer::Init() {
     z.fused = options_.fused_kernels;
     // Sharded over dp × sp (the replicas of every parameter); with pipeline stages, the first and the
     // last stage sum their gradients of the tied embedding.
-    auto zero = ZeroOptimizer::Create(model_.get(), groups_.dp_sp, groups_.tp, z, layout_ ? groups_.embed : nullptr);
+    auto zero = ZeroOptimizer::Create(model_.get(), groups_.dp_sp, groups_.tp, z, layout_ && !model_->tied_embedding().empty() ? groups_.embed : nullptr);
     if (!zero.ok()) return zero.status();
     zero_ = std::move(*zero);
     if (!pending_m_.empty()) TESSERA_RETURN_IF_ERROR(zero_->LoadState(pending_m_, pending_v_));
@@ -286,13 +294,15 @@ absl::StatusOr<StepStats> Trainer::Step() {
     // (the sharded optimizer sums its own pieces).
     if (!zero_ && groups_.embed && groups_.embed->size() > 1) {
       for (Param& p : model_->params()) {
-        if (p.name == "wte.weight") TESSERA_RETURN_IF_ERROR(groups_.embed->AllReduce(p.value.mutable_grad(), ReduceOp::kSum));
+        if (p.name == model_->tied_embedding()) TESSERA_RETURN_IF_ERROR(groups_.embed->AllReduce(p.value.mutable_grad(), ReduceOp::kSum));
       }
     }
     // Only the last stage has the loss; every stage's gradients add to the norm (wte counted once).
     TESSERA_RETURN_IF_ERROR(groups_.pp->AllReduce(mean_loss, ReduceOp::kSum));
     std::vector<std::string> skip;
-    if (model_->part().head && !model_->part().embedding) skip.push_back("wte.weight");
+    if (model_->part().head && !model_->part().embedding && !model_->tied_embedding().empty()) {
+      skip.push_back(model_->tied_embedding());
+    }
     auto sq = zero_ ? zero_->GradSquaredSum(skip) : GradSquaredSumOverTp(model_->params(), groups_.tp.get(), skip);
     if (!sq.ok()) return sq.status();
     at::Tensor total = at::full({1}, *sq, at::TensorOptions().dtype(at::kDouble).device(device_));

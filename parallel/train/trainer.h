@@ -18,7 +18,7 @@
 #include "parallel/comm/process_groups.h"
 #include "parallel/data/token_dataset.h"
 #include "parallel/dp/grad_buckets.h"
-#include "parallel/models/gpt.h"
+#include "parallel/models/decoder.h"
 #include "parallel/optim/adamw.h"
 #include "parallel/pipeline/pipeline_runner.h"
 #include "parallel/pipeline/stage_layout.h"
@@ -62,7 +62,7 @@ class Trainer {
   absl::StatusOr<StepStats> Step();
 
   int64_t step() const { return step_; }
-  Gpt& model() { return *model_; }
+  Decoder& model() { return *model_; }
 
   enum class What { kParams, kGrads, kExpAvg, kExpAvgSq };
   // Full tensors by documented name, gathered over tp (a collective over this rank's tp group) and,
@@ -105,7 +105,7 @@ class Trainer {
   TrainerOptions options_;
   ProcessGroups groups_;
   c10::Device device_{c10::kCPU};
-  std::unique_ptr<Gpt> model_;
+  std::unique_ptr<Decoder> model_;
   std::unique_ptr<TokenDataset> data_;
   // Pipeline parallelism (pp > 1): this rank's chunks of the model and their schedule.
   std::unique_ptr<StageLayout> layout_;

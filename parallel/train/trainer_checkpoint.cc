@@ -51,12 +51,12 @@ absl::StatusOr<std::map<std::string, at::Tensor>> Trainer::GatherFull(What what)
 
 absl::Status Trainer::GatherOverPp(std::map<std::string, at::Tensor>* full) {
   Communicator* pp = groups_.pp.get();
-  // Stage s > 0 sends, in GptParamSpecs order, every tensor it holds except the tied embedding (stage
+  // Stage s > 0 sends, in ModelParamSpecs order, every tensor it holds except the tied embedding (stage
   // 0 has it); stage 0 knows the names and shapes from the layout.
   for (int s = 1; s < pp->size(); ++s) {
     if (pp->rank() != 0 && pp->rank() != s) continue;
-    for (const ParamSpec& spec : GptParamSpecs(options_.model, PartOfRank(*layout_, s))) {
-      if (spec.name == "wte.weight") continue;
+    for (const ParamSpec& spec : ModelParamSpecs(options_.model, PartOfRank(*layout_, s), groups_.tp->size())) {
+      if (spec.name == TiedEmbeddingName(options_.model)) continue;
       if (pp->rank() == s) {
         auto it = full->find(spec.name);
         if (it == full->end()) return absl::InternalError(absl::StrCat("pipeline gather: stage ", s, " lacks ", spec.name));
@@ -241,8 +241,9 @@ nlohmann::json Trainer::TrainerStateJson(bool sharded_state) const {
       {"samples_seen", step_ * options_.global_batch},
       {"data", {{"next_sample", step_ * options_.global_batch}, {"shuffle", options_.data.shuffle},
                 {"seed", options_.data.seed}}},
-      {"model", {{"family", "gpt"}, {"layers", c.layers}, {"hidden", c.hidden}, {"heads", c.heads},
-                 {"vocab", c.vocab}, {"seq_len", c.seq_len}}},
+      {"model", {{"family", FamilyName(c.family)}, {"layers", c.layers}, {"hidden", c.hidden}, {"heads", c.heads},
+                 {"kv_heads", c.KvHeads()}, {"ffn_hidden", c.FfnHidden()}, {"vocab", c.vocab}, {"seq_len", c.seq_len},
+                 {"norm_eps", c.norm_eps}, {"rope_theta", c.rope_theta}, {"tie_embeddings", !TiedEmbeddingName(c).empty()}}},
       {"mesh", {{"sp_mode", options_.sp_mode}, {"dp", options_.mesh.dp}, {"tp", options_.mesh.tp}, {"pp", options_.mesh.pp},
                 {"sp", options_.mesh.sp}, {"order", options_.mesh.order},
                 {"pp_schedule", options_.pp_schedule}, {"pp_chunks", options_.pp_chunks}}},
@@ -280,12 +281,20 @@ absl::Status Trainer::LoadCheckpoint(const std::string& path) {
     return absl::DataLossError(absl::StrCat(path, "/trainer_state.json is missing or not valid"));
   }
   const auto& c = options_.model;
+  // Checkpoints written before families existed are GPT-2 with its fixed shapes.
+  const std::string family = state["model"].value("family", std::string("gpt"));
+  if (family != FamilyName(c.family)) {
+    return absl::FailedPreconditionError(absl::StrCat("checkpoint ", path, " was written for model.family ", family,
+                                                      ", the spec says ", FamilyName(c.family)));
+  }
   for (const auto& [key, want] : std::map<std::string, int>{{"layers", c.layers}, {"hidden", c.hidden},
                                                             {"heads", c.heads}, {"vocab", c.vocab},
-                                                            {"seq_len", c.seq_len}}) {
-    if (state["model"].value(key, -1) != want) {
+                                                            {"seq_len", c.seq_len}, {"kv_heads", c.KvHeads()},
+                                                            {"ffn_hidden", c.FfnHidden()}}) {
+    const int fallback = key == "kv_heads" ? c.heads : key == "ffn_hidden" ? 4 * c.hidden : -1;
+    if (state["model"].value(key, fallback) != want) {
       return absl::FailedPreconditionError(absl::StrCat("checkpoint ", path, " was written for model.", key, " ",
-                                                        state["model"].value(key, -1), ", the spec says ", want));
+                                                        state["model"].value(key, fallback), ", the spec says ", want));
     }
   }
   auto params = LoadTensors(path + "/model.safetensors");
@@ -329,7 +338,7 @@ absl::Status Trainer::LoadShardedOptimizer(const std::string& path, int saved_tp
   // written by 1D layouts (ZeRO does not run with other tp modes).
   const bool same_tp = saved_tp == groups_.tp->size() && options_.tp_mode == "1d";
   std::map<std::string, TpSplit> saved_split;
-  for (const ParamSpec& spec : GptParamSpecs(options_.model, model_->part())) {
+  for (const ParamSpec& spec : ModelParamSpecs(options_.model, model_->part(), saved_tp)) {
     saved_split[spec.name] = spec.split;
   }
   std::vector<int> tp_ranks;

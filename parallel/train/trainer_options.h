@@ -10,13 +10,13 @@
 #include "parallel/data/token_dataset.h"
 #include "parallel/device/device_options.h"
 #include "parallel/mesh/process_mesh.h"
-#include "parallel/models/gpt_config.h"
+#include "parallel/models/model_config.h"
 #include "parallel/optim/lr_schedule.h"
 
 namespace tessera::parallel {
 
 struct TrainerOptions {
-  GptConfig model;
+  ModelConfig model;
   std::string init_from;            // Optional safetensors file of full tensors (documented names).
   TokenDatasetOptions data;
   MeshShape mesh;

@@ -40,7 +40,7 @@ int64_t Bytes(const at::Tensor& t) { return t.defined() ? t.numel() * t.element_
 
 }  // namespace
 
-ZeroOptimizer::ZeroOptimizer(Gpt* model, std::shared_ptr<Communicator> dp, std::shared_ptr<Communicator> tp,
+ZeroOptimizer::ZeroOptimizer(Decoder* model, std::shared_ptr<Communicator> dp, std::shared_ptr<Communicator> tp,
                              const ZeroOptions& options, std::shared_ptr<Communicator> tied)
     : model_(model),
       dp_(std::move(dp)),
@@ -57,7 +57,7 @@ ZeroOptimizer::~ZeroOptimizer() {
   if (model_->unit_hooks() == this) model_->set_unit_hooks(nullptr);
 }
 
-absl::StatusOr<std::unique_ptr<ZeroOptimizer>> ZeroOptimizer::Create(Gpt* model, std::shared_ptr<Communicator> dp,
+absl::StatusOr<std::unique_ptr<ZeroOptimizer>> ZeroOptimizer::Create(Decoder* model, std::shared_ptr<Communicator> dp,
                                                                      std::shared_ptr<Communicator> tp,
                                                                      const ZeroOptions& options,
                                                                      std::shared_ptr<Communicator> tied) {
@@ -97,7 +97,7 @@ absl::Status ZeroOptimizer::Init() {
   for (size_t m = 0; m < model_units.size(); ++m) {
     std::vector<size_t> rest;
     for (size_t k : model_units[m]) {
-      if (tied_ && params[k].name == "wte.weight") {
+      if (tied_ && params[k].name == model_->tied_embedding()) {
         tied_unit_ = static_cast<int>(groups.size());
         groups.push_back({static_cast<int>(m), {k}});
       } else {
@@ -106,7 +106,7 @@ absl::Status ZeroOptimizer::Init() {
     }
     if (!rest.empty()) groups.push_back({static_cast<int>(m), rest});
   }
-  if (tied_ && tied_unit_ < 0) return absl::FailedPreconditionError("ZeroOptimizer: a tied group but no wte.weight");
+  if (tied_ && tied_unit_ < 0) return absl::FailedPreconditionError("ZeroOptimizer: a tied group but no tied embedding");
   for (const auto& [model_unit, members] : groups) {
     auto u = std::make_unique<Unit>();
     u->params = members;

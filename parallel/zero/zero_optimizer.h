@@ -1,7 +1,7 @@
 // ZeroOptimizer: AdamW with zero-redundancy sharding over the data-parallel group, fp32 master weights
 // for low-precision parameters, and optimizer state optionally held in host memory.
 //
-// The model's parameters are grouped in units (Gpt::Units(): the embeddings + final norm, then one
+// The model's parameters are grouped in units (Decoder::Units(): the embeddings + final norm, then one
 // unit per block). Each unit's parameters become views of one flat buffer of N elements, padded to
 // S·dp with S = ⌈N/dp⌉; dp rank r owns elements [r·S, (r+1)·S) of every unit (with stage 0 every rank
 // owns all of it). For its owned elements a rank keeps, in fp32, the master weights and Adam's m and v;
@@ -23,7 +23,7 @@
 //            of the last backward of the forwards that used it (pipeline stages run several forwards
 //            before their backwards)
 //
-// Pipeline stages: the model may be a GptPart. The first and the last stage both hold the tied
+// Pipeline stages: the model may be a ModelPart. The first and the last stage both hold the tied
 // embedding wte; given their group (`tied`), wte becomes a unit of its own (the same flat size, so the
 // same owned range, on both stages) and its reduced gradient is summed over that group.
 //
@@ -52,7 +52,7 @@
 #include "kernels/cpu_adam.h"
 #include "parallel/comm/communicator.h"
 #include "parallel/dp/grad_buckets.h"
-#include "parallel/models/gpt.h"
+#include "parallel/models/decoder.h"
 #include "parallel/optim/adamw.h"
 #include "parallel/zero/host_staging.h"
 
@@ -78,7 +78,7 @@ class ZeroOptimizer final : public UnitHooks {
   // `dp` is the group over which gradients are averaged and state is sharded (data × sequence parallel
   // ranks). `tied`, when not null, is the group of this rank and the other holder of wte.weight
   // (pipeline first and last stages with the same dp, sp and tp coordinates).
-  static absl::StatusOr<std::unique_ptr<ZeroOptimizer>> Create(Gpt* model, std::shared_ptr<Communicator> dp,
+  static absl::StatusOr<std::unique_ptr<ZeroOptimizer>> Create(Decoder* model, std::shared_ptr<Communicator> dp,
                                                                std::shared_ptr<Communicator> tp,
                                                                const ZeroOptions& options,
                                                                std::shared_ptr<Communicator> tied = nullptr);
@@ -128,7 +128,7 @@ class ZeroOptimizer final : public UnitHooks {
 
  private:
   struct Unit;
-  ZeroOptimizer(Gpt* model, std::shared_ptr<Communicator> dp, std::shared_ptr<Communicator> tp,
+  ZeroOptimizer(Decoder* model, std::shared_ptr<Communicator> dp, std::shared_ptr<Communicator> tp,
                 const ZeroOptions& options, std::shared_ptr<Communicator> tied);
   absl::Status Init();
   void MarkReady(size_t param_index);
@@ -155,7 +155,7 @@ class ZeroOptimizer final : public UnitHooks {
   // Starts moving unit `u`'s owned gradients (as OwnedGrad) into staging slot `slot`.
   void StageDown(const Unit& u, int slot);
 
-  Gpt* model_;
+  Decoder* model_;
   std::shared_ptr<Communicator> dp_;
   std::shared_ptr<Communicator> tp_;
   std::shared_ptr<Communicator> tied_;   // Null unless the model's wte has a copy on another stage.

@@ -16,7 +16,7 @@
 #include "common/spec/job_spec.h"
 #include "parallel/comm/process_groups.h"
 #include "parallel/device/live_bytes.h"
-#include "parallel/models/gpt.h"
+#include "parallel/models/decoder.h"
 #include "parallel/train/trainer.h"
 #include "worker/rank/spec_to_options.h"
 

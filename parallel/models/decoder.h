@@ -1,9 +1,13 @@
-// GPT-2, exactly (pre-LN blocks, learned positions, GELU(erf) MLP of 4×hidden, causal attention,
-// LayerNorm eps 1e-5, final LayerNorm, LM head tied to the token embedding, no dropout), with 1D
-// tensor parallelism over `tp`: column-parallel c_attn / c_fc, row-parallel c_proj, heads split over
-// tp ranks, vocab-parallel embedding and cross-entropy. Names and layouts: docs/checkpoint-format.md.
-#ifndef TESSERA_PARALLEL_MODELS_GPT_H_
-#define TESSERA_PARALLEL_MODELS_GPT_H_
+// A decoder-only transformer of one family (family.h): pre-norm blocks of causal self-attention and
+// an MLP, a final norm and an LM head; no dropout. GPT-2 exactly (LayerNorm, learned positions,
+// GELU(erf) MLP, tied head) and the Llama shape (RMSNorm, rotary positions in transformers'
+// rotate-half convention, SwiGLU, grouped-query attention, untied head unless tied). 1D tensor
+// parallelism over `tp`: column-parallel input projections, row-parallel output projections, heads
+// (and key/value heads when kv_heads >= tp; else each rank uses the one it needs of all of them)
+// split over tp ranks, vocab-parallel embedding and cross-entropy. Grid layouts: GPT-2. Names and
+// layouts: docs/checkpoint-format.md, docs/models.md.
+#ifndef TESSERA_PARALLEL_MODELS_DECODER_H_
+#define TESSERA_PARALLEL_MODELS_DECODER_H_
 
 #include <cstdint>
 #include <map>
@@ -16,7 +20,8 @@
 
 #include "absl/status/status.h"
 #include "parallel/comm/communicator.h"
-#include "parallel/models/gpt_config.h"
+#include "parallel/models/family.h"
+#include "parallel/models/model_config.h"
 #include "parallel/layers/tp2d_ops.h"
 #include "parallel/models/param_layout.h"
 #include "parallel/sequence/sequence_attention.h"
@@ -24,7 +29,7 @@
 namespace tessera::parallel {
 
 // Called by the model around the use of each parameter unit (ZeRO-3 gathers units just before use
-// and frees them after; see Gpt::Units()). Unit 0 holds the embeddings and the final norm (used at
+// and frees them after; see Decoder::Units()). Unit 0 holds the embeddings and the final norm (used at
 // both ends of the forward pass), unit 1 + i the parameters of block i.
 class UnitHooks {
  public:
@@ -62,45 +67,30 @@ struct TpShape {
 // product differs from tp. Unknown modes give 1D.
 TpShape TpShapeOf(const std::string& mode, int tp, int depth = 1);
 
-// The parts of the model one rank holds (pipeline stages hold a subset; parallel/pipeline).
-struct GptPart {
-  std::vector<int> layers;  // Blocks held, ascending (global block indices).
-  bool embedding = true;    // wte and wpe, used before the first block.
-  bool head = true;         // ln_f and the head (tied to wte), used after the last block.
-  static GptPart Whole(int layers);
-};
+// The parameters of `part` of a model of `config` split over `tp` ranks in `layout` (grid layouts:
+// GPT-2 only).
+std::vector<ParamSpec> ModelParamSpecs(const ModelConfig& config, const ModelPart& part, int tp,
+                                       const TpShape& layout = {});
 
-// How one parameter is made: documented name, full shape, tp split, and its initialisation (normal
-// with init_std when > 0, else the constant fill).
-struct ParamSpec {
-  std::string name;
-  std::vector<int64_t> shape;
-  TpSplit split = TpSplit::kReplicated;
-  double init_std = 0;
-  double fill = 0;
-  GridSplit grid;  // With split kGrid.
-};
-
-// The parameters of `part` of a GPT of `config`, in the model's order, split for `layout`.
-std::vector<ParamSpec> GptParamSpecs(const GptConfig& config, const GptPart& part, const TpShape& tp = {});
-
-class Gpt {
+class Decoder {
  public:
-  // Parameters initialised as GPT-2 does (normal(0, 0.02) weights, zero biases, unit norm weights,
-  // residual projections normal(0, 0.02/sqrt(2·layers))). Each full tensor is drawn from its own
-  // generator seeded by (seed, name), then split, so every layout starts from identical weights.
-  // Requires heads % tp == 0 and vocab % tp == 0. Parameters live on `device` (drawn on the CPU
-  // first, so every device starts from the same values).
-  // Only the parameters of `part` are created (drawn the same way, so every layout agrees); wte exists
-  // where the embedding or the head is held (a pipeline's first and last stage both hold it).
-  Gpt(const GptConfig& config, std::shared_ptr<Communicator> tp, uint64_t seed, c10::Device device);
-  Gpt(const GptConfig& config, const GptPart& part, std::shared_ptr<Communicator> tp, uint64_t seed,
-      c10::Device device);
+  // Parameters initialised as the family's reference does (normal(0, 0.02) weights, zero biases,
+  // unit norm weights; GPT-2's output projections normal(0, 0.02/sqrt(2·layers))). Each full tensor
+  // is drawn from its own generator seeded by (seed, name), then split, so every layout starts from
+  // identical weights. Requires heads % tp == 0, vocab % tp == 0, and kv_heads % tp == 0 or
+  // tp % kv_heads == 0 (the trainer and the spec's validation say so first). Parameters live on
+  // `device` (drawn on the CPU first, so every device starts from the same values).
+  // Only the parameters of `part` are created (drawn the same way, so every layout agrees); a tied
+  // token embedding exists where the embedding or the head is held (a pipeline's first and last
+  // stage both hold it).
+  Decoder(const ModelConfig& config, std::shared_ptr<Communicator> tp, uint64_t seed, c10::Device device);
+  Decoder(const ModelConfig& config, const ModelPart& part, std::shared_ptr<Communicator> tp, uint64_t seed,
+          c10::Device device);
   // Grid layouts (2D, 2.5D, 3D): `axes` are this rank's groups along the grid's axes
   // (ProcessGroups::tp_axes). Token batches given to Embed/Head/Loss are this rank's chunk of the
   // micro-batch's samples (SampleChunk()).
-  Gpt(const GptConfig& config, const GptPart& part, std::shared_ptr<Communicator> tp, const TpShape& shape,
-      std::vector<std::shared_ptr<Communicator>> axes, uint64_t seed, c10::Device device);
+  Decoder(const ModelConfig& config, const ModelPart& part, std::shared_ptr<Communicator> tp, const TpShape& shape,
+          std::vector<std::shared_ptr<Communicator>> axes, uint64_t seed, c10::Device device);
   // Which chunk of each micro-batch's samples this rank processes: (index, count); (0, 1) for 1D.
   std::pair<int, int> SampleChunk() const;
 
@@ -119,6 +109,10 @@ class Gpt {
 
   // Transformer block `i` on activations `x` [B, T, hidden] (used by Loss and by recomputation).
   at::Tensor Block(const at::Tensor& x, int i);
+
+  // The token embedding's name when the head uses it too ("" for an untied head): its gradient sums
+  // both uses, also across pipeline stages.
+  const std::string& tied_embedding() const { return tied_; }
 
   // Keep only each block's input in the forward pass and recompute the block in backward.
   void set_activation_checkpointing(bool on) { activation_checkpointing_ = on; }
@@ -143,8 +137,8 @@ class Gpt {
   UnitHooks* unit_hooks() const { return hooks_; }
 
   std::vector<Param>& params() { return params_; }
-  const GptConfig& config() const { return config_; }
-  const GptPart& part() const { return part_; }
+  const ModelConfig& config() const { return config_; }
+  const ModelPart& part() const { return part_; }
   bool holds(const std::string& name) const { return index_.count(name) > 0; }
   Communicator* tp() const { return tp_.get(); }
   int64_t num_parameters() const;  // Of the full model.
@@ -155,6 +149,7 @@ class Gpt {
 
  private:
   Param& Add(const ParamSpec& spec, uint64_t seed);
+  void CheckConfig() const;
   const at::Tensor& P(const std::string& name) const;
   // Grid layouts: the parameter as used, copied over every grid axis it is not split by (its
   // gradients summed over them in backward).
@@ -163,13 +158,25 @@ class Gpt {
   // Causal self-attention of this rank's heads from qkv [B, T, 3·heads·head_dim] (q, k, v blocks),
   // over the whole sequence when it is split over sp; returns [B, T, heads·head_dim].
   at::Tensor Attention(const at::Tensor& qkv, int64_t local_heads, int64_t head_dim);
+  // The same from q [B, H, T, D] and k, v [B, H, T, D] (heads already matched).
+  at::Tensor Attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
+  // The family's norm of `x` with the parameters named base.weight (and base.bias).
+  at::Tensor Norm(const at::Tensor& x, const std::string& base, bool fused);
+  // 1D block with separate q, k, v projections (Llama's shape): attention of this rank's heads.
+  at::Tensor SplitQkvAttention(const at::Tensor& x_tp, int i);
+  // q or k [B, H, T, D] rotated by their positions (first_position + t), transformers' rotate-half.
+  at::Tensor Rotary(const at::Tensor& t, int64_t first_position) const;
+  // The first position of this rank's tokens in the sequence (sp splits the sequence in blocks).
+  int64_t FirstPosition(int64_t tokens) const { return sp_ ? sp_->rank() * tokens : 0; }
   // x [B, T, in part] → [B, T, out part] in the output layout, bias added. `second`: 3D's second
   // linear of a pair (input split over (x, z) and hidden over y).
   at::Tensor GridLinear(const at::Tensor& x, const std::string& weight, const std::string& bias, bool second);
   at::Tensor CheckpointedBlock(const at::Tensor& x, int i);
 
-  GptConfig config_;
-  GptPart part_;
+  ModelConfig config_;
+  const FamilySpec& family_;
+  std::string tied_;
+  ModelPart part_;
   std::shared_ptr<Communicator> tp_;
   std::shared_ptr<Communicator> sp_;  // Null or one rank: no sequence parallelism.
   TpShape shape_;
@@ -179,6 +186,7 @@ class Gpt {
   c10::Device device_;
   std::vector<Param> params_;
   std::map<std::string, size_t> index_;
+  std::vector<int> layer_of_;  // Per parameter: its block, -1 outside the blocks.
   bool activation_checkpointing_ = false;
   bool fused_kernels_ = false;
   UnitHooks* hooks_ = nullptr;
@@ -186,4 +194,4 @@ class Gpt {
 
 }  // namespace tessera::parallel
 
-#endif  // TESSERA_PARALLEL_MODELS_GPT_H_
+#endif  // TESSERA_PARALLEL_MODELS_DECODER_H_

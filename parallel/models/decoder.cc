@@ -1,4 +1,4 @@
-#include "parallel/models/gpt.h"
+#include "parallel/models/decoder.h"
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
@@ -17,8 +17,6 @@
 namespace tessera::parallel {
 namespace {
 
-constexpr double kLayerNormEps = 1e-5;
-
 // FNV-1a of the name mixed with the seed: a per-tensor seed independent of creation order.
 uint64_t TensorSeed(uint64_t seed, const std::string& name) {
   uint64_t h = 1469598103934665603ull ^ seed;
@@ -34,7 +32,7 @@ std::string Shape(at::IntArrayRef s) {
 
 }  // namespace
 
-Param& Gpt::Add(const ParamSpec& spec, uint64_t seed) {
+Param& Decoder::Add(const ParamSpec& spec, uint64_t seed) {
   at::Tensor full;
   if (spec.init_std > 0) {
     at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(TensorSeed(seed, spec.name));
@@ -50,20 +48,13 @@ Param& Gpt::Add(const ParamSpec& spec, uint64_t seed) {
   p.weight_decay = spec.shape.size() >= 2;
   p.value = ShardOf(p, full, tp_->rank(), tp_->size()).to(device_).set_requires_grad(true);
   index_[spec.name] = params_.size();
+  layer_of_.push_back(spec.layer);
   params_.push_back(std::move(p));
   return params_.back();
 }
 
-GptPart GptPart::Whole(int layers) {
-  GptPart part;
-  for (int i = 0; i < layers; ++i) part.layers.push_back(i);
-  return part;
-}
-
-Gpt::Gpt(const GptConfig& c, std::shared_ptr<Communicator> tp, uint64_t seed, c10::Device device)
-    : Gpt(c, GptPart::Whole(c.layers), std::move(tp), seed, device) {}
-
-std::vector<ParamSpec> GptParamSpecs1D(const GptConfig& c, const GptPart& part);
+Decoder::Decoder(const ModelConfig& c, std::shared_ptr<Communicator> tp, uint64_t seed, c10::Device device)
+    : Decoder(c, ModelPart::Whole(c.layers), std::move(tp), seed, device) {}
 
 std::vector<int> TpShape::Grid() const {
   switch (layout) {
@@ -85,8 +76,8 @@ TpShape TpShapeOf(const std::string& mode, int tp, int depth) {
   return {};
 }
 
-std::vector<ParamSpec> GptParamSpecs(const GptConfig& c, const GptPart& part, const TpShape& tp) {
-  std::vector<ParamSpec> out = GptParamSpecs1D(c, part);
+std::vector<ParamSpec> ModelParamSpecs(const ModelConfig& c, const ModelPart& part, int tp_size, const TpShape& tp) {
+  std::vector<ParamSpec> out = ParamSpecs1D(c, part, tp_size);
   if (tp.layout == TpLayout::k1D) return out;
   const std::vector<int> grid = tp.Grid();
   // 2D/2.5D: the grid's last two axes are (i, j); 3D: (x, y, z).
@@ -124,50 +115,42 @@ std::vector<ParamSpec> GptParamSpecs(const GptConfig& c, const GptPart& part, co
   return out;
 }
 
-std::vector<ParamSpec> GptParamSpecs1D(const GptConfig& c, const GptPart& part) {
-  const int64_t h = c.hidden;
-  const double std = 0.02;
-  const double residual_std = 0.02 / std::sqrt(2.0 * c.layers);
-  std::vector<ParamSpec> out;
-  if (part.embedding || part.head) out.push_back({"wte.weight", {c.vocab, h}, TpSplit::kDim0, std, 0});
-  if (part.embedding) out.push_back({"wpe.weight", {c.seq_len, h}, TpSplit::kReplicated, std, 0});
-  for (int i : part.layers) {
-    const std::string b = absl::StrCat("h.", i, ".");
-    out.push_back({b + "ln_1.weight", {h}, TpSplit::kReplicated, 0, 1});
-    out.push_back({b + "ln_1.bias", {h}, TpSplit::kReplicated, 0, 0});
-    out.push_back({b + "attn.c_attn.weight", {3 * h, h}, TpSplit::kQkvDim0, std, 0});
-    out.push_back({b + "attn.c_attn.bias", {3 * h}, TpSplit::kQkvDim0, 0, 0});
-    out.push_back({b + "attn.c_proj.weight", {h, h}, TpSplit::kDim1, residual_std, 0});
-    out.push_back({b + "attn.c_proj.bias", {h}, TpSplit::kReplicated, 0, 0});
-    out.push_back({b + "ln_2.weight", {h}, TpSplit::kReplicated, 0, 1});
-    out.push_back({b + "ln_2.bias", {h}, TpSplit::kReplicated, 0, 0});
-    out.push_back({b + "mlp.c_fc.weight", {4 * h, h}, TpSplit::kDim0, std, 0});
-    out.push_back({b + "mlp.c_fc.bias", {4 * h}, TpSplit::kDim0, 0, 0});
-    out.push_back({b + "mlp.c_proj.weight", {h, 4 * h}, TpSplit::kDim1, residual_std, 0});
-    out.push_back({b + "mlp.c_proj.bias", {h}, TpSplit::kReplicated, 0, 0});
-  }
-  if (part.head) {
-    out.push_back({"ln_f.weight", {h}, TpSplit::kReplicated, 0, 1});
-    out.push_back({"ln_f.bias", {h}, TpSplit::kReplicated, 0, 0});
-  }
-  return out;
-}
-
-Gpt::Gpt(const GptConfig& c, const GptPart& part, std::shared_ptr<Communicator> tp, uint64_t seed,
+Decoder::Decoder(const ModelConfig& c, const ModelPart& part, std::shared_ptr<Communicator> tp, uint64_t seed,
          c10::Device device)
-    : config_(c), part_(part), tp_(std::move(tp)), device_(device) {
-  for (const ParamSpec& spec : GptParamSpecs(c, part)) Add(spec, seed);
+    : config_(c), family_(FamilyOf(c.family)), tied_(TiedEmbeddingName(c)), part_(part), tp_(std::move(tp)),
+      device_(device) {
+  CheckConfig();
+  for (const ParamSpec& spec : ModelParamSpecs(c, part, tp_->size())) Add(spec, seed);
 }
 
-Gpt::Gpt(const GptConfig& c, const GptPart& part, std::shared_ptr<Communicator> tp, const TpShape& shape,
+Decoder::Decoder(const ModelConfig& c, const ModelPart& part, std::shared_ptr<Communicator> tp, const TpShape& shape,
          std::vector<std::shared_ptr<Communicator>> axes, uint64_t seed, c10::Device device)
-    : config_(c), part_(part), tp_(std::move(tp)), shape_(shape), axes_(std::move(axes)), device_(device) {
+    : config_(c),
+      family_(FamilyOf(c.family)),
+      tied_(TiedEmbeddingName(c)),
+      part_(part),
+      tp_(std::move(tp)),
+      shape_(shape),
+      axes_(std::move(axes)),
+      device_(device) {
+  CheckConfig();
   const size_t n = axes_.size();
   grid_ = Grid2D{axes_[n - 1].get(), axes_[n - 2].get(), shape_.q};
-  for (const ParamSpec& spec : GptParamSpecs(c, part, shape_)) Add(spec, seed);
+  for (const ParamSpec& spec : ModelParamSpecs(c, part, tp_->size(), shape_)) Add(spec, seed);
 }
 
-std::pair<int, int> Gpt::SampleChunk() const {
+void Decoder::CheckConfig() const {
+  // The trainer and the spec's validation refuse these first, with the field's name; here they are
+  // the class's contract.
+  const int tp = tp_->size(), kv = config_.KvHeads();
+  TORCH_CHECK(config_.heads % tp == 0 && config_.vocab % tp == 0, "Decoder: tp must divide heads and vocab");
+  TORCH_CHECK(config_.heads % kv == 0 && (kv % tp == 0 || tp % kv == 0),
+              "Decoder: kv_heads must divide heads, and tp divide kv_heads or kv_heads divide tp");
+  TORCH_CHECK(config_.family == ModelFamily::kGpt2 || shape_.layout == TpLayout::k1D,
+              "Decoder: grid tensor parallelism is GPT-2's only");
+}
+
+std::pair<int, int> Decoder::SampleChunk() const {
   // Samples are split over every grid axis but the last (mixed radix, major first).
   int index = 0, count = 1;
   for (size_t a = 0; a + 1 < axes_.size(); ++a) {
@@ -177,29 +160,24 @@ std::pair<int, int> Gpt::SampleChunk() const {
   return {index, count};
 }
 
-int Gpt::UnitOfLayer(int layer) const {
+int Decoder::UnitOfLayer(int layer) const {
   for (size_t j = 0; j < part_.layers.size(); ++j) {
     if (part_.layers[j] == layer) return 1 + static_cast<int>(j);
   }
   return -1;
 }
 
-std::vector<std::vector<size_t>> Gpt::Units() const {
+std::vector<std::vector<size_t>> Decoder::Units() const {
   std::vector<std::vector<size_t>> units(1 + part_.layers.size());
   for (size_t k = 0; k < params_.size(); ++k) {
-    const std::string& name = params_[k].name;
-    if (name.rfind("h.", 0) == 0) {
-      units[UnitOfLayer(std::stoi(name.substr(2)))].push_back(k);
-    } else {
-      units[0].push_back(k);
-    }
+    units[layer_of_[k] >= 0 ? UnitOfLayer(layer_of_[k]) : 0].push_back(k);
   }
   return units;
 }
 
-const at::Tensor& Gpt::P(const std::string& name) const { return params_[index_.at(name)].value; }
+const at::Tensor& Decoder::P(const std::string& name) const { return params_[index_.at(name)].value; }
 
-at::Tensor Gpt::Use(const std::string& name) const {
+at::Tensor Decoder::Use(const std::string& name) const {
   const Param& p = params_[index_.at(name)];
   at::Tensor v = p.value;
   for (size_t a = 0; a < axes_.size(); ++a) {
@@ -210,12 +188,12 @@ at::Tensor Gpt::Use(const std::string& name) const {
   return v;
 }
 
-std::vector<int64_t> Gpt::ActivationShape(int64_t samples, int64_t positions) const {
+std::vector<int64_t> Decoder::ActivationShape(int64_t samples, int64_t positions) const {
   if (shape_.layout != TpLayout::k1D) return {samples, positions, config_.hidden / shape_.q};
   return {samples, positions, config_.hidden};
 }
 
-int64_t Gpt::num_parameters() const {
+int64_t Decoder::num_parameters() const {
   int64_t n = 0;
   for (const Param& p : params_) {
     int64_t k = 1;
@@ -225,7 +203,7 @@ int64_t Gpt::num_parameters() const {
   return n;
 }
 
-absl::Status Gpt::LoadFull(const std::map<std::string, at::Tensor>& full) {
+absl::Status Decoder::LoadFull(const std::map<std::string, at::Tensor>& full) {
   for (Param& p : params_) {
     auto it = full.find(p.name);
     if (it == full.end()) return absl::NotFoundError(absl::StrCat("tensor ", p.name, " is missing"));
@@ -274,18 +252,76 @@ at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b 
 
 }  // namespace
 
-at::Tensor Gpt::Attention(const at::Tensor& qkv_in, int64_t local_heads, int64_t head_dim) {
+at::Tensor Decoder::Attention(const at::Tensor& qkv_in, int64_t local_heads, int64_t head_dim) {
   const int64_t B = qkv_in.size(0), T = qkv_in.size(1), width = local_heads * head_dim;
   std::vector<at::Tensor> qkv = qkv_in.split(width, -1);
   auto heads = [&](const at::Tensor& t) { return t.view({B, T, local_heads, head_dim}).transpose(1, 2); };
-  at::Tensor y = sp_ && sp_->size() > 1
-                     ? SequenceParallelAttention(sp_mode_, heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), sp_.get())
-                     : at::scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), {}, 0.0,
-                                                        /*is_causal=*/true);
+  at::Tensor y = Attend(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]));
   return y.transpose(1, 2).reshape({B, T, width});
 }
 
-at::Tensor Gpt::GridLinear(const at::Tensor& x, const std::string& weight, const std::string& bias, bool second) {
+at::Tensor Decoder::Attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  return sp_ && sp_->size() > 1 ? SequenceParallelAttention(sp_mode_, q, k, v, sp_.get())
+                                : at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);
+}
+
+at::Tensor Decoder::Norm(const at::Tensor& x, const std::string& base, bool fused) {
+  if (family_.norm == NormKind::kLayerNorm) {
+    return kernels::LayerNorm(x, P(base + ".weight"), P(base + ".bias"), config_.norm_eps, fused);
+  }
+  // RMSNorm as transformers' LlamaRMSNorm: normalised in fp32, back to the input's dtype, then scaled.
+  at::Tensor h = x.to(at::kFloat);
+  h = h * at::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + config_.norm_eps);
+  return P(base + ".weight") * h.to(x.scalar_type());
+}
+
+at::Tensor Decoder::Rotary(const at::Tensor& t, int64_t first_position) const {
+  // transformers' default rope: inv_freq = 1 / theta^(2j/D) in fp32, angles position·inv_freq (one
+  // fp32 product each), both halves of the head dimension rotated by the same angles.
+  const int64_t T = t.size(2), D = t.size(3);
+  at::Tensor inv_freq = at::pow(config_.rope_theta, at::arange(0, D, 2, at::kLong).to(at::kFloat) / D).reciprocal();
+  at::Tensor positions = at::arange(first_position, first_position + T, at::kLong).to(at::kFloat);
+  at::Tensor angles = at::outer(positions, inv_freq);  // [T, D/2]
+  at::Tensor emb = at::cat({angles, angles}, -1);
+  at::Tensor cos = emb.cos().to(t.scalar_type()).to(t.device());
+  at::Tensor sin = emb.sin().to(t.scalar_type()).to(t.device());
+  std::vector<at::Tensor> halves = t.chunk(2, -1);
+  at::Tensor rotated = at::cat({-halves[1], halves[0]}, -1);
+  return t * cos + rotated * sin;
+}
+
+at::Tensor Decoder::SplitQkvAttention(const at::Tensor& a, int i) {
+  Communicator* tp = tp_.get();
+  const FamilySpec& f = family_;
+  const int64_t B = a.size(0), T = a.size(1), D = config_.HeadDim();
+  const int64_t H = config_.heads / tp->size();
+  const int kv = config_.KvHeads();
+  at::Tensor wk = P(BlockParamName(f, i, f.k)), wv = P(BlockParamName(f, i, f.v));
+  int64_t local_kv = kv / tp->size();
+  if (kv < tp->size()) {
+    // Every rank holds all key/value heads; its query heads share one of them, numbered rank·kv/tp.
+    // The ranks sharing it add their gradients (CopyToTp's backward sums over tp).
+    const int64_t head = static_cast<int64_t>(tp->rank()) * kv / tp->size();
+    wk = CopyToTp(wk, tp).narrow(0, head * D, D);
+    wv = CopyToTp(wv, tp).narrow(0, head * D, D);
+    local_kv = 1;
+  }
+  auto heads = [&](const at::Tensor& t, int64_t n) { return t.view({B, T, n, D}).transpose(1, 2); };
+  at::Tensor q = heads(Linear(a, P(BlockParamName(f, i, f.q))), H);
+  at::Tensor k = heads(Linear(a, wk), local_kv);
+  at::Tensor v = heads(Linear(a, wv), local_kv);
+  if (f.positions == PositionKind::kRotary) {
+    q = Rotary(q, FirstPosition(T));
+    k = Rotary(k, FirstPosition(T));
+  }
+  if (local_kv != H) {  // Grouped-query attention: each key/value head serves H / local_kv query heads.
+    k = k.repeat_interleave(H / local_kv, 1);
+    v = v.repeat_interleave(H / local_kv, 1);
+  }
+  return Attend(q, k, v).transpose(1, 2).reshape({B, T, H * D});
+}
+
+at::Tensor Decoder::GridLinear(const at::Tensor& x, const std::string& weight, const std::string& bias, bool second) {
   at::Tensor w = Use(weight);  // [out part, in part]: its transpose is this rank's block of Wᵀ.
   at::Tensor rows = x.reshape({-1, x.size(-1)});
   at::Tensor y;
@@ -301,59 +337,75 @@ at::Tensor Gpt::GridLinear(const at::Tensor& x, const std::string& weight, const
   return y.view({x.size(0), x.size(1), w.size(0)}) + Use(bias);
 }
 
-at::Tensor Gpt::GridBlock(const at::Tensor& x_in, int i) {
+at::Tensor Decoder::GridBlock(const at::Tensor& x_in, int i) {
   const int64_t local_heads = config_.heads / shape_.q;
   const int64_t head_dim = config_.hidden / config_.heads;
   const std::string b = absl::StrCat("h.", i, ".");
   // Norms normalise over the hidden split along grid_.row (2D/2.5D: j; 3D: z).
-  at::Tensor a = LayerNorm2D(x_in, Use(b + "ln_1.weight"), Use(b + "ln_1.bias"), kLayerNormEps, grid_);
+  at::Tensor a = LayerNorm2D(x_in, Use(b + "ln_1.weight"), Use(b + "ln_1.bias"), config_.norm_eps, grid_);
   a = GridLinear(a, b + "attn.c_attn.weight", b + "attn.c_attn.bias", false);  // This rank's heads.
   at::Tensor y = Attention(a, local_heads, head_dim);
   at::Tensor x = x_in + GridLinear(y, b + "attn.c_proj.weight", b + "attn.c_proj.bias", true);
-  at::Tensor m = LayerNorm2D(x, Use(b + "ln_2.weight"), Use(b + "ln_2.bias"), kLayerNormEps, grid_);
+  at::Tensor m = LayerNorm2D(x, Use(b + "ln_2.weight"), Use(b + "ln_2.bias"), config_.norm_eps, grid_);
   m = at::gelu(GridLinear(m, b + "mlp.c_fc.weight", b + "mlp.c_fc.bias", false));
   return x + GridLinear(m, b + "mlp.c_proj.weight", b + "mlp.c_proj.bias", true);
 }
 
-at::Tensor Gpt::Block(const at::Tensor& x_in, int i) {
+at::Tensor Decoder::Block(const at::Tensor& x_in, int i) {
   if (shape_.layout != TpLayout::k1D) return GridBlock(x_in, i);
   Communicator* tp = tp_.get();
+  const FamilySpec& f = family_;
   const int64_t local_heads = config_.heads / tp->size();
-  const int64_t head_dim = config_.hidden / config_.heads;
-  const std::string b = absl::StrCat("h.", i, ".");
-  // Attention: column-parallel qkv (this rank's heads), row-parallel output projection.
+  const int64_t head_dim = config_.HeadDim();
+  auto name = [&](const std::string& role, const char* kind = "weight") { return BlockParamName(f, i, role, kind); };
+  const std::string block = absl::StrCat(f.block_prefix, i, ".");
+  // Attention: column-parallel q, k, v (this rank's heads), row-parallel output projection.
   const bool fused = kernels::SelectKernels(x_in, fused_kernels_) != nullptr;
-  at::Tensor a = kernels::LayerNorm(x_in, P(b + "ln_1.weight"), P(b + "ln_1.bias"), kLayerNormEps, fused);
-  a = Linear(CopyToTp(a, tp), P(b + "attn.c_attn.weight"), P(b + "attn.c_attn.bias"));
-  at::Tensor y = Attention(a, local_heads, head_dim);
-  y = ReduceFromTp(Linear(y, P(b + "attn.c_proj.weight")), tp) + P(b + "attn.c_proj.bias");
-  at::Tensor x = x_in + y;
-  // MLP: column-parallel c_fc, GELU (erf), row-parallel c_proj.
-  at::Tensor m = kernels::LayerNorm(x, P(b + "ln_2.weight"), P(b + "ln_2.bias"), kLayerNormEps, fused);
-  if (fused) {
-    // Fused: the bias add rides in the GELU kernel instead of the matmul's epilogue.
-    m = kernels::BiasGelu(Linear(CopyToTp(m, tp), P(b + "mlp.c_fc.weight")), P(b + "mlp.c_fc.bias"), true);
+  at::Tensor a = Norm(x_in, block + f.attn_norm, fused);
+  at::Tensor y;
+  if (f.fused_qkv) {
+    a = Linear(CopyToTp(a, tp), P(name(f.qkv)), f.biases ? P(name(f.qkv, "bias")) : at::Tensor());
+    y = Attention(a, local_heads, head_dim);
   } else {
-    m = at::gelu(Linear(CopyToTp(m, tp), P(b + "mlp.c_fc.weight"), P(b + "mlp.c_fc.bias")));
+    y = SplitQkvAttention(CopyToTp(a, tp), i);
   }
-  m = ReduceFromTp(Linear(m, P(b + "mlp.c_proj.weight")), tp) + P(b + "mlp.c_proj.bias");
+  y = ReduceFromTp(Linear(y, P(name(f.attn_out))), tp);
+  if (f.biases) y = y + P(name(f.attn_out, "bias"));
+  at::Tensor x = x_in + y;
+  // MLP: column-parallel input projection(s), the activation, row-parallel output projection.
+  at::Tensor m = Norm(x, block + f.mlp_norm, fused);
+  if (f.mlp == MlpKind::kSwiGlu) {
+    at::Tensor in = CopyToTp(m, tp);
+    m = at::silu(Linear(in, P(name(f.gate)))) * Linear(in, P(name(f.up)));
+  } else if (fused) {
+    // Fused: the bias add rides in the GELU kernel instead of the matmul's epilogue.
+    m = kernels::BiasGelu(Linear(CopyToTp(m, tp), P(name(f.mlp_in))), P(name(f.mlp_in, "bias")), true);
+  } else {
+    m = at::gelu(Linear(CopyToTp(m, tp), P(name(f.mlp_in)), f.biases ? P(name(f.mlp_in, "bias")) : at::Tensor()));
+  }
+  m = ReduceFromTp(Linear(m, P(name(f.mlp_out))), tp);
+  if (f.biases) m = m + P(name(f.mlp_out, "bias"));
   return x + m;
 }
 
-at::Tensor Gpt::Embed(const at::Tensor& tokens) {
+at::Tensor Decoder::Embed(const at::Tensor& tokens) {
   Communicator* tp = tp_.get();
   const int64_t vocab_start = tp->rank() * (config_.vocab / tp->size());
   if (hooks_) hooks_->PreForward(0, false);
   const int64_t T = tokens.size(1);
-  const int64_t first_position = sp_ ? sp_->rank() * T : 0;
+  const int64_t first_position = FirstPosition(T);
   if (shape_.layout != TpLayout::k1D) {
     // Embeddings split by hidden like the activations between blocks: a local lookup.
     return at::embedding(Use("wte.weight"), tokens) + Use("wpe.weight").narrow(0, first_position, T);
   }
-  return VocabParallelEmbedding(tokens, P("wte.weight"), vocab_start, tp) + P("wpe.weight").narrow(0, first_position, T);
+  at::Tensor x = VocabParallelEmbedding(tokens, P(family_.token_embedding + ".weight"), vocab_start, tp);
+  if (family_.positions == PositionKind::kLearned) {
+    x = x + P(family_.position_embedding + ".weight").narrow(0, first_position, T);
+  }
+  return x;
 }
 
-at::Tensor Gpt::Blocks(at::Tensor x, int first, int count) {
+at::Tensor Decoder::Blocks(at::Tensor x, int first, int count) {
   for (int i = first; i < first + count; ++i) {
     const int unit = UnitOfLayer(i);
     if (hooks_) hooks_->PreForward(unit, false);
@@ -363,7 +415,7 @@ at::Tensor Gpt::Blocks(at::Tensor x, int first, int count) {
   return x;
 }
 
-at::Tensor Gpt::Head(const at::Tensor& x_in, const at::Tensor& targets) {
+at::Tensor Decoder::Head(const at::Tensor& x_in, const at::Tensor& targets) {
   Communicator* tp = tp_.get();
   const int64_t B = x_in.size(0), T = x_in.size(1);
   const int64_t vocab_start = tp->rank() * (config_.vocab / tp->size());
@@ -372,7 +424,7 @@ at::Tensor Gpt::Head(const at::Tensor& x_in, const at::Tensor& targets) {
     // Logits of this rank's samples: the hidden-split products summed over the hidden axis and
     // scattered by vocabulary, then the vocab-parallel loss over that axis; the mean over the axes
     // that split the samples.
-    at::Tensor x = LayerNorm2D(x_in, Use("ln_f.weight"), Use("ln_f.bias"), kLayerNormEps, grid_);
+    at::Tensor x = LayerNorm2D(x_in, Use("ln_f.weight"), Use("ln_f.bias"), config_.norm_eps, grid_);
     at::Tensor partial = at::matmul(x, Use("wte.weight").t());  // [B, T, V], partial over the hidden axis.
     at::Tensor logits = ReduceScatterAlong(partial, 2, grid_.row);
     const int64_t start = grid_.row->rank() * (config_.vocab / grid_.q);
@@ -382,8 +434,9 @@ at::Tensor Gpt::Head(const at::Tensor& x_in, const at::Tensor& targets) {
     if (hooks_) loss = hooks_->PostForward(0, loss);
     return loss;
   }
-  at::Tensor x = kernels::LayerNorm(x_in, P("ln_f.weight"), P("ln_f.bias"), kLayerNormEps, fused_kernels_);
-  at::Tensor logits = Linear(CopyToTp(x, tp), P("wte.weight"));  // Tied head: [B, T, V/tp].
+  at::Tensor x = Norm(x_in, family_.final_norm, fused_kernels_);
+  const std::string head = tied_.empty() ? family_.lm_head + ".weight" : tied_;
+  at::Tensor logits = Linear(CopyToTp(x, tp), P(head));  // [B, T, V/tp].
   // Low-precision logits: the softmax and the loss are computed in fp32 — by the fused kernel
   // reading the 16-bit logits, or by ATen on an fp32 copy.
   const kernels::FusedKernels* k = kernels::SelectKernels(logits, fused_kernels_);
@@ -395,7 +448,7 @@ at::Tensor Gpt::Head(const at::Tensor& x_in, const at::Tensor& targets) {
   return loss;
 }
 
-at::Tensor Gpt::Loss(const at::Tensor& tokens, const at::Tensor& targets) {
+at::Tensor Decoder::Loss(const at::Tensor& tokens, const at::Tensor& targets) {
   return Head(Blocks(Embed(tokens), 0, config_.layers), targets);
 }
 
@@ -406,7 +459,7 @@ namespace {
 // torch.utils.checkpoint's reentrant mode). Parameter gradients accumulate into their .grad as usual;
 // the block's communication (tp all-reduces) is repeated in the recomputation on every tp rank.
 struct CheckpointFn : public torch::autograd::Function<CheckpointFn> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, Gpt* model, int64_t block) {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, Decoder* model, int64_t block) {
     ctx->saved_data["model"] = reinterpret_cast<int64_t>(model);
     ctx->saved_data["block"] = block;
     ctx->save_for_backward({x});
@@ -414,7 +467,7 @@ struct CheckpointFn : public torch::autograd::Function<CheckpointFn> {
     return model->Block(x, static_cast<int>(block));
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    Gpt* model = reinterpret_cast<Gpt*>(ctx->saved_data["model"].toInt());
+    Decoder* model = reinterpret_cast<Decoder*>(ctx->saved_data["model"].toInt());
     at::Tensor x = ctx->get_saved_variables()[0].detach().requires_grad_(true);
     at::Tensor y;
     {
@@ -430,6 +483,6 @@ struct CheckpointFn : public torch::autograd::Function<CheckpointFn> {
 
 }  // namespace
 
-at::Tensor Gpt::CheckpointedBlock(const at::Tensor& x, int i) { return CheckpointFn::apply(x, this, i); }
+at::Tensor Decoder::CheckpointedBlock(const at::Tensor& x, int i) { return CheckpointFn::apply(x, this, i); }
 
 }  // namespace tessera::parallel

@@ -1,0 +1,42 @@
+// What model to build: a decoder-only transformer of one family and its sizes (no torch, so option
+// structs can include it). The family fixes the architecture (parallel/models/family.h); the sizes
+// are the spec's model.* fields.
+#ifndef TESSERA_PARALLEL_MODELS_MODEL_CONFIG_H_
+#define TESSERA_PARALLEL_MODELS_MODEL_CONFIG_H_
+
+#include <algorithm>
+
+namespace tessera::parallel {
+
+enum class ModelFamily {
+  kGpt2,   // GPT-2: LayerNorm, learned positions, GELU MLP of 4·hidden, biases, tied head.
+  kLlama,  // Llama 2/3 shape: RMSNorm, rotary positions, SwiGLU, grouped-query attention, no biases.
+};
+
+struct ModelConfig {
+  int layers = 4;
+  int hidden = 256;
+  int heads = 4;
+  int vocab = 256;
+  int seq_len = 128;
+  ModelFamily family = ModelFamily::kGpt2;
+  int kv_heads = 0;          // Key/value heads (grouped-query attention); 0: heads. Llama only.
+  int ffn_hidden = 0;        // The MLP's inner width; 0: the family's default (FfnHidden()).
+  double norm_eps = 1e-5;    // LayerNorm / RMSNorm epsilon.
+  double rope_theta = 1e4;   // Rotary positions' base. Llama only.
+  bool tie_embeddings = true;  // The LM head is the token embedding (GPT-2 always).
+
+  int HeadDim() const { return hidden / heads; }
+  int KvHeads() const { return kv_heads > 0 ? kv_heads : heads; }
+  // GPT-2: 4·hidden. Llama: Megatron's SwiGLU default, 2/3 of 4·hidden rounded down to a multiple
+  // of 64 (at least 64), unless given.
+  int FfnHidden() const {
+    if (ffn_hidden > 0) return ffn_hidden;
+    if (family == ModelFamily::kGpt2) return 4 * hidden;
+    return std::max(64, static_cast<int>(4.0 * hidden * 2 / 3 / 64) * 64);
+  }
+};
+
+}  // namespace tessera::parallel
+
+#endif  // TESSERA_PARALLEL_MODELS_MODEL_CONFIG_H_
