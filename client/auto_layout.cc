@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/spec/model_config_of.h"
 
 namespace tessera::client {
 
@@ -9,7 +10,7 @@ parallel::PlanInput PlanInputFor(const v1::JobSpec& spec, int devices, double gf
                                  double memory_gb) {
   parallel::PlanInput in;
   const auto& m = spec.model();
-  in.model = {m.layers(), m.hidden(), m.heads(), m.vocab(), m.seq_len()};
+  in.model = spec::ModelConfigOf(m);
   in.micro_batch = spec.train().micro_batch();
   in.global_batch = spec.train().global_batch();
   in.devices = devices;

@@ -2,6 +2,7 @@
 // namespace of its own (tests/testing/test_hosts.h, addresses 198.18.0.x, no default route), the real
 // CLI, real rank processes; the filesystem is shared, as a cluster's storage would be. Skips with the
 // reason where namespaces cannot be made (not root, no iproute2).
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -172,6 +173,18 @@ class MultiHostTest : public ::testing::Test {
     return pids;
   }
   int RanksLeft() { return static_cast<int>(RankPids().size()); }
+
+  // Each live rank process of this test: pid and command line.
+  std::string RankCommands() {
+    std::string out;
+    for (pid_t pid : RankPids()) {
+      std::ifstream cmd(absl::StrCat("/proc/", pid, "/cmdline"));
+      std::string s((std::istreambuf_iterator<char>(cmd)), std::istreambuf_iterator<char>());
+      std::replace(s.begin(), s.end(), '\0', ' ');
+      absl::StrAppend(&out, "\n  ", pid, ": ", s);
+    }
+    return out;
+  }
 
   // The attempts of job-000001 that have a live rank process now (their job.json is under
   // WORK_DIR/jobs/job-000001/attempt_N/).
@@ -515,13 +528,18 @@ TEST_F(MultiHostTest, CoordinatorRestartedDuringAPartitionRunsOneAttemptAtATime)
   ASSERT_TRUE(WaitFor([&] { return Job(id).value("state", "") != "JOB_STATE_RUNNING"; }, 15)) << Job(id).dump();
   ASSERT_TRUE(WaitFor([&] { return Job(id)["history"][0].value("failed_worker", "") == "node2"; }, 15))
       << "blamed on the host that was cut off: " << Job(id)["history"].dump();
+  // Every rank of the failed attempt ended by its collective timeout long ago, on either side of the
+  // cut (a rank must not linger in its exit path, e.g. on the unreachable store).
+  EXPECT_EQ(AttemptsAlive().count(1), 0u) << "a rank of attempt 1 is alive " << RankCommands();
   ASSERT_TRUE(hosts_->Heal(2).ok());
   size_t most_attempts = 0;
+  std::string seen;
   ASSERT_TRUE(WaitFor([&] {
-    most_attempts = std::max(most_attempts, AttemptsAlive().size());
+    const std::set<int> alive = AttemptsAlive();
+    if (alive.size() > most_attempts) most_attempts = alive.size(), seen = RankCommands();
     return Ended(Job(id));
   }, 150)) << "job stuck: " << Job(id).dump();
-  EXPECT_LE(most_attempts, 1u) << "ranks of two attempts alive at once";
+  EXPECT_LE(most_attempts, 1u) << "ranks of two attempts alive at once: " << seen;
   auto job = Job(id);
   EXPECT_EQ(job.value("state", ""), "JOB_STATE_SUCCEEDED") << job.dump();
   ASSERT_GE(job["history"].size(), 2u) << job.dump();

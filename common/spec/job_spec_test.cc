@@ -261,6 +261,42 @@ TEST(JobSpecTest, SequenceParallelOptions) {
   EXPECT_THAT(unknown.status().message(), HasSubstr("parallel.sp_mode: 'ulysses' is not one of ring | all_to_all"));
 }
 
+TEST(JobSpecTest, ModelFamilies) {
+  auto llama = ParseAndValidate(kValid, {"model.family=llama", "model.kv_heads=2", "model.ffn_hidden=96",
+                                         "model.rope_theta=500000", "model.tie_embeddings=true", "parallel.tp=4"});
+  ASSERT_TRUE(llama.ok()) << llama.status();
+  EXPECT_EQ(llama->model().family(), v1::MODEL_FAMILY_LLAMA);
+  EXPECT_EQ(llama->model().kv_heads(), 2);
+  EXPECT_EQ(llama->model().rope_theta(), 500000);
+  EXPECT_TRUE(llama->model().has_tie_embeddings() && llama->model().tie_embeddings());
+
+  auto bad = ParseAndValidate(kValid, {"model.family=llama", "model.heads=12", "model.hidden=96", "model.kv_heads=3",
+                                       "parallel.tp=2", "model.norm_eps=2", "model.rope_theta=-1"});
+  ASSERT_FALSE(bad.ok());
+  std::string msg(bad.status().message());
+  EXPECT_THAT(msg, HasSubstr("parallel.tp: 2 and model.kv_heads 3: one must divide the other"));
+  EXPECT_THAT(msg, HasSubstr("model.norm_eps: 2 must be in (0, 1)"));
+  EXPECT_THAT(msg, HasSubstr("model.rope_theta: -1 must be positive"));
+
+  auto odd = ParseAndValidate(kValid, {"model.family=llama", "model.heads=4", "model.kv_heads=3", "model.hidden=12",
+                                       "parallel.tp=4", "parallel.tp_mode=2d"});
+  ASSERT_FALSE(odd.ok());
+  msg = std::string(odd.status().message());
+  EXPECT_THAT(msg, HasSubstr("model.kv_heads: 3 does not divide model.heads 4"));
+  EXPECT_THAT(msg, HasSubstr("model.heads: rotary positions need an even head dimension; hidden/heads = 3"));
+  EXPECT_THAT(msg, HasSubstr("parallel.tp_mode: llama runs with tp_mode 1d only so far"));
+
+  auto gpt = ParseAndValidate(kValid, {"model.kv_heads=2", "model.ffn_hidden=100", "model.tie_embeddings=false",
+                                       "model.rope_theta=10000"});
+  ASSERT_FALSE(gpt.ok());
+  msg = std::string(gpt.status().message());
+  EXPECT_THAT(msg, HasSubstr("model.kv_heads: 2: gpt has no grouped-query attention"));
+  EXPECT_THAT(msg, HasSubstr("model.ffn_hidden: 100: gpt's MLP is 4·hidden"));
+  EXPECT_THAT(msg, HasSubstr("model.tie_embeddings: gpt's head is always tied"));
+  EXPECT_THAT(msg, HasSubstr("model.rope_theta: gpt has learned positions"));
+  EXPECT_THAT(ParseAndValidate(kValid, {"model.family=bert"}).status().message(), HasSubstr("model.family"));
+}
+
 TEST(JobSpecTest, MalformedYamlAndOverridesAreErrorsNotCrashes) {
   EXPECT_THAT(ParseJobSpec("name: [unclosed", {}).status().message(), HasSubstr("not valid YAML: line 1"));
   EXPECT_THAT(ParseJobSpec("- a\n- b\n", {}).status().message(), HasSubstr("a job spec is a YAML mapping"));

@@ -142,12 +142,14 @@ Decoder::Decoder(const ModelConfig& c, const ModelPart& part, std::shared_ptr<Co
 void Decoder::CheckConfig() const {
   // The trainer and the spec's validation refuse these first, with the field's name; here they are
   // the class's contract.
+  if (shape_.layout != TpLayout::k1D) {
+    TORCH_CHECK(config_.family == ModelFamily::kGpt2, "Decoder: grid tensor parallelism is GPT-2's only");
+    return;  // The grid's own divisibility: the trainer's checks.
+  }
   const int tp = tp_->size(), kv = config_.KvHeads();
   TORCH_CHECK(config_.heads % tp == 0 && config_.vocab % tp == 0, "Decoder: tp must divide heads and vocab");
   TORCH_CHECK(config_.heads % kv == 0 && (kv % tp == 0 || tp % kv == 0),
               "Decoder: kv_heads must divide heads, and tp divide kv_heads or kv_heads divide tp");
-  TORCH_CHECK(config_.family == ModelFamily::kGpt2 || shape_.layout == TpLayout::k1D,
-              "Decoder: grid tensor parallelism is GPT-2's only");
 }
 
 std::pair<int, int> Decoder::SampleChunk() const {

@@ -35,6 +35,22 @@ struct ModelConfig {
     if (family == ModelFamily::kGpt2) return 4 * hidden;
     return std::max(64, static_cast<int>(4.0 * hidden * 2 / 3 / 64) * 64);
   }
+  // Parameters of one block: attention (q and the output projection h², k and v h·kv each), the MLP
+  // (GPT-2: two matrices h·ffn; Llama's SwiGLU: three), norms, and GPT-2's biases.
+  double BlockParameters() const {
+    const double h = hidden, kv = static_cast<double>(KvHeads()) * HeadDim(), f = FfnHidden();
+    if (family == ModelFamily::kGpt2) return 2 * h * h + 2 * h * kv + 2 * h * f + (3 * h + h + f + h) + 4 * h;
+    return 2 * h * h + 2 * h * kv + 3 * h * f + 2 * h;
+  }
+  // Parameters outside the blocks: those of the first pipeline stage (token and learned position
+  // embeddings), the last's untied head (0 when tied), and the final norm.
+  double EmbeddingParameters() const {
+    return static_cast<double>(vocab) * hidden + (family == ModelFamily::kGpt2 ? static_cast<double>(seq_len) * hidden : 0);
+  }
+  double HeadParameters() const {
+    return family == ModelFamily::kGpt2 || tie_embeddings ? 0 : static_cast<double>(vocab) * hidden;
+  }
+  double FinalNormParameters() const { return family == ModelFamily::kGpt2 ? 2.0 * hidden : hidden; }
 };
 
 }  // namespace tessera::parallel

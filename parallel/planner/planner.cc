@@ -114,9 +114,13 @@ Prediction Predict(const PlanInput& in, const Layout& l) {
   p.layout = l;
 
   // Parameters on the device holding the most (the first stage: its blocks and the embeddings).
-  const double block_params = 12 * h * h + 13 * h;
-  const double params_total = L * block_params + V * h + T * h + 2 * h;
-  const double params_dev = L / l.pp * block_params / s.weights + (V * h + T * h) / (l.tp_mode == "1d" ? l.tp : s.q);
+  // GPT-2: 12h² + 13h per block; Llama by its kv heads and SwiGLU width (ModelConfig).
+  const double block_params = m.BlockParameters();
+  const double params_total = L * block_params + m.EmbeddingParameters() + m.HeadParameters() + m.FinalNormParameters();
+  // The embeddings (first stage) or an untied head (last stage), whichever is larger; norms neglected.
+  const double outside = l.pp > 1 ? std::max(m.EmbeddingParameters(), m.HeadParameters())
+                                  : m.EmbeddingParameters() + m.HeadParameters();
+  const double params_dev = L / l.pp * block_params / s.weights + outside / (l.tp_mode == "1d" ? l.tp : s.q);
   p.state_bytes = 16 * params_dev;
 
   // Pipeline: bubble and peak micro-batch chunks alive on the first stage, from the schedule.

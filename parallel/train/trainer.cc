@@ -97,7 +97,7 @@ absl::Status Trainer::Init() {
     return absl::InvalidArgumentError(absl::StrCat("parallel.tp_mode ", options_.tp_mode, ": ",
                                                    FamilyName(m.family), " runs with tp_mode 1d only so far"));
   }
-  if (m.heads % m.KvHeads() != 0 || (m.KvHeads() % tp != 0 && tp % m.KvHeads() != 0)) {
+  if (!grid && (m.heads % m.KvHeads() != 0 || (m.KvHeads() % tp != 0 && tp % m.KvHeads() != 0))) {
     return absl::InvalidArgumentError(absl::StrCat("model.kv_heads ", m.KvHeads(), " must divide model.heads ", m.heads,
                                                    ", and divide or be divided by tp ", tp));
   }

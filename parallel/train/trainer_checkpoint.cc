@@ -287,10 +287,10 @@ absl::Status Trainer::LoadCheckpoint(const std::string& path) {
     return absl::FailedPreconditionError(absl::StrCat("checkpoint ", path, " was written for model.family ", family,
                                                       ", the spec says ", FamilyName(c.family)));
   }
-  for (const auto& [key, want] : std::map<std::string, int>{{"layers", c.layers}, {"hidden", c.hidden},
-                                                            {"heads", c.heads}, {"vocab", c.vocab},
-                                                            {"seq_len", c.seq_len}, {"kv_heads", c.KvHeads()},
-                                                            {"ffn_hidden", c.FfnHidden()}}) {
+  // The sizes first, then what follows from them (a wider model also has a wider MLP).
+  for (const auto& [key, want] : std::vector<std::pair<std::string, int>>{
+           {"layers", c.layers}, {"hidden", c.hidden}, {"heads", c.heads}, {"vocab", c.vocab},
+           {"seq_len", c.seq_len}, {"kv_heads", c.KvHeads()}, {"ffn_hidden", c.FfnHidden()}}) {
     const int fallback = key == "kv_heads" ? c.heads : key == "ffn_hidden" ? 4 * c.hidden : -1;
     if (state["model"].value(key, fallback) != want) {
       return absl::FailedPreconditionError(absl::StrCat("checkpoint ", path, " was written for model.", key, " ",

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/testing/cli.h"
 
@@ -95,6 +96,16 @@ LayoutSuite::LayoutSuite(const std::string& name, const std::string& yaml, int s
   const std::string data = WriteTokenFile(dir_, 40000);
   std::ofstream(spec_) << yaml << "data: {path: " << data << "}\n";
   reference_ = Run("single", {});
+}
+
+std::string Gpt2Family::Model(int layers, int hidden, int heads, int vocab, int seq_len) {
+  return absl::StrCat("{layers: ", layers, ", hidden: ", hidden, ", heads: ", heads, ", vocab: ", vocab,
+                      ", seq_len: ", seq_len, "}");
+}
+
+std::string LlamaFamily::Model(int layers, int hidden, int heads, int vocab, int seq_len) {
+  return absl::StrCat("{family: llama, layers: ", layers, ", hidden: ", hidden, ", heads: ", heads,
+                      ", kv_heads: ", heads / 2, ", vocab: ", vocab, ", seq_len: ", seq_len, "}");
 }
 
 }  // namespace tessera::testing

@@ -70,8 +70,9 @@ class LayoutSuite {
 template <typename Suite>
 class LayoutSuiteTest : public ::testing::Test {
  protected:
+  // Once per Suite (a fixture derived from the suite for a few tests of its own shares it).
   static void Start(const std::string& name, const std::string& yaml, int steps, int tensors) {
-    suite_ = new LayoutSuite(name, yaml, steps, tensors);
+    if (suite_ == nullptr) suite_ = new LayoutSuite(name, yaml, steps, tensors);
   }
   static std::string Run(const std::string& name, const std::vector<std::string>& sets) {
     return suite_->Run(name, sets);
@@ -87,6 +88,25 @@ class LayoutSuiteTest : public ::testing::Test {
 
 template <typename Suite>
 LayoutSuite* LayoutSuiteTest<Suite>::suite_ = nullptr;
+
+// Model families, for layout suites parametrised by family (TYPED_TEST_SUITE(Suite, Families,
+// FamilyNames)): the spec's model line for given sizes, and how many tensors that model has.
+struct Gpt2Family {
+  static constexpr const char* kName = "gpt";
+  static std::string Model(int layers, int hidden, int heads, int vocab, int seq_len);
+  static int Tensors(int layers) { return 2 + 12 * layers + 2; }  // wte, wpe, blocks, ln_f.
+};
+// Grouped-query attention with kv_heads = heads / 2, an untied head (docs/models.md).
+struct LlamaFamily {
+  static constexpr const char* kName = "llama";
+  static std::string Model(int layers, int hidden, int heads, int vocab, int seq_len);
+  static int Tensors(int layers) { return 1 + 9 * layers + 2; }  // embed_tokens, blocks, norm, lm_head.
+};
+using Families = ::testing::Types<Gpt2Family, LlamaFamily>;
+struct FamilyNames {
+  template <typename Family>
+  static std::string GetName(int) { return Family::kName; }
+};
 
 }  // namespace tessera::testing
 

@@ -1,17 +1,13 @@
 #include "worker/rank/spec_to_options.h"
 
+#include "common/spec/model_config_of.h"
+
 namespace tessera::rank {
 
 parallel::TrainerOptions ToTrainerOptions(const v1::JobSpec& spec) {
   parallel::TrainerOptions o;
   const auto& m = spec.model();
-  o.model = {m.layers(), m.hidden(), m.heads(), m.vocab(), m.seq_len()};
-  o.model.family = m.family() == v1::MODEL_FAMILY_LLAMA ? parallel::ModelFamily::kLlama : parallel::ModelFamily::kGpt2;
-  o.model.kv_heads = m.kv_heads();
-  o.model.ffn_hidden = m.ffn_hidden();
-  if (m.norm_eps() > 0) o.model.norm_eps = m.norm_eps();
-  if (m.rope_theta() > 0) o.model.rope_theta = m.rope_theta();
-  o.model.tie_embeddings = o.model.family == parallel::ModelFamily::kGpt2 || m.tie_embeddings();
+  o.model = spec::ModelConfigOf(m);
   o.init_from = m.init_from();
   o.data.path = spec.data().path();
   o.data.token_bytes = spec.data().dtype() == v1::TOKEN_DTYPE_UINT32 ? 4 : 2;

@@ -1,0 +1,84 @@
+// The family specs as the decoder builds them: each family's parameter names and count, the
+// planner's parameter formulas (ModelConfig) against the tensors really made, and the pipeline parts
+// of a tied and an untied head.
+#include "parallel/models/decoder.h"
+
+#include <cmath>
+#include <memory>
+
+#include <ATen/ATen.h>
+
+#include "gtest/gtest.h"
+#include "parallel/comm/self_communicator.h"
+
+namespace tessera::parallel {
+namespace {
+
+ModelConfig Config(ModelFamily family) {
+  ModelConfig c;
+  c.layers = 3;
+  c.hidden = 64;
+  c.heads = 4;
+  c.vocab = 100;
+  c.seq_len = 16;
+  c.family = family;
+  if (family == ModelFamily::kLlama) c.kv_heads = 2, c.ffn_hidden = 160, c.tie_embeddings = false;
+  return c;
+}
+
+std::shared_ptr<Communicator> Self() { return std::make_shared<SelfCommunicator>(0, "tp[0]"); }
+
+TEST(DecoderTest, ParameterFormulasCountTheTensorsMade) {
+  for (ModelFamily family : {ModelFamily::kGpt2, ModelFamily::kLlama}) {
+    const ModelConfig c = Config(family);
+    Decoder model(c, Self(), /*seed=*/1, c10::Device(c10::kCPU));
+    const double formula = c.layers * c.BlockParameters() + c.EmbeddingParameters() + c.HeadParameters() +
+                           c.FinalNormParameters();
+    EXPECT_EQ(static_cast<double>(model.num_parameters()), formula) << FamilyName(family);
+  }
+}
+
+TEST(DecoderTest, LlamaNamesAreTransformersNamesAndItsHeadIsUntied) {
+  const ModelConfig c = Config(ModelFamily::kLlama);
+  Decoder model(c, Self(), 1, c10::Device(c10::kCPU));
+  EXPECT_EQ(model.params().size(), static_cast<size_t>(1 + 9 * c.layers + 2));
+  for (const char* name : {"embed_tokens.weight", "layers.2.input_layernorm.weight", "layers.0.self_attn.q_proj.weight",
+                           "layers.1.self_attn.k_proj.weight", "layers.1.self_attn.v_proj.weight",
+                           "layers.1.self_attn.o_proj.weight", "layers.0.post_attention_layernorm.weight",
+                           "layers.0.mlp.gate_proj.weight", "layers.0.mlp.up_proj.weight",
+                           "layers.0.mlp.down_proj.weight", "norm.weight", "lm_head.weight"}) {
+    EXPECT_TRUE(model.holds(name)) << name;
+  }
+  EXPECT_EQ(model.tied_embedding(), "");
+  // Key/value projections have kv_heads·head_dim rows.
+  for (const Param& p : model.params()) {
+    if (p.name == "layers.0.self_attn.k_proj.weight") EXPECT_EQ(p.full_shape, (std::vector<int64_t>{32, 64}));
+  }
+  // A pipeline's last stage holds the head, not the embedding; GPT-2's holds the tied embedding.
+  ModelPart last;
+  last.layers = {2};
+  last.embedding = false;
+  Decoder tail(c, last, Self(), 1, c10::Device(c10::kCPU));
+  EXPECT_TRUE(tail.holds("lm_head.weight"));
+  EXPECT_FALSE(tail.holds("embed_tokens.weight"));
+  Decoder gpt_tail(Config(ModelFamily::kGpt2), last, Self(), 1, c10::Device(c10::kCPU));
+  EXPECT_TRUE(gpt_tail.holds("wte.weight"));
+  EXPECT_EQ(gpt_tail.tied_embedding(), "wte.weight");
+  // Units: the non-block parameters, then one per held block.
+  EXPECT_EQ(tail.Units().size(), 2u);
+  EXPECT_EQ(tail.Units()[1].size(), 9u);
+}
+
+TEST(DecoderTest, TiedLlamaUsesItsEmbeddingAsTheHead) {
+  ModelConfig c = Config(ModelFamily::kLlama);
+  c.tie_embeddings = true;
+  Decoder model(c, Self(), 1, c10::Device(c10::kCPU));
+  EXPECT_FALSE(model.holds("lm_head.weight"));
+  EXPECT_EQ(model.tied_embedding(), "embed_tokens.weight");
+  at::Tensor tokens = at::arange(16, at::kLong).remainder(c.vocab).view({2, 8});
+  at::Tensor loss = model.Loss(tokens, tokens);
+  EXPECT_TRUE(std::isfinite(loss.item<double>()));
+}
+
+}  // namespace
+}  // namespace tessera::parallel
