@@ -438,7 +438,9 @@ void Coordinator::RankGoneLocked(JobEntry& e, int rank) {
   r.exited = true;
   auto w = workers_.find(r.worker_id);
   if (w == workers_.end()) return;
-  w->second.used_devices.erase(r.local_rank);
+  bool held = false;  // By a superseded rank still there.
+  for (const auto& [key, device] : w->second.stopping) held |= device == r.local_rank;
+  if (!held) w->second.used_devices.erase(r.local_rank);
   if (rank == 0) w->second.used_ports.erase(e.job.store_port());
 }
 

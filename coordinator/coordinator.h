@@ -132,6 +132,10 @@ class Coordinator {
     int64_t stream = 0;                // The newest assignment stream (StreamOpened).
 
     std::set<int> used_devices;
+    // Ranks this worker still runs (or has not reported the exit of) that belong to no current
+    // attempt — superseded, being stopped — with their device: it stays used until they are gone, so
+    // a new attempt never shares a device with a rank of an old one.
+    std::map<std::tuple<std::string, int, int>, int> stopping;
     std::set<int> used_ports;
     absl::Time last_heartbeat;
     int64_t session = 0;  // Of the newest registration.
@@ -139,6 +143,10 @@ class Coordinator {
   };
 
   void TryScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sets the worker's `stopping` from the ranks it lists (registration or heartbeat); whether any
+  // rank left it (its device may be free now).
+  bool NoteStoppingLocked(const std::string& id, const google::protobuf::RepeatedPtrField<v1::RunningRank>& listed)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `counts`: whether the failure spends one of the job's restarts (false for ranks lost to a
   // coordinator restart rather than to the job).
   // `failed_worker`: the worker whose rank, registration or silence ended the attempt ("" if none).

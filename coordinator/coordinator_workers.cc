@@ -118,6 +118,7 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(const v1:
   for (const v1::RunningRank& r : req.running()) running.insert({r.job_id(), r.attempt(), r.rank()});
   ReconcileLocked(id, running, std::numeric_limits<int64_t>::max(), "registered again without",
                   "(the worker restarted?)");
+  NoteStoppingLocked(id, req.running());
   RefreshWorkerUsageLocked();
   for (auto& [jid, e] : jobs_) CheckAdoptionLocked(e);
   TryScheduleLocked();
@@ -173,8 +174,29 @@ int64_t Coordinator::SendLocked(WorkerEntry& w, v1::Assignment a) {
   return w.last_seq;
 }
 
+bool Coordinator::NoteStoppingLocked(const std::string& id,
+                                     const google::protobuf::RepeatedPtrField<v1::RunningRank>& listed) {
+  WorkerEntry& w = workers_[id];
+  std::map<std::tuple<std::string, int, int>, int> stopping;
+  for (const v1::RunningRank& r : listed) {
+    auto it = jobs_.find(r.job_id());
+    const bool current = it != jobs_.end() && !IsTerminal(it->second.job.state()) &&
+                         it->second.job.attempt() == r.attempt() && r.rank() >= 0 &&
+                         r.rank() < static_cast<int>(it->second.ranks.size()) &&
+                         it->second.ranks[r.rank()].worker_id == id && !it->second.ranks[r.rank()].exited;
+    if (!current) stopping[{r.job_id(), r.attempt(), r.rank()}] = r.device();
+  }
+  bool left = false;
+  for (const auto& [key, device] : w.stopping) left |= !stopping.count(key);
+  w.stopping = std::move(stopping);
+  return left;
+}
+
 void Coordinator::RefreshWorkerUsageLocked() {
-  for (auto& [id, w] : workers_) w.used_devices.clear(), w.used_ports.clear();
+  for (auto& [id, w] : workers_) {
+    w.used_devices.clear(), w.used_ports.clear();
+    for (const auto& [key, device] : w.stopping) w.used_devices.insert(device);
+  }
   for (auto& [id, e] : jobs_) {
     for (size_t r = 0; r < e.ranks.size(); ++r) {
       if (e.ranks[r].exited) continue;
@@ -216,7 +238,9 @@ absl::Status Coordinator::Heartbeat(const v1::HeartbeatRequest& req) {
   std::set<std::tuple<std::string, int, int>> listed;
   for (const v1::RunningRank& r : req.ranks()) listed.insert({r.job_id(), r.attempt(), r.rank()});
   // Every second from every worker: the usage and the queue are revisited only when a rank was gone.
-  if (ReconcileLocked(req.worker_id(), listed, w.applied_seq, "no longer has", "(its exit was not reported)")) {
+  const bool stopped = NoteStoppingLocked(req.worker_id(), req.ranks());
+  if (ReconcileLocked(req.worker_id(), listed, w.applied_seq, "no longer has", "(its exit was not reported)") ||
+      stopped) {
     RefreshWorkerUsageLocked();
     TryScheduleLocked();
     changed_.SignalAll();

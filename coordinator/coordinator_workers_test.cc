@@ -261,6 +261,49 @@ TEST_F(CoordinatorTest, WorkerBackWithoutItsRankReleasesAnAttemptThatAlreadyFail
   EXPECT_THAT(first.reason(), HasSubstr("; then worker b registered again without rank 1"));
 }
 
+// b is lost while its rank runs on (a partition): the attempt fails and the job waits for a second
+// device. b comes back still listing that rank (it lingers, e.g. waiting on an unreachable store): it
+// is told to stop, and its device is not given to the next attempt until b no longer lists the rank.
+TEST_F(CoordinatorTest, ASupersededRankStillRunningKeepsItsDeviceUntilItIsGone) {
+  std::string id;
+  v1::Assignment on_a, on_b;
+  ASSERT_NO_FATAL_FAILURE(RunningOnAAndB(2, &id, &on_a, &on_b));
+  absl::SleepFor(absl::Milliseconds(300));  // Past the 200 ms heartbeat timeout; only a beats.
+  ASSERT_TRUE(c_->Heartbeat("a", sessions_["a"]).ok());
+  c_->CheckLiveness();
+  ASSERT_EQ(State(id), v1::JOB_STATE_RESTARTING) << c_->GetJob(id)->reason();
+  Report("a", on_a, v1::ReportRankStatusRequest::EVENT_EXITED, -15);  // a's rank stopped.
+  ASSERT_EQ(State(id), v1::JOB_STATE_PENDING) << c_->GetJob(id)->reason();
+  Drain("a");
+  // b registers again, its rank of attempt 1 still running on device 0.
+  v1::RegisterWorkerRequest r = Registration("b", 1);
+  auto* running = r.add_running();
+  running->set_job_id(id);
+  running->set_attempt(1);
+  running->set_rank(on_b.rank());
+  running->set_device(on_b.local_rank());
+  auto b = c_->RegisterWorker(r);
+  ASSERT_TRUE(b.ok()) << b.status();
+  auto to_b = Drain("b");
+  ASSERT_EQ(to_b.size(), 1u);
+  EXPECT_EQ(to_b[0].action(), v1::Assignment::ACTION_STOP);
+  EXPECT_EQ(State(id), v1::JOB_STATE_PENDING) << "b's only device is still taken";
+  // Still listed in a heartbeat: still taken.
+  v1::HeartbeatRequest hb;
+  hb.set_worker_id("b");
+  hb.set_session(b->session());
+  hb.set_applied_seq(to_b[0].seq());
+  hb.set_reports_ranks(true);
+  *hb.add_ranks() = *running;
+  ASSERT_TRUE(c_->Heartbeat(hb).ok());
+  EXPECT_EQ(State(id), v1::JOB_STATE_PENDING);
+  // Gone: attempt 2 is placed on a and b.
+  hb.clear_ranks();
+  ASSERT_TRUE(c_->Heartbeat(hb).ok());
+  EXPECT_EQ(State(id), v1::JOB_STATE_SCHEDULED) << c_->GetJob(id)->reason();
+  EXPECT_EQ(c_->GetJob(id)->attempt(), 2);
+}
+
 TEST_F(CoordinatorTest, RankThatFinishedDuringACoordinatorOutageCountsAsFinished) {
   const std::string a = AddWorker("a", 1);
   auto job = c_->Submit(Spec(1, 1), 0);

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/process/subprocess.h"
+#include "common/spec/model_config_of.h"
 #include "parallel/checkpoint/checkpoint_dir.h"
 #include "google/protobuf/util/json_util.h"
 #include "nlohmann/json.hpp"
@@ -17,9 +18,7 @@ namespace tessera::worker {
 namespace fs = std::filesystem;
 
 double ModelFlopsPerToken(const v1::JobSpec& spec) {
-  const double L = spec.model().layers(), h = spec.model().hidden(), V = spec.model().vocab(), S = spec.model().seq_len();
-  const double params = L * (12 * h * h + 13 * h) + V * h + S * h + 2 * h;
-  return 6 * params + 12 * L * h * S;
+  return spec::ModelConfigOf(spec.model()).TrainingFlopsPerToken();
 }
 
 RankSupervisor::~RankSupervisor() {
@@ -70,6 +69,7 @@ absl::Status RankSupervisor::Start(const v1::Assignment& a) {
   auto pid = process::Spawn(so);
   if (!pid.ok()) return pid.status();
   r.pid = *pid;
+  r.device = a.local_rank();
   r.flops_per_token = ModelFlopsPerToken(a.spec());
   r.world_size = a.world_size();
   r.samples_per_step = a.spec().train().global_batch();
@@ -191,6 +191,7 @@ std::vector<v1::RunningRank> RankSupervisor::Running() const {
     rr.set_job_id(std::get<0>(key));
     rr.set_attempt(std::get<1>(key));
     rr.set_rank(std::get<2>(key));
+    rr.set_device(r.device);
     out.push_back(std::move(rr));
   }
   return out;

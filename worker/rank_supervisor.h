@@ -79,6 +79,7 @@ class RankSupervisor {
 
  private:
   struct Rank {
+    int device = 0;  // Assignment.local_rank.
     pid_t pid = -1;
     std::string log_path;
     std::string steps_path;  // Rank 0 only.

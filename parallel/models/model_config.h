@@ -51,6 +51,14 @@ struct ModelConfig {
     return family == ModelFamily::kGpt2 || tie_embeddings ? 0 : static_cast<double>(vocab) * hidden;
   }
   double FinalNormParameters() const { return family == ModelFamily::kGpt2 ? 2.0 * hidden : hidden; }
+  double Parameters() const {
+    return layers * BlockParameters() + EmbeddingParameters() + HeadParameters() + FinalNormParameters();
+  }
+  // Model FLOPs of training on one token (forward and backward): 6 per parameter and the attention
+  // scores and values, 12·layers·hidden·seq_len (the MFU convention; no recomputation counted).
+  double TrainingFlopsPerToken() const {
+    return 6 * Parameters() + 12.0 * layers * hidden * seq_len;
+  }
 };
 
 }  // namespace tessera::parallel

@@ -116,7 +116,6 @@ Prediction Predict(const PlanInput& in, const Layout& l) {
   // Parameters on the device holding the most (the first stage: its blocks and the embeddings).
   // GPT-2: 12h² + 13h per block; Llama by its kv heads and SwiGLU width (ModelConfig).
   const double block_params = m.BlockParameters();
-  const double params_total = L * block_params + m.EmbeddingParameters() + m.HeadParameters() + m.FinalNormParameters();
   // The embeddings (first stage) or an untied head (last stage), whichever is larger; norms neglected.
   const double outside = l.pp > 1 ? std::max(m.EmbeddingParameters(), m.HeadParameters())
                                   : m.EmbeddingParameters() + m.HeadParameters();
@@ -139,7 +138,7 @@ Prediction Predict(const PlanInput& in, const Layout& l) {
 
   // Compute.
   const double tokens = static_cast<double>(in.global_batch) * T;
-  double flops = tokens * (6 * params_total + 12 * L * T * h);
+  double flops = tokens * m.TrainingFlopsPerToken();
   if (in.activation_checkpointing) flops *= 4.0 / 3.0;
   p.compute_s = flops / in.devices / in.device.flops / (1 - p.bubble);
 
