@@ -140,11 +140,12 @@ class Coordinator {
     absl::Time last_heartbeat;
     int64_t session = 0;  // Of the newest registration.
     std::string instance;  // The worker process that registered it (RegisterWorkerRequest.instance).
+    int64_t attempt = 0;   // Its RegisterWorkerRequest.attempt.
   };
 
   void TryScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Sets the worker's `stopping` from the ranks it lists (registration or heartbeat); whether any
-  // rank left it (its device may be free now).
+  // Sets the worker's `stopping` from the ranks it lists (registration or heartbeat); whether it
+  // changed (the worker's used devices must be recounted: a device taken, or free again).
   bool NoteStoppingLocked(const std::string& id, const google::protobuf::RepeatedPtrField<v1::RunningRank>& listed)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `counts`: whether the failure spends one of the job's restarts (false for ranks lost to a

@@ -58,8 +58,16 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(const v1:
         " ago): give this worker another --name (a restarted worker is accepted once its predecessor has been "
         "silent for ", absl::FormatDuration(options_.name_hold), ")"));
   }
+  if (auto same = workers_.find(id); same != workers_.end() && !req.instance().empty() &&
+                                     same->second.instance == req.instance() && req.attempt() > 0 &&
+                                     req.attempt() <= same->second.attempt) {
+    return absl::AbortedError(absl::StrCat("registration ", req.attempt(), " of worker ", id,
+                                           " arrived after its registration ", same->second.attempt,
+                                           " was accepted; ignored"));
+  }
   WorkerEntry& w = workers_[id];
   w.instance = req.instance();
+  w.attempt = req.attempt();
   w.info.set_id(id);
   w.info.set_name(req.name());
   w.info.set_device_kind(req.device_kind());
@@ -186,10 +194,9 @@ bool Coordinator::NoteStoppingLocked(const std::string& id,
                          it->second.ranks[r.rank()].worker_id == id && !it->second.ranks[r.rank()].exited;
     if (!current) stopping[{r.job_id(), r.attempt(), r.rank()}] = r.device();
   }
-  bool left = false;
-  for (const auto& [key, device] : w.stopping) left |= !stopping.count(key);
+  const bool changed = stopping != w.stopping;
   w.stopping = std::move(stopping);
-  return left;
+  return changed;
 }
 
 void Coordinator::RefreshWorkerUsageLocked() {
@@ -238,9 +245,9 @@ absl::Status Coordinator::Heartbeat(const v1::HeartbeatRequest& req) {
   std::set<std::tuple<std::string, int, int>> listed;
   for (const v1::RunningRank& r : req.ranks()) listed.insert({r.job_id(), r.attempt(), r.rank()});
   // Every second from every worker: the usage and the queue are revisited only when a rank was gone.
-  const bool stopped = NoteStoppingLocked(req.worker_id(), req.ranks());
+  const bool stopping_changed = NoteStoppingLocked(req.worker_id(), req.ranks());
   if (ReconcileLocked(req.worker_id(), listed, w.applied_seq, "no longer has", "(its exit was not reported)") ||
-      stopped) {
+      stopping_changed) {
     RefreshWorkerUsageLocked();
     TryScheduleLocked();
     changed_.SignalAll();

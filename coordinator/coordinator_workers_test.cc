@@ -304,6 +304,31 @@ TEST_F(CoordinatorTest, ASupersededRankStillRunningKeepsItsDeviceUntilItIsGone) 
   EXPECT_EQ(c_->GetJob(id)->attempt(), 2);
 }
 
+// A worker's registration request delayed in a partition reaches the coordinator after the worker's
+// next one was accepted: it is refused, and the newer registration (its session) stands.
+TEST_F(CoordinatorTest, AStaleRegistrationOfTheSameWorkerProcessIsRefused) {
+  v1::RegisterWorkerRequest first = Registration("a", 1), second = Registration("a", 1);
+  first.set_instance("198.18.0.2/100/1");
+  first.set_attempt(1);
+  second.set_instance("198.18.0.2/100/1");
+  second.set_attempt(2);
+  auto accepted = c_->RegisterWorker(second);
+  ASSERT_TRUE(accepted.ok()) << accepted.status();
+  auto stale = c_->RegisterWorker(first);
+  EXPECT_EQ(stale.status().code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(stale.status().message(), HasSubstr("registration 1 of worker a arrived after its registration 2"));
+  EXPECT_TRUE(c_->Heartbeat("a", accepted->session()).ok()) << "the newer session stands";
+  // A later request of the same process, or any request of a new process, is accepted.
+  v1::RegisterWorkerRequest third = second;
+  third.set_attempt(3);
+  EXPECT_TRUE(c_->RegisterWorker(third).ok());
+  v1::RegisterWorkerRequest restarted = Registration("a", 1);
+  restarted.set_instance("198.18.0.2/200/2");
+  restarted.set_attempt(1);
+  absl::SleepFor(absl::Milliseconds(300));  // The name hold (100 ms) of the previous process.
+  EXPECT_TRUE(c_->RegisterWorker(restarted).ok());
+}
+
 TEST_F(CoordinatorTest, RankThatFinishedDuringACoordinatorOutageCountsAsFinished) {
   const std::string a = AddWorker("a", 1);
   auto job = c_->Submit(Spec(1, 1), 0);

@@ -92,6 +92,7 @@ void Agent::Run(const std::atomic<bool>& stop) {
   ReportQueue unsent;  // Reports not yet delivered.
   bool said_unreachable = false;
   std::string last_refusal;  // The last ALREADY_EXISTS message printed.
+  int64_t registrations = 0;  // Registration requests sent (RegisterWorkerRequest.attempt).
   int64_t session = 0;       // Of the current registration.
   int64_t applied_seq = 0;   // Every order of the session up to this one is applied (the acknowledgement).
   // This process, for the coordinator to tell a second worker under the same name from this one.
@@ -111,6 +112,7 @@ void Agent::Run(const std::atomic<bool>& stop) {
       req.set_store_port_max(options_.store_port_max);
       req.set_metrics_address(options_.metrics_address);
       req.set_instance(instance);
+      req.set_attempt(++registrations);
       for (auto& r : supervisor.Running()) *req.add_running() = r;
       for (const auto& r : unsent.Exits()) *req.add_exited() = r;
       v1::RegisterWorkerResponse resp;
