@@ -198,6 +198,7 @@ absl::StatusOr<v1::Job> Coordinator::Submit(const v1::JobSpec& spec, int max_res
 }
 
 void Coordinator::TryScheduleLocked() {
+  if (defer_scheduling_) return;  // The registration in progress schedules when it is done.
   // In queue order (first come, first served); a job that does not fit lets later ones that do fit
   // go first (backfill), unless it has waited longer than backfill_limit: then nothing behind it of
   // its device kind is placed until it is, so that a large job is not starved by a stream of small

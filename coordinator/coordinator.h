@@ -195,6 +195,10 @@ class Coordinator {
   uint64_t version_counter_ ABSL_GUARDED_BY(mu_) = 0;
   // Sessions count up from the start time, so that none repeats one of a previous coordinator process.
   int64_t last_session_ ABSL_GUARDED_BY(mu_) = absl::ToUnixMicros(absl::Now());
+  // While a registration applies the worker's exits and reconciles its ranks, nothing is placed:
+  // an attempt placed in between (on the worker just registered) would be "missing" from the
+  // registration's own list of running ranks and fail at once, its start order left in the queue.
+  bool defer_scheduling_ ABSL_GUARDED_BY(mu_) = false;
   int64_t last_stream_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

@@ -84,6 +84,7 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(const v1:
   w.last_seq = 0;
   w.applied_seq = 0;
   w.session = ++last_session_;  // Streams of earlier registrations stop taking orders.
+  defer_scheduling_ = true;     // Until the reconciliation below is done (TryScheduleLocked at the end).
   // Exits the worker could not report while it was away come first.
   for (v1::ReportRankStatusRequest exit : req.exited()) {
     exit.set_worker_id(id);
@@ -127,6 +128,7 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(const v1:
   ReconcileLocked(id, running, std::numeric_limits<int64_t>::max(), "registered again without",
                   "(the worker restarted?)");
   NoteStoppingLocked(id, req.running());
+  defer_scheduling_ = false;
   RefreshWorkerUsageLocked();
   for (auto& [jid, e] : jobs_) CheckAdoptionLocked(e);
   TryScheduleLocked();

@@ -329,6 +329,39 @@ TEST_F(CoordinatorTest, AStaleRegistrationOfTheSameWorkerProcessIsRefused) {
   EXPECT_TRUE(c_->RegisterWorker(restarted).ok());
 }
 
+// b is lost (a partition) and comes back with the exit of its rank that it could not report: the
+// job is placed again at that registration — and not failed by it ("registered again without" its
+// new rank, which it could not list yet).
+TEST_F(CoordinatorTest, ARegistrationThatReportsExitsPlacesTheNextAttemptWithoutFailingIt) {
+  std::string id;
+  v1::Assignment on_a, on_b;
+  ASSERT_NO_FATAL_FAILURE(RunningOnAAndB(2, &id, &on_a, &on_b));
+  absl::SleepFor(absl::Milliseconds(300));
+  ASSERT_TRUE(c_->Heartbeat("a", sessions_["a"]).ok());
+  c_->CheckLiveness();  // b lost.
+  Report("a", on_a, v1::ReportRankStatusRequest::EVENT_EXITED, 1);
+  ASSERT_EQ(State(id), v1::JOB_STATE_PENDING) << c_->GetJob(id)->reason();
+  Drain("a");
+  v1::RegisterWorkerRequest r = Registration("b", 1);
+  v1::ReportRankStatusRequest* exit = r.add_exited();
+  exit->set_job_id(id);
+  exit->set_attempt(1);
+  exit->set_rank(on_b.rank());
+  exit->set_event(v1::ReportRankStatusRequest::EVENT_EXITED);
+  exit->set_exit_code(1);
+  ASSERT_TRUE(c_->RegisterWorker(r).ok());
+  auto job = c_->GetJob(id);
+  EXPECT_EQ(job->state(), v1::JOB_STATE_SCHEDULED) << job->reason();
+  EXPECT_EQ(job->attempt(), 2);
+  for (const v1::Attempt& h : job->history()) {
+    EXPECT_THAT(h.reason(), ::testing::Not(HasSubstr("registered again without"))) << "attempt " << h.attempt();
+  }
+  auto to_b = Drain("b");
+  ASSERT_EQ(to_b.size(), 1u);
+  EXPECT_EQ(to_b[0].action(), v1::Assignment::ACTION_START);
+  EXPECT_EQ(to_b[0].attempt(), 2);
+}
+
 TEST_F(CoordinatorTest, RankThatFinishedDuringACoordinatorOutageCountsAsFinished) {
   const std::string a = AddWorker("a", 1);
   auto job = c_->Submit(Spec(1, 1), 0);
