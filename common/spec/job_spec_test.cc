@@ -295,6 +295,11 @@ TEST(JobSpecTest, ModelFamilies) {
   EXPECT_THAT(msg, HasSubstr("model.tie_embeddings: gpt's head is always tied"));
   EXPECT_THAT(msg, HasSubstr("model.rope_theta: gpt has learned positions"));
   EXPECT_THAT(ParseAndValidate(kValid, {"model.family=bert"}).status().message(), HasSubstr("model.family"));
+  EXPECT_TRUE(ParseAndValidate(kValid, {"model.activation=gelu_tanh"}).ok());
+  EXPECT_THAT(ParseAndValidate(kValid, {"model.activation=silu"}).status().message(),
+              HasSubstr("model.activation: gpt's MLP is gelu or gelu_tanh"));
+  EXPECT_THAT(ParseAndValidate(kValid, {"model.family=llama", "model.activation=gelu"}).status().message(),
+              HasSubstr("model.activation: llama's MLP is SwiGLU (silu)"));
 }
 
 TEST(JobSpecTest, MalformedYamlAndOverridesAreErrorsNotCrashes) {

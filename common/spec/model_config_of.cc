@@ -15,6 +15,7 @@ parallel::ModelConfig ModelConfigOf(const v1::ModelSpec& m) {
   if (m.norm_eps() > 0) c.norm_eps = m.norm_eps();
   if (m.rope_theta() > 0) c.rope_theta = m.rope_theta();
   c.tie_embeddings = c.family == parallel::ModelFamily::kGpt2 || m.tie_embeddings();
+  c.gelu_tanh = m.activation() == v1::ACTIVATION_GELU_TANH;
   return c;
 }
 

@@ -66,6 +66,7 @@ void CheckModel(const v1::ModelSpec& m, Checker& c) {
     }
     if (m.has_tie_embeddings() && !m.tie_embeddings()) c.Fail("model.tie_embeddings", "gpt's head is always tied");
     if (m.rope_theta() != 0) c.Fail("model.rope_theta", "gpt has learned positions, not rotary ones");
+    if (m.activation() == v1::ACTIVATION_SILU) c.Fail("model.activation", "gpt's MLP is gelu or gelu_tanh");
   }
   if (llama) {
     if (heads_ok && m.kv_heads() > 0 && m.heads() % m.kv_heads() != 0) {
@@ -74,6 +75,9 @@ void CheckModel(const v1::ModelSpec& m, Checker& c) {
     if (hidden_ok && heads_ok && m.hidden() % m.heads() == 0 && (m.hidden() / m.heads()) % 2 != 0) {
       c.Fail("model.heads", absl::StrCat("rotary positions need an even head dimension; hidden/heads = ",
                                          m.hidden() / m.heads()));
+    }
+    if (m.activation() != v1::ACTIVATION_UNSPECIFIED && m.activation() != v1::ACTIVATION_SILU) {
+      c.Fail("model.activation", "llama's MLP is SwiGLU (silu)");
     }
     if (!(m.rope_theta() >= 0)) c.Fail("model.rope_theta", absl::StrCat(m.rope_theta(), " must be positive (or 0: 10000)"));
   }

@@ -68,8 +68,9 @@ const EnumValueDescriptor* FindEnum(const google::protobuf::EnumDescriptor* desc
                                     const std::string& text) {
   for (int i = 0; i < desc->value_count(); ++i) {
     std::string n = EnumYamlName(desc->value(i));
-    // The short YAML name, or the full proto name (as protobuf's JSON form writes it).
-    if (!n.empty() && (n == absl::AsciiStrToLower(text) || text == desc->value(i)->name())) {
+    // The short YAML name, or the full proto name (as protobuf's JSON form writes it — also of an
+    // UNSPECIFIED value, which has no short name and means "the default"; validation decides).
+    if ((!n.empty() && n == absl::AsciiStrToLower(text)) || text == desc->value(i)->name()) {
       return desc->value(i);
     }
   }

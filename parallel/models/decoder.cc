@@ -349,7 +349,7 @@ at::Tensor Decoder::GridBlock(const at::Tensor& x_in, int i) {
   at::Tensor y = Attention(a, local_heads, head_dim);
   at::Tensor x = x_in + GridLinear(y, b + "attn.c_proj.weight", b + "attn.c_proj.bias", true);
   at::Tensor m = LayerNorm2D(x, Use(b + "ln_2.weight"), Use(b + "ln_2.bias"), config_.norm_eps, grid_);
-  m = at::gelu(GridLinear(m, b + "mlp.c_fc.weight", b + "mlp.c_fc.bias", false));
+  m = at::gelu(GridLinear(m, b + "mlp.c_fc.weight", b + "mlp.c_fc.bias", false), config_.gelu_tanh ? "tanh" : "none");
   return x + GridLinear(m, b + "mlp.c_proj.weight", b + "mlp.c_proj.bias", true);
 }
 
@@ -379,8 +379,11 @@ at::Tensor Decoder::Block(const at::Tensor& x_in, int i) {
   if (f.mlp == MlpKind::kSwiGlu) {
     at::Tensor in = CopyToTp(m, tp);
     m = at::silu(Linear(in, P(name(f.gate)))) * Linear(in, P(name(f.up)));
+  } else if (config_.gelu_tanh) {
+    m = at::gelu(Linear(CopyToTp(m, tp), P(name(f.mlp_in)), f.biases ? P(name(f.mlp_in, "bias")) : at::Tensor()),
+                 "tanh");
   } else if (fused) {
-    // Fused: the bias add rides in the GELU kernel instead of the matmul's epilogue.
+    // Fused: the bias add rides in the GELU kernel (erf) instead of the matmul's epilogue.
     m = kernels::BiasGelu(Linear(CopyToTp(m, tp), P(name(f.mlp_in))), P(name(f.mlp_in, "bias")), true);
   } else {
     m = at::gelu(Linear(CopyToTp(m, tp), P(name(f.mlp_in)), f.biases ? P(name(f.mlp_in, "bias")) : at::Tensor()));

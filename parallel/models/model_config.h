@@ -25,6 +25,7 @@ struct ModelConfig {
   double norm_eps = 1e-5;    // LayerNorm / RMSNorm epsilon.
   double rope_theta = 1e4;   // Rotary positions' base. Llama only.
   bool tie_embeddings = true;  // The LM head is the token embedding (GPT-2 always).
+  bool gelu_tanh = false;      // GPT-2: GELU's tanh approximation instead of erf.
 
   int HeadDim() const { return hidden / heads; }
   int KvHeads() const { return kv_heads > 0 ? kv_heads : heads; }

@@ -9,9 +9,10 @@ import torch.nn.functional as F
 
 
 class Block(nn.Module):
-    def __init__(self, hidden, heads):
+    def __init__(self, hidden, heads, approximate="none"):
         super().__init__()
         self.heads = heads
+        self.approximate = approximate  # GELU: "none" (erf) or "tanh" (GPT-2's gelu_new).
         self.ln_1 = nn.LayerNorm(hidden, eps=1e-5)
         self.attn = nn.Module()
         self.attn.c_attn = nn.Linear(hidden, 3 * hidden)
@@ -27,15 +28,15 @@ class Block(nn.Module):
         q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         x = x + self.attn.c_proj(y.transpose(1, 2).reshape(b, t, c))
-        return x + self.mlp.c_proj(F.gelu(self.mlp.c_fc(self.ln_2(x))))
+        return x + self.mlp.c_proj(F.gelu(self.mlp.c_fc(self.ln_2(x)), approximate=self.approximate))
 
 
 class GPT(nn.Module):
-    def __init__(self, layers, hidden, heads, vocab, seq_len):
+    def __init__(self, layers, hidden, heads, vocab, seq_len, approximate="none"):
         super().__init__()
         self.wte = nn.Embedding(vocab, hidden)
         self.wpe = nn.Embedding(seq_len, hidden)
-        self.h = nn.ModuleList(Block(hidden, heads) for _ in range(layers))
+        self.h = nn.ModuleList(Block(hidden, heads, approximate) for _ in range(layers))
         self.ln_f = nn.LayerNorm(hidden, eps=1e-5)
 
     def forward(self, idx, targets):
