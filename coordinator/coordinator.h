@@ -144,6 +144,10 @@ class Coordinator {
   };
 
   void TryScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The entry of listed rank `r` if it is a rank of its job's current attempt (the job not ended)
+  // placed on worker `id`, with its job in `job`; else null.
+  RankEntry* PlacedHereLocked(const std::string& id, const v1::RunningRank& r, JobEntry** job)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sets the worker's `stopping` from the ranks it lists (registration or heartbeat); whether it
   // changed (the worker's used devices must be recounted: a device taken, or free again).
   bool NoteStoppingLocked(const std::string& id, const google::protobuf::RepeatedPtrField<v1::RunningRank>& listed)

@@ -92,16 +92,12 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(const v1:
   }
   // Ranks the worker still runs that belong to no current attempt are stopped.
   for (const v1::RunningRank& r : req.running()) {
-    auto it = jobs_.find(r.job_id());
-    const bool current = it != jobs_.end() && !IsTerminal(it->second.job.state()) &&
-                         it->second.job.attempt() == r.attempt() &&
-                         (it->second.job.state() == v1::JOB_STATE_SCHEDULED ||
-                          it->second.job.state() == v1::JOB_STATE_RUNNING) &&
-                         r.rank() < static_cast<int>(it->second.ranks.size()) &&
-                         it->second.ranks[r.rank()].worker_id == id;
-    if (current) {
-      it->second.ranks[r.rank()].started = true;  // Adopted (or simply still running).
-      it->second.ranks[r.rank()].start_seq = 0;   // Known to the worker in this session from the start.
+    JobEntry* e = nullptr;
+    RankEntry* placed = PlacedHereLocked(id, r, &e);
+    if (placed != nullptr &&
+        (e->job.state() == v1::JOB_STATE_SCHEDULED || e->job.state() == v1::JOB_STATE_RUNNING)) {
+      placed->started = true;  // Adopted (or simply still running).
+      placed->start_seq = 0;   // Known to the worker in this session from the start.
     } else {
       v1::Assignment a;
       a.set_action(v1::Assignment::ACTION_STOP);
@@ -184,17 +180,26 @@ int64_t Coordinator::SendLocked(WorkerEntry& w, v1::Assignment a) {
   return w.last_seq;
 }
 
+Coordinator::RankEntry* Coordinator::PlacedHereLocked(const std::string& id, const v1::RunningRank& r,
+                                                     JobEntry** job) {
+  auto it = jobs_.find(r.job_id());
+  if (it == jobs_.end() || IsTerminal(it->second.job.state()) || it->second.job.attempt() != r.attempt() ||
+      r.rank() < 0 || r.rank() >= static_cast<int>(it->second.ranks.size()) ||
+      it->second.ranks[r.rank()].worker_id != id) {
+    return nullptr;
+  }
+  *job = &it->second;
+  return &it->second.ranks[r.rank()];
+}
+
 bool Coordinator::NoteStoppingLocked(const std::string& id,
                                      const google::protobuf::RepeatedPtrField<v1::RunningRank>& listed) {
   WorkerEntry& w = workers_[id];
   std::map<std::tuple<std::string, int, int>, int> stopping;
   for (const v1::RunningRank& r : listed) {
-    auto it = jobs_.find(r.job_id());
-    const bool current = it != jobs_.end() && !IsTerminal(it->second.job.state()) &&
-                         it->second.job.attempt() == r.attempt() && r.rank() >= 0 &&
-                         r.rank() < static_cast<int>(it->second.ranks.size()) &&
-                         it->second.ranks[r.rank()].worker_id == id && !it->second.ranks[r.rank()].exited;
-    if (!current) stopping[{r.job_id(), r.attempt(), r.rank()}] = r.device();
+    JobEntry* e = nullptr;
+    RankEntry* placed = PlacedHereLocked(id, r, &e);
+    if (placed == nullptr || placed->exited) stopping[{r.job_id(), r.attempt(), r.rank()}] = r.device();
   }
   const bool changed = stopping != w.stopping;
   w.stopping = std::move(stopping);
