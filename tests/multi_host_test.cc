@@ -160,12 +160,17 @@ class MultiHostTest : public ::testing::Test {
     EXPECT_GE(trained, 1) << h.dump();
   }
 
+  // A process's command line, arguments separated by NUL ("" once it is gone).
+  static std::string Cmdline(pid_t pid) {
+    std::ifstream cmd(absl::StrCat("/proc/", pid, "/cmdline"));
+    return std::string((std::istreambuf_iterator<char>(cmd)), std::istreambuf_iterator<char>());
+  }
+
   // tessera-rank processes of this test, on any host (one process table: the hosts share the kernel).
   std::vector<pid_t> RankPids() {
     std::vector<pid_t> pids;
     for (const auto& e : fs::directory_iterator("/proc")) {
-      std::ifstream cmd(e.path() / "cmdline");
-      std::string s((std::istreambuf_iterator<char>(cmd)), std::istreambuf_iterator<char>());
+      const std::string s = Cmdline(std::atoi(e.path().filename().c_str()));
       if (s.find("tessera-rank") != std::string::npos && s.find(dir_ + "/") != std::string::npos) {
         pids.push_back(std::atoi(e.path().filename().c_str()));
       }
@@ -178,8 +183,7 @@ class MultiHostTest : public ::testing::Test {
   std::string RankCommands() {
     std::string out;
     for (pid_t pid : RankPids()) {
-      std::ifstream cmd(absl::StrCat("/proc/", pid, "/cmdline"));
-      std::string s((std::istreambuf_iterator<char>(cmd)), std::istreambuf_iterator<char>());
+      std::string s = Cmdline(pid);
       std::replace(s.begin(), s.end(), '\0', ' ');
       absl::StrAppend(&out, "\n  ", pid, ": ", s);
     }
@@ -191,8 +195,7 @@ class MultiHostTest : public ::testing::Test {
   std::set<int> AttemptsAlive() {
     std::set<int> attempts;
     for (pid_t pid : RankPids()) {
-      std::ifstream cmd(absl::StrCat("/proc/", pid, "/cmdline"));
-      std::string s((std::istreambuf_iterator<char>(cmd)), std::istreambuf_iterator<char>());
+      const std::string s = Cmdline(pid);
       const size_t at = s.find("/jobs/job-000001/attempt_");
       if (at != std::string::npos) attempts.insert(std::atoi(s.c_str() + at + 25));
     }
