@@ -102,6 +102,7 @@ std::optional<v1::JobSpec> LoadForCluster(const std::string& spec_path, const st
   spec->set_output_dir(Absolute(spec->output_dir()));
   spec->mutable_checkpoint()->set_dir(Absolute(spec->checkpoint().dir()));
   spec->mutable_model()->set_init_from(Absolute(spec->model().init_from()));
+  spec->mutable_model()->set_pretrained(Absolute(spec->model().pretrained()));
   return *spec;
 }
 

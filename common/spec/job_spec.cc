@@ -78,7 +78,8 @@ YAML::Node NestOverride(const std::vector<std::string>& parts, const YAML::Node&
 }  // namespace
 
 absl::StatusOr<v1::JobSpec> ParseJobSpec(std::string_view text,
-                                         const std::vector<std::string>& overrides) {
+                                         const std::vector<std::string>& overrides,
+                                         v1::JobSpec* written) {
   v1::JobSpec spec = DefaultJobSpec();
   std::vector<SpecError> errors;
   YAML::Node root;
@@ -92,6 +93,8 @@ absl::StatusOr<v1::JobSpec> ParseJobSpec(std::string_view text,
     return ToStatus({{"", "a job spec is a YAML mapping (name:, model:, data:, ...)"}});
   }
   MergeYaml(root, "", &spec, &errors);
+  std::vector<SpecError> ignored;  // The same errors again.
+  if (written != nullptr) MergeYaml(root, "", written, &ignored);
   for (const std::string& o : overrides) {
     size_t eq = o.find('=');
     if (eq == std::string::npos || eq == 0) {
@@ -106,7 +109,10 @@ absl::StatusOr<v1::JobSpec> ParseJobSpec(std::string_view text,
       errors.push_back({o.substr(0, eq), absl::StrCat("value is not valid YAML: ", e.msg)});
       continue;
     }
-    MergeYaml(NestOverride(parts, value), "", &spec, &errors);
+    // Built once: YAML nodes share what they refer to, and NestOverride reassigns them.
+    const YAML::Node nested = NestOverride(parts, value);
+    MergeYaml(nested, "", &spec, &errors);
+    if (written != nullptr) MergeYaml(nested, "", written, &ignored);
   }
   if (!errors.empty()) return ToStatus(errors);
   if (spec.output_dir().empty() && !spec.name().empty()) {
@@ -124,8 +130,10 @@ absl::StatusOr<v1::JobSpec> LoadJobSpec(const std::string& path,
   if (!in) return absl::InvalidArgumentError(absl::StrCat(path, ": cannot read the spec file"));
   std::stringstream buf;
   buf << in.rdbuf();
-  absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(buf.str(), overrides);
+  v1::JobSpec written;
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(buf.str(), overrides, &written);
   if (!spec.ok()) return spec.status();
+  if (absl::Status s = ApplyPretrained(written.model(), &*spec); !s.ok()) return s;
   absl::Status valid = ToStatus(ValidateJobSpec(*spec));
   if (!valid.ok()) return valid;
   return spec;

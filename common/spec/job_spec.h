@@ -19,13 +19,22 @@ v1::JobSpec DefaultJobSpec();
 // "dotted.path=value" with the value in YAML syntax ("train.steps=20", "train.betas=[0.9,0.99]"),
 // and fills the derived defaults (output_dir, checkpoint.dir). Does not validate. On failure returns
 // InvalidArgument listing one "field: reason" per line.
+// `written`, when given, receives the YAML and overrides merged over an empty spec (what the user
+// wrote, without defaults).
 absl::StatusOr<v1::JobSpec> ParseJobSpec(std::string_view text,
-                                         const std::vector<std::string>& overrides);
+                                         const std::vector<std::string>& overrides,
+                                         v1::JobSpec* written = nullptr);
+
+// model.pretrained: sets the model's family and sizes from DIR/config.json (parallel/models/hf_config).
+// A field also in `written` (ParseJobSpec's) must agree: the error names the field, both values and
+// the file. seq_len stays the spec's (gpt2: at most n_positions; when not written, the default capped
+// by n_positions). Does nothing without model.pretrained.
+absl::Status ApplyPretrained(const v1::ModelSpec& written, v1::JobSpec* spec);
 
 // Every problem of `spec`, one per field (empty when valid).
 std::vector<SpecError> ValidateJobSpec(const v1::JobSpec& spec);
 
-// Reads the YAML file at `path`, parses it with `overrides` and validates it.
+// Reads the YAML file at `path`, parses it with `overrides`, applies model.pretrained and validates it.
 absl::StatusOr<v1::JobSpec> LoadJobSpec(const std::string& path,
                                         const std::vector<std::string>& overrides);
 

@@ -1,5 +1,7 @@
 #include "common/spec/job_spec.h"
 
+#include <filesystem>
+#include <fstream>
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -308,6 +310,77 @@ TEST(JobSpecTest, MalformedYamlAndOverridesAreErrorsNotCrashes) {
   EXPECT_THAT(ParseJobSpec(kValid, {"train.steps"}).status().message(), HasSubstr("expected dotted.field=value"));
   EXPECT_THAT(ParseJobSpec(kValid, {"train.steps=99999999999999999999"}).status().message(),
               HasSubstr("train.steps: '99999999999999999999' is not an integer"));
+}
+
+}  // namespace
+}  // namespace tessera::spec
+
+namespace tessera::spec {
+namespace {
+
+// A transformers model directory with only its config.json (what ApplyPretrained reads).
+std::string HfDir(const std::string& name, const std::string& config_json) {
+  const std::string dir = std::string(getenv("TEST_TMPDIR") ? getenv("TEST_TMPDIR") : "/tmp") + "/" + name;
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/config.json") << config_json;
+  return dir;
+}
+
+constexpr char kLlamaConfig[] = R"({"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64,
+  "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 160, "vocab_size": 256,
+  "rms_norm_eps": 1e-6, "rope_theta": 500000.0, "tie_word_embeddings": false})";
+constexpr char kGpt2Config[] = R"({"model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 4,
+  "vocab_size": 300, "n_positions": 64})";
+
+absl::StatusOr<v1::JobSpec> LoadWithPretrained(const std::string& dir, const std::string& model_fields,
+                                               const std::vector<std::string>& overrides = {}) {
+  const std::string path = dir + "/spec.yaml";
+  std::ofstream(path) << "name: hf\nmodel: {pretrained: " << dir << model_fields
+                      << "}\ndata: {path: d.bin}\ntrain: {micro_batch: 2, global_batch: 2}\n";
+  return LoadJobSpec(path, overrides);
+}
+
+TEST(PretrainedTest, TheModelComesFromConfigJson) {
+  const std::string dir = HfDir("llama", kLlamaConfig);
+  auto spec = LoadWithPretrained(dir, ", seq_len: 48");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  const v1::ModelSpec& m = spec->model();
+  EXPECT_EQ(m.family(), v1::MODEL_FAMILY_LLAMA);
+  EXPECT_EQ(m.layers(), 2);
+  EXPECT_EQ(m.hidden(), 64);
+  EXPECT_EQ(m.kv_heads(), 2);
+  EXPECT_EQ(m.ffn_hidden(), 160);
+  EXPECT_DOUBLE_EQ(m.norm_eps(), 1e-6);
+  EXPECT_DOUBLE_EQ(m.rope_theta(), 500000.0);
+  EXPECT_FALSE(m.tie_embeddings());
+  EXPECT_EQ(m.seq_len(), 48);  // The spec's: a training choice.
+  // Sizes written that agree are fine.
+  EXPECT_TRUE(LoadWithPretrained(dir, ", family: llama, hidden: 64, kv_heads: 2").ok());
+}
+
+TEST(PretrainedTest, SizesThatDisagreeNameBothValues) {
+  const std::string dir = HfDir("llama2", kLlamaConfig);
+  auto spec = LoadWithPretrained(dir, ", layers: 3", {"model.hidden=32", "model.family=gpt"});
+  ASSERT_FALSE(spec.ok());
+  const std::string m(spec.status().message());
+  EXPECT_THAT(m, HasSubstr("model.layers: 3 in the spec, 2 in " + dir + "/config.json (num_hidden_layers)"));
+  EXPECT_THAT(m, HasSubstr("model.hidden: 32 in the spec, 64 in " + dir + "/config.json (hidden_size)"));
+  EXPECT_THAT(m, HasSubstr("model.family: gpt in the spec, llama in " + dir + "/config.json (model_type llama)"));
+  EXPECT_THAT(std::string(LoadWithPretrained(dir, ", init_from: x.safetensors").status().message()),
+              HasSubstr("model.pretrained: excludes model.init_from"));
+  EXPECT_THAT(std::string(LoadWithPretrained(dir, "", {"model.pretrained=" + dir + "-absent"}).status().message()),
+              HasSubstr("model.pretrained: " + dir + "-absent/config.json: cannot read"));
+}
+
+TEST(PretrainedTest, Gpt2SeqLenIsBoundByItsLearnedPositions) {
+  const std::string dir = HfDir("gpt2", kGpt2Config);
+  auto spec = LoadWithPretrained(dir, "");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->model().seq_len(), 64);  // The default 128 capped by n_positions.
+  EXPECT_EQ(spec->model().vocab(), 300);
+  EXPECT_EQ(spec->model().activation(), v1::ACTIVATION_GELU_TANH);  // GPT2Config's default gelu_new.
+  EXPECT_THAT(std::string(LoadWithPretrained(dir, ", seq_len: 100").status().message()),
+              HasSubstr("model.seq_len: 100 exceeds the 64 learned positions"));
 }
 
 }  // namespace

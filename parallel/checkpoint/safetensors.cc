@@ -58,6 +58,61 @@ absl::Status WriteSafetensors(const std::string& path, const TensorMap& tensors,
   return absl::OkStatus();
 }
 
+absl::StatusOr<SafetensorsHeader> ParseSafetensorsHeader(const std::string& path, std::string_view json,
+                                                         uint64_t data_size) {
+  auto bad = [&](const std::string& why) {
+    return absl::DataLossError(absl::StrCat(path, ": not a valid safetensors file: ", why));
+  };
+  nlohmann::json header = nlohmann::json::parse(json.begin(), json.end(), nullptr, false);
+  if (header.is_discarded() || !header.is_object()) return bad("header is not a JSON object");
+  SafetensorsHeader out;
+  out.data_start = 8 + json.size();
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    if (it.key() == "__metadata__") {
+      if (it->is_object()) {
+        for (auto m = it->begin(); m != it->end(); ++m) {
+          if (m->is_string()) out.metadata[m.key()] = m->get<std::string>();
+        }
+      }
+      continue;
+    }
+    const nlohmann::json& e = *it;
+    if (!e.is_object() || !e.contains("dtype") || !e.contains("shape") || !e.contains("data_offsets") ||
+        !e["dtype"].is_string() || !e["shape"].is_array() || !e["data_offsets"].is_array() ||
+        e["data_offsets"].size() != 2) {
+      return bad(absl::StrCat("entry ", it.key(), " lacks dtype, shape or data_offsets"));
+    }
+    TensorEntry t;
+    t.dtype = e["dtype"].get<std::string>();
+    const int width = DtypeBytes(t.dtype);
+    if (width == 0) return bad(absl::StrCat(it.key(), ": unknown dtype ", t.dtype));
+    uint64_t bytes = width;
+    for (const auto& d : e["shape"]) {
+      if (!d.is_number_unsigned()) return bad(absl::StrCat(it.key(), ": shape must be non-negative integers"));
+      const uint64_t n = d.get<uint64_t>();
+      if (n > (uint64_t{1} << 62) || (n != 0 && bytes > (uint64_t{1} << 62) / n)) {
+        return bad(absl::StrCat(it.key(), ": shape is too large (more than 2^62 bytes)"));
+      }
+      bytes *= n;
+      t.shape.push_back(static_cast<int64_t>(n));
+    }
+    if (!e["data_offsets"][0].is_number_unsigned() || !e["data_offsets"][1].is_number_unsigned()) {
+      return bad(absl::StrCat(it.key(), ": data_offsets must be non-negative integers"));
+    }
+    t.begin = e["data_offsets"][0].get<uint64_t>();
+    t.end = e["data_offsets"][1].get<uint64_t>();
+    if (t.begin > t.end || t.end > data_size) {
+      return bad(absl::StrCat(it.key(), ": data_offsets [", t.begin, ", ", t.end, ") outside the ", data_size,
+                              " data bytes (truncated file?)"));
+    }
+    if (t.end - t.begin != bytes) {
+      return bad(absl::StrCat(it.key(), ": ", t.end - t.begin, " bytes do not match shape and dtype (", bytes, ")"));
+    }
+    out.entries.emplace(it.key(), std::move(t));
+  }
+  return out;
+}
+
 absl::StatusOr<TensorMap> ReadSafetensors(const std::string& path,
                                           std::map<std::string, std::string>* metadata) {
   std::ifstream in(path, std::ios::binary);
@@ -72,47 +127,16 @@ absl::StatusOr<TensorMap> ReadSafetensors(const std::string& path,
   uint64_t n = 0;
   for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(static_cast<uint8_t>(file[i])) << (8 * i);
   if (n > file.size() - 8) return bad(absl::StrCat("header length ", n, " exceeds the file"));
-  nlohmann::json header = nlohmann::json::parse(file.begin() + 8, file.begin() + 8 + n, nullptr, false);
-  if (header.is_discarded() || !header.is_object()) return bad("header is not a JSON object");
-  const uint64_t data_size = file.size() - 8 - n;
+  auto header = ParseSafetensorsHeader(path, std::string_view(file).substr(8, n), file.size() - 8 - n);
+  if (!header.ok()) return header.status();
+  if (metadata != nullptr) *metadata = header->metadata;
   TensorMap tensors;
-  for (auto it = header.begin(); it != header.end(); ++it) {
-    if (it.key() == "__metadata__") {
-      if (metadata != nullptr && it->is_object()) {
-        for (auto m = it->begin(); m != it->end(); ++m) {
-          if (m->is_string()) (*metadata)[m.key()] = m->get<std::string>();
-        }
-      }
-      continue;
-    }
-    const nlohmann::json& e = *it;
-    if (!e.is_object() || !e.contains("dtype") || !e.contains("shape") || !e.contains("data_offsets") ||
-        !e["dtype"].is_string() || !e["shape"].is_array() || !e["data_offsets"].is_array() ||
-        e["data_offsets"].size() != 2) {
-      return bad(absl::StrCat("entry ", it.key(), " lacks dtype, shape or data_offsets"));
-    }
+  for (auto& [name, e] : header->entries) {
     RawTensor t;
-    t.dtype = e["dtype"].get<std::string>();
-    const int width = DtypeBytes(t.dtype);
-    if (width == 0) return bad(absl::StrCat(it.key(), ": unknown dtype ", t.dtype));
-    for (const auto& d : e["shape"]) {
-      if (!d.is_number_unsigned()) return bad(absl::StrCat(it.key(), ": shape must be non-negative integers"));
-      t.shape.push_back(d.get<int64_t>());
-    }
-    if (!e["data_offsets"][0].is_number_unsigned() || !e["data_offsets"][1].is_number_unsigned()) {
-      return bad(absl::StrCat(it.key(), ": data_offsets must be non-negative integers"));
-    }
-    const uint64_t begin = e["data_offsets"][0].get<uint64_t>();
-    const uint64_t end = e["data_offsets"][1].get<uint64_t>();
-    if (begin > end || end > data_size) {
-      return bad(absl::StrCat(it.key(), ": data_offsets [", begin, ", ", end, ") outside the ", data_size,
-                              " data bytes (truncated file?)"));
-    }
-    if (static_cast<int64_t>(end - begin) != t.numel() * width) {
-      return bad(absl::StrCat(it.key(), ": ", end - begin, " bytes do not match shape and dtype"));
-    }
-    t.bytes = file.substr(8 + n + begin, end - begin);
-    tensors.emplace(it.key(), std::move(t));
+    t.dtype = e.dtype;
+    t.shape = e.shape;
+    t.bytes = file.substr(header->data_start + e.begin, e.end - e.begin);
+    tensors.emplace(name, std::move(t));
   }
   return tensors;
 }

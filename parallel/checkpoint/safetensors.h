@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -27,6 +28,31 @@ struct RawTensor {
 int DtypeBytes(const std::string& dtype);
 
 using TensorMap = std::map<std::string, RawTensor>;
+
+// Where one tensor's bytes lie in a safetensors file.
+struct TensorEntry {
+  std::string dtype;
+  std::vector<int64_t> shape;
+  uint64_t begin = 0;  // Offsets into the data section, [begin, end).
+  uint64_t end = 0;
+};
+
+// A checked safetensors header.
+struct SafetensorsHeader {
+  uint64_t data_start = 0;  // File offset of the data section: 8 + the header's length.
+  std::map<std::string, TensorEntry> entries;
+  std::map<std::string, std::string> metadata;  // "__metadata__" (string values).
+};
+
+// The longest header accepted (the format's own limit), so that a corrupt length allocates nothing.
+inline constexpr uint64_t kMaxSafetensorsHeader = 100u << 20;
+
+// Parses the JSON header `json` of the file `path` (named in errors) whose data section has
+// `data_size` bytes: every entry needs a known dtype, a shape of non-negative integers whose byte
+// count fits in 63 bits, and data_offsets inside the data section matching that count. Fails with
+// DataLoss naming the file, the entry and the problem.
+absl::StatusOr<SafetensorsHeader> ParseSafetensorsHeader(const std::string& path, std::string_view json,
+                                                         uint64_t data_size);
 
 // Writes `tensors` (and string `metadata`) to `path`, fsyncs it, and stores the size and CRC-32C of
 // the file in `digest` when given. Fails on I/O errors (ResourceExhausted on a full disk) or on a

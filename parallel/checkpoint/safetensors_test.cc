@@ -6,6 +6,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "parallel/checkpoint/checkpoint_dir.h"
+#include "parallel/checkpoint/mapped_safetensors.h"
 
 namespace tessera::parallel {
 namespace {
@@ -49,6 +50,42 @@ TEST(SafetensorsTest, CorruptFilesAreNamedErrors) {
   EXPECT_THAT(ReadSafetensors(Tmp("h.safetensors")).status().message(), HasSubstr("header is not a JSON object"));
   EXPECT_THAT(WriteSafetensors(Tmp("bad.safetensors"), {{"w", F32({5}, {1, 2})}}).message(),
               HasSubstr("8 bytes for 5 elements"));
+}
+
+TEST(MappedSafetensorsTest, ViewsEachTensorsBytesInPlace) {
+  TensorMap in = {{"b", F32({2}, {1, 2})}, {"a.weight", F32({2, 2}, {1, 2, 3, 4})}, {"empty", F32({0, 3}, {})}};
+  ASSERT_TRUE(WriteSafetensors(Tmp("m.safetensors"), in, {{"format", "pt"}}).ok());
+  auto f = MappedSafetensors::Open(Tmp("m.safetensors"));
+  ASSERT_TRUE(f.ok()) << f.status();
+  const SafetensorsHeader& h = (*f)->header();
+  ASSERT_EQ(h.entries.size(), 3u);
+  EXPECT_EQ(h.metadata.at("format"), "pt");
+  for (const auto& [name, t] : in) {
+    const TensorEntry& e = h.entries.at(name);
+    EXPECT_EQ(e.shape, t.shape) << name;
+    EXPECT_EQ(e.dtype, "F32");
+    const char* p = (*f)->data(e);
+    EXPECT_EQ(p == nullptr ? std::string() : std::string(p, e.end - e.begin), t.bytes) << name;
+  }
+}
+
+TEST(MappedSafetensorsTest, RejectsCorruptHeadersWithoutReadingThem) {
+  // A header length past the file, one past the format's limit, offsets that overflow, a shape whose
+  // byte count overflows 64 bits.
+  std::ofstream(Tmp("len.safetensors")) << std::string("\xff\xff\xff\xff\0\0\0\0{}", 10);
+  EXPECT_THAT(MappedSafetensors::Open(Tmp("len.safetensors")).status().message(), HasSubstr("exceeds the file"));
+  auto header = [](const std::string& json) {
+    std::string s(8, '\0');
+    for (int i = 0; i < 8; ++i) s[i] = static_cast<char>((json.size() >> (8 * i)) & 0xff);
+    return s + json;
+  };
+  std::ofstream(Tmp("off.safetensors"))
+      << header(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[18446744073709551612,0]}})");
+  EXPECT_THAT(MappedSafetensors::Open(Tmp("off.safetensors")).status().message(), HasSubstr("outside the 0 data bytes"));
+  std::ofstream(Tmp("big.safetensors"))
+      << header(R"({"w":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,0]}})");
+  EXPECT_THAT(MappedSafetensors::Open(Tmp("big.safetensors")).status().message(), HasSubstr("w: shape is too large"));
+  EXPECT_THAT(MappedSafetensors::Open(Tmp("absent.safetensors")).status().message(), HasSubstr("cannot open"));
 }
 
 TEST(CheckpointDirTest, CommitIsAtomicAndKeepsNewest) {

@@ -214,7 +214,8 @@ absl::Status Decoder::LoadFull(const std::map<std::string, at::Tensor>& full) {
                                                      ", expected ", Shape(p.full_shape)));
     }
     at::NoGradGuard no_grad;
-    p.value.copy_(ShardOf(p, it->second.to(p.value.dtype()), tp_->rank(), tp_->size()));
+    // The part first, then its dtype: a view of a mapped file (hf_weights.h) is read only where needed.
+    p.value.copy_(ShardOf(p, it->second, tp_->rank(), tp_->size()));
   }
   return absl::OkStatus();
 }

@@ -9,14 +9,14 @@ namespace tessera::parallel {
 const FamilySpec& FamilyOf(ModelFamily family) {
   static const FamilySpec kGpt2 = {
       .norm = NormKind::kLayerNorm, .mlp = MlpKind::kGelu, .positions = PositionKind::kLearned,
-      .biases = true, .fused_qkv = true, .residual_init = true,
+      .biases = true, .fused_qkv = true, .residual_init = true, .hf_prefix = "transformer.", .hf_conv1d = true,
       .token_embedding = "wte", .position_embedding = "wpe", .final_norm = "ln_f", .lm_head = "",
       .block_prefix = "h.", .attn_norm = "ln_1", .qkv = "attn.c_attn", .q = "", .k = "", .v = "",
       .attn_out = "attn.c_proj", .mlp_norm = "ln_2", .mlp_in = "mlp.c_fc", .gate = "", .up = "",
       .mlp_out = "mlp.c_proj"};
   static const FamilySpec kLlama = {
       .norm = NormKind::kRmsNorm, .mlp = MlpKind::kSwiGlu, .positions = PositionKind::kRotary,
-      .biases = false, .fused_qkv = false, .residual_init = false,
+      .biases = false, .fused_qkv = false, .residual_init = false, .hf_prefix = "model.", .hf_conv1d = false,
       .token_embedding = "embed_tokens", .position_embedding = "", .final_norm = "norm", .lm_head = "lm_head",
       .block_prefix = "layers.", .attn_norm = "input_layernorm", .qkv = "", .q = "self_attn.q_proj",
       .k = "self_attn.k_proj", .v = "self_attn.v_proj", .attn_out = "self_attn.o_proj",

@@ -25,6 +25,10 @@ struct FamilySpec {
   bool biases;         // Every linear and norm has a bias.
   bool fused_qkv;      // One [3·hidden, hidden] projection (q, k, v stacked) instead of three.
   bool residual_init;  // Output projections drawn with std 0.02/sqrt(2·layers) (GPT-2), else 0.02.
+  // transformers: the prefix of the non-head parameters' names ("transformer.", "model."), and whether
+  // its linear weights are stored [in, out] (GPT-2's Conv1D) rather than torch's [out, in].
+  std::string hf_prefix;
+  bool hf_conv1d;
   // Parameter names (".weight" / ".bias" appended). Block parameters are block_prefix + i + "." + name.
   std::string token_embedding, position_embedding, final_norm, lm_head;
   std::string block_prefix, attn_norm, qkv, q, k, v, attn_out, mlp_norm, mlp_in, gate, up, mlp_out;

@@ -20,6 +20,7 @@
 #include "parallel/checkpoint/tensor_convert.h"
 #include "parallel/device/device.h"
 #include "parallel/device/live_bytes.h"
+#include "parallel/models/hf_weights.h"
 #include "parallel/optim/lr_schedule.h"
 #include "nlohmann/json.hpp"
 #include "parallel/train/status_macros.h"
@@ -148,7 +149,8 @@ absl::Status Trainer::Init() {
   model_->set_activation_checkpointing(options_.activation_checkpointing);
   model_->set_fused_kernels(options_.fused_kernels);
 
-  // Weights (fp32) and optimizer state come from the newest checkpoint, else init_from, else the seed.
+  // Weights (fp32) and optimizer state come from the newest checkpoint, else init_from or pretrained,
+  // else the seed.
   auto resume = AgreeOnResumeStep();
   if (!resume.ok()) return resume.status();
   if (*resume >= 0) {
@@ -158,6 +160,11 @@ absl::Status Trainer::Init() {
     if (!full.ok()) return full.status();
     absl::Status s = model_->LoadFull(*full);
     if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("model.init_from ", options_.init_from, ": ", s.message()));
+  } else if (!options_.pretrained.empty()) {
+    // Mapped, not read: this rank copies its own parts (its stage's blocks, its tp slices).
+    auto weights = OpenHfWeights(options_.pretrained, m);
+    absl::Status s = weights.ok() ? model_->LoadFull(weights->tensors) : weights.status();
+    if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("model.pretrained: ", s.message()));
   }
   const AdamWOptions adam{options_.beta1, options_.beta2, options_.eps, options_.weight_decay};
   if (options_.zero_stage > 0 || dtype != at::kFloat || options_.offload_optimizer) {

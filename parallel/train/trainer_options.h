@@ -18,6 +18,7 @@ namespace tessera::parallel {
 struct TrainerOptions {
   ModelConfig model;
   std::string init_from;            // Optional safetensors file of full tensors (documented names).
+  std::string pretrained;           // Optional transformers model directory (parallel/models/hf_weights.h).
   TokenDatasetOptions data;
   MeshShape mesh;
   DeviceOptions device;             // cpu, or cuda:local_rank (parallel/device/device.h).

@@ -9,6 +9,7 @@ parallel::TrainerOptions ToTrainerOptions(const v1::JobSpec& spec) {
   const auto& m = spec.model();
   o.model = spec::ModelConfigOf(m);
   o.init_from = m.init_from();
+  o.pretrained = m.pretrained();
   o.data.path = spec.data().path();
   o.data.token_bytes = spec.data().dtype() == v1::TOKEN_DTYPE_UINT32 ? 4 : 2;
   o.data.seq_len = m.seq_len();
