@@ -1,6 +1,12 @@
 // tessera: the command-line client. `tessera run SPEC` trains locally; `tessera data prepare` makes
-// token files. (Coordinator commands arrive with the control plane.) Never links LibTorch.
+// token files; the cluster commands talk to the coordinator; `tessera export` and `tessera generate`
+// read models. Never links LibTorch (generate runs the tessera-generate binary).
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <iostream>
+#include <vector>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
@@ -8,12 +14,29 @@
 #include "client/data_prepare.h"
 #include "client/exit_codes.h"
 #include "client/local_launcher.h"
+#include "client/model_commands.h"
 #include "client/plan_command.h"
+#include "common/process/find_binary.h"
 
 namespace tessera::client {
 namespace {
 
 int Main(int argc, char** argv) {
+  // `tessera generate` is the tessera-generate binary (LibTorch stays out of this one); its own --help
+  // lists its options.
+  if (argc >= 2 && std::string(argv[1]) == "generate") {
+    std::string bin = process::FindTesseraBinary("tessera-generate", "client", "TESSERA_GENERATE_BINARY");
+    if (bin.empty()) {
+      std::cerr << "error: tessera-generate is not installed next to tessera (set TESSERA_GENERATE_BINARY)\n";
+      return kExitBadInput;
+    }
+    std::vector<char*> args{bin.data()};
+    for (int i = 2; i < argc; ++i) args.push_back(argv[i]);
+    args.push_back(nullptr);
+    execv(bin.c_str(), args.data());
+    std::cerr << "error: cannot run " << bin << ": " << std::strerror(errno) << "\n";
+    return kExitBadInput;
+  }
   CLI::App app{"tessera: distributed training of transformer models"};
   app.require_subcommand(1);
 
@@ -62,6 +85,16 @@ int Main(int argc, char** argv) {
   plan->add_option("--bandwidth-gbs", local_plan.bandwidth_gbs, "Collective bandwidth per device, GB/s");
   plan->add_option("--memory-gb", local_plan.memory_gb, "Memory per device, GB");
   plan->add_option("--top", local_plan.top, "Print only the first N layouts");
+  app.add_subcommand("generate", "Sample tokens from a checkpoint or a transformers model (tessera generate --help)");
+  ExportOptions export_options;
+  CLI::App* export_cmd = app.add_subcommand(
+      "export", "Write a checkpoint as a transformers model directory (config.json + safetensors)");
+  export_cmd->add_option("checkpoint", export_options.checkpoint,
+                         "A checkpoint (step_NNNNNNNN) or a checkpoint directory (its newest)")->required();
+  export_cmd->add_option("out_dir", export_options.out_dir, "New (or empty) output directory")->required();
+  export_cmd->add_option("--dtype", export_options.dtype, "fp32 (default) or bf16");
+  export_cmd->add_option("--max-shard-size", export_options.max_shard_size,
+                         "Largest file before sharding with an index, e.g. 5GB (default), 500MB");
   int log_rank = 0;
   bool log_follow = false;
   CLI::App* logs = app.add_subcommand("logs", "Print a rank's log");
@@ -102,6 +135,7 @@ int Main(int argc, char** argv) {
   }
   if (plan->parsed()) return PlanCommand(cluster, submit_spec, submit_sets);
   if (logs->parsed()) return LogsCommand(cluster, job_id, log_rank, log_follow);
+  if (export_cmd->parsed()) return ExportCommand(export_options);
   if (prepare->parsed()) {
     auto n = PrepareByteTokens(input, output_file);
     if (!n.ok()) {

@@ -255,17 +255,29 @@ at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b 
 
 }  // namespace
 
-at::Tensor Decoder::Attention(const at::Tensor& qkv_in, int64_t local_heads, int64_t head_dim) {
+at::Tensor Decoder::Attention(const at::Tensor& qkv_in, int64_t local_heads, int64_t head_dim, int layer) {
   const int64_t B = qkv_in.size(0), T = qkv_in.size(1), width = local_heads * head_dim;
   std::vector<at::Tensor> qkv = qkv_in.split(width, -1);
   auto heads = [&](const at::Tensor& t) { return t.view({B, T, local_heads, head_dim}).transpose(1, 2); };
-  at::Tensor y = Attend(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]));
+  at::Tensor y = Attend(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), layer);
   return y.transpose(1, 2).reshape({B, T, width});
 }
 
-at::Tensor Decoder::Attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-  return sp_ && sp_->size() > 1 ? SequenceParallelAttention(sp_mode_, q, k, v, sp_.get())
-                                : at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);
+at::Tensor Decoder::Attend(const at::Tensor& q, const at::Tensor& k_new, const at::Tensor& v_new, int layer) {
+  if (cache_ != nullptr) {
+    // Query t (position L + t) sees keys 0..L + t: SDPA's is_causal aligns the corners the other way
+    // when there are more keys than queries, so the mask is explicit.
+    const int64_t L = cache_->length, T = q.size(2);
+    at::Tensor& k = cache_->k[layer];
+    at::Tensor& v = cache_->v[layer];
+    k = k.defined() ? at::cat({k, k_new}, 2) : k_new;
+    v = v.defined() ? at::cat({v, v_new}, 2) : v_new;
+    at::Tensor rows = at::arange(L, L + T, at::TensorOptions().dtype(at::kLong).device(q.device())).unsqueeze(1);
+    at::Tensor cols = at::arange(0, L + T, at::TensorOptions().dtype(at::kLong).device(q.device())).unsqueeze(0);
+    return at::scaled_dot_product_attention(q, k, v, cols <= rows, 0.0, /*is_causal=*/false);
+  }
+  return sp_ && sp_->size() > 1 ? SequenceParallelAttention(sp_mode_, q, k_new, v_new, sp_.get())
+                                : at::scaled_dot_product_attention(q, k_new, v_new, {}, 0.0, /*is_causal=*/true);
 }
 
 at::Tensor Decoder::Norm(const at::Tensor& x, const std::string& base, bool fused) {
@@ -321,7 +333,7 @@ at::Tensor Decoder::SplitQkvAttention(const at::Tensor& a, int i) {
     k = k.repeat_interleave(H / local_kv, 1);
     v = v.repeat_interleave(H / local_kv, 1);
   }
-  return Attend(q, k, v).transpose(1, 2).reshape({B, T, H * D});
+  return Attend(q, k, v, i).transpose(1, 2).reshape({B, T, H * D});
 }
 
 at::Tensor Decoder::GridLinear(const at::Tensor& x, const std::string& weight, const std::string& bias, bool second) {
@@ -347,7 +359,7 @@ at::Tensor Decoder::GridBlock(const at::Tensor& x_in, int i) {
   // Norms normalise over the hidden split along grid_.row (2D/2.5D: j; 3D: z).
   at::Tensor a = LayerNorm2D(x_in, Use(b + "ln_1.weight"), Use(b + "ln_1.bias"), config_.norm_eps, grid_);
   a = GridLinear(a, b + "attn.c_attn.weight", b + "attn.c_attn.bias", false);  // This rank's heads.
-  at::Tensor y = Attention(a, local_heads, head_dim);
+  at::Tensor y = Attention(a, local_heads, head_dim, i);
   at::Tensor x = x_in + GridLinear(y, b + "attn.c_proj.weight", b + "attn.c_proj.bias", true);
   at::Tensor m = LayerNorm2D(x, Use(b + "ln_2.weight"), Use(b + "ln_2.bias"), config_.norm_eps, grid_);
   m = at::gelu(GridLinear(m, b + "mlp.c_fc.weight", b + "mlp.c_fc.bias", false), config_.gelu_tanh ? "tanh" : "none");
@@ -368,7 +380,7 @@ at::Tensor Decoder::Block(const at::Tensor& x_in, int i) {
   at::Tensor y;
   if (f.fused_qkv) {
     a = Linear(CopyToTp(a, tp), P(name(f.qkv)), f.biases ? P(name(f.qkv, "bias")) : at::Tensor());
-    y = Attention(a, local_heads, head_dim);
+    y = Attention(a, local_heads, head_dim, i);
   } else {
     y = SplitQkvAttention(CopyToTp(a, tp), i);
   }
@@ -452,6 +464,22 @@ at::Tensor Decoder::Head(const at::Tensor& x_in, const at::Tensor& targets) {
   at::Tensor loss = losses.mean();
   if (hooks_) loss = hooks_->PostForward(0, loss);
   return loss;
+}
+
+at::Tensor Decoder::DecodeStep(const at::Tensor& tokens, KvCache* cache) {
+  TORCH_CHECK(shape_.layout == TpLayout::k1D && tp_->size() == 1 && (!sp_ || sp_->size() == 1) && part_.embedding &&
+                  part_.head && static_cast<int>(part_.layers.size()) == config_.layers,
+              "DecodeStep needs the whole model on one rank");
+  at::NoGradGuard no_grad;
+  cache->k.resize(config_.layers);
+  cache->v.resize(config_.layers);
+  cache_ = cache;
+  at::Tensor x = Embed(tokens);
+  for (int i = 0; i < config_.layers; ++i) x = Block(x, i);
+  x = Norm(x, family_.final_norm, fused_kernels_);
+  cache_ = nullptr;
+  cache->length += tokens.size(1);
+  return Linear(x, P(tied_.empty() ? family_.lm_head + ".weight" : tied_)).to(at::kFloat);
 }
 
 at::Tensor Decoder::Loss(const at::Tensor& tokens, const at::Tensor& targets) {

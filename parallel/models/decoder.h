@@ -72,6 +72,12 @@ TpShape TpShapeOf(const std::string& mode, int tp, int depth = 1);
 std::vector<ParamSpec> ModelParamSpecs(const ModelConfig& config, const ModelPart& part, int tp,
                                        const TpShape& layout = {});
 
+// Keys and values of the positions already seen, per block, for incremental decoding (generate.h).
+struct KvCache {
+  int64_t length = 0;            // Positions cached: the next token's position.
+  std::vector<at::Tensor> k, v;  // Per block: [B, heads, length, head_dim] (heads after GQA's repeat).
+};
+
 class Decoder {
  public:
   // Parameters initialised as the family's reference does (normal(0, 0.02) weights, zero biases,
@@ -106,6 +112,11 @@ class Decoder {
   std::vector<int64_t> ActivationShape(int64_t samples, int64_t positions) const;
   at::Tensor Blocks(at::Tensor x, int first, int count);
   at::Tensor Head(const at::Tensor& x, const at::Tensor& targets);
+
+  // Incremental decoding (whole model, 1D tp of one rank, no sp): logits [B, T, vocab] of `tokens`
+  // [B, T] at positions cache->length.. (each attends to the cached positions and the earlier ones of
+  // `tokens`); appends their keys and values to `cache`. No autograd.
+  at::Tensor DecodeStep(const at::Tensor& tokens, KvCache* cache);
 
   // Transformer block `i` on activations `x` [B, T, hidden] (used by Loss and by recomputation).
   at::Tensor Block(const at::Tensor& x, int i);
@@ -157,17 +168,22 @@ class Decoder {
   at::Tensor GridBlock(const at::Tensor& x, int i);
   // Causal self-attention of this rank's heads from qkv [B, T, 3·heads·head_dim] (q, k, v blocks),
   // over the whole sequence when it is split over sp; returns [B, T, heads·head_dim].
-  at::Tensor Attention(const at::Tensor& qkv, int64_t local_heads, int64_t head_dim);
+  at::Tensor Attention(const at::Tensor& qkv, int64_t local_heads, int64_t head_dim, int layer);
   // The same from q [B, H, T, D] and k, v [B, H, T, D] (heads already matched).
-  at::Tensor Attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
+  // With a KV cache (DecodeStep), k and v are appended to block `layer`'s cache and q attends to all.
+  at::Tensor Attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int layer);
   // The family's norm of `x` with the parameters named base.weight (and base.bias).
   at::Tensor Norm(const at::Tensor& x, const std::string& base, bool fused);
   // 1D block with separate q, k, v projections (Llama's shape): attention of this rank's heads.
   at::Tensor SplitQkvAttention(const at::Tensor& x_tp, int i);
   // q or k [B, H, T, D] rotated by their positions (first_position + t), transformers' rotate-half.
   at::Tensor Rotary(const at::Tensor& t, int64_t first_position) const;
-  // The first position of this rank's tokens in the sequence (sp splits the sequence in blocks).
-  int64_t FirstPosition(int64_t tokens) const { return sp_ ? sp_->rank() * tokens : 0; }
+  // The first position of this rank's tokens in the sequence (sp splits the sequence in blocks;
+  // decoding continues after the cached positions).
+  int64_t FirstPosition(int64_t tokens) const {
+    if (cache_ != nullptr) return cache_->length;
+    return sp_ ? sp_->rank() * tokens : 0;
+  }
   // x [B, T, in part] → [B, T, out part] in the output layout, bias added. `second`: 3D's second
   // linear of a pair (input split over (x, z) and hidden over y).
   at::Tensor GridLinear(const at::Tensor& x, const std::string& weight, const std::string& bias, bool second);
@@ -190,6 +206,7 @@ class Decoder {
   bool activation_checkpointing_ = false;
   bool fused_kernels_ = false;
   UnitHooks* hooks_ = nullptr;
+  KvCache* cache_ = nullptr;  // Set during DecodeStep only.
 };
 
 }  // namespace tessera::parallel

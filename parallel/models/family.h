@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "parallel/models/model_config.h"
-#include "parallel/models/param_layout.h"
+#include "parallel/models/tp_split.h"
 
 namespace tessera::parallel {
 

@@ -1,0 +1,107 @@
+// tessera-generate: the engine behind `tessera generate` (the CLI runs this binary so that the CLI
+// itself does not load LibTorch). Samples tokens from a tessera checkpoint or a transformers model
+// directory with a KV cache, on CPU.
+#include <ATen/Parallel.h>
+
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "client/exit_codes.h"
+#include "parallel/checkpoint/tensor_convert.h"
+#include "parallel/models/generate.h"
+#include "parallel/models/load_model.h"
+
+namespace tessera::client {
+namespace {
+
+int Main(int argc, char** argv) {
+  CLI::App app{"tessera generate: sample tokens from a model (KV cache, CPU)"};
+  app.name("tessera generate");
+  std::string model_path, prompt_ids, prompt_text, logits_out;
+  parallel::GenerateOptions o;
+  int threads = 0;
+  bool json = false;
+  app.add_option("model", model_path, "A tessera checkpoint (or checkpoint directory) or a transformers model directory")
+      ->required();
+  app.add_option("--prompt-ids", prompt_ids, "Prompt token ids, comma-separated: 15496,11,995");
+  app.add_option("--prompt", prompt_text, "Prompt text as byte-level tokens (models with a 256-token vocabulary)");
+  app.add_option("--max-new-tokens", o.max_new_tokens, "Tokens to generate (default 32)");
+  app.add_option("--temperature", o.temperature, "0 (default): greedy; > 0: sample from softmax(logits / T)");
+  app.add_option("--top-k", o.top_k, "Sample among the K most likely tokens (default: all)");
+  app.add_option("--seed", o.seed, "Seed of the sampler (default 0)");
+  app.add_option("--stop-id", o.stop_token, "Stop after generating this token id (e.g. the end-of-text id)");
+  app.add_option("--threads", threads, "Intra-op threads (default: LibTorch's)");
+  app.add_option("--logits-out", logits_out, "Write the prompt's logits [T, vocab] (fp32) to this .safetensors file");
+  app.add_flag("--json", json, "Print {\"prompt\": [...], \"tokens\": [...]} instead of the tokens as they come");
+  CLI11_PARSE(app, argc, argv);
+  if (prompt_ids.empty() == prompt_text.empty()) {
+    std::cerr << "error: give exactly one of --prompt-ids and --prompt\n";
+    return kExitBadInput;
+  }
+  std::vector<int64_t> prompt;
+  if (!prompt_ids.empty()) {
+    for (absl::string_view part : absl::StrSplit(prompt_ids, ',')) {
+      int64_t id;
+      if (!absl::SimpleAtoi(part, &id)) {
+        std::cerr << "error: --prompt-ids: \"" << part << "\" is not an integer\n";
+        return kExitBadInput;
+      }
+      prompt.push_back(id);
+    }
+  } else {
+    for (unsigned char ch : prompt_text) prompt.push_back(ch);
+  }
+  if (threads > 0) at::set_num_threads(threads);
+  auto loaded = parallel::LoadModelForInference(model_path, c10::Device(c10::kCPU));
+  if (!loaded.ok()) {
+    std::cerr << "error: " << loaded.status().message() << "\n";
+    return kExitBadInput;
+  }
+  if (!prompt_text.empty() && loaded->model->config().vocab < 256) {
+    std::cerr << "error: --prompt: byte-level text needs a vocabulary of at least 256 tokens; this model has "
+              << loaded->model->config().vocab << " (use --prompt-ids)\n";
+    return kExitBadInput;
+  }
+  const bool bytes = !prompt_text.empty();
+  auto print = [&](int64_t t) {
+    if (json) return;
+    if (bytes) {
+      std::cout << static_cast<char>(t < 256 ? t : '?') << std::flush;
+    } else {
+      std::cout << t << " " << std::flush;
+    }
+  };
+  at::Tensor logits;
+  auto tokens = parallel::Generate(*loaded->model, prompt, o, print, logits_out.empty() ? nullptr : &logits);
+  if (!tokens.ok()) {
+    std::cerr << "error: " << tokens.status().message() << "\n";
+    return kExitBadInput;
+  }
+  if (!logits_out.empty()) {
+    if (absl::Status s = parallel::SaveTensors(logits_out, {{"logits", logits}}); !s.ok()) {
+      std::cerr << "error: --logits-out: " << s.message() << "\n";
+      return kExitJobFailed;
+    }
+  }
+  if (json) {
+    auto list = [](const std::vector<int64_t>& v) {
+      std::string s = "[";
+      for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+      return s + "]";
+    };
+    std::cout << "{\"model\": \"" << loaded->source << "\", \"prompt\": " << list(prompt)
+              << ", \"tokens\": " << list(*tokens) << "}\n";
+  } else {
+    std::cout << "\n";
+  }
+  return kExitOk;
+}
+
+}  // namespace
+}  // namespace tessera::client
+
+int main(int argc, char** argv) { return tessera::client::Main(argc, argv); }

@@ -1,0 +1,67 @@
+#include "client/model_commands.h"
+
+#include <cctype>
+#include <iostream>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "client/exit_codes.h"
+#include "parallel/models/checkpoint_model.h"
+#include "parallel/models/hf_export.h"
+
+namespace tessera::client {
+
+absl::StatusOr<uint64_t> ParseByteSize(const std::string& text) {
+  size_t i = 0;
+  uint64_t n = 0;
+  constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();
+  for (; i < text.size() && std::isdigit(static_cast<unsigned char>(text[i])); ++i) {
+    const uint64_t d = static_cast<uint64_t>(text[i] - '0');
+    if (n > (kMax - d) / 10) return absl::InvalidArgumentError(absl::StrCat("\"", text, "\" is too large"));
+    n = n * 10 + d;
+  }
+  const std::string unit = text.substr(i);
+  uint64_t scale = 0;
+  for (auto [name, s] : std::initializer_list<std::pair<const char*, uint64_t>>{
+           {"", 1}, {"B", 1}, {"KB", 1000}, {"MB", 1000000}, {"GB", 1000000000},
+           {"KiB", 1024}, {"MiB", 1024 * 1024}, {"GiB", uint64_t{1} << 30}}) {
+    if (unit == name) scale = s;
+  }
+  if (i == 0 || scale == 0 || n == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("\"", text, "\" is not a positive size (e.g. 5GB, 500MB, 2GiB)"));
+  }
+  if (n > kMax / scale) return absl::InvalidArgumentError(absl::StrCat("\"", text, "\" is too large"));
+  return n * scale;
+}
+
+int ExportCommand(const ExportOptions& o) {
+  parallel::HfExportOptions options;
+  if (o.dtype == "bf16") {
+    options.dtype = parallel::ExportDtype::kBF16;
+  } else if (o.dtype != "fp32") {
+    std::cerr << "error: --dtype: \"" << o.dtype << "\" is not fp32 or bf16\n";
+    return kExitBadInput;
+  }
+  auto shard = ParseByteSize(o.max_shard_size);
+  if (!shard.ok()) {
+    std::cerr << "error: --max-shard-size: " << shard.status().message() << "\n";
+    return kExitBadInput;
+  }
+  options.max_shard_bytes = *shard;
+  auto checkpoint = parallel::ReadCheckpointModel(o.checkpoint);
+  if (!checkpoint.ok()) {
+    std::cerr << "error: " << checkpoint.status().message() << "\n";
+    return kExitBadInput;
+  }
+  auto done = parallel::ExportToHf(*checkpoint, o.out_dir, options);
+  if (!done.ok()) {
+    std::cerr << "error: " << done.status().message() << "\n";
+    return done.status().code() == absl::StatusCode::kFailedPrecondition ? kExitBadInput : kExitJobFailed;
+  }
+  std::cout << "exported step " << checkpoint->step << " of " << checkpoint->path << " to " << o.out_dir << ": "
+            << done->shards << (done->shards == 1 ? " file" : " shards") << ", " << done->bytes << " bytes ("
+            << o.dtype << "); load with transformers.AutoModelForCausalLM.from_pretrained\n";
+  return kExitOk;
+}
+
+}  // namespace tessera::client

@@ -1,0 +1,28 @@
+// Commands on models outside training: `tessera export` (a checkpoint as a transformers model
+// directory). Local; no coordinator.
+#ifndef TESSERA_CLIENT_MODEL_COMMANDS_H_
+#define TESSERA_CLIENT_MODEL_COMMANDS_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace tessera::client {
+
+struct ExportOptions {
+  std::string checkpoint;  // A step_NNNNNNNN directory or a checkpoint directory (its newest).
+  std::string out_dir;
+  std::string dtype = "fp32";          // fp32 | bf16.
+  std::string max_shard_size = "5GB";  // Bytes: N, NKB, NMB, NGB (10^3 steps) or NKiB, NMiB, NGiB.
+};
+
+// "5GB" → 5·10^9, "40KiB" → 40960; errors name the value.
+absl::StatusOr<uint64_t> ParseByteSize(const std::string& text);
+
+// Returns the process exit code.
+int ExportCommand(const ExportOptions& options);
+
+}  // namespace tessera::client
+
+#endif  // TESSERA_CLIENT_MODEL_COMMANDS_H_
