@@ -117,6 +117,20 @@ TEST_P(ParallelEquivalenceTest, TensorParallel2) { CompareWithReference(Run("tp2
 // tp = heads: for Llama (kv_heads 2) each key/value head is shared by two tp ranks.
 TEST_P(ParallelEquivalenceTest, TensorParallel4) { CompareWithReference(Run("tp4", 1, 4)); }
 
+// A vocabulary tp does not divide (every real tokenizer's): 250 rows over 4 ranks are 63 each, the
+// last rank's 2 padding rows zero and out of the softmax. Equal to the unpadded single-process run,
+// gradients and weights of the full (unpadded) tensors included.
+TEST_P(ParallelEquivalenceTest, PaddedVocabularyTensorParallel4) {
+  const std::string family = GetParam();
+  const std::string ref = Equivalence::Run(family, "single_v250", 1, 1, {"model.vocab=250"});
+  const std::string out = Equivalence::Run(family, "tp4_v250", 1, 4, {"model.vocab=250"});
+  testing::ExpectRunsClose(ref, out, /*steps=*/10, Tensors(family),
+                           {kLossAtol, kLossRtol, kGradAtol, kGradRtol, kWeightAtol, kWeightRtol});
+  auto dump = testing::ReadF32(out + "/debug/step_1.safetensors");
+  const std::string embedding = family == "llama" ? "param.embed_tokens.weight" : "param.wte.weight";
+  EXPECT_EQ(dump.at(embedding).size(), 250u * 64) << "no padding outside the model";
+}
+
 TEST_P(ParallelEquivalenceTest, DataParallel2TimesTensorParallel2) { CompareWithReference(Run("dp2tp2", 2, 2)); }
 
 // ZeRO over dp composed with tp=2: clipping is active here, so stages 2–3 (norm summed from shards)

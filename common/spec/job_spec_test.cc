@@ -55,7 +55,17 @@ TEST(JobSpecTest, TpMustDivideHeads) {
                                         "model.vocab=256"});
   ASSERT_FALSE(spec.ok());
   EXPECT_THAT(spec.status().message(), HasSubstr("parallel.tp: 3 does not divide model.heads 4"));
-  EXPECT_THAT(spec.status().message(), HasSubstr("parallel.tp: 3 does not divide model.vocab 256"));
+  EXPECT_THAT(spec.status().message(), Not(HasSubstr("model.vocab")));  // Padded inside the model.
+}
+
+TEST(JobSpecTest, VocabularyIsPaddedForTpButEveryRankHoldsRealRows) {
+  EXPECT_TRUE(ParseAndValidate(kValid, {"parallel.tp=4", "parallel.dp=1", "model.vocab=250"}).ok());
+  EXPECT_TRUE(ParseAndValidate(kValid, {"parallel.tp=4", "parallel.dp=1", "model.vocab=50257"}).ok());
+  // 5 rows over 4 ranks: 2 each, the last would hold only padding.
+  auto spec = ParseAndValidate(kValid, {"parallel.tp=4", "parallel.dp=1", "model.vocab=5"});
+  ASSERT_FALSE(spec.ok());
+  EXPECT_THAT(spec.status().message(),
+              HasSubstr("parallel.tp: 4 ranks of 2 vocabulary rows each leave the last without a real one"));
 }
 
 TEST(JobSpecTest, GlobalBatchMustBeMultipleOfMicroBatchTimesDp) {

@@ -215,8 +215,14 @@ void CheckParallel(const v1::JobSpec& s, Checker& c) {
   if (p.tp_mode() == v1::TP_MODE_1D && p.tp() >= 1 && s.model().heads() >= 1 && s.model().heads() % p.tp() != 0) {
     c.Fail("parallel.tp", absl::StrCat(p.tp(), " does not divide model.heads ", s.model().heads()));
   }
-  if (p.tp_mode() == v1::TP_MODE_1D && p.tp() >= 1 && s.model().vocab() >= 1 && s.model().vocab() % p.tp() != 0) {
-    c.Fail("parallel.tp", absl::StrCat(p.tp(), " does not divide model.vocab ", s.model().vocab()));
+  // 1D: the vocabulary is padded to a multiple of tp inside the model (invisible in checkpoints); every
+  // rank must still hold some real rows.
+  if (p.tp_mode() == v1::TP_MODE_1D && p.tp() >= 2 && s.model().vocab() >= 1) {
+    const int64_t per = (static_cast<int64_t>(s.model().vocab()) + p.tp() - 1) / p.tp();
+    if ((p.tp() - 1) * per >= s.model().vocab()) {
+      c.Fail("parallel.tp", absl::StrCat(p.tp(), " ranks of ", per, " vocabulary rows each leave the last without a real one",
+                                         " (model.vocab ", s.model().vocab(), ")"));
+    }
   }
   if (s.model().family() == v1::MODEL_FAMILY_LLAMA && p.tp() >= 1) {
     const int kv = s.model().kv_heads() > 0 ? s.model().kv_heads() : s.model().heads();

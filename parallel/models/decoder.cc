@@ -7,6 +7,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
+#include <limits>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -147,7 +148,9 @@ void Decoder::CheckConfig() const {
     return;  // The grid's own divisibility: the trainer's checks.
   }
   const int tp = tp_->size(), kv = config_.KvHeads();
-  TORCH_CHECK(config_.heads % tp == 0 && config_.vocab % tp == 0, "Decoder: tp must divide heads and vocab");
+  TORCH_CHECK(config_.heads % tp == 0, "Decoder: tp must divide heads");
+  TORCH_CHECK(static_cast<int64_t>(tp - 1) * VocabPart() < config_.vocab,
+              "Decoder: every tp rank must hold a vocabulary row (vocab padded to a multiple of tp)");
   TORCH_CHECK(config_.heads % kv == 0 && (kv % tp == 0 || tp % kv == 0),
               "Decoder: kv_heads must divide heads, and tp divide kv_heads or kv_heads divide tp");
 }
@@ -408,7 +411,7 @@ at::Tensor Decoder::Block(const at::Tensor& x_in, int i) {
 
 at::Tensor Decoder::Embed(const at::Tensor& tokens) {
   Communicator* tp = tp_.get();
-  const int64_t vocab_start = tp->rank() * (config_.vocab / tp->size());
+  const int64_t vocab_start = tp->rank() * VocabPart();
   if (hooks_) hooks_->PreForward(0, false);
   const int64_t T = tokens.size(1);
   const int64_t first_position = FirstPosition(T);
@@ -436,7 +439,7 @@ at::Tensor Decoder::Blocks(at::Tensor x, int first, int count) {
 at::Tensor Decoder::Head(const at::Tensor& x_in, const at::Tensor& targets) {
   Communicator* tp = tp_.get();
   const int64_t B = x_in.size(0), T = x_in.size(1);
-  const int64_t vocab_start = tp->rank() * (config_.vocab / tp->size());
+  const int64_t vocab_start = tp->rank() * VocabPart();
   if (hooks_ && !part_.embedding) hooks_->PreForward(0, false);
   if (shape_.layout != TpLayout::k1D) {
     // Logits of this rank's samples: the hidden-split products summed over the hidden axis and
@@ -454,7 +457,13 @@ at::Tensor Decoder::Head(const at::Tensor& x_in, const at::Tensor& targets) {
   }
   at::Tensor x = Norm(x_in, family_.final_norm, fused_kernels_);
   const std::string head = tied_.empty() ? family_.lm_head + ".weight" : tied_;
-  at::Tensor logits = Linear(CopyToTp(x, tp), P(head));  // [B, T, V/tp].
+  at::Tensor logits = Linear(CopyToTp(x, tp), P(head));  // [B, T, VocabPart()].
+  // Padding rows of the vocabulary (past vocab) are no tokens: out of the softmax.
+  const int64_t real = std::clamp<int64_t>(config_.vocab - vocab_start, 0, VocabPart());
+  if (real < VocabPart()) {
+    logits = logits.narrow(-1, 0, real);
+    logits = at::constant_pad_nd(logits, {0, VocabPart() - real}, -std::numeric_limits<double>::infinity());
+  }
   // Low-precision logits: the softmax and the loss are computed in fp32 — by the fused kernel
   // reading the 16-bit logits, or by ATen on an fp32 copy.
   const kernels::FusedKernels* k = kernels::SelectKernels(logits, fused_kernels_);

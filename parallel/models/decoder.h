@@ -149,6 +149,8 @@ class Decoder {
 
   std::vector<Param>& params() { return params_; }
   const ModelConfig& config() const { return config_; }
+  // Vocabulary rows each tp rank holds (1D): ceil(vocab / tp), the last ranks' padded (kPaddedDim0).
+  int64_t VocabPart() const { return (config_.vocab + tp_->size() - 1) / tp_->size(); }
   const ModelPart& part() const { return part_; }
   bool holds(const std::string& name) const { return index_.count(name) > 0; }
   Communicator* tp() const { return tp_.get(); }

@@ -59,7 +59,7 @@ std::vector<ParamSpec> ParamSpecs1D(const ModelConfig& c, const ModelPart& part,
     if (f.biases) add(base + ".bias", {h}, TpSplit::kReplicated, 0, 0, layer);
   };
   if (part.embedding || (part.head && tied)) {
-    add(f.token_embedding + ".weight", {c.vocab, h}, TpSplit::kDim0, std, 0);
+    add(f.token_embedding + ".weight", {c.vocab, h}, TpSplit::kPaddedDim0, std, 0);
   }
   if (part.embedding && f.positions == PositionKind::kLearned) {
     add(f.position_embedding + ".weight", {c.seq_len, h}, TpSplit::kReplicated, std, 0);
@@ -90,7 +90,7 @@ std::vector<ParamSpec> ParamSpecs1D(const ModelConfig& c, const ModelPart& part,
   }
   if (part.head) {
     norm(f.final_norm, -1);
-    if (!tied) add(f.lm_head + ".weight", {c.vocab, h}, TpSplit::kDim0, std, 0);
+    if (!tied) add(f.lm_head + ".weight", {c.vocab, h}, TpSplit::kPaddedDim0, std, 0);
   }
   return out;
 }

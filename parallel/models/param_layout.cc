@@ -78,6 +78,15 @@ at::Tensor ShardOf(const Param& param, const at::Tensor& full, int tp_rank, int 
   switch (param.split) {
     case TpSplit::kReplicated: return full.clone();
     case TpSplit::kDim0: return Chunk(full, 0, tp_size, tp_rank).clone();
+    case TpSplit::kPaddedDim0: {
+      const int64_t rows = full.size(0), per = (rows + tp_size - 1) / tp_size, begin = tp_rank * per;
+      const int64_t n = std::clamp<int64_t>(rows - begin, 0, per);
+      std::vector<int64_t> shape = full.sizes().vec();
+      shape[0] = per;
+      at::Tensor part = at::zeros(shape, full.options());
+      if (n > 0) part.narrow(0, 0, n).copy_(full.narrow(0, begin, n));
+      return part;
+    }
     case TpSplit::kDim1: return Chunk(full, 1, tp_size, tp_rank).contiguous();
     case TpSplit::kQkvDim0: return Chunk(full, 0, tp_size, tp_rank, true);
     case TpSplit::kGrid: return GridShard(param.grid, full, tp_rank);
@@ -92,6 +101,7 @@ std::vector<int64_t> PartShape(const Param& param, int tp_size) {
     case TpSplit::kDim0:
     case TpSplit::kQkvDim0: shape[0] /= tp_size; break;
     case TpSplit::kDim1: shape[1] /= tp_size; break;
+    case TpSplit::kPaddedDim0: shape[0] = (shape[0] + tp_size - 1) / tp_size; break;
     case TpSplit::kGrid:
       for (int a : param.grid.dim0) shape[0] /= param.grid.grid[a];
       for (int a : param.grid.dim1) shape[1] /= param.grid.grid[a];
@@ -104,6 +114,7 @@ at::Tensor JoinShards(const Param& param, const std::vector<at::Tensor>& parts) 
   switch (param.split) {
     case TpSplit::kReplicated: return parts[0].clone();
     case TpSplit::kDim0: return Join(parts, 0);
+    case TpSplit::kPaddedDim0: return Join(parts, 0).narrow(0, 0, param.full_shape[0]).clone();
     case TpSplit::kDim1: return Join(parts, 1);
     case TpSplit::kQkvDim0: return Join(parts, 0, true);
     case TpSplit::kGrid: {
@@ -211,6 +222,9 @@ absl::Status GatherFullTensor(const Param& param, const at::Tensor& part, Commun
   switch (param.split) {
     case TpSplit::kDim0:
       *full = gathered;
+      break;
+    case TpSplit::kPaddedDim0:
+      *full = gathered.narrow(0, 0, param.full_shape[0]).clone();
       break;
     case TpSplit::kDim1:
       *full = gathered.t().contiguous();

@@ -12,6 +12,10 @@ enum class TpSplit {
   kDim0,        // Contiguous chunk r of dim 0 on rank r (column-linear weight/bias, vocab rows).
   kDim1,        // Contiguous chunk r of dim 1 on rank r (row-linear weight).
   kQkvDim0,     // Dim 0 is three stacked blocks (q, k, v); chunk r of each block on rank r.
+  // Vocabulary rows (embedding, LM head): rank r holds rows [r·P, (r+1)·P) with P = ceil(rows / tp),
+  // the rows past the end zeros (padding: never looked up, their logits masked out of the loss, so
+  // they stay zero). With tp dividing the rows it is kDim0. Full tensors never contain padding.
+  kPaddedDim0,
   kGrid,        // 2D / 2.5D / 3D tensor parallelism: see GridSplit (Param::grid).
 };
 

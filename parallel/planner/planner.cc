@@ -83,7 +83,8 @@ std::string Invalid(const PlanInput& in, const Layout& l) {
   const int micro_batches = in.global_batch / (in.micro_batch * l.dp);
   const TpSplits s = Splits(l);
   if (l.tp_mode == "1d") {
-    if (m.heads % l.tp || m.vocab % l.tp) return "tp does not divide heads and vocab";
+    if (m.heads % l.tp) return "tp does not divide heads";
+    if (static_cast<int64_t>(l.tp - 1) * ((m.vocab + l.tp - 1) / l.tp) >= m.vocab) return "tp leaves a rank without vocabulary rows";
   } else {
     const int q = s.q;
     const bool shape_ok = l.tp_mode == "2d"     ? q * q == l.tp

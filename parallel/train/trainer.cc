@@ -91,8 +91,10 @@ absl::Status Trainer::Init() {
       return absl::InvalidArgumentError(absl::StrCat("parallel.tp_mode ", options_.tp_mode,
                                                      ": the grid does not divide model.heads, hidden, vocab or micro_batch"));
     }
-  } else if (m.heads % tp != 0 || m.vocab % tp != 0) {
-    return absl::InvalidArgumentError("tp must divide model.heads and model.vocab");
+  } else if (m.heads % tp != 0) {
+    return absl::InvalidArgumentError("tp must divide model.heads");
+  } else if (static_cast<int64_t>(tp - 1) * ((m.vocab + tp - 1) / tp) >= m.vocab) {
+    return absl::InvalidArgumentError("tp leaves a rank without vocabulary rows (model.vocab is padded to a multiple of tp)");
   }
   if (grid && m.family != ModelFamily::kGpt2) {
     return absl::InvalidArgumentError(absl::StrCat("parallel.tp_mode ", options_.tp_mode, ": ",
