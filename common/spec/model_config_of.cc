@@ -14,8 +14,16 @@ parallel::ModelConfig ModelConfigOf(const v1::ModelSpec& m) {
   c.ffn_hidden = m.ffn_hidden();
   if (m.norm_eps() > 0) c.norm_eps = m.norm_eps();
   if (m.rope_theta() > 0) c.rope_theta = m.rope_theta();
+  if (m.has_rope_scaling()) {
+    const v1::RopeScaling& r = m.rope_scaling();
+    c.rope_scaling.factor = r.factor();
+    if (r.low_freq_factor() > 0) c.rope_scaling.low_freq_factor = r.low_freq_factor();
+    if (r.high_freq_factor() > 0) c.rope_scaling.high_freq_factor = r.high_freq_factor();
+    if (r.original_max_positions() > 0) c.rope_scaling.original_max_positions = r.original_max_positions();
+  }
   c.tie_embeddings = c.family == parallel::ModelFamily::kGpt2 || m.tie_embeddings();
   c.gelu_tanh = m.activation() == v1::ACTIVATION_GELU_TANH;
+  c.qkv_bias = m.qkv_bias();
   return c;
 }
 

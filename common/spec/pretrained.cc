@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/spec/job_spec.h"
+#include "common/spec/model_config_of.h"
 #include "parallel/models/hf_config.h"
 
 namespace tessera::spec {
@@ -69,6 +70,13 @@ absl::Status ApplyPretrained(const v1::ModelSpec& w, v1::JobSpec* spec) {
   a.Check("norm_eps", w.norm_eps(), c.norm_eps, gpt ? "layer_norm_epsilon" : "rms_norm_eps", w.norm_eps() != 0);
   if (!gpt) a.Check("rope_theta", w.rope_theta(), c.rope_theta, "rope_theta", w.rope_theta() != 0);
   a.Check("tie_embeddings", w.tie_embeddings(), c.tie_embeddings, "tie_word_embeddings", w.has_tie_embeddings());
+  a.Check("qkv_bias", w.qkv_bias(), c.qkv_bias, "model_type " + hf->model_type, w.has_qkv_bias());
+  if (w.has_rope_scaling()) {
+    // Written scaling must be the file's (compared as the model reads both).
+    if (!(ModelConfigOf(w).rope_scaling == c.rope_scaling)) {
+      a.Fail("rope_scaling", absl::StrCat("differs from ", m->pretrained(), "/config.json's rope_scaling"));
+    }
+  }
   const v1::Activation act = !gpt ? v1::ACTIVATION_SILU : c.gelu_tanh ? v1::ACTIVATION_GELU_TANH : v1::ACTIVATION_GELU;
   if (w.activation() != v1::ACTIVATION_UNSPECIFIED && w.activation() != act) {
     a.Fail("activation", absl::StrCat(ActivationWord(w.activation()), " in the spec, ", ActivationWord(act), " in ",
@@ -89,6 +97,16 @@ absl::Status ApplyPretrained(const v1::ModelSpec& w, v1::JobSpec* spec) {
     m->set_ffn_hidden(c.FfnHidden());
     m->set_rope_theta(c.rope_theta);
     m->set_tie_embeddings(c.tie_embeddings);
+    m->set_qkv_bias(c.qkv_bias);
+    if (c.rope_scaling.enabled()) {
+      v1::RopeScaling* r = m->mutable_rope_scaling();
+      r->set_factor(c.rope_scaling.factor);
+      r->set_low_freq_factor(c.rope_scaling.low_freq_factor);
+      r->set_high_freq_factor(c.rope_scaling.high_freq_factor);
+      r->set_original_max_positions(c.rope_scaling.original_max_positions);
+    } else {
+      m->clear_rope_scaling();
+    }
   }
   // seq_len is how long the training windows are; GPT-2 has n_positions learned positions.
   if (gpt && hf->max_positions > 0 && m->seq_len() > hf->max_positions) {

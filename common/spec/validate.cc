@@ -66,6 +66,8 @@ void CheckModel(const v1::ModelSpec& m, Checker& c) {
     }
     if (m.has_tie_embeddings() && !m.tie_embeddings()) c.Fail("model.tie_embeddings", "gpt's head is always tied");
     if (m.rope_theta() != 0) c.Fail("model.rope_theta", "gpt has learned positions, not rotary ones");
+    if (m.has_rope_scaling()) c.Fail("model.rope_scaling", "gpt has learned positions, not rotary ones");
+    if (m.qkv_bias()) c.Fail("model.qkv_bias", "gpt's linears always have biases (this is a llama option)");
     if (m.activation() == v1::ACTIVATION_SILU) c.Fail("model.activation", "gpt's MLP is gelu or gelu_tanh");
   }
   if (llama) {
@@ -80,6 +82,16 @@ void CheckModel(const v1::ModelSpec& m, Checker& c) {
       c.Fail("model.activation", "llama's MLP is SwiGLU (silu)");
     }
     if (!(m.rope_theta() >= 0)) c.Fail("model.rope_theta", absl::StrCat(m.rope_theta(), " must be positive (or 0: 10000)"));
+    if (m.has_rope_scaling()) {
+      const v1::RopeScaling& r = m.rope_scaling();
+      const double low = r.low_freq_factor() > 0 ? r.low_freq_factor() : 1, high = r.high_freq_factor() > 0 ? r.high_freq_factor() : 4;
+      if (!(r.factor() >= 1)) c.Fail("model.rope_scaling.factor", absl::StrCat(r.factor(), " must be at least 1"));
+      if (!(r.low_freq_factor() >= 0)) c.Fail("model.rope_scaling.low_freq_factor", "must be positive (or 0: 1)");
+      if (!(high > low)) {
+        c.Fail("model.rope_scaling.high_freq_factor", absl::StrCat(high, " must exceed low_freq_factor ", low));
+      }
+      if (r.original_max_positions() < 0) c.Fail("model.rope_scaling.original_max_positions", "must be positive (or 0: 8192)");
+    }
   }
 }
 

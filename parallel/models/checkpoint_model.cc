@@ -44,6 +44,14 @@ absl::StatusOr<ModelConfig> ModelOfState(const std::string& dir) {
   c.rope_theta = m.value("rope_theta", 1e4);
   c.tie_embeddings = c.family == ModelFamily::kGpt2 || m.value("tie_embeddings", false);
   c.gelu_tanh = m.value("activation", std::string("gelu")) == "gelu_tanh";
+  c.qkv_bias = m.value("qkv_bias", false);
+  if (m.contains("rope_scaling") && m["rope_scaling"].is_object()) {
+    const nlohmann::json& r = m["rope_scaling"];
+    c.rope_scaling.factor = r.value("factor", 0.0);
+    c.rope_scaling.low_freq_factor = r.value("low_freq_factor", 1.0);
+    c.rope_scaling.high_freq_factor = r.value("high_freq_factor", 4.0);
+    c.rope_scaling.original_max_positions = r.value("original_max_positions", 8192);
+  }
   return c;
 }
 

@@ -298,6 +298,17 @@ at::Tensor Decoder::Rotary(const at::Tensor& t, int64_t first_position) const {
   // fp32 product each), both halves of the head dimension rotated by the same angles.
   const int64_t T = t.size(2), D = t.size(3);
   at::Tensor inv_freq = at::pow(config_.rope_theta, at::arange(0, D, 2, at::kLong).to(at::kFloat) / D).reciprocal();
+  if (const RopeScaling& r = config_.rope_scaling; r.enabled()) {
+    // transformers' _compute_llama3_parameters, op for op in fp32 (scalar / tensor is reciprocal · scalar).
+    const double old_len = r.original_max_positions;
+    const double low_wavelen = old_len / r.low_freq_factor, high_wavelen = old_len / r.high_freq_factor;
+    at::Tensor wavelen = inv_freq.reciprocal() * (2 * M_PI);
+    at::Tensor scaled = at::where(wavelen > low_wavelen, inv_freq / r.factor, inv_freq);
+    at::Tensor smooth = (wavelen.reciprocal() * old_len - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
+    at::Tensor smoothed = (1 - smooth) * scaled / r.factor + smooth * scaled;
+    at::Tensor medium = (wavelen < high_wavelen).logical_not().logical_and((wavelen > low_wavelen).logical_not());
+    inv_freq = at::where(medium, smoothed, scaled);
+  }
   at::Tensor positions = at::arange(first_position, first_position + T, at::kLong).to(at::kFloat);
   at::Tensor angles = at::outer(positions, inv_freq);  // [T, D/2]
   at::Tensor emb = at::cat({angles, angles}, -1);
@@ -314,7 +325,11 @@ at::Tensor Decoder::SplitQkvAttention(const at::Tensor& a, int i) {
   const int64_t B = a.size(0), T = a.size(1), D = config_.HeadDim();
   const int64_t H = config_.heads / tp->size();
   const int kv = config_.KvHeads();
+  auto bias = [&](const std::string& role) {
+    return config_.qkv_bias ? P(BlockParamName(f, i, role, "bias")) : at::Tensor();
+  };
   at::Tensor wk = P(BlockParamName(f, i, f.k)), wv = P(BlockParamName(f, i, f.v));
+  at::Tensor bk = bias(f.k), bv = bias(f.v);
   int64_t local_kv = kv / tp->size();
   if (kv < tp->size()) {
     // Every rank holds all key/value heads; its query heads share one of them, numbered rank·kv/tp.
@@ -322,12 +337,14 @@ at::Tensor Decoder::SplitQkvAttention(const at::Tensor& a, int i) {
     const int64_t head = static_cast<int64_t>(tp->rank()) * kv / tp->size();
     wk = CopyToTp(wk, tp).narrow(0, head * D, D);
     wv = CopyToTp(wv, tp).narrow(0, head * D, D);
+    if (bk.defined()) bk = CopyToTp(bk, tp).narrow(0, head * D, D);
+    if (bv.defined()) bv = CopyToTp(bv, tp).narrow(0, head * D, D);
     local_kv = 1;
   }
   auto heads = [&](const at::Tensor& t, int64_t n) { return t.view({B, T, n, D}).transpose(1, 2); };
-  at::Tensor q = heads(Linear(a, P(BlockParamName(f, i, f.q))), H);
-  at::Tensor k = heads(Linear(a, wk), local_kv);
-  at::Tensor v = heads(Linear(a, wv), local_kv);
+  at::Tensor q = heads(Linear(a, P(BlockParamName(f, i, f.q)), bias(f.q)), H);
+  at::Tensor k = heads(Linear(a, wk, bk), local_kv);
+  at::Tensor v = heads(Linear(a, wv, bv), local_kv);
   if (f.positions == PositionKind::kRotary) {
     q = Rotary(q, FirstPosition(T));
     k = Rotary(k, FirstPosition(T));

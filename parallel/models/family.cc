@@ -74,6 +74,11 @@ std::vector<ParamSpec> ParamSpecs1D(const ModelConfig& c, const ModelPart& part,
       add(name(f.q), {h, h}, TpSplit::kDim0, std, 0, i);
       add(name(f.k), {kv, h}, kv_split, std, 0, i);
       add(name(f.v), {kv, h}, kv_split, std, 0, i);
+      if (c.qkv_bias) {
+        add(name(f.q, "bias"), {h}, TpSplit::kDim0, 0, 0, i);
+        add(name(f.k, "bias"), {kv}, kv_split, 0, 0, i);
+        add(name(f.v, "bias"), {kv}, kv_split, 0, 0, i);
+      }
     }
     add(name(f.attn_out), {h, h}, TpSplit::kDim1, out_std, 0, i);
     if (f.biases) add(name(f.attn_out, "bias"), {h}, TpSplit::kReplicated, 0, 0, i);

@@ -67,13 +67,36 @@ class Reader {
     }
     return j_[key].get<std::string>();
   }
+  // rope_scaling: {"rope_type" (or "type"): "llama3", factor, low_freq_factor, high_freq_factor,
+  // original_max_position_embeddings}; other kinds are not implemented.
+  void RopeScalingOf(RopeScaling* out) {
+    const Json& s = j_["rope_scaling"];
+    if (!s.is_object()) return Fail("rope_scaling", absl::StrCat(s.dump(), " is not an object"));
+    const std::string kind = s.contains("rope_type") ? s["rope_type"].dump() : s.contains("type") ? s["type"].dump() : "";
+    if (kind == "\"default\"") return;
+    if (kind != "\"llama3\"") {
+      return Fail("rope_scaling", absl::StrCat("rope_type ", kind.empty() ? "missing" : kind,
+                                               ": only llama3 (Llama 3.1's) is implemented"));
+    }
+    Reader r(path_ + ": rope_scaling", s);
+    out->factor = r.Number("factor", 0);
+    out->low_freq_factor = r.Number("low_freq_factor", 1);
+    out->high_freq_factor = r.Number("high_freq_factor", 4);
+    out->original_max_positions = r.Size("original_max_position_embeddings");
+    if (r.status().ok() && !(out->factor >= 1)) r.Fail("factor", "missing or below 1");
+    if (r.status().ok() && !(out->high_freq_factor > out->low_freq_factor)) {
+      r.Fail("high_freq_factor", "must exceed low_freq_factor");
+    }
+    if (!r.status().ok() && status_.ok()) status_ = r.status();
+  }
+
   // `key`, when present, must be `want` (a setting tessera's family fixes).
   void Expect(const std::string& key, bool want, const std::string& why) {
     if (Has(key) && Bool(key, want) != want) Fail(key, absl::StrCat(want ? "false" : "true", ": ", why));
   }
 
  private:
-  const std::string& path_;
+  std::string path_;
   const Json& j_;
   absl::Status status_;
 };
@@ -124,9 +147,13 @@ void ReadLlama(Reader& r, HfModelConfig* out) {
   }
   const std::string act = r.String("hidden_act", "silu");
   if (act != "silu") r.Fail("hidden_act", absl::StrCat("\"", act, "\": llama's MLP is SwiGLU (silu)"));
-  r.Expect("attention_bias", false, "attention biases are not implemented for llama");
+  if (out->type == HfModelType::kQwen2) {
+    c.qkv_bias = true;  // Qwen2's q, k, v projections always have biases, its output projection none.
+    if (r.Bool("use_sliding_window", false) && r.Has("sliding_window")) out->sliding_window = r.Size("sliding_window");
+  }
+  r.Expect("attention_bias", false, "attention biases (q, k, v and output) are not implemented for llama");
   r.Expect("mlp_bias", false, "MLP biases are not implemented for llama");
-  if (r.Has("rope_scaling")) r.Fail("rope_scaling", "rope scaling is not implemented yet (remove it only if the model was trained without)");
+  if (r.Has("rope_scaling")) r.RopeScalingOf(&c.rope_scaling);
   if (out->type == HfModelType::kMistral && r.Has("sliding_window")) out->sliding_window = r.Size("sliding_window");
 }
 
@@ -143,12 +170,14 @@ absl::StatusOr<HfModelConfig> ParseHfConfig(const std::string& path, std::string
   if (out.model_type == "gpt2") {
     out.type = HfModelType::kGpt2;
     ReadGpt2(r, &out);
-  } else if (out.model_type == "llama" || out.model_type == "mistral") {
-    out.type = out.model_type == "llama" ? HfModelType::kLlama : HfModelType::kMistral;
+  } else if (out.model_type == "llama" || out.model_type == "mistral" || out.model_type == "qwen2") {
+    out.type = out.model_type == "llama"     ? HfModelType::kLlama
+               : out.model_type == "mistral" ? HfModelType::kMistral
+                                             : HfModelType::kQwen2;
     ReadLlama(r, &out);
   } else {
     r.Fail("model_type", absl::StrCat(out.model_type.empty() ? "missing" : "\"" + out.model_type + "\"",
-                                      ": tessera reads gpt2, llama and mistral"));
+                                      ": tessera reads gpt2, llama, mistral and qwen2"));
   }
   if (!r.status().ok()) return r.status();
   return out;
@@ -195,12 +224,27 @@ std::string HfConfigJson(const ModelConfig& c, int64_t max_positions, const std:
          {"max_position_embeddings", max_positions},
          {"rms_norm_eps", c.norm_eps},
          {"rope_theta", c.rope_theta},
-         {"rope_scaling", nullptr},
+         {"rope_scaling", c.rope_scaling.enabled()
+                              ? Json{{"rope_type", "llama3"},
+                                     {"factor", c.rope_scaling.factor},
+                                     {"low_freq_factor", c.rope_scaling.low_freq_factor},
+                                     {"high_freq_factor", c.rope_scaling.high_freq_factor},
+                                     {"original_max_position_embeddings", c.rope_scaling.original_max_positions}}
+                              : Json(nullptr)},
          {"hidden_act", "silu"},
          {"attention_bias", false},
          {"mlp_bias", false},
          {"attention_dropout", 0.0},
          {"tie_word_embeddings", c.tie_embeddings}};
+  }
+  if (c.family == ModelFamily::kLlama && c.qkv_bias) {
+    // Qwen2: Llama's keys less the bias flags and head_dim, plus its sliding-window switch (off).
+    j["architectures"] = {"Qwen2ForCausalLM"};
+    j["model_type"] = "qwen2";
+    j.erase("attention_bias");
+    j.erase("mlp_bias");
+    j.erase("head_dim");
+    j["use_sliding_window"] = false;
   }
   j["torch_dtype"] = dtype;
   return j.dump(2) + "\n";

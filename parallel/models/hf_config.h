@@ -12,9 +12,9 @@
 
 namespace tessera::parallel {
 
-// The model_types read: gpt2 (GPT2LMHeadModel) and the Llama shape — llama, and mistral where its
-// sliding window does not bind.
-enum class HfModelType { kGpt2, kLlama, kMistral };
+// The model_types read: gpt2 (GPT2LMHeadModel) and the Llama shape — llama, mistral where its
+// sliding window does not bind, and qwen2 (q, k, v biases).
+enum class HfModelType { kGpt2, kLlama, kMistral, kQwen2 };
 
 struct HfModelConfig {
   HfModelType type = HfModelType::kGpt2;
@@ -34,7 +34,7 @@ absl::StatusOr<HfModelConfig> ParseHfConfig(const std::string& path, std::string
 absl::StatusOr<HfModelConfig> ReadHfConfig(const std::string& dir);
 
 // config.json text for `config` that transformers' AutoConfig reads back as the same model
-// (GPT2LMHeadModel or LlamaForCausalLM), with `max_positions` positions (at least seq_len for gpt2:
+// (GPT2LMHeadModel, LlamaForCausalLM, or Qwen2ForCausalLM with qkv_bias), with `max_positions` positions (at least seq_len for gpt2:
 // its wpe has that many rows) and torch_dtype `dtype` ("float32", "bfloat16").
 std::string HfConfigJson(const ModelConfig& config, int64_t max_positions, const std::string& dtype);
 

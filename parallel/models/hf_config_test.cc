@@ -45,6 +45,36 @@ TEST(HfConfigTest, ReadsLlamaWithGroupedQueryAttention) {
   EXPECT_EQ(c->max_positions, 2048);
 }
 
+TEST(HfConfigTest, ReadsLlama3RopeScaling) {
+  std::string j = kLlama;
+  j.replace(j.find("\"rope_scaling\": null"), 20, R"("rope_scaling": {"rope_type": "llama3", "factor": 8.0,
+    "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192})");
+  auto c = ParseHfConfig("config.json", j);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->config.rope_scaling.enabled());
+  EXPECT_EQ(c->config.rope_scaling.factor, 8.0);
+  EXPECT_EQ(c->config.rope_scaling.original_max_positions, 8192);
+  auto back = ParseHfConfig("export", HfConfigJson(c->config, 128, "float32"));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(back->config.rope_scaling == c->config.rope_scaling);
+}
+
+TEST(HfConfigTest, Qwen2IsLlamaWithQkvBiases) {
+  std::string j = kLlama;
+  j.replace(j.find("\"llama\""), 7, "\"qwen2\"");
+  const std::string biases = R"(, "attention_bias": false, "mlp_bias": false)";
+  j.replace(j.find(biases), biases.size(), "");
+  auto c = ParseHfConfig("config.json", j);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->type, HfModelType::kQwen2);
+  EXPECT_EQ(c->config.family, ModelFamily::kLlama);
+  EXPECT_TRUE(c->config.qkv_bias);
+  auto back = ParseHfConfig("export", HfConfigJson(c->config, 128, "float32"));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->model_type, "qwen2");
+  EXPECT_TRUE(back->config.qkv_bias);
+}
+
 TEST(HfConfigTest, MistralIsLlamaWithItsSlidingWindow) {
   std::string j = kLlama;
   j.replace(j.find("\"llama\""), 7, "\"mistral\"");
@@ -69,7 +99,10 @@ TEST(HfConfigTest, WhatTesseraDoesNotImplementIsAnErrorNamingTheKey) {
     return c.ok() ? std::string("ok") : std::string(c.status().message());
   };
   EXPECT_THAT(error(kLlama, "hidden_act", "\"gelu\""), HasSubstr("dir/config.json: hidden_act: \"gelu\": llama's MLP is SwiGLU"));
-  EXPECT_THAT(error(kLlama, "rope_scaling", R"({"rope_type": "llama3", "factor": 8.0})"), HasSubstr("rope_scaling: rope scaling is not implemented"));
+  EXPECT_THAT(error(kLlama, "rope_scaling", R"({"rope_type": "yarn", "factor": 8.0})"),
+              HasSubstr("rope_scaling: rope_type \"yarn\": only llama3"));
+  EXPECT_THAT(error(kLlama, "rope_scaling", R"({"rope_type": "llama3", "factor": 8.0})"),
+              HasSubstr("rope_scaling: original_max_position_embeddings: missing"));
   EXPECT_THAT(error(kLlama, "attention_bias", "true"), HasSubstr("attention_bias: true: attention biases"));
   EXPECT_THAT(error(kLlama, "head_dim", "16"), HasSubstr("head_dim: only hidden_size / num_attention_heads = 8"));
   EXPECT_THAT(error(kLlama, "num_attention_heads", "7"), HasSubstr("num_attention_heads: 7 does not divide hidden_size 64"));

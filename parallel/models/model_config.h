@@ -10,7 +10,24 @@ namespace tessera::parallel {
 
 enum class ModelFamily {
   kGpt2,   // GPT-2: LayerNorm, learned positions, GELU MLP of 4·hidden, biases, tied head.
-  kLlama,  // Llama 2/3 shape: RMSNorm, rotary positions, SwiGLU, grouped-query attention, no biases.
+  kLlama,  // Llama 2/3 shape: RMSNorm, rotary positions, SwiGLU, grouped-query attention, no biases
+           // (Qwen2: the same with qkv_bias).
+};
+
+// Llama 3's rope scaling (transformers' rope_type "llama3"): rotary frequencies whose wavelength
+// exceeds original_max_positions / low_freq_factor are divided by factor, those below
+// original_max_positions / high_freq_factor kept, those between interpolated smoothly.
+struct RopeScaling {
+  double factor = 0;  // 0: no scaling.
+  double low_freq_factor = 1;
+  double high_freq_factor = 4;
+  int original_max_positions = 8192;
+
+  bool enabled() const { return factor > 0; }
+  bool operator==(const RopeScaling& o) const {
+    return factor == o.factor && low_freq_factor == o.low_freq_factor && high_freq_factor == o.high_freq_factor &&
+           original_max_positions == o.original_max_positions;
+  }
 };
 
 struct ModelConfig {
@@ -24,6 +41,8 @@ struct ModelConfig {
   int ffn_hidden = 0;        // The MLP's inner width; 0: the family's default (FfnHidden()).
   double norm_eps = 1e-5;    // LayerNorm / RMSNorm epsilon.
   double rope_theta = 1e4;   // Rotary positions' base. Llama only.
+  RopeScaling rope_scaling;  // Llama only.
+  bool qkv_bias = false;     // Llama shape: q, k and v projections with biases (Qwen2).
   bool tie_embeddings = true;  // The LM head is the token embedding (GPT-2 always).
   bool gelu_tanh = false;      // GPT-2: GELU's tanh approximation instead of erf.
 
@@ -41,7 +60,7 @@ struct ModelConfig {
   double BlockParameters() const {
     const double h = hidden, kv = static_cast<double>(KvHeads()) * HeadDim(), f = FfnHidden();
     if (family == ModelFamily::kGpt2) return 2 * h * h + 2 * h * kv + 2 * h * f + (3 * h + h + f + h) + 4 * h;
-    return 2 * h * h + 2 * h * kv + 3 * h * f + 2 * h;
+    return 2 * h * h + 2 * h * kv + 3 * h * f + 2 * h + (qkv_bias ? h + 2 * kv : 0);
   }
   // Parameters outside the blocks: those of the first pipeline stage (token and learned position
   // embeddings), the last's untied head (0 when tied), and the final norm.

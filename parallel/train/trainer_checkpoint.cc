@@ -244,7 +244,14 @@ nlohmann::json Trainer::TrainerStateJson(bool sharded_state) const {
       {"model", {{"family", FamilyName(c.family)}, {"layers", c.layers}, {"hidden", c.hidden}, {"heads", c.heads},
                  {"kv_heads", c.KvHeads()}, {"ffn_hidden", c.FfnHidden()}, {"vocab", c.vocab}, {"seq_len", c.seq_len},
                  {"norm_eps", c.norm_eps}, {"rope_theta", c.rope_theta}, {"tie_embeddings", !TiedEmbeddingName(c).empty()},
-                 {"activation", c.family == ModelFamily::kLlama ? "silu" : c.gelu_tanh ? "gelu_tanh" : "gelu"}}},
+                 {"activation", c.family == ModelFamily::kLlama ? "silu" : c.gelu_tanh ? "gelu_tanh" : "gelu"},
+                 {"qkv_bias", c.qkv_bias},
+                 {"rope_scaling", c.rope_scaling.enabled()
+                                      ? nlohmann::json{{"factor", c.rope_scaling.factor},
+                                                       {"low_freq_factor", c.rope_scaling.low_freq_factor},
+                                                       {"high_freq_factor", c.rope_scaling.high_freq_factor},
+                                                       {"original_max_positions", c.rope_scaling.original_max_positions}}
+                                      : nlohmann::json(nullptr)}}},
       {"mesh", {{"sp_mode", options_.sp_mode}, {"dp", options_.mesh.dp}, {"tp", options_.mesh.tp}, {"pp", options_.mesh.pp},
                 {"sp", options_.mesh.sp}, {"order", options_.mesh.order},
                 {"pp_schedule", options_.pp_schedule}, {"pp_chunks", options_.pp_chunks}}},

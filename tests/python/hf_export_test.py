@@ -57,6 +57,19 @@ def tensors(directory):
     return out
 
 
+def qwen2():
+    config = transformers.Qwen2Config(
+        vocab_size=256, hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=128, tie_word_embeddings=False, use_sliding_window=False)
+    torch.manual_seed(7)
+    model = transformers.Qwen2ForCausalLM(config).float()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("_proj.bias"):
+                p.normal_(0.0, 0.1)
+    return model
+
+
 class HfExportTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -68,7 +81,7 @@ class HfExportTest(unittest.TestCase):
         cls.data = os.path.join(cls.tmp, "tokens.bin")
         tokens.astype("<u2").tofile(cls.data)
         cls.hf = {}
-        for name, make in [("gpt2", gpt2), ("llama", llama)]:
+        for name, make in [("gpt2", gpt2), ("llama", llama), ("qwen2", qwen2)]:
             cls.hf[name] = os.path.join(cls.tmp, "hf_" + name)
             make().save_pretrained(cls.hf[name], safe_serialization=True)
 
@@ -103,7 +116,7 @@ output_dir: {self.tmp}/{name}
         return out
 
     def test_round_trip_through_tessera_is_bit_exact(self):
-        for family in ("gpt2", "llama"):
+        for family in ("gpt2", "llama", "qwen2"):
             with self.subTest(family=family):
                 ckpt = self.train(f"rt_{family}", f"{{pretrained: {self.hf[family]}, seq_len: {SEQ}}}", 1, "1e-300")
                 out = self.export(ckpt, f"rt_{family}_out")

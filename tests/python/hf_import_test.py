@@ -62,6 +62,34 @@ def llama():
     return transformers.LlamaForCausalLM(config).float()
 
 
+def llama3(scaled=True):
+    # Llama 3.1's rope scaling, with a pre-training context of 16 so that it changes most frequencies
+    # of this small head dimension, and weights drawn wide enough (std 0.1) for positions to matter.
+    config = transformers.LlamaConfig(
+        vocab_size=VOCAB, hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=128, rms_norm_eps=1e-5, rope_theta=500000.0,
+        rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                      "original_max_position_embeddings": 16} if scaled else None,
+        tie_word_embeddings=False, hidden_act="silu", initializer_range=0.1)
+    torch.manual_seed(4)
+    return transformers.LlamaForCausalLM(config).float()
+
+
+def qwen2():
+    # Qwen2: Llama's shape with q, k and v biases (drawn non-zero here so that they matter).
+    config = transformers.Qwen2Config(
+        vocab_size=VOCAB, hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=128, rms_norm_eps=1e-6, rope_theta=10000.0,
+        tie_word_embeddings=False, use_sliding_window=False)
+    torch.manual_seed(8)
+    model = transformers.Qwen2ForCausalLM(config).float()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("_proj.bias"):
+                p.normal_(0.0, 0.1)
+    return model
+
+
 class HfImportTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -75,7 +103,8 @@ class HfImportTest(unittest.TestCase):
         cls.dirs = {}
         for name, make, kwargs in [("gpt2", gpt2, {}), ("llama", llama, {}),
                                    ("llama_sharded", llama, {"max_shard_size": "40KB"}),
-                                   ("llama_bf16", lambda: llama().to(torch.bfloat16), {})]:
+                                   ("llama_bf16", lambda: llama().to(torch.bfloat16), {}),
+                                   ("llama3", llama3, {}), ("qwen2", qwen2, {})]:
             d = os.path.join(cls.tmp, name)
             make().save_pretrained(d, safe_serialization=True, **kwargs)
             cls.dirs[name] = d
@@ -139,6 +168,21 @@ output_dir: {self.tmp}/{name}
 
     def test_llama_pipeline_parallel_matches_transformers(self):
         self.check("llama_pp2", "llama", ["parallel.pp=2"], PARALLEL_TOL)
+
+    def test_llama3_rope_scaling_matches_transformers(self):
+        got = self.check("llama3", "llama3", [], SINGLE_TOL)
+        # The test can fail: the same weights without the scaling train to losses 100× the tolerance away.
+        samples = gpt_reference.Samples(self.data, SEQ, False, 0)
+        unscaled = gpt_reference.train(CausalLm(llama3(scaled=False)), samples, STEPS, MICRO, GLOBAL, LR, MIN_LR,
+                                       WARMUP, True, WD, BETAS, ADAM_EPS, CLIP)
+        gap = max(abs(g - u) / abs(u) for g, u in zip(got, unscaled))
+        self.assertGreater(gap, 10 * SINGLE_TOL, "rope scaling changes the losses")
+        print(f"llama3: without the scaling the losses would differ by {gap:.2e}")
+
+    def test_qwen2_with_qkv_biases_matches_transformers(self):
+        self.check("qwen2", "qwen2", [], SINGLE_TOL)
+        self.check("qwen2_tp2", "qwen2", ["parallel.tp=2"], PARALLEL_TOL)  # Bias rows split with their heads.
+        self.check("qwen2_tp4", "qwen2", ["parallel.tp=4"], PARALLEL_TOL)  # Key/value biases shared.
 
     def test_sharded_save_loads_the_same_weights(self):
         index = os.path.join(self.dirs["llama_sharded"], "model.safetensors.index.json")
