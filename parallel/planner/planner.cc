@@ -82,6 +82,7 @@ std::string Invalid(const PlanInput& in, const Layout& l) {
   if (in.global_batch % (in.micro_batch * l.dp) != 0) return "global_batch is not a multiple of micro_batch·dp";
   const int micro_batches = in.global_batch / (in.micro_batch * l.dp);
   const TpSplits s = Splits(l);
+  if (l.tp_mode != "1d" && m.family != ModelFamily::kGpt2) return "grid tp modes are gpt's only";
   if (l.tp_mode == "1d") {
     if (m.heads % l.tp) return "tp does not divide heads";
     if (static_cast<int64_t>(l.tp - 1) * ((m.vocab + l.tp - 1) / l.tp) >= m.vocab) return "tp leaves a rank without vocabulary rows";

@@ -39,6 +39,23 @@ TEST(PlannerTest, EnumeratesOnlyValidLayoutsOfTheDeviceCount) {
   EXPECT_EQ(plan[0].verdict, "chosen: fastest predicted step that fits");
 }
 
+// Llama: grid tp layouts are not offered (the engine has them for GPT-2 only); a vocabulary tp does
+// not divide is padded, so 1D tp is.
+TEST(PlannerTest, LlamaGetsNoGridLayoutsAndPaddedVocabularies) {
+  PlanInput in = Gpt8(8);
+  in.model.family = ModelFamily::kLlama;
+  in.model.kv_heads = 2;
+  in.model.vocab = 1000;  // 8 does not divide it.
+  auto plan = Plan(in);
+  ASSERT_FALSE(plan.empty());
+  bool tp8 = false;
+  for (const Prediction& p : plan) {
+    EXPECT_EQ(p.layout.tp_mode, "1d") << p.layout.ToString();
+    tp8 = tp8 || p.layout.tp == 8;
+  }
+  EXPECT_TRUE(tp8);
+}
+
 // Model states: 16 bytes per parameter on one device; 1D tp divides the blocks (not the first
 // stage's embeddings, split by vocabulary); dp replicates.
 TEST(PlannerTest, ModelStateBytesFollowTheSplits) {
