@@ -101,14 +101,8 @@ class ParallelEquivalenceTest : public Equivalence, public ::testing::TestWithPa
 INSTANTIATE_TEST_SUITE_P(Families, ParallelEquivalenceTest, ::testing::Values("gpt", "llama"),
                          [](const auto& info) { return info.param; });
 
-// Grid layouts: GPT-2's only so far.
-class GridEquivalenceTest : public Equivalence, public ::testing::Test {
- protected:
-  static std::string Run(const std::string& name, int dp, int tp, std::vector<std::string> extra = {}) {
-    return Equivalence::Run("gpt", name, dp, tp, std::move(extra));
-  }
-  static void CompareWithReference(const std::string& out) { Equivalence::CompareWithReference("gpt", out); }
-};
+// Grid layouts: every family (tests/tensor_grid_test.cc has GPT-2's 2.5D and 3D in depth).
+using GridEquivalenceTest = ParallelEquivalenceTest;
 
 TEST_P(ParallelEquivalenceTest, DataParallel2) { CompareWithReference(Run("dp2", 2, 1)); }
 
@@ -148,16 +142,34 @@ TEST_P(ParallelEquivalenceTest, Zero3WithTensorParallel) {
 }
 
 // 2D (SUMMA) tensor parallelism on a 2×2 grid: samples split over grid rows, hidden over columns.
-TEST_F(GridEquivalenceTest, TensorParallel2D) {
+// Llama: each rank's 2 query heads and 1 key/value head, RMSNorm's statistics summed over the grid.
+TEST_P(GridEquivalenceTest, TensorParallel2D) {
   CompareWithReference(Run("tp2d", 1, 4, {"parallel.tp_mode=2d"}));
 }
 
-TEST_F(GridEquivalenceTest, TensorParallel2DTimesDataParallel2) {
+TEST_P(GridEquivalenceTest, TensorParallel2DTimesDataParallel2) {
   CompareWithReference(Run("tp2d_dp2", 2, 4, {"parallel.tp_mode=2d"}));
 }
 
-TEST_F(GridEquivalenceTest, TensorParallel2DWithActivationCheckpointing) {
+TEST_P(GridEquivalenceTest, TensorParallel2DWithActivationCheckpointing) {
   CompareWithReference(Run("tp2d_ckpt", 1, 4, {"parallel.tp_mode=2d", "train.activation_checkpointing=true"}));
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, GridEquivalenceTest, ::testing::Values("gpt", "llama"),
+                         [](const auto& info) { return info.param; });
+
+// Llama's 2.5D (two layers of the 2×2 grid) and 3D (2×2×2: hidden split 4 ways between blocks; GPT-2's
+// are in tests/tensor_grid_test.cc). Both need 4 samples per micro-batch: the same global batch in 2
+// micro-batches of 4, equal to the reference's 4 of 2 within the tolerances.
+class LlamaGridTest : public Equivalence, public ::testing::Test {};
+
+TEST_F(LlamaGridTest, TensorParallel2p5DAnd3D) {
+  for (const auto& [name, sets] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+           {"tp2p5d", {"parallel.tp_mode=2.5d", "parallel.tp_depth=2", "train.micro_batch=4"}},
+           {"tp3d", {"parallel.tp_mode=3d", "train.micro_batch=4"}}}) {
+    SCOPED_TRACE(name);
+    Equivalence::CompareWithReference("llama", Equivalence::Run("llama", name, 1, 8, sets));
+  }
 }
 
 // Recomputing each block in backward runs the same kernels on the same inputs: the losses and

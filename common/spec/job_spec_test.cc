@@ -296,7 +296,13 @@ TEST(JobSpecTest, ModelFamilies) {
   msg = std::string(odd.status().message());
   EXPECT_THAT(msg, HasSubstr("model.kv_heads: 3 does not divide model.heads 4"));
   EXPECT_THAT(msg, HasSubstr("model.heads: rotary positions need an even head dimension; hidden/heads = 3"));
-  EXPECT_THAT(msg, HasSubstr("parallel.tp_mode: llama runs with tp_mode 1d only so far"));
+  EXPECT_THAT(msg, HasSubstr("model.kv_heads: 3 is not a multiple of 2 (tp_mode 2d"));  // Split over the grid side.
+  auto ffn = ParseAndValidate(kValid, {"model.family=llama", "model.kv_heads=2", "model.ffn_hidden=129",
+                                       "parallel.tp=4", "parallel.tp_mode=2d"});
+  ASSERT_FALSE(ffn.ok());
+  EXPECT_THAT(std::string(ffn.status().message()), HasSubstr("model.ffn_hidden: 129 is not a multiple of 2"));
+  EXPECT_TRUE(ParseAndValidate(kValid, {"model.family=llama", "model.kv_heads=2", "parallel.tp=4",
+                                        "parallel.tp_mode=2d"}).ok());
 
   auto gpt = ParseAndValidate(kValid, {"model.kv_heads=2", "model.ffn_hidden=100", "model.tie_embeddings=false",
                                        "model.rope_theta=10000"});

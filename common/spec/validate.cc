@@ -194,9 +194,16 @@ void CheckTensorMode(const v1::JobSpec& s, Checker& c) {
     c.Fail("parallel.tp_depth", absl::StrCat(p.tp_depth(), " applies to tp_mode 2.5d only"));
   }
   const auto& m = s.model();
-  for (const auto& [field, value, by] : std::vector<std::tuple<std::string, int, int64_t>>{
-           {"model.heads", m.heads(), q}, {"model.vocab", m.vocab(), q}, {"model.hidden", m.hidden(), hidden},
-           {"train.micro_batch", s.train().micro_batch(), samples}}) {
+  std::vector<std::tuple<std::string, int, int64_t>> divisible = {
+      {"model.heads", m.heads(), q}, {"model.vocab", m.vocab(), q}, {"model.hidden", m.hidden(), hidden},
+      {"train.micro_batch", s.train().micro_batch(), samples}};
+  if (m.family() == v1::MODEL_FAMILY_LLAMA) {
+    // Key/value heads split like the query heads; the SwiGLU width like the hidden dimension.
+    const int kv = m.kv_heads() > 0 ? m.kv_heads() : m.heads();
+    divisible.push_back({"model.kv_heads", kv, q});
+    if (m.ffn_hidden() > 0) divisible.push_back({"model.ffn_hidden", m.ffn_hidden(), hidden});
+  }
+  for (const auto& [field, value, by] : divisible) {
     if (value >= 1 && value % by != 0) {
       c.Fail(field, absl::StrCat(value, " is not a multiple of ", by, " (tp_mode ", mode, ", tp ", tp, ", grid side q = ",
                                  q, ")"));
@@ -238,13 +245,10 @@ void CheckParallel(const v1::JobSpec& s, Checker& c) {
   }
   if (s.model().family() == v1::MODEL_FAMILY_LLAMA && p.tp() >= 1) {
     const int kv = s.model().kv_heads() > 0 ? s.model().kv_heads() : s.model().heads();
-    if (kv >= 1 && kv % p.tp() != 0 && p.tp() % kv != 0) {
+    if (p.tp_mode() == v1::TP_MODE_1D && kv >= 1 && kv % p.tp() != 0 && p.tp() % kv != 0) {
       c.Fail("parallel.tp", absl::StrCat(p.tp(), " and model.kv_heads ", kv,
                                          ": one must divide the other (key/value heads are split over tp, or each "
                                          "rank uses one of them)"));
-    }
-    if (p.tp_mode() != v1::TP_MODE_1D) {
-      c.Fail("parallel.tp_mode", "llama runs with tp_mode 1d only so far (the grid layouts are gpt's)");
     }
   }
   if (p.zero_stage() < 0 || p.zero_stage() > 3) {

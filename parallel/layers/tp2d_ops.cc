@@ -104,6 +104,13 @@ at::Tensor LayerNorm2D(const at::Tensor& x, const at::Tensor& weight, const at::
   return centered * at::rsqrt(var + eps) * weight + bias;
 }
 
+at::Tensor RmsNorm2D(const at::Tensor& x, const at::Tensor& weight, double eps, const Grid2D& grid) {
+  const double hidden = static_cast<double>(x.size(-1)) * grid.q;
+  at::Tensor h = x.to(at::kFloat);
+  at::Tensor mean_square = SumBothWays(h.pow(2).sum(-1, /*keepdim=*/true), grid.row) / hidden;
+  return weight * (h * at::rsqrt(mean_square + eps)).to(x.scalar_type());
+}
+
 at::Tensor ReduceScatterAlong(const at::Tensor& x, int64_t dim, Communicator* comm) {
   return ReduceScatterFn::apply(x, dim, reinterpret_cast<int64_t>(comm));
 }

@@ -28,6 +28,10 @@ at::Tensor Summa(const at::Tensor& a, const at::Tensor& b, const Grid2D& grid);
 at::Tensor LayerNorm2D(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, double eps,
                        const Grid2D& grid);
 
+// RMSNorm as transformers' LlamaRMSNorm (statistics in fp32, scaled in the input's dtype) of `x`
+// whose last dimension is split along grid.row (hidden / q on each rank), `weight` split the same way.
+at::Tensor RmsNorm2D(const at::Tensor& x, const at::Tensor& weight, double eps, const Grid2D& grid);
+
 // Forward: sum over `comm` of every member's `x`, keeping chunk rank() along `dim`. Backward: the
 // gradients of the chunks gathered back along `dim`.
 at::Tensor ReduceScatterAlong(const at::Tensor& x, int64_t dim, Communicator* comm);

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <set>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -84,18 +85,37 @@ std::vector<ParamSpec> ModelParamSpecs(const ModelConfig& c, const ModelPart& pa
   // 2D/2.5D: the grid's last two axes are (i, j); 3D: (x, y, z).
   const int n = static_cast<int>(grid.size());
   const int i = n - 2, j = n - 1;
+  const FamilySpec& f = FamilyOf(c.family);
+  // Linears that take the activations' layout to the other one (3D), first of a pair: q, k, v (or
+  // the fused qkv), the MLP's input(s); the output projections bring them back.
+  std::set<std::string> first_roles;
+  for (const std::string* role : {&f.qkv, &f.q, &f.k, &f.v, &f.mlp_in, &f.gate, &f.up}) {
+    if (!role->empty()) first_roles.insert(*role);
+  }
+  auto role_of = [&](const ParamSpec& p) {
+    if (p.layer < 0) return std::string();
+    std::string r = p.name.substr(absl::StrCat(f.block_prefix, p.layer, ".").size());
+    return r.substr(0, r.rfind('.'));  // Less ".weight" / ".bias".
+  };
+  auto embedding_like = [&](const std::string& name) {
+    for (const std::string* base : {&f.token_embedding, &f.position_embedding, &f.lm_head}) {
+      if (!base->empty() && name == *base + ".weight") return true;
+    }
+    return false;
+  };
   for (ParamSpec& p : out) {
     GridSplit g;
     g.grid = grid;
-    g.qkv = p.name.find("c_attn") != std::string::npos;
-    const bool first_of_pair = g.qkv || p.name.find("c_fc") != std::string::npos;  // Input layout → other.
+    const std::string role = role_of(p);
+    g.qkv = !f.qkv.empty() && role == f.qkv;
+    const bool first_of_pair = first_roles.count(role) > 0;  // Input layout → other.
     if (tp.layout == TpLayout::k3D) {
       const int x = 0, y = 1, z = 2;
       if (p.shape.size() == 1) {
         // Biases follow their linear's output layout (hidden over y after the first of a pair);
         // norms act between blocks (hidden over z).
         g.dim0 = {first_of_pair ? y : z};
-      } else if (p.name == "wte.weight" || p.name == "wpe.weight") {
+      } else if (embedding_like(p.name)) {
         g.dim1 = {z};
       } else {
         // Wᵀ's row (input) blocks over the contraction axis, sub-chunked over x; columns over the other.
@@ -104,7 +124,7 @@ std::vector<ParamSpec> ModelParamSpecs(const ModelConfig& c, const ModelPart& pa
       }
     } else if (p.shape.size() == 1) {
       g.dim0 = {j};
-    } else if (p.name == "wte.weight" || p.name == "wpe.weight") {
+    } else if (embedding_like(p.name)) {
       g.dim1 = {j};
     } else {
       g.dim0 = {j};  // Wᵀ's column block j (outputs),
@@ -144,7 +164,7 @@ void Decoder::CheckConfig() const {
   // The trainer and the spec's validation refuse these first, with the field's name; here they are
   // the class's contract.
   if (shape_.layout != TpLayout::k1D) {
-    TORCH_CHECK(config_.family == ModelFamily::kGpt2, "Decoder: grid tensor parallelism is GPT-2's only");
+    TORCH_CHECK(config_.KvHeads() % shape_.q == 0, "Decoder: grid tp needs the grid side to divide kv_heads");
     return;  // The grid's own divisibility: the trainer's checks.
   }
   const int tp = tp_->size(), kv = config_.KvHeads();
@@ -322,7 +342,7 @@ at::Tensor Decoder::Rotary(const at::Tensor& t, int64_t first_position) const {
 at::Tensor Decoder::SplitQkvAttention(const at::Tensor& a, int i) {
   Communicator* tp = tp_.get();
   const FamilySpec& f = family_;
-  const int64_t B = a.size(0), T = a.size(1), D = config_.HeadDim();
+  const int64_t D = config_.HeadDim();
   const int64_t H = config_.heads / tp->size();
   const int kv = config_.KvHeads();
   auto bias = [&](const std::string& role) {
@@ -341,10 +361,18 @@ at::Tensor Decoder::SplitQkvAttention(const at::Tensor& a, int i) {
     if (bv.defined()) bv = CopyToTp(bv, tp).narrow(0, head * D, D);
     local_kv = 1;
   }
+  return HeadsAttention(Linear(a, P(BlockParamName(f, i, f.q)), bias(f.q)), Linear(a, wk, bk), Linear(a, wv, bv), H,
+                        local_kv, i);
+}
+
+at::Tensor Decoder::HeadsAttention(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in, int64_t H,
+                                   int64_t local_kv, int i) {
+  const FamilySpec& f = family_;
+  const int64_t B = q_in.size(0), T = q_in.size(1), D = config_.HeadDim();
   auto heads = [&](const at::Tensor& t, int64_t n) { return t.view({B, T, n, D}).transpose(1, 2); };
-  at::Tensor q = heads(Linear(a, P(BlockParamName(f, i, f.q)), bias(f.q)), H);
-  at::Tensor k = heads(Linear(a, wk, bk), local_kv);
-  at::Tensor v = heads(Linear(a, wv, bv), local_kv);
+  at::Tensor q = heads(q_in, H);
+  at::Tensor k = heads(k_in, local_kv);
+  at::Tensor v = heads(v_in, local_kv);
   if (f.positions == PositionKind::kRotary) {
     q = Rotary(q, FirstPosition(T));
     k = Rotary(k, FirstPosition(T));
@@ -369,21 +397,45 @@ at::Tensor Decoder::GridLinear(const at::Tensor& x, const std::string& weight, c
   } else {
     y = Summa(rows, w.t(), grid_);
   }
-  return y.view({x.size(0), x.size(1), w.size(0)}) + Use(bias);
+  at::Tensor out = y.view({x.size(0), x.size(1), w.size(0)});
+  return bias.empty() ? out : out + Use(bias);
+}
+
+at::Tensor Decoder::GridNorm(const at::Tensor& x, const std::string& base) {
+  // Norms normalise over the hidden split along grid_.row (2D/2.5D: j; 3D: z).
+  if (family_.norm == NormKind::kLayerNorm) {
+    return LayerNorm2D(x, Use(base + ".weight"), Use(base + ".bias"), config_.norm_eps, grid_);
+  }
+  return RmsNorm2D(x, Use(base + ".weight"), config_.norm_eps, grid_);
 }
 
 at::Tensor Decoder::GridBlock(const at::Tensor& x_in, int i) {
+  const FamilySpec& f = family_;
   const int64_t local_heads = config_.heads / shape_.q;
-  const int64_t head_dim = config_.hidden / config_.heads;
-  const std::string b = absl::StrCat("h.", i, ".");
-  // Norms normalise over the hidden split along grid_.row (2D/2.5D: j; 3D: z).
-  at::Tensor a = LayerNorm2D(x_in, Use(b + "ln_1.weight"), Use(b + "ln_1.bias"), config_.norm_eps, grid_);
-  a = GridLinear(a, b + "attn.c_attn.weight", b + "attn.c_attn.bias", false);  // This rank's heads.
-  at::Tensor y = Attention(a, local_heads, head_dim, i);
-  at::Tensor x = x_in + GridLinear(y, b + "attn.c_proj.weight", b + "attn.c_proj.bias", true);
-  at::Tensor m = LayerNorm2D(x, Use(b + "ln_2.weight"), Use(b + "ln_2.bias"), config_.norm_eps, grid_);
-  m = at::gelu(GridLinear(m, b + "mlp.c_fc.weight", b + "mlp.c_fc.bias", false), config_.gelu_tanh ? "tanh" : "none");
-  return x + GridLinear(m, b + "mlp.c_proj.weight", b + "mlp.c_proj.bias", true);
+  const int64_t head_dim = config_.HeadDim();
+  auto name = [&](const std::string& role) { return BlockParamName(f, i, role); };
+  auto bias = [&](const std::string& role, bool has) { return has ? BlockParamName(f, i, role, "bias") : std::string(); };
+  const std::string block = absl::StrCat(f.block_prefix, i, ".");
+  at::Tensor a = GridNorm(x_in, block + f.attn_norm);
+  at::Tensor y;
+  if (f.fused_qkv) {
+    a = GridLinear(a, name(f.qkv), bias(f.qkv, f.biases), false);  // This rank's heads.
+    y = Attention(a, local_heads, head_dim, i);
+  } else {
+    // This rank's query heads and key/value heads (the grid side divides both).
+    y = HeadsAttention(GridLinear(a, name(f.q), bias(f.q, config_.qkv_bias), false),
+                       GridLinear(a, name(f.k), bias(f.k, config_.qkv_bias), false),
+                       GridLinear(a, name(f.v), bias(f.v, config_.qkv_bias), false), local_heads,
+                       config_.KvHeads() / shape_.q, i);
+  }
+  at::Tensor x = x_in + GridLinear(y, name(f.attn_out), bias(f.attn_out, f.biases), true);
+  at::Tensor m = GridNorm(x, block + f.mlp_norm);
+  if (f.mlp == MlpKind::kSwiGlu) {
+    m = at::silu(GridLinear(m, name(f.gate), "", false)) * GridLinear(m, name(f.up), "", false);
+  } else {
+    m = at::gelu(GridLinear(m, name(f.mlp_in), bias(f.mlp_in, f.biases), false), config_.gelu_tanh ? "tanh" : "none");
+  }
+  return x + GridLinear(m, name(f.mlp_out), bias(f.mlp_out, f.biases), true);
 }
 
 at::Tensor Decoder::Block(const at::Tensor& x_in, int i) {
@@ -434,7 +486,11 @@ at::Tensor Decoder::Embed(const at::Tensor& tokens) {
   const int64_t first_position = FirstPosition(T);
   if (shape_.layout != TpLayout::k1D) {
     // Embeddings split by hidden like the activations between blocks: a local lookup.
-    return at::embedding(Use("wte.weight"), tokens) + Use("wpe.weight").narrow(0, first_position, T);
+    at::Tensor x = at::embedding(Use(family_.token_embedding + ".weight"), tokens);
+    if (family_.positions == PositionKind::kLearned) {
+      x = x + Use(family_.position_embedding + ".weight").narrow(0, first_position, T);
+    }
+    return x;
   }
   at::Tensor x = VocabParallelEmbedding(tokens, P(family_.token_embedding + ".weight"), vocab_start, tp);
   if (family_.positions == PositionKind::kLearned) {
@@ -462,8 +518,9 @@ at::Tensor Decoder::Head(const at::Tensor& x_in, const at::Tensor& targets) {
     // Logits of this rank's samples: the hidden-split products summed over the hidden axis and
     // scattered by vocabulary, then the vocab-parallel loss over that axis; the mean over the axes
     // that split the samples.
-    at::Tensor x = LayerNorm2D(x_in, Use("ln_f.weight"), Use("ln_f.bias"), config_.norm_eps, grid_);
-    at::Tensor partial = at::matmul(x, Use("wte.weight").t());  // [B, T, V], partial over the hidden axis.
+    at::Tensor x = GridNorm(x_in, family_.final_norm);
+    const std::string head = tied_.empty() ? family_.lm_head + ".weight" : tied_;
+    at::Tensor partial = at::matmul(x, Use(head).t());  // [B, T, V], partial over the hidden axis.
     at::Tensor logits = ReduceScatterAlong(partial, 2, grid_.row);
     const int64_t start = grid_.row->rank() * (config_.vocab / grid_.q);
     at::Tensor loss = VocabParallelCrossEntropy(logits.reshape({B * T, -1}), targets.reshape({B * T}), start, grid_.row)

@@ -4,7 +4,7 @@
 // rotate-half convention, SwiGLU, grouped-query attention, untied head unless tied). 1D tensor
 // parallelism over `tp`: column-parallel input projections, row-parallel output projections, heads
 // (and key/value heads when kv_heads >= tp; else each rank uses the one it needs of all of them)
-// split over tp ranks, vocab-parallel embedding and cross-entropy. Grid layouts: GPT-2. Names and
+// split over tp ranks, vocab-parallel embedding and cross-entropy. Grid layouts: every family. Names and
 // layouts: docs/checkpoint-format.md, docs/models.md.
 #ifndef TESSERA_PARALLEL_MODELS_DECODER_H_
 #define TESSERA_PARALLEL_MODELS_DECODER_H_
@@ -178,6 +178,12 @@ class Decoder {
   at::Tensor Norm(const at::Tensor& x, const std::string& base, bool fused);
   // 1D block with separate q, k, v projections (Llama's shape): attention of this rank's heads.
   at::Tensor SplitQkvAttention(const at::Tensor& x_tp, int i);
+  // Attention of this rank's H query heads from q [B, T, H·D] and k, v [B, T, KV·D] (rotary when the
+  // family has it, key/value heads repeated for grouped-query attention); returns [B, T, H·D].
+  at::Tensor HeadsAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t H, int64_t kv,
+                            int layer);
+  // The family's norm over a hidden dimension split along the grid (grid layouts).
+  at::Tensor GridNorm(const at::Tensor& x, const std::string& base);
   // q or k [B, H, T, D] rotated by their positions (first_position + t), transformers' rotate-half.
   at::Tensor Rotary(const at::Tensor& t, int64_t first_position) const;
   // The first position of this rank's tokens in the sequence (sp splits the sequence in blocks;

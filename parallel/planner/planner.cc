@@ -82,7 +82,6 @@ std::string Invalid(const PlanInput& in, const Layout& l) {
   if (in.global_batch % (in.micro_batch * l.dp) != 0) return "global_batch is not a multiple of micro_batch·dp";
   const int micro_batches = in.global_batch / (in.micro_batch * l.dp);
   const TpSplits s = Splits(l);
-  if (l.tp_mode != "1d" && m.family != ModelFamily::kGpt2) return "grid tp modes are gpt's only";
   if (l.tp_mode == "1d") {
     if (m.heads % l.tp) return "tp does not divide heads";
     if (static_cast<int64_t>(l.tp - 1) * ((m.vocab + l.tp - 1) / l.tp) >= m.vocab) return "tp leaves a rank without vocabulary rows";
@@ -95,6 +94,7 @@ std::string Invalid(const PlanInput& in, const Layout& l) {
     if (!shape_ok || q < 2) return "tp does not form the grid";
     const int hidden_split = l.tp_mode == "3d" ? q * q : q;
     if (m.heads % q || m.vocab % q || m.hidden % hidden_split) return "the grid does not divide heads, hidden and vocab";
+    if (m.KvHeads() % q || m.FfnHidden() % hidden_split) return "the grid does not divide kv_heads and ffn_hidden";
     if (in.micro_batch % s.samples) return "the grid does not divide micro_batch";
   }
   if (m.seq_len % l.sp) return "sp does not divide seq_len";

@@ -39,21 +39,22 @@ TEST(PlannerTest, EnumeratesOnlyValidLayoutsOfTheDeviceCount) {
   EXPECT_EQ(plan[0].verdict, "chosen: fastest predicted step that fits");
 }
 
-// Llama: grid tp layouts are not offered (the engine has them for GPT-2 only); a vocabulary tp does
-// not divide is padded, so 1D tp is.
-TEST(PlannerTest, LlamaGetsNoGridLayoutsAndPaddedVocabularies) {
+// Llama: grid layouts need the grid side to divide kv_heads and ffn_hidden; a vocabulary 1D tp does
+// not divide is padded, so 1D tp is offered.
+TEST(PlannerTest, LlamaGridsFollowKeyValueHeadsAndPaddedVocabularies) {
   PlanInput in = Gpt8(8);
   in.model.family = ModelFamily::kLlama;
   in.model.kv_heads = 2;
-  in.model.vocab = 1000;  // 8 does not divide it.
+  in.model.ffn_hidden = 640;
+  in.model.vocab = 1000;  // 8 does not divide it; the grid sides (2) do.
   auto plan = Plan(in);
   ASSERT_FALSE(plan.empty());
-  bool tp8 = false;
-  for (const Prediction& p : plan) {
-    EXPECT_EQ(p.layout.tp_mode, "1d") << p.layout.ToString();
-    tp8 = tp8 || p.layout.tp == 8;
-  }
-  EXPECT_TRUE(tp8);
+  std::set<std::string> names;
+  for (const Prediction& p : plan) names.insert(p.layout.ToString());
+  EXPECT_TRUE(names.count("tp8(1d)"));
+  EXPECT_TRUE(names.count("dp2 tp4(2d)"));
+  in.model.kv_heads = 1;  // One key/value head cannot be split over a grid side.
+  for (const Prediction& p : Plan(in)) EXPECT_EQ(p.layout.tp_mode, "1d") << p.layout.ToString();
 }
 
 // Model states: 16 bytes per parameter on one device; 1D tp divides the blocks (not the first

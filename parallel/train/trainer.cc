@@ -87,18 +87,16 @@ absl::Status Trainer::Init() {
     if (product != tp || q < 2 || groups_.tp_axes.size() != shape.Grid().size()) {
       return absl::InvalidArgumentError(absl::StrCat("parallel.tp ", tp, " does not form the ", options_.tp_mode, " grid"));
     }
-    if (m.heads % q != 0 || m.vocab % q != 0 || m.hidden % hidden_split != 0 || options_.micro_batch % samples != 0) {
-      return absl::InvalidArgumentError(absl::StrCat("parallel.tp_mode ", options_.tp_mode,
-                                                     ": the grid does not divide model.heads, hidden, vocab or micro_batch"));
+    if (m.heads % q != 0 || m.vocab % q != 0 || m.hidden % hidden_split != 0 || options_.micro_batch % samples != 0 ||
+        m.KvHeads() % q != 0 || m.FfnHidden() % hidden_split != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("parallel.tp_mode ", options_.tp_mode,
+                       ": the grid does not divide model.heads, kv_heads, hidden, ffn_hidden, vocab or micro_batch"));
     }
   } else if (m.heads % tp != 0) {
     return absl::InvalidArgumentError("tp must divide model.heads");
   } else if (static_cast<int64_t>(tp - 1) * ((m.vocab + tp - 1) / tp) >= m.vocab) {
     return absl::InvalidArgumentError("tp leaves a rank without vocabulary rows (model.vocab is padded to a multiple of tp)");
-  }
-  if (grid && m.family != ModelFamily::kGpt2) {
-    return absl::InvalidArgumentError(absl::StrCat("parallel.tp_mode ", options_.tp_mode, ": ",
-                                                   FamilyName(m.family), " runs with tp_mode 1d only so far"));
   }
   if (!grid && (m.heads % m.KvHeads() != 0 || (m.KvHeads() % tp != 0 && tp % m.KvHeads() != 0))) {
     return absl::InvalidArgumentError(absl::StrCat("model.kv_heads ", m.KvHeads(), " must divide model.heads ", m.heads,
