@@ -19,10 +19,12 @@ import sys
 import tempfile
 import unittest
 
-import numpy as np
 import safetensors.torch
 import torch
 import transformers
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from hf_testing import with_random_biases, write_tokens  # noqa: E402
 
 TESSERA = os.path.abspath("client/tessera")
 RANK = os.path.abspath("worker/rank/tessera-rank")
@@ -62,12 +64,7 @@ def qwen2():
         vocab_size=256, hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, max_position_embeddings=128, tie_word_embeddings=False, use_sliding_window=False)
     torch.manual_seed(7)
-    model = transformers.Qwen2ForCausalLM(config).float()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("_proj.bias"):
-                p.normal_(0.0, 0.1)
-    return model
+    return with_random_biases(transformers.Qwen2ForCausalLM(config).float())
 
 
 class HfExportTest(unittest.TestCase):
@@ -75,11 +72,7 @@ class HfExportTest(unittest.TestCase):
     def setUpClass(cls):
         torch.set_num_threads(1)
         cls.tmp = tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
-        rng = np.random.default_rng(13)
-        base = np.tile(np.arange(0, 256, 7, dtype=np.uint16), 300)
-        tokens = (base ^ rng.integers(0, 4, size=base.size).astype(np.uint16)) % 256
-        cls.data = os.path.join(cls.tmp, "tokens.bin")
-        tokens.astype("<u2").tofile(cls.data)
+        cls.data = write_tokens(cls.tmp, stride=7, seed=13)
         cls.hf = {}
         for name, make in [("gpt2", gpt2), ("llama", llama), ("qwen2", qwen2)]:
             cls.hf[name] = os.path.join(cls.tmp, "hf_" + name)

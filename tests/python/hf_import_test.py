@@ -17,12 +17,12 @@ import sys
 import tempfile
 import unittest
 
-import numpy as np
 import torch
 import transformers
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gpt_reference  # noqa: E402
+from hf_testing import CausalLm, with_random_biases, write_tokens  # noqa: E402
 
 TESSERA = os.path.abspath("client/tessera")
 RANK = os.path.abspath("worker/rank/tessera-rank")
@@ -31,18 +31,6 @@ MICRO, GLOBAL, STEPS = 4, 8, 10
 LR, MIN_LR, WARMUP, WD, BETAS, ADAM_EPS, CLIP = 2e-3, 2e-4, 3, 0.1, (0.9, 0.95), 1e-8, 1.0
 SINGLE_TOL = 1e-4    # The issue's bar for one process against transformers.
 PARALLEL_TOL = 1e-3  # With tp / pp.
-
-
-class CausalLm(torch.nn.Module):
-    """A transformers model as gpt_reference.train calls it: mean cross-entropy of (tokens, targets)."""
-
-    def __init__(self, hf):
-        super().__init__()
-        self.hf = hf
-
-    def forward(self, x, y):
-        logits = self.hf(input_ids=x).logits
-        return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1))
 
 
 def gpt2():
@@ -82,12 +70,7 @@ def qwen2():
         num_key_value_heads=2, max_position_embeddings=128, rms_norm_eps=1e-6, rope_theta=10000.0,
         tie_word_embeddings=False, use_sliding_window=False)
     torch.manual_seed(8)
-    model = transformers.Qwen2ForCausalLM(config).float()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("_proj.bias"):
-                p.normal_(0.0, 0.1)
-    return model
+    return with_random_biases(transformers.Qwen2ForCausalLM(config).float())
 
 
 class HfImportTest(unittest.TestCase):
@@ -95,11 +78,7 @@ class HfImportTest(unittest.TestCase):
     def setUpClass(cls):
         torch.set_num_threads(1)
         cls.tmp = tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
-        rng = np.random.default_rng(11)
-        base = np.tile(np.arange(0, 256, 5, dtype=np.uint16), 300)
-        tokens = (base ^ rng.integers(0, 4, size=base.size).astype(np.uint16)) % 256
-        cls.data = os.path.join(cls.tmp, "tokens.bin")
-        tokens.astype("<u2").tofile(cls.data)
+        cls.data = write_tokens(cls.tmp, stride=5, seed=11)
         cls.dirs = {}
         for name, make, kwargs in [("gpt2", gpt2, {}), ("llama", llama, {}),
                                    ("llama_sharded", llama, {"max_shard_size": "40KB"}),

@@ -15,12 +15,12 @@ import sys
 import tempfile
 import unittest
 
-import numpy as np
 import torch
 import transformers
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gpt_reference  # noqa: E402
+from hf_testing import CausalLm, write_tokens  # noqa: E402
 import safetensors_io  # noqa: E402
 
 TESSERA = os.path.abspath("client/tessera")
@@ -31,18 +31,6 @@ MICRO, GLOBAL, STEPS = 4, 8, 10
 LR, MIN_LR, WARMUP, WD, BETAS, ADAM_EPS, CLIP = 2e-3, 2e-4, 3, 0.1, (0.9, 0.95), 1e-8, 1.0
 SINGLE_TOL = 1e-4    # The issue's bar for one process against transformers.
 PARALLEL_TOL = 1e-3  # With tp / pp: sums in another order, amplified by Adam over 10 steps.
-
-
-class CausalLm(torch.nn.Module):
-    """transformers' model as gpt_reference.train calls it: mean cross-entropy of (tokens, targets)."""
-
-    def __init__(self, hf):
-        super().__init__()
-        self.hf = hf
-
-    def forward(self, x, y):
-        logits = self.hf(input_ids=x).logits
-        return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1))
 
 
 def hf_llama():
@@ -60,11 +48,7 @@ class LlamaParityTest(unittest.TestCase):
     def setUpClass(cls):
         torch.set_num_threads(1)
         cls.tmp = tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
-        rng = np.random.default_rng(7)
-        base = np.tile(np.arange(0, 256, 3, dtype=np.uint16), 200)
-        tokens = (base ^ rng.integers(0, 4, size=base.size).astype(np.uint16)) % 256
-        cls.data = os.path.join(cls.tmp, "tokens.bin")
-        tokens.astype("<u2").tofile(cls.data)
+        cls.data = write_tokens(cls.tmp, stride=3, seed=7, repeats=200)
         state = hf_llama().state_dict()
         cls.init = os.path.join(cls.tmp, "init.safetensors")
         safetensors_io.save(cls.init, {k.removeprefix("model."): v.contiguous() for k, v in state.items()
