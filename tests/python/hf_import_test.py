@@ -22,7 +22,7 @@ import transformers
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gpt_reference  # noqa: E402
-from hf_testing import CausalLm, with_random_biases, write_tokens  # noqa: E402
+from hf_testing import CausalLm, assert_losses_close, with_random_biases, write_tokens  # noqa: E402
 
 TESSERA = os.path.abspath("client/tessera")
 RANK = os.path.abspath("worker/rank/tessera-rank")
@@ -121,13 +121,8 @@ output_dir: {self.tmp}/{name}
             return [json.loads(line)["loss"] for line in f]
 
     def check(self, name, model, sets, tol):
-        got, want = self.run_tessera(name, model, sets), self.reference(model)
-        self.assertEqual(len(got), STEPS)
-        for step, (g, w) in enumerate(zip(got, want), start=1):
-            self.assertLessEqual(abs(g - w), tol * abs(w), f"{name} step {step}: tessera {g} vs transformers {w}")
-        self.assertLess(want[-1], want[0] - 0.1, "the run learns")
-        worst = max(abs(g - w) / abs(w) for g, w in zip(got, want))
-        print(f"{name} {list(sets)}: max relative loss difference {worst:.2e} (loss {want[0]:.4f} -> {want[-1]:.4f})")
+        got = self.run_tessera(name, model, sets)
+        assert_losses_close(self, f"{name} {list(sets)}", got, self.reference(model), STEPS, tol)
         return got
 
     def test_gpt2_single_process_matches_transformers(self):

@@ -35,3 +35,14 @@ def with_random_biases(model, std=0.1):
             if name.endswith("_proj.bias"):
                 p.normal_(0.0, std)
     return model
+
+
+def assert_losses_close(test, name, got, want, steps, tol):
+    """Per-step losses of tessera (`got`) within `tol` relative of transformers' (`want`), and the
+    reference run learns; prints the worst difference."""
+    test.assertEqual(len(got), steps)
+    for step, (g, w) in enumerate(zip(got, want), start=1):
+        test.assertLessEqual(abs(g - w), tol * abs(w), f"{name} step {step}: tessera {g} vs transformers {w}")
+    test.assertLess(want[-1], want[0] - 0.1, "the run learns")
+    worst = max(abs(g - w) / abs(w) for g, w in zip(got, want))
+    print(f"{name}: max relative loss difference {worst:.2e} (loss {want[0]:.4f} -> {want[-1]:.4f})")
