@@ -1,0 +1,89 @@
+// The tp group's shape (1D or a grid) and the parameters' splits under it (decoder.h).
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "parallel/models/decoder.h"
+
+namespace tessera::parallel {
+
+std::vector<int> TpShape::Grid() const {
+  switch (layout) {
+    case TpLayout::k1D: return {};
+    case TpLayout::k2D: return {q, q};
+    case TpLayout::k2p5D: return {depth, q, q};
+    case TpLayout::k3D: return {q, q, q};
+  }
+  return {};
+}
+
+TpShape TpShapeOf(const std::string& mode, int tp, int depth) {
+  if (mode == "2d") return {TpLayout::k2D, GridSide(tp), 1};
+  if (mode == "2.5d") {
+    const int d = std::max(1, depth);
+    return {TpLayout::k2p5D, GridSide(tp / d), d};
+  }
+  if (mode == "3d") return {TpLayout::k3D, CubeSide(tp), 1};
+  return {};
+}
+
+std::vector<ParamSpec> ModelParamSpecs(const ModelConfig& c, const ModelPart& part, int tp_size, const TpShape& tp) {
+  std::vector<ParamSpec> out = ParamSpecs1D(c, part, tp_size);
+  if (tp.layout == TpLayout::k1D) return out;
+  const std::vector<int> grid = tp.Grid();
+  // 2D/2.5D: the grid's last two axes are (i, j); 3D: (x, y, z).
+  const int n = static_cast<int>(grid.size());
+  const int i = n - 2, j = n - 1;
+  const FamilySpec& f = FamilyOf(c.family);
+  // Linears that take the activations' layout to the other one (3D), first of a pair: q, k, v (or
+  // the fused qkv), the MLP's input(s); the output projections bring them back.
+  std::set<std::string> first_roles;
+  for (const std::string* role : {&f.qkv, &f.q, &f.k, &f.v, &f.mlp_in, &f.gate, &f.up}) {
+    if (!role->empty()) first_roles.insert(*role);
+  }
+  auto role_of = [&](const ParamSpec& p) {
+    if (p.layer < 0) return std::string();
+    std::string r = p.name.substr(absl::StrCat(f.block_prefix, p.layer, ".").size());
+    return r.substr(0, r.rfind('.'));  // Less ".weight" / ".bias".
+  };
+  auto embedding_like = [&](const std::string& name) {
+    for (const std::string* base : {&f.token_embedding, &f.position_embedding, &f.lm_head}) {
+      if (!base->empty() && name == *base + ".weight") return true;
+    }
+    return false;
+  };
+  for (ParamSpec& p : out) {
+    GridSplit g;
+    g.grid = grid;
+    const std::string role = role_of(p);
+    g.qkv = !f.qkv.empty() && role == f.qkv;
+    const bool first_of_pair = first_roles.count(role) > 0;  // Input layout → other.
+    if (tp.layout == TpLayout::k3D) {
+      const int x = 0, y = 1, z = 2;
+      if (p.shape.size() == 1) {
+        // Biases follow their linear's output layout (hidden over y after the first of a pair);
+        // norms act between blocks (hidden over z).
+        g.dim0 = {first_of_pair ? y : z};
+      } else if (embedding_like(p.name)) {
+        g.dim1 = {z};
+      } else {
+        // Wᵀ's row (input) blocks over the contraction axis, sub-chunked over x; columns over the other.
+        g.dim0 = {first_of_pair ? y : z};
+        g.dim1 = {first_of_pair ? z : y, x};
+      }
+    } else if (p.shape.size() == 1) {
+      g.dim0 = {j};
+    } else if (embedding_like(p.name)) {
+      g.dim1 = {j};
+    } else {
+      g.dim0 = {j};  // Wᵀ's column block j (outputs),
+      g.dim1 = {i};  // row block i (inputs): SUMMA's B_ij.
+    }
+    p.split = TpSplit::kGrid;
+    p.grid = std::move(g);
+  }
+  return out;
+}
+
+}  // namespace tessera::parallel
