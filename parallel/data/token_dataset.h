@@ -1,4 +1,6 @@
-// TokenDataset: a flat little-endian file of uint16 or uint32 token ids, read as fixed windows.
+// TokenDataset: a stream of token ids read as fixed windows. The stream is a flat little-endian file
+// of uint16 or uint32 ids, a Megatron indexed dataset (its sequences' tokens in order), or an llm.c
+// token file (a 1024-byte header, then uint16 or uint32 ids); see docs/data-format.md.
 //
 // Sample order (docs/data-format.md): the file holds N = (num_tokens - 1) / seq_len whole windows;
 // window w covers tokens [w·seq_len, w·seq_len + seq_len + 1). Global sample g reads window
@@ -17,9 +19,15 @@
 
 namespace tessera::parallel {
 
+// How data.path is read. kAuto: a Megatron dataset when PATH.bin and PATH.idx exist (or PATH is
+// X.bin beside X.idx), else an llm.c file when its header says so, else a flat file.
+enum class DataFormat { kAuto, kFlat, kMegatron, kLlmc };
+const char* DataFormatName(DataFormat format);
+
 struct TokenDatasetOptions {
   std::string path;
-  int token_bytes = 2;     // 2 (uint16) or 4 (uint32).
+  DataFormat format = DataFormat::kAuto;
+  int token_bytes = 2;     // Flat files: 2 (uint16) or 4 (uint32). The other formats say it themselves.
   int seq_len = 128;
   int64_t vocab = 256;     // Every token read must be below it; otherwise Read() fails.
   bool shuffle = false;
@@ -34,6 +42,8 @@ class TokenDataset {
   ~TokenDataset();
 
   int64_t num_tokens() const { return num_tokens_; }
+  DataFormat format() const { return format_; }  // Never kAuto.
+  int token_bytes() const { return token_bytes_; }
   int64_t num_windows() const { return num_windows_; }
 
   // The window index that global sample `g` reads.
@@ -46,11 +56,14 @@ class TokenDataset {
   static std::vector<int64_t> Permutation(int64_t n, uint64_t seed);
 
  private:
-  TokenDataset(TokenDatasetOptions options, const uint8_t* data, size_t size);
+  TokenDataset(TokenDatasetOptions options, const uint8_t* map, size_t map_size);
 
   TokenDatasetOptions options_;
-  const uint8_t* data_;
-  size_t size_;
+  const uint8_t* map_;     // The whole file.
+  size_t map_size_;
+  const uint8_t* tokens_;  // The first token.
+  DataFormat format_ = DataFormat::kFlat;
+  int token_bytes_ = 2;
   int64_t num_tokens_;
   int64_t num_windows_;
   int64_t cached_epoch_ = -1;

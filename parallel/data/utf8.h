@@ -1,0 +1,17 @@
+// UTF-8 validation for text that enters the tokenizer.
+#ifndef TESSERA_PARALLEL_DATA_UTF8_H_
+#define TESSERA_PARALLEL_DATA_UTF8_H_
+
+#include <cstdint>
+#include <string_view>
+
+namespace tessera::parallel {
+
+// The byte offset of the first byte that does not begin a well-formed UTF-8 sequence (RFC 3629: no
+// overlong forms, no surrogates, nothing above U+10FFFF, no truncated sequence), or -1 when `text` is
+// valid UTF-8.
+int64_t FirstInvalidUtf8(std::string_view text);
+
+}  // namespace tessera::parallel
+
+#endif  // TESSERA_PARALLEL_DATA_UTF8_H_
