@@ -3,7 +3,9 @@
 // read models. Never links LibTorch (generate runs the tessera-generate binary).
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <iostream>
 #include <vector>
@@ -104,10 +106,34 @@ int Main(int argc, char** argv) {
 
   CLI::App* data_cmd = app.add_subcommand("data", "Prepare training data");
   data_cmd->require_subcommand(1);
-  std::string input, output_file;
-  CLI::App* prepare = data_cmd->add_subcommand("prepare", "Text file -> byte-level token file (uint16, vocab 256)");
-  prepare->add_option("input", input, "Any text (or binary) file")->required();
-  prepare->add_option("output", output_file, "Token file to write")->required();
+  std::vector<std::string> prepare_paths;
+  PrepareOptions prepare_options;
+  CLI::App* prepare = data_cmd->add_subcommand(
+      "prepare",
+      "INPUT OUT.bin: byte-level tokens (uint16, vocab 256); with --tokenizer, INPUT... OUT_PREFIX: a Megatron "
+      "indexed dataset OUT_PREFIX.bin + OUT_PREFIX.idx");
+  prepare->add_option("paths", prepare_paths,
+                      "Inputs, then the output. An input is a .jsonl file (one document per line), - (JSON lines "
+                      "on stdin) or any other file (one document)")
+      ->required()
+      ->expected(2, -1);
+  prepare->add_option("--tokenizer", prepare_options.tokenizer, "A transformers tokenizer.json (byte-level BPE)");
+  prepare->add_flag("--append-eos", prepare_options.append_eos, "End every document with the EOS token");
+  prepare->add_option("--eos-token", prepare_options.eos_token,
+                      "The EOS token's text (default: tokenizer_config.json's eos_token beside the tokenizer)");
+  prepare->add_option("--text-key", prepare_options.text_key, "The JSON field that holds a document's text")
+      ->default_val("text");
+  prepare->add_option("--threads", prepare_options.threads, "Encoding threads (default: one per core)")
+      ->check(CLI::Range(1, 1024));
+  bool no_progress = false;
+  prepare->add_flag("--no-progress", no_progress, "No progress line on stderr");
+  std::string tokenize_tokenizer, tokenize_key = "text";
+  std::vector<std::string> tokenize_texts, tokenize_inputs;
+  CLI::App* tokenize = data_cmd->add_subcommand("tokenize", "Print the token ids of texts, one JSON list per document");
+  tokenize->add_option("--tokenizer", tokenize_tokenizer, "A transformers tokenizer.json (byte-level BPE)")->required();
+  tokenize->add_option("--text", tokenize_texts, "A text to encode (repeatable)");
+  tokenize->add_option("inputs", tokenize_inputs, "Documents, as for data prepare");
+  tokenize->add_option("--text-key", tokenize_key, "The JSON field that holds a document's text")->default_val("text");
 
   try {
     app.parse(argc, argv);
@@ -137,12 +163,40 @@ int Main(int argc, char** argv) {
   if (logs->parsed()) return LogsCommand(cluster, job_id, log_rank, log_follow);
   if (export_cmd->parsed()) return ExportCommand(export_options);
   if (prepare->parsed()) {
-    auto n = PrepareByteTokens(input, output_file);
-    if (!n.ok()) {
-      std::cerr << "error: " << n.status().message() << "\n";
+    if (prepare_options.tokenizer.empty()) {
+      if (prepare_paths.size() != 2 || prepare_options.append_eos || !prepare_options.eos_token.empty()) {
+        std::cerr << "error: without --tokenizer, data prepare takes one INPUT and one OUTPUT file (byte-level tokens)"
+                  << (prepare_options.append_eos ? "; --append-eos needs --tokenizer" : "") << "\n";
+        return kExitBadInput;
+      }
+      auto n = PrepareByteTokens(prepare_paths[0], prepare_paths[1]);
+      if (!n.ok()) {
+        std::cerr << "error: " << n.status().message() << "\n";
+        return kExitBadInput;
+      }
+      std::cout << "wrote " << *n << " tokens to " << prepare_paths[1] << " (uint16, byte-level, vocab 256)\n";
+      return kExitOk;
+    }
+    prepare_options.output_prefix = prepare_paths.back();
+    prepare_options.inputs.assign(prepare_paths.begin(), prepare_paths.end() - 1);
+    prepare_options.progress = !no_progress;
+    auto report = PrepareTokenized(prepare_options);
+    if (!report.ok()) {
+      std::cerr << "error: " << report.status().message() << "\n";
       return kExitBadInput;
     }
-    std::cout << "wrote " << *n << " tokens to " << output_file << " (uint16, byte-level, vocab 256)\n";
+    std::printf("wrote %s.bin and %s.idx: %lld documents, %lld tokens (%s), %.1f MB of text in %.1f s (%.1f MB/s)\n",
+                prepare_options.output_prefix.c_str(), prepare_options.output_prefix.c_str(),
+                static_cast<long long>(report->documents), static_cast<long long>(report->tokens),
+                report->dtype.c_str(), report->bytes / 1e6, report->seconds,
+                report->bytes / 1e6 / std::max(report->seconds, 1e-9));
+    return kExitOk;
+  }
+  if (tokenize->parsed()) {
+    if (absl::Status s = TokenizeCommand(tokenize_tokenizer, tokenize_texts, tokenize_inputs, tokenize_key); !s.ok()) {
+      std::cerr << "error: " << s.message() << "\n";
+      return kExitBadInput;
+    }
     return kExitOk;
   }
   return kExitBadInput;
