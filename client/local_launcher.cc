@@ -20,6 +20,7 @@
 #include "common/net/free_port.h"
 #include "common/process/find_binary.h"
 #include "common/process/subprocess.h"
+#include "common/spec/data_options_of.h"
 #include "common/spec/job_spec.h"
 #include "google/protobuf/util/json_util.h"
 #include "nlohmann/json.hpp"
@@ -91,10 +92,7 @@ int RunLocal(const LaunchOptions& options) {
     }
     if (!options.quiet) std::cout << "parallel: auto chose " << *chosen << "\n";
   }
-  parallel::TokenDatasetOptions data;
-  data.path = spec->data().path();
-  data.token_bytes = spec->data().dtype() == v1::TOKEN_DTYPE_UINT32 ? 4 : 2;
-  data.seq_len = spec->model().seq_len();
+  const parallel::TokenDatasetOptions data = spec::DataOptionsOf(*spec);
   if (auto ds = parallel::TokenDataset::Open(data); !ds.ok()) {
     std::cerr << "error: data.path: " << ds.status().message() << "\n";
     return kExitBadInput;

@@ -21,6 +21,7 @@ v1::JobSpec DefaultJobSpec() {
   m->set_seq_len(128);
   auto* d = s.mutable_data();
   d->set_dtype(v1::TOKEN_DTYPE_UINT16);
+  d->set_format(v1::DATA_FORMAT_AUTO);
   d->set_seed(1234);
   auto* p = s.mutable_parallel();
   p->set_dp(1);

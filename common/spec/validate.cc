@@ -319,7 +319,11 @@ std::vector<SpecError> ValidateJobSpec(const v1::JobSpec& s) {
   CheckModel(s.model(), c);
   if (s.data().path().empty()) c.Fail("data.path", "is required (a token file; see tessera data prepare)");
   if (s.data().dtype() == v1::TOKEN_DTYPE_UNSPECIFIED) c.Fail("data.dtype", "must be uint16 or uint32");
-  if (s.data().dtype() == v1::TOKEN_DTYPE_UINT16 && s.model().vocab() > 65536) {
+  if (s.data().format() == v1::DATA_FORMAT_UNSPECIFIED) c.Fail("data.format", "must be auto, flat, megatron or llmc");
+  // Megatron and llm.c files name their own id type; with format auto the rank checks it once it
+  // knows the file is flat.
+  if (s.data().format() == v1::DATA_FORMAT_FLAT && s.data().dtype() == v1::TOKEN_DTYPE_UINT16 &&
+      s.model().vocab() > 65536) {
     c.Fail("data.dtype", absl::StrCat("uint16 cannot hold token ids of model.vocab ", s.model().vocab()));
   }
   CheckParallel(s, c);

@@ -145,6 +145,11 @@ absl::StatusOr<std::unique_ptr<TokenDataset>> TokenDataset::Open(const TokenData
       if (token_bytes != 2 && token_bytes != 4) {
         return fail(absl::InvalidArgumentError("token size must be 2 (uint16) or 4 (uint32) bytes"));
       }
+      if (token_bytes == 2 && options.vocab > 65536) {
+        return fail(absl::InvalidArgumentError(absl::StrCat(
+            file, ": a flat file of uint16 cannot hold the token ids of model.vocab ", options.vocab,
+            " (set data.dtype: uint32, or give a Megatron dataset)")));
+      }
       if (size % token_bytes != 0) {
         return fail(absl::InvalidArgumentError(absl::StrCat(file, ": size ", size, " is not a multiple of the token size ",
                                                             token_bytes, " (wrong data.dtype?)")));

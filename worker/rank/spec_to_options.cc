@@ -1,5 +1,6 @@
 #include "worker/rank/spec_to_options.h"
 
+#include "common/spec/data_options_of.h"
 #include "common/spec/model_config_of.h"
 
 namespace tessera::rank {
@@ -10,12 +11,7 @@ parallel::TrainerOptions ToTrainerOptions(const v1::JobSpec& spec) {
   o.model = spec::ModelConfigOf(m);
   o.init_from = m.init_from();
   o.pretrained = m.pretrained();
-  o.data.path = spec.data().path();
-  o.data.token_bytes = spec.data().dtype() == v1::TOKEN_DTYPE_UINT32 ? 4 : 2;
-  o.data.seq_len = m.seq_len();
-  o.data.vocab = m.vocab();
-  o.data.shuffle = spec.data().shuffle();
-  o.data.seed = spec.data().seed();
+  o.data = spec::DataOptionsOf(spec);
   const auto& p = spec.parallel();
   o.mesh = {p.dp(), p.pp(), p.tp(), p.sp(), p.order()};
   o.device.kind = spec.device() == v1::DEVICE_CUDA ? parallel::DeviceKind::kCuda : parallel::DeviceKind::kCpu;
