@@ -1,8 +1,9 @@
 // tessera-generate: the engine behind `tessera generate` (the CLI runs this binary so that the CLI
 // itself does not load LibTorch). Samples tokens from a tessera checkpoint or a transformers model
-// directory with a KV cache, on CPU.
+// directory with a KV cache, on CPU; text in and out through a tokenizer.json when one is given.
 #include <ATen/Parallel.h>
 
+#include <filesystem>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -11,7 +12,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "client/exit_codes.h"
+#include "nlohmann/json.hpp"
 #include "parallel/checkpoint/tensor_convert.h"
+#include "parallel/data/tokenizer.h"
+#include "parallel/data/utf8.h"
 #include "parallel/models/generate.h"
 #include "parallel/models/load_model.h"
 
@@ -21,14 +25,18 @@ namespace {
 int Main(int argc, char** argv) {
   CLI::App app{"tessera generate: sample tokens from a model (KV cache, CPU)"};
   app.name("tessera generate");
-  std::string model_path, prompt_ids, prompt_text, logits_out;
+  std::string model_path, prompt_ids, prompt_text, logits_out, tokenizer_path;
   parallel::GenerateOptions o;
   int threads = 0;
   bool json = false;
   app.add_option("model", model_path, "A tessera checkpoint (or checkpoint directory) or a transformers model directory")
       ->required();
   app.add_option("--prompt-ids", prompt_ids, "Prompt token ids, comma-separated: 15496,11,995");
-  app.add_option("--prompt", prompt_text, "Prompt text as byte-level tokens (models with a 256-token vocabulary)");
+  app.add_option("--prompt", prompt_text,
+                 "Prompt text: encoded by --tokenizer, else byte-level (models with a 256-token vocabulary)");
+  app.add_option("--tokenizer", tokenizer_path,
+                 "A transformers tokenizer.json for --prompt and the output text (default: MODEL/tokenizer.json "
+                 "when MODEL is a directory that has one)");
   app.add_option("--max-new-tokens", o.max_new_tokens, "Tokens to generate (default 32)");
   app.add_option("--temperature", o.temperature, "0 (default): greedy; > 0: sample from softmax(logits / T)");
   app.add_option("--top-k", o.top_k, "Sample among the K most likely tokens (default: all)");
@@ -52,8 +60,31 @@ int Main(int argc, char** argv) {
       }
       prompt.push_back(id);
     }
-  } else {
-    for (unsigned char ch : prompt_text) prompt.push_back(ch);
+  }
+  if (tokenizer_path.empty() && !prompt_text.empty() && std::filesystem::is_directory(model_path) &&
+      std::filesystem::exists(std::filesystem::path(model_path) / "tokenizer.json")) {
+    tokenizer_path = (std::filesystem::path(model_path) / "tokenizer.json").string();
+  }
+  std::unique_ptr<parallel::Tokenizer> tokenizer;
+  if (!tokenizer_path.empty()) {
+    auto t = parallel::Tokenizer::FromFile(tokenizer_path);
+    if (!t.ok()) {
+      std::cerr << "error: --tokenizer: " << t.status().message() << "\n";
+      return kExitBadInput;
+    }
+    tokenizer = std::move(*t);
+  }
+  if (!prompt_text.empty()) {
+    if (tokenizer) {
+      std::vector<int32_t> ids;
+      if (absl::Status s = tokenizer->NewEncoder()->Encode(prompt_text, &ids); !s.ok()) {
+        std::cerr << "error: --prompt: " << s.message() << "\n";
+        return kExitBadInput;
+      }
+      prompt.assign(ids.begin(), ids.end());
+    } else {
+      for (unsigned char ch : prompt_text) prompt.push_back(ch);
+    }
   }
   if (threads > 0) at::set_num_threads(threads);
   auto loaded = parallel::LoadModelForInference(model_path, c10::Device(c10::kCPU));
@@ -61,15 +92,22 @@ int Main(int argc, char** argv) {
     std::cerr << "error: " << loaded.status().message() << "\n";
     return kExitBadInput;
   }
-  if (!prompt_text.empty() && loaded->model->config().vocab < 256) {
+  if (!prompt_text.empty() && !tokenizer && loaded->model->config().vocab < 256) {
     std::cerr << "error: --prompt: byte-level text needs a vocabulary of at least 256 tokens; this model has "
-              << loaded->model->config().vocab << " (use --prompt-ids)\n";
+              << loaded->model->config().vocab << " (use --prompt-ids or --tokenizer)\n";
     return kExitBadInput;
   }
-  const bool bytes = !prompt_text.empty();
+  const bool bytes = !prompt_text.empty() && !tokenizer;
+  // With a tokenizer, each token's bytes as it comes (a character split over tokens completes later).
+  auto text_of = [&](const std::vector<int32_t>& ids) -> std::string {
+    auto text = tokenizer->Decode(ids);
+    return text.ok() ? *text : "?";
+  };
   auto print = [&](int64_t t) {
     if (json) return;
-    if (bytes) {
+    if (tokenizer) {
+      std::cout << text_of({static_cast<int32_t>(t)}) << std::flush;
+    } else if (bytes) {
       std::cout << static_cast<char>(t < 256 ? t : '?') << std::flush;
     } else {
       std::cout << t << " " << std::flush;
@@ -94,7 +132,14 @@ int Main(int argc, char** argv) {
       return s + "]";
     };
     std::cout << "{\"model\": \"" << loaded->source << "\", \"prompt\": " << list(prompt)
-              << ", \"tokens\": " << list(*tokens) << "}\n";
+              << ", \"tokens\": " << list(*tokens);
+    if (tokenizer) {
+      const std::vector<int32_t> ids(tokens->begin(), tokens->end());
+      // Invalid UTF-8 (a character cut by --max-new-tokens, or bytes a model strung together) becomes
+      // U+FFFD, as the `tokenizers` library decodes it.
+      std::cout << ", \"text\": " << nlohmann::json(parallel::Utf8Lossy(text_of(ids))).dump();
+    }
+    std::cout << "}\n";
   } else {
     std::cout << "\n";
   }

@@ -31,6 +31,14 @@ TEST(Utf8Test, FindsTheFirstInvalidByte) {
   EXPECT_EQ(FirstInvalidUtf8(std::string("a\0b", 3)), -1);           // NUL is a character.
 }
 
+TEST(Utf8Test, LossyReplacesMaximalSubparts) {
+  EXPECT_EQ(Utf8Lossy("ok \xC3\xA9"), "ok \xC3\xA9");
+  EXPECT_EQ(Utf8Lossy("a\xE2\x82z"), "a\xEF\xBF\xBDz");                   // One replacement for E2 82.
+  EXPECT_EQ(Utf8Lossy("\xC0\xAF"), "\xEF\xBF\xBD\xEF\xBF\xBD");             // C0 starts nothing.
+  EXPECT_EQ(Utf8Lossy("\xF0\x9F\x98"), "\xEF\xBF\xBD");                    // A truncated emoji.
+  EXPECT_EQ(Utf8Lossy("\xED\xA0\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // A surrogate: three.
+}
+
 TEST(ByteLevelTest, IsGpt2sReversibleMap) {
   EXPECT_EQ(ByteLevelChar(' '), "\xC4\xA0");   // 'Ġ' (U+0120).
   EXPECT_EQ(ByteLevelChar('\n'), "\xC4\x8A");  // 'Ċ' (U+010A).

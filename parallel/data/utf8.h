@@ -3,6 +3,7 @@
 #define TESSERA_PARALLEL_DATA_UTF8_H_
 
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 namespace tessera::parallel {
@@ -11,6 +12,10 @@ namespace tessera::parallel {
 // overlong forms, no surrogates, nothing above U+10FFFF, no truncated sequence), or -1 when `text` is
 // valid UTF-8.
 int64_t FirstInvalidUtf8(std::string_view text);
+
+// `text` with every maximal ill-formed subsequence replaced by U+FFFD (Unicode's "maximal subpart"
+// practice, as Python's errors="replace" and Rust's from_utf8_lossy do it).
+std::string Utf8Lossy(std::string_view text);
 
 }  // namespace tessera::parallel
 

@@ -180,6 +180,40 @@ output_dir: {self.tmp}/{name}
                                         "--max-new-tokens", "24", "--json")
                     self.assertEqual(json.loads(done.stdout)["tokens"], want)
 
+    def test_text_prompt_through_the_models_tokenizer(self):
+        # A model directory with its tokenizer.json (byte-level BPE of 320 tokens, trained here):
+        # `generate --prompt TEXT` encodes with it and prints text; ids and text are the library's.
+        from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+        tok = Tokenizer(models.BPE())
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        tok.train_from_iterator(["the quick brown fox jumps over the lazy dog, naïvely. "] * 20,
+                                trainers.BpeTrainer(vocab_size=320, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                                    show_progress=False))
+        config = transformers.LlamaConfig(
+            vocab_size=320, hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, max_position_embeddings=128, tie_word_embeddings=False)
+        torch.manual_seed(8)
+        directory = os.path.join(self.tmp, "hf_llama_tok")
+        transformers.LlamaForCausalLM(config).float().save_pretrained(directory, safe_serialization=True)
+        tok.save(os.path.join(directory, "tokenizer.json"))
+        text = "the lazy fox, naïvely"
+        done = json.loads(self.tessera("generate", directory, "--prompt", text, "--max-new-tokens", "12",
+                                       "--json").stdout)
+        prompt = tok.encode(text).ids
+        self.assertEqual(done["prompt"], prompt)
+        hf = transformers.AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32)
+        want = hf.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+                           max_new_tokens=12, do_sample=False, pad_token_id=0)[0, len(prompt):].tolist()
+        self.assertEqual(done["tokens"], want)
+        self.assertEqual(done["text"], tok.decode(want))
+        # Streamed, each token's bytes as it comes: the same text.
+        streamed = subprocess.run([TESSERA, "generate", directory, "--prompt", text, "--max-new-tokens", "12"],
+                                  env=ENV, capture_output=True).stdout
+        self.assertEqual(streamed.decode("utf-8", errors="replace"), tok.decode(want) + "\n")
+        self.assertIn("--tokenizer: ", self.tessera("generate", directory, "--prompt", "x", "--tokenizer",
+                                                    os.path.join(self.tmp, "none.json"), ok=False).stderr)
+
     def test_sampling_is_seeded_and_checked(self):
         model = self.hf["llama"]
         args = ["generate", model, "--prompt-ids", "1,2,3", "--max-new-tokens", "8", "--temperature", "0.8",
