@@ -92,9 +92,8 @@ int RunLocal(const LaunchOptions& options) {
     }
     if (!options.quiet) std::cout << "parallel: auto chose " << *chosen << "\n";
   }
-  const parallel::TokenDatasetOptions data = spec::DataOptionsOf(*spec);
-  if (auto ds = parallel::TokenDataset::Open(data); !ds.ok()) {
-    std::cerr << "error: data.path: " << ds.status().message() << "\n";
+  if (auto ds = parallel::TrainingData::Open(spec::DataOptionsOf(*spec), spec::BlendOf(*spec)); !ds.ok()) {
+    std::cerr << "error: " << (spec->data().blend_size() > 0 ? "" : "data.path: ") << ds.status().message() << "\n";
     return kExitBadInput;
   }
   if (!spec->model().init_from().empty() && !fs::exists(spec->model().init_from())) {

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/cluster_commands.h"
 #include "client/data_prepare.h"
+#include "client/data_samples.h"
 #include "client/exit_codes.h"
 #include "client/local_launcher.h"
 #include "client/model_commands.h"
@@ -129,6 +130,15 @@ int Main(int argc, char** argv) {
   prepare->add_flag("--no-progress", no_progress, "No progress line on stderr");
   std::string tokenize_tokenizer, tokenize_key = "text";
   std::vector<std::string> tokenize_texts, tokenize_inputs;
+  std::string samples_spec;
+  std::vector<std::string> samples_sets;
+  int64_t samples_from = 0, samples_count = 8;
+  CLI::App* samples = data_cmd->add_subcommand(
+      "samples", "Print what a job spec's data gives, sample by sample (source, window, tokens), as JSON lines");
+  samples->add_option("spec", samples_spec, "Job spec (YAML)")->required();
+  samples->add_option("--set", samples_sets, "Override a spec field: key=value (repeatable)");
+  samples->add_option("--from", samples_from, "First global sample (default 0)");
+  samples->add_option("--count", samples_count, "How many samples (default 8)");
   CLI::App* tokenize = data_cmd->add_subcommand("tokenize", "Print the token ids of texts, one JSON list per document");
   tokenize->add_option("--tokenizer", tokenize_tokenizer, "A transformers tokenizer.json (byte-level BPE)")->required();
   tokenize->add_option("--text", tokenize_texts, "A text to encode (repeatable)");
@@ -192,6 +202,7 @@ int Main(int argc, char** argv) {
                 report->bytes / 1e6 / std::max(report->seconds, 1e-9));
     return kExitOk;
   }
+  if (samples->parsed()) return DataSamplesCommand(samples_spec, samples_sets, samples_from, samples_count);
   if (tokenize->parsed()) {
     if (absl::Status s = TokenizeCommand(tokenize_tokenizer, tokenize_texts, tokenize_inputs, tokenize_key); !s.ok()) {
       std::cerr << "error: " << s.message() << "\n";

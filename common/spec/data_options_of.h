@@ -3,12 +3,17 @@
 #ifndef TESSERA_COMMON_SPEC_DATA_OPTIONS_OF_H_
 #define TESSERA_COMMON_SPEC_DATA_OPTIONS_OF_H_
 
+#include <vector>
+
 #include "parallel/data/token_dataset.h"
+#include "parallel/data/training_data.h"
 #include "tessera/v1/job.pb.h"
 
 namespace tessera::spec {
 
 parallel::TokenDatasetOptions DataOptionsOf(const v1::JobSpec& spec);
+// data.blend's sources (empty without a blend), each with the job's seq_len, vocab, shuffle and seed.
+std::vector<parallel::BlendSource> BlendOf(const v1::JobSpec& spec);
 
 }  // namespace tessera::spec
 

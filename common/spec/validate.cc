@@ -317,7 +317,21 @@ std::vector<SpecError> ValidateJobSpec(const v1::JobSpec& s) {
                                            : absl::StrCat(Quote(s.name()), " may use only letters, digits, '-', '_' and '.'"));
   }
   CheckModel(s.model(), c);
-  if (s.data().path().empty()) c.Fail("data.path", "is required (a token file; see tessera data prepare)");
+  if (s.data().blend_size() == 0 && s.data().path().empty()) {
+    c.Fail("data.path", "is required (a token file; see tessera data prepare), or data.blend");
+  }
+  if (s.data().blend_size() > 0 && !s.data().path().empty()) {
+    c.Fail("data.path", "give data.path or data.blend, not both");
+  }
+  if (s.data().blend_size() > 1024) c.Fail("data.blend", "more than 1024 sources");
+  for (int i = 0; i < s.data().blend_size() && i < 1024; ++i) {
+    const auto& src = s.data().blend(i);
+    const std::string at = absl::StrCat("data.blend[", i, "]");
+    if (src.path().empty()) c.Fail(at + ".path", "is required");
+    if (!(src.weight() > 0) || !std::isfinite(src.weight())) {
+      c.Fail(at + ".weight", absl::StrCat(src.weight(), " is not a positive number"));
+    }
+  }
   if (s.data().dtype() == v1::TOKEN_DTYPE_UNSPECIFIED) c.Fail("data.dtype", "must be uint16 or uint32");
   if (s.data().format() == v1::DATA_FORMAT_UNSPECIFIED) c.Fail("data.format", "must be auto, flat, megatron or llmc");
   // Megatron and llm.c files name their own id type; with format auto the rank checks it once it

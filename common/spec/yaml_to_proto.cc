@@ -199,11 +199,11 @@ void MergeYaml(const YAML::Node& node, const std::string& path, Message* msg,
         errors->push_back({field_path, "expected a list, e.g. [0.9, 0.95]"});
         continue;
       }
-      if (f->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
-        errors->push_back({field_path, "lists of sections are not supported"});
+      r->ClearField(msg, f);
+      if (f->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {  // A list of sections: data.blend.
+        for (size_t i = 0; i < value.size(); ++i) MergeYaml(value[i], absl::StrCat(field_path, "[", i, "]"), r->AddMessage(msg, f), errors);
         continue;
       }
-      r->ClearField(msg, f);
       for (size_t i = 0; i < value.size(); ++i) {
         std::string problem = SetScalar(value[i], f, msg);
         if (!problem.empty()) errors->push_back({absl::StrCat(field_path, "[", i, "]"), problem});

@@ -129,7 +129,14 @@ absl::Status Trainer::Init() {
   TokenDatasetOptions data = options_.data;
   data.seq_len = m.seq_len;
   data.vocab = m.vocab;
-  auto ds = TokenDataset::Open(data);
+  std::vector<BlendSource> blend = options_.blend;
+  for (BlendSource& b : blend) {
+    b.data.seq_len = m.seq_len;
+    b.data.vocab = m.vocab;
+    b.data.shuffle = data.shuffle;
+    b.data.seed = data.seed;
+  }
+  auto ds = TrainingData::Open(data, blend);
   if (!ds.ok()) return ds.status();
   data_ = std::move(*ds);
   auto device = SelectDevice(options_.device);

@@ -84,6 +84,7 @@ class Trainer {
   // line in its log) and tells every rank; -1 when there is none.
   absl::StatusOr<int64_t> AgreeOnResumeStep();
   nlohmann::json TrainerStateJson(bool sharded_state) const;
+  nlohmann::json DataStateJson() const;
   // Per-parameter tp-local m and v for this rank from the per-rank files of a sharded checkpoint
   // written with `saved_tp` tp ranks (any dp).
   absl::Status LoadShardedOptimizer(const std::string& path, int saved_tp);
@@ -106,7 +107,7 @@ class Trainer {
   ProcessGroups groups_;
   c10::Device device_{c10::kCPU};
   std::unique_ptr<Decoder> model_;
-  std::unique_ptr<TokenDataset> data_;
+  std::unique_ptr<TrainingData> data_;
   // Pipeline parallelism (pp > 1): this rank's chunks of the model and their schedule.
   std::unique_ptr<StageLayout> layout_;
   std::unique_ptr<PipelineRunner> pipeline_;

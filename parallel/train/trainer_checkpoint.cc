@@ -224,6 +224,24 @@ absl::Status Trainer::SaveCheckpoint() {
   return absl::OkStatus();
 }
 
+nlohmann::json Trainer::DataStateJson() const {
+  const int64_t next = step_ * options_.global_batch;
+  nlohmann::json d = {{"next_sample", next}, {"shuffle", options_.data.shuffle}, {"seed", options_.data.seed}};
+  if (data_ != nullptr && data_->blended()) {
+    // Each source's position: how many of its samples the blend has taken before next_sample.
+    auto counts = data_->BlendCountsAt(next);
+    if (counts.ok()) {
+      nlohmann::json sources = nlohmann::json::array();
+      for (size_t s = 0; s < options_.blend.size(); ++s) {
+        sources.push_back({{"path", options_.blend[s].data.path}, {"weight", options_.blend[s].weight},
+                           {"samples_taken", (*counts)[s]}});
+      }
+      d["blend"] = sources;
+    }
+  }
+  return d;
+}
+
 nlohmann::json Trainer::TrainerStateJson(bool sharded_state) const {
   const auto& c = options_.model;
   nlohmann::json optimizer_state = {{"name", "adamw"}, {"step", adam_step_}, {"sharded", sharded_state}};
@@ -239,8 +257,7 @@ nlohmann::json Trainer::TrainerStateJson(bool sharded_state) const {
       {"version", 1},
       {"step", step_},
       {"samples_seen", step_ * options_.global_batch},
-      {"data", {{"next_sample", step_ * options_.global_batch}, {"shuffle", options_.data.shuffle},
-                {"seed", options_.data.seed}}},
+      {"data", DataStateJson()},
       {"model", {{"family", FamilyName(c.family)}, {"layers", c.layers}, {"hidden", c.hidden}, {"heads", c.heads},
                  {"kv_heads", c.KvHeads()}, {"ffn_hidden", c.FfnHidden()}, {"vocab", c.vocab}, {"seq_len", c.seq_len},
                  {"norm_eps", c.norm_eps}, {"rope_theta", c.rope_theta}, {"tie_embeddings", !TiedEmbeddingName(c).empty()},
@@ -310,6 +327,20 @@ absl::Status Trainer::LoadCheckpoint(const std::string& path) {
   TESSERA_RETURN_IF_ERROR(model_->LoadFull(*params));
   step_ = state["step"].get<int64_t>();
   adam_step_ = step_;
+  if (data_->blended()) {
+    // The blend continues from the saved positions when the checkpoint has them for as many
+    // sources; otherwise (a checkpoint from before the blend) from its definition at next_sample.
+    const nlohmann::json& d = state.contains("data") ? state["data"] : nlohmann::json();
+    const int64_t next = step_ * options_.global_batch;
+    if (d.is_object() && d.contains("blend") && d["blend"].is_array() && d["blend"].size() == options_.blend.size() &&
+        d.value("next_sample", int64_t{-1}) == next) {
+      std::vector<int64_t> counts;
+      for (const auto& src : d["blend"]) counts.push_back(src.value("samples_taken", int64_t{-1}));
+      if (absl::Status st = data_->RestoreBlend(next, counts); !st.ok()) {
+        return absl::DataLossError(absl::StrCat(path, "/trainer_state.json: data.blend: ", st.message()));
+      }
+    }
+  }
   if (state.contains("optimizer") && state["optimizer"].is_object()) {
     adam_step_ = state["optimizer"].value("step", step_);
   }

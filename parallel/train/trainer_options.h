@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "parallel/data/token_dataset.h"
+#include "parallel/data/training_data.h"
 #include "parallel/device/device_options.h"
 #include "parallel/mesh/process_mesh.h"
 #include "parallel/models/model_config.h"
@@ -20,6 +21,7 @@ struct TrainerOptions {
   std::string init_from;            // Optional safetensors file of full tensors (documented names).
   std::string pretrained;           // Optional transformers model directory (parallel/models/hf_weights.h).
   TokenDatasetOptions data;
+  std::vector<BlendSource> blend;  // Non-empty: these sources mixed by weight instead of data.path.
   MeshShape mesh;
   DeviceOptions device;             // cpu, or cuda:local_rank (parallel/device/device.h).
   int64_t dp_bucket_bytes = 25 << 20;

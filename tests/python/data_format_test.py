@@ -1,7 +1,10 @@
 """Training reads every data format as the same token stream: a Megatron indexed dataset written here by
 an independent writer (from docs/data-format.md) and an llm.c token file train to losses identical to
 the flat file of the same tokens, with shuffle off and on; text tokenized by `tessera data prepare
---tokenizer` trains end to end; a flat uint16 file under a vocabulary above 65536 is refused."""
+--tokenizer` trains end to end; a flat uint16 file under a vocabulary above 65536 is refused.
+Blends: the samples of a 2-source blend equal its documented definition (computed here); a blend job
+stopped at step 3 with dp=2 and resumed with dp=1 or dp=4 reads the same samples and reaches the
+losses of the uninterrupted run."""
 import json
 import os
 import struct
@@ -39,6 +42,46 @@ def write_llmc(path, tokens):
         f.write(header.tobytes() + np.asarray(tokens, "<u2").tobytes())
 
 
+MASK = (1 << 64) - 1
+
+
+def splitmix_permutation(n, seed):
+    """docs/data-format.md: Fisher-Yates from the back with SplitMix64 draws."""
+    p, state = list(range(n)), seed & MASK
+    for i in range(n - 1, 0, -1):
+        state = (state + 0x9E3779B97F4A7C15) & MASK
+        z = state
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK
+        z ^= z >> 31
+        j = z % (i + 1)
+        p[i], p[j] = p[j], p[i]
+    return p
+
+
+def blend_reference(sources, weights, seq, seed, shuffle, count):
+    """docs/data-format.md "Blends": sample g from the source with the largest w_s(g+1) - c_s (lowest s
+    on ties), that source's sample c_s; source s's windows shuffled with seed + s*2^32 + epoch."""
+    total = 0.0
+    for w in weights:
+        total += w
+    w = [x / total for x in weights]
+    counts = [0] * len(sources)
+    out = []
+    for g in range(count):
+        errors = [w[s] * float(g + 1) - float(counts[s]) for s in range(len(sources))]
+        s = max(range(len(sources)), key=lambda k: (errors[k], -k))
+        k = counts[s]
+        counts[s] += 1
+        tokens = sources[s]
+        n = (len(tokens) - 1) // seq
+        window = k % n
+        if shuffle:
+            window = splitmix_permutation(n, seed + (s << 32) + k // n)[k % n]
+        out.append((s, k, window, tokens[window * seq:window * seq + seq + 1].tolist()))
+    return out
+
+
 class DataFormatTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -55,25 +98,80 @@ class DataFormatTest(unittest.TestCase):
         write_megatron(cls.megatron, docs)
         cls.llmc = os.path.join(cls.tmp, "tokens_llmc.bin")
         write_llmc(cls.llmc, tokens)
+        cls.other = os.path.join(cls.tmp, "other.bin")  # A second source for blends: 185 windows of 16.
+        (np.arange(185 * 16 + 1) * 3 % 251).astype("<u2").tofile(cls.other)
 
-    def run_tessera(self, name, data, model="{family: gpt, layers: 2, hidden: 32, heads: 2, vocab: 256, seq_len: 16}",
-                    expect_ok=True):
+    def write_spec(self, name, data, model, steps=STEPS, batch="micro_batch: 2, global_batch: 4", extra=""):
         spec = os.path.join(self.tmp, f"{name}.yaml")
         with open(spec, "w") as f:
             f.write(f"""name: {name}
 model: {model}
 data: {data}
-train: {{steps: {STEPS}, micro_batch: 2, global_batch: 4, lr: 0.01, warmup_steps: 0, schedule: constant}}
+train: {{steps: {steps}, {batch}, lr: 0.01, warmup_steps: 0, schedule: constant}}
 output_dir: {self.tmp}/{name}
-""")
-        done = subprocess.run([TESSERA, "run", spec, "--quiet", "--threads-per-rank=1"],
-                              env=dict(os.environ, TESSERA_RANK_BINARY=RANK), capture_output=True, text=True)
+{extra}""")
+        return spec
+
+    def run_tessera(self, name, data, model="{family: gpt, layers: 2, hidden: 32, heads: 2, vocab: 256, seq_len: 16}",
+                    expect_ok=True, spec=None, sets=()):
+        spec = spec or self.write_spec(name, data, model)
+        cmd = [TESSERA, "run", spec, "--quiet", "--threads-per-rank=1"]
+        for s in sets:
+            cmd += ["--set", s]
+        done = subprocess.run(cmd, env=dict(os.environ, TESSERA_RANK_BINARY=RANK), capture_output=True, text=True)
         if not expect_ok:
             self.assertNotEqual(done.returncode, 0, done.stdout)
             return done.stdout + done.stderr
         self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
+        by_step = {}
         with open(os.path.join(self.tmp, name, "steps.jsonl")) as f:
-            return [json.loads(line)["loss"] for line in f]
+            for line in f:
+                rec = json.loads(line)
+                by_step[rec["step"]] = rec["loss"]  # A resumed run repeats no step; the last record wins.
+        return [by_step[k] for k in sorted(by_step)]
+
+    def blend_data(self, shuffle):
+        return (f"{{shuffle: {shuffle}, seed: 77, blend: [{{path: {self.flat}, weight: 0.7}}, "
+                f"{{path: {self.other}, weight: 0.3}}]}}")
+
+    def test_blend_samples_follow_the_documented_definition(self):
+        sources = [np.fromfile(self.flat, "<u2"), np.fromfile(self.other, "<u2")]
+        for shuffle in (False, True):
+            spec = self.write_spec(f"blend_def_{shuffle}", self.blend_data(str(shuffle).lower()),
+                                   "{family: gpt, layers: 2, hidden: 32, heads: 2, vocab: 256, seq_len: 16}")
+            done = subprocess.run([TESSERA, "data", "samples", spec, "--count", "400"], capture_output=True, text=True)
+            self.assertEqual(done.returncode, 0, done.stderr)
+            got = [json.loads(line) for line in done.stdout.splitlines()]
+            want = blend_reference(sources, [0.7, 0.3], 16, 77, shuffle, 400)
+            self.assertEqual([(g["source"], g["source_sample"], g["window"], g["tokens"]) for g in got], want)
+            share = sum(1 for s, *_ in want if s == 1) / len(want)
+            self.assertAlmostEqual(share, 0.3, delta=1 / 400)
+            # Source 0 (277 windows) is in its second epoch by sample 400: with shuffle on, a new permutation.
+            self.assertGreater(max(k for s, k, *_ in want if s == 0), 277)
+        print("blend: 400 samples equal the documented definition, shuffle off and on")
+
+    def test_blend_resumes_across_dp_with_the_same_losses(self):
+        model = "{family: gpt, layers: 2, hidden: 32, heads: 2, vocab: 256, seq_len: 16}"
+        batch = "micro_batch: 2, global_batch: 8"
+        data = self.blend_data("true")
+        whole = self.run_tessera("blend_whole", data, spec=self.write_spec("blend_whole", data, model, 6, batch))
+        self.assertEqual(len(whole), 6)
+        for dp in (1, 4):
+            name = f"blend_dp2_to_{dp}"
+            spec = self.write_spec(name, data, model, 3, batch, "checkpoint: {every_steps: 3}\n")
+            first = self.run_tessera(name, data, spec=spec, sets=["parallel.dp=2"])
+            with open(os.path.join(self.tmp, name, "checkpoints", "step_00000003", "trainer_state.json")) as f:
+                state = json.load(f)
+            taken = [src["samples_taken"] for src in state["data"]["blend"]]
+            self.assertEqual(sum(taken), 24)
+            self.assertEqual(taken, [17, 7], "the blend's positions at sample 24 (0.7 / 0.3)")
+            spec = self.write_spec(name, data, model, 6, batch, "checkpoint: {every_steps: 3}\n")
+            resumed = self.run_tessera(name, data, spec=spec, sets=[f"parallel.dp={dp}"])
+            self.assertEqual(len(resumed), 6)
+            # Steps 1-3 ran with dp=2, 4-6 with dp: the same samples, summed in another order (fp32).
+            for step, (g, w) in enumerate(zip(first + resumed[3:], whole), start=1):
+                self.assertLessEqual(abs(g - w), 1e-5 * abs(w), f"dp 2 -> {dp}, step {step}: {g} vs {w}")
+            print(f"blend resumed dp 2 -> {dp}: losses {resumed} vs uninterrupted {whole}")
 
     def test_megatron_and_llmc_train_like_the_flat_file(self):
         for shuffle in ("false", "true"):

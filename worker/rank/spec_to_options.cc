@@ -12,6 +12,7 @@ parallel::TrainerOptions ToTrainerOptions(const v1::JobSpec& spec) {
   o.init_from = m.init_from();
   o.pretrained = m.pretrained();
   o.data = spec::DataOptionsOf(spec);
+  o.blend = spec::BlendOf(spec);
   const auto& p = spec.parallel();
   o.mesh = {p.dp(), p.pp(), p.tp(), p.sp(), p.order()};
   o.device.kind = spec.device() == v1::DEVICE_CUDA ? parallel::DeviceKind::kCuda : parallel::DeviceKind::kCpu;
