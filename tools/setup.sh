@@ -35,8 +35,17 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 has_torch() {
   "$@" -c "import torch, sys; sys.exit(0 if torch.__version__.split('+')[0] == '$TORCH_VERSION' else 1)" 2>/dev/null
 }
+# Used by tests only: the other side's own code for interop (transformers' models and checkpoints,
+# and the tokenizers library it depends on, for token ids).
+ensure_transformers() {
+  if ! "$1" -c "import transformers, tokenizers" 2>/dev/null; then
+    log "installing transformers==$TRANSFORMERS_VERSION (tests only)"
+    "$1" -m pip install -q --disable-pip-version-check "transformers==$TRANSFORMERS_VERSION"
+  fi
+}
 if has_torch "$here/python.sh"; then
   log "torch $TORCH_VERSION: present ($("$here/python.sh" -c 'import sys; print(sys.executable)'))"
+  ensure_transformers "$("$here/python.sh" -c 'import sys; print(sys.executable)')"
   exit 0
 fi
 
@@ -62,9 +71,5 @@ if ! has_torch "$py"; then
   "${pip[@]}" "torch==$TORCH_VERSION"
 fi
 has_torch "$py" || { log "torch $TORCH_VERSION does not import; see the messages above"; exit 1; }
-# Used by tests only: the other side's own code for interop (transformers' models and checkpoints).
-if ! "$py" -c "import transformers" 2>/dev/null; then
-  log "installing transformers==$TRANSFORMERS_VERSION (tests only)"
-  "${pip[@]}" "transformers==$TRANSFORMERS_VERSION"
-fi
+ensure_transformers "$py"
 log "torch $TORCH_VERSION: installed in $venv"
