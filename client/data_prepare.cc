@@ -176,7 +176,7 @@ absl::StatusOr<PrepareReport> PrepareTokenized(const PrepareOptions& o) {
 }
 
 absl::Status TokenizeCommand(const std::string& tokenizer, const std::vector<std::string>& texts,
-                             const std::vector<std::string>& inputs, const std::string& text_key) {
+                             const std::vector<std::string>& inputs, const std::string& text_key, bool pieces) {
   auto tok = Tokenizer::FromFile(tokenizer);
   if (!tok.ok()) return tok.status();
   auto encoder = (*tok)->NewEncoder();
@@ -192,7 +192,15 @@ absl::Status TokenizeCommand(const std::string& tokenizer, const std::vector<std
     }
   }
   std::vector<int32_t> ids;
+  std::vector<std::string> words;
   for (const Document& d : docs) {
+    if (pieces) {
+      if (absl::Status s = encoder->Pieces(d.text, &words); !s.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(d.where, ": ", s.message()));
+      }
+      std::cout << nlohmann::json(words).dump() << "\n";
+      continue;
+    }
     ids.clear();
     if (absl::Status s = encoder->Encode(d.text, &ids); !s.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(d.where, ": ", s.message()));

@@ -40,9 +40,11 @@ struct PrepareReport {
 
 absl::StatusOr<PrepareReport> PrepareTokenized(const PrepareOptions& options);
 
-// Prints the ids of each text (or of each INPUT's documents) as a JSON list per line.
+// Prints the ids of each text (or of each INPUT's documents) as a JSON list per line; with `pieces`,
+// the pre-tokenizer's pieces (byte-level alphabet) instead.
 absl::Status TokenizeCommand(const std::string& tokenizer, const std::vector<std::string>& texts,
-                             const std::vector<std::string>& inputs, const std::string& text_key);
+                             const std::vector<std::string>& inputs, const std::string& text_key,
+                             bool pieces = false);
 
 }  // namespace tessera::client
 

@@ -144,6 +144,9 @@ int Main(int argc, char** argv) {
   tokenize->add_option("--text", tokenize_texts, "A text to encode (repeatable)");
   tokenize->add_option("inputs", tokenize_inputs, "Documents, as for data prepare");
   tokenize->add_option("--text-key", tokenize_key, "The JSON field that holds a document's text")->default_val("text");
+  bool tokenize_pieces = false;
+  tokenize->add_flag("--pieces", tokenize_pieces,
+                     "Print the pre-tokenizer's pieces (byte-level alphabet) instead of the ids");
 
   try {
     app.parse(argc, argv);
@@ -204,7 +207,8 @@ int Main(int argc, char** argv) {
   }
   if (samples->parsed()) return DataSamplesCommand(samples_spec, samples_sets, samples_from, samples_count);
   if (tokenize->parsed()) {
-    if (absl::Status s = TokenizeCommand(tokenize_tokenizer, tokenize_texts, tokenize_inputs, tokenize_key); !s.ok()) {
+    if (absl::Status s = TokenizeCommand(tokenize_tokenizer, tokenize_texts, tokenize_inputs, tokenize_key,
+                                       tokenize_pieces); !s.ok()) {
       std::cerr << "error: " << s.message() << "\n";
       return kExitBadInput;
     }

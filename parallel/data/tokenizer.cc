@@ -286,6 +286,15 @@ absl::Status Tokenizer::Encoder::Encode(std::string_view text, std::vector<int32
   return EncodeSegment(text.substr(segment), ids);
 }
 
+absl::Status Tokenizer::Encoder::Pieces(std::string_view text, std::vector<std::string>* pieces) {
+  if (const int64_t bad = FirstInvalidUtf8(text); bad >= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("byte ", bad, ": invalid UTF-8"));
+  }
+  if (absl::Status s = tokenizer_->pre_tokenizer_.Split(text, state_.get(), pieces); !s.ok()) return s;
+  for (std::string& piece : *pieces) piece = ByteLevelEncode(piece);
+  return absl::OkStatus();
+}
+
 absl::Status Tokenizer::Encoder::EncodeSegment(std::string_view segment, std::vector<int32_t>* ids) {
   if (absl::Status s = tokenizer_->pre_tokenizer_.Split(segment, state_.get(), &pieces_); !s.ok()) return s;
   for (const std::string& piece : pieces_) tokenizer_->model_->Encode(piece, &cache_, ids);

@@ -42,6 +42,9 @@ class Tokenizer {
    public:
     // Appends the ids of `text`. Fails on invalid UTF-8 ("byte N: invalid UTF-8").
     absl::Status Encode(std::string_view text, std::vector<int32_t>* ids);
+    // The pre-tokenizer's pieces of `text` in the byte-level alphabet, as the library's
+    // `pre_tokenizer.pre_tokenize_str` gives them (added tokens are not looked for).
+    absl::Status Pieces(std::string_view text, std::vector<std::string>* pieces);
 
    private:
     friend class Tokenizer;

@@ -184,6 +184,15 @@ class TokenizerParityTest(unittest.TestCase):
         for kind in ("gpt", "llama"):
             _, got = self.prepare(kind, [jsonl], f"cp_{kind}", "--threads", "2")
             self.assert_same_ids(kind, docs, got, "code points U+0001..U+3FFFF")
+            # The ids alone can hide a split in another place (characters without merges give the
+            # same ids either way): the pre-tokenizer's pieces must be the library's too.
+            done = subprocess.run([TESSERA, "data", "tokenize", "--tokenizer", self.tokenizers[kind][1], "--pieces",
+                                   jsonl], capture_output=True, text=True)
+            self.assertEqual(done.returncode, 0, done.stderr)
+            pre = self.tokenizers[kind][0].pre_tokenizer
+            for i, (line, doc) in enumerate(zip(done.stdout.splitlines(), docs)):
+                self.assertEqual(json.loads(line), [p for p, _ in pre.pre_tokenize_str(doc)],
+                                 f"{kind} pieces of code point document {i}")
 
     def test_random_valid_utf8(self):
         docs = random_utf8_documents(3000, seed=9)
