@@ -85,6 +85,10 @@ std::string Summary(const v1::Job& job) {
     absl::StrAppend(&s, absl::StrFormat(": step %d/%d, loss %.4f → %.4f", job.progress().step(),
                                         job.progress().total_steps(), job.progress().first_loss(),
                                         job.progress().loss()));
+    if (job.progress().val_step() > 0) {
+      absl::StrAppend(&s, absl::StrFormat(", val_loss %.4f (step %d)", job.progress().val_loss(),
+                                          job.progress().val_step()));
+    }
   }
   if (!job.reason().empty()) absl::StrAppend(&s, " (", job.reason(), ")");
   return s;
@@ -99,6 +103,8 @@ std::optional<v1::JobSpec> LoadForCluster(const std::string& spec_path, const st
     return std::nullopt;
   }
   spec->mutable_data()->set_path(Absolute(spec->data().path()));
+  spec->mutable_data()->set_valid_path(Absolute(spec->data().valid_path()));
+  for (auto& src : *spec->mutable_data()->mutable_blend()) src.set_path(Absolute(src.path()));
   spec->set_output_dir(Absolute(spec->output_dir()));
   spec->mutable_checkpoint()->set_dir(Absolute(spec->checkpoint().dir()));
   spec->mutable_model()->set_init_from(Absolute(spec->model().init_from()));
@@ -154,8 +160,12 @@ int FollowCommand(const ClusterOptions& o, const std::string& job_id) {
       }
       if (job.progress().step() != last_step && job.progress().step() > 0) {
         last_step = job.progress().step();
-        Progress p{job.progress().step(), job.progress().total_steps(), job.progress().loss(), job.progress().lr(),
-                   job.progress().tokens_per_s(), -1};
+        Progress p{.step = job.progress().step(),
+                   .total_steps = job.progress().total_steps(),
+                   .loss = job.progress().loss(),
+                   .val_loss = job.progress().val_step() > 0 ? job.progress().val_loss() : -1,
+                   .lr = job.progress().lr(),
+                   .tokens_per_s = job.progress().tokens_per_s()};
         if (job.progress().step_seconds() > 0) {
           p.eta_seconds = job.progress().step_seconds() * (job.progress().total_steps() - job.progress().step());
         }
@@ -192,12 +202,13 @@ int JobsCommand(const ClusterOptions& o) {
     std::cout << Json(resp) << "\n";
     return kExitOk;
   }
-  Table t({"ID", "NAME", "STATE", "RANKS", "STEP", "LOSS", "TOKENS/S", "REASON"});
+  Table t({"ID", "NAME", "STATE", "RANKS", "STEP", "LOSS", "VAL LOSS", "TOKENS/S", "REASON"});
   for (const v1::Job& j : resp.jobs()) {
     const auto& p = j.progress();
     t.AddRow({j.id(), j.spec().name(), StateName(j.state()), absl::StrCat(spec::WorldSize(j.spec())),
               p.step() > 0 ? absl::StrCat(p.step(), "/", p.total_steps()) : "-",
               p.step() > 0 ? absl::StrFormat("%.4f", p.loss()) : "-",
+              p.val_step() > 0 ? absl::StrFormat("%.4f", p.val_loss()) : "-",
               p.step() > 0 ? FormatCount(p.tokens_per_s()) : "-", j.reason()});
   }
   std::cout << t.ToString();

@@ -92,8 +92,12 @@ int RunLocal(const LaunchOptions& options) {
     }
     if (!options.quiet) std::cout << "parallel: auto chose " << *chosen << "\n";
   }
-  if (auto ds = parallel::TrainingData::Open(spec::DataOptionsOf(*spec), spec::BlendOf(*spec)); !ds.ok()) {
-    std::cerr << "error: " << (spec->data().blend_size() > 0 ? "" : "data.path: ") << ds.status().message() << "\n";
+  if (auto ds = parallel::TrainingData::OpenWithValidation(spec::DataOptionsOf(*spec), spec::BlendOf(*spec),
+                                                          spec::ValidDataOptionsOf(*spec),
+                                                          spec->data().valid_fraction());
+      !ds.ok()) {
+    const bool named = spec->data().blend_size() > 0 || ds.status().message().rfind("data.", 0) == 0;
+    std::cerr << "error: " << (named ? "" : "data.path: ") << ds.status().message() << "\n";
     return kExitBadInput;
   }
   if (!spec->model().init_from().empty() && !fs::exists(spec->model().init_from())) {
@@ -164,12 +168,15 @@ int RunLocal(const LaunchOptions& options) {
   std::vector<bool> done(world, false);
   int remaining = world;
   int result = kExitOk;
+  double last_val = -1;  // The newest evaluation's loss (shown from then on).
   auto draw = [&](const nlohmann::json& j) {
     if (options.quiet) return;
     Progress p;
     p.step = j.value("step", int64_t{0});
     p.total_steps = spec->train().steps();
     p.loss = j.value("loss", 0.0);
+    if (j.contains("val_loss") && j["val_loss"].is_number()) last_val = j["val_loss"].get<double>();
+    p.val_loss = last_val;
     p.lr = j.value("lr", 0.0);
     p.tokens_per_s = j.value("tokens_per_s", 0.0);
     if (first_step < 0) first_step = p.step - 1;

@@ -20,8 +20,9 @@ std::string FormatCount(double v) {
 }
 
 std::string FormatProgress(const Progress& p) {
-  std::string line = absl::StrFormat("step %d/%d  loss %.4f  lr %.2e  %s tok/s", p.step, p.total_steps, p.loss,
-                                     p.lr, FormatCount(p.tokens_per_s));
+  std::string line = absl::StrFormat("step %d/%d  loss %.4f", p.step, p.total_steps, p.loss);
+  if (p.val_loss >= 0) line += absl::StrFormat("  val %.4f", p.val_loss);
+  line += absl::StrFormat("  lr %.2e  %s tok/s", p.lr, FormatCount(p.tokens_per_s));
   if (p.eta_seconds >= 0) line += "  ETA " + FormatDuration(p.eta_seconds);
   return line;
 }

@@ -1,4 +1,5 @@
-// The one-line progress display: "step 5/10  loss 5.0603  lr 1.5e-04  31.8k tok/s  ETA 0:03".
+// The one-line progress display: "step 5/10  loss 5.0603  lr 1.5e-04  31.8k tok/s  ETA 0:03", with
+// "  val 4.9810" after the loss once the job has evaluated.
 #ifndef TESSERA_CLIENT_PROGRESS_LINE_H_
 #define TESSERA_CLIENT_PROGRESS_LINE_H_
 
@@ -11,6 +12,7 @@ struct Progress {
   int64_t step = 0;
   int64_t total_steps = 0;
   double loss = 0;
+  double val_loss = -1;  // < 0: no evaluation yet.
   double lr = 0;
   double tokens_per_s = 0;
   double eta_seconds = -1;  // < 0: unknown.

@@ -10,6 +10,8 @@ TEST(ProgressLineTest, FormatsStepLossThroughputAndEta) {
   EXPECT_EQ(FormatProgress(p), "step 5/10  loss 5.0603  lr 1.46e-04  31.8k tok/s  ETA 0:03");
   p.eta_seconds = -1;
   EXPECT_EQ(FormatProgress(p), "step 5/10  loss 5.0603  lr 1.46e-04  31.8k tok/s");
+  p.val_loss = 4.98104;
+  EXPECT_EQ(FormatProgress(p), "step 5/10  loss 5.0603  val 4.9810  lr 1.46e-04  31.8k tok/s");
 }
 
 TEST(ProgressLineTest, DurationsAndCounts) {

@@ -336,6 +336,13 @@ absl::Status Coordinator::ReportRankStatusLocked(const v1::ReportRankStatusReque
       // says where it resumes from.
       bool persist = p.last_checkpoint_step() != e.job.progress().last_checkpoint_step();
       p.set_first_loss(first ? p.loss() : e.job.progress().first_loss());
+      // The newest evaluation stays until a newer one comes (a new attempt reports none at first),
+      // unless the job went back to before it.
+      const v1::JobProgress& old = e.job.progress();
+      if (p.val_step() == 0 && old.val_step() > 0 && old.val_step() <= p.step()) {
+        p.set_val_step(old.val_step());
+        p.set_val_loss(old.val_loss());
+      }
       *e.job.mutable_progress() = p;
       if (e.job.history_size() > 0 && e.job.history(e.job.history_size() - 1).attempt() == e.job.attempt()) {
         v1::Attempt* h = e.job.mutable_history(e.job.history_size() - 1);

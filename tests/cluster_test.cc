@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/net/free_port.h"
 #include "common/process/subprocess.h"
 #include "gmock/gmock.h"
@@ -157,17 +158,26 @@ class ClusterTest : public ::testing::Test {
 };
 
 TEST_F(ClusterTest, SubmittedJobSucceedsAndLearns) {
-  auto r = Cli({"submit", spec_, "--follow", "--set", "output_dir=" + dir_ + "/out"});
+  // With a held-out tail evaluated after steps 10 and 20: val_loss reaches the job's progress.
+  auto r = Cli({"submit", spec_, "--follow", "--set", "output_dir=" + dir_ + "/out", "--set", "data.valid_fraction=0.05",
+                "--set", "train.eval_every=10", "--set", "train.eval_batches=2"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("SUCCEEDED"));
   auto jobs = Cli({"jobs"});
   EXPECT_THAT(jobs.output, HasSubstr("SUCCEEDED"));
+  EXPECT_THAT(jobs.output, HasSubstr("VAL LOSS"));
   auto job = Job("job-000001");
   ASSERT_EQ(job.value("state", ""), "JOB_STATE_SUCCEEDED");
   const auto& p = job["progress"];
   EXPECT_EQ(p.value("step", std::string()), "20");  // int64 travels as a JSON string.
   EXPECT_LT(p.value("loss", 0.0), p.value("first_loss", 0.0)) << "the loss fell";
   EXPECT_EQ(testing::ReadLosses(dir_ + "/out/steps.jsonl").size(), 20u);
+  const auto val = testing::ReadValLosses(dir_ + "/out/steps.jsonl");
+  ASSERT_EQ(val.size(), 2u);
+  EXPECT_EQ(p.value("val_step", std::string()), "20");
+  EXPECT_EQ(p.value("val_loss", 0.0), val.at(20)) << "the step log's value, unchanged";
+  EXPECT_LT(val.at(20), val.at(10)) << "the validation loss fell too";
+  EXPECT_THAT(Cli({"job", "job-000001"}).output, HasSubstr(absl::StrFormat("val_loss %.4f (step 20)", val.at(20))));
   EXPECT_EQ(p.value("last_checkpoint_step", std::string()), "20");
   auto logs = Cli({"logs", "job-000001", "--rank", "1"});
   EXPECT_EQ(logs.exit_code, 0);
@@ -359,7 +369,8 @@ TEST_F(ClusterTest, PrometheusScrapesCoordinatorAndWorkersDuringAJob) {
   so.log_path = dir_ + "/prometheus.log";
   auto pid = process::Spawn(so);
   ASSERT_TRUE(pid.ok());
-  const std::string id = Submit({"train.steps=100000", "output_dir=" + dir_ + "/out"});
+  const std::string id = Submit({"train.steps=100000", "output_dir=" + dir_ + "/out", "data.valid_fraction=0.05",
+                                  "train.eval_every=2", "train.eval_batches=1"});
   double tokens_per_s = -1;
   WaitFor([&] {
     tokens_per_s = PromQuery(prom, "tessera_worker_tokens_per_second{job_id=\"" + id + "\",rank=\"0\"}");
@@ -371,6 +382,11 @@ TEST_F(ClusterTest, PrometheusScrapesCoordinatorAndWorkersDuringAJob) {
   EXPECT_TRUE(WaitFor([&] { return PromQuery(prom, "count(tessera_build_info)") == 3; }, 10))
       << "coordinator and both workers scraped";
   EXPECT_TRUE(WaitFor([&] { return PromQuery(prom, "min(tessera_worker_process_resident_memory_bytes)") > 1e6; }, 10));
+  // The validation loss beside the training loss (an untrained byte model starts near ln 256 = 5.5).
+  double val = -1;
+  WaitFor([&] { return (val = PromQuery(prom, "tessera_worker_val_loss{job_id=\"" + id + "\",rank=\"0\"}")) > 0; }, 20);
+  EXPECT_GT(val, 0.5) << "PromQL for the job's val_loss";
+  EXPECT_LT(val, 7.0);
   EXPECT_TRUE(WaitFor(
       [&] { return PromQuery(prom, "sum(tessera_coordinator_rpc_duration_seconds_count{method=\"Heartbeat\"})") > 0; },
       10));

@@ -1,6 +1,6 @@
 // dp, tp (1D and grids), ZeRO and activation-checkpointing runs of one spec per model family (gpt,
 // llama), through the real `tessera run` and tessera-rank processes, against the single-process run
-// of the same spec: per-step losses for 10 steps, and the
+// of the same spec: per-step losses for 10 steps, the validation losses after steps 5 and 10, and the
 // full gradients and weights after step 1 (gathered over tp by the --dump-at-step debug aid).
 #include <cmath>
 #include <filesystem>
@@ -49,10 +49,11 @@ class Equivalence {
     const std::string spec = *dir_ + "/" + family + ".yaml";
     std::ofstream(spec) << "name: equiv\n"
                         << "model: " << ModelLine(family) << "\n"
-                        << "data: {path: " << data << "}\n"
+                        << "data: {path: " << data << ", valid_fraction: 0.05}\n"
                         << "parallel: {dp_bucket_mb: 0.05}\n"  // Several buckets.
                         << "train: {steps: 10, micro_batch: 2, global_batch: 8, lr: 1e-3, warmup_steps: 2,\n"
-                        << "        schedule: cosine, min_lr: 1e-4, grad_clip: 1.0, weight_decay: 0.1}\n";
+                        << "        schedule: cosine, min_lr: 1e-4, grad_clip: 1.0, weight_decay: 0.1,\n"
+                        << "        eval_every: 5, eval_batches: 2}\n";  // Validation after steps 5 and 10.
     specs[family] = spec;
     return spec;
   }
@@ -177,6 +178,7 @@ TEST_F(LlamaGridTest, TensorParallel2p5DAnd3D) {
 TEST_P(ParallelEquivalenceTest, ActivationCheckpointingIsExact) {
   const std::string out = Run("ckpt", 1, 1, {"train.activation_checkpointing=true"});
   EXPECT_EQ(ReadLosses(out + "/steps.jsonl"), ReadLosses(Reference() + "/steps.jsonl"));
+  EXPECT_EQ(testing::ReadValLosses(out + "/steps.jsonl"), testing::ReadValLosses(Reference() + "/steps.jsonl"));
   auto want = ReadF32(Reference() + "/debug/step_1.safetensors");
   auto got = ReadF32(out + "/debug/step_1.safetensors");
   ASSERT_EQ(got.size(), want.size());

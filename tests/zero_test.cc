@@ -44,10 +44,11 @@ class ZeroTest : public ::testing::Test {
     std::ofstream(spec) << "name: zero\n"
                         << "model: {layers: " << layers << ", hidden: 64, heads: 4, vocab: 256, seq_len: 32"
                         << model_extra << "}\n"
-                        << "data: {path: " << *data_ << "}\n"
+                        << "data: {path: " << *data_ << ", valid_fraction: 0.05}\n"
                         << "parallel: {dp: 2, dp_bucket_mb: 0.05}\n"
                         << "train: {steps: 10, micro_batch: 2, global_batch: 8, lr: 1e-3, warmup_steps: 2,\n"
-                        << "        schedule: cosine, min_lr: 1e-4, weight_decay: 0.1, " << train_extra << "}\n"
+                        << "        schedule: cosine, min_lr: 1e-4, weight_decay: 0.1, eval_every: 5, eval_batches: 2,\n"
+                        << "        " << train_extra << "}\n"
                         << "checkpoint: {every_steps: 5, keep: 3}\n";
     return spec;
   }
@@ -67,6 +68,7 @@ class ZeroTest : public ::testing::Test {
 
   static void ExpectIdentical(const std::string& want, const std::string& got) {
     EXPECT_EQ(ReadLosses(got + "/steps.jsonl"), ReadLosses(want + "/steps.jsonl"));
+    EXPECT_EQ(testing::ReadValLosses(got + "/steps.jsonl"), testing::ReadValLosses(want + "/steps.jsonl"));
     auto w = ReadF32(want + "/debug/step_1.safetensors");
     auto g = ReadF32(got + "/debug/step_1.safetensors");
     ASSERT_EQ(g.size(), w.size());
@@ -81,6 +83,15 @@ class ZeroTest : public ::testing::Test {
     for (const auto& [step, loss] : w) {
       if (step < from_step) continue;
       EXPECT_NEAR(g.at(step), loss, kLossAtol + kLossRtol * std::abs(loss)) << "step " << step;
+    }
+    // The evaluations (after steps 5 and 10) of the steps compared.
+    auto wv = testing::ReadValLosses(want + "/steps.jsonl");
+    auto gv = testing::ReadValLosses(got + "/steps.jsonl");
+    ASSERT_FALSE(wv.empty());
+    for (const auto& [step, loss] : wv) {
+      if (step < from_step) continue;
+      ASSERT_TRUE(gv.count(step)) << "no val_loss at step " << step;
+      EXPECT_NEAR(gv.at(step), loss, kLossAtol + kLossRtol * std::abs(loss)) << "val_loss of step " << step;
     }
   }
 
@@ -323,6 +334,10 @@ TEST_F(ZeroTest, Bf16Trains) {
     ASSERT_EQ(got.size(), 10u);
     EXPECT_LT(got[10], got[1] - 0.2) << "stage " << stage;
     for (const auto& [step, loss] : want) EXPECT_NEAR(got[step], loss, 0.02 * loss) << "step " << step;
+    auto want_val = testing::ReadValLosses(*plain_ + "/steps.jsonl");
+    auto got_val = testing::ReadValLosses(out + "/steps.jsonl");
+    ASSERT_EQ(got_val.size(), want_val.size());
+    for (const auto& [step, loss] : want_val) EXPECT_NEAR(got_val[step], loss, 0.02 * loss) << "val_loss of step " << step;
   }
 }
 

@@ -112,6 +112,10 @@ void RankSupervisor::ReadProgress(const Key& key, Rank& r, std::vector<RankEvent
         r.steps_offset += static_cast<std::streamoff>(line.size() + 1);
         nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
         if (j.is_discarded()) continue;
+        if (j.contains("val_loss") && j["val_loss"].is_number()) {
+          r.val_step = j.value("step", int64_t{0});
+          r.val_loss = j["val_loss"].get<double>();
+        }
         if (report.size() == 2 || (report.size() == 1 && report[0].value("step", int64_t{0}) != 1)) {
           report.back() = std::move(j);
         } else {
@@ -143,6 +147,10 @@ void RankSupervisor::ReadProgress(const Key& key, Rank& r, std::vector<RankEvent
         p.progress.set_grad_norm(j.value("grad_norm", 0.0));
         p.progress.set_tokens_per_s(j.value("tokens_per_s", 0.0));
         p.progress.set_step_seconds(j.value("step_seconds", 0.0));
+        if (r.val_step > 0 && r.val_step <= p.progress.step()) {
+          p.progress.set_val_step(r.val_step);
+          p.progress.set_val_loss(r.val_loss);
+        }
         p.tokens = j.value("tokens", int64_t{0});
         p.bytes_all_reduced = j.value("bytes_all_reduced", int64_t{0});
         p.flops_per_token = r.flops_per_token;

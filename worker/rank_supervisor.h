@@ -85,6 +85,8 @@ class RankSupervisor {
     std::string steps_path;  // Rank 0 only.
     std::string checkpoint_dir;
     std::string last_step_line;       // Newest step log line read.
+    int64_t val_step = 0;             // Newest evaluation read (0: none) and its loss.
+    double val_loss = 0;
     int64_t reported_checkpoint = 0;  // Newest checkpoint step already reported.
     double flops_per_token = 0;
     int world_size = 1;

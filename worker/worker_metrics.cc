@@ -26,6 +26,8 @@ WorkerMetrics::WorkerMetrics(prometheus::Registry& r, double peak)
       samples_(Family(prometheus::BuildCounter(), "tessera_worker_samples_total",
                       "Samples trained by the whole job, as reported by rank 0.", r)),
       loss_(Family(prometheus::BuildGauge(), "tessera_worker_loss", "Training loss of the last step.", r)),
+      val_loss_(Family(prometheus::BuildGauge(), "tessera_worker_val_loss",
+                       "Mean validation loss of the newest evaluation (train.eval_every).", r)),
       lr_(Family(prometheus::BuildGauge(), "tessera_worker_learning_rate", "Learning rate of the last step.", r)),
       grad_norm_(Family(prometheus::BuildGauge(), "tessera_worker_grad_norm",
                         "Global gradient L2 norm (before clipping) of the last step.", r)),
@@ -68,6 +70,7 @@ void WorkerMetrics::Remove(const std::string& job, int rank) {
     tokens_per_s_.Remove(s.tokens_per_s);
     samples_.Remove(s.samples);
     loss_.Remove(s.loss);
+    if (s.val_loss != nullptr) val_loss_.Remove(s.val_loss);
     lr_.Remove(s.lr);
     grad_norm_.Remove(s.grad_norm);
     mfu_.Remove(s.mfu);
@@ -91,6 +94,10 @@ void WorkerMetrics::OnEvent(const RankEvent& e) {
   s.tokens_per_s->Set(p.tokens_per_s());
   s.samples->Increment(static_cast<double>(steps * e.samples));
   s.loss->Set(p.loss());
+  if (p.val_step() > 0) {
+    if (s.val_loss == nullptr) s.val_loss = &val_loss_.Add({{"job_id", e.job_id}, {"rank", absl::StrCat(e.rank)}});
+    s.val_loss->Set(p.val_loss());
+  }
   s.lr->Set(p.lr());
   s.grad_norm->Set(p.grad_norm());
   s.bytes->Increment(static_cast<double>(e.bytes_all_reduced) * steps);

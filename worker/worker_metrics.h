@@ -4,6 +4,7 @@
 //   tessera_worker_tokens_per_second          gauge      (rank 0, the job's global rate)
 //   tessera_worker_samples_total              counter    (rank 0, global samples trained)
 //   tessera_worker_loss                       gauge      (rank 0)
+//   tessera_worker_val_loss                   gauge      (rank 0, the newest evaluation; from the first)
 //   tessera_worker_learning_rate              gauge      (rank 0)
 //   tessera_worker_grad_norm                  gauge      (rank 0)
 //   tessera_worker_mfu_ratio                  gauge      (rank 0: model FLOP/s ÷ (peak per device × ranks))
@@ -43,6 +44,7 @@ class WorkerMetrics {
     prometheus::Gauge* tokens_per_s = nullptr;
     prometheus::Counter* samples = nullptr;
     prometheus::Gauge* loss = nullptr;
+    prometheus::Gauge* val_loss = nullptr;  // Added with the first evaluation.
     prometheus::Gauge* lr = nullptr;
     prometheus::Gauge* grad_norm = nullptr;
     prometheus::Gauge* mfu = nullptr;
@@ -58,6 +60,7 @@ class WorkerMetrics {
   prometheus::Family<prometheus::Gauge>& tokens_per_s_;
   prometheus::Family<prometheus::Counter>& samples_;
   prometheus::Family<prometheus::Gauge>& loss_;
+  prometheus::Family<prometheus::Gauge>& val_loss_;
   prometheus::Family<prometheus::Gauge>& lr_;
   prometheus::Family<prometheus::Gauge>& grad_norm_;
   prometheus::Family<prometheus::Gauge>& mfu_;

@@ -43,4 +43,11 @@ std::vector<parallel::BlendSource> BlendOf(const v1::JobSpec& spec) {
   return out;
 }
 
+parallel::TokenDatasetOptions ValidDataOptionsOf(const v1::JobSpec& spec) {
+  parallel::TokenDatasetOptions o = DataOptionsOf(spec);
+  o.path = spec.data().valid_path();
+  o.shuffle = false;
+  return o;
+}
+
 }  // namespace tessera::spec

@@ -14,6 +14,8 @@ namespace tessera::spec {
 parallel::TokenDatasetOptions DataOptionsOf(const v1::JobSpec& spec);
 // data.blend's sources (empty without a blend), each with the job's seq_len, vocab, shuffle and seed.
 std::vector<parallel::BlendSource> BlendOf(const v1::JobSpec& spec);
+// data.valid_path's stream (path empty without one), read with data.format and data.dtype.
+parallel::TokenDatasetOptions ValidDataOptionsOf(const v1::JobSpec& spec);
 
 }  // namespace tessera::spec
 

@@ -54,6 +54,8 @@ v1::JobSpec DefaultJobSpec() {
   t->set_precision(v1::PRECISION_FP32);
   t->set_initial_loss_scale(65536);
   t->set_loss_scale_window(1000);
+  t->set_eval_every(0);
+  t->set_eval_batches(10);
   s.mutable_optimizer()->set_offload(v1::OFFLOAD_NONE);
   t->set_seed(1234);
   auto* c = s.mutable_checkpoint();

@@ -104,6 +104,27 @@ TEST(JobSpecTest, EveryProblemReportedOnce) {
   EXPECT_THAT(msg, HasSubstr("train.betas[1]: 1.5 must be in [0, 1)"));
 }
 
+TEST(JobSpecTest, ValidationSettings) {
+  auto ok = ParseAndValidate(kValid, {"data.valid_fraction=0.05", "train.eval_every=100", "train.eval_batches=4"});
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->train().eval_batches(), 4);
+  auto defaults = ParseAndValidate(kValid, {"data.valid_path=/data/val.bin"});
+  ASSERT_TRUE(defaults.ok()) << defaults.status();
+  EXPECT_EQ(defaults->train().eval_every(), 0);  // After the last step only.
+  EXPECT_EQ(defaults->train().eval_batches(), 10);
+  auto bad = ParseAndValidate(kValid, {"data.valid_fraction=1", "data.valid_path=/v.bin", "train.eval_every=-1",
+                                       "train.eval_batches=0"});
+  ASSERT_FALSE(bad.ok());
+  const std::string msg(bad.status().message());
+  EXPECT_THAT(msg, HasSubstr("data.valid_fraction: 1 must be in (0, 1) (or 0: none)"));
+  EXPECT_THAT(msg, HasSubstr("data.valid_fraction: give data.valid_path or data.valid_fraction, not both"));
+  EXPECT_THAT(msg, HasSubstr("train.eval_every: -1 must be at least 0"));
+  EXPECT_THAT(msg, HasSubstr("train.eval_batches: 0 must be at least 1"));
+  auto nothing = ParseAndValidate(kValid, {"train.eval_every=10"});
+  EXPECT_THAT(nothing.status().message(),
+              HasSubstr("train.eval_every: needs validation data: data.valid_path or data.valid_fraction"));
+}
+
 TEST(JobSpecTest, NotYetAvailableModesAreRejectedByField) {
   auto spec = ParseAndValidate(kValid, {"parallel.tp=8", "parallel.tp_mode=3d", "train.micro_batch=4",
                                         "parallel.order=tp-dp-pp", "device=cuda", "parallel.zero_stage=1"});

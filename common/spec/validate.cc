@@ -332,6 +332,16 @@ std::vector<SpecError> ValidateJobSpec(const v1::JobSpec& s) {
       c.Fail(at + ".weight", absl::StrCat(src.weight(), " is not a positive number"));
     }
   }
+  const double f = s.data().valid_fraction();
+  if (f != 0 && !(f > 0 && f < 1)) c.Fail("data.valid_fraction", absl::StrCat(f, " must be in (0, 1) (or 0: none)"));
+  if (f != 0 && !s.data().valid_path().empty()) {
+    c.Fail("data.valid_fraction", "give data.valid_path or data.valid_fraction, not both");
+  }
+  c.AtLeast<int64_t>("train.eval_every", s.train().eval_every(), 0);
+  c.AtLeast("train.eval_batches", s.train().eval_batches(), 1);
+  if (s.train().eval_every() > 0 && f == 0 && s.data().valid_path().empty()) {
+    c.Fail("train.eval_every", "needs validation data: data.valid_path or data.valid_fraction");
+  }
   if (s.data().dtype() == v1::TOKEN_DTYPE_UNSPECIFIED) c.Fail("data.dtype", "must be uint16 or uint32");
   if (s.data().format() == v1::DATA_FORMAT_UNSPECIFIED) c.Fail("data.format", "must be auto, flat, megatron or llmc");
   // Megatron and llm.c files name their own id type; with format auto the rank checks it once it

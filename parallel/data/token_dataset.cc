@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -169,7 +170,27 @@ absl::StatusOr<std::unique_ptr<TokenDataset>> TokenDataset::Open(const TokenData
   ds->format_ = format;
   ds->token_bytes_ = token_bytes;
   ds->num_tokens_ = tokens;
-  ds->num_windows_ = (tokens - 1) / options.seq_len;
+  const int64_t windows = (tokens - 1) / options.seq_len;
+  ds->num_windows_ = windows;
+  if (options.split != DataSplit::kAll) {
+    if (!(options.valid_fraction > 0 && options.valid_fraction < 1)) {
+      return absl::InvalidArgumentError(absl::StrCat("data.valid_fraction ", options.valid_fraction, " is not in (0, 1)"));
+    }
+    // floor(N·f) in long double: exact for every window count a file can hold.
+    const int64_t held_out =
+        static_cast<int64_t>(std::floor(static_cast<long double>(windows) * options.valid_fraction));
+    if (held_out < 1 || held_out >= windows) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          file, ": data.valid_fraction ", options.valid_fraction, " of its ", windows, " windows of seq_len + 1 = ",
+          options.seq_len + 1, " tokens leaves ", held_out < 1 ? "no validation window" : "no training window"));
+    }
+    if (options.split == DataSplit::kTrain) {
+      ds->num_windows_ = windows - held_out;
+    } else {
+      ds->first_window_ = windows - held_out;
+      ds->num_windows_ = held_out;
+    }
+  }
   return ds;
 }
 
@@ -180,7 +201,7 @@ TokenDataset::~TokenDataset() { munmap(const_cast<uint8_t*>(map_), map_size_); }
 
 int64_t TokenDataset::WindowOf(int64_t g) {
   const int64_t in_epoch = g % num_windows_;
-  if (!options_.shuffle) return in_epoch;
+  if (!options_.shuffle || options_.split == DataSplit::kValid) return first_window_ + in_epoch;
   const int64_t epoch = g / num_windows_;
   if (epoch != cached_epoch_) {
     cached_permutation_ = Permutation(num_windows_, options_.seed + static_cast<uint64_t>(epoch));

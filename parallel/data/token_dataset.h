@@ -7,6 +7,12 @@
 // g mod N when shuffle is off. With shuffle on, epoch e = g / N reads window P_e[g mod N], where P_e
 // is the Fisher-Yates permutation of [0, N) drawn with SplitMix64 seeded by seed + e (see
 // Permutation()). Inputs are the window's first seq_len tokens, targets the last seq_len. No torch.
+//
+// Held-out tail (data.valid_fraction f > 0): of the file's N windows the last V = floor(N·f) are the
+// validation part, the first N − V the training part. A split dataset reads only its part's windows
+// (the training part as above with N − V in place of N; the validation part always in order, sample
+// g reading window N − V + g mod V). The two parts share one token: the last target of the training
+// part is the first input of the validation part.
 #ifndef TESSERA_PARALLEL_DATA_TOKEN_DATASET_H_
 #define TESSERA_PARALLEL_DATA_TOKEN_DATASET_H_
 
@@ -24,29 +30,36 @@ namespace tessera::parallel {
 enum class DataFormat { kAuto, kFlat, kMegatron, kLlmc };
 const char* DataFormatName(DataFormat format);
 
+// Which windows of the file a dataset reads (see "Held-out tail" above).
+enum class DataSplit { kAll, kTrain, kValid };
+
 struct TokenDatasetOptions {
   std::string path;
   DataFormat format = DataFormat::kAuto;
   int token_bytes = 2;     // Flat files: 2 (uint16) or 4 (uint32). The other formats say it themselves.
   int seq_len = 128;
   int64_t vocab = 256;     // Every token read must be below it; otherwise Read() fails.
-  bool shuffle = false;
+  bool shuffle = false;     // Ignored by the validation part (always in order).
   uint64_t seed = 1234;
+  DataSplit split = DataSplit::kAll;
+  double valid_fraction = 0;  // kTrain / kValid: the held-out share f, in (0, 1).
 };
 
 class TokenDataset {
  public:
   // Maps the file. Fails with a message naming the file when it is missing, its size is not a
-  // multiple of token_bytes, or it holds fewer than seq_len + 1 tokens.
+  // multiple of token_bytes, or it holds fewer than seq_len + 1 tokens; split, when either part would
+  // have no window.
   static absl::StatusOr<std::unique_ptr<TokenDataset>> Open(const TokenDatasetOptions& options);
   ~TokenDataset();
 
   int64_t num_tokens() const { return num_tokens_; }
   DataFormat format() const { return format_; }  // Never kAuto.
   int token_bytes() const { return token_bytes_; }
-  int64_t num_windows() const { return num_windows_; }
+  int64_t num_windows() const { return num_windows_; }  // Of this dataset's part.
+  int64_t first_window() const { return first_window_; }  // The part's first window in the file.
 
-  // The window index that global sample `g` reads.
+  // The window of the file that global sample `g` reads.
   int64_t WindowOf(int64_t g);
 
   // Appends the seq_len + 1 tokens of global sample `g` to `out`. Fails on a token >= vocab.
@@ -66,6 +79,7 @@ class TokenDataset {
   int token_bytes_ = 2;
   int64_t num_tokens_;
   int64_t num_windows_;
+  int64_t first_window_ = 0;
   int64_t cached_epoch_ = -1;
   std::vector<int64_t> cached_permutation_;
 };

@@ -48,6 +48,45 @@ TEST(TokenDatasetTest, ShuffleIsASeededPermutationPerEpoch) {
   EXPECT_EQ((*ds)->WindowOf(103), TokenDataset::Permutation(100, 8)[3]);  // Epoch 1 uses seed + 1.
 }
 
+// 41 tokens, seq_len 4: N = 10 windows. valid_fraction 0.25 holds out floor(2.5) = 2: training reads
+// windows 0..7 (shuffled among themselves), validation windows 8, 9 in order and again.
+TEST(TokenDatasetTest, HeldOutTailSplitsTheWindows) {
+  std::vector<uint16_t> t(41);
+  for (int i = 0; i < 41; ++i) t[i] = i;
+  const std::string path = WriteTokens("split.bin", t);
+  TokenDatasetOptions o{.path = path, .seq_len = 4, .shuffle = true, .seed = 5, .valid_fraction = 0.25};
+  o.split = DataSplit::kTrain;
+  auto train = TokenDataset::Open(o);
+  ASSERT_TRUE(train.ok()) << train.status();
+  EXPECT_EQ((*train)->num_windows(), 8);
+  const auto p = TokenDataset::Permutation(8, 5);
+  std::set<int64_t> seen;
+  for (int g = 0; g < 8; ++g) {
+    EXPECT_EQ((*train)->WindowOf(g), p[g]);
+    seen.insert((*train)->WindowOf(g));
+  }
+  EXPECT_EQ(seen, std::set<int64_t>({0, 1, 2, 3, 4, 5, 6, 7})) << "no validation window is trained on";
+  o.split = DataSplit::kValid;
+  auto valid = TokenDataset::Open(o);
+  ASSERT_TRUE(valid.ok()) << valid.status();
+  EXPECT_EQ((*valid)->num_windows(), 2);
+  EXPECT_EQ((*valid)->first_window(), 8);
+  std::vector<int64_t> s;
+  for (int g : {0, 1, 2}) ASSERT_TRUE((*valid)->Read(g, &s).ok());  // In order (shuffle ignored), wrapping.
+  EXPECT_THAT(s, ElementsAre(32, 33, 34, 35, 36, 36, 37, 38, 39, 40, 32, 33, 34, 35, 36));
+  // Too small a share holds out nothing.
+  o.valid_fraction = 0.05;
+  EXPECT_THAT(TokenDataset::Open(o).status().message(),
+              HasSubstr("data.valid_fraction 0.05 of its 10 windows of seq_len + 1 = 5 tokens leaves no validation window"));
+  o.split = DataSplit::kTrain;
+  o.valid_fraction = 0.95;  // floor(9.5) = 9 held out: one training window is left (f < 1 always leaves one).
+  auto one = TokenDataset::Open(o);
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ((*one)->num_windows(), 1);
+  o.valid_fraction = 1.5;
+  EXPECT_THAT(TokenDataset::Open(o).status().message(), HasSubstr("data.valid_fraction 1.5 is not in (0, 1)"));
+}
+
 TEST(TokenDatasetTest, BadFilesAreNamedErrors) {
   EXPECT_THAT(TokenDataset::Open({.path = "/nonexistent/x.bin"}).status().message(),
               HasSubstr("cannot open the token file"));

@@ -30,6 +30,42 @@ absl::StatusOr<std::unique_ptr<TrainingData>> TrainingData::Open(const TokenData
   return t;
 }
 
+absl::StatusOr<TrainingData::WithValidation> TrainingData::OpenWithValidation(const TokenDatasetOptions& data,
+                                                                               const std::vector<BlendSource>& blend,
+                                                                               const TokenDatasetOptions& valid,
+                                                                               double valid_fraction) {
+  WithValidation out;
+  TokenDatasetOptions train_data = data;
+  std::vector<BlendSource> train_blend = blend;
+  if (valid_fraction > 0) {
+    TokenDatasetOptions tail = data;
+    std::vector<BlendSource> tail_blend = blend;
+    tail.split = DataSplit::kValid;
+    train_data.split = DataSplit::kTrain;
+    tail.valid_fraction = train_data.valid_fraction = valid_fraction;
+    for (size_t s = 0; s < blend.size(); ++s) {
+      tail_blend[s].data.split = DataSplit::kValid;
+      train_blend[s].data.split = DataSplit::kTrain;
+      tail_blend[s].data.valid_fraction = train_blend[s].data.valid_fraction = valid_fraction;
+    }
+    auto v = Open(tail, tail_blend);
+    if (!v.ok()) return v.status();
+    out.valid = std::move(*v);
+  } else if (!valid.path.empty()) {
+    TokenDatasetOptions stream = valid;
+    stream.seq_len = data.seq_len;
+    stream.vocab = data.vocab;
+    stream.shuffle = false;
+    auto v = Open(stream, {});
+    if (!v.ok()) return absl::Status(v.status().code(), absl::StrCat("data.valid_path: ", v.status().message()));
+    out.valid = std::move(*v);
+  }
+  auto t = Open(train_data, train_blend);
+  if (!t.ok()) return t.status();
+  out.train = std::move(*t);
+  return out;
+}
+
 absl::Status TrainingData::Read(int64_t g, std::vector<int64_t>* out) {
   if (!schedule_) return sources_[0]->Read(g, out);
   auto pick = schedule_->Pick(g);

@@ -26,6 +26,17 @@ class TrainingData {
   static absl::StatusOr<std::unique_ptr<TrainingData>> Open(const TokenDatasetOptions& data,
                                                             const std::vector<BlendSource>& blend);
 
+  // The training data and the validation data of a job (validation null when there is none):
+  // valid.path names a stream read in order (seq_len and vocab as `data`'s); valid_fraction > 0
+  // holds out the tail of data (of each blend source; token_dataset.h, "Held-out tail"), the
+  // validation tails blended by the same weights. Errors about the validation stream name data.valid_path.
+  struct WithValidation {
+    std::unique_ptr<TrainingData> train, valid;
+  };
+  static absl::StatusOr<WithValidation> OpenWithValidation(const TokenDatasetOptions& data,
+                                                           const std::vector<BlendSource>& blend,
+                                                           const TokenDatasetOptions& valid, double valid_fraction);
+
   // Appends the seq_len + 1 tokens of global sample g.
   absl::Status Read(int64_t g, std::vector<int64_t>* out);
 
@@ -39,6 +50,7 @@ class TrainingData {
   absl::StatusOr<Origin> Locate(int64_t g);
 
   bool blended() const { return schedule_.has_value(); }
+  int sources() const { return static_cast<int>(sources_.size()); }
   // The blend's per-source sample counts before global sample g (empty without a blend).
   absl::StatusOr<std::vector<int64_t>> BlendCountsAt(int64_t g);
   // Resumes the blend at g from a checkpoint's counts.

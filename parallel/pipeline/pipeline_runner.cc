@@ -69,6 +69,31 @@ absl::StatusOr<double> PipelineRunner::RunStep(const std::function<absl::StatusO
     // Communication inside forward/backward (tp) reports failures as exceptions.
     status = absl::InternalError(e.what_without_backtrace());
   }
+  status = Finish(status);
+  if (!status.ok()) return status;
+  return loss_sum;
+}
+
+absl::StatusOr<double> PipelineRunner::RunForwardOnly(const std::function<absl::StatusOr<at::Tensor>(int)>& batch) {
+  // Every rank runs (micro-batch, chunk) in increasing order, and a forward waits only for the
+  // previous virtual stage of its micro-batch, which comes earlier in that order: no deadlock.
+  double loss_sum = 0;
+  absl::Status status;
+  try {
+    for (int m = 0; m < options_.micro_batches && status.ok(); ++m) {
+      for (int c = 0; c < static_cast<int>(chunks_.size()) && status.ok(); ++c) {
+        status = Forward(PipeAction{PipeOp::kForward, m, c}, batch, &loss_sum, /*keep=*/false);
+      }
+    }
+  } catch (const c10::Error& e) {
+    status = absl::InternalError(e.what_without_backtrace());
+  }
+  status = Finish(status);
+  if (!status.ok()) return status;
+  return loss_sum;
+}
+
+absl::Status PipelineRunner::Finish(absl::Status status) {
   // Every send is complete before its tensor may go (also after a failure: the peers see it fail).
   for (auto& w : sends_) {
     absl::Status s = w->Wait();
@@ -76,12 +101,11 @@ absl::StatusOr<double> PipelineRunner::RunStep(const std::function<absl::StatusO
   }
   sends_.clear();
   stash_.clear();
-  if (!status.ok()) return status;
-  return loss_sum;
+  return status;
 }
 
 absl::Status PipelineRunner::Forward(const PipeAction& a, const std::function<absl::StatusOr<at::Tensor>(int)>& batch,
-                                     double* loss_sum) {
+                                     double* loss_sum, bool keep) {
   const ModelChunk& chunk = chunks_[a.chunk];
   const int p = pp_->size(), rank = pp_->rank();
   const int64_t T = options_.seq_len;
@@ -101,7 +125,7 @@ absl::Status PipelineRunner::Forward(const PipeAction& a, const std::function<ab
     absl::Status s = pp_->RecvAsync(stash.input, (rank + p - 1) % p, Tag(false, a.micro_batch, chunk.virtual_stage))->Wait();
     wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (!s.ok()) return s;
-    stash.input.requires_grad_(true);
+    if (keep) stash.input.requires_grad_(true);
     x = stash.input;
   }
   x = model_->Blocks(x, chunk.first_layer, chunk.num_layers);
@@ -114,6 +138,7 @@ absl::Status PipelineRunner::Forward(const PipeAction& a, const std::function<ab
     bytes_sent_ += payload.numel() * payload.element_size();
     sends_.push_back(pp_->SendAsync(payload, (rank + 1) % p, Tag(false, a.micro_batch, chunk.virtual_stage + 1)));
   }
+  if (!keep) return absl::OkStatus();
   stash_[{a.micro_batch, a.chunk}] = std::move(stash);
   peak_in_flight_ = std::max(peak_in_flight_, ++in_flight_);
   return absl::OkStatus();

@@ -56,6 +56,12 @@ class PipelineRunner {
   absl::StatusOr<double> RunStep(const std::function<absl::StatusOr<at::Tensor>(int)>& batch, double loss_scale,
                                  const std::function<void()>& before_last_backward);
 
+  // Forward passes only (an evaluation; the caller disables autograd): micro-batches 0 .. m-1 of
+  // PipelineOptions::micro_batches, each through this rank's chunks in order, activations sent on
+  // as in RunStep and nothing kept for a backward. Every rank of the pp group calls it together.
+  // Returns the sum of the micro-batch losses on the rank holding the head, 0 elsewhere.
+  absl::StatusOr<double> RunForwardOnly(const std::function<absl::StatusOr<at::Tensor>(int)>& batch);
+
   // The schedule this rank runs.
   const std::vector<PipeAction>& actions() const { return actions_; }
   // The most micro-batch chunks whose activations were alive at once in the last step.
@@ -74,8 +80,11 @@ class PipelineRunner {
     at::Tensor input;   // Received activation (requires grad); undefined for the embedding chunk.
     at::Tensor output;  // Sent activation, or the loss on the head chunk.
   };
+  // `keep`: stash the activations for the micro-batch's backward (training).
   absl::Status Forward(const PipeAction& a, const std::function<absl::StatusOr<at::Tensor>(int)>& batch,
-                       double* loss_sum);
+                       double* loss_sum, bool keep = true);
+  // Waits for every send (their tensors may go then) and drops the stash; the first error wins.
+  absl::Status Finish(absl::Status status);
   absl::Status Backward(const PipeAction& a, double loss_scale);
   // Distinct per (direction, micro-batch, receiving virtual stage) within a step.
   int Tag(bool gradient, int micro_batch, int virtual_stage) const;

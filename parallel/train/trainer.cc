@@ -136,9 +136,13 @@ absl::Status Trainer::Init() {
     b.data.shuffle = data.shuffle;
     b.data.seed = data.seed;
   }
-  auto ds = TrainingData::Open(data, blend);
-  if (!ds.ok()) return ds.status();
-  data_ = std::move(*ds);
+  auto opened = TrainingData::OpenWithValidation(data, blend, options_.valid_data, options_.valid_fraction);
+  if (!opened.ok()) return opened.status();
+  data_ = std::move(opened->train);
+  valid_ = std::move(opened->valid);
+  if (options_.eval_batches < 1 && valid_) {
+    return absl::InvalidArgumentError(absl::StrCat("train.eval_batches ", options_.eval_batches, " must be at least 1"));
+  }
   auto device = SelectDevice(options_.device);
   if (!device.ok()) return device.status();
   device_ = *device;
@@ -222,8 +226,8 @@ absl::Status Trainer::Init() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<at::Tensor> Trainer::ReadMicroBatch(int a, int accum) {
-  // Global sample j of this step for dp rank d, micro-batch a, row i: d·micro·accum + a·micro + i.
+absl::StatusOr<at::Tensor> Trainer::ReadMicroBatch(TrainingData& data, int64_t first, int a, int accum) {
+  // Sample j of the global batch for dp rank d, micro-batch a, row i: d·micro·accum + a·micro + i.
   // With sequence parallelism, sp rank s keeps tokens [s·Tl, (s+1)·Tl] of each window (inputs and
   // their next-token targets).
   const int micro = options_.micro_batch;
@@ -231,8 +235,8 @@ absl::StatusOr<at::Tensor> Trainer::ReadMicroBatch(int a, int accum) {
   std::vector<int64_t> tokens;
   tokens.reserve(micro * (T + 1));
   for (int i = 0; i < micro; ++i) {
-    const int64_t g = step_ * options_.global_batch + groups_.dp->rank() * micro * accum + a * micro + i;
-    TESSERA_RETURN_IF_ERROR(data_->Read(g, &tokens));
+    const int64_t g = first + groups_.dp->rank() * micro * accum + a * micro + i;
+    TESSERA_RETURN_IF_ERROR(data.Read(g, &tokens));
   }
   at::Tensor window = at::from_blob(tokens.data(), {micro, T + 1}, at::kLong);
   const int sp = groups_.sp->size();
@@ -272,12 +276,12 @@ absl::StatusOr<StepStats> Trainer::Step() {
     // Gradients of the last backward pass of this stage start their dp reduction inside it.
     auto sync = [&](bool on) { zero_ ? zero_->SetSyncThisPass(on) : buckets_->SetSyncThisPass(on); };
     sync(false);
-    auto sum = pipeline_->RunStep([&](int a) { return ReadMicroBatch(a, accum); }, loss_scale_, [&] { sync(true); });
+    auto sum = pipeline_->RunStep([&](int a) { return ReadMicroBatch(*data_, step_ * options_.global_batch, a, accum); }, loss_scale_, [&] { sync(true); });
     if (!sum.ok()) return absl::Status(sum.status().code(), absl::StrCat("step ", step_ + 1, ": ", sum.status().message()));
     loss_sum = *sum;
   }
   for (int a = 0; a < accum && !pipeline_; ++a) {
-    auto batch = ReadMicroBatch(a, accum);
+    auto batch = ReadMicroBatch(*data_, step_ * options_.global_batch, a, accum);
     if (!batch.ok()) return batch.status();
     const int64_t T = batch->size(1) - 1;
     if (zero_) {
@@ -387,6 +391,51 @@ absl::StatusOr<StepStats> Trainer::Step() {
   return s;
 }
 
+bool Trainer::EvaluatesNow() const {
+  if (!valid_) return false;
+  return step_ == options_.steps || (options_.eval_every > 0 && step_ % options_.eval_every == 0);
+}
+
+absl::StatusOr<double> Trainer::Evaluate() {
+  if (!valid_) return absl::FailedPreconditionError("the job has no validation data (data.valid_path or data.valid_fraction)");
+  const int micro = options_.micro_batch;
+  const int accum = options_.global_batch / (micro * groups_.dp->size());
+  // Every evaluation reads validation samples 0, 1, ... again: a blend starts over.
+  if (valid_->blended()) {
+    TESSERA_RETURN_IF_ERROR(valid_->RestoreBlend(0, std::vector<int64_t>(valid_->sources(), 0)));
+  }
+  at::NoGradGuard no_grad;
+  at::Tensor total = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(device_));
+  for (int k = 0; k < options_.eval_batches; ++k) {
+    const int64_t first = static_cast<int64_t>(k) * options_.global_batch;
+    double loss_sum = 0;
+    if (pipeline_) {
+      auto sum = pipeline_->RunForwardOnly([&](int a) { return ReadMicroBatch(*valid_, first, a, accum); });
+      if (!sum.ok()) return absl::Status(sum.status().code(), absl::StrCat("evaluation: ", sum.status().message()));
+      loss_sum = *sum;
+    }
+    for (int a = 0; a < accum && !pipeline_; ++a) {
+      auto batch = ReadMicroBatch(*valid_, first, a, accum);
+      if (!batch.ok()) return batch.status();
+      const int64_t T = batch->size(1) - 1;
+      try {
+        RECORD_USER_SCOPE("tessera::train::evaluate");
+        loss_sum += model_->Loss(batch->narrow(1, 0, T), batch->narrow(1, 1, T)).item<double>();
+      } catch (const c10::Error& e) {
+        return absl::InternalError(absl::StrCat("evaluation after step ", step_, ": ", e.what_without_backtrace()));
+      }
+    }
+    // As a training step's loss: the head's stage has it; each dp × sp replica's mean weighs the same.
+    at::Tensor mean = at::full({1}, loss_sum / accum, at::TensorOptions().dtype(at::kDouble).device(device_));
+    if (pipeline_) TESSERA_RETURN_IF_ERROR(groups_.pp->AllReduce(mean, ReduceOp::kSum));
+    if (groups_.dp_sp->size() > 1) TESSERA_RETURN_IF_ERROR(groups_.dp_sp->AllReduce(mean, ReduceOp::kAvg));
+    total += mean;
+  }
+  // ZeRO-3: the units a forward pass without backward left gathered.
+  if (zero_) zero_->ReleaseGatheredUnits();
+  return total.item<double>() / options_.eval_batches;
+}
+
 int64_t Trainer::BytesCommunicated() const {
   std::vector<Communicator*> groups = {groups_.world.get(), groups_.dp.get(), groups_.pp.get(), groups_.tp.get(),
                                        groups_.sp.get(), groups_.dp_sp.get(), groups_.embed.get()};
@@ -411,6 +460,13 @@ absl::Status Trainer::Run(const std::function<void(const StepStats&)>& on_step) 
   while (step_ < options_.steps) {
     auto stats = Step();
     if (!stats.ok()) return stats.status();
+    if (EvaluatesNow()) {
+      const auto start = std::chrono::steady_clock::now();
+      auto val = Evaluate();
+      if (!val.ok()) return val.status();
+      stats->val_loss = *val;
+      stats->eval_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    }
     if (groups_.global_rank == 0) TESSERA_RETURN_IF_ERROR(AppendStepLog(*stats));
     nlohmann::json mine = {{"step", stats->step}, {"step_seconds", stats->step_seconds},
                            {"bytes_communicated", stats->bytes_communicated}, {"rss_peak_bytes", stats->rss_peak_bytes},
@@ -455,6 +511,10 @@ absl::Status Trainer::AppendStepLog(const StepStats& s) {
                       {"bytes_all_reduced", s.bytes_all_reduced}, {"bytes_communicated", s.bytes_communicated},
                       {"optimizer_state_bytes", s.optimizer_state_bytes}};
   if (s.skipped) j["skipped"] = true;
+  if (s.val_loss) {
+    j["val_loss"] = *s.val_loss;
+    j["eval_seconds"] = s.eval_seconds;
+  }
   if (pipeline_) j["pipeline_wait_s"] = s.pipeline_wait_s;
   j["rss_peak_bytes"] = s.rss_peak_bytes;
   j["rss_base_bytes"] = rss_base_bytes_;

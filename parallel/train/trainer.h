@@ -9,6 +9,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <ATen/core/Tensor.h>
@@ -45,6 +46,8 @@ struct StepStats {
                                       // process installed the counter, parallel/device/live_bytes.h).
   bool skipped = false;               // fp16: gradients overflowed, no update, loss scale halved.
   double loss_scale = 1;              // fp16: the scale this step's backward used.
+  std::optional<double> val_loss;     // After an evaluation at this step (Trainer::Evaluate).
+  double eval_seconds = 0;
 };
 
 class Trainer {
@@ -60,6 +63,14 @@ class Trainer {
 
   // One optimizer step.
   absl::StatusOr<StepStats> Step();
+
+  // The validation loss of the current weights: the mean loss over every token of eval_batches
+  // global batches of validation samples 0, 1, 2, ... (the same samples at every evaluation, wrapping
+  // around a smaller validation set), read and split over the ranks as a training step's, forward
+  // passes only. A collective over every rank. Fails when the job has no validation data.
+  absl::StatusOr<double> Evaluate();
+  // Whether Run evaluates after the current step.
+  bool EvaluatesNow() const;
 
   int64_t step() const { return step_; }
   Decoder& model() { return *model_; }
@@ -97,7 +108,8 @@ class Trainer {
   // Pipeline: pp rank 0 receives every later stage's full tensors (names it lacks) into `full`;
   // the others send theirs. A collective over the pp group; fp32 tensors.
   absl::Status GatherOverPp(std::map<std::string, at::Tensor>* full);
-  absl::StatusOr<at::Tensor> ReadMicroBatch(int a, int accum);
+  // Micro-batch a (of accum) of this rank's share of the global batch whose first sample is `first`.
+  absl::StatusOr<at::Tensor> ReadMicroBatch(TrainingData& data, int64_t first, int a, int accum);
   absl::Status TrimStepLog();
   // Communicator::bytes_communicated summed over this rank's distinct groups.
   int64_t BytesCommunicated() const;
@@ -108,6 +120,7 @@ class Trainer {
   c10::Device device_{c10::kCPU};
   std::unique_ptr<Decoder> model_;
   std::unique_ptr<TrainingData> data_;
+  std::unique_ptr<TrainingData> valid_;  // Validation samples; null without validation data.
   // Pipeline parallelism (pp > 1): this rank's chunks of the model and their schedule.
   std::unique_ptr<StageLayout> layout_;
   std::unique_ptr<PipelineRunner> pipeline_;

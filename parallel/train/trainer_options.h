@@ -22,6 +22,13 @@ struct TrainerOptions {
   std::string pretrained;           // Optional transformers model directory (parallel/models/hf_weights.h).
   TokenDatasetOptions data;
   std::vector<BlendSource> blend;  // Non-empty: these sources mixed by weight instead of data.path.
+  // Validation (Trainer::Evaluate): valid_data.path names its own token stream (read in order), or
+  // valid_fraction > 0 holds out the tail of data.path (of each blend source, blended by the same
+  // weights; token_dataset.h, "Held-out tail"). Neither: no validation.
+  TokenDatasetOptions valid_data;
+  double valid_fraction = 0;
+  int64_t eval_every = 0;           // Evaluate after every N-th step; 0: only after the last step.
+  int eval_batches = 10;            // Each evaluation: this many global batches of validation samples.
   MeshShape mesh;
   DeviceOptions device;             // cpu, or cuda:local_rank (parallel/device/device.h).
   int64_t dp_bucket_bytes = 25 << 20;

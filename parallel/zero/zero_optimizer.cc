@@ -184,6 +184,13 @@ void ZeroOptimizer::ZeroGrad() {
   grad_factor_ = 1.0;
 }
 
+void ZeroOptimizer::ReleaseGatheredUnits() {
+  if (options_.stage != 3) return;
+  for (auto& u : units_) {
+    if (u->pending == 0 && (u->gathered || u->gather)) Release(*u);
+  }
+}
+
 void ZeroOptimizer::SetSyncThisPass(bool sync) {
   sync_ = sync;
   for (auto& u : units_) u->ready = 0;
@@ -369,9 +376,11 @@ void ZeroOptimizer::Release(Unit& u) {
 
 void ZeroOptimizer::PreForward(int m, bool recomputation) {
   if (options_.stage != 3) return;
+  // Counted only for a forward whose backward will release the unit (not an evaluation's).
+  const bool backward_follows = at::GradMode::is_enabled();
   at::NoGradGuard no_grad;
   for (size_t u : of_model_unit_[m]) {
-    if (m == 0 && !recomputation) ++units_[u]->pending;
+    if (m == 0 && !recomputation && backward_follows) ++units_[u]->pending;
     Acquire(*units_[u]);
   }
   if (!recomputation && m + 1 < static_cast<int>(of_model_unit_.size())) {

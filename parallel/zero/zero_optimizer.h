@@ -86,6 +86,9 @@ class ZeroOptimizer final : public UnitHooks {
 
   // Before the first backward of a step: drops the previous step's gradients.
   void ZeroGrad();
+  // Stage 3: frees every unit a forward pass without autograd (an evaluation) left gathered; no-op
+  // otherwise. Units a training forward still needs for its backward stay.
+  void ReleaseGatheredUnits();
   // Whether the coming backward is the last of the step (its gradients get reduced).
   void SetSyncThisPass(bool sync);
   // After the last backward: each rank's owned gradients, averaged over dp, in fp32.

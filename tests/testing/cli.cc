@@ -91,6 +91,17 @@ std::map<int, double> ReadStepField(const std::string& steps_jsonl, const std::s
   return out;
 }
 
+std::map<int, double> ReadValLosses(const std::string& steps_jsonl) {
+  std::map<int, double> out;
+  std::ifstream in(steps_jsonl);
+  std::string line;
+  while (std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (!j.is_discarded() && j.contains("val_loss")) out[j.value("step", 0)] = j.value("val_loss", 0.0);
+  }
+  return out;
+}
+
 std::map<std::string, std::vector<float>> ReadF32(const std::string& path) {
   std::map<std::string, std::vector<float>> out;
   auto tensors = parallel::ReadSafetensors(path);

@@ -35,6 +35,8 @@ std::string WriteTokenFile(const std::string& dir, int tokens);
 
 // One field ("loss", "grad_norm", ...) of every line of steps.jsonl, by step (1-based).
 std::map<int, double> ReadStepField(const std::string& steps_jsonl, const std::string& field);
+// The val_loss of the steps that evaluated (only those lines), by step.
+std::map<int, double> ReadValLosses(const std::string& steps_jsonl);
 inline std::map<int, double> ReadLosses(const std::string& steps_jsonl) {
   return ReadStepField(steps_jsonl, "loss");
 }

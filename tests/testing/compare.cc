@@ -1,5 +1,6 @@
 #include "tests/testing/compare.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -49,6 +50,14 @@ void ExpectRunsClose(const std::string& reference_dir, const std::string& run_di
     EXPECT_NEAR(got[step], loss, tol.loss_atol + tol.loss_rtol * std::abs(loss)) << "loss of step " << step;
   }
   EXPECT_LT(want[steps], want[1]) << "the reference run learns";
+  // Validation: the forward-only pass of every layout against the single-process evaluation.
+  auto want_val = ReadValLosses(reference_dir + "/steps.jsonl");
+  auto got_val = ReadValLosses(run_dir + "/steps.jsonl");
+  EXPECT_EQ(got_val.size(), want_val.size()) << "the same steps evaluated";
+  for (const auto& [step, loss] : want_val) {
+    ASSERT_TRUE(got_val.count(step)) << "no val_loss at step " << step;
+    EXPECT_NEAR(got_val[step], loss, tol.loss_atol + tol.loss_rtol * std::abs(loss)) << "val_loss of step " << step;
+  }
   // The global gradient norm before clipping (clipping would hide a wrongly scaled gradient).
   auto want_norm = ReadStepField(reference_dir + "/steps.jsonl", "grad_norm");
   auto got_norm = ReadStepField(run_dir + "/steps.jsonl", "grad_norm");
@@ -94,8 +103,14 @@ void ExpectResumeMatches(const std::string& dir, const std::string& spec, const 
 LayoutSuite::LayoutSuite(const std::string& name, const std::string& yaml, int steps, int tensors)
     : dir_(FreshDir(name)), spec_(dir_ + "/spec.yaml"), steps_(steps), tensors_(tensors) {
   const std::string data = WriteTokenFile(dir_, 40000);
-  std::ofstream(spec_) << yaml << "data: {path: " << data << "}\n";
+  std::ofstream(spec_) << yaml << "data: {path: " << data << ", valid_fraction: 0.05}\n";
   reference_ = Run("single", {});
+}
+
+std::vector<std::string> LayoutSuite::WithEvaluation(const std::vector<std::string>& sets) const {
+  std::vector<std::string> out = {absl::StrCat("train.eval_every=", std::max(1, steps_ / 2)), "train.eval_batches=2"};
+  out.insert(out.end(), sets.begin(), sets.end());
+  return out;
 }
 
 std::string Gpt2Family::Model(int layers, int hidden, int heads, int vocab, int seq_len) {

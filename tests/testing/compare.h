@@ -24,7 +24,8 @@ struct Tolerances {
 };
 
 // Output directories of two runs of one spec (run with --dump-at-step 1): the losses and gradient
-// norms of every step, and the gradients and weights after step 1 (`tensors` of each kind).
+// norms of every step, the validation losses of the steps that evaluated (the same steps; within the
+// loss tolerances), and the gradients and weights after step 1 (`tensors` of each kind).
 void ExpectRunsClose(const std::string& reference_dir, const std::string& run_dir, int steps, int tensors,
                      const Tolerances& tol = {});
 
@@ -43,24 +44,29 @@ void ExpectResumeMatches(const std::string& dir, const std::string& spec, const 
 // plus its data section) and the single-process reference run (with --dump-at-step 1).
 class LayoutSuite {
  public:
+  // Every run of the suite evaluates too: data.valid_fraction 0.05, twice (mid-way and after the
+  // last step) over 2 global batches, so that ExpectRunsClose compares the validation losses.
   LayoutSuite(const std::string& name, const std::string& yaml, int steps, int tensors);
 
   // Runs the spec with `sets` (ExpectRunsClose-ready); returns the output directory.
   std::string Run(const std::string& name, const std::vector<std::string>& sets) const {
-    return RunLayout(dir_, spec_, name, sets);
+    return RunLayout(dir_, spec_, name, WithEvaluation(sets));
   }
   // ExpectRunsClose against the reference.
   void Compare(const std::string& out) const { ExpectRunsClose(reference_, out, steps_, tensors_); }
   // ExpectResumeMatches from `from`'s checkpoint of `step`.
   void ResumeAs(const std::string& from, const std::string& name, const std::vector<std::string>& sets,
                 int step) const {
-    ExpectResumeMatches(dir_, spec_, from, name, sets, reference_, step, steps_);
+    ExpectResumeMatches(dir_, spec_, from, name, WithEvaluation(sets), reference_, step, steps_);
   }
   const std::string& dir() const { return dir_; }
   const std::string& reference() const { return reference_; }  // Output directory of the reference run.
   const std::string& spec() const { return spec_; }
 
  private:
+  // train.eval_every = steps / 2 and eval_batches 2 before `sets`.
+  std::vector<std::string> WithEvaluation(const std::vector<std::string>& sets) const;
+
   std::string dir_, spec_, reference_;
   int steps_, tensors_;
 };

@@ -13,6 +13,8 @@ parallel::TrainerOptions ToTrainerOptions(const v1::JobSpec& spec) {
   o.pretrained = m.pretrained();
   o.data = spec::DataOptionsOf(spec);
   o.blend = spec::BlendOf(spec);
+  o.valid_data = spec::ValidDataOptionsOf(spec);
+  o.valid_fraction = spec.data().valid_fraction();
   const auto& p = spec.parallel();
   o.mesh = {p.dp(), p.pp(), p.tp(), p.sp(), p.order()};
   o.device.kind = spec.device() == v1::DEVICE_CUDA ? parallel::DeviceKind::kCuda : parallel::DeviceKind::kCpu;
@@ -44,6 +46,8 @@ parallel::TrainerOptions ToTrainerOptions(const v1::JobSpec& spec) {
   o.precision = t.precision() == v1::PRECISION_BF16 ? "bf16" : t.precision() == v1::PRECISION_FP16 ? "fp16" : "fp32";
   o.initial_loss_scale = t.initial_loss_scale();
   o.loss_scale_window = t.loss_scale_window();
+  o.eval_every = t.eval_every();
+  o.eval_batches = t.eval_batches();
   o.offload_optimizer = spec.optimizer().offload() == v1::OFFLOAD_CPU;
   o.checkpoint_dir = spec.checkpoint().dir();
   o.checkpoint_every = spec.checkpoint().every_steps();
