@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 #include "parallel/data/byte_level.h"
+#include "parallel/data/nfc.h"
 #include "parallel/data/onig_pattern.h"
 #include "parallel/data/utf8.h"
 
@@ -121,14 +122,18 @@ void ReadStep(Reader& r, const Json& j, const std::string& field, std::vector<Pr
   steps->push_back(std::move(step));
 }
 
-void ReadNormalizer(Reader& r, const Json& j) {
-  if (j.is_null()) return;
-  if (j.is_object() && j.value("type", "") == "Sequence" && j.contains("normalizers") &&
-      j["normalizers"].is_array() && j["normalizers"].empty()) {
-    return;
+// None, NFC, or a Sequence of at most one NFC.
+Normalization ReadNormalizer(Reader& r, const Json& j) {
+  if (j.is_null()) return Normalization::kNone;
+  if (j.is_object() && j.value("type", "") == "NFC") return Normalization::kNfc;
+  if (j.is_object() && j.value("type", "") == "Sequence" && j.contains("normalizers") && j["normalizers"].is_array()) {
+    const Json& list = j["normalizers"];
+    if (list.empty()) return Normalization::kNone;
+    if (list.size() == 1 && list[0].is_object() && list[0].value("type", "") == "NFC") return Normalization::kNfc;
   }
   r.Fail("normalizer", absl::StrCat(j.is_object() ? absl::StrCat("'", j.value("type", "?"), "'") : "this value",
-                                    " is not supported (tessera runs byte-level BPE without normalization)"));
+                                    " is not supported (none or NFC)"));
+  return Normalization::kNone;
 }
 
 void ReadModel(Reader& r, const Json& j, BpeModelOptions* options) {
@@ -194,7 +199,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(std::string_view 
   }
   Reader r(name);
   std::unique_ptr<Tokenizer> t(new Tokenizer());
-  ReadNormalizer(r, j.contains("normalizer") ? j["normalizer"] : Json());
+  t->normalization_ = ReadNormalizer(r, j.contains("normalizer") ? j["normalizer"] : Json());
   std::vector<PreTokenizerStep> steps;
   if (!j.contains("pre_tokenizer") || j["pre_tokenizer"].is_null()) {
     r.Fail("pre_tokenizer", "is missing: a byte-level tokenizer has a ByteLevel pre-tokenizer");
@@ -230,6 +235,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(std::string_view 
         break;
       }
       AddedToken token{a["id"].get<int32_t>(), a["content"].get<std::string>(), r.Bool(a, "special", field, false)};
+      token.normalized = r.Bool(a, "normalized", field, !token.special);
       if (!token.special) {
         for (const char* flag : {"single_word", "lstrip", "rstrip"}) {
           if (r.Bool(a, flag, field, false)) r.Fail(absl::StrCat(field, ".", flag), "true is not supported for a non-special token");
@@ -240,15 +246,17 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(std::string_view 
     }
   }
   if (!r.ok()) return r.status();
-  t->matchable_.resize(256);
+  for (auto& m : t->matchable_) m.resize(256);
   for (const AddedToken& a : t->added_) {
     t->vocab_size_ = std::max<int64_t>(t->vocab_size_, int64_t{a.id} + 1);
     t->added_by_id_[a.id] = &a;
-    if (!a.special) t->matchable_[static_cast<unsigned char>(a.content[0])].push_back(&a);
+    if (!a.special) t->matchable_[a.normalized][static_cast<unsigned char>(a.content[0])].push_back(&a);
   }
-  for (auto& list : t->matchable_) {
-    std::stable_sort(list.begin(), list.end(),
-                     [](const AddedToken* x, const AddedToken* y) { return x->content.size() > y->content.size(); });
+  for (auto& m : t->matchable_) {
+    for (auto& list : m) {
+      std::stable_sort(list.begin(), list.end(),
+                       [](const AddedToken* x, const AddedToken* y) { return x->content.size() > y->content.size(); });
+    }
   }
   return t;
 }
@@ -264,7 +272,18 @@ absl::Status Tokenizer::Encoder::Encode(std::string_view text, std::vector<int32
   if (const int64_t bad = FirstInvalidUtf8(text); bad >= 0) {
     return absl::InvalidArgumentError(absl::StrCat("byte ", bad, ": invalid UTF-8"));
   }
-  const auto& matchable = tokenizer_->matchable_;
+  return SplitAtAdded(text, /*normalized=*/false, ids, [&](std::string_view raw) {
+    if (tokenizer_->normalization_ == Normalization::kNone) {
+      return SplitAtAdded(raw, /*normalized=*/true, ids, [&](std::string_view s) { return EncodeSegment(s, ids); });
+    }
+    const std::string normal = Nfc(raw);
+    return SplitAtAdded(normal, /*normalized=*/true, ids, [&](std::string_view s) { return EncodeSegment(s, ids); });
+  });
+}
+
+absl::Status Tokenizer::Encoder::SplitAtAdded(std::string_view text, bool normalized, std::vector<int32_t>* ids,
+                                              const std::function<absl::Status(std::string_view)>& piece) {
+  const auto& matchable = tokenizer_->matchable_[normalized];
   size_t segment = 0;
   for (size_t i = 0; i < text.size();) {
     const AddedToken* hit = nullptr;
@@ -278,12 +297,12 @@ absl::Status Tokenizer::Encoder::Encode(std::string_view text, std::vector<int32
       ++i;
       continue;
     }
-    if (absl::Status s = EncodeSegment(text.substr(segment, i - segment), ids); !s.ok()) return s;
+    if (absl::Status s = piece(text.substr(segment, i - segment)); !s.ok()) return s;
     ids->push_back(hit->id);
     i += hit->content.size();
     segment = i;
   }
-  return EncodeSegment(text.substr(segment), ids);
+  return piece(text.substr(segment));
 }
 
 absl::Status Tokenizer::Encoder::Pieces(std::string_view text, std::vector<std::string>* pieces) {

@@ -5,13 +5,14 @@
 // with `encode_special_tokens = True`: added tokens marked special (<|endoftext|>, <|begin_of_text|>,
 // ...) are never produced from text, even when the text spells them; other added tokens are matched
 // in the text, longest first. Post-processors (BOS/EOS templates) are not applied: callers add such
-// ids themselves. Supported: normalizer none; pre-tokenizer ByteLevel, or a Sequence of Split steps
+// ids themselves. Supported: normalizer none or NFC (nfc.h); pre-tokenizer ByteLevel, or a Sequence of Split steps
 // ending in ByteLevel; model BPE without dropout, byte fallback or subword affixes. Anything else is
 // refused with the field named. Text must be valid UTF-8; otherwise Encode fails naming the offset.
 #ifndef TESSERA_PARALLEL_DATA_TOKENIZER_H_
 #define TESSERA_PARALLEL_DATA_TOKENIZER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -28,7 +29,13 @@ struct AddedToken {
   int32_t id = 0;
   std::string content;
   bool special = false;
+  // Matched in the normalized text (true, the library's default for non-special tokens) or in the
+  // text as given (false). As the library: the text is first split at the latter, then each piece
+  // is normalized and split at the former.
+  bool normalized = true;
 };
+
+enum class Normalization { kNone, kNfc };
 
 class Tokenizer {
  public:
@@ -49,6 +56,10 @@ class Tokenizer {
    private:
     friend class Tokenizer;
     explicit Encoder(const Tokenizer* tokenizer);
+    // Splits `text` at the added tokens matched with `normalized` (appending their ids) and hands
+    // each piece between them to `piece`.
+    absl::Status SplitAtAdded(std::string_view text, bool normalized, std::vector<int32_t>* ids,
+                              const std::function<absl::Status(std::string_view)>& piece);
     absl::Status EncodeSegment(std::string_view segment, std::vector<int32_t>* ids);
     const Tokenizer* tokenizer_;
     std::unique_ptr<PreTokenizer::State> state_;
@@ -73,8 +84,10 @@ class Tokenizer {
   PreTokenizer pre_tokenizer_;
   std::vector<AddedToken> added_;
   absl::flat_hash_map<int32_t, const AddedToken*> added_by_id_;
-  // Non-special added tokens by first byte, longest first: matched in text.
-  std::vector<std::vector<const AddedToken*>> matchable_;
+  Normalization normalization_ = Normalization::kNone;
+  // Non-special added tokens by first byte, longest first: matched in text ([0]: in the text as
+  // given, [1]: in the normalized text).
+  std::vector<std::vector<const AddedToken*>> matchable_[2];
   int64_t vocab_size_ = 0;
 };
 

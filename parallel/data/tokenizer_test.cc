@@ -7,6 +7,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "parallel/data/byte_level.h"
+#include "parallel/data/nfc.h"
 #include "parallel/data/onig_pattern.h"
 #include "parallel/data/regex.h"
 #include "parallel/data/utf8.h"
@@ -37,6 +38,53 @@ TEST(Utf8Test, LossyReplacesMaximalSubparts) {
   EXPECT_EQ(Utf8Lossy("\xC0\xAF"), "\xEF\xBF\xBD\xEF\xBF\xBD");             // C0 starts nothing.
   EXPECT_EQ(Utf8Lossy("\xF0\x9F\x98"), "\xEF\xBF\xBD");                    // A truncated emoji.
   EXPECT_EQ(Utf8Lossy("\xED\xA0\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // A surrogate: three.
+}
+
+// UAX #15's examples and the cases the composition algorithm must get right; the whole of the
+// library's behaviour is compared in tests/python/tokenizer_parity_test.py.
+TEST(NfcTest, ComposesReordersAndLeavesStableTextAlone) {
+  EXPECT_EQ(Nfc("plain ASCII"), "plain ASCII");
+  EXPECT_EQ(Nfc("caf\u00e9 \ud55c\uad6d\uc5b4"), "caf\u00e9 \ud55c\uad6d\uc5b4");  // Already composed.
+  EXPECT_EQ(Nfc("cafe\u0301"), "caf\u00e9");                                     // e + acute.
+  EXPECT_EQ(Nfc("\u212b"), "\u00c5");                                            // Singleton: Angstrom sign.
+  EXPECT_EQ(Nfc("A\u030a"), "\u00c5");
+  EXPECT_EQ(Nfc("\u1e0b\u0323"), "\u1e0d\u0307");  // d + dot above + dot below: reordered, below composes.
+  EXPECT_EQ(Nfc("q\u0307\u0323"), "q\u0323\u0307");  // No composite: only reordered.
+  EXPECT_EQ(Nfc("\u0958"), "\u0915\u093c");           // Composition exclusion: stays decomposed.
+  EXPECT_EQ(Nfc("e\u0302\u0301"), "\u1ebf");          // ê then acute: ế.
+  EXPECT_EQ(Nfc("a\u0301\u0301"), "\u00e1\u0301");   // The second acute is blocked by the first.
+  EXPECT_EQ(Nfc("\u1100\u1161\u11a8"), "\uac01");      // Hangul L + V + T.
+  EXPECT_EQ(Nfc("\uac00\u11a8"), "\uac01");             // LV syllable + T.
+  EXPECT_EQ(Nfc("\u0344"), "\u0308\u0301");           // A non-starter decomposition.
+}
+
+TEST(TokenizerTest, NfcNormalizesBeforeSplittingAndNormalizedAddedTokensMatchAfterIt) {
+  // Bytes of "é" (C3 A9) merge to one token; e + U+0301 is normalized to it first. "Å" is an added
+  // token matched in the text as given (normalized: false): U+212B becomes Å only after matching.
+  const std::string json = R"({"normalizer": {"type": "NFC"}, "pre_tokenizer": {"type": "ByteLevel",
+      "add_prefix_space": false, "trim_offsets": true, "use_regex": true},
+      "added_tokens": [{"id": 300, "content": "\u00c5", "special": false, "normalized": false},
+                       {"id": 301, "content": "\u00f1", "special": false}],
+      "model": {"type": "BPE", "vocab": {)" + [] {
+    std::string v;
+    for (int b = 0; b < 256; ++b) {
+      const std::string c = ByteLevelEncode(std::string(1, static_cast<char>(b)));
+      v += "\"" + (c == "\"" || c == "\\" ? "\\" + c : c) + "\": " + std::to_string(b) + ", ";
+    }
+    return v;
+  }() + R"("\u00c3\u00a9": 256}, "merges": ["\u00c3 \u00a9"]}})";
+  auto t = Tokenizer::FromJson(json, "nfc.json");
+  ASSERT_TRUE(t.ok()) << t.status();
+  auto e = (*t)->NewEncoder();
+  std::vector<int32_t> ids;
+  ASSERT_TRUE(e->Encode("e\u0301", &ids).ok());
+  EXPECT_THAT(ids, ElementsAre(256));
+  ids.clear();
+  ASSERT_TRUE(e->Encode("\u00c5\u212b", &ids).ok());  // The raw Å matches; U+212B is normalized to Å bytes.
+  EXPECT_THAT(ids, ElementsAre(300, 0xC3, 0x85));
+  ids.clear();
+  ASSERT_TRUE(e->Encode("n\u0303", &ids).ok());  // ñ after normalization: the normalized added token.
+  EXPECT_THAT(ids, ElementsAre(301));
 }
 
 TEST(ByteLevelTest, IsGpt2sReversibleMap) {

@@ -1,8 +1,10 @@
 """tessera's C++ tokenizer against the `tokenizers` library itself: byte-level BPE tokenizers trained
-here (GPT-2's ByteLevel pre-tokenizer; a Llama-3 style Split regex with ignore_merges), more than 1 MB of
+here (GPT-2's ByteLevel pre-tokenizer; a Llama-3 style Split regex with ignore_merges; Qwen2's NFC
+normalizer and Split regex with added tokens matched before and after normalization), more than 1 MB of
 mixed documents encoded by `tessera data prepare --tokenizer`, the .bin/.idx read back by a reader
 written here from docs/data-format.md, every id compared with `encode_batch`. Also: every code point
-of planes 0-3 in context (the two regex engines' Unicode tables), random valid UTF-8, EOS discovery,
+of planes 0-3 in context (the two regex engines' Unicode tables), random valid UTF-8, text built for
+NFC's cases (marks of every class, jamo, exclusions, singletons), EOS discovery,
 and bad inputs (invalid UTF-8, bad JSON lines) refused by name with no half dataset left behind."""
 import json
 import os
@@ -13,11 +15,13 @@ import tempfile
 import unittest
 
 import numpy as np
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
 TESSERA = os.path.abspath("client/tessera")
 LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
                 r"\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN2_SPLIT = LLAMA3_SPLIT.replace(r"\p{N}{1,3}", r"\p{N}")  # Qwen2: one digit per piece, after NFC.
+KINDS = ("gpt", "llama", "qwen")
 
 WORDS = {
     "latin": "the quick brown fox jumps over lazy dogs while naïve café owners façade résumé Ærø Øresund straße".split(),
@@ -84,6 +88,19 @@ def random_utf8_documents(count, seed):
     return ["".join(char() for _ in range(rng.randint(0, 300))) for _ in range(count)]
 
 
+def nfc_documents(count, seed):
+    """Text where NFC has work to do: marks of many combining classes, precomposed, decomposable,
+    excluded and singleton characters, Hangul jamo and syllables, between letters and spaces."""
+    rng = random.Random(seed)
+    pool = ([chr(c) for c in range(0x300, 0x370)] + [chr(c) for c in range(0x591, 0x5C8)] +
+            [chr(c) for c in range(0x1DC0, 0x1E00)] + [chr(c) for c in range(0xC0, 0x180)] +
+            [chr(c) for c in range(0x1E00, 0x1F00, 3)] + [chr(c) for c in range(0x1100, 0x1200, 2)] +
+            [chr(c) for c in range(0xAC00, 0xAD00, 5)] + list("\u212b\u2126\u0958\u0344\u0f73\u0bca\u0bc6\u0bbe"
+                                                             "\U00011938\u0cd5\u0e48\u302a\u3099\uff9e") +
+            list("aeiouAEIOUnN ") * 8)
+    return ["".join(rng.choice(pool) for _ in range(rng.randint(1, 60))) for _ in range(count)]
+
+
 def read_indexed_dataset(prefix):
     """An independent reader of Megatron's MMIDIDX format (docs/data-format.md)."""
     with open(prefix + ".idx", "rb") as f:
@@ -108,18 +125,28 @@ def train(kind, corpus, tmp):
         tok = Tokenizer(models.BPE())
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         special = ["<|endoftext|>"]
-    else:
+    elif kind == "llama":
         tok = Tokenizer(models.BPE(ignore_merges=True))
         tok.pre_tokenizer = pre_tokenizers.Sequence([
             pre_tokenizers.Split(Regex(LLAMA3_SPLIT), "isolated"),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
         special = ["<|begin_of_text|>", "<|end_of_text|>"]
+    else:
+        tok = Tokenizer(models.BPE())
+        tok.normalizer = normalizers.NFC()
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(QWEN2_SPLIT), "isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+        special = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=3000, special_tokens=special,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     tok.train_from_iterator(corpus, trainer)
     if kind == "llama":
         tok.add_tokens(["<tool>", "naïve café"])  # Non-special added tokens: matched in text.
+    if kind == "qwen":
+        # Matched after NFC (ñ also from n + U+0303), and in the text as given (Å, not U+212B).
+        tok.add_tokens([AddedToken("\u00f1", normalized=True), AddedToken("\u00c5", normalized=False)])
     d = os.path.join(tmp, kind)
     os.makedirs(d)
     path = os.path.join(d, "tokenizer.json")
@@ -137,7 +164,7 @@ class TokenizerParityTest(unittest.TestCase):
         cls.tmp = tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
         cls.docs = mixed_documents(1_100_000, seed=5)
         cls.docs += ["<|endoftext|> is text here <|end_of_text|>", "a <tool> call naïve café", "<tool><tool>"]
-        cls.tokenizers = {k: train(k, cls.docs[::3], cls.tmp) for k in ("gpt", "llama")}
+        cls.tokenizers = {k: train(k, cls.docs[::3] + nfc_documents(300, 11), cls.tmp) for k in KINDS}
 
     def prepare(self, kind, inputs, name, *flags, expect_ok=True):
         out = os.path.join(self.tmp, name)
@@ -173,7 +200,7 @@ class TokenizerParityTest(unittest.TestCase):
         with open(txt, "w", encoding="utf-8", newline="") as f:
             f.write("\r\n".join(self.docs[-50:]))
         docs = self.docs[:-50] + ["\r\n".join(self.docs[-50:])]
-        for kind in ("gpt", "llama"):
+        for kind in KINDS:
             code, got = self.prepare(kind, [jsonl, txt], f"mixed_{kind}", "--threads", "2")
             self.assertEqual(code, 8, "uint16 for a vocabulary of 3000")
             self.assert_same_ids(kind, docs, got, "mixed corpus")
@@ -181,7 +208,7 @@ class TokenizerParityTest(unittest.TestCase):
     def test_every_code_point_in_context(self):
         docs = code_point_documents()
         jsonl = self.write_jsonl("codepoints.jsonl", docs)
-        for kind in ("gpt", "llama"):
+        for kind in KINDS:
             _, got = self.prepare(kind, [jsonl], f"cp_{kind}", "--threads", "2")
             self.assert_same_ids(kind, docs, got, "code points U+0001..U+3FFFF")
             # The ids alone can hide a split in another place (characters without merges give the
@@ -197,9 +224,19 @@ class TokenizerParityTest(unittest.TestCase):
     def test_random_valid_utf8(self):
         docs = random_utf8_documents(3000, seed=9)
         jsonl = self.write_jsonl("random.jsonl", docs)
-        for kind in ("gpt", "llama"):
+        for kind in KINDS:
             _, got = self.prepare(kind, [jsonl], f"random_{kind}")
             self.assert_same_ids(kind, docs, got, "random UTF-8")
+
+    def test_nfc_on_marks_jamo_and_composites(self):
+        """Qwen2's NFC normalizer: random runs of combining marks of every class, decomposable and
+        excluded characters, singletons and Hangul jamo (the composition algorithm's cases)."""
+        docs = nfc_documents(4000, seed=12)
+        jsonl = self.write_jsonl("nfc.jsonl", docs)
+        _, got = self.prepare("qwen", [jsonl], "nfc_qwen", "--threads", "2")
+        self.assert_same_ids("qwen", docs, got, "NFC stress")
+        changed = sum(normalizers.NFC().normalize_str(d) != d for d in docs)
+        self.assertGreater(changed, len(docs) // 2, "most documents change under NFC")
 
     def test_special_tokens_are_never_made_from_text(self):
         docs = ["<|endoftext|><|end_of_text|><|begin_of_text|>"]
