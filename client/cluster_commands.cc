@@ -193,11 +193,20 @@ int FollowCommand(const ClusterOptions& o, const std::string& job_id) {
 }
 
 int JobsCommand(const ClusterOptions& o) {
+  // Every page, newest first (the coordinator serves at most 1000 jobs per call).
   v1::ListJobsResponse resp;
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx, o.timeout_s);
-  grpc::Status s = Connect(o)->ListJobs(&ctx, v1::ListJobsRequest(), &resp);
-  if (!s.ok()) return Report(o, s);
+  auto stub = Connect(o);
+  v1::ListJobsRequest req;
+  req.set_page_size(1000);
+  do {
+    v1::ListJobsResponse page;
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, o.timeout_s);
+    grpc::Status s = stub->ListJobs(&ctx, req, &page);
+    if (!s.ok()) return Report(o, s);
+    for (v1::Job& j : *page.mutable_jobs()) *resp.add_jobs() = std::move(j);
+    req.set_page_token(page.next_page_token());
+  } while (!req.page_token().empty());
   if (o.json) {
     std::cout << Json(resp) << "\n";
     return kExitOk;

@@ -5,7 +5,9 @@
 #include <cctype>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "common/spec/job_spec.h"
+#include "common/spec/limits.h"
 #include "coordinator/placement.h"
 
 namespace tessera::coordinator {
@@ -48,6 +50,16 @@ absl::Status Coordinator::Recover() {
     e.job = std::move(job);
     const v1::JobState state = e.job.state();
     if (IsTerminal(state)) continue;
+    // A job this coordinator could not have accepted (a database written by an older version, or by
+    // hand) fails with the reason instead of reaching the scheduler: no stored job may crash or stall
+    // the daemon, on this start or any later one.
+    if (absl::Status valid = spec::ToStatus(spec::ValidateJobSpec(e.job.spec())); !valid.ok()) {
+      e.job.clear_placement();
+      SetStateLocked(e, v1::JOB_STATE_FAILED,
+                     absl::StrCat("the stored spec is not valid: ", absl::StrReplaceAll(valid.message(), {{"\n", "; "}})));
+      fprintf(stderr, "tessera-coordinator: job %s failed on recovery: %s\n", e.job.id().c_str(), e.job.reason().c_str());
+      continue;
+    }
     if (state == v1::JOB_STATE_SCHEDULED || state == v1::JOB_STATE_RUNNING) {
       // Adopt the placed attempt: its ranks may well still be training.
       e.ranks.assign(e.job.placement_size(), RankEntry{});
@@ -160,6 +172,9 @@ void Coordinator::SetStateLocked(JobEntry& e, v1::JobState state, const std::str
 
 absl::StatusOr<v1::Job> Coordinator::Submit(const v1::JobSpec& spec, int max_restarts) {
   std::vector<spec::SpecError> errors = spec::ValidateJobSpec(spec);
+  if (spec.ByteSizeLong() > spec::limits::kMaxSpecBytes) {
+    errors.push_back({"spec", absl::StrCat(spec.ByteSizeLong(), " bytes encoded, more than the limit ", spec::limits::kMaxSpecBytes)});
+  }
   if (max_restarts < 0 || max_restarts > options_.max_restarts_limit) {
     errors.push_back({"max_restarts", absl::StrCat(max_restarts, " must be between 0 and ", options_.max_restarts_limit)});
   }
@@ -207,7 +222,7 @@ void Coordinator::TryScheduleLocked() {
   for (auto it = queue_.begin(); it != queue_.end();) {
     JobEntry& e = jobs_[*it];
     const v1::JobSpec& spec = e.job.spec();
-    const int world = spec::WorldSize(spec);
+    const int world = static_cast<int>(spec::WorldSize(spec));  // Queued specs are valid: ≤ 4096.
     const v1::DeviceKind kind = KindOf(spec);
     std::string reason;
     const std::string prefix = e.requeue_cause.empty() ? "" : e.requeue_cause + "; ";
@@ -349,7 +364,7 @@ absl::StatusOr<v1::GetJobLogsResponse> Coordinator::Logs(const std::string& id, 
     absl::MutexLock lock(&mu_);
     auto it = jobs_.find(id);
     if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("job ", id, " does not exist"));
-    const int world = spec::WorldSize(it->second.job.spec());
+    const int64_t world = spec::WorldSize(it->second.job.spec());
     if (rank < 0 || rank >= world) {
       return absl::InvalidArgumentError(absl::StrCat("rank: ", rank, " is not a rank of ", id, " (0..", world - 1, ")"));
     }
@@ -381,6 +396,27 @@ absl::StatusOr<v1::Job> Coordinator::GetJob(const std::string& id) {
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("job ", id, " does not exist"));
   return it->second.job;
+}
+
+std::vector<v1::Job> Coordinator::ListJobsPage(int page_size, const std::string& after, std::string* next) {
+  absl::MutexLock lock(&mu_);
+  std::vector<v1::Job> out;
+  next->clear();
+  // Newest first is the map's reverse order; a page continues strictly before `after`.
+  // A page also ends after kPageBytes of jobs, so that a response stays far below the message limit.
+  constexpr size_t kPageBytes = 4 << 20;
+  size_t bytes = 0;
+  auto it = after.empty() ? jobs_.end() : jobs_.lower_bound(after);
+  while (it != jobs_.begin()) {
+    --it;
+    if (static_cast<int>(out.size()) == page_size || bytes >= kPageBytes) {
+      *next = out.back().id();
+      break;
+    }
+    out.push_back(it->second.job);
+    bytes += out.back().ByteSizeLong();
+  }
+  return out;
 }
 
 std::vector<v1::Job> Coordinator::ListJobs() {

@@ -19,6 +19,7 @@
 #include "coordinator/job_store.h"
 #include "coordinator/worker_service.h"
 #include "common/metrics/metrics_server.h"
+#include "common/rpc/channel.h"
 #include "coordinator/coordinator_metrics.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:7070", "gRPC address; port 0 picks a free port (printed).");
@@ -66,6 +67,8 @@ int main(int argc, char** argv) {
   int port = 0;
   const std::string listen = absl::GetFlag(FLAGS_listen);
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  builder.SetMaxReceiveMessageSize(tessera::rpc::kMaxRequestBytes);
+  builder.SetMaxSendMessageSize(tessera::rpc::kMaxResponseBytes);
   builder.RegisterService(&client_api);
   builder.RegisterService(&worker_api);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();

@@ -1,10 +1,18 @@
 #include "coordinator/coordinator_service.h"
 
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
 #include "common/rpc/status_conversion.h"
 
 namespace tessera::coordinator {
 
 using rpc::ToGrpc;
+
+namespace {
+constexpr int kDefaultPageSize = 100;
+constexpr int kMaxPageSize = 1000;
+}  // namespace
 
 grpc::Status CoordinatorServiceImpl::SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest* req,
                                                v1::SubmitJobResponse* resp) {
@@ -26,10 +34,19 @@ grpc::Status CoordinatorServiceImpl::GetJob(grpc::ServerContext*, const v1::GetJ
   return grpc::Status::OK;
 }
 
-grpc::Status CoordinatorServiceImpl::ListJobs(grpc::ServerContext*, const v1::ListJobsRequest*,
+grpc::Status CoordinatorServiceImpl::ListJobs(grpc::ServerContext*, const v1::ListJobsRequest* req,
                                               v1::ListJobsResponse* resp) {
   RpcTimer timer(metrics_, "ListJobs");
-  for (auto& job : coordinator_->ListJobs()) *resp->add_jobs() = std::move(job);
+  if (req->page_size() < 0) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, absl::StrCat("page_size: ", req->page_size(), " must not be negative"));
+  }
+  if (req->page_token().size() > 128) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "page_token: is not a token this coordinator returned");
+  }
+  const int page_size = req->page_size() == 0 ? kDefaultPageSize : std::min(req->page_size(), kMaxPageSize);
+  std::string next;
+  for (auto& job : coordinator_->ListJobsPage(page_size, req->page_token(), &next)) *resp->add_jobs() = std::move(job);
+  resp->set_next_page_token(next);
   return grpc::Status::OK;
 }
 

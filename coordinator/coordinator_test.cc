@@ -285,5 +285,48 @@ TEST(CoordinatorStorageTest, SubmissionThatCannotBeStoredFailsAndLeavesNoJob) {
   EXPECT_TRUE(c.Submit(*spec, 0).ok()) << "with space again, submissions are accepted";
 }
 
+// A stored job the scheduler cannot handle (here: a world size that wraps to 0 in 32 bits, accepted
+// by an older coordinator) fails on recovery with its reason, on every restart; the daemon schedules
+// the other jobs.
+TEST_F(CoordinatorTest, StoredJobThatCannotBeScheduledFailsOnRecoveryWithItsReason) {
+  auto good = c_->Submit(Spec(1, 1), 0);
+  ASSERT_TRUE(good.ok());
+  v1::Job bad = *good;
+  bad.set_id("job-000000");
+  for (auto* p : {bad.mutable_spec()->mutable_parallel()}) p->set_dp(65536), p->set_tp(65536), p->set_pp(65536), p->set_sp(65536);
+  c_.reset();
+  {
+    auto store = JobStore::Open({db_});
+    ASSERT_TRUE(store.ok());
+    ASSERT_TRUE((*store)->Put(bad).ok());
+  }
+  for (int restart = 0; restart < 2; ++restart) {
+    Restart();
+    auto job = c_->GetJob("job-000000");
+    ASSERT_TRUE(job.ok());
+    EXPECT_EQ(job->state(), v1::JOB_STATE_FAILED);
+    EXPECT_THAT(job->reason(), HasSubstr("the stored spec is not valid: parallel.dp: 65536 exceeds the limit 4096"));
+  }
+  AddWorker("a", 1);
+  EXPECT_EQ(State(good->id()), v1::JOB_STATE_SCHEDULED) << "the valid job is still scheduled";
+}
+
+TEST_F(CoordinatorTest, ListJobsPagesNewestFirstWithoutGapsOrRepeats) {
+  std::vector<std::string> ids;
+  for (int i = 0; i < 7; ++i) ids.push_back(c_->Submit(Spec(1, 1), 0)->id());
+  std::reverse(ids.begin(), ids.end());
+  std::vector<std::string> seen;
+  std::string token;
+  int pages = 0;
+  do {
+    std::string next;
+    for (const v1::Job& j : c_->ListJobsPage(3, token, &next)) seen.push_back(j.id());
+    token = next;
+    ++pages;
+  } while (!token.empty() && pages < 10);
+  EXPECT_EQ(seen, ids);
+  EXPECT_EQ(pages, 3);
+}
+
 }  // namespace
 }  // namespace tessera::coordinator

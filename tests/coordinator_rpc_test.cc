@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/net/free_port.h"
 #include "common/process/subprocess.h"
+#include "common/spec/job_spec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tessera/v1/coordinator_service.grpc.pb.h"
@@ -119,6 +120,83 @@ TEST_F(CoordinatorRpcTest, HugeAndUnparsableRequestsAreRejected) {
   EXPECT_FALSE(generic_status.ok());
   EXPECT_NE(generic_status.error_code(), grpc::StatusCode::UNAVAILABLE) << "the coordinator did not crash";
   ExpectServing();
+}
+
+// The overflow reproductions sent as raw RPCs (no CLI in between): each is INVALID_ARGUMENT
+// naming the field, within the deadline, and the coordinator keeps serving.
+TEST_F(CoordinatorRpcTest, OverflowingSpecsAreRefusedAndTheCoordinatorSurvives) {
+  auto base = spec::ParseJobSpec("name: x\ndata: {path: /d.bin}\n", {});
+  ASSERT_TRUE(base.ok()) << base.status();
+  struct Case {
+    std::vector<std::string> set;
+    std::string expected;
+  };
+  const std::vector<Case> cases = {
+      {{"train.micro_batch=65536", "parallel.dp=65536", "train.global_batch=65536"}, "parallel.dp: 65536 exceeds the limit 4096"},
+      {{"parallel.dp=65536", "parallel.tp=65536", "parallel.pp=65536", "parallel.sp=65536"}, "exceeds the limit 4096"},
+      {{"parallel.tp=2147483647", "parallel.tp_mode=3d"}, "parallel.tp: 2147483647 exceeds the limit 4096"},
+      {{"parallel.tp=2147483646", "parallel.tp_mode=2.5d", "parallel.tp_depth=2"}, "parallel.tp: 2147483646 exceeds"},
+      {{"model.layers=2147483647", "model.hidden=2147483647", "model.seq_len=2147483647"}, "model.layers: 2147483647 exceeds"},
+      {{"train.steps=9223372036854775807"}, "train.steps: 9223372036854775807 exceeds the limit"},
+  };
+  for (const Case& c : cases) {
+    auto spec = spec::ParseJobSpec("name: x\ndata: {path: /d.bin}\n", c.set);
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    v1::SubmitJobRequest req;
+    *req.mutable_spec() = *spec;
+    v1::SubmitJobResponse resp;
+    grpc::Status s = jobs_->SubmitJob(Ctx().get(), req, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << c.expected << ": " << s.error_message();
+    EXPECT_THAT(s.error_message(), HasSubstr(c.expected));
+    v1::PlanJobRequest plan;
+    *plan.mutable_spec() = *spec;
+    v1::PlanJobResponse planned;
+    EXPECT_EQ(jobs_->PlanJob(Ctx().get(), plan, &planned).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  // A path with a NUL byte (proto strings may hold one) and a 4 MiB string.
+  v1::SubmitJobRequest req;
+  *req.mutable_spec() = *base;
+  req.mutable_spec()->set_output_dir(std::string("/tmp/a\0/etc", 11));
+  v1::SubmitJobResponse resp;
+  grpc::Status s = jobs_->SubmitJob(Ctx().get(), req, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("output_dir: contains a NUL byte at offset 6"));
+  req.mutable_spec()->set_output_dir(std::string(4 << 20, 'a'));
+  s = jobs_->SubmitJob(Ctx().get(), req, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << "over the coordinator's explicit 4 MiB message limit";
+  req.mutable_spec()->set_output_dir(std::string(3 << 20, 'a'));
+  s = jobs_->SubmitJob(Ctx().get(), req, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("output_dir: is 3145728 bytes long, more than the limit 4096"));
+  ExpectServing();
+}
+
+TEST_F(CoordinatorRpcTest, ListJobsIsPaginated) {
+  auto spec = spec::ParseJobSpec("name: x\ndata: {path: /d.bin}\n", {});
+  ASSERT_TRUE(spec.ok());
+  for (int i = 0; i < 5; ++i) {
+    v1::SubmitJobRequest req;
+    *req.mutable_spec() = *spec;
+    v1::SubmitJobResponse resp;
+    ASSERT_TRUE(jobs_->SubmitJob(Ctx().get(), req, &resp).ok());
+  }
+  v1::ListJobsRequest req;
+  req.set_page_size(2);
+  std::vector<std::string> ids;
+  int pages = 0;
+  do {
+    v1::ListJobsResponse resp;
+    ASSERT_TRUE(jobs_->ListJobs(Ctx().get(), req, &resp).ok());
+    EXPECT_LE(resp.jobs_size(), 2);
+    for (const auto& j : resp.jobs()) ids.push_back(j.id());
+    req.set_page_token(resp.next_page_token());
+    ++pages;
+  } while (!req.page_token().empty() && pages < 10);
+  EXPECT_EQ(pages, 3);
+  EXPECT_EQ(ids, (std::vector<std::string>{"job-000005", "job-000004", "job-000003", "job-000002", "job-000001"}));
+  req.set_page_size(-1);
+  v1::ListJobsResponse resp;
+  EXPECT_EQ(jobs_->ListJobs(Ctx().get(), req, &resp).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 }
 
 }  // namespace

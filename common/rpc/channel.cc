@@ -7,6 +7,8 @@ std::shared_ptr<grpc::Channel> OpenChannel(const std::string& target, const Chan
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, options.initial_reconnect_backoff_ms);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, options.initial_reconnect_backoff_ms);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, options.max_reconnect_backoff_ms);
+  args.SetMaxReceiveMessageSize(kMaxResponseBytes);
+  args.SetMaxSendMessageSize(kMaxRequestBytes);
   return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
 }
 

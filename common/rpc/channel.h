@@ -18,6 +18,12 @@ struct ChannelOptions {
   int max_reconnect_backoff_ms = 1000;
 };
 
+// Message size limits, explicit rather than gRPC's defaults. A daemon receives at most
+// kMaxRequestBytes per message (requests are small: a spec is at most 1 MiB encoded, a log page
+// 1 MiB); a client at most kMaxResponseBytes (a ListJobs page stops after 4 MiB of jobs).
+inline constexpr int kMaxRequestBytes = 4 << 20;
+inline constexpr int kMaxResponseBytes = 16 << 20;
+
 // An insecure channel to `target` (host:port) with `options`.
 std::shared_ptr<grpc::Channel> OpenChannel(const std::string& target, const ChannelOptions& options = {});
 

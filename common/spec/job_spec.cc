@@ -1,11 +1,13 @@
 #include "common/spec/job_spec.h"
 
 #include <fstream>
-#include <sstream>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/spec/limits.h"
 #include "common/spec/yaml_to_proto.h"
+#include "yaml-cpp/depthguard.h"
 #include "yaml-cpp/yaml.h"
 
 namespace tessera::spec {
@@ -86,8 +88,14 @@ absl::StatusOr<v1::JobSpec> ParseJobSpec(std::string_view text,
   v1::JobSpec spec = DefaultJobSpec();
   std::vector<SpecError> errors;
   YAML::Node root;
+  if (text.size() > limits::kMaxSpecBytes) {
+    return ToStatus({{"", absl::StrCat("the spec is ", text.size(), " bytes, more than the limit ", limits::kMaxSpecBytes)}});
+  }
   try {
     root = YAML::Load(std::string(text));
+  } catch (const YAML::DeepRecursion& e) {
+    return ToStatus({{"", absl::StrCat("not valid YAML: line ", e.mark.line + 1, ", column ", e.mark.column + 1,
+                                       ": nested deeper than ", e.depth(), " levels")}});
   } catch (const YAML::Exception& e) {
     return ToStatus({{"", absl::StrCat("not valid YAML: line ", e.mark.line + 1, ", column ",
                                        e.mark.column + 1, ": ", e.msg)}});
@@ -131,10 +139,12 @@ absl::StatusOr<v1::JobSpec> LoadJobSpec(const std::string& path,
                                         const std::vector<std::string>& overrides) {
   std::ifstream in(path);
   if (!in) return absl::InvalidArgumentError(absl::StrCat(path, ": cannot read the spec file"));
-  std::stringstream buf;
-  buf << in.rdbuf();
+  // One byte more than the limit is enough to refuse a larger file (or an endless one: /dev/zero).
+  std::string text(limits::kMaxSpecBytes + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<size_t>(in.gcount()));
   v1::JobSpec written;
-  absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(buf.str(), overrides, &written);
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(text, overrides, &written);
   if (!spec.ok()) return spec.status();
   if (absl::Status s = ApplyPretrained(written.model(), &*spec); !s.ok()) return s;
   absl::Status valid = ToStatus(ValidateJobSpec(*spec));
@@ -142,14 +152,19 @@ absl::StatusOr<v1::JobSpec> LoadJobSpec(const std::string& path,
   return spec;
 }
 
-int WorldSize(const v1::JobSpec& spec) {
+int64_t WorldSize(const v1::JobSpec& spec) {
   const auto& p = spec.parallel();
-  return p.dp() * p.tp() * p.pp() * p.sp();
+  // Four int32 factors: the product of their magnitudes is below 2^124, so compute it in two 64-bit
+  // halves and saturate rather than wrap (an unvalidated spec must not look small).
+  const int64_t a = int64_t{p.dp()} * p.tp(), b = int64_t{p.pp()} * p.sp();
+  if (a <= 0 || b <= 0) return 0;
+  if (a > std::numeric_limits<int64_t>::max() / b) return std::numeric_limits<int64_t>::max();
+  return a * b;
 }
 
 int AccumulationSteps(const v1::JobSpec& spec) {
-  const int per_pass = spec.train().micro_batch() * spec.parallel().dp();
-  return per_pass > 0 ? spec.train().global_batch() / per_pass : 0;
+  const int64_t per_pass = int64_t{spec.train().micro_batch()} * spec.parallel().dp();
+  return per_pass > 0 ? static_cast<int>(spec.train().global_batch() / per_pass) : 0;
 }
 
 }  // namespace tessera::spec

@@ -2,6 +2,7 @@
 #ifndef TESSERA_COMMON_SPEC_JOB_SPEC_H_
 #define TESSERA_COMMON_SPEC_JOB_SPEC_H_
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -38,8 +39,9 @@ std::vector<SpecError> ValidateJobSpec(const v1::JobSpec& spec);
 absl::StatusOr<v1::JobSpec> LoadJobSpec(const std::string& path,
                                         const std::vector<std::string>& overrides);
 
-// dp·tp·pp·sp.
-int WorldSize(const v1::JobSpec& spec);
+// dp·tp·pp·sp, exact for a valid spec (at most limits::kMaxWorldSize); for any other spec 0 when a
+// factor is not positive and saturated at INT64_MAX instead of wrapping.
+int64_t WorldSize(const v1::JobSpec& spec);
 
 // samples per step / (micro_batch·dp): micro-batches each rank runs per step.
 int AccumulationSteps(const v1::JobSpec& spec);

@@ -2,6 +2,11 @@
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/spec/limits.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -100,7 +105,7 @@ TEST(JobSpecTest, EveryProblemReportedOnce) {
   EXPECT_THAT(msg, HasSubstr("name: 'bad name' may use only"));
   EXPECT_THAT(msg, HasSubstr("model.heads: 0 must be at least 1"));
   EXPECT_THAT(msg, HasSubstr("data.path: is required"));
-  EXPECT_THAT(msg, HasSubstr("train.lr: -1 must be positive"));
+  EXPECT_THAT(msg, HasSubstr("train.lr: -1 must be a finite positive number"));
   EXPECT_THAT(msg, HasSubstr("train.betas[1]: 1.5 must be in [0, 1)"));
 }
 
@@ -422,3 +427,109 @@ TEST(PretrainedTest, Gpt2SeqLenIsBoundByItsLearnedPositions) {
 
 }  // namespace
 }  // namespace tessera::spec
+
+namespace tessera::spec::bounds {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+// Every limit of limits.h: the value one above it is refused naming the field, the limit itself is
+// not refused for being too large.
+TEST(JobSpecBoundsTest, EveryNumericFieldHasAnUpperLimit) {
+  const std::vector<std::pair<std::string, int64_t>> fields = {
+      {"model.layers", limits::kMaxLayers},       {"model.hidden", limits::kMaxHidden},
+      {"model.heads", limits::kMaxHeads},         {"model.vocab", limits::kMaxVocab},
+      {"model.seq_len", limits::kMaxSeqLen},      {"model.ffn_hidden", limits::kMaxFfnHidden},
+      {"parallel.dp", limits::kMaxAxis},          {"parallel.tp", limits::kMaxAxis},
+      {"parallel.pp", limits::kMaxAxis},          {"parallel.sp", limits::kMaxAxis},
+      {"parallel.pp_chunks", limits::kMaxPpChunks}, {"parallel.tp_depth", limits::kMaxTpDepth},
+      {"train.steps", limits::kMaxSteps},         {"train.micro_batch", limits::kMaxMicroBatch},
+      {"train.global_batch", limits::kMaxGlobalBatch}, {"train.warmup_steps", limits::kMaxSteps},
+      {"train.eval_batches", limits::kMaxEvalBatches}, {"train.eval_every", limits::kMaxSteps},
+      {"train.loss_scale_window", limits::kMaxLossScaleWindow},
+      {"checkpoint.every_steps", limits::kMaxSteps}, {"checkpoint.keep", limits::kMaxCheckpointsKept}};
+  for (const auto& [field, max] : fields) {
+    auto above = ParseAndValidate(kValid, {absl::StrCat(field, "=", max + 1)});
+    ASSERT_FALSE(above.ok()) << field;
+    EXPECT_THAT(above.status().message(), HasSubstr(absl::StrCat(field, ": ", max + 1, " exceeds the limit ", max)));
+    auto at = ParseAndValidate(kValid, {absl::StrCat(field, "=", max)});
+    EXPECT_THAT(at.status().message(), Not(HasSubstr(absl::StrCat(field, ": ", max, " exceeds")))) << field;
+  }
+}
+
+// The reproduction: micro_batch·dp wrapped to 0 in 32 bits and the modulo by it raised SIGFPE.
+TEST(JobSpecBoundsTest, ProductsThatWrappedIn32BitsAreRefusedNotComputed) {
+  auto spec = ParseAndValidate(kValid, {"train.micro_batch=65536", "parallel.dp=65536", "train.global_batch=65536"});
+  ASSERT_FALSE(spec.ok());
+  EXPECT_THAT(spec.status().message(), HasSubstr("parallel.dp: 65536 exceeds the limit 4096"));
+  // Each axis within its limit, the product (2^16·2^16·2^16·2^16 = 2^64, 0 in 64 bits) not.
+  auto world = ParseAndValidate(kValid, {"parallel.dp=4096", "parallel.tp=4096", "parallel.pp=4096", "parallel.sp=4096",
+                                         "train.global_batch=8192", "train.micro_batch=2"});
+  ASSERT_FALSE(world.ok());
+  EXPECT_THAT(world.status().message(), HasSubstr("world size dp·tp·pp·sp = 281474976710656 exceeds the limit 4096"));
+  v1::JobSpec wraps = *ParseJobSpec(kValid, {});
+  wraps.mutable_parallel()->set_dp(65536);
+  wraps.mutable_parallel()->set_tp(65536);
+  wraps.mutable_parallel()->set_pp(65536);
+  wraps.mutable_parallel()->set_sp(65536);
+  EXPECT_EQ(WorldSize(wraps), std::numeric_limits<int64_t>::max()) << "saturates instead of wrapping to 0";
+  wraps.mutable_parallel()->set_sp(-1);
+  EXPECT_EQ(WorldSize(wraps), 0);
+}
+
+// tp near INT_MAX with a grid mode made the search for the grid side loop (q+1)³ overflowing int.
+TEST(JobSpecBoundsTest, HugeTpWithGridModesIsRefusedQuickly) {
+  for (const char* mode : {"2d", "2.5d", "3d"}) {
+    const absl::Time start = absl::Now();
+    auto spec = ParseAndValidate(kValid, {"parallel.tp=2147483647", absl::StrCat("parallel.tp_mode=", mode),
+                                          "parallel.tp_depth=2147483647"});
+    ASSERT_FALSE(spec.ok()) << mode;
+    EXPECT_THAT(spec.status().message(), HasSubstr("parallel.tp: 2147483647 exceeds the limit 4096"));
+    EXPECT_LT(absl::Now() - start, absl::Seconds(5)) << mode << ": validation is a bounded computation";
+  }
+}
+
+TEST(JobSpecBoundsTest, PathsAndListsHaveLimits) {
+  v1::JobSpec spec = *ParseJobSpec(kValid, {});
+  spec.set_output_dir(std::string("/out/a\0/etc/passwd", 18));
+  spec.mutable_data()->set_path(std::string(limits::kMaxPathBytes + 1, 'p'));
+  spec.mutable_checkpoint()->set_dir("/ok/ckpt");
+  const std::string errors = ToStatus(ValidateJobSpec(spec)).ToString();
+  EXPECT_THAT(errors, HasSubstr("output_dir: contains a NUL byte at offset 6"));
+  EXPECT_THAT(errors, HasSubstr("data.path: is 4097 bytes long, more than the limit 4096"));
+  spec = *ParseJobSpec(kValid, {});
+  spec.mutable_data()->clear_path();
+  for (int i = 0; i < limits::kMaxBlendSources + 1; ++i) {
+    auto* src = spec.mutable_data()->add_blend();
+    src->set_path("/d.bin");
+    src->set_weight(1);
+  }
+  EXPECT_THAT(ToStatus(ValidateJobSpec(spec)).message(), HasSubstr("data.blend: 1025 sources, more than the limit 1024"));
+  spec = *ParseJobSpec(kValid, {});
+  for (int i = 0; i < 5000; ++i) spec.mutable_parallel()->add_pp_layers(1);
+  EXPECT_THAT(ToStatus(ValidateJobSpec(spec)).message(), HasSubstr("parallel.pp_layers: has 5000 entries, more than the limit 1024"));
+  spec = *ParseJobSpec(kValid, {});
+  spec.mutable_train()->set_lr(std::numeric_limits<double>::infinity());
+  spec.mutable_train()->set_eps(std::numeric_limits<double>::quiet_NaN());
+  const std::string floats = ToStatus(ValidateJobSpec(spec)).ToString();
+  EXPECT_THAT(floats, HasSubstr("train.lr: inf must be a finite positive number"));
+  EXPECT_THAT(floats, HasSubstr("train.eps: nan must be positive"));
+}
+
+TEST(JobSpecBoundsTest, DeepAndHugeYamlIsRefusedWithAReason) {
+  const std::string deep = "name: x\nmodel: " + std::string(100000, '[') + std::string(100000, ']') + "\n";
+  auto spec = ParseJobSpec(deep, {});
+  ASSERT_FALSE(spec.ok());
+  EXPECT_THAT(spec.status().message(), HasSubstr("nested deeper than"));
+  auto huge = ParseJobSpec(std::string(kValid) + "# " + std::string(limits::kMaxSpecBytes, 'x') + "\n", {});
+  ASSERT_FALSE(huge.ok());
+  EXPECT_THAT(huge.status().message(), HasSubstr("bytes, more than the limit 1048576"));
+  // A spec file that never ends (/dev/zero) is read only up to the limit.
+  auto endless = LoadJobSpec("/dev/zero", {});
+  ASSERT_FALSE(endless.ok());
+  EXPECT_THAT(endless.status().message(), HasSubstr("more than the limit"));
+}
+
+}  // namespace
+}  // namespace tessera::spec::bounds

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/spec/job_spec.h"
+#include "common/spec/limits.h"
 #include "common/spec/yaml_to_proto.h"
 
 namespace tessera::spec {
@@ -19,12 +20,26 @@ class Checker {
   void Fail(std::string field, std::string message) {
     errors_->push_back({std::move(field), std::move(message)});
   }
-  // Records "field: must be at least `min`" unless value >= min. Returns whether it passed.
-  template <typename T>
-  bool AtLeast(const std::string& field, T value, T min) {
-    if (value >= min) return true;
-    Fail(field, absl::StrCat(value, " must be at least ", min));
-    return false;
+  // Records "field: V must be at least MIN" or "field: V exceeds the limit MAX" (docs/security.md,
+  // "Bounds") unless min <= value <= max. Returns whether it passed.
+  bool InRange(const std::string& field, int64_t value, int64_t min, int64_t max) {
+    if (value < min) {
+      Fail(field, absl::StrCat(value, " must be at least ", min));
+      return false;
+    }
+    if (value > max) {
+      Fail(field, absl::StrCat(value, " exceeds the limit ", max));
+      return false;
+    }
+    return true;
+  }
+  // A path field: at most kMaxPathBytes bytes, no NUL byte (which would end it early in a C string).
+  void Path(const std::string& field, const std::string& value) {
+    if (value.size() > limits::kMaxPathBytes) {
+      Fail(field, absl::StrCat("is ", value.size(), " bytes long, more than the limit ", limits::kMaxPathBytes));
+    } else if (value.find('\0') != std::string::npos) {
+      Fail(field, absl::StrCat("contains a NUL byte at offset ", value.find('\0')));
+    }
   }
 
  private:
@@ -41,19 +56,23 @@ bool ValidName(const std::string& name) {
 void CheckModel(const v1::ModelSpec& m, Checker& c) {
   const bool gpt = m.family() == v1::MODEL_FAMILY_GPT, llama = m.family() == v1::MODEL_FAMILY_LLAMA;
   if (!gpt && !llama) c.Fail("model.family", "must be gpt or llama");
-  c.AtLeast("model.layers", m.layers(), 1);
-  bool hidden_ok = c.AtLeast("model.hidden", m.hidden(), 1);
-  bool heads_ok = c.AtLeast("model.heads", m.heads(), 1);
+  c.InRange("model.layers", m.layers(), 1, limits::kMaxLayers);
+  bool hidden_ok = c.InRange("model.hidden", m.hidden(), 1, limits::kMaxHidden);
+  bool heads_ok = c.InRange("model.heads", m.heads(), 1, limits::kMaxHeads);
   if (hidden_ok && heads_ok && m.hidden() % m.heads() != 0) {
     c.Fail("model.heads", absl::StrCat(m.heads(), " does not divide model.hidden ", m.hidden()));
   }
-  c.AtLeast("model.vocab", m.vocab(), 2);
-  c.AtLeast("model.seq_len", m.seq_len(), 1);
+  c.InRange("model.vocab", m.vocab(), 2, limits::kMaxVocab);
+  c.InRange("model.seq_len", m.seq_len(), 1, limits::kMaxSeqLen);
+  c.Path("model.init_from", m.init_from());
+  c.Path("model.pretrained", m.pretrained());
   if (m.norm_eps() != 0 && !(m.norm_eps() > 0 && m.norm_eps() < 1)) {
     c.Fail("model.norm_eps", absl::StrCat(m.norm_eps(), " must be in (0, 1) (or 0: 1e-5)"));
   }
   if (m.kv_heads() < 0) c.Fail("model.kv_heads", absl::StrCat(m.kv_heads(), " must be at least 1 (or 0: heads)"));
+  else c.InRange("model.kv_heads", m.kv_heads(), 0, limits::kMaxHeads);
   if (m.ffn_hidden() < 0) c.Fail("model.ffn_hidden", absl::StrCat(m.ffn_hidden(), " must be at least 1 (or 0: the default)"));
+  else c.InRange("model.ffn_hidden", m.ffn_hidden(), 0, limits::kMaxFfnHidden);
   if (gpt) {
     // GPT-2's architecture is fixed: these describe other families.
     if (m.kv_heads() != 0 && m.kv_heads() != m.heads()) {
@@ -81,6 +100,7 @@ void CheckModel(const v1::ModelSpec& m, Checker& c) {
     if (m.activation() != v1::ACTIVATION_UNSPECIFIED && m.activation() != v1::ACTIVATION_SILU) {
       c.Fail("model.activation", "llama's MLP is SwiGLU (silu)");
     }
+    if (!std::isfinite(m.rope_theta())) c.Fail("model.rope_theta", "must be finite");
     if (!(m.rope_theta() >= 0)) c.Fail("model.rope_theta", absl::StrCat(m.rope_theta(), " must be positive (or 0: 10000)"));
     if (m.has_rope_scaling()) {
       const v1::RopeScaling& r = m.rope_scaling();
@@ -91,13 +111,16 @@ void CheckModel(const v1::ModelSpec& m, Checker& c) {
         c.Fail("model.rope_scaling.high_freq_factor", absl::StrCat(high, " must exceed low_freq_factor ", low));
       }
       if (r.original_max_positions() < 0) c.Fail("model.rope_scaling.original_max_positions", "must be positive (or 0: 8192)");
+      else c.InRange("model.rope_scaling.original_max_positions", r.original_max_positions(), 0, limits::kMaxSeqLen);
+      if (!std::isfinite(r.factor())) c.Fail("model.rope_scaling.factor", "must be finite");
+      if (!std::isfinite(high)) c.Fail("model.rope_scaling.high_freq_factor", "must be finite");
     }
   }
 }
 
 // Micro-batches per step on each data-parallel rank (the pipeline's m), 0 when not computable.
-int MicroBatchesPerStep(const v1::JobSpec& s) {
-  const int per_pass = s.train().micro_batch() * s.parallel().dp();
+int64_t MicroBatchesPerStep(const v1::JobSpec& s) {
+  const int64_t per_pass = int64_t{s.train().micro_batch()} * s.parallel().dp();  // < 2^62: no overflow.
   if (per_pass < 1 || s.train().global_batch() < 1 || s.train().global_batch() % per_pass != 0) return 0;
   return s.train().global_batch() / per_pass;
 }
@@ -106,22 +129,24 @@ void CheckPipeline(const v1::JobSpec& s, Checker& c) {
   const auto& p = s.parallel();
   if (p.pp_schedule() == v1::PP_SCHEDULE_UNSPECIFIED) c.Fail("parallel.pp_schedule", "must be 1f1b or interleaved");
   const bool interleaved = p.pp_schedule() == v1::PP_SCHEDULE_INTERLEAVED;
-  if (!c.AtLeast("parallel.pp_chunks", p.pp_chunks(), 1)) return;
+  if (!c.InRange("parallel.pp_chunks", p.pp_chunks(), 1, limits::kMaxPpChunks)) return;
   if (interleaved && p.pp_chunks() < 2) {
     c.Fail("parallel.pp_chunks", absl::StrCat(p.pp_chunks(), " must be at least 2 with pp_schedule interleaved"));
   }
   if (!interleaved && p.pp_chunks() != 1) {
     c.Fail("parallel.pp_chunks", absl::StrCat(p.pp_chunks(), " needs pp_schedule interleaved (1f1b runs one chunk per stage)"));
   }
-  if (p.pp() < 1) return;
-  const int v = p.pp() * p.pp_chunks();
-  if (p.pp_layers_size() > 0) {
+  if (p.pp() < 1 || p.pp() > limits::kMaxAxis) return;
+  const int64_t v = int64_t{p.pp()} * p.pp_chunks();
+  if (p.pp_layers_size() > limits::kMaxLayers) {
+    c.Fail("parallel.pp_layers", absl::StrCat("has ", p.pp_layers_size(), " entries, more than the limit ", limits::kMaxLayers));
+  } else if (p.pp_layers_size() > 0) {
     if (p.pp_layers_size() != v) {
       c.Fail("parallel.pp_layers", absl::StrCat("has ", p.pp_layers_size(), " entries, needs pp·pp_chunks = ", v));
     } else {
-      int sum = 0;
+      int64_t sum = 0;
       for (int i = 0; i < p.pp_layers_size(); ++i) {
-        if (p.pp_layers(i) < 1) c.Fail(absl::StrCat("parallel.pp_layers[", i, "]"), absl::StrCat(p.pp_layers(i), " must be at least 1"));
+        c.InRange(absl::StrCat("parallel.pp_layers[", i, "]"), p.pp_layers(i), 1, limits::kMaxLayers);
         sum += p.pp_layers(i);
       }
       if (sum != s.model().layers()) {
@@ -133,7 +158,7 @@ void CheckPipeline(const v1::JobSpec& s, Checker& c) {
                                        s.model().layers()));
   }
   if (p.pp() == 1) return;
-  const int m = MicroBatchesPerStep(s);
+  const int64_t m = MicroBatchesPerStep(s);
   if (interleaved && m > 0 && m % p.pp() != 0) {
     c.Fail("parallel.pp_schedule", absl::StrCat("interleaved needs the micro-batches per step, global_batch/(micro_batch·dp) = ",
                                                 m, ", to be a multiple of pp ", p.pp()));
@@ -144,7 +169,7 @@ void CheckPipeline(const v1::JobSpec& s, Checker& c) {
 void CheckSequence(const v1::JobSpec& s, Checker& c) {
   const auto& p = s.parallel();
   if (p.sp_mode() == v1::SP_MODE_UNSPECIFIED) c.Fail("parallel.sp_mode", "must be ring or all_to_all");
-  if (p.sp() <= 1) return;
+  if (p.sp() <= 1 || p.sp() > limits::kMaxAxis || p.tp() > limits::kMaxAxis) return;
   if (s.model().seq_len() >= 1 && s.model().seq_len() % p.sp() != 0) {
     c.Fail("parallel.sp", absl::StrCat(p.sp(), " does not divide model.seq_len ", s.model().seq_len()));
   }
@@ -158,8 +183,10 @@ void CheckSequence(const v1::JobSpec& s, Checker& c) {
 
 void CheckTensorMode(const v1::JobSpec& s, Checker& c) {
   const auto& p = s.parallel();
-  c.AtLeast("parallel.tp_depth", p.tp_depth(), 1);
+  c.InRange("parallel.tp_depth", p.tp_depth(), 1, limits::kMaxTpDepth);
   if (p.tp_mode() == v1::TP_MODE_1D) return;
+  // The grid searches below walk q up to the cube or square root of tp: bounded sizes only.
+  if (p.tp() < 1 || p.tp() > limits::kMaxAxis || p.tp_depth() > limits::kMaxTpDepth) return;
   const std::string mode = EnumYamlName(v1::TpMode_descriptor()->FindValueByNumber(p.tp_mode()));
   if (p.tp_mode() == v1::TP_MODE_UNSPECIFIED || mode.empty()) {
     c.Fail("parallel.tp_mode", "must be 1d, 2d, 2.5d or 3d");
@@ -167,8 +194,8 @@ void CheckTensorMode(const v1::JobSpec& s, Checker& c) {
   }
   // The grid: 2d q×q, 2.5d d layers of q×q, 3d q×q×q. Samples are split over all axes but the one
   // splitting the hidden dimension between blocks; 3d splits weights' inputs over two axes.
-  const int tp = p.tp(), d = std::max(1, p.tp_depth());
-  int q = 1;
+  const int64_t tp = p.tp(), d = std::max(1, p.tp_depth());
+  int64_t q = 1;
   int64_t samples = 1, hidden = 1;
   if (p.tp_mode() == v1::TP_MODE_3D) {
     while ((q + 1) * (q + 1) * (q + 1) <= tp) ++q;
@@ -178,7 +205,7 @@ void CheckTensorMode(const v1::JobSpec& s, Checker& c) {
     }
     samples = q * q, hidden = q * q;
   } else {
-    const int per_layer = p.tp_mode() == v1::TP_MODE_2P5D ? tp / d : tp;
+    const int64_t per_layer = p.tp_mode() == v1::TP_MODE_2P5D ? tp / d : tp;
     while ((q + 1) * (q + 1) <= per_layer) ++q;
     if (p.tp_mode() == v1::TP_MODE_2P5D && (tp % d != 0 || q * q * d != tp || q < 2)) {
       c.Fail("parallel.tp", absl::StrCat(tp, " with tp_mode 2.5d must be tp_depth·q² = ", d, "·q² with q ≥ 2"));
@@ -194,12 +221,12 @@ void CheckTensorMode(const v1::JobSpec& s, Checker& c) {
     c.Fail("parallel.tp_depth", absl::StrCat(p.tp_depth(), " applies to tp_mode 2.5d only"));
   }
   const auto& m = s.model();
-  std::vector<std::tuple<std::string, int, int64_t>> divisible = {
+  std::vector<std::tuple<std::string, int64_t, int64_t>> divisible = {
       {"model.heads", m.heads(), q}, {"model.vocab", m.vocab(), q}, {"model.hidden", m.hidden(), hidden},
       {"train.micro_batch", s.train().micro_batch(), samples}};
   if (m.family() == v1::MODEL_FAMILY_LLAMA) {
     // Key/value heads split like the query heads; the SwiGLU width like the hidden dimension.
-    const int kv = m.kv_heads() > 0 ? m.kv_heads() : m.heads();
+    const int64_t kv = m.kv_heads() > 0 ? m.kv_heads() : m.heads();
     divisible.push_back({"model.kv_heads", kv, q});
     if (m.ffn_hidden() > 0) divisible.push_back({"model.ffn_hidden", m.ffn_hidden(), hidden});
   }
@@ -218,16 +245,16 @@ void CheckParallel(const v1::JobSpec& s, Checker& c) {
   const auto& p = s.parallel();
   if (p.auto_layout()) {
     // The planner fills the layout; sizes given next to `auto` would be silently replaced.
-    c.AtLeast("parallel.devices", p.devices(), 1);
+    c.InRange("parallel.devices", p.devices(), 1, limits::kMaxWorldSize);
     for (const auto& [field, value] : std::vector<std::pair<std::string, int>>{
              {"parallel.dp", p.dp()}, {"parallel.pp", p.pp()}, {"parallel.tp", p.tp()}, {"parallel.sp", p.sp()}}) {
       if (value != 1) c.Fail(field, absl::StrCat(value, " conflicts with parallel: auto (the planner chooses it)"));
     }
   }
-  bool sizes_ok = c.AtLeast("parallel.dp", p.dp(), 1);
-  sizes_ok &= c.AtLeast("parallel.tp", p.tp(), 1);
-  sizes_ok &= c.AtLeast("parallel.pp", p.pp(), 1);
-  sizes_ok &= c.AtLeast("parallel.sp", p.sp(), 1);
+  bool sizes_ok = c.InRange("parallel.dp", p.dp(), 1, limits::kMaxAxis);
+  sizes_ok &= c.InRange("parallel.tp", p.tp(), 1, limits::kMaxAxis);
+  sizes_ok &= c.InRange("parallel.pp", p.pp(), 1, limits::kMaxAxis);
+  sizes_ok &= c.InRange("parallel.sp", p.sp(), 1, limits::kMaxAxis);
   CheckTensorMode(s, c);
   CheckPipeline(s, c);
   CheckSequence(s, c);
@@ -259,35 +286,40 @@ void CheckParallel(const v1::JobSpec& s, Checker& c) {
   }
   if (!(p.dp_bucket_mb() > 0)) {
     c.Fail("parallel.dp_bucket_mb", absl::StrCat(p.dp_bucket_mb(), " must be positive"));
+  } else if (!(p.dp_bucket_mb() <= limits::kMaxDpBucketMb)) {
+    c.Fail("parallel.dp_bucket_mb", absl::StrCat(p.dp_bucket_mb(), " exceeds the limit ", limits::kMaxDpBucketMb));
   }
-  std::vector<std::string> axes = absl::StrSplit(p.order(), '-');
+  std::vector<std::string> axes;
+  if (p.order().size() <= 64) axes = absl::StrSplit(p.order(), '-');
   std::set<std::string> seen(axes.begin(), axes.end());
   if (axes.size() != 4 || seen != std::set<std::string>{"dp", "pp", "sp", "tp"}) {
-    c.Fail("parallel.order", absl::StrCat(Quote(p.order()), " must name dp, pp, sp and tp once each, e.g. tp-sp-pp-dp"));
+    c.Fail("parallel.order", absl::StrCat(Quote(p.order(), 32), " must name dp, pp, sp and tp once each, e.g. tp-sp-pp-dp"));
   }
-  if (sizes_ok && WorldSize(s) > 4096) {
-    c.Fail("parallel", absl::StrCat("world size dp·tp·pp·sp = ", WorldSize(s), " exceeds 4096"));
+  // Each axis is at most 2^12, so the product (at most 2^48) is exact in 64 bits.
+  const int64_t world = int64_t{p.dp()} * p.tp() * p.pp() * p.sp();
+  if (sizes_ok && world > limits::kMaxWorldSize) {
+    c.Fail("parallel", absl::StrCat("world size dp·tp·pp·sp = ", world, " exceeds the limit ", limits::kMaxWorldSize));
   }
 }
 
 void CheckTrain(const v1::JobSpec& s, Checker& c) {
   const auto& t = s.train();
-  c.AtLeast<int64_t>("train.steps", t.steps(), 1);
-  bool mb_ok = c.AtLeast("train.micro_batch", t.micro_batch(), 1);
-  bool gb_ok = c.AtLeast("train.global_batch", t.global_batch(), 1);
+  c.InRange("train.steps", t.steps(), 1, limits::kMaxSteps);
+  bool mb_ok = c.InRange("train.micro_batch", t.micro_batch(), 1, limits::kMaxMicroBatch);
+  bool gb_ok = c.InRange("train.global_batch", t.global_batch(), 1, limits::kMaxGlobalBatch);
   if (mb_ok && gb_ok && s.parallel().dp() >= 1) {
-    const int per_pass = t.micro_batch() * s.parallel().dp();
+    const int64_t per_pass = int64_t{t.micro_batch()} * s.parallel().dp();  // Exact: both are below 2^31.
     if (t.global_batch() % per_pass != 0) {
       c.Fail("train.global_batch", absl::StrCat(t.global_batch(), " is not a multiple of micro_batch×dp = ",
                                                 per_pass));
     }
   }
-  if (!(t.lr() > 0)) c.Fail("train.lr", absl::StrCat(t.lr(), " must be positive"));
+  if (!(t.lr() > 0) || !std::isfinite(t.lr())) c.Fail("train.lr", absl::StrCat(t.lr(), " must be a finite positive number"));
   if (!(t.min_lr() >= 0) || t.min_lr() > t.lr()) {
     c.Fail("train.min_lr", absl::StrCat(t.min_lr(), " must be between 0 and train.lr ", t.lr()));
   }
-  c.AtLeast<int64_t>("train.warmup_steps", t.warmup_steps(), 0);
-  if (!(t.weight_decay() >= 0)) c.Fail("train.weight_decay", absl::StrCat(t.weight_decay(), " must not be negative"));
+  c.InRange("train.warmup_steps", t.warmup_steps(), 0, limits::kMaxSteps);
+  if (!(t.weight_decay() >= 0) || !std::isfinite(t.weight_decay())) c.Fail("train.weight_decay", absl::StrCat(t.weight_decay(), " must not be negative"));
   if (t.betas_size() != 2) {
     c.Fail("train.betas", absl::StrCat("expected two values [beta1, beta2], got ", t.betas_size()));
   } else {
@@ -297,13 +329,13 @@ void CheckTrain(const v1::JobSpec& s, Checker& c) {
       }
     }
   }
-  if (!(t.eps() > 0)) c.Fail("train.eps", absl::StrCat(t.eps(), " must be positive"));
-  if (!(t.grad_clip() >= 0)) c.Fail("train.grad_clip", absl::StrCat(t.grad_clip(), " must not be negative (0 disables clipping)"));
+  if (!(t.eps() > 0) || !std::isfinite(t.eps())) c.Fail("train.eps", absl::StrCat(t.eps(), " must be positive"));
+  if (!(t.grad_clip() >= 0) || !std::isfinite(t.grad_clip())) c.Fail("train.grad_clip", absl::StrCat(t.grad_clip(), " must not be negative (0 disables clipping)"));
   if (t.precision() == v1::PRECISION_UNSPECIFIED) c.Fail("train.precision", "must be fp32, bf16 or fp16");
   if (!(t.initial_loss_scale() >= 1) || !std::isfinite(t.initial_loss_scale())) {
     c.Fail("train.initial_loss_scale", absl::StrCat(t.initial_loss_scale(), " must be a finite number >= 1"));
   }
-  c.AtLeast("train.loss_scale_window", t.loss_scale_window(), 1);
+  c.InRange("train.loss_scale_window", t.loss_scale_window(), 1, limits::kMaxLossScaleWindow);
 }
 
 }  // namespace
@@ -323,11 +355,16 @@ std::vector<SpecError> ValidateJobSpec(const v1::JobSpec& s) {
   if (s.data().blend_size() > 0 && !s.data().path().empty()) {
     c.Fail("data.path", "give data.path or data.blend, not both");
   }
-  if (s.data().blend_size() > 1024) c.Fail("data.blend", "more than 1024 sources");
-  for (int i = 0; i < s.data().blend_size() && i < 1024; ++i) {
+  if (s.data().blend_size() > limits::kMaxBlendSources) {
+    c.Fail("data.blend", absl::StrCat(s.data().blend_size(), " sources, more than the limit ", limits::kMaxBlendSources));
+  }
+  c.Path("data.path", s.data().path());
+  c.Path("data.valid_path", s.data().valid_path());
+  for (int i = 0; i < s.data().blend_size() && i < limits::kMaxBlendSources; ++i) {
     const auto& src = s.data().blend(i);
     const std::string at = absl::StrCat("data.blend[", i, "]");
     if (src.path().empty()) c.Fail(at + ".path", "is required");
+    c.Path(at + ".path", src.path());
     if (!(src.weight() > 0) || !std::isfinite(src.weight())) {
       c.Fail(at + ".weight", absl::StrCat(src.weight(), " is not a positive number"));
     }
@@ -337,8 +374,8 @@ std::vector<SpecError> ValidateJobSpec(const v1::JobSpec& s) {
   if (f != 0 && !s.data().valid_path().empty()) {
     c.Fail("data.valid_fraction", "give data.valid_path or data.valid_fraction, not both");
   }
-  c.AtLeast<int64_t>("train.eval_every", s.train().eval_every(), 0);
-  c.AtLeast("train.eval_batches", s.train().eval_batches(), 1);
+  c.InRange("train.eval_every", s.train().eval_every(), 0, limits::kMaxSteps);
+  c.InRange("train.eval_batches", s.train().eval_batches(), 1, limits::kMaxEvalBatches);
   if (s.train().eval_every() > 0 && f == 0 && s.data().valid_path().empty()) {
     c.Fail("train.eval_every", "needs validation data: data.valid_path or data.valid_fraction");
   }
@@ -352,9 +389,11 @@ std::vector<SpecError> ValidateJobSpec(const v1::JobSpec& s) {
   }
   CheckParallel(s, c);
   CheckTrain(s, c);
-  c.AtLeast<int64_t>("checkpoint.every_steps", s.checkpoint().every_steps(), 0);
-  c.AtLeast("checkpoint.keep", s.checkpoint().keep(), 1);
+  c.InRange("checkpoint.every_steps", s.checkpoint().every_steps(), 0, limits::kMaxSteps);
+  c.InRange("checkpoint.keep", s.checkpoint().keep(), 1, limits::kMaxCheckpointsKept);
+  c.Path("checkpoint.dir", s.checkpoint().dir());
   if (s.output_dir().empty()) c.Fail("output_dir", "is required");
+  c.Path("output_dir", s.output_dir());
   if (s.optimizer().offload() == v1::OFFLOAD_UNSPECIFIED) c.Fail("optimizer.offload", "must be none or cpu");
   // ZeRO 1–3, offload and bf16 / fp16 ran on an H100 against the CPU losses (tools/gpu/check.sh,
   // bench/RESULTS.md); pipeline, sequence and grid tensor parallelism on CUDA need two GPUs, which no
