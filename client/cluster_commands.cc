@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <optional>
 #include <filesystem>
 #include <iostream>
@@ -30,7 +31,9 @@ namespace {
 namespace fs = std::filesystem;
 
 std::unique_ptr<v1::CoordinatorService::Stub> Connect(const ClusterOptions& o) {
-  return v1::CoordinatorService::NewStub(rpc::OpenChannel(o.coordinator));
+  rpc::ChannelOptions options;
+  options.tls = o.tls;
+  return v1::CoordinatorService::NewStub(rpc::OpenChannel(o.coordinator, options));
 }
 
 void SetDeadline(grpc::ClientContext* ctx, int seconds) {
@@ -42,12 +45,15 @@ int Report(const ClusterOptions& o, const grpc::Status& s) {
   switch (s.error_code()) {
     case grpc::StatusCode::UNAVAILABLE:
     case grpc::StatusCode::DEADLINE_EXCEEDED:
-      std::cerr << "error: cannot reach the coordinator at " << o.coordinator << " (" << s.error_message() << ")\n";
+      std::cerr << "error: cannot reach the coordinator at " << o.coordinator << " (" << s.error_message() << ")"
+                << (o.tls ? "" : "; if it serves TLS, give --tls-ca, --tls-cert and --tls-key") << "\n";
       return kExitUnreachable;
     case grpc::StatusCode::INVALID_ARGUMENT:
       for (absl::string_view line : absl::StrSplit(s.error_message(), '\n')) std::cerr << "error: " << line << "\n";
       return kExitBadInput;
     case grpc::StatusCode::NOT_FOUND:
+    case grpc::StatusCode::PERMISSION_DENIED:
+    case grpc::StatusCode::UNAUTHENTICATED:
       std::cerr << "error: " << s.error_message() << "\n";
       return kExitBadInput;
     default:
@@ -55,6 +61,33 @@ int Report(const ClusterOptions& o, const grpc::Status& s) {
       return kExitJobFailed;
   }
 }
+
+}  // namespace
+
+bool PrepareConnection(const rpc::TlsFiles& files, bool insecure, ClusterOptions* o) {
+  if (files.empty()) {
+    if (!rpc::IsLoopback(o->coordinator) && !insecure) {
+      std::cerr << "error: --coordinator " << o->coordinator << " is not a loopback address: give --tls-ca, --tls-cert "
+                << "and --tls-key (or $TESSERA_TLS_CA, $TESSERA_TLS_CERT, $TESSERA_TLS_KEY), or --insecure\n";
+      return false;
+    }
+    return true;
+  }
+  auto tls = rpc::LoadTls(files);
+  if (!tls.ok()) {
+    std::string message(tls.status().message());
+    for (auto [from, to] : {std::pair<const char*, const char*>{"--tls_ca", "--tls-ca"}, {"--tls_cert", "--tls-cert"},
+                            {"--tls_key", "--tls-key"}}) {
+      for (size_t at = message.find(from); at != std::string::npos; at = message.find(from)) message.replace(at, strlen(from), to);
+    }
+    std::cerr << "error: " << message << "\n";
+    return false;
+  }
+  o->tls = std::move(*tls);
+  return true;
+}
+
+namespace {
 
 std::string StateName(v1::JobState s) {
   std::string n = v1::JobState_Name(s);

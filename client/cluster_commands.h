@@ -3,8 +3,11 @@
 #ifndef TESSERA_CLIENT_CLUSTER_COMMANDS_H_
 #define TESSERA_CLIENT_CLUSTER_COMMANDS_H_
 
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "common/rpc/tls.h"
 
 namespace tessera::client {
 
@@ -12,7 +15,12 @@ struct ClusterOptions {
   std::string coordinator = "127.0.0.1:7070";  // --coordinator, or $TESSERA_COORDINATOR.
   bool json = false;                           // --output json.
   int timeout_s = 10;                          // Deadline of each unary call.
+  std::optional<rpc::TlsMaterial> tls;         // Mutual TLS (--tls-*, $TESSERA_TLS_*); none: insecure.
 };
+
+// Loads o->tls from `files` (nothing when all are empty). Without TLS a coordinator that is not on a
+// loopback address is refused unless `insecure`. Prints the error and returns false on failure.
+bool PrepareConnection(const rpc::TlsFiles& files, bool insecure, ClusterOptions* o);
 
 int SubmitCommand(const ClusterOptions& o, const std::string& spec_path, const std::vector<std::string>& overrides,
                   int max_restarts, bool follow);

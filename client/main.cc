@@ -12,6 +12,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
+#include "client/certs_command.h"
 #include "client/cluster_commands.h"
 #include "client/data_prepare.h"
 #include "client/data_samples.h"
@@ -58,6 +59,35 @@ int Main(int argc, char** argv) {
   std::string output = "table";
   app.add_option("--coordinator", cluster.coordinator, "Coordinator address (default $TESSERA_COORDINATOR or 127.0.0.1:7070)");
   app.add_option("--output", output, "table or json")->check(CLI::IsMember({"table", "json"}));
+  rpc::TlsFiles tls_files;
+  for (auto [env, field] : {std::pair<const char*, std::string*>{"TESSERA_TLS_CA", &tls_files.ca},
+                            {"TESSERA_TLS_CERT", &tls_files.cert},
+                            {"TESSERA_TLS_KEY", &tls_files.key}}) {
+    if (const char* v = getenv(env); v != nullptr && *v) *field = v;
+  }
+  bool insecure = false;
+  app.add_option("--tls-ca", tls_files.ca, "The cluster's CA certificate (default $TESSERA_TLS_CA)");
+  app.add_option("--tls-cert", tls_files.cert, "Your certificate, DIR/user-NAME.pem (default $TESSERA_TLS_CERT)");
+  app.add_option("--tls-key", tls_files.key, "Its key, DIR/user-NAME.key (default $TESSERA_TLS_KEY)");
+  app.add_flag("--insecure", insecure, "Talk to a coordinator on a non-loopback address without TLS");
+
+  CertsOptions certs;
+  std::string certs_show_path;
+  CLI::App* certs_cmd = app.add_subcommand("certs", "The cluster's CA and certificates for mutual TLS");
+  certs_cmd->require_subcommand(1);
+  CLI::App* certs_init = certs_cmd->add_subcommand(
+      "init", "A new CA in DIR, the coordinator's certificate and one for each --worker and --user");
+  CLI::App* certs_issue = certs_cmd->add_subcommand("issue", "More certificates from the CA in DIR");
+  CLI::App* certs_show = certs_cmd->add_subcommand("show", "The identity a certificate carries");
+  certs_show->add_option("file", certs_show_path, "A certificate (.pem)")->required();
+  for (CLI::App* c : {certs_init, certs_issue}) {
+    c->add_option("dir", certs.dir, "Certificate directory (created with mode 0700)")->required();
+    c->add_option("--worker", certs.workers, "A worker's node name (repeatable)");
+    c->add_option("--user", certs.users, "A user's name (repeatable)");
+    c->add_option("--san", certs.sans, "Another host name or IP address of the coordinator (repeatable)");
+    c->add_option("--days", certs.days, "Validity of the certificates in days (default 365)")->check(CLI::Range(1, 3650));
+  }
+  certs_issue->add_flag("--coordinator", certs.coordinator, "The coordinator's certificate");
 
   std::string submit_spec;
   std::vector<std::string> submit_sets;
@@ -160,6 +190,13 @@ int Main(int argc, char** argv) {
   }
   cluster.json = output == "json";
   if (run_cmd->parsed()) return RunLocal(run);
+  if (certs_init->parsed()) return CertsInitCommand(certs);
+  if (certs_issue->parsed()) return CertsIssueCommand(certs);
+  if (certs_show->parsed()) return CertsShowCommand(certs_show_path);
+  for (CLI::App* c : {submit, jobs, job, cancel, follow_cmd, workers, logs}) {
+    if (c->parsed() && !PrepareConnection(tls_files, insecure, &cluster)) return kExitBadInput;
+  }
+  if (plan->parsed() && local_plan.devices == -1 && !PrepareConnection(tls_files, insecure, &cluster)) return kExitBadInput;
   if (submit->parsed()) return SubmitCommand(cluster, submit_spec, submit_sets, max_restarts, follow);
   if (jobs->parsed()) return JobsCommand(cluster);
   if (job->parsed()) return JobCommand(cluster, job_id);

@@ -170,7 +170,7 @@ void Coordinator::SetStateLocked(JobEntry& e, v1::JobState state, const std::str
   ChangedLocked(e, /*persist=*/true);
 }
 
-absl::StatusOr<v1::Job> Coordinator::Submit(const v1::JobSpec& spec, int max_restarts) {
+absl::StatusOr<v1::Job> Coordinator::Submit(const v1::JobSpec& spec, int max_restarts, const std::string& owner) {
   std::vector<spec::SpecError> errors = spec::ValidateJobSpec(spec);
   if (spec.ByteSizeLong() > spec::limits::kMaxSpecBytes) {
     errors.push_back({"spec", absl::StrCat(spec.ByteSizeLong(), " bytes encoded, more than the limit ", spec::limits::kMaxSpecBytes)});
@@ -192,6 +192,7 @@ absl::StatusOr<v1::Job> Coordinator::Submit(const v1::JobSpec& spec, int max_res
   job.set_id(*id);
   *job.mutable_spec() = spec;
   job.set_max_restarts(max_restarts);
+  job.set_owner(owner);
   job.set_created_unix_ms(NowMs());
   job.set_updated_unix_ms(job.created_unix_ms());
   job.mutable_progress()->set_total_steps(spec.train().steps());
@@ -398,7 +399,8 @@ absl::StatusOr<v1::Job> Coordinator::GetJob(const std::string& id) {
   return it->second.job;
 }
 
-std::vector<v1::Job> Coordinator::ListJobsPage(int page_size, const std::string& after, std::string* next) {
+std::vector<v1::Job> Coordinator::ListJobsPage(int page_size, const std::string& after, std::string* next,
+                                               const std::string* owner) {
   absl::MutexLock lock(&mu_);
   std::vector<v1::Job> out;
   next->clear();
@@ -409,6 +411,7 @@ std::vector<v1::Job> Coordinator::ListJobsPage(int page_size, const std::string&
   auto it = after.empty() ? jobs_.end() : jobs_.lower_bound(after);
   while (it != jobs_.begin()) {
     --it;
+    if (owner != nullptr && it->second.job.owner() != *owner) continue;
     if (static_cast<int>(out.size()) == page_size || bytes >= kPageBytes) {
       *next = out.back().id();
       break;

@@ -57,12 +57,15 @@ class Coordinator {
   absl::Status Recover();
 
   // Client side. Submit validates the spec (InvalidArgument, one "field: reason" per line).
-  absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec, int max_restarts);
+  // `owner` is recorded as Job.owner.
+  absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec, int max_restarts, const std::string& owner = "");
   absl::StatusOr<v1::Job> GetJob(const std::string& id);
   std::vector<v1::Job> ListJobs();  // Newest first.
   // One page of ListJobs(): at most `page_size` jobs older than the one named `after` (empty: from
   // the newest); *next is the last one's id when more follow, else empty.
-  std::vector<v1::Job> ListJobsPage(int page_size, const std::string& after, std::string* next);
+  // `owner`, when given, keeps only that user's jobs.
+  std::vector<v1::Job> ListJobsPage(int page_size, const std::string& after, std::string* next,
+                                    const std::string* owner = nullptr);
   absl::StatusOr<v1::Job> Cancel(const std::string& id);
   // Waits until job `id` has a version newer than `seen` (or `timeout`); returns it and its version.
   absl::StatusOr<std::pair<v1::Job, uint64_t>> WaitForJobChange(const std::string& id, uint64_t seen,

@@ -6,6 +6,8 @@
 #include <atomic>
 #include <cstdio>
 #include <iostream>
+#include <optional>
+#include <vector>
 #include <thread>
 
 #include <grpcpp/grpcpp.h>
@@ -20,6 +22,7 @@
 #include "coordinator/worker_service.h"
 #include "common/metrics/metrics_server.h"
 #include "common/rpc/channel.h"
+#include "common/rpc/tls.h"
 #include "coordinator/coordinator_metrics.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:7070", "gRPC address; port 0 picks a free port (printed).");
@@ -29,6 +32,15 @@ ABSL_FLAG(int, start_timeout_s, 120, "Seconds for every rank of a placed attempt
 ABSL_FLAG(int, backfill_limit_s, 600,
           "Seconds a job that does not fit lets later jobs that fit go first; then it holds its devices' kind.");
 ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9464", "Prometheus /metrics address; port 0 picks one (printed).");
+ABSL_FLAG(std::string, tls_ca, "", "The cluster's CA certificate (tessera certs init): clients must present a certificate it signed.");
+ABSL_FLAG(std::string, tls_cert, "", "This coordinator's certificate (DIR/coordinator.pem).");
+ABSL_FLAG(std::string, tls_key, "", "Its private key (DIR/coordinator.key, mode 0600).");
+ABSL_FLAG(bool, insecure, false,
+          "Serve without TLS on a non-loopback --listen address: no authentication, no authorization. Logs a warning "
+          "on every start. Without TLS on a loopback address nothing is checked either (every local user is trusted).");
+ABSL_FLAG(std::vector<std::string>, admins, {}, "Users (certificate names) who may see and cancel every job.");
+ABSL_FLAG(int, max_streams_per_client, 16, "WatchJob streams one user (without TLS: one address) may hold open at once.");
+ABSL_FLAG(int, max_threads, 512, "Threads the gRPC server may use at most (each open stream holds one).");
 
 namespace {
 
@@ -61,12 +73,43 @@ int main(int argc, char** argv) {
     std::cerr << "error: " << s.message() << "\n";
     return 1;
   }
-  tessera::coordinator::CoordinatorServiceImpl client_api(&coordinator, &metrics);
-  tessera::coordinator::WorkerServiceImpl worker_api(&coordinator, &metrics);
+  const std::string listen = absl::GetFlag(FLAGS_listen);
+  std::optional<tessera::rpc::TlsMaterial> tls;
+  const tessera::rpc::TlsFiles tls_files{absl::GetFlag(FLAGS_tls_ca), absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key)};
+  if (!tls_files.empty()) {
+    auto loaded = tessera::rpc::LoadTls(tls_files);
+    if (!loaded.ok()) {
+      std::cerr << "error: " << loaded.status().message() << "\n";
+      return 2;
+    }
+    if (loaded->identity.role != tessera::tls::Role::kCoordinator) {
+      std::cerr << "error: --tls_cert " << tls_files.cert << " names " << tessera::tls::Describe(loaded->identity)
+                << "; the coordinator needs its own certificate (DIR/coordinator.pem from tessera certs init)\n";
+      return 2;
+    }
+    tls = std::move(*loaded);
+  } else if (!tessera::rpc::IsLoopback(listen)) {
+    if (!absl::GetFlag(FLAGS_insecure)) {
+      std::cerr << "error: --listen " << listen << " is not a loopback address: give --tls_ca, --tls_cert and --tls_key "
+                << "(tessera certs init), or --insecure to serve anyone who can reach it without authentication\n";
+      return 2;
+    }
+    std::cerr << "tessera-coordinator: WARNING: --insecure: serving " << listen << " without TLS; anyone who can reach "
+              << "it can submit, read and cancel any job and register as any worker\n";
+  }
+  tessera::coordinator::AuthorizerOptions auth_options;
+  auth_options.tls = tls.has_value();
+  for (const std::string& a : absl::GetFlag(FLAGS_admins)) auth_options.admins.insert(a);
+  tessera::coordinator::Authorizer authorizer(auth_options, &metrics);
+  tessera::coordinator::CoordinatorServiceImpl client_api(&coordinator, &metrics, &authorizer,
+                                                          absl::GetFlag(FLAGS_max_streams_per_client));
+  tessera::coordinator::WorkerServiceImpl worker_api(&coordinator, &metrics, &authorizer);
   grpc::ServerBuilder builder;
   int port = 0;
-  const std::string listen = absl::GetFlag(FLAGS_listen);
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(listen, tessera::rpc::ServerCredentialsFor(tls), &port);
+  grpc::ResourceQuota quota("tessera-coordinator");
+  quota.SetMaxThreads(std::max(16, absl::GetFlag(FLAGS_max_threads)));
+  builder.SetResourceQuota(quota);
   builder.SetMaxReceiveMessageSize(tessera::rpc::kMaxRequestBytes);
   builder.SetMaxSendMessageSize(tessera::rpc::kMaxResponseBytes);
   builder.RegisterService(&client_api);
@@ -77,7 +120,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string host = listen.substr(0, listen.rfind(':'));
-  std::cout << "tessera-coordinator: listening on " << host << ":" << port << std::endl;
+  std::cout << "tessera-coordinator: listening on " << host << ":" << port
+            << (tls ? " (mutual TLS)" : " (no TLS: callers are not authenticated)") << std::endl;
   std::cout << "tessera-coordinator: metrics on http://" << (*metrics_server)->address() << "/metrics" << std::endl;
   struct sigaction sa {};
   sa.sa_handler = OnSignal;

@@ -22,7 +22,15 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& registry)
                       .Name("tessera_coordinator_scheduling_latency_seconds")
                       .Help("Time from a job entering the queue to its ranks being placed.")
                       .Register(registry)
-                      .Add({}, metrics::ExponentialBuckets(0.001, 4, 10))) {}
+                      .Add({}, metrics::ExponentialBuckets(0.001, 4, 10))),
+      denied_(prometheus::BuildCounter()
+                  .Name("tessera_coordinator_rpc_denied_total")
+                  .Help("RPCs refused by authorization, by method and reason.")
+                  .Register(registry)) {}
+
+void CoordinatorMetrics::CountDenied(const std::string& method, const std::string& reason) {
+  denied_.Add({{"method", method}, {"reason", reason}}).Increment();
+}
 
 void CoordinatorMetrics::ObserveRpc(const std::string& method, double seconds) {
   rpc_.Add({{"method", method}}, metrics::ExponentialBuckets(0.0001, 2, 16)).Observe(seconds);

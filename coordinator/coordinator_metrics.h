@@ -3,6 +3,8 @@
 //   tessera_coordinator_workers{state}                  gauge
 //   tessera_coordinator_rpc_duration_seconds{method}    histogram
 //   tessera_coordinator_scheduling_latency_seconds      histogram (queued → placed)
+//   tessera_coordinator_rpc_denied_total{method,reason} counter (authorizer.h; reason: no_identity,
+//                                                        wrong_role, impersonation, not_owner, too_many_streams)
 #ifndef TESSERA_COORDINATOR_COORDINATOR_METRICS_H_
 #define TESSERA_COORDINATOR_COORDINATOR_METRICS_H_
 
@@ -10,6 +12,7 @@
 #include <map>
 #include <string>
 
+#include <prometheus/counter.h>
 #include <prometheus/family.h>
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
@@ -25,6 +28,7 @@ class CoordinatorMetrics {
 
   void ObserveRpc(const std::string& method, double seconds);
   void ObserveScheduling(double seconds);
+  void CountDenied(const std::string& method, const std::string& reason);
   void SetCounts(const std::map<v1::JobState, int>& jobs, const std::map<v1::Worker::State, int>& workers);
 
  private:
@@ -32,6 +36,7 @@ class CoordinatorMetrics {
   prometheus::Family<prometheus::Gauge>& workers_;
   prometheus::Family<prometheus::Histogram>& rpc_;
   prometheus::Histogram& scheduling_;
+  prometheus::Family<prometheus::Counter>& denied_;
 };
 
 // Times one RPC handler (no-op when metrics are null).

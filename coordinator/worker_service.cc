@@ -6,18 +6,20 @@ namespace tessera::coordinator {
 
 using rpc::ToGrpc;
 
-grpc::Status WorkerServiceImpl::RegisterWorker(grpc::ServerContext*, const v1::RegisterWorkerRequest* req,
+grpc::Status WorkerServiceImpl::RegisterWorker(grpc::ServerContext* ctx, const v1::RegisterWorkerRequest* req,
                                                v1::RegisterWorkerResponse* resp) {
   RpcTimer timer(metrics_, "RegisterWorker");
+  if (grpc::Status s = Authorize(ctx, "RegisterWorker", req->name()); !s.ok()) return s;
   auto r = coordinator_->RegisterWorker(*req);
   if (!r.ok()) return ToGrpc(r.status());
   *resp = *r;
   return grpc::Status::OK;
 }
 
-grpc::Status WorkerServiceImpl::Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* req,
+grpc::Status WorkerServiceImpl::Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* req,
                                           v1::HeartbeatResponse*) {
   RpcTimer timer(metrics_, "Heartbeat");
+  if (grpc::Status s = Authorize(ctx, "Heartbeat", req->worker_id()); !s.ok()) return s;
   if (req->worker_id().empty()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "worker_id: is required");
   return ToGrpc(coordinator_->Heartbeat(*req));
 }
@@ -25,6 +27,7 @@ grpc::Status WorkerServiceImpl::Heartbeat(grpc::ServerContext*, const v1::Heartb
 grpc::Status WorkerServiceImpl::StreamAssignments(grpc::ServerContext* ctx, const v1::StreamAssignmentsRequest* req,
                                                   grpc::ServerWriter<v1::Assignment>* writer) {
   RpcTimer timer(metrics_, "StreamAssignments");
+  if (grpc::Status s = Authorize(ctx, "StreamAssignments", req->worker_id()); !s.ok()) return s;
   if (req->worker_id().empty()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "worker_id: is required");
   const int64_t stream = coordinator_->StreamOpened(req->worker_id(), req->session());
   while (!ctx->IsCancelled()) {
@@ -39,9 +42,10 @@ grpc::Status WorkerServiceImpl::StreamAssignments(grpc::ServerContext* ctx, cons
   return grpc::Status::OK;
 }
 
-grpc::Status WorkerServiceImpl::ReportRankStatus(grpc::ServerContext*, const v1::ReportRankStatusRequest* req,
+grpc::Status WorkerServiceImpl::ReportRankStatus(grpc::ServerContext* ctx, const v1::ReportRankStatusRequest* req,
                                                  v1::ReportRankStatusResponse*) {
   RpcTimer timer(metrics_, "ReportRankStatus");
+  if (grpc::Status s = Authorize(ctx, "ReportRankStatus", req->worker_id()); !s.ok()) return s;
   if (req->worker_id().empty()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "worker_id: is required");
   if (req->job_id().empty()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "job_id: is required");
   return ToGrpc(coordinator_->ReportRankStatus(*req));

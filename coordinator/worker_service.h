@@ -2,6 +2,7 @@
 #ifndef TESSERA_COORDINATOR_WORKER_SERVICE_H_
 #define TESSERA_COORDINATOR_WORKER_SERVICE_H_
 
+#include "coordinator/authorizer.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/coordinator_metrics.h"
 #include "tessera/v1/worker_service.grpc.pb.h"
@@ -10,8 +11,9 @@ namespace tessera::coordinator {
 
 class WorkerServiceImpl final : public v1::WorkerService::Service {
  public:
-  // `metrics` may be null.
-  WorkerServiceImpl(Coordinator* coordinator, CoordinatorMetrics* metrics) : coordinator_(coordinator), metrics_(metrics) {}
+  // `metrics` may be null; `authorizer` null: no checks (unit tests of the handlers).
+  WorkerServiceImpl(Coordinator* coordinator, CoordinatorMetrics* metrics, const Authorizer* authorizer = nullptr)
+      : coordinator_(coordinator), metrics_(metrics), authorizer_(authorizer) {}
 
   grpc::Status RegisterWorker(grpc::ServerContext*, const v1::RegisterWorkerRequest*,
                               v1::RegisterWorkerResponse*) override;
@@ -22,8 +24,14 @@ class WorkerServiceImpl final : public v1::WorkerService::Service {
                                 v1::ReportRankStatusResponse*) override;
 
  private:
+  // OK when the caller may act as worker `name`.
+  grpc::Status Authorize(grpc::ServerContext* ctx, const char* rpc, const std::string& name) const {
+    return authorizer_ == nullptr ? grpc::Status::OK : authorizer_->Worker(*ctx, rpc, name);
+  }
+
   Coordinator* coordinator_;
   CoordinatorMetrics* metrics_;
+  const Authorizer* authorizer_;
 };
 
 }  // namespace tessera::coordinator

@@ -81,7 +81,9 @@ class AssignmentReader {
 }  // namespace
 
 void Agent::Run(const std::atomic<bool>& stop) {
-  auto channel = rpc::OpenChannel(options_.coordinator);
+  rpc::ChannelOptions channel_options;
+  channel_options.tls = options_.tls;
+  auto channel = rpc::OpenChannel(options_.coordinator, channel_options);
   auto stub = v1::WorkerService::NewStub(channel);
   RankSupervisor supervisor(options_.supervisor);
   std::string worker_id;

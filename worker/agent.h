@@ -7,6 +7,9 @@
 #include <atomic>
 #include <string>
 
+#include <optional>
+
+#include "common/rpc/tls.h"
 #include "tessera/v1/cluster.pb.h"
 #include "worker/rank_supervisor.h"
 #include "worker/worker_metrics.h"
@@ -23,6 +26,7 @@ struct AgentOptions {
   int store_port_min = 29500;             // Ports the coordinator may hand to rank 0's store here.
   int store_port_max = 29599;
   std::string metrics_address;
+  std::optional<rpc::TlsMaterial> tls;    // Mutual TLS towards the coordinator; none: insecure.
   RankSupervisorOptions supervisor;
 };
 

@@ -34,6 +34,12 @@ ABSL_FLAG(int, collective_timeout_s, 300,
           "host stalled from the rank's own error).");
 ABSL_FLAG(int, threads_per_rank, 0, "Intra-op threads of each rank; 0 = cores / devices.");
 ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9465", "Prometheus /metrics address; port 0 picks one (printed).");
+ABSL_FLAG(std::string, tls_ca, "", "The cluster's CA certificate (tessera certs init).");
+ABSL_FLAG(std::string, tls_cert, "", "This worker's certificate (DIR/worker-NAME.pem); its name is the node name.");
+ABSL_FLAG(std::string, tls_key, "", "Its private key (DIR/worker-NAME.key, mode 0600).");
+ABSL_FLAG(bool, insecure, false,
+          "Connect to a coordinator on a non-loopback address without TLS (no authentication). Logs a warning on "
+          "every start.");
 ABSL_FLAG(double, peak_tflops_per_device, 0,
           "Peak TFLOP/s of one device, the denominator of MFU. 0: for cpu, nominal fp32 FMA peak of the "
           "threads each rank gets (32 FLOP/cycle × clock from /proc/cpuinfo).");
@@ -91,6 +97,29 @@ int main(int argc, char** argv) {
   // A CPU "device" gets its share of RAM; a GPU's memory is not read here (the daemon links no CUDA).
   o.device_memory_bytes = cuda ? 0 : MemTotalBytes() / o.device_count;
   o.name = absl::GetFlag(FLAGS_name);
+  const tessera::rpc::TlsFiles tls_files{absl::GetFlag(FLAGS_tls_ca), absl::GetFlag(FLAGS_tls_cert),
+                                         absl::GetFlag(FLAGS_tls_key)};
+  if (!tls_files.empty()) {
+    auto tls = tessera::rpc::LoadTls(tls_files);
+    if (!tls.ok()) return Fail(std::string(tls.status().message()));
+    if (tls->identity.role != tessera::tls::Role::kWorker) {
+      return Fail("--tls_cert " + tls_files.cert + " names " + tessera::tls::Describe(tls->identity) +
+                  "; a worker needs a worker certificate (tessera certs issue DIR --worker NAME)");
+    }
+    if (o.name.empty()) o.name = tls->identity.name;
+    if (o.name != tls->identity.name) {
+      return Fail("--name " + o.name + " differs from the name in --tls_cert (" + tls->identity.name +
+                  "): the coordinator accepts a worker only under its certificate's name");
+    }
+    o.tls = std::move(*tls);
+  } else if (!tessera::rpc::IsLoopback(o.coordinator)) {
+    if (!absl::GetFlag(FLAGS_insecure)) {
+      return Fail("--coordinator " + o.coordinator + " is not a loopback address: give --tls_ca, --tls_cert and "
+                  "--tls_key (tessera certs init), or --insecure to connect without authentication");
+    }
+    std::cerr << "tessera-worker: WARNING: --insecure: talking to " << o.coordinator << " without TLS; anyone on the "
+              << "network can impersonate this worker or the coordinator" << std::endl;
+  }
   if (o.name.empty()) {
     char host[256] = {0};
     gethostname(host, sizeof(host) - 1);

@@ -9,7 +9,8 @@ std::shared_ptr<grpc::Channel> OpenChannel(const std::string& target, const Chan
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, options.max_reconnect_backoff_ms);
   args.SetMaxReceiveMessageSize(kMaxResponseBytes);
   args.SetMaxSendMessageSize(kMaxRequestBytes);
-  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  if (options.tls) args.SetSslTargetNameOverride(tls::kCoordinatorServerName);
+  return grpc::CreateCustomChannel(target, ChannelCredentialsFor(options.tls), args);
 }
 
 }  // namespace tessera::rpc

@@ -5,6 +5,9 @@
 #include <memory>
 #include <string>
 
+#include <optional>
+
+#include "common/rpc/tls.h"
 #include "grpcpp/grpcpp.h"
 
 namespace tessera::rpc {
@@ -16,6 +19,8 @@ namespace tessera::rpc {
 struct ChannelOptions {
   int initial_reconnect_backoff_ms = 200;
   int max_reconnect_backoff_ms = 1000;
+  // Mutual TLS (the server's certificate is checked for tls::kCoordinatorServerName); none: insecure.
+  std::optional<TlsMaterial> tls;
 };
 
 // Message size limits, explicit rather than gRPC's defaults. A daemon receives at most
@@ -24,7 +29,7 @@ struct ChannelOptions {
 inline constexpr int kMaxRequestBytes = 4 << 20;
 inline constexpr int kMaxResponseBytes = 16 << 20;
 
-// An insecure channel to `target` (host:port) with `options`.
+// A channel to `target` (host:port) with `options`.
 std::shared_ptr<grpc::Channel> OpenChannel(const std::string& target, const ChannelOptions& options = {});
 
 }  // namespace tessera::rpc

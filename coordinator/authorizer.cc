@@ -1,0 +1,60 @@
+#include "coordinator/authorizer.h"
+
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "common/rpc/tls.h"
+
+namespace tessera::coordinator {
+
+grpc::Status Authorizer::Deny(grpc::StatusCode code, const char* rpc, const char* reason, const std::string& peer,
+                              const std::string& message) const {
+  if (metrics_ != nullptr) metrics_->CountDenied(rpc, reason);
+  fprintf(stderr, "tessera-coordinator: DENIED %s by %s: %s\n", rpc, peer.c_str(), message.c_str());
+  return grpc::Status(code, message);
+}
+
+grpc::Status Authorizer::User(const grpc::ServerContext& context, const char* rpc, Caller* caller) const {
+  if (!options_.tls) {
+    *caller = Caller{"", true, context.peer()};
+    return grpc::Status::OK;
+  }
+  auto id = rpc::PeerIdentity(context);
+  if (!id.ok()) {
+    return Deny(grpc::StatusCode::UNAUTHENTICATED, rpc, "no_identity", context.peer(), std::string(id.status().message()));
+  }
+  const std::string peer = absl::StrCat(tls::Describe(*id), " (", context.peer(), ")");
+  if (id->role != tls::Role::kUser) {
+    return Deny(grpc::StatusCode::PERMISSION_DENIED, rpc, "wrong_role", peer,
+                absl::StrCat(rpc, " is for users; the caller's certificate names ", tls::Describe(*id)));
+  }
+  *caller = Caller{id->name, options_.admins.count(id->name) > 0, peer};
+  return grpc::Status::OK;
+}
+
+grpc::Status Authorizer::Worker(const grpc::ServerContext& context, const char* rpc, const std::string& worker_name) const {
+  if (!options_.tls) return grpc::Status::OK;
+  auto id = rpc::PeerIdentity(context);
+  if (!id.ok()) {
+    return Deny(grpc::StatusCode::UNAUTHENTICATED, rpc, "no_identity", context.peer(), std::string(id.status().message()));
+  }
+  const std::string peer = absl::StrCat(tls::Describe(*id), " (", context.peer(), ")");
+  if (id->role != tls::Role::kWorker) {
+    return Deny(grpc::StatusCode::PERMISSION_DENIED, rpc, "wrong_role", peer,
+                absl::StrCat(rpc, " is for workers; the caller's certificate names ", tls::Describe(*id)));
+  }
+  if (id->name != worker_name) {
+    return Deny(grpc::StatusCode::PERMISSION_DENIED, rpc, "impersonation", peer,
+                absl::StrCat("worker ", id->name, " may act only as itself, not as '", worker_name.substr(0, 128), "'"));
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status Authorizer::Job(const Caller& caller, const v1::Job& job, const char* rpc) const {
+  if (caller.admin || job.owner() == caller.user) return grpc::Status::OK;
+  return Deny(grpc::StatusCode::PERMISSION_DENIED, rpc, "not_owner", caller.peer,
+              absl::StrCat("job ", job.id(), " belongs to another user (only its owner and the coordinator's --admins may ",
+                           "see or change it)"));
+}
+
+}  // namespace tessera::coordinator
