@@ -43,6 +43,7 @@
 #include "absl/time/time.h"
 #include "nlohmann/json.hpp"
 #include "tests/testing/cli.h"
+#include "tests/testing/cluster_certs.h"
 #include "tests/testing/test_hosts.h"
 
 ABSL_FLAG(int, minutes, 10, "How long faults are injected.");
@@ -142,6 +143,7 @@ class Chaos {
   }
 
   std::unique_ptr<testing::TestHosts> hosts_;
+  std::unique_ptr<testing::ClusterCerts> certs_;
   std::string dir_, coordinator_, spec_;
   pid_t coordinator_pid_ = -1;
   std::map<int, pid_t> worker_pids_;
@@ -158,10 +160,12 @@ class Chaos {
 };
 
 void Chaos::StartCoordinator() {
-  auto c = hosts_->Spawn(0, {testing::Runfile("coordinator/tessera-coordinator"), "--listen=" + coordinator_,
-                             "--db=" + dir_ + "/coord.db",
-                             absl::StrCat("--heartbeat_timeout_s=", absl::GetFlag(FLAGS_heartbeat_timeout_s))},
-                         dir_ + "/coordinator.log");
+  if (!certs_) certs_ = std::make_unique<testing::ClusterCerts>(dir_ + "/certs");  // Mutual TLS, as deployed.
+  std::vector<std::string> argv = {testing::Runfile("coordinator/tessera-coordinator"), "--listen=" + coordinator_,
+                                   "--db=" + dir_ + "/coord.db",
+                                   absl::StrCat("--heartbeat_timeout_s=", absl::GetFlag(FLAGS_heartbeat_timeout_s))};
+  for (const std::string& f : certs_->CoordinatorFlags()) argv.push_back(f);
+  auto c = hosts_->Spawn(0, argv, dir_ + "/coordinator.log");
   if (!c.ok()) {
     Broke(absl::StrCat("coordinator did not start: ", c.status().message()));
     return;
@@ -172,12 +176,13 @@ void Chaos::StartCoordinator() {
 
 void Chaos::StartWorker(int host) {
   const std::string name = absl::StrCat("node", host);
-  auto w = hosts_->Spawn(host, {testing::Runfile("worker/tessera-worker"), "--coordinator=" + coordinator_,
-                                absl::StrCat("--devices=cpu:", absl::GetFlag(FLAGS_devices)),
-                                absl::StrCat("--work_dir=", dir_, "/", name), "--name=" + name, "--stop_grace_s=3",
-                                "--threads_per_rank=1",
-                                absl::StrCat("--collective_timeout_s=", absl::GetFlag(FLAGS_collective_timeout_s))},
-                         absl::StrCat(dir_, "/", name, ".log"),
+  std::vector<std::string> argv = {testing::Runfile("worker/tessera-worker"), "--coordinator=" + coordinator_,
+                                   absl::StrCat("--devices=cpu:", absl::GetFlag(FLAGS_devices)),
+                                   absl::StrCat("--work_dir=", dir_, "/", name), "--name=" + name, "--stop_grace_s=3",
+                                   "--threads_per_rank=1",
+                                   absl::StrCat("--collective_timeout_s=", absl::GetFlag(FLAGS_collective_timeout_s))};
+  for (const std::string& f : certs_->WorkerFlags(name)) argv.push_back(f);
+  auto w = hosts_->Spawn(host, argv, absl::StrCat(dir_, "/", name, ".log"),
                          {{"TESSERA_RANK_BINARY", testing::Runfile("worker/rank/tessera-rank")}});
   if (!w.ok()) {
     Broke(absl::StrCat("worker on host ", host, " did not start: ", w.status().message()));
@@ -188,6 +193,7 @@ void Chaos::StartWorker(int host) {
 
 testing::CliResult Chaos::Cli(std::vector<std::string> args) {
   std::vector<std::string> argv = {testing::Runfile("client/tessera"), "--coordinator=" + coordinator_};
+  for (const std::string& f : certs_->CliFlags()) argv.push_back(f);
   argv.insert(argv.end(), args.begin(), args.end());
   return hosts_->Run(0, argv);
 }

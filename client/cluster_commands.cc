@@ -215,13 +215,16 @@ int FollowCommand(const ClusterOptions& o, const std::string& job_id) {
       }
     }
     grpc::Status s = reader->Finish();
-    if (s.error_code() == grpc::StatusCode::NOT_FOUND || s.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
+    if (s.error_code() == grpc::StatusCode::NOT_FOUND || s.error_code() == grpc::StatusCode::INVALID_ARGUMENT ||
+        s.error_code() == grpc::StatusCode::PERMISSION_DENIED || s.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
       return Report(o, s);
     }
-    // The coordinator went away (restart?): keep following once it is back.
+    // The coordinator went away (restart?): keep following once it is back, over a new channel (a
+    // TLS channel that lost its server did not reconnect to the restarted one: see worker/agent.cc).
     if (got_any) reconnect_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
     if (std::chrono::steady_clock::now() > reconnect_deadline) return Report(o, s);
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    stub = Connect(o);
   }
 }
 

@@ -17,6 +17,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/testing/cli.h"
+#include "tests/testing/cluster_certs.h"
 
 namespace tessera {
 namespace {
@@ -46,6 +47,7 @@ class ClusterTest : public ::testing::Test {
     dir_ = testing::FreshDir(std::string("cluster_") + ::testing::UnitTest::GetInstance()->current_test_info()->name());
     port_ = net::PickFreePort();
     addr_ = absl::StrCat("127.0.0.1:", port_);
+    certs_ = std::make_unique<testing::ClusterCerts>(dir_ + "/certs");  // The cluster talks mutual TLS.
     StartCoordinator();
     for (const std::string name : {"a", "b"}) StartWorker(name);
     ASSERT_TRUE(WaitFor([&] {
@@ -80,6 +82,7 @@ class ClusterTest : public ::testing::Test {
                "--work_dir=" + dir_ + "/worker_" + name, "--name=" + name,
                absl::StrCat("--store_ports=", base, "-", base + 20), "--stop_grace_s=3", "--threads_per_rank=1",
                "--metrics_listen=127.0.0.1:0"};
+    for (const std::string& f : certs_->WorkerFlags(name)) so.argv.push_back(f);
     so.log_path = dir_ + "/worker_" + name + ".log";
     so.env = {{"TESSERA_RANK_BINARY", testing::Runfile("worker/rank/tessera-rank")}};
     auto pid = process::Spawn(so);
@@ -91,6 +94,7 @@ class ClusterTest : public ::testing::Test {
     process::SpawnOptions so;
     so.argv = {testing::Runfile("coordinator/tessera-coordinator"), "--listen=" + addr_, "--db=" + dir_ + "/coord.db",
                "--heartbeat_timeout_s=5", "--metrics_listen=127.0.0.1:0"};
+    for (const std::string& f : certs_->CoordinatorFlags()) so.argv.push_back(f);
     so.log_path = dir_ + "/coordinator.log";
     auto pid = process::Spawn(so);
     ASSERT_TRUE(pid.ok());
@@ -99,6 +103,8 @@ class ClusterTest : public ::testing::Test {
   }
 
   testing::CliResult Cli(std::vector<std::string> args) {
+    std::vector<std::string> tls = certs_->CliFlags();
+    args.insert(args.begin(), tls.begin(), tls.end());
     args.insert(args.begin(), "--coordinator=" + addr_);
     return RunTessera(args);
   }
@@ -151,6 +157,7 @@ class ClusterTest : public ::testing::Test {
     for (const auto& [step, loss] : want) EXPECT_EQ(got.at(step), loss) << "step " << step;
   }
 
+  std::unique_ptr<testing::ClusterCerts> certs_;
   std::string dir_, addr_, data_, spec_;
   int port_ = 0;
   pid_t coordinator_ = -1;

@@ -20,6 +20,7 @@
 #include "nlohmann/json.hpp"
 #include "parallel/checkpoint/checkpoint_dir.h"
 #include "tests/testing/cli.h"
+#include "tests/testing/cluster_certs.h"
 #include "tests/testing/compare.h"
 #include "tests/testing/test_hosts.h"
 
@@ -42,6 +43,8 @@ class MultiHostTest : public ::testing::Test {
     dir_ = testing::FreshDir(std::string("multi_host_") +
                              ::testing::UnitTest::GetInstance()->current_test_info()->name());
     coordinator_ = absl::StrCat(hosts_->address(0), ":", kPort);
+    // Every daemon and the CLI talk mutual TLS (the coordinator serves a non-loopback address).
+    certs_ = std::make_unique<testing::ClusterCerts>(dir_ + "/certs");
     StartCoordinator();
     data_ = testing::WriteTokenFile(dir_, 40000);
     spec_ = dir_ + "/spec.yaml";
@@ -60,10 +63,11 @@ class MultiHostTest : public ::testing::Test {
 
   // The coordinator on host 0 (again after a Kill: the same database, the same address).
   void StartCoordinator() {
-    auto c = hosts_->Spawn(0, {testing::Runfile("coordinator/tessera-coordinator"), "--listen=" + coordinator_,
-                               "--db=" + dir_ + "/coord.db", "--heartbeat_timeout_s=5",
-                               "--metrics_listen=" + hosts_->address(0) + ":9464"},
-                           dir_ + "/coordinator.log");
+    std::vector<std::string> argv = {testing::Runfile("coordinator/tessera-coordinator"), "--listen=" + coordinator_,
+                                     "--db=" + dir_ + "/coord.db", "--heartbeat_timeout_s=5",
+                                     "--metrics_listen=" + hosts_->address(0) + ":9464"};
+    for (const std::string& f : certs_->CoordinatorFlags()) argv.push_back(f);
+    auto c = hosts_->Spawn(0, argv, dir_ + "/coordinator.log");
     ASSERT_TRUE(c.ok()) << c.status();
     coordinator_pid_ = *c;
     ASSERT_TRUE(WaitFor([&] { return Cli({"jobs"}).exit_code == 0; }, 20)) << Log("coordinator.log");
@@ -73,11 +77,12 @@ class MultiHostTest : public ::testing::Test {
   // collectives time out after 4 s, below the coordinator's 5 s heartbeat timeout.
   void StartWorker(int host, const std::string& devices, std::string name = "") {
     if (name.empty()) name = absl::StrCat("node", host);
-    auto w = hosts_->Spawn(host, {testing::Runfile("worker/tessera-worker"), "--coordinator=" + coordinator_,
-                                  "--devices=" + devices, "--work_dir=" + absl::StrCat(dir_, "/", name, ".", host), "--name=" + name,
-                                  "--stop_grace_s=3", "--threads_per_rank=1", "--collective_timeout_s=4",
-                                  "--metrics_listen=" + hosts_->address(host) + ":9465"},
-                           absl::StrCat(dir_, "/", name, ".", host, ".log"),
+    std::vector<std::string> argv = {testing::Runfile("worker/tessera-worker"), "--coordinator=" + coordinator_,
+                                     "--devices=" + devices, "--work_dir=" + absl::StrCat(dir_, "/", name, ".", host),
+                                     "--name=" + name, "--stop_grace_s=3", "--threads_per_rank=1",
+                                     "--collective_timeout_s=4", "--metrics_listen=" + hosts_->address(host) + ":9465"};
+    for (const std::string& f : certs_->WorkerFlags(name)) argv.push_back(f);
+    auto w = hosts_->Spawn(host, argv, absl::StrCat(dir_, "/", name, ".", host, ".log"),
                            {{"TESSERA_RANK_BINARY", testing::Runfile("worker/rank/tessera-rank")}});
     ASSERT_TRUE(w.ok()) << w.status();
     worker_pids_[host] = *w;
@@ -85,6 +90,7 @@ class MultiHostTest : public ::testing::Test {
 
   testing::CliResult Cli(std::vector<std::string> args) {
     std::vector<std::string> argv = {testing::Runfile("client/tessera"), "--coordinator=" + coordinator_};
+    for (const std::string& f : certs_->CliFlags()) argv.push_back(f);
     argv.insert(argv.end(), args.begin(), args.end());
     return hosts_->Run(0, argv);
   }
@@ -218,6 +224,7 @@ class MultiHostTest : public ::testing::Test {
   }
 
   std::unique_ptr<testing::TestHosts> hosts_;
+  std::unique_ptr<testing::ClusterCerts> certs_;
   std::string dir_, coordinator_, data_, spec_;
   pid_t coordinator_pid_ = -1;
   std::map<int, pid_t> worker_pids_;  // By host.
@@ -583,7 +590,9 @@ TEST_F(MultiHostTest, HostsReachOnlyEachOther) {
   EXPECT_THAT(addr.output, HasSubstr(hosts_->address(2) + "/24"));
   // The coordinator on host 0 answers host 1's CLI, and stops answering when host 1 is cut off.
   EXPECT_EQ(Cli({"jobs"}).exit_code, 0);
-  std::vector<std::string> from1 = {testing::Runfile("client/tessera"), "--coordinator=" + coordinator_, "jobs"};
+  std::vector<std::string> from1 = {testing::Runfile("client/tessera"), "--coordinator=" + coordinator_};
+  for (const std::string& f : certs_->CliFlags()) from1.push_back(f);
+  from1.push_back("jobs");
   EXPECT_EQ(hosts_->Run(1, from1).exit_code, 0);
   ASSERT_TRUE(hosts_->CutOff(1).ok());
   EXPECT_NE(hosts_->Run(1, from1).exit_code, 0) << "host 1 is cut off";

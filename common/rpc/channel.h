@@ -19,6 +19,7 @@ namespace tessera::rpc {
 struct ChannelOptions {
   int initial_reconnect_backoff_ms = 200;
   int max_reconnect_backoff_ms = 1000;
+  int connect_timeout_ms = 5000;  // For one connection attempt, handshakes included.
   // Mutual TLS (the server's certificate is checked for tls::kCoordinatorServerName); none: insecure.
   std::optional<TlsMaterial> tls;
 };
