@@ -165,6 +165,7 @@ void Chaos::StartCoordinator() {
                                    "--db=" + dir_ + "/coord.db",
                                    absl::StrCat("--heartbeat_timeout_s=", absl::GetFlag(FLAGS_heartbeat_timeout_s))};
   for (const std::string& f : certs_->CoordinatorFlags()) argv.push_back(f);
+  for (const std::string& f : testing::ClusterCerts::RootFlags(dir_)) argv.push_back(f);
   auto c = hosts_->Spawn(0, argv, dir_ + "/coordinator.log");
   if (!c.ok()) {
     Broke(absl::StrCat("coordinator did not start: ", c.status().message()));
@@ -182,6 +183,7 @@ void Chaos::StartWorker(int host) {
                                    "--threads_per_rank=1",
                                    absl::StrCat("--collective_timeout_s=", absl::GetFlag(FLAGS_collective_timeout_s))};
   for (const std::string& f : certs_->WorkerFlags(name)) argv.push_back(f);
+  for (const std::string& f : testing::ClusterCerts::RootFlags(dir_)) argv.push_back(f);
   auto w = hosts_->Spawn(host, argv, absl::StrCat(dir_, "/", name, ".log"),
                          {{"TESSERA_RANK_BINARY", testing::Runfile("worker/rank/tessera-rank")}});
   if (!w.ok()) {
@@ -193,7 +195,7 @@ void Chaos::StartWorker(int host) {
 
 testing::CliResult Chaos::Cli(std::vector<std::string> args) {
   std::vector<std::string> argv = {testing::Runfile("client/tessera"), "--coordinator=" + coordinator_};
-  for (const std::string& f : certs_->CliFlags()) argv.push_back(f);
+  for (const std::string& f : certs_->CliFlags(testing::ClusterCerts::UserOf(dir_))) argv.push_back(f);
   argv.insert(argv.end(), args.begin(), args.end());
   return hosts_->Run(0, argv);
 }

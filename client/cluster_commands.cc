@@ -104,8 +104,12 @@ std::string Json(const google::protobuf::Message& m) {
 }
 
 std::string Absolute(const std::string& path) {
+  // Relative paths are the user's shorthand: made absolute and normalised (the coordinator refuses
+  // a path that is not). An absolute path is sent as written.
   if (path.empty() || path[0] == '/') return path;
-  return (fs::current_path() / path).lexically_normal().string();
+  std::string out = (fs::current_path() / path).lexically_normal().string();
+  while (out.size() > 1 && out.back() == '/') out.pop_back();
+  return out;
 }
 
 bool Terminal(v1::JobState s) {

@@ -1,5 +1,8 @@
 #include "coordinator/coordinator.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <set>
 #include <cctype>
@@ -95,8 +98,10 @@ void Coordinator::CheckAdoptionLocked(JobEntry& e) {
       for (size_t r = 0; r < e.ranks.size(); ++r) {
         auto w = workers_.find(e.ranks[r].worker_id);
         if (!e.ranks[r].exited && (w == workers_.end() || w->second.info.state() != v1::Worker::STATE_ALIVE)) {
-          RankGoneLocked(e, static_cast<int>(r));
+          // Blame first: the rank's end may place the next attempt at once, and the blame belongs to
+          // the attempt that failed (measured: a free node took the job in the same call).
           BlameWorkerLocked(e, e.ranks[r].worker_id, "did not come back after the coordinator restarted");
+          RankGoneLocked(e, static_cast<int>(r));
         }
       }
     }
@@ -181,6 +186,31 @@ absl::StatusOr<v1::Job> Coordinator::Submit(const v1::JobSpec& spec, int max_res
   if (spec.parallel().auto_layout()) {
     errors.push_back({"parallel", "auto is resolved by tessera run; for a cluster job choose the layout with "
                                   "tessera plan SPEC --devices N and set it"});
+  }
+  if (!options_.roots.empty()) {
+    std::vector<spec::SpecError> paths = spec::CheckJobPaths(spec, options_.roots, owner);
+    // Symbolic links are resolved only for paths whose strings passed (where this machine sees them).
+    if (paths.empty()) paths = spec::CheckResolvedPaths(spec, options_.roots, owner);
+    errors.insert(errors.end(), paths.begin(), paths.end());
+  }
+  if (absl::Status s = spec::ToStatus(errors); !s.ok()) return s;
+  {
+    // Two live jobs never write into the same directory (or one into the other's): their checkpoints
+    // and logs would mix.
+    absl::MutexLock lock(&mu_);
+    for (const auto& [field, path] : spec::OutputPaths(spec)) {
+      for (const auto& [other_id, other] : jobs_) {
+        if (IsTerminal(other.job.state())) continue;
+        for (const auto& [other_field, other_path] : spec::OutputPaths(other.job.spec())) {
+          if (spec::PathWithin(path, other_path) || spec::PathWithin(other_path, path)) {
+            errors.push_back({field, absl::StrCat(spec::Quote(path, 64), " overlaps the ", other_field, " of live job ",
+                                                  other_id, "; give this job a directory of its own")});
+            break;
+          }
+        }
+        if (errors.size() > 8) break;
+      }
+    }
   }
   if (absl::Status s = spec::ToStatus(errors); !s.ok()) return s;
   auto id = store_->NextJobId();
@@ -279,6 +309,7 @@ void Coordinator::TryScheduleLocked() {
           a.set_store_host(w0.info.host());
           a.set_store_port(port);
           *a.mutable_spec() = spec;
+          a.set_owner(e.job.owner());
           e.ranks[r].start_seq = SendLocked(w, std::move(a));
         }
         v1::Attempt* h = e.job.add_history();
@@ -369,11 +400,24 @@ absl::StatusOr<v1::GetJobLogsResponse> Coordinator::Logs(const std::string& id, 
     if (rank < 0 || rank >= world) {
       return absl::InvalidArgumentError(absl::StrCat("rank: ", rank, " is not a rank of ", id, " (0..", world - 1, ")"));
     }
+    // Derived from the job's own, validated output_dir: never a path from the request.
     path = absl::StrCat(it->second.job.spec().output_dir(), "/logs/rank_", rank, ".log");
+    if (!options_.roots.output.empty()) {
+      v1::JobSpec only_logs;
+      only_logs.set_output_dir(path);
+      if (!spec::CheckJobPaths(only_logs, options_.roots, it->second.job.owner()).empty() ||
+          !spec::CheckResolvedPaths(only_logs, options_.roots, it->second.job.owner()).empty()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("the logs of ", id, " are outside the coordinator's --output_root; they are not served"));
+      }
+    }
   }
   v1::GetJobLogsResponse resp;
   resp.set_path(path);
-  FILE* f = fopen(path.c_str(), "rb");
+  // O_NOFOLLOW: the log file itself is never a symbolic link (a rank writes a regular file).
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  FILE* f = fd < 0 ? nullptr : fdopen(fd, "rb");
+  if (fd >= 0 && f == nullptr) close(fd);
   if (f == nullptr) {
     resp.set_next_offset(std::max<int64_t>(0, offset));
     return resp;  // Not written yet.

@@ -21,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/spec/paths.h"
 #include "coordinator/job_store.h"
 #include "tessera/v1/cluster.pb.h"
 #include "tessera/v1/coordinator_service.pb.h"
@@ -44,6 +45,11 @@ struct CoordinatorOptions {
   // Called (under the coordinator's lock: keep it short) with the time a job waited in the queue
   // before its ranks were placed. May be empty.
   std::function<void(absl::Duration)> on_scheduled;
+  // Where jobs may read and write (common/spec/paths.h). Empty: not confined (a loopback cluster
+  // without TLS). Set: every path of a submitted job is absolute, normalised and inside them (outputs
+  // inside OUTPUT_ROOT/OWNER for a job with an owner), also after resolving symbolic links on this
+  // machine; logs are read only from inside the output root.
+  spec::PathRoots roots;
 };
 
 class Coordinator {

@@ -38,6 +38,12 @@ ABSL_FLAG(std::string, tls_key, "", "Its private key (DIR/coordinator.key, mode 
 ABSL_FLAG(bool, insecure, false,
           "Serve without TLS on a non-loopback --listen address: no authentication, no authorization. Logs a warning "
           "on every start. Without TLS on a loopback address nothing is checked either (every local user is trusted).");
+ABSL_FLAG(std::string, data_roots, "",
+          "Comma-separated directories a job's inputs (checked on submission, where this machine sees them) (data, validation data, blend sources, init_from, pretrained) "
+          "must lie in. Required with TLS (docs/security.md); empty without: not confined.");
+ABSL_FLAG(std::string, output_root, "",
+          "The directory a job's output_dir and checkpoint.dir must lie in (with TLS: in OUTPUT_ROOT/USER, the "
+          "submitting user's). Required with TLS; empty without: not confined.");
 ABSL_FLAG(std::vector<std::string>, admins, {}, "Users (certificate names) who may see and cancel every job.");
 ABSL_FLAG(int, max_streams_per_client, 16, "WatchJob streams one user (without TLS: one address) may hold open at once.");
 ABSL_FLAG(int, max_threads, 512, "Threads the gRPC server may use at most (each open stream holds one).");
@@ -63,7 +69,20 @@ int main(int argc, char** argv) {
     return 2;
   }
   tessera::coordinator::CoordinatorMetrics metrics((*metrics_server)->registry());
+  auto roots = tessera::spec::ParsePathRoots(absl::GetFlag(FLAGS_data_roots), absl::GetFlag(FLAGS_output_root));
+  if (!roots.ok()) {
+    std::cerr << "error: " << roots.status().message() << "\n";
+    return 2;
+  }
+  const bool tls_requested = !absl::GetFlag(FLAGS_tls_ca).empty() || !absl::GetFlag(FLAGS_tls_cert).empty() ||
+                             !absl::GetFlag(FLAGS_tls_key).empty();
+  if (tls_requested && (roots->data.empty() || roots->output.empty())) {
+    std::cerr << "error: with TLS (several users), --data_roots and --output_root are required: a job may read and "
+                 "write only inside them, and logs are served only from inside --output_root (docs/security.md)\n";
+    return 2;
+  }
   tessera::coordinator::CoordinatorOptions options;
+  options.roots = *roots;
   options.heartbeat_timeout = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_timeout_s));
   options.start_timeout = absl::Seconds(absl::GetFlag(FLAGS_start_timeout_s));
   options.backfill_limit = absl::Seconds(absl::GetFlag(FLAGS_backfill_limit_s));

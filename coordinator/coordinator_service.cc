@@ -12,6 +12,13 @@ using rpc::ToGrpc;
 namespace {
 constexpr int kDefaultPageSize = 100;
 constexpr int kMaxPageSize = 1000;
+
+// Ids are "job-NNNNNN": anything long is not one (and is not echoed back in an error).
+grpc::Status CheckJobId(const std::string& id) {
+  if (id.empty()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "job_id: is required");
+  if (id.size() > 64) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, absl::StrCat("job_id: ", id.size(), " bytes long, not a job id"));
+  return grpc::Status::OK;
+}
 }  // namespace
 
 grpc::Status CoordinatorServiceImpl::Authorize(grpc::ServerContext* ctx, const char* rpc, Caller* caller) {
@@ -46,7 +53,7 @@ grpc::Status CoordinatorServiceImpl::GetJob(grpc::ServerContext* ctx, const v1::
   RpcTimer timer(metrics_, "GetJob");
   Caller caller;
   if (grpc::Status s = Authorize(ctx, "GetJob", &caller); !s.ok()) return s;
-  if (req->job_id().empty()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "job_id: is required");
+  if (grpc::Status s = CheckJobId(req->job_id()); !s.ok()) return s;
   if (grpc::Status s = AuthorizeJob(caller, req->job_id(), "GetJob"); !s.ok()) return s;
   auto job = coordinator_->GetJob(req->job_id());
   if (!job.ok()) return ToGrpc(job.status());
@@ -80,7 +87,7 @@ grpc::Status CoordinatorServiceImpl::CancelJob(grpc::ServerContext* ctx, const v
   RpcTimer timer(metrics_, "CancelJob");
   Caller caller;
   if (grpc::Status s = Authorize(ctx, "CancelJob", &caller); !s.ok()) return s;
-  if (req->job_id().empty()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "job_id: is required");
+  if (grpc::Status s = CheckJobId(req->job_id()); !s.ok()) return s;
   if (grpc::Status s = AuthorizeJob(caller, req->job_id(), "CancelJob"); !s.ok()) return s;
   auto job = coordinator_->Cancel(req->job_id());
   if (!job.ok()) return ToGrpc(job.status());
@@ -93,7 +100,7 @@ grpc::Status CoordinatorServiceImpl::WatchJob(grpc::ServerContext* ctx, const v1
   RpcTimer timer(metrics_, "WatchJob");
   Caller caller;
   if (grpc::Status s = Authorize(ctx, "WatchJob", &caller); !s.ok()) return s;
-  if (req->job_id().empty()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "job_id: is required");
+  if (grpc::Status s = CheckJobId(req->job_id()); !s.ok()) return s;
   if (grpc::Status s = AuthorizeJob(caller, req->job_id(), "WatchJob"); !s.ok()) return s;
   // Each open stream holds a server thread: a client gets a bounded number of them.
   std::string client = caller.user;
@@ -160,7 +167,7 @@ grpc::Status CoordinatorServiceImpl::GetJobLogs(grpc::ServerContext* ctx, const 
   RpcTimer timer(metrics_, "GetJobLogs");
   Caller caller;
   if (grpc::Status s = Authorize(ctx, "GetJobLogs", &caller); !s.ok()) return s;
-  if (req->job_id().empty()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "job_id: is required");
+  if (grpc::Status s = CheckJobId(req->job_id()); !s.ok()) return s;
   if (grpc::Status s = AuthorizeJob(caller, req->job_id(), "GetJobLogs"); !s.ok()) return s;
   auto logs = coordinator_->Logs(req->job_id(), req->rank(), req->offset(), req->max_bytes());
   if (!logs.ok()) return ToGrpc(logs.status());

@@ -36,10 +36,12 @@ class CoordinatorTest : public ::testing::Test {
     c_ = std::make_unique<Coordinator>(o, std::move(*store));
     ASSERT_TRUE(c_->Recover().ok());
   }
+  // Each call's job writes into a directory of its own (live jobs may not share one).
   v1::JobSpec Spec(int dp, int tp) {
     auto spec = spec::ParseJobSpec(
         "name: t\ndata: {path: /x.bin}\nmodel: {heads: 4}\ntrain: {micro_batch: 1, global_batch: 4}\n",
-        {"parallel.dp=" + std::to_string(dp), "parallel.tp=" + std::to_string(tp)});
+        {"parallel.dp=" + std::to_string(dp), "parallel.tp=" + std::to_string(tp),
+         "output_dir=out/t" + std::to_string(++specs_)});
     EXPECT_TRUE(spec.ok()) << spec.status();
     return *spec;
   }
@@ -120,6 +122,7 @@ class CoordinatorTest : public ::testing::Test {
 
   std::string db_;
   std::unique_ptr<Coordinator> c_;
+  int specs_ = 0;  // Spec() calls so far.
   std::map<std::string, int64_t> sessions_;  // Of each worker's newest AddWorker.
   absl::Duration start_timeout_ = absl::Minutes(2), backfill_limit_ = absl::Minutes(10);
 };

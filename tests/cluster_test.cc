@@ -83,6 +83,7 @@ class ClusterTest : public ::testing::Test {
                absl::StrCat("--store_ports=", base, "-", base + 20), "--stop_grace_s=3", "--threads_per_rank=1",
                "--metrics_listen=127.0.0.1:0"};
     for (const std::string& f : certs_->WorkerFlags(name)) so.argv.push_back(f);
+    for (const std::string& f : testing::ClusterCerts::RootFlags(dir_)) so.argv.push_back(f);
     so.log_path = dir_ + "/worker_" + name + ".log";
     so.env = {{"TESSERA_RANK_BINARY", testing::Runfile("worker/rank/tessera-rank")}};
     auto pid = process::Spawn(so);
@@ -95,6 +96,7 @@ class ClusterTest : public ::testing::Test {
     so.argv = {testing::Runfile("coordinator/tessera-coordinator"), "--listen=" + addr_, "--db=" + dir_ + "/coord.db",
                "--heartbeat_timeout_s=5", "--metrics_listen=127.0.0.1:0"};
     for (const std::string& f : certs_->CoordinatorFlags()) so.argv.push_back(f);
+    for (const std::string& f : testing::ClusterCerts::RootFlags(dir_)) so.argv.push_back(f);
     so.log_path = dir_ + "/coordinator.log";
     auto pid = process::Spawn(so);
     ASSERT_TRUE(pid.ok());
@@ -103,7 +105,7 @@ class ClusterTest : public ::testing::Test {
   }
 
   testing::CliResult Cli(std::vector<std::string> args) {
-    std::vector<std::string> tls = certs_->CliFlags();
+    std::vector<std::string> tls = certs_->CliFlags(testing::ClusterCerts::UserOf(dir_));
     args.insert(args.begin(), tls.begin(), tls.end());
     args.insert(args.begin(), "--coordinator=" + addr_);
     return RunTessera(args);

@@ -177,6 +177,8 @@ TEST_F(CoordinatorRpcTest, ListJobsIsPaginated) {
   for (int i = 0; i < 5; ++i) {
     v1::SubmitJobRequest req;
     *req.mutable_spec() = *spec;
+    req.mutable_spec()->set_output_dir(absl::StrCat("/tmp/list-", i));  // Live jobs need directories of their own.
+    req.mutable_spec()->mutable_checkpoint()->set_dir(absl::StrCat("/tmp/list-", i, "/checkpoints"));
     v1::SubmitJobResponse resp;
     ASSERT_TRUE(jobs_->SubmitJob(Ctx().get(), req, &resp).ok());
   }

@@ -67,6 +67,7 @@ class MultiHostTest : public ::testing::Test {
                                      "--db=" + dir_ + "/coord.db", "--heartbeat_timeout_s=5",
                                      "--metrics_listen=" + hosts_->address(0) + ":9464"};
     for (const std::string& f : certs_->CoordinatorFlags()) argv.push_back(f);
+    for (const std::string& f : testing::ClusterCerts::RootFlags(dir_)) argv.push_back(f);
     auto c = hosts_->Spawn(0, argv, dir_ + "/coordinator.log");
     ASSERT_TRUE(c.ok()) << c.status();
     coordinator_pid_ = *c;
@@ -82,6 +83,7 @@ class MultiHostTest : public ::testing::Test {
                                      "--name=" + name, "--stop_grace_s=3", "--threads_per_rank=1",
                                      "--collective_timeout_s=4", "--metrics_listen=" + hosts_->address(host) + ":9465"};
     for (const std::string& f : certs_->WorkerFlags(name)) argv.push_back(f);
+    for (const std::string& f : testing::ClusterCerts::RootFlags(dir_)) argv.push_back(f);
     auto w = hosts_->Spawn(host, argv, absl::StrCat(dir_, "/", name, ".", host, ".log"),
                            {{"TESSERA_RANK_BINARY", testing::Runfile("worker/rank/tessera-rank")}});
     ASSERT_TRUE(w.ok()) << w.status();
@@ -90,7 +92,7 @@ class MultiHostTest : public ::testing::Test {
 
   testing::CliResult Cli(std::vector<std::string> args) {
     std::vector<std::string> argv = {testing::Runfile("client/tessera"), "--coordinator=" + coordinator_};
-    for (const std::string& f : certs_->CliFlags()) argv.push_back(f);
+    for (const std::string& f : certs_->CliFlags(testing::ClusterCerts::UserOf(dir_))) argv.push_back(f);
     argv.insert(argv.end(), args.begin(), args.end());
     return hosts_->Run(0, argv);
   }
@@ -591,7 +593,7 @@ TEST_F(MultiHostTest, HostsReachOnlyEachOther) {
   // The coordinator on host 0 answers host 1's CLI, and stops answering when host 1 is cut off.
   EXPECT_EQ(Cli({"jobs"}).exit_code, 0);
   std::vector<std::string> from1 = {testing::Runfile("client/tessera"), "--coordinator=" + coordinator_};
-  for (const std::string& f : certs_->CliFlags()) from1.push_back(f);
+  for (const std::string& f : certs_->CliFlags(testing::ClusterCerts::UserOf(dir_))) from1.push_back(f);
   from1.push_back("jobs");
   EXPECT_EQ(hosts_->Run(1, from1).exit_code, 0);
   ASSERT_TRUE(hosts_->CutOff(1).ok());

@@ -4,6 +4,7 @@
 // is touched.
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -54,7 +55,11 @@ class SecurityTest : public ::testing::Test {
     process::SpawnOptions so;
     so.argv = {testing::Runfile("coordinator/tessera-coordinator"), "--listen=" + *addr_, "--metrics_listen=" + *metrics_,
                "--db=" + *dir_ + "/c.db", "--tls_ca=" + *certs_ + "/ca.pem", "--tls_cert=" + *certs_ + "/coordinator.pem",
-               "--tls_key=" + *certs_ + "/coordinator.key", "--admins=root-admin", "--max_streams_per_client=2"};
+               "--tls_key=" + *certs_ + "/coordinator.key", "--admins=root-admin", "--max_streams_per_client=2",
+               "--data_roots=" + *dir_ + "/data", "--output_root=" + *dir_ + "/outputs"};
+    std::filesystem::create_directories(*dir_ + "/data");
+    std::filesystem::create_directories(*dir_ + "/outputs");
+    std::ofstream(*dir_ + "/data/d.bin") << "0123456789";
     so.log_path = *dir_ + "/coordinator.log";
     pid_ = *process::Spawn(so);
     ASSERT_TRUE(testing::WaitFor([] { return Read(*dir_ + "/coordinator.log").find("metrics on") != std::string::npos; }, 20));
@@ -77,14 +82,18 @@ class SecurityTest : public ::testing::Test {
     ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
     return ctx;
   }
-  static v1::SubmitJobRequest Job(const std::string& name) {
+  // A job of `user` inside the roots: data in DIR/data, outputs in DIR/outputs/USER/NAME.
+  static v1::SubmitJobRequest Job(const std::string& user, const std::string& name) {
     v1::SubmitJobRequest req;
-    *req.mutable_spec() = *spec::ParseJobSpec(absl::StrCat("name: ", name, "\ndata: {path: /d.bin}\n"), {});
+    *req.mutable_spec() = *spec::ParseJobSpec(
+        absl::StrCat("name: ", name, "\ndata: {path: ", *dir_, "/data/d.bin}\noutput_dir: ", *dir_, "/outputs/", user, "/", name,
+                     "\n"),
+        {});
     return req;
   }
   static std::string Submit(const std::string& user, const std::string& name) {
     v1::SubmitJobResponse resp;
-    grpc::Status s = v1::CoordinatorService::NewStub(As("user-" + user))->SubmitJob(Ctx().get(), Job(name), &resp);
+    grpc::Status s = v1::CoordinatorService::NewStub(As("user-" + user))->SubmitJob(Ctx().get(), Job(user, name), &resp);
     EXPECT_TRUE(s.ok()) << s.error_message();
     return resp.job().id();
   }
@@ -148,7 +157,7 @@ TEST_F(SecurityTest, UsersAndWorkersStayInTheirLane) {
   EXPECT_THAT(s.error_message(), HasSubstr("RegisterWorker is for workers; the caller's certificate names user mallory"));
   // A worker on the client service.
   v1::SubmitJobResponse submitted;
-  s = v1::CoordinatorService::NewStub(As("worker-node-a"))->SubmitJob(Ctx().get(), Job("w"), &submitted);
+  s = v1::CoordinatorService::NewStub(As("worker-node-a"))->SubmitJob(Ctx().get(), Job("node-a", "w"), &submitted);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_THAT(s.error_message(), HasSubstr("SubmitJob is for users"));
   // A worker impersonating another, in every worker RPC.
@@ -268,7 +277,7 @@ TEST_F(SecurityTest, StreamsPerClientAreCappedAndOverflowsRefused) {
       },
       10));
   // The overflow, through TLS as a user.
-  v1::SubmitJobRequest req = Job("overflow");
+  v1::SubmitJobRequest req = Job("alice", "overflow");
   req.mutable_spec()->mutable_train()->set_micro_batch(65536);
   req.mutable_spec()->mutable_parallel()->set_dp(65536);
   req.mutable_spec()->mutable_train()->set_global_batch(65536);
@@ -276,6 +285,89 @@ TEST_F(SecurityTest, StreamsPerClientAreCappedAndOverflowsRefused) {
   s = alice->SubmitJob(Ctx().get(), req, &resp);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(s.error_message(), HasSubstr("parallel.dp: 65536 exceeds the limit 4096"));
+  ExpectServing();
+}
+
+// Paths: every attempt to read or write outside the roots, or into another user's or another live
+// job's directory, is INVALID_ARGUMENT naming the field; nothing is created outside the roots; logs
+// are served by job id and rank only.
+TEST_F(SecurityTest, PathsStayInsideTheRootsAndTheUsersOwnDirectory) {
+  auto alice = v1::CoordinatorService::NewStub(As("user-alice"));
+  const std::string mine = *dir_ + "/outputs/alice";
+  std::filesystem::create_directories(mine);
+  std::filesystem::create_symlink("/etc", mine + "/escape");  // A symbolic link out of the root.
+  std::filesystem::create_directories(*dir_ + "/outside");
+  std::filesystem::create_symlink(*dir_ + "/outside", *dir_ + "/data/link");
+  struct Case {
+    std::string field;
+    std::string value;
+    std::string expected;
+  };
+  const std::vector<Case> cases = {
+      {"output_dir", "/etc/x", "output_dir: '/etc/x' must be a directory inside " + mine},
+      {"output_dir", mine + "/../bob/run", "must not contain '..'"},
+      {"output_dir", "relative/run", "must be an absolute path"},
+      {"output_dir", mine + "//run", "must be normalised (an empty component"},
+      {"output_dir", mine + "/./run", "must be normalised (a '.' component)"},
+      {"output_dir", mine + "/run" + std::string(1, '\0') + "/etc", "contains a NUL byte"},
+      {"output_dir", *dir_ + "/outputs/bob/run", "must be a directory inside " + mine + " (the output root's directory of user alice)"},
+      {"output_dir", mine, "must be a directory inside"},
+      {"output_dir", mine + "/escape/x", "leads outside its root through a symbolic link (to '/etc/x')"},
+      {"checkpoint.dir", "/tmp/ckpt", "checkpoint.dir: '/tmp/ckpt' must be a directory inside"},
+      {"data.path", "/etc/passwd", "data.path: '/etc/passwd' is outside the data roots"},
+      {"data.path", *dir_ + "/data/link/secret.bin", "data.path: '" + *dir_ + "/data/link/secret.bin' leads outside its root"},
+      {"data.valid_path", *dir_ + "/data/../c.db", "must not contain '..'"},
+      {"model.init_from", "/root/.ssh/id_rsa", "model.init_from: '/root/.ssh/id_rsa' is outside the data roots"},
+  };
+  for (const Case& c : cases) {
+    v1::SubmitJobRequest req = Job("alice", "paths");
+    v1::JobSpec* spec = req.mutable_spec();
+    if (c.field == "output_dir") {
+      spec->set_output_dir(c.value);
+      spec->mutable_checkpoint()->set_dir(mine + "/paths/checkpoints");
+    } else if (c.field == "checkpoint.dir") {
+      spec->mutable_checkpoint()->set_dir(c.value);
+    } else if (c.field == "data.path") {
+      spec->mutable_data()->set_path(c.value);
+    } else if (c.field == "data.valid_path") {
+      spec->mutable_data()->set_valid_path(c.value);
+    } else {
+      spec->mutable_model()->set_init_from(c.value);
+    }
+    v1::SubmitJobResponse resp;
+    grpc::Status s = alice->SubmitJob(Ctx().get(), req, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << c.field << " = " << c.value << ": " << s.error_message();
+    EXPECT_THAT(s.error_message(), HasSubstr(c.expected)) << c.field << " = " << c.value;
+  }
+  EXPECT_FALSE(std::filesystem::exists("/etc/x"));
+  EXPECT_FALSE(std::filesystem::exists(*dir_ + "/outputs/bob")) << "nothing written into another user's directory";
+  // Two live jobs never share an output directory, nor nest one in the other.
+  const std::string first = Submit("alice", "shared");
+  ASSERT_FALSE(first.empty());
+  for (const std::string& dir : {mine + "/shared", mine + "/shared/inner"}) {
+    v1::SubmitJobRequest req = Job("alice", "shared");
+    req.mutable_spec()->set_output_dir(dir);
+    req.mutable_spec()->mutable_checkpoint()->set_dir(dir + "/checkpoints");
+    v1::SubmitJobResponse resp;
+    grpc::Status s = alice->SubmitJob(Ctx().get(), req, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << dir;
+    EXPECT_THAT(s.error_message(), HasSubstr("overlaps the output_dir of live job " + first));
+  }
+  // Logs are asked for by job id and rank; a crafted id is just an unknown job.
+  for (const std::string& crafted : {std::string("../../etc/passwd"), std::string("job-000001/../../c.db"),
+                                     std::string("job\0x", 5)}) {
+    v1::GetJobLogsRequest logs;
+    logs.set_job_id(crafted);
+    v1::GetJobLogsResponse resp;
+    grpc::Status s = alice->GetJobLogs(Ctx().get(), logs, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND) << crafted;
+    EXPECT_TRUE(resp.data().empty());
+  }
+  v1::GetJobLogsRequest logs;
+  logs.set_job_id(first);
+  logs.set_rank(1);
+  v1::GetJobLogsResponse resp;
+  EXPECT_EQ(alice->GetJobLogs(Ctx().get(), logs, &resp).error_code(), grpc::StatusCode::INVALID_ARGUMENT) << "rank 1 of a 1-rank job";
   ExpectServing();
 }
 

@@ -31,9 +31,11 @@ trap cleanup EXIT
 certs="$run/certs"
 "$bin/client/tessera" certs init "$certs" --worker worker1 --worker worker2 --user demo --days 30 > /dev/null
 tls() { echo "--tls_ca=$certs/ca.pem" "--tls_cert=$certs/$1.pem" "--tls_key=$certs/$1.key"; }
+# Jobs read only under out/data and write only under RUN/USER (docs/security.md, "Paths").
+roots="--data_roots=$PWD/out/data --output_root=$PWD/$run"
 
 "$bin/coordinator/tessera-coordinator" --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 \
-  --db="$run/coordinator.db" $(tls coordinator) > "$run/coordinator.log" 2>&1 &
+  --db="$run/coordinator.db" $(tls coordinator) $roots > "$run/coordinator.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 100); do grep -q "metrics on" "$run/coordinator.log" 2>/dev/null && break; sleep 0.1; done
 addr="$(grep -o 'listening on [0-9.:]*' "$run/coordinator.log" | awk '{print $3}')"
@@ -43,7 +45,7 @@ echo "coordinator on $addr (mutual TLS; certificates in $certs)"
 
 for i in 1 2; do
   "$bin/worker/tessera-worker" --coordinator="$addr" --devices=cpu:1 --threads_per_rank=1 --name="worker$i" \
-    $(tls "worker-worker$i") --work_dir="$run/worker$i" --metrics_listen=127.0.0.1:0 --store_ports="$((29490 + 10 * i))-$((29499 + 10 * i))" \
+    $(tls "worker-worker$i") $roots --work_dir="$run/worker$i" --metrics_listen=127.0.0.1:0 --store_ports="$((29490 + 10 * i))-$((29499 + 10 * i))" \
     > "$run/worker$i.log" 2>&1 &
   pids+=($!)
 done
@@ -53,7 +55,7 @@ for _ in $(seq 100); do [ "$("$bin/client/tessera" workers | grep -c ALIVE)" -ge
 "$bin/client/tessera" workers
 
 status=0
-"$bin/client/tessera" submit examples/gpt-demo.yaml --set "output_dir=$run/gpt-demo" --follow "$@" || status=$?
+"$bin/client/tessera" submit examples/gpt-demo.yaml --set "output_dir=$run/demo/gpt-demo" --follow "$@" || status=$?
 "$bin/client/tessera" jobs
 echo "metrics: $coord_metrics $(grep -ho 'http://[0-9.:]*/metrics' "$run"/worker*.log | tr '\n' ' ')"
 exit $status

@@ -200,7 +200,15 @@ void Agent::Run(const std::atomic<bool>& stop) {
         }
         if (a.seq() > 0) applied_seq = a.seq();
         if (a.action() == v1::Assignment::ACTION_START) {
-          absl::Status s = supervisor.Start(a);
+          absl::Status s = absl::OkStatus();
+          if (!options_.roots.empty()) {
+            // As the coordinator checked on submission, and again on this machine, where the ranks
+            // open the files: symbolic links here may lead elsewhere than on the coordinator's.
+            std::vector<spec::SpecError> errors = spec::CheckJobPaths(a.spec(), options_.roots, a.owner());
+            if (errors.empty()) errors = spec::CheckResolvedPaths(a.spec(), options_.roots, a.owner());
+            s = spec::ToStatus(errors);
+          }
+          if (s.ok()) s = supervisor.Start(a);
           if (!s.ok()) {
             RankEvent failed;
             failed.event = v1::ReportRankStatusRequest::EVENT_EXITED;

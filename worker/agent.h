@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "common/rpc/tls.h"
+#include "common/spec/paths.h"
 #include "tessera/v1/cluster.pb.h"
 #include "worker/rank_supervisor.h"
 #include "worker/worker_metrics.h"
@@ -27,6 +28,9 @@ struct AgentOptions {
   int store_port_max = 29599;
   std::string metrics_address;
   std::optional<rpc::TlsMaterial> tls;    // Mutual TLS towards the coordinator; none: insecure.
+  // Where a job's ranks may read and write (common/spec/paths.h), checked again here before a rank
+  // starts (the coordinator checked on submission, on its own machine). Empty: not confined.
+  spec::PathRoots roots;
   RankSupervisorOptions supervisor;
 };
 

@@ -40,6 +40,12 @@ ABSL_FLAG(std::string, tls_key, "", "Its private key (DIR/worker-NAME.key, mode 
 ABSL_FLAG(bool, insecure, false,
           "Connect to a coordinator on a non-loopback address without TLS (no authentication). Logs a warning on "
           "every start.");
+ABSL_FLAG(std::string, data_roots, "",
+          "Comma-separated directories a job's inputs (data, validation data, blend sources, init_from, pretrained) "
+          "must lie in. Required with TLS (docs/security.md); empty without: not confined.");
+ABSL_FLAG(std::string, output_root, "",
+          "The directory a job's output_dir and checkpoint.dir must lie in (with TLS: in OUTPUT_ROOT/USER, the "
+          "submitting user's). Required with TLS; empty without: not confined.");
 ABSL_FLAG(double, peak_tflops_per_device, 0,
           "Peak TFLOP/s of one device, the denominator of MFU. 0: for cpu, nominal fp32 FMA peak of the "
           "threads each rank gets (32 FLOP/cycle × clock from /proc/cpuinfo).");
@@ -112,6 +118,10 @@ int main(int argc, char** argv) {
                   "): the coordinator accepts a worker only under its certificate's name");
     }
     o.tls = std::move(*tls);
+    if (absl::GetFlag(FLAGS_data_roots).empty() || absl::GetFlag(FLAGS_output_root).empty()) {
+      return Fail("with TLS (several users), --data_roots and --output_root are required: a job may read and write "
+                  "only inside them (docs/security.md)");
+    }
   } else if (!tessera::rpc::IsLoopback(o.coordinator)) {
     if (!absl::GetFlag(FLAGS_insecure)) {
       return Fail("--coordinator " + o.coordinator + " is not a loopback address: give --tls_ca, --tls_cert and "
@@ -120,6 +130,9 @@ int main(int argc, char** argv) {
     std::cerr << "tessera-worker: WARNING: --insecure: talking to " << o.coordinator << " without TLS; anyone on the "
               << "network can impersonate this worker or the coordinator" << std::endl;
   }
+  auto roots = tessera::spec::ParsePathRoots(absl::GetFlag(FLAGS_data_roots), absl::GetFlag(FLAGS_output_root));
+  if (!roots.ok()) return Fail(std::string(roots.status().message()));
+  o.roots = *roots;
   if (o.name.empty()) {
     char host[256] = {0};
     gethostname(host, sizeof(host) - 1);

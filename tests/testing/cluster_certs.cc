@@ -29,6 +29,15 @@ std::vector<std::string> ClusterCerts::Flags(const std::string& stem, const char
           std::string("--tls") + dash + "key=" + dir_ + "/" + stem + ".key"};
 }
 
+std::vector<std::string> ClusterCerts::RootFlags(const std::string& dir) {
+  const std::filesystem::path d = std::filesystem::path(dir).lexically_normal();
+  return {"--data_roots=" + d.string(), "--output_root=" + d.parent_path().string()};
+}
+
+std::string ClusterCerts::UserOf(const std::string& dir) {
+  return std::filesystem::path(dir).lexically_normal().filename().string();
+}
+
 std::vector<std::string> ClusterCerts::CoordinatorFlags() const { return Flags("coordinator", "_"); }
 
 std::vector<std::string> ClusterCerts::WorkerFlags(const std::string& name) {

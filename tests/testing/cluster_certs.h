@@ -20,7 +20,13 @@ class ClusterCerts {
   // The same for tessera-worker --name=NAME (its certificate is issued on first use).
   std::vector<std::string> WorkerFlags(const std::string& name);
   // --tls-ca/--tls-cert/--tls-key for the tessera CLI as user NAME.
-  std::vector<std::string> CliFlags(const std::string& user = "tester");
+  std::vector<std::string> CliFlags(const std::string& user);
+
+  // The end-to-end tests' convention for path roots: a test's directory DIR holds its data and its
+  // outputs, and is its user's own directory of the output root (DIR's parent; the user is named
+  // like DIR's last component). --data_roots=DIR --output_root=PARENT, for both daemons.
+  static std::vector<std::string> RootFlags(const std::string& dir);
+  static std::string UserOf(const std::string& dir);
 
  private:
   std::vector<std::string> Flags(const std::string& stem, const char* dash) const;
