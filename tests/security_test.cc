@@ -22,6 +22,7 @@
 #include "tessera/v1/coordinator_service.grpc.pb.h"
 #include "tessera/v1/worker_service.grpc.pb.h"
 #include "tests/testing/cli.h"
+#include "tests/testing/cluster_certs.h"
 
 namespace tessera {
 namespace {
@@ -369,6 +370,47 @@ TEST_F(SecurityTest, PathsStayInsideTheRootsAndTheUsersOwnDirectory) {
   v1::GetJobLogsResponse resp;
   EXPECT_EQ(alice->GetJobLogs(Ctx().get(), logs, &resp).error_code(), grpc::StatusCode::INVALID_ARGUMENT) << "rank 1 of a 1-rank job";
   ExpectServing();
+}
+
+// The worker checks a job's paths again with its own roots, where the ranks open the files: a job
+// the coordinator accepted but that writes outside this worker's --output_root never starts a rank.
+TEST(WorkerPathsTest, AWorkerRefusesToStartRanksOutsideItsOwnRoots) {
+  const std::string dir = testing::FreshDir("worker_paths");
+  testing::ClusterCerts certs(dir + "/certs");
+  std::filesystem::create_directories(dir + "/data");
+  std::ofstream(dir + "/data/d.bin") << "0123456789";
+  const std::string addr = absl::StrCat("127.0.0.1:", net::PickFreePort());
+  process::SpawnOptions c;
+  c.argv = {testing::Runfile("coordinator/tessera-coordinator"), "--listen=" + addr, "--metrics_listen=127.0.0.1:0",
+            "--db=" + dir + "/c.db", "--data_roots=" + dir + "/data", "--output_root=" + dir + "/outputs"};
+  for (const std::string& f : certs.CoordinatorFlags()) c.argv.push_back(f);
+  c.log_path = dir + "/coordinator.log";
+  process::SpawnOptions w;
+  w.argv = {testing::Runfile("worker/tessera-worker"), "--coordinator=" + addr, "--devices=cpu:1", "--name=narrow",
+            "--work_dir=" + dir + "/work", "--metrics_listen=127.0.0.1:0", "--data_roots=" + dir + "/data",
+            "--output_root=" + dir + "/outputs/alice/only-here"};
+  for (const std::string& f : certs.WorkerFlags("narrow")) w.argv.push_back(f);
+  w.log_path = dir + "/worker.log";
+  const pid_t coordinator = *process::Spawn(c), worker = *process::Spawn(w);
+  std::vector<std::string> cli = {"--coordinator=" + addr};
+  for (const std::string& f : certs.CliFlags("alice")) cli.push_back(f);
+  auto run = [&](std::vector<std::string> args) {
+    std::vector<std::string> all = cli;
+    all.insert(all.end(), args.begin(), args.end());
+    return testing::RunTessera(all);
+  };
+  EXPECT_TRUE(testing::WaitFor([&] { return run({"workers"}).output.find("ALIVE") != std::string::npos; }, 20))
+      << Read(w.log_path);
+  std::ofstream(dir + "/spec.yaml") << "name: elsewhere\ndata: {path: " << dir << "/data/d.bin}\noutput_dir: " << dir
+                                    << "/outputs/alice/elsewhere\n";
+  auto submitted = run({"submit", dir + "/spec.yaml", "--follow"});
+  EXPECT_NE(submitted.exit_code, 0) << submitted.output;
+  auto job = run({"job", "job-000001"});
+  EXPECT_THAT(job.output, HasSubstr("FAILED"));
+  EXPECT_THAT(job.output, HasSubstr("the worker could not start the rank: output_dir: '" + dir + "/outputs/alice/elsewhere' "
+                                    "must be a directory inside " + dir + "/outputs/alice/only-here/alice"));
+  EXPECT_FALSE(std::filesystem::exists(dir + "/outputs/alice/elsewhere")) << "no rank ran, nothing was written";
+  process::StopAll({worker, coordinator}, std::chrono::seconds(5));
 }
 
 // The daemons refuse to serve or connect on the network without TLS unless told --insecure, which
