@@ -1,9 +1,14 @@
 // Benchmark: tessera-coordinator under load. Starts a coordinator (its own SQLite file in a temp
 // dir), registers N simulated workers that heartbeat once a second each (spread evenly), and
 // measures heartbeat latency p50/p99, the rate achieved, and the coordinator's CPU and memory; then
-// a burst of job submissions. Prints one table row per N.
+// a burst of job submissions. Prints one table row per N and mode.
 //
-//   bazel run -c opt //bench:coordinator_load -- --workers=500,1000,2000 --seconds=10
+// Modes: "shared" — every simulated worker on one plaintext channel (the original measurement);
+// "plain" — one plaintext connection per worker; "tls" — one mutual-TLS connection per worker, each
+// with its own certificate (as deployed: the coordinator authorizes every heartbeat by it). The
+// modes of one N run back to back on the same machine, so their ratio is the cost of TLS.
+//
+//   bazel run -c opt //bench:coordinator_load -- --workers=500,1000,2000 --seconds=10 --modes=plain,tls
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -28,7 +33,9 @@
 #include "common/net/free_port.h"
 #include "common/process/find_binary.h"
 #include "common/process/subprocess.h"
+#include "common/rpc/tls.h"
 #include "common/spec/job_spec.h"
+#include "common/tls/certificates.h"
 #include "tessera/v1/coordinator_service.grpc.pb.h"
 #include "tessera/v1/worker_service.grpc.pb.h"
 
@@ -36,6 +43,7 @@ ABSL_FLAG(std::string, workers, "500,1000,2000", "Simulated worker counts, one m
 ABSL_FLAG(int, seconds, 10, "Heartbeat phase length per measurement.");
 ABSL_FLAG(int, threads, 16, "Client threads sending heartbeats.");
 ABSL_FLAG(int, submissions, 300, "Jobs submitted in the burst.");
+ABSL_FLAG(std::string, modes, "plain,tls", "shared, plain and/or tls (see the file comment).");
 
 namespace {
 
@@ -61,26 +69,64 @@ std::pair<double, double> CpuAndRss(pid_t pid) {
 }
 
 struct Row {
+  std::string mode;
   int workers;
   double rate, p50_ms, p99_ms, cpu, rss_mb, submit_p50_ms, submit_p99_ms;
 };
 
-Row Measure(int n, int seconds, int threads, int submissions) {
-  const std::string dir = absl::StrCat("/tmp/tessera-coordinator-load-", getpid(), "-", n);
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// A channel of its own (no subchannel shared with other channels), presenting DIR/STEM.pem when tls.
+std::shared_ptr<grpc::Channel> Connect(const std::string& addr, bool tls, const std::string& certs, const std::string& stem) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  if (!tls) return grpc::CreateCustomChannel(addr, grpc::InsecureChannelCredentials(), args);
+  tessera::rpc::TlsMaterial m{ReadFile(certs + "/ca.pem"), ReadFile(certs + "/" + stem + ".pem"),
+                              ReadFile(certs + "/" + stem + ".key"), {}};
+  args.SetSslTargetNameOverride(tessera::tls::kCoordinatorServerName);
+  return grpc::CreateCustomChannel(addr, tessera::rpc::ChannelCredentialsFor(m), args);
+}
+
+Row Measure(const std::string& mode, int n, int seconds, int threads, int submissions) {
+  const bool tls = mode == "tls", shared = mode == "shared";
+  const std::string dir = absl::StrCat("/tmp/tessera-coordinator-load-", getpid(), "-", n, "-", mode);
+  const std::string certs = dir + "/certs";
   std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
+  std::filesystem::create_directories(dir + "/out");
   const int port = tessera::net::PickFreePort();
   const std::string addr = absl::StrCat("127.0.0.1:", port);
   tessera::process::SpawnOptions so;
   so.argv = {tessera::process::FindTesseraBinary("tessera-coordinator", "coordinator", "TESSERA_COORDINATOR_BINARY"),
-             "--listen=" + addr, "--metrics_listen=127.0.0.1:0", "--db=" + dir + "/c.db", "--heartbeat_timeout_s=30"};
+             "--listen=" + addr, "--metrics_listen=127.0.0.1:0", "--db=" + dir + "/c.db", "--heartbeat_timeout_s=30",
+             "--max_threads=" + std::to_string(4 * n + 64)};
+  if (tls) {
+    using tessera::tls::Role;
+    if (!tessera::tls::CreateAuthority(certs, 30).ok() ||
+        !tessera::tls::IssueCertificate(certs, {{Role::kCoordinator, "coordinator"}, {}, {}, 30}).ok() ||
+        !tessera::tls::IssueCertificate(certs, {{Role::kUser, "load"}, {}, {}, 30}).ok()) {
+      std::cerr << "error: cannot make certificates in " << certs << "\n";
+      std::exit(1);
+    }
+    for (int i = 0; i < n; ++i) tessera::tls::IssueCertificate(certs, {{Role::kWorker, absl::StrCat("sim", i)}, {}, {}, 30}).IgnoreError();
+    for (std::string f : {"--tls_ca=" + certs + "/ca.pem", "--tls_cert=" + certs + "/coordinator.pem",
+                          "--tls_key=" + certs + "/coordinator.key", std::string("--data_roots=/dev"), "--output_root=" + dir + "/out"}) {
+      so.argv.push_back(f);
+    }
+  }
   so.log_path = dir + "/coordinator.log";
   pid_t pid = *tessera::process::Spawn(so);
-  auto channel = grpc::CreateChannel(addr, grpc::InsecureChannelCredentials());
+  auto channel = Connect(addr, tls, certs, "user-load");
   channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(10));
-  auto workers = tessera::v1::WorkerService::NewStub(channel);
+  std::vector<std::unique_ptr<tessera::v1::WorkerService::Stub>> stubs;
+  for (int i = 0; i < n; ++i) {
+    stubs.push_back(tessera::v1::WorkerService::NewStub(shared ? channel : Connect(addr, tls, certs, absl::StrCat("worker-sim", i))));
+  }
   std::vector<std::string> ids(n);
   for (int i = 0; i < n; ++i) {
+    auto* workers = stubs[i].get();
     tessera::v1::RegisterWorkerRequest req;
     req.set_name(absl::StrCat("sim", i));
     req.set_device_kind(tessera::v1::DEVICE_KIND_CPU);
@@ -120,7 +166,7 @@ Row Measure(int n, int seconds, int threads, int submissions) {
           grpc::ClientContext ctx;
           ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
           const auto t0 = Clock::now();
-          if (!workers->Heartbeat(&ctx, req, &resp).ok()) ++errors;
+          if (!stubs[i]->Heartbeat(&ctx, req, &resp).ok()) ++errors;
           mine.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
         }
       }
@@ -133,9 +179,11 @@ Row Measure(int n, int seconds, int threads, int submissions) {
   auto [cpu1, rss1] = CpuAndRss(pid);
   // Burst of submissions (valid 1-rank jobs; they are placed on the simulated workers).
   auto client = tessera::v1::CoordinatorService::NewStub(channel);
-  auto spec = tessera::spec::ParseJobSpec("name: load\ndata: {path: /dev/null}\n", {});
   std::vector<double> submit;
   for (int i = 0; i < submissions; ++i) {
+    // Each job a directory of its own (live jobs may not share one).
+    auto spec = tessera::spec::ParseJobSpec(
+        absl::StrCat("name: load\ndata: {path: /dev/null}\noutput_dir: ", dir, "/out/load/job", i, "\n"), {});
     tessera::v1::SubmitJobRequest req;
     *req.mutable_spec() = *spec;
     tessera::v1::SubmitJobResponse resp;
@@ -148,8 +196,8 @@ Row Measure(int n, int seconds, int threads, int submissions) {
   kill(pid, SIGTERM);
   waitpid(pid, nullptr, 0);
   std::filesystem::remove_all(dir);
-  if (errors > 0) std::cerr << "warning: " << errors << " heartbeats failed at N=" << n << "\n";
-  return {n, latencies.size() / elapsed, Percentile(latencies, 0.5), Percentile(latencies, 0.99),
+  if (errors > 0) std::cerr << "warning: " << errors << " heartbeats failed at N=" << n << " (" << mode << ")\n";
+  return {mode, n, latencies.size() / elapsed, Percentile(latencies, 0.5), Percentile(latencies, 0.99),
           (cpu1 - cpu0) / elapsed, rss1 / 1e6, Percentile(submit, 0.5), Percentile(submit, 0.99)};
 }
 
@@ -158,16 +206,24 @@ Row Measure(int n, int seconds, int threads, int submissions) {
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   std::vector<Row> rows;
+  const std::vector<std::string> modes = absl::StrSplit(absl::GetFlag(FLAGS_modes), ',', absl::SkipEmpty());
   for (absl::string_view w : absl::StrSplit(absl::GetFlag(FLAGS_workers), ',')) {
     int n = 0;
     if (!absl::SimpleAtoi(w, &n) || n < 1) continue;
-    rows.push_back(Measure(n, absl::GetFlag(FLAGS_seconds), absl::GetFlag(FLAGS_threads), absl::GetFlag(FLAGS_submissions)));
+    for (const std::string& mode : modes) {
+      if (mode != "shared" && mode != "plain" && mode != "tls") {
+        std::cerr << "error: --modes: unknown mode " << mode << " (shared, plain, tls)\n";
+        return 2;
+      }
+      rows.push_back(Measure(mode, n, absl::GetFlag(FLAGS_seconds), absl::GetFlag(FLAGS_threads),
+                             absl::GetFlag(FLAGS_submissions)));
+    }
   }
-  std::printf("%8s %12s %10s %10s %10s %10s %14s %14s\n", "workers", "heartbeat/s", "p50 ms", "p99 ms",
+  std::printf("%6s %8s %12s %10s %10s %10s %10s %14s %14s\n", "mode", "workers", "heartbeat/s", "p50 ms", "p99 ms",
               "coord CPU", "coord MB", "submit p50 ms", "submit p99 ms");
   for (const Row& r : rows) {
-    std::printf("%8d %12.0f %10.3f %10.3f %9.0f%% %10.1f %14.3f %14.3f\n", r.workers, r.rate, r.p50_ms, r.p99_ms,
-                r.cpu * 100, r.rss_mb, r.submit_p50_ms, r.submit_p99_ms);
+    std::printf("%6s %8d %12.0f %10.3f %10.3f %9.0f%% %10.1f %14.3f %14.3f\n", r.mode.c_str(), r.workers, r.rate, r.p50_ms,
+                r.p99_ms, r.cpu * 100, r.rss_mb, r.submit_p50_ms, r.submit_p99_ms);
   }
   return 0;
 }
