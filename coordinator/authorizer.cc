@@ -14,38 +14,41 @@ grpc::Status Authorizer::Deny(grpc::StatusCode code, const char* rpc, const char
   return grpc::Status(code, message);
 }
 
+grpc::Status Authorizer::Identify(const grpc::ServerContext& context, const char* rpc, tls::Role role,
+                                  tls::Identity* id, std::string* peer) const {
+  auto found = rpc::PeerIdentity(context);
+  if (!found.ok()) {
+    return Deny(grpc::StatusCode::UNAUTHENTICATED, rpc, "no_identity", context.peer(), std::string(found.status().message()));
+  }
+  *id = *found;
+  *peer = absl::StrCat(tls::Describe(*id), " (", context.peer(), ")");
+  if (id->role != role) {
+    return Deny(grpc::StatusCode::PERMISSION_DENIED, rpc, "wrong_role", *peer,
+                absl::StrCat(rpc, " is for ", tls::RoleName(role), "s; the caller's certificate names ", tls::Describe(*id)));
+  }
+  return grpc::Status::OK;
+}
+
 grpc::Status Authorizer::User(const grpc::ServerContext& context, const char* rpc, Caller* caller) const {
   if (!options_.tls) {
     *caller = Caller{"", true, context.peer()};
     return grpc::Status::OK;
   }
-  auto id = rpc::PeerIdentity(context);
-  if (!id.ok()) {
-    return Deny(grpc::StatusCode::UNAUTHENTICATED, rpc, "no_identity", context.peer(), std::string(id.status().message()));
-  }
-  const std::string peer = absl::StrCat(tls::Describe(*id), " (", context.peer(), ")");
-  if (id->role != tls::Role::kUser) {
-    return Deny(grpc::StatusCode::PERMISSION_DENIED, rpc, "wrong_role", peer,
-                absl::StrCat(rpc, " is for users; the caller's certificate names ", tls::Describe(*id)));
-  }
-  *caller = Caller{id->name, options_.admins.count(id->name) > 0, peer};
+  tls::Identity id;
+  std::string peer;
+  if (grpc::Status s = Identify(context, rpc, tls::Role::kUser, &id, &peer); !s.ok()) return s;
+  *caller = Caller{id.name, options_.admins.count(id.name) > 0, peer};
   return grpc::Status::OK;
 }
 
 grpc::Status Authorizer::Worker(const grpc::ServerContext& context, const char* rpc, const std::string& worker_name) const {
   if (!options_.tls) return grpc::Status::OK;
-  auto id = rpc::PeerIdentity(context);
-  if (!id.ok()) {
-    return Deny(grpc::StatusCode::UNAUTHENTICATED, rpc, "no_identity", context.peer(), std::string(id.status().message()));
-  }
-  const std::string peer = absl::StrCat(tls::Describe(*id), " (", context.peer(), ")");
-  if (id->role != tls::Role::kWorker) {
-    return Deny(grpc::StatusCode::PERMISSION_DENIED, rpc, "wrong_role", peer,
-                absl::StrCat(rpc, " is for workers; the caller's certificate names ", tls::Describe(*id)));
-  }
-  if (id->name != worker_name) {
+  tls::Identity found;
+  std::string peer;
+  if (grpc::Status s = Identify(context, rpc, tls::Role::kWorker, &found, &peer); !s.ok()) return s;
+  if (found.name != worker_name) {
     return Deny(grpc::StatusCode::PERMISSION_DENIED, rpc, "impersonation", peer,
-                absl::StrCat("worker ", id->name, " may act only as itself, not as '", worker_name.substr(0, 128), "'"));
+                absl::StrCat("worker ", found.name, " may act only as itself, not as '", worker_name.substr(0, 128), "'"));
   }
   return grpc::Status::OK;
 }

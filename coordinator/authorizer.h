@@ -12,6 +12,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "common/tls/identity.h"
 #include "coordinator/coordinator_metrics.h"
 #include "tessera/v1/cluster.pb.h"
 
@@ -42,6 +43,9 @@ class Authorizer {
   grpc::Status Job(const Caller& caller, const v1::Job& job, const char* rpc) const;
 
  private:
+  // The caller's identity (*id) and a description for logs (*peer); a denial unless it has `role`.
+  grpc::Status Identify(const grpc::ServerContext& context, const char* rpc, tls::Role role, tls::Identity* id,
+                        std::string* peer) const;
   grpc::Status Deny(grpc::StatusCode code, const char* rpc, const char* reason, const std::string& peer,
                     const std::string& message) const;
 
