@@ -10,7 +10,7 @@ PACKAGES=(
   bazel-bootstrap build-essential pkg-config python3 python3-venv
   protobuf-compiler libprotobuf-dev libgrpc++-dev protobuf-compiler-grpc libabsl-dev
   libyaml-cpp-dev libgtest-dev libgmock-dev nlohmann-json3-dev libcli11-dev libgloo-dev
-  libsqlite3-dev libpcre2-dev prometheus-cpp-dev prometheus curl patchelf libssl-dev
+  libsqlite3-dev libpcre2-dev prometheus-cpp-dev prometheus curl patchelf libssl-dev clang libclang-rt-14-dev
 )
 
 log() { printf 'setup: %s\n' "$*" >&2; }

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds and runs every test, then prints one line "N passed, M failed, K skipped" (test cases, from
 # the JUnit XML each test leaves; GoogleTest marks a GTEST_SKIP case result="skipped", and skipped
-# cases are never counted as passed). Extra arguments go to `bazel test` (e.g. a narrower target pattern).
+# cases are never counted as passed). The whole suite (no arguments) also runs every fuzz target
+# briefly under ASan+UBSan (tools/fuzz.sh --smoke: one case each). Extra arguments go to `bazel test`
+# (e.g. a narrower target pattern) and skip the fuzz targets.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 cache="${HOME:-/root}/.cache/tessera/bazel-disk"
@@ -10,10 +12,19 @@ targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(//...)
 bazel test --disk_cache="$cache" "${targets[@]}"
 rc=$?
-python3 - "$(bazel info bazel-testlogs 2>/dev/null)" <<'PY'
+# The whole suite also runs every fuzz target briefly under ASan+UBSan (tools/fuzz.sh --smoke).
+fuzz_junit="${TMPDIR:-/tmp}/tessera-fuzz-junit"
+rm -rf "$fuzz_junit"
+if [ "${targets[*]}" = "//..." ]; then
+  TESSERA_FUZZ_JUNIT="$fuzz_junit" bash tools/fuzz.sh --smoke || rc=1
+fi
+python3 - "$(bazel info bazel-testlogs 2>/dev/null)" "$fuzz_junit" <<'PY'
 import pathlib, sys, xml.etree.ElementTree as ET
 passed = failed = skipped = 0
-for xml in pathlib.Path(sys.argv[1]).rglob("test.xml"):
+xmls = list(pathlib.Path(sys.argv[1]).rglob("test.xml"))
+if pathlib.Path(sys.argv[2]).is_dir():
+    xmls += list(pathlib.Path(sys.argv[2]).glob("*.xml"))
+for xml in xmls:
     try:
         root = ET.parse(xml).getroot()
     except ET.ParseError:

@@ -474,6 +474,10 @@ TEST(JobSpecBoundsTest, ProductsThatWrappedIn32BitsAreRefusedNotComputed) {
   wraps.mutable_parallel()->set_pp(65536);
   wraps.mutable_parallel()->set_sp(65536);
   EXPECT_EQ(WorldSize(wraps), std::numeric_limits<int64_t>::max()) << "saturates instead of wrapping to 0";
+  // Found by tools/fuzz.sh under UBSan (fuzz/corpus/spec/overflow.yaml): validation formed dp·tp·pp·sp
+  // before checking each axis, and 65536·(2^31−1)·65536·65536 overflows 64 bits.
+  wraps.mutable_parallel()->set_tp(std::numeric_limits<int32_t>::max());
+  EXPECT_THAT(ToStatus(ValidateJobSpec(wraps)).message(), HasSubstr("parallel.tp: 2147483647 exceeds the limit 4096"));
   wraps.mutable_parallel()->set_sp(-1);
   EXPECT_EQ(WorldSize(wraps), 0);
 }

@@ -102,7 +102,9 @@ std::vector<std::pair<std::string, std::string>> OutputPaths(const v1::JobSpec& 
 
 std::vector<SpecError> CheckJobPaths(const v1::JobSpec& spec, const PathRoots& roots, const std::string& owner) {
   std::vector<SpecError> errors;
-  for (const auto& [field, path] : InputPaths(spec)) {
+  for (const auto& input : InputPaths(spec)) {
+    const std::string& field = input.first;
+    const std::string& path = input.second;  // Named, not a structured binding: a lambda captures it.
     auto shape = CheckPathShape(field, path);
     if (!shape.empty()) {
       errors.insert(errors.end(), shape.begin(), shape.end());

@@ -295,8 +295,9 @@ void CheckParallel(const v1::JobSpec& s, Checker& c) {
   if (axes.size() != 4 || seen != std::set<std::string>{"dp", "pp", "sp", "tp"}) {
     c.Fail("parallel.order", absl::StrCat(Quote(p.order(), 32), " must name dp, pp, sp and tp once each, e.g. tp-sp-pp-dp"));
   }
-  // Each axis is at most 2^12, so the product (at most 2^48) is exact in 64 bits.
-  const int64_t world = int64_t{p.dp()} * p.tp() * p.pp() * p.sp();
+  // Only once each axis is within its limit (2^12): the product (at most 2^48) is then exact in 64
+  // bits. (Formed before that check, 65536·(2^31−1)·65536·65536 overflowed: found by tools/fuzz.sh.)
+  const int64_t world = sizes_ok ? int64_t{p.dp()} * p.tp() * p.pp() * p.sp() : 0;
   if (sizes_ok && world > limits::kMaxWorldSize) {
     c.Fail("parallel", absl::StrCat("world size dp·tp·pp·sp = ", world, " exceeds the limit ", limits::kMaxWorldSize));
   }

@@ -1,4 +1,4 @@
-// The tokenizer's fuzz property, shared by the libFuzzer target (tools/fuzz_tokenizer.sh) and the
+// The tokenizer's fuzz property, shared by the libFuzzer target (tools/fuzz.sh tokenizer) and the
 // deterministic random run in the test suite (tokenizer_fuzz_test.cc): for any bytes, Encode fails
 // exactly when they are not UTF-8 (naming the first bad byte), and otherwise Decode gives the bytes
 // back (byte-level BPE loses nothing when all 256 bytes are in the vocabulary).

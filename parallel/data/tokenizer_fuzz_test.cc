@@ -1,6 +1,6 @@
 // The fuzz property (tokenizer_fuzz.h) on seeded random inputs: random bytes, random valid UTF-8 over
 // all planes, and random mixes of the characters the pre-tokenizer's classes care about. The
-// coverage-guided run is tools/fuzz_tokenizer.sh (libFuzzer, on demand).
+// coverage-guided run is tools/fuzz.sh tokenizer (libFuzzer, on demand).
 #include <random>
 #include <string>
 

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Coverage-guided fuzzing under AddressSanitizer + UndefinedBehaviorSanitizer (libFuzzer, Debian's
+# clang and libclang-rt-14-dev): every target in turn, each for SECONDS (default 60) on its seed
+# corpus in the repository (fuzz/corpus/TARGET; new inputs go to a scratch copy). A crash stops the
+# script with the target's report and the input that caused it (keep it as a regression test).
+# Usage: bash tools/fuzz.sh [SECONDS] [TARGET...]   Targets: spec tokenizer.
+#        bash tools/fuzz.sh --smoke [TARGET...]     The test suite's run: the corpus and 20,000
+#            mutations from a fixed seed (deterministic), a JUnit file per target in $TESSERA_FUZZ_JUNIT.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+smoke=0
+if [ "${1:-}" = "--smoke" ]; then smoke=1; seconds=0; else seconds="${1:-60}"; fi
+shift || true
+targets=("$@")
+[ ${#targets[@]} -gt 0 ] || targets=(spec tokenizer)
+out="${TMPDIR:-/tmp}/tessera-fuzz"
+mkdir -p "$out"
+flags=(-std=c++17 -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
+       -DTESSERA_LIBFUZZER -I. -I"$out/gen")
+absl=(absl_strings absl_str_format absl_status absl_statusor absl_hash absl_raw_hash_set absl_synchronization absl_time)
+
+build_spec() {
+  mkdir -p "$out/gen"
+  protoc -Iproto --cpp_out="$out/gen" proto/tessera/v1/job.proto
+  local src=(common/spec/{spec_fuzz,job_spec,paths,pretrained,spec_error,validate,yaml_to_proto,model_config_of}.cc
+             parallel/models/hf_config.cc "$out/gen/tessera/v1/job.pb.cc")
+  # shellcheck disable=SC2046
+  clang++ "${flags[@]}" "${src[@]}" -o "$out/spec_fuzzer" $(pkg-config --libs protobuf yaml-cpp "${absl[@]}")
+}
+
+build_tokenizer() {
+  local src=(parallel/data/{tokenizer_fuzz,tokenizer,bpe_model,byte_level,nfc,onig_pattern,pre_tokenizer,regex,utf8}.cc)
+  # shellcheck disable=SC2046
+  clang++ "${flags[@]}" "${src[@]}" -o "$out/tokenizer_fuzzer" $(pkg-config --libs libpcre2-8 "${absl[@]}")
+}
+
+for t in "${targets[@]}"; do
+  echo "fuzz: building $t" >&2
+  "build_$t"
+  rm -rf "$out/corpus-$t"
+  mkdir -p "$out/corpus-$t"
+  cp -r "fuzz/corpus/$t/." "$out/corpus-$t/"
+  if [ $smoke = 1 ]; then budget=(-runs=20000 -seed=1); else budget=(-max_total_time="$seconds"); fi
+  echo "fuzz: running $t (${budget[*]})" >&2
+  (cd "$out" && "./${t}_fuzzer" "${budget[@]}" -max_len=8192 -timeout=10 -rss_limit_mb=2048 \
+     -print_final_stats=1 "corpus-$t" 2>&1 | tee "$out/$t.log" | grep -E "^(INFO|#[0-9]+ *DONE|stat::|==[0-9]+==ERROR)" || true)
+  failed=0
+  grep -q "ERROR: \|crash-\|timeout-\|oom-\|runtime error" "$out/$t.log" && failed=1
+  if [ -n "${TESSERA_FUZZ_JUNIT:-}" ]; then
+    mkdir -p "$TESSERA_FUZZ_JUNIT"
+    { echo "<testsuite name=\"fuzz\"><testcase name=\"$t\" status=\"run\">"
+      [ $failed = 1 ] && echo "<failure message=\"see $out/$t.log\"/>"
+      echo "</testcase></testsuite>"; } > "$TESSERA_FUZZ_JUNIT/$t.xml"
+  fi
+  if [ $failed = 1 ]; then
+    grep -v "^INFO\|^#" "$out/$t.log" | head -40 >&2
+    echo "fuzz: $t FOUND A PROBLEM; see $out/$t.log and the crash-*/timeout-* file in $out" >&2
+    exit 1
+  fi
+  echo "fuzz: $t $(grep -o 'stat::number_of_executed_units: [0-9]*' "$out/$t.log") with no crash" >&2
+done
