@@ -494,6 +494,18 @@ TEST(JobSpecBoundsTest, HugeTpWithGridModesIsRefusedQuickly) {
   }
 }
 
+// Found by tools/fuzz.sh (fuzz/corpus/spec/unknown-enum.bin): an encoded spec can carry an enum
+// number no value has; the validator dereferenced the missing value's descriptor.
+TEST(JobSpecBoundsTest, EnumNumbersNoValueHasAreRefused) {
+  v1::JobSpec spec = *ParseJobSpec(kValid, {});
+  spec.mutable_parallel()->set_tp_mode(static_cast<v1::TpMode>(99));
+  spec.mutable_parallel()->set_tp(4);
+  spec.mutable_data()->set_format(static_cast<v1::DataFormat>(-7));
+  const std::string errors = ToStatus(ValidateJobSpec(spec)).ToString();
+  EXPECT_THAT(errors, HasSubstr("parallel.tp_mode: 99 is not a value of TpMode"));
+  EXPECT_THAT(errors, HasSubstr("data.format: -7 is not a value of DataFormat"));
+}
+
 TEST(JobSpecBoundsTest, PathsAndListsHaveLimits) {
   v1::JobSpec spec = *ParseJobSpec(kValid, {});
   spec.set_output_dir(std::string("/out/a\0/etc/passwd", 18));

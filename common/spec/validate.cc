@@ -6,6 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/message.h"
 #include "common/spec/job_spec.h"
 #include "common/spec/limits.h"
 #include "common/spec/yaml_to_proto.h"
@@ -45,6 +47,35 @@ class Checker {
  private:
   std::vector<SpecError>* errors_;
 };
+
+// Every enum field of `msg` (recursively) holds a value its enum declares: proto3 enums are open,
+// and a request can carry any number (a tp_mode of 99 once crashed the validator: tools/fuzz.sh).
+void CheckEnumsKnown(const google::protobuf::Message& msg, const std::string& path, Checker& c) {
+  using google::protobuf::FieldDescriptor;
+  const google::protobuf::Reflection* r = msg.GetReflection();
+  std::vector<const FieldDescriptor*> fields;
+  r->ListFields(msg, &fields);
+  for (const FieldDescriptor* f : fields) {
+    const std::string name = path.empty() ? f->name() : absl::StrCat(path, ".", f->name());
+    if (f->cpp_type() == FieldDescriptor::CPPTYPE_ENUM) {
+      const int n = f->is_repeated() ? r->FieldSize(msg, f) : 1;
+      for (int i = 0; i < n; ++i) {
+        const int value = f->is_repeated() ? r->GetRepeatedEnumValue(msg, f, i) : r->GetEnumValue(msg, f);
+        if (f->enum_type()->FindValueByNumber(value) == nullptr) {
+          c.Fail(name, absl::StrCat(value, " is not a value of ", f->enum_type()->name()));
+        }
+      }
+    } else if (f->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
+      if (f->is_repeated()) {
+        for (int i = 0; i < r->FieldSize(msg, f) && i < 64; ++i) {
+          CheckEnumsKnown(r->GetRepeatedMessage(msg, f, i), absl::StrCat(name, "[", i, "]"), c);
+        }
+      } else {
+        CheckEnumsKnown(r->GetMessage(msg, f), name, c);
+      }
+    }
+  }
+}
 
 bool ValidName(const std::string& name) {
   if (name.empty() || name.size() > 128) return false;
@@ -344,6 +375,7 @@ void CheckTrain(const v1::JobSpec& s, Checker& c) {
 std::vector<SpecError> ValidateJobSpec(const v1::JobSpec& s) {
   std::vector<SpecError> errors;
   Checker c(&errors);
+  CheckEnumsKnown(s, "", c);
   if (!ValidName(s.name())) {
     c.Fail("name", s.name().empty()      ? "is required"
                    : s.name().size() > 128 ? absl::StrCat(Quote(s.name(), 32), " is longer than 128 characters")

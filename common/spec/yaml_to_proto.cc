@@ -160,6 +160,7 @@ std::string SetScalar(const YAML::Node& node, const FieldDescriptor* f, Message*
 }  // namespace
 
 std::string EnumYamlName(const EnumValueDescriptor* value) {
+  if (value == nullptr) return "";  // A number no value of the enum has (proto3 enums are open).
   const std::string& name = value->name();
   const std::string& unspecified = value->type()->value(0)->name();
   std::string prefix = unspecified.substr(0, unspecified.size() - std::string("UNSPECIFIED").size());
