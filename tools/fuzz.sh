@@ -3,7 +3,7 @@
 # clang and libclang-rt-14-dev): every target in turn, each for SECONDS (default 60) on its seed
 # corpus in the repository (fuzz/corpus/TARGET; new inputs go to a scratch copy). A crash stops the
 # script with the target's report and the input that caused it (keep it as a regression test).
-# Usage: bash tools/fuzz.sh [SECONDS] [TARGET...]   Targets: spec tokenizer.
+# Usage: bash tools/fuzz.sh [SECONDS] [TARGET...]   Targets: spec tokenizer token_files checkpoint.
 #        bash tools/fuzz.sh --smoke [TARGET...]     The test suite's run: the corpus and 20,000
 #            mutations from a fixed seed (deterministic), a JUnit file per target in $TESSERA_FUZZ_JUNIT.
 set -euo pipefail
@@ -12,7 +12,7 @@ smoke=0
 if [ "${1:-}" = "--smoke" ]; then smoke=1; seconds=0; else seconds="${1:-60}"; fi
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(spec tokenizer)
+[ ${#targets[@]} -gt 0 ] || targets=(spec tokenizer token_files checkpoint)
 out="${TMPDIR:-/tmp}/tessera-fuzz"
 mkdir -p "$out"
 flags=(-std=c++17 -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
@@ -32,6 +32,18 @@ build_tokenizer() {
   local src=(parallel/data/{tokenizer_fuzz,tokenizer,bpe_model,byte_level,nfc,onig_pattern,pre_tokenizer,regex,utf8}.cc)
   # shellcheck disable=SC2046
   clang++ "${flags[@]}" "${src[@]}" -o "$out/tokenizer_fuzzer" $(pkg-config --libs libpcre2-8 "${absl[@]}")
+}
+
+build_token_files() {
+  local src=(parallel/data/{token_file_fuzz,token_dataset,indexed_dataset}.cc)
+  # shellcheck disable=SC2046
+  clang++ "${flags[@]}" "${src[@]}" -o "$out/token_files_fuzzer" $(pkg-config --libs "${absl[@]}")
+}
+
+build_checkpoint() {
+  local src=(parallel/checkpoint/{checkpoint_fuzz,safetensors,checkpoint_dir,durable_file,crc32c}.cc)
+  # shellcheck disable=SC2046
+  clang++ "${flags[@]}" "${src[@]}" -o "$out/checkpoint_fuzzer" $(pkg-config --libs "${absl[@]}")
 }
 
 for t in "${targets[@]}"; do
