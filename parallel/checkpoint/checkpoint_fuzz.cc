@@ -17,28 +17,23 @@
 #include <string>
 #include <string_view>
 
+#include "fuzz/fuzz_files.h"
 #include "parallel/checkpoint/checkpoint_dir.h"
 #include "parallel/checkpoint/safetensors.h"
 
 namespace {
 
+// The scratch directory, with the checkpoint directory VerifyCheckpoint reads.
 const std::string& Dir() {
   static const std::string dir = [] {
-    std::string d = std::string(getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp") + "/tessera-ckpt-fuzz-" +
-                    std::to_string(getpid());
-    mkdir(d.c_str(), 0700);
+    const std::string d = tessera::fuzz::ScratchDir("ckpt-fuzz");
     mkdir((d + "/step_00000001").c_str(), 0700);
     return d;
   }();
   return dir;
 }
 
-void Write(const std::string& path, const uint8_t* data, size_t size) {
-  FILE* f = fopen(path.c_str(), "wb");
-  if (f == nullptr) std::abort();
-  if (size > 0 && fwrite(data, 1, size, f) != size) std::abort();
-  fclose(f);
-}
+using tessera::fuzz::WriteFile;
 
 }  // namespace
 
@@ -49,7 +44,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   --size;
   if (kind == 0) {
     const std::string path = Dir() + "/model.safetensors";
-    Write(path, data, size);
+    WriteFile(path, data, size);
     std::map<std::string, std::string> metadata;
     tessera::parallel::ReadSafetensors(path, &metadata).IgnoreError();
   } else if (kind == 1) {
@@ -59,8 +54,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (size < 2) return 0;
     const size_t index = std::min<size_t>(size - 2, data[0] | (data[1] << 8));
     const std::string ckpt = Dir() + "/step_00000001";
-    Write(ckpt + "/index.json", data + 2, index);
-    Write(ckpt + "/model.safetensors", data + 2 + index, size - 2 - index);
+    WriteFile(ckpt + "/index.json", data + 2, index);
+    WriteFile(ckpt + "/model.safetensors", data + 2 + index, size - 2 - index);
     tessera::parallel::VerifyCheckpoint(ckpt).IgnoreError();
   }
   return 0;

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "fuzz/fuzz_files.h"
 #include "parallel/data/indexed_dataset.h"
 #include "parallel/data/token_dataset.h"
 
@@ -25,22 +26,9 @@ namespace {
 using tessera::parallel::DataFormat;
 using tessera::parallel::DataSplit;
 
-const std::string& Dir() {
-  static const std::string dir = [] {
-    std::string d = std::string(getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp") + "/tessera-token-fuzz-" +
-                    std::to_string(getpid());
-    mkdir(d.c_str(), 0700);
-    return d;
-  }();
-  return dir;
-}
+const std::string& Dir() { return tessera::fuzz::ScratchDir("token-fuzz"); }
 
-void Write(const std::string& path, const uint8_t* data, size_t size) {
-  FILE* f = fopen(path.c_str(), "wb");
-  if (f == nullptr) std::abort();
-  if (size > 0 && fwrite(data, 1, size, f) != size) std::abort();
-  fclose(f);
-}
+using tessera::fuzz::WriteFile;
 
 }  // namespace
 
@@ -61,13 +49,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (kind == 3) {
     if (size < 2) return 0;
     const size_t idx = std::min<size_t>(size - 2, data[0] | (data[1] << 8));
-    Write(prefix + ".idx", data + 2, idx);
-    Write(prefix + ".bin", data + 2 + idx, size - 2 - idx);
+    WriteFile(prefix + ".idx", data + 2, idx);
+    WriteFile(prefix + ".bin", data + 2 + idx, size - 2 - idx);
     o.format = DataFormat::kMegatron;
     tessera::parallel::ReadIndexedDatasetIndex(prefix + ".idx", size - 2 - idx).IgnoreError();
     o.path = prefix;
   } else {
-    Write(o.path, data, size);
+    WriteFile(o.path, data, size);
     o.format = kind == 2 ? DataFormat::kLlmc : kind == 4 ? DataFormat::kAuto : DataFormat::kFlat;
     o.token_bytes = kind == 1 ? 4 : 2;
   }
