@@ -187,12 +187,8 @@ absl::StatusOr<v1::Job> Coordinator::Submit(const v1::JobSpec& spec, int max_res
     errors.push_back({"parallel", "auto is resolved by tessera run; for a cluster job choose the layout with "
                                   "tessera plan SPEC --devices N and set it"});
   }
-  if (!options_.roots.empty()) {
-    std::vector<spec::SpecError> paths = spec::CheckJobPaths(spec, options_.roots, owner);
-    // Symbolic links are resolved only for paths whose strings passed (where this machine sees them).
-    if (paths.empty()) paths = spec::CheckResolvedPaths(spec, options_.roots, owner);
-    errors.insert(errors.end(), paths.begin(), paths.end());
-  }
+  std::vector<spec::SpecError> paths = spec::ConfineJobPaths(spec, options_.roots, owner);
+  errors.insert(errors.end(), paths.begin(), paths.end());
   if (absl::Status s = spec::ToStatus(errors); !s.ok()) return s;
   {
     // Two live jobs never write into the same directory (or one into the other's): their checkpoints
@@ -405,8 +401,7 @@ absl::StatusOr<v1::GetJobLogsResponse> Coordinator::Logs(const std::string& id, 
     if (!options_.roots.output.empty()) {
       v1::JobSpec only_logs;
       only_logs.set_output_dir(path);
-      if (!spec::CheckJobPaths(only_logs, options_.roots, it->second.job.owner()).empty() ||
-          !spec::CheckResolvedPaths(only_logs, options_.roots, it->second.job.owner()).empty()) {
+      if (!spec::ConfineJobPaths(only_logs, options_.roots, it->second.job.owner()).empty()) {
         return absl::FailedPreconditionError(
             absl::StrCat("the logs of ", id, " are outside the coordinator's --output_root; they are not served"));
       }

@@ -93,26 +93,16 @@ int main(int argc, char** argv) {
     return 1;
   }
   const std::string listen = absl::GetFlag(FLAGS_listen);
-  std::optional<tessera::rpc::TlsMaterial> tls;
-  const tessera::rpc::TlsFiles tls_files{absl::GetFlag(FLAGS_tls_ca), absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key)};
-  if (!tls_files.empty()) {
-    auto loaded = tessera::rpc::LoadTls(tls_files);
-    if (!loaded.ok()) {
-      std::cerr << "error: " << loaded.status().message() << "\n";
-      return 2;
-    }
-    if (loaded->identity.role != tessera::tls::Role::kCoordinator) {
-      std::cerr << "error: --tls_cert " << tls_files.cert << " names " << tessera::tls::Describe(loaded->identity)
-                << "; the coordinator needs its own certificate (DIR/coordinator.pem from tessera certs init)\n";
-      return 2;
-    }
-    tls = std::move(*loaded);
-  } else if (!tessera::rpc::IsLoopback(listen)) {
-    if (!absl::GetFlag(FLAGS_insecure)) {
-      std::cerr << "error: --listen " << listen << " is not a loopback address: give --tls_ca, --tls_cert and --tls_key "
-                << "(tessera certs init), or --insecure to serve anyone who can reach it without authentication\n";
-      return 2;
-    }
+  auto daemon_tls = tessera::rpc::DaemonTls(
+      {absl::GetFlag(FLAGS_tls_ca), absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key)},
+      tessera::tls::Role::kCoordinator, "the coordinator's certificate (DIR/coordinator.pem from tessera certs init)",
+      "--listen", listen, absl::GetFlag(FLAGS_insecure));
+  if (!daemon_tls.ok()) {
+    std::cerr << "error: " << daemon_tls.status().message() << "\n";
+    return 2;
+  }
+  const std::optional<tessera::rpc::TlsMaterial> tls = std::move(*daemon_tls);
+  if (!tls && !tessera::rpc::IsLoopback(listen)) {
     std::cerr << "tessera-coordinator: WARNING: --insecure: serving " << listen << " without TLS; anyone who can reach "
               << "it can submit, read and cancel any job and register as any worker\n";
   }

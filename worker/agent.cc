@@ -83,8 +83,10 @@ class AssignmentReader {
 void Agent::Run(const std::atomic<bool>& stop) {
   rpc::ChannelOptions channel_options;
   channel_options.tls = options_.tls;
-  auto channel = rpc::OpenChannel(options_.coordinator, channel_options);
-  auto stub = v1::WorkerService::NewStub(channel);
+  // A new channel after every lost connection: gRPC 1.51's TLS channel that lost its coordinator
+  // failed every handshake with the restarted one (measured: a fresh channel connects at once).
+  auto connect = [&] { return v1::WorkerService::NewStub(rpc::OpenChannel(options_.coordinator, channel_options)); };
+  auto stub = connect();
   RankSupervisor supervisor(options_.supervisor);
   std::string worker_id;
   std::unique_ptr<AssignmentReader> reader;
@@ -141,9 +143,7 @@ void Agent::Run(const std::atomic<bool>& stop) {
         next_attempt = now + backoff;
         backoff = std::min(backoff * 2, std::chrono::milliseconds(2000));
       } else {
-        // As after a lost heartbeat: the next registration goes over a new channel.
-        channel = rpc::OpenChannel(options_.coordinator, channel_options);
-        stub = v1::WorkerService::NewStub(channel);
+        stub = connect();  // As after a lost heartbeat.
         if (!said_unreachable) {
           std::cerr << "tessera-worker: cannot register with " << options_.coordinator << ": " << s.error_message()
                     << " (retrying)" << std::endl;
@@ -176,10 +176,7 @@ void Agent::Run(const std::atomic<bool>& stop) {
                   << std::endl;
         reader.reset();
         worker_id.clear();
-        // A new channel: gRPC 1.51's TLS channel that lost its coordinator failed every handshake with
-        // the restarted one (measured: a fresh channel connects at once).
-        channel = rpc::OpenChannel(options_.coordinator, channel_options);
-        stub = v1::WorkerService::NewStub(channel);
+        stub = connect();
         next_attempt = now;
       } else if (reader->broken()) {
         // The registration holds; only the stream broke. A new one gets the orders not acknowledged.
@@ -200,14 +197,9 @@ void Agent::Run(const std::atomic<bool>& stop) {
         }
         if (a.seq() > 0) applied_seq = a.seq();
         if (a.action() == v1::Assignment::ACTION_START) {
-          absl::Status s = absl::OkStatus();
-          if (!options_.roots.empty()) {
-            // As the coordinator checked on submission, and again on this machine, where the ranks
-            // open the files: symbolic links here may lead elsewhere than on the coordinator's.
-            std::vector<spec::SpecError> errors = spec::CheckJobPaths(a.spec(), options_.roots, a.owner());
-            if (errors.empty()) errors = spec::CheckResolvedPaths(a.spec(), options_.roots, a.owner());
-            s = spec::ToStatus(errors);
-          }
+          // As the coordinator checked on submission, and again on this machine, where the ranks
+          // open the files: symbolic links here may lead elsewhere than on the coordinator's.
+          absl::Status s = spec::ToStatus(spec::ConfineJobPaths(a.spec(), options_.roots, a.owner()));
           if (s.ok()) s = supervisor.Start(a);
           if (!s.ok()) {
             RankEvent failed;

@@ -103,30 +103,24 @@ int main(int argc, char** argv) {
   // A CPU "device" gets its share of RAM; a GPU's memory is not read here (the daemon links no CUDA).
   o.device_memory_bytes = cuda ? 0 : MemTotalBytes() / o.device_count;
   o.name = absl::GetFlag(FLAGS_name);
-  const tessera::rpc::TlsFiles tls_files{absl::GetFlag(FLAGS_tls_ca), absl::GetFlag(FLAGS_tls_cert),
-                                         absl::GetFlag(FLAGS_tls_key)};
-  if (!tls_files.empty()) {
-    auto tls = tessera::rpc::LoadTls(tls_files);
-    if (!tls.ok()) return Fail(std::string(tls.status().message()));
-    if (tls->identity.role != tessera::tls::Role::kWorker) {
-      return Fail("--tls_cert " + tls_files.cert + " names " + tessera::tls::Describe(tls->identity) +
-                  "; a worker needs a worker certificate (tessera certs issue DIR --worker NAME)");
-    }
-    if (o.name.empty()) o.name = tls->identity.name;
-    if (o.name != tls->identity.name) {
-      return Fail("--name " + o.name + " differs from the name in --tls_cert (" + tls->identity.name +
+  auto tls = tessera::rpc::DaemonTls(
+      {absl::GetFlag(FLAGS_tls_ca), absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key)},
+      tessera::tls::Role::kWorker, "a worker certificate (tessera certs issue DIR --worker NAME)", "--coordinator",
+      o.coordinator, absl::GetFlag(FLAGS_insecure));
+  if (!tls.ok()) return Fail(std::string(tls.status().message()));
+  if (*tls) {
+    const std::string& named = (*tls)->identity.name;
+    if (o.name.empty()) o.name = named;
+    if (o.name != named) {
+      return Fail("--name " + o.name + " differs from the name in --tls_cert (" + named +
                   "): the coordinator accepts a worker only under its certificate's name");
     }
-    o.tls = std::move(*tls);
     if (absl::GetFlag(FLAGS_data_roots).empty() || absl::GetFlag(FLAGS_output_root).empty()) {
       return Fail("with TLS (several users), --data_roots and --output_root are required: a job may read and write "
                   "only inside them (docs/security.md)");
     }
+    o.tls = std::move(*tls);
   } else if (!tessera::rpc::IsLoopback(o.coordinator)) {
-    if (!absl::GetFlag(FLAGS_insecure)) {
-      return Fail("--coordinator " + o.coordinator + " is not a loopback address: give --tls_ca, --tls_cert and "
-                  "--tls_key (tessera certs init), or --insecure to connect without authentication");
-    }
     std::cerr << "tessera-worker: WARNING: --insecure: talking to " << o.coordinator << " without TLS; anyone on the "
               << "network can impersonate this worker or the coordinator" << std::endl;
   }

@@ -56,6 +56,26 @@ absl::StatusOr<TlsMaterial> LoadTls(const TlsFiles& files) {
   return m;
 }
 
+absl::StatusOr<std::optional<TlsMaterial>> DaemonTls(const TlsFiles& files, tls::Role role, const std::string& role_hint,
+                                                     const std::string& address_flag, const std::string& address,
+                                                     bool insecure) {
+  if (files.empty()) {
+    if (!IsLoopback(address) && !insecure) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          address_flag, " ", address, " is not a loopback address: give --tls_ca, --tls_cert and --tls_key (tessera ",
+          "certs init), or --insecure to do without authentication"));
+    }
+    return std::optional<TlsMaterial>();
+  }
+  auto loaded = LoadTls(files);
+  if (!loaded.ok()) return loaded.status();
+  if (loaded->identity.role != role) {
+    return absl::InvalidArgumentError(absl::StrCat("--tls_cert ", files.cert, " names ", tls::Describe(loaded->identity),
+                                                   "; this daemon needs ", role_hint));
+  }
+  return std::optional<TlsMaterial>(std::move(*loaded));
+}
+
 std::shared_ptr<grpc::ServerCredentials> ServerCredentialsFor(const std::optional<TlsMaterial>& tls) {
   if (!tls) return grpc::InsecureServerCredentials();
   grpc::SslServerCredentialsOptions o(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);

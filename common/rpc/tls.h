@@ -36,6 +36,14 @@ struct TlsMaterial {
 // others may read, naming it and the fix, and a certificate without a tessera identity.
 absl::StatusOr<TlsMaterial> LoadTls(const TlsFiles& files);
 
+// A daemon's TLS from its --tls_* flags: `files` loaded and the certificate's role checked against
+// `role` (`role_hint` says where the right one comes from). Without files, the daemon's address
+// (`address_flag` `address`: the one it serves or connects to) must be loopback unless `insecure`
+// (the caller warns). nullopt: no TLS.
+absl::StatusOr<std::optional<TlsMaterial>> DaemonTls(const TlsFiles& files, tls::Role role, const std::string& role_hint,
+                                                     const std::string& address_flag, const std::string& address,
+                                                     bool insecure);
+
 // TLS that requires and verifies a client certificate from the CA; insecure when `tls` is empty.
 std::shared_ptr<grpc::ServerCredentials> ServerCredentialsFor(const std::optional<TlsMaterial>& tls);
 // The client side: presents the certificate and verifies the server's as tls::kCoordinatorServerName.

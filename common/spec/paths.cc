@@ -126,6 +126,13 @@ std::vector<SpecError> CheckJobPaths(const v1::JobSpec& spec, const PathRoots& r
   return errors;
 }
 
+std::vector<SpecError> ConfineJobPaths(const v1::JobSpec& spec, const PathRoots& roots, const std::string& owner) {
+  if (roots.empty()) return {};
+  std::vector<SpecError> errors = CheckJobPaths(spec, roots, owner);
+  // Symbolic links are resolved only for paths whose strings passed.
+  return errors.empty() ? CheckResolvedPaths(spec, roots, owner) : errors;
+}
+
 std::vector<SpecError> CheckResolvedPaths(const v1::JobSpec& spec, const PathRoots& roots, const std::string& owner) {
   std::vector<SpecError> errors;
   auto resolved_roots = [](const std::vector<std::string>& rs) {

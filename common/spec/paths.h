@@ -44,6 +44,10 @@ std::vector<SpecError> CheckJobPaths(const v1::JobSpec& spec, const PathRoots& r
 // existing ancestor) resolved through symbolic links must still lie inside its root (resolved too).
 std::vector<SpecError> CheckResolvedPaths(const v1::JobSpec& spec, const PathRoots& roots, const std::string& owner);
 
+// What the coordinator (on submission) and a worker (before a rank starts) check: nothing when
+// `roots` is empty; else CheckJobPaths, and once the strings pass, CheckResolvedPaths.
+std::vector<SpecError> ConfineJobPaths(const v1::JobSpec& spec, const PathRoots& roots, const std::string& owner);
+
 }  // namespace tessera::spec
 
 #endif  // TESSERA_COMMON_SPEC_PATHS_H_
