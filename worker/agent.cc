@@ -14,6 +14,7 @@
 #include "common/rpc/channel.h"
 #include "tessera/v1/worker_service.grpc.pb.h"
 #include "worker/report_queue.h"
+#include "worker/start_order.h"
 
 namespace tessera::worker {
 namespace {
@@ -197,9 +198,7 @@ void Agent::Run(const std::atomic<bool>& stop) {
         }
         if (a.seq() > 0) applied_seq = a.seq();
         if (a.action() == v1::Assignment::ACTION_START) {
-          // As the coordinator checked on submission, and again on this machine, where the ranks
-          // open the files: symbolic links here may lead elsewhere than on the coordinator's.
-          absl::Status s = spec::ToStatus(spec::ConfineJobPaths(a.spec(), options_.roots, a.owner()));
+          absl::Status s = CheckStartOrder(a, options_.device_count, options_.roots);
           if (s.ok()) s = supervisor.Start(a);
           if (!s.ok()) {
             RankEvent failed;

@@ -10,8 +10,8 @@
 #include "common/process/subprocess.h"
 #include "common/spec/model_config_of.h"
 #include "parallel/checkpoint/checkpoint_dir.h"
+#include "worker/step_log.h"
 #include "google/protobuf/util/json_util.h"
-#include "nlohmann/json.hpp"
 
 namespace tessera::worker {
 
@@ -105,54 +105,51 @@ void RankSupervisor::ReadProgress(const Key& key, Rank& r, std::vector<RankEvent
     std::ifstream in(r.steps_path);
     if (in) {
       in.seekg(r.steps_offset);
-      std::string line;
-      std::vector<nlohmann::json> report;  // Step 1 (the job's baseline loss) and the newest step.
-      while (std::getline(in, line)) {
-        if (in.eof()) break;
-        r.steps_offset += static_cast<std::streamoff>(line.size() + 1);
-        nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-        if (j.is_discarded()) continue;
-        if (j.contains("val_loss") && j["val_loss"].is_number()) {
-          r.val_step = j.value("step", int64_t{0});
-          r.val_loss = j["val_loss"].get<double>();
+      std::vector<StepRecord> report;  // Step 1 (the job's baseline loss) and the newest step.
+      r.steps_offset += ReadCompleteLines(in, [&](std::string_view line) {
+        std::optional<StepRecord> j = ParseStepLine(line);
+        if (!j.has_value()) return;
+        if (j->val_loss.has_value()) {
+          r.val_step = j->step;
+          r.val_loss = *j->val_loss;
         }
-        if (report.size() == 2 || (report.size() == 1 && report[0].value("step", int64_t{0}) != 1)) {
-          report.back() = std::move(j);
+        if (report.size() == 2 || (report.size() == 1 && report[0].step != 1)) {
+          report.back() = *j;
         } else {
-          report.push_back(std::move(j));
+          report.push_back(*j);
         }
-      }
+      });
       // The checkpoint of a step is written after its log line: report a newer checkpoint even
       // when no new step came (with the newest step again).
-      if (!report.empty()) r.last_step_line = report.back().dump();
+      if (!report.empty()) r.last_step = report.back();
       int64_t checkpoint = r.reported_checkpoint;
       auto all = parallel::ListCheckpoints(r.checkpoint_dir);
       if (!all.empty()) checkpoint = all.back().first;
-      if (report.empty() && checkpoint != r.reported_checkpoint && !r.last_step_line.empty()) {
-        report.push_back(nlohmann::json::parse(r.last_step_line));
+      if (report.empty() && checkpoint != r.reported_checkpoint && r.last_step.has_value()) {
+        report.push_back(*r.last_step);
       }
       r.reported_checkpoint = checkpoint;
-      for (const nlohmann::json& j : report) {
+      for (const StepRecord& j : report) {
         RankEvent p;
         p.progress.set_last_checkpoint_step(checkpoint);
         p.event = v1::ReportRankStatusRequest::EVENT_PROGRESS;
         p.job_id = job;
         p.attempt = attempt;
         p.rank = rank;
-        p.progress.set_step(j.value("step", int64_t{0}));
-        p.progress.set_resumed_from_step(j.value("resumed_from", int64_t{0}));
-        p.progress.set_discarded_steps(j.value("discarded_steps", int64_t{0}));
-        p.progress.set_loss(j.value("loss", 0.0));
-        p.progress.set_lr(j.value("lr", 0.0));
-        p.progress.set_grad_norm(j.value("grad_norm", 0.0));
-        p.progress.set_tokens_per_s(j.value("tokens_per_s", 0.0));
-        p.progress.set_step_seconds(j.value("step_seconds", 0.0));
+        p.progress.set_step(j.step);
+        p.progress.set_resumed_from_step(j.resumed_from);
+        p.progress.set_discarded_steps(j.discarded_steps);
+        p.progress.set_loss(j.loss);
+        p.progress.set_lr(j.lr);
+        p.progress.set_grad_norm(j.grad_norm);
+        p.progress.set_tokens_per_s(j.tokens_per_s);
+        p.progress.set_step_seconds(j.step_seconds);
         if (r.val_step > 0 && r.val_step <= p.progress.step()) {
           p.progress.set_val_step(r.val_step);
           p.progress.set_val_loss(r.val_loss);
         }
-        p.tokens = j.value("tokens", int64_t{0});
-        p.bytes_all_reduced = j.value("bytes_all_reduced", int64_t{0});
+        p.tokens = j.tokens;
+        p.bytes_all_reduced = j.bytes_all_reduced;
         p.flops_per_token = r.flops_per_token;
         p.samples = r.samples_per_step;
         p.world_size = r.world_size;

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <map>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "absl/status/status.h"
 #include "tessera/v1/cluster.pb.h"
 #include "tessera/v1/worker_service.pb.h"
+#include "worker/step_log.h"
 
 namespace tessera::worker {
 
@@ -84,7 +86,7 @@ class RankSupervisor {
     std::string log_path;
     std::string steps_path;  // Rank 0 only.
     std::string checkpoint_dir;
-    std::string last_step_line;       // Newest step log line read.
+    std::optional<StepRecord> last_step;  // Newest step log line read.
     int64_t val_step = 0;             // Newest evaluation read (0: none) and its loss.
     double val_loss = 0;
     int64_t reported_checkpoint = 0;  // Newest checkpoint step already reported.

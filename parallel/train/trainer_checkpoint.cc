@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <tuple>
 
 #include <unistd.h>
 
@@ -13,6 +14,7 @@
 #include "parallel/checkpoint/checkpoint_dir.h"
 #include "parallel/checkpoint/durable_file.h"
 #include "parallel/checkpoint/tensor_convert.h"
+#include "parallel/models/trainer_state.h"
 #include "parallel/train/status_macros.h"
 #include "parallel/train/trainer.h"
 
@@ -300,61 +302,48 @@ absl::StatusOr<int64_t> Trainer::AgreeOnResumeStep() {
 }
 
 absl::Status Trainer::LoadCheckpoint(const std::string& path) {
-  std::ifstream in(path + "/trainer_state.json");
-  nlohmann::json state = nlohmann::json::parse(in, nullptr, false);
-  if (state.is_discarded() || !state.contains("step") || !state.contains("model")) {
-    return absl::DataLossError(absl::StrCat(path, "/trainer_state.json is missing or not valid"));
-  }
-  const auto& c = options_.model;
-  // Checkpoints written before families existed are GPT-2 with its fixed shapes.
-  const std::string family = state["model"].value("family", std::string("gpt"));
-  if (family != FamilyName(c.family)) {
-    return absl::FailedPreconditionError(absl::StrCat("checkpoint ", path, " was written for model.family ", family,
-                                                      ", the spec says ", FamilyName(c.family)));
+  auto state = ReadTrainerState(path);
+  if (!state.ok()) return state.status();
+  const ModelConfig& c = options_.model;
+  const ModelConfig& saved = state->model;
+  if (saved.family != c.family) {
+    return absl::FailedPreconditionError(absl::StrCat("checkpoint ", path, " was written for model.family ",
+                                                      FamilyName(saved.family), ", the spec says ", FamilyName(c.family)));
   }
   // The sizes first, then what follows from them (a wider model also has a wider MLP).
-  for (const auto& [key, want] : std::vector<std::pair<std::string, int>>{
-           {"layers", c.layers}, {"hidden", c.hidden}, {"heads", c.heads}, {"vocab", c.vocab},
-           {"seq_len", c.seq_len}, {"kv_heads", c.KvHeads()}, {"ffn_hidden", c.FfnHidden()}}) {
-    const int fallback = key == "kv_heads" ? c.heads : key == "ffn_hidden" ? 4 * c.hidden : -1;
-    if (state["model"].value(key, fallback) != want) {
-      return absl::FailedPreconditionError(absl::StrCat("checkpoint ", path, " was written for model.", key, " ",
-                                                        state["model"].value(key, fallback), ", the spec says ", want));
+  for (const auto& [key, had, want] : std::vector<std::tuple<const char*, int, int>>{
+           {"layers", saved.layers, c.layers}, {"hidden", saved.hidden, c.hidden}, {"heads", saved.heads, c.heads},
+           {"vocab", saved.vocab, c.vocab}, {"seq_len", saved.seq_len, c.seq_len},
+           {"kv_heads", saved.KvHeads(), c.KvHeads()}, {"ffn_hidden", saved.FfnHidden(), c.FfnHidden()}}) {
+    if (had != want) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("checkpoint ", path, " was written for model.", key, " ", had, ", the spec says ", want));
     }
   }
   auto params = LoadTensors(path + "/model.safetensors");
   if (!params.ok()) return params.status();
   TESSERA_RETURN_IF_ERROR(model_->LoadFull(*params));
-  step_ = state["step"].get<int64_t>();
-  adam_step_ = step_;
+  step_ = state->step;
+  adam_step_ = state->optimizer_step;
   if (data_->blended()) {
     // The blend continues from the saved positions when the checkpoint has them for as many
     // sources; otherwise (a checkpoint from before the blend) from its definition at next_sample.
-    const nlohmann::json& d = state.contains("data") ? state["data"] : nlohmann::json();
     const int64_t next = step_ * options_.global_batch;
-    if (d.is_object() && d.contains("blend") && d["blend"].is_array() && d["blend"].size() == options_.blend.size() &&
-        d.value("next_sample", int64_t{-1}) == next) {
-      std::vector<int64_t> counts;
-      for (const auto& src : d["blend"]) counts.push_back(src.value("samples_taken", int64_t{-1}));
-      if (absl::Status st = data_->RestoreBlend(next, counts); !st.ok()) {
+    if (state->blend_samples_taken.size() == options_.blend.size() && state->next_sample == next) {
+      if (absl::Status st = data_->RestoreBlend(next, state->blend_samples_taken); !st.ok()) {
         return absl::DataLossError(absl::StrCat(path, "/trainer_state.json: data.blend: ", st.message()));
       }
     }
   }
-  if (state.contains("optimizer") && state["optimizer"].is_object()) {
-    adam_step_ = state["optimizer"].value("step", step_);
-  }
-  if (options_.precision == "fp16" && state.value("precision", std::string()) == "fp16" &&
-      state.contains("loss_scale")) {
-    loss_scale_ = state["loss_scale"].value("scale", options_.initial_loss_scale);
-    good_steps_ = state["loss_scale"].value("good_steps", int64_t{0});
+  if (options_.precision == "fp16" && state->precision == "fp16" && state->loss_scale.has_value()) {
+    loss_scale_ = *state->loss_scale;
+    good_steps_ = state->good_steps;
   }
   pending_m_.clear();
   pending_v_.clear();
-  if (state.contains("optimizer") && state["optimizer"].value("sharded", false)) {
-    const int saved_tp = state.contains("mesh") ? state["mesh"].value("tp", 0) : 0;
-    if (saved_tp < 1) return absl::DataLossError(absl::StrCat(path, "/trainer_state.json lacks mesh.tp"));
-    return LoadShardedOptimizer(path, saved_tp);
+  if (state->optimizer_sharded) {
+    if (state->mesh_tp < 1) return absl::DataLossError(absl::StrCat(path, "/trainer_state.json lacks mesh.tp"));
+    return LoadShardedOptimizer(path, state->mesh_tp);
   }
   auto optimizer = LoadTensors(path + "/optimizer.safetensors");
   if (!optimizer.ok()) return optimizer.status();
