@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/rpc/status_conversion.h"
+#include "coordinator/stream_wait.h"
 
 namespace tessera::coordinator {
 
@@ -128,7 +129,9 @@ grpc::Status CoordinatorServiceImpl::WatchJob(grpc::ServerContext* ctx, const v1
   uint64_t seen = 0;
   bool first = true;
   while (!ctx->IsCancelled()) {
-    auto change = coordinator_->WaitForJobChange(req->job_id(), seen, absl::Seconds(1));
+    const absl::Duration wait = StreamWait(*ctx, absl::Seconds(1));
+    if (wait <= absl::ZeroDuration()) return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "the deadline passed");
+    auto change = coordinator_->WaitForJobChange(req->job_id(), seen, wait);
     if (!change.ok()) return ToGrpc(change.status());
     if (change->second == seen && !first) continue;
     first = false;

@@ -1,6 +1,7 @@
 #include "coordinator/worker_service.h"
 
 #include "common/rpc/status_conversion.h"
+#include "coordinator/stream_wait.h"
 
 namespace tessera::coordinator {
 
@@ -31,7 +32,9 @@ grpc::Status WorkerServiceImpl::StreamAssignments(grpc::ServerContext* ctx, cons
   if (req->worker_id().empty()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "worker_id: is required");
   const int64_t stream = coordinator_->StreamOpened(req->worker_id(), req->session());
   while (!ctx->IsCancelled()) {
-    auto next = coordinator_->NextAssignment(req->worker_id(), absl::Milliseconds(500), req->session(), stream);
+    const absl::Duration wait = StreamWait(*ctx, absl::Milliseconds(500));
+    if (wait <= absl::ZeroDuration()) return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "the deadline passed");
+    auto next = coordinator_->NextAssignment(req->worker_id(), wait, req->session(), stream);
     if (!next.ok()) return ToGrpc(next.status());
     if (next->has_value() && !writer->Write(**next)) {
       // Not delivered (nor is an order written just before the connection broke, necessarily): orders

@@ -9,18 +9,24 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 
 namespace tessera::fuzz {
 
-// $TMPDIR/tessera-NAME-PID (created once, mode 0700).
-inline const std::string& ScratchDir(const char* name) {
-  static const std::string dir = [name] {
-    std::string d = std::string(getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp") + "/tessera-" + name + "-" +
-                    std::to_string(getpid());
+// $TMPDIR/tessera-NAME-PID, or /dev/shm/tessera-NAME-PID with `tmpfs` where /dev/shm is writable
+// (for targets whose code syncs its writes). Created once, mode 0700; removed when the process exits.
+inline const std::string& ScratchDir(const char* name, bool tmpfs = false) {
+  static const std::string dir = [name, tmpfs] {
+    const std::string base = tmpfs && access("/dev/shm", W_OK) == 0 ? "/dev/shm"
+                             : getenv("TMPDIR") != nullptr         ? getenv("TMPDIR")
+                                                                   : "/tmp";
+    std::string d = base + "/tessera-" + name + "-" + std::to_string(getpid());
     mkdir(d.c_str(), 0700);
     return d;
   }();
+  static const bool cleanup = [] { return std::atexit([] { std::filesystem::remove_all(dir); }) == 0; }();
+  (void)cleanup;
   return dir;
 }
 

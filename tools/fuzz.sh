@@ -3,7 +3,8 @@
 # clang and libclang-rt-14-dev): every target in turn, each for SECONDS (default 60) on its seed
 # corpus in the repository (fuzz/corpus/TARGET; new inputs go to a scratch copy). A crash stops the
 # script with the target's report and the input that caused it (keep it as a regression test).
-# Usage: bash tools/fuzz.sh [SECONDS] [TARGET...]   Targets: spec tokenizer token_files checkpoint.
+# Usage: bash tools/fuzz.sh [SECONDS] [TARGET...]   Targets: spec tokenizer token_files checkpoint
+#            trainer_state worker rpc.
 #        bash tools/fuzz.sh --smoke [TARGET...]     The test suite's run: the corpus and 20,000
 #            mutations from a fixed seed (deterministic), a JUnit file per target in $TESSERA_FUZZ_JUNIT.
 set -euo pipefail
@@ -12,18 +13,28 @@ smoke=0
 if [ "${1:-}" = "--smoke" ]; then smoke=1; seconds=0; else seconds="${1:-60}"; fi
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(spec tokenizer token_files checkpoint)
+[ ${#targets[@]} -gt 0 ] || targets=(spec tokenizer token_files checkpoint trainer_state worker rpc)
 out="${TMPDIR:-/tmp}/tessera-fuzz"
 mkdir -p "$out"
 flags=(-std=c++17 -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
        -DTESSERA_LIBFUZZER -I. -I"$out/gen")
 absl=(absl_strings absl_str_format absl_status absl_statusor absl_hash absl_raw_hash_set absl_synchronization absl_time)
 
-build_spec() {
+# The generated protobuf (and gRPC) code of proto/, once per run.
+protos() {
+  [ -f "$out/gen/.done" ] && return
   mkdir -p "$out/gen"
-  protoc -Iproto --cpp_out="$out/gen" proto/tessera/v1/job.proto
-  local src=(common/spec/{spec_fuzz,job_spec,paths,pretrained,spec_error,validate,yaml_to_proto,model_config_of}.cc
-             parallel/models/hf_config.cc "$out/gen/tessera/v1/job.pb.cc")
+  protoc -Iproto --cpp_out="$out/gen" proto/tessera/v1/{job,cluster,coordinator_service,worker_service}.proto
+  protoc -Iproto --grpc_out="$out/gen" --plugin=protoc-gen-grpc="$(command -v grpc_cpp_plugin)" \
+    proto/tessera/v1/{coordinator_service,worker_service}.proto
+  touch "$out/gen/.done"
+}
+spec_src=(common/spec/{job_spec,paths,pretrained,spec_error,validate,yaml_to_proto,model_config_of}.cc
+          parallel/models/hf_config.cc)
+
+build_spec() {
+  protos
+  local src=(common/spec/spec_fuzz.cc "${spec_src[@]}" "$out/gen/tessera/v1/job.pb.cc")
   # shellcheck disable=SC2046
   clang++ "${flags[@]}" "${src[@]}" -o "$out/spec_fuzzer" $(pkg-config --libs protobuf yaml-cpp "${absl[@]}")
 }
@@ -44,6 +55,32 @@ build_checkpoint() {
   local src=(parallel/checkpoint/{checkpoint_fuzz,safetensors,checkpoint_dir,durable_file,crc32c}.cc)
   # shellcheck disable=SC2046
   clang++ "${flags[@]}" "${src[@]}" -o "$out/checkpoint_fuzzer" $(pkg-config --libs "${absl[@]}")
+}
+
+build_trainer_state() {
+  local src=(parallel/models/{trainer_state_fuzz,trainer_state}.cc)
+  # shellcheck disable=SC2046
+  clang++ "${flags[@]}" "${src[@]}" -o "$out/trainer_state_fuzzer" $(pkg-config --libs "${absl[@]}")
+}
+
+build_worker() {
+  protos
+  local src=(worker/{worker_fuzz,start_order,step_log}.cc "${spec_src[@]}"
+             "$out/gen/tessera/v1/"{job,cluster,worker_service}.pb.cc)
+  # shellcheck disable=SC2046
+  clang++ "${flags[@]}" "${src[@]}" -o "$out/worker_fuzzer" $(pkg-config --libs protobuf yaml-cpp "${absl[@]}")
+}
+
+build_rpc() {
+  protos
+  local src=(coordinator/{rpc_fuzz,authorizer,coordinator,coordinator_metrics,coordinator_workers,coordinator_service}.cc
+             coordinator/{worker_service,job_store,placement}.cc common/rpc/{status_conversion,tls}.cc
+             common/tls/{identity,certificates}.cc common/metrics/metrics_server.cc "${spec_src[@]}"
+             "$out/gen/tessera/v1/"{job,cluster,coordinator_service,worker_service}.pb.cc
+             "$out/gen/tessera/v1/"{coordinator_service,worker_service}.grpc.pb.cc)
+  # shellcheck disable=SC2046
+  clang++ "${flags[@]}" "${src[@]}" -o "$out/rpc_fuzzer" \
+    $(pkg-config --libs grpc++ protobuf yaml-cpp sqlite3 openssl prometheus-cpp-pull prometheus-cpp-core "${absl[@]}")
 }
 
 for t in "${targets[@]}"; do
