@@ -16,6 +16,7 @@
 #include "common/spec/job_spec.h"
 #include "common/spec/model_config_of.h"
 #include "fuzz/fuzz_files.h"
+#include "google/protobuf/stubs/logging.h"
 #include "google/protobuf/util/json_util.h"
 #include "worker/start_order.h"
 #include "worker/step_log.h"
@@ -58,6 +59,7 @@ void WriteSeeds(const std::string& dir) {
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  google::protobuf::SetLogHandler(nullptr);  // Not a line per string field that is not UTF-8.
   if (const char* dir = getenv("TESSERA_FUZZ_WRITE_SEEDS")) {
     WriteSeeds(dir);
     std::exit(0);
