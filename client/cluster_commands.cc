@@ -17,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "client/enum_name.h"
 #include "client/exit_codes.h"
 #include "client/progress_line.h"
 #include "client/table.h"
@@ -89,10 +90,7 @@ bool PrepareConnection(const rpc::TlsFiles& files, bool insecure, ClusterOptions
 
 namespace {
 
-std::string StateName(v1::JobState s) {
-  std::string n = v1::JobState_Name(s);
-  return n.substr(std::string("JOB_STATE_").size());
-}
+std::string StateName(v1::JobState s) { return EnumName(v1::JobState_Name(s), "JOB_STATE_", s); }
 
 std::string Json(const google::protobuf::Message& m) {
   std::string out;
@@ -292,7 +290,7 @@ int JobCommand(const ClusterOptions& o, const std::string& job_id) {
     for (const v1::Attempt& a : j.history()) {
       std::string outcome = "running";
       if (a.outcome() != v1::JOB_STATE_UNSPECIFIED) {
-        outcome = absl::AsciiStrToLower(v1::JobState_Name(a.outcome()).substr(sizeof("JOB_STATE_") - 1));
+        outcome = absl::AsciiStrToLower(StateName(a.outcome()));
       }
       h.AddRow({absl::StrCat(a.attempt()), absl::StrJoin(a.workers(), ","),
                 absl::StrCat(a.resumed_from_step() + 1, "..", std::max(a.last_step(), a.resumed_from_step())),
@@ -330,7 +328,7 @@ int WorkersCommand(const ClusterOptions& o) {
   Table t({"ID", "NAME", "STATE", "DEVICES", "IN USE", "MEMORY/DEVICE", "HOST"});
   for (const v1::Worker& w : resp.workers()) {
     const std::string kind = w.device_kind() == v1::DEVICE_KIND_CUDA ? "cuda" : "cpu";
-    const std::string state = v1::Worker::State_Name(w.state()).substr(std::string("STATE_").size());
+    const std::string state = EnumName(v1::Worker::State_Name(w.state()), "STATE_", w.state());
     t.AddRow({w.id(), w.name(), state, absl::StrCat(kind, ":", w.device_count()), absl::StrCat(w.devices_in_use()),
               absl::StrFormat("%.1f GiB", w.device_memory_bytes() / double(1 << 30)), w.host()});
   }
