@@ -173,8 +173,9 @@ bool Await(grpc::CompletionQueue& cq) {
   return ok;
 }
 
-// One call with `request` as its raw bytes: unary calls get two seconds (they never wait), streams a
-// few milliseconds (they wait for news until their deadline) and at most four messages are read.
+// One call with `request` as its raw bytes: unary calls get two seconds (they never wait), streams one
+// millisecond (they wait for news until their deadline; what is queued comes at once); at most four
+// messages are read.
 void Call(Harness& h, const Method& m, const std::string& request) {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() +
