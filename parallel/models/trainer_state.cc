@@ -1,5 +1,6 @@
 #include "parallel/models/trainer_state.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <limits>
@@ -166,9 +167,14 @@ absl::StatusOr<TrainerState> ParseTrainerState(std::string_view text, const std:
 
 absl::StatusOr<TrainerState> ReadTrainerState(const std::string& checkpoint) {
   const std::string path = checkpoint + "/trainer_state.json";
-  std::ifstream in(path, std::ios::binary);
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) return absl::DataLossError(absl::StrCat(path, ": missing or unreadable"));
-  std::string text(static_cast<size_t>(kMaxTrainerStateBytes) + 1, '\0');
+  // The file's size, capped one byte past the limit (ParseTrainerState refuses that), so a huge or
+  // growing file never costs more than the limit.
+  const int64_t size = std::min<int64_t>(static_cast<int64_t>(in.tellg()), kMaxTrainerStateBytes + 1);
+  if (size < 0) return absl::DataLossError(absl::StrCat(path, ": unreadable"));
+  std::string text(static_cast<size_t>(size), '\0');
+  in.seekg(0);
   in.read(text.data(), static_cast<std::streamsize>(text.size()));
   text.resize(static_cast<size_t>(in.gcount()));
   return ParseTrainerState(text, path);
