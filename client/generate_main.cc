@@ -1,6 +1,8 @@
 // tessera-generate: the engine behind `tessera generate` (the CLI runs this binary so that the CLI
 // itself does not load LibTorch). Samples tokens from a tessera checkpoint or a transformers model
-// directory with a KV cache, on CPU; text in and out through a tokenizer.json when one is given.
+// directory with a KV cache, on CPU or (tessera-generate-cuda, the same source linked with LibTorch's
+// CUDA part; the CLI picks it for --device cuda) on a GPU; text in and out through a tokenizer.json.
+#include <ATen/Context.h>
 #include <ATen/Parallel.h>
 
 #include <filesystem>
@@ -9,7 +11,10 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "client/exit_codes.h"
 #include "nlohmann/json.hpp"
@@ -22,13 +27,40 @@
 namespace tessera::client {
 namespace {
 
+// "cpu", "cuda" or "cuda:N"; an error names the flag and says what this binary or machine lacks.
+absl::StatusOr<c10::Device> ParseDevice(const std::string& text) {
+  if (text == "cpu") return c10::Device(c10::kCPU);
+  int index = 0;
+  if (text != "cuda") {
+    if (!absl::StartsWith(text, "cuda:") || !absl::SimpleAtoi(text.substr(5), &index) || index < 0 || index > 1023) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--device: \"", text, "\" is not cpu, cuda or cuda:N (N a device number)"));
+    }
+  }
+#ifndef TESSERA_GENERATE_CUDA
+  return absl::FailedPreconditionError(absl::StrCat(
+      "--device ", text, ": tessera-generate has no CUDA (`tessera generate --device cuda` runs tessera-generate-cuda)"));
+#endif
+  if (!at::hasCUDA()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--device ", text, ": this machine has no CUDA device (or no NVIDIA driver)"));
+  }
+  const int64_t count = at::getNumGPUs();
+  if (index >= count) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--device ", text, ": this machine has ", count, " CUDA device", count == 1 ? "" : "s"));
+  }
+  return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(index));
+}
+
 int Main(int argc, char** argv) {
-  CLI::App app{"tessera generate: sample tokens from a model (KV cache, CPU)"};
+  CLI::App app{"tessera generate: sample tokens from a model (KV cache, CPU or CUDA)"};
   app.name("tessera generate");
   std::string model_path, prompt_ids, prompt_text, logits_out, tokenizer_path;
   parallel::GenerateOptions o;
   int threads = 0;
   bool json = false;
+  std::string device_text = "cpu";
   app.add_option("model", model_path, "A tessera checkpoint (or checkpoint directory) or a transformers model directory")
       ->required();
   app.add_option("--prompt-ids", prompt_ids, "Prompt token ids, comma-separated: 15496,11,995");
@@ -42,6 +74,7 @@ int Main(int argc, char** argv) {
   app.add_option("--top-k", o.top_k, "Sample among the K most likely tokens (default: all)");
   app.add_option("--seed", o.seed, "Seed of the sampler (default 0)");
   app.add_option("--stop-id", o.stop_token, "Stop after generating this token id (e.g. the end-of-text id)");
+  app.add_option("--device", device_text, "cpu (default), cuda or cuda:N");
   app.add_option("--threads", threads, "Intra-op threads (default: LibTorch's)");
   app.add_option("--logits-out", logits_out, "Write the prompt's logits [T, vocab] (fp32) to this .safetensors file");
   app.add_flag("--json", json, "Print {\"prompt\": [...], \"tokens\": [...]} instead of the tokens as they come");
@@ -86,8 +119,13 @@ int Main(int argc, char** argv) {
       for (unsigned char ch : prompt_text) prompt.push_back(ch);
     }
   }
+  auto device = ParseDevice(device_text);
+  if (!device.ok()) {
+    std::cerr << "error: " << device.status().message() << "\n";
+    return kExitBadInput;
+  }
   if (threads > 0) at::set_num_threads(threads);
-  auto loaded = parallel::LoadModelForInference(model_path, c10::Device(c10::kCPU));
+  auto loaded = parallel::LoadModelForInference(model_path, *device);
   if (!loaded.ok()) {
     std::cerr << "error: " << loaded.status().message() << "\n";
     return kExitBadInput;

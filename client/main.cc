@@ -26,12 +26,20 @@ namespace tessera::client {
 namespace {
 
 int Main(int argc, char** argv) {
-  // `tessera generate` is the tessera-generate binary (LibTorch stays out of this one); its own --help
-  // lists its options.
+  // `tessera generate` is the tessera-generate binary (LibTorch stays out of this one), or
+  // tessera-generate-cuda for --device cuda[:N]; its own --help lists its options.
   if (argc >= 2 && std::string(argv[1]) == "generate") {
-    std::string bin = process::FindTesseraBinary("tessera-generate", "client", "TESSERA_GENERATE_BINARY");
+    bool cuda = false;
+    for (int i = 2; i < argc; ++i) {
+      const std::string a = argv[i];
+      const std::string value = a == "--device" && i + 1 < argc ? argv[i + 1] : a.rfind("--device=", 0) == 0 ? a.substr(9) : "";
+      if (value.rfind("cuda", 0) == 0) cuda = true;
+    }
+    const std::string name = cuda ? "tessera-generate-cuda" : "tessera-generate";
+    const std::string env = cuda ? "TESSERA_GENERATE_CUDA_BINARY" : "TESSERA_GENERATE_BINARY";
+    std::string bin = process::FindTesseraBinary(name, "client", env.c_str());
     if (bin.empty()) {
-      std::cerr << "error: tessera-generate is not installed next to tessera (set TESSERA_GENERATE_BINARY)\n";
+      std::cerr << "error: " << name << " is not installed next to tessera (set " << env << ")\n";
       return kExitBadInput;
     }
     std::vector<char*> args{bin.data()};

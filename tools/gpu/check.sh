@@ -33,6 +33,9 @@ done
 step "gpu vs cpu losses (5 steps)" "$(grep -E '^check_(result|error)' "$out/check.log" | head -1)"
 step "zero/offload/bf16 on cuda" "$(grep -E '^check_memory_result' "$out/check.log" | head -1)"
 while read -r line; do summary+=("  $line"); done < <(grep -E '^check_memory ' "$out/check.log")
+"$bin/gpu_bench" generate >"$out/generate.log" 2>&1
+step "generate on cuda vs cpu" "$(grep -E '^generate_result' "$out/generate.log" | head -1)"
+while read -r line; do summary+=("  $line"); done < <(grep -E '^generate ' "$out/generate.log")
 "$bin/gpu_bench" kernels >"$out/kernels.log" 2>&1
 while read -r line; do summary+=("  $line"); done < <(grep -E '^(kernel|copy_bandwidth|kernels_error)' "$out/kernels.log" |
   awk '{ if ($1=="kernel") printf "%s %s fused %sus vs %sus x%s %.0f%% bw\n", $2,$3,$5,$7,$9,$13*100; else print }')
