@@ -2,7 +2,8 @@
 # Builds and runs every test, then prints one line "N passed, M failed, K skipped" (test cases, from
 # the JUnit XML each test leaves; GoogleTest marks a GTEST_SKIP case result="skipped", and skipped
 # cases are never counted as passed). The whole suite (no arguments) also runs every fuzz target
-# briefly under ASan+UBSan (tools/fuzz.sh --smoke: one case each). Extra arguments go to `bazel test`
+# briefly under ASan+UBSan (tools/fuzz.sh --smoke: one case each) and the deployment tests
+# (tools/test_deploy.sh: the container image and a cluster in containers). Extra arguments go to `bazel test`
 # (e.g. a narrower target pattern) and skip the fuzz targets.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -15,15 +16,19 @@ rc=$?
 # The whole suite also runs every fuzz target briefly under ASan+UBSan (tools/fuzz.sh --smoke).
 fuzz_junit="${TMPDIR:-/tmp}/tessera-fuzz-junit"
 rm -rf "$fuzz_junit"
+deploy_junit="${TMPDIR:-/tmp}/tessera-deploy-junit"
+rm -rf "$deploy_junit"
 if [ "${targets[*]}" = "//..." ]; then
   TESSERA_FUZZ_JUNIT="$fuzz_junit" bash tools/fuzz.sh --smoke || rc=1
+  TESSERA_DEPLOY_JUNIT="$deploy_junit" bash tools/test_deploy.sh || rc=1
 fi
-python3 - "$(bazel info bazel-testlogs 2>/dev/null)" "$fuzz_junit" <<'PY'
+python3 - "$(bazel info bazel-testlogs 2>/dev/null)" "$fuzz_junit" "$deploy_junit" <<'PY'
 import pathlib, sys, xml.etree.ElementTree as ET
 passed = failed = skipped = 0
 xmls = list(pathlib.Path(sys.argv[1]).rglob("test.xml"))
-if pathlib.Path(sys.argv[2]).is_dir():
-    xmls += list(pathlib.Path(sys.argv[2]).glob("*.xml"))
+for extra in sys.argv[2:]:
+    if pathlib.Path(extra).is_dir():
+        xmls += list(pathlib.Path(extra).glob("*.xml"))
 for xml in xmls:
     try:
         root = ET.parse(xml).getroot()

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The deployment tests: what a user following deploy/ runs, run for real on this machine.
+#   image            bash deploy/container/build.sh       (debootstrap + podman import + podman build)
+#   container_demo   bash deploy/container/demo.sh        (coordinator + 2 workers in containers, mTLS,
+#                                                          a worker container killed and the job resumed)
+# One JUnit file per case in $TESSERA_DEPLOY_JUNIT when set (tools/test.sh counts them); logs in
+# out/deploy-tests/. Needs root (rootful podman); without it each case is reported as skipped, never
+# as passed. Exit 1 when a case failed.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+logs="$PWD/out/deploy-tests"
+mkdir -p "$logs"
+rc=0
+report() {  # report NAME passed|failed|skipped SECONDS MESSAGE
+  echo "deploy: $1 $2 ($3 s)${4:+: $4}" >&2
+  [ -n "${TESSERA_DEPLOY_JUNIT:-}" ] || return 0
+  mkdir -p "$TESSERA_DEPLOY_JUNIT"
+  { echo "<testsuite name=\"deploy\"><testcase name=\"$1\" status=\"run\" time=\"$3\">"
+    case "$2" in
+      failed) echo "<failure message=\"see $logs/$1.log\"/>" ;;
+      skipped) echo "<skipped message=\"$4\"/>" ;;
+    esac
+    echo "</testcase></testsuite>"; } >"$TESSERA_DEPLOY_JUNIT/$1.xml"
+}
+case_() {  # case_ NAME COMMAND...
+  local name="$1" t0=$SECONDS
+  shift
+  if [ "$(id -u)" != 0 ]; then report "$name" skipped 0 "needs root (rootful podman)"; return; fi
+  if "$@" >"$logs/$name.log" 2>&1; then
+    report "$name" passed $((SECONDS - t0))
+  else
+    report "$name" failed $((SECONDS - t0)) ""
+    tail -30 "$logs/$name.log" >&2
+    rc=1
+  fi
+}
+case_ image bash deploy/container/build.sh
+case_ container_demo bash deploy/container/demo.sh
+exit $rc
