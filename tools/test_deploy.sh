@@ -3,6 +3,8 @@
 #   image            bash deploy/container/build.sh       (debootstrap + podman import + podman build)
 #   container_demo   bash deploy/container/demo.sh        (coordinator + 2 workers in containers, mTLS,
 #                                                          a worker container killed and the job resumed)
+#   systemd_units    bash deploy/systemd/test_units.sh    (the units under systemd as PID 1 in a container:
+#                                                          start, restart on failure, journal, exposure, stop)
 # One JUnit file per case in $TESSERA_DEPLOY_JUNIT when set (tools/test.sh counts them); logs in
 # out/deploy-tests/. Needs root (rootful podman); without it each case is reported as skipped, never
 # as passed. Exit 1 when a case failed.
@@ -36,4 +38,5 @@ case_() {  # case_ NAME COMMAND...
 }
 case_ image bash deploy/container/build.sh
 case_ container_demo bash deploy/container/demo.sh
+case_ systemd_units bash deploy/systemd/test_units.sh
 exit $rc

@@ -3,12 +3,17 @@
 # machines): a minimal Debian 12 made by debootstrap from Debian's own packages, holding exactly the
 # Debian packages the binaries link against, imported into podman as the base; then deploy/Containerfile
 # adds the release binaries (tools/install.sh, stripped) and LibTorch's CPU libraries on top.
-#   bash deploy/container/build.sh [IMAGE]        (default localhost/tessera:latest)
+#   bash deploy/container/build.sh [--systemd] [IMAGE]        (default localhost/tessera:latest)
+# --systemd: the same image with systemd in it and deploy/systemd's units installed (their ExecStart
+# paths, /usr/local/bin/tessera-*, link to /opt/tessera/bin), to boot with /sbin/init as PID 1
+# (deploy/systemd/test_units.sh).
 # Prints the image's size and what it holds. The base is reused while the package list is unchanged.
 # Env: TESSERA_DEBIAN_MIRROR (default http://deb.debian.org/debian).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 source deploy/container/env.sh
+systemd=0
+if [ "${1:-}" = "--systemd" ]; then systemd=1; shift; fi
 image="${1:-localhost/tessera:latest}"
 work="$PWD/out/image"
 rm -rf "$work"
@@ -27,7 +32,9 @@ packages="$(for b in "$work/context/opt/tessera/bin/"tessera*; do ldd "$b" 2>/de
       { echo "error: no Debian package owns $lib" >&2; exit 1; }
   done | cut -d: -f1 | sort -u | tr '\n' ',')"
 packages="${packages%,}"
-base="localhost/tessera-base:bookworm-$(echo "$packages" | sha256sum | cut -c1-12)"
+[ $systemd = 1 ] && packages+=",systemd,systemd-sysv"
+base="localhost/tessera-base:bookworm-$( (echo "$packages"; [ $systemd = 0 ] || cat deploy/systemd/*.service) |
+  sha256sum | cut -c1-12)"
 
 # 3. The base: debootstrap's minbase plus those packages, trimmed, with the unprivileged user.
 if ! podman image exists "$base"; then
@@ -44,6 +51,12 @@ if ! podman image exists "$base"; then
     "$rootfs"/usr/share/man/* "$rootfs"/usr/share/info/* "$rootfs"/usr/share/locale/* "$rootfs"/var/log/*
   chroot "$rootfs" useradd --uid 10001 --user-group --no-log-init --home-dir /var/lib/tessera --create-home \
     --shell /usr/sbin/nologin tessera
+  if [ $systemd = 1 ]; then
+    cp deploy/systemd/*.service "$rootfs/etc/systemd/system/"
+    for b in tessera tessera-coordinator tessera-worker tessera-rank tessera-generate; do
+      ln -s "/opt/tessera/bin/$b" "$rootfs/usr/local/bin/$b"
+    done
+  fi
   echo "base: minbase + ${packages//,/ }: ${before} MB, $(du -sm "$rootfs" | cut -f1) MB trimmed"
   tar -C "$rootfs" -c . | podman import --quiet --message "debootstrap bookworm minbase + tessera's libraries" - "$base" >/dev/null
   rm -rf "$rootfs"
