@@ -14,14 +14,13 @@ grpc::Status Authorizer::Deny(grpc::StatusCode code, const char* rpc, const char
   return grpc::Status(code, message);
 }
 
-grpc::Status Authorizer::Identify(const grpc::ServerContext& context, const char* rpc, tls::Role role,
-                                  tls::Identity* id, std::string* peer) const {
-  auto found = rpc::PeerIdentity(context);
+grpc::Status Authorizer::Identify(const absl::StatusOr<tls::Identity>& found, const std::string& address,
+                                  const char* rpc, tls::Role role, tls::Identity* id, std::string* peer) const {
   if (!found.ok()) {
-    return Deny(grpc::StatusCode::UNAUTHENTICATED, rpc, "no_identity", context.peer(), std::string(found.status().message()));
+    return Deny(grpc::StatusCode::UNAUTHENTICATED, rpc, "no_identity", address, std::string(found.status().message()));
   }
   *id = *found;
-  *peer = absl::StrCat(tls::Describe(*id), " (", context.peer(), ")");
+  *peer = absl::StrCat(tls::Describe(*id), " (", address, ")");
   if (id->role != role) {
     return Deny(grpc::StatusCode::PERMISSION_DENIED, rpc, "wrong_role", *peer,
                 absl::StrCat(rpc, " is for ", tls::RoleName(role), "s; the caller's certificate names ", tls::Describe(*id)));
@@ -34,9 +33,18 @@ grpc::Status Authorizer::User(const grpc::ServerContext& context, const char* rp
     *caller = Caller{"", true, context.peer()};
     return grpc::Status::OK;
   }
+  return User(rpc::PeerIdentity(context), context.peer(), rpc, caller);
+}
+
+grpc::Status Authorizer::User(const absl::StatusOr<tls::Identity>& identity, const std::string& address,
+                              const char* what, Caller* caller) const {
+  if (!options_.tls) {
+    *caller = Caller{"", true, address};
+    return grpc::Status::OK;
+  }
   tls::Identity id;
   std::string peer;
-  if (grpc::Status s = Identify(context, rpc, tls::Role::kUser, &id, &peer); !s.ok()) return s;
+  if (grpc::Status s = Identify(identity, address, what, tls::Role::kUser, &id, &peer); !s.ok()) return s;
   *caller = Caller{id.name, options_.admins.count(id.name) > 0, peer};
   return grpc::Status::OK;
 }
@@ -45,7 +53,10 @@ grpc::Status Authorizer::Worker(const grpc::ServerContext& context, const char* 
   if (!options_.tls) return grpc::Status::OK;
   tls::Identity found;
   std::string peer;
-  if (grpc::Status s = Identify(context, rpc, tls::Role::kWorker, &found, &peer); !s.ok()) return s;
+  if (grpc::Status s = Identify(rpc::PeerIdentity(context), context.peer(), rpc, tls::Role::kWorker, &found, &peer);
+      !s.ok()) {
+    return s;
+  }
   if (found.name != worker_name) {
     return Deny(grpc::StatusCode::PERMISSION_DENIED, rpc, "impersonation", peer,
                 absl::StrCat("worker ", found.name, " may act only as itself, not as '", worker_name.substr(0, 128), "'"));

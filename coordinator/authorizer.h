@@ -12,6 +12,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "absl/status/statusor.h"
 #include "common/tls/identity.h"
 #include "coordinator/coordinator_metrics.h"
 #include "tessera/v1/cluster.pb.h"
@@ -37,6 +38,11 @@ class Authorizer {
 
   // A CoordinatorService call: the caller must be a user. Fills *caller.
   grpc::Status User(const grpc::ServerContext& context, const char* rpc, Caller* caller) const;
+  // The same for a caller reached another way (the dashboard's HTTPS): `identity` is what its
+  // verified certificate names (or why it names none), `address` where it called from. `what`
+  // names the request in logs and tessera_coordinator_rpc_denied_total ("ui").
+  grpc::Status User(const absl::StatusOr<tls::Identity>& identity, const std::string& address, const char* what,
+                    Caller* caller) const;
   // A WorkerService call that acts for worker `worker_name`: the caller must be that worker.
   grpc::Status Worker(const grpc::ServerContext& context, const char* rpc, const std::string& worker_name) const;
   // Whether `caller` may see or change `job`: its owner or an admin (NOT_FOUND-free: the job exists).
@@ -44,8 +50,8 @@ class Authorizer {
 
  private:
   // The caller's identity (*id) and a description for logs (*peer); a denial unless it has `role`.
-  grpc::Status Identify(const grpc::ServerContext& context, const char* rpc, tls::Role role, tls::Identity* id,
-                        std::string* peer) const;
+  grpc::Status Identify(const absl::StatusOr<tls::Identity>& found, const std::string& address, const char* rpc,
+                        tls::Role role, tls::Identity* id, std::string* peer) const;
   grpc::Status Deny(grpc::StatusCode code, const char* rpc, const char* reason, const std::string& peer,
                     const std::string& message) const;
 

@@ -385,28 +385,38 @@ absl::StatusOr<v1::PlanJobResponse> Coordinator::Plan(const v1::JobSpec& spec) {
   return plan;
 }
 
+absl::StatusOr<std::string> Coordinator::JobOutputPath(const std::string& id, const std::string& relative) {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("job ", id, " does not exist"));
+  // Derived from the job's own, validated output_dir: never a path from a request.
+  std::string path = absl::StrCat(it->second.job.spec().output_dir(), "/", relative);
+  if (!options_.roots.output.empty()) {
+    v1::JobSpec only_this;
+    only_this.set_output_dir(path);
+    if (!spec::ConfineJobPaths(only_this, options_.roots, it->second.job.owner()).empty()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("the output of ", id, " is outside the coordinator's --output_root; it is not served"));
+    }
+  }
+  return path;
+}
+
 absl::StatusOr<v1::GetJobLogsResponse> Coordinator::Logs(const std::string& id, int rank, int64_t offset,
                                                          int max_bytes) {
-  std::string path;
+  int64_t world = 0;
   {
     absl::MutexLock lock(&mu_);
     auto it = jobs_.find(id);
     if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("job ", id, " does not exist"));
-    const int64_t world = spec::WorldSize(it->second.job.spec());
-    if (rank < 0 || rank >= world) {
-      return absl::InvalidArgumentError(absl::StrCat("rank: ", rank, " is not a rank of ", id, " (0..", world - 1, ")"));
-    }
-    // Derived from the job's own, validated output_dir: never a path from the request.
-    path = absl::StrCat(it->second.job.spec().output_dir(), "/logs/rank_", rank, ".log");
-    if (!options_.roots.output.empty()) {
-      v1::JobSpec only_logs;
-      only_logs.set_output_dir(path);
-      if (!spec::ConfineJobPaths(only_logs, options_.roots, it->second.job.owner()).empty()) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("the logs of ", id, " are outside the coordinator's --output_root; they are not served"));
-      }
-    }
+    world = spec::WorldSize(it->second.job.spec());
   }
+  if (rank < 0 || rank >= world) {
+    return absl::InvalidArgumentError(absl::StrCat("rank: ", rank, " is not a rank of ", id, " (0..", world - 1, ")"));
+  }
+  auto found = JobOutputPath(id, absl::StrCat("logs/rank_", rank, ".log"));
+  if (!found.ok()) return found.status();
+  const std::string path = *found;
   v1::GetJobLogsResponse resp;
   resp.set_path(path);
   // O_NOFOLLOW: the log file itself is never a symbolic link (a rank writes a regular file).

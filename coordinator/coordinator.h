@@ -79,6 +79,10 @@ class Coordinator {
   std::vector<v1::Worker> ListWorkers();
   // How `spec` would be placed on the devices free now (placeable_now false with the reason if not).
   absl::StatusOr<v1::PlanJobResponse> Plan(const v1::JobSpec& spec);
+  // The path of a file in job `id`'s output directory (`relative`: a name of the coordinator's, never
+  // from a request), where the coordinator reads it; FailedPrecondition when it lies outside
+  // --output_root (logs and step charts are served only from inside it).
+  absl::StatusOr<std::string> JobOutputPath(const std::string& id, const std::string& relative);
   // Bytes of rank `rank`'s log of job `id` from `offset` (negative: from the end).
   absl::StatusOr<v1::GetJobLogsResponse> Logs(const std::string& id, int rank, int64_t offset, int max_bytes);
 

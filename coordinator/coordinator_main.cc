@@ -24,6 +24,7 @@
 #include "common/rpc/channel.h"
 #include "common/rpc/tls.h"
 #include "coordinator/coordinator_metrics.h"
+#include "coordinator/ui/ui_server.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:7070", "gRPC address; port 0 picks a free port (printed).");
 ABSL_FLAG(std::string, db, "tessera-coordinator.db", "SQLite file holding every job.");
@@ -32,6 +33,10 @@ ABSL_FLAG(int, start_timeout_s, 120, "Seconds for every rank of a placed attempt
 ABSL_FLAG(int, backfill_limit_s, 600,
           "Seconds a job that does not fit lets later jobs that fit go first; then it holds its devices' kind.");
 ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9464", "Prometheus /metrics address; port 0 picks one (printed).");
+ABSL_FLAG(std::string, ui_listen, "127.0.0.1:9480",
+          "Web dashboard address (/ui; HTTPS asking for a user certificate when TLS is on); port 0 picks one "
+          "(printed); empty: no dashboard.");
+ABSL_FLAG(int, ui_refresh_s, 5, "Seconds after which dashboard pages reload themselves (0: never).");
 ABSL_FLAG(std::string, tls_ca, "", "The cluster's CA certificate (tessera certs init): clients must present a certificate it signed.");
 ABSL_FLAG(std::string, tls_cert, "", "This coordinator's certificate (DIR/coordinator.pem).");
 ABSL_FLAG(std::string, tls_key, "", "Its private key (DIR/coordinator.key, mode 0600).");
@@ -113,6 +118,21 @@ int main(int argc, char** argv) {
   tessera::coordinator::CoordinatorServiceImpl client_api(&coordinator, &metrics, &authorizer,
                                                           absl::GetFlag(FLAGS_max_streams_per_client));
   tessera::coordinator::WorkerServiceImpl worker_api(&coordinator, &metrics, &authorizer);
+  std::unique_ptr<tessera::coordinator::ui::UiServer> ui;
+  if (!absl::GetFlag(FLAGS_ui_listen).empty()) {
+    tessera::coordinator::ui::UiServerOptions ui_options;
+    ui_options.listen = absl::GetFlag(FLAGS_ui_listen);
+    ui_options.refresh_s = std::max(0, absl::GetFlag(FLAGS_ui_refresh_s));
+    if (tls) {
+      ui_options.tls = {absl::GetFlag(FLAGS_tls_ca), absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key)};
+    }
+    auto started = tessera::coordinator::ui::UiServer::Start(ui_options, &coordinator, &authorizer);
+    if (!started.ok()) {
+      std::cerr << "error: --ui_listen: " << started.status().message() << "\n";
+      return 2;
+    }
+    ui = std::move(*started);
+  }
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(listen, tessera::rpc::ServerCredentialsFor(tls), &port);
@@ -132,6 +152,7 @@ int main(int argc, char** argv) {
   std::cout << "tessera-coordinator: listening on " << host << ":" << port
             << (tls ? " (mutual TLS)" : " (no TLS: callers are not authenticated)") << std::endl;
   std::cout << "tessera-coordinator: metrics on http://" << (*metrics_server)->address() << "/metrics" << std::endl;
+  if (ui) std::cout << "tessera-coordinator: dashboard on " << ui->url() << std::endl;
   struct sigaction sa {};
   sa.sa_handler = OnSignal;
   sigaction(SIGINT, &sa, nullptr);

@@ -41,6 +41,10 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(const v1:
     errors.push_back({"device_count", absl::StrCat(req.device_count(), " must be between 1 and 1024")});
   }
   if (req.host().empty()) errors.push_back({"host", "is required"});
+  // NaN fails both comparisons: refused too. 1e21 FLOP/s is far beyond any device.
+  if (!(req.peak_flops_per_device() >= 0 && req.peak_flops_per_device() <= 1e21)) {
+    errors.push_back({"peak_flops_per_device", absl::StrCat(req.peak_flops_per_device(), " is not between 0 and 1e21")});
+  }
   if (req.store_port_min() < 1 || req.store_port_max() > 65535 || req.store_port_min() > req.store_port_max()) {
     errors.push_back({"store_port_min", absl::StrCat("[", req.store_port_min(), ", ", req.store_port_max(),
                                                      "] is not a port range")});
@@ -75,6 +79,7 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(const v1:
   w.info.set_device_memory_bytes(req.device_memory_bytes());
   w.info.set_host(req.host());
   w.info.set_metrics_address(req.metrics_address());
+  w.info.set_peak_flops_per_device(req.peak_flops_per_device());
   w.info.set_state(v1::Worker::STATE_ALIVE);
   w.port_min = req.store_port_min();
   w.port_max = req.store_port_max();

@@ -116,6 +116,7 @@ void Agent::Run(const std::atomic<bool>& stop) {
       req.set_store_port_min(options_.store_port_min);
       req.set_store_port_max(options_.store_port_max);
       req.set_metrics_address(options_.metrics_address);
+      req.set_peak_flops_per_device(options_.peak_flops_per_device);
       req.set_instance(instance);
       req.set_attempt(++registrations);
       for (auto& r : supervisor.Running()) *req.add_running() = r;

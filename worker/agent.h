@@ -27,6 +27,7 @@ struct AgentOptions {
   int store_port_min = 29500;             // Ports the coordinator may hand to rank 0's store here.
   int store_port_max = 29599;
   std::string metrics_address;
+  double peak_flops_per_device = 0;       // Registered: the coordinator's dashboard computes MFU with it.
   std::optional<rpc::TlsMaterial> tls;    // Mutual TLS towards the coordinator; none: insecure.
   // Where a job's ranks may read and write (common/spec/paths.h), checked again here before a rank
   // starts (the coordinator checked on submission, on its own machine). Empty: not confined.

@@ -10,7 +10,7 @@
 #include "common/process/subprocess.h"
 #include "common/spec/model_config_of.h"
 #include "parallel/checkpoint/checkpoint_dir.h"
-#include "worker/step_log.h"
+#include "common/steplog/step_log.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace tessera::worker {
@@ -106,8 +106,8 @@ void RankSupervisor::ReadProgress(const Key& key, Rank& r, std::vector<RankEvent
     if (in) {
       in.seekg(r.steps_offset);
       std::vector<StepRecord> report;  // Step 1 (the job's baseline loss) and the newest step.
-      r.steps_offset += ReadCompleteLines(in, [&](std::string_view line) {
-        std::optional<StepRecord> j = ParseStepLine(line);
+      r.steps_offset += steplog::ReadCompleteLines(in, [&](std::string_view line) {
+        std::optional<StepRecord> j = steplog::ParseStepLine(line);
         if (!j.has_value()) return;
         if (j->val_loss.has_value()) {
           r.val_step = j->step;

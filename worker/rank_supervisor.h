@@ -16,9 +16,11 @@
 #include "absl/status/status.h"
 #include "tessera/v1/cluster.pb.h"
 #include "tessera/v1/worker_service.pb.h"
-#include "worker/step_log.h"
+#include "common/steplog/step_log.h"
 
 namespace tessera::worker {
+
+using steplog::StepRecord;
 
 struct RankSupervisorOptions {
   std::string rank_binary;                      // tessera-rank.

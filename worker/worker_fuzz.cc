@@ -19,7 +19,7 @@
 #include "google/protobuf/stubs/logging.h"
 #include "google/protobuf/util/json_util.h"
 #include "worker/start_order.h"
-#include "worker/step_log.h"
+#include "common/steplog/step_log.h"
 
 namespace {
 
@@ -72,7 +72,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
   if (data[0] % 2 == 0) {
     std::istringstream in(std::string(reinterpret_cast<const char*>(data + 1), size - 1));
-    const int64_t consumed = worker::ReadCompleteLines(in, [](std::string_view line) { worker::ParseStepLine(line); });
+    const int64_t consumed = steplog::ReadCompleteLines(in, [](std::string_view line) { steplog::ParseStepLine(line); });
     if (consumed < 0 || consumed > static_cast<int64_t>(size - 1)) std::abort();
     return 0;
   }

@@ -7,10 +7,14 @@
 #include "common/spec/job_spec.h"
 #include "gtest/gtest.h"
 #include "worker/start_order.h"
-#include "worker/step_log.h"
+#include "common/steplog/step_log.h"
 
 namespace tessera::worker {
 namespace {
+
+using steplog::kMaxStepLineBytes;
+using steplog::ParseStepLine;
+using steplog::ReadCompleteLines;
 
 TEST(StepLogTest, ReadsATrainerLine) {
   auto r = ParseStepLine(R"({"step": 7, "loss": 2.5, "lr": 0.001, "grad_norm": 1.25, "tokens": 4096,

@@ -173,6 +173,7 @@ int main(int argc, char** argv) {
   o.metrics_address = (*metrics_server)->address();
   double peak = absl::GetFlag(FLAGS_peak_tflops_per_device) * 1e12;
   if (peak <= 0) peak = o.supervisor.threads_per_rank * 32.0 * CpuHz();
+  o.peak_flops_per_device = peak;
   tessera::worker::WorkerMetrics metrics((*metrics_server)->registry(), peak);
   struct sigaction sa {};
   sa.sa_handler = OnSignal;

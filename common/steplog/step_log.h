@@ -1,8 +1,8 @@
 // Rank 0's step log (OUTPUT_DIR/steps.jsonl, one JSON object per line, written by parallel/train)
-// as the worker reads it for progress reports. The file lies in the job's output directory, which
+// as the worker (progress reports) and the coordinator's dashboard (charts) read it. The file lies in the job's output directory, which
 // others may write too: any bytes are read without an exception, a crash or an unbounded allocation.
-#ifndef TESSERA_WORKER_STEP_LOG_H_
-#define TESSERA_WORKER_STEP_LOG_H_
+#ifndef TESSERA_COMMON_STEPLOG_STEP_LOG_H_
+#define TESSERA_COMMON_STEPLOG_STEP_LOG_H_
 
 #include <cstdint>
 #include <functional>
@@ -10,7 +10,7 @@
 #include <optional>
 #include <string_view>
 
-namespace tessera::worker {
+namespace tessera::steplog {
 
 struct StepRecord {
   int64_t step = 0;
@@ -39,6 +39,6 @@ std::optional<StepRecord> ParseStepLine(std::string_view line);
 // line (being written) is not, and is read whole next time.
 int64_t ReadCompleteLines(std::istream& in, const std::function<void(std::string_view)>& on_line);
 
-}  // namespace tessera::worker
+}  // namespace tessera::steplog
 
-#endif  // TESSERA_WORKER_STEP_LOG_H_
+#endif  // TESSERA_COMMON_STEPLOG_STEP_LOG_H_

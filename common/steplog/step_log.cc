@@ -1,11 +1,11 @@
-#include "worker/step_log.h"
+#include "common/steplog/step_log.h"
 
 #include <cstdint>
 #include <string>
 
 #include "nlohmann/json.hpp"
 
-namespace tessera::worker {
+namespace tessera::steplog {
 namespace {
 
 int64_t IntOf(const nlohmann::json& j, const char* key) {
@@ -61,4 +61,4 @@ int64_t ReadCompleteLines(std::istream& in, const std::function<void(std::string
   return consumed;
 }
 
-}  // namespace tessera::worker
+}  // namespace tessera::steplog
