@@ -161,7 +161,7 @@ class Chaos {
 
 void Chaos::StartCoordinator() {
   if (!certs_) certs_ = std::make_unique<testing::ClusterCerts>(dir_ + "/certs");  // Mutual TLS, as deployed.
-  std::vector<std::string> argv = {testing::Runfile("coordinator/tessera-coordinator"), "--listen=" + coordinator_,
+  std::vector<std::string> argv = {testing::Runfile("coordinator/tessera-coordinator"), "--ui_listen=127.0.0.1:0", "--listen=" + coordinator_,
                                    "--db=" + dir_ + "/coord.db",
                                    absl::StrCat("--heartbeat_timeout_s=", absl::GetFlag(FLAGS_heartbeat_timeout_s))};
   for (const std::string& f : certs_->CoordinatorFlags()) argv.push_back(f);

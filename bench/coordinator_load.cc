@@ -100,7 +100,7 @@ Row Measure(const std::string& mode, int n, int seconds, int threads, int submis
   const std::string addr = absl::StrCat("127.0.0.1:", port);
   tessera::process::SpawnOptions so;
   so.argv = {tessera::process::FindTesseraBinary("tessera-coordinator", "coordinator", "TESSERA_COORDINATOR_BINARY"),
-             "--listen=" + addr, "--metrics_listen=127.0.0.1:0", "--db=" + dir + "/c.db", "--heartbeat_timeout_s=30",
+             "--listen=" + addr, "--metrics_listen=127.0.0.1:0", "--ui_listen=127.0.0.1:0", "--db=" + dir + "/c.db", "--heartbeat_timeout_s=30",
              "--max_threads=" + std::to_string(4 * n + 64)};
   if (tls) {
     using tessera::tls::Role;

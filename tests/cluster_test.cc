@@ -93,7 +93,7 @@ class ClusterTest : public ::testing::Test {
 
   void StartCoordinator() {
     process::SpawnOptions so;
-    so.argv = {testing::Runfile("coordinator/tessera-coordinator"), "--listen=" + addr_, "--db=" + dir_ + "/coord.db",
+    so.argv = {testing::Runfile("coordinator/tessera-coordinator"), "--ui_listen=127.0.0.1:0", "--listen=" + addr_, "--db=" + dir_ + "/coord.db",
                "--heartbeat_timeout_s=5", "--metrics_listen=127.0.0.1:0"};
     for (const std::string& f : certs_->CoordinatorFlags()) so.argv.push_back(f);
     for (const std::string& f : testing::ClusterCerts::RootFlags(dir_)) so.argv.push_back(f);

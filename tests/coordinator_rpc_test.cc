@@ -28,7 +28,7 @@ class CoordinatorRpcTest : public ::testing::Test {
     const std::string dir = testing::FreshDir("coordinator_rpc");
     addr_ = absl::StrCat("127.0.0.1:", net::PickFreePort());
     process::SpawnOptions so;
-    so.argv = {testing::Runfile("coordinator/tessera-coordinator"), "--listen=" + addr_,
+    so.argv = {testing::Runfile("coordinator/tessera-coordinator"), "--ui_listen=127.0.0.1:0", "--listen=" + addr_,
                "--metrics_listen=127.0.0.1:0", "--db=" + dir + "/c.db"};
     so.log_path = dir + "/coordinator.log";
     pid_ = *process::Spawn(so);

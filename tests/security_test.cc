@@ -54,7 +54,7 @@ class SecurityTest : public ::testing::Test {
     addr_ = new std::string(absl::StrCat("127.0.0.1:", net::PickFreePort()));
     metrics_ = new std::string(absl::StrCat("127.0.0.1:", net::PickFreePort()));
     process::SpawnOptions so;
-    so.argv = {testing::Runfile("coordinator/tessera-coordinator"), "--listen=" + *addr_, "--metrics_listen=" + *metrics_,
+    so.argv = {testing::Runfile("coordinator/tessera-coordinator"), "--ui_listen=127.0.0.1:0", "--listen=" + *addr_, "--metrics_listen=" + *metrics_,
                "--db=" + *dir_ + "/c.db", "--tls_ca=" + *certs_ + "/ca.pem", "--tls_cert=" + *certs_ + "/coordinator.pem",
                "--tls_key=" + *certs_ + "/coordinator.key", "--admins=root-admin", "--max_streams_per_client=2",
                "--data_roots=" + *dir_ + "/data", "--output_root=" + *dir_ + "/outputs"};
@@ -381,7 +381,7 @@ TEST(WorkerPathsTest, AWorkerRefusesToStartRanksOutsideItsOwnRoots) {
   std::ofstream(dir + "/data/d.bin") << "0123456789";
   const std::string addr = absl::StrCat("127.0.0.1:", net::PickFreePort());
   process::SpawnOptions c;
-  c.argv = {testing::Runfile("coordinator/tessera-coordinator"), "--listen=" + addr, "--metrics_listen=127.0.0.1:0",
+  c.argv = {testing::Runfile("coordinator/tessera-coordinator"), "--ui_listen=127.0.0.1:0", "--listen=" + addr, "--metrics_listen=127.0.0.1:0",
             "--db=" + dir + "/c.db", "--data_roots=" + dir + "/data", "--output_root=" + dir + "/outputs"};
   for (const std::string& f : certs.CoordinatorFlags()) c.argv.push_back(f);
   c.log_path = dir + "/coordinator.log";
@@ -416,7 +416,7 @@ TEST(WorkerPathsTest, AWorkerRefusesToStartRanksOutsideItsOwnRoots) {
 // The daemons refuse to serve or connect on the network without TLS unless told --insecure, which
 // warns on every start.
 TEST(InsecureStartTest, NonLoopbackWithoutTlsNeedsInsecure) {
-  auto refused = testing::RunCommand({testing::Runfile("coordinator/tessera-coordinator"), "--listen=0.0.0.0:0",
+  auto refused = testing::RunCommand({testing::Runfile("coordinator/tessera-coordinator"), "--ui_listen=127.0.0.1:0", "--listen=0.0.0.0:0",
                                       "--metrics_listen=127.0.0.1:0", "--db=" + testing::FreshDir("insecure") + "/c.db"});
   EXPECT_EQ(refused.exit_code, 2);
   EXPECT_THAT(refused.output, HasSubstr("--listen 0.0.0.0:0 is not a loopback address: give --tls_ca, --tls_cert and --tls_key"));
@@ -430,7 +430,7 @@ TEST(InsecureStartTest, NonLoopbackWithoutTlsNeedsInsecure) {
   // --insecure: starts, with the warning.
   const std::string dir = testing::FreshDir("insecure_ok");
   process::SpawnOptions so;
-  so.argv = {testing::Runfile("coordinator/tessera-coordinator"), "--listen=0.0.0.0:0", "--metrics_listen=127.0.0.1:0",
+  so.argv = {testing::Runfile("coordinator/tessera-coordinator"), "--ui_listen=127.0.0.1:0", "--listen=0.0.0.0:0", "--metrics_listen=127.0.0.1:0",
              "--db=" + dir + "/c.db", "--insecure"};
   so.log_path = dir + "/coordinator.log";
   pid_t pid = *process::Spawn(so);

@@ -34,7 +34,7 @@ tls() { echo "--tls_ca=$certs/ca.pem" "--tls_cert=$certs/$1.pem" "--tls_key=$cer
 # Jobs read only under out/data and write only under RUN/USER (docs/security.md, "Paths").
 roots="--data_roots=$PWD/out/data --output_root=$PWD/$run"
 
-"$bin/coordinator/tessera-coordinator" --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 \
+"$bin/coordinator/tessera-coordinator" --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 --ui_listen=127.0.0.1:0 \
   --db="$run/coordinator.db" $(tls coordinator) $roots > "$run/coordinator.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 100); do grep -q "metrics on" "$run/coordinator.log" 2>/dev/null && break; sleep 0.1; done
@@ -42,6 +42,7 @@ addr="$(grep -o 'listening on [0-9.:]*' "$run/coordinator.log" | awk '{print $3}
 coord_metrics="$(grep -o 'http://[0-9.:]*/metrics' "$run/coordinator.log")"
 [ -n "$addr" ] || { cat "$run/coordinator.log"; exit 1; }
 echo "coordinator on $addr (mutual TLS; certificates in $certs)"
+echo "dashboard: $(grep -o 'https://[0-9.:]*/ui' "$run/coordinator.log") (a browser presents $certs/user-demo.pem: docs/dashboard.md)"
 
 for i in 1 2; do
   "$bin/worker/tessera-worker" --coordinator="$addr" --devices=cpu:1 --threads_per_rank=1 --name="worker$i" \

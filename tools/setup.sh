@@ -11,6 +11,7 @@ PACKAGES=(
   protobuf-compiler libprotobuf-dev libgrpc++-dev protobuf-compiler-grpc libabsl-dev
   libyaml-cpp-dev libgtest-dev libgmock-dev nlohmann-json3-dev libcli11-dev libgloo-dev
   libsqlite3-dev libpcre2-dev prometheus-cpp-dev prometheus curl patchelf libssl-dev clang libclang-rt-14-dev
+  chromium libnss3-tools fonts-dejavu-core
 )
 
 log() { printf 'setup: %s\n' "$*" >&2; }

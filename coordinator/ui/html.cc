@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
 namespace tessera::coordinator::ui {
@@ -71,6 +72,15 @@ std::string Escape(std::string_view text) {
 std::string Number(double v, int digits) {
   if (!std::isfinite(v)) return "\xE2\x80\x93";
   return absl::StrFormat("%.*g", digits, v);
+}
+
+std::string Compact(double v) {
+  if (!std::isfinite(v)) return "\xE2\x80\x93";
+  const double a = std::abs(v);
+  if (a >= 1e9) return absl::StrCat(Number(v / 1e9, 3), "G");
+  if (a >= 1e6) return absl::StrCat(Number(v / 1e6, 3), "M");
+  if (a >= 1e4) return absl::StrCat(Number(v / 1e3, 3), "k");
+  return Number(v, 3);
 }
 
 std::string Duration(int64_t ms) {

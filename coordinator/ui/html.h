@@ -15,6 +15,8 @@ std::string Escape(std::string_view text);
 
 // "3.142", "0.0001234", "1.2e+09": up to `digits` significant digits; "–" for a non-finite value.
 std::string Number(double v, int digits = 4);
+// Axis labels: "950", "30k", "1.5M", "2G"; "0.001" below 10,000.
+std::string Compact(double v);
 // "1 h 02 m", "3 m 05 s", "12 s" for an age or a duration in milliseconds.
 std::string Duration(int64_t ms);
 

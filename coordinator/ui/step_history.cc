@@ -47,17 +47,16 @@ absl::StatusOr<StepHistory> ReadStepHistory(const std::string& path, int64_t max
     std::optional<steplog::StepRecord> r = steplog::ParseStepLine(line);
     if (!r.has_value() || r->step < 1) {
       ++h.bad_lines;
-    } else if (r->val_loss.has_value()) {
-      h.val_loss[r->step] = *r->val_loss;
-    } else {
-      // A step at or before the newest one: a later attempt, resumed from a checkpoint, trains again
-      // from here; what earlier attempts logged past it is superseded.
-      if (!h.steps.empty() && r->step <= h.steps.rbegin()->first) {
-        h.steps.erase(h.steps.lower_bound(r->step), h.steps.end());
-        h.val_loss.erase(h.val_loss.lower_bound(r->step), h.val_loss.end());
-      }
-      h.steps[r->step] = *r;
+      return;
     }
+    // A step at or before the newest one: a later attempt, resumed from a checkpoint, trains again
+    // from here; what earlier attempts logged past it is superseded.
+    if (!h.steps.empty() && r->step <= h.steps.rbegin()->first) {
+      h.steps.erase(h.steps.lower_bound(r->step), h.steps.end());
+      h.val_loss.erase(h.val_loss.lower_bound(r->step), h.val_loss.end());
+    }
+    if (r->val_loss.has_value()) h.val_loss[r->step] = *r->val_loss;
+    h.steps[r->step] = *r;
   });
   return h;
 }

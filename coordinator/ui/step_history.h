@@ -14,8 +14,8 @@
 namespace tessera::coordinator::ui {
 
 struct StepHistory {
-  std::map<int64_t, steplog::StepRecord> steps;  // Training lines, by step.
-  std::map<int64_t, double> val_loss;            // Evaluation lines, by step.
+  std::map<int64_t, steplog::StepRecord> steps;  // Every line, by step.
+  std::map<int64_t, double> val_loss;            // Of the lines of steps that evaluated.
   int64_t bytes_skipped = 0;                     // Of the file's head, not read (over the limit).
   int64_t bad_lines = 0;                         // Lines that are not step records.
 };

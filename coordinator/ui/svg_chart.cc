@@ -28,8 +28,9 @@ std::vector<double> NiceTicks(double lo, double hi, int target) {
     step = m * magnitude;
     if (step >= raw) break;
   }
-  for (double t = std::ceil(lo / step) * step; t <= hi + step * 1e-9 && ticks.size() < 64; t += step) {
-    ticks.push_back(std::abs(t) < step * 1e-9 ? 0.0 : t);
+  // Multiples k·step (not a running sum, which drifts).
+  for (double k = std::ceil(lo / step); k * step <= hi + step * 1e-9 && ticks.size() < 64; k += 1) {
+    ticks.push_back(k == 0 ? 0.0 : k * step);
   }
   return ticks;
 }
@@ -85,11 +86,11 @@ std::string RenderLineChart(const ChartOptions& o, const std::vector<ChartSeries
   for (double t : NiceTicks(y0, y1, 4)) {
     absl::StrAppend(&out, "<line class=\"grid\" x1=\"", kLeft, "\" x2=\"", Coord(kLeft + pw), "\" y1=\"",
                     Coord(py(t)), "\" y2=\"", Coord(py(t)), "\"/><text class=\"tick\" x=\"", kLeft - 4, "\" y=\"",
-                    Coord(py(t) + 4), "\" text-anchor=\"end\">", Number(t, 3), "</text>");
+                    Coord(py(t) + 4), "\" text-anchor=\"end\">", Compact(t), "</text>");
   }
   for (double t : NiceTicks(x0, x1, 5)) {
     absl::StrAppend(&out, "<text class=\"tick\" x=\"", Coord(px(t)), "\" y=\"", Coord(kTop + ph + 16),
-                    "\" text-anchor=\"middle\">", Number(t, 6), "</text>");
+                    "\" text-anchor=\"middle\">", Compact(t), "</text>");
   }
   absl::StrAppend(&out, "<text class=\"axis\" x=\"", Coord(kLeft + pw), "\" y=\"", o.height - 2,
                   "\" text-anchor=\"end\">", Escape(o.x_label), "</text>");

@@ -103,6 +103,12 @@ print(f"metrics {sys.argv[1]}: {len(series)} tessera_ series, e.g. {series[0]}")
 PY
 done
 
+# The dashboard, over HTTPS with the user's certificate, lists the running job.
+page="$(curl -sS --max-time 10 --cacert "$run/certs/ca.pem" --cert "$run/certs/user-demo.pem" \
+  --key "$run/certs/user-demo.key" "https://$subnet.10:9480/ui")" || fail "dashboard of the coordinator"
+grep -q "data-job=\"$job\" data-state=\"RUNNING\"" <<<"$page" || fail "the dashboard does not list $job as RUNNING"
+echo "dashboard https://$subnet.10:9480/ui: $job RUNNING, $(grep -o 'signed in as [a-z]*' <<<"$page")"
+
 echo "killing worker2's container at checkpoint step $(field 'j["progress"]["last_checkpoint_step"]')"
 pm kill tessera-demo-worker2 >/dev/null
 for _ in $(seq 300); do [ "$(field 'int(j.get("attempt", 1))')" -ge 2 ] && break; sleep 0.2; done
