@@ -404,19 +404,14 @@ absl::StatusOr<std::string> Coordinator::JobOutputPath(const std::string& id, co
 
 absl::StatusOr<v1::GetJobLogsResponse> Coordinator::Logs(const std::string& id, int rank, int64_t offset,
                                                          int max_bytes) {
-  int64_t world = 0;
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = jobs_.find(id);
-    if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("job ", id, " does not exist"));
-    world = spec::WorldSize(it->second.job.spec());
-  }
-  if (rank < 0 || rank >= world) {
+  auto job = GetJob(id);
+  if (!job.ok()) return job.status();
+  if (const int64_t world = spec::WorldSize(job->spec()); rank < 0 || rank >= world) {
     return absl::InvalidArgumentError(absl::StrCat("rank: ", rank, " is not a rank of ", id, " (0..", world - 1, ")"));
   }
-  auto found = JobOutputPath(id, absl::StrCat("logs/rank_", rank, ".log"));
+  const auto found = JobOutputPath(id, absl::StrCat("logs/rank_", rank, ".log"));
   if (!found.ok()) return found.status();
-  const std::string path = *found;
+  const std::string& path = *found;
   v1::GetJobLogsResponse resp;
   resp.set_path(path);
   // O_NOFOLLOW: the log file itself is never a symbolic link (a rank writes a regular file).
