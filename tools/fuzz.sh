@@ -65,7 +65,7 @@ build_trainer_state() {
 
 build_worker() {
   protos
-  local src=(worker/{worker_fuzz,start_order,step_log}.cc "${spec_src[@]}"
+  local src=(worker/{worker_fuzz,start_order}.cc common/steplog/step_log.cc "${spec_src[@]}"
              "$out/gen/tessera/v1/"{job,cluster,worker_service}.pb.cc)
   # shellcheck disable=SC2046
   clang++ "${flags[@]}" "${src[@]}" -o "$out/worker_fuzzer" $(pkg-config --libs protobuf yaml-cpp "${absl[@]}")
