@@ -20,14 +20,18 @@ flags=(-std=c++17 -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer,address,undef
        -DTESSERA_LIBFUZZER -I. -I"$out/gen")
 absl=(absl_strings absl_str_format absl_status absl_statusor absl_hash absl_raw_hash_set absl_synchronization absl_time)
 
-# The generated protobuf (and gRPC) code of proto/, once per run.
+# The generated protobuf (and gRPC) code of proto/, regenerated whenever the .proto files differ from
+# the ones it was generated from ($out outlives the checkout: a stale copy does not compile).
 protos() {
-  [ -f "$out/gen/.done" ] && return
+  local stamp
+  stamp="$(cat proto/tessera/v1/*.proto | sha256sum | cut -d' ' -f1)"
+  [ "$(cat "$out/gen/.done" 2>/dev/null)" = "$stamp" ] && return
+  rm -rf "$out/gen"
   mkdir -p "$out/gen"
   protoc -Iproto --cpp_out="$out/gen" proto/tessera/v1/{job,cluster,coordinator_service,worker_service}.proto
   protoc -Iproto --grpc_out="$out/gen" --plugin=protoc-gen-grpc="$(command -v grpc_cpp_plugin)" \
     proto/tessera/v1/{coordinator_service,worker_service}.proto
-  touch "$out/gen/.done"
+  echo "$stamp" > "$out/gen/.done"
 }
 spec_src=(common/spec/{job_spec,paths,pretrained,spec_error,validate,yaml_to_proto,model_config_of}.cc
           parallel/models/hf_config.cc)
