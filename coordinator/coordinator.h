@@ -176,11 +176,17 @@ class Coordinator {
   // Closes the current attempt's entry in the job's history (once).
   void EndAttemptLocked(JobEntry& e, v1::JobState outcome, const std::string& reason,
                         const std::string& failed_worker) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // An attempt that failed (within two heartbeat timeouts) is blamed on `worker_id`, one of its
-  // workers, found lost, never back, or without one of its ranks unreported afterwards: a peer that
-  // vanished is seen first as a failed collective on a healthy node, whose report ended the attempt.
-  void BlameWorkerLocked(JobEntry& e, const std::string& worker_id, const std::string& why)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Which failed attempt a late blame may still move to another worker.
+  enum class BlameScope {
+    kRecentFailure,   // The job's last attempt, if it failed within two heartbeat timeouts.
+    kAdoptedAttempt,  // The attempt this coordinator adopted at its start, however long ago it failed
+                      // (the adoption deadline is itself two heartbeat timeouts after the start).
+  };
+  // An attempt that failed is blamed on `worker_id`, one of its workers, found lost, never back, or
+  // without one of its ranks unreported afterwards: a peer that vanished is seen first as a failed
+  // collective on a healthy node, whose report ended the attempt.
+  void BlameWorkerLocked(JobEntry& e, const std::string& worker_id, const std::string& why,
+                         BlameScope scope = BlameScope::kRecentFailure) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static constexpr int kMaxHistory = 128;  // Attempts kept in a job's history.
   void CheckAdoptionLocked(JobEntry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Fails a SCHEDULED attempt whose ranks did not all start within start_timeout.

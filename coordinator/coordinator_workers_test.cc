@@ -177,6 +177,11 @@ TEST_F(CoordinatorTest, AdoptedAttemptThatFailsIsRequeuedWhenItsOtherWorkerNever
   const v1::Job requeued = *c_->GetJob(id);
   for (const auto& p : requeued.placement()) placed.insert(p.worker_id());
   EXPECT_EQ(placed, (std::set<std::string>{"a", "c"}));
+  // Blamed on b, which never came back, though a's report ended the attempt more than two heartbeat
+  // timeouts before the deadline named b (a late blame of a recent failure would not move any more).
+  ASSERT_GE(requeued.history_size(), 1);
+  EXPECT_EQ(requeued.history(0).failed_worker(), "b") << requeued.history(0).reason();
+  EXPECT_THAT(requeued.history(0).reason(), HasSubstr("did not come back after the coordinator restarted"));
   // The new attempt runs as any other: nothing is adopted, so the deadline does not fail it.
   auto next_a = Drain(a), next_c = Drain("c");
   c_->CheckLiveness();  // Before its ranks report: a new attempt has no adoption deadline to miss.

@@ -1,0 +1,108 @@
+// The coordinator's start: jobs recovered from the store, and the attempts that were running adopted
+// until their workers report their ranks again (or are taken for lost).
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "common/spec/job_spec.h"
+#include "coordinator/coordinator.h"
+
+namespace tessera::coordinator {
+
+absl::Status Coordinator::Recover() {
+  std::vector<std::string> quarantined;
+  auto jobs = store_->LoadAll(&quarantined);
+  if (!jobs.ok()) return jobs.status();
+  for (const std::string& q : quarantined) {
+    fprintf(stderr, "tessera-coordinator: ERROR: damaged database row moved to the quarantine table: %s\n",
+            q.c_str());
+  }
+  absl::MutexLock lock(&mu_);
+  for (v1::Job& job : *jobs) {
+    JobEntry& e = jobs_[job.id()];
+    e.job = std::move(job);
+    const v1::JobState state = e.job.state();
+    if (IsTerminal(state)) continue;
+    // A job this coordinator could not have accepted (a database written by an older version, or by
+    // hand) fails with the reason instead of reaching the scheduler: no stored job may crash or stall
+    // the daemon, on this start or any later one.
+    if (absl::Status valid = spec::ToStatus(spec::ValidateJobSpec(e.job.spec())); !valid.ok()) {
+      e.job.clear_placement();
+      SetStateLocked(e, v1::JOB_STATE_FAILED,
+                     absl::StrCat("the stored spec is not valid: ", absl::StrReplaceAll(valid.message(), {{"\n", "; "}})));
+      fprintf(stderr, "tessera-coordinator: job %s failed on recovery: %s\n", e.job.id().c_str(), e.job.reason().c_str());
+      continue;
+    }
+    if (state == v1::JOB_STATE_SCHEDULED || state == v1::JOB_STATE_RUNNING) {
+      // Adopt the placed attempt: its ranks may well still be training.
+      e.ranks.assign(e.job.placement_size(), RankEntry{});
+      for (const v1::RankPlacement& p : e.job.placement()) {
+        if (p.rank() >= 0 && p.rank() < e.job.placement_size()) {
+          e.ranks[p.rank()].worker_id = p.worker_id();
+          e.ranks[p.rank()].local_rank = p.local_rank();
+        }
+      }
+      // Workers reconnect with a backoff of up to a few seconds; one that has not come back within two
+      // heartbeat timeouts is taken for lost.
+      e.adopt_deadline = absl::Now() + 2 * options_.heartbeat_timeout;
+      SetStateLocked(e, state, "coordinator restarted; waiting for the workers to report the ranks");
+      continue;
+    }
+    if (state == v1::JOB_STATE_RESTARTING) {
+      e.requeue_cause = e.job.reason();
+      e.job.clear_placement();
+      SetStateLocked(e, v1::JOB_STATE_PENDING, e.requeue_cause);
+    }
+    queue_.push_back(e.job.id());
+  }
+  return absl::OkStatus();
+}
+
+void Coordinator::CheckAdoptionLocked(JobEntry& e) {
+  if (!e.adopt_deadline) return;
+  if (e.job.state() == v1::JOB_STATE_RESTARTING) {
+    // The adopted attempt failed before all its workers were back. At the deadline its ranks on
+    // workers that did not come back (unknown to this coordinator, or lost) are gone, so that the job
+    // is queued again instead of waiting for reports that will never come.
+    if (absl::Now() >= *e.adopt_deadline) {
+      for (size_t r = 0; r < e.ranks.size(); ++r) {
+        auto w = workers_.find(e.ranks[r].worker_id);
+        if (!e.ranks[r].exited && (w == workers_.end() || w->second.info.state() != v1::Worker::STATE_ALIVE)) {
+          // Blame first: the rank's end may place the next attempt at once, and the blame belongs to
+          // the attempt that failed (measured: a free node took the job in the same call).
+          BlameWorkerLocked(e, e.ranks[r].worker_id, "did not come back after the coordinator restarted",
+                            BlameScope::kAdoptedAttempt);
+          RankGoneLocked(e, static_cast<int>(r));
+        }
+      }
+    }
+    AfterRankExitLocked(e);  // Queued again (and the deadline dropped) once every rank is gone.
+    return;
+  }
+  if (e.job.state() != v1::JOB_STATE_SCHEDULED && e.job.state() != v1::JOB_STATE_RUNNING) {
+    e.adopt_deadline.reset();  // Finished or failed meanwhile.
+    return;
+  }
+  const bool all = std::all_of(e.ranks.begin(), e.ranks.end(), [](const RankEntry& r) { return r.started || r.exited; });
+  const bool lost = std::any_of(e.ranks.begin(), e.ranks.end(), [](const RankEntry& r) { return r.exited && !r.started; });
+  if (all && !lost) {
+    e.adopt_deadline.reset();
+    SetStateLocked(e, v1::JOB_STATE_RUNNING,
+                   absl::StrCat("attempt ", e.job.attempt(), " running (carried on through a coordinator restart)"));
+    return;
+  }
+  if (!lost && absl::Now() < *e.adopt_deadline) return;
+  e.adopt_deadline.reset();
+  std::string missing, failed_worker;
+  for (size_t r = 0; r < e.ranks.size(); ++r) {
+    if (!e.ranks[r].started) {
+      absl::StrAppend(&missing, missing.empty() ? "" : ",", r);
+      if (failed_worker.empty()) failed_worker = e.ranks[r].worker_id;
+      RankGoneLocked(e, static_cast<int>(r));
+    }
+  }
+  AttemptFailedLocked(e, absl::StrCat("rank(s) ", missing, " not reported running after a coordinator restart"),
+                      /*counts=*/false, failed_worker);
+}
+
+}  // namespace tessera::coordinator
