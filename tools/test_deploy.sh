@@ -3,6 +3,9 @@
 #   image            bash deploy/container/build.sh       (debootstrap + podman import + podman build)
 #   container_demo   bash deploy/container/demo.sh        (coordinator + 2 workers in containers, mTLS,
 #                                                          a worker container killed and the job resumed)
+#   image_cuda       bash deploy/container/test_cuda_image.sh  (the GPU variant built; its libraries all
+#                                                          resolve in it, a CPU run trains, device cuda
+#                                                          stops with the no-GPU error)
 #   systemd_units    bash deploy/systemd/test_units.sh    (the units under systemd as PID 1 in a container:
 #                                                          start, restart on failure, journal, exposure, stop)
 # One JUnit file per case in $TESSERA_DEPLOY_JUNIT when set (tools/test.sh counts them); logs in
@@ -38,5 +41,6 @@ case_() {  # case_ NAME COMMAND...
 }
 case_ image bash deploy/container/build.sh
 case_ container_demo bash deploy/container/demo.sh
+case_ image_cuda bash deploy/container/test_cuda_image.sh
 case_ systemd_units bash deploy/systemd/test_units.sh
 exit $rc
