@@ -15,17 +15,10 @@ keep=0
 [ "${1:-}" = "--keep" ] && keep=1
 image="${TESSERA_IMAGE:-localhost/tessera:latest}"
 podman image exists "$image" || bash deploy/container/build.sh "$image"
-bazel build --disk_cache="${HOME:-/root}/.cache/tessera/bazel-disk" //client:tessera >/dev/null 2>&1 ||
-  { echo "error: bazel build //client:tessera failed" >&2; exit 1; }
 net=tessera-demo
 subnet=198.18.64
 names=(tessera-demo-coordinator tessera-demo-worker1 tessera-demo-worker2)
-run="$PWD/out/container-demo/run-$(date +%Y%m%d-%H%M%S)"
-mkdir -p "$run"
-cli="$PWD/bazel-bin/client/tessera"
-fail() { echo "FAIL: $*" >&2; exit 1; }
-# podman's own chatter (it cannot reach systemd for health-check timers or syslog here) goes to a log.
-pm() { podman "$@" 2>>"$run/podman.log" || { tail -5 "$run/podman.log" >&2; return 1; }; }
+start_run container-demo
 stop_all() {
   for n in "${names[@]}"; do podman logs "$n" >"$run/$n.log" 2>&1 || true; done
   if [ $keep = 0 ]; then

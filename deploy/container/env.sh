@@ -13,3 +13,17 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}" >/dev/null ||
     { apt-get update >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}" >/dev/null; }
 fi
+
+# Helpers of the scripts that run containers (from the repository root).
+fail() { echo "FAIL: $*" >&2; exit 1; }
+# start_run NAME: a fresh log directory out/NAME/run-TIME in $run, and the host's CLI, built, in $cli.
+start_run() {
+  run="$PWD/out/$1/run-$(date +%Y%m%d-%H%M%S)"
+  mkdir -p "$run"
+  bazel build --disk_cache="${HOME:-/root}/.cache/tessera/bazel-disk" //client:tessera >"$run/bazel.log" 2>&1 ||
+    { tail -20 "$run/bazel.log" >&2; fail "bazel build //client:tessera failed"; }
+  cli="$PWD/bazel-bin/client/tessera"
+}
+# pm ARGS...: podman, its chatter (it cannot reach systemd for health-check timers or syslog here) kept
+# in $run/podman.log and shown only when it fails.
+pm() { podman "$@" 2>>"$run/podman.log" || { tail -5 "$run/podman.log" >&2; return 1; }; }

@@ -14,13 +14,11 @@ cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 source deploy/container/env.sh
 image="${TESSERA_CUDA_IMAGE:-localhost/tessera-cuda:latest}"
 bash deploy/container/build.sh --cuda "$image"
-bazel build --disk_cache="${HOME:-/root}/.cache/tessera/bazel-disk" //client:tessera >/dev/null 2>&1 ||
-  { echo "error: bazel build //client:tessera failed" >&2; exit 1; }
-run="$PWD/out/cuda-image/run-$(date +%Y%m%d-%H%M%S)"
+start_run cuda-image
 mkdir -p "$run/data"
 text=/usr/share/common-licenses/GPL-3
 [ -r "$text" ] || text=README.md
-bazel-bin/client/tessera data prepare "$text" "$run/data/tokens.bin" >/dev/null
+"$cli" data prepare "$text" "$run/data/tokens.bin" >/dev/null
 cat >"$run/data/spec.yaml" <<'SPEC'
 name: cuda-image
 model: {layers: 2, hidden: 64, heads: 4, vocab: 256, seq_len: 32}

@@ -15,15 +15,10 @@ cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 source deploy/container/env.sh
 image="${TESSERA_SYSTEMD_IMAGE:-localhost/tessera-systemd:latest}"
 bash deploy/container/build.sh --systemd "$image"
-bazel build --disk_cache="${HOME:-/root}/.cache/tessera/bazel-disk" //client:tessera >/dev/null 2>&1
-cli="$PWD/bazel-bin/client/tessera"
 net=tessera-systemd
 ip=198.18.65.10
 name=tessera-systemd-node
-run="$PWD/out/systemd-test/run-$(date +%Y%m%d-%H%M%S)"
-mkdir -p "$run"
-fail() { echo "FAIL: $*" >&2; exit 1; }
-pm() { podman "$@" 2>>"$run/podman.log" || { tail -5 "$run/podman.log" >&2; return 1; }; }
+start_run systemd-test
 in_node() { podman exec "$name" "$@"; }
 cleanup() {
   in_node journalctl --no-pager -o short-iso >"$run/journal.log" 2>&1 || true
