@@ -20,7 +20,7 @@
 #include "nlohmann/json.hpp"
 #include "parallel/checkpoint/tensor_convert.h"
 #include "parallel/data/tokenizer.h"
-#include "parallel/data/utf8.h"
+#include "common/text/utf8.h"
 #include "parallel/models/generate.h"
 #include "parallel/models/load_model.h"
 
@@ -175,7 +175,7 @@ int Main(int argc, char** argv) {
       const std::vector<int32_t> ids(tokens->begin(), tokens->end());
       // Invalid UTF-8 (a character cut by --max-new-tokens, or bytes a model strung together) becomes
       // U+FFFD, as the `tokenizers` library decodes it.
-      std::cout << ", \"text\": " << nlohmann::json(parallel::Utf8Lossy(text_of(ids))).dump();
+      std::cout << ", \"text\": " << nlohmann::json(text::Utf8Lossy(text_of(ids))).dump();
     }
     std::cout << "}\n";
   } else {

@@ -44,7 +44,7 @@ build_spec() {
 }
 
 build_tokenizer() {
-  local src=(parallel/data/{tokenizer_fuzz,tokenizer,bpe_model,byte_level,nfc,onig_pattern,pre_tokenizer,regex,utf8}.cc)
+  local src=(parallel/data/{tokenizer_fuzz,tokenizer,bpe_model,byte_level,nfc,onig_pattern,pre_tokenizer,regex}.cc common/text/utf8.cc)
   # shellcheck disable=SC2046
   clang++ "${flags[@]}" "${src[@]}" -o "$out/tokenizer_fuzzer" $(pkg-config --libs libpcre2-8 "${absl[@]}")
 }

@@ -5,50 +5,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/text/utf8.h"
 
 namespace tessera::coordinator::ui {
-namespace {
 
-// Length of the valid UTF-8 sequence at text[i], or 0 if there is none.
-size_t Utf8Length(std::string_view text, size_t i) {
-  const auto b = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
-  const unsigned char c = b(i);
-  size_t n = 0;
-  if (c < 0x80) return 1;
-  if (c >= 0xC2 && c <= 0xDF) n = 2;
-  else if (c >= 0xE0 && c <= 0xEF) n = 3;
-  else if (c >= 0xF0 && c <= 0xF4) n = 4;
-  else return 0;
-  if (i + n > text.size()) return 0;
-  for (size_t k = 1; k < n; ++k) {
-    if ((b(i + k) & 0xC0) != 0x80) return 0;
-  }
-  // Overlong forms, surrogates and code points past U+10FFFF.
-  if (c == 0xE0 && b(i + 1) < 0xA0) return 0;
-  if (c == 0xED && b(i + 1) >= 0xA0) return 0;
-  if (c == 0xF0 && b(i + 1) < 0x90) return 0;
-  if (c == 0xF4 && b(i + 1) >= 0x90) return 0;
-  return n;
-}
-
-}  // namespace
-
-std::string Escape(std::string_view text) {
+std::string Escape(std::string_view raw) {
+  const std::string valid = text::Utf8Lossy(raw);
   std::string out;
-  out.reserve(text.size() + text.size() / 8);
-  for (size_t i = 0; i < text.size();) {
-    const char c = text[i];
-    const size_t n = Utf8Length(text, i);
-    if (n == 0) {
-      out += "\xEF\xBF\xBD";
-      ++i;
-      continue;
-    }
-    if (n > 1) {
-      out.append(text.substr(i, n));
-      i += n;
-      continue;
-    }
+  out.reserve(valid.size() + valid.size() / 8);
+  for (const char c : valid) {
     switch (c) {
       case '&': out += "&amp;"; break;
       case '<': out += "&lt;"; break;
@@ -59,12 +24,11 @@ std::string Escape(std::string_view text) {
       case '\n': out += c; break;
       default:
         if (static_cast<unsigned char>(c) < 0x20 || c == 0x7F) {
-          out += "\xEF\xBF\xBD";
+          out += "\xEF\xBF\xBD";  // A control character.
         } else {
           out += c;
         }
     }
-    ++i;
   }
   return out;
 }

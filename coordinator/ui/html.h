@@ -8,9 +8,9 @@
 
 namespace tessera::coordinator::ui {
 
-// Escapes &, <, >, " and ' (safe in element text and in quoted attributes). Bytes that are not
-// valid UTF-8 and control characters other than tab and newline become U+FFFD: a rank's log or a
-// job's name is shown as text whatever it holds.
+// Escapes &, <, >, " and ' (safe in element text and in quoted attributes). What is not valid UTF-8
+// (text::Utf8Lossy: U+FFFD per maximal ill-formed subpart) and control characters other than tab and
+// newline become U+FFFD: a rank's log or a job's name is shown as text whatever it holds.
 std::string Escape(std::string_view text);
 
 // "3.142", "0.0001234", "1.2e+09": up to `digits` significant digits; "–" for a non-finite value.

@@ -9,7 +9,7 @@
 #include "parallel/data/byte_level.h"
 #include "parallel/data/nfc.h"
 #include "parallel/data/onig_pattern.h"
-#include "parallel/data/utf8.h"
+#include "common/text/utf8.h"
 
 namespace tessera::parallel {
 namespace {
@@ -240,7 +240,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(std::string_view 
         for (const char* flag : {"single_word", "lstrip", "rstrip"}) {
           if (r.Bool(a, flag, field, false)) r.Fail(absl::StrCat(field, ".", flag), "true is not supported for a non-special token");
         }
-        if (FirstInvalidUtf8(token.content) >= 0) r.Fail(field + ".content", "is not valid UTF-8");
+        if (text::FirstInvalidUtf8(token.content) >= 0) r.Fail(field + ".content", "is not valid UTF-8");
       }
       t->added_.push_back(std::move(token));
     }
@@ -269,7 +269,7 @@ Tokenizer::Encoder::Encoder(const Tokenizer* tokenizer)
     : tokenizer_(tokenizer), state_(tokenizer->pre_tokenizer_.NewState()) {}
 
 absl::Status Tokenizer::Encoder::Encode(std::string_view text, std::vector<int32_t>* ids) {
-  if (const int64_t bad = FirstInvalidUtf8(text); bad >= 0) {
+  if (const int64_t bad = text::FirstInvalidUtf8(text); bad >= 0) {
     return absl::InvalidArgumentError(absl::StrCat("byte ", bad, ": invalid UTF-8"));
   }
   return SplitAtAdded(text, /*normalized=*/false, ids, [&](std::string_view raw) {
@@ -306,7 +306,7 @@ absl::Status Tokenizer::Encoder::SplitAtAdded(std::string_view text, bool normal
 }
 
 absl::Status Tokenizer::Encoder::Pieces(std::string_view text, std::vector<std::string>* pieces) {
-  if (const int64_t bad = FirstInvalidUtf8(text); bad >= 0) {
+  if (const int64_t bad = text::FirstInvalidUtf8(text); bad >= 0) {
     return absl::InvalidArgumentError(absl::StrCat("byte ", bad, ": invalid UTF-8"));
   }
   if (absl::Status s = tokenizer_->pre_tokenizer_.Split(text, state_.get(), pieces); !s.ok()) return s;

@@ -10,7 +10,7 @@
 #include "parallel/data/byte_level.h"
 #include "parallel/data/pre_tokenizer.h"
 #include "parallel/data/tokenizer.h"
-#include "parallel/data/utf8.h"
+#include "common/text/utf8.h"
 
 namespace tessera::parallel {
 namespace {
@@ -61,7 +61,7 @@ std::string CheckTokenizerOn(std::string_view input) {
   Tokenizer::Encoder& enc = TheEncoder(&t);
   std::vector<int32_t> ids;
   const absl::Status s = enc.Encode(input, &ids);
-  const int64_t bad = FirstInvalidUtf8(input);
+  const int64_t bad = text::FirstInvalidUtf8(input);
   if (bad >= 0) {
     const std::string want = absl::StrCat("byte ", bad, ": invalid UTF-8");
     if (s.ok() || s.message() != want) return absl::StrCat("invalid input at byte ", bad, ": got '", s.ToString(), "'");

@@ -1,9 +1,9 @@
-#include "parallel/data/utf8.h"
+#include "common/text/utf8.h"
 
 #include <algorithm>
 #include <cstring>
 
-namespace tessera::parallel {
+namespace tessera::text {
 
 namespace {
 
@@ -85,4 +85,4 @@ int64_t FirstInvalidUtf8(std::string_view text) {
   return -1;
 }
 
-}  // namespace tessera::parallel
+}  // namespace tessera::text

@@ -1,12 +1,12 @@
-// UTF-8 validation for text that enters the tokenizer.
-#ifndef TESSERA_PARALLEL_DATA_UTF8_H_
-#define TESSERA_PARALLEL_DATA_UTF8_H_
+// UTF-8 validation: text entering the tokenizer, text shown to people (the CLI, the dashboard).
+#ifndef TESSERA_COMMON_TEXT_UTF8_H_
+#define TESSERA_COMMON_TEXT_UTF8_H_
 
 #include <cstdint>
 #include <string>
 #include <string_view>
 
-namespace tessera::parallel {
+namespace tessera::text {
 
 // The byte offset of the first byte that does not begin a well-formed UTF-8 sequence (RFC 3629: no
 // overlong forms, no surrogates, nothing above U+10FFFF, no truncated sequence), or -1 when `text` is
@@ -17,6 +17,6 @@ int64_t FirstInvalidUtf8(std::string_view text);
 // practice, as Python's errors="replace" and Rust's from_utf8_lossy do it).
 std::string Utf8Lossy(std::string_view text);
 
-}  // namespace tessera::parallel
+}  // namespace tessera::text
 
-#endif  // TESSERA_PARALLEL_DATA_UTF8_H_
+#endif  // TESSERA_COMMON_TEXT_UTF8_H_
