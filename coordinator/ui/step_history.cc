@@ -6,7 +6,8 @@
 
 #include <cerrno>
 #include <cstring>
-#include <sstream>
+#include <optional>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
 
@@ -42,12 +43,14 @@ absl::StatusOr<StepHistory> ReadStepHistory(const std::string& path, int64_t max
     from = nl == std::string::npos ? data.size() : nl + 1;
   }
   h.bytes_skipped = start + static_cast<int64_t>(from);
-  std::istringstream in(data.substr(from));
-  steplog::ReadCompleteLines(in, [&](std::string_view line) {
-    std::optional<steplog::StepRecord> r = steplog::ParseStepLine(line);
+  // Complete lines only (an unfinished last one is being written), straight from the buffer;
+  // ParseStepLine refuses a line longer than steplog::kMaxStepLineBytes.
+  const std::string_view text(data);
+  for (size_t nl = text.find('\n', from); nl != std::string_view::npos; from = nl + 1, nl = text.find('\n', from)) {
+    std::optional<steplog::StepRecord> r = steplog::ParseStepLine(text.substr(from, nl - from));
     if (!r.has_value() || r->step < 1) {
       ++h.bad_lines;
-      return;
+      continue;
     }
     // A step at or before the newest one: a later attempt, resumed from a checkpoint, trains again
     // from here; what earlier attempts logged past it is superseded.
@@ -57,7 +60,7 @@ absl::StatusOr<StepHistory> ReadStepHistory(const std::string& path, int64_t max
     }
     if (r->val_loss.has_value()) h.val_loss[r->step] = *r->val_loss;
     h.steps[r->step] = *r;
-  });
+  }
   return h;
 }
 
