@@ -56,19 +56,20 @@ std::string RenderLineChart(const ChartOptions& o, const std::vector<ChartSeries
     points += static_cast<int64_t>(f.size());
     markers = markers && static_cast<int>(f.size()) <= o.max_markers;
   }
+  const std::string x_label = Escape(o.x_label);
   std::string out = absl::StrFormat(
       "<svg class=\"chart\" data-chart=\"%s\" data-points=\"%d\" data-skipped=\"%d\" data-markers=\"%d\" "
       "xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" role=\"img\" "
       "aria-label=\"%s by %s\">",
       Escape(o.id), points, skipped, markers ? 1 : 0, o.width, o.height, o.width, o.height, Escape(o.title),
-      Escape(o.x_label));
+      x_label);
   absl::StrAppend(&out, "<text class=\"chart-title\" x=\"", kLeft, "\" y=\"16\">", Escape(o.title), "</text>");
   const double pw = o.width - kLeft - kRight, ph = o.height - kTop - kBottom;
   absl::StrAppend(&out, "<rect class=\"plot\" x=\"", kLeft, "\" y=\"", kTop, "\" width=\"", Coord(pw),
                   "\" height=\"", Coord(ph), "\"/>");
   if (points == 0) {
     absl::StrAppend(&out, "<text class=\"empty\" x=\"", Coord(kLeft + pw / 2), "\" y=\"", Coord(kTop + ph / 2),
-                    "\" text-anchor=\"middle\">no ", Escape(o.x_label), "s reported yet</text></svg>");
+                    "\" text-anchor=\"middle\">no ", x_label, "s reported yet</text></svg>");
     return out;
   }
   if (o.y_from_zero) y0 = std::min(0.0, y0);
@@ -93,7 +94,7 @@ std::string RenderLineChart(const ChartOptions& o, const std::vector<ChartSeries
                     "\" text-anchor=\"middle\">", Compact(t), "</text>");
   }
   absl::StrAppend(&out, "<text class=\"axis\" x=\"", Coord(kLeft + pw), "\" y=\"", o.height - 2,
-                  "\" text-anchor=\"end\">", Escape(o.x_label), "</text>");
+                  "\" text-anchor=\"end\">", x_label, "</text>");
   int legend_x = kLeft + 8;
   for (size_t s = 0; s < series.size(); ++s) {
     const auto& pts = finite[s];
@@ -115,7 +116,7 @@ std::string RenderLineChart(const ChartOptions& o, const std::vector<ChartSeries
         absl::StrAppend(&out, "<g class=\"markers\" data-series=\"", name, "\" fill=\"", color, "\">");
         for (const auto& [x, y] : pts) {
           absl::StrAppend(&out, "<circle cx=\"", Coord(px(x)), "\" cy=\"", Coord(py(y)), "\" r=\"2\"><title>",
-                          Escape(o.x_label), " ", Number(x, 12), ": ", Number(y, 5), "</title></circle>");
+                          x_label, " ", Number(x, 12), ": ", Number(y, 5), "</title></circle>");
         }
         absl::StrAppend(&out, "</g>");
       }
