@@ -2,13 +2,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/spec/layout_of.h"
 #include "common/spec/model_config_of.h"
 
 namespace tessera::client {
 
-parallel::PlanInput PlanInputFor(const v1::JobSpec& spec, int devices, double gflops, double bandwidth_gbs,
+plan::PlanInput PlanInputFor(const v1::JobSpec& spec, int devices, double gflops, double bandwidth_gbs,
                                  double memory_gb) {
-  parallel::PlanInput in;
+  plan::PlanInput in;
   const auto& m = spec.model();
   in.model = spec::ModelConfigOf(m);
   in.micro_batch = spec.train().micro_batch();
@@ -27,26 +28,16 @@ parallel::PlanInput PlanInputFor(const v1::JobSpec& spec, int devices, double gf
 
 absl::StatusOr<std::string> ApplyAutoLayout(v1::JobSpec* spec, int devices) {
   if (devices < 1) return absl::InvalidArgumentError(absl::StrCat("parallel.devices: ", devices, " must be at least 1"));
-  std::vector<parallel::Prediction> plan = parallel::Plan(PlanInputFor(*spec, devices));
+  std::vector<plan::Prediction> plan = plan::Plan(PlanInputFor(*spec, devices));
   if (plan.empty() || !plan[0].fits) {
     return absl::InvalidArgumentError(absl::StrCat(
         "parallel: auto: no layout of ", devices, " devices ",
         plan.empty() ? "can run this model and batch" : "fits the device memory", " (see tessera plan --devices ",
         devices, ")"));
   }
-  const parallel::Layout& l = plan[0].layout;
+  const plan::Layout& l = plan[0].layout;
   auto* p = spec->mutable_parallel();
-  p->set_dp(l.dp);
-  p->set_pp(l.pp);
-  p->set_tp(l.tp);
-  p->set_sp(l.sp);
-  p->set_tp_mode(l.tp_mode == "2d" ? v1::TP_MODE_2D : l.tp_mode == "2.5d" ? v1::TP_MODE_2P5D
-                 : l.tp_mode == "3d" ? v1::TP_MODE_3D : v1::TP_MODE_1D);
-  p->set_tp_depth(l.tp_depth);
-  p->set_sp_mode(l.sp_mode == "all_to_all" ? v1::SP_MODE_ALL_TO_ALL : v1::SP_MODE_RING);
-  p->set_pp_schedule(l.pp_schedule == "interleaved" ? v1::PP_SCHEDULE_INTERLEAVED : v1::PP_SCHEDULE_1F1B);
-  p->set_pp_chunks(l.pp_chunks);
-  p->clear_pp_layers();
+  spec::SetLayout(l, p);
   p->set_auto_layout(false);
   return absl::StrFormat("%s: predicted %.3f s/step, %.3f GB per device (of %d layouts)", l.ToString(),
                          plan[0].step_s, plan[0].memory_bytes() / 1e9, static_cast<int>(plan.size()));

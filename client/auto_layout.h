@@ -5,7 +5,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "parallel/planner/planner.h"
+#include "plan/planner.h"
 #include "tessera/v1/job.pb.h"
 
 namespace tessera::client {
@@ -13,7 +13,7 @@ namespace tessera::client {
 // The planner's input for `spec`'s model and batch on `devices` devices. Device model: the given
 // values where > 0 (GFLOP/s, GB/s, GB), else defaults for the spec's device (CPU: 50 GFLOP/s,
 // 2 GB/s, 8 GB, 21 MB runtime per rank; CUDA: an H100 without TF32: 50 TFLOP/s, 200 GB/s, 80 GB).
-parallel::PlanInput PlanInputFor(const v1::JobSpec& spec, int devices, double gflops = 0, double bandwidth_gbs = 0,
+plan::PlanInput PlanInputFor(const v1::JobSpec& spec, int devices, double gflops = 0, double bandwidth_gbs = 0,
                                  double memory_gb = 0);
 
 // Replaces spec.parallel's dp, pp, tp, tp_mode, tp_depth, sp, sp_mode, pp_schedule and pp_chunks by

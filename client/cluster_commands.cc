@@ -282,6 +282,7 @@ int JobCommand(const ClusterOptions& o, const std::string& job_id) {
             << j.restarts_used() << " of " << j.max_restarts() << ")\nlast checkpoint: step "
             << j.progress().last_checkpoint_step() << " in " << j.spec().checkpoint().dir()
             << "\noutput_dir: " << j.spec().output_dir() << "\n";
+  if (!j.placement_explanation().empty()) std::cout << "placement: " << j.placement_explanation() << "\n";
   if (j.placement_size() > 0) std::cout << t.ToString();
   if (j.history_size() > 0) {
     // Each attempt: where it ran, the steps it covered (from its checkpoint to its last step), how

@@ -19,6 +19,7 @@
 #include "client/progress_line.h"
 #include "common/net/free_port.h"
 #include "common/process/find_binary.h"
+#include "common/process/rank_launch.h"
 #include "common/process/subprocess.h"
 #include "common/spec/data_options_of.h"
 #include "common/spec/job_spec.h"
@@ -142,12 +143,17 @@ int RunLocal(const LaunchOptions& options) {
 
   std::vector<pid_t> pids;
   for (int r = 0; r < world; ++r) {
+    process::RankLaunch launch;  // One machine: every rank on loopback, device r.
+    launch.binary = rank_binary;
+    launch.spec_path = spec_file;
+    launch.rank = r, launch.world_size = world, launch.local_rank = r;
+    launch.store_port = port;
+    launch.threads = threads;
+    launch.dump_at_step = options.dump_at_step;
     process::SpawnOptions so;
-    so.argv = {rank_binary, "--spec=" + spec_file, absl::StrCat("--rank=", r), absl::StrCat("--world_size=", world),
-               absl::StrCat("--store_port=", port), absl::StrCat("--threads=", threads),
-               absl::StrCat("--dump_at_step=", options.dump_at_step)};
+    so.argv = launch.Argv();
+    so.env = launch.Env();
     so.log_path = absl::StrCat(out_dir, "/logs/rank_", r, ".log");
-    so.env = {{"OMP_NUM_THREADS", absl::StrCat(threads)}, {"MKL_NUM_THREADS", absl::StrCat(threads)}};
     auto pid = process::Spawn(so);
     if (!pid.ok()) {
       process::StopAll(pids, std::chrono::seconds(5));

@@ -9,7 +9,7 @@
 #include "client/table.h"
 #include "common/spec/job_spec.h"
 #include "nlohmann/json.hpp"
-#include "parallel/planner/planner.h"
+#include "plan/planner.h"
 
 namespace tessera::client {
 
@@ -23,8 +23,8 @@ int LocalPlanCommand(const LocalPlanOptions& o) {
     std::cerr << "error: --devices: " << o.devices << " must be at least 1\n";
     return kExitBadInput;
   }
-  parallel::PlanInput in = PlanInputFor(*spec, o.devices, o.gflops, o.bandwidth_gbs, o.memory_gb);
-  std::vector<parallel::Prediction> plan = parallel::Plan(in);
+  plan::PlanInput in = PlanInputFor(*spec, o.devices, o.gflops, o.bandwidth_gbs, o.memory_gb);
+  std::vector<plan::Prediction> plan = plan::Plan(in);
   if (plan.empty()) {
     std::cerr << "error: no layout of " << o.devices << " devices can run this model and batch "
               << "(heads, hidden, vocab, seq_len, micro_batch and global_batch must divide)\n";
@@ -37,8 +37,8 @@ int LocalPlanCommand(const LocalPlanOptions& o) {
       const auto& p = plan[k];
       const auto& l = p.layout;
       out.push_back({{"layout", l.ToString()}, {"dp", l.dp}, {"pp", l.pp}, {"tp", l.tp}, {"sp", l.sp},
-                     {"tp_mode", l.tp_mode}, {"tp_depth", l.tp_depth}, {"sp_mode", l.sp_mode},
-                     {"pp_schedule", l.pp_schedule}, {"pp_chunks", l.pp_chunks}, {"step_s", p.step_s},
+                     {"tp_mode", layout::Name(l.tp_mode)}, {"tp_depth", l.tp_depth},
+                     {"sp_mode", layout::Name(l.sp_mode)}, {"pp_schedule", layout::Name(l.pp_schedule)}, {"pp_chunks", l.pp_chunks}, {"step_s", p.step_s},
                      {"compute_s", p.compute_s}, {"comm_s", p.comm_s}, {"comm_bytes", p.comm_bytes},
                      {"bubble", p.bubble}, {"state_bytes", p.state_bytes}, {"activation_bytes", p.activation_bytes},
                      {"memory_bytes", p.memory_bytes()}, {"fits", p.fits}, {"verdict", p.verdict}});
@@ -62,10 +62,10 @@ int LocalPlanCommand(const LocalPlanOptions& o) {
   if (plan[0].fits) {
     std::cout << absl::StrFormat("\nto use it: --set parallel.dp=%d --set parallel.pp=%d --set parallel.tp=%d "
                                  "--set parallel.sp=%d --set parallel.tp_mode=%s%s%s%s\n",
-                                 best.dp, best.pp, best.tp, best.sp, best.tp_mode,
-                                 best.tp_mode == "2.5d" ? absl::StrCat(" --set parallel.tp_depth=", best.tp_depth) : "",
-                                 best.sp > 1 ? absl::StrCat(" --set parallel.sp_mode=", best.sp_mode) : "",
-                                 best.pp > 1 ? absl::StrCat(" --set parallel.pp_schedule=", best.pp_schedule,
+                                 best.dp, best.pp, best.tp, best.sp, layout::Name(best.tp_mode),
+                                 best.tp_mode == layout::TpMode::k2p5D ? absl::StrCat(" --set parallel.tp_depth=", best.tp_depth) : "",
+                                 best.sp > 1 ? absl::StrCat(" --set parallel.sp_mode=", layout::Name(best.sp_mode)) : "",
+                                 best.pp > 1 ? absl::StrCat(" --set parallel.pp_schedule=", layout::Name(best.pp_schedule),
                                                             " --set parallel.pp_chunks=", best.pp_chunks)
                                              : "");
   } else {

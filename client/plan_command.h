@@ -1,5 +1,5 @@
 // `tessera plan SPEC --devices N`: ranks every layout of the spec's model on N devices with the
-// planner's cost model (parallel/planner/planner.h) and prints the ranking. Local; no coordinator.
+// planner's cost model (plan/planner.h) and prints the ranking. Local; no coordinator.
 #ifndef TESSERA_CLIENT_PLAN_COMMAND_H_
 #define TESSERA_CLIENT_PLAN_COMMAND_H_
 

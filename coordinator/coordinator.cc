@@ -12,6 +12,8 @@
 #include "common/spec/job_spec.h"
 #include "common/spec/limits.h"
 #include "coordinator/placement.h"
+#include "common/spec/layout_of.h"
+#include "layout/rank_generator.h"
 
 namespace tessera::coordinator {
 namespace {
@@ -144,6 +146,18 @@ absl::StatusOr<v1::Job> Coordinator::Submit(const v1::JobSpec& spec, int max_res
   return e.job;
 }
 
+namespace {
+
+// The job's placement over `free`, from its layout's rank generator. Queued specs are valid, so the
+// generator exists; anything else is a reason to wait, never a crash.
+absl::StatusOr<Placement> PlaceJob(const v1::JobSpec& spec, const std::vector<FreeDevices>& free) {
+  auto ranks = layout::RankGenerator::Create(spec::LayoutOf(spec));
+  if (!ranks.ok()) return absl::FailedPreconditionError(ranks.status().message());
+  return PlaceRanks(*ranks, free);
+}
+
+}  // namespace
+
 void Coordinator::TryScheduleLocked() {
   if (defer_scheduling_) return;  // The registration in progress schedules when it is done.
   // In queue order (first come, first served); a job that does not fit lets later ones that do fit
@@ -159,7 +173,7 @@ void Coordinator::TryScheduleLocked() {
     std::string reason;
     const std::string prefix = e.requeue_cause.empty() ? "" : e.requeue_cause + "; ";
     const int64_t cluster = ClusterDevicesLocked(kind);
-    absl::StatusOr<std::vector<Slot>> slots = absl::ResourceExhaustedError("");
+    absl::StatusOr<Placement> slots = absl::ResourceExhaustedError("");
     if (world > cluster) {
       reason = absl::StrCat(prefix, "needs ", world, " ", kind == v1::DEVICE_KIND_CUDA ? "cuda" : "cpu",
                             " devices, more than the whole cluster's ", cluster,
@@ -168,11 +182,11 @@ void Coordinator::TryScheduleLocked() {
       reason = absl::StrCat(prefix, "waiting behind an earlier job that has waited longer than ",
                             absl::FormatDuration(options_.backfill_limit));
     } else {
-      slots = PlaceRanks(world, spec.parallel().tp(), FreeDevicesLocked(kind));
+      slots = PlaceJob(spec, FreeDevicesLocked(kind));
       if (!slots.ok()) reason = absl::StrCat(prefix, "waiting for devices: ", slots.status().message());
     }
     if (slots.ok()) {
-      WorkerEntry& w0 = workers_[(*slots)[0].worker_id];
+      WorkerEntry& w0 = workers_[slots->slots[0].worker_id];
       // Round robin over the worker's range: the next attempt does not take the port its predecessor's
       // store just closed (its connections linger in TIME_WAIT; another process may have taken it).
       int port = -1;
@@ -186,12 +200,13 @@ void Coordinator::TryScheduleLocked() {
       if (port >= 0) {
         e.job.set_attempt(e.job.attempt() + 1);
         e.job.clear_placement();
+        e.job.set_placement_explanation(slots->explanation);
         e.ranks.assign(world, RankEntry{});
         e.job.set_store_host(w0.info.host());
         e.job.set_store_port(port);
         w0.used_ports.insert(port);
         for (int r = 0; r < world; ++r) {
-          const Slot& s = (*slots)[r];
+          const Slot& s = slots->slots[r];
           e.ranks[r].worker_id = s.worker_id;
           e.ranks[r].local_rank = s.local_rank;
           auto* p = e.job.add_placement();
@@ -217,7 +232,7 @@ void Coordinator::TryScheduleLocked() {
         h->set_attempt(e.job.attempt());
         h->set_started_unix_ms(NowMs());
         h->set_resumed_from_step(e.job.progress().last_checkpoint_step());
-        for (const Slot& s : *slots) {
+        for (const Slot& s : slots->slots) {
           if (std::find(h->workers().begin(), h->workers().end(), s.worker_id) == h->workers().end()) {
             h->add_workers(s.worker_id);
             h->add_worker_hosts(workers_[s.worker_id].info.host());
@@ -272,7 +287,7 @@ absl::StatusOr<v1::PlanJobResponse> Coordinator::Plan(const v1::JobSpec& spec) {
   plan.set_sp(p.sp());
   plan.set_order(p.order());
   absl::MutexLock lock(&mu_);
-  auto slots = PlaceRanks(plan.world_size(), p.tp(), FreeDevicesLocked(KindOf(spec)));
+  auto slots = PlaceJob(spec, FreeDevicesLocked(KindOf(spec)));
   if (!slots.ok()) {
     plan.set_reason(std::string(slots.status().message()));
     return plan;
@@ -281,12 +296,10 @@ absl::StatusOr<v1::PlanJobResponse> Coordinator::Plan(const v1::JobSpec& spec) {
   for (int r = 0; r < plan.world_size(); ++r) {
     auto* x = plan.add_placement();
     x->set_rank(r);
-    x->set_worker_id((*slots)[r].worker_id);
-    x->set_local_rank((*slots)[r].local_rank);
+    x->set_worker_id(slots->slots[r].worker_id);
+    x->set_local_rank(slots->slots[r].local_rank);
   }
-  plan.set_reason(absl::StrCat("ranks numbered ", p.order(), " (first axis fastest): each tp group of ", p.tp(),
-                               " consecutive ranks is kept on one worker when one can hold it; workers with the "
-                               "most free devices are filled first"));
+  plan.set_reason(slots->explanation);
   return plan;
 }
 
@@ -491,6 +504,7 @@ void Coordinator::AfterRankExitLocked(JobEntry& e) {
   if (all_gone && e.job.state() == v1::JOB_STATE_RESTARTING) {
     e.adopt_deadline.reset();  // The next attempt is not adopted.
     e.job.clear_placement();
+    e.job.clear_placement_explanation();
     e.queued_at = absl::Now();
     e.requeue_cause = e.job.reason();
     queue_.push_front(e.job.id());

@@ -28,6 +28,7 @@ absl::Status Coordinator::Recover() {
     // the daemon, on this start or any later one.
     if (absl::Status valid = spec::ToStatus(spec::ValidateJobSpec(e.job.spec())); !valid.ok()) {
       e.job.clear_placement();
+      e.job.clear_placement_explanation();
       SetStateLocked(e, v1::JOB_STATE_FAILED,
                      absl::StrCat("the stored spec is not valid: ", absl::StrReplaceAll(valid.message(), {{"\n", "; "}})));
       fprintf(stderr, "tessera-coordinator: job %s failed on recovery: %s\n", e.job.id().c_str(), e.job.reason().c_str());
@@ -51,6 +52,7 @@ absl::Status Coordinator::Recover() {
     if (state == v1::JOB_STATE_RESTARTING) {
       e.requeue_cause = e.job.reason();
       e.job.clear_placement();
+      e.job.clear_placement_explanation();
       SetStateLocked(e, v1::JOB_STATE_PENDING, e.requeue_cause);
     }
     queue_.push_back(e.job.id());

@@ -1,39 +1,92 @@
 #include "coordinator/placement.h"
 
 #include <algorithm>
+#include <array>
+#include <set>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace tessera::coordinator {
+namespace {
 
-absl::StatusOr<std::vector<Slot>> PlaceRanks(int world_size, int tp, const std::vector<FreeDevices>& free) {
-  int total = 0;
-  for (const auto& f : free) total += static_cast<int>(f.free_local_ranks.size());
-  if (total < world_size) {
-    return absl::ResourceExhaustedError(absl::StrCat("needs ", world_size, " devices; ", total, " free on ",
-                                                     free.size(), " worker", free.size() == 1 ? "" : "s"));
+using layout::Axis;
+
+// The tp groups in placement order: by dp, then pp, then sp coordinate (sp varying fastest), so that
+// consecutive groups are sequence-parallel, then pipeline neighbours.
+std::vector<std::vector<int>> GroupsInPlacementOrder(const layout::RankGenerator& ranks) {
+  std::vector<std::vector<int>> groups = ranks.AllGroups(Axis::kTp);
+  auto key = [&](const std::vector<int>& g) {
+    const int r = g.front();
+    return std::array<int, 3>{ranks.Coord(r, Axis::kDp), ranks.Coord(r, Axis::kPp), ranks.Coord(r, Axis::kSp)};
+  };
+  std::stable_sort(groups.begin(), groups.end(),
+                   [&](const std::vector<int>& a, const std::vector<int>& b) { return key(a) < key(b); });
+  return groups;
+}
+
+std::string Explain(const layout::RankGenerator& ranks, const std::vector<std::vector<int>>& groups,
+                    const std::vector<Slot>& slots) {
+  int spanning = 0;
+  std::vector<std::string> shown;
+  for (const auto& g : groups) {
+    std::set<std::string> workers;
+    for (int r : g) workers.insert(slots[r].worker_id);
+    if (workers.size() > 1) ++spanning;
+    if (shown.size() < 8) shown.push_back(absl::StrCat("{", absl::StrJoin(g, ","), "}→", absl::StrJoin(workers, "+")));
+  }
+  const int tp = ranks.size(Axis::kTp);
+  std::string s = absl::StrCat("ranks numbered ", layout::OrderName(ranks.order()), " (first axis fastest); ");
+  if (tp == 1) {
+    absl::StrAppend(&s, "no tensor parallelism");
+  } else {
+    absl::StrAppend(&s, "tp groups ", absl::StrJoin(shown, " "), groups.size() > shown.size() ? " …" : "", ": ",
+                    spanning == 0 ? absl::StrCat("each on one worker")
+                                  : absl::StrCat(spanning, " of ", groups.size(),
+                                                 " span workers (no free worker held ", tp, " devices)"));
+  }
+  absl::StrAppend(&s, "; sp, then pp neighbours placed together; workers with the most free devices first");
+  return s;
+}
+
+}  // namespace
+
+absl::StatusOr<Placement> PlaceRanks(const layout::RankGenerator& ranks, const std::vector<FreeDevices>& free) {
+  const int world = ranks.world_size();
+  int64_t total = 0;
+  for (const auto& f : free) total += static_cast<int64_t>(f.free_local_ranks.size());
+  if (total < world) {
+    return absl::ResourceExhaustedError(absl::StrCat("needs ", world, " devices; ", total, " free on ", free.size(),
+                                                     " worker", free.size() == 1 ? "" : "s"));
   }
   std::vector<FreeDevices> order = free;
   std::stable_sort(order.begin(), order.end(), [](const FreeDevices& a, const FreeDevices& b) {
     return a.free_local_ranks.size() > b.free_local_ranks.size();
   });
+  const std::vector<std::vector<int>> groups = GroupsInPlacementOrder(ranks);
+  Placement p;
+  p.slots.assign(world, Slot{});
   std::vector<size_t> used(order.size(), 0);
-  std::vector<Slot> slots;
-  const int group = std::max(1, tp);
-  // First pass: whole tp groups onto workers that can hold them.
-  for (size_t w = 0; w < order.size() && static_cast<int>(slots.size()) < world_size; ++w) {
-    while (static_cast<int>(slots.size()) + group <= world_size &&
-           used[w] + group <= order[w].free_local_ranks.size()) {
-      for (int i = 0; i < group; ++i) slots.push_back({order[w].worker_id, order[w].free_local_ranks[used[w]++]});
+  std::vector<bool> placed(groups.size(), false);
+  // First pass: whole tp groups, in placement order, onto workers that can hold them.
+  size_t next = 0;
+  for (size_t w = 0; w < order.size() && next < groups.size(); ++w) {
+    while (next < groups.size() && used[w] + groups[next].size() <= order[w].free_local_ranks.size()) {
+      for (int r : groups[next]) p.slots[r] = {order[w].worker_id, order[w].free_local_ranks[used[w]++]};
+      placed[next++] = true;
     }
   }
-  // Then whatever is left, in worker order (tp groups may span workers only here).
-  for (size_t w = 0; w < order.size() && static_cast<int>(slots.size()) < world_size; ++w) {
-    while (static_cast<int>(slots.size()) < world_size && used[w] < order[w].free_local_ranks.size()) {
-      slots.push_back({order[w].worker_id, order[w].free_local_ranks[used[w]++]});
+  // Then the ranks of the groups left, in worker order (a tp group spans workers only here).
+  size_t w = 0;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    if (placed[g]) continue;
+    for (int r : groups[g]) {
+      while (used[w] == order[w].free_local_ranks.size()) ++w;  // Enough devices in total: checked above.
+      p.slots[r] = {order[w].worker_id, order[w].free_local_ranks[used[w]++]};
     }
   }
-  return slots;
+  p.explanation = Explain(ranks, groups, p.slots);
+  return p;
 }
 
 }  // namespace tessera::coordinator

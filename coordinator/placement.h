@@ -1,9 +1,11 @@
 // Rank placement: which worker runs each rank of a job. Pure logic, no state.
 //
-// Ranks are numbered with tensor parallelism fastest ("tp-sp-pp-dp"), so every tp group is a run of
-// consecutive ranks. Placement fills workers in order of most free devices first, giving each whole
-// tp groups while they fit, so a tp group never spans workers unless no worker can hold one.
-// Gang scheduling: all ranks are placed or none.
+// Every group comes from the job's rank generator (layout/rank_generator.h), whatever order
+// `parallel.order` numbers the ranks in. Placement hands out whole tensor-parallel groups, ordered
+// so that groups which differ only in their sp, then pp, then dp coordinate come one after another:
+// the workers with the most free devices are filled first with consecutive groups, so a tp group
+// never spans workers when one worker can hold it, and sequence-parallel and pipeline neighbours
+// share a worker where they fit. Gang scheduling: all ranks are placed or none.
 #ifndef TESSERA_COORDINATOR_PLACEMENT_H_
 #define TESSERA_COORDINATOR_PLACEMENT_H_
 
@@ -11,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "layout/rank_generator.h"
 
 namespace tessera::coordinator {
 
@@ -24,8 +27,15 @@ struct Slot {
   int local_rank = 0;
 };
 
-// Slots for ranks 0..world_size-1. ResourceExhausted (with a human reason) when they do not fit.
-absl::StatusOr<std::vector<Slot>> PlaceRanks(int world_size, int tp, const std::vector<FreeDevices>& free);
+struct Placement {
+  std::vector<Slot> slots;  // Indexed by global rank.
+  // How it was chosen and what it achieved, for `tessera job` and `tessera plan`: the rank order,
+  // the tp groups and whether each stayed on one worker.
+  std::string explanation;
+};
+
+// Slots for every rank of `ranks`. ResourceExhausted (with a human reason) when they do not fit.
+absl::StatusOr<Placement> PlaceRanks(const layout::RankGenerator& ranks, const std::vector<FreeDevices>& free);
 
 }  // namespace tessera::coordinator
 

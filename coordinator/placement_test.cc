@@ -1,10 +1,31 @@
 #include "coordinator/placement.h"
 
+#include <algorithm>
+#include <map>
+#include <set>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace tessera::coordinator {
 namespace {
+
+using layout::Axis;
+using ::testing::HasSubstr;
+
+layout::RankGenerator Ranks(int dp, int pp, int tp, int sp, layout::AxisOrder order = layout::kDefaultOrder) {
+  layout::ParallelLayout l;
+  l.dp = dp, l.pp = pp, l.tp = tp, l.sp = sp;
+  l.order = order;
+  return *layout::RankGenerator::Create(l);
+}
+
+// The old interface's cases: a world of `world` ranks with tp fastest.
+absl::StatusOr<std::vector<Slot>> PlaceRanks(int world, int tp, const std::vector<FreeDevices>& free) {
+  auto p = coordinator::PlaceRanks(Ranks(world / tp, 1, tp, 1), free);
+  if (!p.ok()) return p.status();
+  return p->slots;
+}
 
 TEST(PlacementTest, TensorParallelGroupsStayInsideOneWorker) {
   // Two workers with 3 free devices each; 4 ranks with tp=2: groups {0,1} and {2,3} must not split.
@@ -33,6 +54,73 @@ TEST(PlacementTest, TooFewDevicesIsAReason) {
   auto slots = PlaceRanks(8, 2, {{"a", {0, 1}}, {"b", {0, 1}}});
   ASSERT_FALSE(slots.ok());
   EXPECT_EQ(slots.status().message(), "needs 8 devices; 4 free on 2 workers");
+}
+
+// The case: dp=2 × tp=2 numbered dp fastest (dp-tp-sp-pp) on two workers of two devices.
+// Ranks 0,1 are a dp pair; the tp groups are {0,2} and {1,3}, and each must sit on one worker.
+TEST(PlacementTest, GroupsComeFromTheOrderNotFromConsecutiveRanks) {
+  const layout::RankGenerator ranks = Ranks(2, 1, 2, 1, *layout::ParseOrder("dp-tp-sp-pp"));
+  auto p = coordinator::PlaceRanks(ranks, {{"a", {0, 1}}, {"b", {0, 1}}});
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->slots[0].worker_id, p->slots[2].worker_id);
+  EXPECT_EQ(p->slots[1].worker_id, p->slots[3].worker_id);
+  EXPECT_NE(p->slots[0].worker_id, p->slots[1].worker_id);
+  EXPECT_THAT(p->explanation, HasSubstr("ranks numbered dp-tp-sp-pp"));
+  EXPECT_THAT(p->explanation, HasSubstr("{0,2}→a {1,3}→b: each on one worker"));
+}
+
+// The worker of each rank, and the set of workers each group of `axis` touches.
+std::vector<std::set<std::string>> WorkersOfGroups(const layout::RankGenerator& ranks, const Placement& p, Axis axis) {
+  std::vector<std::set<std::string>> out;
+  for (const auto& g : ranks.AllGroups(axis)) {
+    std::set<std::string> w;
+    for (int r : g) w.insert(p.slots[r].worker_id);
+    out.push_back(w);
+  }
+  return out;
+}
+
+// Every order of the four axes: each device used once; every tp group on one worker; where a worker
+// holds a whole tp × sp block it gets one; and with room for a whole pipeline (tp × pp) per worker,
+// each pipeline on one worker.
+TEST(PlacementTest, EveryOrderKeepsGroupsTogether) {
+  layout::AxisOrder order = layout::kDefaultOrder;
+  std::sort(order.begin(), order.end());
+  int orders = 0;
+  do {
+    ++orders;
+    const std::string name = layout::OrderName(order);
+    {
+      // dp2 pp2 tp2 sp2 on four workers of four devices: tp and sp groups each on one worker.
+      const layout::RankGenerator ranks = Ranks(2, 2, 2, 2, order);
+      std::vector<FreeDevices> free;
+      for (const char* w : {"w0", "w1", "w2", "w3"}) free.push_back({w, {0, 1, 2, 3}});
+      auto p = coordinator::PlaceRanks(ranks, free);
+      ASSERT_TRUE(p.ok()) << name;
+      std::set<std::pair<std::string, int>> devices;
+      for (const Slot& s : p->slots) devices.insert({s.worker_id, s.local_rank});
+      EXPECT_EQ(devices.size(), 16u) << name;
+      for (const auto& w : WorkersOfGroups(ranks, *p, Axis::kTp)) EXPECT_EQ(w.size(), 1u) << name;
+      for (const auto& w : WorkersOfGroups(ranks, *p, Axis::kSp)) EXPECT_EQ(w.size(), 1u) << name;
+      EXPECT_THAT(p->explanation, HasSubstr("each on one worker")) << name;
+    }
+    {
+      // dp2 pp2 tp2 on two workers of four devices: each pipeline (its two tp groups) on one worker.
+      const layout::RankGenerator ranks = Ranks(2, 2, 2, 1, order);
+      auto p = coordinator::PlaceRanks(ranks, {{"a", {0, 1, 2, 3}}, {"b", {0, 1, 2, 3}}});
+      ASSERT_TRUE(p.ok()) << name;
+      for (const auto& w : WorkersOfGroups(ranks, *p, Axis::kTp)) EXPECT_EQ(w.size(), 1u) << name;
+      for (const auto& w : WorkersOfGroups(ranks, *p, Axis::kPp)) EXPECT_EQ(w.size(), 1u) << name;
+      for (const auto& w : WorkersOfGroups(ranks, *p, Axis::kDp)) EXPECT_EQ(w.size(), 2u) << name;
+    }
+  } while (std::next_permutation(order.begin(), order.end()));
+  EXPECT_EQ(orders, 24);
+}
+
+TEST(PlacementTest, ExplainsAGroupThatHadToSpan) {
+  auto p = coordinator::PlaceRanks(Ranks(1, 1, 4, 1), {{"a", {0, 1}}, {"b", {0, 1}}});
+  ASSERT_TRUE(p.ok());
+  EXPECT_THAT(p->explanation, HasSubstr("1 of 1 span workers (no free worker held 4 devices)"));
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/process/rank_launch.h"
 #include "common/process/subprocess.h"
 #include "common/spec/model_config_of.h"
 #include "parallel/checkpoint/checkpoint_dir.h"
@@ -53,19 +54,19 @@ absl::Status RankSupervisor::Start(const v1::Assignment& a) {
   r.log_path = absl::StrCat(log_dir, "/rank_", a.rank(), ".log");
   std::ofstream(r.log_path, std::ios::app) << "=== tessera-worker: job " << a.job_id() << " attempt " << a.attempt()
                                            << " rank " << a.rank() << " ===\n";
+  process::RankLaunch launch;
+  launch.binary = options_.rank_binary;
+  launch.spec_path = spec_path;
+  launch.rank = a.rank(), launch.world_size = a.world_size(), launch.local_rank = a.local_rank();
+  launch.store_host = a.store_host(), launch.store_port = a.store_port();
+  launch.host = options_.host;  // NCCL's and Gloo's sockets on the interface other nodes reach this one by.
+  launch.interface = options_.interface;
+  launch.threads = options_.threads_per_rank;
+  launch.timeout_s = options_.collective_timeout_s;
   process::SpawnOptions so;
-  so.argv = {options_.rank_binary, "--spec=" + spec_path, absl::StrCat("--rank=", a.rank()),
-             absl::StrCat("--world_size=", a.world_size()), "--store_host=" + a.store_host(),
-             absl::StrCat("--store_port=", a.store_port()), absl::StrCat("--local_rank=", a.local_rank()),
-             absl::StrCat("--threads=", options_.threads_per_rank), "--host=" + options_.host,
-             absl::StrCat("--timeout_s=", options_.collective_timeout_s)};
+  so.argv = launch.Argv();
+  so.env = launch.Env();
   so.log_path = r.log_path;
-  so.env = {{"OMP_NUM_THREADS", absl::StrCat(options_.threads_per_rank)}};
-  if (!options_.interface.empty()) {
-    // NCCL's bootstrap and socket transport, on the interface other nodes reach this one by.
-    so.env["NCCL_SOCKET_IFNAME"] = "=" + options_.interface;  // "=": exactly this name, not a prefix.
-    so.env["GLOO_SOCKET_IFNAME"] = options_.interface;
-  }
   auto pid = process::Spawn(so);
   if (!pid.ok()) return pid.status();
   r.pid = *pid;

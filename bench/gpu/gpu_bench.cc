@@ -173,7 +173,7 @@ int Check(const std::string& dir) {
     o.fused_kernels = fused;
     o.output_dir = dir + "/out";
     if (modify) modify(o);
-    auto mesh = parallel::ProcessMesh::Create(o.mesh);
+    auto mesh = layout::RankGenerator::Create(o.layout);
     if (!mesh.ok()) return mesh.status();
     parallel::BootstrapOptions boot;
     if (kind == DeviceKind::kCuda) boot.backend = parallel::CommBackend::kNccl;
@@ -212,16 +212,18 @@ int Check(const std::string& dir) {
     const char* name;
     int stage;
     bool offload;
-    const char* precision;
+    layout::Precision precision;
     double rtol;
   };
   bool memory_ok = true;
-  for (const Variant& v : {Variant{"fp32_zero3", 3, false, "fp32", 1e-3}, Variant{"fp32_offload", 0, true, "fp32", 1e-3},
-                           Variant{"bf16", 0, false, "bf16", 2e-2}, Variant{"bf16_zero2_offload", 2, true, "bf16", 2e-2},
-                           Variant{"fp16_offload", 0, true, "fp16", 2e-2}}) {
+  for (const Variant& v : {Variant{"fp32_zero3", 3, false, layout::Precision::kFp32, 1e-3},
+                           Variant{"fp32_offload", 0, true, layout::Precision::kFp32, 1e-3},
+                           Variant{"bf16", 0, false, layout::Precision::kBf16, 2e-2},
+                           Variant{"bf16_zero2_offload", 2, true, layout::Precision::kBf16, 2e-2},
+                           Variant{"fp16_offload", 0, true, layout::Precision::kFp16, 2e-2}}) {
     std::vector<double> got;
     absl::Status st = run(DeviceKind::kCuda, true, &got, [&](parallel::TrainerOptions& o) {
-      o.zero_stage = v.stage;
+      o.layout.zero_stage = static_cast<layout::ZeroStage>(v.stage);
       o.offload_optimizer = v.offload;
       o.precision = v.precision;
     });
@@ -261,7 +263,7 @@ int Capacity(int argc, char** argv) {
   o.model.seq_len = std::stoi(Arg(argc, argv, "seq", "1024"));
   o.micro_batch = o.global_batch = std::stoi(Arg(argc, argv, "batch", "4"));
   o.offload_optimizer = Arg(argc, argv, "offload", "0") == "1";
-  o.precision = "bf16";
+  o.precision = layout::Precision::kBf16;
   o.activation_checkpointing = true;
   const bool cuda = Arg(argc, argv, "device", "cuda") == "cuda";  // cpu: tries the flow on a small model.
   o.device.kind = cuda ? DeviceKind::kCuda : DeviceKind::kCpu;
@@ -283,7 +285,7 @@ int Capacity(int argc, char** argv) {
   };
   std::vector<double> seconds;
   try {
-    auto mesh = parallel::ProcessMesh::Create(o.mesh);
+    auto mesh = layout::RankGenerator::Create(o.layout);
     if (!mesh.ok()) return fail(std::string(mesh.status().message()));
     parallel::BootstrapOptions boot;
     if (cuda) boot.backend = parallel::CommBackend::kNccl;
@@ -512,7 +514,7 @@ int TrainBench(int argc, char** argv) {
   o.model = SizeConfig(size);
   o.micro_batch = o.global_batch = std::stoi(Arg(argc, argv, "batch", "8"));
   o.fused_kernels = Arg(argc, argv, "fused", "1") == "1";
-  o.precision = "bf16";
+  o.precision = layout::Precision::kBf16;
   o.device.kind = cuda ? DeviceKind::kCuda : DeviceKind::kCpu;
   constexpr int kSteps = 10, kWarm = 3;
   o.steps = kSteps;
@@ -524,7 +526,7 @@ int TrainBench(int argc, char** argv) {
   o.output_dir = dir + "/out";
   WriteRandomTokens(o.data.path, static_cast<size_t>(o.micro_batch) * (o.model.seq_len + 1) * (kSteps + 1),
                     o.model.vocab, 7);
-  auto mesh = parallel::ProcessMesh::Create(o.mesh);
+  auto mesh = layout::RankGenerator::Create(o.layout);
   if (!mesh.ok()) return std::printf("error %s\n", std::string(mesh.status().message()).c_str()), 1;
   parallel::BootstrapOptions boot;
   if (cuda) boot.backend = parallel::CommBackend::kNccl;

@@ -1,5 +1,7 @@
 #include "common/spec/job_spec.h"
 
+#include "common/spec/layout_of.h"
+
 #include <fstream>
 #include <limits>
 
@@ -152,15 +154,7 @@ absl::StatusOr<v1::JobSpec> LoadJobSpec(const std::string& path,
   return spec;
 }
 
-int64_t WorldSize(const v1::JobSpec& spec) {
-  const auto& p = spec.parallel();
-  // Four int32 factors: the product of their magnitudes is below 2^124, so compute it in two 64-bit
-  // halves and saturate rather than wrap (an unvalidated spec must not look small).
-  const int64_t a = int64_t{p.dp()} * p.tp(), b = int64_t{p.pp()} * p.sp();
-  if (a <= 0 || b <= 0) return 0;
-  if (a > std::numeric_limits<int64_t>::max() / b) return std::numeric_limits<int64_t>::max();
-  return a * b;
-}
+int64_t WorldSize(const v1::JobSpec& spec) { return LayoutOf(spec).WorldSize(); }
 
 int AccumulationSteps(const v1::JobSpec& spec) {
   const int64_t per_pass = int64_t{spec.train().micro_batch()} * spec.parallel().dp();

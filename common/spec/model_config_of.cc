@@ -2,14 +2,14 @@
 
 namespace tessera::spec {
 
-parallel::ModelConfig ModelConfigOf(const v1::ModelSpec& m) {
-  parallel::ModelConfig c;
+layout::ModelConfig ModelConfigOf(const v1::ModelSpec& m) {
+  layout::ModelConfig c;
   c.layers = m.layers();
   c.hidden = m.hidden();
   c.heads = m.heads();
   c.vocab = m.vocab();
   c.seq_len = m.seq_len();
-  c.family = m.family() == v1::MODEL_FAMILY_LLAMA ? parallel::ModelFamily::kLlama : parallel::ModelFamily::kGpt2;
+  c.family = m.family() == v1::MODEL_FAMILY_LLAMA ? layout::ModelFamily::kLlama : layout::ModelFamily::kGpt2;
   c.kv_heads = m.kv_heads();
   c.ffn_hidden = m.ffn_hidden();
   if (m.norm_eps() > 0) c.norm_eps = m.norm_eps();
@@ -21,7 +21,7 @@ parallel::ModelConfig ModelConfigOf(const v1::ModelSpec& m) {
     if (r.high_freq_factor() > 0) c.rope_scaling.high_freq_factor = r.high_freq_factor();
     if (r.original_max_positions() > 0) c.rope_scaling.original_max_positions = r.original_max_positions();
   }
-  c.tie_embeddings = c.family == parallel::ModelFamily::kGpt2 || m.tie_embeddings();
+  c.tie_embeddings = c.family == layout::ModelFamily::kGpt2 || m.tie_embeddings();
   c.gelu_tanh = m.activation() == v1::ACTIVATION_GELU_TANH;
   c.qkv_bias = m.qkv_bias();
   return c;

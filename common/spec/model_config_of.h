@@ -1,15 +1,15 @@
-// The engine's ModelConfig (parallel/models/model_config.h, no torch) of a spec's model section: the
+// The ModelConfig (layout/model_config.h, no torch) of a spec's model section: the
 // one conversion, used by the rank (to build the model) and by the CLI's planner (to cost it).
 #ifndef TESSERA_COMMON_SPEC_MODEL_CONFIG_OF_H_
 #define TESSERA_COMMON_SPEC_MODEL_CONFIG_OF_H_
 
-#include "parallel/models/model_config.h"
+#include "layout/model_config.h"
 #include "tessera/v1/job.pb.h"
 
 namespace tessera::spec {
 
 // Zeros (older stored specs, unset fields) take the ModelConfig defaults.
-parallel::ModelConfig ModelConfigOf(const v1::ModelSpec& m);
+layout::ModelConfig ModelConfigOf(const v1::ModelSpec& m);
 
 }  // namespace tessera::spec
 

@@ -9,6 +9,9 @@
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
 #include "common/spec/job_spec.h"
+#include "common/spec/layout_of.h"
+#include "common/spec/model_config_of.h"
+#include "layout/check_layout.h"
 #include "common/spec/limits.h"
 #include "common/spec/yaml_to_proto.h"
 
@@ -149,127 +152,43 @@ void CheckModel(const v1::ModelSpec& m, Checker& c) {
   }
 }
 
-// Micro-batches per step on each data-parallel rank (the pipeline's m), 0 when not computable.
-int64_t MicroBatchesPerStep(const v1::JobSpec& s) {
-  const int64_t per_pass = int64_t{s.train().micro_batch()} * s.parallel().dp();  // < 2^62: no overflow.
-  if (per_pass < 1 || s.train().global_batch() < 1 || s.train().global_batch() % per_pass != 0) return 0;
-  return s.train().global_batch() / per_pass;
-}
-
-void CheckPipeline(const v1::JobSpec& s, Checker& c) {
+// Bounds (docs/security.md, "Bounds") on the layout's sizes; what the layout can run is CheckLayout's
+// (layout/check_layout.h), asked once these hold. Returns whether they all do.
+bool CheckLayoutBounds(const v1::JobSpec& s, Checker& c) {
   const auto& p = s.parallel();
-  if (p.pp_schedule() == v1::PP_SCHEDULE_UNSPECIFIED) c.Fail("parallel.pp_schedule", "must be 1f1b or interleaved");
-  const bool interleaved = p.pp_schedule() == v1::PP_SCHEDULE_INTERLEAVED;
-  if (!c.InRange("parallel.pp_chunks", p.pp_chunks(), 1, limits::kMaxPpChunks)) return;
-  if (interleaved && p.pp_chunks() < 2) {
-    c.Fail("parallel.pp_chunks", absl::StrCat(p.pp_chunks(), " must be at least 2 with pp_schedule interleaved"));
-  }
-  if (!interleaved && p.pp_chunks() != 1) {
-    c.Fail("parallel.pp_chunks", absl::StrCat(p.pp_chunks(), " needs pp_schedule interleaved (1f1b runs one chunk per stage)"));
-  }
-  if (p.pp() < 1 || p.pp() > limits::kMaxAxis) return;
-  const int64_t v = int64_t{p.pp()} * p.pp_chunks();
+  bool ok = c.InRange("parallel.dp", p.dp(), 1, limits::kMaxAxis);
+  ok &= c.InRange("parallel.tp", p.tp(), 1, limits::kMaxAxis);
+  ok &= c.InRange("parallel.pp", p.pp(), 1, limits::kMaxAxis);
+  ok &= c.InRange("parallel.sp", p.sp(), 1, limits::kMaxAxis);
+  ok &= c.InRange("parallel.tp_depth", p.tp_depth(), 1, limits::kMaxTpDepth);
+  ok &= c.InRange("parallel.pp_chunks", p.pp_chunks(), 1, limits::kMaxPpChunks);
   if (p.pp_layers_size() > limits::kMaxLayers) {
     c.Fail("parallel.pp_layers", absl::StrCat("has ", p.pp_layers_size(), " entries, more than the limit ", limits::kMaxLayers));
-  } else if (p.pp_layers_size() > 0) {
-    if (p.pp_layers_size() != v) {
-      c.Fail("parallel.pp_layers", absl::StrCat("has ", p.pp_layers_size(), " entries, needs pp·pp_chunks = ", v));
-    } else {
-      int64_t sum = 0;
-      for (int i = 0; i < p.pp_layers_size(); ++i) {
-        c.InRange(absl::StrCat("parallel.pp_layers[", i, "]"), p.pp_layers(i), 1, limits::kMaxLayers);
-        sum += p.pp_layers(i);
-      }
-      if (sum != s.model().layers()) {
-        c.Fail("parallel.pp_layers", absl::StrCat("sums to ", sum, " layers, model.layers is ", s.model().layers()));
-      }
+    ok = false;
+  }
+  for (int i = 0; i < p.pp_layers_size() && i < limits::kMaxLayers; ++i) {
+    if (p.pp_layers(i) > limits::kMaxLayers) {
+      c.InRange(absl::StrCat("parallel.pp_layers[", i, "]"), p.pp_layers(i), 1, limits::kMaxLayers);
+      ok = false;
     }
-  } else if (s.model().layers() >= 1 && s.model().layers() < v) {
-    c.Fail("parallel.pp", absl::StrCat("pp·pp_chunks = ", v, " virtual stages need model.layers ≥ ", v, ", it is ",
-                                       s.model().layers()));
   }
-  if (p.pp() == 1) return;
-  const int64_t m = MicroBatchesPerStep(s);
-  if (interleaved && m > 0 && m % p.pp() != 0) {
-    c.Fail("parallel.pp_schedule", absl::StrCat("interleaved needs the micro-batches per step, global_batch/(micro_batch·dp) = ",
-                                                m, ", to be a multiple of pp ", p.pp()));
-  }
-  if (s.device() == v1::DEVICE_CUDA) c.Fail("parallel.pp", absl::StrCat(p.pp(), " with device cuda is not available yet; use 1"));
+  ok &= s.train().micro_batch() >= 1 && s.train().micro_batch() <= limits::kMaxMicroBatch;
+  ok &= s.train().global_batch() >= 1 && s.train().global_batch() <= limits::kMaxGlobalBatch;
+  return ok;
 }
 
-void CheckSequence(const v1::JobSpec& s, Checker& c) {
+// What this build runs on CUDA: ZeRO 1–3, offload and bf16 / fp16 ran on an H100 against the CPU
+// losses (tools/gpu/check.sh, bench/RESULTS.md); pipeline, sequence and grid tensor parallelism on
+// CUDA need two GPUs, which no session has had.
+void CheckCudaLayout(const v1::JobSpec& s, Checker& c) {
+  if (s.device() != v1::DEVICE_CUDA) return;
   const auto& p = s.parallel();
-  if (p.sp_mode() == v1::SP_MODE_UNSPECIFIED) c.Fail("parallel.sp_mode", "must be ring or all_to_all");
-  if (p.sp() <= 1 || p.sp() > limits::kMaxAxis || p.tp() > limits::kMaxAxis) return;
-  if (s.model().seq_len() >= 1 && s.model().seq_len() % p.sp() != 0) {
-    c.Fail("parallel.sp", absl::StrCat(p.sp(), " does not divide model.seq_len ", s.model().seq_len()));
-  }
-  if (p.sp_mode() == v1::SP_MODE_ALL_TO_ALL && p.tp() >= 1 && s.model().heads() % p.tp() == 0 &&
-      (s.model().heads() / p.tp()) % p.sp() != 0) {
-    c.Fail("parallel.sp_mode", absl::StrCat("all_to_all splits each rank's model.heads/tp = ", s.model().heads() / p.tp(),
-                                            " heads over sp ", p.sp(), ", which does not divide them; use ring"));
-  }
-  if (s.device() == v1::DEVICE_CUDA) c.Fail("parallel.sp", absl::StrCat(p.sp(), " with device cuda is not available yet; use 1"));
-}
-
-void CheckTensorMode(const v1::JobSpec& s, Checker& c) {
-  const auto& p = s.parallel();
-  c.InRange("parallel.tp_depth", p.tp_depth(), 1, limits::kMaxTpDepth);
-  if (p.tp_mode() == v1::TP_MODE_1D) return;
-  // The grid searches below walk q up to the cube or square root of tp: bounded sizes only.
-  if (p.tp() < 1 || p.tp() > limits::kMaxAxis || p.tp_depth() > limits::kMaxTpDepth) return;
-  const std::string mode = EnumYamlName(v1::TpMode_descriptor()->FindValueByNumber(p.tp_mode()));
-  if (p.tp_mode() == v1::TP_MODE_UNSPECIFIED || mode.empty()) {
-    c.Fail("parallel.tp_mode", "must be 1d, 2d, 2.5d or 3d");
-    return;
-  }
-  // The grid: 2d q×q, 2.5d d layers of q×q, 3d q×q×q. Samples are split over all axes but the one
-  // splitting the hidden dimension between blocks; 3d splits weights' inputs over two axes.
-  const int64_t tp = p.tp(), d = std::max(1, p.tp_depth());
-  int64_t q = 1;
-  int64_t samples = 1, hidden = 1;
-  if (p.tp_mode() == v1::TP_MODE_3D) {
-    while ((q + 1) * (q + 1) * (q + 1) <= tp) ++q;
-    if (q * q * q != tp || q < 2) {
-      c.Fail("parallel.tp", absl::StrCat(tp, " with tp_mode 3d must be a cube q³ ≥ 8 (8, 27, 64, ...)"));
-      return;
-    }
-    samples = q * q, hidden = q * q;
-  } else {
-    const int64_t per_layer = p.tp_mode() == v1::TP_MODE_2P5D ? tp / d : tp;
-    while ((q + 1) * (q + 1) <= per_layer) ++q;
-    if (p.tp_mode() == v1::TP_MODE_2P5D && (tp % d != 0 || q * q * d != tp || q < 2)) {
-      c.Fail("parallel.tp", absl::StrCat(tp, " with tp_mode 2.5d must be tp_depth·q² = ", d, "·q² with q ≥ 2"));
-      return;
-    }
-    if (p.tp_mode() == v1::TP_MODE_2D && (q * q != tp || q < 2)) {
-      c.Fail("parallel.tp", absl::StrCat(tp, " with tp_mode 2d must be a square q² ≥ 4 (4, 9, 16, ...)"));
-      return;
-    }
-    samples = p.tp_mode() == v1::TP_MODE_2P5D ? d * q : q, hidden = q;
-  }
-  if (p.tp_mode() != v1::TP_MODE_2P5D && p.tp_depth() > 1) {
-    c.Fail("parallel.tp_depth", absl::StrCat(p.tp_depth(), " applies to tp_mode 2.5d only"));
-  }
-  const auto& m = s.model();
-  std::vector<std::tuple<std::string, int64_t, int64_t>> divisible = {
-      {"model.heads", m.heads(), q}, {"model.vocab", m.vocab(), q}, {"model.hidden", m.hidden(), hidden},
-      {"train.micro_batch", s.train().micro_batch(), samples}};
-  if (m.family() == v1::MODEL_FAMILY_LLAMA) {
-    // Key/value heads split like the query heads; the SwiGLU width like the hidden dimension.
-    const int64_t kv = m.kv_heads() > 0 ? m.kv_heads() : m.heads();
-    divisible.push_back({"model.kv_heads", kv, q});
-    if (m.ffn_hidden() > 0) divisible.push_back({"model.ffn_hidden", m.ffn_hidden(), hidden});
-  }
-  for (const auto& [field, value, by] : divisible) {
-    if (value >= 1 && value % by != 0) {
-      c.Fail(field, absl::StrCat(value, " is not a multiple of ", by, " (tp_mode ", mode, ", tp ", tp, ", grid side q = ",
-                                 q, ")"));
-    }
-  }
-  if (s.device() == v1::DEVICE_CUDA) {
+  if (p.tp_mode() != v1::TP_MODE_1D && p.tp_mode() != v1::TP_MODE_UNSPECIFIED) {
+    const std::string mode = EnumYamlName(v1::TpMode_descriptor()->FindValueByNumber(p.tp_mode()));
     c.Fail("parallel.tp_mode", absl::StrCat(mode, " with device cuda is not available yet; use 1d"));
   }
+  if (p.pp() > 1) c.Fail("parallel.pp", absl::StrCat(p.pp(), " with device cuda is not available yet; use 1"));
+  if (p.sp() > 1) c.Fail("parallel.sp", absl::StrCat(p.sp(), " with device cuda is not available yet; use 1"));
 }
 
 void CheckParallel(const v1::JobSpec& s, Checker& c) {
@@ -282,36 +201,22 @@ void CheckParallel(const v1::JobSpec& s, Checker& c) {
       if (value != 1) c.Fail(field, absl::StrCat(value, " conflicts with parallel: auto (the planner chooses it)"));
     }
   }
-  bool sizes_ok = c.InRange("parallel.dp", p.dp(), 1, limits::kMaxAxis);
-  sizes_ok &= c.InRange("parallel.tp", p.tp(), 1, limits::kMaxAxis);
-  sizes_ok &= c.InRange("parallel.pp", p.pp(), 1, limits::kMaxAxis);
-  sizes_ok &= c.InRange("parallel.sp", p.sp(), 1, limits::kMaxAxis);
-  CheckTensorMode(s, c);
-  CheckPipeline(s, c);
-  CheckSequence(s, c);
-  if (p.tp_mode() == v1::TP_MODE_1D && p.tp() >= 1 && s.model().heads() >= 1 && s.model().heads() % p.tp() != 0) {
-    c.Fail("parallel.tp", absl::StrCat(p.tp(), " does not divide model.heads ", s.model().heads()));
-  }
-  // 1D: the vocabulary is padded to a multiple of tp inside the model (invisible in checkpoints); every
-  // rank must still hold some real rows.
-  if (p.tp_mode() == v1::TP_MODE_1D && p.tp() >= 2 && s.model().vocab() >= 1) {
-    const int64_t per = (static_cast<int64_t>(s.model().vocab()) + p.tp() - 1) / p.tp();
-    if ((p.tp() - 1) * per >= s.model().vocab()) {
-      c.Fail("parallel.tp", absl::StrCat(p.tp(), " ranks of ", per, " vocabulary rows each leave the last without a real one",
-                                         " (model.vocab ", s.model().vocab(), ")"));
+  std::vector<SpecError> conversion;
+  const layout::ParallelLayout l = LayoutOf(s, &conversion);
+  for (SpecError& e : conversion) c.Fail(std::move(e.field), std::move(e.message));
+  const bool bounds_ok = CheckLayoutBounds(s, c);
+  if (bounds_ok) {
+    for (const layout::LayoutProblem& problem : layout::LayoutProblems(ModelConfigOf(s.model()), l, BatchOf(s))) {
+      c.Fail(problem.field, problem.message);
     }
   }
-  if (s.model().family() == v1::MODEL_FAMILY_LLAMA && p.tp() >= 1) {
-    const int kv = s.model().kv_heads() > 0 ? s.model().kv_heads() : s.model().heads();
-    if (p.tp_mode() == v1::TP_MODE_1D && kv >= 1 && kv % p.tp() != 0 && p.tp() % kv != 0) {
-      c.Fail("parallel.tp", absl::StrCat(p.tp(), " and model.kv_heads ", kv,
-                                         ": one must divide the other (key/value heads are split over tp, or each "
-                                         "rank uses one of them)"));
-    }
+  // WorldSize saturates instead of overflowing (65536·(2^31−1)·65536·65536 once overflowed here: found
+  // by tools/fuzz.sh), and is 0 when a size is below 1 (reported above).
+  if (l.WorldSize() > limits::kMaxWorldSize) {
+    c.Fail("parallel", absl::StrCat("world size dp·tp·pp·sp = ", l.WorldSize(), " exceeds the limit ",
+                                    limits::kMaxWorldSize));
   }
-  if (p.zero_stage() < 0 || p.zero_stage() > 3) {
-    c.Fail("parallel.zero_stage", absl::StrCat(p.zero_stage(), " must be 0, 1, 2 or 3"));
-  }
+  CheckCudaLayout(s, c);
   if (p.zero_grad_reduce() == v1::ZERO_GRAD_REDUCE_UNSPECIFIED) {
     c.Fail("parallel.zero_grad_reduce", "must be micro_batch or step");
   }
@@ -320,32 +225,14 @@ void CheckParallel(const v1::JobSpec& s, Checker& c) {
   } else if (!(p.dp_bucket_mb() <= limits::kMaxDpBucketMb)) {
     c.Fail("parallel.dp_bucket_mb", absl::StrCat(p.dp_bucket_mb(), " exceeds the limit ", limits::kMaxDpBucketMb));
   }
-  std::vector<std::string> axes;
-  if (p.order().size() <= 64) axes = absl::StrSplit(p.order(), '-');
-  std::set<std::string> seen(axes.begin(), axes.end());
-  if (axes.size() != 4 || seen != std::set<std::string>{"dp", "pp", "sp", "tp"}) {
-    c.Fail("parallel.order", absl::StrCat(Quote(p.order(), 32), " must name dp, pp, sp and tp once each, e.g. tp-sp-pp-dp"));
-  }
-  // Only once each axis is within its limit (2^12): the product (at most 2^48) is then exact in 64
-  // bits. (Formed before that check, 65536·(2^31−1)·65536·65536 overflowed: found by tools/fuzz.sh.)
-  const int64_t world = sizes_ok ? int64_t{p.dp()} * p.tp() * p.pp() * p.sp() : 0;
-  if (sizes_ok && world > limits::kMaxWorldSize) {
-    c.Fail("parallel", absl::StrCat("world size dp·tp·pp·sp = ", world, " exceeds the limit ", limits::kMaxWorldSize));
-  }
 }
 
 void CheckTrain(const v1::JobSpec& s, Checker& c) {
   const auto& t = s.train();
   c.InRange("train.steps", t.steps(), 1, limits::kMaxSteps);
-  bool mb_ok = c.InRange("train.micro_batch", t.micro_batch(), 1, limits::kMaxMicroBatch);
-  bool gb_ok = c.InRange("train.global_batch", t.global_batch(), 1, limits::kMaxGlobalBatch);
-  if (mb_ok && gb_ok && s.parallel().dp() >= 1) {
-    const int64_t per_pass = int64_t{t.micro_batch()} * s.parallel().dp();  // Exact: both are below 2^31.
-    if (t.global_batch() % per_pass != 0) {
-      c.Fail("train.global_batch", absl::StrCat(t.global_batch(), " is not a multiple of micro_batch×dp = ",
-                                                per_pass));
-    }
-  }
+  // Their divisibility by micro_batch×dp is CheckLayout's (CheckParallel).
+  c.InRange("train.micro_batch", t.micro_batch(), 1, limits::kMaxMicroBatch);
+  c.InRange("train.global_batch", t.global_batch(), 1, limits::kMaxGlobalBatch);
   if (!(t.lr() > 0) || !std::isfinite(t.lr())) c.Fail("train.lr", absl::StrCat(t.lr(), " must be a finite positive number"));
   if (!(t.min_lr() >= 0) || t.min_lr() > t.lr()) {
     c.Fail("train.min_lr", absl::StrCat(t.min_lr(), " must be between 0 and train.lr ", t.lr()));

@@ -21,8 +21,8 @@ absl::Status Expect(bool cond, const std::string& what) {
   return cond ? absl::OkStatus() : absl::InternalError(absl::StrCat("expectation failed: ", what));
 }
 
-absl::StatusOr<ProcessGroups> Groups(int rank, int port, MeshShape shape) {
-  auto mesh = ProcessMesh::Create(shape);
+absl::StatusOr<ProcessGroups> Groups(int rank, int port, const layout::ParallelLayout& shape) {
+  auto mesh = layout::RankGenerator::Create(shape);
   if (!mesh.ok()) return mesh.status();
   BootstrapOptions o;
   o.rank = rank;
@@ -155,7 +155,7 @@ TEST(GlooCommunicatorTest, BadArgumentsAreErrorsNotCrashes) {
 
 TEST(GlooCommunicatorTest, UnreachableStoreTimesOut) {
   auto body = [](int rank, int port) -> absl::Status {
-    auto mesh = ProcessMesh::Create({.dp = 2});
+    auto mesh = layout::RankGenerator::Create({.dp = 2});
     BootstrapOptions o;
     o.rank = 1;  // Nobody hosts the store.
     o.store_port = port;

@@ -10,6 +10,8 @@
 #include "parallel/comm/self_communicator.h"
 
 namespace tessera::parallel {
+
+using layout::Axis;
 namespace {
 
 std::atomic<NcclFactory> nccl_factory{nullptr};
@@ -41,7 +43,7 @@ absl::StatusOr<std::shared_ptr<Communicator>> MakeGroup(const c10::intrusive_ptr
 void RegisterNcclFactory(NcclFactory factory) { nccl_factory.store(factory); }
 
 absl::StatusOr<ProcessGroups> CreateProcessGroups(const BootstrapOptions& options,
-                                                      const ProcessMesh& mesh) {
+                                                      const layout::RankGenerator& mesh) {
   const int world = mesh.world_size();
   if (options.rank < 0 || options.rank >= world) {
     return absl::InvalidArgumentError(absl::StrCat("rank ", options.rank, " outside world of ", world));

@@ -10,7 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "parallel/comm/communicator.h"
-#include "parallel/mesh/process_mesh.h"
+#include "layout/rank_generator.h"
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 namespace tessera::parallel {
@@ -53,9 +53,9 @@ struct BootstrapOptions {
   std::vector<int> tp_grid;
 };
 
-// Connects to (rank 0: hosts) the TCPStore and builds this rank's groups for `mesh` with the chosen
-// backend. Groups of one rank are SelfCommunicators; a one-rank world needs no store at all.
-absl::StatusOr<ProcessGroups> CreateProcessGroups(const BootstrapOptions& options, const ProcessMesh& mesh);
+// Connects to (rank 0: hosts) the TCPStore and builds this rank's groups with the chosen
+// backend, every group taken from `mesh` (the layout's rank generator). Groups of one rank are SelfCommunicators; a one-rank world needs no store at all.
+absl::StatusOr<ProcessGroups> CreateProcessGroups(const BootstrapOptions& options, const layout::RankGenerator& mesh);
 
 // How the NCCL backend is made: registered at start-up by //parallel/comm:nccl, so that CPU-only
 // binaries carry no CUDA libraries.

@@ -1,5 +1,7 @@
 #include "parallel/models/decoder.h"
 
+#include "layout/check_layout.h"
+
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -65,14 +67,14 @@ Decoder::Decoder(const ModelConfig& c, const ModelPart& part, std::shared_ptr<Co
   for (const ParamSpec& spec : ModelParamSpecs(c, part, tp_->size())) Add(spec, seed);
 }
 
-Decoder::Decoder(const ModelConfig& c, const ModelPart& part, std::shared_ptr<Communicator> tp, const TpShape& shape,
+Decoder::Decoder(const ModelConfig& c, const ModelPart& part, std::shared_ptr<Communicator> tp, const TpGrid& grid,
          std::vector<std::shared_ptr<Communicator>> axes, uint64_t seed, c10::Device device)
     : config_(c),
       family_(FamilyOf(c.family)),
       tied_(TiedEmbeddingName(c)),
       part_(part),
       tp_(std::move(tp)),
-      shape_(shape),
+      shape_(grid),
       axes_(std::move(axes)),
       device_(device) {
   CheckConfig();
@@ -82,18 +84,10 @@ Decoder::Decoder(const ModelConfig& c, const ModelPart& part, std::shared_ptr<Co
 }
 
 void Decoder::CheckConfig() const {
-  // The trainer and the spec's validation refuse these first, with the field's name; here they are
-  // the class's contract.
-  if (shape_.layout != TpLayout::k1D) {
-    TORCH_CHECK(config_.KvHeads() % shape_.q == 0, "Decoder: grid tp needs the grid side to divide kv_heads");
-    return;  // The grid's own divisibility: the trainer's checks.
-  }
-  const int tp = tp_->size(), kv = config_.KvHeads();
-  TORCH_CHECK(config_.heads % tp == 0, "Decoder: tp must divide heads");
-  TORCH_CHECK(static_cast<int64_t>(tp - 1) * VocabPart() < config_.vocab,
-              "Decoder: every tp rank must hold a vocabulary row (vocab padded to a multiple of tp)");
-  TORCH_CHECK(config_.heads % kv == 0 && (kv % tp == 0 || tp % kv == 0),
-              "Decoder: kv_heads must divide heads, and tp divide kv_heads or kv_heads divide tp");
+  // The class's contract; the Trainer and the spec's validation refuse these first, with the field.
+  const std::vector<layout::LayoutProblem> problems =
+      layout::TensorParallelProblems(config_, shape_.mode, tp_->size(), shape_.depth, /*micro_batch=*/0);
+  TORCH_CHECK(problems.empty(), "Decoder: ", layout::ToStatus(problems).message());
 }
 
 std::pair<int, int> Decoder::SampleChunk() const {
@@ -135,7 +129,7 @@ at::Tensor Decoder::Use(const std::string& name) const {
 }
 
 std::vector<int64_t> Decoder::ActivationShape(int64_t samples, int64_t positions) const {
-  if (shape_.layout != TpLayout::k1D) return {samples, positions, config_.hidden / shape_.q};
+  if (shape_.mode != TpMode::k1D) return {samples, positions, config_.hidden / shape_.q};
   return {samples, positions, config_.hidden};
 }
 
@@ -309,7 +303,7 @@ at::Tensor Decoder::GridLinear(const at::Tensor& x, const std::string& weight, c
   at::Tensor w = Use(weight);  // [out part, in part]: its transpose is this rank's block of Wᵀ.
   at::Tensor rows = x.reshape({-1, x.size(-1)});
   at::Tensor y;
-  if (shape_.layout == TpLayout::k3D) {
+  if (shape_.mode == TpMode::k3D) {
     // First of a pair: input hidden over z, rows sub-chunked over y → output hidden over y, rows over z.
     Communicator* X = axes_[0].get();
     Communicator* Y = axes_[1].get();
@@ -360,7 +354,7 @@ at::Tensor Decoder::GridBlock(const at::Tensor& x_in, int i) {
 }
 
 at::Tensor Decoder::Block(const at::Tensor& x_in, int i) {
-  if (shape_.layout != TpLayout::k1D) return GridBlock(x_in, i);
+  if (shape_.mode != TpMode::k1D) return GridBlock(x_in, i);
   Communicator* tp = tp_.get();
   const FamilySpec& f = family_;
   const int64_t local_heads = config_.heads / tp->size();
@@ -405,7 +399,7 @@ at::Tensor Decoder::Embed(const at::Tensor& tokens) {
   if (hooks_) hooks_->PreForward(0, false);
   const int64_t T = tokens.size(1);
   const int64_t first_position = FirstPosition(T);
-  if (shape_.layout != TpLayout::k1D) {
+  if (shape_.mode != TpMode::k1D) {
     // Embeddings split by hidden like the activations between blocks: a local lookup.
     at::Tensor x = at::embedding(Use(family_.token_embedding + ".weight"), tokens);
     if (family_.positions == PositionKind::kLearned) {
@@ -435,7 +429,7 @@ at::Tensor Decoder::Head(const at::Tensor& x_in, const at::Tensor& targets) {
   const int64_t B = x_in.size(0), T = x_in.size(1);
   const int64_t vocab_start = tp->rank() * VocabPart();
   if (hooks_ && !part_.embedding) hooks_->PreForward(0, false);
-  if (shape_.layout != TpLayout::k1D) {
+  if (shape_.mode != TpMode::k1D) {
     // Logits of this rank's samples: the hidden-split products summed over the hidden axis and
     // scattered by vocabulary, then the vocab-parallel loss over that axis; the mean over the axes
     // that split the samples.
@@ -471,7 +465,7 @@ at::Tensor Decoder::Head(const at::Tensor& x_in, const at::Tensor& targets) {
 }
 
 at::Tensor Decoder::DecodeStep(const at::Tensor& tokens, KvCache* cache) {
-  TORCH_CHECK(shape_.layout == TpLayout::k1D && tp_->size() == 1 && (!sp_ || sp_->size() == 1) && part_.embedding &&
+  TORCH_CHECK(shape_.mode == TpMode::k1D && tp_->size() == 1 && (!sp_ || sp_->size() == 1) && part_.embedding &&
                   part_.head && static_cast<int>(part_.layers.size()) == config_.layers,
               "DecodeStep needs the whole model on one rank");
   at::NoGradGuard no_grad;

@@ -20,6 +20,7 @@
 
 #include "absl/status/status.h"
 #include "parallel/comm/communicator.h"
+#include "layout/tp_grid.h"
 #include "parallel/models/family.h"
 #include "parallel/models/model_config.h"
 #include "parallel/layers/tp2d_ops.h"
@@ -41,36 +42,16 @@ class UnitHooks {
   virtual at::Tensor PostForward(int unit, at::Tensor output) = 0;
 };
 
-// How the tp group splits the model.
-//   1D    Megatron: heads and MLP columns split, activations replicated.
-//   2D    a q×q grid (tp = q², axes i, j): activations split by samples over i and by hidden over j,
-//         linear weights in SUMMA blocks (i, j), norms, biases and embeddings split by hidden over j.
-//   2.5D  Tesseract: d layers of the 2D grid (tp = d·q², axes k, i, j): samples split over (k, i),
-//         every layer holds the same 2D blocks (their gradients summed over k).
-//   3D    a q×q×q cube (axes x, y, z): between blocks, samples split over (x, y) and hidden over z;
-//         each linear gathers its input over one axis and its weight over x and reduce-scatters its
-//         output over the third, so input and output layouts alternate (parallel/layers/tp3d_ops.h).
+// How the tp group splits the model: layout::TpMode (layout/modes.h) and its grid (layout/tp_grid.h).
 // Grid layouts: embeddings split by hidden, the tied head's logits reduce-scattered by vocabulary
 // into the vocab-parallel loss.
-enum class TpLayout { k1D, k2D, k2p5D, k3D };
-
-struct TpShape {
-  TpLayout layout = TpLayout::k1D;
-  int q = 1;      // Grid side.
-  int depth = 1;  // 2.5D: the number of layers d.
-  // The grid's axis sizes, major first (ProcessGroups::tp_axes): {q, q}, {d, q, q}, {q, q, q}; {} for 1D.
-  std::vector<int> Grid() const;
-};
-
-// The shape of `tp` ranks in `mode` ("1d", "2d", "2.5d" with `depth` layers, "3d"); the grid's
-// side is the largest that fits, so a tp that does not form the grid gives a shape whose Grid()
-// product differs from tp. Unknown modes give 1D.
-TpShape TpShapeOf(const std::string& mode, int tp, int depth = 1);
+using layout::TpGrid;
+using layout::TpMode;
 
 // The parameters of `part` of a model of `config` split over `tp` ranks in `layout` (grid layouts:
 // GPT-2 only).
 std::vector<ParamSpec> ModelParamSpecs(const ModelConfig& config, const ModelPart& part, int tp,
-                                       const TpShape& layout = {});
+                                       const TpGrid& grid = {});
 
 // Keys and values of the positions already seen, per block, for incremental decoding (generate.h).
 struct KvCache {
@@ -95,7 +76,7 @@ class Decoder {
   // Grid layouts (2D, 2.5D, 3D): `axes` are this rank's groups along the grid's axes
   // (ProcessGroups::tp_axes). Token batches given to Embed/Head/Loss are this rank's chunk of the
   // micro-batch's samples (SampleChunk()).
-  Decoder(const ModelConfig& config, const ModelPart& part, std::shared_ptr<Communicator> tp, const TpShape& shape,
+  Decoder(const ModelConfig& config, const ModelPart& part, std::shared_ptr<Communicator> tp, const TpGrid& grid,
           std::vector<std::shared_ptr<Communicator>> axes, uint64_t seed, c10::Device device);
   // Which chunk of each micro-batch's samples this rank processes: (index, count); (0, 1) for 1D.
   std::pair<int, int> SampleChunk() const;
@@ -203,7 +184,7 @@ class Decoder {
   ModelPart part_;
   std::shared_ptr<Communicator> tp_;
   std::shared_ptr<Communicator> sp_;  // Null or one rank: no sequence parallelism.
-  TpShape shape_;
+  TpGrid shape_;
   std::vector<std::shared_ptr<Communicator>> axes_;  // Grid layouts: groups along each axis.
   Grid2D grid_;  // 2D / 2.5D: the (i, j) grid of this rank's layer; 3D: row = z (hidden between blocks).
   SpMode sp_mode_ = SpMode::kRing;

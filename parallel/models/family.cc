@@ -1,6 +1,8 @@
 #include "parallel/models/family.h"
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 
 #include "absl/strings/str_cat.h"
 
@@ -22,10 +24,22 @@ const FamilySpec& FamilyOf(ModelFamily family) {
       .k = "self_attn.k_proj", .v = "self_attn.v_proj", .attn_out = "self_attn.o_proj",
       .mlp_norm = "post_attention_layernorm", .mlp_in = "", .gate = "mlp.gate_proj", .up = "mlp.up_proj",
       .mlp_out = "mlp.down_proj"};
-  return family == ModelFamily::kLlama ? kLlama : kGpt2;
+  switch (family) {
+    case ModelFamily::kGpt2: return kGpt2;
+    case ModelFamily::kLlama: return kLlama;
+  }
+  // Only a value cast from an integer no enumerator has: a broken invariant, never a silent GPT-2.
+  std::fprintf(stderr, "FamilyOf: model family %d is not one of gpt, llama\n", static_cast<int>(family));
+  std::abort();
 }
 
-const char* FamilyName(ModelFamily family) { return family == ModelFamily::kLlama ? "llama" : "gpt"; }
+const char* FamilyName(ModelFamily family) {
+  switch (family) {
+    case ModelFamily::kGpt2: return "gpt";
+    case ModelFamily::kLlama: return "llama";
+  }
+  return "?";
+}
 
 std::string BlockParamName(const FamilySpec& f, int layer, const std::string& role, const char* kind) {
   return absl::StrCat(f.block_prefix, layer, ".", role, ".", kind);

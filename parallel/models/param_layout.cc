@@ -49,18 +49,6 @@ std::vector<int> GridCoords(const std::vector<int>& grid, int t) {
   return coords;
 }
 
-int GridSide(int n) {
-  int q = 1;
-  while ((q + 1) * (q + 1) <= n) ++q;
-  return q;
-}
-
-int CubeSide(int n) {
-  int q = 1;
-  while ((q + 1) * (q + 1) * (q + 1) <= n) ++q;
-  return q;
-}
-
 int ReplicasInTp(const Param& param, int tp_size) {
   switch (param.split) {
     case TpSplit::kReplicated: return tp_size;

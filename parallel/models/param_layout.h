@@ -16,9 +16,6 @@ namespace tessera::parallel {
 
 // Coordinates of tp rank `t` on `grid` (major first).
 std::vector<int> GridCoords(const std::vector<int>& grid, int t);
-// The largest q with q² <= n; with q³ <= n.
-int GridSide(int n);
-int CubeSide(int n);
 
 struct Param;
 // How many tp ranks hold identical copies of each element of `param` (1 when partitioned).

@@ -8,30 +8,10 @@
 
 namespace tessera::parallel {
 
-std::vector<int> TpShape::Grid() const {
-  switch (layout) {
-    case TpLayout::k1D: return {};
-    case TpLayout::k2D: return {q, q};
-    case TpLayout::k2p5D: return {depth, q, q};
-    case TpLayout::k3D: return {q, q, q};
-  }
-  return {};
-}
-
-TpShape TpShapeOf(const std::string& mode, int tp, int depth) {
-  if (mode == "2d") return {TpLayout::k2D, GridSide(tp), 1};
-  if (mode == "2.5d") {
-    const int d = std::max(1, depth);
-    return {TpLayout::k2p5D, GridSide(tp / d), d};
-  }
-  if (mode == "3d") return {TpLayout::k3D, CubeSide(tp), 1};
-  return {};
-}
-
-std::vector<ParamSpec> ModelParamSpecs(const ModelConfig& c, const ModelPart& part, int tp_size, const TpShape& tp) {
+std::vector<ParamSpec> ModelParamSpecs(const ModelConfig& c, const ModelPart& part, int tp_size, const TpGrid& tp) {
   std::vector<ParamSpec> out = ParamSpecs1D(c, part, tp_size);
-  if (tp.layout == TpLayout::k1D) return out;
-  const std::vector<int> grid = tp.Grid();
+  if (tp.mode == TpMode::k1D) return out;
+  const std::vector<int> grid = tp.Axes();
   // 2D/2.5D: the grid's last two axes are (i, j); 3D: (x, y, z).
   const int n = static_cast<int>(grid.size());
   const int i = n - 2, j = n - 1;
@@ -59,7 +39,7 @@ std::vector<ParamSpec> ModelParamSpecs(const ModelConfig& c, const ModelPart& pa
     const std::string role = role_of(p);
     g.qkv = !f.qkv.empty() && role == f.qkv;
     const bool first_of_pair = first_roles.count(role) > 0;  // Input layout → other.
-    if (tp.layout == TpLayout::k3D) {
+    if (tp.mode == TpMode::k3D) {
       const int x = 0, y = 1, z = 2;
       if (p.shape.size() == 1) {
         // Biases follow their linear's output layout (hidden over y after the first of a pair);

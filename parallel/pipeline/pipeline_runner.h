@@ -21,12 +21,20 @@
 #include <ATen/core/Tensor.h>
 
 #include "absl/status/statusor.h"
+#include "layout/schedule.h"
+#include "layout/stage_layout.h"
 #include "parallel/comm/communicator.h"
 #include "parallel/models/decoder.h"
-#include "parallel/pipeline/schedule.h"
-#include "parallel/pipeline/stage_layout.h"
 
 namespace tessera::parallel {
+
+// The pipeline's plan comes from the layout library (layout/schedule.h, layout/stage_layout.h).
+using layout::MakeSchedule;
+using layout::ModelChunk;
+using layout::PipeAction;
+using layout::PipeOp;
+using layout::PipeSchedule;
+using layout::StageLayout;
 
 // The parts of the GPT that pipeline rank `rank` holds under `layout`: its chunks' blocks, the
 // embeddings on the rank with virtual stage 0, the head on the rank with the last.

@@ -21,11 +21,12 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "layout/modes.h"
 #include "parallel/comm/communicator.h"
 
 namespace tessera::parallel {
 
-enum class SpMode { kRing, kAllToAll };
+using layout::SpMode;  // kRing or kAllToAll.
 
 at::Tensor RingSelfAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, Communicator* sp);
 at::Tensor UlyssesSelfAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, Communicator* sp);

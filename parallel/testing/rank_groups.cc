@@ -4,8 +4,8 @@
 
 namespace tessera::parallel::testing {
 
-absl::StatusOr<ProcessGroups> RankGroups(int rank, int store_port, const MeshShape& shape) {
-  auto mesh = ProcessMesh::Create(shape);
+absl::StatusOr<ProcessGroups> RankGroups(int rank, int store_port, const layout::ParallelLayout& shape) {
+  auto mesh = layout::RankGenerator::Create(shape);
   if (!mesh.ok()) return mesh.status();
   BootstrapOptions o;
   o.rank = rank;

@@ -5,11 +5,11 @@
 
 #include "absl/status/statusor.h"
 #include "parallel/comm/process_groups.h"
-#include "parallel/mesh/process_mesh.h"
+#include "layout/rank_generator.h"
 
 namespace tessera::parallel::testing {
 
-absl::StatusOr<ProcessGroups> RankGroups(int rank, int store_port, const MeshShape& shape);
+absl::StatusOr<ProcessGroups> RankGroups(int rank, int store_port, const layout::ParallelLayout& shape);
 
 }  // namespace tessera::parallel::testing
 

@@ -18,6 +18,8 @@
 #include "absl/strings/str_cat.h"
 #include "parallel/checkpoint/checkpoint_dir.h"
 #include "parallel/checkpoint/tensor_convert.h"
+#include "layout/check_layout.h"
+#include "layout/tp_grid.h"
 #include "parallel/device/device.h"
 #include "parallel/device/live_bytes.h"
 #include "parallel/models/hf_weights.h"
@@ -71,61 +73,26 @@ void ResetPeakResident() { std::ofstream("/proc/self/clear_refs") << "5"; }
 absl::Status Trainer::Init() {
   rss_base_bytes_ = ResidentBytes();
   const auto& m = options_.model;
-  // Tensor-parallel layout: 1d, or a grid (2d: tp = q², 2.5d: tp = d·q², 3d: tp = q³).
-  const int tp = groups_.tp->size();
-  if (options_.tp_mode != "1d" && options_.tp_mode != "2d" && options_.tp_mode != "2.5d" && options_.tp_mode != "3d") {
-    return absl::InvalidArgumentError(absl::StrCat("parallel.tp_mode ", options_.tp_mode, " is not available"));
+  const layout::ParallelLayout& l = options_.layout;
+  // The rules of the layout are CheckLayout's; here only that the process groups are the layout's.
+  TESSERA_RETURN_IF_ERROR(layout::CheckLayout(m, l, {options_.micro_batch, options_.global_batch}));
+  const layout::TpGrid grid = layout::TpGridOf(l.tp_mode, l.tp, l.tp_depth);
+  if (groups_.dp->size() != l.dp || groups_.pp->size() != l.pp || groups_.tp->size() != l.tp ||
+      groups_.sp->size() != l.sp || groups_.tp_axes.size() != grid.Axes().size()) {
+    return absl::InvalidArgumentError(absl::StrCat("process groups dp ", groups_.dp->size(), ", pp ", groups_.pp->size(),
+                                                   ", tp ", groups_.tp->size(), " (", groups_.tp_axes.size(),
+                                                   " grid axes), sp ", groups_.sp->size(), " were not built for ",
+                                                   l.ToString()));
   }
-  const TpShape shape = TpShapeOf(options_.tp_mode, tp, options_.tp_depth);
-  const bool grid = shape.layout != TpLayout::k1D;
-  if (grid) {
-    int product = 1;
-    for (int n : shape.Grid()) product *= n;
-    const int q = shape.q;
-    const int64_t samples = shape.layout == TpLayout::k2D ? q : shape.layout == TpLayout::k3D ? q * q : shape.depth * q;
-    const int64_t hidden_split = shape.layout == TpLayout::k3D ? q * q : q;
-    if (product != tp || q < 2 || groups_.tp_axes.size() != shape.Grid().size()) {
-      return absl::InvalidArgumentError(absl::StrCat("parallel.tp ", tp, " does not form the ", options_.tp_mode, " grid"));
-    }
-    if (m.heads % q != 0 || m.vocab % q != 0 || m.hidden % hidden_split != 0 || options_.micro_batch % samples != 0 ||
-        m.KvHeads() % q != 0 || m.FfnHidden() % hidden_split != 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("parallel.tp_mode ", options_.tp_mode,
-                       ": the grid does not divide model.heads, kv_heads, hidden, ffn_hidden, vocab or micro_batch"));
-    }
-  } else if (m.heads % tp != 0) {
-    return absl::InvalidArgumentError("tp must divide model.heads");
-  } else if (static_cast<int64_t>(tp - 1) * ((m.vocab + tp - 1) / tp) >= m.vocab) {
-    return absl::InvalidArgumentError("tp leaves a rank without vocabulary rows (model.vocab is padded to a multiple of tp)");
-  }
-  if (!grid && (m.heads % m.KvHeads() != 0 || (m.KvHeads() % tp != 0 && tp % m.KvHeads() != 0))) {
-    return absl::InvalidArgumentError(absl::StrCat("model.kv_heads ", m.KvHeads(), " must divide model.heads ", m.heads,
-                                                   ", and divide or be divided by tp ", tp));
-  }
-  if (options_.global_batch % (options_.micro_batch * groups_.dp->size()) != 0) {
-    return absl::InvalidArgumentError("global_batch must be a multiple of micro_batch × dp");
-  }
+  const bool grid_tp = l.tp_mode != layout::TpMode::k1D;
   at::ScalarType dtype = at::kFloat;
-  if (options_.precision == "bf16") {
+  if (options_.precision == layout::Precision::kBf16) {
     dtype = at::kBFloat16;
-  } else if (options_.precision == "fp16") {
+  } else if (options_.precision == layout::Precision::kFp16) {
     dtype = at::kHalf;
     loss_scale_ = options_.initial_loss_scale;
-  } else if (options_.precision != "fp32") {
-    return absl::InvalidArgumentError(absl::StrCat("train.precision must be fp32, bf16 or fp16, got \"",
-                                                   options_.precision, "\""));
   }
-  const int sp = groups_.sp->size();
-  if (sp > 1) {
-    if (m.seq_len % sp != 0) return absl::InvalidArgumentError("parallel.sp must divide model.seq_len");
-    if (options_.sp_mode == "all_to_all" && (m.heads / groups_.tp->size()) % sp != 0) {
-      return absl::InvalidArgumentError("parallel.sp_mode all_to_all needs sp to divide model.heads / tp");
-    }
-    if (options_.sp_mode != "ring" && options_.sp_mode != "all_to_all") {
-      return absl::InvalidArgumentError(absl::StrCat("parallel.sp_mode must be ring or all_to_all, got \"",
-                                                     options_.sp_mode, "\""));
-    }
-  }
+  const int sp = l.sp;
   TokenDatasetOptions data = options_.data;
   data.seq_len = m.seq_len;
   data.vocab = m.vocab;
@@ -147,16 +114,15 @@ absl::Status Trainer::Init() {
   if (!device.ok()) return device.status();
   device_ = *device;
   ModelPart part = ModelPart::Whole(m.layers);
-  const int pp = groups_.pp->size();
-  if (pp > 1) {
-    auto layout = StageLayout::Create(m.layers, pp, options_.pp_chunks, options_.pp_layers);
-    if (!layout.ok()) return layout.status();
-    layout_ = std::make_unique<StageLayout>(*layout);
+  if (l.pp > 1) {
+    auto stages = layout::StageLayout::Create(m.layers, l.pp, l.pp_chunks, l.pp_layers);
+    if (!stages.ok()) return stages.status();
+    layout_ = std::make_unique<layout::StageLayout>(*stages);
     part = PartOfRank(*layout_, groups_.pp->rank());
   }
-  model_ = grid ? std::make_unique<Decoder>(m, part, groups_.tp, shape, groups_.tp_axes, options_.seed, device_)
-               : std::make_unique<Decoder>(m, part, groups_.tp, options_.seed, device_);
-  if (sp > 1) model_->set_sequence_parallel(groups_.sp, options_.sp_mode == "ring" ? SpMode::kRing : SpMode::kAllToAll);
+  model_ = grid_tp ? std::make_unique<Decoder>(m, part, groups_.tp, grid, groups_.tp_axes, options_.seed, device_)
+                   : std::make_unique<Decoder>(m, part, groups_.tp, options_.seed, device_);
+  if (sp > 1) model_->set_sequence_parallel(groups_.sp, l.sp_mode);
   model_->set_activation_checkpointing(options_.activation_checkpointing);
   model_->set_fused_kernels(options_.fused_kernels);
 
@@ -178,9 +144,9 @@ absl::Status Trainer::Init() {
     if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("model.pretrained: ", s.message()));
   }
   const AdamWOptions adam{options_.beta1, options_.beta2, options_.eps, options_.weight_decay};
-  if (options_.zero_stage > 0 || dtype != at::kFloat || options_.offload_optimizer) {
+  if (l.zero_stage != layout::ZeroStage::kNone || dtype != at::kFloat || options_.offload_optimizer) {
     ZeroOptions z;
-    z.stage = options_.zero_stage;
+    z.stage = static_cast<int>(l.zero_stage);
     z.reduce_every_pass = options_.zero_reduce_every_pass;
     z.param_dtype = dtype;
     z.offload = options_.offload_optimizer;
@@ -209,12 +175,7 @@ absl::Status Trainer::Init() {
   ResetPeakResident();
   if (layout_) {
     PipelineOptions po;
-    if (options_.pp_schedule == "interleaved") {
-      po.schedule = PipeSchedule::kInterleaved;
-    } else if (options_.pp_schedule != "1f1b") {
-      return absl::InvalidArgumentError(absl::StrCat("parallel.pp_schedule must be 1f1b or interleaved, got \"",
-                                                     options_.pp_schedule, "\""));
-    }
+    po.schedule = l.pp_schedule;
     po.micro_batches = options_.global_batch / (options_.micro_batch * groups_.dp->size());
     po.micro_batch = options_.micro_batch / model_->SampleChunk().second;
     po.seq_len = m.seq_len / groups_.sp->size();
@@ -339,7 +300,7 @@ absl::StatusOr<StepStats> Trainer::Step() {
   LrScheduleOptions lr_options = options_.lr;
   lr_options.steps = options_.steps;
   const double lr = LearningRate(lr_options, step_);
-  if (options_.precision == "fp16" && !std::isfinite(norm)) {
+  if (options_.precision == layout::Precision::kFp16 && !std::isfinite(norm)) {
     // Overflow in the scaled gradients: no update; a smaller scale for the next step.
     s.skipped = true;
     loss_scale_ = std::max(1.0, loss_scale_ / 2);
@@ -362,7 +323,7 @@ absl::StatusOr<StepStats> Trainer::Step() {
       }
       adam_.UpdateAll(values, grads, adam_state_, decay, lr, adam_step_, options_.fused_kernels);
     }
-    if (options_.precision == "fp16" && ++good_steps_ >= options_.loss_scale_window) {
+    if (options_.precision == layout::Precision::kFp16 && ++good_steps_ >= options_.loss_scale_window) {
       loss_scale_ *= 2;
       good_steps_ = 0;
     }
@@ -519,7 +480,7 @@ absl::Status Trainer::AppendStepLog(const StepStats& s) {
   j["rss_peak_bytes"] = s.rss_peak_bytes;
   j["rss_base_bytes"] = rss_base_bytes_;
   if (s.live_peak_bytes > 0) j["live_peak_bytes"] = s.live_peak_bytes;
-  if (options_.precision == "fp16") j["loss_scale"] = s.loss_scale;
+  if (options_.precision == layout::Precision::kFp16) j["loss_scale"] = s.loss_scale;
   j["model_state_bytes"] = s.model_state_bytes;
   j["resumed_from"] = resumed_from_;
   j["discarded_steps"] = discarded_steps_;

@@ -22,7 +22,6 @@
 #include "parallel/models/decoder.h"
 #include "parallel/optim/adamw.h"
 #include "parallel/pipeline/pipeline_runner.h"
-#include "parallel/pipeline/stage_layout.h"
 #include "parallel/train/trainer_options.h"
 #include "parallel/zero/zero_optimizer.h"
 

@@ -104,7 +104,7 @@ absl::Status Trainer::SaveCheckpoint() {
   // Per-rank optimizer files are written by plain dp × 1D-tp layouts; pipeline, sequence and grid
   // layouts gather the sharded state into optimizer.safetensors like unsharded training.
   const bool sharded_state = zero_ && zero_->partitioned() && !layout_ && groups_.sp->size() == 1 &&
-                             options_.tp_mode == "1d";
+                             options_.layout.tp_mode == layout::TpMode::k1D;
   std::vector<at::Tensor> local_params, local_m, local_v;
   if (zero_) {
     TESSERA_RETURN_IF_ERROR(zero_->Gather(ZeroOptimizer::What::kParams, &local_params));
@@ -246,11 +246,12 @@ nlohmann::json Trainer::DataStateJson() const {
 
 nlohmann::json Trainer::TrainerStateJson(bool sharded_state) const {
   const auto& c = options_.model;
+  const layout::ParallelLayout& l = options_.layout;
   nlohmann::json optimizer_state = {{"name", "adamw"}, {"step", adam_step_}, {"sharded", sharded_state}};
   if (sharded_state) {
     nlohmann::json files = nlohmann::json::array();
-    for (int d = 0; d < options_.mesh.dp; ++d) {
-      for (int t = 0; t < options_.mesh.tp; ++t) files.push_back(ShardFileName(d, t));
+    for (int d = 0; d < options_.layout.dp; ++d) {
+      for (int t = 0; t < options_.layout.tp; ++t) files.push_back(ShardFileName(d, t));
     }
     optimizer_state["shards"] = files;
   }
@@ -271,12 +272,12 @@ nlohmann::json Trainer::TrainerStateJson(bool sharded_state) const {
                                                        {"high_freq_factor", c.rope_scaling.high_freq_factor},
                                                        {"original_max_positions", c.rope_scaling.original_max_positions}}
                                       : nlohmann::json(nullptr)}}},
-      {"mesh", {{"sp_mode", options_.sp_mode}, {"dp", options_.mesh.dp}, {"tp", options_.mesh.tp}, {"pp", options_.mesh.pp},
-                {"sp", options_.mesh.sp}, {"order", options_.mesh.order},
-                {"pp_schedule", options_.pp_schedule}, {"pp_chunks", options_.pp_chunks}}},
+      {"mesh", {{"sp_mode", layout::Name(l.sp_mode)}, {"dp", l.dp}, {"tp", l.tp}, {"pp", l.pp}, {"sp", l.sp},
+                {"order", layout::OrderName(l.order)}, {"pp_schedule", layout::Name(l.pp_schedule)},
+                {"pp_chunks", l.pp_chunks}}},
       {"optimizer", optimizer_state},
-      {"zero_stage", options_.zero_stage},
-      {"precision", options_.precision},
+      {"zero_stage", static_cast<int>(l.zero_stage)},
+      {"precision", layout::Name(options_.precision)},
       {"loss_scale", {{"scale", loss_scale_}, {"good_steps", good_steps_}}},
       {"rng", {{"init_seed", options_.seed}, {"note", "no randomness after initialisation (dropout 0)"}}},
   };
@@ -335,7 +336,9 @@ absl::Status Trainer::LoadCheckpoint(const std::string& path) {
       }
     }
   }
-  if (options_.precision == "fp16" && state->precision == "fp16" && state->loss_scale.has_value()) {
+  const auto saved_precision = layout::ParsePrecision(state->precision);  // Not ok: "" (before precisions).
+  if (options_.precision == layout::Precision::kFp16 && saved_precision.ok() &&
+      *saved_precision == layout::Precision::kFp16 && state->loss_scale.has_value()) {
     loss_scale_ = *state->loss_scale;
     good_steps_ = state->good_steps;
   }
@@ -364,7 +367,7 @@ absl::Status Trainer::LoadCheckpoint(const std::string& path) {
 absl::Status Trainer::LoadShardedOptimizer(const std::string& path, int saved_tp) {
   // Files of every saved dp rank, for the saved tp ranks this rank needs. Sharded checkpoints are
   // written by 1D layouts (ZeRO does not run with other tp modes).
-  const bool same_tp = saved_tp == groups_.tp->size() && options_.tp_mode == "1d";
+  const bool same_tp = saved_tp == groups_.tp->size() && options_.layout.tp_mode == layout::TpMode::k1D;
   std::map<std::string, TpSplit> saved_split;
   for (const ParamSpec& spec : ModelParamSpecs(options_.model, model_->part(), saved_tp)) {
     saved_split[spec.name] = spec.split;

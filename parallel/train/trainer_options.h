@@ -10,7 +10,8 @@
 #include "parallel/data/token_dataset.h"
 #include "parallel/data/training_data.h"
 #include "parallel/device/device_options.h"
-#include "parallel/mesh/process_mesh.h"
+#include "layout/modes.h"
+#include "layout/parallel_layout.h"
 #include "parallel/models/model_config.h"
 #include "parallel/optim/lr_schedule.h"
 
@@ -29,19 +30,14 @@ struct TrainerOptions {
   double valid_fraction = 0;
   int64_t eval_every = 0;           // Evaluate after every N-th step; 0: only after the last step.
   int eval_batches = 10;            // Each evaluation: this many global batches of validation samples.
-  MeshShape mesh;
+  // Sizes, rank order and modes of every parallel axis, and the ZeRO stage (layout/parallel_layout.h);
+  // the process groups the Trainer gets must have been built from the same layout.
+  layout::ParallelLayout layout;
   DeviceOptions device;             // cpu, or cuda:local_rank (parallel/device/device.h).
   int64_t dp_bucket_bytes = 25 << 20;
-  std::string pp_schedule = "1f1b";  // Pipeline (mesh.pp > 1): 1f1b | interleaved (parallel/pipeline).
-  int pp_chunks = 1;                  // Model chunks per pipeline stage (interleaved ≥ 2).
-  std::vector<int> pp_layers;         // Blocks per virtual stage; empty: balanced.
-  std::string tp_mode = "1d";         // 1d (Megatron) | 2d (tp = q²) | 2.5d (tp = tp_depth·q²) | 3d (tp = q³).
-  int tp_depth = 1;                   // 2.5d: the number of q×q layers.
-  std::string sp_mode = "ring";       // Sequence parallel (mesh.sp > 1): ring | all_to_all.
-  int zero_stage = 0;               // 1–3: state, + gradients, + parameters sharded over dp (parallel/zero).
   bool zero_reduce_every_pass = true;  // Stages 2–3: reduce-scatter in every backward pass, not once a step.
   bool offload_optimizer = false;   // Master weights and moments in host memory, update on the host.
-  std::string precision = "fp32";   // fp32 | bf16 | fp16 (parameters and activations; fp32 masters).
+  layout::Precision precision = layout::Precision::kFp32;  // Parameters and activations; fp32 masters.
   double initial_loss_scale = 65536;  // fp16: dynamic loss scaling starts here,
   int loss_scale_window = 1000;       // doubles after this many steps without overflow, halves on one.
 

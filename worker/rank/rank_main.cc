@@ -14,6 +14,8 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "common/spec/job_spec.h"
+#include "layout/rank_generator.h"
+#include "layout/tp_grid.h"
 #include "parallel/comm/process_groups.h"
 #include "parallel/device/live_bytes.h"
 #include "parallel/models/decoder.h"
@@ -47,7 +49,7 @@ absl::Status RunRank() {
   options.dump_at_step = absl::GetFlag(FLAGS_dump_at_step);
   const int local_rank = absl::GetFlag(FLAGS_local_rank);
   options.device.local_rank = local_rank >= 0 ? local_rank : absl::GetFlag(FLAGS_rank);
-  auto mesh = parallel::ProcessMesh::Create(options.mesh);
+  auto mesh = layout::RankGenerator::Create(options.layout);
   if (!mesh.ok()) return mesh.status();
   parallel::BootstrapOptions boot;
   boot.store_host = absl::GetFlag(FLAGS_store_host);
@@ -60,7 +62,7 @@ absl::Status RunRank() {
     boot.device_index = options.device.local_rank;
   }
   // Grid tensor parallelism: the tp group's axes.
-  boot.tp_grid = parallel::TpShapeOf(options.tp_mode, options.mesh.tp, options.tp_depth).Grid();
+  boot.tp_grid = layout::TpGridOf(options.layout.tp_mode, options.layout.tp, options.layout.tp_depth).Axes();
   auto groups = parallel::CreateProcessGroups(boot, *mesh);
   if (!groups.ok()) return groups.status();
   auto trainer = parallel::Trainer::Create(options, *groups);

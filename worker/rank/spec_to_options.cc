@@ -1,6 +1,7 @@
 #include "worker/rank/spec_to_options.h"
 
 #include "common/spec/data_options_of.h"
+#include "common/spec/layout_of.h"
 #include "common/spec/model_config_of.h"
 
 namespace tessera::rank {
@@ -16,20 +17,10 @@ parallel::TrainerOptions ToTrainerOptions(const v1::JobSpec& spec) {
   o.valid_data = spec::ValidDataOptionsOf(spec);
   o.valid_fraction = spec.data().valid_fraction();
   const auto& p = spec.parallel();
-  o.mesh = {p.dp(), p.pp(), p.tp(), p.sp(), p.order()};
+  o.layout = spec::LayoutOf(spec);
   o.device.kind = spec.device() == v1::DEVICE_CUDA ? parallel::DeviceKind::kCuda : parallel::DeviceKind::kCpu;
   o.dp_bucket_bytes = static_cast<int64_t>(p.dp_bucket_mb() * (1 << 20));
-  o.zero_stage = p.zero_stage();
   o.zero_reduce_every_pass = p.zero_grad_reduce() != v1::ZERO_GRAD_REDUCE_STEP;
-  o.pp_schedule = p.pp_schedule() == v1::PP_SCHEDULE_INTERLEAVED ? "interleaved" : "1f1b";
-  o.pp_chunks = p.pp_chunks();
-  o.tp_mode = p.tp_mode() == v1::TP_MODE_2D     ? "2d"
-              : p.tp_mode() == v1::TP_MODE_2P5D ? "2.5d"
-              : p.tp_mode() == v1::TP_MODE_3D   ? "3d"
-                                                : "1d";
-  o.tp_depth = p.tp_depth();
-  o.sp_mode = p.sp_mode() == v1::SP_MODE_ALL_TO_ALL ? "all_to_all" : "ring";
-  o.pp_layers.assign(p.pp_layers().begin(), p.pp_layers().end());
   const auto& t = spec.train();
   o.steps = t.steps();
   o.micro_batch = t.micro_batch();
@@ -43,7 +34,7 @@ parallel::TrainerOptions ToTrainerOptions(const v1::JobSpec& spec) {
   o.seed = t.seed();
   o.activation_checkpointing = t.activation_checkpointing();
   o.fused_kernels = t.fused_kernels();
-  o.precision = t.precision() == v1::PRECISION_BF16 ? "bf16" : t.precision() == v1::PRECISION_FP16 ? "fp16" : "fp32";
+  o.precision = spec::PrecisionOf(spec);
   o.initial_loss_scale = t.initial_loss_scale();
   o.loss_scale_window = t.loss_scale_window();
   o.eval_every = t.eval_every();

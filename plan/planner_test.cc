@@ -1,10 +1,14 @@
-#include "parallel/planner/planner.h"
+#include "plan/planner.h"
 
 #include <set>
 
 #include "gtest/gtest.h"
 
-namespace tessera::parallel {
+namespace tessera::plan {
+
+using layout::ModelFamily;
+using layout::PipeSchedule;
+using layout::TpMode;
 namespace {
 
 PlanInput Gpt8(int devices) {
@@ -54,7 +58,7 @@ TEST(PlannerTest, LlamaGridsFollowKeyValueHeadsAndPaddedVocabularies) {
   EXPECT_TRUE(names.count("tp8(1d)"));
   EXPECT_TRUE(names.count("dp2 tp4(2d)"));
   in.model.kv_heads = 1;  // One key/value head cannot be split over a grid side.
-  for (const Prediction& p : Plan(in)) EXPECT_EQ(p.layout.tp_mode, "1d") << p.layout.ToString();
+  for (const Prediction& p : Plan(in)) EXPECT_EQ(p.layout.tp_mode, TpMode::k1D) << p.layout.ToString();
 }
 
 // Model states: 16 bytes per parameter on one device; 1D tp divides the blocks (not the first
@@ -77,7 +81,8 @@ TEST(PlannerTest, PipelineBubbleIsTheScheduleFormula) {
   PlanInput in = Gpt8(4);
   // m = 64 / (8·1) = 8 micro-batches: 1F1B bubble (p−1)/(m+p−1) = 3/11; interleaved ×2: 3/19.
   EXPECT_NEAR(Predict(in, Layout{1, 4, 1, 1}).bubble, 3.0 / 11, 1e-12);
-  Layout inter{1, 4, 1, 1, "1d", 1, "ring", "interleaved", 2};
+  Layout inter{1, 4, 1, 1};
+  inter.pp_schedule = PipeSchedule::kInterleaved, inter.pp_chunks = 2;
   EXPECT_NEAR(Predict(in, inter).bubble, 3.0 / 19, 1e-12);
 }
 
@@ -123,4 +128,4 @@ TEST(PlannerTest, RanksByTheCostModel) {
 }
 
 }  // namespace
-}  // namespace tessera::parallel
+}  // namespace tessera::plan

@@ -4,14 +4,14 @@
 // virtual stage s runs on pipeline rank s % pp as that rank's local chunk s / pp (interleaving: with
 // chunks > 1 every rank holds several non-adjacent pieces). The token and position embeddings belong
 // to virtual stage 0, the final norm and the (tied) head to virtual stage V-1.
-#ifndef TESSERA_PARALLEL_PIPELINE_STAGE_LAYOUT_H_
-#define TESSERA_PARALLEL_PIPELINE_STAGE_LAYOUT_H_
+#ifndef TESSERA_LAYOUT_STAGE_LAYOUT_H_
+#define TESSERA_LAYOUT_STAGE_LAYOUT_H_
 
 #include <vector>
 
 #include "absl/status/statusor.h"
 
-namespace tessera::parallel {
+namespace tessera::layout {
 
 struct ModelChunk {
   int virtual_stage = 0;
@@ -47,6 +47,6 @@ class StageLayout {
   std::vector<ModelChunk> stages_;
 };
 
-}  // namespace tessera::parallel
+}  // namespace tessera::layout
 
-#endif  // TESSERA_PARALLEL_PIPELINE_STAGE_LAYOUT_H_
+#endif  // TESSERA_LAYOUT_STAGE_LAYOUT_H_

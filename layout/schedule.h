@@ -10,15 +10,16 @@
 //
 // A rank sends its outputs without waiting for the receiver and waits only for its inputs; under that
 // rule every schedule here completes (SimulateSchedule checks it).
-#ifndef TESSERA_PARALLEL_PIPELINE_SCHEDULE_H_
-#define TESSERA_PARALLEL_PIPELINE_SCHEDULE_H_
+#ifndef TESSERA_LAYOUT_SCHEDULE_H_
+#define TESSERA_LAYOUT_SCHEDULE_H_
 
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "layout/modes.h"
 
-namespace tessera::parallel {
+namespace tessera::layout {
 
 enum class PipeOp { kForward, kBackward };
 
@@ -30,8 +31,6 @@ struct PipeAction {
     return op == o.op && micro_batch == o.micro_batch && chunk == o.chunk;
   }
 };
-
-enum class PipeSchedule { kOneFOneB, kInterleaved };
 
 // The actions of pipeline rank `rank` of `pp` for `micro_batches` micro-batches. kInterleaved needs
 // chunks ≥ 2 and micro_batches a multiple of pp; kOneFOneB needs chunks == 1.
@@ -50,6 +49,6 @@ struct SimulatedStep {
 SimulatedStep SimulateSchedule(const std::vector<std::vector<PipeAction>>& per_rank, int chunks,
                                double forward_cost, double backward_cost);
 
-}  // namespace tessera::parallel
+}  // namespace tessera::layout
 
-#endif  // TESSERA_PARALLEL_PIPELINE_SCHEDULE_H_
+#endif  // TESSERA_LAYOUT_SCHEDULE_H_

@@ -1,28 +1,22 @@
-#include "parallel/planner/planner.h"
+#include "plan/planner.h"
 
 #include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "parallel/pipeline/schedule.h"
+#include "layout/check_layout.h"
+#include "layout/schedule.h"
+#include "layout/tp_grid.h"
 
-namespace tessera::parallel {
+namespace tessera::plan {
 namespace {
 
 constexpr double kBytes = 4;  // fp32.
 
-int CubeSide(int n) {
-  int q = 1;
-  while ((q + 1) * (q + 1) * (q + 1) <= n) ++q;
-  return q;
-}
-
-int SquareSide(int n) {
-  int q = 1;
-  while ((q + 1) * (q + 1) <= n) ++q;
-  return q;
-}
+using layout::PipeSchedule;
+using layout::SpMode;
+using layout::TpMode;
 
 // How a layout's tensor parallelism divides things (per rank).
 struct TpSplits {
@@ -35,25 +29,8 @@ struct TpSplits {
 };
 
 TpSplits Splits(const Layout& l) {
-  TpSplits s;
-  if (l.tp_mode == "1d") {
-    s.heads = s.weights = s.vocab = l.tp;
-  } else if (l.tp_mode == "2d") {
-    s.q = SquareSide(l.tp);
-    s.samples = s.hidden = s.heads = s.vocab = s.q;
-    s.weights = s.q * s.q;
-  } else if (l.tp_mode == "2.5d") {
-    s.q = SquareSide(l.tp / std::max(1, l.tp_depth));
-    s.samples = l.tp_depth * s.q;
-    s.hidden = s.heads = s.vocab = s.q;
-    s.weights = s.q * s.q;
-  } else if (l.tp_mode == "3d") {
-    s.q = CubeSide(l.tp);
-    s.samples = s.q * s.q;
-    s.hidden = s.heads = s.vocab = s.q;
-    s.weights = l.tp;
-  }
-  return s;
+  const layout::TpGrid g = layout::TpGridOf(l.tp_mode, l.tp, l.tp_depth);
+  return {g.q, g.SampleSplit(), g.HiddenSplit(), g.HeadSplit(), g.WeightSplit(), g.VocabSplit()};
 }
 
 std::vector<int> Divisors(int n) {
@@ -66,45 +43,11 @@ std::vector<int> Divisors(int n) {
 
 }  // namespace
 
-std::string Layout::ToString() const {
-  std::string s;
-  auto add = [&](const std::string& part) { absl::StrAppend(&s, s.empty() ? "" : " ", part); };
-  if (dp > 1) add(absl::StrCat("dp", dp));
-  if (pp > 1) add(absl::StrCat("pp", pp, pp_schedule == "interleaved" ? absl::StrCat("(interleaved×", pp_chunks, ")") : ""));
-  if (tp > 1) add(absl::StrCat("tp", tp, "(", tp_mode, tp_mode == "2.5d" ? absl::StrCat(",d=", tp_depth) : "", ")"));
-  if (sp > 1) add(absl::StrCat("sp", sp, "(", sp_mode, ")"));
-  return s.empty() ? "single" : s;
-}
-
 std::string Invalid(const PlanInput& in, const Layout& l) {
-  const ModelConfig& m = in.model;
-  if (l.dp * l.pp * l.tp * l.sp != in.devices) return "dp·pp·tp·sp is not the device count";
-  if (in.global_batch % (in.micro_batch * l.dp) != 0) return "global_batch is not a multiple of micro_batch·dp";
-  const int micro_batches = in.global_batch / (in.micro_batch * l.dp);
-  const TpSplits s = Splits(l);
-  if (l.tp_mode == "1d") {
-    if (m.heads % l.tp) return "tp does not divide heads";
-    if (static_cast<int64_t>(l.tp - 1) * ((m.vocab + l.tp - 1) / l.tp) >= m.vocab) return "tp leaves a rank without vocabulary rows";
-  } else {
-    const int q = s.q;
-    const bool shape_ok = l.tp_mode == "2d"     ? q * q == l.tp
-                          : l.tp_mode == "2.5d" ? l.tp_depth >= 2 && q * q * l.tp_depth == l.tp
-                          : l.tp_mode == "3d"   ? q * q * q == l.tp
-                                                : false;
-    if (!shape_ok || q < 2) return "tp does not form the grid";
-    const int hidden_split = l.tp_mode == "3d" ? q * q : q;
-    if (m.heads % q || m.vocab % q || m.hidden % hidden_split) return "the grid does not divide heads, hidden and vocab";
-    if (m.KvHeads() % q || m.FfnHidden() % hidden_split) return "the grid does not divide kv_heads and ffn_hidden";
-    if (in.micro_batch % s.samples) return "the grid does not divide micro_batch";
-  }
-  if (m.seq_len % l.sp) return "sp does not divide seq_len";
-  if (l.sp > 1 && l.sp_mode == "all_to_all" && (m.heads / s.heads) % l.sp) return "sp does not divide the heads per rank";
-  if (m.layers < l.pp * l.pp_chunks) return "fewer layers than virtual stages";
-  if (l.pp_schedule == "interleaved" && (l.pp_chunks < 2 || micro_batches % l.pp)) {
-    return "interleaved needs ≥2 chunks and micro-batches a multiple of pp";
-  }
-  if (l.pp_schedule == "1f1b" && l.pp_chunks != 1) return "1f1b runs one chunk";
-  return "";
+  if (l.WorldSize() != in.devices) return "dp·pp·tp·sp is not the device count";
+  const std::vector<layout::LayoutProblem> problems =
+      layout::LayoutProblems(in.model, l, {in.micro_batch, in.global_batch});
+  return problems.empty() ? "" : absl::StrCat(problems[0].field, ": ", problems[0].message);
 }
 
 Prediction Predict(const PlanInput& in, const Layout& l) {
@@ -121,19 +64,18 @@ Prediction Predict(const PlanInput& in, const Layout& l) {
   // The embeddings (first stage) or an untied head (last stage), whichever is larger; norms neglected.
   const double outside = l.pp > 1 ? std::max(m.EmbeddingParameters(), m.HeadParameters())
                                   : m.EmbeddingParameters() + m.HeadParameters();
-  const double params_dev = L / l.pp * block_params / s.weights + outside / (l.tp_mode == "1d" ? l.tp : s.q);
+  const double params_dev = L / l.pp * block_params / s.weights + outside / (l.tp_mode == TpMode::k1D ? l.tp : s.q);
   p.state_bytes = 16 * params_dev;
 
   // Pipeline: bubble and peak micro-batch chunks alive on the first stage, from the schedule.
   double peak_chunks = 1;
   if (l.pp > 1) {
-    std::vector<std::vector<PipeAction>> ranks;
+    std::vector<std::vector<layout::PipeAction>> ranks;
     for (int r = 0; r < l.pp; ++r) {
-      auto a = MakeSchedule(l.pp_schedule == "interleaved" ? PipeSchedule::kInterleaved : PipeSchedule::kOneFOneB,
-                            l.pp, l.pp_chunks, r, micro_batches);
-      ranks.push_back(a.ok() ? *a : std::vector<PipeAction>{});
+      auto a = layout::MakeSchedule(l.pp_schedule, l.pp, l.pp_chunks, r, micro_batches);
+      ranks.push_back(a.ok() ? *a : std::vector<layout::PipeAction>{});
     }
-    SimulatedStep sim = SimulateSchedule(ranks, l.pp_chunks, 1.0 / l.pp_chunks, 2.0 / l.pp_chunks);
+    layout::SimulatedStep sim = layout::SimulateSchedule(ranks, l.pp_chunks, 1.0 / l.pp_chunks, 2.0 / l.pp_chunks);
     p.bubble = sim.bubble;
     peak_chunks = *std::max_element(sim.peak_in_flight.begin(), sim.peak_in_flight.end());
   }
@@ -151,7 +93,7 @@ Prediction Predict(const PlanInput& in, const Layout& l) {
   double bytes = 0;
   const int replicas = l.dp * l.sp;
   if (replicas > 1) bytes += 2.0 * (replicas - 1) / replicas * params_dev * kBytes;
-  if (l.tp > 1 && l.tp_mode == "1d") {
+  if (l.tp > 1 && l.tp_mode == TpMode::k1D) {
     const double t = l.tp;
     const double all_reduces = 4 * layers_dev + 2 + (in.activation_checkpointing ? 2 * layers_dev : 0);
     bytes += micro_batches * all_reduces * 2 * (t - 1) / t * tokens_mb * h * kBytes;
@@ -161,7 +103,7 @@ Prediction Predict(const PlanInput& in, const Layout& l) {
     double per_layer = 0;
     for (const auto& io : linears) {
       const double in_dim = io[0], out_dim = io[1];
-      if (l.tp_mode == "3d") {
+      if (l.tp_mode == TpMode::k3D) {
         const double a = tokens_mb * in_dim / q, w = in_dim / (q * q) * out_dim / q;
         const double fwd = (q - 1) * a + (q - 1) * w + (q - 1) * tokens_mb * out_dim / q;
         const double bwd = (q - 1) * a + (q - 1) * w + (q - 1) * tokens_mb * out_dim / q +
@@ -178,12 +120,12 @@ Prediction Predict(const PlanInput& in, const Layout& l) {
     const double head = 2 * (q - 1) / q * tokens_mb * V;
     const double recompute = in.activation_checkpointing ? 1.0 / 3.0 : 0;  // Forward again: ~1/3 of it.
     bytes += micro_batches * (layers_dev * per_layer * (1 + recompute) + head) * kBytes;
-    if (l.tp_mode == "2.5d") bytes += 2.0 * (l.tp_depth - 1) / l.tp_depth * params_dev * kBytes;
+    if (l.tp_mode == TpMode::k2p5D) bytes += 2.0 * (l.tp_depth - 1) / l.tp_depth * params_dev * kBytes;
   }
   const double width = h / s.heads;  // Attention width on this rank.
   if (l.sp > 1) {
     const double kv = 2 * tokens_mb * width * kBytes;
-    const double per_layer = l.sp_mode == "ring" ? (sp - 1) * kv + 2 * sp * kv
+    const double per_layer = l.sp_mode == SpMode::kRing ? (sp - 1) * kv + 2 * sp * kv
                                                  : 8 * (sp - 1) / sp * tokens_mb * width * kBytes;
     bytes += micro_batches * layers_dev * per_layer * (in.activation_checkpointing ? 1.5 : 1.0);
   }
@@ -199,7 +141,7 @@ Prediction Predict(const PlanInput& in, const Layout& l) {
   p.step_s = p.compute_s + p.comm_s;
 
   // Activations kept for backward.
-  const double per_token_layer = l.tp_mode == "1d" ? 5 * h + 16 * h / l.tp : 21 * h / s.hidden;
+  const double per_token_layer = l.tp_mode == TpMode::k1D ? 5 * h + 16 * h / l.tp : 21 * h / s.hidden;
   const double layers_chunk = L / (l.pp * l.pp_chunks);
   double per_chunk = layers_chunk * tokens_mb * per_token_layer * kBytes;
   if (in.activation_checkpointing) {
@@ -224,20 +166,22 @@ std::vector<Prediction> Plan(const PlanInput& in) {
     for (int pp : Divisors(n / dp)) {
       for (int tp : Divisors(n / dp / pp)) {
         const int sp = n / dp / pp / tp;
-        std::vector<std::pair<std::string, int>> modes = {{"1d", 1}};
-        if (tp >= 4) modes.push_back({"2d", 1});
+        std::vector<std::pair<TpMode, int>> modes = {{TpMode::k1D, 1}};
+        if (tp >= 4) modes.push_back({TpMode::k2D, 1});
         for (int d : Divisors(tp)) {
-          if (d >= 2 && tp / d >= 4) modes.push_back({"2.5d", d});
+          if (d >= 2 && tp / d >= 4) modes.push_back({TpMode::k2p5D, d});
         }
-        if (tp >= 8) modes.push_back({"3d", 1});
-        std::vector<std::string> sp_modes = {"ring"};
-        if (sp > 1) sp_modes.push_back("all_to_all");
-        std::vector<std::pair<std::string, int>> schedules = {{"1f1b", 1}};
-        if (pp > 1) schedules.push_back({"interleaved", 2});
+        if (tp >= 8) modes.push_back({TpMode::k3D, 1});
+        std::vector<SpMode> sp_modes = {SpMode::kRing};
+        if (sp > 1) sp_modes.push_back(SpMode::kAllToAll);
+        std::vector<std::pair<PipeSchedule, int>> schedules = {{PipeSchedule::kOneFOneB, 1}};
+        if (pp > 1) schedules.push_back({PipeSchedule::kInterleaved, 2});
         for (const auto& [mode, depth] : modes) {
-          for (const auto& sp_mode : sp_modes) {
+          for (SpMode sp_mode : sp_modes) {
             for (const auto& [schedule, chunks] : schedules) {
-              Layout l{dp, pp, tp, sp, mode, depth, sp_mode, schedule, chunks};
+              Layout l;
+              l.dp = dp, l.pp = pp, l.tp = tp, l.sp = sp;
+              l.tp_mode = mode, l.tp_depth = depth, l.sp_mode = sp_mode, l.pp_schedule = schedule, l.pp_chunks = chunks;
               if (!Invalid(in, l).empty()) continue;
               out.push_back(Predict(in, l));
             }
@@ -273,4 +217,4 @@ std::vector<Prediction> Plan(const PlanInput& in) {
   return out;
 }
 
-}  // namespace tessera::parallel
+}  // namespace tessera::plan

@@ -1,8 +1,8 @@
-#include "parallel/pipeline/stage_layout.h"
+#include "layout/stage_layout.h"
 
 #include "absl/strings/str_cat.h"
 
-namespace tessera::parallel {
+namespace tessera::layout {
 
 absl::StatusOr<StageLayout> StageLayout::Create(int layers, int pp, int chunks,
                                                 const std::vector<int>& layers_per_stage) {
@@ -67,4 +67,4 @@ int StageLayout::RankOfLayer(int layer) const {
   return -1;
 }
 
-}  // namespace tessera::parallel
+}  // namespace tessera::layout

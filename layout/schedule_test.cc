@@ -1,12 +1,12 @@
-#include "parallel/pipeline/schedule.h"
+#include "layout/schedule.h"
 
 #include <set>
 #include <tuple>
 
 #include "gtest/gtest.h"
-#include "parallel/pipeline/stage_layout.h"
+#include "layout/stage_layout.h"
 
-namespace tessera::parallel {
+namespace tessera::layout {
 namespace {
 
 std::vector<std::vector<PipeAction>> AllRanks(PipeSchedule kind, int pp, int chunks, int m) {
@@ -144,4 +144,4 @@ TEST(StageLayoutTest, ExplicitListAndErrors) {
 }
 
 }  // namespace
-}  // namespace tessera::parallel
+}  // namespace tessera::layout

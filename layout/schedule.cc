@@ -1,4 +1,4 @@
-#include "parallel/pipeline/schedule.h"
+#include "layout/schedule.h"
 
 #include <algorithm>
 #include <map>
@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace tessera::parallel {
+namespace tessera::layout {
 namespace {
 
 // Interleaved order (as Megatron): the k-th forward of a rank is micro-batch (k / (pp·v))·pp + k % pp
@@ -116,4 +116,4 @@ SimulatedStep SimulateSchedule(const std::vector<std::vector<PipeAction>>& per_r
   return out;
 }
 
-}  // namespace tessera::parallel
+}  // namespace tessera::layout

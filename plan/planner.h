@@ -1,5 +1,6 @@
 // Planner: chooses dp × pp × tp (1D/2D/2.5D/3D) × sp for a GPT on N devices from a cost model, and
-// explains the ranking. No torch and no proto here (the CLI links it).
+// explains the ranking. No torch and no proto here (the CLI links it); the layout rules are
+// CheckLayout's (layout/check_layout.h), the grid arithmetic TpGrid's.
 //
 // Per candidate layout, per device and per optimizer step (fp32 training, AdamW, no ZeRO):
 //   compute  6·Ψ·tokens + 12·L·T·h·tokens FLOPs (×4/3 with activation checkpointing), split evenly
@@ -17,16 +18,21 @@
 //            gradients, two fresh gradients of the largest weight), plus the device's fixed runtime
 //            memory.
 // A layout is rejected when its memory exceeds `memory_bytes` per device.
-#ifndef TESSERA_PARALLEL_PLANNER_PLANNER_H_
-#define TESSERA_PARALLEL_PLANNER_PLANNER_H_
+#ifndef TESSERA_PLAN_PLANNER_H_
+#define TESSERA_PLAN_PLANNER_H_
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "parallel/models/model_config.h"
+#include "layout/model_config.h"
+#include "layout/parallel_layout.h"
 
-namespace tessera::parallel {
+namespace tessera::plan {
+
+using layout::ModelConfig;
+// A candidate layout (its order and ZeRO stage are not planned: the defaults).
+using Layout = layout::ParallelLayout;
 
 struct DeviceModel {
   double flops = 50e9;            // Achieved fp32 matmul FLOP/s per device.
@@ -44,16 +50,6 @@ struct PlanInput {
   DeviceModel device;
 };
 
-struct Layout {
-  int dp = 1, pp = 1, tp = 1, sp = 1;
-  std::string tp_mode = "1d";     // 1d | 2d | 2.5d | 3d
-  int tp_depth = 1;               // 2.5d
-  std::string sp_mode = "ring";   // ring | all_to_all (sp > 1)
-  std::string pp_schedule = "1f1b";
-  int pp_chunks = 1;
-  // "dp2 pp2 tp2(1d)" style, only the axes above 1.
-  std::string ToString() const;
-};
 
 struct Prediction {
   Layout layout;
@@ -77,10 +73,10 @@ std::vector<Prediction> Plan(const PlanInput& input);
 // One layout's prediction (also for layouts the enumeration would not produce).
 Prediction Predict(const PlanInput& input, const Layout& layout);
 
-// Whether `layout` can run `input` at all (divisibility of heads, hidden, vocab, sequence, batch);
-// empty when it can, else the reason.
+// Whether `layout` can run `input` at all: its ranks are the device count and CheckLayout accepts it
+// (layout/check_layout.h). Empty when it can, else the first reason ("field: message").
 std::string Invalid(const PlanInput& input, const Layout& layout);
 
-}  // namespace tessera::parallel
+}  // namespace tessera::plan
 
-#endif  // TESSERA_PARALLEL_PLANNER_PLANNER_H_
+#endif  // TESSERA_PLAN_PLANNER_H_

@@ -1,0 +1,191 @@
+#include "layout/check_layout.h"
+
+#include <tuple>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "layout/tp_grid.h"
+
+namespace tessera::layout {
+namespace {
+
+using Problems = std::vector<LayoutProblem>;
+
+void Add(Problems* out, std::string field, std::string message) {
+  out->push_back({std::move(field), std::move(message)});
+}
+
+// 1D (Megatron): heads split over tp; the vocabulary padded to a multiple of tp inside the model (so
+// that it need not divide it) but every rank must still hold a real row; grouped key/value heads
+// either split over tp or, when fewer than tp, each rank uses the one it needs.
+void OneDimensional(const ModelConfig& m, int tp, Problems* out) {
+  if (m.heads >= 1 && m.heads % tp != 0) {
+    Add(out, "parallel.tp", absl::StrCat(tp, " does not divide model.heads ", m.heads));
+  }
+  if (tp >= 2 && m.vocab >= 1) {
+    const int64_t per = (int64_t{m.vocab} + tp - 1) / tp;
+    if ((tp - 1) * per >= m.vocab) {
+      Add(out, "parallel.tp", absl::StrCat(tp, " ranks of ", per, " vocabulary rows each leave the last without a real one",
+                                           " (model.vocab ", m.vocab, ")"));
+    }
+  }
+  const int kv = m.KvHeads();
+  if (kv != m.heads && kv >= 1 && kv % tp != 0 && tp % kv != 0) {
+    Add(out, "parallel.tp", absl::StrCat(tp, " and model.kv_heads ", kv,
+                                         ": one must divide the other (key/value heads are split over tp, or each "
+                                         "rank uses one of them)"));
+  }
+}
+
+// The grid modes: tp must form the grid, and what the grid splits must divide evenly.
+void Grid(const ModelConfig& m, TpMode mode, int tp, int depth, int64_t micro_batch, Problems* out) {
+  const TpGrid g = TpGridOf(mode, tp, depth);
+  if (!g.Formed()) {
+    switch (mode) {
+      case TpMode::k2D:
+        Add(out, "parallel.tp", absl::StrCat(tp, " with tp_mode 2d must be a square q² ≥ 4 (4, 9, 16, ...)"));
+        break;
+      case TpMode::k2p5D:
+        Add(out, "parallel.tp", absl::StrCat(tp, " with tp_mode 2.5d must be tp_depth·q² = ", g.depth, "·q² with q ≥ 2"));
+        break;
+      default:
+        Add(out, "parallel.tp", absl::StrCat(tp, " with tp_mode 3d must be a cube q³ ≥ 8 (8, 27, 64, ...)"));
+        break;
+    }
+    return;
+  }
+  // Key/value heads and the MLP width only when they are not already implied by heads and hidden
+  // (GPT-2: kv_heads = heads, ffn = 4·hidden), so that one cause gives one problem.
+  const bool hidden_ok = m.hidden >= 1 && m.hidden % g.HiddenSplit() == 0;
+  std::vector<std::tuple<std::string, int64_t, int64_t>> divisible = {
+      {"model.heads", m.heads, g.HeadSplit()},
+      {"model.vocab", m.vocab, g.VocabSplit()},
+      {"model.hidden", m.hidden, g.HiddenSplit()}};
+  if (m.KvHeads() != m.heads) divisible.push_back({"model.kv_heads", m.KvHeads(), g.HeadSplit()});
+  if (hidden_ok) divisible.push_back({"model.ffn_hidden", m.FfnHidden(), g.HiddenSplit()});
+  if (micro_batch > 0) divisible.push_back({"train.micro_batch", micro_batch, g.SampleSplit()});
+  for (const auto& [field, value, by] : divisible) {
+    if (value >= 1 && value % by != 0) {
+      Add(out, field, absl::StrCat(value, " is not a multiple of ", by, " (tp_mode ", Name(mode), ", tp ", tp,
+                                   ", grid side q = ", g.q, ")"));
+    }
+  }
+}
+
+void Pipeline(const ModelConfig& m, const ParallelLayout& l, const BatchShape& batch, Problems* out) {
+  const bool interleaved = l.pp_schedule == PipeSchedule::kInterleaved;
+  if (l.pp_chunks < 1) {
+    Add(out, "parallel.pp_chunks", absl::StrCat(l.pp_chunks, " must be at least 1"));
+    return;
+  }
+  if (interleaved && l.pp_chunks < 2) {
+    Add(out, "parallel.pp_chunks", absl::StrCat(l.pp_chunks, " must be at least 2 with pp_schedule interleaved"));
+  }
+  if (!interleaved && l.pp_chunks != 1) {
+    Add(out, "parallel.pp_chunks",
+        absl::StrCat(l.pp_chunks, " needs pp_schedule interleaved (1f1b runs one chunk per stage)"));
+  }
+  const int64_t v = int64_t{l.pp} * l.pp_chunks;
+  if (!l.pp_layers.empty()) {
+    if (static_cast<int64_t>(l.pp_layers.size()) != v) {
+      Add(out, "parallel.pp_layers", absl::StrCat("has ", l.pp_layers.size(), " entries, needs pp·pp_chunks = ", v));
+    } else {
+      int64_t sum = 0;
+      for (size_t i = 0; i < l.pp_layers.size(); ++i) {
+        if (l.pp_layers[i] < 1) {
+          Add(out, absl::StrCat("parallel.pp_layers[", i, "]"), absl::StrCat(l.pp_layers[i], " must be at least 1"));
+        }
+        sum += l.pp_layers[i];
+      }
+      if (sum != m.layers) {
+        Add(out, "parallel.pp_layers", absl::StrCat("sums to ", sum, " layers, model.layers is ", m.layers));
+      }
+    }
+  } else if (m.layers >= 1 && m.layers < v) {
+    Add(out, "parallel.pp", absl::StrCat("pp·pp_chunks = ", v, " virtual stages need model.layers ≥ ", v, ", it is ",
+                                         m.layers));
+  }
+  const int64_t per_pass = batch.micro_batch * l.dp;
+  if (l.pp > 1 && interleaved && per_pass >= 1 && batch.global_batch % per_pass == 0) {
+    const int64_t micro_batches = batch.global_batch / per_pass;
+    if (micro_batches % l.pp != 0) {
+      Add(out, "parallel.pp_schedule",
+          absl::StrCat("interleaved needs the micro-batches per step, global_batch/(micro_batch·dp) = ", micro_batches,
+                       ", to be a multiple of pp ", l.pp));
+    }
+  }
+}
+
+void Sequence(const ModelConfig& m, const ParallelLayout& l, Problems* out) {
+  if (l.sp <= 1) return;
+  if (m.seq_len >= 1 && m.seq_len % l.sp != 0) {
+    Add(out, "parallel.sp", absl::StrCat(l.sp, " does not divide model.seq_len ", m.seq_len));
+  }
+  const TpGrid g = TpGridOf(l.tp_mode, l.tp, l.tp_depth);
+  const int split = g.HeadSplit();
+  if (l.sp_mode == SpMode::kAllToAll && m.heads >= 1 && split >= 1 && m.heads % split == 0 &&
+      (m.heads / split) % l.sp != 0) {
+    Add(out, "parallel.sp_mode",
+        absl::StrCat("all_to_all splits each rank's model.heads/", l.tp_mode == TpMode::k1D ? "tp" : "q", " = ",
+                     m.heads / split, " heads over sp ", l.sp, ", which does not divide them; use ring"));
+  }
+}
+
+}  // namespace
+
+std::vector<LayoutProblem> TensorParallelProblems(const ModelConfig& model, TpMode mode, int tp, int tp_depth,
+                                                  int64_t micro_batch) {
+  Problems out;
+  if (tp < 1) return out;  // LayoutProblems reports the size.
+  if (tp_depth < 1) {
+    Add(&out, "parallel.tp_depth", absl::StrCat(tp_depth, " must be at least 1"));
+    return out;
+  }
+  if (mode != TpMode::k2p5D && tp_depth > 1) {
+    Add(&out, "parallel.tp_depth", absl::StrCat(tp_depth, " applies to tp_mode 2.5d only"));
+  }
+  if (mode == TpMode::k1D) {
+    OneDimensional(model, tp, &out);
+  } else {
+    Grid(model, mode, tp, tp_depth, micro_batch, &out);
+  }
+  return out;
+}
+
+std::vector<LayoutProblem> LayoutProblems(const ModelConfig& model, const ParallelLayout& layout,
+                                          const BatchShape& batch) {
+  Problems out;
+  bool sizes_ok = true;
+  for (Axis a : kAxes) {
+    if (layout.Size(a) < 1) {
+      Add(&out, absl::StrCat("parallel.", AxisName(a)), absl::StrCat(layout.Size(a), " must be at least 1"));
+      sizes_ok = false;
+    }
+  }
+  if (batch.micro_batch < 1) Add(&out, "train.micro_batch", absl::StrCat(batch.micro_batch, " must be at least 1"));
+  if (batch.global_batch < 1) Add(&out, "train.global_batch", absl::StrCat(batch.global_batch, " must be at least 1"));
+  if (!sizes_ok) return out;
+  const int64_t per_pass = batch.micro_batch * layout.dp;  // Both below 2^31: exact.
+  if (per_pass >= 1 && batch.global_batch >= 1 && batch.global_batch % per_pass != 0) {
+    Add(&out, "train.global_batch",
+        absl::StrCat(batch.global_batch, " is not a multiple of micro_batch×dp = ", per_pass));
+  }
+  Problems tp = TensorParallelProblems(model, layout.tp_mode, layout.tp, layout.tp_depth, batch.micro_batch);
+  out.insert(out.end(), tp.begin(), tp.end());
+  Pipeline(model, layout, batch, &out);
+  Sequence(model, layout, &out);
+  return out;
+}
+
+absl::Status ToStatus(const std::vector<LayoutProblem>& problems) {
+  if (problems.empty()) return absl::OkStatus();
+  std::vector<std::string> lines;
+  for (const LayoutProblem& p : problems) lines.push_back(absl::StrCat(p.field, ": ", p.message));
+  return absl::InvalidArgumentError(absl::StrJoin(lines, "\n"));
+}
+
+absl::Status CheckLayout(const ModelConfig& model, const ParallelLayout& layout, const BatchShape& batch) {
+  return ToStatus(LayoutProblems(model, layout, batch));
+}
+
+}  // namespace tessera::layout

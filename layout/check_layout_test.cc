@@ -1,0 +1,117 @@
+#include "layout/check_layout.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace tessera::layout {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::Not;
+
+ModelConfig Gpt(int layers = 4, int hidden = 64, int heads = 4, int vocab = 256, int seq = 32) {
+  ModelConfig m;
+  m.layers = layers, m.hidden = hidden, m.heads = heads, m.vocab = vocab, m.seq_len = seq;
+  return m;
+}
+
+std::string Problems(const ModelConfig& m, const ParallelLayout& l, BatchShape b = {2, 8}) {
+  return std::string(CheckLayout(m, l, b).message());
+}
+
+TEST(CheckLayoutTest, AcceptsEveryModeWhereItDivides) {
+  ParallelLayout l;
+  l.dp = 2, l.tp = 2, l.pp = 2, l.sp = 2;
+  EXPECT_TRUE(CheckLayout(Gpt(), l, {2, 8}).ok());
+  l.tp = 4, l.tp_mode = TpMode::k2D;
+  EXPECT_TRUE(CheckLayout(Gpt(), l, {2, 8}).ok()) << Problems(Gpt(), l);
+  l.tp = 8, l.tp_mode = TpMode::k3D, l.sp = 1;
+  EXPECT_TRUE(CheckLayout(Gpt(4, 64, 4, 256, 32), l, {4, 8}).ok()) << Problems(Gpt(), l, {4, 8});
+}
+
+TEST(CheckLayoutTest, OneDimensionalRules) {
+  ParallelLayout l;
+  l.tp = 3;
+  EXPECT_THAT(Problems(Gpt(), l), HasSubstr("parallel.tp: 3 does not divide model.heads 4"));
+  l.tp = 4;
+  EXPECT_THAT(Problems(Gpt(4, 64, 4, 5), l),
+              HasSubstr("parallel.tp: 4 ranks of 2 vocabulary rows each leave the last without a real one"));
+  ModelConfig llama = Gpt(4, 96, 12);
+  llama.family = ModelFamily::kLlama;
+  llama.kv_heads = 3;
+  l.tp = 2;
+  EXPECT_THAT(Problems(llama, l), HasSubstr("parallel.tp: 2 and model.kv_heads 3: one must divide the other"));
+  l.tp = 6;
+  EXPECT_TRUE(CheckLayout(llama, l, {2, 8}).ok());  // Each rank uses one of the 3 kv heads.
+}
+
+TEST(CheckLayoutTest, GridRulesNameTheField) {
+  ParallelLayout l;
+  l.tp = 2, l.tp_mode = TpMode::k2D;
+  EXPECT_THAT(Problems(Gpt(), l), HasSubstr("parallel.tp: 2 with tp_mode 2d must be a square q² ≥ 4"));
+  l.tp = 9;
+  const std::string msg = Problems(Gpt(), l);
+  EXPECT_THAT(msg, HasSubstr("model.heads: 4 is not a multiple of 3 (tp_mode 2d, tp 9, grid side q = 3)"));
+  EXPECT_THAT(msg, HasSubstr("model.hidden: 64 is not a multiple of 3"));
+  EXPECT_THAT(msg, HasSubstr("train.micro_batch: 2 is not a multiple of 3"));
+  EXPECT_THAT(msg, Not(HasSubstr("model.ffn_hidden")));  // Implied by hidden: one cause, one problem.
+  EXPECT_THAT(msg, Not(HasSubstr("parallel.tp: 9 does not divide")));
+  l.tp = 8, l.tp_mode = TpMode::k2p5D, l.tp_depth = 2;
+  EXPECT_THAT(Problems(Gpt(), l), HasSubstr("train.micro_batch: 2 is not a multiple of 4 (tp_mode 2.5d"));
+  l.tp = 4, l.tp_mode = TpMode::k3D, l.tp_depth = 1;
+  EXPECT_THAT(Problems(Gpt(), l), HasSubstr("parallel.tp: 4 with tp_mode 3d must be a cube q³ ≥ 8"));
+  l.tp_mode = TpMode::k2D, l.tp_depth = 2;
+  EXPECT_THAT(Problems(Gpt(), l), HasSubstr("parallel.tp_depth: 2 applies to tp_mode 2.5d only"));
+  // Llama's default SwiGLU width (2/3·4·96 → 256) is split like hidden: q = 3 does not divide it.
+  ModelConfig llama = Gpt(4, 96, 6, 258);
+  llama.family = ModelFamily::kLlama;
+  l.tp = 9, l.tp_depth = 1;
+  EXPECT_THAT(Problems(llama, l, {3, 9}), HasSubstr("model.ffn_hidden: 256 is not a multiple of 3"));
+}
+
+TEST(CheckLayoutTest, PipelineRules) {
+  ParallelLayout l;
+  l.pp = 2, l.pp_chunks = 2;
+  EXPECT_THAT(Problems(Gpt(), l), HasSubstr("parallel.pp_chunks: 2 needs pp_schedule interleaved"));
+  l.pp_schedule = PipeSchedule::kInterleaved, l.pp_chunks = 1;
+  EXPECT_THAT(Problems(Gpt(), l), HasSubstr("parallel.pp_chunks: 1 must be at least 2 with pp_schedule interleaved"));
+  l.pp_schedule = PipeSchedule::kOneFOneB, l.pp = 4;
+  EXPECT_THAT(Problems(Gpt(2), l), HasSubstr("parallel.pp: pp·pp_chunks = 4 virtual stages need model.layers ≥ 4"));
+  l.pp = 4, l.pp_schedule = PipeSchedule::kInterleaved, l.pp_chunks = 2;
+  EXPECT_THAT(Problems(Gpt(8), l, {2, 4}),
+              HasSubstr("parallel.pp_schedule: interleaved needs the micro-batches per step, "
+                        "global_batch/(micro_batch·dp) = 2, to be a multiple of pp 4"));
+  l.pp = 2, l.pp_schedule = PipeSchedule::kOneFOneB, l.pp_chunks = 1, l.pp_layers = {2};
+  EXPECT_THAT(Problems(Gpt(2), l), HasSubstr("parallel.pp_layers: has 1 entries, needs pp·pp_chunks = 2"));
+  l.pp_layers = {2, 1};
+  EXPECT_THAT(Problems(Gpt(2), l), HasSubstr("parallel.pp_layers: sums to 3 layers, model.layers is 2"));
+  l.pp_layers = {2, 0};
+  EXPECT_THAT(Problems(Gpt(2), l), HasSubstr("parallel.pp_layers[1]: 0 must be at least 1"));
+}
+
+TEST(CheckLayoutTest, SequenceAndBatchRules) {
+  ParallelLayout l;
+  l.sp = 3;
+  EXPECT_THAT(Problems(Gpt(), l), HasSubstr("parallel.sp: 3 does not divide model.seq_len 32"));
+  l.tp = 2, l.sp = 4, l.sp_mode = SpMode::kAllToAll;
+  EXPECT_THAT(Problems(Gpt(), l), HasSubstr("parallel.sp_mode: all_to_all splits each rank's model.heads/tp = 2 "
+                                            "heads over sp 4"));
+  l = ParallelLayout{};
+  l.dp = 2;
+  EXPECT_EQ(Problems(Gpt(), l, {2, 6}), "train.global_batch: 6 is not a multiple of micro_batch×dp = 4");
+  l.dp = 0;
+  EXPECT_EQ(Problems(Gpt(), l), "parallel.dp: 0 must be at least 1");
+}
+
+TEST(CheckLayoutTest, NonsenseModelsDoNotCrashIt) {
+  ParallelLayout l;
+  l.tp = 4, l.sp = 2, l.pp = 2, l.tp_mode = TpMode::k2D, l.sp_mode = SpMode::kAllToAll;
+  ModelConfig zero = Gpt(0, 0, 0, 0, 0);
+  EXPECT_THAT(LayoutProblems(zero, l, {1, 1}), Not(IsEmpty()));  // No division by zero.
+  l.tp_mode = TpMode::k1D;
+  EXPECT_THAT(LayoutProblems(zero, l, {0, 0}), Not(IsEmpty()));
+}
+
+}  // namespace
+}  // namespace tessera::layout

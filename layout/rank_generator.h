@@ -1,0 +1,53 @@
+// RankGenerator: the one map between global ranks and coordinates on the parallel axes, for any
+// order. Every group of every axis comes from here — the engine's process groups and the
+// coordinator's placement alike — so nothing else does rank arithmetic. No torch.
+//
+// The order lists the axes from fastest- to slowest-varying: with tp-sp-pp-dp, ranks 0..tp-1 form
+// the first tensor-parallel group.
+#ifndef TESSERA_LAYOUT_RANK_GENERATOR_H_
+#define TESSERA_LAYOUT_RANK_GENERATOR_H_
+
+#include <array>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "layout/parallel_layout.h"
+
+namespace tessera::layout {
+
+class RankGenerator {
+ public:
+  // Fails when a size is < 1 or the world exceeds 2^31 − 1 ranks.
+  static absl::StatusOr<RankGenerator> Create(const ParallelLayout& layout);
+
+  int world_size() const { return world_size_; }
+  int size(Axis axis) const { return sizes_[static_cast<int>(axis)]; }
+  const AxisOrder& order() const { return order_; }
+
+  // Index of `rank` along `axis` (0 <= result < size(axis)).
+  int Coord(int rank, Axis axis) const;
+  // The rank at these coordinates (indexed by Axis).
+  int RankAt(const std::array<int, kNumAxes>& coords) const;
+
+  // The ranks that share every coordinate of `rank` except `axis`, ordered by their `axis` index.
+  std::vector<int> GroupRanks(int rank, Axis axis) const;
+
+  // The ranks that share every coordinate of `rank` except those of `axes`, in increasing rank order.
+  std::vector<int> GroupRanks(int rank, const std::vector<Axis>& axes) const;
+
+  // Every group along `axis`, each ordered by its `axis` index; groups ordered by their lowest rank.
+  std::vector<std::vector<int>> AllGroups(Axis axis) const;
+
+ private:
+  RankGenerator(std::array<int, kNumAxes> sizes, std::array<int, kNumAxes> strides, AxisOrder order, int world_size)
+      : sizes_(sizes), strides_(strides), order_(order), world_size_(world_size) {}
+
+  std::array<int, kNumAxes> sizes_;    // Indexed by Axis.
+  std::array<int, kNumAxes> strides_;  // Rank distance between neighbours along each axis.
+  AxisOrder order_;
+  int world_size_;
+};
+
+}  // namespace tessera::layout
+
+#endif  // TESSERA_LAYOUT_RANK_GENERATOR_H_

@@ -1,0 +1,91 @@
+#include "layout/rank_generator.h"
+
+#include <algorithm>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace tessera::layout {
+namespace {
+
+using ::testing::ElementsAre;
+
+absl::StatusOr<RankGenerator> Make(int dp, int pp, int tp, int sp, const char* order) {
+  ParallelLayout l;
+  l.dp = dp, l.pp = pp, l.tp = tp, l.sp = sp;
+  auto o = ParseOrder(order);
+  if (!o.ok()) return o.status();
+  l.order = *o;
+  return RankGenerator::Create(l);
+}
+
+TEST(RankGeneratorTest, FirstAxisVariesFastest) {
+  auto mesh = Make(2, 2, 2, 1, "tp-sp-pp-dp");
+  ASSERT_TRUE(mesh.ok());
+  EXPECT_EQ(mesh->world_size(), 8);
+  // rank = tp + 2·pp + 4·dp.
+  EXPECT_THAT(mesh->GroupRanks(5, Axis::kTp), ElementsAre(4, 5));
+  EXPECT_THAT(mesh->GroupRanks(5, Axis::kPp), ElementsAre(5, 7));
+  EXPECT_THAT(mesh->GroupRanks(5, Axis::kDp), ElementsAre(1, 5));
+  EXPECT_THAT(mesh->GroupRanks(5, Axis::kSp), ElementsAre(5));
+  // Every rank of pp index 0 (any dp and tp).
+  EXPECT_THAT(mesh->GroupRanks(5, std::vector<Axis>{Axis::kDp, Axis::kTp}), ElementsAre(0, 1, 4, 5));
+  EXPECT_EQ(mesh->Coord(6, Axis::kPp), 1);
+  EXPECT_EQ(mesh->Coord(6, Axis::kDp), 1);
+  EXPECT_EQ(mesh->Coord(6, Axis::kTp), 0);
+}
+
+TEST(RankGeneratorTest, GroupsPartitionTheWorld) {
+  auto mesh = Make(3, 1, 2, 2, "dp-tp-sp-pp");
+  ASSERT_TRUE(mesh.ok());
+  for (Axis axis : {Axis::kDp, Axis::kTp, Axis::kSp, Axis::kPp}) {
+    std::vector<int> count(mesh->world_size(), 0);
+    for (const auto& g : mesh->AllGroups(axis)) {
+      EXPECT_EQ(static_cast<int>(g.size()), mesh->size(axis));
+      for (int r : g) ++count[r];
+    }
+    for (int c : count) EXPECT_EQ(c, 1) << AxisName(axis);
+  }
+  EXPECT_THAT(mesh->GroupRanks(0, Axis::kDp), ElementsAre(0, 1, 2));
+}
+
+TEST(RankGeneratorTest, RejectsBadShapes) {
+  EXPECT_FALSE(Make(0, 1, 1, 1, "tp-sp-pp-dp").ok());
+  EXPECT_FALSE(Make(1, 1, 1, 1, "tp-dp-pp").ok());
+  EXPECT_FALSE(Make(1, 1, 1, 1, "tp-tp-pp-dp").ok());
+  EXPECT_FALSE(Make(1, 1, 1, 1, "tp-sp-pp-dp-dp").ok());
+  EXPECT_FALSE(Make(1, 1, 1, 1, "").ok());
+}
+
+TEST(RankGeneratorTest, CoordinatesRoundTripForEveryOrder) {
+  AxisOrder order = kDefaultOrder;
+  std::sort(order.begin(), order.end());
+  int orders = 0;
+  do {
+    ParallelLayout l;
+    l.dp = 2, l.pp = 3, l.tp = 2, l.sp = 2;
+    l.order = order;
+    auto g = RankGenerator::Create(l);
+    ASSERT_TRUE(g.ok());
+    ++orders;
+    for (int r = 0; r < g->world_size(); ++r) {
+      std::array<int, kNumAxes> c{};
+      for (Axis a : kAxes) c[static_cast<int>(a)] = g->Coord(r, a);
+      EXPECT_EQ(g->RankAt(c), r) << OrderName(order);
+    }
+    // The fastest axis of the order is the one whose neighbours are adjacent ranks.
+    EXPECT_THAT(g->GroupRanks(0, order[0]).size() > 1 ? g->GroupRanks(0, order[0])[1] : 1, 1) << OrderName(order);
+  } while (std::next_permutation(order.begin(), order.end()));
+  EXPECT_EQ(orders, 24);
+}
+
+TEST(RankGeneratorTest, OrderNamesRoundTrip) {
+  auto o = ParseOrder("dp-tp-sp-pp");
+  ASSERT_TRUE(o.ok());
+  EXPECT_EQ(OrderName(*o), "dp-tp-sp-pp");
+  EXPECT_EQ(ParseOrder("tp-dp-pp").status().message(),
+            "'tp-dp-pp' must name dp, pp, sp and tp once each, e.g. tp-sp-pp-dp");
+}
+
+}  // namespace
+}  // namespace tessera::layout
