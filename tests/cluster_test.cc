@@ -17,7 +17,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/testing/cli.h"
-#include "tests/testing/cluster_certs.h"
+#include "tests/testing/local_cluster.h"
 
 namespace tessera {
 namespace {
@@ -45,15 +45,10 @@ class ClusterTest : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = testing::FreshDir(std::string("cluster_") + ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    port_ = net::PickFreePort();
-    addr_ = absl::StrCat("127.0.0.1:", port_);
-    certs_ = std::make_unique<testing::ClusterCerts>(dir_ + "/certs");  // The cluster talks mutual TLS.
+    cluster_ = std::make_unique<testing::LocalCluster>(dir_);  // The cluster talks mutual TLS.
     StartCoordinator();
     for (const std::string name : {"a", "b"}) StartWorker(name);
-    ASSERT_TRUE(WaitFor([&] {
-      const std::string out = Cli({"workers"}).output;
-      return out.find("a     ALIVE") != std::string::npos && out.find("b     ALIVE") != std::string::npos;
-    }, 20)) << Cli({"workers"}).output;
+    ASSERT_TRUE(cluster_->WaitAlive({"a", "b"})) << Cli({"workers"}).output;
     data_ = testing::WriteTokenFile(dir_, 40000);
     spec_ = dir_ + "/spec.yaml";
     std::ofstream(spec_) << "name: cluster\n"
@@ -65,62 +60,17 @@ class ClusterTest : public ::testing::Test {
   }
 
   void TearDown() override {
-    std::vector<pid_t> all;
-    for (auto& [name, pid] : workers_) all.push_back(pid);
-    if (coordinator_ > 0) all.push_back(coordinator_);
-    process::StopAll(all, std::chrono::seconds(10));
+    cluster_->Stop();
     EXPECT_TRUE(ProcessesMatching({dir_ + "/"}).empty()) << "no rank outlives its worker";
   }
 
-  // Starts worker `name` (one CPU device); its pid goes to workers_[name].
-  void StartWorker(const std::string& name) {
-    // Store ports: a range starting at a port that was just free (not the coordinator's).
-    int base = net::PickFreePort();
-    while (base == port_ || base > 65000) base = net::PickFreePort();
-    process::SpawnOptions so;
-    so.argv = {testing::Runfile("worker/tessera-worker"), "--coordinator=" + addr_, "--devices=cpu:1",
-               "--work_dir=" + dir_ + "/worker_" + name, "--name=" + name,
-               absl::StrCat("--store_ports=", base, "-", base + 20), "--stop_grace_s=3", "--threads_per_rank=1",
-               "--metrics_listen=127.0.0.1:0"};
-    for (const std::string& f : certs_->WorkerFlags(name)) so.argv.push_back(f);
-    for (const std::string& f : testing::ClusterCerts::RootFlags(dir_)) so.argv.push_back(f);
-    so.log_path = dir_ + "/worker_" + name + ".log";
-    so.env = {{"TESSERA_RANK_BINARY", testing::Runfile("worker/rank/tessera-rank")}};
-    auto pid = process::Spawn(so);
-    ASSERT_TRUE(pid.ok());
-    workers_[name] = *pid;
-  }
-
-  void StartCoordinator() {
-    process::SpawnOptions so;
-    so.argv = {testing::Runfile("coordinator/tessera-coordinator"), "--ui_listen=127.0.0.1:0", "--listen=" + addr_, "--db=" + dir_ + "/coord.db",
-               "--heartbeat_timeout_s=5", "--metrics_listen=127.0.0.1:0"};
-    for (const std::string& f : certs_->CoordinatorFlags()) so.argv.push_back(f);
-    for (const std::string& f : testing::ClusterCerts::RootFlags(dir_)) so.argv.push_back(f);
-    so.log_path = dir_ + "/coordinator.log";
-    auto pid = process::Spawn(so);
-    ASSERT_TRUE(pid.ok());
-    coordinator_ = *pid;
-    ASSERT_TRUE(WaitFor([&] { return Cli({"jobs"}).exit_code == 0; }, 20)) << "coordinator did not come up";
-  }
-
-  testing::CliResult Cli(std::vector<std::string> args) {
-    std::vector<std::string> tls = certs_->CliFlags(testing::ClusterCerts::UserOf(dir_));
-    args.insert(args.begin(), tls.begin(), tls.end());
-    args.insert(args.begin(), "--coordinator=" + addr_);
-    return RunTessera(args);
-  }
-
-  static bool Ended(const nlohmann::json& job) {
-    const std::string s = job.value("state", "");
-    return s == "JOB_STATE_SUCCEEDED" || s == "JOB_STATE_FAILED" || s == "JOB_STATE_CANCELLED";
-  }
-
-  nlohmann::json Job(const std::string& id) {
-    auto r = Cli({"--output=json", "job", id});
-    auto j = nlohmann::json::parse(r.output, nullptr, false);
-    return j.is_discarded() ? nlohmann::json::object() : j;
-  }
+  // Starts worker `name` (one CPU device); its pid goes to workers()[name].
+  void StartWorker(const std::string& name) { ASSERT_TRUE(cluster_->StartWorker(name)); }
+  void StartCoordinator() { ASSERT_TRUE(cluster_->StartCoordinator()) << "coordinator did not come up"; }
+  testing::CliResult Cli(std::vector<std::string> args) { return cluster_->Cli(std::move(args)); }
+  static bool Ended(const nlohmann::json& job) { return testing::LocalCluster::Ended(job); }
+  nlohmann::json Job(const std::string& id) { return cluster_->Job(id); }
+  std::map<std::string, pid_t>& workers() { return cluster_->workers(); }
 
   std::string Submit(std::vector<std::string> sets) {
     std::vector<std::string> args = {"--output=json", "submit", spec_};
@@ -159,11 +109,8 @@ class ClusterTest : public ::testing::Test {
     for (const auto& [step, loss] : want) EXPECT_EQ(got.at(step), loss) << "step " << step;
   }
 
-  std::unique_ptr<testing::ClusterCerts> certs_;
-  std::string dir_, addr_, data_, spec_;
-  int port_ = 0;
-  pid_t coordinator_ = -1;
-  std::map<std::string, pid_t> workers_;
+  std::unique_ptr<testing::LocalCluster> cluster_;
+  std::string dir_, data_, spec_;
 };
 
 TEST_F(ClusterTest, SubmittedJobSucceedsAndLearns) {
@@ -246,9 +193,9 @@ TEST_F(ClusterTest, WorkerRestartedWithinTheHeartbeatTimeoutRestartsItsJob) {
   // 5 s heartbeat timeout could call it lost. Its registration reports no rank of the running attempt.
   const std::string out = StartRestartableJob(40);
   ASSERT_EQ(Job("job-000001").value("attempt", 0), 1);
-  kill(workers_["b"], SIGKILL);
+  kill(workers()["b"], SIGKILL);
   int status = 0;
-  waitpid(workers_["b"], &status, 0);
+  waitpid(workers()["b"], &status, 0);
   const auto killed = std::chrono::steady_clock::now();
   StartWorker("b");
   // The attempt fails at the re-registration, not after a collective timeout (300 s) of the other rank.
@@ -264,9 +211,9 @@ TEST_F(ClusterTest, CoordinatorKilledMidJobLosesNothing) {
   const std::string out = dir_ + "/out";
   const std::string id = Submit({"train.steps=400", "output_dir=" + out});
   ASSERT_TRUE(WaitFor([&] { return fs::exists(out + "/checkpoints/step_00000005"); }, 60));
-  kill(coordinator_, SIGKILL);
-  waitpid(coordinator_, nullptr, 0);
-  coordinator_ = -1;
+  kill(cluster_->coordinator(), SIGKILL);
+  waitpid(cluster_->coordinator(), nullptr, 0);
+  cluster_->coordinator() = -1;
   StartCoordinator();
   auto jobs = Cli({"jobs"});
   EXPECT_THAT(jobs.output, HasSubstr(first));
@@ -285,9 +232,9 @@ TEST_F(ClusterTest, LostWorkerFailsTheAttemptAndTheJobResumesWhenItReturns) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   ASSERT_TRUE(WaitFor([&] { return fs::exists(out + "/checkpoints/step_00000005"); }, 60));
   // The node dies: the worker and (through their parent-death signal) its ranks.
-  kill(workers_["b"], SIGKILL);
-  waitpid(workers_["b"], nullptr, 0);
-  workers_.erase("b");
+  kill(workers()["b"], SIGKILL);
+  waitpid(workers()["b"], nullptr, 0);
+  workers().erase("b");
   ASSERT_TRUE(WaitFor([&] { return Job("job-000001").value("state", "") == "JOB_STATE_PENDING"; }, 20))
       << Job("job-000001").dump();
   // Whichever is noticed first — the surviving rank's broken all-reduce or b's missing heartbeats —

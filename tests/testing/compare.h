@@ -29,6 +29,10 @@ struct Tolerances {
 void ExpectRunsClose(const std::string& reference_dir, const std::string& run_dir, int steps, int tensors,
                      const Tolerances& tol = {});
 
+// The step-log part of ExpectRunsClose: losses, validation losses and gradient norms of every step.
+void ExpectStepLogsClose(const std::string& reference_dir, const std::string& run_dir, int steps,
+                         const Tolerances& tol = {});
+
 // `tessera run SPEC --quiet [--dump-at-step 1] --set output_dir=DIR/NAME --set S...`, expecting
 // success; returns the output directory.
 std::string RunLayout(const std::string& dir, const std::string& spec, const std::string& name,
