@@ -1,5 +1,5 @@
 """Benchmark: every parallel mode of one GPT at 4 and 8 ranks on this machine, against the planner's
-predictions (parallel/planner), plus the pipeline bubble and the longest sequence per activation
+predictions (plan/planner), plus the pipeline bubble and the longest sequence per activation
 budget with sequence parallelism.
 
 Per layout (6 steps; medians of steps 3-6, rank 0's steps.jsonl):

@@ -3,22 +3,22 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include "kernels/autograd_pointer.h"
+
 namespace tessera::kernels {
 namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-const FusedKernels* KernelsOf(AutogradContext* ctx) {
-  return reinterpret_cast<const FusedKernels*>(ctx->saved_data["kernels"].toInt());
-}
+const FusedKernels* KernelsOf(AutogradContext* ctx) { return LoadPointer<const FusedKernels>(ctx, "kernels"); }
 
 struct LayerNormFn : public torch::autograd::Function<LayerNormFn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
                             const at::Tensor& bias, double eps, const FusedKernels* k) {
     at::Tensor xc = x.contiguous();
     LayerNormResult r = k->LayerNormForward(xc, weight.contiguous(), bias.contiguous(), eps);
-    ctx->saved_data["kernels"] = reinterpret_cast<int64_t>(k);
+    SavePointer(ctx, "kernels", k);
     ctx->save_for_backward({xc, weight, r.mean, r.rstd});
     return r.y;
   }
@@ -36,7 +36,7 @@ struct BiasGeluFn : public torch::autograd::Function<BiasGeluFn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& bias,
                             const FusedKernels* k) {
     at::Tensor xc = x.contiguous();
-    ctx->saved_data["kernels"] = reinterpret_cast<int64_t>(k);
+    SavePointer(ctx, "kernels", k);
     ctx->save_for_backward({xc, bias});
     return k->BiasGeluForward(xc, bias.contiguous());
   }
@@ -52,7 +52,7 @@ struct BiasGeluFn : public torch::autograd::Function<BiasGeluFn> {
 struct CausalSoftmaxFn : public torch::autograd::Function<CausalSoftmaxFn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& scores, double scale, const FusedKernels* k) {
     at::Tensor y = k->CausalSoftmaxForward(scores.contiguous(), scale);
-    ctx->saved_data["kernels"] = reinterpret_cast<int64_t>(k);
+    SavePointer(ctx, "kernels", k);
     ctx->saved_data["scale"] = scale;
     ctx->save_for_backward({y});
     return y;

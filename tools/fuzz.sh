@@ -33,8 +33,8 @@ protos() {
     proto/tessera/v1/{coordinator_service,worker_service}.proto
   echo "$stamp" > "$out/gen/.done"
 }
-spec_src=(common/spec/{job_spec,paths,pretrained,spec_error,validate,yaml_to_proto,model_config_of}.cc
-          parallel/models/hf_config.cc)
+spec_src=(common/spec/{job_spec,paths,pretrained,spec_error,validate,yaml_to_proto,model_config_of,layout_of}.cc
+          layout/{check_layout,modes,parallel_layout,rank_generator,tp_grid}.cc parallel/models/hf_config.cc)
 
 build_spec() {
   protos

@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include "kernels/autograd_pointer.h"
+
 #include "parallel/layers/tp_ops.h"
 
 namespace tessera::parallel {
@@ -20,12 +22,10 @@ at::Tensor BroadcastFrom(const at::Tensor& mine, int root, Communicator* comm) {
 }
 
 struct SummaFn : public Function<SummaFn> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& a, const at::Tensor& b, int64_t row,
-                            int64_t col, int64_t q) {
-    Communicator* r = reinterpret_cast<Communicator*>(row);
-    Communicator* c = reinterpret_cast<Communicator*>(col);
-    ctx->saved_data["row"] = row;
-    ctx->saved_data["col"] = col;
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& a, const at::Tensor& b, Communicator* r,
+                            Communicator* c, int64_t q) {
+    SavePointer(ctx, "row", r);
+    SavePointer(ctx, "col", c);
     ctx->saved_data["q"] = q;
     ctx->save_for_backward({a, b});
     at::Tensor out = at::zeros({a.size(0), b.size(1)}, a.options());
@@ -37,8 +37,8 @@ struct SummaFn : public Function<SummaFn> {
     return out;
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    Communicator* r = reinterpret_cast<Communicator*>(ctx->saved_data["row"].toInt());
-    Communicator* c = reinterpret_cast<Communicator*>(ctx->saved_data["col"].toInt());
+    Communicator* r = LoadPointer<Communicator>(ctx, "row");
+    Communicator* c = LoadPointer<Communicator>(ctx, "col");
     const int q = static_cast<int>(ctx->saved_data["q"].toInt());
     auto saved = ctx->get_saved_variables();
     const at::Tensor& a = saved[0];
@@ -62,10 +62,9 @@ struct SummaFn : public Function<SummaFn> {
 };
 
 struct ReduceScatterFn : public Function<ReduceScatterFn> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t dim, int64_t comm) {
-    Communicator* g = reinterpret_cast<Communicator*>(comm);
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t dim, Communicator* g) {
     ctx->saved_data["dim"] = dim;
-    ctx->saved_data["comm"] = comm;
+    SavePointer(ctx, "comm", g);
     at::Tensor in = x.movedim(dim, 0).contiguous();
     std::vector<int64_t> shape = in.sizes().vec();
     shape[0] /= g->size();
@@ -74,7 +73,7 @@ struct ReduceScatterFn : public Function<ReduceScatterFn> {
     return out.movedim(0, dim).contiguous();
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    Communicator* g = reinterpret_cast<Communicator*>(ctx->saved_data["comm"].toInt());
+    Communicator* g = LoadPointer<Communicator>(ctx, "comm");
     const int64_t dim = ctx->saved_data["dim"].toInt();
     at::Tensor in = grads[0].movedim(dim, 0).contiguous();
     std::vector<int64_t> shape = in.sizes().vec();
@@ -92,7 +91,7 @@ at::Tensor SumBothWays(const at::Tensor& x, Communicator* comm) { return CopyToT
 }  // namespace
 
 at::Tensor Summa(const at::Tensor& a, const at::Tensor& b, const Grid2D& grid) {
-  return SummaFn::apply(a, b, reinterpret_cast<int64_t>(grid.row), reinterpret_cast<int64_t>(grid.col), grid.q);
+  return SummaFn::apply(a, b, grid.row, grid.col, int64_t{grid.q});
 }
 
 at::Tensor LayerNorm2D(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, double eps,
@@ -112,7 +111,7 @@ at::Tensor RmsNorm2D(const at::Tensor& x, const at::Tensor& weight, double eps, 
 }
 
 at::Tensor ReduceScatterAlong(const at::Tensor& x, int64_t dim, Communicator* comm) {
-  return ReduceScatterFn::apply(x, dim, reinterpret_cast<int64_t>(comm));
+  return ReduceScatterFn::apply(x, dim, comm);
 }
 
 }  // namespace tessera::parallel

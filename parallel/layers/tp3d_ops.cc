@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include "kernels/autograd_pointer.h"
+
 namespace tessera::parallel {
 namespace {
 
@@ -10,9 +12,7 @@ using torch::autograd::AutogradContext;
 using torch::autograd::Function;
 using torch::autograd::variable_list;
 
-Communicator* Comm(AutogradContext* ctx, const char* key) {
-  return reinterpret_cast<Communicator*>(ctx->saved_data[key].toInt());
-}
+Communicator* Comm(AutogradContext* ctx, const char* key) { return LoadPointer<Communicator>(ctx, key); }
 
 // Every member's `x` stacked along dim 0, in rank order.
 at::Tensor Gathered(const at::Tensor& x, Communicator* g) {
@@ -35,15 +35,15 @@ at::Tensor Scattered(const at::Tensor& x, Communicator* g) {
 }
 
 struct Linear3DFn : public Function<Linear3DFn> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& a, const at::Tensor& b, int64_t gather_a,
-                            int64_t gather_b, int64_t scatter) {
-    ctx->saved_data["ga"] = gather_a;
-    ctx->saved_data["gb"] = gather_b;
-    ctx->saved_data["sc"] = scatter;
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& a, const at::Tensor& b, Communicator* gather_a,
+                            Communicator* gather_b, Communicator* scatter) {
+    SavePointer(ctx, "ga", gather_a);
+    SavePointer(ctx, "gb", gather_b);
+    SavePointer(ctx, "sc", scatter);
     ctx->save_for_backward({a, b});
-    at::Tensor full_a = Gathered(a, reinterpret_cast<Communicator*>(gather_a));
-    at::Tensor full_b = Gathered(b, reinterpret_cast<Communicator*>(gather_b));
-    return Scattered(at::mm(full_a, full_b), reinterpret_cast<Communicator*>(scatter));
+    at::Tensor full_a = Gathered(a, gather_a);
+    at::Tensor full_b = Gathered(b, gather_b);
+    return Scattered(at::mm(full_a, full_b), scatter);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     Communicator* ga = Comm(ctx, "ga");
@@ -63,8 +63,7 @@ struct Linear3DFn : public Function<Linear3DFn> {
 
 at::Tensor Linear3D(const at::Tensor& a, const at::Tensor& b, Communicator* gather_a, Communicator* gather_b,
                     Communicator* scatter) {
-  return Linear3DFn::apply(a, b, reinterpret_cast<int64_t>(gather_a), reinterpret_cast<int64_t>(gather_b),
-                           reinterpret_cast<int64_t>(scatter));
+  return Linear3DFn::apply(a, b, gather_a, gather_b, scatter);
 }
 
 }  // namespace tessera::parallel

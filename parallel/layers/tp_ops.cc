@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include "kernels/autograd_pointer.h"
+
 namespace tessera::parallel {
 namespace {
 
@@ -10,13 +12,9 @@ using torch::autograd::AutogradContext;
 using torch::autograd::Function;
 using torch::autograd::variable_list;
 
-Communicator* CommOf(AutogradContext* ctx) {
-  return reinterpret_cast<Communicator*>(ctx->saved_data["comm"].toInt());
-}
+Communicator* CommOf(AutogradContext* ctx) { return LoadPointer<Communicator>(ctx, "comm"); }
 
-void SaveComm(AutogradContext* ctx, Communicator* comm) {
-  ctx->saved_data["comm"] = reinterpret_cast<int64_t>(comm);
-}
+void SaveComm(AutogradContext* ctx, Communicator* comm) { SavePointer(ctx, "comm", comm); }
 
 at::Tensor AllReduced(const at::Tensor& x, Communicator* comm, ReduceOp op = ReduceOp::kSum) {
   at::Tensor out = x.contiguous().clone();
@@ -91,13 +89,13 @@ struct KernelCrossEntropyFn : public Function<KernelCrossEntropyFn> {
     at::Tensor picked = x.gather(1, local.clamp(0, local_vocab - 1).unsqueeze(1)).squeeze(1).to(at::kFloat) *
                         in_range.to(at::kFloat);
     picked = AllReduced(picked, comm);
-    ctx->saved_data["kernels"] = reinterpret_cast<int64_t>(k);
+    SavePointer(ctx, "kernels", k);
     ctx->save_for_backward({x, lse, at::where(in_range, local, at::full_like(local, -1)).contiguous()});
     return lse - picked;
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto saved = ctx->get_saved_variables();
-    const auto* k = reinterpret_cast<const kernels::FusedKernels*>(ctx->saved_data["kernels"].toInt());
+    const auto* k = LoadPointer<const kernels::FusedKernels>(ctx, "kernels");
     at::Tensor dx = k->CrossEntropyBackward(saved[0], saved[1], saved[2], grads[0].to(at::kFloat).contiguous());
     return {dx, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }

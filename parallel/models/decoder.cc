@@ -1,5 +1,6 @@
 #include "parallel/models/decoder.h"
 
+#include "kernels/autograd_pointer.h"
 #include "layout/check_layout.h"
 
 #include <ATen/ATen.h>
@@ -492,14 +493,14 @@ namespace {
 // the block's communication (tp all-reduces) is repeated in the recomputation on every tp rank.
 struct CheckpointFn : public torch::autograd::Function<CheckpointFn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, Decoder* model, int64_t block) {
-    ctx->saved_data["model"] = reinterpret_cast<int64_t>(model);
+    SavePointer(ctx, "model", model);
     ctx->saved_data["block"] = block;
     ctx->save_for_backward({x});
     at::NoGradGuard no_grad;
     return model->Block(x, static_cast<int>(block));
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    Decoder* model = reinterpret_cast<Decoder*>(ctx->saved_data["model"].toInt());
+    Decoder* model = LoadPointer<Decoder>(ctx, "model");
     at::Tensor x = ctx->get_saved_variables()[0].detach().requires_grad_(true);
     at::Tensor y;
     {

@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include "kernels/autograd_pointer.h"
+
 #include <cmath>
 #include <limits>
 
@@ -12,9 +14,7 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-Communicator* CommOf(AutogradContext* ctx) {
-  return reinterpret_cast<Communicator*>(ctx->saved_data["sp"].toInt());
-}
+Communicator* CommOf(AutogradContext* ctx) { return LoadPointer<Communicator>(ctx, "sp"); }
 
 // Sends `t` to the next rank of the ring and receives the previous rank's into `into`; waits for both.
 void Rotate(Communicator* sp, const at::Tensor& t, at::Tensor& into, int tag) {
@@ -38,8 +38,7 @@ at::Tensor Scores(const at::Tensor& q, const at::Tensor& k, double scale, bool d
 
 struct RingAttentionFn : public torch::autograd::Function<RingAttentionFn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q_in, const at::Tensor& k_in,
-                            const at::Tensor& v_in, int64_t comm) {
-    Communicator* sp = reinterpret_cast<Communicator*>(comm);
+                            const at::Tensor& v_in, Communicator* sp) {
     const int n = sp->size(), r = sp->rank();
     const double scale = 1.0 / std::sqrt(static_cast<double>(q_in.size(-1)));
     // fp32 accumulation whatever the activation dtype.
@@ -89,7 +88,7 @@ struct RingAttentionFn : public torch::autograd::Function<RingAttentionFn> {
       lse = row_max + at::log(denom);
     }
     out = out.contiguous();
-    ctx->saved_data["sp"] = comm;
+    SavePointer(ctx, "sp", sp);
     ctx->save_for_backward({q_in, k_in, v_in, out, lse});
     return out.to(q_in.scalar_type());
   }
@@ -154,9 +153,9 @@ at::Tensor HeadsToSeq(const at::Tensor& y, Communicator* sp) {
 }
 
 struct SeqToHeadsFn : public torch::autograd::Function<SeqToHeadsFn> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t comm) {
-    ctx->saved_data["sp"] = comm;
-    return SeqToHeads(x, reinterpret_cast<Communicator*>(comm));
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, Communicator* sp) {
+    SavePointer(ctx, "sp", sp);
+    return SeqToHeads(x, sp);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     return {HeadsToSeq(grads[0], CommOf(ctx)), at::Tensor()};
@@ -164,9 +163,9 @@ struct SeqToHeadsFn : public torch::autograd::Function<SeqToHeadsFn> {
 };
 
 struct HeadsToSeqFn : public torch::autograd::Function<HeadsToSeqFn> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& y, int64_t comm) {
-    ctx->saved_data["sp"] = comm;
-    return HeadsToSeq(y, reinterpret_cast<Communicator*>(comm));
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& y, Communicator* sp) {
+    SavePointer(ctx, "sp", sp);
+    return HeadsToSeq(y, sp);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     return {SeqToHeads(grads[0], CommOf(ctx)), at::Tensor()};
@@ -176,14 +175,13 @@ struct HeadsToSeqFn : public torch::autograd::Function<HeadsToSeqFn> {
 }  // namespace
 
 at::Tensor RingSelfAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, Communicator* sp) {
-  return RingAttentionFn::apply(q, k, v, reinterpret_cast<int64_t>(sp));
+  return RingAttentionFn::apply(q, k, v, sp);
 }
 
 at::Tensor UlyssesSelfAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, Communicator* sp) {
-  const int64_t comm = reinterpret_cast<int64_t>(sp);
-  at::Tensor y = at::scaled_dot_product_attention(SeqToHeadsFn::apply(q, comm), SeqToHeadsFn::apply(k, comm),
-                                                  SeqToHeadsFn::apply(v, comm), {}, 0.0, /*is_causal=*/true);
-  return HeadsToSeqFn::apply(y, comm);
+  at::Tensor y = at::scaled_dot_product_attention(SeqToHeadsFn::apply(q, sp), SeqToHeadsFn::apply(k, sp),
+                                                  SeqToHeadsFn::apply(v, sp), {}, 0.0, /*is_causal=*/true);
+  return HeadsToSeqFn::apply(y, sp);
 }
 
 }  // namespace tessera::parallel
