@@ -29,11 +29,11 @@ const char* NameIn(const std::array<std::pair<E, const char*>, N>& table, E valu
 template <typename E, size_t N>
 absl::StatusOr<E> ParseIn(const std::array<std::pair<E, const char*>, N>& table, absl::string_view name,
                           absl::string_view what) {
-  std::vector<std::string> names;
   for (const auto& [e, n] : table) {
     if (name == n) return e;
-    names.push_back(n);
   }
+  std::vector<std::string> names;  // Only for the error.
+  for (const auto& [e, n] : table) names.push_back(n);
   return absl::InvalidArgumentError(
       absl::StrCat(what, " \"", name.substr(0, 32), "\" is not one of ", absl::StrJoin(names, ", ")));
 }

@@ -10,10 +10,10 @@
 #include "google/protobuf/message.h"
 #include "common/spec/job_spec.h"
 #include "common/spec/layout_of.h"
-#include "common/spec/model_config_of.h"
-#include "layout/check_layout.h"
 #include "common/spec/limits.h"
+#include "common/spec/model_config_of.h"
 #include "common/spec/yaml_to_proto.h"
+#include "layout/check_layout.h"
 
 namespace tessera::spec {
 namespace {
