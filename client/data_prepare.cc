@@ -18,8 +18,8 @@
 #include "absl/strings/str_format.h"
 #include "client/document_reader.h"
 #include "nlohmann/json.hpp"
-#include "parallel/data/indexed_dataset.h"
-#include "parallel/data/tokenizer.h"
+#include "formats/data/indexed_dataset.h"
+#include "formats/data/tokenizer.h"
 
 namespace tessera::client {
 

@@ -6,7 +6,7 @@
 #include "client/exit_codes.h"
 #include "common/spec/data_options_of.h"
 #include "common/spec/job_spec.h"
-#include "parallel/data/training_data.h"
+#include "formats/data/training_data.h"
 
 namespace tessera::client {
 

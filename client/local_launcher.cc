@@ -25,7 +25,7 @@
 #include "common/spec/job_spec.h"
 #include "google/protobuf/util/json_util.h"
 #include "nlohmann/json.hpp"
-#include "parallel/data/token_dataset.h"
+#include "formats/data/token_dataset.h"
 
 namespace tessera::client {
 namespace {

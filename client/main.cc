@@ -37,7 +37,7 @@ int Main(int argc, char** argv) {
     }
     const std::string name = cuda ? "tessera-generate-cuda" : "tessera-generate";
     const std::string env = cuda ? "TESSERA_GENERATE_CUDA_BINARY" : "TESSERA_GENERATE_BINARY";
-    std::string bin = process::FindTesseraBinary(name, "client", env.c_str());
+    std::string bin = process::FindTesseraBinary(name, "generate", env.c_str());
     if (bin.empty()) {
       std::cerr << "error: " << name << " is not installed next to tessera (set " << env << ")\n";
       return kExitBadInput;

@@ -6,8 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/exit_codes.h"
-#include "parallel/models/checkpoint_model.h"
-#include "parallel/models/hf_export.h"
+#include "formats/model/checkpoint_model.h"
+#include "formats/model/hf_export.h"
 
 namespace tessera::client {
 

@@ -1,6 +1,6 @@
 // What model to build: a decoder-only transformer of one family and its sizes. No torch and no proto:
 // the control plane (validation, the planner, metrics) and the engine share it. The family fixes the
-// architecture (parallel/models/family.h); the sizes are the spec's model.* fields.
+// architecture (formats/model/family.h); the sizes are the spec's model.* fields.
 #ifndef TESSERA_LAYOUT_MODEL_CONFIG_H_
 #define TESSERA_LAYOUT_MODEL_CONFIG_H_
 

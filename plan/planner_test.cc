@@ -117,12 +117,16 @@ TEST(PlannerTest, RanksByTheCostModel) {
   EXPECT_EQ(free_comm[0].layout.pp, 1);
   EXPECT_DOUBLE_EQ(free_comm[0].bubble, 0);
   for (const Prediction& p : free_comm) {
-    if (p.layout.pp > 1) EXPECT_GT(p.step_s, free_comm[0].step_s) << p.layout.ToString();
+    if (p.layout.pp > 1) {
+      EXPECT_GT(p.step_s, free_comm[0].step_s) << p.layout.ToString();
+    }
   }
   in.device.bandwidth = 1e6;
   auto costly = Plan(in);
   for (const Prediction& p : costly) {
-    if (p.layout.pp == 1) EXPECT_GE(p.comm_bytes, costly[0].comm_bytes) << p.layout.ToString();
+    if (p.layout.pp == 1) {
+      EXPECT_GE(p.comm_bytes, costly[0].comm_bytes) << p.layout.ToString();
+    }
   }
   EXPECT_NE(costly[1].verdict.find("× the chosen step"), std::string::npos) << costly[1].verdict;
 }

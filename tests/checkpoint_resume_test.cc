@@ -15,7 +15,7 @@
 #include "common/process/subprocess.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "parallel/checkpoint/checkpoint_dir.h"
+#include "formats/checkpoint/checkpoint_dir.h"
 #include "tests/testing/cli.h"
 
 namespace tessera {

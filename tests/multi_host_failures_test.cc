@@ -10,7 +10,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "parallel/checkpoint/checkpoint_dir.h"
+#include "formats/checkpoint/checkpoint_dir.h"
 #include "tests/multi_host_fixture.h"
 
 namespace tessera {

@@ -34,7 +34,7 @@ protos() {
   echo "$stamp" > "$out/gen/.done"
 }
 spec_src=(common/spec/{job_spec,paths,pretrained,spec_error,validate,yaml_to_proto,model_config_of,layout_of}.cc
-          layout/{check_layout,modes,parallel_layout,rank_generator,tp_grid}.cc parallel/models/hf_config.cc)
+          layout/{check_layout,modes,parallel_layout,rank_generator,tp_grid}.cc formats/model/hf_config.cc)
 
 build_spec() {
   protos
@@ -44,25 +44,25 @@ build_spec() {
 }
 
 build_tokenizer() {
-  local src=(parallel/data/{tokenizer_fuzz,tokenizer,bpe_model,byte_level,nfc,onig_pattern,pre_tokenizer,regex}.cc common/text/utf8.cc)
+  local src=(formats/data/{tokenizer_fuzz,tokenizer,bpe_model,byte_level,nfc,onig_pattern,pre_tokenizer,regex}.cc common/text/utf8.cc)
   # shellcheck disable=SC2046
   clang++ "${flags[@]}" "${src[@]}" -o "$out/tokenizer_fuzzer" $(pkg-config --libs libpcre2-8 "${absl[@]}")
 }
 
 build_token_files() {
-  local src=(parallel/data/{token_file_fuzz,token_dataset,indexed_dataset}.cc)
+  local src=(formats/data/{token_file_fuzz,token_dataset,indexed_dataset}.cc)
   # shellcheck disable=SC2046
   clang++ "${flags[@]}" "${src[@]}" -o "$out/token_files_fuzzer" $(pkg-config --libs "${absl[@]}")
 }
 
 build_checkpoint() {
-  local src=(parallel/checkpoint/{checkpoint_fuzz,safetensors,checkpoint_dir,durable_file,crc32c}.cc)
+  local src=(formats/checkpoint/{checkpoint_fuzz,safetensors,checkpoint_dir,durable_file,crc32c}.cc)
   # shellcheck disable=SC2046
   clang++ "${flags[@]}" "${src[@]}" -o "$out/checkpoint_fuzzer" $(pkg-config --libs "${absl[@]}")
 }
 
 build_trainer_state() {
-  local src=(parallel/models/{trainer_state_fuzz,trainer_state}.cc)
+  local src=(formats/model/{trainer_state_fuzz,trainer_state}.cc)
   # shellcheck disable=SC2046
   clang++ "${flags[@]}" "${src[@]}" -o "$out/trainer_state_fuzzer" $(pkg-config --libs "${absl[@]}")
 }

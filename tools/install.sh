@@ -14,8 +14,8 @@ if [ "${1:-}" = "--cuda" ]; then cuda=1; shift; fi
 prefix="${1:-/usr/local}"
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 cache="${HOME:-/root}/.cache/tessera/bazel-disk"
-bins=(client/tessera coordinator/tessera-coordinator worker/tessera-worker worker/rank/tessera-rank client/tessera-generate)
-[ $cuda = 0 ] || bins+=(worker/rank/tessera-rank-cuda client/tessera-generate-cuda)
+bins=(client/tessera coordinator/tessera-coordinator worker/tessera-worker worker/rank/tessera-rank generate/tessera-generate)
+[ $cuda = 0 ] || bins+=(worker/rank/tessera-rank-cuda generate/tessera-generate-cuda)
 targets=()
 for b in "${bins[@]}"; do targets+=("//${b%/*}:${b##*/}"); done
 bazel build --disk_cache="$cache" "${targets[@]}"

@@ -3,8 +3,9 @@
 # the JUnit XML each test leaves; GoogleTest marks a GTEST_SKIP case result="skipped", and skipped
 # cases are never counted as passed). The whole suite (no arguments) also runs every fuzz target
 # briefly under ASan+UBSan (tools/fuzz.sh --smoke: one case each) and the deployment tests
-# (tools/test_deploy.sh: the container image and a cluster in containers). Extra arguments go to `bazel test`
-# (e.g. a narrower target pattern) and skip the fuzz targets.
+# (tools/test_deploy.sh: the container image and a cluster in containers); every run checks the
+# layering (tools/check_layering.sh). Extra arguments go to `bazel test` (e.g. a narrower target
+# pattern) and skip the fuzz targets.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 cache="${HOME:-/root}/.cache/tessera/bazel-disk"
@@ -13,6 +14,10 @@ targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(//...)
 bazel test --disk_cache="$cache" "${targets[@]}"
 rc=$?
+# The layering rule the compiler cannot check (tools/check_layering.sh), counted as one test case.
+layering_junit="${TMPDIR:-/tmp}/tessera-layering-junit"
+rm -rf "$layering_junit"
+TESSERA_LAYERING_JUNIT="$layering_junit/layering.xml" bash tools/check_layering.sh || rc=1
 # The whole suite also runs every fuzz target briefly under ASan+UBSan (tools/fuzz.sh --smoke).
 fuzz_junit="${TMPDIR:-/tmp}/tessera-fuzz-junit"
 rm -rf "$fuzz_junit"
@@ -22,7 +27,7 @@ if [ "${targets[*]}" = "//..." ]; then
   TESSERA_FUZZ_JUNIT="$fuzz_junit" bash tools/fuzz.sh --smoke || rc=1
   TESSERA_DEPLOY_JUNIT="$deploy_junit" bash tools/test_deploy.sh || rc=1
 fi
-python3 - "$(bazel info bazel-testlogs 2>/dev/null)" "$fuzz_junit" "$deploy_junit" <<'PY'
+python3 - "$(bazel info bazel-testlogs 2>/dev/null)" "$fuzz_junit" "$deploy_junit" "$layering_junit" <<'PY'
 import pathlib, sys, xml.etree.ElementTree as ET
 passed = failed = skipped = 0
 xmls = list(pathlib.Path(sys.argv[1]).rglob("test.xml"))

@@ -10,7 +10,7 @@
 #include "common/process/rank_launch.h"
 #include "common/process/subprocess.h"
 #include "common/spec/model_config_of.h"
-#include "parallel/checkpoint/checkpoint_dir.h"
+#include "formats/checkpoint/checkpoint_dir.h"
 #include "common/steplog/step_log.h"
 #include "google/protobuf/util/json_util.h"
 

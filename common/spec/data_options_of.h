@@ -5,8 +5,8 @@
 
 #include <vector>
 
-#include "parallel/data/token_dataset.h"
-#include "parallel/data/training_data.h"
+#include "formats/data/token_dataset.h"
+#include "formats/data/training_data.h"
 #include "tessera/v1/job.pb.h"
 
 namespace tessera::spec {

@@ -26,7 +26,7 @@ absl::StatusOr<v1::JobSpec> ParseJobSpec(std::string_view text,
                                          const std::vector<std::string>& overrides,
                                          v1::JobSpec* written = nullptr);
 
-// model.pretrained: sets the model's family and sizes from DIR/config.json (parallel/models/hf_config).
+// model.pretrained: sets the model's family and sizes from DIR/config.json (formats/model/hf_config).
 // A field also in `written` (ParseJobSpec's) must agree: the error names the field, both values and
 // the file. seq_len stays the spec's (gpt2: at most n_positions; when not written, the default capped
 // by n_positions). Does nothing without model.pretrained.

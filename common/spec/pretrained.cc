@@ -6,7 +6,7 @@
 #include "absl/strings/str_join.h"
 #include "common/spec/job_spec.h"
 #include "common/spec/model_config_of.h"
-#include "parallel/models/hf_config.h"
+#include "formats/model/hf_config.h"
 
 namespace tessera::spec {
 namespace {

@@ -8,7 +8,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "absl/status/statusor.h"
-#include "parallel/checkpoint/safetensors.h"
+#include "formats/checkpoint/safetensors.h"
 
 namespace tessera::parallel {
 

@@ -50,7 +50,9 @@ TEST(DecoderTest, LlamaNamesAreTransformersNamesAndItsHeadIsUntied) {
   EXPECT_EQ(model.tied_embedding(), "");
   // Key/value projections have kv_heads·head_dim rows.
   for (const Param& p : model.params()) {
-    if (p.name == "layers.0.self_attn.k_proj.weight") EXPECT_EQ(p.full_shape, (std::vector<int64_t>{32, 64}));
+    if (p.name == "layers.0.self_attn.k_proj.weight") {
+      EXPECT_EQ(p.full_shape, (std::vector<int64_t>{32, 64}));
+    }
   }
   // A pipeline's last stage holds the head, not the embedding; GPT-2's holds the tied embedding.
   ModelPart last;

@@ -4,7 +4,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include "absl/strings/str_cat.h"
-#include "parallel/models/family.h"
+#include "formats/model/family.h"
 
 namespace tessera::parallel {
 

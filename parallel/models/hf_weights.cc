@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
-#include "parallel/models/family.h"
+#include "formats/model/family.h"
 
 namespace tessera::parallel {
 namespace {

@@ -14,8 +14,8 @@
 #include <ATen/core/Tensor.h>
 
 #include "absl/status/statusor.h"
-#include "parallel/checkpoint/mapped_safetensors.h"
-#include "parallel/models/model_config.h"
+#include "formats/checkpoint/mapped_safetensors.h"
+#include "formats/model/model_config.h"
 
 namespace tessera::parallel {
 

@@ -11,7 +11,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "parallel/checkpoint/tensor_convert.h"
-#include "parallel/models/family.h"
+#include "formats/model/family.h"
 
 namespace tessera::parallel {
 namespace {

@@ -5,8 +5,8 @@
 #include "absl/strings/str_cat.h"
 #include "parallel/checkpoint/tensor_convert.h"
 #include "parallel/comm/self_communicator.h"
-#include "parallel/models/checkpoint_model.h"
-#include "parallel/models/hf_config.h"
+#include "formats/model/checkpoint_model.h"
+#include "formats/model/hf_config.h"
 #include "parallel/models/hf_weights.h"
 
 namespace tessera::parallel {

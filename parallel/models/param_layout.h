@@ -10,7 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "parallel/comm/communicator.h"
-#include "parallel/models/tp_split.h"
+#include "formats/model/tp_split.h"
 
 namespace tessera::parallel {
 

@@ -16,7 +16,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "parallel/checkpoint/checkpoint_dir.h"
+#include "formats/checkpoint/checkpoint_dir.h"
 #include "parallel/checkpoint/tensor_convert.h"
 #include "layout/check_layout.h"
 #include "layout/tp_grid.h"

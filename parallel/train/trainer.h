@@ -17,7 +17,7 @@
 #include "absl/status/statusor.h"
 #include "nlohmann/json_fwd.hpp"
 #include "parallel/comm/process_groups.h"
-#include "parallel/data/token_dataset.h"
+#include "formats/data/token_dataset.h"
 #include "parallel/dp/grad_buckets.h"
 #include "parallel/models/decoder.h"
 #include "parallel/optim/adamw.h"

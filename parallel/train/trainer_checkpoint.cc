@@ -11,10 +11,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
-#include "parallel/checkpoint/checkpoint_dir.h"
-#include "parallel/checkpoint/durable_file.h"
+#include "formats/checkpoint/checkpoint_dir.h"
+#include "formats/checkpoint/durable_file.h"
 #include "parallel/checkpoint/tensor_convert.h"
-#include "parallel/models/trainer_state.h"
+#include "formats/model/trainer_state.h"
 #include "parallel/train/status_macros.h"
 #include "parallel/train/trainer.h"
 

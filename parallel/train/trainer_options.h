@@ -7,12 +7,12 @@
 #include <string>
 #include <vector>
 
-#include "parallel/data/token_dataset.h"
-#include "parallel/data/training_data.h"
+#include "formats/data/token_dataset.h"
+#include "formats/data/training_data.h"
 #include "parallel/device/device_options.h"
 #include "layout/modes.h"
 #include "layout/parallel_layout.h"
-#include "parallel/models/model_config.h"
+#include "formats/model/model_config.h"
 #include "parallel/optim/lr_schedule.h"
 
 namespace tessera::parallel {

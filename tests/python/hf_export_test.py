@@ -28,7 +28,7 @@ from hf_testing import with_random_biases, write_tokens  # noqa: E402
 
 TESSERA = os.path.abspath("client/tessera")
 RANK = os.path.abspath("worker/rank/tessera-rank")
-GENERATE = os.path.abspath("client/tessera-generate")
+GENERATE = os.path.abspath("generate/tessera-generate")
 ENV = dict(os.environ, TESSERA_RANK_BINARY=RANK, TESSERA_GENERATE_BINARY=GENERATE)
 SEQ = 32
 LOGITS_TOL = 1e-5  # The bar: exported weights in transformers against tessera's forward, fp32.

@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "nlohmann/json.hpp"
-#include "parallel/checkpoint/safetensors.h"
+#include "formats/checkpoint/safetensors.h"
 
 namespace tessera::testing {
 

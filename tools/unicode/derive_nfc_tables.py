@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Derives parallel/data/nfc_tables.inc: the Unicode data of canonical composition (NFC) exactly as
+"""Derives formats/data/nfc_tables.inc: the Unicode data of canonical composition (NFC) exactly as
 the `tokenizers` library applies it (its NFC normalizer, which Qwen2's tokenizer.json names).
 
 The library carries a newer Unicode version than Debian's Python, so the library is the authority:
@@ -10,7 +10,7 @@ The library carries a newer Unicode version than Debian's Python, so the library
 - primary composites are the code points with a two-character mapping that its NFC leaves alone.
 The tables are then checked by an NFC written here from them against the library's NFC on every code
 point and on sequences of marks, jamo and composites; any difference stops the script.
-    tools/python.sh tools/unicode/derive_nfc_tables.py > parallel/data/nfc_tables.inc
+    tools/python.sh tools/unicode/derive_nfc_tables.py > formats/data/nfc_tables.inc
 """
 import random
 import sys

@@ -1,0 +1,128 @@
+#include "formats/checkpoint/checkpoint_dir.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "nlohmann/json.hpp"
+#include "formats/checkpoint/durable_file.h"
+
+namespace tessera::parallel {
+
+namespace fs = std::filesystem;
+
+std::string CheckpointName(int64_t step) { return absl::StrFormat("step_%08d", step); }
+
+std::vector<std::pair<int64_t, std::string>> ListCheckpoints(const std::string& dir) {
+  std::vector<std::pair<int64_t, std::string>> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    int64_t step;
+    if (name.rfind("step_", 0) == 0 && name.find('.') == std::string::npos &&
+        absl::SimpleAtoi(name.substr(5), &step) && e.is_directory()) {
+      out.emplace_back(step, e.path().string());
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string TmpCheckpointPath(const std::string& dir, int64_t step, int64_t token) {
+  return absl::StrCat(dir, "/", CheckpointName(step), ".tmp.", token);
+}
+
+absl::StatusOr<std::string> BeginCheckpoint(const std::string& dir, int64_t step, int64_t token) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat(dir, ": cannot create: ", ec.message()));
+  std::string tmp = TmpCheckpointPath(dir, step, token == 0 ? getpid() : token);
+  fs::remove_all(tmp, ec);
+  fs::create_directory(tmp, ec);
+  if (ec) return absl::InternalError(absl::StrCat(tmp, ": cannot create: ", ec.message()));
+  return tmp;
+}
+
+absl::Status CommitCheckpoint(const std::string& dir, const std::string& tmp, int64_t step, int keep) {
+  absl::Status synced = FsyncDirectory(tmp);
+  if (!synced.ok()) return synced;
+  const std::string final_path = absl::StrCat(dir, "/", CheckpointName(step));
+  std::error_code ec;
+  if (fs::exists(final_path)) {
+    // Move the old one aside first so that some complete checkpoint of this step always exists.
+    const std::string old = final_path + ".old";
+    fs::remove_all(old, ec);
+    fs::rename(final_path, old, ec);
+  }
+  fs::rename(tmp, final_path, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot rename ", tmp, " to ", final_path, ": ", ec.message()));
+  synced = FsyncDirectory(dir);
+  if (!synced.ok()) return synced;
+  auto all = ListCheckpoints(dir);
+  for (size_t i = 0; i + keep < all.size(); ++i) fs::remove_all(all[i].second, ec);
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("step_", 0) == 0 && name.find('.') != std::string::npos) fs::remove_all(e.path(), ec);
+  }
+  return absl::OkStatus();
+}
+
+void AbortCheckpoint(const std::string& tmp) {
+  std::error_code ec;
+  fs::remove_all(tmp, ec);
+}
+
+absl::Status VerifyCheckpoint(const std::string& path) {
+  auto damaged = [&](const std::string& why) {
+    return absl::DataLossError(absl::StrCat("checkpoint ", path, " is damaged: ", why));
+  };
+  std::ifstream in(path + "/index.json");
+  if (!in) return damaged("index.json is missing");
+  const nlohmann::json index = nlohmann::json::parse(in, nullptr, false);
+  if (index.is_discarded() || !index.is_object()) return damaged("index.json is not valid JSON");
+  if (!index.contains("files")) return absl::OkStatus();  // Written before checksums were recorded.
+  const nlohmann::json& files = index["files"];
+  if (!files.is_object() || files.empty()) return damaged("index.json's files is not a non-empty object");
+  for (auto it = files.begin(); it != files.end(); ++it) {
+    const std::string& name = it.key();
+    const nlohmann::json& want = it.value();
+    if (name.empty() || name.find('/') != std::string::npos || name == "." || name == ".." || !want.is_object() ||
+        !want.contains("bytes") || !want.contains("crc32c") || !want["bytes"].is_number_unsigned() ||
+        !want["crc32c"].is_number_unsigned()) {
+      return damaged(absl::StrCat("index.json's entry for \"", name, "\" is malformed"));
+    }
+    auto got = DigestFile(path + "/" + name);
+    if (!got.ok()) return damaged(absl::StrCat(name, ": ", got.status().message()));
+    const uint64_t bytes = want["bytes"].get<uint64_t>();
+    const uint64_t crc = want["crc32c"].get<uint64_t>();
+    if (static_cast<uint64_t>(got->bytes) != bytes) {
+      return damaged(absl::StrCat(name, " has ", got->bytes, " bytes, the index recorded ", bytes));
+    }
+    if (got->crc32c != crc) {
+      return damaged(absl::StrFormat("%s has CRC-32C %08x, the index recorded %08x", name, got->crc32c, crc));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::optional<std::pair<int64_t, std::string>> NewestGoodCheckpoint(const std::string& dir,
+                                                                     std::vector<absl::Status>* damaged) {
+  auto all = ListCheckpoints(dir);
+  for (auto it = all.rbegin(); it != all.rend(); ++it) {
+    absl::Status s = VerifyCheckpoint(it->second);
+    if (s.ok()) return *it;
+    std::error_code ec;
+    fs::remove_all(it->second + ".damaged", ec);
+    fs::rename(it->second, it->second + ".damaged", ec);
+    if (damaged != nullptr) damaged->push_back(std::move(s));
+  }
+  return std::nullopt;
+}
+
+}  // namespace tessera::parallel

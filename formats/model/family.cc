@@ -1,0 +1,117 @@
+#include "formats/model/family.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
+
+namespace tessera::parallel {
+
+const FamilySpec& FamilyOf(ModelFamily family) {
+  static const FamilySpec kGpt2 = {
+      .norm = NormKind::kLayerNorm, .mlp = MlpKind::kGelu, .positions = PositionKind::kLearned,
+      .biases = true, .fused_qkv = true, .residual_init = true, .hf_prefix = "transformer.", .hf_conv1d = true,
+      .token_embedding = "wte", .position_embedding = "wpe", .final_norm = "ln_f", .lm_head = "",
+      .block_prefix = "h.", .attn_norm = "ln_1", .qkv = "attn.c_attn", .q = "", .k = "", .v = "",
+      .attn_out = "attn.c_proj", .mlp_norm = "ln_2", .mlp_in = "mlp.c_fc", .gate = "", .up = "",
+      .mlp_out = "mlp.c_proj"};
+  static const FamilySpec kLlama = {
+      .norm = NormKind::kRmsNorm, .mlp = MlpKind::kSwiGlu, .positions = PositionKind::kRotary,
+      .biases = false, .fused_qkv = false, .residual_init = false, .hf_prefix = "model.", .hf_conv1d = false,
+      .token_embedding = "embed_tokens", .position_embedding = "", .final_norm = "norm", .lm_head = "lm_head",
+      .block_prefix = "layers.", .attn_norm = "input_layernorm", .qkv = "", .q = "self_attn.q_proj",
+      .k = "self_attn.k_proj", .v = "self_attn.v_proj", .attn_out = "self_attn.o_proj",
+      .mlp_norm = "post_attention_layernorm", .mlp_in = "", .gate = "mlp.gate_proj", .up = "mlp.up_proj",
+      .mlp_out = "mlp.down_proj"};
+  switch (family) {
+    case ModelFamily::kGpt2: return kGpt2;
+    case ModelFamily::kLlama: return kLlama;
+  }
+  // Only a value cast from an integer no enumerator has: a broken invariant, never a silent GPT-2.
+  std::fprintf(stderr, "FamilyOf: model family %d is not one of gpt, llama\n", static_cast<int>(family));
+  std::abort();
+}
+
+const char* FamilyName(ModelFamily family) {
+  switch (family) {
+    case ModelFamily::kGpt2: return "gpt";
+    case ModelFamily::kLlama: return "llama";
+  }
+  return "?";
+}
+
+std::string BlockParamName(const FamilySpec& f, int layer, const std::string& role, const char* kind) {
+  return absl::StrCat(f.block_prefix, layer, ".", role, ".", kind);
+}
+
+ModelPart ModelPart::Whole(int layers) {
+  ModelPart part;
+  for (int i = 0; i < layers; ++i) part.layers.push_back(i);
+  return part;
+}
+
+std::string TiedEmbeddingName(const ModelConfig& c) {
+  const FamilySpec& f = FamilyOf(c.family);
+  return c.family == ModelFamily::kGpt2 || c.tie_embeddings ? f.token_embedding + ".weight" : "";
+}
+
+std::vector<ParamSpec> ParamSpecs1D(const ModelConfig& c, const ModelPart& part, int tp) {
+  const FamilySpec& f = FamilyOf(c.family);
+  const int64_t h = c.hidden, ffn = c.FfnHidden(), kv = static_cast<int64_t>(c.KvHeads()) * c.HeadDim();
+  const double std = 0.02;
+  const double out_std = f.residual_init ? 0.02 / std::sqrt(2.0 * c.layers) : std;
+  const bool tied = !TiedEmbeddingName(c).empty();
+  const TpSplit kv_split = c.KvHeads() >= tp ? TpSplit::kDim0 : TpSplit::kReplicated;
+  std::vector<ParamSpec> out;
+  auto add = [&](std::string name, std::vector<int64_t> shape, TpSplit split, double init_std, double fill,
+                 int layer = -1) {
+    out.push_back({std::move(name), std::move(shape), split, init_std, fill, {}, layer});
+  };
+  auto norm = [&](const std::string& base, int layer) {
+    add(base + ".weight", {h}, TpSplit::kReplicated, 0, 1, layer);
+    if (f.biases) add(base + ".bias", {h}, TpSplit::kReplicated, 0, 0, layer);
+  };
+  if (part.embedding || (part.head && tied)) {
+    add(f.token_embedding + ".weight", {c.vocab, h}, TpSplit::kPaddedDim0, std, 0);
+  }
+  if (part.embedding && f.positions == PositionKind::kLearned) {
+    add(f.position_embedding + ".weight", {c.seq_len, h}, TpSplit::kReplicated, std, 0);
+  }
+  for (int i : part.layers) {
+    auto name = [&](const std::string& role, const char* kind = "weight") { return BlockParamName(f, i, role, kind); };
+    norm(absl::StrCat(f.block_prefix, i, ".", f.attn_norm), i);
+    if (f.fused_qkv) {
+      add(name(f.qkv), {3 * h, h}, TpSplit::kQkvDim0, std, 0, i);
+      if (f.biases) add(name(f.qkv, "bias"), {3 * h}, TpSplit::kQkvDim0, 0, 0, i);
+    } else {
+      add(name(f.q), {h, h}, TpSplit::kDim0, std, 0, i);
+      add(name(f.k), {kv, h}, kv_split, std, 0, i);
+      add(name(f.v), {kv, h}, kv_split, std, 0, i);
+      if (c.qkv_bias) {
+        add(name(f.q, "bias"), {h}, TpSplit::kDim0, 0, 0, i);
+        add(name(f.k, "bias"), {kv}, kv_split, 0, 0, i);
+        add(name(f.v, "bias"), {kv}, kv_split, 0, 0, i);
+      }
+    }
+    add(name(f.attn_out), {h, h}, TpSplit::kDim1, out_std, 0, i);
+    if (f.biases) add(name(f.attn_out, "bias"), {h}, TpSplit::kReplicated, 0, 0, i);
+    norm(absl::StrCat(f.block_prefix, i, ".", f.mlp_norm), i);
+    if (f.mlp == MlpKind::kGelu) {
+      add(name(f.mlp_in), {ffn, h}, TpSplit::kDim0, std, 0, i);
+      if (f.biases) add(name(f.mlp_in, "bias"), {ffn}, TpSplit::kDim0, 0, 0, i);
+    } else {
+      add(name(f.gate), {ffn, h}, TpSplit::kDim0, std, 0, i);
+      add(name(f.up), {ffn, h}, TpSplit::kDim0, std, 0, i);
+    }
+    add(name(f.mlp_out), {h, ffn}, TpSplit::kDim1, out_std, 0, i);
+    if (f.biases) add(name(f.mlp_out, "bias"), {h}, TpSplit::kReplicated, 0, 0, i);
+  }
+  if (part.head) {
+    norm(f.final_norm, -1);
+    if (!tied) add(f.lm_head + ".weight", {c.vocab, h}, TpSplit::kPaddedDim0, std, 0);
+  }
+  return out;
+}
+
+}  // namespace tessera::parallel

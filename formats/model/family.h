@@ -1,0 +1,75 @@
+// A model family as data: the architecture choices of its blocks and the names of its parameters.
+// The decoder (decoder.h) is one implementation driven by this spec, so a further family that differs
+// only in these choices (Qwen2: qkv biases; Mistral: Llama's shape) is a new entry here, not a copy
+// of the model. Names are transformers' own without the model prefix ("transformer." for GPT-2,
+// "model." for Llama), so checkpoints map to Hugging Face by a prefix (docs/models.md).
+#ifndef TESSERA_PARALLEL_MODELS_FAMILY_H_
+#define TESSERA_PARALLEL_MODELS_FAMILY_H_
+
+#include <string>
+#include <vector>
+
+#include "formats/model/model_config.h"
+#include "formats/model/tp_split.h"
+
+namespace tessera::parallel {
+
+enum class NormKind { kLayerNorm, kRmsNorm };
+enum class MlpKind { kGelu, kSwiGlu };          // GELU(erf) of one matrix; SiLU(gate)·up.
+enum class PositionKind { kLearned, kRotary };  // Added position embedding; rotary q and k (rotate-half).
+
+struct FamilySpec {
+  NormKind norm;
+  MlpKind mlp;
+  PositionKind positions;
+  bool biases;         // Every linear and norm has a bias.
+  bool fused_qkv;      // One [3·hidden, hidden] projection (q, k, v stacked) instead of three.
+  bool residual_init;  // Output projections drawn with std 0.02/sqrt(2·layers) (GPT-2), else 0.02.
+  // transformers: the prefix of the non-head parameters' names ("transformer.", "model."), and whether
+  // its linear weights are stored [in, out] (GPT-2's Conv1D) rather than torch's [out, in].
+  std::string hf_prefix;
+  bool hf_conv1d;
+  // Parameter names (".weight" / ".bias" appended). Block parameters are block_prefix + i + "." + name.
+  std::string token_embedding, position_embedding, final_norm, lm_head;
+  std::string block_prefix, attn_norm, qkv, q, k, v, attn_out, mlp_norm, mlp_in, gate, up, mlp_out;
+};
+
+const FamilySpec& FamilyOf(ModelFamily family);
+// The spec's name of the family: "gpt", "llama".
+const char* FamilyName(ModelFamily family);
+
+// The documented name of a block parameter: "h.3.attn.c_attn.weight".
+std::string BlockParamName(const FamilySpec& f, int layer, const std::string& role, const char* kind = "weight");
+
+// The parts of the model one rank holds (pipeline stages hold a subset; parallel/pipeline).
+struct ModelPart {
+  std::vector<int> layers;  // Blocks held, ascending (global block indices).
+  bool embedding = true;    // The token (and position) embedding, used before the first block.
+  bool head = true;         // The final norm and the LM head (the token embedding when tied).
+  static ModelPart Whole(int layers);
+};
+
+// How one parameter is made: documented name, full shape, tp split, and its initialisation (normal
+// with init_std when > 0, else the constant fill). `layer`: its block, -1 outside the blocks.
+struct ParamSpec {
+  std::string name;
+  std::vector<int64_t> shape;
+  TpSplit split = TpSplit::kReplicated;
+  double init_std = 0;
+  double fill = 0;
+  GridSplit grid;  // With split kGrid.
+  int layer = -1;
+};
+
+// The parameters of `part` of a model of `config` for 1D tensor parallelism over `tp` ranks, in the
+// model's order (GPT-2's order is the one its checkpoints have always had). Key/value projections
+// are split over tp when kv_heads >= tp and replicated otherwise.
+std::vector<ParamSpec> ParamSpecs1D(const ModelConfig& config, const ModelPart& part, int tp);
+
+// The name of the token embedding where the LM head uses it too (its gradient then sums the two
+// uses, across pipeline stages when they are apart), "" for an untied head.
+std::string TiedEmbeddingName(const ModelConfig& config);
+
+}  // namespace tessera::parallel
+
+#endif  // TESSERA_PARALLEL_MODELS_FAMILY_H_

@@ -1,0 +1,35 @@
+// tessera checkpoint → transformers model directory: config.json (hf_config.h) and the weights under
+// transformers' names and layouts (the model prefix, GPT-2's Conv1D [in, out]), in one
+// model.safetensors or, above `max_shard_bytes`, shards model-0000K-of-0000N.safetensors with
+// model.safetensors.index.json — what save_pretrained writes, so from_pretrained loads it. No torch.
+#ifndef TESSERA_PARALLEL_MODELS_HF_EXPORT_H_
+#define TESSERA_PARALLEL_MODELS_HF_EXPORT_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "formats/model/checkpoint_model.h"
+
+namespace tessera::parallel {
+
+enum class ExportDtype { kF32, kBF16 };  // bf16: rounded to nearest even, as torch converts.
+
+struct HfExportOptions {
+  ExportDtype dtype = ExportDtype::kF32;
+  uint64_t max_shard_bytes = 5000000000;  // transformers' default, 5GB. A larger tensor is a shard of its own.
+};
+
+struct HfExportResult {
+  int shards = 0;
+  uint64_t bytes = 0;  // Of all tensors written.
+};
+
+// Writes the model of `checkpoint` into `out_dir`, which must not exist or be empty (nothing is
+// overwritten). Every file is written durably (fsynced). Fails naming the tensor or file.
+absl::StatusOr<HfExportResult> ExportToHf(const CheckpointModel& checkpoint, const std::string& out_dir,
+                                          const HfExportOptions& options);
+
+}  // namespace tessera::parallel
+
+#endif  // TESSERA_PARALLEL_MODELS_HF_EXPORT_H_

@@ -1,0 +1,190 @@
+// tessera-generate: the engine behind `tessera generate` (the CLI runs this binary so that the CLI
+// itself does not load LibTorch). Samples tokens from a tessera checkpoint or a transformers model
+// directory with a KV cache, on CPU or (tessera-generate-cuda, the same source linked with LibTorch's
+// CUDA part; the CLI picks it for --device cuda) on a GPU; text in and out through a tokenizer.json.
+#include <ATen/Context.h>
+#include <ATen/Parallel.h>
+
+#include <filesystem>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "client/exit_codes.h"
+#include "nlohmann/json.hpp"
+#include "parallel/checkpoint/tensor_convert.h"
+#include "formats/data/tokenizer.h"
+#include "common/text/utf8.h"
+#include "parallel/models/generate.h"
+#include "parallel/models/load_model.h"
+
+namespace tessera::client {
+namespace {
+
+// "cpu", "cuda" or "cuda:N"; an error names the flag and says what this binary or machine lacks.
+absl::StatusOr<c10::Device> ParseDevice(const std::string& text) {
+  if (text == "cpu") return c10::Device(c10::kCPU);
+  int index = 0;
+  if (text != "cuda") {
+    if (!absl::StartsWith(text, "cuda:") || !absl::SimpleAtoi(text.substr(5), &index) || index < 0 || index > 1023) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--device: \"", text, "\" is not cpu, cuda or cuda:N (N a device number)"));
+    }
+  }
+#ifndef TESSERA_GENERATE_CUDA
+  return absl::FailedPreconditionError(absl::StrCat(
+      "--device ", text, ": tessera-generate has no CUDA (`tessera generate --device cuda` runs tessera-generate-cuda)"));
+#endif
+  if (!at::hasCUDA()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--device ", text, ": this machine has no CUDA device (or no NVIDIA driver)"));
+  }
+  const int64_t count = at::getNumGPUs();
+  if (index >= count) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--device ", text, ": this machine has ", count, " CUDA device", count == 1 ? "" : "s"));
+  }
+  return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(index));
+}
+
+int Main(int argc, char** argv) {
+  CLI::App app{"tessera generate: sample tokens from a model (KV cache, CPU or CUDA)"};
+  app.name("tessera generate");
+  std::string model_path, prompt_ids, prompt_text, logits_out, tokenizer_path;
+  parallel::GenerateOptions o;
+  int threads = 0;
+  bool json = false;
+  std::string device_text = "cpu";
+  app.add_option("model", model_path, "A tessera checkpoint (or checkpoint directory) or a transformers model directory")
+      ->required();
+  app.add_option("--prompt-ids", prompt_ids, "Prompt token ids, comma-separated: 15496,11,995");
+  app.add_option("--prompt", prompt_text,
+                 "Prompt text: encoded by --tokenizer, else byte-level (models with a 256-token vocabulary)");
+  app.add_option("--tokenizer", tokenizer_path,
+                 "A transformers tokenizer.json for --prompt and the output text (default: MODEL/tokenizer.json "
+                 "when MODEL is a directory that has one)");
+  app.add_option("--max-new-tokens", o.max_new_tokens, "Tokens to generate (default 32)");
+  app.add_option("--temperature", o.temperature, "0 (default): greedy; > 0: sample from softmax(logits / T)");
+  app.add_option("--top-k", o.top_k, "Sample among the K most likely tokens (default: all)");
+  app.add_option("--seed", o.seed, "Seed of the sampler (default 0)");
+  app.add_option("--stop-id", o.stop_token, "Stop after generating this token id (e.g. the end-of-text id)");
+  app.add_option("--device", device_text, "cpu (default), cuda or cuda:N");
+  app.add_option("--threads", threads, "Intra-op threads (default: LibTorch's)");
+  app.add_option("--logits-out", logits_out, "Write the prompt's logits [T, vocab] (fp32) to this .safetensors file");
+  app.add_flag("--json", json, "Print {\"prompt\": [...], \"tokens\": [...]} instead of the tokens as they come");
+  CLI11_PARSE(app, argc, argv);
+  if (prompt_ids.empty() == prompt_text.empty()) {
+    std::cerr << "error: give exactly one of --prompt-ids and --prompt\n";
+    return kExitBadInput;
+  }
+  std::vector<int64_t> prompt;
+  if (!prompt_ids.empty()) {
+    for (absl::string_view part : absl::StrSplit(prompt_ids, ',')) {
+      int64_t id;
+      if (!absl::SimpleAtoi(part, &id)) {
+        std::cerr << "error: --prompt-ids: \"" << part << "\" is not an integer\n";
+        return kExitBadInput;
+      }
+      prompt.push_back(id);
+    }
+  }
+  if (tokenizer_path.empty() && !prompt_text.empty() && std::filesystem::is_directory(model_path) &&
+      std::filesystem::exists(std::filesystem::path(model_path) / "tokenizer.json")) {
+    tokenizer_path = (std::filesystem::path(model_path) / "tokenizer.json").string();
+  }
+  std::unique_ptr<parallel::Tokenizer> tokenizer;
+  if (!tokenizer_path.empty()) {
+    auto t = parallel::Tokenizer::FromFile(tokenizer_path);
+    if (!t.ok()) {
+      std::cerr << "error: --tokenizer: " << t.status().message() << "\n";
+      return kExitBadInput;
+    }
+    tokenizer = std::move(*t);
+  }
+  if (!prompt_text.empty()) {
+    if (tokenizer) {
+      std::vector<int32_t> ids;
+      if (absl::Status s = tokenizer->NewEncoder()->Encode(prompt_text, &ids); !s.ok()) {
+        std::cerr << "error: --prompt: " << s.message() << "\n";
+        return kExitBadInput;
+      }
+      prompt.assign(ids.begin(), ids.end());
+    } else {
+      for (unsigned char ch : prompt_text) prompt.push_back(ch);
+    }
+  }
+  auto device = ParseDevice(device_text);
+  if (!device.ok()) {
+    std::cerr << "error: " << device.status().message() << "\n";
+    return kExitBadInput;
+  }
+  if (threads > 0) at::set_num_threads(threads);
+  auto loaded = parallel::LoadModelForInference(model_path, *device);
+  if (!loaded.ok()) {
+    std::cerr << "error: " << loaded.status().message() << "\n";
+    return kExitBadInput;
+  }
+  if (!prompt_text.empty() && !tokenizer && loaded->model->config().vocab < 256) {
+    std::cerr << "error: --prompt: byte-level text needs a vocabulary of at least 256 tokens; this model has "
+              << loaded->model->config().vocab << " (use --prompt-ids or --tokenizer)\n";
+    return kExitBadInput;
+  }
+  const bool bytes = !prompt_text.empty() && !tokenizer;
+  // With a tokenizer, each token's bytes as it comes (a character split over tokens completes later).
+  auto text_of = [&](const std::vector<int32_t>& ids) -> std::string {
+    auto text = tokenizer->Decode(ids);
+    return text.ok() ? *text : "?";
+  };
+  auto print = [&](int64_t t) {
+    if (json) return;
+    if (tokenizer) {
+      std::cout << text_of({static_cast<int32_t>(t)}) << std::flush;
+    } else if (bytes) {
+      std::cout << static_cast<char>(t < 256 ? t : '?') << std::flush;
+    } else {
+      std::cout << t << " " << std::flush;
+    }
+  };
+  at::Tensor logits;
+  auto tokens = parallel::Generate(*loaded->model, prompt, o, print, logits_out.empty() ? nullptr : &logits);
+  if (!tokens.ok()) {
+    std::cerr << "error: " << tokens.status().message() << "\n";
+    return kExitBadInput;
+  }
+  if (!logits_out.empty()) {
+    if (absl::Status s = parallel::SaveTensors(logits_out, {{"logits", logits}}); !s.ok()) {
+      std::cerr << "error: --logits-out: " << s.message() << "\n";
+      return kExitJobFailed;
+    }
+  }
+  if (json) {
+    auto list = [](const std::vector<int64_t>& v) {
+      std::string s = "[";
+      for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+      return s + "]";
+    };
+    std::cout << "{\"model\": \"" << loaded->source << "\", \"prompt\": " << list(prompt)
+              << ", \"tokens\": " << list(*tokens);
+    if (tokenizer) {
+      const std::vector<int32_t> ids(tokens->begin(), tokens->end());
+      // Invalid UTF-8 (a character cut by --max-new-tokens, or bytes a model strung together) becomes
+      // U+FFFD, as the `tokenizers` library decodes it.
+      std::cout << ", \"text\": " << nlohmann::json(text::Utf8Lossy(text_of(ids))).dump();
+    }
+    std::cout << "}\n";
+  } else {
+    std::cout << "\n";
+  }
+  return kExitOk;
+}
+
+}  // namespace
+}  // namespace tessera::client
+
+int main(int argc, char** argv) { return tessera::client::Main(argc, argv); }
