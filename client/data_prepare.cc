@@ -17,9 +17,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/document_reader.h"
-#include "nlohmann/json.hpp"
 #include "formats/data/indexed_dataset.h"
 #include "formats/data/tokenizer.h"
+#include "nlohmann/json.hpp"
 
 namespace tessera::client {
 

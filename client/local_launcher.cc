@@ -23,9 +23,9 @@
 #include "common/process/subprocess.h"
 #include "common/spec/data_options_of.h"
 #include "common/spec/job_spec.h"
+#include "formats/data/token_dataset.h"
 #include "google/protobuf/util/json_util.h"
 #include "nlohmann/json.hpp"
-#include "formats/data/token_dataset.h"
 
 namespace tessera::client {
 namespace {

@@ -17,10 +17,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "client/exit_codes.h"
+#include "common/text/utf8.h"
+#include "formats/data/tokenizer.h"
 #include "nlohmann/json.hpp"
 #include "parallel/checkpoint/tensor_convert.h"
-#include "formats/data/tokenizer.h"
-#include "common/text/utf8.h"
 #include "parallel/models/generate.h"
 #include "parallel/models/load_model.h"
 

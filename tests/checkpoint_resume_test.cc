@@ -13,9 +13,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/process/subprocess.h"
+#include "formats/checkpoint/checkpoint_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "formats/checkpoint/checkpoint_dir.h"
 #include "tests/testing/cli.h"
 
 namespace tessera {

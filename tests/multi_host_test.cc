@@ -7,10 +7,10 @@
 #include <sys/statvfs.h>
 
 #include "absl/strings/str_cat.h"
+#include "formats/checkpoint/checkpoint_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "formats/checkpoint/checkpoint_dir.h"
 #include "tests/multi_host_fixture.h"
 
 namespace tessera {

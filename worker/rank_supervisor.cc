@@ -10,8 +10,8 @@
 #include "common/process/rank_launch.h"
 #include "common/process/subprocess.h"
 #include "common/spec/model_config_of.h"
-#include "formats/checkpoint/checkpoint_dir.h"
 #include "common/steplog/step_log.h"
+#include "formats/checkpoint/checkpoint_dir.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace tessera::worker {

@@ -10,8 +10,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "nlohmann/json.hpp"
 #include "formats/checkpoint/durable_file.h"
+#include "nlohmann/json.hpp"
 
 namespace tessera::parallel {
 

@@ -8,11 +8,11 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "gmock/gmock.h"
-#include "gtest/gtest.h"
 #include "formats/checkpoint/crc32c.h"
 #include "formats/checkpoint/durable_file.h"
 #include "formats/checkpoint/safetensors.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
 
 namespace tessera::parallel {
 namespace {

@@ -17,9 +17,9 @@
 #include <string>
 #include <string_view>
 
-#include "fuzz/fuzz_files.h"
 #include "formats/checkpoint/checkpoint_dir.h"
 #include "formats/checkpoint/safetensors.h"
+#include "fuzz/fuzz_files.h"
 
 namespace {
 

@@ -5,8 +5,8 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
-#include "nlohmann/json.hpp"
 #include "formats/checkpoint/durable_file.h"
+#include "nlohmann/json.hpp"
 
 namespace tessera::parallel {
 

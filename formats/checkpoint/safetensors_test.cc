@@ -3,10 +3,10 @@
 #include <filesystem>
 #include <fstream>
 
-#include "gmock/gmock.h"
-#include "gtest/gtest.h"
 #include "formats/checkpoint/checkpoint_dir.h"
 #include "formats/checkpoint/mapped_safetensors.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
 
 namespace tessera::parallel {
 namespace {

@@ -5,9 +5,9 @@
 #include <fstream>
 #include <set>
 
+#include "formats/data/indexed_dataset.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "formats/data/indexed_dataset.h"
 
 namespace tessera::parallel {
 namespace {

@@ -17,9 +17,9 @@
 #include <string>
 #include <vector>
 
-#include "fuzz/fuzz_files.h"
 #include "formats/data/indexed_dataset.h"
 #include "formats/data/token_dataset.h"
+#include "fuzz/fuzz_files.h"
 
 namespace {
 

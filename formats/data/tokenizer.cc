@@ -5,11 +5,11 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
-#include "nlohmann/json.hpp"
+#include "common/text/utf8.h"
 #include "formats/data/byte_level.h"
 #include "formats/data/nfc.h"
 #include "formats/data/onig_pattern.h"
-#include "common/text/utf8.h"
+#include "nlohmann/json.hpp"
 
 namespace tessera::parallel {
 namespace {

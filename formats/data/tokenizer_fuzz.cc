@@ -6,11 +6,11 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
-#include "nlohmann/json.hpp"
+#include "common/text/utf8.h"
 #include "formats/data/byte_level.h"
 #include "formats/data/pre_tokenizer.h"
 #include "formats/data/tokenizer.h"
-#include "common/text/utf8.h"
+#include "nlohmann/json.hpp"
 
 namespace tessera::parallel {
 namespace {

@@ -4,8 +4,8 @@
 #include <random>
 #include <string>
 
-#include "gtest/gtest.h"
 #include "formats/data/tokenizer_fuzz.h"
+#include "gtest/gtest.h"
 
 namespace tessera::parallel {
 namespace {

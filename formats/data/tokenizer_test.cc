@@ -4,12 +4,12 @@
 
 #include <string>
 
-#include "gmock/gmock.h"
-#include "gtest/gtest.h"
 #include "formats/data/byte_level.h"
 #include "formats/data/nfc.h"
 #include "formats/data/onig_pattern.h"
 #include "formats/data/regex.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
 
 namespace tessera::parallel {
 namespace {

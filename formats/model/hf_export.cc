@@ -7,12 +7,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "nlohmann/json.hpp"
 #include "formats/checkpoint/durable_file.h"
 #include "formats/checkpoint/mapped_safetensors.h"
 #include "formats/checkpoint/safetensors.h"
 #include "formats/model/family.h"
 #include "formats/model/hf_config.h"
+#include "nlohmann/json.hpp"
 
 namespace tessera::parallel {
 namespace {

@@ -19,10 +19,10 @@
 #include <c10/core/Device.h>
 
 #include "absl/status/status.h"
-#include "parallel/comm/communicator.h"
-#include "layout/tp_grid.h"
 #include "formats/model/family.h"
 #include "formats/model/model_config.h"
+#include "layout/tp_grid.h"
+#include "parallel/comm/communicator.h"
 #include "parallel/layers/tp2d_ops.h"
 #include "parallel/models/param_layout.h"
 #include "parallel/sequence/sequence_attention.h"

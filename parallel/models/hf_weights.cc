@@ -9,8 +9,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "nlohmann/json.hpp"
 #include "formats/model/family.h"
+#include "nlohmann/json.hpp"
 
 namespace tessera::parallel {
 namespace {

@@ -8,10 +8,10 @@
 #include <filesystem>
 #include <fstream>
 
+#include "formats/model/family.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "parallel/checkpoint/tensor_convert.h"
-#include "formats/model/family.h"
 
 namespace tessera::parallel {
 namespace {

@@ -3,10 +3,10 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
-#include "parallel/checkpoint/tensor_convert.h"
-#include "parallel/comm/self_communicator.h"
 #include "formats/model/checkpoint_model.h"
 #include "formats/model/hf_config.h"
+#include "parallel/checkpoint/tensor_convert.h"
+#include "parallel/comm/self_communicator.h"
 #include "parallel/models/hf_weights.h"
 
 namespace tessera::parallel {

@@ -9,8 +9,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "parallel/comm/communicator.h"
 #include "formats/model/tp_split.h"
+#include "parallel/comm/communicator.h"
 
 namespace tessera::parallel {
 

@@ -17,14 +17,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "formats/checkpoint/checkpoint_dir.h"
-#include "parallel/checkpoint/tensor_convert.h"
 #include "layout/check_layout.h"
 #include "layout/tp_grid.h"
+#include "nlohmann/json.hpp"
+#include "parallel/checkpoint/tensor_convert.h"
 #include "parallel/device/device.h"
 #include "parallel/device/live_bytes.h"
 #include "parallel/models/hf_weights.h"
 #include "parallel/optim/lr_schedule.h"
-#include "nlohmann/json.hpp"
 #include "parallel/train/status_macros.h"
 
 namespace tessera::parallel {

@@ -15,9 +15,9 @@
 #include <ATen/core/Tensor.h>
 
 #include "absl/status/statusor.h"
+#include "formats/data/token_dataset.h"
 #include "nlohmann/json_fwd.hpp"
 #include "parallel/comm/process_groups.h"
-#include "formats/data/token_dataset.h"
 #include "parallel/dp/grad_buckets.h"
 #include "parallel/models/decoder.h"
 #include "parallel/optim/adamw.h"

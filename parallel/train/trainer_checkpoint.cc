@@ -10,11 +10,11 @@
 #include <unistd.h>
 
 #include "absl/strings/str_cat.h"
-#include "nlohmann/json.hpp"
 #include "formats/checkpoint/checkpoint_dir.h"
 #include "formats/checkpoint/durable_file.h"
-#include "parallel/checkpoint/tensor_convert.h"
 #include "formats/model/trainer_state.h"
+#include "nlohmann/json.hpp"
+#include "parallel/checkpoint/tensor_convert.h"
 #include "parallel/train/status_macros.h"
 #include "parallel/train/trainer.h"
 

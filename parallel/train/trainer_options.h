@@ -9,10 +9,10 @@
 
 #include "formats/data/token_dataset.h"
 #include "formats/data/training_data.h"
-#include "parallel/device/device_options.h"
+#include "formats/model/model_config.h"
 #include "layout/modes.h"
 #include "layout/parallel_layout.h"
-#include "formats/model/model_config.h"
+#include "parallel/device/device_options.h"
 #include "parallel/optim/lr_schedule.h"
 
 namespace tessera::parallel {

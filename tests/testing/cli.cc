@@ -10,8 +10,8 @@
 #include <fstream>
 #include <thread>
 
-#include "nlohmann/json.hpp"
 #include "formats/checkpoint/safetensors.h"
+#include "nlohmann/json.hpp"
 
 namespace tessera::testing {
 
