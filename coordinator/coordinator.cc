@@ -18,8 +18,6 @@
 namespace tessera::coordinator {
 namespace {
 
-int64_t NowMs() { return absl::ToUnixMillis(absl::Now()); }
-
 // The address `worker_id` had when the attempt was placed ("" when it was not one of its workers).
 std::string HostInAttempt(const v1::Attempt& h, const std::string& worker_id) {
   for (int i = 0; i < h.workers_size() && i < h.worker_hosts_size(); ++i) {
@@ -43,7 +41,7 @@ Coordinator::Coordinator(CoordinatorOptions options, std::unique_ptr<JobStore> s
 
 void Coordinator::CheckStartLocked(JobEntry& e) {
   if (e.adopt_deadline || e.job.state() != v1::JOB_STATE_SCHEDULED ||
-      absl::Now() - e.scheduled_at <= options_.start_timeout) {
+      Now() - e.scheduled_at <= options_.start_timeout) {
     return;
   }
   std::string missing, failed_worker;
@@ -67,11 +65,11 @@ void Coordinator::CheckStartLocked(JobEntry& e) {
 
 void Coordinator::ChangedLocked(JobEntry& e, bool persist) {
   e.version = ++version_counter_;
-  e.job.set_updated_unix_ms(NowMs());
-  if (persist || absl::Now() - e.last_persist > absl::Seconds(2)) {
+  e.job.set_updated_unix_ms(absl::ToUnixMillis(Now()));
+  if (persist || Now() - e.last_persist > absl::Seconds(2)) {
     absl::Status s = store_->Put(e.job);
     if (!s.ok()) fprintf(stderr, "tessera-coordinator: persisting %s failed: %s\n", e.job.id().c_str(), s.ToString().c_str());
-    e.last_persist = absl::Now();
+    e.last_persist = Now();
   }
   changed_.SignalAll();
 }
@@ -126,7 +124,7 @@ absl::StatusOr<v1::Job> Coordinator::Submit(const v1::JobSpec& spec, int max_res
   *job.mutable_spec() = spec;
   job.set_max_restarts(max_restarts);
   job.set_owner(owner);
-  job.set_created_unix_ms(NowMs());
+  job.set_created_unix_ms(absl::ToUnixMillis(Now()));
   job.set_updated_unix_ms(job.created_unix_ms());
   job.mutable_progress()->set_total_steps(spec.train().steps());
   job.set_state(v1::JOB_STATE_PENDING);
@@ -139,7 +137,8 @@ absl::StatusOr<v1::Job> Coordinator::Submit(const v1::JobSpec& spec, int max_res
   absl::MutexLock lock(&mu_);
   JobEntry& e = jobs_[*id];
   e.job = std::move(job);
-  e.last_persist = absl::Now();
+  e.last_persist = Now();
+  e.queued_at = e.last_persist;
   ChangedLocked(e, /*persist=*/false);
   queue_.push_back(*id);
   TryScheduleLocked();
@@ -230,7 +229,7 @@ void Coordinator::TryScheduleLocked() {
         }
         v1::Attempt* h = e.job.add_history();
         h->set_attempt(e.job.attempt());
-        h->set_started_unix_ms(NowMs());
+        h->set_started_unix_ms(absl::ToUnixMillis(Now()));
         h->set_resumed_from_step(e.job.progress().last_checkpoint_step());
         for (const Slot& s : slots->slots) {
           if (std::find(h->workers().begin(), h->workers().end(), s.worker_id) == h->workers().end()) {
@@ -239,9 +238,9 @@ void Coordinator::TryScheduleLocked() {
           }
         }
         if (e.job.history_size() > kMaxHistory) e.job.mutable_history()->DeleteSubrange(0, e.job.history_size() - kMaxHistory);
-        e.scheduled_at = absl::Now();
+        e.scheduled_at = Now();
         it = queue_.erase(it);
-        if (options_.on_scheduled) options_.on_scheduled(absl::Now() - e.queued_at);
+        if (options_.on_scheduled) options_.on_scheduled(Now() - e.queued_at);
         SetStateLocked(e, v1::JOB_STATE_SCHEDULED,
                        absl::StrCat("attempt ", e.job.attempt(), " placed",
                                     e.requeue_cause.empty() ? "" : absl::StrCat(" (after: ", e.requeue_cause, ")")));
@@ -250,7 +249,7 @@ void Coordinator::TryScheduleLocked() {
       }
     }
     if (e.job.reason() != reason) SetStateLocked(e, v1::JOB_STATE_PENDING, reason);
-    if (world <= cluster && absl::Now() - e.queued_at > options_.backfill_limit) reserved.insert(kind);
+    if (world <= cluster && Now() - e.queued_at > options_.backfill_limit) reserved.insert(kind);
     ++it;
   }
 }
@@ -395,7 +394,7 @@ std::vector<v1::Job> Coordinator::ListJobs() {
 absl::StatusOr<std::pair<v1::Job, uint64_t>> Coordinator::WaitForJobChange(const std::string& id, uint64_t seen,
                                                                           absl::Duration timeout) {
   absl::MutexLock lock(&mu_);
-  const absl::Time deadline = absl::Now() + timeout;
+  const absl::Time deadline = absl::Now() + timeout;  // A blocking wait: real time.
   while (true) {
     auto it = jobs_.find(id);
     if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("job ", id, " does not exist"));
@@ -451,7 +450,7 @@ void Coordinator::EndAttemptLocked(JobEntry& e, v1::JobState outcome, const std:
   if (e.job.history_size() == 0) return;
   v1::Attempt& h = *e.job.mutable_history(e.job.history_size() - 1);
   if (h.attempt() != e.job.attempt() || h.ended_unix_ms() != 0) return;
-  h.set_ended_unix_ms(NowMs());
+  h.set_ended_unix_ms(absl::ToUnixMillis(Now()));
   h.set_outcome(outcome);
   h.set_reason(reason);
   if (!failed_worker.empty()) {
@@ -471,7 +470,7 @@ void Coordinator::BlameWorkerLocked(JobEntry& e, const std::string& worker_id, c
   // An adopted attempt may have ended (by a surviving worker's report) up to the whole adoption window
   // before its deadline names the worker that never came back: a time window would race that deadline.
   if (scope == BlameScope::kRecentFailure &&
-      absl::FromUnixMillis(h.ended_unix_ms()) < absl::Now() - 2 * options_.heartbeat_timeout) {
+      absl::FromUnixMillis(h.ended_unix_ms()) < Now() - 2 * options_.heartbeat_timeout) {
     return;
   }
   h.set_failed_worker(worker_id);
@@ -505,7 +504,7 @@ void Coordinator::AfterRankExitLocked(JobEntry& e) {
     e.adopt_deadline.reset();  // The next attempt is not adopted.
     e.job.clear_placement();
     e.job.clear_placement_explanation();
-    e.queued_at = absl::Now();
+    e.queued_at = Now();
     e.requeue_cause = e.job.reason();
     queue_.push_front(e.job.id());
     SetStateLocked(e, v1::JOB_STATE_PENDING, absl::StrCat(e.requeue_cause, "; waiting for devices"));

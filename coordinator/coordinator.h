@@ -22,6 +22,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/spec/paths.h"
+#include "common/time/clock.h"
 #include "coordinator/job_store.h"
 #include "tessera/v1/cluster.pb.h"
 #include "tessera/v1/coordinator_service.pb.h"
@@ -50,6 +51,8 @@ struct CoordinatorOptions {
   // inside OUTPUT_ROOT/OWNER for a job with an owner), also after resolving symbolic links on this
   // machine; logs are read only from inside the output root.
   spec::PathRoots roots;
+  // The clock of every deadline above (common/time/clock.h); tests pass a FakeClock. Not owned.
+  Clock* clock = RealClock();
 };
 
 class Coordinator {
@@ -129,7 +132,7 @@ class Coordinator {
     std::vector<RankEntry> ranks;  // Of the current attempt.
     uint64_t version = 0;
     absl::Time last_persist = absl::InfinitePast();
-    absl::Time queued_at = absl::Now();
+    absl::Time queued_at = absl::InfinitePast();  // Set when the job enters the queue.
     absl::Time scheduled_at = absl::InfinitePast();  // When the current attempt was placed.
     std::string requeue_cause;  // Why the job is back in the queue (kept in its reason while it waits).
     // After a coordinator restart: the placed attempt is adopted if its workers report its ranks
@@ -210,6 +213,8 @@ class Coordinator {
   void ChangedLocked(JobEntry& e, bool persist) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RefreshWorkerUsageLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::vector<struct FreeDevices> FreeDevicesLocked(v1::DeviceKind kind) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  absl::Time Now() const { return options_.clock->Now(); }
 
   const CoordinatorOptions options_;
   std::unique_ptr<JobStore> store_;

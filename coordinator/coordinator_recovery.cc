@@ -21,6 +21,7 @@ absl::Status Coordinator::Recover() {
   for (v1::Job& job : *jobs) {
     JobEntry& e = jobs_[job.id()];
     e.job = std::move(job);
+    e.queued_at = Now();  // Its wait in the queue (backfill) counts from this start.
     const v1::JobState state = e.job.state();
     if (IsTerminal(state)) continue;
     // A job this coordinator could not have accepted (a database written by an older version, or by
@@ -45,7 +46,7 @@ absl::Status Coordinator::Recover() {
       }
       // Workers reconnect with a backoff of up to a few seconds; one that has not come back within two
       // heartbeat timeouts is taken for lost.
-      e.adopt_deadline = absl::Now() + 2 * options_.heartbeat_timeout;
+      e.adopt_deadline = Now() + 2 * options_.heartbeat_timeout;
       SetStateLocked(e, state, "coordinator restarted; waiting for the workers to report the ranks");
       continue;
     }
@@ -66,7 +67,7 @@ void Coordinator::CheckAdoptionLocked(JobEntry& e) {
     // The adopted attempt failed before all its workers were back. At the deadline its ranks on
     // workers that did not come back (unknown to this coordinator, or lost) are gone, so that the job
     // is queued again instead of waiting for reports that will never come.
-    if (absl::Now() >= *e.adopt_deadline) {
+    if (Now() >= *e.adopt_deadline) {
       for (size_t r = 0; r < e.ranks.size(); ++r) {
         auto w = workers_.find(e.ranks[r].worker_id);
         if (!e.ranks[r].exited && (w == workers_.end() || w->second.info.state() != v1::Worker::STATE_ALIVE)) {
@@ -93,7 +94,7 @@ void Coordinator::CheckAdoptionLocked(JobEntry& e) {
                    absl::StrCat("attempt ", e.job.attempt(), " running (carried on through a coordinator restart)"));
     return;
   }
-  if (!lost && absl::Now() < *e.adopt_deadline) return;
+  if (!lost && Now() < *e.adopt_deadline) return;
   e.adopt_deadline.reset();
   std::string missing, failed_worker;
   for (size_t r = 0; r < e.ranks.size(); ++r) {

@@ -121,7 +121,7 @@ TEST_F(CoordinatorTest, AJobWaitingPastTheBackfillLimitIsNotOvertaken) {
   const std::string a = AddWorker("a", 2);
   auto first = c_->Submit(Spec(1, 1), 0);
   auto two = c_->Submit(Spec(2, 1), 0);
-  absl::SleepFor(absl::Milliseconds(100));
+  clock_.Advance(absl::Milliseconds(100));
   auto one = c_->Submit(Spec(1, 1), 0);
   EXPECT_EQ(State(one->id()), v1::JOB_STATE_PENDING);
   EXPECT_THAT(c_->GetJob(one->id())->reason(), HasSubstr("waiting behind an earlier job"));
@@ -142,7 +142,7 @@ TEST_F(CoordinatorTest, AttemptNotStartedInTimeIsRetried) {
   Report(a, on_a[0], v1::ReportRankStatusRequest::EVENT_STARTED);
   c_->CheckLiveness();
   EXPECT_EQ(State(job->id()), v1::JOB_STATE_SCHEDULED) << "within the timeout";
-  absl::SleepFor(absl::Milliseconds(150));
+  clock_.Advance(absl::Milliseconds(150));
   ASSERT_TRUE(c_->Heartbeat(a).ok());
   ASSERT_TRUE(c_->Heartbeat(b).ok());
   c_->CheckLiveness();
@@ -164,7 +164,7 @@ TEST_F(CoordinatorTest, LostWorkerFailsItsAttemptAndInvalidInputIsNamed) {
   const std::string a = AddWorker("a", 1);
   auto job = c_->Submit(Spec(1, 1), 0);
   Drain(a);
-  absl::SleepFor(absl::Milliseconds(300));
+  clock_.Advance(absl::Milliseconds(300));
   c_->CheckLiveness();
   EXPECT_EQ(State(job->id()), v1::JOB_STATE_FAILED);
   EXPECT_THAT(c_->GetJob(job->id())->reason(), HasSubstr("worker a lost"));
@@ -208,7 +208,7 @@ TEST_F(CoordinatorTest, HistoryRecordsEachAttemptAndBlamesTheNodeThatWasLost) {
   EXPECT_THAT(j.history(0).workers(), ::testing::UnorderedElementsAre("a", "b"));
   EXPECT_GT(j.history(0).ended_unix_ms(), 0);
   // b falls silent: it is lost, and the failed attempt is blamed on it.
-  absl::SleepFor(absl::Milliseconds(250));
+  clock_.Advance(absl::Milliseconds(250));
   ASSERT_TRUE(c_->Heartbeat(a).ok());
   c_->CheckLiveness();
   j = *c_->GetJob(id);

@@ -1,5 +1,7 @@
 // CoordinatorTest: the fixture of the coordinator's unit tests — a Coordinator on a real JobStore
 // (a temp SQLite file) whose workers are played by the test through the calls the worker daemon makes.
+// Time is a FakeClock: a test moves it with clock_.Advance() (no test sleeps), and it keeps running
+// across Restart() as a real clock would.
 #ifndef TESSERA_COORDINATOR_COORDINATOR_TEST_FIXTURE_H_
 #define TESSERA_COORDINATOR_COORDINATOR_TEST_FIXTURE_H_
 
@@ -11,6 +13,7 @@
 #include <vector>
 
 #include "common/spec/job_spec.h"
+#include "common/time/fake_clock.h"
 #include "coordinator/coordinator.h"
 #include "gtest/gtest.h"
 
@@ -33,6 +36,7 @@ class CoordinatorTest : public ::testing::Test {
     o.name_hold = absl::Milliseconds(100);
     o.start_timeout = start_timeout_;
     o.backfill_limit = backfill_limit_;
+    o.clock = &clock_;
     c_ = std::make_unique<Coordinator>(o, std::move(*store));
     ASSERT_TRUE(c_->Recover().ok());
   }
@@ -121,6 +125,7 @@ class CoordinatorTest : public ::testing::Test {
   }
 
   std::string db_;
+  FakeClock clock_;
   std::unique_ptr<Coordinator> c_;
   int specs_ = 0;  // Spec() calls so far.
   std::map<std::string, int64_t> sessions_;  // Of each worker's newest AddWorker.

@@ -55,10 +55,10 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(const v1:
   if (auto held = workers_.find(id); held != workers_.end() && !req.instance().empty() &&
                                      !held->second.instance.empty() && held->second.instance != req.instance() &&
                                      held->second.info.state() == v1::Worker::STATE_ALIVE &&
-                                     absl::Now() - held->second.last_heartbeat < options_.name_hold) {
+                                     Now() - held->second.last_heartbeat < options_.name_hold) {
     return absl::AlreadyExistsError(absl::StrCat(
         "worker name ", id, " is in use by a live worker at ", held->second.info.host(), " (last heartbeat ",
-        absl::FormatDuration(absl::Trunc(absl::Now() - held->second.last_heartbeat, absl::Milliseconds(1))),
+        absl::FormatDuration(absl::Trunc(Now() - held->second.last_heartbeat, absl::Milliseconds(1))),
         " ago): give this worker another --name (a restarted worker is accepted once its predecessor has been "
         "silent for ", absl::FormatDuration(options_.name_hold), ")"));
   }
@@ -83,7 +83,7 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(const v1:
   w.info.set_state(v1::Worker::STATE_ALIVE);
   w.port_min = req.store_port_min();
   w.port_max = req.store_port_max();
-  w.last_heartbeat = absl::Now();
+  w.last_heartbeat = Now();
   w.queue.clear();
   w.sent.clear();
   w.last_seq = 0;
@@ -245,7 +245,7 @@ absl::Status Coordinator::Heartbeat(const v1::HeartbeatRequest& req) {
     return absl::FailedPreconditionError(absl::StrCat("worker ", req.worker_id(), " registered again (session ",
                                                       w.session, "); session ", req.session(), " is over"));
   }
-  w.last_heartbeat = absl::Now();
+  w.last_heartbeat = Now();
   if (req.session() == 0) return absl::OkStatus();  // Unfenced: nothing to acknowledge or reconcile.
   if (req.applied_seq() < 0 || req.applied_seq() > w.last_seq) {
     return absl::InvalidArgumentError(absl::StrCat("applied_seq: ", req.applied_seq(), " is not an order of session ",
@@ -271,7 +271,7 @@ absl::StatusOr<std::optional<v1::Assignment>> Coordinator::NextAssignment(const 
                                                                          absl::Duration timeout, int64_t session,
                                                                          int64_t stream) {
   absl::MutexLock lock(&mu_);
-  const absl::Time deadline = absl::Now() + timeout;
+  const absl::Time deadline = absl::Now() + timeout;  // A blocking wait: real time.
   while (true) {
     auto it = workers_.find(worker_id);
     if (it == workers_.end() || it->second.info.state() == v1::Worker::STATE_LOST) {
@@ -388,7 +388,7 @@ absl::Status Coordinator::ReportRankStatusLocked(const v1::ReportRankStatusReque
 
 void Coordinator::CheckLiveness() {
   absl::MutexLock lock(&mu_);
-  const absl::Time now = absl::Now();
+  const absl::Time now = Now();
   for (auto& [jid, e] : jobs_) CheckAdoptionLocked(e);
   for (auto& [jid, e] : jobs_) CheckStartLocked(e);
   for (auto& [wid, w] : workers_) {

@@ -142,7 +142,7 @@ TEST_F(CoordinatorTest, RestartedCoordinatorAdoptsReportedRanksAndRequeuesTheRes
   EXPECT_THAT(c_->GetJob(adopted_id)->reason(), HasSubstr("carried on through a coordinator restart"));
   EXPECT_TRUE(Drain(a).empty()) << "an adopted rank is not stopped";
   AddWorker("b", 1);
-  absl::SleepFor(absl::Milliseconds(300));  // Past the adoption deadline (the heartbeat timeout)...
+  clock_.Advance(absl::Milliseconds(300));  // Past the adoption deadline (the heartbeat timeout)...
   ASSERT_TRUE(c_->Heartbeat("a").ok());     // ...with both workers alive.
   ASSERT_TRUE(c_->Heartbeat("b").ok());
   c_->CheckLiveness();
@@ -167,7 +167,7 @@ TEST_F(CoordinatorTest, AdoptedAttemptThatFailsIsRequeuedWhenItsOtherWorkerNever
   v1::Assignment on_a, on_b;
   ASSERT_NO_FATAL_FAILURE(AdoptedAttemptFailedOnA(&id, &on_a, &on_b));
   AddWorker("c", 1);
-  absl::SleepFor(absl::Milliseconds(450));  // Past the adoption deadline (2 heartbeat timeouts).
+  clock_.Advance(absl::Milliseconds(450));  // Past the adoption deadline (2 heartbeat timeouts).
   ASSERT_TRUE(c_->Heartbeat("a").ok());
   ASSERT_TRUE(c_->Heartbeat("c").ok());
   c_->CheckLiveness();
@@ -190,7 +190,7 @@ TEST_F(CoordinatorTest, AdoptedAttemptThatFailsIsRequeuedWhenItsOtherWorkerNever
   ASSERT_EQ(next_c.size(), 1u);
   Report(a, next_a.back(), v1::ReportRankStatusRequest::EVENT_STARTED);
   Report("c", next_c[0], v1::ReportRankStatusRequest::EVENT_STARTED);
-  absl::SleepFor(absl::Milliseconds(450));
+  clock_.Advance(absl::Milliseconds(450));
   ASSERT_TRUE(c_->Heartbeat("a").ok());
   ASSERT_TRUE(c_->Heartbeat("c").ok());
   c_->CheckLiveness();
@@ -210,7 +210,7 @@ TEST_F(CoordinatorTest, AttemptAfterAFailedAdoptedOneIsNotAdopted) {
   AddWorker(b, 1);
   ASSERT_EQ(State(id), v1::JOB_STATE_SCHEDULED) << c_->GetJob(id)->reason();
   ASSERT_EQ(c_->GetJob(id)->attempt(), 2);
-  absl::SleepFor(absl::Milliseconds(450));  // Past the old adoption deadline, the new ranks not started.
+  clock_.Advance(absl::Milliseconds(450));  // Past the old adoption deadline, the new ranks not started.
   ASSERT_TRUE(c_->Heartbeat(a).ok());
   ASSERT_TRUE(c_->Heartbeat(b).ok());
   c_->CheckLiveness();
@@ -239,7 +239,7 @@ TEST_F(CoordinatorTest, ASecondLiveWorkerUnderANameInUseIsRefused) {
   ASSERT_TRUE(c_->RegisterWorker(first).ok());
   ASSERT_TRUE(c_->Heartbeat("node", 0).ok());
   // The first worker falls silent (killed): past the hold, the second gets the name.
-  absl::SleepFor(absl::Milliseconds(150));
+  clock_.Advance(absl::Milliseconds(150));
   auto two = c_->RegisterWorker(second);
   ASSERT_TRUE(two.ok()) << two.status();
   EXPECT_EQ(c_->ListWorkers()[0].device_count(), 2);
@@ -273,7 +273,7 @@ TEST_F(CoordinatorTest, ASupersededRankStillRunningKeepsItsDeviceUntilItIsGone) 
   std::string id;
   v1::Assignment on_a, on_b;
   ASSERT_NO_FATAL_FAILURE(RunningOnAAndB(2, &id, &on_a, &on_b));
-  absl::SleepFor(absl::Milliseconds(300));  // Past the 200 ms heartbeat timeout; only a beats.
+  clock_.Advance(absl::Milliseconds(300));  // Past the 200 ms heartbeat timeout; only a beats.
   ASSERT_TRUE(c_->Heartbeat("a", sessions_["a"]).ok());
   c_->CheckLiveness();
   ASSERT_EQ(State(id), v1::JOB_STATE_RESTARTING) << c_->GetJob(id)->reason();
@@ -330,7 +330,7 @@ TEST_F(CoordinatorTest, AStaleRegistrationOfTheSameWorkerProcessIsRefused) {
   v1::RegisterWorkerRequest restarted = Registration("a", 1);
   restarted.set_instance("198.18.0.2/200/2");
   restarted.set_attempt(1);
-  absl::SleepFor(absl::Milliseconds(300));  // The name hold (100 ms) of the previous process.
+  clock_.Advance(absl::Milliseconds(300));  // The name hold (100 ms) of the previous process.
   EXPECT_TRUE(c_->RegisterWorker(restarted).ok());
 }
 
@@ -341,7 +341,7 @@ TEST_F(CoordinatorTest, ARegistrationThatReportsExitsPlacesTheNextAttemptWithout
   std::string id;
   v1::Assignment on_a, on_b;
   ASSERT_NO_FATAL_FAILURE(RunningOnAAndB(2, &id, &on_a, &on_b));
-  absl::SleepFor(absl::Milliseconds(300));
+  clock_.Advance(absl::Milliseconds(300));
   ASSERT_TRUE(c_->Heartbeat("a", sessions_["a"]).ok());
   c_->CheckLiveness();  // b lost.
   Report("a", on_a, v1::ReportRankStatusRequest::EVENT_EXITED, 1);

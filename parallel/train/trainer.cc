@@ -32,9 +32,7 @@ namespace tessera::parallel {
 namespace fs = std::filesystem;
 
 Trainer::Trainer(const TrainerOptions& options, ProcessGroups groups)
-    : options_(options),
-      groups_(std::move(groups)),
-      adam_(AdamWOptions{options.beta1, options.beta2, options.eps, options.weight_decay}) {}
+    : options_(options), groups_(std::move(groups)) {}
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerOptions& options, ProcessGroups groups) {
   std::unique_ptr<Trainer> t(new Trainer(options, std::move(groups)));
@@ -143,33 +141,22 @@ absl::Status Trainer::Init() {
     absl::Status s = weights.ok() ? model_->LoadFull(weights->tensors) : weights.status();
     if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("model.pretrained: ", s.message()));
   }
-  const AdamWOptions adam{options_.beta1, options_.beta2, options_.eps, options_.weight_decay};
-  if (l.zero_stage != layout::ZeroStage::kNone || dtype != at::kFloat || options_.offload_optimizer) {
-    ZeroOptions z;
-    z.stage = static_cast<int>(l.zero_stage);
-    z.reduce_every_pass = options_.zero_reduce_every_pass;
-    z.param_dtype = dtype;
-    z.offload = options_.offload_optimizer;
-    z.adam = adam;
-    z.bucket_bytes = options_.dp_bucket_bytes;
-    z.fused = options_.fused_kernels;
-    // Sharded over dp × sp (the replicas of every parameter); with pipeline stages, the first and the
-    // last stage sum their gradients of the tied embedding.
-    auto zero = ZeroOptimizer::Create(model_.get(), groups_.dp_sp, groups_.tp, z, layout_ && !model_->tied_embedding().empty() ? groups_.embed : nullptr);
-    if (!zero.ok()) return zero.status();
-    zero_ = std::move(*zero);
-    if (!pending_m_.empty()) TESSERA_RETURN_IF_ERROR(zero_->LoadState(pending_m_, pending_v_));
-  } else {
-    std::vector<at::Tensor> values;
-    for (Param& p : model_->params()) values.push_back(p.value);
-    // Replicas of these parameters: dp × sp (sequence blocks contribute like separate samples).
-    buckets_ = std::make_unique<GradBuckets>(values, groups_.dp_sp, GradBucketsOptions{options_.dp_bucket_bytes});
-    adam_state_.resize(model_->params().size());
-    for (size_t k = 0; k < pending_m_.size(); ++k) {
-      adam_state_[k].exp_avg = pending_m_[k].to(device_);
-      adam_state_[k].exp_avg_sq = pending_v_[k].to(device_);
-    }
-  }
+  // One optimizer for every layout: stage 0 (nothing sharded) is the same code as stages 1–3.
+  ZeroOptions z;
+  z.stage = static_cast<int>(l.zero_stage);
+  z.reduce_every_pass = options_.zero_reduce_every_pass;
+  z.param_dtype = dtype;
+  z.offload = options_.offload_optimizer;
+  z.adam = AdamWOptions{options_.beta1, options_.beta2, options_.eps, options_.weight_decay};
+  z.bucket_bytes = options_.dp_bucket_bytes;
+  z.fused = options_.fused_kernels;
+  // Gradients averaged (and state sharded) over dp × sp, the replicas of every parameter (sequence
+  // blocks contribute like separate samples); with pipeline stages, the first and the last stage sum
+  // their gradients of the tied embedding.
+  auto zero = ZeroOptimizer::Create(model_.get(), groups_.dp_sp, groups_.tp, z, layout_ && !model_->tied_embedding().empty() ? groups_.embed : nullptr);
+  if (!zero.ok()) return zero.status();
+  zero_ = std::move(*zero);
+  if (!pending_m_.empty()) TESSERA_RETURN_IF_ERROR(zero_->LoadState(pending_m_, pending_v_));
   pending_m_.clear();
   pending_v_.clear();
   ResetPeakResident();
@@ -226,18 +213,13 @@ absl::StatusOr<StepStats> Trainer::Step() {
   StepStats s;
   s.loss_scale = loss_scale_;
   ResetPeakLiveBytes();
-  if (zero_) {
-    zero_->ZeroGrad();
-    zero_->ResetPeak();
-  } else {
-    buckets_->ZeroGrad();
-  }
+  zero_->ZeroGrad();
+  zero_->ResetPeak();
   double loss_sum = 0;
   if (pipeline_) {
     // Gradients of the last backward pass of this stage start their dp reduction inside it.
-    auto sync = [&](bool on) { zero_ ? zero_->SetSyncThisPass(on) : buckets_->SetSyncThisPass(on); };
-    sync(false);
-    auto sum = pipeline_->RunStep([&](int a) { return ReadMicroBatch(*data_, step_ * options_.global_batch, a, accum); }, loss_scale_, [&] { sync(true); });
+    zero_->SetSyncThisPass(false);
+    auto sum = pipeline_->RunStep([&](int a) { return ReadMicroBatch(*data_, step_ * options_.global_batch, a, accum); }, loss_scale_, [&] { zero_->SetSyncThisPass(true); });
     if (!sum.ok()) return absl::Status(sum.status().code(), absl::StrCat("step ", step_ + 1, ": ", sum.status().message()));
     loss_sum = *sum;
   }
@@ -245,11 +227,7 @@ absl::StatusOr<StepStats> Trainer::Step() {
     auto batch = ReadMicroBatch(*data_, step_ * options_.global_batch, a, accum);
     if (!batch.ok()) return batch.status();
     const int64_t T = batch->size(1) - 1;
-    if (zero_) {
-      zero_->SetSyncThisPass(a == accum - 1);
-    } else {
-      buckets_->SetSyncThisPass(a == accum - 1);
-    }
+    zero_->SetSyncThisPass(a == accum - 1);
     try {
       RECORD_USER_SCOPE("tessera::train::forward_backward");
       at::Tensor loss = model_->Loss(batch->narrow(1, 0, T), batch->narrow(1, 1, T));
@@ -264,32 +242,25 @@ absl::StatusOr<StepStats> Trainer::Step() {
   }
   {
     RECORD_USER_SCOPE("tessera::train::reduce_gradients");
-    TESSERA_RETURN_IF_ERROR(zero_ ? zero_->ReduceGradients() : buckets_->Finish());
+    TESSERA_RETURN_IF_ERROR(zero_->ReduceGradients());
   }
   at::Tensor mean_loss = at::full({1}, loss_sum / accum, at::TensorOptions().dtype(at::kDouble).device(device_));
   double raw_norm = 0;
   if (pipeline_) {
-    // The tied embedding: the first stage's gradient (from the lookup) plus the last's (from the head)
-    // (the sharded optimizer sums its own pieces).
-    if (!zero_ && groups_.embed && groups_.embed->size() > 1) {
-      for (Param& p : model_->params()) {
-        if (p.name == model_->tied_embedding()) TESSERA_RETURN_IF_ERROR(groups_.embed->AllReduce(p.value.mutable_grad(), ReduceOp::kSum));
-      }
-    }
     // Only the last stage has the loss; every stage's gradients add to the norm (wte counted once).
     TESSERA_RETURN_IF_ERROR(groups_.pp->AllReduce(mean_loss, ReduceOp::kSum));
     std::vector<std::string> skip;
     if (model_->part().head && !model_->part().embedding && !model_->tied_embedding().empty()) {
       skip.push_back(model_->tied_embedding());
     }
-    auto sq = zero_ ? zero_->GradSquaredSum(skip) : GradSquaredSumOverTp(model_->params(), groups_.tp.get(), skip);
+    auto sq = zero_->GradSquaredSum(skip);
     if (!sq.ok()) return sq.status();
     at::Tensor total = at::full({1}, *sq, at::TensorOptions().dtype(at::kDouble).device(device_));
     TESSERA_RETURN_IF_ERROR(groups_.pp->AllReduce(total, ReduceOp::kSum));
     raw_norm = std::sqrt(total.item<double>());
   } else {
     RECORD_USER_SCOPE("tessera::train::grad_norm");
-    auto n = zero_ ? zero_->GradNorm() : GradNormOverTp(model_->params(), groups_.tp.get());
+    auto n = zero_->GradNorm();
     if (!n.ok()) return n.status();
     raw_norm = *n;
   }
@@ -310,19 +281,8 @@ absl::StatusOr<StepStats> Trainer::Step() {
     const double coef = options_.grad_clip > 0 ? std::min(1.0, options_.grad_clip / (norm + 1e-6)) : 1.0;
     ++adam_step_;
     RECORD_USER_SCOPE("tessera::train::optimizer");
-    if (zero_) {
-      zero_->ScaleGradients(coef / loss_scale_);
-      TESSERA_RETURN_IF_ERROR(zero_->Step(lr, adam_step_));
-    } else {
-      at::NoGradGuard no_grad;
-      std::vector<at::Tensor> values, grads;
-      std::vector<bool> decay;
-      for (Param& p : model_->params()) {
-        if (coef < 1.0) p.value.mutable_grad().mul_(coef);
-        values.push_back(p.value), grads.push_back(p.value.grad()), decay.push_back(p.weight_decay);
-      }
-      adam_.UpdateAll(values, grads, adam_state_, decay, lr, adam_step_, options_.fused_kernels);
-    }
+    zero_->ScaleGradients(coef / loss_scale_);
+    TESSERA_RETURN_IF_ERROR(zero_->Step(lr, adam_step_));
     if (options_.precision == layout::Precision::kFp16 && ++good_steps_ >= options_.loss_scale_window) {
       loss_scale_ *= 2;
       good_steps_ = 0;
@@ -341,14 +301,8 @@ absl::StatusOr<StepStats> Trainer::Step() {
   s.rss_peak_bytes = PeakResidentBytes();
   if (LiveBytesCounted()) s.live_peak_bytes = PeakLiveBytes();
   if (pipeline_) s.pipeline_wait_s = pipeline_->wait_seconds();
-  if (zero_) {
-    s.optimizer_state_bytes = zero_->state_bytes();
-    s.model_state_bytes = zero_->peak_model_state_bytes();
-  } else {
-    for (const AdamWState& a : adam_state_) s.optimizer_state_bytes += 2 * a.exp_avg.numel() * a.exp_avg.element_size();
-    s.model_state_bytes = s.optimizer_state_bytes;
-    for (Param& p : model_->params()) s.model_state_bytes += 2 * p.value.numel() * p.value.element_size();
-  }
+  s.optimizer_state_bytes = zero_->state_bytes();
+  s.model_state_bytes = zero_->peak_model_state_bytes();
   return s;
 }
 
@@ -393,7 +347,7 @@ absl::StatusOr<double> Trainer::Evaluate() {
     total += mean;
   }
   // ZeRO-3: the units a forward pass without backward left gathered.
-  if (zero_) zero_->ReleaseGatheredUnits();
+  zero_->ReleaseGatheredUnits();
   return total.item<double>() / options_.eval_batches;
 }
 

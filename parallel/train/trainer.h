@@ -18,9 +18,7 @@
 #include "formats/data/token_dataset.h"
 #include "nlohmann/json_fwd.hpp"
 #include "parallel/comm/process_groups.h"
-#include "parallel/dp/grad_buckets.h"
 #include "parallel/models/decoder.h"
-#include "parallel/optim/adamw.h"
 #include "parallel/pipeline/pipeline_runner.h"
 #include "parallel/train/trainer_options.h"
 #include "parallel/zero/zero_optimizer.h"
@@ -123,11 +121,7 @@ class Trainer {
   // Pipeline parallelism (pp > 1): this rank's chunks of the model and their schedule.
   std::unique_ptr<StageLayout> layout_;
   std::unique_ptr<PipelineRunner> pipeline_;
-  // fp32 without sharding or offload: per-tensor AdamW on the parameters, gradients bucketed.
-  std::unique_ptr<GradBuckets> buckets_;
-  AdamW adam_;
-  std::vector<AdamWState> adam_state_;
-  // Otherwise (zero_stage ≥ 1, bf16/fp16, or offload): parallel/zero.
+  // The optimizer of every layout (stage 0 included): gradient reduction, norm, AdamW (parallel/zero).
   std::unique_ptr<ZeroOptimizer> zero_;
   // Optimizer state (tp-local, CPU) from a checkpoint, until the optimizer exists.
   std::vector<at::Tensor> pending_m_, pending_v_;

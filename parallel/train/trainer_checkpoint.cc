@@ -23,14 +23,8 @@ namespace tessera::parallel {
 namespace fs = std::filesystem;
 
 absl::Status Trainer::LocalOptimizerState(std::vector<at::Tensor>* m, std::vector<at::Tensor>* v) {
-  if (zero_) {
-    TESSERA_RETURN_IF_ERROR(zero_->Gather(ZeroOptimizer::What::kExpAvg, m));
-    return zero_->Gather(ZeroOptimizer::What::kExpAvgSq, v);
-  }
-  m->clear();
-  v->clear();
-  for (const AdamWState& a : adam_state_) m->push_back(a.exp_avg), v->push_back(a.exp_avg_sq);
-  return absl::OkStatus();
+  TESSERA_RETURN_IF_ERROR(zero_->Gather(ZeroOptimizer::What::kExpAvg, m));
+  return zero_->Gather(ZeroOptimizer::What::kExpAvgSq, v);
 }
 
 absl::StatusOr<std::map<std::string, at::Tensor>> Trainer::GatherFull(What what) {
@@ -38,12 +32,10 @@ absl::StatusOr<std::map<std::string, at::Tensor>> Trainer::GatherFull(What what)
   if (what == What::kExpAvg || what == What::kExpAvgSq) {
     TESSERA_RETURN_IF_ERROR(LocalOptimizerState(&m, &v));
     local = what == What::kExpAvg ? m : v;
-  } else if (zero_) {
+  } else {
     // The fp32 master weights and the reduced (clipped) fp32 gradients.
     TESSERA_RETURN_IF_ERROR(
         zero_->Gather(what == What::kParams ? ZeroOptimizer::What::kParams : ZeroOptimizer::What::kGrads, &local));
-  } else {
-    for (Param& p : model_->params()) local.push_back(what == What::kParams ? p.value : p.value.grad());
   }
   auto full = GatherOverTp(local);
   if (!full.ok()) return full.status();
@@ -103,14 +95,10 @@ absl::Status Trainer::SaveCheckpoint() {
   //    its own shard of them. Collectives over dp when the optimizer is sharded.
   // Per-rank optimizer files are written by plain dp × 1D-tp layouts; pipeline, sequence and grid
   // layouts gather the sharded state into optimizer.safetensors like unsharded training.
-  const bool sharded_state = zero_ && zero_->partitioned() && !layout_ && groups_.sp->size() == 1 &&
+  const bool sharded_state = zero_->partitioned() && !layout_ && groups_.sp->size() == 1 &&
                              options_.layout.tp_mode == layout::TpMode::k1D;
   std::vector<at::Tensor> local_params, local_m, local_v;
-  if (zero_) {
-    TESSERA_RETURN_IF_ERROR(zero_->Gather(ZeroOptimizer::What::kParams, &local_params));
-  } else {
-    for (Param& p : model_->params()) local_params.push_back(p.value);
-  }
+  TESSERA_RETURN_IF_ERROR(zero_->Gather(ZeroOptimizer::What::kParams, &local_params));
   if (!sharded_state) TESSERA_RETURN_IF_ERROR(LocalOptimizerState(&local_m, &local_v));
 
   // 2. One temporary directory for all ranks, named by rank 0's pid. Small control tensors live on

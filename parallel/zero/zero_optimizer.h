@@ -7,8 +7,9 @@
 // owns all of it). For its owned elements a rank keeps, in fp32, the master weights and Adam's m and v;
 // stages 1–3 (sharded) also keep the averaged gradients of the owned elements (in the parameter dtype).
 //
-//   stage 0  nothing sharded (used for mixed precision or offload without sharding): gradients
-//            all-reduced (bucketed, overlapping backward)
+//   stage 0  nothing sharded (plain data parallelism; the Trainer's only optimizer, so also every
+//            fp32 run): gradients all-reduced (bucketed, overlapping backward); fp32 parameters are
+//            their own master weights
 //   stage 1  optimizer state sharded; full gradients accumulate locally over the step's backward
 //            passes, and in the last one each unit's are reduce-scattered as soon as backward produced
 //            them all (the same communication volume as plain dp's all-reduce, and the same sums),
