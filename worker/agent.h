@@ -1,18 +1,27 @@
 // Agent: the worker daemon's connection to the coordinator — registers (again after any loss, with
-// backoff), heartbeats, reads the assignment stream, and reports what its ranks do. Owns the
-// RankSupervisor; ranks keep running while the coordinator is away and are reported on return.
+// backoff), heartbeats, reads the assignment stream, and reports what its ranks do. Ranks keep running
+// while the coordinator is away and are reported on return.
+//
+// One round (Tick) does what is due at the clock's time: register, heartbeat, apply orders, sample
+// metrics, collect rank events, deliver reports. Run() calls it every 100 ms; tests call it directly
+// with a FakeClock, a fake CoordinatorLink and fake Ranks. Not thread-safe (one loop thread).
 #ifndef TESSERA_WORKER_AGENT_H_
 #define TESSERA_WORKER_AGENT_H_
 
 #include <atomic>
+#include <memory>
+#include <optional>
 #include <string>
 
-#include <optional>
-
+#include "absl/time/time.h"
 #include "common/rpc/tls.h"
 #include "common/spec/paths.h"
+#include "common/time/clock.h"
 #include "tessera/v1/cluster.pb.h"
+#include "worker/coordinator_link.h"
 #include "worker/rank_supervisor.h"
+#include "worker/ranks.h"
+#include "worker/report_queue.h"
 #include "worker/worker_metrics.h"
 
 namespace tessera::worker {
@@ -33,19 +42,54 @@ struct AgentOptions {
   // starts (the coordinator checked on submission, on its own machine). Empty: not confined.
   spec::PathRoots roots;
   RankSupervisorOptions supervisor;
+  Clock* clock = RealClock();             // Of heartbeats, backoff and metric samples. Not owned.
 };
 
 class Agent {
  public:
-  // `metrics` may be null.
-  Agent(AgentOptions options, WorkerMetrics* metrics) : options_(std::move(options)), metrics_(metrics) {}
+  // The daemon's: gRPC to options.coordinator, ranks by a RankSupervisor. `metrics` may be null.
+  Agent(AgentOptions options, WorkerMetrics* metrics);
+  // With the given link and ranks (tests).
+  Agent(AgentOptions options, WorkerMetrics* metrics, std::unique_ptr<CoordinatorLink> link,
+        std::unique_ptr<Ranks> ranks);
 
-  // Works until `stop` becomes true, then stops every rank (SIGTERM, SIGKILL after the grace period).
+  // Calls Tick() every 100 ms until `stop` becomes true, then stops every rank (SIGTERM, SIGKILL after
+  // the grace period) by destroying the Ranks.
   void Run(const std::atomic<bool>& stop);
 
+  // One round of the loop; never sleeps (RPCs have their own short deadlines).
+  void Tick();
+
+  // The coordinator's id for this worker ("" while not registered) and the last applied order.
+  const std::string& worker_id() const { return worker_id_; }
+  int64_t applied_seq() const { return applied_seq_; }
+
  private:
+  void Register(absl::Time now);
+  void Heartbeat(absl::Time now);
+  void ApplyAssignments();
+  // An ACTION_START order; a rank that cannot start is reported EXITED (127) with the reason.
+  void StartRank(const v1::Assignment& a);
+  void CollectEvents(absl::Time now);
+  v1::RegisterWorkerRequest Registration();
+
   AgentOptions options_;
   WorkerMetrics* metrics_;
+  std::unique_ptr<CoordinatorLink> link_;
+  std::unique_ptr<Ranks> ranks_;
+  // This process, for the coordinator to tell a second worker under the same name from this one.
+  const std::string instance_;
+  std::string worker_id_;
+  absl::Duration heartbeat_interval_ = absl::Seconds(1);
+  absl::Duration backoff_ = absl::Milliseconds(200);
+  absl::Time next_attempt_ = absl::InfinitePast(), next_heartbeat_ = absl::InfinitePast(),
+             next_sample_ = absl::InfinitePast();
+  ReportQueue unsent_;       // Reports not yet delivered.
+  bool said_unreachable_ = false;
+  std::string last_refusal_;  // The last ALREADY_EXISTS message printed.
+  int64_t registrations_ = 0;  // Registration requests sent (RegisterWorkerRequest.attempt).
+  int64_t session_ = 0;        // Of the current registration.
+  int64_t applied_seq_ = 0;    // Every order of the session up to this one is applied (the acknowledgement).
 };
 
 }  // namespace tessera::worker

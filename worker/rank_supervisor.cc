@@ -94,7 +94,7 @@ void RankSupervisor::StopJob(const std::string& job_id) {
   for (auto& [key, r] : ranks_) {
     if (std::get<0>(key) != job_id || r.stopping) continue;
     r.stopping = true;
-    r.kill_at = std::chrono::steady_clock::now() + options_.stop_grace;
+    r.kill_at = options_.clock->Now() + absl::FromChrono(options_.stop_grace);
     kill(-r.pid, SIGTERM);
   }
 }
@@ -163,7 +163,7 @@ void RankSupervisor::ReadProgress(const Key& key, Rank& r, std::vector<RankEvent
 std::vector<RankEvent> RankSupervisor::Poll() {
   std::vector<RankEvent> events;
   events.swap(pending_);
-  const auto now = std::chrono::steady_clock::now();
+  const absl::Time now = options_.clock->Now();
   for (auto it = ranks_.begin(); it != ranks_.end();) {
     const auto& [job, attempt, rank] = it->first;
     Rank& r = it->second;

@@ -14,9 +14,13 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "common/steplog/step_log.h"
+#include "common/time/clock.h"
 #include "tessera/v1/cluster.pb.h"
 #include "tessera/v1/worker_service.pb.h"
-#include "common/steplog/step_log.h"
+#include "worker/rank_event.h"
+#include "worker/ranks.h"
 
 namespace tessera::worker {
 
@@ -34,52 +38,30 @@ struct RankSupervisorOptions {
                                                 // (tessera-rank --timeout_s), naming the group's hosts.
   std::string interface;                        // The interface that has `host` ("" unknown): NCCL's and
                                                 // Gloo's socket interface (NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME).
-};
-
-// Something that happened to a rank, to be reported to the coordinator.
-struct RankEvent {
-  v1::ReportRankStatusRequest::Event event;
-  std::string job_id;
-  int attempt = 0;
-  int rank = 0;
-  int exit_code = 0;    // EXITED: 0, the exit code, or -signal.
-  std::string error;    // EXITED with failure: the rank's last "error: " line.
-  v1::JobProgress progress;
-  // PROGRESS only (rank 0's step log): for metrics.
-  int64_t tokens = 0;             // Tokens of the step (global).
-  int64_t samples = 0;            // Samples of the step (global batch).
-  int64_t bytes_all_reduced = 0;  // By rank 0 in the step.
-  double flops_per_token = 0;     // Model FLOPs per trained token (ModelFlopsPerToken).
-  int world_size = 1;
+  Clock* clock = RealClock();                   // Of stop_grace. Not owned.
 };
 
 // Training FLOPs per token of a GPT: 6·N (N = every parameter, embeddings included, as the tied head
 // is a matmul) plus attention 12·layers·hidden·seq_len (forward and backward).
 double ModelFlopsPerToken(const v1::JobSpec& spec);
 
-// A live rank process.
-struct RankProcess {
-  std::string job_id;
-  int rank = 0;
-  pid_t pid = -1;
-};
-
-class RankSupervisor {
+class RankSupervisor final : public Ranks {
  public:
   explicit RankSupervisor(RankSupervisorOptions options) : options_(std::move(options)) {}
   ~RankSupervisor();  // Kills every rank still running.
 
   // Writes the spec and starts the rank; STARTED is reported by the next Poll().
-  absl::Status Start(const v1::Assignment& assignment);
-  // Begins stopping every rank of `job_id` (any attempt).
-  void StopJob(const std::string& job_id);
+  absl::Status Start(const v1::Assignment& assignment) override;
+  // Begins stopping every rank of `job_id` (any attempt): SIGTERM to each rank's process group now,
+  // SIGKILL from the first Poll() at least stop_grace later (on options.clock).
+  void StopJob(const std::string& job_id) override;
   // Reaps exits, escalates overdue stops to SIGKILL, reads progress. Returns the events since the last call.
-  std::vector<RankEvent> Poll();
+  std::vector<RankEvent> Poll() override;
   // Ranks alive now (for re-registration after a coordinator restart).
-  std::vector<v1::RunningRank> Running() const;
+  std::vector<v1::RunningRank> Running() const override;
   // Process ids of live ranks.
   std::vector<pid_t> Pids() const;
-  std::vector<RankProcess> Processes() const;
+  std::vector<RankProcess> Processes() const override;
 
  private:
   struct Rank {
@@ -97,7 +79,7 @@ class RankSupervisor {
     int64_t samples_per_step = 0;
     std::streamoff steps_offset = 0;
     bool stopping = false;
-    std::chrono::steady_clock::time_point kill_at;
+    absl::Time kill_at = absl::InfiniteFuture();
   };
   using Key = std::tuple<std::string, int, int>;  // job, attempt, rank
 

@@ -1,0 +1,288 @@
+// Agent with a fake coordinator link, fake ranks and a FakeClock: registration and its backoff,
+// heartbeats and their interval, a lost coordinator, the order of assignments, reports.
+#include "worker/agent.h"
+
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/spec/job_spec.h"
+#include "common/time/fake_clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace tessera::worker {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+// Answers as the test sets it and records every call.
+class FakeLink final : public CoordinatorLink {
+ public:
+  grpc::Status Register(const v1::RegisterWorkerRequest& req, v1::RegisterWorkerResponse* resp) override {
+    registrations.push_back(req);
+    if (!register_status.ok()) return register_status;
+    resp->set_worker_id("w-1");
+    resp->set_session(++sessions);
+    resp->set_heartbeat_interval_ms(heartbeat_ms);
+    return grpc::Status::OK;
+  }
+  grpc::Status Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatResponse*) override {
+    heartbeats.push_back(req);
+    return heartbeat_status;
+  }
+  grpc::Status Report(const v1::ReportRankStatusRequest& req) override {
+    if (!report_status.ok()) return report_status;
+    reports.push_back(req);
+    return grpc::Status::OK;
+  }
+  void Reconnect() override {
+    ++reconnects;
+    open = false;
+  }
+  void OpenAssignments(const std::string& worker_id, int64_t session) override {
+    opened.push_back(session);
+    open = true;
+    broken = false;
+    EXPECT_EQ(worker_id, "w-1");
+  }
+  std::deque<v1::Assignment> TakeAssignments() override {
+    std::deque<v1::Assignment> out;
+    if (open) out.swap(incoming);
+    return out;
+  }
+  bool AssignmentsBroken() const override { return broken; }
+
+  grpc::Status register_status = grpc::Status::OK, heartbeat_status = grpc::Status::OK,
+               report_status = grpc::Status::OK;
+  int heartbeat_ms = 500;
+  int64_t sessions = 0;
+  int reconnects = 0;
+  bool open = false, broken = false;
+  std::deque<v1::Assignment> incoming;
+  std::vector<v1::RegisterWorkerRequest> registrations;
+  std::vector<v1::HeartbeatRequest> heartbeats;
+  std::vector<v1::ReportRankStatusRequest> reports;
+  std::vector<int64_t> opened;
+};
+
+// Ranks that start when told and exit when the test says so.
+class FakeRanks final : public Ranks {
+ public:
+  absl::Status Start(const v1::Assignment& a) override {
+    if (!start_status.ok()) return start_status;
+    started.push_back(a.rank());
+    v1::RunningRank r;
+    r.set_job_id(a.job_id());
+    r.set_attempt(a.attempt());
+    r.set_rank(a.rank());
+    running.push_back(r);
+    events.push_back({v1::ReportRankStatusRequest::EVENT_STARTED, a.job_id(), a.attempt(), a.rank()});
+    return absl::OkStatus();
+  }
+  void StopJob(const std::string& job_id) override { stopped.push_back(job_id); }
+  std::vector<RankEvent> Poll() override {
+    std::vector<RankEvent> out;
+    out.swap(events);
+    return out;
+  }
+  std::vector<v1::RunningRank> Running() const override { return running; }
+  std::vector<RankProcess> Processes() const override { return {}; }
+  // Rank `rank` exits with `code` (reported by the next Poll()).
+  void Exit(int rank, int code) {
+    for (auto it = running.begin(); it != running.end(); ++it) {
+      if (it->rank() != rank) continue;
+      RankEvent e{v1::ReportRankStatusRequest::EVENT_EXITED, it->job_id(), it->attempt(), rank};
+      e.exit_code = code;
+      events.push_back(e);
+      running.erase(it);
+      return;
+    }
+  }
+
+  absl::Status start_status;
+  std::vector<int> started;
+  std::vector<std::string> stopped;
+  std::vector<v1::RunningRank> running;
+  std::vector<RankEvent> events;
+};
+
+class AgentTest : public ::testing::Test {
+ protected:
+  AgentTest() {
+    AgentOptions o;
+    o.name = "node-a";
+    o.device_count = 2;
+    o.clock = &clock_;
+    auto link = std::make_unique<FakeLink>();
+    auto ranks = std::make_unique<FakeRanks>();
+    link_ = link.get();
+    ranks_ = ranks.get();
+    agent_ = std::make_unique<Agent>(o, nullptr, std::move(link), std::move(ranks));
+  }
+  // A start order for `rank` of a dp=2 job (valid, so CheckStartOrder lets it through).
+  static v1::Assignment Start(int64_t seq, int rank) {
+    v1::Assignment a;
+    a.set_seq(seq);
+    a.set_action(v1::Assignment::ACTION_START);
+    a.set_job_id("job-000001");
+    a.set_attempt(1);
+    a.set_rank(rank);
+    a.set_world_size(2);
+    a.set_local_rank(rank);
+    a.set_store_host("127.0.0.1");
+    a.set_store_port(29500);
+    auto spec = spec::ParseJobSpec("name: t\ndata: {path: /x.bin}\nmodel: {heads: 4}\noutput_dir: /tmp/t\n"
+                                   "parallel: {dp: 2}\ntrain: {micro_batch: 1, global_batch: 2}\n",
+                                   {});
+    EXPECT_TRUE(spec.ok()) << spec.status();
+    *a.mutable_spec() = *spec;
+    return a;
+  }
+
+  FakeClock clock_;
+  FakeLink* link_;
+  FakeRanks* ranks_;
+  std::unique_ptr<Agent> agent_;
+};
+
+TEST_F(AgentTest, RegistersThenHeartbeatsAtTheCoordinatorsInterval) {
+  agent_->Tick();
+  ASSERT_EQ(link_->registrations.size(), 1u);
+  EXPECT_EQ(link_->registrations[0].name(), "node-a");
+  EXPECT_EQ(link_->registrations[0].attempt(), 1);
+  EXPECT_EQ(agent_->worker_id(), "w-1");
+  EXPECT_THAT(link_->opened, ElementsAre(1));
+  EXPECT_EQ(link_->heartbeats.size(), 1u) << "the first heartbeat goes with the registration's round";
+  clock_.Advance(absl::Milliseconds(499));
+  agent_->Tick();
+  EXPECT_EQ(link_->heartbeats.size(), 1u) << "before the 500 ms interval";
+  clock_.Advance(absl::Milliseconds(1));
+  agent_->Tick();
+  EXPECT_EQ(link_->heartbeats.size(), 2u);
+  EXPECT_EQ(link_->registrations.size(), 1u);
+}
+
+TEST_F(AgentTest, UnreachableCoordinatorIsRetriedWithDoublingBackoffUpToTwoSeconds) {
+  link_->register_status = grpc::Status(grpc::StatusCode::UNAVAILABLE, "connection refused");
+  std::vector<int64_t> retried_after_ms;
+  absl::Duration since = absl::ZeroDuration();
+  agent_->Tick();
+  for (int i = 0; i < 3000 && link_->registrations.size() < 7; ++i) {
+    const size_t before = link_->registrations.size();
+    clock_.Advance(absl::Milliseconds(10));
+    since += absl::Milliseconds(10);
+    agent_->Tick();
+    if (link_->registrations.size() > before) {
+      retried_after_ms.push_back(absl::ToInt64Milliseconds(since));
+      since = absl::ZeroDuration();
+    }
+  }
+  EXPECT_THAT(retried_after_ms, ElementsAre(200, 400, 800, 1600, 2000, 2000));
+  EXPECT_EQ(link_->reconnects, 7) << "a fresh connection after every failed registration";
+  link_->register_status = grpc::Status::OK;
+  clock_.Advance(absl::Seconds(2));
+  agent_->Tick();
+  EXPECT_EQ(agent_->worker_id(), "w-1");
+}
+
+TEST_F(AgentTest, LostCoordinatorMeansRegisteringAgainListingRunningRanksAndUndeliveredExits) {
+  agent_->Tick();
+  link_->incoming = {Start(1, 0), Start(2, 1)};
+  agent_->Tick();
+  EXPECT_THAT(ranks_->started, ElementsAre(0, 1));
+  EXPECT_EQ(agent_->applied_seq(), 2);
+  // The coordinator goes away: rank 1 exits meanwhile and its report cannot be delivered.
+  link_->heartbeat_status = grpc::Status(grpc::StatusCode::UNAVAILABLE, "gone");
+  link_->report_status = grpc::Status(grpc::StatusCode::UNAVAILABLE, "gone");
+  ranks_->Exit(1, 3);
+  clock_.Advance(absl::Milliseconds(500));
+  agent_->Tick();
+  EXPECT_EQ(agent_->worker_id(), "") << "the failed heartbeat ends the registration";
+  EXPECT_EQ(link_->reconnects, 1);
+  link_->heartbeat_status = grpc::Status::OK;
+  link_->report_status = grpc::Status::OK;
+  agent_->Tick();  // The next round registers again, without waiting for a backoff.
+  ASSERT_EQ(link_->registrations.size(), 2u);
+  EXPECT_EQ(agent_->worker_id(), "w-1");
+  EXPECT_THAT(link_->opened, ElementsAre(1, 2));
+  const v1::RegisterWorkerRequest& again = link_->registrations.back();
+  ASSERT_EQ(again.running_size(), 1);
+  EXPECT_EQ(again.running(0).rank(), 0);
+  ASSERT_EQ(again.exited_size(), 1) << "the undelivered exit travels with the registration";
+  EXPECT_EQ(again.exited(0).rank(), 1);
+  EXPECT_EQ(again.exited(0).exit_code(), 3);
+  EXPECT_EQ(again.attempt(), 2);
+}
+
+TEST_F(AgentTest, OrdersApplyOnceAndInOrderAndAGapReopensTheStream) {
+  agent_->Tick();
+  link_->incoming = {Start(1, 0), Start(1, 0)};  // Sent again after a reconnect: applied once.
+  agent_->Tick();
+  EXPECT_THAT(ranks_->started, ElementsAre(0));
+  link_->incoming = {Start(3, 1)};  // Order 2 was lost with a broken stream.
+  agent_->Tick();
+  EXPECT_THAT(ranks_->started, ElementsAre(0));
+  EXPECT_EQ(agent_->applied_seq(), 1);
+  EXPECT_EQ(link_->opened.size(), 2u) << "a new stream asks for every unacknowledged order";
+  v1::Assignment stop;
+  stop.set_seq(2);
+  stop.set_action(v1::Assignment::ACTION_STOP);
+  stop.set_job_id("job-000001");
+  link_->incoming = {stop, Start(3, 1)};
+  agent_->Tick();
+  EXPECT_THAT(ranks_->stopped, ElementsAre("job-000001"));
+  EXPECT_THAT(ranks_->started, ElementsAre(0, 1));
+  clock_.Advance(absl::Milliseconds(500));
+  agent_->Tick();
+  EXPECT_EQ(link_->heartbeats.back().applied_seq(), 3) << "the acknowledgement";
+}
+
+TEST_F(AgentTest, ARankThatCannotStartIsReportedExitedWithTheReason) {
+  agent_->Tick();
+  v1::Assignment bad = Start(1, 0);
+  bad.set_local_rank(5);  // This worker has 2 devices.
+  ranks_->start_status = absl::OkStatus();
+  v1::Assignment refused = Start(2, 1);
+  link_->incoming = {bad, refused};
+  ranks_->start_status = absl::InternalError("disk full");
+  agent_->Tick();
+  ASSERT_EQ(link_->reports.size(), 2u);
+  EXPECT_EQ(link_->reports[0].event(), v1::ReportRankStatusRequest::EVENT_EXITED);
+  EXPECT_EQ(link_->reports[0].exit_code(), 127);
+  EXPECT_THAT(link_->reports[0].error(), HasSubstr("local_rank"));
+  EXPECT_THAT(link_->reports[1].error(), HasSubstr("disk full"));
+  EXPECT_EQ(link_->reports[1].worker_id(), "w-1");
+}
+
+TEST_F(AgentTest, ReportsWaitForTheCoordinatorAndKeepTheirOrder) {
+  agent_->Tick();
+  link_->incoming = {Start(1, 0)};
+  link_->report_status = grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "slow");
+  agent_->Tick();
+  ranks_->Exit(0, 0);
+  agent_->Tick();
+  EXPECT_TRUE(link_->reports.empty());
+  link_->report_status = grpc::Status::OK;
+  agent_->Tick();
+  ASSERT_EQ(link_->reports.size(), 2u);
+  EXPECT_EQ(link_->reports[0].event(), v1::ReportRankStatusRequest::EVENT_STARTED);
+  EXPECT_EQ(link_->reports[1].event(), v1::ReportRankStatusRequest::EVENT_EXITED);
+}
+
+TEST_F(AgentTest, ABrokenStreamIsOpenedAgainAtTheNextHeartbeat) {
+  agent_->Tick();
+  link_->broken = true;
+  clock_.Advance(absl::Milliseconds(499));
+  agent_->Tick();
+  EXPECT_EQ(link_->opened.size(), 1u);
+  clock_.Advance(absl::Milliseconds(1));
+  agent_->Tick();
+  EXPECT_EQ(link_->opened.size(), 2u);
+  EXPECT_EQ(link_->opened.back(), 1) << "the same session: the registration holds";
+}
+
+}  // namespace
+}  // namespace tessera::worker

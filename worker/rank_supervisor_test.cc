@@ -1,0 +1,138 @@
+// RankSupervisor with real processes (a shell script stands in for tessera-rank) and a FakeClock for
+// the stop grace: start, progress from rank 0's step log, exit codes and error lines, SIGTERM first and
+// SIGKILL only once the grace period has passed on the clock.
+#include "worker/rank_supervisor.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/spec/job_spec.h"
+#include "common/time/fake_clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace tessera::worker {
+namespace {
+
+using ::testing::HasSubstr;
+
+class RankSupervisorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::string(getenv("TEST_TMPDIR") ? getenv("TEST_TMPDIR") : "/tmp") + "/rank_supervisor_" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+  }
+  // A stand-in for tessera-rank running `body` (sh), and a supervisor that starts it.
+  std::unique_ptr<RankSupervisor> Supervisor(const std::string& body) {
+    const std::string script = dir_ + "/rank.sh";
+    std::ofstream(script) << "#!/bin/sh\n" << body << "\n";
+    std::filesystem::permissions(script, std::filesystem::perms::owner_all);
+    RankSupervisorOptions o;
+    o.rank_binary = script;
+    o.work_dir = dir_ + "/work";
+    o.stop_grace = std::chrono::seconds(10);
+    o.clock = &clock_;
+    return std::make_unique<RankSupervisor>(o);
+  }
+  v1::Assignment Order(int rank) {
+    v1::Assignment a;
+    a.set_action(v1::Assignment::ACTION_START);
+    a.set_job_id("job-000001");
+    a.set_attempt(1);
+    a.set_rank(rank);
+    a.set_world_size(1);
+    auto spec = spec::ParseJobSpec("name: t\ndata: {path: /x.bin}\nmodel: {heads: 4}\n"
+                                   "train: {micro_batch: 1, global_batch: 2}\n",
+                                   {"output_dir=" + dir_ + "/out", "parallel.dp=1"});
+    EXPECT_TRUE(spec.ok()) << spec.status();
+    *a.mutable_spec() = *spec;
+    return a;
+  }
+  // Polls (real time: a real process) until an EXITED event or 20 s; every event seen.
+  static std::vector<RankEvent> PollUntilExit(RankSupervisor& s) {
+    std::vector<RankEvent> all;
+    for (int i = 0; i < 400; ++i) {
+      for (RankEvent& e : s.Poll()) all.push_back(e);
+      if (!all.empty() && all.back().event == v1::ReportRankStatusRequest::EVENT_EXITED) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return all;
+  }
+
+  std::string dir_;
+  FakeClock clock_;
+};
+
+TEST_F(RankSupervisorTest, ReportsStartProgressAndTheExitWithTheLastErrorLine) {
+  const std::string steps = dir_ + "/out/steps.jsonl";
+  auto s = Supervisor("echo '{\"step\": 1, \"loss\": 5.5, \"lr\": 0.001, \"tokens\": 256}' >> " + steps +
+                      "\necho '{\"step\": 2, \"loss\": 4.5, \"lr\": 0.001, \"tokens\": 256}' >> " + steps +
+                      "\necho 'error: step 3: the data file is gone' >&2\nexit 3");
+  ASSERT_TRUE(s->Start(Order(0)).ok());
+  ASSERT_EQ(s->Running().size(), 1u);
+  std::vector<RankEvent> events = PollUntilExit(*s);
+  ASSERT_GE(events.size(), 3u);
+  EXPECT_EQ(events.front().event, v1::ReportRankStatusRequest::EVENT_STARTED);
+  const RankEvent& exited = events.back();
+  EXPECT_EQ(exited.event, v1::ReportRankStatusRequest::EVENT_EXITED);
+  EXPECT_EQ(exited.exit_code, 3);
+  EXPECT_THAT(exited.error, HasSubstr("the data file is gone"));
+  // Progress: step 1 (the baseline) and the newest step, read after the exit at the latest.
+  std::vector<int64_t> progress_steps;
+  for (const RankEvent& e : events) {
+    if (e.event == v1::ReportRankStatusRequest::EVENT_PROGRESS) progress_steps.push_back(e.progress.step());
+  }
+  EXPECT_EQ(progress_steps, (std::vector<int64_t>{1, 2}));
+  EXPECT_TRUE(s->Running().empty());
+  // The rank's output went to the job's log.
+  std::ifstream log(dir_ + "/out/logs/rank_0.log");
+  std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  EXPECT_THAT(text, HasSubstr("=== tessera-worker: job job-000001 attempt 1 rank 0 ==="));
+}
+
+TEST_F(RankSupervisorTest, StopSendsTermAndKillsOnlyAfterTheGracePeriodOnTheClock) {
+  // A rank that ignores SIGTERM (as one stuck in a collective may).
+  const std::string ready = dir_ + "/trapped";
+  auto s = Supervisor("trap '' TERM\ntouch " + ready + "\nwhile true; do sleep 0.05; done");
+  ASSERT_TRUE(s->Start(Order(0)).ok());
+  for (int i = 0; i < 400 && !std::filesystem::exists(ready); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_TRUE(std::filesystem::exists(ready)) << "the stand-in rank never started";
+  s->Poll();
+  s->StopJob("job-000001");
+  // Real time passes, the clock does not: still alive.
+  for (int i = 0; i < 10; ++i) {
+    for (const RankEvent& e : s->Poll()) EXPECT_NE(e.event, v1::ReportRankStatusRequest::EVENT_EXITED);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_EQ(s->Running().size(), 1u);
+  clock_.Advance(absl::Seconds(9));
+  s->Poll();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(s->Running().size(), 1u) << "9 s of a 10 s grace";
+  clock_.Advance(absl::Seconds(1));
+  std::vector<RankEvent> events = PollUntilExit(*s);
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back().event, v1::ReportRankStatusRequest::EVENT_EXITED);
+  EXPECT_EQ(events.back().exit_code, -9) << "SIGKILL";
+}
+
+TEST_F(RankSupervisorTest, ARepeatedOrderStartsNothingNew) {
+  auto s = Supervisor("sleep 30");
+  ASSERT_TRUE(s->Start(Order(0)).ok());
+  ASSERT_TRUE(s->Start(Order(0)).ok());
+  EXPECT_EQ(s->Pids().size(), 1u);
+  std::vector<RankEvent> events = s->Poll();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].event, v1::ReportRankStatusRequest::EVENT_STARTED);
+}
+
+}  // namespace
+}  // namespace tessera::worker
