@@ -163,6 +163,15 @@ class Coordinator {
   };
 
   void TryScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // RegisterWorker's steps: a live worker holding the name or a late duplicate of an accepted
+  // registration refuses it; the accepted worker's entry starts a new session; the exits it brings
+  // are applied and its listed ranks adopted or stopped; ranks it should run but does not list are gone.
+  absl::Status RefusedRegistrationLocked(const v1::RegisterWorkerRequest& req) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  WorkerEntry& AcceptWorkerLocked(const v1::RegisterWorkerRequest& req) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ApplyListedRanksLocked(WorkerEntry& w, const v1::RegisterWorkerRequest& req)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReconcileRegistrationLocked(const std::string& id, const v1::RegisterWorkerRequest& req)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The entry of listed rank `r` if it is a rank of its job's current attempt (the job not ended)
   // placed on worker `id`, with its job in `job`; else null.
   RankEntry* PlacedHereLocked(const std::string& id, const v1::RunningRank& r, JobEntry** job)

@@ -24,7 +24,10 @@ std::vector<v1::Worker> Coordinator::ListWorkers() {
   return out;
 }
 
-absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(const v1::RegisterWorkerRequest& req) {
+namespace {
+
+// A registration's fields as this coordinator can use them; InvalidArgument naming each bad field.
+absl::Status RegistrationProblems(const v1::RegisterWorkerRequest& req) {
   std::vector<spec::SpecError> errors;
   if (req.name().empty()) {
     errors.push_back({"name", "is required"});
@@ -49,9 +52,34 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(const v1:
     errors.push_back({"store_port_min", absl::StrCat("[", req.store_port_min(), ", ", req.store_port_max(),
                                                      "] is not a port range")});
   }
-  if (absl::Status s = spec::ToStatus(errors); !s.ok()) return s;
+  return spec::ToStatus(errors);
+}
+
+}  // namespace
+
+absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(const v1::RegisterWorkerRequest& req) {
+  if (absl::Status s = RegistrationProblems(req); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
   const std::string id = req.name();  // Stable across coordinator restarts, so placements stay valid.
+  if (absl::Status s = RefusedRegistrationLocked(req); !s.ok()) return s;
+  WorkerEntry& w = AcceptWorkerLocked(req);
+  defer_scheduling_ = true;  // Until the reconciliation below is done (TryScheduleLocked at the end).
+  ApplyListedRanksLocked(w, req);
+  ReconcileRegistrationLocked(id, req);
+  defer_scheduling_ = false;
+  RefreshWorkerUsageLocked();
+  for (auto& [jid, e] : jobs_) CheckAdoptionLocked(e);
+  TryScheduleLocked();
+  changed_.SignalAll();
+  v1::RegisterWorkerResponse resp;
+  resp.set_worker_id(id);
+  resp.set_heartbeat_interval_ms(static_cast<int32_t>(absl::ToInt64Milliseconds(options_.heartbeat_interval)));
+  resp.set_session(w.session);
+  return resp;
+}
+
+absl::Status Coordinator::RefusedRegistrationLocked(const v1::RegisterWorkerRequest& req) {
+  const std::string& id = req.name();
   if (auto held = workers_.find(id); held != workers_.end() && !req.instance().empty() &&
                                      !held->second.instance.empty() && held->second.instance != req.instance() &&
                                      held->second.info.state() == v1::Worker::STATE_ALIVE &&
@@ -69,6 +97,11 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(const v1:
                                            " arrived after its registration ", same->second.attempt,
                                            " was accepted; ignored"));
   }
+  return absl::OkStatus();
+}
+
+Coordinator::WorkerEntry& Coordinator::AcceptWorkerLocked(const v1::RegisterWorkerRequest& req) {
+  const std::string& id = req.name();
   WorkerEntry& w = workers_[id];
   w.instance = req.instance();
   w.attempt = req.attempt();
@@ -89,7 +122,11 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(const v1:
   w.last_seq = 0;
   w.applied_seq = 0;
   w.session = ++last_session_;  // Streams of earlier registrations stop taking orders.
-  defer_scheduling_ = true;     // Until the reconciliation below is done (TryScheduleLocked at the end).
+  return w;
+}
+
+void Coordinator::ApplyListedRanksLocked(WorkerEntry& w, const v1::RegisterWorkerRequest& req) {
+  const std::string& id = req.name();
   // Exits the worker could not report while it was away come first.
   for (v1::ReportRankStatusRequest exit : req.exited()) {
     exit.set_worker_id(id);
@@ -111,6 +148,9 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(const v1:
       SendLocked(w, std::move(a));
     }
   }
+}
+
+void Coordinator::ReconcileRegistrationLocked(const std::string& id, const v1::RegisterWorkerRequest& req) {
   // A worker that registers without a rank it was running for an attempt being adopted no longer has
   // it (its exit report, if any, follows).
   for (auto& [jid, e] : jobs_) {
@@ -129,16 +169,6 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(const v1:
   ReconcileLocked(id, running, std::numeric_limits<int64_t>::max(), "registered again without",
                   "(the worker restarted?)");
   NoteStoppingLocked(id, req.running());
-  defer_scheduling_ = false;
-  RefreshWorkerUsageLocked();
-  for (auto& [jid, e] : jobs_) CheckAdoptionLocked(e);
-  TryScheduleLocked();
-  changed_.SignalAll();
-  v1::RegisterWorkerResponse resp;
-  resp.set_worker_id(id);
-  resp.set_heartbeat_interval_ms(static_cast<int32_t>(absl::ToInt64Milliseconds(options_.heartbeat_interval)));
-  resp.set_session(w.session);
-  return resp;
 }
 
 bool Coordinator::ReconcileLocked(const std::string& id, const std::set<std::tuple<std::string, int, int>>& listed,
