@@ -186,65 +186,12 @@ void Coordinator::TryScheduleLocked() {
     }
     if (slots.ok()) {
       WorkerEntry& w0 = workers_[slots->slots[0].worker_id];
-      // Round robin over the worker's range: the next attempt does not take the port its predecessor's
-      // store just closed (its connections linger in TIME_WAIT; another process may have taken it).
-      int port = -1;
-      const int range = w0.port_max - w0.port_min + 1;
-      for (int k = 0; k < range && port < 0; ++k) {
-        const int p = w0.port_min + (std::max(0, w0.next_port - w0.port_min) + k) % range;
-        if (!w0.used_ports.count(p)) port = p;
-      }
-      if (port >= 0) w0.next_port = port + 1;
-      if (port < 0) reason = absl::StrCat(prefix, "waiting for a free store port on worker ", w0.info.name());
-      if (port >= 0) {
-        e.job.set_attempt(e.job.attempt() + 1);
-        e.job.clear_placement();
-        e.job.set_placement_explanation(slots->explanation);
-        e.ranks.assign(world, RankEntry{});
-        e.job.set_store_host(w0.info.host());
-        e.job.set_store_port(port);
-        w0.used_ports.insert(port);
-        for (int r = 0; r < world; ++r) {
-          const Slot& s = slots->slots[r];
-          e.ranks[r].worker_id = s.worker_id;
-          e.ranks[r].local_rank = s.local_rank;
-          auto* p = e.job.add_placement();
-          p->set_rank(r);
-          p->set_worker_id(s.worker_id);
-          p->set_local_rank(s.local_rank);
-          WorkerEntry& w = workers_[s.worker_id];
-          w.used_devices.insert(s.local_rank);
-          v1::Assignment a;
-          a.set_action(v1::Assignment::ACTION_START);
-          a.set_job_id(e.job.id());
-          a.set_attempt(e.job.attempt());
-          a.set_rank(r);
-          a.set_local_rank(s.local_rank);
-          a.set_world_size(world);
-          a.set_store_host(w0.info.host());
-          a.set_store_port(port);
-          *a.mutable_spec() = spec;
-          a.set_owner(e.job.owner());
-          e.ranks[r].start_seq = SendLocked(w, std::move(a));
-        }
-        v1::Attempt* h = e.job.add_history();
-        h->set_attempt(e.job.attempt());
-        h->set_started_unix_ms(absl::ToUnixMillis(Now()));
-        h->set_resumed_from_step(e.job.progress().last_checkpoint_step());
-        for (const Slot& s : slots->slots) {
-          if (std::find(h->workers().begin(), h->workers().end(), s.worker_id) == h->workers().end()) {
-            h->add_workers(s.worker_id);
-            h->add_worker_hosts(workers_[s.worker_id].info.host());
-          }
-        }
-        if (e.job.history_size() > kMaxHistory) e.job.mutable_history()->DeleteSubrange(0, e.job.history_size() - kMaxHistory);
-        e.scheduled_at = Now();
+      const int port = NextStorePortLocked(w0);
+      if (port < 0) {
+        reason = absl::StrCat(prefix, "waiting for a free store port on worker ", w0.info.name());
+      } else {
+        StartAttemptLocked(e, *slots, port);
         it = queue_.erase(it);
-        if (options_.on_scheduled) options_.on_scheduled(Now() - e.queued_at);
-        SetStateLocked(e, v1::JOB_STATE_SCHEDULED,
-                       absl::StrCat("attempt ", e.job.attempt(), " placed",
-                                    e.requeue_cause.empty() ? "" : absl::StrCat(" (after: ", e.requeue_cause, ")")));
-        e.requeue_cause.clear();
         continue;
       }
     }
@@ -252,6 +199,73 @@ void Coordinator::TryScheduleLocked() {
     if (world <= cluster && Now() - e.queued_at > options_.backfill_limit) reserved.insert(kind);
     ++it;
   }
+}
+
+int Coordinator::NextStorePortLocked(WorkerEntry& w0) {
+  // Round robin over the worker's range: the next attempt does not take the port its predecessor's
+  // store just closed (its connections linger in TIME_WAIT; another process may have taken it).
+  const int range = w0.port_max - w0.port_min + 1;
+  for (int k = 0; k < range; ++k) {
+    const int p = w0.port_min + (std::max(0, w0.next_port - w0.port_min) + k) % range;
+    if (!w0.used_ports.count(p)) {
+      w0.next_port = p + 1;
+      return p;
+    }
+  }
+  return -1;
+}
+
+void Coordinator::StartAttemptLocked(JobEntry& e, const Placement& placement, int port) {
+  const v1::JobSpec& spec = e.job.spec();
+  const int world = static_cast<int>(placement.slots.size());
+  WorkerEntry& w0 = workers_[placement.slots[0].worker_id];
+  e.job.set_attempt(e.job.attempt() + 1);
+  e.job.clear_placement();
+  e.job.set_placement_explanation(placement.explanation);
+  e.ranks.assign(world, RankEntry{});
+  e.job.set_store_host(w0.info.host());
+  e.job.set_store_port(port);
+  w0.used_ports.insert(port);
+  for (int r = 0; r < world; ++r) {
+    const Slot& s = placement.slots[r];
+    e.ranks[r].worker_id = s.worker_id;
+    e.ranks[r].local_rank = s.local_rank;
+    auto* p = e.job.add_placement();
+    p->set_rank(r);
+    p->set_worker_id(s.worker_id);
+    p->set_local_rank(s.local_rank);
+    WorkerEntry& w = workers_[s.worker_id];
+    w.used_devices.insert(s.local_rank);
+    v1::Assignment a;
+    a.set_action(v1::Assignment::ACTION_START);
+    a.set_job_id(e.job.id());
+    a.set_attempt(e.job.attempt());
+    a.set_rank(r);
+    a.set_local_rank(s.local_rank);
+    a.set_world_size(world);
+    a.set_store_host(w0.info.host());
+    a.set_store_port(port);
+    *a.mutable_spec() = spec;
+    a.set_owner(e.job.owner());
+    e.ranks[r].start_seq = SendLocked(w, std::move(a));
+  }
+  v1::Attempt* h = e.job.add_history();
+  h->set_attempt(e.job.attempt());
+  h->set_started_unix_ms(absl::ToUnixMillis(Now()));
+  h->set_resumed_from_step(e.job.progress().last_checkpoint_step());
+  for (const Slot& s : placement.slots) {
+    if (std::find(h->workers().begin(), h->workers().end(), s.worker_id) == h->workers().end()) {
+      h->add_workers(s.worker_id);
+      h->add_worker_hosts(workers_[s.worker_id].info.host());
+    }
+  }
+  if (e.job.history_size() > kMaxHistory) e.job.mutable_history()->DeleteSubrange(0, e.job.history_size() - kMaxHistory);
+  e.scheduled_at = Now();
+  if (options_.on_scheduled) options_.on_scheduled(Now() - e.queued_at);
+  SetStateLocked(e, v1::JOB_STATE_SCHEDULED,
+                 absl::StrCat("attempt ", e.job.attempt(), " placed",
+                              e.requeue_cause.empty() ? "" : absl::StrCat(" (after: ", e.requeue_cause, ")")));
+  e.requeue_cause.clear();
 }
 
 int64_t Coordinator::ClusterDevicesLocked(v1::DeviceKind kind) {

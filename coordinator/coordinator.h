@@ -163,6 +163,10 @@ class Coordinator {
   };
 
   void TryScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // TryScheduleLocked's parts: the store port of a new attempt's rank 0 on `w0` (-1: none free), and
+  // the attempt started on `placement`: ranks assigned, START orders sent, history, SCHEDULED.
+  int NextStorePortLocked(WorkerEntry& w0) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StartAttemptLocked(JobEntry& e, const struct Placement& placement, int port) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // RegisterWorker's steps: a live worker holding the name or a late duplicate of an accepted
   // registration refuses it; the accepted worker's entry starts a new session; the exits it brings
   // are applied and its listed ranks adopted or stopped; ranks it should run but does not list are gone.

@@ -58,6 +58,55 @@ namespace {
 std::atomic<bool> g_stop{false};
 void OnSignal(int) { g_stop = true; }
 
+tessera::coordinator::CoordinatorOptions OptionsFromFlags(const tessera::spec::PathRoots& roots,
+                                                          tessera::coordinator::CoordinatorMetrics& metrics) {
+  tessera::coordinator::CoordinatorOptions options;
+  options.roots = roots;
+  options.heartbeat_timeout = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_timeout_s));
+  options.start_timeout = absl::Seconds(absl::GetFlag(FLAGS_start_timeout_s));
+  options.backfill_limit = absl::Seconds(absl::GetFlag(FLAGS_backfill_limit_s));
+  options.on_scheduled = [&metrics](absl::Duration d) { metrics.ObserveScheduling(absl::ToDoubleSeconds(d)); };
+  return options;
+}
+
+// Until SIGINT or SIGTERM: every 250 ms the liveness check (lost workers, adoption and start
+// deadlines) and the job and worker counts for the metrics.
+void Serve(tessera::coordinator::Coordinator& coordinator, tessera::coordinator::CoordinatorMetrics& metrics) {
+  struct sigaction sa {};
+  sa.sa_handler = OnSignal;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  while (!g_stop) {
+    coordinator.CheckLiveness();
+    metrics.SetCounts(coordinator.JobsByState(), coordinator.WorkersByState());
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+}
+
+// The dashboard on --ui_listen (with the daemon's certificate when it serves TLS).
+absl::StatusOr<std::unique_ptr<tessera::coordinator::ui::UiServer>> StartUi(
+    bool tls, tessera::coordinator::Coordinator* coordinator, tessera::coordinator::Authorizer* authorizer) {
+  tessera::coordinator::ui::UiServerOptions ui_options;
+  ui_options.listen = absl::GetFlag(FLAGS_ui_listen);
+  ui_options.refresh_s = std::max(0, absl::GetFlag(FLAGS_ui_refresh_s));
+  if (tls) ui_options.tls = {absl::GetFlag(FLAGS_tls_ca), absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key)};
+  return tessera::coordinator::ui::UiServer::Start(ui_options, coordinator, authorizer);
+}
+
+// The gRPC server of `services` on `listen`; null (or *port 0) when it cannot listen there.
+std::unique_ptr<grpc::Server> StartGrpc(const std::string& listen, const std::optional<tessera::rpc::TlsMaterial>& tls,
+                                        const std::vector<grpc::Service*>& services, int* port) {
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(listen, tessera::rpc::ServerCredentialsFor(tls), port);
+  grpc::ResourceQuota quota("tessera-coordinator");
+  quota.SetMaxThreads(std::max(16, absl::GetFlag(FLAGS_max_threads)));
+  builder.SetResourceQuota(quota);
+  builder.SetMaxReceiveMessageSize(tessera::rpc::kMaxRequestBytes);
+  builder.SetMaxSendMessageSize(tessera::rpc::kMaxResponseBytes);
+  for (grpc::Service* service : services) builder.RegisterService(service);
+  return builder.BuildAndStart();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -86,13 +135,7 @@ int main(int argc, char** argv) {
                  "write only inside them, and logs are served only from inside --output_root (docs/security.md)\n";
     return 2;
   }
-  tessera::coordinator::CoordinatorOptions options;
-  options.roots = *roots;
-  options.heartbeat_timeout = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_timeout_s));
-  options.start_timeout = absl::Seconds(absl::GetFlag(FLAGS_start_timeout_s));
-  options.backfill_limit = absl::Seconds(absl::GetFlag(FLAGS_backfill_limit_s));
-  options.on_scheduled = [&metrics](absl::Duration d) { metrics.ObserveScheduling(absl::ToDoubleSeconds(d)); };
-  tessera::coordinator::Coordinator coordinator(options, std::move(*store));
+  tessera::coordinator::Coordinator coordinator(OptionsFromFlags(*roots, metrics), std::move(*store));
   if (absl::Status s = coordinator.Recover(); !s.ok()) {
     std::cerr << "error: " << s.message() << "\n";
     return 1;
@@ -120,30 +163,15 @@ int main(int argc, char** argv) {
   tessera::coordinator::WorkerServiceImpl worker_api(&coordinator, &metrics, &authorizer);
   std::unique_ptr<tessera::coordinator::ui::UiServer> ui;
   if (!absl::GetFlag(FLAGS_ui_listen).empty()) {
-    tessera::coordinator::ui::UiServerOptions ui_options;
-    ui_options.listen = absl::GetFlag(FLAGS_ui_listen);
-    ui_options.refresh_s = std::max(0, absl::GetFlag(FLAGS_ui_refresh_s));
-    if (tls) {
-      ui_options.tls = {absl::GetFlag(FLAGS_tls_ca), absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key)};
-    }
-    auto started = tessera::coordinator::ui::UiServer::Start(ui_options, &coordinator, &authorizer);
+    auto started = StartUi(tls.has_value(), &coordinator, &authorizer);
     if (!started.ok()) {
       std::cerr << "error: --ui_listen: " << started.status().message() << "\n";
       return 2;
     }
     ui = std::move(*started);
   }
-  grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(listen, tessera::rpc::ServerCredentialsFor(tls), &port);
-  grpc::ResourceQuota quota("tessera-coordinator");
-  quota.SetMaxThreads(std::max(16, absl::GetFlag(FLAGS_max_threads)));
-  builder.SetResourceQuota(quota);
-  builder.SetMaxReceiveMessageSize(tessera::rpc::kMaxRequestBytes);
-  builder.SetMaxSendMessageSize(tessera::rpc::kMaxResponseBytes);
-  builder.RegisterService(&client_api);
-  builder.RegisterService(&worker_api);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  std::unique_ptr<grpc::Server> server = StartGrpc(listen, tls, {&client_api, &worker_api}, &port);
   if (server == nullptr || port == 0) {
     std::cerr << "error: --listen " << listen << ": cannot listen there\n";
     return 2;
@@ -153,15 +181,7 @@ int main(int argc, char** argv) {
             << (tls ? " (mutual TLS)" : " (no TLS: callers are not authenticated)") << std::endl;
   std::cout << "tessera-coordinator: metrics on http://" << (*metrics_server)->address() << "/metrics" << std::endl;
   if (ui) std::cout << "tessera-coordinator: dashboard on " << ui->url() << std::endl;
-  struct sigaction sa {};
-  sa.sa_handler = OnSignal;
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
-  while (!g_stop) {
-    coordinator.CheckLiveness();
-    metrics.SetCounts(coordinator.JobsByState(), coordinator.WorkersByState());
-    std::this_thread::sleep_for(std::chrono::milliseconds(250));
-  }
+  Serve(coordinator, metrics);
   std::cout << "tessera-coordinator: shutting down" << std::endl;
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   return 0;

@@ -86,6 +86,53 @@ int Fail(const std::string& msg) {
   return 2;
 }
 
+// The worker's name and TLS material from --name and --tls_*: with TLS the name is the certificate's,
+// and the path roots are required.
+absl::Status SetIdentity(tessera::worker::AgentOptions& o) {
+  auto tls = tessera::rpc::DaemonTls(
+      {absl::GetFlag(FLAGS_tls_ca), absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key)},
+      tessera::tls::Role::kWorker, "a worker certificate (tessera certs issue DIR --worker NAME)", "--coordinator",
+      o.coordinator, absl::GetFlag(FLAGS_insecure));
+  if (!tls.ok()) return tls.status();
+  if (*tls) {
+    const std::string& named = (*tls)->identity.name;
+    if (o.name.empty()) o.name = named;
+    if (o.name != named) {
+      return absl::InvalidArgumentError("--name " + o.name + " differs from the name in --tls_cert (" + named +
+                  "): the coordinator accepts a worker only under its certificate's name");
+    }
+    if (absl::GetFlag(FLAGS_data_roots).empty() || absl::GetFlag(FLAGS_output_root).empty()) {
+      return absl::InvalidArgumentError("with TLS (several users), --data_roots and --output_root are required: a job may read and write "
+                  "only inside them (docs/security.md)");
+    }
+    o.tls = std::move(*tls);
+  } else if (!tessera::rpc::IsLoopback(o.coordinator)) {
+    std::cerr << "tessera-worker: WARNING: --insecure: talking to " << o.coordinator << " without TLS; anyone on the "
+              << "network can impersonate this worker or the coordinator" << std::endl;
+  }
+  return absl::OkStatus();
+}
+
+// The rank processes' options from the flags (the binary for the device kind, threads, timeouts).
+absl::Status SetSupervisorOptions(bool cuda, tessera::worker::AgentOptions& o) {
+  // GPU nodes run ranks in tessera-rank-cuda (NCCL and the fused kernels linked in).
+  o.supervisor.rank_binary =
+      cuda ? tessera::process::FindTesseraBinary("tessera-rank-cuda", "worker/rank", "TESSERA_RANK_CUDA_BINARY")
+           : tessera::process::FindTesseraBinary("tessera-rank", "worker/rank", "TESSERA_RANK_BINARY");
+  if (o.supervisor.rank_binary.empty()) {
+    return absl::InvalidArgumentError(cuda ? "cannot find tessera-rank-cuda (set TESSERA_RANK_CUDA_BINARY)"
+                     : "cannot find tessera-rank (set TESSERA_RANK_BINARY)");
+  }
+  o.supervisor.work_dir = absl::GetFlag(FLAGS_work_dir);
+  o.supervisor.stop_grace = std::chrono::seconds(absl::GetFlag(FLAGS_stop_grace_s));
+  o.supervisor.collective_timeout_s = absl::GetFlag(FLAGS_collective_timeout_s);
+  if (o.supervisor.collective_timeout_s < 1) return absl::InvalidArgumentError("--collective_timeout_s must be at least 1");
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  o.supervisor.threads_per_rank = absl::GetFlag(FLAGS_threads_per_rank) > 0 ? absl::GetFlag(FLAGS_threads_per_rank)
+                                                                             : std::max(1, cores / o.device_count);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -103,27 +150,7 @@ int main(int argc, char** argv) {
   // A CPU "device" gets its share of RAM; a GPU's memory is not read here (the daemon links no CUDA).
   o.device_memory_bytes = cuda ? 0 : MemTotalBytes() / o.device_count;
   o.name = absl::GetFlag(FLAGS_name);
-  auto tls = tessera::rpc::DaemonTls(
-      {absl::GetFlag(FLAGS_tls_ca), absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key)},
-      tessera::tls::Role::kWorker, "a worker certificate (tessera certs issue DIR --worker NAME)", "--coordinator",
-      o.coordinator, absl::GetFlag(FLAGS_insecure));
-  if (!tls.ok()) return Fail(std::string(tls.status().message()));
-  if (*tls) {
-    const std::string& named = (*tls)->identity.name;
-    if (o.name.empty()) o.name = named;
-    if (o.name != named) {
-      return Fail("--name " + o.name + " differs from the name in --tls_cert (" + named +
-                  "): the coordinator accepts a worker only under its certificate's name");
-    }
-    if (absl::GetFlag(FLAGS_data_roots).empty() || absl::GetFlag(FLAGS_output_root).empty()) {
-      return Fail("with TLS (several users), --data_roots and --output_root are required: a job may read and write "
-                  "only inside them (docs/security.md)");
-    }
-    o.tls = std::move(*tls);
-  } else if (!tessera::rpc::IsLoopback(o.coordinator)) {
-    std::cerr << "tessera-worker: WARNING: --insecure: talking to " << o.coordinator << " without TLS; anyone on the "
-              << "network can impersonate this worker or the coordinator" << std::endl;
-  }
+  if (absl::Status st = SetIdentity(o); !st.ok()) return Fail(std::string(st.message()));
   auto roots = tessera::spec::ParsePathRoots(absl::GetFlag(FLAGS_data_roots), absl::GetFlag(FLAGS_output_root));
   if (!roots.ok()) return Fail(std::string(roots.status().message()));
   o.roots = *roots;
@@ -153,21 +180,7 @@ int main(int argc, char** argv) {
       o.store_port_min > o.store_port_max) {
     return Fail("--store_ports " + absl::GetFlag(FLAGS_store_ports) + ": expected MIN-MAX, e.g. 29500-29599");
   }
-  // GPU nodes run ranks in tessera-rank-cuda (NCCL and the fused kernels linked in).
-  o.supervisor.rank_binary =
-      cuda ? tessera::process::FindTesseraBinary("tessera-rank-cuda", "worker/rank", "TESSERA_RANK_CUDA_BINARY")
-           : tessera::process::FindTesseraBinary("tessera-rank", "worker/rank", "TESSERA_RANK_BINARY");
-  if (o.supervisor.rank_binary.empty()) {
-    return Fail(cuda ? "cannot find tessera-rank-cuda (set TESSERA_RANK_CUDA_BINARY)"
-                     : "cannot find tessera-rank (set TESSERA_RANK_BINARY)");
-  }
-  o.supervisor.work_dir = absl::GetFlag(FLAGS_work_dir);
-  o.supervisor.stop_grace = std::chrono::seconds(absl::GetFlag(FLAGS_stop_grace_s));
-  o.supervisor.collective_timeout_s = absl::GetFlag(FLAGS_collective_timeout_s);
-  if (o.supervisor.collective_timeout_s < 1) return Fail("--collective_timeout_s must be at least 1");
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  o.supervisor.threads_per_rank = absl::GetFlag(FLAGS_threads_per_rank) > 0 ? absl::GetFlag(FLAGS_threads_per_rank)
-                                                                             : std::max(1, cores / o.device_count);
+  if (absl::Status st = SetSupervisorOptions(cuda, o); !st.ok()) return Fail(std::string(st.message()));
   auto metrics_server = tessera::metrics::MetricsServer::Start(absl::GetFlag(FLAGS_metrics_listen), "worker");
   if (!metrics_server.ok()) return Fail("--metrics_listen: " + std::string(metrics_server.status().message()));
   o.metrics_address = (*metrics_server)->address();

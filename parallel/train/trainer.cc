@@ -90,24 +90,7 @@ absl::Status Trainer::Init() {
     dtype = at::kHalf;
     loss_scale_ = options_.initial_loss_scale;
   }
-  const int sp = l.sp;
-  TokenDatasetOptions data = options_.data;
-  data.seq_len = m.seq_len;
-  data.vocab = m.vocab;
-  std::vector<BlendSource> blend = options_.blend;
-  for (BlendSource& b : blend) {
-    b.data.seq_len = m.seq_len;
-    b.data.vocab = m.vocab;
-    b.data.shuffle = data.shuffle;
-    b.data.seed = data.seed;
-  }
-  auto opened = TrainingData::OpenWithValidation(data, blend, options_.valid_data, options_.valid_fraction);
-  if (!opened.ok()) return opened.status();
-  data_ = std::move(opened->train);
-  valid_ = std::move(opened->valid);
-  if (options_.eval_batches < 1 && valid_) {
-    return absl::InvalidArgumentError(absl::StrCat("train.eval_batches ", options_.eval_batches, " must be at least 1"));
-  }
+  TESSERA_RETURN_IF_ERROR(OpenData());
   auto device = SelectDevice(options_.device);
   if (!device.ok()) return device.status();
   device_ = *device;
@@ -120,10 +103,49 @@ absl::Status Trainer::Init() {
   }
   model_ = grid_tp ? std::make_unique<Decoder>(m, part, groups_.tp, grid, groups_.tp_axes, options_.seed, device_)
                    : std::make_unique<Decoder>(m, part, groups_.tp, options_.seed, device_);
-  if (sp > 1) model_->set_sequence_parallel(groups_.sp, l.sp_mode);
+  if (l.sp > 1) model_->set_sequence_parallel(groups_.sp, l.sp_mode);
   model_->set_activation_checkpointing(options_.activation_checkpointing);
   model_->set_fused_kernels(options_.fused_kernels);
 
+  TESSERA_RETURN_IF_ERROR(LoadInitialWeights());
+  TESSERA_RETURN_IF_ERROR(CreateOptimizer(dtype));
+  ResetPeakResident();
+  if (layout_) {
+    PipelineOptions po;
+    po.schedule = l.pp_schedule;
+    po.micro_batches = options_.global_batch / (options_.micro_batch * groups_.dp->size());
+    po.micro_batch = options_.micro_batch / model_->SampleChunk().second;
+    po.seq_len = m.seq_len / groups_.sp->size();
+    po.activation_dtype = dtype;
+    auto runner = PipelineRunner::Create(model_.get(), *layout_, groups_.pp, po);
+    if (!runner.ok()) return runner.status();
+    pipeline_ = std::move(*runner);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::OpenData() {
+  TokenDatasetOptions data = options_.data;
+  data.seq_len = options_.model.seq_len;
+  data.vocab = options_.model.vocab;
+  std::vector<BlendSource> blend = options_.blend;
+  for (BlendSource& b : blend) {
+    b.data.seq_len = options_.model.seq_len;
+    b.data.vocab = options_.model.vocab;
+    b.data.shuffle = data.shuffle;
+    b.data.seed = data.seed;
+  }
+  auto opened = TrainingData::OpenWithValidation(data, blend, options_.valid_data, options_.valid_fraction);
+  if (!opened.ok()) return opened.status();
+  data_ = std::move(opened->train);
+  valid_ = std::move(opened->valid);
+  if (options_.eval_batches < 1 && valid_) {
+    return absl::InvalidArgumentError(absl::StrCat("train.eval_batches ", options_.eval_batches, " must be at least 1"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::LoadInitialWeights() {
   // Weights (fp32) and optimizer state come from the newest checkpoint, else init_from or pretrained,
   // else the seed.
   auto resume = AgreeOnResumeStep();
@@ -137,13 +159,17 @@ absl::Status Trainer::Init() {
     if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("model.init_from ", options_.init_from, ": ", s.message()));
   } else if (!options_.pretrained.empty()) {
     // Mapped, not read: this rank copies its own parts (its stage's blocks, its tp slices).
-    auto weights = OpenHfWeights(options_.pretrained, m);
+    auto weights = OpenHfWeights(options_.pretrained, options_.model);
     absl::Status s = weights.ok() ? model_->LoadFull(weights->tensors) : weights.status();
     if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("model.pretrained: ", s.message()));
   }
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::CreateOptimizer(at::ScalarType dtype) {
   // One optimizer for every layout: stage 0 (nothing sharded) is the same code as stages 1–3.
   ZeroOptions z;
-  z.stage = static_cast<int>(l.zero_stage);
+  z.stage = static_cast<int>(options_.layout.zero_stage);
   z.reduce_every_pass = options_.zero_reduce_every_pass;
   z.param_dtype = dtype;
   z.offload = options_.offload_optimizer;
@@ -159,18 +185,6 @@ absl::Status Trainer::Init() {
   if (!pending_m_.empty()) TESSERA_RETURN_IF_ERROR(zero_->LoadState(pending_m_, pending_v_));
   pending_m_.clear();
   pending_v_.clear();
-  ResetPeakResident();
-  if (layout_) {
-    PipelineOptions po;
-    po.schedule = l.pp_schedule;
-    po.micro_batches = options_.global_batch / (options_.micro_batch * groups_.dp->size());
-    po.micro_batch = options_.micro_batch / model_->SampleChunk().second;
-    po.seq_len = m.seq_len / groups_.sp->size();
-    po.activation_dtype = dtype;
-    auto runner = PipelineRunner::Create(model_.get(), *layout_, groups_.pp, po);
-    if (!runner.ok()) return runner.status();
-    pipeline_ = std::move(*runner);
-  }
   return absl::OkStatus();
 }
 
@@ -195,35 +209,16 @@ absl::StatusOr<at::Tensor> Trainer::ReadMicroBatch(TrainingData& data, int64_t f
   return window.to(device_, /*non_blocking=*/false, /*copy=*/true);
 }
 
-absl::StatusOr<StepStats> Trainer::Step() {
-  const auto start = std::chrono::steady_clock::now();
-  const int dp = groups_.dp->size();
-  const int micro = options_.micro_batch;
-  const int accum = options_.global_batch / (micro * dp);
-  const int64_t T = options_.model.seq_len;
-  // dp_sp is the dp group itself when sp = 1.
-  auto all_reduced = [&] {
-    int64_t n = groups_.dp_sp->bytes_all_reduced() + groups_.tp->bytes_all_reduced();
-    if (groups_.dp_sp != groups_.dp) n += groups_.dp->bytes_all_reduced();
-    if (groups_.embed && groups_.embed->size() > 1) n += groups_.embed->bytes_all_reduced();
-    return n;
-  };
-  const int64_t bytes_before = all_reduced();
-  const int64_t communicated_before = BytesCommunicated();
-  StepStats s;
-  s.loss_scale = loss_scale_;
-  ResetPeakLiveBytes();
-  zero_->ZeroGrad();
-  zero_->ResetPeak();
-  double loss_sum = 0;
+absl::StatusOr<double> Trainer::ForwardBackward(int accum) {
   if (pipeline_) {
     // Gradients of the last backward pass of this stage start their dp reduction inside it.
     zero_->SetSyncThisPass(false);
     auto sum = pipeline_->RunStep([&](int a) { return ReadMicroBatch(*data_, step_ * options_.global_batch, a, accum); }, loss_scale_, [&] { zero_->SetSyncThisPass(true); });
     if (!sum.ok()) return absl::Status(sum.status().code(), absl::StrCat("step ", step_ + 1, ": ", sum.status().message()));
-    loss_sum = *sum;
+    return *sum;
   }
-  for (int a = 0; a < accum && !pipeline_; ++a) {
+  double loss_sum = 0;
+  for (int a = 0; a < accum; ++a) {
     auto batch = ReadMicroBatch(*data_, step_ * options_.global_batch, a, accum);
     if (!batch.ok()) return batch.status();
     const int64_t T = batch->size(1) - 1;
@@ -240,12 +235,11 @@ absl::StatusOr<StepStats> Trainer::Step() {
       return absl::InternalError(absl::StrCat("step ", step_ + 1, ": ", e.what_without_backtrace()));
     }
   }
-  {
-    RECORD_USER_SCOPE("tessera::train::reduce_gradients");
-    TESSERA_RETURN_IF_ERROR(zero_->ReduceGradients());
-  }
+  return loss_sum;
+}
+
+absl::Status Trainer::ReduceLossAndNorm(double loss_sum, int accum, double* loss, double* raw_norm) {
   at::Tensor mean_loss = at::full({1}, loss_sum / accum, at::TensorOptions().dtype(at::kDouble).device(device_));
-  double raw_norm = 0;
   if (pipeline_) {
     // Only the last stage has the loss; every stage's gradients add to the norm (wte counted once).
     TESSERA_RETURN_IF_ERROR(groups_.pp->AllReduce(mean_loss, ReduceOp::kSum));
@@ -257,44 +251,74 @@ absl::StatusOr<StepStats> Trainer::Step() {
     if (!sq.ok()) return sq.status();
     at::Tensor total = at::full({1}, *sq, at::TensorOptions().dtype(at::kDouble).device(device_));
     TESSERA_RETURN_IF_ERROR(groups_.pp->AllReduce(total, ReduceOp::kSum));
-    raw_norm = std::sqrt(total.item<double>());
+    *raw_norm = std::sqrt(total.item<double>());
   } else {
     RECORD_USER_SCOPE("tessera::train::grad_norm");
     auto n = zero_->GradNorm();
     if (!n.ok()) return n.status();
-    raw_norm = *n;
+    *raw_norm = *n;
   }
   // Over dp × sp: each sequence block's mean weighs the same.
   if (groups_.dp_sp->size() > 1) TESSERA_RETURN_IF_ERROR(groups_.dp_sp->AllReduce(mean_loss, ReduceOp::kAvg));
-  const double norm = raw_norm / loss_scale_;
+  *loss = mean_loss.item<double>();
+  return absl::OkStatus();
+}
 
-  LrScheduleOptions lr_options = options_.lr;
-  lr_options.steps = options_.steps;
-  const double lr = LearningRate(lr_options, step_);
+absl::Status Trainer::Update(double norm, double lr, StepStats* s) {
   if (options_.precision == layout::Precision::kFp16 && !std::isfinite(norm)) {
     // Overflow in the scaled gradients: no update; a smaller scale for the next step.
-    s.skipped = true;
+    s->skipped = true;
     loss_scale_ = std::max(1.0, loss_scale_ / 2);
     good_steps_ = 0;
-  } else {
-    // torch.nn.utils.clip_grad_norm_: coefficient max_norm / (norm + 1e-6), clamped to 1.
-    const double coef = options_.grad_clip > 0 ? std::min(1.0, options_.grad_clip / (norm + 1e-6)) : 1.0;
-    ++adam_step_;
-    RECORD_USER_SCOPE("tessera::train::optimizer");
-    zero_->ScaleGradients(coef / loss_scale_);
-    TESSERA_RETURN_IF_ERROR(zero_->Step(lr, adam_step_));
-    if (options_.precision == layout::Precision::kFp16 && ++good_steps_ >= options_.loss_scale_window) {
-      loss_scale_ *= 2;
-      good_steps_ = 0;
-    }
+    return absl::OkStatus();
   }
+  // torch.nn.utils.clip_grad_norm_: coefficient max_norm / (norm + 1e-6), clamped to 1.
+  const double coef = options_.grad_clip > 0 ? std::min(1.0, options_.grad_clip / (norm + 1e-6)) : 1.0;
+  ++adam_step_;
+  RECORD_USER_SCOPE("tessera::train::optimizer");
+  zero_->ScaleGradients(coef / loss_scale_);
+  TESSERA_RETURN_IF_ERROR(zero_->Step(lr, adam_step_));
+  if (options_.precision == layout::Precision::kFp16 && ++good_steps_ >= options_.loss_scale_window) {
+    loss_scale_ *= 2;
+    good_steps_ = 0;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StepStats> Trainer::Step() {
+  const auto start = std::chrono::steady_clock::now();
+  const int accum = options_.global_batch / (options_.micro_batch * groups_.dp->size());
+  // dp_sp is the dp group itself when sp = 1.
+  auto all_reduced = [&] {
+    int64_t n = groups_.dp_sp->bytes_all_reduced() + groups_.tp->bytes_all_reduced();
+    if (groups_.dp_sp != groups_.dp) n += groups_.dp->bytes_all_reduced();
+    if (groups_.embed && groups_.embed->size() > 1) n += groups_.embed->bytes_all_reduced();
+    return n;
+  };
+  const int64_t bytes_before = all_reduced();
+  const int64_t communicated_before = BytesCommunicated();
+  StepStats s;
+  s.loss_scale = loss_scale_;
+  ResetPeakLiveBytes();
+  zero_->ZeroGrad();
+  zero_->ResetPeak();
+  auto loss_sum = ForwardBackward(accum);
+  if (!loss_sum.ok()) return loss_sum.status();
+  {
+    RECORD_USER_SCOPE("tessera::train::reduce_gradients");
+    TESSERA_RETURN_IF_ERROR(zero_->ReduceGradients());
+  }
+  double raw_norm = 0;
+  TESSERA_RETURN_IF_ERROR(ReduceLossAndNorm(*loss_sum, accum, &s.loss, &raw_norm));
+  s.grad_norm = raw_norm / loss_scale_;
+  LrScheduleOptions lr_options = options_.lr;
+  lr_options.steps = options_.steps;
+  s.lr = LearningRate(lr_options, step_);
+  TESSERA_RETURN_IF_ERROR(Update(s.grad_norm, s.lr, &s));
   ++step_;
   s.step = step_;
-  s.loss = mean_loss.item<double>();
-  s.lr = lr;
-  s.grad_norm = norm;
   s.step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  s.tokens = static_cast<int64_t>(options_.global_batch) * T;
+  s.tokens = static_cast<int64_t>(options_.global_batch) * options_.model.seq_len;
   s.tokens_per_s = s.tokens / s.step_seconds;
   s.bytes_all_reduced = all_reduced() - bytes_before;
   s.bytes_communicated = BytesCommunicated() - communicated_before;

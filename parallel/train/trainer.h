@@ -87,7 +87,30 @@ class Trainer {
  private:
   Trainer(const TrainerOptions& options, ProcessGroups groups);
   absl::Status Init();
+  // Init's parts: the training (and validation) data; the starting weights (the newest checkpoint,
+  // with its optimizer state, else model.init_from or model.pretrained, else the seed's); the
+  // optimizer over the model's parameters in `dtype`.
+  absl::Status OpenData();
+  absl::Status LoadInitialWeights();
+  absl::Status CreateOptimizer(at::ScalarType dtype);
+  // Step's parts, in order. ForwardBackward: this step's backward passes (the pipeline's schedule or
+  // `accum` micro-batches), returning the sum of their losses. ReduceLossAndNorm (after
+  // ZeroOptimizer::ReduceGradients): the step's mean loss over the job and the global gradient norm
+  // (still scaled by the fp16 loss scale); collectives over pp and dp × sp. Update: the fp16 overflow
+  // skip or clipping and AdamW at `lr`.
+  absl::StatusOr<double> ForwardBackward(int accum);
+  absl::Status ReduceLossAndNorm(double loss_sum, int accum, double* loss, double* raw_norm);
+  absl::Status Update(double norm, double lr, StepStats* s);
   absl::Status LoadCheckpoint(const std::string& path);
+  // SaveCheckpoint's parts: dp rank 0's gathers and global rank 0's files (model, optimizer,
+  // trainer_state.json); rank 0's commit after the vote (index.json, rename, pruning). Failures of
+  // files go into the CheckpointWrite's status (every rank still votes); a returned error is a
+  // failed collective.
+  struct CheckpointWrite;
+  absl::Status WriteGatheredCheckpointFiles(CheckpointWrite& w, const std::vector<at::Tensor>& local_params,
+                                            const std::vector<at::Tensor>& local_m,
+                                            const std::vector<at::Tensor>& local_v);
+  void CommitCheckpointFiles(CheckpointWrite& w, const at::Tensor& votes);
   // Rank 0 picks the newest checkpoint whose files match its index (setting damaged ones aside, with a
   // line in its log) and tells every rank; -1 when there is none.
   absl::StatusOr<int64_t> AgreeOnResumeStep();

@@ -85,6 +85,25 @@ std::string ShardFileName(int dp_rank, int tp_rank) {
 
 }  // namespace
 
+// One checkpoint being written by this rank: its temporary directory, the files it wrote (fsynced,
+// with their digests), what it gathered, and the first failure (kept until every rank has passed the
+// collectives).
+struct Trainer::CheckpointWrite {
+  std::string tmp;
+  bool sharded_state = false;
+  absl::Status status;
+  std::map<std::string, FileDigest> written;
+  std::map<std::string, at::Tensor> params, optimizer;  // Gathered by global rank 0.
+
+  void Save(const std::string& name, const std::map<std::string, at::Tensor>& tensors,
+            const std::map<std::string, std::string>& metadata) {
+    if (!status.ok()) return;
+    FileDigest d;
+    status = SaveTensors(tmp + "/" + name, tensors, metadata, &d);
+    if (status.ok()) written[name] = d;
+  }
+};
+
 absl::Status Trainer::SaveCheckpoint() {
   // A two-phase commit: every rank writes and fsyncs its files into one temporary directory and votes;
   // rank 0 writes the index (every file's size and CRC-32C) and renames the directory into place only
@@ -95,70 +114,37 @@ absl::Status Trainer::SaveCheckpoint() {
   //    its own shard of them. Collectives over dp when the optimizer is sharded.
   // Per-rank optimizer files are written by plain dp × 1D-tp layouts; pipeline, sequence and grid
   // layouts gather the sharded state into optimizer.safetensors like unsharded training.
-  const bool sharded_state = zero_->partitioned() && !layout_ && groups_.sp->size() == 1 &&
-                             options_.layout.tp_mode == layout::TpMode::k1D;
+  CheckpointWrite w;
+  w.sharded_state = zero_->partitioned() && !layout_ && groups_.sp->size() == 1 &&
+                    options_.layout.tp_mode == layout::TpMode::k1D;
   std::vector<at::Tensor> local_params, local_m, local_v;
   TESSERA_RETURN_IF_ERROR(zero_->Gather(ZeroOptimizer::What::kParams, &local_params));
-  if (!sharded_state) TESSERA_RETURN_IF_ERROR(LocalOptimizerState(&local_m, &local_v));
+  if (!w.sharded_state) TESSERA_RETURN_IF_ERROR(LocalOptimizerState(&local_m, &local_v));
 
   // 2. One temporary directory for all ranks, named by rank 0's pid. Small control tensors live on
   //    the model's device (NCCL groups take device tensors only).
   at::Tensor token = at::full({1}, static_cast<int64_t>(getpid()), at::kLong).to(device_);
   TESSERA_RETURN_IF_ERROR(groups_.world->Broadcast(token, 0));
   const int64_t writer = token.cpu().item<int64_t>();
-  const std::string tmp = TmpCheckpointPath(options_.checkpoint_dir, step_, writer);
-  absl::Status status;
-  if (groups_.global_rank == 0) status = BeginCheckpoint(options_.checkpoint_dir, step_, writer).status();
+  w.tmp = TmpCheckpointPath(options_.checkpoint_dir, step_, writer);
+  if (groups_.global_rank == 0) w.status = BeginCheckpoint(options_.checkpoint_dir, step_, writer).status();
   TESSERA_RETURN_IF_ERROR(groups_.world->Barrier());
-  std::map<std::string, FileDigest> written;  // The files this rank wrote, fsynced.
-  auto save = [&](const std::string& name, const std::map<std::string, at::Tensor>& tensors,
-                  const std::map<std::string, std::string>& metadata) {
-    if (!status.ok()) return;
-    FileDigest d;
-    status = SaveTensors(tmp + "/" + name, tensors, metadata, &d);
-    if (status.ok()) written[name] = d;
-  };
-  if (sharded_state) save(ShardFileName(groups_.dp->rank(), groups_.tp->rank()), zero_->StateShard(), {});
+  if (w.sharded_state) w.Save(ShardFileName(groups_.dp->rank(), groups_.tp->rank()), zero_->StateShard(), {});
 
   // 3. dp rank 0's tp group gathers full tensors; global rank 0 writes them.
-  std::map<std::string, at::Tensor> params, optimizer;
   if (groups_.dp->rank() == 0 && groups_.sp->rank() == 0) {
-    // Pipeline stages: pp rank 0 collects the other stages' tensors.
-    const bool pp_gather = layout_ && groups_.tp->rank() == 0;
-    auto gathered = GatherOverTp(local_params);
-    if (!gathered.ok()) return gathered.status();
-    params = std::move(*gathered);
-    if (pp_gather) TESSERA_RETURN_IF_ERROR(GatherOverPp(&params));
-    if (!sharded_state) {
-      auto m = GatherOverTp(local_m);
-      if (!m.ok()) return m.status();
-      auto v = GatherOverTp(local_v);
-      if (!v.ok()) return v.status();
-      if (pp_gather) TESSERA_RETURN_IF_ERROR(GatherOverPp(&*m));
-      if (pp_gather) TESSERA_RETURN_IF_ERROR(GatherOverPp(&*v));
-      for (auto& [name, t] : *m) optimizer.emplace("exp_avg." + name, t);
-      for (auto& [name, t] : *v) optimizer.emplace("exp_avg_sq." + name, t);
-    }
-    if (groups_.global_rank == 0) {
-      save("model.safetensors", params, {{"format", "pt"}});
-      if (!sharded_state) save("optimizer.safetensors", optimizer, {});
-      if (status.ok()) {
-        auto d = WriteFileDurably(tmp + "/trainer_state.json", TrainerStateJson(sharded_state).dump(2) + "\n");
-        status = d.status();
-        if (d.ok()) written["trainer_state.json"] = *d;
-      }
-    }
+    TESSERA_RETURN_IF_ERROR(WriteGatheredCheckpointFiles(w, local_params, local_m, local_v));
   }
 
   // 4. The votes: slot r of the first `world` entries is 1 when rank r failed; with sharded state,
   //    then (bytes, crc32c) of the file of dp rank d, tp rank t at slot d·tp + t.
   const int world = groups_.world->size();
   const int tp = groups_.tp->size();
-  const int shards = sharded_state ? groups_.dp->size() * tp : 0;
+  const int shards = w.sharded_state ? groups_.dp->size() * tp : 0;
   at::Tensor votes = at::zeros({world + 2 * shards}, at::kLong);
-  votes[groups_.global_rank] = status.ok() ? 0 : 1;
-  if (sharded_state && status.ok()) {
-    const FileDigest& d = written.at(ShardFileName(groups_.dp->rank(), groups_.tp->rank()));
+  votes[groups_.global_rank] = w.status.ok() ? 0 : 1;
+  if (w.sharded_state && w.status.ok()) {
+    const FileDigest& d = w.written.at(ShardFileName(groups_.dp->rank(), groups_.tp->rank()));
     const int slot = groups_.dp->rank() * tp + groups_.tp->rank();
     votes[world + 2 * slot] = d.bytes;
     votes[world + 2 * slot + 1] = static_cast<int64_t>(d.crc32c);
@@ -170,48 +156,85 @@ absl::Status Trainer::SaveCheckpoint() {
   // 5. Rank 0 commits (index last, then the rename) and tells every rank whether it did.
   at::Tensor committed = at::zeros({1}, at::kLong);
   if (groups_.global_rank == 0) {
-    std::string failed;
-    for (int r = 0; r < world; ++r) {
-      if (votes[r].item<int64_t>() != 0) absl::StrAppend(&failed, failed.empty() ? "" : ", ", r);
-    }
-    if (status.ok() && !failed.empty()) {
-      status = absl::AbortedError(absl::StrCat("rank(s) ", failed, " could not write their files (their logs say why)"));
-    }
-    if (status.ok()) {
-      for (int d = 0; d < groups_.dp->size() && sharded_state; ++d) {
-        for (int t = 0; t < tp; ++t) {
-          const int slot = d * tp + t;
-          written[ShardFileName(d, t)] = FileDigest{votes[world + 2 * slot].item<int64_t>(),
-                                                    static_cast<uint32_t>(votes[world + 2 * slot + 1].item<int64_t>())};
-        }
-      }
-      nlohmann::json index = {{"format", "tessera-checkpoint"}, {"version", 2}, {"weight_map", nlohmann::json::object()},
-                              {"files", nlohmann::json::object()}};
-      for (auto& [name, t] : params) index["weight_map"][name] = "model.safetensors";
-      for (auto& [name, t] : optimizer) index["weight_map"][name] = "optimizer.safetensors";
-      if (sharded_state) {
-        nlohmann::json files = nlohmann::json::array();
-        for (int d = 0; d < groups_.dp->size(); ++d) {
-          for (int t = 0; t < tp; ++t) files.push_back(ShardFileName(d, t));
-        }
-        index["optimizer_shards"] = files;
-      }
-      for (const auto& [name, d] : written) index["files"][name] = {{"bytes", d.bytes}, {"crc32c", d.crc32c}};
-      status = WriteFileDurably(tmp + "/index.json", index.dump(2) + "\n").status();
-    }
-    if (status.ok()) status = CommitCheckpoint(options_.checkpoint_dir, tmp, step_, options_.checkpoint_keep);
-    if (!status.ok()) AbortCheckpoint(tmp);
-    committed[0] = status.ok() ? 1 : 0;
+    CommitCheckpointFiles(w, votes);
+    committed[0] = w.status.ok() ? 1 : 0;
   }
   at::Tensor decision = committed.to(device_);
   TESSERA_RETURN_IF_ERROR(groups_.world->Broadcast(decision, 0));
-  if (status.ok() && decision.cpu().item<int64_t>() == 0) {
-    status = absl::AbortedError("not committed by rank 0 (its log says why)");
+  if (w.status.ok() && decision.cpu().item<int64_t>() == 0) {
+    w.status = absl::AbortedError("not committed by rank 0 (its log says why)");
   }
-  if (!status.ok()) {
-    return absl::Status(status.code(), absl::StrCat("checkpoint of step ", step_, ": ", status.message()));
+  if (!w.status.ok()) {
+    return absl::Status(w.status.code(), absl::StrCat("checkpoint of step ", step_, ": ", w.status.message()));
   }
   return absl::OkStatus();
+}
+
+absl::Status Trainer::WriteGatheredCheckpointFiles(CheckpointWrite& w, const std::vector<at::Tensor>& local_params,
+                                                   const std::vector<at::Tensor>& local_m,
+                                                   const std::vector<at::Tensor>& local_v) {
+  // Pipeline stages: pp rank 0 collects the other stages' tensors.
+  const bool pp_gather = layout_ && groups_.tp->rank() == 0;
+  auto gathered = GatherOverTp(local_params);
+  if (!gathered.ok()) return gathered.status();
+  w.params = std::move(*gathered);
+  if (pp_gather) TESSERA_RETURN_IF_ERROR(GatherOverPp(&w.params));
+  if (!w.sharded_state) {
+    auto m = GatherOverTp(local_m);
+    if (!m.ok()) return m.status();
+    auto v = GatherOverTp(local_v);
+    if (!v.ok()) return v.status();
+    if (pp_gather) TESSERA_RETURN_IF_ERROR(GatherOverPp(&*m));
+    if (pp_gather) TESSERA_RETURN_IF_ERROR(GatherOverPp(&*v));
+    for (auto& [name, t] : *m) w.optimizer.emplace("exp_avg." + name, t);
+    for (auto& [name, t] : *v) w.optimizer.emplace("exp_avg_sq." + name, t);
+  }
+  if (groups_.global_rank == 0) {
+    w.Save("model.safetensors", w.params, {{"format", "pt"}});
+    if (!w.sharded_state) w.Save("optimizer.safetensors", w.optimizer, {});
+    if (w.status.ok()) {
+      auto d = WriteFileDurably(w.tmp + "/trainer_state.json", TrainerStateJson(w.sharded_state).dump(2) + "\n");
+      w.status = d.status();
+      if (d.ok()) w.written["trainer_state.json"] = *d;
+    }
+  }
+  return absl::OkStatus();
+}
+
+void Trainer::CommitCheckpointFiles(CheckpointWrite& w, const at::Tensor& votes) {
+  const int world = groups_.world->size();
+  const int tp = groups_.tp->size();
+  std::string failed;
+  for (int r = 0; r < world; ++r) {
+    if (votes[r].item<int64_t>() != 0) absl::StrAppend(&failed, failed.empty() ? "" : ", ", r);
+  }
+  if (w.status.ok() && !failed.empty()) {
+    w.status = absl::AbortedError(absl::StrCat("rank(s) ", failed, " could not write their files (their logs say why)"));
+  }
+  if (w.status.ok()) {
+    for (int d = 0; d < groups_.dp->size() && w.sharded_state; ++d) {
+      for (int t = 0; t < tp; ++t) {
+        const int slot = d * tp + t;
+        w.written[ShardFileName(d, t)] = FileDigest{votes[world + 2 * slot].item<int64_t>(),
+                                                    static_cast<uint32_t>(votes[world + 2 * slot + 1].item<int64_t>())};
+      }
+    }
+    nlohmann::json index = {{"format", "tessera-checkpoint"}, {"version", 2}, {"weight_map", nlohmann::json::object()},
+                            {"files", nlohmann::json::object()}};
+    for (auto& [name, t] : w.params) index["weight_map"][name] = "model.safetensors";
+    for (auto& [name, t] : w.optimizer) index["weight_map"][name] = "optimizer.safetensors";
+    if (w.sharded_state) {
+      nlohmann::json files = nlohmann::json::array();
+      for (int d = 0; d < groups_.dp->size(); ++d) {
+        for (int t = 0; t < tp; ++t) files.push_back(ShardFileName(d, t));
+      }
+      index["optimizer_shards"] = files;
+    }
+    for (const auto& [name, d] : w.written) index["files"][name] = {{"bytes", d.bytes}, {"crc32c", d.crc32c}};
+    w.status = WriteFileDurably(w.tmp + "/index.json", index.dump(2) + "\n").status();
+  }
+  if (w.status.ok()) w.status = CommitCheckpoint(options_.checkpoint_dir, w.tmp, step_, options_.checkpoint_keep);
+  if (!w.status.ok()) AbortCheckpoint(w.tmp);
 }
 
 nlohmann::json Trainer::DataStateJson() const {
