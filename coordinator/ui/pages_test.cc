@@ -197,7 +197,9 @@ TEST(UiPageTest, JobPageChartsEveryStep) {
   d.history.val_loss[10] = 4.2;
   d.peaks["node-1"] = 1e12;
   d.log_tails = {{0, "step 12 <done>"}, {1, ""}};
+  d.job.set_placement_explanation("ranks numbered tp-sp-pp-dp; tp groups {0,1}<a>");
   const std::string html = RenderJobPage({false, "", true}, d, {0, 0});
+  EXPECT_THAT(html, HasSubstr("id=\"job-placement\">placement: ranks numbered tp-sp-pp-dp; tp groups {0,1}&lt;a&gt;"));
   EXPECT_THAT(html, Not(HasSubstr("http-equiv=\"refresh\"")));
   EXPECT_THAT(html, HasSubstr("no TLS"));
   for (const char* chart : {"loss", "tokens_per_s", "mfu", "step_seconds"}) {

@@ -157,6 +157,11 @@ std::string RenderJobPage(const Viewer& viewer, const JobPageData& d, const Page
                   ", tp ", std::max(1, s.parallel().tp()), ", pp ", std::max(1, s.parallel().pp()), ", sp ",
                   std::max(1, s.parallel().sp()), ") · output ", Escape(s.output_dir()), "</p>");
   if (!j.reason().empty()) absl::StrAppend(&out, "<p class=\"note\" id=\"job-reason\">", Escape(j.reason()), "</p>");
+  // How the coordinator placed the ranks (coordinator/placement.h): tp groups, sp and pp neighbours.
+  if (!j.placement_explanation().empty()) {
+    absl::StrAppend(&out, "<p class=\"note\" id=\"job-placement\">placement: ", Escape(j.placement_explanation()),
+                    "</p>");
+  }
 
   // Charts: one point per step of the step log.
   ChartSeries loss{"loss", "#1f77b4", {}}, val{"val_loss", "#d62728", {}}, tps{"tokens/s", "#2ca02c", {}},
