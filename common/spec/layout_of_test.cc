@@ -1,0 +1,55 @@
+// LayoutOf speaks the spec's words: every mode's layout::Name() (trainer_state.json, `tessera plan`,
+// the Trainer's messages) is the YAML name a user writes for the same proto value (EnumYamlName).
+#include "common/spec/layout_of.h"
+
+#include <string>
+
+#include "common/spec/yaml_to_proto.h"
+#include "gtest/gtest.h"
+#include "layout/modes.h"
+
+namespace tessera::spec {
+namespace {
+
+// Calls `check(value)` for every value of `descriptor` but the UNSPECIFIED one; returns how many.
+template <typename Check>
+int ForEachValue(const google::protobuf::EnumDescriptor* descriptor, Check check) {
+  int n = 0;
+  for (int i = 0; i < descriptor->value_count(); ++i) {
+    if (descriptor->value(i)->number() == 0) continue;
+    check(descriptor->value(i));
+    ++n;
+  }
+  return n;
+}
+
+TEST(LayoutOfTest, ModeNamesAreTheSpecsYamlNames) {
+  using google::protobuf::EnumValueDescriptor;
+  EXPECT_EQ(ForEachValue(v1::TpMode_descriptor(), [](const EnumValueDescriptor* v) {
+              v1::JobSpec spec;
+              spec.mutable_parallel()->set_tp_mode(static_cast<v1::TpMode>(v->number()));
+              EXPECT_EQ(layout::Name(LayoutOf(spec).tp_mode), EnumYamlName(v)) << v->name();
+            }),
+            4);
+  EXPECT_EQ(ForEachValue(v1::SpMode_descriptor(), [](const EnumValueDescriptor* v) {
+              v1::JobSpec spec;
+              spec.mutable_parallel()->set_sp_mode(static_cast<v1::SpMode>(v->number()));
+              EXPECT_EQ(layout::Name(LayoutOf(spec).sp_mode), EnumYamlName(v)) << v->name();
+            }),
+            2);
+  EXPECT_EQ(ForEachValue(v1::PpSchedule_descriptor(), [](const EnumValueDescriptor* v) {
+              v1::JobSpec spec;
+              spec.mutable_parallel()->set_pp_schedule(static_cast<v1::PpSchedule>(v->number()));
+              EXPECT_EQ(layout::Name(LayoutOf(spec).pp_schedule), EnumYamlName(v)) << v->name();
+            }),
+            2);
+  EXPECT_EQ(ForEachValue(v1::Precision_descriptor(), [](const EnumValueDescriptor* v) {
+              v1::JobSpec spec;
+              spec.mutable_train()->set_precision(static_cast<v1::Precision>(v->number()));
+              EXPECT_EQ(layout::Name(PrecisionOf(spec)), EnumYamlName(v)) << v->name();
+            }),
+            3);
+}
+
+}  // namespace
+}  // namespace tessera::spec
