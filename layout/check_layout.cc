@@ -131,6 +131,30 @@ void Sequence(const ModelConfig& m, const ParallelLayout& l, Problems* out) {
   }
 }
 
+// Mixture of Experts: top-k within the experts; expert parallelism splits the experts over ep ranks
+// taken from dp.
+void Experts(const ModelConfig& m, const ParallelLayout& l, Problems* out) {
+  if (m.experts < 0) Add(out, "model.experts", absl::StrCat(m.experts, " must be at least 0 (0: a dense model)"));
+  if (m.experts > 0 && (m.experts_per_token < 1 || m.experts_per_token > m.experts)) {
+    Add(out, "model.experts_per_token",
+        absl::StrCat(m.experts_per_token, " must be between 1 and model.experts ", m.experts));
+  }
+  if (l.ep < 1) {
+    Add(out, "parallel.ep", absl::StrCat(l.ep, " must be at least 1"));
+    return;
+  }
+  if (l.ep == 1) return;
+  if (l.dp >= 1 && l.dp % l.ep != 0) {
+    Add(out, "parallel.ep", absl::StrCat(l.ep, " does not divide parallel.dp ", l.dp,
+                                         " (expert parallel ranks are taken from the data parallel ones)"));
+  }
+  if (m.experts == 0) {
+    Add(out, "parallel.ep", absl::StrCat(l.ep, " needs a Mixture-of-Experts model (model.experts is 0)"));
+  } else if (m.experts > 0 && m.experts % l.ep != 0) {
+    Add(out, "parallel.ep", absl::StrCat(l.ep, " does not divide model.experts ", m.experts));
+  }
+}
+
 }  // namespace
 
 std::vector<LayoutProblem> TensorParallelProblems(const ModelConfig& model, TpMode mode, int tp, int tp_depth,
@@ -173,6 +197,7 @@ std::vector<LayoutProblem> LayoutProblems(const ModelConfig& model, const Parall
   Problems tp = TensorParallelProblems(model, layout.tp_mode, layout.tp, layout.tp_depth, batch.micro_batch);
   out.insert(out.end(), tp.begin(), tp.end());
   Pipeline(model, layout, batch, &out);
+  Experts(model, layout, &out);
   Sequence(model, layout, &out);
   return out;
 }

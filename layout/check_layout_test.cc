@@ -104,6 +104,27 @@ TEST(CheckLayoutTest, SequenceAndBatchRules) {
   EXPECT_EQ(Problems(Gpt(), l), "parallel.dp: 0 must be at least 1");
 }
 
+TEST(CheckLayoutTest, ExpertRulesNameTheField) {
+  ModelConfig moe = Gpt();
+  moe.experts = 8, moe.experts_per_token = 2;
+  ParallelLayout l;
+  l.dp = 4, l.ep = 4, l.tp = 2;
+  EXPECT_TRUE(CheckLayout(moe, l, {2, 8}).ok()) << Problems(moe, l);
+  EXPECT_EQ(l.ToString(), "dp4(ep4) tp2(1d)");
+  l.ep = 3;
+  EXPECT_THAT(Problems(moe, l), HasSubstr("parallel.ep: 3 does not divide parallel.dp 4"));
+  EXPECT_THAT(Problems(moe, l), HasSubstr("parallel.ep: 3 does not divide model.experts 8"));
+  l.ep = 2;
+  EXPECT_THAT(Problems(Gpt(), l), HasSubstr("parallel.ep: 2 needs a Mixture-of-Experts model (model.experts is 0)"));
+  l.ep = 0;
+  EXPECT_THAT(Problems(moe, l), HasSubstr("parallel.ep: 0 must be at least 1"));
+  l.ep = 1;
+  moe.experts_per_token = 9;
+  EXPECT_THAT(Problems(moe, l), HasSubstr("model.experts_per_token: 9 must be between 1 and model.experts 8"));
+  moe.experts = -1;
+  EXPECT_THAT(Problems(moe, l), HasSubstr("model.experts: -1 must be at least 0"));
+}
+
 TEST(CheckLayoutTest, NonsenseModelsDoNotCrashIt) {
   ParallelLayout l;
   l.tp = 4, l.sp = 2, l.pp = 2, l.tp_mode = TpMode::k2D, l.sp_mode = SpMode::kAllToAll;

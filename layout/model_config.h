@@ -45,6 +45,9 @@ struct ModelConfig {
   bool qkv_bias = false;     // Llama shape: q, k and v projections with biases (Qwen2).
   bool tie_embeddings = true;  // The LM head is the token embedding (GPT-2 always).
   bool gelu_tanh = false;      // GPT-2: GELU's tanh approximation instead of erf.
+  // Mixture of Experts (0: a dense model): experts per MoE layer and how many each token is routed to.
+  int experts = 0;
+  int experts_per_token = 0;
 
   int HeadDim() const { return hidden / heads; }
   int KvHeads() const { return kv_heads > 0 ? kv_heads : heads; }

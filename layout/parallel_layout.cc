@@ -75,7 +75,7 @@ int64_t ParallelLayout::WorldSize() const {
 std::string ParallelLayout::ToString() const {
   std::string s;
   auto add = [&](const std::string& part) { absl::StrAppend(&s, s.empty() ? "" : " ", part); };
-  if (dp > 1) add(absl::StrCat("dp", dp));
+  if (dp > 1) add(absl::StrCat("dp", dp, ep > 1 ? absl::StrCat("(ep", ep, ")") : ""));
   if (pp > 1) {
     add(absl::StrCat("pp", pp,
                      pp_schedule == PipeSchedule::kInterleaved ? absl::StrCat("(interleaved×", pp_chunks, ")") : ""));

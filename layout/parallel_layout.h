@@ -40,6 +40,11 @@ struct ParallelLayout {
   int pp = 1;  // Pipeline stages.
   int tp = 1;  // Tensor parallel ranks (1D: tp; 2D: q²; 2.5D: tp_depth·q²; 3D: q³).
   int sp = 1;  // Sequence parallel ranks.
+  // Expert parallel ranks, carved out of dp (not an axis of its own: the world is still dp·pp·tp·sp).
+  // ep divides dp; dp ranks d and d' share an expert-parallel group (the experts split over it) when
+  // d/ep = d'/ep, and an expert's data-parallel group (its replicas) when d mod ep = d' mod ep — so
+  // an ep group is ep consecutive dp indices (RankGenerator::ExpertParallelGroup).
+  int ep = 1;
   AxisOrder order = kDefaultOrder;
 
   TpMode tp_mode = TpMode::k1D;
@@ -53,7 +58,8 @@ struct ParallelLayout {
   int Size(Axis axis) const;
   // dp·pp·tp·sp; 0 when a size is below 1, INT64_MAX when the product overflows 64 bits.
   int64_t WorldSize() const;
-  // "dp2 pp2(interleaved×2) tp4(2d) sp2(ring)": the axes above 1 with their modes; "single" for one rank.
+  // "dp4(ep2) pp2(interleaved×2) tp4(2d) sp2(ring)": the axes above 1 with their modes; "single" for
+  // one rank.
   std::string ToString() const;
 };
 

@@ -24,7 +24,33 @@ absl::StatusOr<RankGenerator> RankGenerator::Create(const ParallelLayout& layout
     strides[static_cast<int>(a)] = stride;
     stride *= sizes[static_cast<int>(a)];
   }
-  return RankGenerator(sizes, strides, layout.order, stride);
+  const int dp = sizes[static_cast<int>(Axis::kDp)];
+  if (layout.ep < 1 || dp % layout.ep != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("ep ", layout.ep, " must be at least 1 and divide dp ", dp));
+  }
+  return RankGenerator(sizes, strides, layout.order, stride, layout.ep);
+}
+
+std::vector<int> RankGenerator::ExpertParallelGroup(int rank) const {
+  const std::vector<int> dp = GroupRanks(rank, Axis::kDp);
+  const int first = Coord(rank, Axis::kDp) / ep_ * ep_;
+  return std::vector<int>(dp.begin() + first, dp.begin() + first + ep_);
+}
+
+std::vector<int> RankGenerator::ExpertDataGroup(int rank) const {
+  const std::vector<int> dp = GroupRanks(rank, Axis::kDp);
+  std::vector<int> ranks;
+  for (int d = Coord(rank, Axis::kDp) % ep_; d < static_cast<int>(dp.size()); d += ep_) ranks.push_back(dp[d]);
+  return ranks;
+}
+
+std::vector<std::vector<int>> RankGenerator::AllExpertParallelGroups() const {
+  std::vector<std::vector<int>> groups;
+  for (int r = 0; r < world_size_; ++r) {
+    std::vector<int> g = ExpertParallelGroup(r);
+    if (g.front() == r) groups.push_back(std::move(g));  // dp order is rank order: front is the lowest.
+  }
+  return groups;
 }
 
 int RankGenerator::Coord(int rank, Axis axis) const {

@@ -38,14 +38,26 @@ class RankGenerator {
   // Every group along `axis`, each ordered by its `axis` index; groups ordered by their lowest rank.
   std::vector<std::vector<int>> AllGroups(Axis axis) const;
 
+  // Expert parallelism (ParallelLayout::ep, carved out of dp). The ep ranks over which `rank`'s experts
+  // are split (its dp group's indices ⌊d/ep⌋·ep .. ⌊d/ep⌋·ep + ep − 1, in dp order), and the dp/ep
+  // replicas of `rank`'s experts (the dp indices ≡ d mod ep, in dp order). With ep = 1 these are {rank}
+  // and the dp group.
+  std::vector<int> ExpertParallelGroup(int rank) const;
+  std::vector<int> ExpertDataGroup(int rank) const;
+  // Every expert-parallel group, ordered by their lowest rank (what placement keeps on one worker).
+  std::vector<std::vector<int>> AllExpertParallelGroups() const;
+  int ep() const { return ep_; }
+
  private:
-  RankGenerator(std::array<int, kNumAxes> sizes, std::array<int, kNumAxes> strides, AxisOrder order, int world_size)
-      : sizes_(sizes), strides_(strides), order_(order), world_size_(world_size) {}
+  RankGenerator(std::array<int, kNumAxes> sizes, std::array<int, kNumAxes> strides, AxisOrder order, int world_size,
+                int ep)
+      : sizes_(sizes), strides_(strides), order_(order), world_size_(world_size), ep_(ep) {}
 
   std::array<int, kNumAxes> sizes_;    // Indexed by Axis.
   std::array<int, kNumAxes> strides_;  // Rank distance between neighbours along each axis.
   AxisOrder order_;
   int world_size_;
+  int ep_ = 1;
 };
 
 }  // namespace tessera::layout

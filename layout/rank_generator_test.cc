@@ -79,6 +79,53 @@ TEST(RankGeneratorTest, CoordinatesRoundTripForEveryOrder) {
   EXPECT_EQ(orders, 24);
 }
 
+// Expert parallelism, for every order: an ep group is ep consecutive dp indices sharing every other
+// coordinate, an expert's data group the dp indices of the same residue; the two meet only in the
+// rank itself, and the ep groups partition the world.
+TEST(RankGeneratorTest, ExpertGroupsComeFromDpForEveryOrder) {
+  AxisOrder order = kDefaultOrder;
+  std::sort(order.begin(), order.end());
+  do {
+    ParallelLayout l;
+    l.dp = 6, l.pp = 1, l.tp = 2, l.sp = 2, l.ep = 3;
+    l.order = order;
+    auto g = RankGenerator::Create(l);
+    ASSERT_TRUE(g.ok()) << g.status();
+    std::vector<int> seen(g->world_size(), 0);
+    for (const std::vector<int>& group : g->AllExpertParallelGroups()) {
+      for (int r : group) ++seen[r];
+    }
+    EXPECT_THAT(seen, ::testing::Each(1)) << OrderName(order);
+    for (int r = 0; r < g->world_size(); ++r) {
+      const std::vector<int> ep = g->ExpertParallelGroup(r), edp = g->ExpertDataGroup(r);
+      ASSERT_EQ(ep.size(), 3u);
+      ASSERT_EQ(edp.size(), 2u);
+      const int d = g->Coord(r, Axis::kDp);
+      for (int i = 0; i < 3; ++i) {
+        EXPECT_EQ(g->Coord(ep[i], Axis::kDp), d / 3 * 3 + i) << OrderName(order) << " rank " << r;
+        for (Axis a : {Axis::kPp, Axis::kTp, Axis::kSp}) EXPECT_EQ(g->Coord(ep[i], a), g->Coord(r, a));
+      }
+      for (int i = 0; i < 2; ++i) {
+        EXPECT_EQ(g->Coord(edp[i], Axis::kDp), d % 3 + 3 * i) << OrderName(order) << " rank " << r;
+        for (Axis a : {Axis::kPp, Axis::kTp, Axis::kSp}) EXPECT_EQ(g->Coord(edp[i], a), g->Coord(r, a));
+      }
+      int both = 0;
+      for (int x : ep) both += std::count(edp.begin(), edp.end(), x);
+      EXPECT_EQ(both, 1);
+    }
+  } while (std::next_permutation(order.begin(), order.end()));
+}
+
+TEST(RankGeneratorTest, ExpertParallelOneIsTheDpGroup) {
+  auto g = Make(4, 1, 2, 1, "tp-sp-pp-dp");
+  ASSERT_TRUE(g.ok());
+  EXPECT_THAT(g->ExpertParallelGroup(3), ::testing::ElementsAre(3));
+  EXPECT_EQ(g->ExpertDataGroup(3), g->GroupRanks(3, Axis::kDp));
+  ParallelLayout l;
+  l.dp = 4, l.ep = 3;
+  EXPECT_FALSE(RankGenerator::Create(l).ok()) << "ep must divide dp";
+}
+
 TEST(RankGeneratorTest, OrderNamesRoundTrip) {
   auto o = ParseOrder("dp-tp-sp-pp");
   ASSERT_TRUE(o.ok());
