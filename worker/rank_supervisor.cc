@@ -63,6 +63,13 @@ absl::Status RankSupervisor::Start(const v1::Assignment& a) {
   launch.interface = options_.interface;
   launch.threads = options_.threads_per_rank;
   launch.timeout_s = options_.collective_timeout_s;
+  if (a.rank() == 0) {
+    r.checkpoint_dir = a.spec().checkpoint().dir();
+    r.steps_path = a.spec().output_dir() + "/steps.jsonl";
+    // Report only what this attempt writes: the offset is taken before the rank can write.
+    std::ifstream steps(r.steps_path, std::ios::ate);
+    if (steps) r.steps_offset = steps.tellg();
+  }
   process::SpawnOptions so;
   so.argv = launch.Argv();
   so.env = launch.Env();
@@ -74,12 +81,6 @@ absl::Status RankSupervisor::Start(const v1::Assignment& a) {
   r.flops_per_token = ModelFlopsPerToken(a.spec());
   r.world_size = a.world_size();
   r.samples_per_step = a.spec().train().global_batch();
-  if (a.rank() == 0) {
-    r.checkpoint_dir = a.spec().checkpoint().dir();
-    r.steps_path = a.spec().output_dir() + "/steps.jsonl";
-    std::ifstream steps(r.steps_path, std::ios::ate);
-    if (steps) r.steps_offset = steps.tellg();  // Report only what this attempt writes.
-  }
   ranks_.emplace(key, std::move(r));
   RankEvent started;
   started.event = v1::ReportRankStatusRequest::EVENT_STARTED;
