@@ -122,12 +122,6 @@ at::Tensor JoinShards(const Param& param, const std::vector<at::Tensor>& parts) 
   return parts[0];
 }
 
-absl::StatusOr<double> GradNormOverTp(std::vector<Param>& params, Communicator* tp) {
-  auto sq = GradSquaredSumOverTp(params, tp);
-  if (!sq.ok()) return sq.status();
-  return std::sqrt(*sq);
-}
-
 namespace {
 
 // GradSquaredSumOverTp on an accelerator: every norm in one multi-tensor launch (_foreach_norm, fp32

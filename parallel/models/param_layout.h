@@ -39,12 +39,11 @@ std::vector<int64_t> PartShape(const Param& param, int tp_size);
 // The full tensor from every tp rank's part, `parts[r]` from rank r (the inverse of ShardOf).
 at::Tensor JoinShards(const Param& param, const std::vector<at::Tensor>& parts);
 
-// Global L2 norm of the parameters' .grad (this rank's tp parts; a collective over `tp`): one fp32
-// norm per tensor, squared and summed in double; tp-split tensors' sums are added over tp, replicated
-// ones counted once. Not finite when a gradient overflowed.
-absl::StatusOr<double> GradNormOverTp(std::vector<Param>& params, Communicator* tp);
-// The square of that norm, leaving out the parameters named in `skip` (a pipeline's last stage skips
-// the tied embedding its first stage counts); summing it over pipeline stages gives the model's.
+// The squared global L2 norm of the parameters' .grad (this rank's tp parts; a collective over `tp`):
+// one fp32 norm per tensor, squared and summed in double; tp-split tensors' sums are added over tp,
+// replicated ones counted once; not finite when a gradient overflowed. Leaves out the parameters
+// named in `skip` (a pipeline's last stage skips the tied embedding its first stage counts); summing
+// it over pipeline stages gives the model's.
 absl::StatusOr<double> GradSquaredSumOverTp(std::vector<Param>& params, Communicator* tp,
                                             const std::vector<std::string>& skip = {});
 
