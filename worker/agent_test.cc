@@ -243,11 +243,9 @@ TEST_F(AgentTest, OrdersApplyOnceAndInOrderAndAGapReopensTheStream) {
 TEST_F(AgentTest, ARankThatCannotStartIsReportedExitedWithTheReason) {
   agent_->Tick();
   v1::Assignment bad = Start(1, 0);
-  bad.set_local_rank(5);  // This worker has 2 devices.
-  ranks_->start_status = absl::OkStatus();
-  v1::Assignment refused = Start(2, 1);
-  link_->incoming = {bad, refused};
-  ranks_->start_status = absl::InternalError("disk full");
+  bad.set_local_rank(5);  // This worker has 2 devices: refused before the ranks see it.
+  link_->incoming = {bad, Start(2, 1)};
+  ranks_->start_status = absl::InternalError("disk full");  // The second cannot start.
   agent_->Tick();
   ASSERT_EQ(link_->reports.size(), 2u);
   EXPECT_EQ(link_->reports[0].event(), v1::ReportRankStatusRequest::EVENT_EXITED);
