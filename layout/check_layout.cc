@@ -139,6 +139,27 @@ void Experts(const ModelConfig& m, const ParallelLayout& l, Problems* out) {
     Add(out, "model.experts_per_token",
         absl::StrCat(m.experts_per_token, " must be between 1 and model.experts ", m.experts));
   }
+  if (m.experts > 0) {
+    // Each expert's MLP (and the shared expert's) is split over tp like a dense MLP.
+    if (l.tp_mode != TpMode::k1D) {
+      Add(out, "parallel.tp_mode", absl::StrCat(Name(l.tp_mode),
+                                                " with a Mixture-of-Experts model is not implemented; use 1d"));
+    } else if (l.tp > 1) {
+      if (m.MoeFfnHidden() % l.tp != 0) {
+        Add(out, "parallel.tp", absl::StrCat(l.tp, " does not divide the experts' width ", m.MoeFfnHidden(),
+                                             " (model.moe_ffn_hidden)"));
+      }
+      if (m.shared_expert_ffn_hidden % l.tp != 0) {
+        Add(out, "parallel.tp", absl::StrCat(l.tp, " does not divide model.shared_expert_ffn_hidden ",
+                                             m.shared_expert_ffn_hidden));
+      }
+    }
+    // Not implemented yet: the balancing loss's statistics across pipeline stages and sequence
+    // blocks, and the all-to-all dispatch of expert parallelism.
+    if (l.pp > 1) Add(out, "parallel.pp", absl::StrCat(l.pp, " with a Mixture-of-Experts model is not implemented yet"));
+    if (l.sp > 1) Add(out, "parallel.sp", absl::StrCat(l.sp, " with a Mixture-of-Experts model is not implemented yet"));
+    if (l.ep > 1) Add(out, "parallel.ep", absl::StrCat(l.ep, ": expert parallelism is not implemented yet"));
+  }
   if (l.ep < 1) {
     Add(out, "parallel.ep", absl::StrCat(l.ep, " must be at least 1"));
     return;
@@ -171,6 +192,7 @@ std::vector<LayoutProblem> TensorParallelProblems(const ModelConfig& model, TpMo
   if (mode == TpMode::k1D) {
     OneDimensional(model, tp, &out);
   } else {
+    if (model.qk_norm) Add(&out, "parallel.tp_mode", absl::StrCat(Name(mode), " with model.qk_norm is not implemented; use 1d"));
     Grid(model, mode, tp, tp_depth, micro_batch, &out);
   }
   return out;

@@ -5,13 +5,15 @@
 #define TESSERA_LAYOUT_MODEL_CONFIG_H_
 
 #include <algorithm>
+#include <vector>
 
 namespace tessera::layout {
 
 enum class ModelFamily {
-  kGpt2,   // GPT-2: LayerNorm, learned positions, GELU MLP of 4·hidden, biases, tied head.
-  kLlama,  // Llama 2/3 shape: RMSNorm, rotary positions, SwiGLU, grouped-query attention, no biases
-           // (Qwen2: the same with qkv_bias).
+  kGpt2,     // GPT-2: LayerNorm, learned positions, GELU MLP of 4·hidden, biases, tied head.
+  kLlama,    // Llama 2/3 shape: RMSNorm, rotary positions, SwiGLU, grouped-query attention, no biases
+             // (Qwen2: the same with qkv_bias; Qwen3: with qk_norm; Qwen2/3-MoE: with experts).
+  kMixtral,  // The Llama shape whose MLPs are Mixtral's sparse blocks (its parameter names).
 };
 
 // Llama 3's rope scaling (transformers' rope_type "llama3"): rotary frequencies whose wavelength
@@ -45,11 +47,35 @@ struct ModelConfig {
   bool qkv_bias = false;     // Llama shape: q, k and v projections with biases (Qwen2).
   bool tie_embeddings = true;  // The LM head is the token embedding (GPT-2 always).
   bool gelu_tanh = false;      // GPT-2: GELU's tanh approximation instead of erf.
-  // Mixture of Experts (0: a dense model): experts per MoE layer and how many each token is routed to.
+  bool qk_norm = false;         // Llama shape: RMSNorm over each head's q and k before rotary (Qwen3).
+  // Mixture of Experts (experts 0: a dense model). A block is sparse (IsMoeLayer) unless listed in
+  // dense_layers or (i + 1) % moe_every != 0 (transformers' mlp_only_layers, decoder_sparse_step);
+  // a sparse block's MLP is `experts` SwiGLU experts of moe_ffn_hidden, each token routed to
+  // experts_per_token of them (softmax in fp32, top-k, renormalised when norm_topk_prob), plus a
+  // shared expert of shared_expert_ffn_hidden with a sigmoid gate when > 0 (Qwen2-MoE).
   int experts = 0;
   int experts_per_token = 0;
+  int moe_ffn_hidden = 0;  // 0: FfnHidden().
+  int shared_expert_ffn_hidden = 0;
+  bool norm_topk_prob = true;
+  int moe_every = 1;
+  std::vector<int> dense_layers;
+  // The balancing loss's weight in the objective (transformers' router_aux_loss_coef; 0: reported,
+  // not trained).
+  double aux_loss_coef = 0;
 
   int HeadDim() const { return hidden / heads; }
+  bool IsMoe() const { return experts > 0; }
+  bool IsMoeLayer(int layer) const {
+    if (experts <= 0 || moe_every <= 0 || (layer + 1) % moe_every != 0) return false;
+    return std::find(dense_layers.begin(), dense_layers.end(), layer) == dense_layers.end();
+  }
+  int MoeFfnHidden() const { return moe_ffn_hidden > 0 ? moe_ffn_hidden : FfnHidden(); }
+  int MoeLayers() const {
+    int n = 0;
+    for (int i = 0; i < layers; ++i) n += IsMoeLayer(i) ? 1 : 0;
+    return n;
+  }
   int KvHeads() const { return kv_heads > 0 ? kv_heads : heads; }
   // GPT-2: 4·hidden. Llama: Megatron's SwiGLU default, 2/3 of 4·hidden rounded down to a multiple
   // of 64 (at least 64), unless given.
@@ -58,12 +84,25 @@ struct ModelConfig {
     if (family == ModelFamily::kGpt2) return 4 * hidden;
     return std::max(64, static_cast<int>(4.0 * hidden * 2 / 3 / 64) * 64);
   }
-  // Parameters of one block: attention (q and the output projection h², k and v h·kv each), the MLP
-  // (GPT-2: two matrices h·ffn; Llama's SwiGLU: three), norms, and GPT-2's biases.
-  double BlockParameters() const {
+  // Parameters of block `layer`: attention (q and the output projection h², k and v h·kv each), the
+  // MLP (GPT-2: two matrices h·ffn; SwiGLU: three; a sparse block: the router E·h, E experts and the
+  // shared expert with its gate), norms, and biases. `active`: a sparse block counts only the
+  // experts_per_token experts one token uses.
+  double BlockParameters(int layer, bool active = false) const {
     const double h = hidden, kv = static_cast<double>(KvHeads()) * HeadDim(), f = FfnHidden();
     if (family == ModelFamily::kGpt2) return 2 * h * h + 2 * h * kv + 2 * h * f + (3 * h + h + f + h) + 4 * h;
-    return 2 * h * h + 2 * h * kv + 3 * h * f + 2 * h + (qkv_bias ? h + 2 * kv : 0);
+    double mlp = 3 * h * f;
+    if (IsMoeLayer(layer)) {
+      mlp = static_cast<double>(experts) * h + (active ? experts_per_token : experts) * 3.0 * h * MoeFfnHidden();
+      if (shared_expert_ffn_hidden > 0) mlp += 3.0 * h * shared_expert_ffn_hidden + h;
+    }
+    return 2 * h * h + 2 * h * kv + mlp + 2 * h + (qkv_bias ? h + 2 * kv : 0) + (qk_norm ? 2.0 * HeadDim() : 0);
+  }
+  // The mean over the blocks (the planner's per-layer size).
+  double MeanBlockParameters(bool active = false) const {
+    double sum = 0;
+    for (int i = 0; i < layers; ++i) sum += BlockParameters(i, active);
+    return layers > 0 ? sum / layers : 0;
   }
   // Parameters outside the blocks: those of the first pipeline stage (token and learned position
   // embeddings), the last's untied head (0 when tied), and the final norm.
@@ -74,13 +113,16 @@ struct ModelConfig {
     return family == ModelFamily::kGpt2 || tie_embeddings ? 0 : static_cast<double>(vocab) * hidden;
   }
   double FinalNormParameters() const { return family == ModelFamily::kGpt2 ? 2.0 * hidden : hidden; }
-  double Parameters() const {
-    return layers * BlockParameters() + EmbeddingParameters() + HeadParameters() + FinalNormParameters();
+  // All parameters, or (`active`) those one token uses (Mixture of Experts: experts_per_token experts
+  // of each sparse block).
+  double Parameters(bool active = false) const {
+    return layers * MeanBlockParameters(active) + EmbeddingParameters() + HeadParameters() + FinalNormParameters();
   }
-  // Model FLOPs of training on one token (forward and backward): 6 per parameter and the attention
-  // scores and values, 12·layers·hidden·seq_len (the MFU convention; no recomputation counted).
+  // Model FLOPs of training on one token (forward and backward): 6 per active parameter and the
+  // attention scores and values, 12·layers·hidden·seq_len (the MFU convention; no recomputation
+  // counted).
   double TrainingFlopsPerToken() const {
-    return 6 * Parameters() + 12.0 * layers * hidden * seq_len;
+    return 6 * Parameters(/*active=*/true) + 12.0 * layers * hidden * seq_len;
   }
 };
 

@@ -60,7 +60,13 @@ Prediction Predict(const PlanInput& in, const Layout& l) {
 
   // Parameters on the device holding the most (the first stage: its blocks and the embeddings).
   // GPT-2: 12h² + 13h per block; Llama by its kv heads and SwiGLU width (ModelConfig).
-  const double block_params = m.BlockParameters();
+  // Mixture of Experts: the mean block's experts are split over ep ranks (the planner's MoE cost model
+  // beyond this is issue 36's remaining work).
+  double block_params = m.MeanBlockParameters();
+  if (m.IsMoe() && l.ep > 1) {
+    const double experts = static_cast<double>(m.experts) * 3 * h * m.MoeFfnHidden() * m.MoeLayers() / L;
+    block_params -= experts * (1 - 1.0 / l.ep);
+  }
   // The embeddings (first stage) or an untied head (last stage), whichever is larger; norms neglected.
   const double outside = l.pp > 1 ? std::max(m.EmbeddingParameters(), m.HeadParameters())
                                   : m.EmbeddingParameters() + m.HeadParameters();

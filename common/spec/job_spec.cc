@@ -23,6 +23,8 @@ v1::JobSpec DefaultJobSpec() {
   m->set_heads(4);
   m->set_vocab(256);
   m->set_seq_len(128);
+  m->set_experts_per_token(2);
+  m->set_moe_every(1);
   auto* d = s.mutable_data();
   d->set_dtype(v1::TOKEN_DTYPE_UINT16);
   d->set_format(v1::DATA_FORMAT_AUTO);
@@ -39,6 +41,7 @@ v1::JobSpec DefaultJobSpec() {
   p->set_pp_chunks(1);
   p->set_sp_mode(v1::SP_MODE_RING);
   p->set_tp_depth(1);
+  p->set_ep(1);
   p->set_devices(1);
   p->set_zero_grad_reduce(v1::ZERO_GRAD_REDUCE_MICRO_BATCH);
   auto* t = s.mutable_train();

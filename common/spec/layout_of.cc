@@ -18,6 +18,9 @@ layout::ParallelLayout LayoutOf(const v1::JobSpec& spec, std::vector<SpecError>*
   const v1::ParallelSpec& p = spec.parallel();
   layout::ParallelLayout l;
   l.dp = p.dp(), l.pp = p.pp(), l.tp = p.tp(), l.sp = p.sp();
+  // Specs stored before parallel.ep existed have 0 there: no expert parallelism. A written 0 is
+  // refused by validation (ValidateJobSpec), which reads the field itself.
+  l.ep = p.ep() > 0 ? p.ep() : 1;
   if (auto order = layout::ParseOrder(p.order()); order.ok()) {
     l.order = *order;
   } else {
@@ -68,6 +71,7 @@ void SetLayout(const layout::ParallelLayout& l, v1::ParallelSpec* p) {
                  : l.tp_mode == TpMode::k3D   ? v1::TP_MODE_3D
                                               : v1::TP_MODE_1D);
   p->set_tp_depth(l.tp_depth);
+  p->set_ep(l.ep);
   p->set_sp_mode(l.sp_mode == layout::SpMode::kAllToAll ? v1::SP_MODE_ALL_TO_ALL : v1::SP_MODE_RING);
   p->set_pp_schedule(l.pp_schedule == layout::PipeSchedule::kInterleaved ? v1::PP_SCHEDULE_INTERLEAVED
                                                                           : v1::PP_SCHEDULE_1F1B);

@@ -16,9 +16,11 @@ inline constexpr int64_t kMaxHidden = 131072;
 inline constexpr int64_t kMaxHeads = 1024;               // Also kv_heads.
 inline constexpr int64_t kMaxVocab = 16777216;           // 2^24.
 inline constexpr int64_t kMaxSeqLen = 1048576;           // 2^20; also rope_scaling.original_max_positions.
-inline constexpr int64_t kMaxFfnHidden = 4 * kMaxHidden;
+inline constexpr int64_t kMaxFfnHidden = 4 * kMaxHidden;  // Also moe_ffn_hidden, shared_expert_ffn_hidden.
+inline constexpr int64_t kMaxExperts = 1024;             // Also experts_per_token.
+inline constexpr double kMaxAuxLossCoef = 1000;
 // parallel
-inline constexpr int64_t kMaxAxis = 4096;                // Each of dp, tp, pp, sp.
+inline constexpr int64_t kMaxAxis = 4096;                // Each of dp, tp, pp, sp, ep.
 inline constexpr int64_t kMaxWorldSize = 4096;           // dp·tp·pp·sp (and parallel.devices).
 inline constexpr int64_t kMaxPpChunks = 64;
 inline constexpr int64_t kMaxTpDepth = 64;

@@ -9,7 +9,9 @@ layout::ModelConfig ModelConfigOf(const v1::ModelSpec& m) {
   c.heads = m.heads();
   c.vocab = m.vocab();
   c.seq_len = m.seq_len();
-  c.family = m.family() == v1::MODEL_FAMILY_LLAMA ? layout::ModelFamily::kLlama : layout::ModelFamily::kGpt2;
+  c.family = m.family() == v1::MODEL_FAMILY_LLAMA     ? layout::ModelFamily::kLlama
+             : m.family() == v1::MODEL_FAMILY_MIXTRAL ? layout::ModelFamily::kMixtral
+                                                      : layout::ModelFamily::kGpt2;
   c.kv_heads = m.kv_heads();
   c.ffn_hidden = m.ffn_hidden();
   if (m.norm_eps() > 0) c.norm_eps = m.norm_eps();
@@ -24,6 +26,15 @@ layout::ModelConfig ModelConfigOf(const v1::ModelSpec& m) {
   c.tie_embeddings = c.family == layout::ModelFamily::kGpt2 || m.tie_embeddings();
   c.gelu_tanh = m.activation() == v1::ACTIVATION_GELU_TANH;
   c.qkv_bias = m.qkv_bias();
+  c.qk_norm = m.qk_norm();
+  c.experts = m.experts();
+  c.experts_per_token = m.experts_per_token();
+  c.moe_ffn_hidden = m.moe_ffn_hidden();
+  c.shared_expert_ffn_hidden = m.shared_expert_ffn_hidden();
+  c.norm_topk_prob = !m.has_norm_topk_prob() || m.norm_topk_prob();
+  c.moe_every = m.moe_every() > 0 ? m.moe_every() : 1;  // 0: a spec stored before the field existed.
+  c.dense_layers.assign(m.dense_layers().begin(), m.dense_layers().end());
+  c.aux_loss_coef = m.aux_loss_coef();
   return c;
 }
 

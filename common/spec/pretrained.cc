@@ -1,4 +1,5 @@
 // ApplyPretrained: model.pretrained's config.json as the spec's model fields.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -33,7 +34,9 @@ class Agreement {
   std::vector<SpecError> errors_;
 };
 
-const char* FamilyWord(v1::ModelFamily f) { return f == v1::MODEL_FAMILY_LLAMA ? "llama" : "gpt"; }
+const char* FamilyWord(v1::ModelFamily f) {
+  return f == v1::MODEL_FAMILY_LLAMA ? "llama" : f == v1::MODEL_FAMILY_MIXTRAL ? "mixtral" : "gpt";
+}
 const char* ActivationWord(v1::Activation a) {
   switch (a) {
     case v1::ACTIVATION_GELU: return "gelu";
@@ -56,7 +59,9 @@ absl::Status ApplyPretrained(const v1::ModelSpec& w, v1::JobSpec* spec) {
   const parallel::ModelConfig& c = hf->config;
   const bool gpt = c.family == ModelFamily::kGpt2;
   Agreement a(m->pretrained() + "/config.json");
-  const v1::ModelFamily family = gpt ? v1::MODEL_FAMILY_GPT : v1::MODEL_FAMILY_LLAMA;
+  const v1::ModelFamily family = gpt                                  ? v1::MODEL_FAMILY_GPT
+                                 : c.family == ModelFamily::kMixtral ? v1::MODEL_FAMILY_MIXTRAL
+                                                                     : v1::MODEL_FAMILY_LLAMA;
   if (w.family() != v1::MODEL_FAMILY_UNSPECIFIED && w.family() != family) {
     a.Fail("family", absl::StrCat(FamilyWord(w.family()), " in the spec, ", FamilyWord(family), " in ",
                                   m->pretrained(), "/config.json (model_type ", hf->model_type, ")"));
@@ -71,6 +76,24 @@ absl::Status ApplyPretrained(const v1::ModelSpec& w, v1::JobSpec* spec) {
   if (!gpt) a.Check("rope_theta", w.rope_theta(), c.rope_theta, "rope_theta", w.rope_theta() != 0);
   a.Check("tie_embeddings", w.tie_embeddings(), c.tie_embeddings, "tie_word_embeddings", w.has_tie_embeddings());
   a.Check("qkv_bias", w.qkv_bias(), c.qkv_bias, "model_type " + hf->model_type, w.has_qkv_bias());
+  a.Check("qk_norm", w.qk_norm(), c.qk_norm, "model_type " + hf->model_type, w.has_qk_norm());
+  const bool mixtral = c.family == ModelFamily::kMixtral;
+  a.Check("experts", w.experts(), c.experts, mixtral ? "num_local_experts" : "num_experts", w.experts() != 0);
+  if (c.IsMoe()) {
+    // experts_per_token has a spec default (2): a differing value is only an error where experts was written too.
+    a.Check("experts_per_token", w.experts_per_token(), c.experts_per_token, "num_experts_per_tok",
+            w.experts() != 0 && w.experts_per_token() != 2);
+    a.Check("moe_ffn_hidden", w.moe_ffn_hidden(), c.MoeFfnHidden(),
+            mixtral ? "intermediate_size" : "moe_intermediate_size", w.moe_ffn_hidden() != 0);
+    a.Check("shared_expert_ffn_hidden", w.shared_expert_ffn_hidden(), c.shared_expert_ffn_hidden,
+            "shared_expert_intermediate_size", w.shared_expert_ffn_hidden() != 0);
+    a.Check("norm_topk_prob", w.norm_topk_prob(), c.norm_topk_prob, "norm_topk_prob", w.has_norm_topk_prob());
+    a.Check("moe_every", w.moe_every(), c.moe_every, "decoder_sparse_step", w.moe_every() != 1 && w.moe_every() != 0);
+    if (w.dense_layers_size() > 0 &&
+        !std::equal(w.dense_layers().begin(), w.dense_layers().end(), c.dense_layers.begin(), c.dense_layers.end())) {
+      a.Fail("dense_layers", absl::StrCat("differs from ", m->pretrained(), "/config.json's mlp_only_layers"));
+    }
+  }
   if (w.has_rope_scaling()) {
     // Written scaling must be the file's (compared as the model reads both).
     if (!(ModelConfigOf(w).rope_scaling == c.rope_scaling)) {
@@ -98,6 +121,20 @@ absl::Status ApplyPretrained(const v1::ModelSpec& w, v1::JobSpec* spec) {
     m->set_rope_theta(c.rope_theta);
     m->set_tie_embeddings(c.tie_embeddings);
     m->set_qkv_bias(c.qkv_bias);
+    m->set_qk_norm(c.qk_norm);
+    m->set_experts(c.experts);
+    if (c.IsMoe()) {
+      m->set_experts_per_token(c.experts_per_token);
+      m->set_moe_ffn_hidden(c.MoeFfnHidden());
+      m->set_shared_expert_ffn_hidden(c.shared_expert_ffn_hidden);
+      m->set_norm_topk_prob(c.norm_topk_prob);
+      m->set_moe_every(c.moe_every);
+      m->clear_dense_layers();
+      for (int layer : c.dense_layers) m->add_dense_layers(layer);
+      // The spec's coefficient wins (the "or the spec sets the coefficient"); else config.json's
+      // when output_router_logits is true.
+      if (!w.has_aux_loss_coef()) m->set_aux_loss_coef(c.aux_loss_coef);
+    }
     if (c.rope_scaling.enabled()) {
       v1::RopeScaling* r = m->mutable_rope_scaling();
       r->set_factor(c.rope_scaling.factor);

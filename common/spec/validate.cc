@@ -87,9 +87,57 @@ bool ValidName(const std::string& name) {
   });
 }
 
+// Mixture of Experts: the sizes' bounds and what each family's sparse block has. What the layout
+// needs of them (top-k within the experts, ep dividing them) is CheckLayout's.
+void CheckExperts(const v1::ModelSpec& m, Checker& c) {
+  const bool mixtral = m.family() == v1::MODEL_FAMILY_MIXTRAL;
+  if (mixtral && m.experts() == 0) c.Fail("model.experts", "mixtral needs experts (at least 1)");
+  if (m.experts() < 0) {
+    c.Fail("model.experts", absl::StrCat(m.experts(), " must be at least 0 (0: a dense model)"));
+    return;
+  }
+  c.InRange("model.experts", m.experts(), 0, limits::kMaxExperts);
+  if (m.experts() == 0) {
+    // Written MoE fields without experts would be silently ignored.
+    if (m.moe_ffn_hidden() != 0) c.Fail("model.moe_ffn_hidden", "needs model.experts (a dense model has no experts)");
+    if (m.shared_expert_ffn_hidden() != 0) c.Fail("model.shared_expert_ffn_hidden", "needs model.experts");
+    if (m.dense_layers_size() > 0) c.Fail("model.dense_layers", "needs model.experts (every block is dense)");
+    if (m.has_aux_loss_coef()) c.Fail("model.aux_loss_coef", "needs model.experts (there is no router)");
+    return;
+  }
+  c.InRange("model.moe_ffn_hidden", m.moe_ffn_hidden(), 0, limits::kMaxFfnHidden);
+  c.InRange("model.shared_expert_ffn_hidden", m.shared_expert_ffn_hidden(), 0, limits::kMaxFfnHidden);
+  c.InRange("model.moe_every", m.moe_every(), 1, limits::kMaxLayers);
+  if (m.dense_layers_size() > limits::kMaxLayers) {
+    c.Fail("model.dense_layers", absl::StrCat("has ", m.dense_layers_size(), " entries, more than the limit ",
+                                              limits::kMaxLayers));
+  } else {
+    for (int i = 0; i < m.dense_layers_size(); ++i) {
+      if (m.dense_layers(i) < 0 || m.dense_layers(i) >= m.layers()) {
+        c.Fail(absl::StrCat("model.dense_layers[", i, "]"),
+               absl::StrCat(m.dense_layers(i), " is not a block (0 to model.layers − 1 = ", m.layers() - 1, ")"));
+      }
+    }
+  }
+  if (m.has_aux_loss_coef() && !(m.aux_loss_coef() >= 0 && m.aux_loss_coef() <= limits::kMaxAuxLossCoef)) {
+    c.Fail("model.aux_loss_coef", absl::StrCat(m.aux_loss_coef(), " must be between 0 and ", limits::kMaxAuxLossCoef));
+  }
+  if (mixtral) {
+    if (m.shared_expert_ffn_hidden() != 0) c.Fail("model.shared_expert_ffn_hidden", "mixtral has no shared expert");
+    if (m.has_norm_topk_prob() && !m.norm_topk_prob()) {
+      c.Fail("model.norm_topk_prob", "mixtral always renormalises its top-k weights");
+    }
+    if (m.moe_every() != 1 || m.dense_layers_size() > 0) {
+      c.Fail(m.moe_every() != 1 ? "model.moe_every" : "model.dense_layers", "every mixtral block is sparse");
+    }
+  }
+}
+
 void CheckModel(const v1::ModelSpec& m, Checker& c) {
-  const bool gpt = m.family() == v1::MODEL_FAMILY_GPT, llama = m.family() == v1::MODEL_FAMILY_LLAMA;
-  if (!gpt && !llama) c.Fail("model.family", "must be gpt or llama");
+  const bool gpt = m.family() == v1::MODEL_FAMILY_GPT;
+  // mixtral is the Llama shape: every llama rule holds for it.
+  const bool llama = m.family() == v1::MODEL_FAMILY_LLAMA || m.family() == v1::MODEL_FAMILY_MIXTRAL;
+  if (!gpt && !llama) c.Fail("model.family", "must be gpt, llama or mixtral");
   c.InRange("model.layers", m.layers(), 1, limits::kMaxLayers);
   bool hidden_ok = c.InRange("model.hidden", m.hidden(), 1, limits::kMaxHidden);
   bool heads_ok = c.InRange("model.heads", m.heads(), 1, limits::kMaxHeads);
@@ -122,7 +170,10 @@ void CheckModel(const v1::ModelSpec& m, Checker& c) {
     if (m.has_rope_scaling()) c.Fail("model.rope_scaling", "gpt has learned positions, not rotary ones");
     if (m.qkv_bias()) c.Fail("model.qkv_bias", "gpt's linears always have biases (this is a llama option)");
     if (m.activation() == v1::ACTIVATION_SILU) c.Fail("model.activation", "gpt's MLP is gelu or gelu_tanh");
+    if (m.qk_norm()) c.Fail("model.qk_norm", "gpt has no q/k norms (a llama option)");
+    if (m.experts() != 0) c.Fail("model.experts", "gpt has no Mixture-of-Experts blocks (use llama or mixtral)");
   }
+  CheckExperts(m, c);
   if (llama) {
     if (heads_ok && m.kv_heads() > 0 && m.heads() % m.kv_heads() != 0) {
       c.Fail("model.kv_heads", absl::StrCat(m.kv_heads(), " does not divide model.heads ", m.heads()));
@@ -161,6 +212,7 @@ bool CheckLayoutBounds(const v1::JobSpec& s, Checker& c) {
   ok &= c.InRange("parallel.pp", p.pp(), 1, limits::kMaxAxis);
   ok &= c.InRange("parallel.sp", p.sp(), 1, limits::kMaxAxis);
   ok &= c.InRange("parallel.tp_depth", p.tp_depth(), 1, limits::kMaxTpDepth);
+  ok &= c.InRange("parallel.ep", p.ep(), 1, limits::kMaxAxis);
   ok &= c.InRange("parallel.pp_chunks", p.pp_chunks(), 1, limits::kMaxPpChunks);
   if (p.pp_layers_size() > limits::kMaxLayers) {
     c.Fail("parallel.pp_layers", absl::StrCat("has ", p.pp_layers_size(), " entries, more than the limit ", limits::kMaxLayers));

@@ -23,13 +23,27 @@ const FamilySpec& FamilyOf(ModelFamily family) {
       .block_prefix = "layers.", .attn_norm = "input_layernorm", .qkv = "", .q = "self_attn.q_proj",
       .k = "self_attn.k_proj", .v = "self_attn.v_proj", .attn_out = "self_attn.o_proj",
       .mlp_norm = "post_attention_layernorm", .mlp_in = "", .gate = "mlp.gate_proj", .up = "mlp.up_proj",
-      .mlp_out = "mlp.down_proj"};
+      .mlp_out = "mlp.down_proj", .q_norm = "self_attn.q_norm", .k_norm = "self_attn.k_norm", .moe = "mlp",
+      .router = "gate", .experts = "experts", .expert_gate = "gate_proj", .expert_up = "up_proj",
+      .expert_down = "down_proj", .shared_expert = "shared_expert", .shared_expert_gate = "shared_expert_gate"};
+  // Mixtral: Llama's names but for its sparse blocks (MixtralSparseMoeBlock: w1 gate, w3 up, w2 down).
+  static const FamilySpec kMixtral = [] {
+    FamilySpec f = kLlama;
+    f.moe = "block_sparse_moe";
+    f.expert_gate = "w1";
+    f.expert_up = "w3";
+    f.expert_down = "w2";
+    f.shared_expert = "";
+    f.shared_expert_gate = "";
+    return f;
+  }();
   switch (family) {
     case ModelFamily::kGpt2: return kGpt2;
     case ModelFamily::kLlama: return kLlama;
+    case ModelFamily::kMixtral: return kMixtral;
   }
   // Only a value cast from an integer no enumerator has: a broken invariant, never a silent GPT-2.
-  std::fprintf(stderr, "FamilyOf: model family %d is not one of gpt, llama\n", static_cast<int>(family));
+  std::fprintf(stderr, "FamilyOf: model family %d is not one of gpt, llama, mixtral\n", static_cast<int>(family));
   std::abort();
 }
 
@@ -37,12 +51,29 @@ const char* FamilyName(ModelFamily family) {
   switch (family) {
     case ModelFamily::kGpt2: return "gpt";
     case ModelFamily::kLlama: return "llama";
+    case ModelFamily::kMixtral: return "mixtral";
   }
   return "?";
 }
 
 std::string BlockParamName(const FamilySpec& f, int layer, const std::string& role, const char* kind) {
   return absl::StrCat(f.block_prefix, layer, ".", role, ".", kind);
+}
+
+std::string RouterName(const FamilySpec& f, int layer) {
+  return absl::StrCat(f.block_prefix, layer, ".", f.moe, ".", f.router, ".weight");
+}
+
+std::string ExpertParamName(const FamilySpec& f, int layer, int expert, const std::string& role) {
+  return absl::StrCat(f.block_prefix, layer, ".", f.moe, ".", f.experts, ".", expert, ".", role, ".weight");
+}
+
+std::string SharedExpertParamName(const FamilySpec& f, int layer, const std::string& role) {
+  return absl::StrCat(f.block_prefix, layer, ".", f.moe, ".", f.shared_expert, ".", role, ".weight");
+}
+
+std::string SharedExpertGateName(const FamilySpec& f, int layer) {
+  return absl::StrCat(f.block_prefix, layer, ".", f.moe, ".", f.shared_expert_gate, ".weight");
 }
 
 ModelPart ModelPart::Whole(int layers) {
@@ -65,8 +96,8 @@ std::vector<ParamSpec> ParamSpecs1D(const ModelConfig& c, const ModelPart& part,
   const TpSplit kv_split = c.KvHeads() >= tp ? TpSplit::kDim0 : TpSplit::kReplicated;
   std::vector<ParamSpec> out;
   auto add = [&](std::string name, std::vector<int64_t> shape, TpSplit split, double init_std, double fill,
-                 int layer = -1) {
-    out.push_back({std::move(name), std::move(shape), split, init_std, fill, {}, layer});
+                 int layer = -1, int expert = -1) {
+    out.push_back({std::move(name), std::move(shape), split, init_std, fill, {}, layer, expert});
   };
   auto norm = [&](const std::string& base, int layer) {
     add(base + ".weight", {h}, TpSplit::kReplicated, 0, 1, layer);
@@ -94,9 +125,31 @@ std::vector<ParamSpec> ParamSpecs1D(const ModelConfig& c, const ModelPart& part,
         add(name(f.v, "bias"), {kv}, kv_split, 0, 0, i);
       }
     }
+    if (c.qk_norm) {
+      add(name(f.q_norm), {c.HeadDim()}, TpSplit::kReplicated, 0, 1, i);
+      add(name(f.k_norm), {c.HeadDim()}, TpSplit::kReplicated, 0, 1, i);
+    }
     add(name(f.attn_out), {h, h}, TpSplit::kDim1, out_std, 0, i);
     if (f.biases) add(name(f.attn_out, "bias"), {h}, TpSplit::kReplicated, 0, 0, i);
     norm(absl::StrCat(f.block_prefix, i, ".", f.mlp_norm), i);
+    if (c.IsMoeLayer(i)) {
+      // A sparse block: the router (replicated), each expert's SwiGLU split over tp like a dense MLP,
+      // the shared expert likewise and its gate (replicated).
+      const int64_t e_ffn = c.MoeFfnHidden(), s_ffn = c.shared_expert_ffn_hidden;
+      add(RouterName(f, i), {c.experts, h}, TpSplit::kReplicated, std, 0, i);
+      for (int e = 0; e < c.experts; ++e) {
+        add(ExpertParamName(f, i, e, f.expert_gate), {e_ffn, h}, TpSplit::kDim0, std, 0, i, e);
+        add(ExpertParamName(f, i, e, f.expert_up), {e_ffn, h}, TpSplit::kDim0, std, 0, i, e);
+        add(ExpertParamName(f, i, e, f.expert_down), {h, e_ffn}, TpSplit::kDim1, out_std, 0, i, e);
+      }
+      if (s_ffn > 0) {
+        add(SharedExpertParamName(f, i, "gate_proj"), {s_ffn, h}, TpSplit::kDim0, std, 0, i);
+        add(SharedExpertParamName(f, i, "up_proj"), {s_ffn, h}, TpSplit::kDim0, std, 0, i);
+        add(SharedExpertParamName(f, i, "down_proj"), {h, s_ffn}, TpSplit::kDim1, out_std, 0, i);
+        add(SharedExpertGateName(f, i), {1, h}, TpSplit::kReplicated, std, 0, i);
+      }
+      continue;
+    }
     if (f.mlp == MlpKind::kGelu) {
       add(name(f.mlp_in), {ffn, h}, TpSplit::kDim0, std, 0, i);
       if (f.biases) add(name(f.mlp_in, "bias"), {ffn}, TpSplit::kDim0, 0, 0, i);

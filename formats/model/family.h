@@ -32,14 +32,27 @@ struct FamilySpec {
   // Parameter names (".weight" / ".bias" appended). Block parameters are block_prefix + i + "." + name.
   std::string token_embedding, position_embedding, final_norm, lm_head;
   std::string block_prefix, attn_norm, qkv, q, k, v, attn_out, mlp_norm, mlp_in, gate, up, mlp_out;
+  // Per-head RMSNorms of queries and keys (ModelConfig::qk_norm), and a sparse block's parameters:
+  // its router (moe + "." + router), expert e's SwiGLU (moe + "." + experts + ".e." + expert_gate, ...),
+  // the shared expert (moe + "." + shared_expert + "." + gate / up / mlp_out roles without "mlp.") and
+  // its gate. Empty where the family has no such part.
+  std::string q_norm, k_norm, moe, router, experts, expert_gate, expert_up, expert_down, shared_expert,
+      shared_expert_gate;
 };
 
 const FamilySpec& FamilyOf(ModelFamily family);
-// The spec's name of the family: "gpt", "llama".
+// The spec's name of the family: "gpt", "llama", "mixtral".
 const char* FamilyName(ModelFamily family);
 
 // The documented name of a block parameter: "h.3.attn.c_attn.weight".
 std::string BlockParamName(const FamilySpec& f, int layer, const std::string& role, const char* kind = "weight");
+// A sparse block's parameters: its router "layers.3.mlp.gate.weight"; expert e's `role` (expert_gate,
+// expert_up, expert_down) "layers.3.mlp.experts.5.gate_proj.weight"; the shared expert's `role`
+// ("gate_proj", "up_proj", "down_proj") "layers.3.mlp.shared_expert.gate_proj.weight" and its gate.
+std::string RouterName(const FamilySpec& f, int layer);
+std::string ExpertParamName(const FamilySpec& f, int layer, int expert, const std::string& role);
+std::string SharedExpertParamName(const FamilySpec& f, int layer, const std::string& role);
+std::string SharedExpertGateName(const FamilySpec& f, int layer);
 
 // The parts of the model one rank holds (pipeline stages hold a subset; parallel/pipeline).
 struct ModelPart {
@@ -59,6 +72,7 @@ struct ParamSpec {
   double fill = 0;
   GridSplit grid;  // With split kGrid.
   int layer = -1;
+  int expert = -1;  // A sparse block's expert this belongs to; -1 for every other parameter.
 };
 
 // The parameters of `part` of a model of `config` for 1D tensor parallelism over `tp` ranks, in the

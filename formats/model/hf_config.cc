@@ -1,6 +1,10 @@
 #include "formats/model/hf_config.h"
 
+#include <cmath>
 #include <fstream>
+#include <map>
+#include <optional>
+#include <vector>
 #include <limits>
 #include <sstream>
 
@@ -50,6 +54,32 @@ class Reader {
       return fallback;
     }
     return j_[key].get<double>();
+  }
+  // A finite number >= 0 (0 allowed, unlike Number).
+  double NonNegative(const std::string& key, double fallback) {
+    if (!Has(key)) return fallback;
+    if (!j_[key].is_number() || !(j_[key].get<double>() >= 0) || !std::isfinite(j_[key].get<double>())) {
+      Fail(key, absl::StrCat(j_[key].dump(), " is not a finite number >= 0"));
+      return fallback;
+    }
+    return j_[key].get<double>();
+  }
+  // A list of integers in [0, limit) (absent or null: empty).
+  std::vector<int> IndexList(const std::string& key, int limit) {
+    std::vector<int> out;
+    if (!Has(key)) return out;
+    if (!j_[key].is_array()) {
+      Fail(key, absl::StrCat(j_[key].dump(), " is not a list"));
+      return out;
+    }
+    for (const Json& v : j_[key]) {
+      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= limit) {
+        Fail(key, absl::StrCat(v.dump(), " is not an index below ", limit));
+        return {};
+      }
+      out.push_back(static_cast<int>(v.get<int64_t>()));
+    }
+    return out;
   }
   bool Bool(const std::string& key, bool fallback) {
     if (!Has(key)) return fallback;
@@ -147,14 +177,62 @@ void ReadLlama(Reader& r, HfModelConfig* out) {
   }
   const std::string act = r.String("hidden_act", "silu");
   if (act != "silu") r.Fail("hidden_act", absl::StrCat("\"", act, "\": llama's MLP is SwiGLU (silu)"));
-  if (out->type == HfModelType::kQwen2) {
-    c.qkv_bias = true;  // Qwen2's q, k, v projections always have biases, its output projection none.
+  if (out->type == HfModelType::kQwen2 || out->type == HfModelType::kQwen2Moe) {
+    // Qwen2's q, k, v projections have biases (Qwen2-MoE: unless qkv_bias false), its output projection none.
+    c.qkv_bias = out->type == HfModelType::kQwen2 || r.Bool("qkv_bias", true);
+  }
+  if (out->type == HfModelType::kQwen2 || out->type == HfModelType::kQwen2Moe || out->type == HfModelType::kQwen3 ||
+      out->type == HfModelType::kQwen3Moe) {
     if (r.Bool("use_sliding_window", false) && r.Has("sliding_window")) out->sliding_window = r.Size("sliding_window");
   }
+  // Qwen3: RMSNorm over each head's queries and keys.
+  c.qk_norm = out->type == HfModelType::kQwen3 || out->type == HfModelType::kQwen3Moe;
   r.Expect("attention_bias", false, "attention biases (q, k, v and output) are not implemented for llama");
   r.Expect("mlp_bias", false, "MLP biases are not implemented for llama");
   if (r.Has("rope_scaling")) r.RopeScalingOf(&c.rope_scaling);
-  if (out->type == HfModelType::kMistral && r.Has("sliding_window")) out->sliding_window = r.Size("sliding_window");
+  if ((out->type == HfModelType::kMistral || out->type == HfModelType::kMixtral) && r.Has("sliding_window")) {
+    out->sliding_window = r.Size("sliding_window");
+  }
+}
+
+// The sparse blocks of mixtral, qwen2_moe and qwen3_moe, with transformers' defaults for absent keys.
+void ReadMoe(Reader& r, HfModelConfig* out) {
+  ModelConfig& c = out->config;
+  if (out->type == HfModelType::kMixtral) {
+    c.family = ModelFamily::kMixtral;
+    c.experts = r.Size("num_local_experts", 8);
+    c.experts_per_token = r.Size("num_experts_per_tok", 2);
+    c.moe_ffn_hidden = c.ffn_hidden;  // Mixtral's experts are intermediate_size wide.
+    c.norm_topk_prob = true;
+    if (r.NonNegative("router_jitter_noise", 0) != 0) {
+      r.Fail("router_jitter_noise", "router jitter is not implemented (0 only)");
+    }
+  } else {
+    const bool qwen2 = out->type == HfModelType::kQwen2Moe;
+    c.experts = r.Has("num_experts") && r.NonNegative("num_experts", 0) == 0 ? 0 : r.Size("num_experts", qwen2 ? 60 : 128);
+    c.experts_per_token = r.Size("num_experts_per_tok", qwen2 ? 4 : 8);
+    c.moe_ffn_hidden = r.Size("moe_intermediate_size", qwen2 ? 1408 : 768);
+    c.shared_expert_ffn_hidden = qwen2 ? r.Size("shared_expert_intermediate_size", 5632) : 0;
+    c.norm_topk_prob = r.Bool("norm_topk_prob", false);
+    c.moe_every = r.Size("decoder_sparse_step", 1);
+    c.dense_layers = r.IndexList("mlp_only_layers", c.layers);
+  }
+  if (r.status().ok() && c.experts > 0 && c.experts_per_token > c.experts) {
+    r.Fail("num_experts_per_tok", absl::StrCat(c.experts_per_token, " exceeds the experts ", c.experts));
+  }
+  // transformers adds the balancing loss to outputs.loss only with output_router_logits.
+  const double coef = r.NonNegative("router_aux_loss_coef", 0.001);
+  c.aux_loss_coef = r.Bool("output_router_logits", false) ? coef : 0;
+}
+
+std::optional<HfModelType> LlamaShapeType(const std::string& model_type) {
+  static const std::map<std::string, HfModelType> kTypes = {
+      {"llama", HfModelType::kLlama},     {"mistral", HfModelType::kMistral},     {"qwen2", HfModelType::kQwen2},
+      {"qwen3", HfModelType::kQwen3},     {"mixtral", HfModelType::kMixtral},     {"qwen2_moe", HfModelType::kQwen2Moe},
+      {"qwen3_moe", HfModelType::kQwen3Moe}};
+  auto it = kTypes.find(model_type);
+  if (it == kTypes.end()) return std::nullopt;
+  return it->second;
 }
 
 }  // namespace
@@ -170,14 +248,15 @@ absl::StatusOr<HfModelConfig> ParseHfConfig(const std::string& path, std::string
   if (out.model_type == "gpt2") {
     out.type = HfModelType::kGpt2;
     ReadGpt2(r, &out);
-  } else if (out.model_type == "llama" || out.model_type == "mistral" || out.model_type == "qwen2") {
-    out.type = out.model_type == "llama"     ? HfModelType::kLlama
-               : out.model_type == "mistral" ? HfModelType::kMistral
-                                             : HfModelType::kQwen2;
+  } else if (const auto llama_shape = LlamaShapeType(out.model_type)) {
+    out.type = *llama_shape;
     ReadLlama(r, &out);
+    if (out.type == HfModelType::kMixtral || out.type == HfModelType::kQwen2Moe || out.type == HfModelType::kQwen3Moe) {
+      ReadMoe(r, &out);
+    }
   } else {
     r.Fail("model_type", absl::StrCat(out.model_type.empty() ? "missing" : "\"" + out.model_type + "\"",
-                                      ": tessera reads gpt2, llama, mistral and qwen2"));
+                                      ": tessera reads gpt2, llama, mistral, qwen2, qwen3, mixtral, qwen2_moe and qwen3_moe"));
   }
   if (!r.status().ok()) return r.status();
   return out;
@@ -190,6 +269,28 @@ absl::StatusOr<HfModelConfig> ReadHfConfig(const std::string& dir) {
   std::stringstream text;
   text << in.rdbuf();
   return ParseHfConfig(path, text.str());
+}
+
+HfModelType HfTypeOf(const ModelConfig& c) {
+  if (c.family == ModelFamily::kGpt2) return HfModelType::kGpt2;
+  if (c.family == ModelFamily::kMixtral) return HfModelType::kMixtral;
+  if (c.IsMoe()) return c.qk_norm ? HfModelType::kQwen3Moe : HfModelType::kQwen2Moe;
+  if (c.qk_norm) return HfModelType::kQwen3;
+  return c.qkv_bias ? HfModelType::kQwen2 : HfModelType::kLlama;
+}
+
+absl::Status HfExportable(const ModelConfig& c) {
+  const HfModelType type = HfTypeOf(c);
+  if ((type == HfModelType::kQwen3 || type == HfModelType::kQwen3Moe) && c.qkv_bias) {
+    return absl::FailedPreconditionError("q/k norms with q, k, v biases: no transformers model_type has both");
+  }
+  if (type == HfModelType::kQwen3Moe && c.shared_expert_ffn_hidden > 0) {
+    return absl::FailedPreconditionError("q/k norms with a shared expert: no transformers model_type has both");
+  }
+  if (type == HfModelType::kMixtral && (c.qkv_bias || c.qk_norm)) {
+    return absl::FailedPreconditionError("mixtral has neither q, k, v biases nor q/k norms");
+  }
+  return absl::OkStatus();
 }
 
 std::string HfConfigJson(const ModelConfig& c, int64_t max_positions, const std::string& dtype) {
@@ -237,14 +338,59 @@ std::string HfConfigJson(const ModelConfig& c, int64_t max_positions, const std:
          {"attention_dropout", 0.0},
          {"tie_word_embeddings", c.tie_embeddings}};
   }
-  if (c.family == ModelFamily::kLlama && c.qkv_bias) {
-    // Qwen2: Llama's keys less the bias flags and head_dim, plus its sliding-window switch (off).
-    j["architectures"] = {"Qwen2ForCausalLM"};
-    j["model_type"] = "qwen2";
-    j.erase("attention_bias");
-    j.erase("mlp_bias");
-    j.erase("head_dim");
-    j["use_sliding_window"] = false;
+  switch (HfTypeOf(c)) {
+    case HfModelType::kQwen2:
+      // Qwen2: Llama's keys less the bias flags and head_dim, plus its sliding-window switch (off).
+      j["architectures"] = {"Qwen2ForCausalLM"};
+      j["model_type"] = "qwen2";
+      j.erase("attention_bias");
+      j.erase("mlp_bias");
+      j.erase("head_dim");
+      j["use_sliding_window"] = false;
+      break;
+    case HfModelType::kQwen3:
+      j["architectures"] = {"Qwen3ForCausalLM"};
+      j["model_type"] = "qwen3";
+      j.erase("mlp_bias");
+      j["use_sliding_window"] = false;
+      break;
+    case HfModelType::kMixtral:
+      j["architectures"] = {"MixtralForCausalLM"};
+      j["model_type"] = "mixtral";
+      j.erase("attention_bias");
+      j.erase("mlp_bias");
+      j["intermediate_size"] = c.MoeFfnHidden();
+      j["num_local_experts"] = c.experts;
+      j["num_experts_per_tok"] = c.experts_per_token;
+      j["router_jitter_noise"] = 0.0;
+      j["sliding_window"] = nullptr;
+      break;
+    case HfModelType::kQwen2Moe:
+    case HfModelType::kQwen3Moe: {
+      const bool qwen2 = HfTypeOf(c) == HfModelType::kQwen2Moe;
+      j["architectures"] = {qwen2 ? "Qwen2MoeForCausalLM" : "Qwen3MoeForCausalLM"};
+      j["model_type"] = qwen2 ? "qwen2_moe" : "qwen3_moe";
+      j.erase("mlp_bias");
+      if (qwen2) {
+        j.erase("attention_bias");
+        j["qkv_bias"] = c.qkv_bias;
+        j["shared_expert_intermediate_size"] = c.shared_expert_ffn_hidden;
+      }
+      j["num_experts"] = c.experts;
+      j["num_experts_per_tok"] = c.experts_per_token;
+      j["moe_intermediate_size"] = c.MoeFfnHidden();
+      j["norm_topk_prob"] = c.norm_topk_prob;
+      j["decoder_sparse_step"] = c.moe_every;
+      j["mlp_only_layers"] = c.dense_layers;
+      j["use_sliding_window"] = false;
+      break;
+    }
+    default:
+      break;
+  }
+  if (c.IsMoe()) {
+    j["output_router_logits"] = c.aux_loss_coef > 0;
+    j["router_aux_loss_coef"] = c.aux_loss_coef > 0 ? c.aux_loss_coef : 0.001;
   }
   j["torch_dtype"] = dtype;
   return j.dump(2) + "\n";

@@ -7,14 +7,16 @@
 #include <string>
 #include <string_view>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "formats/model/model_config.h"
 
 namespace tessera::parallel {
 
 // The model_types read: gpt2 (GPT2LMHeadModel) and the Llama shape — llama, mistral where its
-// sliding window does not bind, and qwen2 (q, k, v biases).
-enum class HfModelType { kGpt2, kLlama, kMistral, kQwen2 };
+// sliding window does not bind, qwen2 (q, k, v biases), qwen3 (q/k norms), and the Mixtures of
+// Experts mixtral, qwen2_moe (shared expert) and qwen3_moe.
+enum class HfModelType { kGpt2, kLlama, kMistral, kQwen2, kQwen3, kMixtral, kQwen2Moe, kQwen3Moe };
 
 struct HfModelConfig {
   HfModelType type = HfModelType::kGpt2;
@@ -32,6 +34,13 @@ absl::StatusOr<HfModelConfig> ParseHfConfig(const std::string& path, std::string
 
 // Reads and parses DIR/config.json.
 absl::StatusOr<HfModelConfig> ReadHfConfig(const std::string& dir);
+
+// The model_type that represents `config`: gpt2; the Llama shape as llama, qwen2 (qkv_bias), qwen3
+// (qk_norm); mixtral; a llama-family Mixture of Experts as qwen3_moe (qk_norm) or qwen2_moe.
+HfModelType HfTypeOf(const ModelConfig& config);
+// Whether HfTypeOf's model_type holds every feature of `config` (FailedPrecondition naming the one
+// it lacks).
+absl::Status HfExportable(const ModelConfig& config);
 
 // config.json text for `config` that transformers' AutoConfig reads back as the same model
 // (GPT2LMHeadModel, LlamaForCausalLM, or Qwen2ForCausalLM with qkv_bias), with `max_positions` positions (at least seq_len for gpt2:

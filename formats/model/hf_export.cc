@@ -63,6 +63,9 @@ std::string Convert(const MappedSafetensors& file, const Item& item, ExportDtype
 
 absl::StatusOr<HfExportResult> ExportToHf(const CheckpointModel& cp, const std::string& out_dir,
                                           const HfExportOptions& options) {
+  if (absl::Status s = HfExportable(cp.config); !s.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(cp.path, ": cannot be written as a transformers model: ", s.message()));
+  }
   std::error_code ec;
   if (fs::exists(out_dir, ec) && !(fs::is_directory(out_dir, ec) && fs::is_empty(out_dir, ec))) {
     return absl::FailedPreconditionError(absl::StrCat(out_dir, ": exists and is not an empty directory (nothing is overwritten)"));

@@ -101,9 +101,11 @@ absl::StatusOr<TrainerState> ParseTrainerState(std::string_view text, const std:
   if (const Json* m = top.Object("model", /*required=*/true)) {
     Fields model(*m, "model.", where, &error);
     const std::string family = model.String("family", "gpt");  // Absent before families existed.
-    if (family != "gpt" && family != "llama") model.Fail("family", "\"" + family + "\" is not gpt or llama");
+    if (family != "gpt" && family != "llama" && family != "mixtral") {
+      model.Fail("family", "\"" + family + "\" is not gpt, llama or mixtral");
+    }
     ModelConfig& c = s.model;
-    c.family = family == "llama" ? ModelFamily::kLlama : ModelFamily::kGpt2;
+    c.family = family == "llama" ? ModelFamily::kLlama : family == "mixtral" ? ModelFamily::kMixtral : ModelFamily::kGpt2;
     c.layers = static_cast<int>(model.Int("layers", 1, kMaxTrainerStateSize, std::nullopt));
     c.hidden = static_cast<int>(model.Int("hidden", 1, kMaxTrainerStateSize, std::nullopt));
     c.heads = static_cast<int>(model.Int("heads", 1, kMaxTrainerStateSize, std::nullopt));
@@ -122,6 +124,26 @@ absl::StatusOr<TrainerState> ParseTrainerState(std::string_view text, const std:
     c.tie_embeddings = c.family == ModelFamily::kGpt2 || model.Bool("tie_embeddings", false);
     c.gelu_tanh = model.String("activation", "gelu") == "gelu_tanh";
     c.qkv_bias = model.Bool("qkv_bias", false);
+    c.qk_norm = model.Bool("qk_norm", false);
+    // Mixture of Experts (absent: a dense model).
+    c.experts = static_cast<int>(model.Int("experts", 0, kMaxTrainerStateSize, 0));
+    c.experts_per_token = static_cast<int>(model.Int("experts_per_token", 0, kMaxTrainerStateSize, 0));
+    c.moe_ffn_hidden = static_cast<int>(model.Int("moe_ffn_hidden", 0, kMaxTrainerStateSize, 0));
+    c.shared_expert_ffn_hidden = static_cast<int>(model.Int("shared_expert_ffn_hidden", 0, kMaxTrainerStateSize, 0));
+    c.norm_topk_prob = model.Bool("norm_topk_prob", true);
+    c.moe_every = static_cast<int>(model.Int("moe_every", 1, kMaxTrainerStateSize, 1));
+    if (error.ok() && c.experts > 0 && (c.experts_per_token < 1 || c.experts_per_token > c.experts)) {
+      model.Fail("experts_per_token", absl::StrCat(c.experts_per_token, " is not between 1 and experts ", c.experts));
+    }
+    if (const Json* d = model.Array("dense_layers")) {
+      for (const Json& layer : *d) {
+        if (!layer.is_number_integer() || layer.get<int64_t>() < 0 || layer.get<int64_t>() >= c.layers) {
+          model.Fail("dense_layers", absl::StrCat(layer.dump(), " is not a block index below layers ", c.layers));
+          break;
+        }
+        c.dense_layers.push_back(layer.get<int>());
+      }
+    }
     if (const Json* r = model.Object("rope_scaling", /*required=*/false)) {
       Fields rope(*r, "model.rope_scaling.", where, &error);
       c.rope_scaling.factor = rope.Number("factor", 0.0);

@@ -12,9 +12,12 @@
 #include <algorithm>
 #include <limits>
 #include <cmath>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/fused_ops.h"
+#include "parallel/layers/linear.h"
+#include "parallel/layers/sparse_mlp.h"
 #include "parallel/layers/tp3d_ops.h"
 #include "parallel/layers/tp_ops.h"
 
@@ -89,6 +92,8 @@ void Decoder::CheckConfig() const {
   const std::vector<layout::LayoutProblem> problems =
       layout::TensorParallelProblems(config_, shape_.mode, tp_->size(), shape_.depth, /*micro_batch=*/0);
   TORCH_CHECK(problems.empty(), "Decoder: ", layout::ToStatus(problems).message());
+  TORCH_CHECK(shape_.mode == TpMode::k1D || (!config_.IsMoe() && !config_.qk_norm),
+              "Decoder: Mixture-of-Experts blocks and q/k norms need tp_mode 1d");
 }
 
 std::pair<int, int> Decoder::SampleChunk() const {
@@ -159,41 +164,6 @@ absl::Status Decoder::LoadFull(const std::map<std::string, at::Tensor>& full) {
   return absl::OkStatus();
 }
 
-namespace {
-
-using torch::autograd::AutogradContext;
-using torch::autograd::variable_list;
-
-// y = x·Wᵀ (+ b) for 16-bit tensors on the CPU, computed with fp32 GEMMs: ATen's CPU GEMMs for
-// bf16/fp16 without native hardware support are up to ~70× slower than fp32 (measured: the weight
-// gradient's transposed product). Inputs are saved in their 16-bit dtype; outputs and gradients are
-// rounded to it once, as a GEMM with fp32 accumulation would.
-struct LowPrecisionCpuLinear : public torch::autograd::Function<LowPrecisionCpuLinear> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w) {
-    ctx->save_for_backward({x, w});
-    return at::linear(x.to(at::kFloat), w.to(at::kFloat)).to(x.scalar_type());
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    auto saved = ctx->get_saved_variables();
-    const at::Tensor& x = saved[0];
-    const at::Tensor& w = saved[1];
-    at::Tensor g = grads[0].to(at::kFloat).reshape({-1, w.size(0)});
-    at::Tensor gx = at::mm(g, w.to(at::kFloat)).view(x.sizes()).to(x.scalar_type());
-    at::Tensor gw = at::mm(g.t(), x.reshape({-1, w.size(1)}).to(at::kFloat)).to(w.scalar_type());
-    return {gx, gw};
-  }
-};
-
-at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = at::Tensor()) {
-  if (x.device().is_cpu() && (x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kHalf)) {
-    at::Tensor y = LowPrecisionCpuLinear::apply(x, w);
-    return b.defined() ? y + b : y;
-  }
-  return at::linear(x, w, b);
-}
-
-}  // namespace
-
 at::Tensor Decoder::Attention(const at::Tensor& qkv_in, int64_t local_heads, int64_t head_dim, int layer) {
   const int64_t B = qkv_in.size(0), T = qkv_in.size(1), width = local_heads * head_dim;
   std::vector<at::Tensor> qkv = qkv_in.split(width, -1);
@@ -223,10 +193,32 @@ at::Tensor Decoder::Norm(const at::Tensor& x, const std::string& base, bool fuse
   if (family_.norm == NormKind::kLayerNorm) {
     return kernels::LayerNorm(x, P(base + ".weight"), P(base + ".bias"), config_.norm_eps, fused);
   }
-  // RMSNorm as transformers' LlamaRMSNorm: normalised in fp32, back to the input's dtype, then scaled.
+  return RmsNorm(x, P(base + ".weight"));
+}
+
+at::Tensor Decoder::RmsNorm(const at::Tensor& x, const at::Tensor& weight) const {
+  // As transformers' LlamaRMSNorm: normalised in fp32, back to the input's dtype, then scaled.
   at::Tensor h = x.to(at::kFloat);
   h = h * at::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + config_.norm_eps);
-  return P(base + ".weight") * h.to(x.scalar_type());
+  return weight * h.to(x.scalar_type());
+}
+
+SparseMlpWeights Decoder::SparseWeights(int i) const {
+  const FamilySpec& f = family_;
+  SparseMlpWeights w;
+  w.router = P(RouterName(f, i));
+  for (int e = 0; e < config_.experts; ++e) {
+    w.gate.push_back(P(ExpertParamName(f, i, e, f.expert_gate)));
+    w.up.push_back(P(ExpertParamName(f, i, e, f.expert_up)));
+    w.down.push_back(P(ExpertParamName(f, i, e, f.expert_down)));
+  }
+  if (config_.shared_expert_ffn_hidden > 0) {
+    w.shared_gate_proj = P(SharedExpertParamName(f, i, "gate_proj"));
+    w.shared_up = P(SharedExpertParamName(f, i, "up_proj"));
+    w.shared_down = P(SharedExpertParamName(f, i, "down_proj"));
+    w.shared_gate = P(SharedExpertGateName(f, i));
+  }
+  return w;
 }
 
 at::Tensor Decoder::Rotary(const at::Tensor& t, int64_t first_position) const {
@@ -289,6 +281,12 @@ at::Tensor Decoder::HeadsAttention(const at::Tensor& q_in, const at::Tensor& k_i
   at::Tensor q = heads(q_in, H);
   at::Tensor k = heads(k_in, local_kv);
   at::Tensor v = heads(v_in, local_kv);
+  if (config_.qk_norm) {
+    // Qwen3: each head's queries and keys RMS-normalised over the head dimension, before rotary. The
+    // weights are used on this rank's heads: their gradients are summed over tp.
+    q = RmsNorm(q, CopyToTp(P(BlockParamName(f, i, f.q_norm)), tp_.get()));
+    k = RmsNorm(k, CopyToTp(P(BlockParamName(f, i, f.k_norm)), tp_.get()));
+  }
   if (f.positions == PositionKind::kRotary) {
     q = Rotary(q, FirstPosition(T));
     k = Rotary(k, FirstPosition(T));
@@ -377,6 +375,10 @@ at::Tensor Decoder::Block(const at::Tensor& x_in, int i) {
   at::Tensor x = x_in + y;
   // MLP: column-parallel input projection(s), the activation, row-parallel output projection.
   at::Tensor m = Norm(x, block + f.mlp_norm, fused);
+  if (config_.IsMoeLayer(i)) {
+    const SparseMlpOptions options{config_.experts_per_token, config_.norm_topk_prob};
+    return x + SparseMlp(m, SparseWeights(i), options, tp, router_stats_.get(), !recomputing_, i);
+  }
   if (f.mlp == MlpKind::kSwiGlu) {
     at::Tensor in = CopyToTp(m, tp);
     m = at::silu(Linear(in, P(name(f.gate)))) * Linear(in, P(name(f.up)));
@@ -487,6 +489,9 @@ at::Tensor Decoder::Loss(const at::Tensor& tokens, const at::Tensor& targets) {
 
 namespace {
 
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
 // Activation checkpointing of one block: forward keeps only the block's input; backward runs the
 // block's forward again with autograd on and back-propagates through it (a reentrant backward, as
 // torch.utils.checkpoint's reentrant mode). Parameter gradients accumulate into their .grad as usual;
@@ -495,6 +500,8 @@ struct CheckpointFn : public torch::autograd::Function<CheckpointFn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, Decoder* model, int64_t block) {
     SavePointer(ctx, "model", model);
     ctx->saved_data["block"] = block;
+    // The recomputation adds its sparse blocks' gradients to this forward pass's router statistics.
+    if (model->router_stats()) ctx->saved_data["stats"] = c10::IValue::make_capsule(model->router_stats());
     ctx->save_for_backward({x});
     at::NoGradGuard no_grad;
     return model->Block(x, static_cast<int>(block));
@@ -507,7 +514,12 @@ struct CheckpointFn : public torch::autograd::Function<CheckpointFn> {
       at::AutoGradMode enable(true);
       const int block = static_cast<int>(ctx->saved_data["block"].toInt());
       if (model->unit_hooks()) model->unit_hooks()->PreForward(model->UnitOfLayer(block), true);
-      y = model->Block(x, block);
+      c10::intrusive_ptr<RouterStats> stats;
+      if (auto it = ctx->saved_data.find("stats"); it != ctx->saved_data.end()) {
+        stats = c10::intrusive_ptr<RouterStats>::reclaim_copy(
+            dynamic_cast<RouterStats*>(it->second.toCapsule().get()));
+      }
+      y = model->Recompute(x, block, std::move(stats));
     }
     torch::autograd::backward({y}, {grads[0]});
     return {x.grad(), at::Tensor(), at::Tensor()};
@@ -517,5 +529,21 @@ struct CheckpointFn : public torch::autograd::Function<CheckpointFn> {
 }  // namespace
 
 at::Tensor Decoder::CheckpointedBlock(const at::Tensor& x, int i) { return CheckpointFn::apply(x, this, i); }
+
+at::Tensor Decoder::Recompute(const at::Tensor& x, int i, c10::intrusive_ptr<RouterStats> stats) {
+  c10::intrusive_ptr<RouterStats> current = std::exchange(router_stats_, std::move(stats));
+  recomputing_ = true;
+  at::Tensor y;
+  try {
+    y = Block(x, i);
+  } catch (...) {
+    recomputing_ = false;
+    router_stats_ = std::move(current);
+    throw;
+  }
+  recomputing_ = false;
+  router_stats_ = std::move(current);
+  return y;
+}
 
 }  // namespace tessera::parallel

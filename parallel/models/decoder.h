@@ -23,6 +23,7 @@
 #include "formats/model/model_config.h"
 #include "layout/tp_grid.h"
 #include "parallel/comm/communicator.h"
+#include "parallel/layers/sparse_mlp.h"
 #include "parallel/layers/tp2d_ops.h"
 #include "parallel/models/param_layout.h"
 #include "parallel/sequence/sequence_attention.h"
@@ -116,6 +117,15 @@ class Decoder {
     sp_ = std::move(sp);
     sp_mode_ = mode;
   }
+  // Mixture of Experts: the sparse blocks of the forward passes that follow record their routers'
+  // statistics in `stats` and carry the balancing loss's gradient (sparse_mlp.h) — one RouterStats per
+  // micro-batch, set before its forward pass. Null (evaluation, decoding): nothing recorded.
+  void set_router_stats(c10::intrusive_ptr<RouterStats> stats) { router_stats_ = std::move(stats); }
+  const c10::intrusive_ptr<RouterStats>& router_stats() const { return router_stats_; }
+  // Block `i` again inside backward (activation checkpointing) for the forward pass whose statistics
+  // are `stats`: its sparse blocks carry their gradients without recording a second time.
+  at::Tensor Recompute(const at::Tensor& x, int i, c10::intrusive_ptr<RouterStats> stats);
+
   // Use the fused CUDA kernels (layer norm, bias+GELU) where they apply (kernels/fused_ops.h).
   void set_fused_kernels(bool on) { fused_kernels_ = on; }
 
@@ -157,6 +167,10 @@ class Decoder {
   at::Tensor Attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int layer);
   // The family's norm of `x` with the parameters named base.weight (and base.bias).
   at::Tensor Norm(const at::Tensor& x, const std::string& base, bool fused);
+  // RMSNorm of `x` over its last dimension scaled by `weight` (transformers' LlamaRMSNorm).
+  at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight) const;
+  // Sparse block `i`'s router and this rank's parts of its experts.
+  SparseMlpWeights SparseWeights(int i) const;
   // 1D block with separate q, k, v projections (Llama's shape): attention of this rank's heads.
   at::Tensor SplitQkvAttention(const at::Tensor& x_tp, int i);
   // Attention of this rank's H query heads from q [B, T, H·D] and k, v [B, T, KV·D] (rotary when the
@@ -196,6 +210,8 @@ class Decoder {
   bool fused_kernels_ = false;
   UnitHooks* hooks_ = nullptr;
   KvCache* cache_ = nullptr;  // Set during DecodeStep only.
+  c10::intrusive_ptr<RouterStats> router_stats_;
+  bool recomputing_ = false;  // Inside Recompute: sparse blocks do not record again.
 };
 
 }  // namespace tessera::parallel

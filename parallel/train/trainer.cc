@@ -209,15 +209,17 @@ absl::StatusOr<at::Tensor> Trainer::ReadMicroBatch(TrainingData& data, int64_t f
   return window.to(device_, /*non_blocking=*/false, /*copy=*/true);
 }
 
-absl::StatusOr<double> Trainer::ForwardBackward(int accum) {
+absl::StatusOr<Trainer::LossSums> Trainer::ForwardBackward(int accum) {
+  LossSums sums;
   if (pipeline_) {
     // Gradients of the last backward pass of this stage start their dp reduction inside it.
     zero_->SetSyncThisPass(false);
     auto sum = pipeline_->RunStep([&](int a) { return ReadMicroBatch(*data_, step_ * options_.global_batch, a, accum); }, loss_scale_, [&] { zero_->SetSyncThisPass(true); });
     if (!sum.ok()) return absl::Status(sum.status().code(), absl::StrCat("step ", step_ + 1, ": ", sum.status().message()));
-    return *sum;
+    sums.lm = *sum;
+    return sums;
   }
-  double loss_sum = 0;
+  const ModelConfig& c = options_.model;
   for (int a = 0; a < accum; ++a) {
     auto batch = ReadMicroBatch(*data_, step_ * options_.global_batch, a, accum);
     if (!batch.ok()) return batch.status();
@@ -225,21 +227,39 @@ absl::StatusOr<double> Trainer::ForwardBackward(int accum) {
     zero_->SetSyncThisPass(a == accum - 1);
     try {
       RECORD_USER_SCOPE("tessera::train::forward_backward");
+      // A Mixture of Experts: this micro-batch's router statistics (the balancing loss is per forward
+      // pass, transformers' definition), and the loss's gradient scale for backward.
+      c10::intrusive_ptr<RouterStats> stats;
+      if (c.IsMoe()) {
+        stats = c10::make_intrusive<RouterStats>(c.experts);
+        model_->set_router_stats(stats);
+      }
       at::Tensor loss = model_->Loss(batch->narrow(1, 0, T), batch->narrow(1, 1, T));
       at::Tensor objective = loss / accum;
       if (loss_scale_ != 1) objective = objective * loss_scale_;
+      if (stats) {
+        model_->set_router_stats({});
+        sums.aux += stats->AuxLoss();
+        stats->grad_scale = c.aux_loss_coef * loss_scale_ / accum;
+        std::vector<at::Tensor> per_layer;
+        for (const auto& [layer, counts] : stats->layer_counts) per_layer.push_back(counts);
+        at::Tensor load = at::stack(per_layer);
+        sums.expert_load = sums.expert_load.defined() ? sums.expert_load + load : load;
+      }
       objective.backward();
-      loss_sum += loss.item<double>();
+      sums.lm += loss.item<double>();
     } catch (const c10::Error& e) {
       // Communication inside forward/backward (tp, ZeRO-3 gathers) reports failures as exceptions.
       return absl::InternalError(absl::StrCat("step ", step_ + 1, ": ", e.what_without_backtrace()));
     }
   }
-  return loss_sum;
+  return sums;
 }
 
-absl::Status Trainer::ReduceLossAndNorm(double loss_sum, int accum, double* loss, double* raw_norm) {
-  at::Tensor mean_loss = at::full({1}, loss_sum / accum, at::TensorOptions().dtype(at::kDouble).device(device_));
+absl::Status Trainer::ReduceLossAndNorm(LossSums& sums, int accum, StepStats* s, double* raw_norm) {
+  // Mean cross-entropy and balancing loss of this rank's micro-batches.
+  at::Tensor mean_loss =
+      at::tensor({sums.lm / accum, sums.aux / accum}, at::TensorOptions().dtype(at::kDouble)).to(device_);
   if (pipeline_) {
     // Only the last stage has the loss; every stage's gradients add to the norm (wte counted once).
     TESSERA_RETURN_IF_ERROR(groups_.pp->AllReduce(mean_loss, ReduceOp::kSum));
@@ -260,7 +280,21 @@ absl::Status Trainer::ReduceLossAndNorm(double loss_sum, int accum, double* loss
   }
   // Over dp × sp: each sequence block's mean weighs the same.
   if (groups_.dp_sp->size() > 1) TESSERA_RETURN_IF_ERROR(groups_.dp_sp->AllReduce(mean_loss, ReduceOp::kAvg));
-  *loss = mean_loss.item<double>();
+  const at::Tensor means = mean_loss.cpu();
+  const double lm = means[0].item<double>(), aux = means[1].item<double>();
+  s->loss = lm;
+  if (options_.model.IsMoe()) {
+    s->loss = lm + options_.model.aux_loss_coef * aux;
+    s->lm_loss = lm;
+    s->aux_loss = aux;
+    if (sums.expert_load.defined()) {
+      at::Tensor load = sums.expert_load.to(device_);
+      if (groups_.dp_sp->size() > 1) TESSERA_RETURN_IF_ERROR(groups_.dp_sp->AllReduce(load, ReduceOp::kSum));
+      load = load.cpu();
+      at::Tensor imbalance = load.amax(1) / load.mean(1).clamp_min(1e-30);
+      for (int64_t l = 0; l < imbalance.size(0); ++l) s->expert_imbalance.push_back(imbalance[l].item<double>());
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -302,14 +336,14 @@ absl::StatusOr<StepStats> Trainer::Step() {
   ResetPeakLiveBytes();
   zero_->ZeroGrad();
   zero_->ResetPeak();
-  auto loss_sum = ForwardBackward(accum);
-  if (!loss_sum.ok()) return loss_sum.status();
+  auto sums = ForwardBackward(accum);
+  if (!sums.ok()) return sums.status();
   {
     RECORD_USER_SCOPE("tessera::train::reduce_gradients");
     TESSERA_RETURN_IF_ERROR(zero_->ReduceGradients());
   }
   double raw_norm = 0;
-  TESSERA_RETURN_IF_ERROR(ReduceLossAndNorm(*loss_sum, accum, &s.loss, &raw_norm));
+  TESSERA_RETURN_IF_ERROR(ReduceLossAndNorm(*sums, accum, &s, &raw_norm));
   s.grad_norm = raw_norm / loss_scale_;
   LrScheduleOptions lr_options = options_.lr;
   lr_options.steps = options_.steps;
@@ -450,6 +484,12 @@ absl::Status Trainer::AppendStepLog(const StepStats& s) {
                       {"bytes_all_reduced", s.bytes_all_reduced}, {"bytes_communicated", s.bytes_communicated},
                       {"optimizer_state_bytes", s.optimizer_state_bytes}};
   if (s.skipped) j["skipped"] = true;
+  if (s.lm_loss) j["lm_loss"] = *s.lm_loss;
+  if (s.aux_loss) j["aux_loss"] = *s.aux_loss;
+  if (!s.expert_imbalance.empty()) {
+    j["expert_imbalance"] = *std::max_element(s.expert_imbalance.begin(), s.expert_imbalance.end());
+    j["expert_imbalance_layers"] = s.expert_imbalance;
+  }
   if (s.val_loss) {
     j["val_loss"] = *s.val_loss;
     j["eval_seconds"] = s.eval_seconds;

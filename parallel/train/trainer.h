@@ -27,7 +27,13 @@ namespace tessera::parallel {
 
 struct StepStats {
   int64_t step = 0;           // Steps completed, counting from 1.
-  double loss = 0;            // Mean over every token of the global batch.
+  double loss = 0;            // The objective: mean cross-entropy over every token of the global batch
+                              // (+ aux_loss_coef × aux_loss for a Mixture of Experts).
+  // Mixture of Experts: the cross-entropy alone, the balancing loss (transformers' aux_loss, unscaled),
+  // both averaged over micro-batches and ranks as the loss; and per sparse block the tokens routed to
+  // its busiest expert over the mean (1: balanced), summed over the step and the data-parallel ranks.
+  std::optional<double> lm_loss, aux_loss;
+  std::vector<double> expert_imbalance;
   double lr = 0;
   double grad_norm = 0;       // Global L2 norm before clipping.
   double step_seconds = 0;
@@ -98,8 +104,15 @@ class Trainer {
   // ZeroOptimizer::ReduceGradients): the step's mean loss over the job and the global gradient norm
   // (still scaled by the fp16 loss scale); collectives over pp and dp × sp. Update: the fp16 overflow
   // skip or clipping and AdamW at `lr`.
-  absl::StatusOr<double> ForwardBackward(int accum);
-  absl::Status ReduceLossAndNorm(double loss_sum, int accum, double* loss, double* raw_norm);
+  // Sums over this step's micro-batches: cross-entropy, balancing loss, and tokens per expert of each
+  // sparse block ([sparse blocks held, E], fp64; undefined for a dense model).
+  struct LossSums {
+    double lm = 0;
+    double aux = 0;
+    at::Tensor expert_load;
+  };
+  absl::StatusOr<LossSums> ForwardBackward(int accum);
+  absl::Status ReduceLossAndNorm(LossSums& sums, int accum, StepStats* s, double* raw_norm);
   absl::Status Update(double norm, double lr, StepStats* s);
   absl::Status LoadCheckpoint(const std::string& path);
   // SaveCheckpoint's parts: dp rank 0's gathers and global rank 0's files (model, optimizer,

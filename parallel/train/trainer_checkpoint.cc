@@ -275,8 +275,11 @@ nlohmann::json Trainer::TrainerStateJson(bool sharded_state) const {
       {"model", {{"family", FamilyName(c.family)}, {"layers", c.layers}, {"hidden", c.hidden}, {"heads", c.heads},
                  {"kv_heads", c.KvHeads()}, {"ffn_hidden", c.FfnHidden()}, {"vocab", c.vocab}, {"seq_len", c.seq_len},
                  {"norm_eps", c.norm_eps}, {"rope_theta", c.rope_theta}, {"tie_embeddings", !TiedEmbeddingName(c).empty()},
-                 {"activation", c.family == ModelFamily::kLlama ? "silu" : c.gelu_tanh ? "gelu_tanh" : "gelu"},
-                 {"qkv_bias", c.qkv_bias},
+                 {"activation", c.family != ModelFamily::kGpt2 ? "silu" : c.gelu_tanh ? "gelu_tanh" : "gelu"},
+                 {"qkv_bias", c.qkv_bias}, {"qk_norm", c.qk_norm}, {"experts", c.experts},
+                 {"experts_per_token", c.experts_per_token}, {"moe_ffn_hidden", c.MoeFfnHidden()},
+                 {"shared_expert_ffn_hidden", c.shared_expert_ffn_hidden}, {"norm_topk_prob", c.norm_topk_prob},
+                 {"moe_every", c.moe_every}, {"dense_layers", c.dense_layers},
                  {"rope_scaling", c.rope_scaling.enabled()
                                       ? nlohmann::json{{"factor", c.rope_scaling.factor},
                                                        {"low_freq_factor", c.rope_scaling.low_freq_factor},
@@ -326,7 +329,11 @@ absl::Status Trainer::LoadCheckpoint(const std::string& path) {
   for (const auto& [key, had, want] : std::vector<std::tuple<const char*, int, int>>{
            {"layers", saved.layers, c.layers}, {"hidden", saved.hidden, c.hidden}, {"heads", saved.heads, c.heads},
            {"vocab", saved.vocab, c.vocab}, {"seq_len", saved.seq_len, c.seq_len},
-           {"kv_heads", saved.KvHeads(), c.KvHeads()}, {"ffn_hidden", saved.FfnHidden(), c.FfnHidden()}}) {
+           {"kv_heads", saved.KvHeads(), c.KvHeads()}, {"ffn_hidden", saved.FfnHidden(), c.FfnHidden()},
+           {"experts", saved.experts, c.experts}, {"moe_ffn_hidden", saved.IsMoe() ? saved.MoeFfnHidden() : 0,
+                                                   c.IsMoe() ? c.MoeFfnHidden() : 0},
+           {"shared_expert_ffn_hidden", saved.shared_expert_ffn_hidden, c.shared_expert_ffn_hidden},
+           {"qk_norm", saved.qk_norm, c.qk_norm}}) {
     if (had != want) {
       return absl::FailedPreconditionError(
           absl::StrCat("checkpoint ", path, " was written for model.", key, " ", had, ", the spec says ", want));

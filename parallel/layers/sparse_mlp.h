@@ -1,0 +1,75 @@
+// A Mixture-of-Experts MLP (a "sparse block", docs/models.md "Mixture of Experts"), as transformers'
+// MixtralSparseMoeBlock / Qwen2MoeSparseMoeBlock / Qwen3MoeSparseMoeBlock compute it: router logits
+// x·Rᵀ (no bias), softmax in fp32, the top-k experts of each token, their weights renormalised to sum
+// to 1 when norm_topk_prob, cast back to x's dtype; each expert a SwiGLU MLP; the token's output the
+// weighted sum of its experts' outputs, plus sigmoid(x·gᵀ)·shared_expert(x) when there is a shared
+// expert. Dropless: every token reaches its k experts.
+//
+// Compute: the (token, expert) assignments sorted by expert (stable), one GEMM chain per expert over
+// its contiguous rows — every expert runs, an empty one on zero rows, so each has a gradient every
+// pass — and the weighted outputs added back per token in expert order (transformers' order).
+//
+// Tensor parallelism (1D): the router and the shared expert's gate are replicated; each expert's (and
+// the shared expert's) gate/up projections are split by rows and its down projection by columns over
+// tp, like a dense MLP; the routing weights enter the partial sums through CopyToTp (their gradient
+// summed over tp) and one ReduceFromTp completes the block.
+//
+// The balancing loss (transformers' load_balancing_loss_func) is joint over every sparse block of one
+// forward pass, so the blocks only record their router's statistics in a RouterStats, and each
+// block's output carries the loss's gradient for its router probabilities into backward (Megatron's
+// MoEAuxLossAutoScaler idea): d aux / d Σ_rows p_e = E·count_e / rows², with count and rows of the
+// whole forward pass, known by the time backward reaches the block.
+#ifndef TESSERA_PARALLEL_LAYERS_SPARSE_MLP_H_
+#define TESSERA_PARALLEL_LAYERS_SPARSE_MLP_H_
+
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <torch/custom_class.h>
+
+#include "parallel/comm/communicator.h"
+
+namespace tessera::parallel {
+
+// What the routers of one forward pass (one micro-batch through the sparse blocks of this rank) saw.
+// Shared with autograd (it outlives the forward in the graph), hence intrusive.
+struct RouterStats : torch::CustomClassHolder {
+  explicit RouterStats(int experts) : experts(experts) {}
+
+  int experts;
+  at::Tensor counts;     // [E] fp64: tokens routed to each expert (each top-k slot counts), over the blocks.
+  at::Tensor prob_sums;  // [E] fp64, no gradient: Σ over tokens and blocks of the router probabilities.
+  int64_t rows = 0;      // Router rows: tokens × sparse blocks.
+  std::map<int, at::Tensor> layer_counts;  // Per sparse block (its index): [E] fp64 tokens per expert.
+  // d objective / d aux, set before backward (coefficient × loss scale / accumulation); 0: the loss
+  // is reported but not trained.
+  double grad_scale = 0;
+
+  // transformers' aux_loss: E · Σ_e (counts_e / rows) · (prob_sums_e / rows); 0 with no rows.
+  double AuxLoss() const;
+};
+
+struct SparseMlpWeights {
+  at::Tensor router;                       // [E, h], replicated over tp.
+  std::vector<at::Tensor> gate, up, down;  // Per expert, this rank's parts: [f/tp, h], [f/tp, h], [h, f/tp].
+  // The shared expert (undefined without one): its SwiGLU parts like an expert's, and its gate [1, h].
+  at::Tensor shared_gate_proj, shared_up, shared_down, shared_gate;
+};
+
+struct SparseMlpOptions {
+  int experts_per_token = 2;
+  bool norm_topk_prob = true;
+};
+
+// x [B, T, h], the same on every tp rank → the block's output [B, T, h], the same on every tp rank.
+// With `stats` (training): adds this block's counts, probabilities and rows to it when `record` (not in
+// activation checkpointing's recomputation, which repeats a recorded forward), and carries the
+// balancing loss's gradient into backward. `layer` keys stats->layer_counts.
+at::Tensor SparseMlp(const at::Tensor& x, const SparseMlpWeights& w, const SparseMlpOptions& options,
+                     Communicator* tp, RouterStats* stats, bool record, int layer);
+
+}  // namespace tessera::parallel
+
+#endif  // TESSERA_PARALLEL_LAYERS_SPARSE_MLP_H_
