@@ -6,7 +6,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/spec/layout_of.h"
 #include "common/spec/limits.h"
+#include "common/spec/model_config_of.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -344,6 +346,56 @@ TEST(JobSpecTest, ModelFamilies) {
               HasSubstr("model.activation: gpt's MLP is gelu or gelu_tanh"));
   EXPECT_THAT(ParseAndValidate(kValid, {"model.family=llama", "model.activation=gelu"}).status().message(),
               HasSubstr("model.activation: llama's MLP is SwiGLU (silu)"));
+}
+
+TEST(JobSpecTest, MixtureOfExperts) {
+  auto moe = ParseAndValidate(kValid, {"model.family=mixtral", "model.experts=8", "model.experts_per_token=2",
+                                       "model.aux_loss_coef=0.02", "model.kv_heads=2"});
+  ASSERT_TRUE(moe.ok()) << moe.status();
+  const layout::ModelConfig c = ModelConfigOf(moe->model());
+  EXPECT_EQ(c.family, layout::ModelFamily::kMixtral);
+  EXPECT_EQ(c.experts, 8);
+  EXPECT_TRUE(c.norm_topk_prob);
+  EXPECT_EQ(c.aux_loss_coef, 0.02);
+  EXPECT_TRUE(c.IsMoeLayer(0) && c.IsMoeLayer(1));
+  EXPECT_EQ(LayoutOf(*moe).ep, 1);
+
+  auto qwen = ParseAndValidate(std::string(kValid) + "model: {family: llama, layers: 4, experts: 4, moe_every: 2, "
+                                                     "dense_layers: [3], shared_expert_ffn_hidden: 64, "
+                                                     "norm_topk_prob: false, qk_norm: true}\n");
+  ASSERT_TRUE(qwen.ok()) << qwen.status();
+  const layout::ModelConfig q = ModelConfigOf(qwen->model());
+  EXPECT_FALSE(q.norm_topk_prob);
+  EXPECT_TRUE(q.qk_norm);
+  EXPECT_EQ(q.MoeLayers(), 1);  // Block 1; block 3 listed dense, blocks 0 and 2 off the step.
+  EXPECT_TRUE(q.IsMoeLayer(1));
+
+  EXPECT_THAT(ParseAndValidate(kValid, {"model.family=mixtral"}).status().message(),
+              HasSubstr("model.experts: mixtral needs experts"));
+  auto bad = ParseAndValidate(kValid, {"model.family=mixtral", "model.experts=8", "model.moe_every=2",
+                                       "model.shared_expert_ffn_hidden=8", "model.aux_loss_coef=-1",
+                                       "model.norm_topk_prob=false", "parallel.ep=0"});
+  ASSERT_FALSE(bad.ok());
+  std::string msg(bad.status().message());
+  EXPECT_THAT(msg, HasSubstr("model.shared_expert_ffn_hidden: mixtral has no shared expert"));
+  EXPECT_THAT(msg, HasSubstr("model.norm_topk_prob: mixtral always renormalises"));
+  EXPECT_THAT(msg, HasSubstr("model.moe_every: every mixtral block is sparse"));
+  EXPECT_THAT(msg, HasSubstr("model.aux_loss_coef: -1 must be between 0 and 1000"));
+  EXPECT_THAT(msg, HasSubstr("parallel.ep: 0 must be at least 1"));
+
+  auto top = ParseAndValidate(kValid, {"model.family=llama", "model.experts=4", "model.experts_per_token=5",
+                                       "model.dense_layers=[7]"});
+  ASSERT_FALSE(top.ok());
+  msg = std::string(top.status().message());
+  EXPECT_THAT(msg, HasSubstr("model.experts_per_token: 5 must be between 1 and model.experts 4"));
+  EXPECT_THAT(msg, HasSubstr("model.dense_layers[0]: 7 is not a block (0 to model.layers − 1 = 1)"));
+
+  EXPECT_THAT(ParseAndValidate(kValid, {"model.experts=4"}).status().message(),
+              HasSubstr("model.experts: gpt has no Mixture-of-Experts blocks"));
+  EXPECT_THAT(ParseAndValidate(kValid, {"model.family=llama", "model.dense_layers=[0]"}).status().message(),
+              HasSubstr("model.dense_layers: needs model.experts"));
+  EXPECT_THAT(ParseAndValidate(kValid, {"model.family=llama", "model.experts=4", "parallel.ep=2"}).status().message(),
+              HasSubstr("parallel.ep: 2: expert parallelism is not implemented yet"));
 }
 
 TEST(JobSpecTest, MalformedYamlAndOverridesAreErrorsNotCrashes) {

@@ -212,7 +212,9 @@ void ReadMoe(Reader& r, HfModelConfig* out) {
     c.experts = r.Has("num_experts") && r.NonNegative("num_experts", 0) == 0 ? 0 : r.Size("num_experts", qwen2 ? 60 : 128);
     c.experts_per_token = r.Size("num_experts_per_tok", qwen2 ? 4 : 8);
     c.moe_ffn_hidden = r.Size("moe_intermediate_size", qwen2 ? 1408 : 768);
-    c.shared_expert_ffn_hidden = qwen2 ? r.Size("shared_expert_intermediate_size", 5632) : 0;
+    // 0: no shared expert (transformers then builds an empty one whose output is 0).
+    const char* shared = "shared_expert_intermediate_size";
+    c.shared_expert_ffn_hidden = !qwen2 ? 0 : r.Has(shared) && r.NonNegative(shared, 1) == 0 ? 0 : r.Size(shared, 5632);
     c.norm_topk_prob = r.Bool("norm_topk_prob", false);
     c.moe_every = r.Size("decoder_sparse_step", 1);
     c.dense_layers = r.IndexList("mlp_only_layers", c.layers);

@@ -108,7 +108,7 @@ TEST(HfConfigTest, WhatTesseraDoesNotImplementIsAnErrorNamingTheKey) {
   EXPECT_THAT(error(kLlama, "num_attention_heads", "7"), HasSubstr("num_attention_heads: 7 does not divide hidden_size 64"));
   EXPECT_THAT(error(kLlama, "hidden_size", "-64"), HasSubstr("hidden_size: -64 is not a positive integer"));
   EXPECT_THAT(error(kLlama, "vocab_size", "1e99"), HasSubstr("vocab_size: 1e+99 is not a positive integer"));
-  EXPECT_THAT(error(kLlama, "model_type", "\"qwen3_moe\""), HasSubstr("model_type: \"qwen3_moe\": tessera reads gpt2, llama"));
+  EXPECT_THAT(error(kLlama, "model_type", "\"deepseek_v3\""), HasSubstr("model_type: \"deepseek_v3\": tessera reads gpt2, llama"));
   EXPECT_THAT(error(kGpt2, "activation_function", "\"relu\""), HasSubstr("activation_function: \"relu\""));
   EXPECT_THAT(error(kGpt2, "n_inner", "100"), HasSubstr("n_inner: gpt's MLP is 4·n_embd = 384"));
   EXPECT_THAT(error(kGpt2, "tie_word_embeddings", "false"), HasSubstr("tie_word_embeddings: false"));
@@ -117,6 +117,64 @@ TEST(HfConfigTest, WhatTesseraDoesNotImplementIsAnErrorNamingTheKey) {
               HasSubstr("c.json: n_layer: missing"));
   EXPECT_THAT(std::string(ParseHfConfig("c.json", "[1, 2").status().message()), HasSubstr("c.json: not a JSON object"));
   EXPECT_THAT(std::string(ReadHfConfig("/nonexistent-dir").status().message()), HasSubstr("cannot read"));
+}
+
+TEST(HfConfigTest, MixturesOfExpertsReadBackAsTheSameModel) {
+  ModelConfig base;
+  base.family = ModelFamily::kLlama;
+  base.layers = 3, base.hidden = 64, base.heads = 4, base.kv_heads = 2, base.ffn_hidden = 80, base.vocab = 256;
+  base.experts = 4, base.experts_per_token = 2, base.moe_ffn_hidden = 48, base.aux_loss_coef = 0.02;
+  ModelConfig mixtral = base, qwen2 = base, qwen3 = base, dense_qwen3 = base;
+  mixtral.family = ModelFamily::kMixtral;
+  mixtral.moe_ffn_hidden = 80;
+  qwen2.qkv_bias = true, qwen2.shared_expert_ffn_hidden = 64, qwen2.norm_topk_prob = false, qwen2.dense_layers = {1};
+  qwen3.qk_norm = true, qwen3.moe_every = 2;
+  dense_qwen3.qk_norm = true, dense_qwen3.experts = 0;
+  for (const auto& [want_type, c] : std::vector<std::pair<std::string, ModelConfig>>{
+           {"mixtral", mixtral}, {"qwen2_moe", qwen2}, {"qwen3_moe", qwen3}, {"qwen3", dense_qwen3}}) {
+    ASSERT_TRUE(HfExportable(c).ok()) << want_type;
+    auto back = ParseHfConfig("export", HfConfigJson(c, 128, "float32"));
+    ASSERT_TRUE(back.ok()) << want_type << ": " << back.status();
+    const ModelConfig& b = back->config;
+    EXPECT_EQ(back->model_type, want_type);
+    EXPECT_EQ(b.family, c.family) << want_type;
+    EXPECT_EQ(b.experts, c.experts) << want_type;
+    EXPECT_EQ(b.qk_norm, c.qk_norm) << want_type;
+    EXPECT_EQ(b.qkv_bias, c.qkv_bias) << want_type;
+    if (!c.IsMoe()) continue;
+    EXPECT_EQ(b.experts_per_token, c.experts_per_token) << want_type;
+    EXPECT_EQ(b.MoeFfnHidden(), c.MoeFfnHidden()) << want_type;
+    EXPECT_EQ(b.shared_expert_ffn_hidden, c.shared_expert_ffn_hidden) << want_type;
+    EXPECT_EQ(b.norm_topk_prob, c.norm_topk_prob) << want_type;
+    EXPECT_EQ(b.moe_every, c.moe_every) << want_type;
+    EXPECT_EQ(b.dense_layers, c.dense_layers) << want_type;
+    EXPECT_EQ(b.aux_loss_coef, c.aux_loss_coef) << want_type;
+    for (int i = 0; i < c.layers; ++i) EXPECT_EQ(b.IsMoeLayer(i), c.IsMoeLayer(i)) << want_type << " block " << i;
+  }
+  // Without output_router_logits transformers leaves the balancing loss out of outputs.loss.
+  base.aux_loss_coef = 0;
+  auto quiet = ParseHfConfig("export", HfConfigJson(base, 128, "float32"));
+  ASSERT_TRUE(quiet.ok()) << quiet.status();
+  EXPECT_EQ(quiet->config.aux_loss_coef, 0);
+  // What no model_type holds is refused before anything is written.
+  ModelConfig both = qwen3;
+  both.shared_expert_ffn_hidden = 64;
+  EXPECT_THAT(std::string(HfExportable(both).message()), HasSubstr("q/k norms with a shared expert"));
+  // MoE keys tessera does not implement, or that contradict each other, name the key.
+  auto error = [](const std::string& json) {
+    auto c = ParseHfConfig("dir/config.json", json);
+    return c.ok() ? std::string("ok") : std::string(c.status().message());
+  };
+  const std::string moe = R"({"model_type": "mixtral", "num_hidden_layers": 2, "hidden_size": 64,
+      "num_attention_heads": 4, "intermediate_size": 96, "vocab_size": 256, "num_local_experts": 4)";
+  EXPECT_EQ(error(moe + "}"), "ok");
+  EXPECT_THAT(error(moe + R"(, "router_jitter_noise": 0.1})"), HasSubstr("router_jitter_noise: router jitter is not implemented"));
+  EXPECT_THAT(error(moe + R"(, "num_experts_per_tok": 5})"), HasSubstr("num_experts_per_tok: 5 exceeds the experts 4"));
+  EXPECT_THAT(error(moe + R"(, "router_aux_loss_coef": -1})"), HasSubstr("router_aux_loss_coef: -1 is not a finite number >= 0"));
+  const std::string qwen = R"({"model_type": "qwen2_moe", "num_hidden_layers": 2, "hidden_size": 64,
+      "num_attention_heads": 4, "intermediate_size": 96, "vocab_size": 256, "num_experts": 4)";
+  EXPECT_THAT(error(qwen + R"(, "mlp_only_layers": [2]})"), HasSubstr("mlp_only_layers: 2 is not an index below 2"));
+  EXPECT_THAT(error(qwen + R"(, "decoder_sparse_step": 0})"), HasSubstr("decoder_sparse_step: 0 is not a positive integer"));
 }
 
 TEST(HfConfigTest, WrittenConfigReadsBackAsTheSameModel) {

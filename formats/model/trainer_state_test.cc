@@ -87,7 +87,7 @@ TEST(TrainerStateTest, DamageIsAnErrorNamingTheField) {
       {"/step", -1, "step: -1 is not in [0,"},
       {"/step", 1.5, "step: is not an integer"},
       {"/model", 5, "model: is not an object"},
-      {"/model/family", "bert", "model.family: \"bert\" is not gpt or llama"},
+      {"/model/family", "bert", "model.family: \"bert\" is not gpt, llama or mixtral"},
       {"/model/family", 3, "model.family: is not a string"},
       {"/model/hidden", 0, "model.hidden: 0 is not in [1, 16777216]"},
       {"/model/hidden", int64_t{1} << 31, "model.hidden: 2147483648 is not in"},

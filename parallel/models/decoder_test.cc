@@ -36,6 +36,35 @@ TEST(DecoderTest, ParameterFormulasCountTheTensorsMade) {
   }
 }
 
+TEST(DecoderTest, MixtureOfExpertsParametersAreCountedAndNamedAsTransformers) {
+  ModelConfig qwen = Config(ModelFamily::kLlama);
+  qwen.experts = 4, qwen.experts_per_token = 2, qwen.moe_ffn_hidden = 48, qwen.shared_expert_ffn_hidden = 32;
+  qwen.dense_layers = {1}, qwen.qk_norm = true;
+  ModelConfig mixtral = Config(ModelFamily::kMixtral);
+  mixtral.kv_heads = 2, mixtral.ffn_hidden = 96, mixtral.tie_embeddings = false;
+  mixtral.experts = 4, mixtral.experts_per_token = 2;
+  for (const ModelConfig& c : {qwen, mixtral}) {
+    Decoder model(c, Self(), 1, c10::Device(c10::kCPU));
+    EXPECT_EQ(static_cast<double>(model.num_parameters()), c.Parameters()) << FamilyName(c.family);
+    // Active: two of four experts per token in each sparse block.
+    const double experts = 4.0 * 3 * c.hidden * c.MoeFfnHidden() * c.MoeLayers();
+    EXPECT_DOUBLE_EQ(c.Parameters() - c.Parameters(/*active=*/true), experts / 2) << FamilyName(c.family);
+  }
+  Decoder q(qwen, Self(), 1, c10::Device(c10::kCPU));
+  for (const char* name : {"layers.0.mlp.gate.weight", "layers.0.mlp.experts.3.gate_proj.weight",
+                           "layers.2.mlp.experts.0.down_proj.weight", "layers.0.mlp.shared_expert.up_proj.weight",
+                           "layers.2.mlp.shared_expert_gate.weight", "layers.1.mlp.gate_proj.weight",
+                           "layers.1.self_attn.q_norm.weight", "layers.1.self_attn.k_norm.weight"}) {
+    EXPECT_TRUE(q.holds(name)) << name;
+  }
+  EXPECT_FALSE(q.holds("layers.1.mlp.gate.weight")) << "block 1 is dense";
+  Decoder m(mixtral, Self(), 1, c10::Device(c10::kCPU));
+  for (const char* name : {"layers.0.block_sparse_moe.gate.weight", "layers.2.block_sparse_moe.experts.3.w1.weight",
+                           "layers.1.block_sparse_moe.experts.0.w2.weight", "layers.1.block_sparse_moe.experts.2.w3.weight"}) {
+    EXPECT_TRUE(m.holds(name)) << name;
+  }
+}
+
 TEST(DecoderTest, LlamaNamesAreTransformersNamesAndItsHeadIsUntied) {
   const ModelConfig c = Config(ModelFamily::kLlama);
   Decoder model(c, Self(), 1, c10::Device(c10::kCPU));
