@@ -17,6 +17,7 @@ import sys
 import tempfile
 import unittest
 
+import safetensors.torch
 import torch
 import transformers
 
@@ -26,6 +27,10 @@ from hf_testing import write_tokens  # noqa: E402
 
 TESSERA = os.path.abspath("client/tessera")
 RANK = os.path.abspath("worker/rank/tessera-rank")
+GENERATE = os.path.abspath("generate/tessera-generate")
+ENV = dict(os.environ, TESSERA_RANK_BINARY=RANK, TESSERA_GENERATE_BINARY=GENERATE)
+LOGITS_TOL = 1e-5  # Exported weights in transformers against tessera's forward, fp32.
+PROMPT = [5, 17, 42, 99, 3, 250, 7]
 VOCAB, SEQ = 256, 32
 MICRO, GLOBAL, STEPS = 2, 4, 10
 LR, MIN_LR, WARMUP, WD, BETAS, ADAM_EPS, CLIP = 2e-3, 2e-4, 3, 0.1, (0.9, 0.95), 1e-8, 1.0
@@ -134,12 +139,13 @@ data: {{path: {self.data}}}
 train: {{steps: {STEPS}, micro_batch: {MICRO}, global_batch: {GLOBAL}, lr: {LR}, min_lr: {MIN_LR},
         warmup_steps: {WARMUP}, schedule: cosine, weight_decay: {WD}, betas: [{BETAS[0]}, {BETAS[1]}],
         eps: {ADAM_EPS}, grad_clip: {CLIP}}}
+checkpoint: {{every_steps: {STEPS}}}
 output_dir: {self.tmp}/{name}
 """)
         cmd = [TESSERA, "run", spec, "--quiet", "--threads-per-rank=1"]
         for s in sets:
             cmd += ["--set", s]
-        done = subprocess.run(cmd, env=dict(os.environ, TESSERA_RANK_BINARY=RANK), capture_output=True, text=True)
+        done = subprocess.run(cmd, env=ENV, capture_output=True, text=True)
         self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
         with open(os.path.join(self.tmp, name, "steps.jsonl")) as f:
             lines = [json.loads(line) for line in f]
@@ -179,6 +185,40 @@ output_dir: {self.tmp}/{name}
     def test_qwen3_moe_matches_transformers(self):
         self.check("qwen3_moe", "qwen3_moe", [], SINGLE_TOL)
         self.check("qwen3_moe_tp2", "qwen3_moe", ["parallel.tp=2"], PARALLEL_TOL)
+
+    def tessera(self, *args):
+        done = subprocess.run([TESSERA, *args], env=ENV, capture_output=True, text=True)
+        self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
+        return done
+
+    def test_exports_load_in_transformers_with_tesseras_logits_and_generation(self):
+        # Checkpoints trained with tp=2 (every expert split over two ranks), exported: transformers'
+        # from_pretrained gives tessera's logits, and greedy generation agrees on both sides.
+        for model in ("mixtral", "qwen2_moe", "qwen3_moe"):
+            with self.subTest(model=model):
+                name = f"export_{model}"
+                self.run_tessera(name, model, ["parallel.tp=2"])
+                ckpt = os.path.join(self.tmp, name, "checkpoints")
+                out = os.path.join(self.tmp, f"{name}_hf")
+                self.tessera("export", ckpt, out)
+                with open(os.path.join(out, "config.json")) as f:
+                    self.assertEqual(json.load(f)["model_type"], model)
+                path = os.path.join(self.tmp, f"{name}_logits.safetensors")
+                self.tessera("generate", ckpt, "--prompt-ids", ",".join(map(str, PROMPT)), "--max-new-tokens", "0",
+                             "--logits-out", path)
+                want = safetensors.torch.load_file(path)["logits"]
+                hf = transformers.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
+                with torch.no_grad():
+                    got = hf(input_ids=torch.tensor([PROMPT])).logits[0].float()
+                worst = (got - want).abs().max().item()
+                print(f"{model}: exported model's logits vs tessera's: max abs difference {worst:.2e}")
+                torch.testing.assert_close(got, want, rtol=LOGITS_TOL, atol=LOGITS_TOL)
+                tokens = hf.generate(torch.tensor([PROMPT]), attention_mask=torch.ones(1, len(PROMPT), dtype=torch.long),
+                                     max_new_tokens=12, do_sample=False, pad_token_id=0)[0, len(PROMPT):].tolist()
+                for source in (ckpt, out):
+                    done = self.tessera("generate", source, "--prompt-ids", ",".join(map(str, PROMPT)),
+                                        "--max-new-tokens", "12", "--json")
+                    self.assertEqual(json.loads(done.stdout)["tokens"], tokens, source)
 
 
 if __name__ == "__main__":
