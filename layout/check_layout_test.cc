@@ -112,9 +112,12 @@ TEST(CheckLayoutTest, ExpertRulesNameTheField) {
   l.dp = 4, l.tp = 2;
   EXPECT_TRUE(CheckLayout(moe, l, {2, 8}).ok()) << Problems(moe, l);
   l.ep = 4;
-  // The engine's expert parallelism is the next slice of issue 36; until then the layout says so.
-  EXPECT_EQ(Problems(moe, l, {2, 8}), "parallel.ep: 4: expert parallelism is not implemented yet");
+  EXPECT_TRUE(CheckLayout(moe, l, {2, 8}).ok()) << Problems(moe, l);
   EXPECT_EQ(l.ToString(), "dp4(ep4) tp2(1d)");
+  // The experts' sharding under ZeRO is issue 36's next slice; until then the layout says so.
+  l.zero_stage = ZeroStage::kOptimizerState;
+  EXPECT_EQ(Problems(moe, l, {2, 8}), "parallel.zero_stage: 1 with expert parallelism is not implemented yet (0 only)");
+  l.zero_stage = ZeroStage::kNone;
   moe.moe_ffn_hidden = 63;
   EXPECT_THAT(Problems(moe, l), HasSubstr("parallel.tp: 2 does not divide the experts' width 63"));
   moe.moe_ffn_hidden = 0;

@@ -1,5 +1,5 @@
 // dp, tp (1D and grids), ZeRO and activation-checkpointing runs of one spec per model family (gpt,
-// llama), through the real `tessera run` and tessera-rank processes, against the single-process run
+// llama, and a Mixtral Mixture of Experts in the layouts it runs so far), through the real `tessera run` and tessera-rank processes, against the single-process run
 // of the same spec: per-step losses for 10 steps, the validation losses after steps 5 and 10, and the
 // full gradients and weights after step 1 (gathered over tp by the --dump-at-step debug aid).
 #include <cmath>
@@ -28,14 +28,22 @@ constexpr double kLossAtol = 1e-5, kLossRtol = 1e-3;
 constexpr double kGradAtol = 1e-6, kGradRtol = 1e-4;
 constexpr double kWeightAtol = 1e-5, kWeightRtol = 1e-4;
 
-// The spec's model line for each family (the same sizes; Llama with grouped-query attention).
+// The spec's model line for each family (the same sizes; Llama with grouped-query attention; Mixtral
+// with 4 experts of width 32, top-2, and a visible balancing-loss coefficient).
 std::string ModelLine(const std::string& family) {
   if (family == "llama") return "{family: llama, layers: 2, hidden: 64, heads: 4, kv_heads: 2, vocab: 256, seq_len: 32}";
+  if (family == "mixtral") {
+    return "{family: mixtral, layers: 2, hidden: 64, heads: 4, kv_heads: 2, vocab: 256, seq_len: 32, experts: 4, "
+           "experts_per_token: 2, moe_ffn_hidden: 32, aux_loss_coef: 0.02}";
+  }
   return "{layers: 2, hidden: 64, heads: 4, vocab: 256, seq_len: 32}";
 }
 // Tensors of that model: GPT-2 wte, wpe, 12 per block, ln_f (2); Llama embed_tokens, 9 per block,
-// norm, lm_head.
-int Tensors(const std::string& family) { return family == "llama" ? 1 + 2 * 9 + 2 : 2 + 2 * 12 + 2; }
+// norm, lm_head; Mixtral 6 attention and norm tensors, the router and 4×3 expert tensors per block.
+int Tensors(const std::string& family) {
+  if (family == "mixtral") return 1 + 2 * (6 + 1 + 4 * 3) + 2;
+  return family == "llama" ? 1 + 2 * 9 + 2 : 2 + 2 * 12 + 2;
+}
 
 // Runs of one spec per family, each compared with the single-process run of that family's spec.
 class Equivalence {
@@ -99,7 +107,7 @@ class ParallelEquivalenceTest : public Equivalence, public ::testing::TestWithPa
   const std::string& Reference() { return Equivalence::Reference(GetParam()); }
 };
 
-INSTANTIATE_TEST_SUITE_P(Families, ParallelEquivalenceTest, ::testing::Values("gpt", "llama"),
+INSTANTIATE_TEST_SUITE_P(Families, ParallelEquivalenceTest, ::testing::Values("gpt", "llama", "mixtral"),
                          [](const auto& info) { return info.param; });
 
 // Grid layouts: every family (tests/tensor_grid_test.cc has GPT-2's 2.5D and 3D in depth).
@@ -122,7 +130,7 @@ TEST_P(ParallelEquivalenceTest, PaddedVocabularyTensorParallel4) {
   testing::ExpectRunsClose(ref, out, /*steps=*/10, Tensors(family),
                            {kLossAtol, kLossRtol, kGradAtol, kGradRtol, kWeightAtol, kWeightRtol});
   auto dump = testing::ReadF32(out + "/debug/step_1.safetensors");
-  const std::string embedding = family == "llama" ? "param.embed_tokens.weight" : "param.wte.weight";
+  const std::string embedding = family == "gpt" ? "param.wte.weight" : "param.embed_tokens.weight";
   EXPECT_EQ(dump.at(embedding).size(), 250u * 64) << "no padding outside the model";
 }
 
@@ -158,6 +166,24 @@ TEST_P(GridEquivalenceTest, TensorParallel2DWithActivationCheckpointing) {
 
 INSTANTIATE_TEST_SUITE_P(Families, GridEquivalenceTest, ::testing::Values("gpt", "llama"),
                          [](const auto& info) { return info.param; });
+
+// Expert parallelism (the Mixtral spec): experts split over ep ranks taken from dp, alone, with tp
+// (each expert also split) and with activation checkpointing (recomputed blocks exchange their tokens
+// again); a checkpoint of the ep=2 run resumes as one process and as tp=2 with the reference's losses.
+class ExpertParallelTest : public Equivalence, public ::testing::Test {};
+
+TEST_F(ExpertParallelTest, ExpertsSplitOverDataParallelRanksEqualOneProcess) {
+  CompareWithReference("mixtral", Equivalence::Run("mixtral", "ep2", 2, 1, {"parallel.ep=2", "checkpoint.every_steps=5"}));
+  CompareWithReference("mixtral", Equivalence::Run("mixtral", "ep2tp2", 2, 2, {"parallel.ep=2"}));
+  CompareWithReference("mixtral", Equivalence::Run("mixtral", "ep2_ckpt", 2, 1, {"parallel.ep=2", "train.activation_checkpointing=true"}));
+  const testing::Tolerances tol{kLossAtol, kLossRtol, kGradAtol, kGradRtol, kWeightAtol, kWeightRtol};
+  for (const auto& [name, sets] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+           {"ep2_as_single", {}}, {"ep2_as_tp2", {"parallel.tp=2"}}, {"ep2_as_ep2tp2", {"parallel.dp=2", "parallel.ep=2", "parallel.tp=2"}}}) {
+    SCOPED_TRACE(name);
+    testing::ExpectResumeMatches(*dir_, Spec("mixtral"), *dir_ + "/mixtral_ep2", "mixtral_" + name, sets,
+                                 Reference("mixtral"), /*step=*/5, /*steps=*/10, tol);
+  }
+}
 
 // Llama's 2.5D (two layers of the 2×2 grid) and 3D (2×2×2: hidden split 4 ways between blocks; GPT-2's
 // are in tests/tensor_grid_test.cc). Both need 4 samples per micro-batch: the same global batch in 2

@@ -34,6 +34,14 @@ TEST(StepLogTest, ReadsATrainerLine) {
   auto v = ParseStepLine(R"({"step": 8, "val_loss": 2.25})");
   ASSERT_TRUE(v.has_value());
   EXPECT_EQ(v->val_loss, 2.25);
+  EXPECT_FALSE(v->aux_loss.has_value() || v->lm_loss.has_value() || v->expert_imbalance.has_value());
+  // A Mixture of Experts' step line.
+  auto moe = ParseStepLine(R"({"step": 9, "loss": 5.1, "lm_loss": 5.06, "aux_loss": 2.01, "expert_imbalance": 1.3})");
+  ASSERT_TRUE(moe.has_value());
+  EXPECT_EQ(moe->lm_loss, 5.06);
+  EXPECT_EQ(moe->aux_loss, 2.01);
+  EXPECT_EQ(moe->expert_imbalance, 1.3);
+  EXPECT_FALSE(ParseStepLine(R"({"step": 9, "aux_loss": "x"})")->aux_loss.has_value());
 }
 
 // Before ParseStepLine the worker read lines with nlohmann's value(), which throws on a member of

@@ -31,6 +31,11 @@ WorkerMetrics::WorkerMetrics(prometheus::Registry& r, double peak)
       lr_(Family(prometheus::BuildGauge(), "tessera_worker_learning_rate", "Learning rate of the last step.", r)),
       grad_norm_(Family(prometheus::BuildGauge(), "tessera_worker_grad_norm",
                         "Global gradient L2 norm (before clipping) of the last step.", r)),
+      aux_loss_(Family(prometheus::BuildGauge(), "tessera_worker_aux_loss",
+                       "Mixture of Experts: the balancing loss (unscaled) of the last step.", r)),
+      expert_imbalance_(Family(prometheus::BuildGauge(), "tessera_worker_expert_imbalance_ratio",
+                               "Mixture of Experts: tokens of the busiest expert over the mean tokens per expert, "
+                               "the largest over sparse blocks, of the last step (1: balanced).", r)),
       mfu_(Family(prometheus::BuildGauge(), "tessera_worker_mfu_ratio",
                   "Model FLOPs utilisation: model FLOP/s over peak FLOP/s of the job's devices.", r)),
       bytes_(Family(prometheus::BuildCounter(), "tessera_worker_bytes_all_reduced_total",
@@ -73,6 +78,8 @@ void WorkerMetrics::Remove(const std::string& job, int rank) {
     if (s.val_loss != nullptr) val_loss_.Remove(s.val_loss);
     lr_.Remove(s.lr);
     grad_norm_.Remove(s.grad_norm);
+    if (s.aux_loss != nullptr) aux_loss_.Remove(s.aux_loss);
+    if (s.expert_imbalance != nullptr) expert_imbalance_.Remove(s.expert_imbalance);
     mfu_.Remove(s.mfu);
     bytes_.Remove(s.bytes);
   }
@@ -100,6 +107,15 @@ void WorkerMetrics::OnEvent(const RankEvent& e) {
   }
   s.lr->Set(p.lr());
   s.grad_norm->Set(p.grad_norm());
+  const prometheus::Labels labels = {{"job_id", e.job_id}, {"rank", absl::StrCat(e.rank)}};
+  if (p.has_aux_loss()) {
+    if (s.aux_loss == nullptr) s.aux_loss = &aux_loss_.Add(labels);
+    s.aux_loss->Set(p.aux_loss());
+  }
+  if (p.has_expert_imbalance()) {
+    if (s.expert_imbalance == nullptr) s.expert_imbalance = &expert_imbalance_.Add(labels);
+    s.expert_imbalance->Set(p.expert_imbalance());
+  }
   s.bytes->Increment(static_cast<double>(e.bytes_all_reduced) * steps);
   if (peak_flops_per_device_ > 0) {
     s.mfu->Set(p.tokens_per_s() * e.flops_per_token / (peak_flops_per_device_ * e.world_size));

@@ -7,6 +7,8 @@
 //   tessera_worker_val_loss                   gauge      (rank 0, the newest evaluation; from the first)
 //   tessera_worker_learning_rate              gauge      (rank 0)
 //   tessera_worker_grad_norm                  gauge      (rank 0)
+//   tessera_worker_aux_loss                   gauge      (rank 0, Mixture of Experts)
+//   tessera_worker_expert_imbalance_ratio     gauge      (rank 0, Mixture of Experts)
 //   tessera_worker_mfu_ratio                  gauge      (rank 0: model FLOP/s ÷ (peak per device × ranks))
 //   tessera_worker_bytes_all_reduced_total    counter    (rank 0)
 //   tessera_worker_process_resident_memory_bytes gauge   (every rank)
@@ -47,6 +49,8 @@ class WorkerMetrics {
     prometheus::Gauge* val_loss = nullptr;  // Added with the first evaluation.
     prometheus::Gauge* lr = nullptr;
     prometheus::Gauge* grad_norm = nullptr;
+    prometheus::Gauge* aux_loss = nullptr;          // Added with the first step that reports one.
+    prometheus::Gauge* expert_imbalance = nullptr;  // Likewise.
     prometheus::Gauge* mfu = nullptr;
     prometheus::Counter* bytes = nullptr;
     prometheus::Gauge* memory = nullptr;
@@ -63,6 +67,8 @@ class WorkerMetrics {
   prometheus::Family<prometheus::Gauge>& val_loss_;
   prometheus::Family<prometheus::Gauge>& lr_;
   prometheus::Family<prometheus::Gauge>& grad_norm_;
+  prometheus::Family<prometheus::Gauge>& aux_loss_;
+  prometheus::Family<prometheus::Gauge>& expert_imbalance_;
   prometheus::Family<prometheus::Gauge>& mfu_;
   prometheus::Family<prometheus::Counter>& bytes_;
   prometheus::Family<prometheus::Gauge>& memory_;

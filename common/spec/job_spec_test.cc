@@ -394,8 +394,10 @@ TEST(JobSpecTest, MixtureOfExperts) {
               HasSubstr("model.experts: gpt has no Mixture-of-Experts blocks"));
   EXPECT_THAT(ParseAndValidate(kValid, {"model.family=llama", "model.dense_layers=[0]"}).status().message(),
               HasSubstr("model.dense_layers: needs model.experts"));
-  EXPECT_THAT(ParseAndValidate(kValid, {"model.family=llama", "model.experts=4", "parallel.ep=2"}).status().message(),
-              HasSubstr("parallel.ep: 2: expert parallelism is not implemented yet"));
+  EXPECT_TRUE(ParseAndValidate(kValid, {"model.family=llama", "model.experts=4", "parallel.ep=2"}).ok());
+  EXPECT_THAT(ParseAndValidate(kValid, {"model.family=llama", "model.experts=4", "parallel.ep=2",
+                                        "parallel.zero_stage=2"}).status().message(),
+              HasSubstr("parallel.zero_stage: 2 with expert parallelism is not implemented yet"));
 }
 
 TEST(JobSpecTest, MalformedYamlAndOverridesAreErrorsNotCrashes) {

@@ -37,6 +37,9 @@ std::optional<StepRecord> ParseStepLine(std::string_view line) {
   r.tokens_per_s = NumberOf(j, "tokens_per_s");
   r.step_seconds = NumberOf(j, "step_seconds");
   if (auto it = j.find("val_loss"); it != j.end() && it->is_number()) r.val_loss = it->get<double>();
+  if (auto it = j.find("lm_loss"); it != j.end() && it->is_number()) r.lm_loss = it->get<double>();
+  if (auto it = j.find("aux_loss"); it != j.end() && it->is_number()) r.aux_loss = it->get<double>();
+  if (auto it = j.find("expert_imbalance"); it != j.end() && it->is_number()) r.expert_imbalance = it->get<double>();
   return r;
 }
 

@@ -24,6 +24,9 @@ struct StepRecord {
   double tokens_per_s = 0;
   double step_seconds = 0;
   std::optional<double> val_loss;  // An evaluation line.
+  // A Mixture of Experts: the cross-entropy, the balancing loss, and the busiest expert's tokens over
+  // the mean (the largest over sparse blocks).
+  std::optional<double> lm_loss, aux_loss, expert_imbalance;
 };
 
 // The longest line read; longer ones are skipped as not a step.

@@ -210,5 +210,25 @@ TEST(UiPageTest, JobPageChartsEveryStep) {
   EXPECT_THAT(html, HasSubstr("data-rank=\"1\""));
 }
 
+TEST(UiPageTest, MixtureOfExpertsJobsChartTheirLossesAndExpertLoad) {
+  JobPageData d;
+  d.job = SampleJob();
+  for (int s = 1; s <= 5; ++s) {
+    steplog::StepRecord r;
+    r.step = s, r.loss = 5 - 0.1 * s, r.tokens_per_s = 1000, r.step_seconds = 0.1;
+    r.lm_loss = r.loss - 0.04, r.aux_loss = 2.0, r.expert_imbalance = 1.5;
+    d.history.steps[s] = r;
+  }
+  const std::string html = RenderJobPage({false, "", true}, d, {0, 0});
+  for (const char* chart : {"aux_loss", "expert_imbalance"}) {
+    EXPECT_THAT(html, HasSubstr(std::string("data-chart=\"") + chart + "\"")) << chart;
+  }
+  EXPECT_THAT(html, HasSubstr("lm_loss"));
+  EXPECT_EQ(Count(html, "<circle"), 5 * 6);  // loss, lm_loss, aux_loss, imbalance, tokens/s, step time.
+  // A dense job has neither chart.
+  for (auto& [step, r] : d.history.steps) r.lm_loss.reset(), r.aux_loss.reset(), r.expert_imbalance.reset();
+  EXPECT_THAT(RenderJobPage({false, "", true}, d, {0, 0}), Not(HasSubstr("data-chart=\"aux_loss\"")));
+}
+
 }  // namespace
 }  // namespace tessera::coordinator::ui

@@ -165,10 +165,14 @@ std::string RenderJobPage(const Viewer& viewer, const JobPageData& d, const Page
 
   // Charts: one point per step of the step log.
   ChartSeries loss{"loss", "#1f77b4", {}}, val{"val_loss", "#d62728", {}}, tps{"tokens/s", "#2ca02c", {}},
-      mfu{"MFU %", "#9467bd", {}}, step_time{"step time (s)", "#ff7f0e", {}};
+      mfu{"MFU %", "#9467bd", {}}, step_time{"step time (s)", "#ff7f0e", {}}, lm{"lm_loss", "#17becf", {}},
+      aux{"aux_loss", "#8c564b", {}}, imbalance{"busiest expert / mean", "#e377c2", {}};
   for (const auto& [step, r] : d.history.steps) {
     const double x = static_cast<double>(step);
     loss.points.push_back({x, r.loss});
+    if (r.lm_loss) lm.points.push_back({x, *r.lm_loss});
+    if (r.aux_loss) aux.points.push_back({x, *r.aux_loss});
+    if (r.expert_imbalance) imbalance.points.push_back({x, *r.expert_imbalance});
     tps.points.push_back({x, r.tokens_per_s});
     step_time.points.push_back({x, r.step_seconds});
     const double m = JobMfu(j, r.tokens_per_s, d.peaks);
@@ -184,7 +188,17 @@ std::string RenderJobPage(const Viewer& viewer, const JobPageData& d, const Page
   }
   ChartOptions c;
   c.id = "loss", c.title = "loss and val_loss";
-  absl::StrAppend(&out, "<div class=\"charts\">", RenderLineChart(c, {loss, val}));
+  std::vector<ChartSeries> losses = {loss, val};
+  if (!lm.points.empty()) losses.push_back(lm);  // A Mixture of Experts: the cross-entropy apart.
+  absl::StrAppend(&out, "<div class=\"charts\">", RenderLineChart(c, losses));
+  if (!aux.points.empty()) {
+    c.id = "aux_loss", c.title = "balancing loss (aux_loss)";
+    absl::StrAppend(&out, RenderLineChart(c, {aux}));
+  }
+  if (!imbalance.points.empty()) {
+    c.id = "expert_imbalance", c.title = "expert load: busiest expert / mean (1: balanced)";
+    absl::StrAppend(&out, RenderLineChart(c, {imbalance}));
+  }
   c.id = "tokens_per_s", c.title = "tokens/s", c.y_from_zero = true;
   absl::StrAppend(&out, RenderLineChart(c, {tps}));
   c.id = "mfu", c.title = "MFU (%)";

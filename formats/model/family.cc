@@ -137,7 +137,8 @@ std::vector<ParamSpec> ParamSpecs1D(const ModelConfig& c, const ModelPart& part,
       // the shared expert likewise and its gate (replicated).
       const int64_t e_ffn = c.MoeFfnHidden(), s_ffn = c.shared_expert_ffn_hidden;
       add(RouterName(f, i), {c.experts, h}, TpSplit::kReplicated, std, 0, i);
-      for (int e = 0; e < c.experts; ++e) {
+      const int first = part.expert_first, last = part.expert_count < 0 ? c.experts : first + part.expert_count;
+      for (int e = first; e < last; ++e) {
         add(ExpertParamName(f, i, e, f.expert_gate), {e_ffn, h}, TpSplit::kDim0, std, 0, i, e);
         add(ExpertParamName(f, i, e, f.expert_up), {e_ffn, h}, TpSplit::kDim0, std, 0, i, e);
         add(ExpertParamName(f, i, e, f.expert_down), {h, e_ffn}, TpSplit::kDim1, out_std, 0, i, e);

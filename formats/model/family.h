@@ -59,6 +59,10 @@ struct ModelPart {
   std::vector<int> layers;  // Blocks held, ascending (global block indices).
   bool embedding = true;    // The token (and position) embedding, used before the first block.
   bool head = true;         // The final norm and the LM head (the token embedding when tied).
+  // Expert parallelism: the experts of every sparse block held, [expert_first, expert_first +
+  // expert_count); expert_count -1: all of them.
+  int expert_first = 0;
+  int expert_count = -1;
   static ModelPart Whole(int layers);
 };
 

@@ -2,6 +2,10 @@
 
 #include <c10/util/Exception.h>
 
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
 namespace tessera::parallel {
 namespace {
 
@@ -15,6 +19,28 @@ class FinishedWork final : public CommWork {
 };
 
 }  // namespace
+
+absl::Status CheckRowSplits(const std::string& group, int members, const at::Tensor& in,
+                            const std::vector<int64_t>& send_rows, const at::Tensor& out,
+                            const std::vector<int64_t>& recv_rows) {
+  auto sum = [](const std::vector<int64_t>& v) {
+    int64_t n = 0;
+    for (int64_t x : v) n += x < 0 ? -(int64_t{1} << 62) : x;
+    return n;
+  };
+  if (static_cast<int>(send_rows.size()) != members || static_cast<int>(recv_rows.size()) != members) {
+    return absl::InvalidArgumentError(absl::StrCat("all_to_all_rows on ", group, ": ", send_rows.size(), " and ",
+                                                   recv_rows.size(), " row counts for ", members, " members"));
+  }
+  if (in.dim() < 1 || out.dim() < 1 || sum(send_rows) != in.size(0) || sum(recv_rows) != out.size(0) ||
+      in.numel() / std::max<int64_t>(1, in.size(0)) != out.numel() / std::max<int64_t>(1, out.size(0)) ||
+      in.scalar_type() != out.scalar_type() || !out.is_contiguous()) {
+    return absl::InvalidArgumentError(absl::StrCat("all_to_all_rows on ", group,
+                                                   ": row counts must sum to the rows of in and out, rows of one "
+                                                   "size and dtype, out contiguous"));
+  }
+  return absl::OkStatus();
+}
 
 std::unique_ptr<CommWork> DoneWork(absl::Status status) { return std::make_unique<FinishedWork>(std::move(status)); }
 

@@ -59,6 +59,12 @@ class Communicator {
   virtual absl::Status Broadcast(at::Tensor& t, int root) = 0;
   // in, out [size·n, ...]: chunk j of `in` goes to member j, where it lands as chunk rank().
   virtual absl::Status AllToAll(const at::Tensor& in, at::Tensor& out) = 0;
+  // Uneven all-to-all along dim 0 (expert dispatch): the first send_rows[0] rows of `in` go to member
+  // 0, the next send_rows[1] to member 1, ...; `out` receives recv_rows[j] rows from member j, in
+  // member order. Rows are in[0]'s shape; member i's send_rows[j] must equal member j's recv_rows[i]
+  // (a mismatch is an error or a hang, as with any collective's shapes).
+  virtual absl::Status AllToAllRows(const at::Tensor& in, const std::vector<int64_t>& send_rows, at::Tensor& out,
+                                    const std::vector<int64_t>& recv_rows) = 0;
   // Point to point; `t` in Recv must already have the sender's shape and dtype.
   virtual absl::Status Send(const at::Tensor& t, int dst, int tag = 0) = 0;
   virtual absl::Status Recv(at::Tensor& t, int src, int tag = 0) = 0;
@@ -90,6 +96,12 @@ class Communicator {
 
 // Work that already finished with `status`.
 std::unique_ptr<CommWork> DoneWork(absl::Status status);
+
+// AllToAllRows' argument check: one count per member, each ≥ 0, summing to the rows of `in` / `out`,
+// rows of the same size and dtype. `op_name` names the group in the error.
+absl::Status CheckRowSplits(const std::string& group, int members, const at::Tensor& in,
+                            const std::vector<int64_t>& send_rows, const at::Tensor& out,
+                            const std::vector<int64_t>& recv_rows);
 
 // Throws c10::Error with the status text unless `status` is ok: for code inside autograd functions,
 // which cannot return a Status. The rank process turns it back into an error at its boundary.

@@ -239,6 +239,16 @@ absl::Status GlooCommunicator::AllToAll(const at::Tensor& in, at::Tensor& out) {
   return Run(name_, *impl_->peers, "all_to_all", [&] { return impl_->pg->alltoall_base(out, src, even, even); });
 }
 
+absl::Status GlooCommunicator::AllToAllRows(const at::Tensor& in, const std::vector<int64_t>& send_rows,
+                                          at::Tensor& out, const std::vector<int64_t>& recv_rows) {
+  if (absl::Status s = CheckRowSplits(name_, size(), in, send_rows, out, recv_rows); !s.ok()) return s;
+  CountShare(in.numel() * in.element_size());
+  at::Tensor src = in.contiguous();
+  // c10d's split sizes are rows along dim 0 (Gloo's alltoallv).
+  std::vector<int64_t> send = send_rows, recv = recv_rows;
+  return Run(name_, *impl_->peers, "all_to_all_rows", [&] { return impl_->pg->alltoall_base(out, src, recv, send); });
+}
+
 absl::Status GlooCommunicator::Send(const at::Tensor& t, int dst, int tag) { return SendAsync(t, dst, tag)->Wait(); }
 
 absl::Status GlooCommunicator::Recv(at::Tensor& t, int src, int tag) { return RecvAsync(t, src, tag)->Wait(); }

@@ -44,6 +44,8 @@ class GlooCommunicator final : public Communicator {
   std::unique_ptr<CommWork> ReduceScatterAsync(const at::Tensor& in, at::Tensor& out, ReduceOp op) override;
   absl::Status Broadcast(at::Tensor& t, int root) override;
   absl::Status AllToAll(const at::Tensor& in, at::Tensor& out) override;
+  absl::Status AllToAllRows(const at::Tensor& in, const std::vector<int64_t>& send_rows, at::Tensor& out,
+                            const std::vector<int64_t>& recv_rows) override;
   absl::Status Send(const at::Tensor& t, int dst, int tag) override;
   absl::Status Recv(at::Tensor& t, int src, int tag) override;
   absl::Status Reduce(at::Tensor& t, int root, ReduceOp op) override;

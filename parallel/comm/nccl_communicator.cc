@@ -391,6 +391,32 @@ absl::Status NcclCommunicator::AllToAll(const at::Tensor& in, at::Tensor& out) {
   });
 }
 
+absl::Status NcclCommunicator::AllToAllRows(const at::Tensor& in, const std::vector<int64_t>& send_rows,
+                                          at::Tensor& out, const std::vector<int64_t>& recv_rows) {
+  if (absl::Status s = CheckRowSplits(name_, size(), in, send_rows, out, recv_rows); !s.ok()) return s;
+  at::Tensor src = in.contiguous();
+  const int64_t row = in.size(0) > 0 ? src.numel() / in.size(0) : out.numel() / std::max<int64_t>(1, out.size(0));
+  CountShare(src.numel() * src.element_size());
+  return impl_->Issue("all_to_all_rows", out, [&](ncclDataType_t dt, cudaStream_t s) {
+    ncclResult_t r = ncclGroupStart();
+    if (r != ncclSuccess) return r;
+    auto* send = static_cast<const char*>(src.data_ptr());
+    auto* recv = static_cast<char*>(out.data_ptr());
+    const int64_t bytes_per_row = row * src.element_size();
+    int64_t sent = 0, received = 0;
+    for (int peer = 0; peer < size() && r == ncclSuccess; ++peer) {
+      if (send_rows[peer] > 0) r = ncclSend(send + sent * bytes_per_row, send_rows[peer] * row, dt, peer, impl_->comm, s);
+      if (r == ncclSuccess && recv_rows[peer] > 0) {
+        r = ncclRecv(recv + received * bytes_per_row, recv_rows[peer] * row, dt, peer, impl_->comm, s);
+      }
+      sent += send_rows[peer];
+      received += recv_rows[peer];
+    }
+    ncclResult_t end = ncclGroupEnd();
+    return r != ncclSuccess ? r : end;
+  });
+}
+
 absl::Status NcclCommunicator::Send(const at::Tensor& t, int dst, int /*tag*/) {
   if (dst < 0 || dst >= size() || dst == rank_) return absl::InvalidArgumentError("send: bad destination rank");
   at::Tensor src = t.contiguous();

@@ -103,6 +103,10 @@ absl::StatusOr<ProcessGroups> CreateProcessGroups(const BootstrapOptions& option
   if (mesh.size(Axis::kSp) > 1) {
     wants.push_back({"dpsp", &groups.dp_sp, mesh.GroupRanks(options.rank, std::vector<Axis>{Axis::kDp, Axis::kSp})});
   }
+  if (mesh.ep() > 1) {
+    wants.push_back({"ep", &groups.ep, mesh.ExpertParallelGroup(options.rank)});
+    wants.push_back({"expertdp", &groups.expert_dp, mesh.ExpertDataGroup(options.rank)});
+  }
   std::vector<std::shared_ptr<Communicator>> axes(options.tp_grid.size());
   if (!options.tp_grid.empty()) {
     const std::vector<int> tp_ranks = mesh.GroupRanks(options.rank, Axis::kTp);
@@ -135,6 +139,8 @@ absl::StatusOr<ProcessGroups> CreateProcessGroups(const BootstrapOptions& option
     *w.out = std::move(*comm);
   }
   if (!groups.dp_sp) groups.dp_sp = groups.dp;
+  if (!groups.ep) groups.ep = std::make_shared<SelfCommunicator>(options.rank, absl::StrCat("ep[", options.rank, "]"));
+  if (!groups.expert_dp) groups.expert_dp = groups.dp;
   groups.tp_axes = std::move(axes);
   return groups;
 }

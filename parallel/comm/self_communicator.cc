@@ -45,6 +45,12 @@ absl::Status SelfCommunicator::AllToAll(const at::Tensor& in, at::Tensor& out) {
   return CopyInto(in, out);
 }
 
+absl::Status SelfCommunicator::AllToAllRows(const at::Tensor& in, const std::vector<int64_t>& send_rows,
+                                          at::Tensor& out, const std::vector<int64_t>& recv_rows) {
+  absl::Status s = CheckRowSplits(name(), 1, in, send_rows, out, recv_rows);
+  return s.ok() ? CopyInto(in, out) : s;
+}
+
 absl::Status SelfCommunicator::Send(const at::Tensor&, int, int) {
   return absl::FailedPreconditionError("send in a group of one has no peer");
 }

@@ -3,6 +3,9 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <vector>
+
+#include "kernels/autograd_pointer.h"
 #include "parallel/layers/linear.h"
 #include "parallel/layers/tp_ops.h"
 
@@ -37,6 +40,87 @@ at::Tensor SwiGlu(const at::Tensor& x, const at::Tensor& gate, const at::Tensor&
   return Linear(at::silu(Linear(x, gate)) * Linear(x, up), down);
 }
 
+// Rows of `x` to the members of `comm` (send[j] rows to member j, in order), receiving recv[j] rows
+// from member j; backward sends the gradients back the same way reversed.
+struct ExchangeRows : public torch::autograd::Function<ExchangeRows> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, std::vector<int64_t> send,
+                            std::vector<int64_t> recv, Communicator* comm) {
+    SavePointer(ctx, "comm", comm);
+    ctx->saved_data["send"] = send;
+    ctx->saved_data["recv"] = recv;
+    return Exchange(x.contiguous(), send, recv, comm);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    Communicator* comm = LoadPointer<Communicator>(ctx, "comm");
+    const std::vector<int64_t> send = ctx->saved_data["send"].toIntVector();
+    const std::vector<int64_t> recv = ctx->saved_data["recv"].toIntVector();
+    return {Exchange(grads[0].contiguous(), recv, send, comm), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+  static at::Tensor Exchange(const at::Tensor& x, const std::vector<int64_t>& send, const std::vector<int64_t>& recv,
+                             Communicator* comm) {
+    int64_t rows = 0;
+    for (int64_t n : recv) rows += n;
+    std::vector<int64_t> shape = x.sizes().vec();
+    shape[0] = rows;
+    at::Tensor out = at::empty(shape, x.options());
+    ThrowIfError(comm->AllToAllRows(x, send, out, recv));
+    return out;
+  }
+};
+
+// The expert-parallel part of SparseMlp: `in` [A, h] holds the assignments' rows sorted by expert
+// (`per_expert[e]` rows of global expert e, E in all); returns the experts' outputs for them, in the
+// same order, after the round trip to the experts' ranks.
+at::Tensor ExpertParallel(const at::Tensor& in, const int64_t* per_expert, int64_t E, const SparseMlpWeights& w,
+                          Communicator* ep) {
+  const int ranks = ep->size();
+  const int64_t local = E / ranks;
+  // Per-expert counts to the experts' ranks: row j of [ranks, local] goes to rank j.
+  at::Tensor counts = at::from_blob(const_cast<int64_t*>(per_expert), {ranks, local}, at::kLong).clone();
+  at::Tensor received_counts = at::empty({ranks, local}, at::kLong);
+  {
+    at::Tensor send = counts.to(in.device()), recv = at::empty({ranks, local}, send.options());
+    ThrowIfError(ep->AllToAll(send, recv));
+    received_counts = recv.cpu();
+  }
+  const int64_t* got = received_counts.data_ptr<int64_t>();  // [source][local expert]
+  std::vector<int64_t> send_rows(ranks, 0), recv_rows(ranks, 0);
+  for (int j = 0; j < ranks; ++j) {
+    for (int64_t e = 0; e < local; ++e) {
+      send_rows[j] += per_expert[j * local + e];
+      recv_rows[j] += got[j * local + e];
+    }
+  }
+  at::Tensor arrived = ExchangeRows::apply(in, send_rows, recv_rows, ep);  // By source, then expert.
+  // Expert-major order for the GEMMs: for each local expert, its rows from every source in turn.
+  std::vector<int64_t> source_start(ranks, 0);
+  for (int j = 1; j < ranks; ++j) source_start[j] = source_start[j - 1] + recv_rows[j - 1];
+  std::vector<int64_t> order;
+  order.reserve(arrived.size(0));
+  std::vector<int64_t> rows_of(local, 0);
+  for (int64_t e = 0; e < local; ++e) {
+    for (int j = 0; j < ranks; ++j) {
+      int64_t start = source_start[j];
+      for (int64_t f = 0; f < e; ++f) start += got[j * local + f];
+      for (int64_t r = 0; r < got[j * local + e]; ++r) order.push_back(start + r);
+      rows_of[e] += got[j * local + e];
+    }
+  }
+  at::Tensor perm = at::tensor(order, at::kLong).to(in.device());
+  at::Tensor x = arrived.index_select(0, perm);
+  std::vector<at::Tensor> outs;
+  int64_t offset = 0;
+  for (int64_t e = 0; e < local; ++e) {
+    outs.push_back(SwiGlu(x.narrow(0, offset, rows_of[e]), w.gate[e], w.up[e], w.down[e]));
+    offset += rows_of[e];
+  }
+  // Back to source-major order (the inverse permutation), then to the tokens' ranks.
+  at::Tensor inverse = at::empty_like(perm);
+  inverse.index_put_({perm}, at::arange(perm.size(0), perm.options()));
+  at::Tensor y = at::cat(outs).index_select(0, inverse);
+  return ExchangeRows::apply(y, recv_rows, send_rows, ep);
+}
+
 }  // namespace
 
 double RouterStats::AuxLoss() const {
@@ -46,7 +130,7 @@ double RouterStats::AuxLoss() const {
 }
 
 at::Tensor SparseMlp(const at::Tensor& x, const SparseMlpWeights& w, const SparseMlpOptions& o, Communicator* tp,
-                     RouterStats* stats, bool record, int layer) {
+                     Communicator* ep, RouterStats* stats, bool record, int layer) {
   const int64_t B = x.size(0), T = x.size(1), h = x.size(2), N = B * T;
   const int64_t E = w.router.size(0), k = o.experts_per_token;
   at::Tensor rows = x.reshape({N, h});
@@ -63,15 +147,21 @@ at::Tensor SparseMlp(const at::Tensor& x, const SparseMlpWeights& w, const Spars
   const at::Tensor counts_cpu = counts.cpu();
   const int64_t* per_expert = counts_cpu.data_ptr<int64_t>();
   at::Tensor in = CopyToTp(rows, tp).index_select(0, token_of);  // [N·k, h]
-  std::vector<at::Tensor> outs;
-  outs.reserve(E);
-  int64_t offset = 0;
-  for (int64_t e = 0; e < E; ++e) {
-    outs.push_back(SwiGlu(in.narrow(0, offset, per_expert[e]), w.gate[e], w.up[e], w.down[e]));
-    offset += per_expert[e];
+  at::Tensor expert_out;
+  if (ep != nullptr && ep->size() > 1) {
+    expert_out = ExpertParallel(in, per_expert, E, w, ep);
+  } else {
+    std::vector<at::Tensor> outs;
+    outs.reserve(E);
+    int64_t offset = 0;
+    for (int64_t e = 0; e < E; ++e) {
+      outs.push_back(SwiGlu(in.narrow(0, offset, per_expert[e]), w.gate[e], w.up[e], w.down[e]));
+      offset += per_expert[e];
+    }
+    expert_out = at::cat(outs);
   }
   at::Tensor weights = CopyToTp(top_w.reshape({-1}), tp).index_select(0, order).unsqueeze(1);
-  at::Tensor y = at::zeros({N, h}, x.options()).index_add(0, token_of, at::cat(outs) * weights);
+  at::Tensor y = at::zeros({N, h}, x.options()).index_add(0, token_of, expert_out * weights);
   if (w.shared_gate.defined()) {
     at::Tensor shared = SwiGlu(CopyToTp(rows, tp), w.shared_gate_proj, w.shared_up, w.shared_down);
     y = y + CopyToTp(at::sigmoid(Linear(rows, w.shared_gate)), tp) * shared;

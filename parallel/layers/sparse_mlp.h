@@ -9,6 +9,12 @@
 // its contiguous rows — every expert runs, an empty one on zero rows, so each has a gradient every
 // pass — and the weighted outputs added back per token in expert order (transformers' order).
 //
+// Expert parallelism: `ep` ranks hold E/ep experts each (rank r: r·E/ep ..); every rank routes its
+// own tokens over all E experts, sends each assignment's row to its expert's rank (an all-to-all of
+// per-expert counts, then one of the rows, uneven), the experts run on the rows they received, and
+// the outputs go back the same way (the reverse all-to-all in backward too); the routing weights are
+// applied where the tokens live, so their gradients stay local.
+//
 // Tensor parallelism (1D): the router and the shared expert's gate are replicated; each expert's (and
 // the shared expert's) gate/up projections are split by rows and its down projection by columns over
 // tp, like a dense MLP; the routing weights enter the partial sums through CopyToTp (their gradient
@@ -53,7 +59,8 @@ struct RouterStats : torch::CustomClassHolder {
 
 struct SparseMlpWeights {
   at::Tensor router;                       // [E, h], replicated over tp.
-  std::vector<at::Tensor> gate, up, down;  // Per expert, this rank's parts: [f/tp, h], [f/tp, h], [h, f/tp].
+  // Per expert held (all, or this ep rank's E/ep), this rank's parts: [f/tp, h], [f/tp, h], [h, f/tp].
+  std::vector<at::Tensor> gate, up, down;
   // The shared expert (undefined without one): its SwiGLU parts like an expert's, and its gate [1, h].
   at::Tensor shared_gate_proj, shared_up, shared_down, shared_gate;
 };
@@ -67,8 +74,10 @@ struct SparseMlpOptions {
 // With `stats` (training): adds this block's counts, probabilities and rows to it when `record` (not in
 // activation checkpointing's recomputation, which repeats a recorded forward), and carries the
 // balancing loss's gradient into backward. `layer` keys stats->layer_counts.
+// `ep`: null or a group of one (every expert here), or the expert-parallel group (w holds expert
+// ep->rank()·E/ep onwards).
 at::Tensor SparseMlp(const at::Tensor& x, const SparseMlpWeights& w, const SparseMlpOptions& options,
-                     Communicator* tp, RouterStats* stats, bool record, int layer);
+                     Communicator* tp, Communicator* ep, RouterStats* stats, bool record, int layer);
 
 }  // namespace tessera::parallel
 

@@ -53,6 +53,7 @@ Param& Decoder::Add(const ParamSpec& spec, uint64_t seed) {
   p.split = spec.split;
   p.grid = spec.grid;
   p.weight_decay = spec.shape.size() >= 2;
+  p.expert = spec.expert >= 0;
   p.value = ShardOf(p, full, tp_->rank(), tp_->size()).to(device_).set_requires_grad(true);
   index_[spec.name] = params_.size();
   layer_of_.push_back(spec.layer);
@@ -207,7 +208,8 @@ SparseMlpWeights Decoder::SparseWeights(int i) const {
   const FamilySpec& f = family_;
   SparseMlpWeights w;
   w.router = P(RouterName(f, i));
-  for (int e = 0; e < config_.experts; ++e) {
+  const int first = part_.expert_first, last = part_.expert_count < 0 ? config_.experts : first + part_.expert_count;
+  for (int e = first; e < last; ++e) {
     w.gate.push_back(P(ExpertParamName(f, i, e, f.expert_gate)));
     w.up.push_back(P(ExpertParamName(f, i, e, f.expert_up)));
     w.down.push_back(P(ExpertParamName(f, i, e, f.expert_down)));
@@ -377,7 +379,7 @@ at::Tensor Decoder::Block(const at::Tensor& x_in, int i) {
   at::Tensor m = Norm(x, block + f.mlp_norm, fused);
   if (config_.IsMoeLayer(i)) {
     const SparseMlpOptions options{config_.experts_per_token, config_.norm_topk_prob};
-    return x + SparseMlp(m, SparseWeights(i), options, tp, router_stats_.get(), !recomputing_, i);
+    return x + SparseMlp(m, SparseWeights(i), options, tp, ep_.get(), router_stats_.get(), !recomputing_, i);
   }
   if (f.mlp == MlpKind::kSwiGlu) {
     at::Tensor in = CopyToTp(m, tp);

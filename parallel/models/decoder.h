@@ -121,6 +121,10 @@ class Decoder {
   // statistics in `stats` and carry the balancing loss's gradient (sparse_mlp.h) — one RouterStats per
   // micro-batch, set before its forward pass. Null (evaluation, decoding): nothing recorded.
   void set_router_stats(c10::intrusive_ptr<RouterStats> stats) { router_stats_ = std::move(stats); }
+  // Expert parallelism: the group the experts are split over (part().expert_first / expert_count are
+  // this rank's: rank·E/ep .. (rank + 1)·E/ep); tokens go to their experts' ranks and back by all-to-all.
+  // Null or one rank: every expert here.
+  void set_expert_parallel(std::shared_ptr<Communicator> ep) { ep_ = std::move(ep); }
   const c10::intrusive_ptr<RouterStats>& router_stats() const { return router_stats_; }
   // Block `i` again inside backward (activation checkpointing) for the forward pass whose statistics
   // are `stats`: its sparse blocks carry their gradients without recording a second time.
@@ -211,6 +215,7 @@ class Decoder {
   UnitHooks* hooks_ = nullptr;
   KvCache* cache_ = nullptr;  // Set during DecodeStep only.
   c10::intrusive_ptr<RouterStats> router_stats_;
+  std::shared_ptr<Communicator> ep_;
   bool recomputing_ = false;  // Inside Recompute: sparse blocks do not record again.
 };
 

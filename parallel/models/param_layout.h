@@ -27,6 +27,7 @@ struct Param {
   TpSplit split = TpSplit::kReplicated;
   GridSplit grid;                   // With split kGrid.
   bool weight_decay = false;        // AdamW decay applies (tensors with >= 2 dims).
+  bool expert = false;              // A sparse block's expert: split over ep, reduced over expert_dp.
   at::Tensor value;                 // This rank's part; a leaf that requires grad.
 };
 

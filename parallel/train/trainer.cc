@@ -101,9 +101,15 @@ absl::Status Trainer::Init() {
     layout_ = std::make_unique<layout::StageLayout>(*stages);
     part = PartOfRank(*layout_, groups_.pp->rank());
   }
+  if (m.IsMoe() && groups_.ep->size() > 1) {
+    // Expert parallelism: this rank's E/ep experts of every sparse block.
+    part.expert_count = m.experts / groups_.ep->size();
+    part.expert_first = groups_.ep->rank() * part.expert_count;
+  }
   model_ = grid_tp ? std::make_unique<Decoder>(m, part, groups_.tp, grid, groups_.tp_axes, options_.seed, device_)
                    : std::make_unique<Decoder>(m, part, groups_.tp, options_.seed, device_);
   if (l.sp > 1) model_->set_sequence_parallel(groups_.sp, l.sp_mode);
+  if (groups_.ep->size() > 1) model_->set_expert_parallel(groups_.ep);
   model_->set_activation_checkpointing(options_.activation_checkpointing);
   model_->set_fused_kernels(options_.fused_kernels);
 
@@ -179,7 +185,10 @@ absl::Status Trainer::CreateOptimizer(at::ScalarType dtype) {
   // Gradients averaged (and state sharded) over dp × sp, the replicas of every parameter (sequence
   // blocks contribute like separate samples); with pipeline stages, the first and the last stage sum
   // their gradients of the tied embedding.
-  auto zero = ZeroOptimizer::Create(model_.get(), groups_.dp_sp, groups_.tp, z, layout_ && !model_->tied_embedding().empty() ? groups_.embed : nullptr);
+  // Expert parallelism: the experts' gradients over their own replicas (groups_.expert_dp).
+  auto zero = ZeroOptimizer::Create(model_.get(), groups_.dp_sp, groups_.tp, z,
+                                    layout_ && !model_->tied_embedding().empty() ? groups_.embed : nullptr,
+                                    groups_.expert_dp, groups_.ep);
   if (!zero.ok()) return zero.status();
   zero_ = std::move(*zero);
   if (!pending_m_.empty()) TESSERA_RETURN_IF_ERROR(zero_->LoadState(pending_m_, pending_v_));

@@ -141,6 +141,9 @@ class Trainer {
   // Pipeline: pp rank 0 receives every later stage's full tensors (names it lacks) into `full`;
   // the others send theirs. A collective over the pp group; fp32 tensors.
   absl::Status GatherOverPp(std::map<std::string, at::Tensor>* full);
+  // Expert parallelism: ep rank 0 receives the other ep ranks' expert tensors into `full`; they send
+  // theirs. A collective over the ep group (tp rank 0's); fp32 tensors.
+  absl::Status GatherOverEp(std::map<std::string, at::Tensor>* full);
   // Micro-batch a (of accum) of this rank's share of the global batch whose first sample is `first`.
   absl::StatusOr<at::Tensor> ReadMicroBatch(TrainingData& data, int64_t first, int a, int accum);
   absl::Status TrimStepLog();

@@ -40,7 +40,34 @@ absl::StatusOr<std::map<std::string, at::Tensor>> Trainer::GatherFull(What what)
   auto full = GatherOverTp(local);
   if (!full.ok()) return full.status();
   if (layout_ && groups_.tp->rank() == 0) TESSERA_RETURN_IF_ERROR(GatherOverPp(&*full));
+  if (groups_.ep->size() > 1 && groups_.tp->rank() == 0) TESSERA_RETURN_IF_ERROR(GatherOverEp(&*full));
   return full;
+}
+
+absl::Status Trainer::GatherOverEp(std::map<std::string, at::Tensor>* full) {
+  Communicator* ep = groups_.ep.get();
+  const ModelConfig& c = options_.model;
+  // ep rank s > 0 sends its experts' tensors in ModelParamSpecs order; rank 0 knows their names and
+  // shapes from s's part.
+  for (int s = 1; s < ep->size(); ++s) {
+    if (ep->rank() != 0 && ep->rank() != s) continue;
+    ModelPart part = model_->part();
+    part.expert_count = c.experts / ep->size();
+    part.expert_first = s * part.expert_count;
+    for (const ParamSpec& spec : ModelParamSpecs(c, part, groups_.tp->size())) {
+      if (spec.expert < 0) continue;
+      if (ep->rank() == s) {
+        auto it = full->find(spec.name);
+        if (it == full->end()) return absl::InternalError(absl::StrCat("expert gather: ep rank ", s, " lacks ", spec.name));
+        TESSERA_RETURN_IF_ERROR(ep->Send(it->second.to(at::kFloat).cpu().contiguous(), 0, s));
+      } else {
+        at::Tensor t = at::empty(spec.shape, at::kFloat);
+        TESSERA_RETURN_IF_ERROR(ep->Recv(t, s, s));
+        full->emplace(spec.name, std::move(t));
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Trainer::GatherOverPp(std::map<std::string, at::Tensor>* full) {
@@ -131,8 +158,9 @@ absl::Status Trainer::SaveCheckpoint() {
   TESSERA_RETURN_IF_ERROR(groups_.world->Barrier());
   if (w.sharded_state) w.Save(ShardFileName(groups_.dp->rank(), groups_.tp->rank()), zero_->StateShard(), {});
 
-  // 3. dp rank 0's tp group gathers full tensors; global rank 0 writes them.
-  if (groups_.dp->rank() == 0 && groups_.sp->rank() == 0) {
+  // 3. dp rank 0's tp group gathers full tensors (with expert parallelism, with the rest of its ep
+  //    group: dp ranks 0 .. ep − 1); global rank 0 writes them.
+  if (groups_.dp->rank() < groups_.ep->size() && groups_.sp->rank() == 0) {
     TESSERA_RETURN_IF_ERROR(WriteGatheredCheckpointFiles(w, local_params, local_m, local_v));
   }
 
@@ -179,6 +207,9 @@ absl::Status Trainer::WriteGatheredCheckpointFiles(CheckpointWrite& w, const std
   if (!gathered.ok()) return gathered.status();
   w.params = std::move(*gathered);
   if (pp_gather) TESSERA_RETURN_IF_ERROR(GatherOverPp(&w.params));
+  // Expert parallelism: the other ranks of dp rank 0's ep group send their experts.
+  const bool ep_gather = groups_.ep->size() > 1 && groups_.tp->rank() == 0;
+  if (ep_gather) TESSERA_RETURN_IF_ERROR(GatherOverEp(&w.params));
   if (!w.sharded_state) {
     auto m = GatherOverTp(local_m);
     if (!m.ok()) return m.status();
@@ -186,6 +217,8 @@ absl::Status Trainer::WriteGatheredCheckpointFiles(CheckpointWrite& w, const std
     if (!v.ok()) return v.status();
     if (pp_gather) TESSERA_RETURN_IF_ERROR(GatherOverPp(&*m));
     if (pp_gather) TESSERA_RETURN_IF_ERROR(GatherOverPp(&*v));
+    if (ep_gather) TESSERA_RETURN_IF_ERROR(GatherOverEp(&*m));
+    if (ep_gather) TESSERA_RETURN_IF_ERROR(GatherOverEp(&*v));
     for (auto& [name, t] : *m) w.optimizer.emplace("exp_avg." + name, t);
     for (auto& [name, t] : *v) w.optimizer.emplace("exp_avg_sq." + name, t);
   }

@@ -41,13 +41,16 @@ int64_t Bytes(const at::Tensor& t) { return t.defined() ? t.numel() * t.element_
 }  // namespace
 
 ZeroOptimizer::ZeroOptimizer(Decoder* model, std::shared_ptr<Communicator> dp, std::shared_ptr<Communicator> tp,
-                             const ZeroOptions& options, std::shared_ptr<Communicator> tied)
+                             const ZeroOptions& options, std::shared_ptr<Communicator> tied,
+                             std::shared_ptr<Communicator> expert_dp, std::shared_ptr<Communicator> ep)
     : model_(model),
       dp_(std::move(dp)),
       tp_(std::move(tp)),
       tied_(tied && tied->size() > 1 ? std::move(tied) : nullptr),
       options_(options),
-      simd_(kernels::DetectSimd()) {}
+      simd_(kernels::DetectSimd()),
+      expert_dp_(ep && ep->size() > 1 ? std::move(expert_dp) : nullptr),
+      ep_(ep && ep->size() > 1 ? std::move(ep) : nullptr) {}
 
 ZeroOptimizer::~ZeroOptimizer() {
   for (auto& u : units_) {
@@ -60,14 +63,21 @@ ZeroOptimizer::~ZeroOptimizer() {
 absl::StatusOr<std::unique_ptr<ZeroOptimizer>> ZeroOptimizer::Create(Decoder* model, std::shared_ptr<Communicator> dp,
                                                                      std::shared_ptr<Communicator> tp,
                                                                      const ZeroOptions& options,
-                                                                     std::shared_ptr<Communicator> tied) {
+                                                                     std::shared_ptr<Communicator> tied,
+                                                                     std::shared_ptr<Communicator> expert_dp,
+                                                                     std::shared_ptr<Communicator> ep) {
   if (options.stage < 0 || options.stage > 3) {
     return absl::InvalidArgumentError(absl::StrCat("parallel.zero_stage must be 0, 1, 2 or 3, got ", options.stage));
   }
   if (options.param_dtype != at::kFloat && options.param_dtype != at::kBFloat16 && options.param_dtype != at::kHalf) {
     return absl::InvalidArgumentError("train.precision must be fp32, bf16 or fp16");
   }
-  std::unique_ptr<ZeroOptimizer> z(new ZeroOptimizer(model, std::move(dp), std::move(tp), options, std::move(tied)));
+  if (ep && ep->size() > 1 && (!expert_dp || options.stage >= 2 || (options.stage == 1 && dp->size() > 1))) {
+    return absl::UnimplementedError(
+        "parallel.zero_stage: 1–3 with expert parallelism is not implemented yet (use zero_stage 0)");
+  }
+  std::unique_ptr<ZeroOptimizer> z(new ZeroOptimizer(model, std::move(dp), std::move(tp), options, std::move(tied),
+                                                     std::move(expert_dp), std::move(ep)));
   if (absl::Status s = z->Init(); !s.ok()) return s;
   return z;
 }
@@ -155,9 +165,12 @@ absl::Status ZeroOptimizer::Init() {
   }
 
   if (options_.stage == 0 || (options_.stage == 1 && !partitioned())) {
-    std::vector<at::Tensor> values;
-    for (Param& p : params) values.push_back(p.value);
+    std::vector<at::Tensor> values, experts;
+    for (Param& p : params) (ep_ && p.expert ? experts : values).push_back(p.value);
     buckets_ = std::make_unique<GradBuckets>(values, dp_, GradBucketsOptions{options_.bucket_bytes});
+    if (!experts.empty()) {
+      expert_buckets_ = std::make_unique<GradBuckets>(experts, expert_dp_, GradBucketsOptions{options_.bucket_bytes});
+    }
   } else {
     for (size_t k = 0; k < params.size(); ++k) {
       auto accumulator = torch::autograd::impl::grad_accumulator(params[k].value);
@@ -177,6 +190,7 @@ absl::Status ZeroOptimizer::Init() {
 void ZeroOptimizer::ZeroGrad() {
   if (buckets_) {
     buckets_->ZeroGrad();
+    if (expert_buckets_) expert_buckets_->ZeroGrad();
   } else {
     for (Param& p : model_->params()) p.value.mutable_grad() = at::Tensor();
   }
@@ -195,6 +209,7 @@ void ZeroOptimizer::SetSyncThisPass(bool sync) {
   sync_ = sync;
   for (auto& u : units_) u->ready = 0;
   if (buckets_) buckets_->SetSyncThisPass(sync);
+  if (expert_buckets_) expert_buckets_->SetSyncThisPass(sync);
 }
 
 void ZeroOptimizer::MarkReady(size_t k) {
@@ -276,6 +291,14 @@ absl::Status ZeroOptimizer::ReduceGradients() {
   absl::Status status;
   if (buckets_) {
     status = buckets_->Finish();  // The parameters' .grad now hold the averages.
+    if (expert_buckets_) {
+      // Averaged over the experts' replicas; each already summed its ep group's tokens: / ep more.
+      absl::Status s = expert_buckets_->Finish();
+      if (status.ok()) status = s;
+      for (Param& p : model_->params()) {
+        if (p.expert && p.value.grad().defined()) p.value.mutable_grad().div_(ep_->size());
+      }
+    }
     if (status.ok() && tied_) {
       // Both copies of wte get the sum of the first stage's (lookup) and the last's (head) gradients.
       at::Tensor& g = model_->params()[units_[tied_unit_]->params[0]].value.mutable_grad();
@@ -315,7 +338,19 @@ absl::StatusOr<double> ZeroOptimizer::GradSquaredSum(const std::vector<std::stri
   at::NoGradGuard no_grad;
   std::vector<Param>& params = model_->params();
   // Full gradients, as unsharded training.
-  if (buckets_) return GradSquaredSumOverTp(params, tp_.get(), skip);
+  if (buckets_ && !expert_buckets_) return GradSquaredSumOverTp(params, tp_.get(), skip);
+  if (buckets_) {
+    // The experts' part differs between the ranks of the ep group: summed over it.
+    std::vector<std::string> skip_experts = skip, skip_rest = skip;
+    for (const Param& p : params) (p.expert ? skip_experts : skip_rest).push_back(p.name);
+    auto rest = GradSquaredSumOverTp(params, tp_.get(), skip_experts);
+    if (!rest.ok()) return rest.status();
+    auto experts = GradSquaredSumOverTp(params, tp_.get(), skip_rest);
+    if (!experts.ok()) return experts.status();
+    at::Tensor sum = at::full({1}, *experts, at::TensorOptions().dtype(at::kDouble).device(device_));
+    if (absl::Status s = ep_->AllReduce(sum, ReduceOp::kSum); !s.ok()) return s;
+    return *rest + sum.item<double>();
+  }
   // [replicated over tp, split over tp] sums of squares of the owned pieces, in double; a tensor
   // partitioned over some tp ranks and copied over the others counts 1/copies on each.
   at::Tensor sums = at::zeros({2}, at::TensorOptions().dtype(at::kDouble).device(device_));

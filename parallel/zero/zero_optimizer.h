@@ -24,6 +24,12 @@
 //            of the last backward of the forwards that used it (pipeline stages run several forwards
 //            before their backwards)
 //
+// Expert parallelism (a Mixture of Experts with ep > 1; stage 0 so far): the experts' parameters
+// (Param::expert) differ between the ranks of the ep group, so their gradients are averaged over their
+// own replicas (`expert_dp`) in buckets of their own, then divided by ep (each rank's expert gradient
+// already sums the contributions of the ep group's tokens); the gradient norm sums their squares over
+// the ep group.
+//
 // Pipeline stages: the model may be a ModelPart. The first and the last stage both hold the tied
 // embedding wte; given their group (`tied`), wte becomes a unit of its own (the same flat size, so the
 // same owned range, on both stages) and its reduced gradient is summed over that group.
@@ -82,7 +88,9 @@ class ZeroOptimizer final : public UnitHooks {
   static absl::StatusOr<std::unique_ptr<ZeroOptimizer>> Create(Decoder* model, std::shared_ptr<Communicator> dp,
                                                                std::shared_ptr<Communicator> tp,
                                                                const ZeroOptions& options,
-                                                               std::shared_ptr<Communicator> tied = nullptr);
+                                                               std::shared_ptr<Communicator> tied = nullptr,
+                                                               std::shared_ptr<Communicator> expert_dp = nullptr,
+                                                               std::shared_ptr<Communicator> ep = nullptr);
   ~ZeroOptimizer() override;
 
   // Before the first backward of a step: drops the previous step's gradients.
@@ -133,7 +141,8 @@ class ZeroOptimizer final : public UnitHooks {
  private:
   struct Unit;
   ZeroOptimizer(Decoder* model, std::shared_ptr<Communicator> dp, std::shared_ptr<Communicator> tp,
-                const ZeroOptions& options, std::shared_ptr<Communicator> tied);
+                const ZeroOptions& options, std::shared_ptr<Communicator> tied,
+                std::shared_ptr<Communicator> expert_dp, std::shared_ptr<Communicator> ep);
   absl::Status Init();
   void MarkReady(size_t param_index);
   void StartReduce(Unit& u);
@@ -175,6 +184,11 @@ class ZeroOptimizer final : public UnitHooks {
   std::vector<size_t> unit_of_;          // Per parameter.
   std::vector<int64_t> offset_in_unit_;  // Per parameter.
   std::unique_ptr<GradBuckets> buckets_;  // Stage 0 (and 1 at dp 1).
+  // Expert parallelism: the experts' replicas and the ep group (null without ep), and the experts'
+  // gradient buckets (over expert_dp_; buckets_ then holds the other parameters).
+  std::shared_ptr<Communicator> expert_dp_;
+  std::shared_ptr<Communicator> ep_;
+  std::unique_ptr<GradBuckets> expert_buckets_;
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // Otherwise: hooks kept alive.
   static constexpr size_t kReductionsInFlight = 2;
   std::deque<Unit*> in_flight_;          // Without buckets_: reductions started, oldest first.

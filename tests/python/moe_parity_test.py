@@ -175,6 +175,15 @@ output_dir: {self.tmp}/{name}
         self.check("mixtral_tp2", "mixtral", ["parallel.tp=2"], PARALLEL_TOL)
         self.check("mixtral_dp2", "mixtral", ["parallel.dp=2"], PARALLEL_TOL)
 
+    def test_expert_parallel_matches_transformers(self):
+        # Experts split over 2 ranks (ep=2 taken from dp=2): tokens to their experts' ranks and back.
+        self.check("mixtral_ep2", "mixtral", ["parallel.dp=2", "parallel.ep=2"], PARALLEL_TOL)
+        self.check("mixtral_ep2_tp2", "mixtral", ["parallel.dp=2", "parallel.ep=2", "parallel.tp=2"], PARALLEL_TOL)
+        self.check("qwen2_moe_ep2", "qwen2_moe", ["parallel.dp=2", "parallel.ep=2"], PARALLEL_TOL)
+        # Recomputed blocks exchange their tokens again inside backward, on every ep rank alike.
+        self.check("qwen3_moe_ep2_ckpt", "qwen3_moe", ["parallel.dp=2", "parallel.ep=2",
+                                                       "train.activation_checkpointing=true"], PARALLEL_TOL)
+
     def test_mixtral_activation_checkpointing_matches_transformers(self):
         self.check("mixtral_ckpt", "mixtral", ["train.activation_checkpointing=true"], PARALLEL_TOL)
 

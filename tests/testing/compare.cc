@@ -67,6 +67,15 @@ void ExpectStepLogsClose(const std::string& reference_dir, const std::string& ru
     ASSERT_TRUE(got_val.count(step)) << "no val_loss at step " << step;
     EXPECT_NEAR(got_val[step], loss, tol.loss_atol + tol.loss_rtol * std::abs(loss)) << "val_loss of step " << step;
   }
+  // A Mixture of Experts: the cross-entropy and the balancing loss apart (their sum is `loss`).
+  for (const char* field : {"lm_loss", "aux_loss"}) {
+    auto want_part = ReadStepField(reference_dir + "/steps.jsonl", field);
+    auto got_part = ReadStepField(run_dir + "/steps.jsonl", field);
+    EXPECT_EQ(got_part.size(), want_part.size()) << field;
+    for (const auto& [step, value] : want_part) {
+      EXPECT_NEAR(got_part[step], value, tol.loss_atol + tol.loss_rtol * std::abs(value)) << field << " of step " << step;
+    }
+  }
   // The global gradient norm before clipping (clipping would hide a wrongly scaled gradient).
   auto want_norm = ReadStepField(reference_dir + "/steps.jsonl", "grad_norm");
   auto got_norm = ReadStepField(run_dir + "/steps.jsonl", "grad_norm");
