@@ -154,14 +154,9 @@ void Experts(const ModelConfig& m, const ParallelLayout& l, Problems* out) {
                                              m.shared_expert_ffn_hidden));
       }
     }
-    // Not implemented yet: the balancing loss's statistics across pipeline stages and sequence
-    // blocks, and the experts' own sharding under ZeRO.
+    // Not implemented yet: the balancing loss's statistics across pipeline stages and sequence blocks.
     if (l.pp > 1) Add(out, "parallel.pp", absl::StrCat(l.pp, " with a Mixture-of-Experts model is not implemented yet"));
     if (l.sp > 1) Add(out, "parallel.sp", absl::StrCat(l.sp, " with a Mixture-of-Experts model is not implemented yet"));
-    if (l.ep > 1 && l.zero_stage != ZeroStage::kNone) {
-      Add(out, "parallel.zero_stage", absl::StrCat(static_cast<int>(l.zero_stage),
-                                                   " with expert parallelism is not implemented yet (0 only)"));
-    }
   }
   if (l.ep < 1) {
     Add(out, "parallel.ep", absl::StrCat(l.ep, " must be at least 1"));

@@ -176,9 +176,19 @@ TEST_F(ExpertParallelTest, ExpertsSplitOverDataParallelRanksEqualOneProcess) {
   CompareWithReference("mixtral", Equivalence::Run("mixtral", "ep2", 2, 1, {"parallel.ep=2", "checkpoint.every_steps=5"}));
   CompareWithReference("mixtral", Equivalence::Run("mixtral", "ep2tp2", 2, 2, {"parallel.ep=2"}));
   CompareWithReference("mixtral", Equivalence::Run("mixtral", "ep2_ckpt", 2, 1, {"parallel.ep=2", "train.activation_checkpointing=true"}));
+  // ZeRO: the experts sharded over their own replicas (dp 4, ep 2: two replicas of each expert).
+  for (const char* stage : {"1", "2", "3"}) {
+    SCOPED_TRACE(stage);
+    CompareWithReference("mixtral", Equivalence::Run("mixtral", absl::StrCat("dp4ep2_zero", stage), 4, 1,
+                                                     {"parallel.ep=2", absl::StrCat("parallel.zero_stage=", stage)}));
+  }
+  CompareWithReference("mixtral", Equivalence::Run("mixtral", "dp2ep2tp2_zero3", 2, 2,
+                                                   {"parallel.ep=2", "parallel.zero_stage=3"}));
   const testing::Tolerances tol{kLossAtol, kLossRtol, kGradAtol, kGradRtol, kWeightAtol, kWeightRtol};
   for (const auto& [name, sets] : std::vector<std::pair<std::string, std::vector<std::string>>>{
-           {"ep2_as_single", {}}, {"ep2_as_tp2", {"parallel.tp=2"}}, {"ep2_as_ep2tp2", {"parallel.dp=2", "parallel.ep=2", "parallel.tp=2"}}}) {
+           {"ep2_as_single", {}}, {"ep2_as_tp2", {"parallel.tp=2"}},
+           {"ep2_as_ep2tp2", {"parallel.dp=2", "parallel.ep=2", "parallel.tp=2"}},
+           {"ep2_as_dp4ep2_zero3", {"parallel.dp=4", "parallel.ep=2", "parallel.zero_stage=3"}}}) {
     SCOPED_TRACE(name);
     testing::ExpectResumeMatches(*dir_, Spec("mixtral"), *dir_ + "/mixtral_ep2", "mixtral_" + name, sets,
                                  Reference("mixtral"), /*step=*/5, /*steps=*/10, tol);

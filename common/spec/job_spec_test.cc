@@ -396,8 +396,8 @@ TEST(JobSpecTest, MixtureOfExperts) {
               HasSubstr("model.dense_layers: needs model.experts"));
   EXPECT_TRUE(ParseAndValidate(kValid, {"model.family=llama", "model.experts=4", "parallel.ep=2"}).ok());
   EXPECT_THAT(ParseAndValidate(kValid, {"model.family=llama", "model.experts=4", "parallel.ep=2",
-                                        "parallel.zero_stage=2"}).status().message(),
-              HasSubstr("parallel.zero_stage: 2 with expert parallelism is not implemented yet"));
+                                        "parallel.sp=2"}).status().message(),
+              HasSubstr("parallel.sp: 2 with a Mixture-of-Experts model is not implemented yet"));
 }
 
 TEST(JobSpecTest, MalformedYamlAndOverridesAreErrorsNotCrashes) {

@@ -139,11 +139,12 @@ absl::Status Trainer::SaveCheckpoint() {
   //
   // 1. This rank's tp-local tensors: the (master) weights, and the moments unless every rank writes
   //    its own shard of them. Collectives over dp when the optimizer is sharded.
-  // Per-rank optimizer files are written by plain dp × 1D-tp layouts; pipeline, sequence and grid
-  // layouts gather the sharded state into optimizer.safetensors like unsharded training.
+  // Per-rank optimizer files are written by plain dp × 1D-tp layouts; pipeline, sequence, grid and
+  // expert-parallel layouts gather the sharded state into optimizer.safetensors like unsharded training.
   CheckpointWrite w;
+  // Expert parallelism shards the experts over other groups: gathered too (for now).
   w.sharded_state = zero_->partitioned() && !layout_ && groups_.sp->size() == 1 &&
-                    options_.layout.tp_mode == layout::TpMode::k1D;
+                    options_.layout.tp_mode == layout::TpMode::k1D && groups_.ep->size() == 1;
   std::vector<at::Tensor> local_params, local_m, local_v;
   TESSERA_RETURN_IF_ERROR(zero_->Gather(ZeroOptimizer::What::kParams, &local_params));
   if (!w.sharded_state) TESSERA_RETURN_IF_ERROR(LocalOptimizerState(&local_m, &local_v));

@@ -72,9 +72,8 @@ absl::StatusOr<std::unique_ptr<ZeroOptimizer>> ZeroOptimizer::Create(Decoder* mo
   if (options.param_dtype != at::kFloat && options.param_dtype != at::kBFloat16 && options.param_dtype != at::kHalf) {
     return absl::InvalidArgumentError("train.precision must be fp32, bf16 or fp16");
   }
-  if (ep && ep->size() > 1 && (!expert_dp || options.stage >= 2 || (options.stage == 1 && dp->size() > 1))) {
-    return absl::UnimplementedError(
-        "parallel.zero_stage: 1–3 with expert parallelism is not implemented yet (use zero_stage 0)");
+  if (ep && ep->size() > 1 && !expert_dp) {
+    return absl::InvalidArgumentError("ZeroOptimizer: expert parallelism needs the experts' replica group");
   }
   std::unique_ptr<ZeroOptimizer> z(new ZeroOptimizer(model, std::move(dp), std::move(tp), options, std::move(tied),
                                                      std::move(expert_dp), std::move(ep)));
@@ -94,33 +93,42 @@ absl::Status ZeroOptimizer::Init() {
   }
   state_device_ = options_.offload ? c10::Device(c10::kCPU) : device_;
   const bool pinned = options_.offload && !device_.is_cpu();
-  shards_ = partitioned() ? dp_->size() : 1;
-  shard_rank_ = partitioned() ? dp_->rank() : 0;
   const at::TensorOptions f32 = at::TensorOptions().dtype(at::kFloat);
   unit_of_.assign(params.size(), 0);
   offset_in_unit_.assign(params.size(), 0);
 
-  // The model's units; with a tied group, wte is split off unit 0 into a unit of its own.
-  std::vector<std::pair<int, std::vector<size_t>>> groups;
+  // The model's units; with a tied group, wte is split off unit 0 into a unit of its own; with expert
+  // parallelism, each block's experts form a unit of their own.
+  struct Group {
+    int model_unit;
+    std::vector<size_t> members;
+    bool expert;
+  };
+  std::vector<Group> groups;
   const std::vector<std::vector<size_t>> model_units = model_->Units();
   of_model_unit_.assign(model_units.size(), {});
   for (size_t m = 0; m < model_units.size(); ++m) {
-    std::vector<size_t> rest;
+    std::vector<size_t> rest, experts;
     for (size_t k : model_units[m]) {
       if (tied_ && params[k].name == model_->tied_embedding()) {
         tied_unit_ = static_cast<int>(groups.size());
-        groups.push_back({static_cast<int>(m), {k}});
+        groups.push_back({static_cast<int>(m), {k}, false});
       } else {
-        rest.push_back(k);
+        (ep_ && params[k].expert ? experts : rest).push_back(k);
       }
     }
-    if (!rest.empty()) groups.push_back({static_cast<int>(m), rest});
+    if (!rest.empty()) groups.push_back({static_cast<int>(m), rest, false});
+    if (!experts.empty()) groups.push_back({static_cast<int>(m), experts, true});
   }
   if (tied_ && tied_unit_ < 0) return absl::FailedPreconditionError("ZeroOptimizer: a tied group but no tied embedding");
-  for (const auto& [model_unit, members] : groups) {
+  for (const auto& [model_unit, members, expert] : groups) {
     auto u = std::make_unique<Unit>();
     u->params = members;
     u->model_unit = model_unit;
+    u->expert = expert;
+    u->group = expert ? expert_dp_.get() : dp_.get();
+    u->shards = partitioned() ? u->group->size() : 1;
+    u->shard_rank = partitioned() ? u->group->rank() : 0;
     of_model_unit_[model_unit].push_back(units_.size());
     u->offsets.push_back(0);
     for (size_t k : members) {
@@ -129,9 +137,9 @@ absl::Status ZeroOptimizer::Init() {
       u->offsets.push_back(u->offsets.back() + params[k].value.numel());
     }
     u->numel = u->offsets.back();
-    u->shard = (u->numel + shards_ - 1) / shards_;
-    u->begin = shard_rank_ * u->shard;
-    const int64_t padded = u->shard * shards_;
+    u->shard = (u->numel + u->shards - 1) / u->shards;
+    u->begin = u->shard_rank * u->shard;
+    const int64_t padded = u->shard * u->shards;
 
     // The starting weights, flattened and padded, in fp32.
     std::vector<at::Tensor> pieces;
@@ -255,16 +263,16 @@ void ZeroOptimizer::StartReduce(Unit& u) {
     FinishReduce(*in_flight_.front());
     in_flight_.pop_front();
   }
-  const int64_t padded = u.shard * shards_;
+  const int64_t padded = u.shard * u.shards;
   u.grad_flat = at::zeros({padded}, at::TensorOptions().dtype(options_.param_dtype).device(device_));
   CopyGrads(u, 0, padded, u.grad_flat);
   for (size_t k : u.params) model_->params()[k].value.mutable_grad() = at::Tensor();
   u.incoming = at::empty({u.shard}, u.grad_flat.options());
-  if (shards_ == 1) {
+  if (u.shards == 1) {
     u.incoming.copy_(u.grad_flat);
     u.reduce = DoneWork(absl::OkStatus());
   } else {
-    u.reduce = dp_->ReduceScatterAsync(u.grad_flat, u.incoming, ReduceOp::kSum);
+    u.reduce = u.group->ReduceScatterAsync(u.grad_flat, u.incoming, ReduceOp::kSum);
   }
   in_flight_.push_back(&u);
   Sample();
@@ -317,6 +325,7 @@ absl::Status ZeroOptimizer::ReduceGradients() {
     in_flight_.clear();
     status = reduce_status_;
     reduce_status_ = absl::OkStatus();
+    // The mean over dp (experts: their replicas' sums of the ep groups' contributions, also over dp).
     for (auto& u : units_) {
       if (dp_->size() > 1) u->grad_shard.div_(dp_->size());
     }
@@ -352,24 +361,34 @@ absl::StatusOr<double> ZeroOptimizer::GradSquaredSum(const std::vector<std::stri
     return *rest + sum.item<double>();
   }
   // [replicated over tp, split over tp] sums of squares of the owned pieces, in double; a tensor
-  // partitioned over some tp ranks and copied over the others counts 1/copies on each.
+  // partitioned over some tp ranks and copied over the others counts 1/copies on each. The experts'
+  // units (expert parallelism) apart: sharded over their own replicas and different on each ep rank.
   at::Tensor sums = at::zeros({2}, at::TensorOptions().dtype(at::kDouble).device(device_));
+  at::Tensor expert_sums = at::zeros({2}, at::TensorOptions().dtype(at::kDouble).device(device_));
   for (auto& u : units_) {
     for (size_t j = 0; j < u->params.size(); ++j) {
       const Param& p = params[u->params[j]];
       const auto [a, b] = u->Owned(j);
       if (a >= b || std::find(skip.begin(), skip.end(), p.name) != skip.end()) continue;
       at::Tensor sq = u->grad_shard.narrow(0, a - u->begin, b - a).to(at::kFloat).norm().to(at::kDouble).square();
+      at::Tensor& into = u->expert ? expert_sums : sums;
       if (p.split == TpSplit::kReplicated) {
-        sums[0] += sq;
+        into[0] += sq;
       } else {
         const int copies = ReplicasInTp(p, tp_->size());
-        sums[1] += copies == 1 ? sq : sq / copies;
+        into[1] += copies == 1 ? sq : sq / copies;
       }
     }
   }
-  if (shards_ > 1) {
+  if (partitioned() && dp_->size() > 1) {
     if (absl::Status s = dp_->AllReduce(sums, ReduceOp::kSum); !s.ok()) return s;
+  }
+  if (ep_) {
+    if (partitioned() && expert_dp_->size() > 1) {
+      if (absl::Status s = expert_dp_->AllReduce(expert_sums, ReduceOp::kSum); !s.ok()) return s;
+    }
+    if (absl::Status s = ep_->AllReduce(expert_sums, ReduceOp::kSum); !s.ok()) return s;
+    sums += expert_sums;
   }
   at::Tensor split = sums.narrow(0, 1, 1).clone();
   if (tp_->size() > 1) {
@@ -380,12 +399,12 @@ absl::StatusOr<double> ZeroOptimizer::GradSquaredSum(const std::vector<std::stri
 
 void ZeroOptimizer::StartGather(Unit& u) {
   if (u.gathered || u.gather) return;
-  AllocateStorage(u.flat, static_cast<size_t>(u.shard * shards_ * u.flat.element_size()));
-  if (shards_ == 1) {
+  AllocateStorage(u.flat, static_cast<size_t>(u.shard * u.shards * u.flat.element_size()));
+  if (u.shards == 1) {
     u.flat_alias.copy_(u.param_shard);
     u.gather = DoneWork(absl::OkStatus());
   } else {
-    u.gather = dp_->AllGatherAsync(u.param_shard, u.flat_alias);
+    u.gather = u.group->AllGatherAsync(u.param_shard, u.flat_alias);
   }
   Sample();
 }

@@ -24,11 +24,12 @@
 //            of the last backward of the forwards that used it (pipeline stages run several forwards
 //            before their backwards)
 //
-// Expert parallelism (a Mixture of Experts with ep > 1; stage 0 so far): the experts' parameters
-// (Param::expert) differ between the ranks of the ep group, so their gradients are averaged over their
-// own replicas (`expert_dp`) in buckets of their own, then divided by ep (each rank's expert gradient
-// already sums the contributions of the ep group's tokens); the gradient norm sums their squares over
-// the ep group.
+// Expert parallelism (a Mixture of Experts with ep > 1): the experts' parameters (Param::expert) differ
+// between the ranks of the ep group, so they form units of their own (one per block) whose gradients
+// are reduced, and whose state is sharded, over their own replicas (`expert_dp`, dp/ep ranks); the sum
+// is divided by dp, as each rank's expert gradient already sums the contributions of its ep group's
+// tokens (stage 0: averaged over expert_dp in buckets of their own, then divided by ep). The gradient
+// norm sums their squares over the ep group.
 //
 // Pipeline stages: the model may be a ModelPart. The first and the last stage both hold the tied
 // embedding wte; given their group (`tied`), wte becomes a unit of its own (the same flat size, so the
@@ -176,8 +177,6 @@ class ZeroOptimizer final : public UnitHooks {
   kernels::Simd simd_;
   c10::Device device_{c10::kCPU};        // Of the parameters.
   c10::Device state_device_{c10::kCPU};  // Of master weights, moments and the update.
-  int shards_ = 1;                       // dp when partitioned, else 1.
-  int shard_rank_ = 0;
   std::vector<std::unique_ptr<Unit>> units_;
   std::vector<std::vector<size_t>> of_model_unit_;  // The units_ of each of the model's units (hooks).
   int tied_unit_ = -1;                   // The unit holding wte alone when tied_ is set.

@@ -32,9 +32,9 @@ absl::Status ZeroOptimizer::Gather(What what, std::vector<at::Tensor>* out) {
     }
     local = local.to(at::TensorOptions().dtype(at::kFloat).device(c10::kCPU)).contiguous();
     at::Tensor all = local;
-    if (shards_ > 1) {
-      all = at::empty({u->shard * shards_}, local.options());
-      if (absl::Status s = dp_->AllGather(local, all); !s.ok()) return s;
+    if (u->shards > 1) {
+      all = at::empty({u->shard * u->shards}, local.options());
+      if (absl::Status s = u->group->AllGather(local, all); !s.ok()) return s;
     }
     for (size_t j = 0; j < u->params.size(); ++j) {
       const Param& p = params[u->params[j]];

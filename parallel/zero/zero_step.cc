@@ -150,10 +150,10 @@ absl::Status ZeroOptimizer::Step(double lr, int64_t step) {
     } else if (!u.master_is_param && !out16.defined()) {
       dest.copy_(u.master, /*non_blocking=*/false);
     }
-    if (shards_ > 1 && options_.stage <= 2) {
+    if (u.shards > 1 && options_.stage <= 2) {
       // The next unit's update overlaps this gather.
       sources.push_back(dest.clone());
-      gathers.push_back(dp_->AllGatherAsync(sources.back(), u.flat_alias));
+      gathers.push_back(u.group->AllGatherAsync(sources.back(), u.flat_alias));
     }
   }
   // The next step's update rewrites the sources of the copies up.

@@ -22,6 +22,12 @@ struct ZeroOptimizer::Unit {
   int64_t numel = 0;              // N.
   int64_t shard = 0;              // S (= N when not partitioned).
   int64_t begin = 0;              // This rank's owned range [begin, begin + S) of the padded flat.
+  // The replicas it is sharded and reduced over: dp × sp, or for a Mixture of Experts' experts under
+  // expert parallelism their own replicas (expert_dp); `shards` ranks of it when partitioned, else 1.
+  Communicator* group = nullptr;
+  int shards = 1;
+  int shard_rank = 0;
+  bool expert = false;
   at::Tensor flat;                // [S·shards] in the parameter dtype; the parameters are views of it.
   at::Tensor flat_alias;          // Alias(flat).
   at::Tensor param_shard;         // Stage 3: [S] owned parameters in the parameter dtype.

@@ -6,8 +6,10 @@ accumulated to 4 (warmup, cosine LR, weight decay, clipping). Per step, the obje
 cross-entropy + 0.02 × balancing loss, transformers' outputs.loss), `lm_loss` and `aux_loss`
 (transformers' outputs.aux_loss, load_balancing_loss_func over every sparse block of one forward pass)
 equal the same training done in PyTorch on the transformers model: within 1e-4 relative in one
-process, 1e-3 with tp=2 (each expert split over tp) or dp=2, and with activation checkpointing (the
-balancing loss's gradient enters recomputed blocks). The test can fail: training the same model
+process, 1e-3 with tp=2 (each expert split over tp), dp=2, expert parallelism (ep=2 out of dp=2,
+alone, with tp=2, with ZeRO-3, with activation checkpointing), and with activation checkpointing (the
+balancing loss's gradient enters recomputed blocks). Exports load in transformers with tessera's
+logits and generate its tokens. The test can fail: training the same model
 without the balancing loss's gradient gives losses far outside the tolerance.
 """
 import json
@@ -180,6 +182,9 @@ output_dir: {self.tmp}/{name}
         self.check("mixtral_ep2", "mixtral", ["parallel.dp=2", "parallel.ep=2"], PARALLEL_TOL)
         self.check("mixtral_ep2_tp2", "mixtral", ["parallel.dp=2", "parallel.ep=2", "parallel.tp=2"], PARALLEL_TOL)
         self.check("qwen2_moe_ep2", "qwen2_moe", ["parallel.dp=2", "parallel.ep=2"], PARALLEL_TOL)
+        # ZeRO-3: the other parameters sharded over dp, each expert over its own replicas.
+        self.check("mixtral_ep2_zero3", "mixtral", ["parallel.dp=2", "parallel.ep=2", "parallel.zero_stage=3"],
+                   PARALLEL_TOL)
         # Recomputed blocks exchange their tokens again inside backward, on every ep rank alike.
         self.check("qwen3_moe_ep2_ckpt", "qwen3_moe", ["parallel.dp=2", "parallel.ep=2",
                                                        "train.activation_checkpointing=true"], PARALLEL_TOL)
