@@ -154,8 +154,7 @@ void Experts(const ModelConfig& m, const ParallelLayout& l, Problems* out) {
                                              m.shared_expert_ffn_hidden));
       }
     }
-    // Not implemented yet: the balancing loss's statistics across pipeline stages and sequence blocks.
-    if (l.pp > 1) Add(out, "parallel.pp", absl::StrCat(l.pp, " with a Mixture-of-Experts model is not implemented yet"));
+    // Not implemented yet: the balancing loss's statistics across sequence blocks.
     if (l.sp > 1) Add(out, "parallel.sp", absl::StrCat(l.sp, " with a Mixture-of-Experts model is not implemented yet"));
   }
   if (l.ep < 1) {

@@ -1,5 +1,6 @@
 // Pipeline parallelism through the real `tessera run` and tessera-rank processes, for each model family
-// (GPT-2's tied embedding spans the first and last stage, Llama's head is its own), against the
+// (GPT-2's tied embedding spans the first and last stage, Llama's head is its own, Mixtral's balancing
+// loss is joint over the sparse blocks of every stage), against the
 // single-process run of the same spec (8 blocks, 4 micro-batches per step): 1F1B and interleaved
 // schedules at pp 2 and 4, an explicit unbalanced split with activation checkpointing, hybrids with
 // dp and tp, and checkpoints moving between pipelined and unpipelined layouts.
@@ -40,7 +41,7 @@ class PipelineTest : public testing::LayoutSuiteTest<PipelineTest<Family>> {
   }
 };
 
-TYPED_TEST_SUITE(PipelineTest, testing::Families, testing::FamilyNames);
+TYPED_TEST_SUITE(PipelineTest, testing::FamiliesWithExperts, testing::FamilyNames);
 
 // Layouts of GPT-2 only so far (grid tensor parallelism).
 class GptPipelineTest : public PipelineTest<testing::Gpt2Family> {};

@@ -4,6 +4,7 @@
 #include <torch/csrc/autograd/autograd.h>
 
 #include <chrono>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 
@@ -34,8 +35,8 @@ absl::StatusOr<std::unique_ptr<PipelineRunner>> PipelineRunner::Create(Decoder* 
                                                             std::move(pp), options, std::move(*actions)));
 }
 
-int PipelineRunner::Tag(bool gradient, int micro_batch, int virtual_stage) const {
-  return ((gradient ? 1 : 0) * virtual_stages_ + virtual_stage) * options_.micro_batches + micro_batch;
+int PipelineRunner::Tag(Kind kind, int micro_batch, int virtual_stage) const {
+  return (static_cast<int>(kind) * virtual_stages_ + virtual_stage) * options_.micro_batches + micro_batch;
 }
 
 at::Tensor PipelineRunner::EmptyActivation() const {
@@ -54,6 +55,8 @@ absl::StatusOr<double> PipelineRunner::RunStep(const std::function<absl::StatusO
   in_flight_ = peak_in_flight_ = 0;
   bytes_sent_ = 0;
   wait_seconds_ = 0;
+  aux_sum_ = 0;
+  expert_load_ = at::Tensor();
   absl::Status status;
   try {
     for (size_t i = 0; i < actions_.size() && status.ok(); ++i) {
@@ -116,19 +119,27 @@ absl::Status PipelineRunner::Forward(const PipeAction& a, const std::function<ab
     if (!t.ok()) return t.status();
     tokens = *t;
   }
+  if (keep && options_.experts > 0) {
+    stash.stats = c10::make_intrusive<RouterStats>(options_.experts);
+    model_->set_router_stats(stash.stats);
+  }
   at::Tensor x;
   if (chunk.embedding) {
     x = model_->Embed(tokens.narrow(1, 0, T));
   } else {
     stash.input = EmptyActivation();
     const auto start = std::chrono::steady_clock::now();
-    absl::Status s = pp_->RecvAsync(stash.input, (rank + p - 1) % p, Tag(false, a.micro_batch, chunk.virtual_stage))->Wait();
+    absl::Status s = pp_->RecvAsync(stash.input, (rank + p - 1) % p, Tag(Kind::kActivation, a.micro_batch, chunk.virtual_stage))->Wait();
     wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (!s.ok()) return s;
     if (keep) stash.input.requires_grad_(true);
     x = stash.input;
   }
   x = model_->Blocks(x, chunk.first_layer, chunk.num_layers);
+  if (stash.stats) {
+    model_->set_router_stats({});
+    if (absl::Status s = ForwardStats(a, stash); !s.ok()) return s;
+  }
   if (chunk.head) {
     stash.output = model_->Head(x, tokens.narrow(1, 1, T));
     *loss_sum += stash.output.item<double>();
@@ -136,7 +147,7 @@ absl::Status PipelineRunner::Forward(const PipeAction& a, const std::function<ab
     stash.output = x;
     at::Tensor payload = x.detach().contiguous();
     bytes_sent_ += payload.numel() * payload.element_size();
-    sends_.push_back(pp_->SendAsync(payload, (rank + 1) % p, Tag(false, a.micro_batch, chunk.virtual_stage + 1)));
+    sends_.push_back(pp_->SendAsync(payload, (rank + 1) % p, Tag(Kind::kActivation, a.micro_batch, chunk.virtual_stage + 1)));
   }
   if (!keep) return absl::OkStatus();
   stash_[{a.micro_batch, a.chunk}] = std::move(stash);
@@ -155,6 +166,11 @@ absl::Status PipelineRunner::Backward(const PipeAction& a, double loss_scale) {
   Stash stash = std::move(it->second);
   stash_.erase(it);
   --in_flight_;
+  bool send_totals = false;
+  at::Tensor totals;
+  if (stash.stats) {
+    if (absl::Status s = BackwardStats(a, stash, loss_scale, &send_totals, &totals); !s.ok()) return s;
+  }
   if (chunk.head) {
     // As the unpipelined loop: loss / accumulation steps, times the loss scale.
     at::Tensor objective = stash.output / options_.micro_batches;
@@ -163,7 +179,7 @@ absl::Status PipelineRunner::Backward(const PipeAction& a, double loss_scale) {
   } else {
     at::Tensor grad = EmptyActivation();
     const auto start = std::chrono::steady_clock::now();
-    absl::Status s = pp_->RecvAsync(grad, (rank + 1) % p, Tag(true, a.micro_batch, chunk.virtual_stage))->Wait();
+    absl::Status s = pp_->RecvAsync(grad, (rank + 1) % p, Tag(Kind::kGradient, a.micro_batch, chunk.virtual_stage))->Wait();
     wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (!s.ok()) return s;
     torch::autograd::backward({stash.output}, {grad});
@@ -171,8 +187,67 @@ absl::Status PipelineRunner::Backward(const PipeAction& a, double loss_scale) {
   if (!chunk.embedding) {
     at::Tensor payload = stash.input.grad().contiguous();
     bytes_sent_ += payload.numel() * payload.element_size();
-    sends_.push_back(pp_->SendAsync(payload, (rank + p - 1) % p, Tag(true, a.micro_batch, chunk.virtual_stage - 1)));
+    sends_.push_back(pp_->SendAsync(payload, (rank + p - 1) % p, Tag(Kind::kGradient, a.micro_batch, chunk.virtual_stage - 1)));
   }
+  if (send_totals) {
+    sends_.push_back(pp_->SendAsync(totals, (rank + p - 1) % p,
+                                    Tag(Kind::kStatsBackward, a.micro_batch, chunk.virtual_stage - 1)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PipelineRunner::ForwardStats(const PipeAction& a, Stash& stash) {
+  const ModelChunk& chunk = chunks_[a.chunk];
+  const int p = pp_->size(), rank = pp_->rank();
+  const int64_t E = options_.experts;
+  RouterStats& st = *stash.stats;
+  const at::TensorOptions f64 = at::TensorOptions().dtype(at::kDouble).device(model_->params().at(0).value.device());
+  at::Tensor carried = at::zeros({2 * E + 1}, f64);
+  if (!chunk.embedding) {
+    absl::Status s = pp_->RecvAsync(carried, (rank + p - 1) % p, Tag(Kind::kStatsForward, a.micro_batch, chunk.virtual_stage))->Wait();
+    if (!s.ok()) return s;
+  }
+  if (st.rows > 0) {
+    carried.narrow(0, 0, E).add_(st.counts);
+    carried.narrow(0, E, E).add_(st.prob_sums);
+    carried.narrow(0, 2 * E, 1).add_(static_cast<double>(st.rows));
+  }
+  // Load per sparse block, for the step's report.
+  for (const auto& [layer, counts] : st.layer_counts) {
+    if (!expert_load_.defined()) expert_load_ = at::zeros({model_->config().layers, E}, f64);
+    expert_load_[layer].add_(counts);
+  }
+  if (chunk.head) {
+    stash.totals = carried;
+    RouterStats total(static_cast<int>(E));
+    total.counts = carried.narrow(0, 0, E);
+    total.prob_sums = carried.narrow(0, E, E);
+    total.rows = static_cast<int64_t>(carried[2 * E].item<double>());
+    aux_sum_ += total.AuxLoss();
+  } else {
+    sends_.push_back(pp_->SendAsync(carried, (rank + 1) % p, Tag(Kind::kStatsForward, a.micro_batch, chunk.virtual_stage + 1)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PipelineRunner::BackwardStats(const PipeAction& a, Stash& stash, double loss_scale, bool* send_on,
+                                           at::Tensor* totals) {
+  const ModelChunk& chunk = chunks_[a.chunk];
+  const int p = pp_->size(), rank = pp_->rank();
+  const int64_t E = options_.experts;
+  at::Tensor t = stash.totals;
+  if (!chunk.head) {
+    t = at::empty({2 * E + 1}, at::TensorOptions().dtype(at::kDouble).device(model_->params().at(0).value.device()));
+    absl::Status s = pp_->RecvAsync(t, (rank + 1) % p, Tag(Kind::kStatsBackward, a.micro_batch, chunk.virtual_stage))->Wait();
+    if (!s.ok()) return s;
+  }
+  // The blocks' gradients use the micro-batch's counts and rows over every stage.
+  RouterStats& st = *stash.stats;
+  st.counts = t.narrow(0, 0, E);
+  st.rows = static_cast<int64_t>(t[2 * E].item<double>());
+  st.grad_scale = options_.aux_loss_coef * loss_scale / options_.micro_batches;
+  *send_on = !chunk.embedding;
+  *totals = t;
   return absl::OkStatus();
 }
 

@@ -8,6 +8,13 @@
 // input's gradient back. Sends do not wait for the receiver; receives wait. Parameter gradients
 // accumulate in .grad across micro-batches as in the unpipelined loop.
 //
+// A Mixture of Experts (PipelineOptions::experts > 0): the balancing loss is joint over the sparse
+// blocks of every stage for one micro-batch, so each forward sends, with its activation, the router
+// statistics accumulated so far along the virtual stages ([counts E, probability sums E, rows], fp64);
+// the head's chunk has the micro-batch's totals (and its aux_loss), and each backward sends them back
+// with the gradient, so that every chunk's sparse blocks carry the balancing loss's gradient of the
+// whole micro-batch (parallel/layers/sparse_mlp.h).
+//
 // Every rank of the pp group calls RunStep once per step with the same micro-batch count. Thread
 // safety: none.
 #ifndef TESSERA_PARALLEL_PIPELINE_PIPELINE_RUNNER_H_
@@ -46,6 +53,8 @@ struct PipelineOptions {
   int64_t micro_batch = 1;     // Samples per micro-batch given to this rank.
   int64_t seq_len = 1;         // Positions per sample on this rank (seq_len / sp).
   at::ScalarType activation_dtype = at::kFloat;
+  int experts = 0;             // A Mixture of Experts' experts per sparse block (0: dense).
+  double aux_loss_coef = 0;    // The balancing loss's weight in the objective.
 };
 
 class PipelineRunner {
@@ -70,6 +79,13 @@ class PipelineRunner {
   // Returns the sum of the micro-batch losses on the rank holding the head, 0 elsewhere.
   absl::StatusOr<double> RunForwardOnly(const std::function<absl::StatusOr<at::Tensor>(int)>& batch);
 
+  // A Mixture of Experts, of the last RunStep: the sum of the micro-batches' balancing losses on the
+  // rank holding the head (0 elsewhere), and the tokens per expert of each sparse block this rank holds
+  // summed over the micro-batches, [model layers, E] fp64 (zero rows for blocks held elsewhere or
+  // dense; undefined for a dense model).
+  double aux_sum() const { return aux_sum_; }
+  const at::Tensor& expert_load() const { return expert_load_; }
+
   // The schedule this rank runs.
   const std::vector<PipeAction>& actions() const { return actions_; }
   // The most micro-batch chunks whose activations were alive at once in the last step.
@@ -87,6 +103,8 @@ class PipelineRunner {
   struct Stash {
     at::Tensor input;   // Received activation (requires grad); undefined for the embedding chunk.
     at::Tensor output;  // Sent activation, or the loss on the head chunk.
+    c10::intrusive_ptr<RouterStats> stats;  // A Mixture of Experts: this chunk's sparse blocks' statistics.
+    at::Tensor totals;  // The head's chunk: the micro-batch's statistics over every stage.
   };
   // `keep`: stash the activations for the micro-batch's backward (training).
   absl::Status Forward(const PipeAction& a, const std::function<absl::StatusOr<at::Tensor>(int)>& batch,
@@ -94,8 +112,16 @@ class PipelineRunner {
   // Waits for every send (their tensors may go then) and drops the stash; the first error wins.
   absl::Status Finish(absl::Status status);
   absl::Status Backward(const PipeAction& a, double loss_scale);
-  // Distinct per (direction, micro-batch, receiving virtual stage) within a step.
-  int Tag(bool gradient, int micro_batch, int virtual_stage) const;
+  // Distinct per (message kind, micro-batch, receiving virtual stage) within a step.
+  enum class Kind { kActivation = 0, kGradient = 1, kStatsForward = 2, kStatsBackward = 3 };
+  int Tag(Kind kind, int micro_batch, int virtual_stage) const;
+  // A Mixture of Experts' forward: the statistics of the virtual stages before this chunk (received, or
+  // zeros on the embedding chunk) plus this chunk's; sent on, or kept as the totals on the head chunk.
+  absl::Status ForwardStats(const PipeAction& a, Stash& stash);
+  // Its backward: the totals (kept, or received from the next virtual stage) into this chunk's
+  // statistics before its backward, with the loss's gradient scale; `send_on` after it.
+  absl::Status BackwardStats(const PipeAction& a, Stash& stash, double loss_scale, bool* send_on_totals,
+                             at::Tensor* totals);
   at::Tensor EmptyActivation() const;
 
   Decoder* model_;
@@ -110,6 +136,8 @@ class PipelineRunner {
   int peak_in_flight_ = 0;
   int64_t bytes_sent_ = 0;
   double wait_seconds_ = 0;
+  double aux_sum_ = 0;
+  at::Tensor expert_load_;
 };
 
 }  // namespace tessera::parallel

@@ -123,6 +123,8 @@ absl::Status Trainer::Init() {
     po.micro_batch = options_.micro_batch / model_->SampleChunk().second;
     po.seq_len = m.seq_len / groups_.sp->size();
     po.activation_dtype = dtype;
+    po.experts = m.experts;
+    po.aux_loss_coef = m.aux_loss_coef;
     auto runner = PipelineRunner::Create(model_.get(), *layout_, groups_.pp, po);
     if (!runner.ok()) return runner.status();
     pipeline_ = std::move(*runner);
@@ -226,6 +228,8 @@ absl::StatusOr<Trainer::LossSums> Trainer::ForwardBackward(int accum) {
     auto sum = pipeline_->RunStep([&](int a) { return ReadMicroBatch(*data_, step_ * options_.global_batch, a, accum); }, loss_scale_, [&] { zero_->SetSyncThisPass(true); });
     if (!sum.ok()) return absl::Status(sum.status().code(), absl::StrCat("step ", step_ + 1, ": ", sum.status().message()));
     sums.lm = *sum;
+    sums.aux = pipeline_->aux_sum();
+    sums.expert_load = pipeline_->expert_load();
     return sums;
   }
   const ModelConfig& c = options_.model;
@@ -250,10 +254,10 @@ absl::StatusOr<Trainer::LossSums> Trainer::ForwardBackward(int accum) {
         model_->set_router_stats({});
         sums.aux += stats->AuxLoss();
         stats->grad_scale = c.aux_loss_coef * loss_scale_ / accum;
-        std::vector<at::Tensor> per_layer;
-        for (const auto& [layer, counts] : stats->layer_counts) per_layer.push_back(counts);
-        at::Tensor load = at::stack(per_layer);
-        sums.expert_load = sums.expert_load.defined() ? sums.expert_load + load : load;
+        if (!sums.expert_load.defined()) {
+          sums.expert_load = at::zeros({c.layers, c.experts}, at::TensorOptions().dtype(at::kDouble).device(device_));
+        }
+        for (const auto& [layer, counts] : stats->layer_counts) sums.expert_load[layer].add_(counts);
       }
       objective.backward();
       sums.lm += loss.item<double>();
@@ -296,12 +300,19 @@ absl::Status Trainer::ReduceLossAndNorm(LossSums& sums, int accum, StepStats* s,
     s->loss = lm + options_.model.aux_loss_coef * aux;
     s->lm_loss = lm;
     s->aux_loss = aux;
-    if (sums.expert_load.defined()) {
-      at::Tensor load = sums.expert_load.to(device_);
-      if (groups_.dp_sp->size() > 1) TESSERA_RETURN_IF_ERROR(groups_.dp_sp->AllReduce(load, ReduceOp::kSum));
-      load = load.cpu();
-      at::Tensor imbalance = load.amax(1) / load.mean(1).clamp_min(1e-30);
-      for (int64_t l = 0; l < imbalance.size(0); ++l) s->expert_imbalance.push_back(imbalance[l].item<double>());
+    // Tokens per expert of every sparse block ([layers, E]; stages hold different blocks), summed over
+    // the stages and the data-parallel ranks.
+    const ModelConfig& c = options_.model;
+    at::Tensor load = sums.expert_load.defined()
+                          ? sums.expert_load.to(device_).contiguous()
+                          : at::zeros({c.layers, c.experts}, at::TensorOptions().dtype(at::kDouble).device(device_));
+    if (pipeline_) TESSERA_RETURN_IF_ERROR(groups_.pp->AllReduce(load, ReduceOp::kSum));
+    if (groups_.dp_sp->size() > 1) TESSERA_RETURN_IF_ERROR(groups_.dp_sp->AllReduce(load, ReduceOp::kSum));
+    load = load.cpu();
+    for (int layer = 0; layer < c.layers; ++layer) {
+      if (!c.IsMoeLayer(layer)) continue;
+      const at::Tensor row = load[layer];
+      s->expert_imbalance.push_back((row.max() / row.mean().clamp_min(1e-30)).item<double>());
     }
   }
   return absl::OkStatus();

@@ -39,8 +39,9 @@ absl::StatusOr<std::map<std::string, at::Tensor>> Trainer::GatherFull(What what)
   }
   auto full = GatherOverTp(local);
   if (!full.ok()) return full.status();
-  if (layout_ && groups_.tp->rank() == 0) TESSERA_RETURN_IF_ERROR(GatherOverPp(&*full));
+  // Experts first (each stage's ep rank 0 then holds all of its blocks' experts), then the stages.
   if (groups_.ep->size() > 1 && groups_.tp->rank() == 0) TESSERA_RETURN_IF_ERROR(GatherOverEp(&*full));
+  if (layout_ && groups_.tp->rank() == 0 && groups_.ep->rank() == 0) TESSERA_RETURN_IF_ERROR(GatherOverPp(&*full));
   return full;
 }
 
@@ -202,24 +203,24 @@ absl::Status Trainer::SaveCheckpoint() {
 absl::Status Trainer::WriteGatheredCheckpointFiles(CheckpointWrite& w, const std::vector<at::Tensor>& local_params,
                                                    const std::vector<at::Tensor>& local_m,
                                                    const std::vector<at::Tensor>& local_v) {
-  // Pipeline stages: pp rank 0 collects the other stages' tensors.
-  const bool pp_gather = layout_ && groups_.tp->rank() == 0;
+  // Expert parallelism: the other ranks of dp rank 0's ep group send their experts; then pipeline
+  // stages: pp rank 0 collects the other stages' tensors (from their ep rank 0, which has them all).
+  const bool ep_gather = groups_.ep->size() > 1 && groups_.tp->rank() == 0;
+  const bool pp_gather = layout_ && groups_.tp->rank() == 0 && groups_.ep->rank() == 0;
   auto gathered = GatherOverTp(local_params);
   if (!gathered.ok()) return gathered.status();
   w.params = std::move(*gathered);
-  if (pp_gather) TESSERA_RETURN_IF_ERROR(GatherOverPp(&w.params));
-  // Expert parallelism: the other ranks of dp rank 0's ep group send their experts.
-  const bool ep_gather = groups_.ep->size() > 1 && groups_.tp->rank() == 0;
   if (ep_gather) TESSERA_RETURN_IF_ERROR(GatherOverEp(&w.params));
+  if (pp_gather) TESSERA_RETURN_IF_ERROR(GatherOverPp(&w.params));
   if (!w.sharded_state) {
     auto m = GatherOverTp(local_m);
     if (!m.ok()) return m.status();
     auto v = GatherOverTp(local_v);
     if (!v.ok()) return v.status();
-    if (pp_gather) TESSERA_RETURN_IF_ERROR(GatherOverPp(&*m));
-    if (pp_gather) TESSERA_RETURN_IF_ERROR(GatherOverPp(&*v));
     if (ep_gather) TESSERA_RETURN_IF_ERROR(GatherOverEp(&*m));
     if (ep_gather) TESSERA_RETURN_IF_ERROR(GatherOverEp(&*v));
+    if (pp_gather) TESSERA_RETURN_IF_ERROR(GatherOverPp(&*m));
+    if (pp_gather) TESSERA_RETURN_IF_ERROR(GatherOverPp(&*v));
     for (auto& [name, t] : *m) w.optimizer.emplace("exp_avg." + name, t);
     for (auto& [name, t] : *v) w.optimizer.emplace("exp_avg_sq." + name, t);
   }

@@ -7,7 +7,8 @@ cross-entropy + 0.02 × balancing loss, transformers' outputs.loss), `lm_loss` a
 (transformers' outputs.aux_loss, load_balancing_loss_func over every sparse block of one forward pass)
 equal the same training done in PyTorch on the transformers model: within 1e-4 relative in one
 process, 1e-3 with tp=2 (each expert split over tp), dp=2, expert parallelism (ep=2 out of dp=2,
-alone, with tp=2, with ZeRO-3, with activation checkpointing), and with activation checkpointing (the
+alone, with tp=2, with ZeRO-3, with activation checkpointing), pipelines (pp=2, ep=2 × pp=2, and a
+dense block on a stage of its own at pp=3), and with activation checkpointing (the
 balancing loss's gradient enters recomputed blocks). Exports load in transformers with tessera's
 logits and generate its tokens. The test can fail: training the same model
 without the balancing loss's gradient gives losses far outside the tolerance.
@@ -188,6 +189,13 @@ output_dir: {self.tmp}/{name}
         # Recomputed blocks exchange their tokens again inside backward, on every ep rank alike.
         self.check("qwen3_moe_ep2_ckpt", "qwen3_moe", ["parallel.dp=2", "parallel.ep=2",
                                                        "train.activation_checkpointing=true"], PARALLEL_TOL)
+
+    def test_pipelines_match_transformers(self):
+        # The balancing loss is joint over both stages' sparse blocks: their statistics travel with the
+        # activations and back with the gradients.
+        self.check("mixtral_pp2", "mixtral", ["parallel.pp=2"], PARALLEL_TOL)
+        self.check("mixtral_ep2_pp2", "mixtral", ["parallel.dp=2", "parallel.ep=2", "parallel.pp=2"], PARALLEL_TOL)
+        self.check("qwen2_moe_pp3", "qwen2_moe", ["parallel.pp=3"], PARALLEL_TOL)
 
     def test_mixtral_activation_checkpointing_matches_transformers(self):
         self.check("mixtral_ckpt", "mixtral", ["train.activation_checkpointing=true"], PARALLEL_TOL)

@@ -137,4 +137,10 @@ std::string LlamaFamily::Model(int layers, int hidden, int heads, int vocab, int
                       ", kv_heads: ", heads / 2, ", vocab: ", vocab, ", seq_len: ", seq_len, "}");
 }
 
+std::string MixtralFamily::Model(int layers, int hidden, int heads, int vocab, int seq_len) {
+  return absl::StrCat("{family: mixtral, layers: ", layers, ", hidden: ", hidden, ", heads: ", heads,
+                      ", kv_heads: ", heads / 2, ", vocab: ", vocab, ", seq_len: ", seq_len,
+                      ", experts: 4, experts_per_token: 2, moe_ffn_hidden: ", hidden, ", aux_loss_coef: 0.02}");
+}
+
 }  // namespace tessera::testing

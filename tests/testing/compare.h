@@ -112,7 +112,16 @@ struct LlamaFamily {
   static std::string Model(int layers, int hidden, int heads, int vocab, int seq_len);
   static int Tensors(int layers) { return 1 + 9 * layers + 2; }  // embed_tokens, blocks, norm, lm_head.
 };
+// A Mixture of Experts: Mixtral's sparse blocks of 4 experts (top-2, width = hidden) with a visible
+// balancing-loss coefficient, on LlamaFamily's attention.
+struct MixtralFamily {
+  static constexpr const char* kName = "mixtral";
+  static std::string Model(int layers, int hidden, int heads, int vocab, int seq_len);
+  static int Tensors(int layers) { return 1 + (6 + 1 + 4 * 3) * layers + 2; }  // + router, 4 experts' w1, w2, w3.
+};
 using Families = ::testing::Types<Gpt2Family, LlamaFamily>;
+// The suites whose layouts a Mixture of Experts runs too (pipelines; not sequence parallelism yet).
+using FamiliesWithExperts = ::testing::Types<Gpt2Family, LlamaFamily, MixtralFamily>;
 struct FamilyNames {
   template <typename Family>
   static std::string GetName(int) { return Family::kName; }
