@@ -431,7 +431,8 @@ absl::StatusOr<double> Trainer::Evaluate() {
 
 int64_t Trainer::BytesCommunicated() const {
   std::vector<Communicator*> groups = {groups_.world.get(), groups_.dp.get(), groups_.pp.get(), groups_.tp.get(),
-                                       groups_.sp.get(), groups_.dp_sp.get(), groups_.embed.get()};
+                                       groups_.sp.get(), groups_.dp_sp.get(), groups_.embed.get(),
+                                       groups_.ep.get(), groups_.expert_dp.get()};
   for (const auto& a : groups_.tp_axes) groups.push_back(a.get());
   std::sort(groups.begin(), groups.end());
   groups.erase(std::unique(groups.begin(), groups.end()), groups.end());

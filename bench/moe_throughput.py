@@ -1,0 +1,157 @@
+"""Benchmark: Mixture-of-Experts training tokens/s of `tessera run` against transformers'
+MixtralForCausalLM trained in PyTorch eager mode (its per-expert loop with index ops), same wheel,
+weights, data, batch, threads and objective (cross-entropy + 0.02 × balancing loss), measured in one
+run and printed as a ratio; and the bytes an expert-parallel run (dp 2 = ep 2) communicates per step
+against the formula for them. tessera starts from the very model transformers draws
+(`model.pretrained` of its save_pretrained directory).
+
+Usage (after tools/setup.sh): bash bench/run_moe.sh [--steps N] [--rounds R]
+Prints a table; copy it into bench/RESULTS.md with the date and machine.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import torch
+import transformers
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
+import gpt_reference  # noqa: E402
+
+# The issue's size: ~4 layers, hidden 256, 8 experts, top-2 (expert width 512, GQA 8/2 heads).
+LAYERS, HIDDEN, HEADS, KV_HEADS, FFN, EXPERTS, TOPK, VOCAB, SEQ, BATCH = 4, 256, 8, 2, 512, 8, 2, 256, 128, 8
+COEF = 0.02
+
+
+def draw(directory):
+    config = transformers.MixtralConfig(
+        vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FFN, num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS, num_key_value_heads=KV_HEADS, max_position_embeddings=SEQ,
+        num_local_experts=EXPERTS, num_experts_per_tok=TOPK, output_router_logits=True,
+        router_aux_loss_coef=COEF, tie_word_embeddings=False, sliding_window=None)
+    torch.manual_seed(0)
+    transformers.MixtralForCausalLM(config).save_pretrained(directory, safe_serialization=True)
+
+
+def tessera_run(tessera, tmp, model_dir, data, steps, warmup, threads, sets=()):
+    """(tokens/s of the median step, median over steps of the bytes every rank communicated in it)."""
+    out = os.path.join(tmp, f"run_{time.monotonic_ns()}")
+    spec = os.path.join(tmp, "spec.yaml")
+    with open(spec, "w") as f:
+        f.write(f"""name: bench
+model: {{pretrained: {model_dir}, seq_len: {SEQ}}}
+data: {{path: {data}}}
+train: {{steps: {steps}, micro_batch: {BATCH}, global_batch: {BATCH}, lr: 1e-3, schedule: constant, grad_clip: 1.0}}
+output_dir: {out}
+""")
+    cmd = [tessera, "run", spec, "--quiet", f"--threads-per-rank={threads}"]
+    for s in sets:
+        cmd += ["--set", s]
+    subprocess.run(cmd, check=True)
+    with open(os.path.join(out, "steps.jsonl")) as f:
+        lines = [json.loads(line) for line in f][warmup:]
+    secs = statistics.median(line["step_seconds"] for line in lines)
+    per_step = {}
+    ranks = os.path.join(out, "ranks")
+    for name in os.listdir(ranks):
+        with open(os.path.join(ranks, name)) as f:
+            for line in f:
+                r = json.loads(line)
+                per_step[r["step"]] = per_step.get(r["step"], 0) + r["bytes_communicated"]
+    return lines[0]["tokens"] / secs, statistics.median(v for k, v in per_step.items() if k > warmup)
+
+
+def transformers_tokens_per_s(model_dir, data, steps, warmup, threads):
+    torch.set_num_threads(threads)
+    model = transformers.MixtralForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    model.train()
+    samples = gpt_reference.Samples(data, SEQ, False, 0)
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+                            lr=1e-3, betas=(0.9, 0.95))
+    secs = []
+    for step in range(steps):
+        t0 = time.perf_counter()
+        x, y = samples.batch(range(step * BATCH, (step + 1) * BATCH))
+        opt.zero_grad(set_to_none=True)
+        out = model(input_ids=x, output_router_logits=True)
+        loss = torch.nn.functional.cross_entropy(out.logits.reshape(-1, VOCAB), y.reshape(-1)) + COEF * out.aux_loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        loss.item()
+        secs.append(time.perf_counter() - t0)
+    return BATCH * SEQ / statistics.median(secs[warmup:])
+
+
+def ep2_bytes_formula(dense_params):
+    """Bytes both ranks of dp 2 = ep 2 count per step together (Communicator's convention: all-to-all
+    (n−1)/n of the data given, all-reduce 2(n−1)/n): per sparse block each rank's per-expert counts
+    (E int64) once, and its N·k assignment rows (hidden fp32) out and back in forward and backward —
+    a rank also returns the rows it received, which vary with the routing, but over both ranks they
+    sum to 2·N·k; the non-expert gradients all-reduced over dp; the experts' over their replicas (one
+    rank: nothing); the loss pair and the expert load over dp, the experts' squared norm over ep
+    (doubles)."""
+    rows = BATCH // 2 * SEQ * TOPK  # N·k of each rank's micro-batch.
+    per_rank = LAYERS * (0.5 * EXPERTS * 8 + 4 * 0.5 * rows * HIDDEN * 4)
+    per_rank += 2 * 0.5 * dense_params * 4
+    per_rank += 2 * 0.5 * (2 * 8 + LAYERS * EXPERTS * 8 + 8)
+    return 2 * per_rank
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--tessera", default=os.path.join(ROOT, "bazel-bin", "client", "tessera"))
+    args = ap.parse_args()
+    cores = os.cpu_count()
+    tmp = tempfile.mkdtemp()
+    model_dir = os.path.join(tmp, "mixtral")
+    draw(model_dir)
+    data = os.path.join(tmp, "tokens.bin")
+    text = open("/usr/share/common-licenses/GPL-3", "rb").read() if os.path.exists(
+        "/usr/share/common-licenses/GPL-3") else open(os.path.join(ROOT, "README.md"), "rb").read()
+    np.frombuffer(text, dtype=np.uint8).astype("<u2").tofile(data)
+    configs = [
+        (f"tessera run, 1 rank x {cores} threads",
+         lambda: tessera_run(args.tessera, tmp, model_dir, data, args.steps, args.warmup, cores)[0]),
+        (f"transformers MixtralForCausalLM, eager, {cores} threads",
+         lambda: transformers_tokens_per_s(model_dir, data, args.steps, args.warmup, cores)),
+    ]
+    # Interleaved rounds, the median of each configuration's rounds: the machine is shared and noisy.
+    runs = {name: [] for name, _ in configs}
+    for _ in range(args.rounds):
+        for name, measure in configs:
+            runs[name].append(measure())
+    rows = [(name, statistics.median(v)) for name, v in runs.items()]
+    peer = rows[1][1]
+    print(f"Mixtral {LAYERS}L/{HIDDEN}h/{HEADS}heads/{KV_HEADS}kv/{EXPERTS} experts of {FFN}/top-{TOPK}/seq{SEQ}, "
+          f"batch {BATCH}, fp32, objective CE + {COEF}·aux, {cores} cores, torch {torch.__version__}, "
+          f"transformers {transformers.__version__}; median step of steps {args.warmup + 1}..{args.steps}, "
+          f"median of {args.rounds} interleaved rounds")
+    print(f"{'configuration':55s} {'tokens/s':>10s} {'vs transformers':>16s}")
+    for name, v in rows:
+        print(f"{name:55s} {v:10.0f} {v / peer:16.2f}")
+    # Expert parallelism's traffic against the formula (one run; bytes do not depend on timing).
+    hf = transformers.MixtralForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    dense = sum(p.numel() for n, p in hf.named_parameters() if ".experts." not in n)
+    _, measured = tessera_run(args.tessera, tmp, model_dir, data, 4, 1, max(1, cores // 2),
+                              ["parallel.dp=2", "parallel.ep=2", f"train.micro_batch={BATCH // 2}"])
+    want = ep2_bytes_formula(dense)
+    print(f"dp 2 = ep 2: both ranks communicated {measured:.0f} bytes per step; formula {want:.0f} "
+          f"({measured / want:.4f}x)")
+
+
+if __name__ == "__main__":
+    main()
