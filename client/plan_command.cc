@@ -61,8 +61,9 @@ int LocalPlanCommand(const LocalPlanOptions& o) {
   const auto& best = plan[0].layout;
   if (plan[0].fits) {
     std::cout << absl::StrFormat("\nto use it: --set parallel.dp=%d --set parallel.pp=%d --set parallel.tp=%d "
-                                 "--set parallel.sp=%d --set parallel.tp_mode=%s%s%s%s\n",
+                                 "--set parallel.sp=%d --set parallel.tp_mode=%s%s%s%s%s\n",
                                  best.dp, best.pp, best.tp, best.sp, layout::Name(best.tp_mode),
+                                 best.ep > 1 ? absl::StrCat(" --set parallel.ep=", best.ep) : "",
                                  best.tp_mode == layout::TpMode::k2p5D ? absl::StrCat(" --set parallel.tp_depth=", best.tp_depth) : "",
                                  best.sp > 1 ? absl::StrCat(" --set parallel.sp_mode=", layout::Name(best.sp_mode)) : "",
                                  best.pp > 1 ? absl::StrCat(" --set parallel.pp_schedule=", layout::Name(best.pp_schedule),

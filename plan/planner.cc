@@ -60,13 +60,13 @@ Prediction Predict(const PlanInput& in, const Layout& l) {
 
   // Parameters on the device holding the most (the first stage: its blocks and the embeddings).
   // GPT-2: 12h² + 13h per block; Llama by its kv heads and SwiGLU width (ModelConfig).
-  // Mixture of Experts: the mean block's experts are split over ep ranks (the planner's MoE cost model
-  // beyond this is issue 36's remaining work).
+  // Mixture of Experts: the mean block's experts (all of them, not only the active ones: each is a
+  // parameter with its state) are split over ep ranks and replicated over the dp/ep others.
   double block_params = m.MeanBlockParameters();
-  if (m.IsMoe() && l.ep > 1) {
-    const double experts = static_cast<double>(m.experts) * 3 * h * m.MoeFfnHidden() * m.MoeLayers() / L;
-    block_params -= experts * (1 - 1.0 / l.ep);
-  }
+  const double expert_block = m.IsMoe() ? static_cast<double>(m.experts) * 3 * h * m.MoeFfnHidden() * m.MoeLayers() / L
+                                        : 0;
+  block_params -= expert_block * (1 - 1.0 / l.ep);
+  const double expert_dev = L / l.pp * expert_block / l.ep / s.weights;
   // The embeddings (first stage) or an untied head (last stage), whichever is larger; norms neglected.
   const double outside = l.pp > 1 ? std::max(m.EmbeddingParameters(), m.HeadParameters())
                                   : m.EmbeddingParameters() + m.HeadParameters();
@@ -98,7 +98,16 @@ Prediction Predict(const PlanInput& in, const Layout& l) {
   const double layers_dev = L / l.pp;
   double bytes = 0;
   const int replicas = l.dp * l.sp;
-  if (replicas > 1) bytes += 2.0 * (replicas - 1) / replicas * params_dev * kBytes;
+  if (replicas > 1) bytes += 2.0 * (replicas - 1) / replicas * (params_dev - expert_dev) * kBytes;
+  const double expert_replicas = static_cast<double>(replicas) / l.ep;  // An expert's copies.
+  if (expert_replicas > 1) bytes += 2.0 * (expert_replicas - 1) / expert_replicas * expert_dev * kBytes;
+  if (m.IsMoe() && l.ep > 1) {
+    // Each sparse block sends its tokens' k assignment rows to their experts' ranks and back, in
+    // forward and again in backward (and once more forward when recomputed): all-to-all (ep−1)/ep.
+    const double exchanges = in.activation_checkpointing ? 6 : 4;
+    const double sparse_dev = static_cast<double>(m.MoeLayers()) / l.pp;
+    bytes += micro_batches * sparse_dev * exchanges * (l.ep - 1.0) / l.ep * tokens_mb * m.experts_per_token * h * kBytes;
+  }
   if (l.tp > 1 && l.tp_mode == TpMode::k1D) {
     const double t = l.tp;
     const double all_reduces = 4 * layers_dev + 2 + (in.activation_checkpointing ? 2 * layers_dev : 0);
@@ -169,6 +178,12 @@ std::vector<Prediction> Plan(const PlanInput& in) {
   std::vector<Prediction> out;
   const int n = in.devices;
   for (int dp : Divisors(n)) {
+    // Mixture of Experts: every ep out of dp that divides the experts.
+    std::vector<int> eps = {1};
+    for (int ep : Divisors(dp)) {
+      if (ep > 1 && in.model.IsMoe() && in.model.experts % ep == 0) eps.push_back(ep);
+    }
+    for (int ep : eps)
     for (int pp : Divisors(n / dp)) {
       for (int tp : Divisors(n / dp / pp)) {
         const int sp = n / dp / pp / tp;
@@ -186,7 +201,7 @@ std::vector<Prediction> Plan(const PlanInput& in) {
           for (SpMode sp_mode : sp_modes) {
             for (const auto& [schedule, chunks] : schedules) {
               Layout l;
-              l.dp = dp, l.pp = pp, l.tp = tp, l.sp = sp;
+              l.dp = dp, l.ep = ep, l.pp = pp, l.tp = tp, l.sp = sp;
               l.tp_mode = mode, l.tp_depth = depth, l.sp_mode = sp_mode, l.pp_schedule = schedule, l.pp_chunks = chunks;
               if (!Invalid(in, l).empty()) continue;
               out.push_back(Predict(in, l));

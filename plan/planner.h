@@ -17,6 +17,11 @@
 //            logits of the last stage, plus backward's working set (one layer's activation
 //            gradients, two fresh gradients of the largest weight), plus the device's fixed runtime
 //            memory.
+// A Mixture of Experts: compute from the active parameters (experts_per_token experts per sparse
+// block); every ep out of dp that divides the experts is a candidate; the experts' parameters are split
+// over ep in the state and their gradients all-reduced over their dp/ep replicas only; each sparse
+// block adds 4 all-to-alls of the tokens' k assignment rows per micro-batch ((ep−1)/ep, 6 with
+// activation checkpointing).
 // A layout is rejected when its memory exceeds `memory_bytes` per device.
 #ifndef TESSERA_PLAN_PLANNER_H_
 #define TESSERA_PLAN_PLANNER_H_

@@ -1,5 +1,6 @@
 #include "plan/planner.h"
 
+#include <map>
 #include <set>
 
 #include "gtest/gtest.h"
@@ -110,6 +111,36 @@ TEST(PlannerTest, RejectsLayoutsThatDoNotFit) {
 // With free communication every layout computes the same FLOPs per device, so the bubble-free
 // ones tie first and every pipeline ranks behind them; with costly communication and ample memory
 // the choice sends the fewest bytes among the bubble-free layouts.
+// A Mixture of Experts: layouts with every ep out of dp that divides the experts; experts split over
+// ep in the device's state; the all-to-all of expert parallelism in its traffic (the formula: per
+// sparse block and micro-batch, 4·(ep−1)/ep·tokens·k·hidden·4 bytes); compute from active parameters.
+TEST(PlannerTest, MixtureOfExpertsLayoutsSplitExpertsAndPayTheirAllToAll) {
+  PlanInput in = Gpt8(4);
+  in.model.family = ModelFamily::kMixtral;
+  in.model.kv_heads = 4, in.model.experts = 8, in.model.experts_per_token = 2, in.model.moe_ffn_hidden = 512;
+  in.model.tie_embeddings = false;
+  in.global_batch = 32;
+  auto plan = Plan(in);
+  std::map<std::string, Prediction> by_name;
+  for (const Prediction& p : plan) by_name[p.layout.ToString()] = p;
+  for (const char* want : {"dp4", "dp4(ep2)", "dp4(ep4)", "dp2(ep2) tp2(1d)"}) {
+    EXPECT_TRUE(by_name.count(want)) << want;
+  }
+  const Prediction& dense = by_name.at("dp4"), &ep2 = by_name.at("dp4(ep2)"), &ep4 = by_name.at("dp4(ep4)");
+  // Model state: the experts (8 · 3 · 256 · 512 per block, 8 blocks) split 2 and 4 ways.
+  const double experts = 8.0 * 3 * 256 * 512 * 8;
+  EXPECT_NEAR(dense.state_bytes - ep2.state_bytes, 16 * experts / 2, 1e-6 * dense.state_bytes);
+  EXPECT_NEAR(dense.state_bytes - ep4.state_bytes, 16 * experts * 3 / 4, 1e-6 * dense.state_bytes);
+  // Traffic: ep4's experts have no replicas (no all-reduce of theirs), its tokens an all-to-all.
+  const double tokens_mb = 8.0 * 128, micro_batches = 1;
+  const double all_to_all = micro_batches * 8 * 4 * 0.75 * tokens_mb * 2 * 256 * 4;
+  const double expert_allreduce = 2.0 * 3 / 4 * experts * 4;
+  EXPECT_NEAR(ep4.comm_bytes - dense.comm_bytes, all_to_all - expert_allreduce, 1e-6 * dense.comm_bytes);
+  EXPECT_EQ(ep4.compute_s, dense.compute_s) << "the same active parameters per token";
+  // Active parameters: 2 of 8 experts per token.
+  EXPECT_NEAR(in.model.Parameters() - in.model.Parameters(/*active=*/true), experts * 6 / 8, 1);
+}
+
 TEST(PlannerTest, RanksByTheCostModel) {
   PlanInput in = Gpt8(4);
   in.device.bandwidth = 1e30;

@@ -124,6 +124,41 @@ TEST(GlooCommunicatorTest, GatherScatterBroadcastAllToAll) {
   EXPECT_TRUE(RunRanks(4, body).ok());
 }
 
+// Uneven all-to-all (expert dispatch): rank r sends (r + j) mod 3 rows — 0, 1 or 2 — to rank j, each
+// row [2] holding (r, j); rank j receives them in source order. A count list of the wrong length is an
+// error.
+TEST(GlooCommunicatorTest, AllToAllRowsMovesUnevenRows) {
+  auto body = [](int rank, int port) -> absl::Status {
+    auto g = Groups(rank, port, {.dp = 4});
+    if (!g.ok()) return g.status();
+    Communicator& c = *g->world;
+    auto rows = [](int from, int to) -> int64_t { return (from + to) % 3; };  // 0, 1 or 2 rows.
+    std::vector<int64_t> send(4), recv(4);
+    std::vector<at::Tensor> pieces;
+    for (int j = 0; j < 4; ++j) {
+      send[j] = rows(rank, j);
+      recv[j] = rows(j, rank);
+      pieces.push_back(at::tensor({static_cast<float>(rank), static_cast<float>(j)}).repeat({send[j], 1}));
+    }
+    at::Tensor in = at::cat(pieces);
+    int64_t total = 0;
+    for (int64_t n : recv) total += n;
+    at::Tensor out = at::empty({total, 2});
+    RETURN_IF_ERROR(c.AllToAllRows(in, send, out, recv));
+    int64_t at_row = 0;
+    for (int j = 0; j < 4; ++j) {
+      for (int64_t k = 0; k < recv[j]; ++k, ++at_row) {
+        RETURN_IF_ERROR(Expect(out[at_row][0].item<float>() == j && out[at_row][1].item<float>() == rank,
+                               absl::StrCat("row ", at_row, " comes from rank ", j)));
+      }
+    }
+    at::Tensor bad_out = at::empty({total, 2});
+    RETURN_IF_ERROR(Expect(!c.AllToAllRows(in, {1, 2}, bad_out, recv).ok(), "two counts for four ranks"));
+    return c.Barrier();
+  };
+  EXPECT_TRUE(RunRanks(4, body).ok());
+}
+
 TEST(GlooCommunicatorTest, MeshSubgroupsReduceOverTheirMembersOnly) {
   auto body = [](int rank, int port) -> absl::Status {
     auto g = Groups(rank, port, {.dp = 2, .tp = 2});  // tp groups {0,1},{2,3}; dp {0,2},{1,3}.
