@@ -12,13 +12,16 @@ namespace {
 
 using layout::Axis;
 
-// The tp groups in placement order: by dp, then pp, then sp coordinate (sp varying fastest), so that
-// consecutive groups are sequence-parallel, then pipeline neighbours.
+// The tp groups in placement order: by expert-parallel group (ep consecutive dp indices; every dp
+// index alone without ep), then pp, then sp coordinate, then the dp index inside the ep group (fastest),
+// so that consecutive groups are the members of an ep group (they exchange tokens in every sparse
+// block), then sequence-parallel, then pipeline neighbours.
 std::vector<std::vector<int>> GroupsInPlacementOrder(const layout::RankGenerator& ranks) {
   std::vector<std::vector<int>> groups = ranks.AllGroups(Axis::kTp);
+  const int ep = std::max(1, ranks.ep());
   auto key = [&](const std::vector<int>& g) {
-    const int r = g.front();
-    return std::array<int, 3>{ranks.Coord(r, Axis::kDp), ranks.Coord(r, Axis::kPp), ranks.Coord(r, Axis::kSp)};
+    const int r = g.front(), d = ranks.Coord(r, Axis::kDp);
+    return std::array<int, 4>{d / ep, ranks.Coord(r, Axis::kPp), ranks.Coord(r, Axis::kSp), d % ep};
   };
   std::stable_sort(groups.begin(), groups.end(),
                    [&](const std::vector<int>& a, const std::vector<int>& b) { return key(a) < key(b); });
@@ -44,6 +47,18 @@ std::string Explain(const layout::RankGenerator& ranks, const std::vector<std::v
                     spanning == 0 ? absl::StrCat("each on one worker")
                                   : absl::StrCat(spanning, " of ", groups.size(),
                                                  " span workers (no free worker held ", tp, " devices)"));
+  }
+  if (ranks.ep() > 1) {
+    const std::vector<std::vector<int>> ep_groups = ranks.AllExpertParallelGroups();
+    int apart = 0;
+    for (const auto& g : ep_groups) {
+      std::set<std::string> workers;
+      for (int r : g) workers.insert(slots[r].worker_id);
+      if (workers.size() > 1) ++apart;
+    }
+    absl::StrAppend(&s, "; ep groups (tokens to their experts) ",
+                    apart == 0 ? std::string("each on one worker")
+                               : absl::StrCat(apart, " of ", ep_groups.size(), " span workers"));
   }
   absl::StrAppend(&s, "; sp, then pp neighbours placed together; workers with the most free devices first");
   return s;

@@ -117,6 +117,24 @@ TEST(PlacementTest, EveryOrderKeepsGroupsTogether) {
   EXPECT_EQ(orders, 24);
 }
 
+// Expert parallelism: dp=4 × pp=2 with ep=2 on four workers of two devices. Ordered by dp, then pp,
+// dp 0's two stages would fill one worker and dp 1's the next, splitting the ep group {dp 0, dp 1} of
+// each stage; ordered by ep group first, each ep group's members come in turn and share a worker.
+TEST(PlacementTest, ExpertParallelGroupsStayInsideOneWorker) {
+  layout::ParallelLayout l;
+  l.dp = 4, l.pp = 2, l.ep = 2;
+  auto ranks = layout::RankGenerator::Create(l);
+  ASSERT_TRUE(ranks.ok()) << ranks.status();
+  auto p = coordinator::PlaceRanks(*ranks, {{"a", {0, 1}}, {"b", {0, 1}}, {"c", {0, 1}}, {"d", {0, 1}}});
+  ASSERT_TRUE(p.ok()) << p.status();
+  for (const auto& group : ranks->AllExpertParallelGroups()) {
+    std::set<std::string> workers;
+    for (int r : group) workers.insert(p->slots[r].worker_id);
+    EXPECT_EQ(workers.size(), 1u) << "ep group of rank " << group.front() << " spans workers";
+  }
+  EXPECT_THAT(p->explanation, HasSubstr("ep groups (tokens to their experts) each on one worker"));
+}
+
 TEST(PlacementTest, ExplainsAGroupThatHadToSpan) {
   auto p = coordinator::PlaceRanks(Ranks(1, 1, 4, 1), {{"a", {0, 1}}, {"b", {0, 1}}});
   ASSERT_TRUE(p.ok());
