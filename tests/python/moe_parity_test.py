@@ -40,6 +40,7 @@ LR, MIN_LR, WARMUP, WD, BETAS, ADAM_EPS, CLIP = 2e-3, 2e-4, 3, 0.1, (0.9, 0.95),
 COEF = 0.02
 SINGLE_TOL = 1e-4    # The issue's bar for one process against transformers.
 PARALLEL_TOL = 1e-3  # Sums in another order, amplified by Adam.
+BF16_TOL = 2e-3      # As the pipeline suite's bf16 bar: 8 significant bits, averaged over the tokens.
 
 
 def common(**extra):
@@ -196,6 +197,16 @@ output_dir: {self.tmp}/{name}
         self.check("mixtral_pp2", "mixtral", ["parallel.pp=2"], PARALLEL_TOL)
         self.check("mixtral_ep2_pp2", "mixtral", ["parallel.dp=2", "parallel.ep=2", "parallel.pp=2"], PARALLEL_TOL)
         self.check("qwen2_moe_pp3", "qwen2_moe", ["parallel.pp=3"], PARALLEL_TOL)
+
+    def test_bf16_follows_transformers_fp32(self):
+        # bf16 parameters and activations (fp32 master weights, router softmax in fp32): within BF16_TOL
+        # of transformers' fp32 training, alone and with ep=2.
+        for name, sets in [("mixtral_bf16", []), ("mixtral_bf16_ep2", ["parallel.dp=2", "parallel.ep=2"])]:
+            got, want = self.run_tessera(name, "mixtral", ["train.precision=bf16"] + sets), self.reference("mixtral")
+            for key in ("loss", "lm_loss", "aux_loss"):
+                worst = max(abs(g - w) / abs(w) for g, w in zip(got[key], want[key]))
+                print(f"{name} {key}: max relative difference to fp32 {worst:.2e}")
+                self.assertLessEqual(worst, BF16_TOL, key)
 
     def test_mixtral_activation_checkpointing_matches_transformers(self):
         self.check("mixtral_ckpt", "mixtral", ["train.activation_checkpointing=true"], PARALLEL_TOL)
