@@ -154,8 +154,6 @@ void Experts(const ModelConfig& m, const ParallelLayout& l, Problems* out) {
                                              m.shared_expert_ffn_hidden));
       }
     }
-    // Not implemented yet: the balancing loss's statistics across sequence blocks.
-    if (l.sp > 1) Add(out, "parallel.sp", absl::StrCat(l.sp, " with a Mixture-of-Experts model is not implemented yet"));
   }
   if (l.ep < 1) {
     Add(out, "parallel.ep", absl::StrCat(l.ep, " must be at least 1"));

@@ -114,10 +114,6 @@ TEST(CheckLayoutTest, ExpertRulesNameTheField) {
   l.ep = 4;
   EXPECT_TRUE(CheckLayout(moe, l, {2, 8}).ok()) << Problems(moe, l);
   EXPECT_EQ(l.ToString(), "dp4(ep4) tp2(1d)");
-  // The balancing loss across sequence blocks is issue 36's next slice; until then the layout says so.
-  l.sp = 2;
-  EXPECT_EQ(Problems(moe, l, {2, 8}), "parallel.sp: 2 with a Mixture-of-Experts model is not implemented yet");
-  l.sp = 1;
   moe.moe_ffn_hidden = 63;
   EXPECT_THAT(Problems(moe, l), HasSubstr("parallel.tp: 2 does not divide the experts' width 63"));
   moe.moe_ffn_hidden = 0;

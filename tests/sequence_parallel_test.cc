@@ -40,7 +40,7 @@ class SequenceParallelTest : public testing::LayoutSuiteTest<SequenceParallelTes
   }
 };
 
-TYPED_TEST_SUITE(SequenceParallelTest, testing::Families, testing::FamilyNames);
+TYPED_TEST_SUITE(SequenceParallelTest, testing::FamiliesWithExperts, testing::FamilyNames);
 
 TYPED_TEST(SequenceParallelTest, RingTwo) { this->Compare(this->Run("sp2", {"parallel.sp=2"})); }
 

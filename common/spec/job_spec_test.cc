@@ -395,9 +395,8 @@ TEST(JobSpecTest, MixtureOfExperts) {
   EXPECT_THAT(ParseAndValidate(kValid, {"model.family=llama", "model.dense_layers=[0]"}).status().message(),
               HasSubstr("model.dense_layers: needs model.experts"));
   EXPECT_TRUE(ParseAndValidate(kValid, {"model.family=llama", "model.experts=4", "parallel.ep=2"}).ok());
-  EXPECT_THAT(ParseAndValidate(kValid, {"model.family=llama", "model.experts=4", "parallel.ep=2",
-                                        "parallel.sp=2"}).status().message(),
-              HasSubstr("parallel.sp: 2 with a Mixture-of-Experts model is not implemented yet"));
+  EXPECT_THAT(ParseAndValidate(kValid, {"model.family=llama", "model.experts=4", "parallel.ep=3"}).status().message(),
+              HasSubstr("parallel.ep: 3 does not divide parallel.dp 2"));
 }
 
 TEST(JobSpecTest, MalformedYamlAndOverridesAreErrorsNotCrashes) {

@@ -105,7 +105,14 @@ absl::StatusOr<ProcessGroups> CreateProcessGroups(const BootstrapOptions& option
   }
   if (mesh.ep() > 1) {
     wants.push_back({"ep", &groups.ep, mesh.ExpertParallelGroup(options.rank)});
-    wants.push_back({"expertdp", &groups.expert_dp, mesh.ExpertDataGroup(options.rank)});
+    // The replicas of this rank's experts: the dp × sp ranks whose dp index is ≡ this one's mod ep
+    // (sequence blocks hold the same experts), in rank order.
+    std::vector<int> replicas;
+    const int d = mesh.Coord(options.rank, Axis::kDp);
+    for (int r : mesh.GroupRanks(options.rank, std::vector<Axis>{Axis::kDp, Axis::kSp})) {
+      if (mesh.Coord(r, Axis::kDp) % mesh.ep() == d % mesh.ep()) replicas.push_back(r);
+    }
+    wants.push_back({"expertdp", &groups.expert_dp, replicas});
   }
   std::vector<std::shared_ptr<Communicator>> axes(options.tp_grid.size());
   if (!options.tp_grid.empty()) {
@@ -140,7 +147,7 @@ absl::StatusOr<ProcessGroups> CreateProcessGroups(const BootstrapOptions& option
   }
   if (!groups.dp_sp) groups.dp_sp = groups.dp;
   if (!groups.ep) groups.ep = std::make_shared<SelfCommunicator>(options.rank, absl::StrCat("ep[", options.rank, "]"));
-  if (!groups.expert_dp) groups.expert_dp = groups.dp;
+  if (!groups.expert_dp) groups.expert_dp = groups.dp_sp;
   groups.tp_axes = std::move(axes);
   return groups;
 }

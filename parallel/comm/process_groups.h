@@ -32,9 +32,10 @@ struct ProcessGroups {
   // 2D / 2.5D / 3D tensor parallelism (BootstrapOptions::tp_grid): one group per grid axis a, the tp
   // ranks that differ from this one only in coordinate a (ranked by it). Empty for 1D.
   std::vector<std::shared_ptr<Communicator>> tp_axes;
-  // Expert parallelism (layout::RankGenerator::ExpertParallelGroup / ExpertDataGroup): the ep ranks a
-  // Mixture of Experts' experts are split over (tokens are exchanged in it), and the replicas of this
-  // rank's experts (their gradients are reduced over it). With ep = 1: a group of one, and dp.
+  // Expert parallelism: the ep ranks a Mixture of Experts' experts are split over (tokens are exchanged
+  // in it; layout::RankGenerator::ExpertParallelGroup), and the replicas of this rank's experts (their
+  // gradients are reduced over it): RankGenerator::ExpertDataGroup × sp. With ep = 1: a group of one,
+  // and dp_sp.
   std::shared_ptr<Communicator> ep;
   std::shared_ptr<Communicator> expert_dp;
 };

@@ -129,6 +129,21 @@ double RouterStats::AuxLoss() const {
   return experts * (counts / n * (prob_sums / n)).sum().item<double>();
 }
 
+absl::Status RouterStats::SumOver(Communicator& sp, c10::Device device) {
+  const at::TensorOptions f64 = at::TensorOptions().dtype(at::kDouble).device(device);
+  at::Tensor all = at::zeros({2 * experts + 1}, f64);
+  if (counts.defined()) {
+    all.narrow(0, 0, experts).copy_(counts);
+    all.narrow(0, experts, experts).copy_(prob_sums);
+  }
+  all[2 * experts] = static_cast<double>(rows);
+  if (absl::Status s = sp.AllReduce(all, ReduceOp::kSum); !s.ok()) return s;
+  counts = all.narrow(0, 0, experts);
+  prob_sums = all.narrow(0, experts, experts);
+  rows = static_cast<int64_t>(all[2 * experts].item<double>());
+  return absl::OkStatus();
+}
+
 at::Tensor SparseMlp(const at::Tensor& x, const SparseMlpWeights& w, const SparseMlpOptions& o, Communicator* tp,
                      Communicator* ep, RouterStats* stats, bool record, int layer) {
   const int64_t B = x.size(0), T = x.size(1), h = x.size(2), N = B * T;

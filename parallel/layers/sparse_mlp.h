@@ -35,6 +35,8 @@
 #include <ATen/core/Tensor.h>
 #include <torch/custom_class.h>
 
+#include "absl/status/status.h"
+
 #include "parallel/comm/communicator.h"
 
 namespace tessera::parallel {
@@ -55,6 +57,9 @@ struct RouterStats : torch::CustomClassHolder {
 
   // transformers' aux_loss: E · Σ_e (counts_e / rows) · (prob_sums_e / rows); 0 with no rows.
   double AuxLoss() const;
+  // Sequence parallelism: counts, probability sums and rows become their sums over `sp` (the
+  // micro-batch's whole sequence); a collective over it. Every member must hold the same blocks.
+  absl::Status SumOver(Communicator& sp, c10::Device device);
 };
 
 struct SparseMlpWeights {

@@ -218,6 +218,9 @@ absl::Status PipelineRunner::ForwardStats(const PipeAction& a, Stash& stash) {
     expert_load_[layer].add_(counts);
   }
   if (chunk.head) {
+    if (options_.sp && options_.sp->size() > 1) {
+      if (absl::Status s = options_.sp->AllReduce(carried, ReduceOp::kSum); !s.ok()) return s;
+    }
     stash.totals = carried;
     RouterStats total(static_cast<int>(E));
     total.counts = carried.narrow(0, 0, E);
@@ -245,7 +248,8 @@ absl::Status PipelineRunner::BackwardStats(const PipeAction& a, Stash& stash, do
   RouterStats& st = *stash.stats;
   st.counts = t.narrow(0, 0, E);
   st.rows = static_cast<int64_t>(t[2 * E].item<double>());
-  st.grad_scale = options_.aux_loss_coef * loss_scale / options_.micro_batches;
+  const int sp = options_.sp ? options_.sp->size() : 1;  // Averaged over sp like the cross-entropy.
+  st.grad_scale = options_.aux_loss_coef * loss_scale / options_.micro_batches * sp;
   *send_on = !chunk.embedding;
   *totals = t;
   return absl::OkStatus();

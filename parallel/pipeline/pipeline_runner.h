@@ -55,6 +55,9 @@ struct PipelineOptions {
   at::ScalarType activation_dtype = at::kFloat;
   int experts = 0;             // A Mixture of Experts' experts per sparse block (0: dense).
   double aux_loss_coef = 0;    // The balancing loss's weight in the objective.
+  // Sequence parallelism (a Mixture of Experts): the group whose sequence blocks make up one
+  // micro-batch; the head's chunk sums the statistics over it. Null: none.
+  std::shared_ptr<Communicator> sp;
 };
 
 class PipelineRunner {

@@ -125,6 +125,7 @@ absl::Status Trainer::Init() {
     po.activation_dtype = dtype;
     po.experts = m.experts;
     po.aux_loss_coef = m.aux_loss_coef;
+    po.sp = groups_.sp;
     auto runner = PipelineRunner::Create(model_.get(), *layout_, groups_.pp, po);
     if (!runner.ok()) return runner.status();
     pipeline_ = std::move(*runner);
@@ -252,8 +253,15 @@ absl::StatusOr<Trainer::LossSums> Trainer::ForwardBackward(int accum) {
       if (loss_scale_ != 1) objective = objective * loss_scale_;
       if (stats) {
         model_->set_router_stats({});
+        // Sequence parallelism: the balancing loss is over the whole sequence; each rank's gradient
+        // (averaged over sp like the cross-entropy's) carries sp times its share.
+        const int sp = groups_.sp->size();
+        if (sp > 1) {
+          absl::Status s = stats->SumOver(*groups_.sp, device_);
+          if (!s.ok()) return absl::Status(s.code(), absl::StrCat("step ", step_ + 1, ": ", s.message()));
+        }
         sums.aux += stats->AuxLoss();
-        stats->grad_scale = c.aux_loss_coef * loss_scale_ / accum;
+        stats->grad_scale = c.aux_loss_coef * loss_scale_ / accum * sp;
         if (!sums.expert_load.defined()) {
           sums.expert_load = at::zeros({c.layers, c.experts}, at::TensorOptions().dtype(at::kDouble).device(device_));
         }

@@ -26,8 +26,8 @@
 //
 // Expert parallelism (a Mixture of Experts with ep > 1): the experts' parameters (Param::expert) differ
 // between the ranks of the ep group, so they form units of their own (one per block) whose gradients
-// are reduced, and whose state is sharded, over their own replicas (`expert_dp`, dp/ep ranks); the sum
-// is divided by dp, as each rank's expert gradient already sums the contributions of its ep group's
+// are reduced, and whose state is sharded, over their own replicas (`expert_dp`, dp/ep × sp ranks); the sum
+// is divided by dp × sp, as each rank's expert gradient already sums the contributions of its ep group's
 // tokens (stage 0: averaged over expert_dp in buckets of their own, then divided by ep). The gradient
 // norm sums their squares over the ep group.
 //

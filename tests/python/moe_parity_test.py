@@ -8,7 +8,8 @@ cross-entropy + 0.02 × balancing loss, transformers' outputs.loss), `lm_loss` a
 equal the same training done in PyTorch on the transformers model: within 1e-4 relative in one
 process, 1e-3 with tp=2 (each expert split over tp), dp=2, expert parallelism (ep=2 out of dp=2,
 alone, with tp=2, with ZeRO-3, with activation checkpointing), pipelines (pp=2, ep=2 × pp=2, and a
-dense block on a stage of its own at pp=3), and with activation checkpointing (the
+dense block on a stage of its own at pp=3), sequence parallelism (sp=2 ring, all-to-all with ep=2,
+with pp=2), bf16 (alone and ep=2, within 2e-3 of transformers' fp32 training), and with activation checkpointing (the
 balancing loss's gradient enters recomputed blocks). Exports load in transformers with tessera's
 logits and generate its tokens. The test can fail: training the same model
 without the balancing loss's gradient gives losses far outside the tolerance.
@@ -197,6 +198,14 @@ output_dir: {self.tmp}/{name}
         self.check("mixtral_pp2", "mixtral", ["parallel.pp=2"], PARALLEL_TOL)
         self.check("mixtral_ep2_pp2", "mixtral", ["parallel.dp=2", "parallel.ep=2", "parallel.pp=2"], PARALLEL_TOL)
         self.check("qwen2_moe_pp3", "qwen2_moe", ["parallel.pp=3"], PARALLEL_TOL)
+
+    def test_sequence_parallel_matches_transformers(self):
+        # Each rank routes its block of the sequence; the balancing loss is over the whole sequence
+        # (statistics summed over sp), with pipelines and expert parallelism too.
+        self.check("mixtral_sp2", "mixtral", ["parallel.sp=2"], PARALLEL_TOL)
+        self.check("mixtral_sp2a_ep2", "mixtral", ["parallel.sp=2", "parallel.sp_mode=all_to_all", "parallel.dp=2",
+                                                   "parallel.ep=2"], PARALLEL_TOL)
+        self.check("qwen3_moe_sp2_pp2", "qwen3_moe", ["parallel.sp=2", "parallel.pp=2"], PARALLEL_TOL)
 
     def test_bf16_follows_transformers_fp32(self):
         # bf16 parameters and activations (fp32 master weights, router softmax in fp32): within BF16_TOL

@@ -120,7 +120,7 @@ struct MixtralFamily {
   static int Tensors(int layers) { return 1 + (6 + 1 + 4 * 3) * layers + 2; }  // + router, 4 experts' w1, w2, w3.
 };
 using Families = ::testing::Types<Gpt2Family, LlamaFamily>;
-// The suites whose layouts a Mixture of Experts runs too (pipelines; not sequence parallelism yet).
+// The suites whose layouts a Mixture of Experts runs too (pipelines, sequence parallelism).
 using FamiliesWithExperts = ::testing::Types<Gpt2Family, LlamaFamily, MixtralFamily>;
 struct FamilyNames {
   template <typename Family>
