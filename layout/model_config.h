@@ -63,6 +63,9 @@ struct ModelConfig {
   // The balancing loss's weight in the objective (transformers' router_aux_loss_coef; 0: reported,
   // not trained).
   double aux_loss_coef = 0;
+  // > 0: an expert takes at most ceil(capacity_factor · N · k / E) of the N·k assignments of a rank's
+  // micro-batch per sparse block, in token order, the rest dropped; 0: dropless.
+  double capacity_factor = 0;
 
   int HeadDim() const { return hidden / heads; }
   bool IsMoe() const { return experts > 0; }

@@ -390,6 +390,11 @@ TEST(JobSpecTest, MixtureOfExperts) {
   EXPECT_THAT(msg, HasSubstr("model.experts_per_token: 5 must be between 1 and model.experts 4"));
   EXPECT_THAT(msg, HasSubstr("model.dense_layers[0]: 7 is not a block (0 to model.layers − 1 = 1)"));
 
+  EXPECT_EQ(ModelConfigOf(ParseAndValidate(kValid, {"model.family=mixtral", "model.experts=4",
+                                                     "model.capacity_factor=1.25"})->model()).capacity_factor, 1.25);
+  EXPECT_THAT(ParseAndValidate(kValid, {"model.family=mixtral", "model.experts=4", "model.capacity_factor=-1"})
+                  .status().message(),
+              HasSubstr("model.capacity_factor: -1 must be between 0 (dropless) and 1024"));
   EXPECT_THAT(ParseAndValidate(kValid, {"model.experts=4"}).status().message(),
               HasSubstr("model.experts: gpt has no Mixture-of-Experts blocks"));
   EXPECT_THAT(ParseAndValidate(kValid, {"model.family=llama", "model.dense_layers=[0]"}).status().message(),

@@ -35,6 +35,7 @@ layout::ModelConfig ModelConfigOf(const v1::ModelSpec& m) {
   c.moe_every = m.moe_every() > 0 ? m.moe_every() : 1;  // 0: a spec stored before the field existed.
   c.dense_layers.assign(m.dense_layers().begin(), m.dense_layers().end());
   c.aux_loss_coef = m.aux_loss_coef();
+  c.capacity_factor = m.capacity_factor();
   return c;
 }
 

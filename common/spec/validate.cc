@@ -103,6 +103,7 @@ void CheckExperts(const v1::ModelSpec& m, Checker& c) {
     if (m.shared_expert_ffn_hidden() != 0) c.Fail("model.shared_expert_ffn_hidden", "needs model.experts");
     if (m.dense_layers_size() > 0) c.Fail("model.dense_layers", "needs model.experts (every block is dense)");
     if (m.has_aux_loss_coef()) c.Fail("model.aux_loss_coef", "needs model.experts (there is no router)");
+    if (m.capacity_factor() != 0) c.Fail("model.capacity_factor", "needs model.experts (there are no experts)");
     return;
   }
   c.InRange("model.moe_ffn_hidden", m.moe_ffn_hidden(), 0, limits::kMaxFfnHidden);
@@ -121,6 +122,10 @@ void CheckExperts(const v1::ModelSpec& m, Checker& c) {
   }
   if (m.has_aux_loss_coef() && !(m.aux_loss_coef() >= 0 && m.aux_loss_coef() <= limits::kMaxAuxLossCoef)) {
     c.Fail("model.aux_loss_coef", absl::StrCat(m.aux_loss_coef(), " must be between 0 and ", limits::kMaxAuxLossCoef));
+  }
+  if (!(m.capacity_factor() >= 0 && m.capacity_factor() <= limits::kMaxExperts)) {
+    c.Fail("model.capacity_factor",
+           absl::StrCat(m.capacity_factor(), " must be between 0 (dropless) and ", limits::kMaxExperts));
   }
   if (mixtral) {
     if (m.shared_expert_ffn_hidden() != 0) c.Fail("model.shared_expert_ffn_hidden", "mixtral has no shared expert");

@@ -132,6 +132,8 @@ absl::StatusOr<TrainerState> ParseTrainerState(std::string_view text, const std:
     c.shared_expert_ffn_hidden = static_cast<int>(model.Int("shared_expert_ffn_hidden", 0, kMaxTrainerStateSize, 0));
     c.norm_topk_prob = model.Bool("norm_topk_prob", true);
     c.moe_every = static_cast<int>(model.Int("moe_every", 1, kMaxTrainerStateSize, 1));
+    c.capacity_factor = model.Number("capacity_factor", 0.0);
+    if (c.capacity_factor < 0) model.Fail("capacity_factor", "is negative");
     if (error.ok() && c.experts > 0 && (c.experts_per_token < 1 || c.experts_per_token > c.experts)) {
       model.Fail("experts_per_token", absl::StrCat(c.experts_per_token, " is not between 1 and experts ", c.experts));
     }

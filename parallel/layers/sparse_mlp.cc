@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "kernels/autograd_pointer.h"
@@ -159,7 +161,21 @@ at::Tensor SparseMlp(const at::Tensor& x, const SparseMlpWeights& w, const Spars
   at::Tensor order = at::argsort(flat_e, /*stable=*/true);
   at::Tensor token_of = at::div(order, k, "floor");
   at::Tensor counts = at::bincount(flat_e, {}, E);
-  const at::Tensor counts_cpu = counts.cpu();
+  at::Tensor counts_cpu = counts.cpu();
+  if (o.capacity_factor > 0) {
+    // The first `capacity` assignments of each expert in the sorted order (token order) stay.
+    const int64_t capacity = static_cast<int64_t>(std::ceil(o.capacity_factor * N * k / E));
+    std::vector<int64_t> keep;
+    const int64_t* c = counts_cpu.data_ptr<int64_t>();
+    int64_t start = 0;
+    for (int64_t e = 0; e < E; ++e) {
+      for (int64_t r = 0; r < std::min(c[e], capacity); ++r) keep.push_back(start + r);
+      start += c[e];
+    }
+    order = order.index_select(0, at::tensor(keep, at::kLong).to(order.device()));
+    token_of = at::div(order, k, "floor");
+    counts_cpu = counts_cpu.clamp_max(capacity);
+  }
   const int64_t* per_expert = counts_cpu.data_ptr<int64_t>();
   at::Tensor in = CopyToTp(rows, tp).index_select(0, token_of);  // [N·k, h]
   at::Tensor expert_out;

@@ -73,6 +73,11 @@ struct SparseMlpWeights {
 struct SparseMlpOptions {
   int experts_per_token = 2;
   bool norm_topk_prob = true;
+  // > 0: each expert takes at most ceil(capacity_factor · N · k / E) of this rank's N·k assignments,
+  // the first in token order (slot order within a token); the others are dropped — they add nothing
+  // to their token's output and the kept weights are not renormalised. The routers' statistics (the
+  // balancing loss) count every assignment, dropped or not. 0: dropless.
+  double capacity_factor = 0;
 };
 
 // x [B, T, h], the same on every tp rank → the block's output [B, T, h], the same on every tp rank.

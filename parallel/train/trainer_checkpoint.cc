@@ -315,6 +315,7 @@ nlohmann::json Trainer::TrainerStateJson(bool sharded_state) const {
                  {"experts_per_token", c.experts_per_token}, {"moe_ffn_hidden", c.MoeFfnHidden()},
                  {"shared_expert_ffn_hidden", c.shared_expert_ffn_hidden}, {"norm_topk_prob", c.norm_topk_prob},
                  {"moe_every", c.moe_every}, {"dense_layers", c.dense_layers},
+                 {"capacity_factor", c.capacity_factor},
                  {"rope_scaling", c.rope_scaling.enabled()
                                       ? nlohmann::json{{"factor", c.rope_scaling.factor},
                                                        {"low_freq_factor", c.rope_scaling.low_freq_factor},
