@@ -15,7 +15,6 @@ import sys
 import tempfile
 import time
 
-import numpy as np
 import torch
 import transformers
 
@@ -23,6 +22,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
 import gpt_reference  # noqa: E402
+from throughput_common import interleaved_medians, print_ratios, write_corpus  # noqa: E402
 
 # ~4 layers, hidden 512 (the size); grouped-query attention, SwiGLU of Megatron's default width.
 LAYERS, HIDDEN, HEADS, KV_HEADS, FFN, VOCAB, SEQ, BATCH = 4, 512, 8, 2, 1344, 256, 128, 8
@@ -88,29 +88,18 @@ def main():
     tmp = tempfile.mkdtemp()
     model_dir = os.path.join(tmp, "llama")
     draw(model_dir)
-    data = os.path.join(tmp, "tokens.bin")
-    text = open("/usr/share/common-licenses/GPL-3", "rb").read() if os.path.exists(
-        "/usr/share/common-licenses/GPL-3") else open(os.path.join(ROOT, "README.md"), "rb").read()
-    np.frombuffer(text, dtype=np.uint8).astype("<u2").tofile(data)
+    data = write_corpus(tmp, ROOT)
     configs = [
         (f"tessera run, 1 rank x {cores} threads",
          lambda: tessera_tokens_per_s(args.tessera, tmp, model_dir, data, args.steps, args.warmup, cores)),
         (f"transformers LlamaForCausalLM, eager, {cores} threads",
          lambda: transformers_tokens_per_s(model_dir, data, args.steps, args.warmup, cores)),
     ]
-    # Interleaved rounds, the median of each configuration's rounds: the machine is shared and noisy.
-    runs = {name: [] for name, _ in configs}
-    for _ in range(args.rounds):
-        for name, measure in configs:
-            runs[name].append(measure())
-    rows = [(name, statistics.median(v)) for name, v in runs.items()]
-    peer = rows[1][1]
+    rows = interleaved_medians(configs, args.rounds)
     print(f"Llama {LAYERS}L/{HIDDEN}h/{HEADS}heads/{KV_HEADS}kv/ffn{FFN}/seq{SEQ}, batch {BATCH}, fp32, {cores} cores, "
           f"torch {torch.__version__}, transformers {transformers.__version__}; median step of steps "
           f"{args.warmup + 1}..{args.steps}, median of {args.rounds} interleaved rounds")
-    print(f"{'configuration':50s} {'tokens/s':>10s} {'vs transformers':>16s}")
-    for name, v in rows:
-        print(f"{name:50s} {v:10.0f} {v / peer:16.2f}")
+    print_ratios(rows, rows[1][0], width=50)
 
 
 if __name__ == "__main__":

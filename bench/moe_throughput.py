@@ -17,7 +17,6 @@ import sys
 import tempfile
 import time
 
-import numpy as np
 import torch
 import transformers
 
@@ -25,6 +24,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
 import gpt_reference  # noqa: E402
+from throughput_common import interleaved_medians, print_ratios, write_corpus  # noqa: E402
 
 # The size: ~4 layers, hidden 256, 8 experts, top-2 (expert width 512, GQA 8/2 heads).
 LAYERS, HIDDEN, HEADS, KV_HEADS, FFN, EXPERTS, TOPK, VOCAB, SEQ, BATCH = 4, 256, 8, 2, 512, 8, 2, 256, 128, 8
@@ -119,30 +119,19 @@ def main():
     tmp = tempfile.mkdtemp()
     model_dir = os.path.join(tmp, "mixtral")
     draw(model_dir)
-    data = os.path.join(tmp, "tokens.bin")
-    text = open("/usr/share/common-licenses/GPL-3", "rb").read() if os.path.exists(
-        "/usr/share/common-licenses/GPL-3") else open(os.path.join(ROOT, "README.md"), "rb").read()
-    np.frombuffer(text, dtype=np.uint8).astype("<u2").tofile(data)
+    data = write_corpus(tmp, ROOT)
     configs = [
         (f"tessera run, 1 rank x {cores} threads",
          lambda: tessera_run(args.tessera, tmp, model_dir, data, args.steps, args.warmup, cores)[0]),
         (f"transformers MixtralForCausalLM, eager, {cores} threads",
          lambda: transformers_tokens_per_s(model_dir, data, args.steps, args.warmup, cores)),
     ]
-    # Interleaved rounds, the median of each configuration's rounds: the machine is shared and noisy.
-    runs = {name: [] for name, _ in configs}
-    for _ in range(args.rounds):
-        for name, measure in configs:
-            runs[name].append(measure())
-    rows = [(name, statistics.median(v)) for name, v in runs.items()]
-    peer = rows[1][1]
+    rows = interleaved_medians(configs, args.rounds)
     print(f"Mixtral {LAYERS}L/{HIDDEN}h/{HEADS}heads/{KV_HEADS}kv/{EXPERTS} experts of {FFN}/top-{TOPK}/seq{SEQ}, "
           f"batch {BATCH}, fp32, objective CE + {COEF}·aux, {cores} cores, torch {torch.__version__}, "
           f"transformers {transformers.__version__}; median step of steps {args.warmup + 1}..{args.steps}, "
           f"median of {args.rounds} interleaved rounds")
-    print(f"{'configuration':55s} {'tokens/s':>10s} {'vs transformers':>16s}")
-    for name, v in rows:
-        print(f"{name:55s} {v:10.0f} {v / peer:16.2f}")
+    print_ratios(rows, rows[1][0])
     # Expert parallelism's traffic against the formula (one run; bytes do not depend on timing).
     hf = transformers.MixtralForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     dense = sum(p.numel() for n, p in hf.named_parameters() if ".experts." not in n)

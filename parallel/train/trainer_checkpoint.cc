@@ -45,50 +45,58 @@ absl::StatusOr<std::map<std::string, at::Tensor>> Trainer::GatherFull(What what)
   return full;
 }
 
+namespace {
+
+// Member s (> 0) of `group` sends the tensors `specs` names from `full`, in that order (tag s); member
+// 0, which knows the names and shapes, receives them into `full` (fp32, on the CPU). `what` names the
+// gather in errors.
+absl::Status CollectFrom(Communicator* group, int s, const std::vector<ParamSpec>& specs,
+                         std::map<std::string, at::Tensor>* full, const char* what) {
+  for (const ParamSpec& spec : specs) {
+    if (group->rank() == s) {
+      auto it = full->find(spec.name);
+      if (it == full->end()) return absl::InternalError(absl::StrCat(what, ": member ", s, " lacks ", spec.name));
+      TESSERA_RETURN_IF_ERROR(group->Send(it->second.to(at::kFloat).cpu().contiguous(), 0, s));
+    } else {
+      at::Tensor t = at::empty(spec.shape, at::kFloat);
+      TESSERA_RETURN_IF_ERROR(group->Recv(t, s, s));
+      full->emplace(spec.name, std::move(t));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status Trainer::GatherOverEp(std::map<std::string, at::Tensor>* full) {
   Communicator* ep = groups_.ep.get();
   const ModelConfig& c = options_.model;
-  // ep rank s > 0 sends its experts' tensors in ModelParamSpecs order; rank 0 knows their names and
-  // shapes from s's part.
+  // ep rank s > 0 sends its experts' tensors; rank 0 knows their names and shapes from s's part.
   for (int s = 1; s < ep->size(); ++s) {
     if (ep->rank() != 0 && ep->rank() != s) continue;
     ModelPart part = model_->part();
     part.expert_count = c.experts / ep->size();
     part.expert_first = s * part.expert_count;
+    std::vector<ParamSpec> experts;
     for (const ParamSpec& spec : ModelParamSpecs(c, part, groups_.tp->size())) {
-      if (spec.expert < 0) continue;
-      if (ep->rank() == s) {
-        auto it = full->find(spec.name);
-        if (it == full->end()) return absl::InternalError(absl::StrCat("expert gather: ep rank ", s, " lacks ", spec.name));
-        TESSERA_RETURN_IF_ERROR(ep->Send(it->second.to(at::kFloat).cpu().contiguous(), 0, s));
-      } else {
-        at::Tensor t = at::empty(spec.shape, at::kFloat);
-        TESSERA_RETURN_IF_ERROR(ep->Recv(t, s, s));
-        full->emplace(spec.name, std::move(t));
-      }
+      if (spec.expert >= 0) experts.push_back(spec);
     }
+    TESSERA_RETURN_IF_ERROR(CollectFrom(ep, s, experts, full, "expert gather"));
   }
   return absl::OkStatus();
 }
 
 absl::Status Trainer::GatherOverPp(std::map<std::string, at::Tensor>* full) {
   Communicator* pp = groups_.pp.get();
-  // Stage s > 0 sends, in ModelParamSpecs order, every tensor it holds except the tied embedding (stage
-  // 0 has it); stage 0 knows the names and shapes from the layout.
+  // Stage s > 0 sends every tensor it holds except the tied embedding (stage 0 has it); stage 0 knows
+  // the names and shapes from the layout.
   for (int s = 1; s < pp->size(); ++s) {
     if (pp->rank() != 0 && pp->rank() != s) continue;
+    std::vector<ParamSpec> held;
     for (const ParamSpec& spec : ModelParamSpecs(options_.model, PartOfRank(*layout_, s), groups_.tp->size())) {
-      if (spec.name == TiedEmbeddingName(options_.model)) continue;
-      if (pp->rank() == s) {
-        auto it = full->find(spec.name);
-        if (it == full->end()) return absl::InternalError(absl::StrCat("pipeline gather: stage ", s, " lacks ", spec.name));
-        TESSERA_RETURN_IF_ERROR(pp->Send(it->second.to(at::kFloat).cpu().contiguous(), 0, s));
-      } else {
-        at::Tensor t = at::empty(spec.shape, at::kFloat);
-        TESSERA_RETURN_IF_ERROR(pp->Recv(t, s, s));
-        full->emplace(spec.name, std::move(t));
-      }
+      if (spec.name != TiedEmbeddingName(options_.model)) held.push_back(spec);
     }
+    TESSERA_RETURN_IF_ERROR(CollectFrom(pp, s, held, full, "pipeline gather"));
   }
   return absl::OkStatus();
 }

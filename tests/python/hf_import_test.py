@@ -12,7 +12,6 @@ project's venv (tools/setup.sh).
 """
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import unittest
@@ -22,7 +21,8 @@ import transformers
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gpt_reference  # noqa: E402
-from hf_testing import CausalLm, assert_losses_close, with_random_biases, write_tokens  # noqa: E402
+from hf_testing import (CausalLm, assert_losses_close, run_tessera, with_random_biases,  # noqa: E402
+                        write_pretrained_spec, write_tokens)
 
 TESSERA = os.path.abspath("client/tessera")
 RANK = os.path.abspath("worker/rank/tessera-rank")
@@ -99,20 +99,9 @@ class HfImportTest(unittest.TestCase):
         return self.want[name]
 
     def run_tessera(self, name, model, sets=(), expect_ok=True):
-        spec = os.path.join(self.tmp, f"{name}.yaml")
-        with open(spec, "w") as f:
-            f.write(f"""name: {name}
-model: {{pretrained: {self.dirs[model]}, seq_len: {SEQ}}}
-data: {{path: {self.data}}}
-train: {{steps: {STEPS}, micro_batch: {MICRO}, global_batch: {GLOBAL}, lr: {LR}, min_lr: {MIN_LR},
-        warmup_steps: {WARMUP}, schedule: cosine, weight_decay: {WD}, betas: [{BETAS[0]}, {BETAS[1]}],
-        eps: {ADAM_EPS}, grad_clip: {CLIP}}}
-output_dir: {self.tmp}/{name}
-""")
-        cmd = [TESSERA, "run", spec, "--quiet", "--threads-per-rank=1"]
-        for s in sets:
-            cmd += ["--set", s]
-        done = subprocess.run(cmd, env=dict(os.environ, TESSERA_RANK_BINARY=RANK), capture_output=True, text=True)
+        spec = write_pretrained_spec(self.tmp, name, self.dirs[model], self.data, SEQ, STEPS, MICRO, GLOBAL, LR,
+                                     MIN_LR, WARMUP, WD, BETAS, ADAM_EPS, CLIP)
+        done = run_tessera(TESSERA, spec, sets, dict(os.environ, TESSERA_RANK_BINARY=RANK))
         if not expect_ok:
             self.assertNotEqual(done.returncode, 0, done.stdout + done.stderr)
             return done.stderr

@@ -1,6 +1,8 @@
 """What the tests against transformers share: the loss of a transformers model as gpt_reference.train
-calls it, the token file they train on, and non-zero biases for models whose biases start at zero."""
+calls it, the token file they train on, non-zero biases for models whose biases start at zero, and
+the tessera job that trains a transformers directory as gpt_reference.train does."""
 import os
+import subprocess
 
 import numpy as np
 import torch
@@ -46,3 +48,28 @@ def assert_losses_close(test, name, got, want, steps, tol):
     test.assertLess(want[-1], want[0] - 0.1, "the run learns")
     worst = max(abs(g - w) / abs(w) for g, w in zip(got, want))
     print(f"{name}: max relative loss difference {worst:.2e} (loss {want[0]:.4f} -> {want[-1]:.4f})")
+
+
+def write_pretrained_spec(directory, name, model_dir, data, seq, steps, micro, global_batch, lr, min_lr, warmup,
+                          weight_decay, betas, eps, clip, extra=""):
+    """DIR/NAME.yaml: `model_dir` (model.pretrained) trained as gpt_reference.train trains (cosine LR
+    with warmup, AdamW, clipping) into DIR/NAME; `extra` is appended (YAML lines). Returns its path."""
+    spec = os.path.join(directory, f"{name}.yaml")
+    with open(spec, "w") as f:
+        f.write(f"""name: {name}
+model: {{pretrained: {model_dir}, seq_len: {seq}}}
+data: {{path: {data}}}
+train: {{steps: {steps}, micro_batch: {micro}, global_batch: {global_batch}, lr: {lr}, min_lr: {min_lr},
+        warmup_steps: {warmup}, schedule: cosine, weight_decay: {weight_decay}, betas: [{betas[0]}, {betas[1]}],
+        eps: {eps}, grad_clip: {clip}}}
+output_dir: {directory}/{name}
+{extra}""")
+    return spec
+
+
+def run_tessera(tessera, spec, sets, env):
+    """`tessera run SPEC --quiet --threads-per-rank=1 --set S...` (CompletedProcess, text output)."""
+    cmd = [tessera, "run", spec, "--quiet", "--threads-per-rank=1"]
+    for s in sets:
+        cmd += ["--set", s]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True)

@@ -27,7 +27,7 @@ import transformers
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gpt_reference  # noqa: E402
-from hf_testing import write_tokens  # noqa: E402
+from hf_testing import run_tessera, write_pretrained_spec, write_tokens  # noqa: E402
 
 TESSERA = os.path.abspath("client/tessera")
 RANK = os.path.abspath("worker/rank/tessera-rank")
@@ -136,21 +136,9 @@ class MoeParityTest(unittest.TestCase):
         return self.want[key]
 
     def run_tessera(self, name, model, sets=()):
-        spec = os.path.join(self.tmp, f"{name}.yaml")
-        with open(spec, "w") as f:
-            f.write(f"""name: {name}
-model: {{pretrained: {self.dirs[model]}, seq_len: {SEQ}}}
-data: {{path: {self.data}}}
-train: {{steps: {STEPS}, micro_batch: {MICRO}, global_batch: {GLOBAL}, lr: {LR}, min_lr: {MIN_LR},
-        warmup_steps: {WARMUP}, schedule: cosine, weight_decay: {WD}, betas: [{BETAS[0]}, {BETAS[1]}],
-        eps: {ADAM_EPS}, grad_clip: {CLIP}}}
-checkpoint: {{every_steps: {STEPS}}}
-output_dir: {self.tmp}/{name}
-""")
-        cmd = [TESSERA, "run", spec, "--quiet", "--threads-per-rank=1"]
-        for s in sets:
-            cmd += ["--set", s]
-        done = subprocess.run(cmd, env=ENV, capture_output=True, text=True)
+        spec = write_pretrained_spec(self.tmp, name, self.dirs[model], self.data, SEQ, STEPS, MICRO, GLOBAL, LR,
+                                     MIN_LR, WARMUP, WD, BETAS, ADAM_EPS, CLIP, f"checkpoint: {{every_steps: {STEPS}}}\n")
+        done = run_tessera(TESSERA, spec, sets, ENV)
         self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
         with open(os.path.join(self.tmp, name, "steps.jsonl")) as f:
             lines = [json.loads(line) for line in f]
