@@ -12,15 +12,14 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
-import numpy as np
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
 import gpt_reference  # noqa: E402
+from throughput_common import torch_step_seconds, write_corpus  # noqa: E402
 
 CFG = dict(layers=4, hidden=256, heads=4, vocab=256, seq_len=128)
 BATCH = 8
@@ -50,22 +49,8 @@ def torch_tokens_per_s(data, steps, warmup, threads, compiled):
     model = gpt_reference.GPT(**CFG)
     model.gpt2_init(CFG["layers"], torch.Generator().manual_seed(1))
     samples = gpt_reference.Samples(data, CFG["seq_len"], False, 0)
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=1e-3, betas=(0.9, 0.95))
     fwd = torch.compile(model) if compiled else model
-    secs = []
-    for step in range(steps):
-        t0 = time.perf_counter()
-        x, y = samples.batch(range(step * BATCH, (step + 1) * BATCH))
-        opt.zero_grad(set_to_none=True)
-        loss = fwd(x, y)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        loss.item()
-        secs.append(time.perf_counter() - t0)
+    secs = torch_step_seconds(model, fwd, samples, steps, BATCH)
     return BATCH * CFG["seq_len"] / statistics.median(secs[warmup:])
 
 
@@ -79,10 +64,7 @@ def main():
     args = ap.parse_args()
     cores = os.cpu_count()
     tmp = tempfile.mkdtemp()
-    data = os.path.join(tmp, "tokens.bin")
-    text = open("/usr/share/common-licenses/GPL-3", "rb").read() if os.path.exists(
-        "/usr/share/common-licenses/GPL-3") else open(os.path.join(ROOT, "README.md"), "rb").read()
-    np.frombuffer(text, dtype=np.uint8).astype("<u2").tofile(data)
+    data = write_corpus(tmp, ROOT)
 
     configs = [
         (f"tessera run, 1 rank x {cores} threads",

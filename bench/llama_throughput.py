@@ -7,13 +7,10 @@ Usage (after tools/setup.sh): bash bench/run_llama.sh [--steps N] [--rounds R]
 Prints a table; copy it into bench/RESULTS.md with the date and machine.
 """
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 
 import torch
 import transformers
@@ -22,7 +19,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
 import gpt_reference  # noqa: E402
-from throughput_common import interleaved_medians, print_ratios, write_corpus  # noqa: E402
+from throughput_common import (interleaved_medians, print_ratios, run_pretrained, step_lines,  # noqa: E402
+                               torch_step_seconds, write_corpus)
 
 # ~4 layers, hidden 512 (the issue's size); grouped-query attention, SwiGLU of Megatron's default width.
 LAYERS, HIDDEN, HEADS, KV_HEADS, FFN, VOCAB, SEQ, BATCH = 4, 512, 8, 2, 1344, 256, 128, 8
@@ -38,42 +36,20 @@ def draw(directory):
 
 
 def tessera_tokens_per_s(tessera, tmp, model_dir, data, steps, warmup, threads):
-    out = os.path.join(tmp, f"run_{time.monotonic_ns()}")
-    spec = os.path.join(tmp, "spec.yaml")
-    with open(spec, "w") as f:
-        f.write(f"""name: bench
-model: {{pretrained: {model_dir}, seq_len: {SEQ}}}
-data: {{path: {data}}}
-train: {{steps: {steps}, micro_batch: {BATCH}, global_batch: {BATCH}, lr: 1e-3, schedule: constant, grad_clip: 1.0}}
-output_dir: {out}
-""")
-    subprocess.run([tessera, "run", spec, "--quiet", f"--threads-per-rank={threads}"], check=True)
-    with open(os.path.join(out, "steps.jsonl")) as f:
-        secs = [json.loads(line)["step_seconds"] for line in f][warmup:]
-    return BATCH * SEQ / statistics.median(secs)
+    out = run_pretrained(tessera, tmp, model_dir, data, SEQ, BATCH, steps, threads)
+    return BATCH * SEQ / statistics.median(line["step_seconds"] for line in step_lines(out, warmup))
 
 
 def transformers_tokens_per_s(model_dir, data, steps, warmup, threads):
     torch.set_num_threads(threads)
     model = transformers.LlamaForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     model.train()
-    samples = gpt_reference.Samples(data, SEQ, False, 0)
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=1e-3, betas=(0.9, 0.95))
-    secs = []
-    for step in range(steps):
-        t0 = time.perf_counter()
-        x, y = samples.batch(range(step * BATCH, (step + 1) * BATCH))
-        opt.zero_grad(set_to_none=True)
+
+    def objective(x, y):
         logits = model(input_ids=x).logits
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, VOCAB), y.reshape(-1))
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        loss.item()
-        secs.append(time.perf_counter() - t0)
+        return torch.nn.functional.cross_entropy(logits.reshape(-1, VOCAB), y.reshape(-1))
+
+    secs = torch_step_seconds(model, objective, gpt_reference.Samples(data, SEQ, False, 0), steps, BATCH)
     return BATCH * SEQ / statistics.median(secs[warmup:])
 
 

@@ -12,10 +12,8 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 
 import torch
 import transformers
@@ -24,7 +22,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
 import gpt_reference  # noqa: E402
-from throughput_common import interleaved_medians, print_ratios, write_corpus  # noqa: E402
+from throughput_common import (interleaved_medians, print_ratios, run_pretrained, step_lines,  # noqa: E402
+                               torch_step_seconds, write_corpus)
 
 # The issue's size: ~4 layers, hidden 256, 8 experts, top-2 (expert width 512, GQA 8/2 heads).
 LAYERS, HIDDEN, HEADS, KV_HEADS, FFN, EXPERTS, TOPK, VOCAB, SEQ, BATCH = 4, 256, 8, 2, 512, 8, 2, 256, 128, 8
@@ -43,21 +42,8 @@ def draw(directory):
 
 def tessera_run(tessera, tmp, model_dir, data, steps, warmup, threads, sets=()):
     """(tokens/s of the median step, median over steps of the bytes every rank communicated in it)."""
-    out = os.path.join(tmp, f"run_{time.monotonic_ns()}")
-    spec = os.path.join(tmp, "spec.yaml")
-    with open(spec, "w") as f:
-        f.write(f"""name: bench
-model: {{pretrained: {model_dir}, seq_len: {SEQ}}}
-data: {{path: {data}}}
-train: {{steps: {steps}, micro_batch: {BATCH}, global_batch: {BATCH}, lr: 1e-3, schedule: constant, grad_clip: 1.0}}
-output_dir: {out}
-""")
-    cmd = [tessera, "run", spec, "--quiet", f"--threads-per-rank={threads}"]
-    for s in sets:
-        cmd += ["--set", s]
-    subprocess.run(cmd, check=True)
-    with open(os.path.join(out, "steps.jsonl")) as f:
-        lines = [json.loads(line) for line in f][warmup:]
+    out = run_pretrained(tessera, tmp, model_dir, data, SEQ, BATCH, steps, threads, sets)
+    lines = step_lines(out, warmup)
     secs = statistics.median(line["step_seconds"] for line in lines)
     per_step = {}
     ranks = os.path.join(out, "ranks")
@@ -73,23 +59,12 @@ def transformers_tokens_per_s(model_dir, data, steps, warmup, threads):
     torch.set_num_threads(threads)
     model = transformers.MixtralForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     model.train()
-    samples = gpt_reference.Samples(data, SEQ, False, 0)
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=1e-3, betas=(0.9, 0.95))
-    secs = []
-    for step in range(steps):
-        t0 = time.perf_counter()
-        x, y = samples.batch(range(step * BATCH, (step + 1) * BATCH))
-        opt.zero_grad(set_to_none=True)
+
+    def objective(x, y):
         out = model(input_ids=x, output_router_logits=True)
-        loss = torch.nn.functional.cross_entropy(out.logits.reshape(-1, VOCAB), y.reshape(-1)) + COEF * out.aux_loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        loss.item()
-        secs.append(time.perf_counter() - t0)
+        return torch.nn.functional.cross_entropy(out.logits.reshape(-1, VOCAB), y.reshape(-1)) + COEF * out.aux_loss
+
+    secs = torch_step_seconds(model, objective, gpt_reference.Samples(data, SEQ, False, 0), steps, BATCH)
     return BATCH * SEQ / statistics.median(secs[warmup:])
 
 

@@ -1,9 +1,14 @@
 """What the throughput benchmarks against PyTorch share (bench/*_throughput.py): the byte-level corpus
-they train on, the interleaved rounds with medians, and the ratio table."""
+they train on, a `tessera run` of a transformers directory, the PyTorch training step they time, the
+interleaved rounds with medians, and the ratio table."""
+import json
 import os
 import statistics
+import subprocess
+import time
 
 import numpy as np
+import torch
 
 
 def write_corpus(directory, root):
@@ -32,3 +37,49 @@ def print_ratios(rows, peer_name, width=55):
     print(f"{'configuration':{width}s} {'tokens/s':>10s} {'vs transformers':>16s}")
     for name, v in rows:
         print(f"{name:{width}s} {v:10.0f} {v / peer:16.2f}")
+
+
+def run_pretrained(tessera, directory, model_dir, data, seq, batch, steps, threads, sets=()):
+    """`tessera run` of `model_dir` (model.pretrained) for `steps` steps of `batch` samples (constant
+    LR, clipping); returns the output directory (steps.jsonl, ranks/rank_R.jsonl)."""
+    out = os.path.join(directory, f"run_{time.monotonic_ns()}")
+    spec = os.path.join(directory, "spec.yaml")
+    with open(spec, "w") as f:
+        f.write(f"""name: bench
+model: {{pretrained: {model_dir}, seq_len: {seq}}}
+data: {{path: {data}}}
+train: {{steps: {steps}, micro_batch: {batch}, global_batch: {batch}, lr: 1e-3, schedule: constant, grad_clip: 1.0}}
+output_dir: {out}
+""")
+    cmd = [tessera, "run", spec, "--quiet", f"--threads-per-rank={threads}"]
+    for s in sets:
+        cmd += ["--set", s]
+    subprocess.run(cmd, check=True)
+    return out
+
+
+def step_lines(out, warmup):
+    """Rank 0's step lines of a run after the first `warmup` steps."""
+    with open(os.path.join(out, "steps.jsonl")) as f:
+        return [json.loads(line) for line in f][warmup:]
+
+
+def torch_step_seconds(model, objective, samples, steps, batch):
+    """Seconds of each of `steps` training steps of `model` in PyTorch as tessera's spec defines one
+    (AdamW with weight decay on ≥2-D tensors, clipping at 1.0); `objective(x, y)` is the loss."""
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+                            lr=1e-3, betas=(0.9, 0.95))
+    secs = []
+    for step in range(steps):
+        t0 = time.perf_counter()
+        x, y = samples.batch(range(step * batch, (step + 1) * batch))
+        opt.zero_grad(set_to_none=True)
+        loss = objective(x, y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        loss.item()
+        secs.append(time.perf_counter() - t0)
+    return secs
