@@ -66,6 +66,9 @@ struct ModelConfig {
   // > 0: an expert takes at most ceil(capacity_factor · N · k / E) of the N·k assignments of a rank's
   // micro-batch per sparse block, in token order, the rest dropped; 0: dropless.
   double capacity_factor = 0;
+  // > 0: loss-free balancing: per sparse block a bias b added to the probabilities to choose the
+  // top-k (the weights stay the probabilities), after every step b += rate · sign(mean load − load).
+  double router_bias_rate = 0;
 
   int HeadDim() const { return hidden / heads; }
   bool IsMoe() const { return experts > 0; }

@@ -36,6 +36,7 @@ layout::ModelConfig ModelConfigOf(const v1::ModelSpec& m) {
   c.dense_layers.assign(m.dense_layers().begin(), m.dense_layers().end());
   c.aux_loss_coef = m.aux_loss_coef();
   c.capacity_factor = m.capacity_factor();
+  c.router_bias_rate = m.router_bias_rate();
   return c;
 }
 

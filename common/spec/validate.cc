@@ -104,6 +104,7 @@ void CheckExperts(const v1::ModelSpec& m, Checker& c) {
     if (m.dense_layers_size() > 0) c.Fail("model.dense_layers", "needs model.experts (every block is dense)");
     if (m.has_aux_loss_coef()) c.Fail("model.aux_loss_coef", "needs model.experts (there is no router)");
     if (m.capacity_factor() != 0) c.Fail("model.capacity_factor", "needs model.experts (there are no experts)");
+    if (m.router_bias_rate() != 0) c.Fail("model.router_bias_rate", "needs model.experts (there is no router)");
     return;
   }
   c.InRange("model.moe_ffn_hidden", m.moe_ffn_hidden(), 0, limits::kMaxFfnHidden);
@@ -126,6 +127,9 @@ void CheckExperts(const v1::ModelSpec& m, Checker& c) {
   if (!(m.capacity_factor() >= 0 && m.capacity_factor() <= limits::kMaxExperts)) {
     c.Fail("model.capacity_factor",
            absl::StrCat(m.capacity_factor(), " must be between 0 (dropless) and ", limits::kMaxExperts));
+  }
+  if (!(m.router_bias_rate() >= 0 && m.router_bias_rate() <= 1)) {
+    c.Fail("model.router_bias_rate", absl::StrCat(m.router_bias_rate(), " must be between 0 (off) and 1"));
   }
   if (mixtral) {
     if (m.shared_expert_ffn_hidden() != 0) c.Fail("model.shared_expert_ffn_hidden", "mixtral has no shared expert");

@@ -133,6 +133,7 @@ absl::StatusOr<TrainerState> ParseTrainerState(std::string_view text, const std:
     c.norm_topk_prob = model.Bool("norm_topk_prob", true);
     c.moe_every = static_cast<int>(model.Int("moe_every", 1, kMaxTrainerStateSize, 1));
     c.capacity_factor = model.Number("capacity_factor", 0.0);
+    c.router_bias_rate = model.Number("router_bias_rate", 0.0);
     if (c.capacity_factor < 0) model.Fail("capacity_factor", "is negative");
     if (error.ok() && c.experts > 0 && (c.experts_per_token < 1 || c.experts_per_token > c.experts)) {
       model.Fail("experts_per_token", absl::StrCat(c.experts_per_token, " is not between 1 and experts ", c.experts));
@@ -153,6 +154,25 @@ absl::StatusOr<TrainerState> ParseTrainerState(std::string_view text, const std:
       c.rope_scaling.high_freq_factor = rope.Number("high_freq_factor", 4.0);
       c.rope_scaling.original_max_positions =
           static_cast<int>(rope.Int("original_max_positions", 1, kMaxTrainerStateSize, 8192));
+    }
+  }
+  // Loss-free balancing's per-expert biases: one list per block, each empty or of model.experts.
+  if (const Json* b = top.Array("router_bias"); b != nullptr && error.ok()) {
+    if (static_cast<int64_t>(b->size()) != s.model.layers) top.Fail("router_bias", "needs one list per block");
+    for (const Json& row : *b) {
+      std::vector<double> values;
+      if (!row.is_array() || (!row.empty() && static_cast<int64_t>(row.size()) != s.model.experts)) {
+        top.Fail("router_bias", "a block's list is not empty or one number per expert");
+        break;
+      }
+      for (const Json& v : row) {
+        if (!v.is_number() || !std::isfinite(v.get<double>())) {
+          top.Fail("router_bias", "holds something that is not a finite number");
+          break;
+        }
+        values.push_back(v.get<double>());
+      }
+      s.router_bias.push_back(std::move(values));
     }
   }
   s.optimizer_step = s.step;

@@ -30,6 +30,9 @@ struct TrainerState {
   int64_t next_sample = -1;          // data.next_sample; -1 when absent.
   // data.blend[i].samples_taken (-1 where a source lacks it); empty without a blend.
   std::vector<int64_t> blend_samples_taken;
+  // Loss-free balancing: router_bias[layer][expert] of every block ([] for a dense block); empty when
+  // absent.
+  std::vector<std::vector<double>> router_bias;
 };
 
 // The largest model size (layers, hidden, heads, vocab, seq_len, ...) a trainer state may name.

@@ -153,6 +153,12 @@ at::Tensor SparseMlp(const at::Tensor& x, const SparseMlpWeights& w, const Spars
   at::Tensor rows = x.reshape({N, h});
   at::Tensor probs = at::softmax(Linear(rows, w.router), -1, at::kFloat);  // [N, E] fp32.
   auto [top_w, top_e] = at::topk(probs, k, -1);                           // [N, k], descending.
+  at::Tensor balancing_choice = top_e;  // transformers' balancing loss counts the plain top-k.
+  if (w.router_bias.defined()) {
+    // Loss-free balancing: the bias only chooses; the weights are the chosen experts' probabilities.
+    top_e = std::get<1>(at::topk(probs.detach() + w.router_bias, k, -1));
+    top_w = probs.gather(-1, top_e);
+  }
   if (o.norm_topk_prob) top_w = top_w / top_w.sum(-1, /*keepdim=*/true);
   top_w = top_w.to(x.scalar_type());
 
@@ -201,12 +207,13 @@ at::Tensor SparseMlp(const at::Tensor& x, const SparseMlpWeights& w, const Spars
 
   if (stats == nullptr) return y;
   if (record) {
-    const at::Tensor c = counts.to(at::kDouble);
+    const at::Tensor c = (w.router_bias.defined() ? at::bincount(balancing_choice.reshape({-1}), {}, E) : counts)
+                             .to(at::kDouble);
     const at::Tensor p = probs.detach().sum(0).to(at::kDouble);
     stats->counts = stats->counts.defined() ? stats->counts + c : c;
     stats->prob_sums = stats->prob_sums.defined() ? stats->prob_sums + p : p;
     stats->rows += N;
-    stats->layer_counts[layer] = c;
+    stats->layer_counts[layer] = counts.to(at::kDouble);
   }
   return CarryAuxGradient::apply(y, probs.sum(0), c10::intrusive_ptr<RouterStats>::reclaim_copy(stats));
 }

@@ -50,7 +50,9 @@ struct RouterStats : torch::CustomClassHolder {
   at::Tensor counts;     // [E] fp64: tokens routed to each expert (each top-k slot counts), over the blocks.
   at::Tensor prob_sums;  // [E] fp64, no gradient: Σ over tokens and blocks of the router probabilities.
   int64_t rows = 0;      // Router rows: tokens × sparse blocks.
-  std::map<int, at::Tensor> layer_counts;  // Per sparse block (its index): [E] fp64 tokens per expert.
+  // Per sparse block (its index): [E] fp64 tokens routed to each expert (with a router bias, by the
+  // biased choice; `counts` is always transformers' choice, the plain top-k of the probabilities).
+  std::map<int, at::Tensor> layer_counts;
   // d objective / d aux, set before backward (coefficient × loss scale / accumulation); 0: the loss
   // is reported but not trained.
   double grad_scale = 0;
@@ -68,6 +70,9 @@ struct SparseMlpWeights {
   std::vector<at::Tensor> gate, up, down;
   // The shared expert (undefined without one): its SwiGLU parts like an expert's, and its gate [1, h].
   at::Tensor shared_gate_proj, shared_up, shared_down, shared_gate;
+  // Loss-free balancing (undefined: none): [E] fp32 added to the probabilities to choose the top-k
+  // experts; their weights stay the probabilities (then renormalised when norm_topk_prob).
+  at::Tensor router_bias;
 };
 
 struct SparseMlpOptions {

@@ -41,11 +41,16 @@ at::Tensor Expert(const SparseMlpWeights& w, int e, const at::Tensor& x) {
   return at::linear(at::silu(at::linear(x, w.gate[e])) * at::linear(x, w.up[e]), w.down[e]);
 }
 
-// The definition, token by token: top-k of softmax(x·Rᵀ), optionally renormalised; assignment (t, j)
-// dropped when its expert already took `capacity` assignments of earlier tokens (or earlier slots).
+// The definition, token by token: top-k of softmax(x·Rᵀ) (+ the router bias, which only chooses),
+// the chosen probabilities optionally renormalised; assignment (t, j) dropped when its expert already
+// took `capacity` assignments of earlier tokens (or earlier slots).
 at::Tensor Reference(const SparseMlpWeights& w, const at::Tensor& x, int k, bool norm, int64_t capacity) {
   at::Tensor probs = at::softmax(at::linear(x, w.router), -1);
   auto [top_w, top_e] = at::topk(probs, k, -1);
+  if (w.router_bias.defined()) {
+    top_e = std::get<1>(at::topk(probs + w.router_bias, k, -1));
+    top_w = probs.gather(-1, top_e);
+  }
   if (norm) top_w = top_w / top_w.sum(-1, true);
   std::vector<int64_t> taken(kExperts, 0);
   std::vector<at::Tensor> rows;
@@ -82,6 +87,27 @@ TEST(SparseMlpTest, DroplessRoutingIsTheDefinition) {
                                                        << (got - want).abs().max().item<double>();
     }
   }
+}
+
+TEST(SparseMlpTest, RouterBiasOnlyChoosesTheExperts) {
+  at::manual_seed(4);
+  const at::Tensor x = at::randn({1, kTokens, kHidden});
+  auto tp = Self();
+  Weights w(/*shared=*/false);
+  w.w.router_bias = at::tensor({0.3f, -0.2f, 0.0f, 0.25f});
+  at::NoGradGuard no_grad;
+  auto stats = c10::make_intrusive<RouterStats>(kExperts);
+  at::Tensor got = SparseMlp(x, w.w, {2, true, 0}, tp.get(), nullptr, stats.get(), true, 0);
+  at::Tensor want = Reference(w.w, x.reshape({kTokens, kHidden}), 2, true, -1).view(x.sizes());
+  EXPECT_TRUE(at::allclose(got, want, 1e-5, 1e-5)) << (got - want).abs().max().item<double>();
+  // The routed load is the biased choice; the balancing loss's counts the plain top-k (transformers').
+  at::Tensor probs = at::softmax(at::linear(x.reshape({kTokens, kHidden}), w.w.router), -1);
+  at::Tensor plain = at::bincount(std::get<1>(at::topk(probs, 2, -1)).reshape({-1}), {}, kExperts).to(at::kDouble);
+  at::Tensor biased =
+      at::bincount(std::get<1>(at::topk(probs + w.w.router_bias, 2, -1)).reshape({-1}), {}, kExperts).to(at::kDouble);
+  EXPECT_TRUE(stats->counts.equal(plain));
+  EXPECT_TRUE(stats->layer_counts.at(0).equal(biased));
+  EXPECT_FALSE(plain.equal(biased)) << "the bias changes the choice here (the test can fail)";
 }
 
 TEST(SparseMlpTest, CapacityDropsLaterTokensAssignments) {

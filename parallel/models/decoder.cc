@@ -208,6 +208,7 @@ SparseMlpWeights Decoder::SparseWeights(int i) const {
   const FamilySpec& f = family_;
   SparseMlpWeights w;
   w.router = P(RouterName(f, i));
+  if (router_bias_.defined()) w.router_bias = router_bias_[i];
   const int first = part_.expert_first, last = part_.expert_count < 0 ? config_.experts : first + part_.expert_count;
   for (int e = first; e < last; ++e) {
     w.gate.push_back(P(ExpertParamName(f, i, e, f.expert_gate)));

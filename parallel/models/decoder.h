@@ -125,6 +125,9 @@ class Decoder {
   // this rank's: rank·E/ep .. (rank + 1)·E/ep); tokens go to their experts' ranks and back by all-to-all.
   // Null or one rank: every expert here.
   void set_expert_parallel(std::shared_ptr<Communicator> ep) { ep_ = std::move(ep); }
+  // Loss-free balancing: [layers, E] fp32 on the model's device, row i block i's router bias (read at
+  // every forward; the trainer updates it in place). Undefined: none.
+  void set_router_bias(at::Tensor bias) { router_bias_ = std::move(bias); }
   const c10::intrusive_ptr<RouterStats>& router_stats() const { return router_stats_; }
   // Block `i` again inside backward (activation checkpointing) for the forward pass whose statistics
   // are `stats`: its sparse blocks carry their gradients without recording a second time.
@@ -216,6 +219,7 @@ class Decoder {
   KvCache* cache_ = nullptr;  // Set during DecodeStep only.
   c10::intrusive_ptr<RouterStats> router_stats_;
   std::shared_ptr<Communicator> ep_;
+  at::Tensor router_bias_;
   bool recomputing_ = false;  // Inside Recompute: sparse blocks do not record again.
 };
 

@@ -110,6 +110,10 @@ absl::Status Trainer::Init() {
                    : std::make_unique<Decoder>(m, part, groups_.tp, options_.seed, device_);
   if (l.sp > 1) model_->set_sequence_parallel(groups_.sp, l.sp_mode);
   if (groups_.ep->size() > 1) model_->set_expert_parallel(groups_.ep);
+  if (m.IsMoe() && m.router_bias_rate > 0) {
+    router_bias_ = at::zeros({m.layers, m.experts}, at::TensorOptions().dtype(at::kFloat).device(device_));
+    model_->set_router_bias(router_bias_);
+  }
   model_->set_activation_checkpointing(options_.activation_checkpointing);
   model_->set_fused_kernels(options_.fused_kernels);
 
@@ -317,6 +321,7 @@ absl::Status Trainer::ReduceLossAndNorm(LossSums& sums, int accum, StepStats* s,
     if (pipeline_) TESSERA_RETURN_IF_ERROR(groups_.pp->AllReduce(load, ReduceOp::kSum));
     if (groups_.dp_sp->size() > 1) TESSERA_RETURN_IF_ERROR(groups_.dp_sp->AllReduce(load, ReduceOp::kSum));
     load = load.cpu();
+    step_load_ = load;
     for (int layer = 0; layer < c.layers; ++layer) {
       if (!c.IsMoeLayer(layer)) continue;
       const at::Tensor row = load[layer];
@@ -345,6 +350,19 @@ absl::Status Trainer::Update(double norm, double lr, StepStats* s) {
     good_steps_ = 0;
   }
   return absl::OkStatus();
+}
+
+void Trainer::UpdateRouterBias() {
+  // DeepSeek-V3's auxiliary-loss-free balancing (torchtitan's expert_bias update): experts below the
+  // block's mean load get more likely to be chosen, those above less, by a fixed step.
+  const ModelConfig& c = options_.model;
+  at::NoGradGuard no_grad;
+  for (int layer = 0; layer < c.layers; ++layer) {
+    if (!c.IsMoeLayer(layer)) continue;
+    const at::Tensor load = step_load_[layer];
+    const at::Tensor move = at::sign(load.mean() - load).to(at::kFloat) * c.router_bias_rate;
+    router_bias_[layer].add_(move.to(device_));
+  }
 }
 
 absl::StatusOr<StepStats> Trainer::Step() {
@@ -377,6 +395,7 @@ absl::StatusOr<StepStats> Trainer::Step() {
   lr_options.steps = options_.steps;
   s.lr = LearningRate(lr_options, step_);
   TESSERA_RETURN_IF_ERROR(Update(s.grad_norm, s.lr, &s));
+  if (router_bias_.defined() && !s.skipped) UpdateRouterBias();
   ++step_;
   s.step = step_;
   s.step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -172,6 +172,13 @@ class Trainer {
   int64_t discarded_steps_ = 0;
   int64_t adam_step_ = 0;       // Updates applied (fp16 skips do not count): Adam's bias correction t.
   double loss_scale_ = 1;       // fp16 dynamic loss scale.
+  // Loss-free balancing (model.router_bias_rate > 0): every block's router bias, [layers, E] fp32 on
+  // the device, the same on every rank (each updates it from the step's load summed over every rank);
+  // and that load, [layers, E] fp64 on the CPU, from ReduceLossAndNorm.
+  at::Tensor router_bias_;
+  at::Tensor step_load_;
+  // After an applied update: b += rate · sign(mean load − load) per sparse block.
+  void UpdateRouterBias();
   int64_t good_steps_ = 0;      // fp16: steps since the last overflow or growth.
 };
 

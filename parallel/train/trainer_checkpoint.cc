@@ -309,7 +309,7 @@ nlohmann::json Trainer::TrainerStateJson(bool sharded_state) const {
     }
     optimizer_state["shards"] = files;
   }
-  return {
+  nlohmann::json state = {
       {"format", "tessera-checkpoint"},
       {"version", 1},
       {"step", step_},
@@ -323,7 +323,7 @@ nlohmann::json Trainer::TrainerStateJson(bool sharded_state) const {
                  {"experts_per_token", c.experts_per_token}, {"moe_ffn_hidden", c.MoeFfnHidden()},
                  {"shared_expert_ffn_hidden", c.shared_expert_ffn_hidden}, {"norm_topk_prob", c.norm_topk_prob},
                  {"moe_every", c.moe_every}, {"dense_layers", c.dense_layers},
-                 {"capacity_factor", c.capacity_factor},
+                 {"capacity_factor", c.capacity_factor}, {"router_bias_rate", c.router_bias_rate},
                  {"rope_scaling", c.rope_scaling.enabled()
                                       ? nlohmann::json{{"factor", c.rope_scaling.factor},
                                                        {"low_freq_factor", c.rope_scaling.low_freq_factor},
@@ -339,6 +339,18 @@ nlohmann::json Trainer::TrainerStateJson(bool sharded_state) const {
       {"loss_scale", {{"scale", loss_scale_}, {"good_steps", good_steps_}}},
       {"rng", {{"init_seed", options_.seed}, {"note", "no randomness after initialisation (dropout 0)"}}},
   };
+  if (router_bias_.defined()) {
+    // Loss-free balancing's biases (the same on every rank): one list per block, empty for dense ones.
+    const at::Tensor bias = router_bias_.to(at::kDouble).cpu();
+    nlohmann::json rows = nlohmann::json::array();
+    for (int layer = 0; layer < c.layers; ++layer) {
+      std::vector<double> row;
+      if (c.IsMoeLayer(layer)) row.assign(bias[layer].data_ptr<double>(), bias[layer].data_ptr<double>() + c.experts);
+      rows.push_back(row);
+    }
+    state["router_bias"] = rows;
+  }
+  return state;
 }
 
 absl::StatusOr<int64_t> Trainer::AgreeOnResumeStep() {
@@ -388,6 +400,16 @@ absl::Status Trainer::LoadCheckpoint(const std::string& path) {
   TESSERA_RETURN_IF_ERROR(model_->LoadFull(*params));
   step_ = state->step;
   adam_step_ = state->optimizer_step;
+  if (router_bias_.defined()) {
+    // Loss-free balancing's biases go on; a checkpoint without them (rate 0 when written) starts at 0.
+    at::NoGradGuard no_grad;
+    router_bias_.zero_();
+    for (int layer = 0; layer < static_cast<int>(state->router_bias.size()) && layer < c.layers; ++layer) {
+      const std::vector<double>& row = state->router_bias[layer];
+      if (row.empty()) continue;
+      router_bias_[layer].copy_(at::tensor(row, at::kDouble).to(at::kFloat));
+    }
+  }
   if (data_->blended()) {
     // The blend continues from the saved positions when the checkpoint has them for as many
     // sources; otherwise (a checkpoint from before the blend) from its definition at next_sample.

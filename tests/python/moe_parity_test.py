@@ -16,6 +16,7 @@ without the balancing loss's gradient gives losses far outside the tolerance.
 """
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -103,6 +104,52 @@ class MoeLm(torch.nn.Module):
         self.lm.append(lm.item())
         self.aux.append(out.aux_loss.item())
         return lm + COEF * aux
+
+
+class LossFreeMixtral(MoeLm):
+    """MoeLm whose Mixtral blocks route with loss-free balancing as docs/models.md defines it (written
+    here independently of tessera): per block a bias b added to the softmax probabilities only to
+    choose the top-k, the weights the chosen probabilities renormalised; after every optimizer step
+    b += rate · sign(mean load − load), load = tokens routed to each expert over the step's
+    micro-batches. Block i's forward is transformers' own otherwise (experts in ascending order)."""
+
+    def __init__(self, hf, rate, accum):
+        super().__init__(hf)
+        self.rate, self.accum, self.calls = rate, accum, 0
+        self.blocks = [layer.block_sparse_moe for layer in hf.model.layers]
+        self.bias = [torch.zeros(b.num_experts) for b in self.blocks]
+        self.load = [torch.zeros(b.num_experts) for b in self.blocks]
+        for i, block in enumerate(self.blocks):
+            block.forward = self.biased_forward(i, block)
+
+    def biased_forward(self, i, block):
+        def forward(hidden_states):
+            batch, seq, hidden = hidden_states.shape
+            x = hidden_states.view(-1, hidden)
+            logits = block.gate(x)
+            probs = torch.nn.functional.softmax(logits, dim=1, dtype=torch.float)
+            _, chosen = torch.topk(probs + self.bias[i], block.top_k, dim=-1)
+            weights = probs.gather(-1, chosen)
+            weights = (weights / weights.sum(-1, keepdim=True)).to(x.dtype)
+            self.load[i] += torch.bincount(chosen.reshape(-1), minlength=block.num_experts).float()
+            out = torch.zeros_like(x)
+            for e in range(block.num_experts):
+                rows, slots = torch.where(chosen == e)
+                out.index_add_(0, rows, block.experts[e](x[rows]) * weights[rows, slots, None])
+            return out.view(batch, seq, hidden), logits
+        return forward
+
+    def update_bias(self):
+        """The update after an optimizer step, from the loads of its micro-batches."""
+        for i in range(len(self.blocks)):
+            self.bias[i] += self.rate * torch.sign(self.load[i].mean() - self.load[i])
+            self.load[i].zero_()
+
+    def forward(self, x, y):
+        if self.calls > 0 and self.calls % self.accum == 0:  # The first forward after an optimizer step.
+            self.update_bias()
+        self.calls += 1
+        return super().forward(x, y)
 
 
 def per_step(values, accum):
@@ -194,6 +241,45 @@ class MoeParityTest(unittest.TestCase):
         self.check("mixtral_sp2a_ep2", "mixtral", ["parallel.sp=2", "parallel.sp_mode=all_to_all", "parallel.dp=2",
                                                    "parallel.ep=2"], PARALLEL_TOL)
         self.check("qwen3_moe_sp2_pp2", "qwen3_moe", ["parallel.sp=2", "parallel.pp=2"], PARALLEL_TOL)
+
+    def test_loss_free_balancing_is_its_definition(self):
+        # The bias moves by 0.05 a step: enough to change the routing within the 10 steps.
+        rate = 0.05
+        hf = transformers.AutoModelForCausalLM.from_pretrained(self.dirs["mixtral"], torch_dtype=torch.float32)
+        hf.train()
+        model = LossFreeMixtral(hf, rate, GLOBAL // MICRO)
+        samples = gpt_reference.Samples(self.data, SEQ, False, 0)
+        want = gpt_reference.train(model, samples, STEPS, MICRO, GLOBAL, LR, MIN_LR, WARMUP, True, WD, BETAS,
+                                   ADAM_EPS, CLIP)
+        for name, sets in [("mixtral_bias", ["checkpoint.every_steps=5"]),
+                           ("mixtral_bias_ep2", ["parallel.dp=2", "parallel.ep=2"])]:
+            got = self.run_tessera(name, "mixtral", [f"model.router_bias_rate={rate}"] + sets)["loss"]
+            worst = max(abs(g - w) / abs(w) for g, w in zip(got, want))
+            print(f"{name}: max relative loss difference to the definition {worst:.2e}")
+            self.assertLessEqual(worst, PARALLEL_TOL if "parallel.ep=2" in sets else SINGLE_TOL, name)
+        # Resumed from step 5 (the biases come back from the checkpoint): steps 6..10 as uninterrupted.
+        resumed = os.path.join(self.tmp, "mixtral_bias_resumed")
+        shutil.copytree(os.path.join(self.tmp, "mixtral_bias", "checkpoints", "step_00000005"),
+                        os.path.join(resumed, "checkpoints", "step_00000005"))
+        got = self.run_tessera("mixtral_bias_resumed", "mixtral", [f"model.router_bias_rate={rate}"])["loss"]
+        self.assertEqual(len(got), STEPS - 5)
+        for g, w in zip(got, want[5:]):
+            self.assertLessEqual(abs(g - w), SINGLE_TOL * abs(w), "resumed")
+        # The test can fail: the same run without the bias ends elsewhere.
+        plain = self.reference("mixtral")["loss"]
+        gap = max(abs(g - w) / abs(w) for g, w in zip(plain, want))
+        print(f"without the bias the losses would differ by {gap:.2e}")
+        self.assertGreater(gap, 10 * SINGLE_TOL)
+        # The biases are in the checkpoint (trainer_state.json), one list per block, after the last step's
+        # update too.
+        model.update_bias()
+        with open(os.path.join(self.tmp, "mixtral_bias", "checkpoints", f"step_{STEPS:08d}", "trainer_state.json")) as f:
+            saved = json.load(f)["router_bias"]
+        self.assertEqual(len(saved), len(model.bias))
+        for got_row, want_row in zip(saved, model.bias):
+            self.assertEqual(len(got_row), len(want_row))
+            for g, w in zip(got_row, want_row.tolist()):
+                self.assertAlmostEqual(g, w, places=5)
 
     def test_bf16_follows_transformers_fp32(self):
         # bf16 parameters and activations (fp32 master weights, router softmax in fp32): within BF16_TOL
