@@ -99,6 +99,41 @@ TEST(HfWeightsTest, ReadsShardsNamedByTheIndexInTheirDtype) {
   EXPECT_TRUE(at::equal(w->tensors.at("lm_head.weight"), a.at("lm_head.weight")));
 }
 
+// A Mixtral: experts under transformers' names; a file whose experts do not match config.json (a
+// conversion gone wrong: more experts, an extra or a missing expert tensor) is refused naming the
+// tensor — never a model with experts silently dropped or left at their initial values.
+TEST(HfWeightsTest, MixtureOfExpertsTensorsAreCheckedByName) {
+  ModelConfig c = Llama();
+  c.family = ModelFamily::kMixtral;
+  c.experts = 2, c.experts_per_token = 1;
+  const std::string dir = Dir("mixtral");
+  auto hf = HfTensors(c);
+  ASSERT_TRUE(hf.count("model.layers.0.block_sparse_moe.experts.1.w3.weight"));
+  ASSERT_TRUE(SaveTensors(dir + "/model.safetensors", hf).ok());
+  auto w = OpenHfWeights(dir, c);
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_TRUE(at::equal(w->tensors.at("layers.0.block_sparse_moe.experts.1.w2.weight"),
+                        hf.at("model.layers.0.block_sparse_moe.experts.1.w2.weight")));
+  // config.json with fewer experts than the file: the router's shape says so first.
+  ModelConfig one = c;
+  one.experts = 1;
+  EXPECT_THAT(std::string(OpenHfWeights(dir, one).status().message()),
+              HasSubstr("block_sparse_moe.gate.weight has shape [2, 8], the model of config.json and the spec needs [1, 8]"));
+  // An expert tensor beyond the config's experts, or one missing: named.
+  auto extra = hf;
+  extra["model.layers.0.block_sparse_moe.experts.2.w1.weight"] = hf.at("model.layers.0.block_sparse_moe.experts.1.w1.weight");
+  const std::string extra_dir = Dir("mixtral_extra");
+  ASSERT_TRUE(SaveTensors(extra_dir + "/model.safetensors", extra).ok());
+  EXPECT_THAT(std::string(OpenHfWeights(extra_dir, c).status().message()),
+              HasSubstr("model.layers.0.block_sparse_moe.experts.2.w1.weight is not a parameter of a mixtral model"));
+  auto missing = hf;
+  missing.erase("model.layers.0.block_sparse_moe.experts.1.w3.weight");
+  const std::string missing_dir = Dir("mixtral_missing");
+  ASSERT_TRUE(SaveTensors(missing_dir + "/model.safetensors", missing).ok());
+  EXPECT_THAT(std::string(OpenHfWeights(missing_dir, c).status().message()),
+              HasSubstr("tensor model.layers.0.block_sparse_moe.experts.1.w3.weight is missing"));
+}
+
 TEST(HfWeightsTest, EveryWrongDirectoryIsANamedError) {
   const ModelConfig c = Llama();
   auto error = [&](const std::string& name, std::map<std::string, at::Tensor> tensors) {
