@@ -69,6 +69,9 @@ struct ModelConfig {
   // > 0: loss-free balancing: per sparse block a bias b added to the probabilities to choose the
   // top-k (the weights stay the probabilities), after every step b += rate · sign(mean load − load).
   double router_bias_rate = 0;
+  // > 0: in training a sparse block's input is multiplied by noise uniform in [1 − j, 1 + j]
+  // (transformers' Mixtral router_jitter_noise); 0: none.
+  double router_jitter = 0;
 
   int HeadDim() const { return hidden / heads; }
   bool IsMoe() const { return experts > 0; }

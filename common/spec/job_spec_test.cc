@@ -395,6 +395,9 @@ TEST(JobSpecTest, MixtureOfExperts) {
   EXPECT_THAT(ParseAndValidate(kValid, {"model.family=mixtral", "model.experts=4", "model.capacity_factor=-1"})
                   .status().message(),
               HasSubstr("model.capacity_factor: -1 must be between 0 (dropless) and 1024"));
+  EXPECT_THAT(ParseAndValidate(kValid, {"model.family=mixtral", "model.experts=4", "model.router_jitter=1"})
+                  .status().message(),
+              HasSubstr("model.router_jitter: 1 must be at least 0 (none) and below 1"));
   EXPECT_THAT(ParseAndValidate(kValid, {"model.family=mixtral", "model.experts=4", "model.router_bias_rate=2"})
                   .status().message(),
               HasSubstr("model.router_bias_rate: 2 must be between 0 (off) and 1"));

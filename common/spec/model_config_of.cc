@@ -37,6 +37,7 @@ layout::ModelConfig ModelConfigOf(const v1::ModelSpec& m) {
   c.aux_loss_coef = m.aux_loss_coef();
   c.capacity_factor = m.capacity_factor();
   c.router_bias_rate = m.router_bias_rate();
+  c.router_jitter = m.router_jitter();
   return c;
 }
 

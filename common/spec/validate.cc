@@ -105,6 +105,7 @@ void CheckExperts(const v1::ModelSpec& m, Checker& c) {
     if (m.has_aux_loss_coef()) c.Fail("model.aux_loss_coef", "needs model.experts (there is no router)");
     if (m.capacity_factor() != 0) c.Fail("model.capacity_factor", "needs model.experts (there are no experts)");
     if (m.router_bias_rate() != 0) c.Fail("model.router_bias_rate", "needs model.experts (there is no router)");
+    if (m.router_jitter() != 0) c.Fail("model.router_jitter", "needs model.experts (there is no router)");
     return;
   }
   c.InRange("model.moe_ffn_hidden", m.moe_ffn_hidden(), 0, limits::kMaxFfnHidden);
@@ -127,6 +128,9 @@ void CheckExperts(const v1::ModelSpec& m, Checker& c) {
   if (!(m.capacity_factor() >= 0 && m.capacity_factor() <= limits::kMaxExperts)) {
     c.Fail("model.capacity_factor",
            absl::StrCat(m.capacity_factor(), " must be between 0 (dropless) and ", limits::kMaxExperts));
+  }
+  if (!(m.router_jitter() >= 0 && m.router_jitter() < 1)) {
+    c.Fail("model.router_jitter", absl::StrCat(m.router_jitter(), " must be at least 0 (none) and below 1"));
   }
   if (!(m.router_bias_rate() >= 0 && m.router_bias_rate() <= 1)) {
     c.Fail("model.router_bias_rate", absl::StrCat(m.router_bias_rate(), " must be between 0 (off) and 1"));

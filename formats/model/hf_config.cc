@@ -204,9 +204,8 @@ void ReadMoe(Reader& r, HfModelConfig* out) {
     c.experts_per_token = r.Size("num_experts_per_tok", 2);
     c.moe_ffn_hidden = c.ffn_hidden;  // Mixtral's experts are intermediate_size wide.
     c.norm_topk_prob = true;
-    if (r.NonNegative("router_jitter_noise", 0) != 0) {
-      r.Fail("router_jitter_noise", "router jitter is not implemented (0 only)");
-    }
+    c.router_jitter = r.NonNegative("router_jitter_noise", 0);
+    if (c.router_jitter >= 1) r.Fail("router_jitter_noise", absl::StrCat(c.router_jitter, " must be below 1"));
   } else {
     const bool qwen2 = out->type == HfModelType::kQwen2Moe;
     c.experts = r.Has("num_experts") && r.NonNegative("num_experts", 0) == 0 ? 0 : r.Size("num_experts", qwen2 ? 60 : 128);
@@ -364,7 +363,7 @@ std::string HfConfigJson(const ModelConfig& c, int64_t max_positions, const std:
       j["intermediate_size"] = c.MoeFfnHidden();
       j["num_local_experts"] = c.experts;
       j["num_experts_per_tok"] = c.experts_per_token;
-      j["router_jitter_noise"] = 0.0;
+      j["router_jitter_noise"] = c.router_jitter;
       j["sliding_window"] = nullptr;
       break;
     case HfModelType::kQwen2Moe:

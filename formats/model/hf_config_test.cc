@@ -168,7 +168,8 @@ TEST(HfConfigTest, MixturesOfExpertsReadBackAsTheSameModel) {
   const std::string moe = R"({"model_type": "mixtral", "num_hidden_layers": 2, "hidden_size": 64,
       "num_attention_heads": 4, "intermediate_size": 96, "vocab_size": 256, "num_local_experts": 4)";
   EXPECT_EQ(error(moe + "}"), "ok");
-  EXPECT_THAT(error(moe + R"(, "router_jitter_noise": 0.1})"), HasSubstr("router_jitter_noise: router jitter is not implemented"));
+  EXPECT_EQ(ParseHfConfig("c.json", moe + R"(, "router_jitter_noise": 0.1})")->config.router_jitter, 0.1);
+  EXPECT_THAT(error(moe + R"(, "router_jitter_noise": 1.5})"), HasSubstr("router_jitter_noise: 1.5 must be below 1"));
   EXPECT_THAT(error(moe + R"(, "num_experts_per_tok": 5})"), HasSubstr("num_experts_per_tok: 5 exceeds the experts 4"));
   EXPECT_THAT(error(moe + R"(, "router_aux_loss_coef": -1})"), HasSubstr("router_aux_loss_coef: -1 is not a finite number >= 0"));
   const std::string qwen = R"({"model_type": "qwen2_moe", "num_hidden_layers": 2, "hidden_size": 64,

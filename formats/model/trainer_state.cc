@@ -134,6 +134,7 @@ absl::StatusOr<TrainerState> ParseTrainerState(std::string_view text, const std:
     c.moe_every = static_cast<int>(model.Int("moe_every", 1, kMaxTrainerStateSize, 1));
     c.capacity_factor = model.Number("capacity_factor", 0.0);
     c.router_bias_rate = model.Number("router_bias_rate", 0.0);
+    c.router_jitter = model.Number("router_jitter", 0.0);
     if (c.capacity_factor < 0) model.Fail("capacity_factor", "is negative");
     if (error.ok() && c.experts > 0 && (c.experts_per_token < 1 || c.experts_per_token > c.experts)) {
       model.Fail("experts_per_token", absl::StrCat(c.experts_per_token, " is not between 1 and experts ", c.experts));

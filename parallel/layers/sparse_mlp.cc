@@ -1,6 +1,7 @@
 #include "parallel/layers/sparse_mlp.h"
 
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
@@ -146,8 +147,21 @@ absl::Status RouterStats::SumOver(Communicator& sp, c10::Device device) {
   return absl::OkStatus();
 }
 
-at::Tensor SparseMlp(const at::Tensor& x, const SparseMlpWeights& w, const SparseMlpOptions& o, Communicator* tp,
+at::Tensor JitterNoise(const RouterStats& stats, int layer, double jitter, at::IntArrayRef x_shape) {
+  const int64_t B = x_shape[0], T = x_shape[1], h = x_shape[2];
+  uint64_t seed = stats.noise_seed ^ (0x9e3779b97f4a7c15ull * static_cast<uint64_t>(layer + 1));
+  seed ^= seed >> 31;
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  at::Tensor noise = at::empty({B, T * stats.sequence_blocks, h}, at::kFloat).uniform_(1.0 - jitter, 1.0 + jitter, gen);
+  return noise.narrow(1, stats.sequence_block * T, T);
+}
+
+at::Tensor SparseMlp(const at::Tensor& x_in, const SparseMlpWeights& w, const SparseMlpOptions& o, Communicator* tp,
                      Communicator* ep, RouterStats* stats, bool record, int layer) {
+  // Router jitter in training: the router and the experts see the jittered input.
+  const at::Tensor x = o.jitter > 0 && stats != nullptr
+                           ? x_in * JitterNoise(*stats, layer, o.jitter, x_in.sizes()).to(x_in.device(), x_in.scalar_type())
+                           : x_in;
   const int64_t B = x.size(0), T = x.size(1), h = x.size(2), N = B * T;
   const int64_t E = w.router.size(0), k = o.experts_per_token;
   at::Tensor rows = x.reshape({N, h});

@@ -56,6 +56,12 @@ struct RouterStats : torch::CustomClassHolder {
   // d objective / d aux, set before backward (coefficient × loss scale / accumulation); 0: the loss
   // is reported but not trained.
   double grad_scale = 0;
+  // Router jitter's noise (SparseMlpOptions::jitter): drawn from a generator seeded by (noise_seed,
+  // block) over the micro-batch's whole sequence, of which this rank holds block sequence_block of
+  // sequence_blocks (sequence parallelism) — the same noise in every layout and in recomputation.
+  uint64_t noise_seed = 0;
+  int sequence_block = 0;
+  int sequence_blocks = 1;
 
   // transformers' aux_loss: E · Σ_e (counts_e / rows) · (prob_sums_e / rows); 0 with no rows.
   double AuxLoss() const;
@@ -83,7 +89,16 @@ struct SparseMlpOptions {
   // to their token's output and the kept weights are not renormalised. The routers' statistics (the
   // balancing loss) count every assignment, dropped or not. 0: dropless.
   double capacity_factor = 0;
+  // > 0 (training, i.e. with statistics): the block's input x is multiplied by noise uniform in
+  // [1 − jitter, 1 + jitter] before routing, as transformers' Mixtral router_jitter_noise (the router
+  // and the experts see the jittered x); the noise comes from JitterNoise.
+  double jitter = 0;
 };
+
+// Router jitter's noise for block `layer` of the forward pass whose statistics are `stats`, shaped
+// like x [B, T, h] (this rank's sequence block): CPU generator seeded by (stats.noise_seed, layer),
+// uniform [1 − jitter, 1 + jitter) over [B, T·sequence_blocks, h] in fp32, this rank's block of it.
+at::Tensor JitterNoise(const RouterStats& stats, int layer, double jitter, at::IntArrayRef x_shape);
 
 // x [B, T, h], the same on every tp rank → the block's output [B, T, h], the same on every tp rank.
 // With `stats` (training): adds this block's counts, probabilities and rows to it when `record` (not in

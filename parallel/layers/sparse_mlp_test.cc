@@ -110,6 +110,32 @@ TEST(SparseMlpTest, RouterBiasOnlyChoosesTheExperts) {
   EXPECT_FALSE(plain.equal(biased)) << "the bias changes the choice here (the test can fail)";
 }
 
+TEST(SparseMlpTest, RouterJitterScalesTheInputInTrainingOnly) {
+  at::manual_seed(6);
+  const at::Tensor x = at::randn({2, kTokens / 2, kHidden});
+  auto tp = Self();
+  Weights w(/*shared=*/false);
+  at::NoGradGuard no_grad;
+  const double jitter = 0.2;
+  auto stats = c10::make_intrusive<RouterStats>(kExperts);
+  stats->noise_seed = 123;
+  const at::Tensor noise = JitterNoise(*stats, 3, jitter, x.sizes());
+  EXPECT_TRUE(noise.ge(1 - jitter).all().item<bool>() && noise.lt(1 + jitter).all().item<bool>());
+  EXPECT_NEAR(noise.mean().item<double>(), 1.0, 0.05);
+  EXPECT_FALSE(noise.equal(JitterNoise(*stats, 4, jitter, x.sizes()))) << "each block its own noise";
+  // Training (statistics): the definition on the jittered input; evaluation (none): no jitter.
+  at::Tensor got = SparseMlp(x, w.w, {2, true, 0, jitter}, tp.get(), nullptr, stats.get(), true, 3);
+  at::Tensor want = Reference(w.w, (x * noise).reshape({kTokens, kHidden}), 2, true, -1).view(x.sizes());
+  EXPECT_TRUE(at::allclose(got, want, 1e-5, 1e-5));
+  at::Tensor eval = SparseMlp(x, w.w, {2, true, 0, jitter}, tp.get(), nullptr, nullptr, false, 3);
+  EXPECT_TRUE(at::allclose(eval, Reference(w.w, x.reshape({kTokens, kHidden}), 2, true, -1).view(x.sizes()), 1e-5, 1e-5));
+  // Sequence parallelism: block 1 of 2 holds the second half of the whole sequence's noise.
+  auto half = c10::make_intrusive<RouterStats>(kExperts);
+  half->noise_seed = 123, half->sequence_block = 1, half->sequence_blocks = 2;
+  const int64_t T = x.size(1);
+  EXPECT_TRUE(JitterNoise(*half, 3, jitter, {2, T / 2, kHidden}).equal(noise.narrow(1, T / 2, T / 2)));
+}
+
 TEST(SparseMlpTest, CapacityDropsLaterTokensAssignments) {
   // A router that sends most tokens to the same experts, so that capacity binds.
   Weights w(/*shared=*/false, /*router_std=*/3.0);

@@ -121,6 +121,11 @@ absl::Status PipelineRunner::Forward(const PipeAction& a, const std::function<ab
   }
   if (keep && options_.experts > 0) {
     stash.stats = c10::make_intrusive<RouterStats>(options_.experts);
+    if (options_.noise_seed) stash.stats->noise_seed = options_.noise_seed(a.micro_batch);
+    if (options_.sp) {
+      stash.stats->sequence_block = options_.sp->rank();
+      stash.stats->sequence_blocks = options_.sp->size();
+    }
     model_->set_router_stats(stash.stats);
   }
   at::Tensor x;

@@ -58,6 +58,8 @@ struct PipelineOptions {
   // Sequence parallelism (a Mixture of Experts): the group whose sequence blocks make up one
   // micro-batch; the head's chunk sums the statistics over it. Null: none.
   std::shared_ptr<Communicator> sp;
+  // Router jitter's seed of micro-batch a of the current step (RouterStats::noise_seed); null: 0.
+  std::function<uint64_t(int)> noise_seed;
 };
 
 class PipelineRunner {

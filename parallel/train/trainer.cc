@@ -130,6 +130,7 @@ absl::Status Trainer::Init() {
     po.experts = m.experts;
     po.aux_loss_coef = m.aux_loss_coef;
     po.sp = groups_.sp;
+    po.noise_seed = [this, micro_batches = po.micro_batches](int a) { return NoiseSeed(a, micro_batches); };
     auto runner = PipelineRunner::Create(model_.get(), *layout_, groups_.pp, po);
     if (!runner.ok()) return runner.status();
     pipeline_ = std::move(*runner);
@@ -250,6 +251,9 @@ absl::StatusOr<Trainer::LossSums> Trainer::ForwardBackward(int accum) {
       c10::intrusive_ptr<RouterStats> stats;
       if (c.IsMoe()) {
         stats = c10::make_intrusive<RouterStats>(c.experts);
+        stats->noise_seed = NoiseSeed(a, accum);
+        stats->sequence_block = groups_.sp->rank();
+        stats->sequence_blocks = groups_.sp->size();
         model_->set_router_stats(stats);
       }
       at::Tensor loss = model_->Loss(batch->narrow(1, 0, T), batch->narrow(1, 1, T));
@@ -350,6 +354,17 @@ absl::Status Trainer::Update(double norm, double lr, StepStats* s) {
     good_steps_ = 0;
   }
   return absl::OkStatus();
+}
+
+uint64_t Trainer::NoiseSeed(int a, int accum) const {
+  // The global index of the micro-batch's first sample (ReadMicroBatch's numbering) mixed with the
+  // job's seed: the same micro-batch draws the same noise in every layout.
+  const uint64_t first = static_cast<uint64_t>(step_ * options_.global_batch +
+                                               static_cast<int64_t>(groups_.dp->rank()) * options_.micro_batch * accum +
+                                               static_cast<int64_t>(a) * options_.micro_batch);
+  uint64_t h = 0x94d049bb133111ebull ^ options_.seed;
+  h = (h ^ first) * 0xbf58476d1ce4e5b9ull;
+  return h ^ (h >> 29);
 }
 
 void Trainer::UpdateRouterBias() {

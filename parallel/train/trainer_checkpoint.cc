@@ -324,6 +324,7 @@ nlohmann::json Trainer::TrainerStateJson(bool sharded_state) const {
                  {"shared_expert_ffn_hidden", c.shared_expert_ffn_hidden}, {"norm_topk_prob", c.norm_topk_prob},
                  {"moe_every", c.moe_every}, {"dense_layers", c.dense_layers},
                  {"capacity_factor", c.capacity_factor}, {"router_bias_rate", c.router_bias_rate},
+                 {"router_jitter", c.router_jitter},
                  {"rope_scaling", c.rope_scaling.enabled()
                                       ? nlohmann::json{{"factor", c.rope_scaling.factor},
                                                        {"low_freq_factor", c.rope_scaling.low_freq_factor},

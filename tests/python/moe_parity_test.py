@@ -281,6 +281,25 @@ class MoeParityTest(unittest.TestCase):
             for g, w in zip(got_row, want_row.tolist()):
                 self.assertAlmostEqual(g, w, places=5)
 
+    def test_router_jitter_is_the_same_noise_in_every_layout(self):
+        # Random noise cannot match transformers' draws; what it must do: change training (it is applied),
+        # and draw the same noise for the same micro-batch whatever the layout (dp, sp, ep, pp,
+        # activation checkpointing's recomputation), so those runs equal the one-process run.
+        # Held to SINGLE_TOL: layouts differ by ~1e-7 (sums in another order), other noise by far more.
+        jitter = ["model.router_jitter=0.5"]
+        single = self.run_tessera("mixtral_jitter", "mixtral", jitter)["loss"]
+        plain = self.reference("mixtral")["loss"]
+        effect = max(abs(g - w) / abs(w) for g, w in zip(single, plain))
+        print(f"router jitter changes the losses by {effect:.2e}")
+        self.assertGreater(effect, 3 * SINGLE_TOL)
+        for name, sets in [("dp2", ["parallel.dp=2"]), ("sp2", ["parallel.sp=2"]),
+                           ("ep2_pp2", ["parallel.dp=2", "parallel.ep=2", "parallel.pp=2"]),
+                           ("ckpt", ["train.activation_checkpointing=true"])]:
+            got = self.run_tessera(f"mixtral_jitter_{name}", "mixtral", jitter + sets)["loss"]
+            worst = max(abs(g - w) / abs(w) for g, w in zip(got, single))
+            print(f"router jitter {name}: max relative difference to one process {worst:.2e}")
+            self.assertLessEqual(worst, SINGLE_TOL, name)
+
     def test_bf16_follows_transformers_fp32(self):
         # bf16 parameters and activations (fp32 master weights, router softmax in fp32): within BF16_TOL
         # of transformers' fp32 training, alone and with ep=2.
