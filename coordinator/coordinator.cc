@@ -1,6 +1,7 @@
 #include "coordinator/coordinator.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -63,21 +64,38 @@ void Coordinator::CheckStartLocked(JobEntry& e) {
   AfterRankExitLocked(e);
 }
 
-void Coordinator::ChangedLocked(JobEntry& e, bool persist) {
-  e.version = ++version_counter_;
-  e.job.set_updated_unix_ms(absl::ToUnixMillis(Now()));
-  if (persist || Now() - e.last_persist > absl::Seconds(2)) {
-    absl::Status s = store_->Put(e.job);
-    if (!s.ok()) fprintf(stderr, "tessera-coordinator: persisting %s failed: %s\n", e.job.id().c_str(), s.ToString().c_str());
-    e.last_persist = Now();
+void Coordinator::CheckProgressLocked(JobEntry& e) {
+  if (e.adopt_deadline || e.job.state() != v1::JOB_STATE_RUNNING || options_.progress_timeout <= absl::ZeroDuration()) {
+    return;
   }
-  changed_.SignalAll();
+  if (e.progressed_at == absl::InfinitePast()) e.progressed_at = Now();  // Adopted, or running before this start.
+  if (Now() - e.progressed_at <= options_.progress_timeout) return;
+  AttemptFailedLocked(e, absl::StrCat("no training step for ", absl::FormatDuration(options_.progress_timeout),
+                                      " (after step ", e.job.progress().step(), "): hung; its ranks are stopped"),
+                      /*counts=*/true);
 }
 
-void Coordinator::SetStateLocked(JobEntry& e, v1::JobState state, const std::string& reason) {
+absl::Status Coordinator::ChangedLocked(JobEntry& e, bool persist) {
+  e.version = ++version_counter_;
+  e.job.set_updated_unix_ms(absl::ToUnixMillis(Now()));
+  absl::Status s;
+  if (persist || Now() - e.last_persist > absl::Seconds(2)) {
+    s = store_->Put(e.job);
+    if (s.ok()) {
+      e.last_persist = Now();
+    } else {
+      fprintf(stderr, "tessera-coordinator: persisting %s failed: %s\n", e.job.id().c_str(), s.ToString().c_str());
+      e.last_persist = absl::InfinitePast();  // Stored again with the next change.
+    }
+  }
+  changed_.SignalAll();
+  return s;
+}
+
+absl::Status Coordinator::SetStateLocked(JobEntry& e, v1::JobState state, const std::string& reason) {
   e.job.set_state(state);
   e.job.set_reason(reason);
-  ChangedLocked(e, /*persist=*/true);
+  return ChangedLocked(e, /*persist=*/true);
 }
 
 absl::StatusOr<v1::Job> Coordinator::Submit(const v1::JobSpec& spec, int max_restarts, const std::string& owner) {
@@ -95,13 +113,18 @@ absl::StatusOr<v1::Job> Coordinator::Submit(const v1::JobSpec& spec, int max_res
   std::vector<spec::SpecError> paths = spec::ConfineJobPaths(spec, options_.roots, owner);
   errors.insert(errors.end(), paths.begin(), paths.end());
   if (absl::Status s = spec::ToStatus(errors); !s.ok()) return s;
+  // One submission at a time from the overlap check until the job is in jobs_: two concurrent
+  // submissions of one directory would both pass the check.
+  absl::MutexLock submitting(&submit_mu_);
   {
     // Two live jobs never write into the same directory (or one into the other's): their checkpoints
-    // and logs would mix.
+    // and logs would mix. A job that ended keeps its directories while ranks of it may still be alive
+    // (a lost worker's, a rank being stopped).
     absl::MutexLock lock(&mu_);
+    const std::map<std::string, std::string> stopping_jobs = StoppingJobsLocked();
     for (const auto& [field, path] : spec::OutputPaths(spec)) {
       for (const auto& [other_id, other] : jobs_) {
-        if (IsTerminal(other.job.state())) continue;
+        if (IsTerminal(other.job.state()) && !RanksMayLiveLocked(other, stopping_jobs)) continue;
         for (const auto& [other_field, other_path] : spec::OutputPaths(other.job.spec())) {
           if (spec::PathWithin(path, other_path) || spec::PathWithin(other_path, path)) {
             errors.push_back({field, absl::StrCat(spec::Quote(path, 64), " overlaps the ", other_field, " of live job ",
@@ -116,8 +139,8 @@ absl::StatusOr<v1::Job> Coordinator::Submit(const v1::JobSpec& spec, int max_res
   if (absl::Status s = spec::ToStatus(errors); !s.ok()) return s;
   auto id = store_->NextJobId();
   if (!id.ok()) {
-    return absl::InternalError(
-        absl::StrCat("job not accepted: the coordinator could not allocate its id: ", id.status().message()));
+    return absl::Status(id.status().code(), absl::StrCat("job not accepted: the coordinator could not allocate its id: ",
+                                                         id.status().message()));
   }
   v1::Job job;
   job.set_id(*id);
@@ -132,7 +155,7 @@ absl::StatusOr<v1::Job> Coordinator::Submit(const v1::JobSpec& spec, int max_res
   // The submission is acknowledged only once it is durable: a write that fails fails the RPC, and the
   // job does not exist.
   if (absl::Status s = store_->Put(job); !s.ok()) {
-    return absl::InternalError(absl::StrCat("job not accepted: the coordinator could not store it: ", s.message()));
+    return absl::Status(s.code(), absl::StrCat("job not accepted: the coordinator could not store it: ", s.message()));
   }
   absl::MutexLock lock(&mu_);
   JobEntry& e = jobs_[*id];
@@ -164,6 +187,7 @@ void Coordinator::TryScheduleLocked() {
   // its device kind is placed until it is, so that a large job is not starved by a stream of small
   // ones. A job larger than every live device of its kind together never blocks the others.
   std::set<v1::DeviceKind> reserved;  // Kinds whose devices a long-waiting job holds back.
+  const std::map<std::string, std::string> stopping_jobs = StoppingJobsLocked();
   for (auto it = queue_.begin(); it != queue_.end();) {
     JobEntry& e = jobs_[*it];
     const v1::JobSpec& spec = e.job.spec();
@@ -173,6 +197,12 @@ void Coordinator::TryScheduleLocked() {
     const std::string prefix = e.requeue_cause.empty() ? "" : e.requeue_cause + "; ";
     const int64_t cluster = ClusterDevicesLocked(kind);
     absl::StatusOr<Placement> slots = absl::ResourceExhaustedError("");
+    // Never two attempts of one job at once: not while an earlier attempt's ranks may be alive.
+    if (std::string held = FencedLocked(e, stopping_jobs); !held.empty()) {
+      if (e.job.reason() != prefix + held) SetStateLocked(e, v1::JOB_STATE_PENDING, prefix + held);
+      ++it;
+      continue;
+    }
     if (world > cluster) {
       reason = absl::StrCat(prefix, "needs ", world, " ", kind == v1::DEVICE_KIND_CUDA ? "cuda" : "cpu",
                             " devices, more than the whole cluster's ", cluster,
@@ -199,6 +229,42 @@ void Coordinator::TryScheduleLocked() {
     if (world <= cluster && Now() - e.queued_at > options_.backfill_limit) reserved.insert(kind);
     ++it;
   }
+}
+
+std::map<std::string, std::string> Coordinator::StoppingJobsLocked() {
+  std::map<std::string, std::string> out;
+  for (const auto& [id, w] : workers_) {
+    if (w.info.state() != v1::Worker::STATE_ALIVE) continue;  // A lost worker's ranks: its fence.
+    for (const auto& [key, device] : w.stopping) out.emplace(std::get<0>(key), w.info.name());
+  }
+  return out;
+}
+
+std::string Coordinator::FencedLocked(JobEntry& e, const std::map<std::string, std::string>& stopping_jobs) {
+  const absl::Time now = Now();
+  for (auto it = e.fences.begin(); it != e.fences.end();) {
+    if (it->second <= now) {
+      it = e.fences.erase(it);
+      continue;
+    }
+    auto w = workers_.find(it->first);
+    const absl::Duration grace = w == workers_.end() ? absl::Seconds(10) : w->second.stop_grace;
+    return absl::StrCat("waiting until lost worker ", it->first, " has surely stopped the ranks of attempt ",
+                        e.job.attempt(), " (its lease of ", absl::FormatDuration(options_.worker_lease),
+                        " and stop grace of ", absl::FormatDuration(grace), " after its last heartbeat)");
+  }
+  if (auto w = stopping_jobs.find(e.job.id()); w != stopping_jobs.end()) {
+    return absl::StrCat("waiting for worker ", w->second, " to stop its rank(s) of an earlier attempt");
+  }
+  return "";
+}
+
+bool Coordinator::RanksMayLiveLocked(const JobEntry& e, const std::map<std::string, std::string>& stopping_jobs) {
+  if (std::any_of(e.ranks.begin(), e.ranks.end(), [](const RankEntry& r) { return !r.exited; })) return true;
+  for (const auto& [worker, until] : e.fences) {
+    if (until > Now()) return true;
+  }
+  return stopping_jobs.count(e.job.id()) > 0;
 }
 
 int Coordinator::NextStorePortLocked(WorkerEntry& w0) {
@@ -247,6 +313,7 @@ void Coordinator::StartAttemptLocked(JobEntry& e, const Placement& placement, in
     a.set_store_port(port);
     *a.mutable_spec() = spec;
     a.set_owner(e.job.owner());
+    a.set_job_uid(absl::StrCat(e.job.id(), "@", e.job.created_unix_ms()));  // With the attempt: the fencing token.
     e.ranks[r].start_seq = SendLocked(w, std::move(a));
   }
   v1::Attempt* h = e.job.add_history();
@@ -261,6 +328,7 @@ void Coordinator::StartAttemptLocked(JobEntry& e, const Placement& placement, in
   }
   if (e.job.history_size() > kMaxHistory) e.job.mutable_history()->DeleteSubrange(0, e.job.history_size() - kMaxHistory);
   e.scheduled_at = Now();
+  e.progressed_at = absl::InfinitePast();
   if (options_.on_scheduled) options_.on_scheduled(Now() - e.queued_at);
   SetStateLocked(e, v1::JOB_STATE_SCHEDULED,
                  absl::StrCat("attempt ", e.job.attempt(), " placed",
@@ -346,22 +414,26 @@ absl::StatusOr<v1::GetJobLogsResponse> Coordinator::Logs(const std::string& id, 
   v1::GetJobLogsResponse resp;
   resp.set_path(path);
   // O_NOFOLLOW: the log file itself is never a symbolic link (a rank writes a regular file).
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-  FILE* f = fd < 0 ? nullptr : fdopen(fd, "rb");
-  if (fd >= 0 && f == nullptr) close(fd);
-  if (f == nullptr) {
+  // O_NONBLOCK: opening a FIFO put in its place returns at once instead of holding this thread
+  // until a writer comes; anything but a regular file is then refused.
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (fd < 0) {
     resp.set_next_offset(std::max<int64_t>(0, offset));
     return resp;  // Not written yet.
   }
-  fseek(f, 0, SEEK_END);
-  const int64_t size = ftell(f);
-  int64_t start = offset < 0 ? std::max<int64_t>(0, size + offset) : std::min(offset, size);
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return absl::FailedPreconditionError(absl::StrCat(path, " is not a regular file; not read"));
+  }
+  // The size is the file's at this moment; offsets are clamped to it (a negative one counts from it).
+  const int64_t size = st.st_size;
+  const int64_t start = offset < 0 ? std::max<int64_t>(0, size + offset) : std::min(offset, size);  // No overflow: size ≥ 0.
   const int cap = max_bytes <= 0 ? 64 << 10 : std::min(max_bytes, 1 << 20);
-  std::string data(static_cast<size_t>(std::min<int64_t>(cap, size - start)), '\0');
-  fseek(f, start, SEEK_SET);
-  const size_t n = fread(data.data(), 1, data.size(), f);
-  fclose(f);
-  data.resize(n);
+  std::string data(static_cast<size_t>(std::clamp<int64_t>(size - start, 0, cap)), '\0');
+  const ssize_t n = data.empty() ? 0 : pread(fd, data.data(), data.size(), start);
+  close(fd);
+  data.resize(n < 0 ? 0 : static_cast<size_t>(n));
   resp.set_next_offset(start + static_cast<int64_t>(n));
   resp.set_data(std::move(data));
   return resp;
@@ -426,8 +498,13 @@ absl::StatusOr<v1::Job> Coordinator::Cancel(const std::string& id) {
   queue_.erase(std::remove(queue_.begin(), queue_.end(), id), queue_.end());
   StopRanksLocked(e);
   EndAttemptLocked(e, v1::JOB_STATE_CANCELLED, "cancelled by the user", "");
-  SetStateLocked(e, v1::JOB_STATE_CANCELLED, "cancelled by the user");
+  absl::Status stored = SetStateLocked(e, v1::JOB_STATE_CANCELLED, "cancelled by the user");
   TryScheduleLocked();
+  if (!stored.ok()) {
+    // Its ranks are stopped and it is cancelled here, but a coordinator restarted now would not know.
+    return absl::Status(stored.code(), absl::StrCat(id, " was cancelled, but the coordinator could not store that (",
+                                                    stored.message(), "): cancel it again once it can"));
+  }
   return e.job;
 }
 

@@ -33,6 +33,11 @@ namespace tessera::coordinator {
 struct CoordinatorOptions {
   absl::Duration heartbeat_interval = absl::Seconds(1);  // Asked of workers.
   absl::Duration heartbeat_timeout = absl::Seconds(10);  // Silence after which a worker is lost.
+  // Asked of workers (RegisterWorkerResponse.lease_ms): a worker that has not completed a heartbeat for
+  // this long stops its ranks. Below heartbeat_timeout. A lost worker's jobs get no new attempt before
+  // its last heartbeat + lease + its stop grace + kFenceSlack: by then its ranks are surely gone.
+  // Zero: no lease (and no such wait).
+  absl::Duration worker_lease = absl::Seconds(5);
   int max_restarts_limit = 100;                          // Largest max_restarts a job may ask.
   // A worker name stays with its live worker: another process registering the name is refused while
   // the holder heartbeated within this time (a restarted worker waits at most this long).
@@ -40,6 +45,11 @@ struct CoordinatorOptions {
   // An attempt whose ranks have not all reported STARTED this long after placement (an assignment
   // lost, a worker that cannot start processes) fails and is retried, spending a restart.
   absl::Duration start_timeout = absl::Minutes(2);
+  // A RUNNING attempt that reports no new step for this long (counted from its start, then from its
+  // newest step) is hung — a rank stuck without a collective to time out, e.g. a one-rank job — and
+  // fails (spending a restart). Longer than the slowest legitimate gap: start-up, a checkpoint, an
+  // evaluation. Zero: never.
+  absl::Duration progress_timeout = absl::Minutes(30);
   // Backfill: later jobs that fit may be placed before an earlier one that does not, until it has
   // waited this long; from then on, nothing behind it (same device kind) is placed before it.
   absl::Duration backfill_limit = absl::Minutes(10);
@@ -124,6 +134,7 @@ class Coordinator {
     int local_rank = 0;
     bool started = false;
     bool exited = false;
+    bool finished = false;  // Exited with code 0 (during a coordinator outage: not "lost").
     // The Assignment.seq of its start order in the worker's session (0: adopted at a registration).
     int64_t start_seq = 0;
   };
@@ -134,10 +145,14 @@ class Coordinator {
     absl::Time last_persist = absl::InfinitePast();
     absl::Time queued_at = absl::InfinitePast();  // Set when the job enters the queue.
     absl::Time scheduled_at = absl::InfinitePast();  // When the current attempt was placed.
+    absl::Time progressed_at = absl::InfinitePast();  // When it started running or last logged a new step.
     std::string requeue_cause;  // Why the job is back in the queue (kept in its reason while it waits).
     // After a coordinator restart: the placed attempt is adopted if its workers report its ranks
     // running before this deadline; ranks not reported by then are treated as gone.
     std::optional<absl::Time> adopt_deadline;
+    // Lost workers that may still run ranks of this job (cut off from the coordinator, not dead), with
+    // the time their lease and stop grace surely ended: no new attempt is placed before.
+    std::map<std::string, absl::Time> fences;
   };
   struct WorkerEntry {
     v1::Worker info;
@@ -160,9 +175,23 @@ class Coordinator {
     int64_t session = 0;  // Of the newest registration.
     std::string instance;  // The worker process that registered it (RegisterWorkerRequest.instance).
     int64_t attempt = 0;   // Its RegisterWorkerRequest.attempt.
+    absl::Duration stop_grace = absl::Seconds(10);  // Its RegisterWorkerRequest.stop_grace_ms.
   };
+  // Time beyond a lost worker's lease and stop grace for its last ranks to be gone (its loop checks
+  // the lease every 100 ms; a SIGKILLed process exits within milliseconds).
+  static constexpr absl::Duration kFenceSlack = absl::Seconds(1);
 
   void TryScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Why job `e` may not get a new attempt now although it fits: a lost worker's fence has not ended,
+  // or a live worker still runs (is stopping) a rank of an earlier attempt; "" when nothing holds it.
+  // `stopping_jobs`: the jobs with ranks in a live worker's `stopping`.
+  std::string FencedLocked(JobEntry& e, const std::map<std::string, std::string>& stopping_jobs)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Job id → a live worker that still runs (stops) a superseded rank of it.
+  std::map<std::string, std::string> StoppingJobsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether ranks of job `e` may still be alive anywhere (its output directory stays reserved).
+  bool RanksMayLiveLocked(const JobEntry& e, const std::map<std::string, std::string>& stopping_jobs)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // TryScheduleLocked's parts: the store port of a new attempt's rank 0 on `w0` (-1: none free), and
   // the attempt started on `placement`: ranks assigned, START orders sent, history, SCHEDULED.
   int NextStorePortLocked(WorkerEntry& w0) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -207,6 +236,8 @@ class Coordinator {
   void CheckAdoptionLocked(JobEntry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Fails a SCHEDULED attempt whose ranks did not all start within start_timeout.
   void CheckStartLocked(JobEntry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Fails a RUNNING attempt without a new step for progress_timeout.
+  void CheckProgressLocked(JobEntry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Devices of `kind` on live workers, used or not.
   int64_t ClusterDevicesLocked(v1::DeviceKind kind) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status ReportRankStatusLocked(const v1::ReportRankStatusRequest& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -221,9 +252,12 @@ class Coordinator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RankGoneLocked(JobEntry& e, int rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AfterRankExitLocked(JobEntry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void SetStateLocked(JobEntry& e, v1::JobState state, const std::string& reason)
+  // Both persist (SetStateLocked always; ChangedLocked when asked, or every 2 s) and return the
+  // store's error when it could not: a transition a client asked for fails its RPC then (the change
+  // stays in memory and is stored again with the next one).
+  absl::Status SetStateLocked(JobEntry& e, v1::JobState state, const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ChangedLocked(JobEntry& e, bool persist) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status ChangedLocked(JobEntry& e, bool persist) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RefreshWorkerUsageLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::vector<struct FreeDevices> FreeDevicesLocked(v1::DeviceKind kind) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -231,9 +265,16 @@ class Coordinator {
 
   const CoordinatorOptions options_;
   std::unique_ptr<JobStore> store_;
+  absl::Mutex submit_mu_ ABSL_ACQUIRED_BEFORE(mu_);  // Held by Submit from its overlap check to its insert.
   absl::Mutex mu_;
   absl::CondVar changed_;
-  std::map<std::string, JobEntry> jobs_ ABSL_GUARDED_BY(mu_);
+  // Ids in the order they were handed out: "job-999999" before "job-1000000" (shorter first).
+  struct JobIdLess {
+    bool operator()(const std::string& a, const std::string& b) const {
+      return a.size() != b.size() ? a.size() < b.size() : a < b;
+    }
+  };
+  std::map<std::string, JobEntry, JobIdLess> jobs_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, WorkerEntry> workers_ ABSL_GUARDED_BY(mu_);
   std::deque<std::string> queue_ ABSL_GUARDED_BY(mu_);  // PENDING job ids, first come first served.
   uint64_t version_counter_ ABSL_GUARDED_BY(mu_) = 0;

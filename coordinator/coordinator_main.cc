@@ -29,7 +29,15 @@
 ABSL_FLAG(std::string, listen, "127.0.0.1:7070", "gRPC address; port 0 picks a free port (printed).");
 ABSL_FLAG(std::string, db, "tessera-coordinator.db", "SQLite file holding every job.");
 ABSL_FLAG(int, heartbeat_timeout_s, 10, "Seconds without a heartbeat after which a worker is lost.");
+ABSL_FLAG(int, worker_lease_ms, -1,
+          "A worker that has not completed a heartbeat for this long stops its ranks (they may be placed "
+          "elsewhere); a lost worker's jobs wait until its lease and stop grace have surely passed. Below "
+          "--heartbeat_timeout_s; -1: the heartbeat timeout less 2 s (at least half of it); 0: no lease "
+          "(ranks of a worker cut off from the coordinator keep running: two attempts of a job can overlap).");
 ABSL_FLAG(int, start_timeout_s, 120, "Seconds for every rank of a placed attempt to start before it is retried.");
+ABSL_FLAG(int, progress_timeout_s, 1800,
+          "Seconds a running job may go without a new training step before it counts as hung and is restarted "
+          "(0: never). Above the longest start-up, checkpoint or evaluation.");
 ABSL_FLAG(int, backfill_limit_s, 600,
           "Seconds a job that does not fit lets later jobs that fit go first; then it holds its devices' kind.");
 ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9464", "Prometheus /metrics address; port 0 picks one (printed).");
@@ -63,8 +71,13 @@ tessera::coordinator::CoordinatorOptions OptionsFromFlags(const tessera::spec::P
   tessera::coordinator::CoordinatorOptions options;
   options.roots = roots;
   options.heartbeat_timeout = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_timeout_s));
+  const int lease_ms = absl::GetFlag(FLAGS_worker_lease_ms);
+  options.worker_lease = lease_ms >= 0 ? absl::Milliseconds(lease_ms)
+                                       : std::max(options.heartbeat_timeout - absl::Seconds(2),
+                                                  options.heartbeat_timeout / 2);
   options.start_timeout = absl::Seconds(absl::GetFlag(FLAGS_start_timeout_s));
   options.backfill_limit = absl::Seconds(absl::GetFlag(FLAGS_backfill_limit_s));
+  options.progress_timeout = absl::Seconds(std::max(0, absl::GetFlag(FLAGS_progress_timeout_s)));
   options.on_scheduled = [&metrics](absl::Duration d) { metrics.ObserveScheduling(absl::ToDoubleSeconds(d)); };
   return options;
 }
@@ -112,6 +125,12 @@ std::unique_ptr<grpc::Server> StartGrpc(const std::string& listen, const std::op
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("tessera-coordinator --listen 127.0.0.1:7070 --db tessera.db");
   absl::ParseCommandLine(argc, argv);
+  if (const int lease = absl::GetFlag(FLAGS_worker_lease_ms);
+      lease > 0 && (lease < 1000 || lease >= 1000 * int64_t{absl::GetFlag(FLAGS_heartbeat_timeout_s)})) {
+    std::cerr << "error: --worker_lease_ms " << lease << " must be at least 1000 (a heartbeat interval) and below "
+              << "--heartbeat_timeout_s " << absl::GetFlag(FLAGS_heartbeat_timeout_s) << " s\n";
+    return 2;
+  }
   auto store = tessera::coordinator::JobStore::Open({absl::GetFlag(FLAGS_db)});
   if (!store.ok()) {
     std::cerr << "error: " << store.status().message() << "\n";

@@ -87,7 +87,10 @@ void Coordinator::CheckAdoptionLocked(JobEntry& e) {
     return;
   }
   const bool all = std::all_of(e.ranks.begin(), e.ranks.end(), [](const RankEntry& r) { return r.started || r.exited; });
-  const bool lost = std::any_of(e.ranks.begin(), e.ranks.end(), [](const RankEntry& r) { return r.exited && !r.started; });
+  // A rank that finished while the coordinator was away exited without being reported running: it
+  // is done, not lost (before: the attempt failed and the job ran again).
+  const bool lost = std::any_of(e.ranks.begin(), e.ranks.end(),
+                                [](const RankEntry& r) { return r.exited && !r.started && !r.finished; });
   if (all && !lost) {
     e.adopt_deadline.reset();
     SetStateLocked(e, v1::JOB_STATE_RUNNING,
@@ -98,7 +101,7 @@ void Coordinator::CheckAdoptionLocked(JobEntry& e) {
   e.adopt_deadline.reset();
   std::string missing, failed_worker;
   for (size_t r = 0; r < e.ranks.size(); ++r) {
-    if (!e.ranks[r].started) {
+    if (!e.ranks[r].started && !e.ranks[r].finished) {
       absl::StrAppend(&missing, missing.empty() ? "" : ",", r);
       if (failed_worker.empty()) failed_worker = e.ranks[r].worker_id;
       RankGoneLocked(e, static_cast<int>(r));

@@ -1,13 +1,18 @@
 // The coordinator's state machine without gRPC — jobs, the queue, placement, attempts and restarts,
 // history, storage — on a real JobStore (a temp file), workers played by the test
 // (coordinator_test_fixture.h). The worker protocol has its own file: coordinator_workers_test.cc.
+#include <fcntl.h>
 #include <sys/mount.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <future>
+#include <limits>
 #include <set>
 
 #include "coordinator/coordinator_test_fixture.h"
@@ -214,8 +219,12 @@ TEST_F(CoordinatorTest, HistoryRecordsEachAttemptAndBlamesTheNodeThatWasLost) {
   j = *c_->GetJob(id);
   EXPECT_EQ(j.history(0).failed_worker(), "b");
   EXPECT_THAT(j.history(0).reason(), HasSubstr("exited with code 1: error: boom; then worker b was lost"));
-  // The next attempt, on a and a new worker c, resumes from the checkpoint of step 20.
+  // The next attempt, on a and a new worker c, resumes from the checkpoint of step 20 — once b's
+  // lease and stop grace have surely passed (b may only be cut off, its rank still running).
   AddWorker("c", 1);
+  EXPECT_EQ(c_->GetJob(id)->history_size(), 1);
+  EXPECT_THAT(c_->GetJob(id)->reason(), HasSubstr("waiting until lost worker b has surely stopped"));
+  AdvanceWithHeartbeats(absl::Milliseconds(1200), {a, "c"});
   j = *c_->GetJob(id);
   ASSERT_EQ(j.history_size(), 2);
   EXPECT_EQ(j.history(1).attempt(), 2);
@@ -251,11 +260,20 @@ TEST(CoordinatorStorageTest, SubmissionThatCannotBeStoredFailsAndLeavesNoJob) {
   ASSERT_TRUE(spec.ok());
   std::set<std::string> accepted;
   std::string refusal;
+  absl::StatusCode refusal_code = absl::StatusCode::kOk;
   {
     auto store = JobStore::Open({db});
     ASSERT_TRUE(store.ok()) << store.status();
     Coordinator c(CoordinatorOptions{}, std::move(*store));
     ASSERT_TRUE(c.Recover().ok());
+    for (int i = 0; i < 3; ++i) {  // Stored while there is space.
+      v1::JobSpec own = *spec;
+      own.set_output_dir("out/stored" + std::to_string(i));
+      own.mutable_checkpoint()->set_dir("out/stored" + std::to_string(i) + "/checkpoints");
+      auto job = c.Submit(own, 0);
+      ASSERT_TRUE(job.ok()) << job.status();
+      accepted.insert(job->id());
+    }
     {  // Fill what is left of the file system.
       std::ofstream filler(dir + "/filler", std::ios::binary);
       const std::string block(4096, 'x');
@@ -268,11 +286,17 @@ TEST(CoordinatorStorageTest, SubmissionThatCannotBeStoredFailsAndLeavesNoJob) {
         accepted.insert(job->id());
       } else {
         refusal = std::string(job.status().message());
+        refusal_code = job.status().code();
       }
     }
     ASSERT_FALSE(refusal.empty()) << "every submission was stored on a full file system";
     EXPECT_THAT(refusal, HasSubstr("job not accepted: the coordinator could not"));
+    EXPECT_EQ(refusal_code, absl::StatusCode::kResourceExhausted) << "a full disk, not an internal error";
     EXPECT_EQ(c.ListJobs().size(), accepted.size()) << "a refused job must not be listed";
+    // A transition that cannot be stored fails its RPC (before: answered OK, lost at a restart).
+    auto cancel = c.Cancel(*accepted.begin());
+    EXPECT_EQ(cancel.status().code(), absl::StatusCode::kResourceExhausted) << cancel.status();
+    EXPECT_THAT(cancel.status().message(), HasSubstr("could not store that"));
   }
   std::filesystem::remove(dir + "/filler");
   auto store = JobStore::Open({db});
@@ -282,7 +306,9 @@ TEST(CoordinatorStorageTest, SubmissionThatCannotBeStoredFailsAndLeavesNoJob) {
   std::set<std::string> after;
   for (const v1::Job& j : c.ListJobs()) after.insert(j.id());
   EXPECT_EQ(after, accepted);
-  EXPECT_TRUE(c.Submit(*spec, 0).ok()) << "with space again, submissions are accepted";
+  auto again = c.Submit(*spec, 0);
+  ASSERT_TRUE(again.ok()) << "with space again, submissions are accepted";
+  EXPECT_FALSE(accepted.count(again->id())) << again->id() << " was handed out before: the counter was not durable";
 }
 
 // A stored job the scheduler cannot handle (here: a world size that wraps to 0 in 32 bits, accepted
@@ -326,6 +352,102 @@ TEST_F(CoordinatorTest, ListJobsPagesNewestFirstWithoutGapsOrRepeats) {
   } while (!token.empty() && pages < 10);
   EXPECT_EQ(seen, ids);
   EXPECT_EQ(pages, 3);
+}
+
+// Before: ids were ordered as strings, so job-1000000 sorted before job-999999 and "newest first"
+// listed it last.
+TEST_F(CoordinatorTest, JobsPastTheMillionthAreListedNewestFirst) {
+  auto first = c_->Submit(Spec(1, 1), 0);
+  ASSERT_TRUE(first.ok());
+  c_.reset();
+  {
+    auto store = JobStore::Open({db_});
+    ASSERT_TRUE(store.ok());
+    for (const char* id : {"job-999999", "job-1000000"}) {
+      v1::Job j = *first;
+      j.set_id(id);
+      j.mutable_spec()->set_output_dir(std::string("out/") + id);
+      ASSERT_TRUE((*store)->Put(j).ok());
+    }
+  }
+  Restart();
+  std::vector<v1::Job> all = c_->ListJobs();
+  ASSERT_EQ(all.size(), 3u);
+  EXPECT_EQ(all[0].id(), "job-1000000");
+  EXPECT_EQ(all[1].id(), "job-999999");
+  std::string next;
+  std::vector<v1::Job> page = c_->ListJobsPage(1, "job-1000000", &next);
+  ASSERT_EQ(page.size(), 1u);
+  EXPECT_EQ(page[0].id(), "job-999999");
+}
+
+// Before: nothing watched a running attempt's progress; a hung one-rank job (no collective to time
+// out) stayed RUNNING forever.
+TEST_F(CoordinatorTest, ARunningAttemptWithoutANewStepForTheProgressTimeoutFailsAndRestarts) {
+  const std::string a = AddWorker("a", 1);
+  auto job = c_->Submit(Spec(1, 1), 1);
+  ASSERT_TRUE(job.ok());
+  auto placed = Drain(a);
+  ASSERT_EQ(placed.size(), 1u);
+  Report(a, placed[0], v1::ReportRankStatusRequest::EVENT_STARTED);
+  ASSERT_EQ(State(job->id()), v1::JOB_STATE_RUNNING);
+  auto step = [&](int64_t n) {
+    v1::ReportRankStatusRequest p;
+    p.set_worker_id(a);
+    p.set_job_id(job->id());
+    p.set_attempt(1);
+    p.set_event(v1::ReportRankStatusRequest::EVENT_PROGRESS);
+    p.mutable_progress()->set_step(n);
+    ASSERT_TRUE(c_->ReportRankStatus(p).ok());
+  };
+  // Steps every 20 min: never hung (the timeout is 30 min).
+  for (int n = 1; n <= 3; ++n) {
+    AdvanceWithHeartbeats(absl::Minutes(20), {a});
+    step(n);
+    EXPECT_EQ(State(job->id()), v1::JOB_STATE_RUNNING);
+  }
+  // Then nothing for 30 min (heartbeats go on: the worker is fine, its rank is not).
+  AdvanceWithHeartbeats(absl::Minutes(29), {a});
+  EXPECT_EQ(State(job->id()), v1::JOB_STATE_RUNNING);
+  AdvanceWithHeartbeats(absl::Minutes(1) + absl::Milliseconds(100), {a});
+  EXPECT_EQ(State(job->id()), v1::JOB_STATE_RESTARTING);
+  EXPECT_THAT(c_->GetJob(job->id())->reason(), HasSubstr("no training step for 30m (after step 3): hung"));
+}
+
+// Before: the log was opened without O_NONBLOCK (a FIFO in its place held the gRPC thread forever)
+// and its size taken with ftell, whose −1 on such a file made a string of SIZE_MAX bytes.
+TEST_F(CoordinatorTest, LogsRefuseAFifoAtOnceAndClampEveryOffset) {
+  v1::JobSpec spec = Spec(1, 1);
+  const std::string out = std::string(getenv("TEST_TMPDIR") ? getenv("TEST_TMPDIR") : "/tmp") + "/logs_fifo";
+  std::filesystem::remove_all(out);
+  std::filesystem::create_directories(out + "/logs");
+  spec.set_output_dir(out);
+  auto job = c_->Submit(spec, 0);
+  ASSERT_TRUE(job.ok()) << job.status();
+  const std::string log = out + "/logs/rank_0.log";
+  ASSERT_EQ(mkfifo(log.c_str(), 0600), 0);
+  auto reading = std::async(std::launch::async, [&] { return c_->Logs(job->id(), 0, -10, 100); });
+  if (reading.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+    ADD_FAILURE() << "Logs blocked on a FIFO";
+    const int fd = open(log.c_str(), O_WRONLY);  // Lets it return.
+    if (fd >= 0) close(fd);
+  }
+  absl::StatusOr<v1::GetJobLogsResponse> fifo = reading.get();
+  EXPECT_EQ(fifo.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(fifo.status().message(), HasSubstr("not a regular file"));
+  std::filesystem::remove(log);
+  std::ofstream(log) << "hello world";
+  auto tail = c_->Logs(job->id(), 0, -5, 100);
+  ASSERT_TRUE(tail.ok()) << tail.status();
+  EXPECT_EQ(tail->data(), "world");
+  EXPECT_EQ(tail->next_offset(), 11);
+  auto all = c_->Logs(job->id(), 0, std::numeric_limits<int64_t>::min(), 100);
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(all->data(), "hello world");
+  auto beyond = c_->Logs(job->id(), 0, 1000, 100);
+  ASSERT_TRUE(beyond.ok());
+  EXPECT_EQ(beyond->data(), "");
+  EXPECT_EQ(beyond->next_offset(), 11);
 }
 
 }  // namespace

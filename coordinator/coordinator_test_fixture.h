@@ -34,6 +34,7 @@ class CoordinatorTest : public ::testing::Test {
     CoordinatorOptions o;
     o.heartbeat_timeout = absl::Milliseconds(200);
     o.name_hold = absl::Milliseconds(100);
+    o.worker_lease = absl::Milliseconds(100);
     o.start_timeout = start_timeout_;
     o.backfill_limit = backfill_limit_;
     o.clock = &clock_;
@@ -57,6 +58,7 @@ class CoordinatorTest : public ::testing::Test {
     r.set_host("127.0.0.1");
     r.set_store_port_min(30000);
     r.set_store_port_max(30010);
+    r.set_stop_grace_ms(100);  // A lost worker's fence: last heartbeat + lease + this + kFenceSlack (1 s).
     return r;
   }
   // Registers a worker; its session is kept in sessions_[name].
@@ -65,6 +67,14 @@ class CoordinatorTest : public ::testing::Test {
     EXPECT_TRUE(resp.ok()) << resp.status();
     sessions_[name] = resp->session();
     return resp->worker_id();
+  }
+  // Advances the clock by `d` in steps of 50 ms, `alive` heartbeating at each, liveness checked.
+  void AdvanceWithHeartbeats(absl::Duration d, const std::vector<std::string>& alive) {
+    for (absl::Duration t = absl::ZeroDuration(); t < d; t += absl::Milliseconds(50)) {
+      clock_.Advance(absl::Milliseconds(50));
+      for (const std::string& w : alive) EXPECT_TRUE(c_->Heartbeat(w).ok()) << w;
+      c_->CheckLiveness();
+    }
   }
   std::vector<v1::Assignment> Drain(const std::string& worker) {
     std::vector<v1::Assignment> out;

@@ -75,6 +75,7 @@ absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(const v1:
   resp.set_worker_id(id);
   resp.set_heartbeat_interval_ms(static_cast<int32_t>(absl::ToInt64Milliseconds(options_.heartbeat_interval)));
   resp.set_session(w.session);
+  resp.set_lease_ms(static_cast<int32_t>(absl::ToInt64Milliseconds(options_.worker_lease)));
   return resp;
 }
 
@@ -114,6 +115,7 @@ Coordinator::WorkerEntry& Coordinator::AcceptWorkerLocked(const v1::RegisterWork
   w.info.set_metrics_address(req.metrics_address());
   w.info.set_peak_flops_per_device(req.peak_flops_per_device());
   w.info.set_state(v1::Worker::STATE_ALIVE);
+  w.stop_grace = req.stop_grace_ms() > 0 ? absl::Milliseconds(req.stop_grace_ms()) : absl::Seconds(10);
   w.port_min = req.store_port_min();
   w.port_max = req.store_port_max();
   w.last_heartbeat = Now();
@@ -151,6 +153,9 @@ void Coordinator::ApplyListedRanksLocked(WorkerEntry& w, const v1::RegisterWorke
 }
 
 void Coordinator::ReconcileRegistrationLocked(const std::string& id, const v1::RegisterWorkerRequest& req) {
+  // A lost worker is back: its ranks are exactly those it lists (a listed rank of an earlier attempt
+  // is stopped and holds its job back while the worker lists it: `stopping`), so its fences end.
+  for (auto& [jid, e] : jobs_) e.fences.erase(id);
   // A worker that registers without a rank it was running for an attempt being adopted no longer has
   // it (its exit report, if any, follows).
   for (auto& [jid, e] : jobs_) {
@@ -178,9 +183,7 @@ bool Coordinator::ReconcileLocked(const std::string& id, const std::set<std::tup
   for (auto& [jid, e] : jobs_) {
     if (e.adopt_deadline) continue;  // Being adopted after a coordinator restart: the registration decides.
     const v1::JobState state = e.job.state();
-    if (state != v1::JOB_STATE_RUNNING && state != v1::JOB_STATE_SCHEDULED && state != v1::JOB_STATE_RESTARTING) {
-      continue;
-    }
+    if (state == v1::JOB_STATE_PENDING) continue;  // No ranks.
     std::vector<int> missing;
     for (size_t r = 0; r < e.ranks.size(); ++r) {
       const int rank = static_cast<int>(r);
@@ -192,6 +195,9 @@ bool Coordinator::ReconcileLocked(const std::string& id, const std::set<std::tup
     if (missing.empty()) continue;
     any = true;
     for (int r : missing) RankGoneLocked(e, r);
+    // A job that ended (failed, cancelled) while this rank was unaccounted for: the rank no longer
+    // holds its device (before, it did until the coordinator restarted).
+    if (IsTerminal(state)) continue;
     if (state == v1::JOB_STATE_RESTARTING) {
       // The attempt already failed — typically a peer's collective saw this worker's rank die, so
       // the peer's worker was blamed. The rank that vanished unreported is the cause: the history
@@ -358,6 +364,7 @@ absl::Status Coordinator::ReportRankStatusLocked(const v1::ReportRankStatusReque
       e.ranks[req.rank()].started = true;
       const bool all = std::all_of(e.ranks.begin(), e.ranks.end(), [](const RankEntry& r) { return r.started; });
       if (all && e.job.state() == v1::JOB_STATE_SCHEDULED) {
+        e.progressed_at = Now();
         SetStateLocked(e, v1::JOB_STATE_RUNNING, absl::StrCat("attempt ", e.job.attempt(), " running"));
       }
       return absl::OkStatus();
@@ -365,6 +372,7 @@ absl::Status Coordinator::ReportRankStatusLocked(const v1::ReportRankStatusReque
     case v1::ReportRankStatusRequest::EVENT_PROGRESS: {
       v1::JobProgress p = req.progress();
       p.set_total_steps(e.job.spec().train().steps());
+      if (p.step() != e.job.progress().step()) e.progressed_at = Now();  // The watchdog's (CheckProgressLocked).
       // The loss of the job's first reported step stays, so that "did it learn" reads off one message.
       const bool first = p.step() <= 1 || e.job.progress().step() == 0;
       // A new checkpoint is persisted at once: after a coordinator crash the next attempt's history
@@ -395,6 +403,7 @@ absl::Status Coordinator::ReportRankStatusLocked(const v1::ReportRankStatusReque
     case v1::ReportRankStatusRequest::EVENT_EXITED: {
       RankGoneLocked(e, req.rank());
       if (req.exit_code() == 0) {
+        e.ranks[req.rank()].finished = true;
         const bool all = std::all_of(e.ranks.begin(), e.ranks.end(), [](const RankEntry& r) { return r.exited; });
         if (all && (e.job.state() == v1::JOB_STATE_RUNNING || e.job.state() == v1::JOB_STATE_SCHEDULED)) {
           EndAttemptLocked(e, v1::JOB_STATE_SUCCEEDED, "all ranks finished", "");
@@ -421,17 +430,27 @@ void Coordinator::CheckLiveness() {
   const absl::Time now = Now();
   for (auto& [jid, e] : jobs_) CheckAdoptionLocked(e);
   for (auto& [jid, e] : jobs_) CheckStartLocked(e);
+  for (auto& [jid, e] : jobs_) CheckProgressLocked(e);
+  bool reschedule = false;
   for (auto& [wid, w] : workers_) {
     if (w.info.state() != v1::Worker::STATE_ALIVE || now - w.last_heartbeat <= options_.heartbeat_timeout) continue;
     w.info.set_state(v1::Worker::STATE_LOST);
     w.queue.clear();
     w.sent.clear();
+    reschedule = true;  // Jobs waiting for devices now wait for more (their reasons say so).
+    // Lost is not dead: cut off from the coordinator only, the worker runs its ranks until its lease
+    // runs out, and they are gone after its stop grace. Until then no new attempt of their jobs.
+    const absl::Time surely_stopped =
+        options_.worker_lease > absl::ZeroDuration()
+            ? w.last_heartbeat + options_.worker_lease + w.stop_grace + kFenceSlack
+            : absl::InfinitePast();
     for (auto& [jid, e] : jobs_) {
       BlameWorkerLocked(e, wid, absl::StrCat("was lost (no heartbeat for ", absl::FormatDuration(options_.heartbeat_timeout), ")"));
       bool hit = false;
       for (size_t r = 0; r < e.ranks.size(); ++r) {
         if (e.ranks[r].worker_id == wid && !e.ranks[r].exited) RankGoneLocked(e, static_cast<int>(r)), hit = true;
       }
+      if (hit && surely_stopped > now) e.fences[wid] = surely_stopped;
       if (!hit) continue;
       if (e.job.state() == v1::JOB_STATE_RUNNING || e.job.state() == v1::JOB_STATE_SCHEDULED) {
         AttemptFailedLocked(e, absl::StrCat("worker ", w.info.name(), " lost (no heartbeat for ",
@@ -441,6 +460,14 @@ void Coordinator::CheckLiveness() {
         AfterRankExitLocked(e);
       }
     }
+    changed_.SignalAll();
+  }
+  // A fence that ended lets its job be placed.
+  for (const std::string& jid : queue_) {
+    for (const auto& [worker, until] : jobs_[jid].fences) reschedule |= until <= now;
+  }
+  if (reschedule) {
+    TryScheduleLocked();
     changed_.SignalAll();
   }
 }

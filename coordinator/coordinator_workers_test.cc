@@ -1,7 +1,9 @@
 // The worker-facing half of the coordinator (coordinator_workers.cc) without gRPC: registrations and
 // their reconciliation, sessions and assignment streams, acknowledgements, heartbeats, adoption after a
 // coordinator restart, worker names.
+#include <atomic>
 #include <set>
+#include <thread>
 
 #include "coordinator/coordinator_test_fixture.h"
 #include "gmock/gmock.h"
@@ -387,5 +389,173 @@ TEST_F(CoordinatorTest, RankThatFinishedDuringACoordinatorOutageCountsAsFinished
   EXPECT_EQ(c_->GetJob(job->id())->attempt(), 1);
 }
 
+
+// Leases and fencing (docs/fault-model.md): a lost worker may only be cut off, its ranks running
+// until its lease runs out and gone after its stop grace. Its job gets no new attempt before then.
+TEST_F(CoordinatorTest, ALostWorkersJobIsPlacedAgainOnlyAfterItsLeaseAndStopGraceHavePassed) {
+  AddWorker("b", 1);
+  auto job = c_->Submit(Spec(1, 1), 1);
+  ASSERT_TRUE(job.ok()) << job.status();
+  auto on_b = Drain("b");
+  ASSERT_EQ(on_b.size(), 1u);
+  EXPECT_EQ(on_b[0].job_uid(), absl::StrCat(job->id(), "@", job->created_unix_ms())) << "the fencing token's job";
+  Report("b", on_b[0], v1::ReportRankStatusRequest::EVENT_STARTED);
+  AddWorker("c", 1);
+  // b falls silent at t=0: lost after the 200 ms heartbeat timeout; its fence lasts until
+  // 0 + lease 100 ms + stop grace 100 ms + 1 s slack = 1.2 s.
+  AdvanceWithHeartbeats(absl::Milliseconds(250), {"c"});
+  EXPECT_EQ(State(job->id()), v1::JOB_STATE_PENDING);
+  EXPECT_THAT(c_->GetJob(job->id())->reason(),
+              HasSubstr("waiting until lost worker b has surely stopped the ranks of attempt 1 (its lease of 100ms "
+                        "and stop grace of 100ms after its last heartbeat)"));
+  AdvanceWithHeartbeats(absl::Milliseconds(900), {"c"});  // t=1.15 s
+  EXPECT_TRUE(Drain("c").empty()) << "c is free, but b's rank may still be running";
+  EXPECT_EQ(State(job->id()), v1::JOB_STATE_PENDING);
+  AdvanceWithHeartbeats(absl::Milliseconds(100), {"c"});  // t=1.25 s
+  auto on_c = Drain("c");
+  ASSERT_EQ(on_c.size(), 1u);
+  EXPECT_EQ(on_c[0].attempt(), 2);
+  EXPECT_EQ(State(job->id()), v1::JOB_STATE_SCHEDULED);
+}
+
+TEST_F(CoordinatorTest, ALostWorkerBackWithoutTheRankEndsTheFenceAndOneStillRunningItHoldsTheJob) {
+  AddWorker("b", 1);
+  auto job = c_->Submit(Spec(1, 1), 2);
+  auto on_b = Drain("b");
+  ASSERT_EQ(on_b.size(), 1u);
+  Report("b", on_b[0], v1::ReportRankStatusRequest::EVENT_STARTED);
+  AddWorker("c", 1);
+  AdvanceWithHeartbeats(absl::Milliseconds(250), {"c"});
+  ASSERT_EQ(State(job->id()), v1::JOB_STATE_PENDING);
+  // b is back before its fence ended, still running the rank (its lease had not run out): the rank is
+  // told to stop, and the job waits for it — not for the fence, not on a free c.
+  v1::RegisterWorkerRequest back = Registration("b", 1);
+  auto* running = back.add_running();
+  running->set_job_id(job->id());
+  running->set_attempt(1);
+  running->set_rank(0);
+  auto reg = c_->RegisterWorker(back);
+  ASSERT_TRUE(reg.ok()) << reg.status();
+  auto stop = Drain("b");
+  ASSERT_EQ(stop.size(), 1u);
+  EXPECT_EQ(stop[0].action(), v1::Assignment::ACTION_STOP);
+  EXPECT_EQ(stop[0].attempt(), 1);
+  EXPECT_TRUE(Drain("c").empty());
+  EXPECT_THAT(c_->GetJob(job->id())->reason(), HasSubstr("waiting for worker b to stop its rank(s) of an earlier attempt"));
+  // The rank is gone: b's next heartbeat no longer lists it, and the job is placed at once.
+  v1::HeartbeatRequest hb;
+  hb.set_worker_id("b");
+  hb.set_session(reg->session());
+  hb.set_applied_seq(stop[0].seq());
+  hb.set_reports_ranks(true);
+  ASSERT_TRUE(c_->Heartbeat(hb).ok());
+  EXPECT_EQ(State(job->id()), v1::JOB_STATE_SCHEDULED);
+  EXPECT_EQ(c_->GetJob(job->id())->attempt(), 2);
+}
+
+TEST_F(CoordinatorTest, AWorkerLostWithTheLeaseDisabledIsNotWaitedFor) {
+  // worker_lease 0 (no lease): nothing to wait for, the job is placed again at once (ranks of a cut-off
+  // worker may then overlap the next attempt's: documented).
+  CoordinatorOptions o;
+  o.heartbeat_timeout = absl::Milliseconds(200);
+  o.worker_lease = absl::ZeroDuration();
+  o.clock = &clock_;
+  std::filesystem::remove(db_ + ".nolease");
+  auto store = JobStore::Open({db_ + ".nolease"});
+  ASSERT_TRUE(store.ok());
+  Coordinator c(o, std::move(*store));
+  ASSERT_TRUE(c.RegisterWorker(Registration("b", 1)).ok());
+  auto job = c.Submit(Spec(1, 1), 1);
+  ASSERT_TRUE(job.ok());
+  auto given = c.NextAssignment("b", absl::ZeroDuration());
+  ASSERT_TRUE(given.ok() && given->has_value());
+  ASSERT_TRUE(c.RegisterWorker(Registration("c", 1)).ok());
+  auto no_lease = c.RegisterWorker(Registration("d", 1));
+  ASSERT_TRUE(no_lease.ok());
+  EXPECT_EQ(no_lease->lease_ms(), 0);
+  clock_.Advance(absl::Milliseconds(250));
+  ASSERT_TRUE(c.Heartbeat("c").ok());
+  ASSERT_TRUE(c.Heartbeat("d").ok());
+  c.CheckLiveness();
+  EXPECT_EQ(c.GetJob(job->id())->state(), v1::JOB_STATE_SCHEDULED);
+  EXPECT_EQ(c.GetJob(job->id())->attempt(), 2);
+}
+
+// Before: reconciliation skipped jobs that had ended, while the usage counted their ranks not known to
+// have exited, so a device stayed "used" until the coordinator restarted.
+TEST_F(CoordinatorTest, AFailedJobsRankThatItsWorkersReplacementDoesNotListFreesItsDevice) {
+  std::string id;
+  v1::Assignment on_a, on_b;
+  ASSERT_NO_FATAL_FAILURE(RunningOnAAndB(/*max_restarts=*/0, &id, &on_a, &on_b));
+  Report("b", on_b, v1::ReportRankStatusRequest::EVENT_EXITED, 1);
+  ASSERT_EQ(State(id), v1::JOB_STATE_FAILED);
+  // a's daemon is SIGKILLed (its rank with it) before it stopped the rank; its replacement registers
+  // running nothing.
+  auto reg = c_->RegisterWorker(Registration("a", 1));
+  ASSERT_TRUE(reg.ok()) << reg.status();
+  for (const v1::Worker& w : c_->ListWorkers()) {
+    EXPECT_EQ(w.devices_in_use(), 0) << w.name();
+  }
+  // The same through a heartbeat: the order acknowledged, the rank not listed.
+  std::string id2;
+  auto job2 = c_->Submit(Spec(2, 1), 0);
+  ASSERT_TRUE(job2.ok());
+  auto to_a = Drain("a"), to_b = Drain("b");
+  ASSERT_EQ(to_a.size(), 1u);
+  ASSERT_EQ(to_b.size(), 1u);
+  Report("a", to_a[0], v1::ReportRankStatusRequest::EVENT_STARTED);
+  Report("b", to_b[0], v1::ReportRankStatusRequest::EVENT_STARTED);
+  ASSERT_TRUE(c_->Cancel(job2->id()).ok());
+  v1::HeartbeatRequest hb;
+  hb.set_worker_id("a");
+  hb.set_session(reg->session());
+  hb.set_applied_seq(Drain("a").back().seq());  // The stop order: applied, the rank gone unreported.
+  hb.set_reports_ranks(true);
+  ASSERT_TRUE(c_->Heartbeat(hb).ok());
+  for (const v1::Worker& w : c_->ListWorkers()) {
+    if (w.name() == "a") EXPECT_EQ(w.devices_in_use(), 0);
+  }
+}
+
+// Before: the overlap check and the insert were two critical sections; two submissions of one
+// directory at once could both pass.
+TEST_F(CoordinatorTest, ConcurrentSubmissionsOfOneDirectoryAcceptOnlyOne) {
+  for (int round = 0; round < 10; ++round) {
+    v1::JobSpec spec = Spec(1, 1);
+    std::atomic<int> accepted{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 2; ++t) {
+      threads.emplace_back([&] {
+        if (c_->Submit(spec, 0).ok()) ++accepted;
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    EXPECT_EQ(accepted.load(), 1) << "round " << round;
+  }
+}
+
+// Before: a rank that exited 0 while the coordinator was down counted as "not reported running" and
+// the finished job ran again.
+TEST_F(CoordinatorTest, AJobWhoseRanksFinishedDuringACoordinatorOutageSucceedsWithoutAnotherAttempt) {
+  std::string id;
+  v1::Assignment on_a, on_b;
+  ASSERT_NO_FATAL_FAILURE(RunningOnAAndB(1, &id, &on_a, &on_b));
+  Restart();
+  for (const v1::Assignment* placed : {&on_a, &on_b}) {
+    const std::string worker = placed == &on_a ? "a" : "b";
+    v1::RegisterWorkerRequest r = Registration(worker, 1);
+    auto* exit = r.add_exited();
+    exit->set_job_id(id);
+    exit->set_attempt(1);
+    exit->set_rank(placed->rank());
+    exit->set_event(v1::ReportRankStatusRequest::EVENT_EXITED);
+    exit->set_exit_code(0);
+    ASSERT_TRUE(c_->RegisterWorker(r).ok());
+    c_->CheckLiveness();
+    if (placed == &on_a) EXPECT_EQ(State(id), v1::JOB_STATE_RUNNING) << c_->GetJob(id)->reason();
+  }
+  EXPECT_EQ(State(id), v1::JOB_STATE_SUCCEEDED) << c_->GetJob(id)->reason();
+  EXPECT_EQ(c_->GetJob(id)->attempt(), 1);
+}
 }  // namespace
 }  // namespace tessera::coordinator

@@ -17,8 +17,23 @@
 namespace tessera::coordinator {
 namespace {
 
+// The code says what the caller can do: RESOURCE_EXHAUSTED for a full disk, UNAVAILABLE for I/O
+// errors and a busy or unopenable database (retry later), INTERNAL otherwise.
 absl::Status SqlError(sqlite3* db, const std::string& what) {
-  return absl::InternalError(absl::StrCat(what, ": ", sqlite3_errmsg(db)));
+  const std::string message = absl::StrCat(what, ": ", sqlite3_errmsg(db));
+  switch (sqlite3_extended_errcode(db) & 0xff) {
+    case SQLITE_FULL:
+      return absl::ResourceExhaustedError(message);
+    case SQLITE_IOERR:
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+    case SQLITE_CANTOPEN:
+    case SQLITE_READONLY:
+    case SQLITE_PROTOCOL:
+      return absl::UnavailableError(message);
+    default:
+      return absl::InternalError(message);
+  }
 }
 
 // Owns a prepared statement.
@@ -112,9 +127,8 @@ JobStore::~JobStore() {
 absl::Status JobStore::Exec(const char* sql) {
   char* err = nullptr;
   if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
-    absl::Status s = absl::InternalError(absl::StrCat(sql, ": ", err ? err : "error"));
     sqlite3_free(err);
-    return s;
+    return SqlError(db_, sql);
   }
   return absl::OkStatus();
 }
@@ -179,10 +193,32 @@ absl::StatusOr<std::vector<v1::Job>> JobStore::LoadAll(std::vector<std::string>*
 }
 
 absl::StatusOr<std::string> JobStore::NextJobId() {
-  Statement get(db_, "UPDATE meta SET value = value + 1 WHERE key = 'next_job_number' RETURNING value - 1");
-  if (!get.ok()) return SqlError(db_, "preparing the job id update");
-  if (sqlite3_step(get.get()) != SQLITE_ROW) return SqlError(db_, "allocating a job id");
-  return absl::StrFormat("job-%06d", sqlite3_column_int64(get.get(), 0));
+  // An explicit transaction whose COMMIT is checked: the id is handed out only once the counter past
+  // it is durable (before, the statement's implicit commit happened at finalisation, unchecked — a
+  // failed commit handed out an id that a later start handed out again, overwriting that job).
+  if (absl::Status s = Exec("BEGIN IMMEDIATE"); !s.ok()) return s;
+  int64_t number = 0;
+  {
+    Statement get(db_, "UPDATE meta SET value = value + 1 WHERE key = 'next_job_number' RETURNING value - 1");
+    absl::Status s;
+    if (!get.ok()) {
+      s = SqlError(db_, "preparing the job id update");
+    } else if (sqlite3_step(get.get()) != SQLITE_ROW) {
+      s = SqlError(db_, "allocating a job id");
+    } else {
+      number = sqlite3_column_int64(get.get(), 0);
+      if (sqlite3_step(get.get()) != SQLITE_DONE) s = SqlError(db_, "allocating a job id");
+    }
+    if (!s.ok()) {
+      (void)Exec("ROLLBACK");
+      return s;
+    }
+  }
+  if (absl::Status s = Exec("COMMIT"); !s.ok()) {
+    (void)Exec("ROLLBACK");
+    return s;
+  }
+  return absl::StrFormat("job-%06d", number);
 }
 
 }  // namespace tessera::coordinator

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <iostream>
+#include <set>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -56,6 +57,7 @@ void Agent::Tick() {
   if (worker_id_.empty() && now >= next_attempt_) Register(now);
   if (!worker_id_.empty() && now >= next_heartbeat_) Heartbeat(now);
   ApplyAssignments();
+  CheckLease(options_.clock->Now());
   CollectEvents(now);
   if (!worker_id_.empty()) {
     // In order; a transient failure (unreachable, slow) keeps the report for the next round.
@@ -79,6 +81,7 @@ v1::RegisterWorkerRequest Agent::Registration() {
   req.set_peak_flops_per_device(options_.peak_flops_per_device);
   req.set_instance(instance_);
   req.set_attempt(++registrations_);
+  req.set_stop_grace_ms(static_cast<int32_t>(std::min<int64_t>(options_.supervisor.stop_grace.count(), 1 << 30)));
   for (auto& r : ranks_->Running()) *req.add_running() = r;
   for (const auto& r : unsent_.Exits()) *req.add_exited() = r;
   return req;
@@ -92,6 +95,9 @@ void Agent::Register(absl::Time now) {
     unsent_.Clear();
     worker_id_ = resp.worker_id();
     heartbeat_interval_ = absl::Milliseconds(std::max(100, resp.heartbeat_interval_ms()));
+    lease_ = absl::Milliseconds(std::max(0, resp.lease_ms()));
+    lease_from_ = now;  // `now` was taken before the request was sent.
+    lease_ran_out_ = false;
     next_heartbeat_ = now;
     session_ = resp.session();
     applied_seq_ = 0;
@@ -139,6 +145,10 @@ void Agent::Heartbeat(absl::Time now) {
   v1::HeartbeatResponse resp;
   grpc::Status s = link_->Heartbeat(req, &resp);
   next_heartbeat_ = now + heartbeat_interval_;
+  if (s.ok()) {
+    lease_from_ = now;  // Renewed from when this heartbeat was sent.
+    lease_ran_out_ = false;
+  }
   if (!s.ok()) {
     std::cerr << "tessera-worker: lost the coordinator (" << s.error_message() << "); registering again" << std::endl;
     worker_id_.clear();
@@ -167,7 +177,7 @@ void Agent::ApplyAssignments() {
     if (a.action() == v1::Assignment::ACTION_START) {
       StartRank(a);
     } else if (a.action() == v1::Assignment::ACTION_STOP) {
-      ranks_->StopJob(a.job_id());
+      ranks_->StopJob(a.job_id(), a.attempt());
     }
   }
 }
@@ -184,6 +194,21 @@ void Agent::StartRank(const v1::Assignment& a) {
   failed.exit_code = 127;
   failed.error = "error: the worker could not start the rank: " + std::string(s.message());
   unsent_.Push(ToReport(failed));
+}
+
+void Agent::CheckLease(absl::Time now) {
+  if (lease_ <= absl::ZeroDuration() || lease_ran_out_ || now - lease_from_ <= lease_) return;
+  std::vector<v1::RunningRank> running = ranks_->Running();
+  if (running.empty()) return;
+  lease_ran_out_ = true;
+  const std::string why = absl::StrCat("stopped by its worker: no heartbeat reached the coordinator for ",
+                                       absl::FormatDuration(absl::Trunc(now - lease_from_, absl::Milliseconds(100))),
+                                       ", longer than the worker's lease of ", absl::FormatDuration(lease_),
+                                       " (the coordinator may place the attempt elsewhere)");
+  std::cerr << "tessera-worker: lease ran out; stopping " << running.size() << " rank(s): " << why << std::endl;
+  std::set<std::pair<std::string, int>> attempts;
+  for (const v1::RunningRank& r : running) attempts.insert({r.job_id(), r.attempt()});
+  for (const auto& [job, attempt] : attempts) ranks_->StopJob(job, attempt, why);
 }
 
 void Agent::CollectEvents(absl::Time now) {

@@ -1,6 +1,10 @@
 // Agent: the worker daemon's connection to the coordinator — registers (again after any loss, with
 // backoff), heartbeats, reads the assignment stream, and reports what its ranks do. Ranks keep running
-// while the coordinator is away and are reported on return.
+// while the coordinator is away for less than the worker's lease (RegisterWorkerResponse.lease_ms,
+// counted from the sending of the last registration or heartbeat that succeeded) and are reported on
+// return; once the lease has run out the agent stops every rank (SIGTERM, SIGKILL after the stop
+// grace), since the coordinator may place their attempt elsewhere, and reports their exits when it is
+// back. See docs/fault-model.md ("Leases and fencing").
 //
 // One round (Tick) does what is due at the clock's time: register, heartbeat, apply orders, sample
 // metrics, collect rank events, deliver reports. Run() calls it every 100 ms; tests call it directly
@@ -71,6 +75,8 @@ class Agent {
   // An ACTION_START order; a rank that cannot start is reported EXITED (127) with the reason.
   void StartRank(const v1::Assignment& a);
   void CollectEvents(absl::Time now);
+  // Stops every rank once the lease has run out (once per expiry).
+  void CheckLease(absl::Time now);
   v1::RegisterWorkerRequest Registration();
 
   AgentOptions options_;
@@ -81,6 +87,9 @@ class Agent {
   const std::string instance_;
   std::string worker_id_;
   absl::Duration heartbeat_interval_ = absl::Seconds(1);
+  absl::Duration lease_ = absl::ZeroDuration();       // From the registration; zero: none.
+  absl::Time lease_from_ = absl::InfinitePast();       // When the last successful call was sent.
+  bool lease_ran_out_ = false;                         // Ranks were stopped for this expiry.
   absl::Duration backoff_ = absl::Milliseconds(200);
   absl::Time next_attempt_ = absl::InfinitePast(), next_heartbeat_ = absl::InfinitePast(),
              next_sample_ = absl::InfinitePast();

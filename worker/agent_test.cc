@@ -27,6 +27,7 @@ class FakeLink final : public CoordinatorLink {
     resp->set_worker_id("w-1");
     resp->set_session(++sessions);
     resp->set_heartbeat_interval_ms(heartbeat_ms);
+    resp->set_lease_ms(lease_ms);
     return grpc::Status::OK;
   }
   grpc::Status Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatResponse*) override {
@@ -58,6 +59,7 @@ class FakeLink final : public CoordinatorLink {
   grpc::Status register_status = grpc::Status::OK, heartbeat_status = grpc::Status::OK,
                report_status = grpc::Status::OK;
   int heartbeat_ms = 500;
+  int lease_ms = 0;
   int64_t sessions = 0;
   int reconnects = 0;
   bool open = false, broken = false;
@@ -82,7 +84,11 @@ class FakeRanks final : public Ranks {
     events.push_back({v1::ReportRankStatusRequest::EVENT_STARTED, a.job_id(), a.attempt(), a.rank()});
     return absl::OkStatus();
   }
-  void StopJob(const std::string& job_id) override { stopped.push_back(job_id); }
+  void StopJob(const std::string& job_id, int attempt, const std::string& reason) override {
+    stopped.push_back(job_id);
+    stopped_attempts.push_back(attempt);
+    stop_reasons.push_back(reason);
+  }
   std::vector<RankEvent> Poll() override {
     std::vector<RankEvent> out;
     out.swap(events);
@@ -105,6 +111,8 @@ class FakeRanks final : public Ranks {
   absl::Status start_status;
   std::vector<int> started;
   std::vector<std::string> stopped;
+  std::vector<int> stopped_attempts;
+  std::vector<std::string> stop_reasons;
   std::vector<v1::RunningRank> running;
   std::vector<RankEvent> events;
 };
@@ -153,6 +161,7 @@ TEST_F(AgentTest, RegistersThenHeartbeatsAtTheCoordinatorsInterval) {
   ASSERT_EQ(link_->registrations.size(), 1u);
   EXPECT_EQ(link_->registrations[0].name(), "node-a");
   EXPECT_EQ(link_->registrations[0].attempt(), 1);
+  EXPECT_EQ(link_->registrations[0].stop_grace_ms(), 10000) << "the default stop grace, for the coordinator's fence";
   EXPECT_EQ(agent_->worker_id(), "w-1");
   EXPECT_THAT(link_->opened, ElementsAre(1));
   EXPECT_EQ(link_->heartbeats.size(), 1u) << "the first heartbeat goes with the registration's round";
@@ -234,6 +243,7 @@ TEST_F(AgentTest, OrdersApplyOnceAndInOrderAndAGapReopensTheStream) {
   link_->incoming = {stop, Start(3, 1)};
   agent_->Tick();
   EXPECT_THAT(ranks_->stopped, ElementsAre("job-000001"));
+  EXPECT_THAT(ranks_->stopped_attempts, ElementsAre(0)) << "an order without an attempt stops every attempt";
   EXPECT_THAT(ranks_->started, ElementsAre(0, 1));
   clock_.Advance(absl::Milliseconds(500));
   agent_->Tick();
@@ -280,6 +290,72 @@ TEST_F(AgentTest, ABrokenStreamIsOpenedAgainAtTheNextHeartbeat) {
   agent_->Tick();
   EXPECT_EQ(link_->opened.size(), 2u);
   EXPECT_EQ(link_->opened.back(), 1) << "the same session: the registration holds";
+}
+
+// Leases (docs/fault-model.md): a worker that cannot reach the coordinator stops its ranks once the
+// lease has run out, counted from the sending of its last successful heartbeat.
+TEST_F(AgentTest, ARankIsStoppedOnceTheLeaseRunsOutAndItsExitReportedOnReturn) {
+  link_->lease_ms = 3000;
+  agent_->Tick();  // Registered at t=0 (lease from 0); the first heartbeat also at t=0.
+  link_->incoming = {Start(1, 0), Start(2, 1)};
+  agent_->Tick();
+  ASSERT_THAT(ranks_->started, ElementsAre(0, 1));
+  clock_.Advance(absl::Milliseconds(500));
+  agent_->Tick();  // Heartbeat at t=500 succeeds: the lease now runs to t=3500.
+  // The coordinator becomes unreachable (a blackhole: every call fails).
+  link_->heartbeat_status = grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "deadline");
+  link_->register_status = grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "deadline");
+  for (int t = 600; t <= 3500; t += 100) {
+    clock_.Advance(absl::Milliseconds(100));
+    agent_->Tick();
+  }
+  EXPECT_TRUE(ranks_->stopped.empty()) << "still within the lease (t=3500)";
+  clock_.Advance(absl::Milliseconds(100));
+  agent_->Tick();
+  ASSERT_THAT(ranks_->stopped, ElementsAre("job-000001")) << "t=3600: the lease ran out";
+  EXPECT_THAT(ranks_->stopped_attempts, ElementsAre(1)) << "exactly the attempt it runs";
+  EXPECT_THAT(ranks_->stop_reasons[0], HasSubstr("longer than the worker's lease of 3s"));
+  clock_.Advance(absl::Seconds(5));
+  agent_->Tick();
+  EXPECT_EQ(ranks_->stopped.size(), 1u) << "stopped once per expiry";
+  // The ranks exit (SIGTERM); the coordinator is back: the exits go with the registration.
+  ranks_->Exit(0, -15);
+  ranks_->Exit(1, -15);
+  clock_.Advance(absl::Milliseconds(100));
+  agent_->Tick();
+  link_->heartbeat_status = grpc::Status::OK;
+  link_->register_status = grpc::Status::OK;
+  clock_.Advance(absl::Seconds(2));
+  agent_->Tick();
+  ASSERT_GE(link_->registrations.size(), 2u);
+  EXPECT_EQ(link_->registrations.back().running_size(), 0);
+  EXPECT_EQ(link_->registrations.back().exited_size(), 2);
+}
+
+TEST_F(AgentTest, HeartbeatsThatGetThroughRenewTheLease) {
+  link_->lease_ms = 1000;
+  agent_->Tick();
+  link_->incoming = {Start(1, 0)};
+  agent_->Tick();
+  for (int i = 0; i < 100; ++i) {  // 10 s, a heartbeat every 500 ms.
+    clock_.Advance(absl::Milliseconds(100));
+    agent_->Tick();
+  }
+  EXPECT_TRUE(ranks_->stopped.empty());
+  // Without a lease (an older coordinator) ranks run on however long the coordinator is away.
+  link_->lease_ms = 0;
+  link_->heartbeat_status = grpc::Status(grpc::StatusCode::UNAVAILABLE, "gone");
+  clock_.Advance(absl::Milliseconds(500));
+  agent_->Tick();  // The heartbeat fails: registering again (lease 0 from now on).
+  link_->heartbeat_status = grpc::Status::OK;
+  agent_->Tick();
+  link_->heartbeat_status = grpc::Status(grpc::StatusCode::UNAVAILABLE, "gone");
+  link_->register_status = grpc::Status(grpc::StatusCode::UNAVAILABLE, "gone");
+  for (int i = 0; i < 100; ++i) {
+    clock_.Advance(absl::Milliseconds(100));
+    agent_->Tick();
+  }
+  EXPECT_TRUE(ranks_->stopped.empty());
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "worker/rank_supervisor.h"
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <filesystem>
@@ -34,16 +35,23 @@ absl::Status RankSupervisor::Start(const v1::Assignment& a) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return absl::InternalError(absl::StrCat(dir, ": cannot create: ", ec.message()));
+  // Written for every rank, never reused: a job.json left by an earlier job of the same id (the
+  // coordinator's database recreated, ids starting again) must not start this one with its spec.
+  // Each rank renames its own copy into place, so a rank never reads a half-written file.
   const std::string spec_path = absl::StrCat(dir, "/job.json");
-  if (!fs::exists(spec_path)) {
+  {
     std::string json;
     google::protobuf::util::JsonPrintOptions print;
     print.preserve_proto_field_names = true;
     print.always_print_primitive_fields = true;
     (void)google::protobuf::util::MessageToJsonString(a.spec(), &json, print);
     const std::string tmp = absl::StrCat(spec_path, ".tmp.", a.rank());
-    std::ofstream(tmp) << json;
+    std::ofstream out(tmp, std::ios::trunc);
+    out << json;
+    out.close();
+    if (!out) return absl::UnavailableError(absl::StrCat(tmp, ": cannot write the job's spec"));
     fs::rename(tmp, spec_path, ec);
+    if (ec) return absl::UnavailableError(absl::StrCat(spec_path, ": cannot rename ", tmp, " into place: ", ec.message()));
   }
   Rank r;
   // Next to the job's checkpoints (storage every node and the coordinator can read); one file per rank
@@ -63,12 +71,15 @@ absl::Status RankSupervisor::Start(const v1::Assignment& a) {
   launch.interface = options_.interface;
   launch.threads = options_.threads_per_rank;
   launch.timeout_s = options_.collective_timeout_s;
+  if (!a.job_uid().empty()) launch.fence_job = a.job_uid(), launch.fence_attempt = a.attempt();
   if (a.rank() == 0) {
     r.checkpoint_dir = a.spec().checkpoint().dir();
     r.steps_path = a.spec().output_dir() + "/steps.jsonl";
     // Report only what this attempt writes: the offset is taken before the rank can write.
     std::ifstream steps(r.steps_path, std::ios::ate);
     if (steps) r.steps_offset = steps.tellg();
+    struct stat st;
+    if (stat(r.steps_path.c_str(), &st) == 0) r.steps_inode = st.st_ino;
   }
   process::SpawnOptions so;
   so.argv = launch.Argv();
@@ -91,10 +102,11 @@ absl::Status RankSupervisor::Start(const v1::Assignment& a) {
   return absl::OkStatus();
 }
 
-void RankSupervisor::StopJob(const std::string& job_id) {
+void RankSupervisor::StopJob(const std::string& job_id, int attempt, const std::string& reason) {
   for (auto& [key, r] : ranks_) {
-    if (std::get<0>(key) != job_id || r.stopping) continue;
+    if (std::get<0>(key) != job_id || (attempt > 0 && std::get<1>(key) != attempt) || r.stopping) continue;
     r.stopping = true;
+    r.stop_reason = reason;
     r.kill_at = options_.clock->Now() + absl::FromChrono(options_.stop_grace);
     kill(-r.pid, SIGTERM);
   }
@@ -106,6 +118,14 @@ void RankSupervisor::ReadProgress(const Key& key, Rank& r, std::vector<RankEvent
   if (!r.steps_path.empty()) {
     std::ifstream in(r.steps_path);
     if (in) {
+      // Rank 0 replaces the log at its start (without the steps past the checkpoint it resumes from,
+      // written to a new file renamed into place): another file than the one the offset is of is
+      // read from its beginning.
+      struct stat st;
+      if (stat(r.steps_path.c_str(), &st) == 0 && st.st_ino != r.steps_inode) {
+        r.steps_inode = st.st_ino;
+        r.steps_offset = 0;
+      }
       in.seekg(r.steps_offset);
       std::vector<StepRecord> report;  // Step 1 (the job's baseline loss) and the newest step.
       r.steps_offset += steplog::ReadCompleteLines(in, [&](std::string_view line) {
@@ -183,6 +203,7 @@ std::vector<RankEvent> RankSupervisor::Poll() {
       e.rank = rank;
       e.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
       if (e.exit_code != 0) e.error = process::LastLineWithPrefix(r.log_path, "error: ");
+      if (e.exit_code != 0 && e.error.empty()) e.error = r.stop_reason;
       events.push_back(std::move(e));
       it = ranks_.erase(it);
       continue;

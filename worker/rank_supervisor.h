@@ -52,9 +52,9 @@ class RankSupervisor final : public Ranks {
 
   // Writes the spec and starts the rank; STARTED is reported by the next Poll().
   absl::Status Start(const v1::Assignment& assignment) override;
-  // Begins stopping every rank of `job_id` (any attempt): SIGTERM to each rank's process group now,
-  // SIGKILL from the first Poll() at least stop_grace later (on options.clock).
-  void StopJob(const std::string& job_id) override;
+  // Begins stopping every rank of `job_id` of `attempt` (0: any): SIGTERM to each rank's process
+  // group now, SIGKILL from the first Poll() at least stop_grace later (on options.clock).
+  void StopJob(const std::string& job_id, int attempt, const std::string& reason = "") override;
   // Reaps exits, escalates overdue stops to SIGKILL, reads progress. Returns the events since the last call.
   std::vector<RankEvent> Poll() override;
   // Ranks alive now (for re-registration after a coordinator restart).
@@ -78,7 +78,9 @@ class RankSupervisor final : public Ranks {
     int world_size = 1;
     int64_t samples_per_step = 0;
     std::streamoff steps_offset = 0;
+    ino_t steps_inode = 0;  // Of the file steps_offset is in (0: none yet).
     bool stopping = false;
+    std::string stop_reason;  // The EXITED error when the rank's log names none.
     absl::Time kill_at = absl::InfiniteFuture();
   };
   using Key = std::tuple<std::string, int, int>;  // job, attempt, rank

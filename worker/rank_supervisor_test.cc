@@ -106,7 +106,7 @@ TEST_F(RankSupervisorTest, StopSendsTermAndKillsOnlyAfterTheGracePeriodOnTheCloc
   }
   ASSERT_TRUE(std::filesystem::exists(ready)) << "the stand-in rank never started";
   s->Poll();
-  s->StopJob("job-000001");
+  s->StopJob("job-000001", 0);
   // Real time passes, the clock does not: still alive.
   for (int i = 0; i < 10; ++i) {
     for (const RankEvent& e : s->Poll()) EXPECT_NE(e.event, v1::ReportRankStatusRequest::EVENT_EXITED);
@@ -134,5 +134,73 @@ TEST_F(RankSupervisorTest, ARepeatedOrderStartsNothingNew) {
   EXPECT_EQ(events[0].event, v1::ReportRankStatusRequest::EVENT_STARTED);
 }
 
+
+TEST_F(RankSupervisorTest, AStopOrderOfOneAttemptLeavesAnotherAttemptsRankRunning) {
+  auto s = Supervisor("sleep 30");
+  v1::Assignment old = Order(0), current = Order(0);
+  current.set_attempt(2);
+  ASSERT_TRUE(s->Start(old).ok());
+  ASSERT_TRUE(s->Start(current).ok());
+  s->Poll();
+  s->StopJob("job-000001", 1, "stopped: superseded");
+  std::vector<RankEvent> events = PollUntilExit(*s);
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back().event, v1::ReportRankStatusRequest::EVENT_EXITED);
+  EXPECT_EQ(events.back().attempt, 1);
+  EXPECT_EQ(events.back().exit_code, -15);
+  EXPECT_EQ(events.back().error, "stopped: superseded") << "the stop's reason when the log names none";
+  ASSERT_EQ(s->Running().size(), 1u);
+  EXPECT_EQ(s->Running()[0].attempt(), 2);
+}
+
+TEST_F(RankSupervisorTest, AJobJsonLeftByAnEarlierJobOfTheSameIdIsReplaced) {
+  // The coordinator's database was recreated: job ids start again, the work directory still has them.
+  const std::string stale = dir_ + "/work/jobs/job-000001/attempt_1/job.json";
+  std::filesystem::create_directories(std::filesystem::path(stale).parent_path());
+  std::ofstream(stale) << "{\"output_dir\": \"/elsewhere/old-job\"}";
+  auto s = Supervisor("sleep 30");
+  ASSERT_TRUE(s->Start(Order(0)).ok());
+  std::ifstream in(stale);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_THAT(text, HasSubstr(dir_ + "/out"));
+  EXPECT_THAT(text, ::testing::Not(HasSubstr("old-job")));
+}
+
+TEST_F(RankSupervisorTest, TheFencingTokenGoesToTheRank) {
+  const std::string args = dir_ + "/args";
+  auto s = Supervisor("echo \"$@\" > " + args);
+  v1::Assignment a = Order(0);
+  a.set_job_uid("job-000001@1764000000000");
+  ASSERT_TRUE(s->Start(a).ok());
+  PollUntilExit(*s);
+  std::ifstream in(args);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_THAT(text, HasSubstr("--fence_job=job-000001@1764000000000 --fence_attempt=1"));
+}
+
+TEST_F(RankSupervisorTest, ProgressIsReadFromTheStepLogRank0RewroteAtItsStart) {
+  // Ten steps of an earlier attempt; this one resumes from step 5: rank 0 replaces the log with its
+  // first five lines, then logs steps 6 and 7.
+  const std::string steps = dir_ + "/out/steps.jsonl";
+  std::filesystem::create_directories(dir_ + "/out");
+  std::string line[11];
+  for (int i = 1; i <= 10; ++i) {
+    line[i] = "{\"step\": " + std::to_string(i) + ", \"loss\": 5.0, \"lr\": 0.001, \"tokens\": 256}";
+    std::ofstream(steps, std::ios::app) << line[i] << "\n";
+  }
+  std::string body;
+  for (int i = 1; i <= 5; ++i) body += "echo '" + line[i] + "' >> " + steps + ".tmp\n";
+  body += "mv " + steps + ".tmp " + steps + "\n";
+  body += "echo '{\"step\": 6, \"loss\": 4.0, \"lr\": 0.001, \"tokens\": 256}' >> " + steps + "\n";
+  body += "echo '{\"step\": 7, \"loss\": 3.0, \"lr\": 0.001, \"tokens\": 256}' >> " + steps + "\n";
+  auto s = Supervisor(body);
+  ASSERT_TRUE(s->Start(Order(0)).ok());
+  std::vector<RankEvent> events = PollUntilExit(*s);
+  int64_t newest = 0;
+  for (const RankEvent& e : events) {
+    if (e.event == v1::ReportRankStatusRequest::EVENT_PROGRESS) newest = std::max(newest, e.progress.step());
+  }
+  EXPECT_EQ(newest, 7) << "the new file is read from its start, not from the old file's length";
+}
 }  // namespace
 }  // namespace tessera::worker

@@ -19,8 +19,9 @@ class Ranks {
   // Starts the rank of an ACTION_START order; STARTED is among the next Poll()'s events. An error
   // means the rank never started (nothing to stop, no STARTED).
   virtual absl::Status Start(const v1::Assignment& assignment) = 0;
-  // Begins stopping every rank of `job_id` (any attempt); their EXITED events follow from Poll().
-  virtual void StopJob(const std::string& job_id) = 0;
+  // Begins stopping every rank of `job_id` of `attempt` (0: of every attempt); their EXITED events
+  // follow from Poll(), with `reason` as their error when the rank's log names none ("" : none).
+  virtual void StopJob(const std::string& job_id, int attempt, const std::string& reason = "") = 0;
   // Never blocks: the events (started, progress, exited) since the last call, in order.
   virtual std::vector<RankEvent> Poll() = 0;
   // Ranks alive now (listed in registrations and heartbeats).

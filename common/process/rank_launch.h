@@ -25,6 +25,10 @@ struct RankLaunch {
   int64_t dump_at_step = 0;            // > 0: debug dump of weights and gradients after that step.
   // The network interface that has `host` ("" unknown): NCCL's and Gloo's socket interface.
   std::string interface;
+  // A cluster attempt's fencing token (tessera-rank --fence_job, --fence_attempt; see
+  // formats/checkpoint/attempt_fence.h). fence_attempt 0: unfenced (`tessera run`).
+  std::string fence_job;
+  int64_t fence_attempt = 0;
 
   std::vector<std::string> Argv() const;
   // Added to the launcher's own environment.

@@ -70,6 +70,9 @@ void ResetPeakResident() { std::ofstream("/proc/self/clear_refs") << "5"; }
 
 absl::Status Trainer::Init() {
   rss_base_bytes_ = ResidentBytes();
+  // A cluster attempt takes the output directory before anything is read or written there; a
+  // superseded attempt that starts late stops here.
+  if (groups_.global_rank == 0) TESSERA_RETURN_IF_ERROR(Fence().Claim());
   const auto& m = options_.model;
   const layout::ParallelLayout& l = options_.layout;
   // The rules of the layout are CheckLayout's; here only that the process groups are the layout's.
@@ -519,6 +522,7 @@ absl::Status Trainer::Run(const std::function<void(const StepStats&)>& on_step) 
 }
 
 absl::Status Trainer::TrimStepLog() {
+  TESSERA_RETURN_IF_ERROR(Fence().Check());
   const std::string path = options_.output_dir + "/steps.jsonl";
   std::error_code ec;
   fs::create_directories(options_.output_dir, ec);
@@ -537,11 +541,20 @@ absl::Status Trainer::TrimStepLog() {
     }
   }
   in.close();
-  std::ofstream(path, std::ios::trunc) << kept.str();
+  // A new file renamed into place, never truncated in place: a crash leaves the old log or the new one,
+  // and a reader holding an offset into the old one (the worker) sees another file.
+  const std::string tmp = path + ".tmp";
+  std::ofstream out(tmp, std::ios::trunc);
+  out << kept.str();
+  out.close();
+  if (!out) return absl::UnavailableError(absl::StrCat(tmp, ": write failed"));
+  fs::rename(tmp, path, ec);
+  if (ec) return absl::UnavailableError(absl::StrCat(path, ": cannot rename ", tmp, " into place: ", ec.message()));
   return absl::OkStatus();
 }
 
 absl::Status Trainer::AppendStepLog(const StepStats& s) {
+  TESSERA_RETURN_IF_ERROR(Fence().Check());
   nlohmann::json j = {{"step", s.step}, {"loss", s.loss}, {"lr", s.lr}, {"grad_norm", s.grad_norm},
                       {"tokens_per_s", s.tokens_per_s}, {"step_seconds", s.step_seconds}, {"tokens", s.tokens},
                       {"bytes_all_reduced", s.bytes_all_reduced}, {"bytes_communicated", s.bytes_communicated},

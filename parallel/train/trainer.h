@@ -15,6 +15,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "absl/status/statusor.h"
+#include "formats/checkpoint/attempt_fence.h"
 #include "formats/data/token_dataset.h"
 #include "nlohmann/json_fwd.hpp"
 #include "parallel/comm/process_groups.h"
@@ -133,6 +134,8 @@ class Trainer {
   // written with `saved_tp` tp ranks (any dp).
   absl::Status LoadShardedOptimizer(const std::string& path, int saved_tp);
   absl::Status AppendStepLog(const StepStats& stats);
+  // This attempt's claim on the output directory (options_.fence; unfenced for `tessera run`).
+  AttemptFence Fence() const { return AttemptFence(options_.output_dir, options_.fence); }
   // Full-size (tp-local) m and v per parameter, whichever optimizer holds them (collective over dp
   // when sharded).
   absl::Status LocalOptimizerState(std::vector<at::Tensor>* m, std::vector<at::Tensor>* v);

@@ -9,6 +9,7 @@
 
 #include <unistd.h>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "formats/checkpoint/checkpoint_dir.h"
 #include "formats/checkpoint/durable_file.h"
@@ -165,6 +166,12 @@ absl::Status Trainer::SaveCheckpoint() {
   const int64_t writer = token.cpu().item<int64_t>();
   w.tmp = TmpCheckpointPath(options_.checkpoint_dir, step_, writer);
   if (groups_.global_rank == 0) w.status = BeginCheckpoint(options_.checkpoint_dir, step_, writer).status();
+  // Whatever ends this checkpoint early (a failed gather or collective returns at once), rank 0
+  // removes the temporary directory: an uncommitted checkpoint leaves nothing behind to fill the disk.
+  // After a commit the directory has its final name and nothing is left at w.tmp.
+  auto remove_uncommitted = absl::MakeCleanup([&] {
+    if (groups_.global_rank == 0) AbortCheckpoint(w.tmp);
+  });
   TESSERA_RETURN_IF_ERROR(groups_.world->Barrier());
   if (w.sharded_state) w.Save(ShardFileName(groups_.dp->rank(), groups_.tp->rank()), zero_->StateShard(), {});
 
@@ -276,6 +283,8 @@ void Trainer::CommitCheckpointFiles(CheckpointWrite& w, const at::Tensor& votes)
     for (const auto& [name, d] : w.written) index["files"][name] = {{"bytes", d.bytes}, {"crc32c", d.crc32c}};
     w.status = WriteFileDurably(w.tmp + "/index.json", index.dump(2) + "\n").status();
   }
+  // The rename and the pruning only while this attempt still owns the output directory.
+  if (w.status.ok()) w.status = Fence().Check();
   if (w.status.ok()) w.status = CommitCheckpoint(options_.checkpoint_dir, w.tmp, step_, options_.checkpoint_keep);
   if (!w.status.ok()) AbortCheckpoint(w.tmp);
 }

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "formats/checkpoint/attempt_fence.h"
 #include "formats/data/token_dataset.h"
 #include "formats/data/training_data.h"
 #include "formats/model/model_config.h"
@@ -59,6 +60,10 @@ struct TrainerOptions {
   int checkpoint_keep = 2;
 
   std::string output_dir;           // steps.jsonl (written by global rank 0) and debug/.
+  // A cluster attempt's fencing token (formats/checkpoint/attempt_fence.h): rank 0 claims output_dir
+  // for it at the start and checks it before every checkpoint commit or prune and every steps.jsonl
+  // write, so that a superseded attempt stops instead of writing. attempt 0 (`tessera run`): unfenced.
+  FenceToken fence;
   int64_t dump_at_step = 0;         // > 0: after that step, write full weights and gradients to
                                     // output_dir/debug/step_N.safetensors (a debugging aid).
 };

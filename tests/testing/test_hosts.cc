@@ -122,6 +122,10 @@ absl::Status TestHosts::CutOff(int host) { return Ip({"-n", netns_.at(host), "li
 
 absl::Status TestHosts::Heal(int host) { return Ip({"-n", netns_.at(host), "link", "set", "eth0", "up"}); }
 
+absl::Status TestHosts::Blackhole(int host, int to, bool on) {
+  return Ip({"-n", netns_.at(host), "route", on ? "add" : "del", "blackhole", addresses_.at(to) + "/32"});
+}
+
 absl::Status TestHosts::Slow(int host, int ms, int loss_percent) {
   std::vector<std::string> argv = {"ip", "netns", "exec", netns_.at(host), "tc", "qdisc"};
   if (ms > 0 || loss_percent > 0) {

@@ -46,6 +46,10 @@ class TestHosts {
   // Cuts `host` off the others (its link down), or brings it back.
   absl::Status CutOff(int host);
   absl::Status Heal(int host);
+  // Drops every packet `host` sends to `to` (a blackhole route in its namespace: local senders get an
+  // error, nothing leaves), or stops dropping them. Only that path is cut: `host` keeps reaching
+  // every other host, and the file system stays shared.
+  absl::Status Blackhole(int host, int to, bool on);
   // Delays every packet `host` sends by `ms` and drops `loss_percent` of them at random (tc netem);
   // both 0 removes the impairment.
   absl::Status Slow(int host, int ms, int loss_percent = 0);

@@ -33,6 +33,10 @@ ABSL_FLAG(int, threads, 1, "Intra-op threads of this rank.");
 ABSL_FLAG(int, local_rank, -1, "Index of this rank on its machine (its GPU); default: --rank.");
 ABSL_FLAG(int64_t, dump_at_step, 0, "Debug: write full weights and gradients after this step.");
 ABSL_FLAG(int, timeout_s, 300, "Rendezvous and collective timeout in seconds.");
+ABSL_FLAG(std::string, fence_job, "", "The job's identity in the attempt's fencing token (set by the worker).");
+ABSL_FLAG(int64_t, fence_attempt, 0,
+          "The attempt's number in its fencing token: rank 0 claims the output directory for it and stops "
+          "writing once a newer attempt claims it (0: unfenced).");
 
 namespace tessera::rank {
 namespace {
@@ -47,6 +51,7 @@ absl::Status RunRank() {
   }
   parallel::TrainerOptions options = ToTrainerOptions(*spec);
   options.dump_at_step = absl::GetFlag(FLAGS_dump_at_step);
+  options.fence = {absl::GetFlag(FLAGS_fence_job), absl::GetFlag(FLAGS_fence_attempt)};
   const int local_rank = absl::GetFlag(FLAGS_local_rank);
   options.device.local_rank = local_rank >= 0 ? local_rank : absl::GetFlag(FLAGS_rank);
   auto mesh = layout::RankGenerator::Create(options.layout);
