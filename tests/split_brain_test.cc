@@ -23,14 +23,22 @@ TEST_F(MultiHostTest, AWorkerCutOffFromTheCoordinatorOnlyNeverOverlapsTheNextAtt
   // node1 (two devices) takes the whole dp=2 job; node2 joins once it runs, so that it is free.
   StartWorker(1, "cpu:2");
   ASSERT_TRUE(WaitFor([&] { return Cli({"workers"}).output.find("node1") != std::string::npos; }, 20));
-  const std::string out = StartLongJob();
+  // Long enough to be training through the whole cut (~40 steps/s here).
+  const std::vector<std::string> sets = {"train.steps=2000", "checkpoint.every_steps=100"};
+  const std::string out = dir_ + "/out";
+  std::vector<std::string> submit = {"submit", spec_, "--max-restarts=3", "--set", "output_dir=" + out};
+  for (const std::string& s : sets) submit.push_back("--set"), submit.push_back(s);
+  ASSERT_EQ(Cli(submit).exit_code, 0);
   const std::string id = "job-000001";
+  ASSERT_TRUE(WaitFor([&] { return std::filesystem::exists(out + "/checkpoints/step_00000100"); }, 120))
+      << Job(id).dump();
   for (const auto& p : Job(id)["placement"]) ASSERT_EQ(p.value("worker_id", ""), "node1") << Job(id).dump();
   StartWorker(2, "cpu:2");
   ASSERT_TRUE(WaitFor([&] { return Cli({"workers"}).output.find("node2") != std::string::npos; }, 20));
 
   // Cut node1 off the coordinator (host 0) only, for 6 × the 5 s heartbeat timeout, sampling which
   // attempts have live rank processes (one process table: both hosts are sampled at once).
+  ASSERT_EQ(AttemptsAlive(), std::set<int>{1}) << "attempt 1 trains when the cut begins";
   ASSERT_TRUE(hosts_->Blackhole(1, 0, true).ok());
   const auto cut = std::chrono::steady_clock::now();
   double overlap_s = 0, longest_overlap_s = 0;
@@ -70,15 +78,15 @@ TEST_F(MultiHostTest, AWorkerCutOffFromTheCoordinatorOnlyNeverOverlapsTheNextAtt
   for (std::string line; std::getline(steps, line);) {
     logged.push_back(nlohmann::json::parse(line).value("step", int64_t{0}));
   }
-  ASSERT_EQ(logged.size(), 200u);
+  ASSERT_EQ(logged.size(), 2000u);
   for (size_t i = 0; i < logged.size(); ++i) ASSERT_EQ(logged[i], static_cast<int64_t>(i + 1)) << "line " << i;
-  ExpectLossesOfTheSingleProcessRun(out, kLongJob, 200);
+  ExpectLossesOfTheSingleProcessRun(out, sets, 2000);
   // The new attempt's checkpoints are all there and intact (keep: 2): none pruned or replaced by the
   // cut-off attempt.
   auto kept = parallel::ListCheckpoints(out + "/checkpoints");
   ASSERT_EQ(kept.size(), 2u);
-  EXPECT_EQ(kept[0].first, 180);
-  EXPECT_EQ(kept[1].first, 200);
+  EXPECT_EQ(kept[0].first, 1900);
+  EXPECT_EQ(kept[1].first, 2000);
   for (const auto& [step, path] : kept) EXPECT_TRUE(parallel::VerifyCheckpoint(path).ok()) << path;
   EXPECT_TRUE(WaitFor([&] { return RanksLeft() == 0; }, 10)) << "no rank process left on any host";
 }

@@ -208,6 +208,34 @@ void Server::Serve() {
   }
 }
 
+namespace {
+
+// The TLS handshake with an overall deadline: the socket's receive timeout bounds each read only, so a
+// client trickling its ClientHello a byte at a time would otherwise hold a serving thread for as long
+// as it likes (all of them with `threads` such clients, no certificate needed).
+bool AcceptBefore(SSL* ssl, int fd, absl::Time deadline) {
+  const int flags = fcntl(fd, F_GETFL, 0);
+  if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0) return false;
+  bool accepted = false;
+  while (true) {
+    const int r = SSL_accept(ssl);
+    if (r == 1) {
+      accepted = true;
+      break;
+    }
+    const int err = SSL_get_error(ssl, r);
+    if (err != SSL_ERROR_WANT_READ && err != SSL_ERROR_WANT_WRITE) break;
+    const int64_t left = absl::ToInt64Milliseconds(deadline - absl::Now());
+    if (left <= 0) break;
+    pollfd p{fd, static_cast<short>(err == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT), 0};
+    if (poll(&p, 1, static_cast<int>(std::min<int64_t>(left, 1000))) < 0 && errno != EINTR) break;
+  }
+  fcntl(fd, F_SETFL, flags);  // Blocking again, with the socket timeouts, for the request.
+  return accepted;
+}
+
+}  // namespace
+
 void Server::ServeConnection(int fd, const std::string& remote) {
   const int64_t ms = absl::ToInt64Milliseconds(options_.io_timeout);
   timeval tv{static_cast<time_t>(ms / 1000), static_cast<suseconds_t>((ms % 1000) * 1000)};
@@ -220,7 +248,7 @@ void Server::ServeConnection(int fd, const std::string& remote) {
   if (ssl_ctx_ != nullptr) {
     req.tls = true;
     ssl = SSL_new(static_cast<SSL_CTX*>(ssl_ctx_));
-    if (ssl == nullptr || SSL_set_fd(ssl, fd) != 1 || SSL_accept(ssl) != 1) {
+    if (ssl == nullptr || SSL_set_fd(ssl, fd) != 1 || !AcceptBefore(ssl, fd, deadline)) {
       ERR_clear_error();  // A failed handshake (no TLS, a certificate that does not verify): nothing to answer.
       if (ssl != nullptr) SSL_free(ssl);
       return;

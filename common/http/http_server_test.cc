@@ -8,7 +8,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
+#include <thread>
+#include <vector>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
@@ -122,5 +125,50 @@ TEST_F(HttpsTest, ClientCertificatesOfTheCaOnly) {
   EXPECT_EQ(Curl(ca + url), "GET /x ? tls=1 cert=0") << "still serving";
 }
 
+
+// Before: the handshake had no overall deadline (the socket timeout bounds each read only), so clients
+// trickling a ClientHello a byte at a time held every serving thread, no certificate needed.
+TEST_F(HttpsTest, ClientsTricklingAHandshakeDoNotHoldTheServer) {
+  if (system("command -v curl > /dev/null") != 0) GTEST_SKIP() << "curl is not installed";
+  const std::string dir = std::string(getenv("TEST_TMPDIR") ? getenv("TEST_TMPDIR") : "/tmp") + "/https_trickle";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  ASSERT_TRUE(tls::CreateAuthority(dir + "/ca", 1).ok());
+  ASSERT_TRUE(tls::IssueCertificate(dir + "/ca", {{tls::Role::kCoordinator, "coordinator"}, {}, {}, 1}).ok());
+  ServerOptions o;
+  o.tls = ServerOptions::Tls{dir + "/ca/ca.pem", dir + "/ca/coordinator.pem", dir + "/ca/coordinator.key"};
+  o.threads = 2;
+  o.io_timeout = absl::Seconds(2);
+  auto s = Echo(o);
+  ASSERT_NE(s, nullptr);
+  const std::string address = s->address();
+  // As many tricklers as threads: a TLS record header announcing 512 bytes, then a byte every 300 ms
+  // for 9 s (each read gets its byte well within the 2 s socket timeout).
+  std::vector<std::thread> tricklers;
+  for (int t = 0; t < 2; ++t) {
+    tricklers.emplace_back([address] {
+      const int fd = socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_port = htons(std::stoi(address.substr(address.rfind(':') + 1)));
+      inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+      if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) return;
+      const unsigned char header[] = {0x16, 0x03, 0x01, 0x02, 0x00};
+      for (int i = 0; i < 30; ++i) {
+        const unsigned char byte = i < 5 ? header[i] : 0x01;
+        if (send(fd, &byte, 1, MSG_NOSIGNAL) != 1) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      }
+      close(fd);
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // Both connections are being served.
+  const auto start = std::chrono::steady_clock::now();
+  const std::string answer = Curl("--cacert " + dir + "/ca/ca.pem https://" + address + "/x");
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  for (std::thread& t : tricklers) t.join();
+  EXPECT_EQ(answer, "GET /x ? tls=1 cert=0");
+  EXPECT_LT(waited, 5.0) << "served only after the tricklers gave up (their handshakes had no deadline)";
+}
 }  // namespace
 }  // namespace tessera::http
