@@ -170,15 +170,34 @@ int SubmitCommand(const ClusterOptions& o, const std::string& spec_path, const s
   return follow ? FollowCommand(o, resp.job().id()) : kExitOk;
 }
 
+namespace {
+
+// When following gives up (--timeout), or far in the future.
+std::chrono::steady_clock::time_point FollowDeadline(const ClusterOptions& o) {
+  return std::chrono::steady_clock::now() +
+         std::chrono::seconds(o.follow_timeout_s > 0 ? o.follow_timeout_s : int64_t{365} * 24 * 3600);
+}
+
+int FollowTimedOut(const ClusterOptions& o, const std::string& job_id, const std::string& state) {
+  std::cerr << "tessera: stopped following " << job_id << " after --timeout " << o.follow_timeout_s << "s"
+            << (state.empty() ? "" : " (it is " + state + ")") << "; the job goes on\n";
+  return kExitTimedOut;
+}
+
+}  // namespace
+
 int FollowCommand(const ClusterOptions& o, const std::string& job_id) {
   const bool tty = isatty(STDOUT_FILENO);
   auto stub = Connect(o);
   v1::JobState last_state = v1::JOB_STATE_UNSPECIFIED;
   int64_t last_step = -1;
   auto reconnect_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  const auto give_up = FollowDeadline(o);
   while (true) {
     grpc::ClientContext ctx;
-    SetDeadline(&ctx, 7 * 24 * 3600);
+    // The stream ends there at the latest (DEADLINE_EXCEEDED).
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                                                            give_up - std::chrono::steady_clock::now()));
     v1::WatchJobRequest req;
     req.set_job_id(job_id);
     auto reader = stub->WatchJob(&ctx, req);
@@ -217,6 +236,10 @@ int FollowCommand(const ClusterOptions& o, const std::string& job_id) {
       }
     }
     grpc::Status s = reader->Finish();
+    if (std::chrono::steady_clock::now() >= give_up) {
+      if (tty && last_step >= 0) std::cout << "\n";
+      return FollowTimedOut(o, job_id, last_state == v1::JOB_STATE_UNSPECIFIED ? "" : StateName(last_state));
+    }
     if (s.error_code() == grpc::StatusCode::NOT_FOUND || s.error_code() == grpc::StatusCode::INVALID_ARGUMENT ||
         s.error_code() == grpc::StatusCode::PERMISSION_DENIED || s.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
       return Report(o, s);
@@ -367,6 +390,7 @@ int PlanCommand(const ClusterOptions& o, const std::string& spec_path, const std
 int LogsCommand(const ClusterOptions& o, const std::string& job_id, int rank, bool follow) {
   auto stub = Connect(o);
   int64_t offset = 0;
+  const auto give_up = FollowDeadline(o);
   while (true) {
     v1::GetJobLogsRequest req;
     req.set_job_id(job_id);
@@ -389,6 +413,7 @@ int LogsCommand(const ClusterOptions& o, const std::string& job_id, int rank, bo
     SetDeadline(&ctx2, o.timeout_s);
     if (grpc::Status js = stub->GetJob(&ctx2, get, &job); !js.ok()) return Report(o, js);
     if (Terminal(job.job().state())) return kExitOk;
+    if (std::chrono::steady_clock::now() >= give_up) return FollowTimedOut(o, job_id, StateName(job.job().state()));
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
   }
 }

@@ -15,6 +15,7 @@ struct ClusterOptions {
   std::string coordinator = "127.0.0.1:7070";  // --coordinator, or $TESSERA_COORDINATOR.
   bool json = false;                           // --output json.
   int timeout_s = 10;                          // Deadline of each unary call.
+  int follow_timeout_s = 0;                    // --timeout of follow / logs --follow (0: until the job ends).
   std::optional<rpc::TlsMaterial> tls;         // Mutual TLS (--tls-*, $TESSERA_TLS_*); none: insecure.
 };
 

@@ -106,6 +106,9 @@ int Main(int argc, char** argv) {
   submit->add_option("--set", submit_sets, "Override a spec field (repeatable)");
   submit->add_option("--max-restarts", max_restarts, "Restarts from the newest checkpoint after a failure");
   submit->add_flag("--follow", follow, "Show progress until the job ends; exit 0 only if it SUCCEEDED");
+  submit->add_option("--timeout", cluster.follow_timeout_s,
+                     "With --follow: stop following after this many seconds (exit 4; the job goes on)")
+      ->check(CLI::NonNegativeNumber);
   CLI::App* jobs = app.add_subcommand("jobs", "List jobs");
   std::string job_id;
   CLI::App* job = app.add_subcommand("job", "Show one job");
@@ -114,6 +117,9 @@ int Main(int argc, char** argv) {
   cancel->add_option("id", job_id, "Job id")->required();
   CLI::App* follow_cmd = app.add_subcommand("follow", "Follow a job until it ends");
   follow_cmd->add_option("id", job_id, "Job id")->required();
+  follow_cmd->add_option("--timeout", cluster.follow_timeout_s,
+                         "Stop following after this many seconds (exit 4; the job goes on)")
+      ->check(CLI::NonNegativeNumber);
   CLI::App* workers = app.add_subcommand("workers", "List workers");
   CLI::App* plan = app.add_subcommand(
       "plan", "With --devices N: rank every parallel layout of the spec's model on N devices (cost model, local). "
@@ -142,6 +148,9 @@ int Main(int argc, char** argv) {
   logs->add_option("id", job_id, "Job id")->required();
   logs->add_option("--rank", log_rank, "Rank (default 0)");
   logs->add_flag("--follow", log_follow, "Keep printing until the job ends");
+  logs->add_option("--timeout", cluster.follow_timeout_s,
+                   "With --follow: stop after this many seconds (exit 4; the job goes on)")
+      ->check(CLI::NonNegativeNumber);
 
   CLI::App* data_cmd = app.add_subcommand("data", "Prepare training data");
   data_cmd->require_subcommand(1);

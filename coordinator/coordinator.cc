@@ -75,7 +75,7 @@ void Coordinator::CheckProgressLocked(JobEntry& e) {
                       /*counts=*/true);
 }
 
-absl::Status Coordinator::ChangedLocked(JobEntry& e, bool persist) {
+absl::Status Coordinator::ChangedDurablyLocked(JobEntry& e, bool persist) {
   e.version = ++version_counter_;
   e.job.set_updated_unix_ms(absl::ToUnixMillis(Now()));
   absl::Status s;
@@ -92,10 +92,30 @@ absl::Status Coordinator::ChangedLocked(JobEntry& e, bool persist) {
   return s;
 }
 
-absl::Status Coordinator::SetStateLocked(JobEntry& e, v1::JobState state, const std::string& reason) {
+void Coordinator::WaitingLocked(JobEntry& e, const std::string& reason) {
+  if (e.job.state() != v1::JOB_STATE_PENDING) {
+    SetStateLocked(e, v1::JOB_STATE_PENDING, reason);
+    return;
+  }
+  if (e.job.reason() == reason) return;
+  e.job.set_reason(reason);
+  e.version = ++version_counter_;  // Watchers see it; the store does not.
+  changed_.SignalAll();
+}
+
+int64_t Coordinator::StoreWrites() {
+  absl::MutexLock lock(&mu_);
+  return store_->writes();
+}
+
+absl::Status Coordinator::SetStateDurablyLocked(JobEntry& e, v1::JobState state, const std::string& reason) {
   e.job.set_state(state);
   e.job.set_reason(reason);
-  return ChangedLocked(e, /*persist=*/true);
+  return ChangedDurablyLocked(e, /*persist=*/true);
+}
+
+void Coordinator::SetStateLocked(JobEntry& e, v1::JobState state, const std::string& reason) {
+  SetStateDurablyLocked(e, state, reason).IgnoreError();  // Logged by ChangedDurablyLocked.
 }
 
 absl::StatusOr<v1::Job> Coordinator::Submit(const v1::JobSpec& spec, int max_restarts, const std::string& owner) {
@@ -199,7 +219,7 @@ void Coordinator::TryScheduleLocked() {
     absl::StatusOr<Placement> slots = absl::ResourceExhaustedError("");
     // Never two attempts of one job at once: not while an earlier attempt's ranks may be alive.
     if (std::string held = FencedLocked(e, stopping_jobs); !held.empty()) {
-      if (e.job.reason() != prefix + held) SetStateLocked(e, v1::JOB_STATE_PENDING, prefix + held);
+      WaitingLocked(e, prefix + held);
       ++it;
       continue;
     }
@@ -225,7 +245,7 @@ void Coordinator::TryScheduleLocked() {
         continue;
       }
     }
-    if (e.job.reason() != reason) SetStateLocked(e, v1::JOB_STATE_PENDING, reason);
+    WaitingLocked(e, reason);
     if (world <= cluster && Now() - e.queued_at > options_.backfill_limit) reserved.insert(kind);
     ++it;
   }
@@ -498,7 +518,7 @@ absl::StatusOr<v1::Job> Coordinator::Cancel(const std::string& id) {
   queue_.erase(std::remove(queue_.begin(), queue_.end(), id), queue_.end());
   StopRanksLocked(e);
   EndAttemptLocked(e, v1::JOB_STATE_CANCELLED, "cancelled by the user", "");
-  absl::Status stored = SetStateLocked(e, v1::JOB_STATE_CANCELLED, "cancelled by the user");
+  absl::Status stored = SetStateDurablyLocked(e, v1::JOB_STATE_CANCELLED, "cancelled by the user");
   TryScheduleLocked();
   if (!stored.ok()) {
     // Its ranks are stopped and it is cancelled here, but a coordinator restarted now would not know.

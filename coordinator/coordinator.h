@@ -126,6 +126,7 @@ class Coordinator {
 
   // Counts for metrics.
   std::map<v1::JobState, int> JobsByState();
+  int64_t StoreWrites();  // Job rows written to the database since the start.
   std::map<v1::Worker::State, int> WorkersByState();
 
  private:
@@ -252,12 +253,22 @@ class Coordinator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RankGoneLocked(JobEntry& e, int rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AfterRankExitLocked(JobEntry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Both persist (SetStateLocked always; ChangedLocked when asked, or every 2 s) and return the
-  // store's error when it could not: a transition a client asked for fails its RPC then (the change
-  // stays in memory and is stored again with the next one).
-  absl::Status SetStateLocked(JobEntry& e, v1::JobState state, const std::string& reason)
+  // Both persist (SetStateLocked always; ChangedLocked when asked, or every 2 s). A store error is
+  // logged and the row written again with the next change; a transition a client asked for uses
+  // SetStateDurablyLocked, which returns the error, so that its RPC fails.
+  // A job waiting in the queue (PENDING) with `reason`: stored when it becomes PENDING; later changes
+  // of the reason alone (it names free devices, which change with every placement and exit) are not
+  // stored — a restarted coordinator computes them again — so that an event does not rewrite and
+  // fsync every waiting job's row under the lock.
+  void WaitingLocked(JobEntry& e, const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status SetStateDurablyLocked(JobEntry& e, v1::JobState state, const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status ChangedLocked(JobEntry& e, bool persist) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SetStateLocked(JobEntry& e, v1::JobState state, const std::string& reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status ChangedDurablyLocked(JobEntry& e, bool persist) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ChangedLocked(JobEntry& e, bool persist) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    ChangedDurablyLocked(e, persist).IgnoreError();  // Logged there.
+  }
   void RefreshWorkerUsageLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::vector<struct FreeDevices> FreeDevicesLocked(v1::DeviceKind kind) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

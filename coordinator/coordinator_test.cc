@@ -450,5 +450,23 @@ TEST_F(CoordinatorTest, LogsRefuseAFifoAtOnceAndClampEveryOffset) {
   EXPECT_EQ(beyond->next_offset(), 11);
 }
 
+// Before: every placement or exit rewrote (and fsynced) the row of every waiting job, whose reason
+// names the free devices — under the coordinator's lock.
+TEST_F(CoordinatorTest, AnEventDoesNotRewriteEveryWaitingJobsRow) {
+  AddWorker("a", 1);
+  std::vector<std::string> ids;
+  for (int i = 0; i < 20; ++i) {
+    auto job = c_->Submit(Spec(2, 1), 0);
+    ASSERT_TRUE(job.ok());
+    ids.push_back(job->id());
+  }
+  EXPECT_THAT(c_->GetJob(ids[5])->reason(), HasSubstr("more than the whole cluster's 1"));
+  const int64_t before = c_->StoreWrites();
+  AddWorker("b", 1);  // The first job is placed; the 19 others wait on, each with a new reason.
+  EXPECT_EQ(State(ids[0]), v1::JOB_STATE_SCHEDULED);
+  EXPECT_THAT(c_->GetJob(ids[5])->reason(), HasSubstr("waiting for devices"));
+  EXPECT_LE(c_->StoreWrites() - before, 2) << "the placed job's row (and no waiting job's)";
+}
+
 }  // namespace
 }  // namespace tessera::coordinator

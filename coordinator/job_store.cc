@@ -134,6 +134,7 @@ absl::Status JobStore::Exec(const char* sql) {
 }
 
 absl::Status JobStore::Put(const v1::Job& job) {
+  ++writes_;
   std::string blob;
   if (!job.SerializeToString(&blob)) return absl::InternalError("cannot serialize job " + job.id());
   Statement st(db_, "INSERT OR REPLACE INTO jobs (id, state, created_unix_ms, job) VALUES (?, ?, ?, ?)");

@@ -31,6 +31,8 @@ class JobStore {
 
   // Inserts or replaces `job` (by id), durably.
   absl::Status Put(const v1::Job& job);
+  // Rows written by Put so far (successful or not): the coordinator's write rate.
+  int64_t writes() const { return writes_; }
   // Every stored job, oldest first. A row that does not hold a valid Job message with its own id is
   // moved to the `quarantine` table and described in `quarantined` (when given) instead of failing
   // the load: one damaged row must not keep the coordinator from starting.
@@ -46,6 +48,7 @@ class JobStore {
 
   sqlite3* db_;
   int lock_fd_;  // Holds the exclusive lock on PATH.lock.
+  int64_t writes_ = 0;
 };
 
 }  // namespace tessera::coordinator

@@ -177,6 +177,14 @@ TEST_F(ClusterTest, JobLargerThanTheClusterWaitsWithItsReason) {
   EXPECT_THAT(job.value("reason", ""), HasSubstr("needs 4 cpu devices, more than the whole cluster's 2"));
   auto r = Cli({"job", id});
   EXPECT_THAT(r.output, HasSubstr("needs 4 cpu devices"));
+  // Following a job that does not end gives up at --timeout (before: no overall timeout).
+  const auto start = std::chrono::steady_clock::now();
+  auto followed = Cli({"follow", id, "--timeout", "2"});
+  EXPECT_EQ(followed.exit_code, 4) << followed.output;
+  EXPECT_THAT(followed.output, HasSubstr("stopped following " + id + " after --timeout 2s (it is PENDING)"));
+  auto logs = Cli({"logs", id, "--follow", "--timeout", "1"});
+  EXPECT_EQ(logs.exit_code, 4) << logs.output;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(8));
   EXPECT_EQ(Cli({"cancel", id}).exit_code, 0);
 }
 
@@ -239,10 +247,11 @@ TEST_F(ClusterTest, LostWorkerFailsTheAttemptAndTheJobResumesWhenItReturns) {
       << Job("job-000001").dump();
   // Whichever is noticed first — the surviving rank's broken all-reduce or b's missing heartbeats —
   // fails the attempt; then the job waits for a second device.
-  // (Before b counts as lost the reason is "needs 2 devices; 1 free", after it "more than the whole
-  // cluster's 1".)
+  // (Before b counts as lost the reason is "needs 2 devices; 1 free"; once it is, b's fence — its
+  // ranks may only be cut off, not dead — and after that "more than the whole cluster's 1".)
   EXPECT_THAT(Job("job-000001").value("reason", ""),
               ::testing::AnyOf(HasSubstr("waiting for devices: needs 2 devices; 1 free"),
+                               HasSubstr("waiting until lost worker b has surely stopped the ranks of attempt 1"),
                                HasSubstr("needs 2 cpu devices, more than the whole cluster's 1")));
   EXPECT_TRUE(WaitFor([&] { return Cli({"workers"}).output.find("LOST") != std::string::npos; }, 10))
       << "b is lost after 5 s without heartbeats";

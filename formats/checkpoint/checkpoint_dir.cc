@@ -1,5 +1,7 @@
 #include "formats/checkpoint/checkpoint_dir.h"
 
+#include <fcntl.h>
+#include <stdio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -55,13 +57,27 @@ absl::Status CommitCheckpoint(const std::string& dir, const std::string& tmp, in
   const std::string final_path = absl::StrCat(dir, "/", CheckpointName(step));
   std::error_code ec;
   if (fs::exists(final_path)) {
-    // Move the old one aside first so that some complete checkpoint of this step always exists.
-    const std::string old = final_path + ".old";
-    fs::remove_all(old, ec);
-    fs::rename(final_path, old, ec);
+    // A checkpoint of this step exists (written again after a resume): the new one replaces it in one
+    // step where the file system can (the two swapped atomically, the old one then at `tmp` and
+    // deleted by the clean-up below), else the old one is set aside and put back if the new one
+    // cannot take its place — some complete checkpoint of the step exists at every moment.
+    if (renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, final_path.c_str(), RENAME_EXCHANGE) != 0) {
+      const std::string old = final_path + ".old";
+      fs::remove_all(old, ec);
+      fs::rename(final_path, old, ec);
+      if (ec) return absl::UnavailableError(absl::StrCat("cannot set ", final_path, " aside: ", ec.message()));
+      fs::rename(tmp, final_path, ec);
+      if (ec) {
+        std::error_code back;
+        fs::rename(old, final_path, back);
+        return absl::UnavailableError(absl::StrCat("cannot rename ", tmp, " to ", final_path, ": ", ec.message(),
+                                                   back ? " (and the old one stays at " + old + ")" : ""));
+      }
+    }
+  } else {
+    fs::rename(tmp, final_path, ec);
+    if (ec) return absl::UnavailableError(absl::StrCat("cannot rename ", tmp, " to ", final_path, ": ", ec.message()));
   }
-  fs::rename(tmp, final_path, ec);
-  if (ec) return absl::InternalError(absl::StrCat("cannot rename ", tmp, " to ", final_path, ": ", ec.message()));
   synced = FsyncDirectory(dir);
   if (!synced.ok()) return synced;
   auto all = ListCheckpoints(dir);

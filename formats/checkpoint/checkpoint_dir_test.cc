@@ -2,6 +2,8 @@
 // checkpoint whose files match the sizes and checksums in its index.
 #include "formats/checkpoint/checkpoint_dir.h"
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -160,5 +162,29 @@ TEST(CheckpointDirTest, AFailedCommitDeletesNothing) {
   EXPECT_TRUE(VerifyCheckpoint(dir + "/step_00000002").ok());
 }
 
+
+// A checkpoint of a step written again (a resume from before it): the new one replaces the old one,
+// and when it cannot (here: the new one on another file system, so no rename can move it) the old
+// one stays. Before: the old one was renamed to step_N.old first and left there, out of
+// ListCheckpoints, when the second rename failed — the next commit's clean-up then deleted it.
+TEST(CheckpointDirTest, RecommittingAStepReplacesItOrKeepsTheOldOne) {
+  const std::string dir = Fresh("recommit");
+  WriteCheckpoint(dir, 2);
+  // Again, as a later attempt would: replaced (and nothing left beside it).
+  WriteCheckpoint(dir, 2);
+  ASSERT_EQ(ListCheckpoints(dir).size(), 1u);
+  EXPECT_TRUE(VerifyCheckpoint(dir + "/step_00000002").ok());
+  for (const auto& e : fs::directory_iterator(dir)) EXPECT_EQ(e.path().filename(), "step_00000002");
+  // A new checkpoint of step 2 that cannot be renamed into place.
+  const std::string other = "/dev/shm/tessera_recommit_" + std::to_string(getpid());
+  fs::remove_all(other);
+  auto tmp = BeginCheckpoint(other, 2);
+  if (!tmp.ok()) GTEST_SKIP() << "no /dev/shm here: " << tmp.status();
+  absl::Status s = CommitCheckpoint(dir, *tmp, 2, /*keep=*/2);
+  fs::remove_all(other);
+  EXPECT_FALSE(s.ok());
+  ASSERT_EQ(ListCheckpoints(dir).size(), 1u) << "the old checkpoint of the step is still there";
+  EXPECT_TRUE(VerifyCheckpoint(dir + "/step_00000002").ok());
+}
 }  // namespace
 }  // namespace tessera::parallel
