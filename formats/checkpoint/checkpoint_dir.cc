@@ -45,6 +45,18 @@ absl::StatusOr<std::string> BeginCheckpoint(const std::string& dir, int64_t step
   fs::create_directories(dir, ec);
   if (ec) return absl::InternalError(absl::StrCat(dir, ": cannot create: ", ec.message()));
   std::string tmp = TmpCheckpointPath(dir, step, token == 0 ? getpid() : token);
+  // Temporary directories of other writers are of checkpoints that will never be committed (a writer
+  // killed mid-checkpoint: its peer died and its launcher stopped it; one attempt writes at a time):
+  // their space is freed before this one is written, not only after its commit — on a nearly full
+  // disk they would make every later first checkpoint fail.
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("step_", 0) == 0 && name.find(".tmp.") != std::string::npos && e.path() != fs::path(tmp)) {
+      std::error_code ignored;
+      fs::remove_all(e.path(), ignored);
+    }
+  }
+  ec.clear();
   fs::remove_all(tmp, ec);
   fs::create_directory(tmp, ec);
   if (ec) return absl::InternalError(absl::StrCat(tmp, ": cannot create: ", ec.message()));

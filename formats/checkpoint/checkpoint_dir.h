@@ -26,7 +26,8 @@ std::vector<std::pair<int64_t, std::string>> ListCheckpoints(const std::string& 
 std::string TmpCheckpointPath(const std::string& dir, int64_t step, int64_t token);
 
 // A fresh temporary directory TmpCheckpointPath(dir, step, token) (token 0: this process's pid),
-// created with parents.
+// created with parents. Other writers' temporary directories under `dir` (never to be committed) are
+// deleted first, freeing their space.
 absl::StatusOr<std::string> BeginCheckpoint(const std::string& dir, int64_t step, int64_t token = 0);
 
 // fsyncs `tmp` (the caller fsynced its files), renames it to dir/step_XXXXXXXX (replacing an older one

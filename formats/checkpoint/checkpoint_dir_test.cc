@@ -186,5 +186,21 @@ TEST(CheckpointDirTest, RecommittingAStepReplacesItOrKeepsTheOldOne) {
   ASSERT_EQ(ListCheckpoints(dir).size(), 1u) << "the old checkpoint of the step is still there";
   EXPECT_TRUE(VerifyCheckpoint(dir + "/step_00000002").ok());
 }
+
+// A writer killed in the middle of a checkpoint (its peer died; its launcher stopped it) leaves its
+// temporary directory. Before: it was deleted only after the next commit, so on a nearly full disk
+// the next attempt's first checkpoint failed for want of that space, and so did every later one.
+TEST(CheckpointDirTest, BeginningACheckpointFreesTheSpaceOfAbandonedOnes) {
+  const std::string dir = Fresh("abandoned");
+  WriteCheckpoint(dir, 2);
+  auto abandoned = BeginCheckpoint(dir, 4, /*token=*/111);
+  ASSERT_TRUE(abandoned.ok());
+  std::ofstream(*abandoned + "/model.safetensors") << std::string(4096, 'x');
+  auto next = BeginCheckpoint(dir, 4, /*token=*/222);
+  ASSERT_TRUE(next.ok());
+  EXPECT_FALSE(fs::exists(*abandoned)) << "the abandoned checkpoint's space is freed before writing";
+  EXPECT_TRUE(fs::exists(*next));
+  EXPECT_TRUE(VerifyCheckpoint(dir + "/step_00000002").ok()) << "committed checkpoints are kept";
+}
 }  // namespace
 }  // namespace tessera::parallel
