@@ -444,6 +444,13 @@ void Coordinator::CheckLiveness() {
         options_.worker_lease > absl::ZeroDuration()
             ? w.last_heartbeat + options_.worker_lease + w.stop_grace + kFenceSlack
             : absl::InfinitePast();
+    // So are the superseded ranks it was still stopping (they held their jobs back while it was alive).
+    if (surely_stopped > now) {
+      for (const auto& [key, device] : w.stopping) {
+        auto j = jobs_.find(std::get<0>(key));
+        if (j != jobs_.end()) j->second.fences[wid] = surely_stopped;
+      }
+    }
     for (auto& [jid, e] : jobs_) {
       BlameWorkerLocked(e, wid, absl::StrCat("was lost (no heartbeat for ", absl::FormatDuration(options_.heartbeat_timeout), ")"));
       bool hit = false;

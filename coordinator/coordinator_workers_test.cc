@@ -557,5 +557,34 @@ TEST_F(CoordinatorTest, AJobWhoseRanksFinishedDuringACoordinatorOutageSucceedsWi
   EXPECT_EQ(State(id), v1::JOB_STATE_SUCCEEDED) << c_->GetJob(id)->reason();
   EXPECT_EQ(c_->GetJob(id)->attempt(), 1);
 }
+
+// A worker lost while it still runs (stops) a rank of an earlier attempt: that rank is fenced like the
+// current attempt's — before, a lost worker's `stopping` list no longer held the job back.
+TEST_F(CoordinatorTest, AWorkerLostWhileStoppingAnEarlierAttemptsRankFencesThatJob) {
+  AddWorker("b", 1);
+  auto job = c_->Submit(Spec(1, 1), 2);
+  auto on_b = Drain("b");
+  ASSERT_EQ(on_b.size(), 1u);
+  Report("b", on_b[0], v1::ReportRankStatusRequest::EVENT_STARTED);
+  AddWorker("c", 1);
+  AdvanceWithHeartbeats(absl::Milliseconds(250), {"c"});  // b lost; the job fenced.
+  // b is back, still running the rank: told to stop it, the job waits for it.
+  v1::RegisterWorkerRequest back = Registration("b", 1);
+  auto* running = back.add_running();
+  running->set_job_id(job->id());
+  running->set_attempt(1);
+  running->set_rank(0);
+  ASSERT_TRUE(c_->RegisterWorker(back).ok());
+  ASSERT_THAT(c_->GetJob(job->id())->reason(), HasSubstr("waiting for worker b to stop"));
+  // b falls silent again before the rank is gone: lost, and its stopping rank fenced.
+  AdvanceWithHeartbeats(absl::Milliseconds(250), {"c"});
+  EXPECT_EQ(State(job->id()), v1::JOB_STATE_PENDING);
+  EXPECT_THAT(c_->GetJob(job->id())->reason(), HasSubstr("waiting until lost worker b has surely stopped"));
+  EXPECT_TRUE(Drain("c").empty());
+  AdvanceWithHeartbeats(absl::Milliseconds(1100), {"c"});  // Past b's last heartbeat + 1.2 s.
+  auto on_c = Drain("c");
+  ASSERT_EQ(on_c.size(), 1u);
+  EXPECT_EQ(on_c[0].attempt(), 2);
+}
 }  // namespace
 }  // namespace tessera::coordinator
