@@ -115,13 +115,31 @@ class CoordinatorTest : public ::testing::Test {
     Report("b", *on_b, v1::ReportRankStatusRequest::EVENT_STARTED);
   }
   // `worker` registers again (as after a coordinator restart) listing the rank of `placed` as running.
+  // Its new session is kept in sessions_[worker].
   void RegisterRunning(const std::string& worker, const v1::Assignment& placed) {
     v1::RegisterWorkerRequest r = Registration(worker, 1);
     auto* running = r.add_running();
     running->set_job_id(placed.job_id());
     running->set_attempt(placed.attempt());
     running->set_rank(placed.rank());
-    ASSERT_TRUE(c_->RegisterWorker(r).ok());
+    auto resp = c_->RegisterWorker(r);
+    ASSERT_TRUE(resp.ok()) << resp.status();
+    sessions_[worker] = resp->session();
+  }
+  // A job (dp=1, `max_restarts`) running on a new worker b, a new idle worker c, and b lost (silent
+  // for the heartbeat timeout): the job is fenced. Returns its id and b's START order.
+  void RunningOnBThenBLost(int max_restarts, std::string* id, v1::Assignment* on_b) {
+    AddWorker("b", 1);
+    auto job = c_->Submit(Spec(1, 1), max_restarts);
+    ASSERT_TRUE(job.ok()) << job.status();
+    *id = job->id();
+    auto placed = Drain("b");
+    ASSERT_EQ(placed.size(), 1u);
+    *on_b = placed[0];
+    Report("b", *on_b, v1::ReportRankStatusRequest::EVENT_STARTED);
+    AddWorker("c", 1);
+    AdvanceWithHeartbeats(absl::Milliseconds(250), {"c"});
+    ASSERT_EQ(State(*id), v1::JOB_STATE_PENDING);
   }
 
   // RunningOnAAndB allowing one restart, then the coordinator restarts, a registers again with its

@@ -419,38 +419,27 @@ TEST_F(CoordinatorTest, ALostWorkersJobIsPlacedAgainOnlyAfterItsLeaseAndStopGrac
 }
 
 TEST_F(CoordinatorTest, ALostWorkerBackWithoutTheRankEndsTheFenceAndOneStillRunningItHoldsTheJob) {
-  AddWorker("b", 1);
-  auto job = c_->Submit(Spec(1, 1), 2);
-  auto on_b = Drain("b");
-  ASSERT_EQ(on_b.size(), 1u);
-  Report("b", on_b[0], v1::ReportRankStatusRequest::EVENT_STARTED);
-  AddWorker("c", 1);
-  AdvanceWithHeartbeats(absl::Milliseconds(250), {"c"});
-  ASSERT_EQ(State(job->id()), v1::JOB_STATE_PENDING);
+  std::string id;
+  v1::Assignment on_b;
+  ASSERT_NO_FATAL_FAILURE(RunningOnBThenBLost(2, &id, &on_b));
   // b is back before its fence ended, still running the rank (its lease had not run out): the rank is
   // told to stop, and the job waits for it — not for the fence, not on a free c.
-  v1::RegisterWorkerRequest back = Registration("b", 1);
-  auto* running = back.add_running();
-  running->set_job_id(job->id());
-  running->set_attempt(1);
-  running->set_rank(0);
-  auto reg = c_->RegisterWorker(back);
-  ASSERT_TRUE(reg.ok()) << reg.status();
+  ASSERT_NO_FATAL_FAILURE(RegisterRunning("b", on_b));
   auto stop = Drain("b");
   ASSERT_EQ(stop.size(), 1u);
   EXPECT_EQ(stop[0].action(), v1::Assignment::ACTION_STOP);
   EXPECT_EQ(stop[0].attempt(), 1);
   EXPECT_TRUE(Drain("c").empty());
-  EXPECT_THAT(c_->GetJob(job->id())->reason(), HasSubstr("waiting for worker b to stop its rank(s) of an earlier attempt"));
+  EXPECT_THAT(c_->GetJob(id)->reason(), HasSubstr("waiting for worker b to stop its rank(s) of an earlier attempt"));
   // The rank is gone: b's next heartbeat no longer lists it, and the job is placed at once.
   v1::HeartbeatRequest hb;
   hb.set_worker_id("b");
-  hb.set_session(reg->session());
+  hb.set_session(sessions_["b"]);
   hb.set_applied_seq(stop[0].seq());
   hb.set_reports_ranks(true);
   ASSERT_TRUE(c_->Heartbeat(hb).ok());
-  EXPECT_EQ(State(job->id()), v1::JOB_STATE_SCHEDULED);
-  EXPECT_EQ(c_->GetJob(job->id())->attempt(), 2);
+  EXPECT_EQ(State(id), v1::JOB_STATE_SCHEDULED);
+  EXPECT_EQ(c_->GetJob(id)->attempt(), 2);
 }
 
 TEST_F(CoordinatorTest, AWorkerLostWithTheLeaseDisabledIsNotWaitedFor) {
@@ -561,25 +550,16 @@ TEST_F(CoordinatorTest, AJobWhoseRanksFinishedDuringACoordinatorOutageSucceedsWi
 // A worker lost while it still runs (stops) a rank of an earlier attempt: that rank is fenced like the
 // current attempt's — before, a lost worker's `stopping` list no longer held the job back.
 TEST_F(CoordinatorTest, AWorkerLostWhileStoppingAnEarlierAttemptsRankFencesThatJob) {
-  AddWorker("b", 1);
-  auto job = c_->Submit(Spec(1, 1), 2);
-  auto on_b = Drain("b");
-  ASSERT_EQ(on_b.size(), 1u);
-  Report("b", on_b[0], v1::ReportRankStatusRequest::EVENT_STARTED);
-  AddWorker("c", 1);
-  AdvanceWithHeartbeats(absl::Milliseconds(250), {"c"});  // b lost; the job fenced.
+  std::string id;
+  v1::Assignment on_b;
+  ASSERT_NO_FATAL_FAILURE(RunningOnBThenBLost(2, &id, &on_b));
   // b is back, still running the rank: told to stop it, the job waits for it.
-  v1::RegisterWorkerRequest back = Registration("b", 1);
-  auto* running = back.add_running();
-  running->set_job_id(job->id());
-  running->set_attempt(1);
-  running->set_rank(0);
-  ASSERT_TRUE(c_->RegisterWorker(back).ok());
-  ASSERT_THAT(c_->GetJob(job->id())->reason(), HasSubstr("waiting for worker b to stop"));
+  ASSERT_NO_FATAL_FAILURE(RegisterRunning("b", on_b));
+  ASSERT_THAT(c_->GetJob(id)->reason(), HasSubstr("waiting for worker b to stop"));
   // b falls silent again before the rank is gone: lost, and its stopping rank fenced.
   AdvanceWithHeartbeats(absl::Milliseconds(250), {"c"});
-  EXPECT_EQ(State(job->id()), v1::JOB_STATE_PENDING);
-  EXPECT_THAT(c_->GetJob(job->id())->reason(), HasSubstr("waiting until lost worker b has surely stopped"));
+  EXPECT_EQ(State(id), v1::JOB_STATE_PENDING);
+  EXPECT_THAT(c_->GetJob(id)->reason(), HasSubstr("waiting until lost worker b has surely stopped"));
   EXPECT_TRUE(Drain("c").empty());
   AdvanceWithHeartbeats(absl::Milliseconds(1100), {"c"});  // Past b's last heartbeat + 1.2 s.
   auto on_c = Drain("c");
