@@ -133,7 +133,15 @@ class Chaos {
   testing::CliResult Cli(std::vector<std::string> args);
   json Jobs();  // By id; empty when the coordinator does not answer.
   void Submit();
-  // Live rank processes of this run: job id → attempts → pids.
+  // Live rank processes of this run (found by their spec path in a worker's work directory).
+  struct RankProcess {
+    std::string job;
+    int attempt = 0;
+    int host = 0;
+    pid_t pid = 0;
+  };
+  std::vector<RankProcess> RankProcesses();
+  // The same: job id → attempts → pids.
   std::map<std::string, std::map<int, std::vector<pid_t>>> Ranks();
   void Inject(Fault f, FaultRecord* rec);
   // Job id → the worker hosts its live ranks run on.
@@ -231,37 +239,35 @@ void Chaos::Submit() {
   jobs_.push_back(rec);
 }
 
-std::map<std::string, std::map<int, std::vector<pid_t>>> Chaos::Ranks() {
-  std::map<std::string, std::map<int, std::vector<pid_t>>> out;
-  for (const auto& e : fs::directory_iterator("/proc")) {
-    const std::string pid = e.path().filename();
-    if (!std::all_of(pid.begin(), pid.end(), ::isdigit)) continue;
-    std::ifstream cmd(e.path() / "cmdline");
-    std::string s((std::istreambuf_iterator<char>(cmd)), std::istreambuf_iterator<char>());
-    if (s.find("tessera-rank") == std::string::npos || s.find(dir_ + "/") == std::string::npos) continue;
-    // --spec=WORK_DIR/jobs/<job>/attempt_<n>/job.json
-    const size_t j = s.find("/jobs/"), a = s.find("/attempt_");
-    if (j == std::string::npos || a == std::string::npos || a < j) continue;
-    out[s.substr(j + 6, a - j - 6)][std::atoi(s.c_str() + a + 9)].push_back(std::stoi(pid));
-  }
-  return out;
-}
-
-std::map<std::string, std::set<int>> Chaos::JobHosts() {
-  std::map<std::string, std::set<int>> out;
+std::vector<Chaos::RankProcess> Chaos::RankProcesses() {
+  std::vector<RankProcess> out;
   for (const auto& e : fs::directory_iterator("/proc")) {
     const std::string pid = e.path().filename();
     if (!std::all_of(pid.begin(), pid.end(), ::isdigit)) continue;
     std::ifstream cmd(e.path() / "cmdline");
     std::string s((std::istreambuf_iterator<char>(cmd)), std::istreambuf_iterator<char>());
     if (s.find("tessera-rank") == std::string::npos) continue;
-    // --spec=DIR/node<h>/jobs/<job>/attempt_<n>/job.json
+    // --spec=DIR/node<h>/jobs/<job>/attempt_<n>/job.json (the worker's --work_dir is DIR/node<h>)
     const size_t n = s.find(dir_ + "/node"), j = s.find("/jobs/"), a = s.find("/attempt_");
     if (n == std::string::npos || j == std::string::npos || a == std::string::npos || a < j) continue;
-    out[s.substr(j + 6, a - j - 6)].insert(std::atoi(s.c_str() + n + dir_.size() + 5));
+    out.push_back({s.substr(j + 6, a - j - 6), std::atoi(s.c_str() + a + 9),
+                   std::atoi(s.c_str() + n + dir_.size() + 5), std::stoi(pid)});
   }
   return out;
 }
+
+std::map<std::string, std::map<int, std::vector<pid_t>>> Chaos::Ranks() {
+  std::map<std::string, std::map<int, std::vector<pid_t>>> out;
+  for (const RankProcess& r : RankProcesses()) out[r.job][r.attempt].push_back(r.pid);
+  return out;
+}
+
+std::map<std::string, std::set<int>> Chaos::JobHosts() {
+  std::map<std::string, std::set<int>> out;
+  for (const RankProcess& r : RankProcesses()) out[r.job].insert(r.host);
+  return out;
+}
+
 
 void Chaos::Watch(double seconds) {
   const auto until = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));

@@ -35,7 +35,7 @@ class RankSupervisorTest : public ::testing::Test {
     std::filesystem::permissions(script, std::filesystem::perms::owner_all);
     RankSupervisorOptions o;
     o.rank_binary = script;
-    o.work_dir = dir_ + "/work";
+    o.work_dir = dir_ + "/rank_work";
     o.stop_grace = std::chrono::seconds(10);
     o.clock = &clock_;
     return std::make_unique<RankSupervisor>(o);
@@ -155,7 +155,7 @@ TEST_F(RankSupervisorTest, AStopOrderOfOneAttemptLeavesAnotherAttemptsRankRunnin
 
 TEST_F(RankSupervisorTest, AJobJsonLeftByAnEarlierJobOfTheSameIdIsReplaced) {
   // The coordinator's database was recreated: job ids start again, the work directory still has them.
-  const std::string stale = dir_ + "/work/jobs/job-000001/attempt_1/job.json";
+  const std::string stale = dir_ + "/rank_work/jobs/job-000001/attempt_1/job.json";
   std::filesystem::create_directories(std::filesystem::path(stale).parent_path());
   std::ofstream(stale) << "{\"output_dir\": \"/elsewhere/old-job\"}";
   auto s = Supervisor("sleep 30");
