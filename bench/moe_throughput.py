@@ -14,6 +14,7 @@ import os
 import statistics
 import sys
 import tempfile
+import time
 
 import torch
 import transformers
@@ -68,6 +69,42 @@ def transformers_tokens_per_s(model_dir, data, steps, warmup, threads):
     return BATCH * SEQ / statistics.median(secs[warmup:])
 
 
+def gemm_floor_tokens_per_s(threads, repeats=5):
+    """Tokens/s a step could reach if it did nothing but the linear layers' GEMMs (forward x·Wᵀ,
+    backward g·W and gᵀ·x), each timed alone with torch.mm on the same threads: per block q, k, v, o
+    over all tokens, the router, and every expert's gate, up and down over N·k/E rows (perfectly
+    balanced routing); the LM head once. Attention's own products, element-wise work and the optimizer
+    are left out, so this is an upper bound no implementation of the same fp32 arithmetic can pass."""
+    torch.set_num_threads(threads)
+    tokens = BATCH * SEQ
+    head_dim = HIDDEN // HEADS
+    shapes = []  # (rows, in, out) of one linear layer.
+    for _ in range(LAYERS):
+        shapes += [(tokens, HIDDEN, HIDDEN), (tokens, HIDDEN, KV_HEADS * head_dim), (tokens, HIDDEN, KV_HEADS * head_dim),
+                   (tokens, HIDDEN, HIDDEN), (tokens, HIDDEN, EXPERTS)]
+        rows = tokens * TOPK // EXPERTS
+        shapes += [(rows, HIDDEN, FFN), (rows, HIDDEN, FFN), (rows, FFN, HIDDEN)] * EXPERTS
+    shapes.append((tokens, HIDDEN, VOCAB))
+    operands = {}
+    for m, k, n in set(shapes):
+        operands[(m, k, n)] = (torch.randn(m, k), torch.randn(n, k), torch.randn(m, n))
+
+    def one_step():
+        for key in shapes:
+            x, w, g = operands[key]
+            torch.mm(x, w.t())
+            torch.mm(g, w)
+            torch.mm(g.t(), x)
+
+    one_step()
+    secs = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        one_step()
+        secs.append(time.perf_counter() - t0)
+    return tokens / statistics.median(secs)
+
+
 def ep2_bytes_formula(dense_params):
     """Bytes both ranks of dp 2 = ep 2 count per step together (Communicator's convention: all-to-all
     (n−1)/n of the data given, all-reduce 2(n−1)/n): per sparse block each rank's per-expert counts
@@ -107,6 +144,9 @@ def main():
           f"transformers {transformers.__version__}; median step of steps {args.warmup + 1}..{args.steps}, "
           f"median of {args.rounds} interleaved rounds")
     print_ratios(rows, rows[1][0])
+    floor = gemm_floor_tokens_per_s(cores)
+    print(f"GEMM floor (the linear layers' GEMMs alone, timed in isolation): {floor:.0f} tokens/s, "
+          f"{floor / rows[1][1]:.2f}x transformers — no step of the same fp32 arithmetic can pass it")
     # Expert parallelism's traffic against the formula (one run; bytes do not depend on timing).
     hf = transformers.MixtralForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     dense = sum(p.numel() for n, p in hf.named_parameters() if ".experts." not in n)
