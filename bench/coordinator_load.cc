@@ -1,7 +1,7 @@
 // Benchmark: tessera-coordinator under load. Starts a coordinator (its own SQLite file in a temp
 // dir), registers N simulated workers that heartbeat once a second each (spread evenly), and
-// measures heartbeat latency p50/p99, the rate achieved, and the coordinator's CPU and memory; then
-// a burst of job submissions. Prints one table row per N and mode.
+// measures heartbeat latency p50/p99, the rate achieved, and the coordinator's CPU, memory and threads;
+// then a burst of job submissions. Each simulated worker also holds its assignment stream open. Prints one table row per N and mode.
 //
 // Modes: "shared" — every simulated worker on one plaintext channel (the original measurement);
 // "plain" — one plaintext connection per worker; "tls" — one mutual-TLS connection per worker, each
@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -41,7 +42,7 @@
 
 ABSL_FLAG(std::string, workers, "500,1000,2000", "Simulated worker counts, one measurement each.");
 ABSL_FLAG(int, seconds, 10, "Heartbeat phase length per measurement.");
-ABSL_FLAG(int, threads, 16, "Client threads sending heartbeats.");
+ABSL_FLAG(int, threads, 2, "Client threads sending heartbeats (asynchronous calls).");
 ABSL_FLAG(int, submissions, 300, "Jobs submitted in the burst.");
 ABSL_FLAG(std::string, modes, "plain,tls", "shared, plain and/or tls (see the file comment).");
 
@@ -124,52 +125,116 @@ Row Measure(const std::string& mode, int n, int seconds, int threads, int submis
   for (int i = 0; i < n; ++i) {
     stubs.push_back(tessera::v1::WorkerService::NewStub(shared ? channel : Connect(addr, tls, certs, absl::StrCat("worker-sim", i))));
   }
+  // Registration, spread over 16 threads (sequential registration of 12,500 workers takes
+  // longer than the heartbeat timeout: the first ones would be lost before the heartbeats start).
   std::vector<std::string> ids(n);
-  for (int i = 0; i < n; ++i) {
-    auto* workers = stubs[i].get();
-    tessera::v1::RegisterWorkerRequest req;
-    req.set_name(absl::StrCat("sim", i));
-    req.set_device_kind(tessera::v1::DEVICE_KIND_CPU);
-    req.set_device_count(1);
-    req.set_host("127.0.0.1");
-    req.set_store_port_min(40000);
-    req.set_store_port_max(40010);
-    tessera::v1::RegisterWorkerResponse resp;
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-    workers->RegisterWorker(&ctx, req, &resp);
-    ids[i] = resp.worker_id();
+  std::vector<int64_t> sessions(n, 0);
+  {
+    std::vector<std::thread> registrars;
+    constexpr int kRegistrars = 16;
+    for (int t = 0; t < kRegistrars; ++t) {
+      registrars.emplace_back([&, t] {
+        for (int i = t; i < n; i += kRegistrars) {
+          tessera::v1::RegisterWorkerRequest req;
+          req.set_name(absl::StrCat("sim", i));
+          req.set_device_kind(tessera::v1::DEVICE_KIND_CPU);
+          req.set_device_count(1);
+          req.set_host("127.0.0.1");
+          req.set_store_port_min(40000);
+          req.set_store_port_max(40010);
+          tessera::v1::RegisterWorkerResponse resp;
+          grpc::ClientContext ctx;
+          ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+          if (stubs[i]->RegisterWorker(&ctx, req, &resp).ok()) {
+            ids[i] = resp.worker_id();
+            sessions[i] = resp.session();
+          }
+        }
+      });
+    }
+    for (auto& th : registrars) th.join();
   }
-  // Heartbeats: thread t owns workers t, t+threads, ...; each worker beats once a second, the beats of
-  // a thread spread evenly over the second.
+  // Every worker holds its assignment stream open, as a real one does (a call the coordinator keeps
+  // for the worker's whole life).
+  grpc::CompletionQueue stream_cq;
+  std::vector<std::unique_ptr<grpc::ClientContext>> stream_ctx(n);
+  std::vector<std::unique_ptr<grpc::ClientAsyncReader<tessera::v1::Assignment>>> streams(n);
+  std::vector<grpc::Status> stream_status(n);
+  std::thread stream_poller([&] {
+    void* tag = nullptr;
+    bool ok = false;
+    while (stream_cq.Next(&tag, &ok)) {
+    }
+  });
+  for (int i = 0; i < n; ++i) {
+    tessera::v1::StreamAssignmentsRequest req;
+    req.set_worker_id(ids[i]);
+    req.set_session(sessions[i]);
+    stream_ctx[i] = std::make_unique<grpc::ClientContext>();
+    streams[i] = stubs[i]->AsyncStreamAssignments(stream_ctx[i].get(), req, &stream_cq, stream_ctx[i].get());
+  }
+  std::cerr << mode << " N=" << n << ": registered, assignment streams open; heartbeats start" << std::endl;
+  // Heartbeats: asynchronous calls, so that the load client keeps the rate on the same machine.
+  // Thread t owns workers t, t+threads, ...; each worker beats once a second, the beats of a thread
+  // spread evenly over the second; a beat is sent at its time whether or not earlier ones returned.
   std::mutex mu;
   std::vector<double> latencies;
   std::atomic<int> errors{0};
+  std::map<int, int> error_codes;  // gRPC status code → heartbeats that failed with it.
   auto [cpu0, rss0] = CpuAndRss(pid);
   const auto start = Clock::now();
   std::vector<std::thread> pool;
+  struct Call {
+    grpc::ClientContext ctx;
+    tessera::v1::HeartbeatResponse resp;
+    grpc::Status status;
+    Clock::time_point sent;
+    std::unique_ptr<grpc::ClientAsyncResponseReader<tessera::v1::HeartbeatResponse>> reader;
+  };
   for (int t = 0; t < threads; ++t) {
     pool.emplace_back([&, t] {
       std::vector<double> mine;
       std::vector<int> owned;
       for (int i = t; i < n; i += threads) owned.push_back(i);
       if (owned.empty()) return;
-      const auto gap = std::chrono::microseconds(1000000 / owned.size());
+      grpc::CompletionQueue cq;
+      const auto gap = std::chrono::nanoseconds(1000000000LL / static_cast<int64_t>(owned.size()));
       auto next = start;
-      for (int round = 0; round < seconds; ++round) {
-        for (int i : owned) {
-          std::this_thread::sleep_until(next);
-          next += gap;
+      const int64_t total = static_cast<int64_t>(seconds) * static_cast<int64_t>(owned.size());
+      int64_t sent = 0, done = 0;
+      while (done < total) {
+        if (sent < total && Clock::now() >= next) {
+          const int i = owned[sent % owned.size()];
           tessera::v1::HeartbeatRequest req;
           req.set_worker_id(ids[i]);
-          tessera::v1::HeartbeatResponse resp;
-          grpc::ClientContext ctx;
-          ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-          const auto t0 = Clock::now();
-          if (!stubs[i]->Heartbeat(&ctx, req, &resp).ok()) ++errors;
-          mine.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+          req.set_session(sessions[i]);  // As the worker agent sends it: fenced, acknowledging, listing ranks.
+          req.set_reports_ranks(true);
+          auto* call = new Call;
+          call->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+          call->sent = Clock::now();
+          call->reader = stubs[i]->AsyncHeartbeat(&call->ctx, req, &cq);
+          call->reader->Finish(&call->resp, &call->status, call);
+          ++sent;
+          next += gap;
+          continue;
+        }
+        void* tag = nullptr;
+        bool ok = false;
+        const auto wait_until = sent < total ? next : Clock::now() + std::chrono::seconds(10);
+        const auto r = cq.AsyncNext(&tag, &ok, std::chrono::system_clock::now() +
+                                                   std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                                                       wait_until - Clock::now()));
+        if (r != grpc::CompletionQueue::GOT_EVENT) continue;
+        std::unique_ptr<Call> call(static_cast<Call*>(tag));
+        ++done;
+        mine.push_back(std::chrono::duration<double, std::milli>(Clock::now() - call->sent).count());
+        if (!call->status.ok()) {
+          ++errors;
+          std::lock_guard<std::mutex> lock(mu);
+          ++error_codes[call->status.error_code()];
         }
       }
+      cq.Shutdown();
       std::lock_guard<std::mutex> lock(mu);
       latencies.insert(latencies.end(), mine.begin(), mine.end());
     });
@@ -177,6 +242,16 @@ Row Measure(const std::string& mode, int n, int seconds, int threads, int submis
   for (auto& th : pool) th.join();
   const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
   auto [cpu1, rss1] = CpuAndRss(pid);
+  int server_threads = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(absl::StrCat("/proc/", pid, "/task"))) {
+    (void)entry;
+    ++server_threads;
+  }
+  std::cerr << mode << " N=" << n << ": coordinator threads " << server_threads << std::endl;
+  for (int i = 0; i < n; ++i) {
+    stream_ctx[i]->TryCancel();
+    streams[i]->Finish(&stream_status[i], &stream_status[i]);
+  }
   // Burst of submissions (valid 1-rank jobs; they are placed on the simulated workers).
   auto client = tessera::v1::CoordinatorService::NewStub(channel);
   std::vector<double> submit;
@@ -195,8 +270,14 @@ Row Measure(const std::string& mode, int n, int seconds, int threads, int submis
   }
   kill(pid, SIGTERM);
   waitpid(pid, nullptr, 0);
+  stream_cq.Shutdown();
+  stream_poller.join();
   std::filesystem::remove_all(dir);
-  if (errors > 0) std::cerr << "warning: " << errors << " heartbeats failed at N=" << n << " (" << mode << ")\n";
+  if (errors > 0) {
+    std::cerr << "warning: " << errors << " heartbeats failed at N=" << n << " (" << mode << "):";
+    for (auto [code, count] : error_codes) std::cerr << " code " << code << " ×" << count;
+    std::cerr << "\n";
+  }
   return {mode, n, latencies.size() / elapsed, Percentile(latencies, 0.5), Percentile(latencies, 0.99),
           (cpu1 - cpu0) / elapsed, rss1 / 1e6, Percentile(submit, 0.5), Percentile(submit, 0.99)};
 }

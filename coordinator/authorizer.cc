@@ -49,7 +49,7 @@ grpc::Status Authorizer::User(const absl::StatusOr<tls::Identity>& identity, con
   return grpc::Status::OK;
 }
 
-grpc::Status Authorizer::Worker(const grpc::ServerContext& context, const char* rpc, const std::string& worker_name) const {
+grpc::Status Authorizer::Worker(const grpc::ServerContextBase& context, const char* rpc, const std::string& worker_name) const {
   if (!options_.tls) return grpc::Status::OK;
   tls::Identity found;
   std::string peer;

@@ -44,7 +44,7 @@ class Authorizer {
   grpc::Status User(const absl::StatusOr<tls::Identity>& identity, const std::string& address, const char* what,
                     Caller* caller) const;
   // A WorkerService call that acts for worker `worker_name`: the caller must be that worker.
-  grpc::Status Worker(const grpc::ServerContext& context, const char* rpc, const std::string& worker_name) const;
+  grpc::Status Worker(const grpc::ServerContextBase& context, const char* rpc, const std::string& worker_name) const;
   // Whether `caller` may see or change `job`: its owner or an admin (NOT_FOUND-free: the job exists).
   grpc::Status Job(const Caller& caller, const v1::Job& job, const char* rpc) const;
 

@@ -65,6 +65,19 @@ struct CoordinatorOptions {
   Clock* clock = RealClock();
 };
 
+// The receiving end of a worker's assignment stream that the coordinator pushes orders into (the
+// gRPC handler's reactor: no thread waits per stream). Both calls come under the coordinator's lock:
+// they must not block nor call the Coordinator.
+class AssignmentSink {
+ public:
+  virtual ~AssignmentSink() = default;
+  // The next order for the worker, in order. It stays with the coordinator until acknowledged.
+  virtual void Deliver(const v1::Assignment& a) = 0;
+  // The stream is over — a newer stream or registration replaced it, or the worker was lost: finish
+  // the call with `status`. Nothing is delivered after it.
+  virtual void End(const absl::Status& status) = 0;
+};
+
 class Coordinator {
  public:
   Coordinator(CoordinatorOptions options, std::unique_ptr<JobStore> store);
@@ -119,6 +132,12 @@ class Coordinator {
   // an older session are not resent: the registration's reconciliation covers them. Returns the
   // stream's number for NextAssignment (0 if `session` is not the worker's newest); earlier streams end.
   int64_t StreamOpened(const std::string& worker_id, int64_t session);
+  // The same for a pushed stream: opens it (as StreamOpened) and delivers to `sink` every order, the
+  // waiting ones at once; returns its number, or NotFound (worker unknown or lost) /
+  // FailedPrecondition (`session` not the newest; 0: any), and then `sink` is not attached.
+  // An attached sink stays until End is called on it or DetachAssignmentSink(its number) returns.
+  absl::StatusOr<int64_t> AttachAssignmentSink(const std::string& worker_id, int64_t session, AssignmentSink* sink);
+  void DetachAssignmentSink(const std::string& worker_id, int64_t stream);
   absl::Status ReportRankStatus(const v1::ReportRankStatusRequest& request);
 
   // Marks workers silent for longer than heartbeat_timeout as lost and fails their attempts.
@@ -165,6 +184,7 @@ class Coordinator {
     int64_t last_seq = 0;              // Of the newest order of this session.
     int64_t applied_seq = 0;           // The worker's acknowledgement.
     int64_t stream = 0;                // The newest assignment stream (StreamOpened).
+    AssignmentSink* sink = nullptr;    // Stream `stream`'s, when it is a pushed one.
 
     std::set<int> used_devices;
     // Ranks this worker still runs (or has not reported the exit of) that belong to no current
@@ -245,6 +265,10 @@ class Coordinator {
   void StopRanksLocked(JobEntry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Numbers `a` in the worker's session and queues it; returns its seq.
   int64_t SendLocked(WorkerEntry& w, v1::Assignment a) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Gives the queued orders to the worker's pushed stream, if it has one.
+  void FlushLocked(WorkerEntry& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends the worker's pushed stream, if it has one, with `status`.
+  void EndSinkLocked(WorkerEntry& w, const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Reconciliation: ranks of live attempts placed on worker `id` that are not in `listed` and whose
   // start order has seq <= `up_to_seq` are gone; their attempts fail with the reason "worker NAME
   // `seen` rank R of attempt A `hint`". Returns whether any rank was gone.

@@ -14,6 +14,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "coordinator/coordinator.h"
@@ -59,7 +60,7 @@ ABSL_FLAG(std::string, output_root, "",
           "submitting user's). Required with TLS; empty without: not confined.");
 ABSL_FLAG(std::vector<std::string>, admins, {}, "Users (certificate names) who may see and cancel every job.");
 ABSL_FLAG(int, max_streams_per_client, 16, "WatchJob streams one user (without TLS: one address) may hold open at once.");
-ABSL_FLAG(int, max_threads, 512, "Threads the gRPC server may use at most (each open stream holds one).");
+ABSL_FLAG(int, max_threads, 512, "Threads the gRPC server may use at most (each open WatchJob stream holds one; workers' assignment streams and heartbeats hold none).");
 
 namespace {
 
@@ -125,6 +126,10 @@ std::unique_ptr<grpc::Server> StartGrpc(const std::string& listen, const std::op
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("tessera-coordinator --listen 127.0.0.1:7070 --db tessera.db");
   absl::ParseCommandLine(argc, argv);
+  // Debian's Abseil is built with Mutex deadlock detection on: every lock, gRPC's own included, updates
+  // a global graph of lock orders — half a core at 12,500 heartbeats/s (bench/RESULTS.md). The unit
+  // tests, which run the same code in-process, keep it.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   if (const int lease = absl::GetFlag(FLAGS_worker_lease_ms);
       lease > 0 && (lease < 1000 || lease >= 1000 * int64_t{absl::GetFlag(FLAGS_heartbeat_timeout_s)})) {
     std::cerr << "error: --worker_lease_ms " << lease << " must be at least 1000 (a heartbeat interval) and below "

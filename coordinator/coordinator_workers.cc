@@ -123,6 +123,10 @@ Coordinator::WorkerEntry& Coordinator::AcceptWorkerLocked(const v1::RegisterWork
   w.sent.clear();
   w.last_seq = 0;
   w.applied_seq = 0;
+  if (w.sink != nullptr) {
+    EndSinkLocked(w, absl::FailedPreconditionError(absl::StrCat("worker ", id, " registered again; this stream of session ",
+                                                                w.session, " is over")));
+  }
   w.session = ++last_session_;  // Streams of earlier registrations stop taking orders.
   return w;
 }
@@ -217,8 +221,27 @@ bool Coordinator::ReconcileLocked(const std::string& id, const std::set<std::tup
 int64_t Coordinator::SendLocked(WorkerEntry& w, v1::Assignment a) {
   a.set_seq(++w.last_seq);
   w.queue.push_back(std::move(a));
-  changed_.SignalAll();
+  if (w.sink != nullptr) {
+    FlushLocked(w);
+  } else {
+    changed_.SignalAll();  // A pulling stream (NextAssignment) waits for it.
+  }
   return w.last_seq;
+}
+
+void Coordinator::FlushLocked(WorkerEntry& w) {
+  while (w.sink != nullptr && !w.queue.empty()) {
+    v1::Assignment a = std::move(w.queue.front());
+    w.queue.pop_front();
+    w.sink->Deliver(a);
+    if (a.seq() > 0) w.sent.push_back(std::move(a));  // Until acknowledged.
+  }
+}
+
+void Coordinator::EndSinkLocked(WorkerEntry& w, const absl::Status& status) {
+  if (w.sink == nullptr) return;
+  w.sink->End(status);
+  w.sink = nullptr;
 }
 
 Coordinator::RankEntry* Coordinator::PlacedHereLocked(const std::string& id, const v1::RunningRank& r,
@@ -339,11 +362,43 @@ int64_t Coordinator::StreamOpened(const std::string& worker_id, int64_t session)
   auto it = workers_.find(worker_id);
   if (it == workers_.end() || it->second.session != session) return 0;
   WorkerEntry& w = it->second;
+  EndSinkLocked(w, absl::FailedPreconditionError(
+                       absl::StrCat("worker ", worker_id, " opened a newer assignment stream; this one is over")));
   w.queue.insert(w.queue.begin(), std::make_move_iterator(w.sent.begin()), std::make_move_iterator(w.sent.end()));
   w.sent.clear();
   w.stream = ++last_stream_;
   changed_.SignalAll();  // The stream it replaces ends.
   return w.stream;
+}
+
+absl::StatusOr<int64_t> Coordinator::AttachAssignmentSink(const std::string& worker_id, int64_t session,
+                                                          AssignmentSink* sink) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end() || it->second.info.state() == v1::Worker::STATE_LOST) {
+    return absl::NotFoundError(absl::StrCat("worker ", worker_id, " is not registered; register again"));
+  }
+  WorkerEntry& w = it->second;
+  if (session != 0 && session != w.session) {
+    return absl::FailedPreconditionError(absl::StrCat("worker ", worker_id, " registered again (session ", w.session,
+                                                      "); this stream of session ", session, " is over"));
+  }
+  EndSinkLocked(w, absl::FailedPreconditionError(
+                       absl::StrCat("worker ", worker_id, " opened a newer assignment stream; this one is over")));
+  // Orders given to an earlier stream of the session and not acknowledged go first again.
+  w.queue.insert(w.queue.begin(), std::make_move_iterator(w.sent.begin()), std::make_move_iterator(w.sent.end()));
+  w.sent.clear();
+  w.stream = ++last_stream_;
+  w.sink = sink;
+  changed_.SignalAll();  // A pulling stream it replaces ends.
+  FlushLocked(w);
+  return w.stream;
+}
+
+void Coordinator::DetachAssignmentSink(const std::string& worker_id, int64_t stream) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(worker_id);
+  if (it != workers_.end() && it->second.stream == stream) it->second.sink = nullptr;
 }
 
 absl::Status Coordinator::ReportRankStatus(const v1::ReportRankStatusRequest& req) {
@@ -437,6 +492,7 @@ void Coordinator::CheckLiveness() {
     w.info.set_state(v1::Worker::STATE_LOST);
     w.queue.clear();
     w.sent.clear();
+    EndSinkLocked(w, absl::NotFoundError(absl::StrCat("worker ", wid, " is not registered; register again")));
     reschedule = true;  // Jobs waiting for devices now wait for more (their reasons say so).
     // Lost is not dead: cut off from the coordinator only, the worker runs its ranks until its lease
     // runs out, and they are gone after its stop grace. Until then no new attempt of their jobs.

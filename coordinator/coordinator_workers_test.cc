@@ -2,6 +2,7 @@
 // their reconciliation, sessions and assignment streams, acknowledgements, heartbeats, adoption after a
 // coordinator restart, worker names.
 #include <atomic>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -41,6 +42,63 @@ TEST_F(CoordinatorTest, WorkerRegisteringAgainWithoutItsRanksFailsTheAttemptAndF
   auto next = c_->NextAssignment("b", absl::ZeroDuration(), second->session(), stream);
   ASSERT_TRUE(next.ok());
   EXPECT_FALSE(next->has_value());  // b's start of the old session is not given again.
+}
+
+// A pushed stream's receiving end (the gRPC reactor's part), recording what it was given.
+struct RecordingSink : public AssignmentSink {
+  void Deliver(const v1::Assignment& a) override { orders.push_back(a); }
+  void End(const absl::Status& status) override { ended = status; }
+  std::vector<v1::Assignment> orders;
+  std::optional<absl::Status> ended;
+};
+
+TEST_F(CoordinatorTest, APushedStreamGetsOrdersAsTheyComeAndEndsWhenReplacedOrLost) {
+  auto reg = c_->RegisterWorker(Registration("a", 1));
+  ASSERT_TRUE(reg.ok());
+  const int64_t session = reg->session();
+  RecordingSink one;
+  auto stale = c_->AttachAssignmentSink("a", session + 1, &one);
+  EXPECT_EQ(stale.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(c_->AttachAssignmentSink("nobody", 0, &one).status().code(), absl::StatusCode::kNotFound);
+  auto first = c_->AttachAssignmentSink("a", session, &one);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE(c_->Submit(Spec(1, 1), 0).ok());
+  ASSERT_EQ(one.orders.size(), 1u);  // Pushed when placed, with no poll.
+  EXPECT_EQ(one.orders[0].seq(), 1);
+  EXPECT_FALSE(one.ended.has_value());
+  // A newer stream (the connection broke with the order in flight) ends this one and gets the order
+  // again, as it was not acknowledged.
+  RecordingSink two;
+  auto second = c_->AttachAssignmentSink("a", session, &two);
+  ASSERT_TRUE(second.ok());
+  ASSERT_TRUE(one.ended.has_value());
+  EXPECT_EQ(one.ended->code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(one.ended->message(), HasSubstr("newer assignment stream"));
+  ASSERT_EQ(two.orders.size(), 1u);
+  EXPECT_EQ(two.orders[0].seq(), 1);
+  // The old stream's late detach changes nothing; the new one's detach stops the pushing.
+  c_->DetachAssignmentSink("a", *first);
+  v1::HeartbeatRequest hb;
+  hb.set_worker_id("a");
+  hb.set_session(session);
+  hb.set_applied_seq(1);
+  ASSERT_TRUE(c_->Heartbeat(hb).ok());
+  ASSERT_TRUE(c_->Cancel(two.orders[0].job_id()).ok());  // A STOP order: pushed to the live stream.
+  ASSERT_EQ(two.orders.size(), 2u);
+  EXPECT_EQ(two.orders[1].action(), v1::Assignment::ACTION_STOP);
+  // The worker is lost: its stream ends NOT_FOUND (it registers again).
+  clock_.Advance(absl::Seconds(11));
+  c_->CheckLiveness();
+  ASSERT_TRUE(two.ended.has_value());
+  EXPECT_EQ(two.ended->code(), absl::StatusCode::kNotFound);
+  // A registration of another session ends the stream of the previous one.
+  auto again = c_->RegisterWorker(Registration("a", 1));
+  ASSERT_TRUE(again.ok());
+  RecordingSink three;
+  ASSERT_TRUE(c_->AttachAssignmentSink("a", again->session(), &three).ok());
+  ASSERT_TRUE(c_->RegisterWorker(Registration("a", 1)).ok());
+  ASSERT_TRUE(three.ended.has_value());
+  EXPECT_THAT(three.ended->message(), HasSubstr("registered again"));
 }
 
 TEST_F(CoordinatorTest, AnOrderNotAcknowledgedIsSentAgainOnTheWorkersNextStream) {

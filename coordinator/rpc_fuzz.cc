@@ -105,19 +105,34 @@ class CoordinatorForward final : public v1::CoordinatorService::Service {
   }
 };
 
-class WorkerForward final : public v1::WorkerService::Service {
+// Heartbeat and StreamAssignments are callback methods of WorkerServiceImpl (and so here).
+class WorkerForward final
+    : public v1::WorkerService::WithCallbackMethod_Heartbeat<
+          v1::WorkerService::WithCallbackMethod_StreamAssignments<v1::WorkerService::Service>> {
  public:
   WorkerServiceImpl* to = nullptr;
   grpc::Status RegisterWorker(grpc::ServerContext* c, const v1::RegisterWorkerRequest* q,
                               v1::RegisterWorkerResponse* r) override {
     return Forward(to, [&](auto* s) { return s->RegisterWorker(c, q, r); });
   }
-  grpc::Status Heartbeat(grpc::ServerContext* c, const v1::HeartbeatRequest* q, v1::HeartbeatResponse* r) override {
-    return Forward(to, [&](auto* s) { return s->Heartbeat(c, q, r); });
+  grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* c, const v1::HeartbeatRequest* q,
+                                      v1::HeartbeatResponse*) override {
+    grpc::ServerUnaryReactor* reactor = c->DefaultReactor();
+    reactor->Finish(Forward(to, [&](auto* s) { return s->HeartbeatStatus(c, *q); }));
+    return reactor;
   }
-  grpc::Status StreamAssignments(grpc::ServerContext* c, const v1::StreamAssignmentsRequest* q,
-                                 grpc::ServerWriter<v1::Assignment>* w) override {
-    return Forward(to, [&](auto* s) { return s->StreamAssignments(c, q, w); });
+  grpc::ServerWriteReactor<v1::Assignment>* StreamAssignments(grpc::CallbackServerContext* c,
+                                                              const v1::StreamAssignmentsRequest* q) override {
+    // The target's destructor waits for the streams it opened; it is replaced only between inputs.
+    absl::ReaderMutexLock lock(&targets_mu);
+    if (to == nullptr) {
+      struct Refused : public grpc::ServerWriteReactor<v1::Assignment> {
+        Refused() { Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "between inputs")); }
+        void OnDone() override { delete this; }
+      };
+      return new Refused;
+    }
+    return to->StreamAssignments(c, q);
   }
   grpc::Status ReportRankStatus(grpc::ServerContext* c, const v1::ReportRankStatusRequest* q,
                                 v1::ReportRankStatusResponse* r) override {

@@ -1,7 +1,13 @@
 #include "coordinator/worker_service.h"
 
 #include "common/rpc/status_conversion.h"
-#include "coordinator/stream_wait.h"
+#include <chrono>
+#include <deque>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "absl/synchronization/mutex.h"
 
 namespace tessera::coordinator {
 
@@ -17,32 +23,156 @@ grpc::Status WorkerServiceImpl::RegisterWorker(grpc::ServerContext* ctx, const v
   return grpc::Status::OK;
 }
 
-grpc::Status WorkerServiceImpl::Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* req,
-                                          v1::HeartbeatResponse*) {
-  RpcTimer timer(metrics_, "Heartbeat");
-  if (grpc::Status s = Authorize(ctx, "Heartbeat", req->worker_id()); !s.ok()) return s;
-  if (req->worker_id().empty()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "worker_id: is required");
-  return ToGrpc(coordinator_->Heartbeat(*req));
+grpc::ServerUnaryReactor* WorkerServiceImpl::Heartbeat(grpc::CallbackServerContext* ctx,
+                                                       const v1::HeartbeatRequest* req, v1::HeartbeatResponse*) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  reactor->Finish(HeartbeatStatus(ctx, *req));
+  return reactor;
 }
 
-grpc::Status WorkerServiceImpl::StreamAssignments(grpc::ServerContext* ctx, const v1::StreamAssignmentsRequest* req,
-                                                  grpc::ServerWriter<v1::Assignment>* writer) {
-  RpcTimer timer(metrics_, "StreamAssignments");
-  if (grpc::Status s = Authorize(ctx, "StreamAssignments", req->worker_id()); !s.ok()) return s;
-  if (req->worker_id().empty()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "worker_id: is required");
-  const int64_t stream = coordinator_->StreamOpened(req->worker_id(), req->session());
-  while (!ctx->IsCancelled()) {
-    const absl::Duration wait = StreamWait(*ctx, absl::Milliseconds(500));
-    if (wait <= absl::ZeroDuration()) return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "the deadline passed");
-    auto next = coordinator_->NextAssignment(req->worker_id(), wait, req->session(), stream);
-    if (!next.ok()) return ToGrpc(next.status());
-    if (next->has_value() && !writer->Write(**next)) {
+grpc::Status WorkerServiceImpl::HeartbeatStatus(grpc::ServerContextBase* ctx, const v1::HeartbeatRequest& req) {
+  RpcTimer timer(metrics_, "Heartbeat");
+  if (grpc::Status s = Authorize(ctx, "Heartbeat", req.worker_id()); !s.ok()) return s;
+  if (req.worker_id().empty()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "worker_id: is required");
+  // Coordinator::Heartbeat waits for nothing but short critical sections: fine on a callback thread.
+  return ToGrpc(coordinator_->Heartbeat(req));
+}
+
+namespace {
+
+// One open StreamAssignments call: orders pushed by the coordinator (AssignmentSink, under its lock)
+// are written one at a time in order; the call ends when the coordinator ends the stream, the worker
+// goes away, or the deadline passes. Deletes itself when gRPC is done with it.
+class AssignmentStream final : public grpc::ServerWriteReactor<v1::Assignment>, public AssignmentSink {
+ public:
+  // `done` is called last, when gRPC is done with the stream.
+  AssignmentStream(Coordinator* coordinator, CoordinatorMetrics* metrics, std::string worker_id,
+                   std::function<void()> done)
+      : coordinator_(coordinator), metrics_(metrics), worker_id_(std::move(worker_id)), done_(std::move(done)),
+        start_(std::chrono::steady_clock::now()) {}
+
+  // Attaches to the coordinator, or finishes at once with why it may not.
+  void Open(int64_t session) {
+    absl::StatusOr<int64_t> stream = coordinator_->AttachAssignmentSink(worker_id_, session, this);
+    if (!stream.ok()) {
+      End(stream.status());
+      return;
+    }
+    absl::MutexLock lock(&mu_);
+    stream_ = *stream;
+  }
+  void Refuse(const grpc::Status& status) {
+    absl::MutexLock lock(&mu_);
+    FinishLocked(status);
+  }
+
+  void Deliver(const v1::Assignment& a) override {
+    absl::MutexLock lock(&mu_);
+    if (finishing_) return;  // Stays unacknowledged: the worker's next stream gets it again.
+    pending_.push_back(a);
+    WriteNextLocked();
+  }
+  void End(const absl::Status& status) override {
+    absl::MutexLock lock(&mu_);
+    end_ = ToGrpc(status);
+    if (!writing_) FinishLocked(*end_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    absl::MutexLock lock(&mu_);
+    writing_ = false;
+    if (!ok) {
       // Not delivered (nor is an order written just before the connection broke, necessarily): orders
       // stay with the coordinator until acknowledged, and the worker's next stream gets them again.
-      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the worker went away");
+      FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the worker went away"));
+      return;
     }
+    if (end_) {
+      FinishLocked(*end_);
+      return;
+    }
+    WriteNextLocked();
   }
-  return grpc::Status::OK;
+  void OnCancel() override {
+    // The worker went away or the deadline passed.
+    absl::MutexLock lock(&mu_);
+    if (!writing_) FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "the call ended"));
+    else if (!end_) end_ = grpc::Status(grpc::StatusCode::CANCELLED, "the call ended");
+  }
+  void OnDone() override {
+    int64_t stream = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      stream = stream_;
+    }
+    // After this the coordinator calls nothing on this sink (Detach takes its lock).
+    if (stream != 0) coordinator_->DetachAssignmentSink(worker_id_, stream);
+    if (metrics_ != nullptr) {
+      metrics_->ObserveRpc("StreamAssignments",
+                           std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
+    }
+    std::function<void()> done = std::move(done_);
+    delete this;
+    done();
+  }
+
+ private:
+  void WriteNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (writing_ || finishing_ || pending_.empty()) return;
+    current_ = std::move(pending_.front());
+    pending_.pop_front();
+    writing_ = true;
+    StartWrite(&current_);
+  }
+  void FinishLocked(const grpc::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finishing_) return;
+    finishing_ = true;
+    pending_.clear();
+    Finish(status);
+  }
+
+  Coordinator* const coordinator_;
+  CoordinatorMetrics* const metrics_;
+  const std::string worker_id_;
+  std::function<void()> done_;
+  const std::chrono::steady_clock::time_point start_;
+  absl::Mutex mu_;  // Taken inside the coordinator's lock (Deliver, End), never around it.
+  int64_t stream_ ABSL_GUARDED_BY(mu_) = 0;
+  std::deque<v1::Assignment> pending_ ABSL_GUARDED_BY(mu_);
+  v1::Assignment current_ ABSL_GUARDED_BY(mu_);  // Being written.
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finishing_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<grpc::Status> end_ ABSL_GUARDED_BY(mu_);  // Finish with it once the write in flight is done.
+};
+
+}  // namespace
+
+WorkerServiceImpl::~WorkerServiceImpl() {
+  absl::MutexLock lock(&streams_mu_);
+  streams_mu_.Await(absl::Condition(
+      +[](int* open) { return *open == 0; }, &open_streams_));
+}
+
+grpc::ServerWriteReactor<v1::Assignment>* WorkerServiceImpl::StreamAssignments(grpc::CallbackServerContext* ctx,
+                                                                              const v1::StreamAssignmentsRequest* req) {
+  {
+    absl::MutexLock lock(&streams_mu_);
+    ++open_streams_;
+  }
+  auto* stream = new AssignmentStream(coordinator_, metrics_, req->worker_id(), [this] {
+    absl::MutexLock lock(&streams_mu_);
+    --open_streams_;
+  });
+  grpc::Status status = Authorize(ctx, "StreamAssignments", req->worker_id());
+  if (status.ok() && req->worker_id().empty()) {
+    status = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "worker_id: is required");
+  }
+  if (!status.ok()) {
+    stream->Refuse(status);
+  } else {
+    stream->Open(req->session());
+  }
+  return stream;
 }
 
 grpc::Status WorkerServiceImpl::ReportRankStatus(grpc::ServerContext* ctx, const v1::ReportRankStatusRequest* req,

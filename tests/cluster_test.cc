@@ -154,7 +154,8 @@ TEST_F(ClusterTest, PlanShowsMeshAndPlacementWithoutRunning) {
 TEST_F(ClusterTest, CancelStopsEveryRankWithinTheGracePeriod) {
   const std::string id = Submit({"train.steps=100000", "output_dir=" + dir_ + "/out"});
   ASSERT_TRUE(WaitFor([&] { return Job(id).value("state", "") == "JOB_STATE_RUNNING"; }, 30));
-  ASSERT_EQ(ProcessesMatching({dir_ + "/", "/jobs/" + id + "/"}).size(), 2u);
+  // STARTED is reported when the worker has forked a rank; its command line is the rank's once it execs.
+  ASSERT_TRUE(WaitFor([&] { return ProcessesMatching({dir_ + "/", "/jobs/" + id + "/"}).size() == 2u; }, 5));
   auto r = Cli({"cancel", id});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("CANCELLED"));

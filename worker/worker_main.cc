@@ -10,6 +10,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
@@ -138,6 +139,10 @@ absl::Status SetSupervisorOptions(bool cuda, tessera::worker::AgentOptions& o) {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("tessera-worker --coordinator 127.0.0.1:7070 --devices cpu:2 --work_dir DIR");
   absl::ParseCommandLine(argc, argv);
+  // Debian's Abseil is built with Mutex deadlock detection on: every lock, gRPC's own included, updates
+  // a global graph of lock orders — half a core at 12,500 heartbeats/s (bench/RESULTS.md). The unit
+  // tests, which run the same code in-process, keep it.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   tessera::worker::AgentOptions o;
   o.coordinator = absl::GetFlag(FLAGS_coordinator);
   std::vector<std::string> dev = absl::StrSplit(absl::GetFlag(FLAGS_devices), ':');

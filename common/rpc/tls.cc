@@ -93,7 +93,7 @@ std::shared_ptr<grpc::ChannelCredentials> ChannelCredentialsFor(const std::optio
   return grpc::SslCredentials(o);
 }
 
-absl::StatusOr<tls::Identity> PeerIdentity(const grpc::ServerContext& context) {
+absl::StatusOr<tls::Identity> PeerIdentity(const grpc::ServerContextBase& context) {
   std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
   if (auth == nullptr || !auth->IsPeerAuthenticated()) {
     return absl::UnauthenticatedError("the caller presented no certificate");
