@@ -265,6 +265,9 @@ class Coordinator {
   void StopRanksLocked(JobEntry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Numbers `a` in the worker's session and queues it; returns its seq.
   int64_t SendLocked(WorkerEntry& w, v1::Assignment a) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A new stream of the worker's session: the previous one (pushed or pulled) ends, orders not
+  // acknowledged are queued first again; returns the stream's number.
+  int64_t OpenStreamLocked(WorkerEntry& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Gives the queued orders to the worker's pushed stream, if it has one.
   void FlushLocked(WorkerEntry& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends the worker's pushed stream, if it has one, with `status`.

@@ -362,12 +362,17 @@ int64_t Coordinator::StreamOpened(const std::string& worker_id, int64_t session)
   auto it = workers_.find(worker_id);
   if (it == workers_.end() || it->second.session != session) return 0;
   WorkerEntry& w = it->second;
+  return OpenStreamLocked(w);
+}
+
+int64_t Coordinator::OpenStreamLocked(WorkerEntry& w) {
   EndSinkLocked(w, absl::FailedPreconditionError(
-                       absl::StrCat("worker ", worker_id, " opened a newer assignment stream; this one is over")));
+                       absl::StrCat("worker ", w.info.id(), " opened a newer assignment stream; this one is over")));
+  // Orders given to an earlier stream of the session and not acknowledged go first again.
   w.queue.insert(w.queue.begin(), std::make_move_iterator(w.sent.begin()), std::make_move_iterator(w.sent.end()));
   w.sent.clear();
   w.stream = ++last_stream_;
-  changed_.SignalAll();  // The stream it replaces ends.
+  changed_.SignalAll();  // A pulling stream it replaces ends.
   return w.stream;
 }
 
@@ -383,16 +388,10 @@ absl::StatusOr<int64_t> Coordinator::AttachAssignmentSink(const std::string& wor
     return absl::FailedPreconditionError(absl::StrCat("worker ", worker_id, " registered again (session ", w.session,
                                                       "); this stream of session ", session, " is over"));
   }
-  EndSinkLocked(w, absl::FailedPreconditionError(
-                       absl::StrCat("worker ", worker_id, " opened a newer assignment stream; this one is over")));
-  // Orders given to an earlier stream of the session and not acknowledged go first again.
-  w.queue.insert(w.queue.begin(), std::make_move_iterator(w.sent.begin()), std::make_move_iterator(w.sent.end()));
-  w.sent.clear();
-  w.stream = ++last_stream_;
+  const int64_t stream = OpenStreamLocked(w);
   w.sink = sink;
-  changed_.SignalAll();  // A pulling stream it replaces ends.
   FlushLocked(w);
-  return w.stream;
+  return stream;
 }
 
 void Coordinator::DetachAssignmentSink(const std::string& worker_id, int64_t stream) {
