@@ -7,6 +7,7 @@
 // "plain" — one plaintext connection per worker; "tls" — one mutual-TLS connection per worker, each
 // with its own certificate (as deployed: the coordinator authorizes every heartbeat by it). The
 // modes of one N run back to back on the same machine, so their ratio is the cost of TLS.
+// --heartbeats=stream (the worker daemon's way: one long-lived Heartbeats call per worker) or unary.
 //
 //   bazel run -c opt //bench:coordinator_load -- --workers=500,1000,2000 --seconds=10 --modes=plain,tls
 #include <signal.h>
@@ -19,9 +20,13 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <functional>
+#include <tuple>
 #include <iostream>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <condition_variable>
 #include <thread>
 
 #include <grpcpp/grpcpp.h>
@@ -45,6 +50,9 @@ ABSL_FLAG(int, seconds, 10, "Heartbeat phase length per measurement.");
 ABSL_FLAG(int, threads, 2, "Client threads sending heartbeats (asynchronous calls).");
 ABSL_FLAG(int, submissions, 300, "Jobs submitted in the burst.");
 ABSL_FLAG(std::string, modes, "plain,tls", "shared, plain and/or tls (see the file comment).");
+ABSL_FLAG(std::string, heartbeats, "stream",
+          "stream: heartbeats as messages of one Heartbeats call per worker (as the worker daemon sends them); "
+          "unary: one Heartbeat call each.");
 
 namespace {
 
@@ -91,7 +99,179 @@ std::shared_ptr<grpc::Channel> Connect(const std::string& addr, bool tls, const 
   return grpc::CreateCustomChannel(addr, tessera::rpc::ChannelCredentialsFor(m), args);
 }
 
-Row Measure(const std::string& mode, int n, int seconds, int threads, int submissions) {
+// What a heartbeat phase measured: every answered heartbeat's latency (ms) and the failures by code.
+struct Beats {
+  std::vector<double> latencies;
+  int64_t errors = 0;
+  std::map<int, int> error_codes;  // gRPC status code → heartbeats that failed with it.
+};
+
+Beats UnaryHeartbeats(const std::vector<std::unique_ptr<tessera::v1::WorkerService::Stub>>& stubs,
+                      const std::vector<std::string>& ids, const std::vector<int64_t>& sessions, int seconds,
+                      int threads, const std::function<void()>& sent_all) {
+  const int n = static_cast<int>(stubs.size());
+  // Heartbeats: asynchronous calls, so that the load client keeps the rate on the same machine.
+  // Thread t owns workers t, t+threads, ...; each worker beats once a second, the beats of a thread
+  // spread evenly over the second; a beat is sent at its time whether or not earlier ones returned.
+  std::mutex mu;
+  Beats out;
+  const auto start = Clock::now();
+  std::vector<std::thread> pool;
+  struct Call {
+    grpc::ClientContext ctx;
+    tessera::v1::HeartbeatResponse resp;
+    grpc::Status status;
+    Clock::time_point sent;
+    std::unique_ptr<grpc::ClientAsyncResponseReader<tessera::v1::HeartbeatResponse>> reader;
+  };
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      std::vector<double> mine;
+      std::vector<int> owned;
+      for (int i = t; i < n; i += threads) owned.push_back(i);
+      if (owned.empty()) return;
+      grpc::CompletionQueue cq;
+      const auto gap = std::chrono::nanoseconds(1000000000LL / static_cast<int64_t>(owned.size()));
+      auto next = start;
+      const int64_t total = static_cast<int64_t>(seconds) * static_cast<int64_t>(owned.size());
+      int64_t sent = 0, done = 0;
+      while (done < total) {
+        if (sent < total && Clock::now() >= next) {
+          const int i = owned[sent % owned.size()];
+          tessera::v1::HeartbeatRequest req;
+          req.set_worker_id(ids[i]);
+          req.set_session(sessions[i]);  // As the worker agent sends it: fenced, acknowledging, listing ranks.
+          req.set_reports_ranks(true);
+          auto* call = new Call;
+          call->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+          call->sent = Clock::now();
+          call->reader = stubs[i]->AsyncHeartbeat(&call->ctx, req, &cq);
+          call->reader->Finish(&call->resp, &call->status, call);
+          ++sent;
+          next += gap;
+          continue;
+        }
+        void* tag = nullptr;
+        bool ok = false;
+        const auto wait_until = sent < total ? next : Clock::now() + std::chrono::seconds(10);
+        const auto r = cq.AsyncNext(&tag, &ok, std::chrono::system_clock::now() +
+                                                   std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                                                       wait_until - Clock::now()));
+        if (r != grpc::CompletionQueue::GOT_EVENT) continue;
+        std::unique_ptr<Call> call(static_cast<Call*>(tag));
+        ++done;
+        mine.push_back(std::chrono::duration<double, std::milli>(Clock::now() - call->sent).count());
+        if (!call->status.ok()) {
+          std::lock_guard<std::mutex> lock(mu);
+          ++out.errors;
+          ++out.error_codes[call->status.error_code()];
+        }
+      }
+      cq.Shutdown();
+      std::lock_guard<std::mutex> lock(mu);
+      out.latencies.insert(out.latencies.end(), mine.begin(), mine.end());
+    });
+  }
+  for (auto& th : pool) th.join();
+  sent_all();
+  return out;
+}
+
+// One worker's Heartbeats call: a heartbeat is written when the client's timer says so, unless the
+// previous one is still unanswered (then it counts as late, as the worker would skip it too).
+class BeatStream final : public grpc::ClientBidiReactor<tessera::v1::HeartbeatRequest, tessera::v1::HeartbeatResponse> {
+ public:
+  BeatStream(tessera::v1::WorkerService::Stub* stub, const std::string& id, int64_t session) {
+    req_.set_worker_id(id);
+    req_.set_session(session);  // As the worker agent sends it: fenced, acknowledging, listing ranks.
+    req_.set_reports_ranks(true);
+    stub->async()->Heartbeats(&ctx_, this);
+    StartRead(&resp_);
+    StartCall();
+  }
+  // Whether the heartbeat was sent (false: the previous one is unanswered, or the call is over).
+  bool Beat() {
+    if (busy_.exchange(true)) return false;
+    sent_ = Clock::now();
+    req_.set_beat(req_.beat() + 1);
+    StartWrite(&req_);
+    return true;
+  }
+  void OnWriteDone(bool) override {}
+  void OnReadDone(bool ok) override {
+    if (!ok) return;
+    latencies_.push_back(std::chrono::duration<double, std::milli>(Clock::now() - sent_).count());
+    busy_ = false;
+    StartRead(&resp_);
+  }
+  void OnDone(const grpc::Status& status) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    status_ = status;
+    done_ = true;
+    cv_.notify_all();
+  }
+  // Cancels the call and waits for its end; its latencies and, if it failed, its status code.
+  std::vector<double> End(std::optional<int>* failed) {
+    ctx_.TryCancel();
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return done_; });
+    if (status_.error_code() != grpc::StatusCode::CANCELLED && !status_.ok()) *failed = status_.error_code();
+    return std::move(latencies_);
+  }
+
+ private:
+  grpc::ClientContext ctx_;
+  tessera::v1::HeartbeatRequest req_;
+  tessera::v1::HeartbeatResponse resp_;
+  std::atomic<bool> busy_{false};
+  Clock::time_point sent_;
+  std::vector<double> latencies_;  // Only OnReadDone appends (one read at a time).
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  grpc::Status status_;
+};
+
+Beats StreamHeartbeats(const std::vector<std::unique_ptr<tessera::v1::WorkerService::Stub>>& stubs,
+                       const std::vector<std::string>& ids, const std::vector<int64_t>& sessions, int seconds,
+                       int threads, const std::function<void()>& sent_all) {
+  const int n = static_cast<int>(stubs.size());
+  std::vector<std::unique_ptr<BeatStream>> streams;
+  for (int i = 0; i < n; ++i) streams.push_back(std::make_unique<BeatStream>(stubs[i].get(), ids[i], sessions[i]));
+  // Thread t owns workers t, t+threads, ...; their beats spread evenly over each second.
+  std::atomic<int64_t> late{0};
+  const auto start = Clock::now();
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      std::vector<int> owned;
+      for (int i = t; i < n; i += threads) owned.push_back(i);
+      if (owned.empty()) return;
+      const auto gap = std::chrono::nanoseconds(1000000000LL / static_cast<int64_t>(owned.size()));
+      const int64_t total = static_cast<int64_t>(seconds) * static_cast<int64_t>(owned.size());
+      auto next = start;
+      for (int64_t k = 0; k < total; ++k) {
+        std::this_thread::sleep_until(next);
+        if (!streams[owned[k % owned.size()]]->Beat()) ++late;
+        next += gap;
+      }
+    });
+  }
+  for (auto& th : pool) th.join();
+  sent_all();
+  std::this_thread::sleep_for(std::chrono::seconds(2));  // The last answers.
+  Beats out;
+  for (auto& s : streams) {
+    std::optional<int> failed;
+    std::vector<double> l = s->End(&failed);
+    out.latencies.insert(out.latencies.end(), l.begin(), l.end());
+    if (failed) ++out.errors, ++out.error_codes[*failed];
+  }
+  if (late > 0) std::cerr << "warning: " << late << " heartbeats not sent: the previous one was unanswered\n";
+  return out;
+}
+
+Row Measure(const std::string& mode, bool stream_heartbeats, int n, int seconds, int threads, int submissions) {
   const bool tls = mode == "tls", shared = mode == "shared";
   const std::string dir = absl::StrCat("/tmp/tessera-coordinator-load-", getpid(), "-", n, "-", mode);
   const std::string certs = dir + "/certs";
@@ -174,74 +354,19 @@ Row Measure(const std::string& mode, int n, int seconds, int threads, int submis
     streams[i] = stubs[i]->AsyncStreamAssignments(stream_ctx[i].get(), req, &stream_cq, stream_ctx[i].get());
   }
   std::cerr << mode << " N=" << n << ": registered, assignment streams open; heartbeats start" << std::endl;
-  // Heartbeats: asynchronous calls, so that the load client keeps the rate on the same machine.
-  // Thread t owns workers t, t+threads, ...; each worker beats once a second, the beats of a thread
-  // spread evenly over the second; a beat is sent at its time whether or not earlier ones returned.
-  std::mutex mu;
-  std::vector<double> latencies;
-  std::atomic<int> errors{0};
-  std::map<int, int> error_codes;  // gRPC status code → heartbeats that failed with it.
   auto [cpu0, rss0] = CpuAndRss(pid);
   const auto start = Clock::now();
-  std::vector<std::thread> pool;
-  struct Call {
-    grpc::ClientContext ctx;
-    tessera::v1::HeartbeatResponse resp;
-    grpc::Status status;
-    Clock::time_point sent;
-    std::unique_ptr<grpc::ClientAsyncResponseReader<tessera::v1::HeartbeatResponse>> reader;
+  double elapsed = 0, cpu1 = 0, rss1 = 0;
+  // The coordinator's CPU over the heartbeat phase, sampled when the last heartbeat was sent.
+  auto sample = [&] {
+    elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+    std::tie(cpu1, rss1) = CpuAndRss(pid);
   };
-  for (int t = 0; t < threads; ++t) {
-    pool.emplace_back([&, t] {
-      std::vector<double> mine;
-      std::vector<int> owned;
-      for (int i = t; i < n; i += threads) owned.push_back(i);
-      if (owned.empty()) return;
-      grpc::CompletionQueue cq;
-      const auto gap = std::chrono::nanoseconds(1000000000LL / static_cast<int64_t>(owned.size()));
-      auto next = start;
-      const int64_t total = static_cast<int64_t>(seconds) * static_cast<int64_t>(owned.size());
-      int64_t sent = 0, done = 0;
-      while (done < total) {
-        if (sent < total && Clock::now() >= next) {
-          const int i = owned[sent % owned.size()];
-          tessera::v1::HeartbeatRequest req;
-          req.set_worker_id(ids[i]);
-          req.set_session(sessions[i]);  // As the worker agent sends it: fenced, acknowledging, listing ranks.
-          req.set_reports_ranks(true);
-          auto* call = new Call;
-          call->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-          call->sent = Clock::now();
-          call->reader = stubs[i]->AsyncHeartbeat(&call->ctx, req, &cq);
-          call->reader->Finish(&call->resp, &call->status, call);
-          ++sent;
-          next += gap;
-          continue;
-        }
-        void* tag = nullptr;
-        bool ok = false;
-        const auto wait_until = sent < total ? next : Clock::now() + std::chrono::seconds(10);
-        const auto r = cq.AsyncNext(&tag, &ok, std::chrono::system_clock::now() +
-                                                   std::chrono::duration_cast<std::chrono::system_clock::duration>(
-                                                       wait_until - Clock::now()));
-        if (r != grpc::CompletionQueue::GOT_EVENT) continue;
-        std::unique_ptr<Call> call(static_cast<Call*>(tag));
-        ++done;
-        mine.push_back(std::chrono::duration<double, std::milli>(Clock::now() - call->sent).count());
-        if (!call->status.ok()) {
-          ++errors;
-          std::lock_guard<std::mutex> lock(mu);
-          ++error_codes[call->status.error_code()];
-        }
-      }
-      cq.Shutdown();
-      std::lock_guard<std::mutex> lock(mu);
-      latencies.insert(latencies.end(), mine.begin(), mine.end());
-    });
-  }
-  for (auto& th : pool) th.join();
-  const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-  auto [cpu1, rss1] = CpuAndRss(pid);
+  Beats beats = stream_heartbeats ? StreamHeartbeats(stubs, ids, sessions, seconds, threads, sample)
+                                  : UnaryHeartbeats(stubs, ids, sessions, seconds, threads, sample);
+  std::vector<double>& latencies = beats.latencies;
+  const int64_t errors = beats.errors;
+  std::map<int, int>& error_codes = beats.error_codes;
   int server_threads = 0;
   for (const auto& entry : std::filesystem::directory_iterator(absl::StrCat("/proc/", pid, "/task"))) {
     (void)entry;
@@ -278,7 +403,7 @@ Row Measure(const std::string& mode, int n, int seconds, int threads, int submis
     for (auto [code, count] : error_codes) std::cerr << " code " << code << " ×" << count;
     std::cerr << "\n";
   }
-  return {mode, n, latencies.size() / elapsed, Percentile(latencies, 0.5), Percentile(latencies, 0.99),
+  return {mode, n, latencies.size() / std::max(elapsed, 1.0), Percentile(latencies, 0.5), Percentile(latencies, 0.99),
           (cpu1 - cpu0) / elapsed, rss1 / 1e6, Percentile(submit, 0.5), Percentile(submit, 0.99)};
 }
 
@@ -296,7 +421,7 @@ int main(int argc, char** argv) {
         std::cerr << "error: --modes: unknown mode " << mode << " (shared, plain, tls)\n";
         return 2;
       }
-      rows.push_back(Measure(mode, n, absl::GetFlag(FLAGS_seconds), absl::GetFlag(FLAGS_threads),
+      rows.push_back(Measure(mode, absl::GetFlag(FLAGS_heartbeats) == "stream", n, absl::GetFlag(FLAGS_seconds), absl::GetFlag(FLAGS_threads),
                              absl::GetFlag(FLAGS_submissions)));
     }
   }

@@ -102,6 +102,9 @@ int64_t Coordinator::StoreWrites() {
 }
 
 absl::Status Coordinator::SetStateDurablyLocked(JobEntry& e, v1::JobState state, const std::string& reason) {
+  // Every placement, attempt and end comes with a state change; progress (checkpoints, steps), which
+  // reconciliation does not read, does not end the heartbeats' fast path.
+  RanksChangedLocked();
   e.job.set_state(state);
   e.job.set_reason(reason);
   return ChangedDurablyLocked(e, /*persist=*/true);
@@ -326,6 +329,7 @@ void Coordinator::RankGoneLocked(JobEntry& e, int rank) {
   RankEntry& r = e.ranks[rank];
   if (r.exited) return;
   r.exited = true;
+  RanksChangedLocked();
   auto w = workers_.find(r.worker_id);
   if (w == workers_.end()) return;
   bool held = false;  // By a superseded rank still there.
@@ -391,6 +395,7 @@ void Coordinator::AfterRankExitLocked(JobEntry& e) {
   const bool all_gone = std::all_of(e.ranks.begin(), e.ranks.end(), [](const RankEntry& r) { return r.exited; });
   if (all_gone && e.job.state() == v1::JOB_STATE_RESTARTING) {
     e.adopt_deadline.reset();  // The next attempt is not adopted.
+    RanksChangedLocked();
     e.job.clear_placement();
     e.job.clear_placement_explanation();
     e.queued_at = Now();

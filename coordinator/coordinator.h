@@ -8,6 +8,8 @@
 #ifndef TESSERA_COORDINATOR_COORDINATOR_H_
 #define TESSERA_COORDINATOR_COORDINATOR_H_
 
+#include <atomic>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <map>
@@ -18,6 +20,7 @@
 #include <tuple>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -119,6 +122,8 @@ class Coordinator {
   // The same, with the worker's acknowledgement (applied_seq) and, with reports_ranks, its ranks:
   // acknowledged orders are forgotten, and ranks of live attempts whose start is acknowledged and
   // that the worker does not list are gone (their attempt fails and restarts).
+  // A heartbeat that repeats the worker's previous one (same session, acknowledgement and ranks) while
+  // no job's ranks changed takes no coordinator-wide lock: it only renews the worker's time.
   absl::Status Heartbeat(const v1::HeartbeatRequest& request);
   // The next start/stop order for the worker, waiting up to `timeout`; nullopt when none came.
   // `session` (from RegisterWorker; 0: any) must be the worker's newest, and `stream` (from
@@ -147,6 +152,13 @@ class Coordinator {
   std::map<v1::JobState, int> JobsByState();
   int64_t StoreWrites();  // Job rows written to the database since the start.
   std::map<v1::Worker::State, int> WorkersByState();
+  // Heartbeats applied since the start: without the coordinator's lock (repeating the worker's previous
+  // one), and under it.
+  struct HeartbeatPaths {
+    int64_t fast = 0;
+    int64_t locked = 0;
+  };
+  HeartbeatPaths HeartbeatsByPath() const { return {fast_heartbeats_.load(), locked_heartbeats_.load()}; }
 
  private:
   struct RankEntry {
@@ -174,8 +186,30 @@ class Coordinator {
     // the time their lease and stop grace surely ended: no new attempt is placed before.
     std::map<std::string, absl::Time> fences;
   };
+  // What a heartbeat reads and writes without mu_: the worker's last heartbeat, and what its newest
+  // heartbeat applied under mu_ saw. While a heartbeat repeats that one (same session, acknowledgement
+  // and listed ranks) and no job's ranks changed since (rank_epoch_ as then), applying it again under
+  // mu_ would change nothing but the time (ReconcileLocked and NoteStoppingLocked read only what bumps
+  // rank_epoch_). Written under mu_ except last_heartbeat_us, which the fast path renews.
+  struct Liveness {
+    std::atomic<int64_t> last_heartbeat_us{0};  // Unix microseconds.
+    std::atomic<int64_t> session{-1};           // Of the live registration; -1: lost (no fast path).
+    std::atomic<int64_t> applied_seq{-1};       // Of the heartbeat seen; -1: none yet this session.
+    std::atomic<uint64_t> ranks_digest{0};
+    std::atomic<uint64_t> epoch{0};  // rank_epoch_ after that heartbeat; 0: none (the epoch starts at 1).
+    absl::Time LastHeartbeat() const { return absl::FromUnixMicros(last_heartbeat_us.load(std::memory_order_relaxed)); }
+    void Beat(absl::Time t) { last_heartbeat_us.store(absl::ToUnixMicros(t), std::memory_order_relaxed); }
+  };
+  // Heartbeat's path without mu_; whether it applied `req` (else the caller applies it under mu_).
+  bool FastHeartbeat(const v1::HeartbeatRequest& req);
+  // A change to what reconciliation reads (ranks placed, gone, states, adoption): no heartbeat after
+  // it takes the fast path before one was applied under mu_.
+  void RanksChangedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { rank_epoch_.fetch_add(1, std::memory_order_relaxed); }
+
   struct WorkerEntry {
     v1::Worker info;
+    // Shared with live_ (the fast heartbeat path), which keeps it for the coordinator's life.
+    std::shared_ptr<Liveness> live = std::make_shared<Liveness>();
     int port_min = 0;
     int port_max = -1;
     int next_port = 0;  // Where the search for a free store port starts (round robin).
@@ -192,7 +226,6 @@ class Coordinator {
     // a new attempt never shares a device with a rank of an old one.
     std::map<std::tuple<std::string, int, int>, int> stopping;
     std::set<int> used_ports;
-    absl::Time last_heartbeat;
     int64_t session = 0;  // Of the newest registration.
     std::string instance;  // The worker process that registered it (RegisterWorkerRequest.instance).
     int64_t attempt = 0;   // Its RegisterWorkerRequest.attempt.
@@ -323,6 +356,14 @@ class Coordinator {
   // registration's own list of running ranks and fail at once, its start order left in the queue.
   bool defer_scheduling_ ABSL_GUARDED_BY(mu_) = false;
   int64_t last_stream_ ABSL_GUARDED_BY(mu_) = 0;
+  // Bumped (under mu_) by RanksChangedLocked; read by the fast heartbeat path.
+  std::atomic<uint64_t> rank_epoch_{1};
+  std::atomic<int64_t> fast_heartbeats_{0};
+  std::atomic<int64_t> locked_heartbeats_{0};
+  // Worker id → its Liveness, for heartbeats without mu_. Entries are added (under mu_, then this),
+  // never removed. Lock order: mu_ before live_mu_.
+  absl::Mutex live_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  absl::flat_hash_map<std::string, std::shared_ptr<Liveness>> live_ ABSL_GUARDED_BY(live_mu_);
 };
 
 bool IsTerminal(v1::JobState state);

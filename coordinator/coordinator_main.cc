@@ -93,6 +93,8 @@ void Serve(tessera::coordinator::Coordinator& coordinator, tessera::coordinator:
   while (!g_stop) {
     coordinator.CheckLiveness();
     metrics.SetCounts(coordinator.JobsByState(), coordinator.WorkersByState());
+    const auto beats = coordinator.HeartbeatsByPath();
+    metrics.SetHeartbeats(beats.fast, beats.locked);
     std::this_thread::sleep_for(std::chrono::milliseconds(250));
   }
 }

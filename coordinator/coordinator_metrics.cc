@@ -16,7 +16,7 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& registry)
                    .Register(registry)),
       rpc_(prometheus::BuildHistogram()
                .Name("tessera_coordinator_rpc_duration_seconds")
-               .Help("Time to handle one RPC (streams: until the stream ends), by method.")
+               .Help("Time to handle one RPC (streams: until the stream ends; Heartbeats: one heartbeat message), by method.")
                .Register(registry)),
       scheduling_(prometheus::BuildHistogram()
                       .Name("tessera_coordinator_scheduling_latency_seconds")
@@ -26,13 +26,29 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& registry)
       denied_(prometheus::BuildCounter()
                   .Name("tessera_coordinator_rpc_denied_total")
                   .Help("RPCs refused by authorization, by method and reason.")
-                  .Register(registry)) {}
+                  .Register(registry)),
+      heartbeat_(rpc_.Add({{"method", "Heartbeat"}}, metrics::ExponentialBuckets(0.0001, 2, 16))),
+      heartbeats_(rpc_.Add({{"method", "Heartbeats"}}, metrics::ExponentialBuckets(0.0001, 2, 16))),
+      heartbeat_paths_(prometheus::BuildCounter()
+                           .Name("tessera_coordinator_heartbeats_total")
+                           .Help("Heartbeats applied, by path: fast (a repeat of the worker's previous one, "
+                                 "without the coordinator's lock) or locked.")
+                           .Register(registry)),
+      fast_heartbeats_(heartbeat_paths_.Add({{"path", "fast"}})),
+      locked_heartbeats_(heartbeat_paths_.Add({{"path", "locked"}})) {}
+
+void CoordinatorMetrics::SetHeartbeats(int64_t fast, int64_t locked) {
+  if (fast > fast_seen_) fast_heartbeats_.Increment(static_cast<double>(fast - fast_seen_)), fast_seen_ = fast;
+  if (locked > locked_seen_) locked_heartbeats_.Increment(static_cast<double>(locked - locked_seen_)), locked_seen_ = locked;
+}
 
 void CoordinatorMetrics::CountDenied(const std::string& method, const std::string& reason) {
   denied_.Add({{"method", method}, {"reason", reason}}).Increment();
 }
 
 void CoordinatorMetrics::ObserveRpc(const std::string& method, double seconds) {
+  if (method == "Heartbeat") return heartbeat_.Observe(seconds);
+  if (method == "Heartbeats") return heartbeats_.Observe(seconds);
   rpc_.Add({{"method", method}}, metrics::ExponentialBuckets(0.0001, 2, 16)).Observe(seconds);
 }
 

@@ -6,7 +6,9 @@
 #include <set>
 #include <tuple>
 
+#include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "common/spec/job_spec.h"
 #include "coordinator/coordinator.h"
 
@@ -18,7 +20,7 @@ std::vector<v1::Worker> Coordinator::ListWorkers() {
   for (auto& [id, w] : workers_) {
     v1::Worker info = w.info;
     info.set_devices_in_use(static_cast<int>(w.used_devices.size()));
-    info.set_last_heartbeat_unix_ms(absl::ToUnixMillis(w.last_heartbeat));
+    info.set_last_heartbeat_unix_ms(absl::ToUnixMillis(w.live->LastHeartbeat()));
     out.push_back(std::move(info));
   }
   return out;
@@ -84,10 +86,10 @@ absl::Status Coordinator::RefusedRegistrationLocked(const v1::RegisterWorkerRequ
   if (auto held = workers_.find(id); held != workers_.end() && !req.instance().empty() &&
                                      !held->second.instance.empty() && held->second.instance != req.instance() &&
                                      held->second.info.state() == v1::Worker::STATE_ALIVE &&
-                                     Now() - held->second.last_heartbeat < options_.name_hold) {
+                                     Now() - held->second.live->LastHeartbeat() < options_.name_hold) {
     return absl::AlreadyExistsError(absl::StrCat(
         "worker name ", id, " is in use by a live worker at ", held->second.info.host(), " (last heartbeat ",
-        absl::FormatDuration(absl::Trunc(Now() - held->second.last_heartbeat, absl::Milliseconds(1))),
+        absl::FormatDuration(absl::Trunc(Now() - held->second.live->LastHeartbeat(), absl::Milliseconds(1))),
         " ago): give this worker another --name (a restarted worker is accepted once its predecessor has been "
         "silent for ", absl::FormatDuration(options_.name_hold), ")"));
   }
@@ -118,7 +120,7 @@ Coordinator::WorkerEntry& Coordinator::AcceptWorkerLocked(const v1::RegisterWork
   w.stop_grace = req.stop_grace_ms() > 0 ? absl::Milliseconds(req.stop_grace_ms()) : absl::Seconds(10);
   w.port_min = req.store_port_min();
   w.port_max = req.store_port_max();
-  w.last_heartbeat = Now();
+  w.live->Beat(Now());
   w.queue.clear();
   w.sent.clear();
   w.last_seq = 0;
@@ -128,6 +130,15 @@ Coordinator::WorkerEntry& Coordinator::AcceptWorkerLocked(const v1::RegisterWork
                                                                 w.session, " is over")));
   }
   w.session = ++last_session_;  // Streams of earlier registrations stop taking orders.
+  RanksChangedLocked();  // Its ranks are adopted, stopped or gone next.
+  // The fast heartbeat path knows the new session (and nothing it saw yet).
+  w.live->applied_seq.store(-1);
+  w.live->epoch.store(0);
+  w.live->session.store(w.session);
+  {
+    absl::MutexLock live(&live_mu_);
+    live_.try_emplace(id, w.live);
+  }
   return w;
 }
 
@@ -293,8 +304,43 @@ absl::Status Coordinator::Heartbeat(const std::string& worker_id, int64_t sessio
   return Heartbeat(req);
 }
 
+namespace {
+
+// Identifies a heartbeat's list of ranks (with whether it lists them at all).
+uint64_t RanksDigest(const v1::HeartbeatRequest& req) {
+  uint64_t h = absl::HashOf(req.reports_ranks(), req.ranks_size());
+  for (const v1::RunningRank& r : req.ranks()) {
+    h = absl::HashOf(h, absl::string_view(r.job_id()), r.attempt(), r.rank(), r.device());
+  }
+  return h;
+}
+
+}  // namespace
+
+bool Coordinator::FastHeartbeat(const v1::HeartbeatRequest& req) {
+  absl::ReaderMutexLock lock(&live_mu_);
+  auto it = live_.find(req.worker_id());
+  if (it == live_.end()) return false;
+  Liveness& l = *it->second;
+  const int64_t session = l.session.load();
+  if (session < 0) return false;  // Lost: refused under mu_.
+  if (req.session() != 0) {
+    // The epoch first: a change under mu_ after this load makes the heartbeat one that came before it.
+    const uint64_t epoch = rank_epoch_.load();
+    if (req.session() != session || req.applied_seq() != l.applied_seq.load() || l.epoch.load() != epoch ||
+        RanksDigest(req) != l.ranks_digest.load()) {
+      return false;
+    }
+  }
+  l.Beat(Now());
+  fast_heartbeats_.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
 absl::Status Coordinator::Heartbeat(const v1::HeartbeatRequest& req) {
+  if (FastHeartbeat(req)) return absl::OkStatus();
   absl::MutexLock lock(&mu_);
+  locked_heartbeats_.fetch_add(1, std::memory_order_relaxed);
   auto it = workers_.find(req.worker_id());
   if (it == workers_.end() || it->second.info.state() == v1::Worker::STATE_LOST) {
     return absl::NotFoundError(absl::StrCat("worker ", req.worker_id(), " is not registered; register again"));
@@ -304,7 +350,7 @@ absl::Status Coordinator::Heartbeat(const v1::HeartbeatRequest& req) {
     return absl::FailedPreconditionError(absl::StrCat("worker ", req.worker_id(), " registered again (session ",
                                                       w.session, "); session ", req.session(), " is over"));
   }
-  w.last_heartbeat = Now();
+  w.live->Beat(Now());
   if (req.session() == 0) return absl::OkStatus();  // Unfenced: nothing to acknowledge or reconcile.
   if (req.applied_seq() < 0 || req.applied_seq() > w.last_seq) {
     return absl::InvalidArgumentError(absl::StrCat("applied_seq: ", req.applied_seq(), " is not an order of session ",
@@ -312,17 +358,22 @@ absl::Status Coordinator::Heartbeat(const v1::HeartbeatRequest& req) {
   }
   w.applied_seq = std::max(w.applied_seq, req.applied_seq());
   while (!w.sent.empty() && w.sent.front().seq() <= w.applied_seq) w.sent.pop_front();
-  if (!req.reports_ranks()) return absl::OkStatus();
-  std::set<std::tuple<std::string, int, int>> listed;
-  for (const v1::RunningRank& r : req.ranks()) listed.insert({r.job_id(), r.attempt(), r.rank()});
-  // Every second from every worker: the usage and the queue are revisited only when a rank was gone.
-  const bool stopping_changed = NoteStoppingLocked(req.worker_id(), req.ranks());
-  if (ReconcileLocked(req.worker_id(), listed, w.applied_seq, "no longer has", "(its exit was not reported)") ||
-      stopping_changed) {
-    RefreshWorkerUsageLocked();
-    TryScheduleLocked();
-    changed_.SignalAll();
+  if (req.reports_ranks()) {
+    std::set<std::tuple<std::string, int, int>> listed;
+    for (const v1::RunningRank& r : req.ranks()) listed.insert({r.job_id(), r.attempt(), r.rank()});
+    // The usage and the queue are revisited only when a rank was gone.
+    const bool stopping_changed = NoteStoppingLocked(req.worker_id(), req.ranks());
+    if (ReconcileLocked(req.worker_id(), listed, w.applied_seq, "no longer has", "(its exit was not reported)") ||
+        stopping_changed) {
+      RefreshWorkerUsageLocked();
+      TryScheduleLocked();
+      changed_.SignalAll();
+    }
   }
+  // What the next heartbeat may repeat without mu_ (after the changes this one made).
+  w.live->applied_seq.store(req.applied_seq());
+  w.live->ranks_digest.store(RanksDigest(req));
+  w.live->epoch.store(rank_epoch_.load());
   return absl::OkStatus();
 }
 
@@ -487,8 +538,9 @@ void Coordinator::CheckLiveness() {
   for (auto& [jid, e] : jobs_) CheckProgressLocked(e);
   bool reschedule = false;
   for (auto& [wid, w] : workers_) {
-    if (w.info.state() != v1::Worker::STATE_ALIVE || now - w.last_heartbeat <= options_.heartbeat_timeout) continue;
+    if (w.info.state() != v1::Worker::STATE_ALIVE || now - w.live->LastHeartbeat() <= options_.heartbeat_timeout) continue;
     w.info.set_state(v1::Worker::STATE_LOST);
+    w.live->session.store(-1);  // Its heartbeats go to the slow path, which refuses them.
     w.queue.clear();
     w.sent.clear();
     EndSinkLocked(w, absl::NotFoundError(absl::StrCat("worker ", wid, " is not registered; register again")));
@@ -497,7 +549,7 @@ void Coordinator::CheckLiveness() {
     // runs out, and they are gone after its stop grace. Until then no new attempt of their jobs.
     const absl::Time surely_stopped =
         options_.worker_lease > absl::ZeroDuration()
-            ? w.last_heartbeat + options_.worker_lease + w.stop_grace + kFenceSlack
+            ? w.live->LastHeartbeat() + options_.worker_lease + w.stop_grace + kFenceSlack
             : absl::InfinitePast();
     // So are the superseded ranks it was still stopping (they held their jobs back while it was alive).
     if (surely_stopped > now) {

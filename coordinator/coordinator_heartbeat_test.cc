@@ -1,0 +1,129 @@
+// Heartbeats without the coordinator's lock (Coordinator::FastHeartbeat): a heartbeat that repeats
+// the worker's previous one renews its time only; anything that could change what the heartbeat
+// means — its listed ranks, its acknowledgement, a change to any job's ranks, the worker lost or
+// registered again — sends it through the locked path, which reconciles as before.
+#include "coordinator/coordinator_test_fixture.h"
+#include "gmock/gmock.h"
+
+namespace tessera::coordinator {
+namespace {
+
+using ::testing::HasSubstr;
+
+// `worker`'s heartbeat in session sessions_[worker], acknowledging `applied`, listing `placed` ranks.
+v1::HeartbeatRequest Beat(const std::string& worker, int64_t session, int64_t applied,
+                          const std::vector<v1::Assignment>& placed) {
+  v1::HeartbeatRequest hb;
+  hb.set_worker_id(worker);
+  hb.set_session(session);
+  hb.set_applied_seq(applied);
+  hb.set_reports_ranks(true);
+  for (const v1::Assignment& a : placed) {
+    v1::RunningRank* r = hb.add_ranks();
+    r->set_job_id(a.job_id());
+    r->set_attempt(a.attempt());
+    r->set_rank(a.rank());
+    r->set_device(a.local_rank());
+  }
+  return hb;
+}
+
+int DevicesInUse(Coordinator& c, const std::string& worker) {
+  for (const v1::Worker& w : c.ListWorkers()) {
+    if (w.id() == worker) return w.devices_in_use();
+  }
+  return -1;
+}
+
+TEST_F(CoordinatorTest, ARepeatedHeartbeatSkipsTheLockUntilAJobChanges) {
+  std::string id;
+  v1::Assignment on_a, on_b;
+  ASSERT_NO_FATAL_FAILURE(RunningOnAAndB(0, &id, &on_a, &on_b));
+  const v1::HeartbeatRequest hb = Beat("a", sessions_["a"], on_a.seq(), {on_a});
+  const v1::HeartbeatRequest hb_b = Beat("b", sessions_["b"], on_b.seq(), {on_b});
+  auto before = c_->HeartbeatsByPath();
+  ASSERT_TRUE(c_->Heartbeat(hb).ok());
+  ASSERT_TRUE(c_->Heartbeat(hb_b).ok());
+  for (int i = 0; i < 5; ++i) {
+    clock_.Advance(absl::Milliseconds(100));
+    ASSERT_TRUE(c_->Heartbeat(hb).ok());
+    ASSERT_TRUE(c_->Heartbeat(hb_b).ok());
+  }
+  auto after = c_->HeartbeatsByPath();
+  EXPECT_EQ(after.locked - before.locked, 2);  // The first one of each, which reconciled.
+  EXPECT_EQ(after.fast - before.fast, 10);
+  // The fast path renews the time: a is alive past the heartbeat timeout (200 ms) since its first.
+  c_->CheckLiveness();
+  EXPECT_EQ(c_->ListWorkers()[0].state(), v1::Worker::STATE_ALIVE);
+  EXPECT_EQ(State(id), v1::JOB_STATE_RUNNING);
+  // The job is cancelled: the same heartbeat now lists a rank of a job that ended — a superseded rank
+  // still stopping, which holds its device. Only the locked path sees that.
+  ASSERT_TRUE(c_->Cancel(id).ok());
+  before = c_->HeartbeatsByPath();
+  ASSERT_TRUE(c_->Heartbeat(hb).ok());
+  after = c_->HeartbeatsByPath();
+  EXPECT_EQ(after.locked - before.locked, 1);
+  EXPECT_EQ(DevicesInUse(*c_, "a"), 1);
+  // Its exit reported, and the rank no longer listed: the device is free.
+  Report("a", on_a, v1::ReportRankStatusRequest::EVENT_EXITED, 143);
+  ASSERT_TRUE(c_->Heartbeat(Beat("a", sessions_["a"], on_a.seq(), {})).ok());
+  EXPECT_EQ(DevicesInUse(*c_, "a"), 0);
+}
+
+TEST_F(CoordinatorTest, ARankThatVanishesFromRepeatedHeartbeatsIsGone) {
+  std::string id;
+  v1::Assignment on_a, on_b;
+  ASSERT_NO_FATAL_FAILURE(RunningOnAAndB(1, &id, &on_a, &on_b));
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(c_->Heartbeat(Beat("b", sessions_["b"], on_b.seq(), {on_b})).ok());
+  EXPECT_EQ(State(id), v1::JOB_STATE_RUNNING);
+  // The same session and acknowledgement, without the rank (it died and its report was lost).
+  ASSERT_TRUE(c_->Heartbeat(Beat("b", sessions_["b"], on_b.seq(), {})).ok());
+  EXPECT_EQ(State(id), v1::JOB_STATE_RESTARTING);
+  EXPECT_THAT(c_->GetJob(id)->reason(), HasSubstr("worker b no longer has rank 1 of attempt 1"));
+}
+
+TEST_F(CoordinatorTest, AnAcknowledgementInARepeatedHeartbeatIsApplied) {
+  const std::string a = AddWorker("a", 1);
+  const int64_t session = sessions_["a"];
+  v1::HeartbeatRequest hb = Beat(a, session, 0, {});
+  hb.set_reports_ranks(false);  // Acknowledging only: the same message but for applied_seq.
+  auto job = c_->Submit(Spec(1, 1), 0);
+  ASSERT_TRUE(job.ok()) << job.status();
+  const int64_t stream = c_->StreamOpened(a, session);
+  auto given = c_->NextAssignment(a, absl::ZeroDuration(), session, stream);
+  ASSERT_TRUE(given.ok() && given->has_value());
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(c_->Heartbeat(hb).ok());  // Given, not yet applied.
+  // Acknowledged, then repeated: a new stream is not given the order again.
+  hb.set_applied_seq((*given)->seq());
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(c_->Heartbeat(hb).ok());
+  const int64_t next = c_->StreamOpened(a, session);
+  auto again = c_->NextAssignment(a, absl::ZeroDuration(), session, next);
+  ASSERT_TRUE(again.ok());
+  EXPECT_FALSE(again->has_value());
+}
+
+TEST_F(CoordinatorTest, ARepeatedHeartbeatOfALostOrReplacedWorkerIsRefused) {
+  const std::string a = AddWorker("a", 1);
+  const int64_t first = sessions_["a"];
+  const v1::HeartbeatRequest hb = Beat(a, first, 0, {});
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(c_->Heartbeat(hb).ok());
+  clock_.Advance(absl::Milliseconds(300));  // Beyond the heartbeat timeout.
+  c_->CheckLiveness();
+  absl::Status lost = c_->Heartbeat(hb);
+  EXPECT_EQ(lost.code(), absl::StatusCode::kNotFound) << lost;
+  lost = c_->Heartbeat(a);  // Unfenced (session 0).
+  EXPECT_EQ(lost.code(), absl::StatusCode::kNotFound) << lost;
+  // Back with a new registration: the old session's repeated heartbeat is over.
+  AddWorker("a", 1);
+  ASSERT_NE(sessions_["a"], first);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(c_->Heartbeat(Beat(a, sessions_["a"], 0, {})).ok());
+  absl::Status old = c_->Heartbeat(hb);
+  EXPECT_EQ(old.code(), absl::StatusCode::kFailedPrecondition) << old;
+  // An unfenced heartbeat (session 0) of a live worker takes the fast path too.
+  const auto before = c_->HeartbeatsByPath();
+  EXPECT_TRUE(c_->Heartbeat(a).ok());
+  EXPECT_EQ(c_->HeartbeatsByPath().fast - before.fast, 1);
+}
+
+}  // namespace
+}  // namespace tessera::coordinator
