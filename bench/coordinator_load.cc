@@ -7,9 +7,9 @@
 // "plain" — one plaintext connection per worker; "tls" — one mutual-TLS connection per worker, each
 // with its own certificate (as deployed: the coordinator authorizes every heartbeat by it). The
 // modes of one N run back to back on the same machine, so their ratio is the cost of TLS.
-// --heartbeats=stream (the worker daemon's way: one long-lived Heartbeats call per worker) or unary.
 //
 //   bazel run -c opt //bench:coordinator_load -- --workers=500,1000,2000 --seconds=10 --modes=plain,tls
+//   taskset -c 1 bazel-bin/bench/coordinator_load --coordinator_cpus=0 --workers=12500   (one core each)
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -25,8 +25,6 @@
 #include <iostream>
 #include <map>
 #include <mutex>
-#include <optional>
-#include <condition_variable>
 #include <thread>
 
 #include <grpcpp/grpcpp.h>
@@ -50,9 +48,9 @@ ABSL_FLAG(int, seconds, 10, "Heartbeat phase length per measurement.");
 ABSL_FLAG(int, threads, 2, "Client threads sending heartbeats (asynchronous calls).");
 ABSL_FLAG(int, submissions, 300, "Jobs submitted in the burst.");
 ABSL_FLAG(std::string, modes, "plain,tls", "shared, plain and/or tls (see the file comment).");
-ABSL_FLAG(std::string, heartbeats, "stream",
-          "stream: heartbeats as messages of one Heartbeats call per worker (as the worker daemon sends them); "
-          "unary: one Heartbeat call each.");
+ABSL_FLAG(std::string, coordinator_cpus, "",
+          "CPUs the coordinator runs on (taskset -c list, e.g. 0); with the bench itself under taskset -c on others, "
+          "client and coordinator do not compete for cores. Empty: anywhere.");
 
 namespace {
 
@@ -106,6 +104,7 @@ struct Beats {
   std::map<int, int> error_codes;  // gRPC status code → heartbeats that failed with it.
 };
 
+// Heartbeats as asynchronous unary calls, as the worker agent sends them.
 Beats UnaryHeartbeats(const std::vector<std::unique_ptr<tessera::v1::WorkerService::Stub>>& stubs,
                       const std::vector<std::string>& ids, const std::vector<int64_t>& sessions, int seconds,
                       int threads, const std::function<void()>& sent_all) {
@@ -177,101 +176,7 @@ Beats UnaryHeartbeats(const std::vector<std::unique_ptr<tessera::v1::WorkerServi
   return out;
 }
 
-// One worker's Heartbeats call: a heartbeat is written when the client's timer says so, unless the
-// previous one is still unanswered (then it counts as late, as the worker would skip it too).
-class BeatStream final : public grpc::ClientBidiReactor<tessera::v1::HeartbeatRequest, tessera::v1::HeartbeatResponse> {
- public:
-  BeatStream(tessera::v1::WorkerService::Stub* stub, const std::string& id, int64_t session) {
-    req_.set_worker_id(id);
-    req_.set_session(session);  // As the worker agent sends it: fenced, acknowledging, listing ranks.
-    req_.set_reports_ranks(true);
-    stub->async()->Heartbeats(&ctx_, this);
-    StartRead(&resp_);
-    StartCall();
-  }
-  // Whether the heartbeat was sent (false: the previous one is unanswered, or the call is over).
-  bool Beat() {
-    if (busy_.exchange(true)) return false;
-    sent_ = Clock::now();
-    req_.set_beat(req_.beat() + 1);
-    StartWrite(&req_);
-    return true;
-  }
-  void OnWriteDone(bool) override {}
-  void OnReadDone(bool ok) override {
-    if (!ok) return;
-    latencies_.push_back(std::chrono::duration<double, std::milli>(Clock::now() - sent_).count());
-    busy_ = false;
-    StartRead(&resp_);
-  }
-  void OnDone(const grpc::Status& status) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    status_ = status;
-    done_ = true;
-    cv_.notify_all();
-  }
-  // Cancels the call and waits for its end; its latencies and, if it failed, its status code.
-  std::vector<double> End(std::optional<int>* failed) {
-    ctx_.TryCancel();
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [this] { return done_; });
-    if (status_.error_code() != grpc::StatusCode::CANCELLED && !status_.ok()) *failed = status_.error_code();
-    return std::move(latencies_);
-  }
-
- private:
-  grpc::ClientContext ctx_;
-  tessera::v1::HeartbeatRequest req_;
-  tessera::v1::HeartbeatResponse resp_;
-  std::atomic<bool> busy_{false};
-  Clock::time_point sent_;
-  std::vector<double> latencies_;  // Only OnReadDone appends (one read at a time).
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  grpc::Status status_;
-};
-
-Beats StreamHeartbeats(const std::vector<std::unique_ptr<tessera::v1::WorkerService::Stub>>& stubs,
-                       const std::vector<std::string>& ids, const std::vector<int64_t>& sessions, int seconds,
-                       int threads, const std::function<void()>& sent_all) {
-  const int n = static_cast<int>(stubs.size());
-  std::vector<std::unique_ptr<BeatStream>> streams;
-  for (int i = 0; i < n; ++i) streams.push_back(std::make_unique<BeatStream>(stubs[i].get(), ids[i], sessions[i]));
-  // Thread t owns workers t, t+threads, ...; their beats spread evenly over each second.
-  std::atomic<int64_t> late{0};
-  const auto start = Clock::now();
-  std::vector<std::thread> pool;
-  for (int t = 0; t < threads; ++t) {
-    pool.emplace_back([&, t] {
-      std::vector<int> owned;
-      for (int i = t; i < n; i += threads) owned.push_back(i);
-      if (owned.empty()) return;
-      const auto gap = std::chrono::nanoseconds(1000000000LL / static_cast<int64_t>(owned.size()));
-      const int64_t total = static_cast<int64_t>(seconds) * static_cast<int64_t>(owned.size());
-      auto next = start;
-      for (int64_t k = 0; k < total; ++k) {
-        std::this_thread::sleep_until(next);
-        if (!streams[owned[k % owned.size()]]->Beat()) ++late;
-        next += gap;
-      }
-    });
-  }
-  for (auto& th : pool) th.join();
-  sent_all();
-  std::this_thread::sleep_for(std::chrono::seconds(2));  // The last answers.
-  Beats out;
-  for (auto& s : streams) {
-    std::optional<int> failed;
-    std::vector<double> l = s->End(&failed);
-    out.latencies.insert(out.latencies.end(), l.begin(), l.end());
-    if (failed) ++out.errors, ++out.error_codes[*failed];
-  }
-  if (late > 0) std::cerr << "warning: " << late << " heartbeats not sent: the previous one was unanswered\n";
-  return out;
-}
-
-Row Measure(const std::string& mode, bool stream_heartbeats, int n, int seconds, int threads, int submissions) {
+Row Measure(const std::string& mode, int n, int seconds, int threads, int submissions) {
   const bool tls = mode == "tls", shared = mode == "shared";
   const std::string dir = absl::StrCat("/tmp/tessera-coordinator-load-", getpid(), "-", n, "-", mode);
   const std::string certs = dir + "/certs";
@@ -297,6 +202,9 @@ Row Measure(const std::string& mode, bool stream_heartbeats, int n, int seconds,
       so.argv.push_back(f);
     }
   }
+  if (const std::string cpus = absl::GetFlag(FLAGS_coordinator_cpus); !cpus.empty()) {
+    so.argv.insert(so.argv.begin(), {"/usr/bin/taskset", "-c", cpus});
+  }
   so.log_path = dir + "/coordinator.log";
   pid_t pid = *tessera::process::Spawn(so);
   auto channel = Connect(addr, tls, certs, "user-load");
@@ -309,6 +217,7 @@ Row Measure(const std::string& mode, bool stream_heartbeats, int n, int seconds,
   // longer than the heartbeat timeout: the first ones would be lost before the heartbeats start).
   std::vector<std::string> ids(n);
   std::vector<int64_t> sessions(n, 0);
+  const auto registration_start = Clock::now();
   {
     std::vector<std::thread> registrars;
     constexpr int kRegistrars = 16;
@@ -334,6 +243,8 @@ Row Measure(const std::string& mode, bool stream_heartbeats, int n, int seconds,
     }
     for (auto& th : registrars) th.join();
   }
+  std::cerr << mode << " N=" << n << ": registered in "
+            << std::chrono::duration<double>(Clock::now() - registration_start).count() << " s" << std::endl;
   // Every worker holds its assignment stream open, as a real one does (a call the coordinator keeps
   // for the worker's whole life).
   grpc::CompletionQueue stream_cq;
@@ -362,8 +273,7 @@ Row Measure(const std::string& mode, bool stream_heartbeats, int n, int seconds,
     elapsed = std::chrono::duration<double>(Clock::now() - start).count();
     std::tie(cpu1, rss1) = CpuAndRss(pid);
   };
-  Beats beats = stream_heartbeats ? StreamHeartbeats(stubs, ids, sessions, seconds, threads, sample)
-                                  : UnaryHeartbeats(stubs, ids, sessions, seconds, threads, sample);
+  Beats beats = UnaryHeartbeats(stubs, ids, sessions, seconds, threads, sample);
   std::vector<double>& latencies = beats.latencies;
   const int64_t errors = beats.errors;
   std::map<int, int>& error_codes = beats.error_codes;
@@ -421,7 +331,7 @@ int main(int argc, char** argv) {
         std::cerr << "error: --modes: unknown mode " << mode << " (shared, plain, tls)\n";
         return 2;
       }
-      rows.push_back(Measure(mode, absl::GetFlag(FLAGS_heartbeats) == "stream", n, absl::GetFlag(FLAGS_seconds), absl::GetFlag(FLAGS_threads),
+      rows.push_back(Measure(mode, n, absl::GetFlag(FLAGS_seconds), absl::GetFlag(FLAGS_threads),
                              absl::GetFlag(FLAGS_submissions)));
     }
   }

@@ -329,7 +329,8 @@ class Coordinator {
   void ChangedLocked(JobEntry& e, bool persist) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     ChangedDurablyLocked(e, persist).IgnoreError();  // Logged there.
   }
-  void RefreshWorkerUsageLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Recounts the used devices and ports of every worker, or of worker `*only`.
+  void RefreshWorkerUsageLocked(const std::string* only = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::vector<struct FreeDevices> FreeDevicesLocked(v1::DeviceKind kind) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   absl::Time Now() const { return options_.clock->Now(); }

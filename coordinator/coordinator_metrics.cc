@@ -16,7 +16,7 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& registry)
                    .Register(registry)),
       rpc_(prometheus::BuildHistogram()
                .Name("tessera_coordinator_rpc_duration_seconds")
-               .Help("Time to handle one RPC (streams: until the stream ends; Heartbeats: one heartbeat message), by method.")
+               .Help("Time to handle one RPC (streams: until the stream ends), by method.")
                .Register(registry)),
       scheduling_(prometheus::BuildHistogram()
                       .Name("tessera_coordinator_scheduling_latency_seconds")
@@ -28,7 +28,6 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& registry)
                   .Help("RPCs refused by authorization, by method and reason.")
                   .Register(registry)),
       heartbeat_(rpc_.Add({{"method", "Heartbeat"}}, metrics::ExponentialBuckets(0.0001, 2, 16))),
-      heartbeats_(rpc_.Add({{"method", "Heartbeats"}}, metrics::ExponentialBuckets(0.0001, 2, 16))),
       heartbeat_paths_(prometheus::BuildCounter()
                            .Name("tessera_coordinator_heartbeats_total")
                            .Help("Heartbeats applied, by path: fast (a repeat of the worker's previous one, "
@@ -48,7 +47,6 @@ void CoordinatorMetrics::CountDenied(const std::string& method, const std::strin
 
 void CoordinatorMetrics::ObserveRpc(const std::string& method, double seconds) {
   if (method == "Heartbeat") return heartbeat_.Observe(seconds);
-  if (method == "Heartbeats") return heartbeats_.Observe(seconds);
   rpc_.Add({{"method", method}}, metrics::ExponentialBuckets(0.0001, 2, 16)).Observe(seconds);
 }
 

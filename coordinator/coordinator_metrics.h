@@ -41,10 +41,9 @@ class CoordinatorMetrics {
   prometheus::Family<prometheus::Histogram>& rpc_;
   prometheus::Histogram& scheduling_;
   prometheus::Family<prometheus::Counter>& denied_;
-  // The heartbeat methods' series, looked up once: thousands of heartbeats a second would otherwise
-  // each take the family's lock and build the bucket list.
+  // The Heartbeat series, looked up once: thousands of heartbeats a second would otherwise each take
+  // the family's lock and build the bucket list.
   prometheus::Histogram& heartbeat_;
-  prometheus::Histogram& heartbeats_;
   prometheus::Family<prometheus::Counter>& heartbeat_paths_;
   prometheus::Counter& fast_heartbeats_;
   prometheus::Counter& locked_heartbeats_;

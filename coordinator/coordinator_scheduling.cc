@@ -31,6 +31,7 @@ absl::StatusOr<Placement> PlaceJob(const v1::JobSpec& spec, const std::vector<Fr
 
 void Coordinator::TryScheduleLocked() {
   if (defer_scheduling_) return;  // The registration in progress schedules when it is done.
+  if (queue_.empty()) return;  // Nothing to place (and no scan of every worker for it).
   // In queue order (first come, first served); a job that does not fit lets later ones that do fit
   // go first (backfill), unless it has waited longer than backfill_limit: then nothing behind it of
   // its device kind is placed until it is, so that a large job is not starved by a stream of small

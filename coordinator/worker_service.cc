@@ -31,17 +31,8 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::Heartbeat(grpc::CallbackServerConte
 }
 
 grpc::Status WorkerServiceImpl::HeartbeatStatus(grpc::ServerContextBase* ctx, const v1::HeartbeatRequest& req) {
-  std::string authorized;
-  return ApplyHeartbeat(ctx, req, "Heartbeat", &authorized);
-}
-
-grpc::Status WorkerServiceImpl::ApplyHeartbeat(grpc::ServerContextBase* ctx, const v1::HeartbeatRequest& req,
-                                               const char* method, std::string* authorized) {
-  RpcTimer timer(metrics_, method);
-  if (authorized->empty() || *authorized != req.worker_id()) {
-    if (grpc::Status s = Authorize(ctx, method, req.worker_id()); !s.ok()) return s;
-    *authorized = req.worker_id();
-  }
+  RpcTimer timer(metrics_, "Heartbeat");
+  if (grpc::Status s = Authorize(ctx, "Heartbeat", req.worker_id()); !s.ok()) return s;
   if (req.worker_id().empty()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "worker_id: is required");
   // Coordinator::Heartbeat waits for nothing but short critical sections: fine on a callback thread.
   return ToGrpc(coordinator_->Heartbeat(req));
@@ -154,64 +145,7 @@ class AssignmentStream final : public grpc::ServerWriteReactor<v1::Assignment>, 
   std::optional<grpc::Status> end_ ABSL_GUARDED_BY(mu_);  // Finish with it once the write in flight is done.
 };
 
-// One open Heartbeats call: reads a heartbeat, applies it, answers it, reads the next — one at a
-// time, so answers come in order. A refused heartbeat ends the call with the refusal; the worker's
-// closing its side ends it with OK. Deletes itself when gRPC is done with it.
-class HeartbeatStream final : public grpc::ServerBidiReactor<v1::HeartbeatRequest, v1::HeartbeatResponse> {
- public:
-  // `done` is called last, when gRPC is done with the call.
-  HeartbeatStream(WorkerServiceImpl* service, grpc::CallbackServerContext* ctx, std::function<void()> done)
-      : service_(service), ctx_(ctx), done_(std::move(done)) {
-    StartRead(&req_);
-  }
-
-  void OnReadDone(bool ok) override {
-    if (!ok) {
-      Finish(grpc::Status::OK);  // The worker closed its side, or went away.
-      return;
-    }
-    if (grpc::Status s = service_->ApplyHeartbeat(ctx_, req_, "Heartbeats", &authorized_); !s.ok()) {
-      Finish(s);
-      return;
-    }
-    resp_.set_beat(req_.beat());
-    StartWrite(&resp_);
-  }
-  void OnWriteDone(bool ok) override {
-    if (!ok) {
-      Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the worker went away"));
-      return;
-    }
-    StartRead(&req_);
-  }
-  void OnDone() override {
-    std::function<void()> done = std::move(done_);
-    delete this;
-    done();
-  }
-
- private:
-  WorkerServiceImpl* const service_;
-  grpc::CallbackServerContext* const ctx_;
-  std::function<void()> done_;
-  std::string authorized_;  // The worker the caller was authorized as (per call, not per message).
-  v1::HeartbeatRequest req_;
-  v1::HeartbeatResponse resp_;
-};
-
 }  // namespace
-
-grpc::ServerBidiReactor<v1::HeartbeatRequest, v1::HeartbeatResponse>* WorkerServiceImpl::Heartbeats(
-    grpc::CallbackServerContext* ctx) {
-  {
-    absl::MutexLock lock(&streams_mu_);
-    ++open_streams_;
-  }
-  return new HeartbeatStream(this, ctx, [this] {
-    absl::MutexLock lock(&streams_mu_);
-    --open_streams_;
-  });
-}
 
 WorkerServiceImpl::~WorkerServiceImpl() {
   absl::MutexLock lock(&streams_mu_);

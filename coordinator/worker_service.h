@@ -10,13 +10,13 @@
 
 namespace tessera::coordinator {
 
-// Heartbeat, Heartbeats and StreamAssignments are callback methods: they run on gRPC's own threads.
-// No server thread is held per open assignment or heartbeat stream (the coordinator pushes orders into
-// the reactor; a heartbeat is applied when it is read), so the number of workers is not bounded by
-// --max_threads, and a heartbeat has no hand-off to a server thread.
+// Heartbeat and StreamAssignments are callback methods: they run on gRPC's own threads. No server
+// thread is held per open assignment stream (the coordinator pushes orders into its reactor), so
+// the number of workers is not bounded by --max_threads, and a heartbeat has no hand-off to a
+// server thread.
 class WorkerServiceImpl final
-    : public v1::WorkerService::WithCallbackMethod_Heartbeat<v1::WorkerService::WithCallbackMethod_Heartbeats<
-          v1::WorkerService::WithCallbackMethod_StreamAssignments<v1::WorkerService::Service>>> {
+    : public v1::WorkerService::WithCallbackMethod_Heartbeat<
+          v1::WorkerService::WithCallbackMethod_StreamAssignments<v1::WorkerService::Service>> {
  public:
   // `metrics` may be null; `authorizer` null: no checks (unit tests of the handlers).
   WorkerServiceImpl(Coordinator* coordinator, CoordinatorMetrics* metrics, const Authorizer* authorizer = nullptr)
@@ -31,11 +31,6 @@ class WorkerServiceImpl final
                                       v1::HeartbeatResponse*) override;
   // What Heartbeat answers (also for a caller that is not a gRPC callback: the RPC fuzzer's forwarder).
   grpc::Status HeartbeatStatus(grpc::ServerContextBase* ctx, const v1::HeartbeatRequest& req);
-  grpc::ServerBidiReactor<v1::HeartbeatRequest, v1::HeartbeatResponse>* Heartbeats(grpc::CallbackServerContext*) override;
-  // Applies one heartbeat of a call whose caller was already authorized as worker `*authorized`
-  // (authorized again, and *authorized set, when the heartbeat names another worker).
-  grpc::Status ApplyHeartbeat(grpc::ServerContextBase* ctx, const v1::HeartbeatRequest& req, const char* method,
-                              std::string* authorized);
   grpc::ServerWriteReactor<v1::Assignment>* StreamAssignments(grpc::CallbackServerContext*,
                                                               const v1::StreamAssignmentsRequest*) override;
   grpc::Status ReportRankStatus(grpc::ServerContext*, const v1::ReportRankStatusRequest*,

@@ -353,10 +353,9 @@ TEST_F(ClusterTest, PrometheusScrapesCoordinatorAndWorkersDuringAJob) {
   WaitFor([&] { return (val = PromQuery(prom, "tessera_worker_val_loss{job_id=\"" + id + "\",rank=\"0\"}")) > 0; }, 20);
   EXPECT_GT(val, 0.5) << "PromQL for the job's val_loss";
   EXPECT_LT(val, 7.0);
-  // The workers heartbeat on one Heartbeats call each, and most heartbeats repeat the previous one
-  // (the coordinator applies them without its lock).
+  // Most heartbeats repeat the worker's previous one: the coordinator applies them without its lock.
   EXPECT_TRUE(WaitFor(
-      [&] { return PromQuery(prom, "sum(tessera_coordinator_rpc_duration_seconds_count{method=\"Heartbeats\"})") > 0; },
+      [&] { return PromQuery(prom, "sum(tessera_coordinator_rpc_duration_seconds_count{method=\"Heartbeat\"})") > 0; },
       10));
   EXPECT_TRUE(WaitFor([&] { return PromQuery(prom, "tessera_coordinator_heartbeats_total{path=\"fast\"}") > 0; }, 10));
   EXPECT_EQ(Cli({"cancel", id}).exit_code, 0);

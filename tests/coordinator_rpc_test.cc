@@ -86,52 +86,6 @@ TEST_F(CoordinatorRpcTest, EmptyAndInvalidRequestsNameTheField) {
   ExpectServing();
 }
 
-TEST_F(CoordinatorRpcTest, HeartbeatsOfOneCallAreAnsweredInOrderAndARefusalEndsTheCall) {
-  v1::RegisterWorkerRequest wreq;
-  wreq.set_name("w");
-  wreq.set_device_kind(v1::DEVICE_KIND_CPU);
-  wreq.set_device_count(1);
-  wreq.set_host("127.0.0.1");
-  wreq.set_store_port_min(30000);
-  wreq.set_store_port_max(30001);
-  v1::RegisterWorkerResponse reg;
-  ASSERT_TRUE(workers_->RegisterWorker(Ctx().get(), wreq, &reg).ok());
-  auto ctx = Ctx();
-  auto call = workers_->Heartbeats(ctx.get());
-  v1::HeartbeatRequest hb;
-  hb.set_worker_id("w");
-  hb.set_session(reg.session());
-  hb.set_reports_ranks(true);
-  for (int beat = 1; beat <= 3; ++beat) {
-    hb.set_beat(beat * 10);
-    ASSERT_TRUE(call->Write(hb));
-    v1::HeartbeatResponse resp;
-    ASSERT_TRUE(call->Read(&resp));
-    EXPECT_EQ(resp.beat(), beat * 10);
-  }
-  // A heartbeat of an older session is refused as the unary call refuses it, and ends the call.
-  hb.set_session(reg.session() - 1);
-  hb.set_beat(40);
-  call->Write(hb);
-  v1::HeartbeatResponse resp;
-  EXPECT_FALSE(call->Read(&resp));
-  grpc::Status s = call->Finish();
-  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << s.error_message();
-  EXPECT_THAT(s.error_message(), HasSubstr("is over"));
-  // An unknown worker: NOT_FOUND; no worker id: INVALID_ARGUMENT.
-  for (const auto& [id, code] : std::vector<std::pair<std::string, grpc::StatusCode>>{
-           {"nobody", grpc::StatusCode::NOT_FOUND}, {"", grpc::StatusCode::INVALID_ARGUMENT}}) {
-    auto other_ctx = Ctx();
-    auto other = workers_->Heartbeats(other_ctx.get());
-    v1::HeartbeatRequest bad;
-    bad.set_worker_id(id);
-    other->Write(bad);
-    EXPECT_FALSE(other->Read(&resp));
-    EXPECT_EQ(other->Finish().error_code(), code) << "worker id '" << id << "'";
-  }
-  ExpectServing();
-}
-
 TEST_F(CoordinatorRpcTest, HugeAndUnparsableRequestsAreRejected) {
   v1::SubmitJobRequest req;
   req.mutable_spec()->set_name(std::string(8 << 20, 'x'));  // Over gRPC's 4 MiB receive limit.

@@ -7,7 +7,6 @@
 #include <thread>
 
 #include "common/rpc/channel.h"
-#include "worker/heartbeat_call.h"
 
 namespace tessera::worker {
 namespace {
@@ -69,7 +68,6 @@ GrpcCoordinatorLink::~GrpcCoordinatorLink() = default;
 
 void GrpcCoordinatorLink::Reconnect() {
   reader_.reset();
-  heartbeats_.reset();
   // A new channel after every lost connection: gRPC 1.51's TLS channel that lost its coordinator
   // failed every handshake with the restarted one (measured: a fresh channel connects at once).
   rpc::ChannelOptions options;
@@ -82,18 +80,7 @@ grpc::Status GrpcCoordinatorLink::Register(const v1::RegisterWorkerRequest& req,
 }
 
 grpc::Status GrpcCoordinatorLink::Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatResponse* resp) {
-  constexpr std::chrono::seconds kDeadline(2);
-  if (!unary_heartbeats_) {
-    if (heartbeats_ == nullptr || heartbeats_->ended()) heartbeats_ = std::make_unique<HeartbeatCall>(stub_.get());
-    grpc::Status s = heartbeats_->Beat(req, kDeadline);
-    if (s.error_code() != grpc::StatusCode::UNIMPLEMENTED) {
-      if (!s.ok()) heartbeats_.reset();  // The next heartbeat opens a new call.
-      return s;
-    }
-    heartbeats_.reset();
-    unary_heartbeats_ = true;  // An older coordinator.
-  }
-  return stub_->Heartbeat(WithDeadline(kDeadline).get(), req, resp);
+  return stub_->Heartbeat(WithDeadline(std::chrono::seconds(2)).get(), req, resp);
 }
 
 grpc::Status GrpcCoordinatorLink::Report(const v1::ReportRankStatusRequest& req) {

@@ -1,7 +1,5 @@
 // GrpcCoordinatorLink: CoordinatorLink over gRPC (mutual TLS when configured). The assignment stream
-// is read on a thread of its own into a queue that TakeAssignments() drains. Heartbeats go as messages
-// of one long-lived Heartbeats call (heartbeat_call.h); a coordinator without that method
-// (UNIMPLEMENTED) gets unary Heartbeat calls from then on.
+// is read on a thread of its own into a queue that TakeAssignments() drains.
 #ifndef TESSERA_WORKER_GRPC_COORDINATOR_LINK_H_
 #define TESSERA_WORKER_GRPC_COORDINATOR_LINK_H_
 
@@ -16,7 +14,6 @@
 namespace tessera::worker {
 
 class AssignmentReader;
-class HeartbeatCall;
 
 class GrpcCoordinatorLink final : public CoordinatorLink {
  public:
@@ -36,8 +33,6 @@ class GrpcCoordinatorLink final : public CoordinatorLink {
   std::optional<rpc::TlsMaterial> tls_;
   std::unique_ptr<v1::WorkerService::Stub> stub_;
   std::unique_ptr<AssignmentReader> reader_;  // Declared after stub_: destroyed first.
-  std::unique_ptr<HeartbeatCall> heartbeats_;  // Likewise; null until the first heartbeat, or after a failed one.
-  bool unary_heartbeats_ = false;  // The coordinator does not know Heartbeats.
 };
 
 }  // namespace tessera::worker
