@@ -1,4 +1,5 @@
-// Heartbeats without the coordinator's lock (Coordinator::FastHeartbeat): a heartbeat that repeats
+// Heartbeats: the ranks a heartbeat lists are reconciled with the placed ones, and a heartbeat
+// without the coordinator's lock (Coordinator::FastHeartbeat): a heartbeat that repeats
 // the worker's previous one renews its time only; anything that could change what the heartbeat
 // means — its listed ranks, its acknowledgement, a change to any job's ranks, the worker lost or
 // registered again — sends it through the locked path, which reconciles as before.
@@ -123,6 +124,48 @@ TEST_F(CoordinatorTest, ARepeatedHeartbeatOfALostOrReplacedWorkerIsRefused) {
   const auto before = c_->HeartbeatsByPath();
   EXPECT_TRUE(c_->Heartbeat(a).ok());
   EXPECT_EQ(c_->HeartbeatsByPath().fast - before.fast, 1);
+}
+
+TEST_F(CoordinatorTest, AHeartbeatWithoutARankWhoseStartIsAcknowledgedFailsTheAttempt) {
+  std::string id;
+  v1::Assignment on_a, on_b;
+  ASSERT_NO_FATAL_FAILURE(RunningOnAAndB(1, &id, &on_a, &on_b));
+  ASSERT_EQ(State(id), v1::JOB_STATE_RUNNING);
+  v1::HeartbeatRequest hb;
+  hb.set_worker_id("b");
+  hb.set_session(sessions_["b"]);
+  hb.set_reports_ranks(true);
+  // b has not acknowledged the start yet: its rank not being listed says nothing.
+  ASSERT_TRUE(c_->Heartbeat(hb).ok());
+  EXPECT_EQ(State(id), v1::JOB_STATE_RUNNING);
+  // Acknowledged and listed (running, or exited with the report still on its way): fine.
+  hb.set_applied_seq(on_b.seq());
+  auto* listed = hb.add_ranks();
+  listed->set_job_id(id);
+  listed->set_attempt(1);
+  listed->set_rank(on_b.rank());
+  ASSERT_TRUE(c_->Heartbeat(hb).ok());
+  EXPECT_EQ(State(id), v1::JOB_STATE_RUNNING);
+  // Without reports_ranks the list is not a claim.
+  hb.clear_ranks();
+  hb.set_reports_ranks(false);
+  ASSERT_TRUE(c_->Heartbeat(hb).ok());
+  EXPECT_EQ(State(id), v1::JOB_STATE_RUNNING);
+  // Acknowledged and gone, its exit report lost: the attempt fails, blamed on b, and a's rank stops.
+  hb.set_reports_ranks(true);
+  ASSERT_TRUE(c_->Heartbeat(hb).ok());
+  auto after = c_->GetJob(id);
+  EXPECT_EQ(after->state(), v1::JOB_STATE_RESTARTING);
+  EXPECT_THAT(after->reason(),
+              HasSubstr("worker b no longer has rank " + std::to_string(on_b.rank()) + " of attempt 1"));
+  ASSERT_GE(after->history_size(), 1);
+  EXPECT_EQ(after->history(0).failed_worker(), "b");
+  auto stop = Drain("a");
+  ASSERT_EQ(stop.size(), 1u);
+  EXPECT_EQ(stop[0].action(), v1::Assignment::ACTION_STOP);
+  // a's rank stops and reports it: the job is queued again and placed (restarts left: 1).
+  Report("a", on_a, v1::ReportRankStatusRequest::EVENT_EXITED, -15);
+  EXPECT_EQ(c_->GetJob(id)->attempt(), 2);
 }
 
 }  // namespace
