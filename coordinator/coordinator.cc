@@ -394,8 +394,7 @@ void Coordinator::AttemptFailedLocked(JobEntry& e, const std::string& reason, bo
 void Coordinator::AfterRankExitLocked(JobEntry& e) {
   const bool all_gone = std::all_of(e.ranks.begin(), e.ranks.end(), [](const RankEntry& r) { return r.exited; });
   if (all_gone && e.job.state() == v1::JOB_STATE_RESTARTING) {
-    e.adopt_deadline.reset();  // The next attempt is not adopted.
-    RanksChangedLocked();
+    EndAdoptionLocked(e);  // The next attempt is not adopted.
     e.job.clear_placement();
     e.job.clear_placement_explanation();
     e.queued_at = Now();

@@ -200,11 +200,17 @@ class Coordinator {
     absl::Time LastHeartbeat() const { return absl::FromUnixMicros(last_heartbeat_us.load(std::memory_order_relaxed)); }
     void Beat(absl::Time t) { last_heartbeat_us.store(absl::ToUnixMicros(t), std::memory_order_relaxed); }
   };
-  // Heartbeat's path without mu_; whether it applied `req` (else the caller applies it under mu_).
-  bool FastHeartbeat(const v1::HeartbeatRequest& req);
+  // Heartbeat's path without mu_; whether it applied `req`, whose listed ranks have `digest` (else
+  // the caller applies it under mu_).
+  bool FastHeartbeat(const v1::HeartbeatRequest& req, uint64_t digest);
   // A change to what reconciliation reads (ranks placed, gone, states, adoption): no heartbeat after
   // it takes the fast path before one was applied under mu_.
   void RanksChangedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { rank_epoch_.fetch_add(1, std::memory_order_relaxed); }
+  // Job `e`'s attempt is no longer being adopted (reconciliation reads that, so: RanksChangedLocked).
+  void EndAdoptionLocked(JobEntry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    e.adopt_deadline.reset();
+    RanksChangedLocked();
+  }
 
   struct WorkerEntry {
     v1::Worker info;

@@ -46,8 +46,7 @@ absl::Status Coordinator::Recover() {
       }
       // Workers reconnect with a backoff of up to a few seconds; one that has not come back within two
       // heartbeat timeouts is taken for lost.
-      e.adopt_deadline = Now() + 2 * options_.heartbeat_timeout;
-      RanksChangedLocked();
+      e.adopt_deadline = Now() + 2 * options_.heartbeat_timeout;  // SetStateLocked ends the fast path.
       SetStateLocked(e, state, "coordinator restarted; waiting for the workers to report the ranks");
       continue;
     }
@@ -84,8 +83,7 @@ void Coordinator::CheckAdoptionLocked(JobEntry& e) {
     return;
   }
   if (e.job.state() != v1::JOB_STATE_SCHEDULED && e.job.state() != v1::JOB_STATE_RUNNING) {
-    e.adopt_deadline.reset();  // Finished or failed meanwhile.
-    RanksChangedLocked();
+    EndAdoptionLocked(e);  // Finished or failed meanwhile.
     return;
   }
   const bool all = std::all_of(e.ranks.begin(), e.ranks.end(), [](const RankEntry& r) { return r.started || r.exited; });
@@ -94,15 +92,13 @@ void Coordinator::CheckAdoptionLocked(JobEntry& e) {
   const bool lost = std::any_of(e.ranks.begin(), e.ranks.end(),
                                 [](const RankEntry& r) { return r.exited && !r.started && !r.finished; });
   if (all && !lost) {
-    e.adopt_deadline.reset();
-    RanksChangedLocked();
+    EndAdoptionLocked(e);
     SetStateLocked(e, v1::JOB_STATE_RUNNING,
                    absl::StrCat("attempt ", e.job.attempt(), " running (carried on through a coordinator restart)"));
     return;
   }
   if (!lost && Now() < *e.adopt_deadline) return;
-  e.adopt_deadline.reset();
-  RanksChangedLocked();
+  EndAdoptionLocked(e);
   std::string missing, failed_worker;
   for (size_t r = 0; r < e.ranks.size(); ++r) {
     if (!e.ranks[r].started && !e.ranks[r].finished) {

@@ -1,14 +1,13 @@
 // The worker-facing half of Coordinator: registration (and adoption of running ranks after a
-// coordinator restart), heartbeats and liveness, assignment queues, rank status reports.
+// coordinator restart), assignment queues, rank status reports. Heartbeats and liveness:
+// coordinator_heartbeats.cc.
 #include <algorithm>
 #include <cctype>
 #include <limits>
 #include <set>
 #include <tuple>
 
-#include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/string_view.h"
 #include "common/spec/job_spec.h"
 #include "coordinator/coordinator.h"
 
@@ -306,86 +305,6 @@ void Coordinator::RefreshWorkerUsageLocked(const std::string* only) {
   }
 }
 
-absl::Status Coordinator::Heartbeat(const std::string& worker_id, int64_t session) {
-  v1::HeartbeatRequest req;
-  req.set_worker_id(worker_id);
-  req.set_session(session);
-  return Heartbeat(req);
-}
-
-namespace {
-
-// Identifies a heartbeat's list of ranks (with whether it lists them at all).
-uint64_t RanksDigest(const v1::HeartbeatRequest& req) {
-  uint64_t h = absl::HashOf(req.reports_ranks(), req.ranks_size());
-  for (const v1::RunningRank& r : req.ranks()) {
-    h = absl::HashOf(h, absl::string_view(r.job_id()), r.attempt(), r.rank(), r.device());
-  }
-  return h;
-}
-
-}  // namespace
-
-bool Coordinator::FastHeartbeat(const v1::HeartbeatRequest& req) {
-  absl::ReaderMutexLock lock(&live_mu_);
-  auto it = live_.find(req.worker_id());
-  if (it == live_.end()) return false;
-  Liveness& l = *it->second;
-  const int64_t session = l.session.load();
-  if (session < 0) return false;  // Lost: refused under mu_.
-  if (req.session() != 0) {
-    // The epoch first: a change under mu_ after this load makes the heartbeat one that came before it.
-    const uint64_t epoch = rank_epoch_.load();
-    if (req.session() != session || req.applied_seq() != l.applied_seq.load() || l.epoch.load() != epoch ||
-        RanksDigest(req) != l.ranks_digest.load()) {
-      return false;
-    }
-  }
-  l.Beat(Now());
-  fast_heartbeats_.fetch_add(1, std::memory_order_relaxed);
-  return true;
-}
-
-absl::Status Coordinator::Heartbeat(const v1::HeartbeatRequest& req) {
-  if (FastHeartbeat(req)) return absl::OkStatus();
-  absl::MutexLock lock(&mu_);
-  locked_heartbeats_.fetch_add(1, std::memory_order_relaxed);
-  auto it = workers_.find(req.worker_id());
-  if (it == workers_.end() || it->second.info.state() == v1::Worker::STATE_LOST) {
-    return absl::NotFoundError(absl::StrCat("worker ", req.worker_id(), " is not registered; register again"));
-  }
-  WorkerEntry& w = it->second;
-  if (req.session() != 0 && req.session() != w.session) {
-    return absl::FailedPreconditionError(absl::StrCat("worker ", req.worker_id(), " registered again (session ",
-                                                      w.session, "); session ", req.session(), " is over"));
-  }
-  w.live->Beat(Now());
-  if (req.session() == 0) return absl::OkStatus();  // Unfenced: nothing to acknowledge or reconcile.
-  if (req.applied_seq() < 0 || req.applied_seq() > w.last_seq) {
-    return absl::InvalidArgumentError(absl::StrCat("applied_seq: ", req.applied_seq(), " is not an order of session ",
-                                                   w.session, " (the newest is ", w.last_seq, ")"));
-  }
-  w.applied_seq = std::max(w.applied_seq, req.applied_seq());
-  while (!w.sent.empty() && w.sent.front().seq() <= w.applied_seq) w.sent.pop_front();
-  if (req.reports_ranks()) {
-    std::set<std::tuple<std::string, int, int>> listed;
-    for (const v1::RunningRank& r : req.ranks()) listed.insert({r.job_id(), r.attempt(), r.rank()});
-    // The usage and the queue are revisited only when a rank was gone.
-    const bool stopping_changed = NoteStoppingLocked(req.worker_id(), req.ranks());
-    if (ReconcileLocked(req.worker_id(), listed, w.applied_seq, "no longer has", "(its exit was not reported)") ||
-        stopping_changed) {
-      RefreshWorkerUsageLocked(&req.worker_id());
-      TryScheduleLocked();
-      changed_.SignalAll();
-    }
-  }
-  // What the next heartbeat may repeat without mu_ (after the changes this one made).
-  w.live->applied_seq.store(req.applied_seq());
-  w.live->ranks_digest.store(RanksDigest(req));
-  w.live->epoch.store(rank_epoch_.load());
-  return absl::OkStatus();
-}
-
 absl::StatusOr<std::optional<v1::Assignment>> Coordinator::NextAssignment(const std::string& worker_id,
                                                                          absl::Duration timeout, int64_t session,
                                                                          int64_t stream) {
@@ -536,62 +455,6 @@ absl::Status Coordinator::ReportRankStatusLocked(const v1::ReportRankStatusReque
     }
     default:
       return absl::InvalidArgumentError("event: must be started, progress or exited");
-  }
-}
-
-void Coordinator::CheckLiveness() {
-  absl::MutexLock lock(&mu_);
-  const absl::Time now = Now();
-  for (auto& [jid, e] : jobs_) CheckAdoptionLocked(e);
-  for (auto& [jid, e] : jobs_) CheckStartLocked(e);
-  for (auto& [jid, e] : jobs_) CheckProgressLocked(e);
-  bool reschedule = false;
-  for (auto& [wid, w] : workers_) {
-    if (w.info.state() != v1::Worker::STATE_ALIVE || now - w.live->LastHeartbeat() <= options_.heartbeat_timeout) continue;
-    w.info.set_state(v1::Worker::STATE_LOST);
-    w.live->session.store(-1);  // Its heartbeats go to the slow path, which refuses them.
-    w.queue.clear();
-    w.sent.clear();
-    EndSinkLocked(w, absl::NotFoundError(absl::StrCat("worker ", wid, " is not registered; register again")));
-    reschedule = true;  // Jobs waiting for devices now wait for more (their reasons say so).
-    // Lost is not dead: cut off from the coordinator only, the worker runs its ranks until its lease
-    // runs out, and they are gone after its stop grace. Until then no new attempt of their jobs.
-    const absl::Time surely_stopped =
-        options_.worker_lease > absl::ZeroDuration()
-            ? w.live->LastHeartbeat() + options_.worker_lease + w.stop_grace + kFenceSlack
-            : absl::InfinitePast();
-    // So are the superseded ranks it was still stopping (they held their jobs back while it was alive).
-    if (surely_stopped > now) {
-      for (const auto& [key, device] : w.stopping) {
-        auto j = jobs_.find(std::get<0>(key));
-        if (j != jobs_.end()) j->second.fences[wid] = surely_stopped;
-      }
-    }
-    for (auto& [jid, e] : jobs_) {
-      BlameWorkerLocked(e, wid, absl::StrCat("was lost (no heartbeat for ", absl::FormatDuration(options_.heartbeat_timeout), ")"));
-      bool hit = false;
-      for (size_t r = 0; r < e.ranks.size(); ++r) {
-        if (e.ranks[r].worker_id == wid && !e.ranks[r].exited) RankGoneLocked(e, static_cast<int>(r)), hit = true;
-      }
-      if (hit && surely_stopped > now) e.fences[wid] = surely_stopped;
-      if (!hit) continue;
-      if (e.job.state() == v1::JOB_STATE_RUNNING || e.job.state() == v1::JOB_STATE_SCHEDULED) {
-        AttemptFailedLocked(e, absl::StrCat("worker ", w.info.name(), " lost (no heartbeat for ",
-                                            absl::FormatDuration(options_.heartbeat_timeout), ")"),
-                            /*counts=*/true, wid);
-      } else {
-        AfterRankExitLocked(e);
-      }
-    }
-    changed_.SignalAll();
-  }
-  // A fence that ended lets its job be placed.
-  for (const std::string& jid : queue_) {
-    for (const auto& [worker, until] : jobs_[jid].fences) reschedule |= until <= now;
-  }
-  if (reschedule) {
-    TryScheduleLocked();
-    changed_.SignalAll();
   }
 }
 
