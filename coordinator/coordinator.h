@@ -74,8 +74,9 @@ struct CoordinatorOptions {
 class AssignmentSink {
  public:
   virtual ~AssignmentSink() = default;
-  // The next order for the worker, in order. It stays with the coordinator until acknowledged.
-  virtual void Deliver(const v1::Assignment& a) = 0;
+  // The next order for the worker, in order. It stays with the coordinator until acknowledged; the
+  // sink shares it (it is never changed).
+  virtual void Deliver(std::shared_ptr<const v1::Assignment> a) = 0;
   // The stream is over — a newer stream or registration replaced it, or the worker was lost: finish
   // the call with `status`. Nothing is delivered after it.
   virtual void End(const absl::Status& status) = 0;
@@ -219,8 +220,10 @@ class Coordinator {
     int port_min = 0;
     int port_max = -1;
     int next_port = 0;  // Where the search for a free store port starts (round robin).
-    std::deque<v1::Assignment> queue;  // Orders not yet given to a stream.
-    std::deque<v1::Assignment> sent;   // Given to a stream, not yet acknowledged.
+    // Orders are shared, never copied: with the stream's sink until written, here until acknowledged
+    // (a 100,000-rank job's orders each carry its spec).
+    std::deque<std::shared_ptr<const v1::Assignment>> queue;  // Orders not yet given to a stream.
+    std::deque<std::shared_ptr<const v1::Assignment>> sent;   // Given to a stream, not yet acknowledged.
     int64_t last_seq = 0;              // Of the newest order of this session.
     int64_t applied_seq = 0;           // The worker's acknowledgement.
     int64_t stream = 0;                // The newest assignment stream (StreamOpened).

@@ -73,7 +73,7 @@ absl::Status Coordinator::Heartbeat(const v1::HeartbeatRequest& req) {
                                                    w.session, " (the newest is ", w.last_seq, ")"));
   }
   w.applied_seq = std::max(w.applied_seq, req.applied_seq());
-  while (!w.sent.empty() && w.sent.front().seq() <= w.applied_seq) w.sent.pop_front();
+  while (!w.sent.empty() && w.sent.front()->seq() <= w.applied_seq) w.sent.pop_front();
   if (req.reports_ranks()) {
     std::set<std::tuple<std::string, int, int>> listed;
     for (const v1::RunningRank& r : req.ranks()) listed.insert({r.job_id(), r.attempt(), r.rank()});

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "common/spec/job_spec.h"
 #include "common/spec/layout_of.h"
 #include "coordinator/coordinator.h"
@@ -142,16 +143,20 @@ void Coordinator::StartAttemptLocked(JobEntry& e, const Placement& placement, in
   e.job.set_store_host(w0.info.host());
   e.job.set_store_port(port);
   w0.used_ports.insert(port);
+  const std::string job_uid = absl::StrCat(e.job.id(), "@", e.job.created_unix_ms());  // With the attempt: the fencing token.
+  e.job.mutable_placement()->Reserve(world);
+  WorkerEntry* w = nullptr;  // Slot r's worker: the slots of one worker come together (tp inside a node).
+  std::set<const WorkerEntry*> given;  // Workers sent the spec: with their first order only (worker/start_specs.h).
   for (int r = 0; r < world; ++r) {
     const Slot& s = placement.slots[r];
+    if (r == 0 || s.worker_id != placement.slots[r - 1].worker_id) w = &workers_[s.worker_id];
     e.ranks[r].worker_id = s.worker_id;
     e.ranks[r].local_rank = s.local_rank;
     auto* p = e.job.add_placement();
     p->set_rank(r);
     p->set_worker_id(s.worker_id);
     p->set_local_rank(s.local_rank);
-    WorkerEntry& w = workers_[s.worker_id];
-    w.used_devices.insert(s.local_rank);
+    w->used_devices.insert(s.local_rank);
     v1::Assignment a;
     a.set_action(v1::Assignment::ACTION_START);
     a.set_job_id(e.job.id());
@@ -161,17 +166,21 @@ void Coordinator::StartAttemptLocked(JobEntry& e, const Placement& placement, in
     a.set_world_size(world);
     a.set_store_host(w0.info.host());
     a.set_store_port(port);
-    *a.mutable_spec() = spec;
+    if (given.insert(w).second) *a.mutable_spec() = spec;
     a.set_owner(e.job.owner());
-    a.set_job_uid(absl::StrCat(e.job.id(), "@", e.job.created_unix_ms()));  // With the attempt: the fencing token.
-    e.ranks[r].start_seq = SendLocked(w, std::move(a));
+    a.set_job_uid(job_uid);
+    e.ranks[r].start_seq = SendLocked(*w, std::move(a));
   }
   v1::Attempt* h = e.job.add_history();
   h->set_attempt(e.job.attempt());
   h->set_started_unix_ms(absl::ToUnixMillis(Now()));
   h->set_resumed_from_step(e.job.progress().last_checkpoint_step());
-  for (const Slot& s : placement.slots) {
-    if (std::find(h->workers().begin(), h->workers().end(), s.worker_id) == h->workers().end()) {
+  // Each worker once, in rank order (a search of the list was O(ranks·workers)).
+  std::set<absl::string_view> listed;
+  for (size_t r = 0; r < placement.slots.size(); ++r) {
+    const Slot& s = placement.slots[r];
+    if (r > 0 && s.worker_id == placement.slots[r - 1].worker_id) continue;
+    if (listed.insert(s.worker_id).second) {
       h->add_workers(s.worker_id);
       h->add_worker_hosts(workers_[s.worker_id].info.host());
     }

@@ -11,7 +11,7 @@ namespace {
 using ::testing::HasSubstr;
 
 struct RecordingSink : public AssignmentSink {
-  void Deliver(const v1::Assignment& a) override { orders.push_back(a); }
+  void Deliver(std::shared_ptr<const v1::Assignment> a) override { orders.push_back(*a); }
   void End(const absl::Status& status) override { ended = status; }
   std::vector<v1::Assignment> orders;
   std::optional<absl::Status> ended;
@@ -99,6 +99,21 @@ TEST_F(CoordinatorTest, AnOrderNotAcknowledgedIsSentAgainOnTheWorkersNextStream)
   absl::Status bad = c_->Heartbeat(hb);
   EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(bad.message(), HasSubstr("applied_seq: 7"));
+}
+
+TEST_F(CoordinatorTest, AJobsSpecGoesWithTheFirstStartOrderOfEachWorkerOnly) {
+  AddWorker("a", 2);
+  AddWorker("b", 2);
+  auto job = c_->Submit(Spec(2, 2), 0);  // dp=2 × tp=2: two ranks on each worker.
+  ASSERT_TRUE(job.ok()) << job.status();
+  for (const std::string worker : {"a", "b"}) {
+    const std::vector<v1::Assignment> orders = Drain(worker);
+    ASSERT_EQ(orders.size(), 2u) << worker;
+    EXPECT_TRUE(orders[0].has_spec()) << worker;
+    EXPECT_EQ(orders[0].spec().output_dir(), job->spec().output_dir());
+    EXPECT_FALSE(orders[1].has_spec()) << worker << ": the worker uses the first order's (worker/start_specs.h)";
+    EXPECT_EQ(orders[1].attempt(), orders[0].attempt());
+  }
 }
 
 }  // namespace

@@ -319,7 +319,7 @@ TEST_F(CoordinatorTest, StoredJobThatCannotBeScheduledFailsOnRecoveryWithItsReas
   ASSERT_TRUE(good.ok());
   v1::Job bad = *good;
   bad.set_id("job-000000");
-  for (auto* p : {bad.mutable_spec()->mutable_parallel()}) p->set_dp(65536), p->set_tp(65536), p->set_pp(65536), p->set_sp(65536);
+  for (auto* p : {bad.mutable_spec()->mutable_parallel()}) p->set_dp(262144), p->set_tp(65536), p->set_pp(65536), p->set_sp(65536);
   c_.reset();
   {
     auto store = JobStore::Open({db_});
@@ -331,7 +331,7 @@ TEST_F(CoordinatorTest, StoredJobThatCannotBeScheduledFailsOnRecoveryWithItsReas
     auto job = c_->GetJob("job-000000");
     ASSERT_TRUE(job.ok());
     EXPECT_EQ(job->state(), v1::JOB_STATE_FAILED);
-    EXPECT_THAT(job->reason(), HasSubstr("the stored spec is not valid: parallel.dp: 65536 exceeds the limit 4096"));
+    EXPECT_THAT(job->reason(), HasSubstr("the stored spec is not valid: parallel.dp: 262144 exceeds the limit 131072"));
   }
   AddWorker("a", 1);
   EXPECT_EQ(State(good->id()), v1::JOB_STATE_SCHEDULED) << "the valid job is still scheduled";

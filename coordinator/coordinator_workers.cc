@@ -232,7 +232,7 @@ bool Coordinator::ReconcileLocked(const std::string& id, const std::set<std::tup
 
 int64_t Coordinator::SendLocked(WorkerEntry& w, v1::Assignment a) {
   a.set_seq(++w.last_seq);
-  w.queue.push_back(std::move(a));
+  w.queue.push_back(std::make_shared<const v1::Assignment>(std::move(a)));
   if (w.sink != nullptr) {
     FlushLocked(w);
   } else {
@@ -243,10 +243,10 @@ int64_t Coordinator::SendLocked(WorkerEntry& w, v1::Assignment a) {
 
 void Coordinator::FlushLocked(WorkerEntry& w) {
   while (w.sink != nullptr && !w.queue.empty()) {
-    v1::Assignment a = std::move(w.queue.front());
+    std::shared_ptr<const v1::Assignment> a = std::move(w.queue.front());
     w.queue.pop_front();
     w.sink->Deliver(a);
-    if (a.seq() > 0) w.sent.push_back(std::move(a));  // Until acknowledged.
+    if (a->seq() > 0) w.sent.push_back(std::move(a));  // Until acknowledged.
   }
 }
 
@@ -326,10 +326,10 @@ absl::StatusOr<std::optional<v1::Assignment>> Coordinator::NextAssignment(const 
           absl::StrCat("worker ", worker_id, " opened a newer assignment stream; this one is over"));
     }
     if (!w.queue.empty()) {
-      v1::Assignment a = std::move(w.queue.front());
+      std::shared_ptr<const v1::Assignment> a = std::move(w.queue.front());
       w.queue.pop_front();
-      if (a.seq() > 0) w.sent.push_back(a);  // Until acknowledged.
-      return std::optional<v1::Assignment>(std::move(a));
+      if (a->seq() > 0) w.sent.push_back(a);  // Until acknowledged.
+      return std::optional<v1::Assignment>(*a);
     }
     if (absl::Now() >= deadline) return std::optional<v1::Assignment>();
     changed_.WaitWithDeadline(&mu_, deadline);

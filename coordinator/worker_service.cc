@@ -66,10 +66,10 @@ class AssignmentStream final : public grpc::ServerWriteReactor<v1::Assignment>, 
     FinishLocked(status);
   }
 
-  void Deliver(const v1::Assignment& a) override {
+  void Deliver(std::shared_ptr<const v1::Assignment> a) override {
     absl::MutexLock lock(&mu_);
     if (finishing_) return;  // Stays unacknowledged: the worker's next stream gets it again.
-    pending_.push_back(a);
+    pending_.push_back(std::move(a));
     WriteNextLocked();
   }
   void End(const absl::Status& status) override {
@@ -122,7 +122,7 @@ class AssignmentStream final : public grpc::ServerWriteReactor<v1::Assignment>, 
     current_ = std::move(pending_.front());
     pending_.pop_front();
     writing_ = true;
-    StartWrite(&current_);
+    StartWrite(current_.get());
   }
   void FinishLocked(const grpc::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (finishing_) return;
@@ -138,8 +138,8 @@ class AssignmentStream final : public grpc::ServerWriteReactor<v1::Assignment>, 
   const std::chrono::steady_clock::time_point start_;
   absl::Mutex mu_;  // Taken inside the coordinator's lock (Deliver, End), never around it.
   int64_t stream_ ABSL_GUARDED_BY(mu_) = 0;
-  std::deque<v1::Assignment> pending_ ABSL_GUARDED_BY(mu_);
-  v1::Assignment current_ ABSL_GUARDED_BY(mu_);  // Being written.
+  std::deque<std::shared_ptr<const v1::Assignment>> pending_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const v1::Assignment> current_ ABSL_GUARDED_BY(mu_);  // Being written.
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool finishing_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<grpc::Status> end_ ABSL_GUARDED_BY(mu_);  // Finish with it once the write in flight is done.

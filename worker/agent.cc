@@ -101,6 +101,7 @@ void Agent::Register(absl::Time now) {
     next_heartbeat_ = now;
     session_ = resp.session();
     applied_seq_ = 0;
+    specs_.Clear();  // This session's orders bring their specs again.
     link_->OpenAssignments(worker_id_, session_);
     backoff_ = absl::Milliseconds(200);
     said_unreachable_ = false;
@@ -183,8 +184,12 @@ void Agent::ApplyAssignments() {
 }
 
 void Agent::StartRank(const v1::Assignment& a) {
-  absl::Status s = CheckStartOrder(a, options_.device_count, options_.roots);
-  if (s.ok()) s = ranks_->Start(a);
+  const std::optional<v1::Assignment> order = specs_.Complete(a);
+  absl::Status s = order ? CheckStartOrder(*order, options_.device_count, options_.roots)
+                         : absl::InvalidArgumentError(absl::StrCat(
+                               "assignment.spec: is missing, and no earlier start order of attempt ", a.attempt(),
+                               " of job ", a.job_id(), " in this registration brought it"));
+  if (s.ok()) s = ranks_->Start(*order);
   if (s.ok()) return;
   RankEvent failed;
   failed.event = v1::ReportRankStatusRequest::EVENT_EXITED;

@@ -26,6 +26,7 @@
 #include "worker/rank_supervisor.h"
 #include "worker/ranks.h"
 #include "worker/report_queue.h"
+#include "worker/start_specs.h"
 #include "worker/worker_metrics.h"
 
 namespace tessera::worker {
@@ -94,6 +95,7 @@ class Agent {
   absl::Time next_attempt_ = absl::InfinitePast(), next_heartbeat_ = absl::InfinitePast(),
              next_sample_ = absl::InfinitePast();
   ReportQueue unsent_;       // Reports not yet delivered.
+  StartSpecs specs_;         // The specs of this session's start orders.
   bool said_unreachable_ = false;
   std::string last_refusal_;  // The last ALREADY_EXISTS message printed.
   int64_t registrations_ = 0;  // Registration requests sent (RegisterWorkerRequest.attempt).

@@ -76,6 +76,7 @@ class FakeRanks final : public Ranks {
   absl::Status Start(const v1::Assignment& a) override {
     if (!start_status.ok()) return start_status;
     started.push_back(a.rank());
+    started_outputs.push_back(a.spec().output_dir());
     v1::RunningRank r;
     r.set_job_id(a.job_id());
     r.set_attempt(a.attempt());
@@ -110,6 +111,7 @@ class FakeRanks final : public Ranks {
 
   absl::Status start_status;
   std::vector<int> started;
+  std::vector<std::string> started_outputs;  // The spec each rank started with (its output_dir).
   std::vector<std::string> stopped;
   std::vector<int> stopped_attempts;
   std::vector<std::string> stop_reasons;
@@ -263,6 +265,39 @@ TEST_F(AgentTest, ARankThatCannotStartIsReportedExitedWithTheReason) {
   EXPECT_THAT(link_->reports[0].error(), HasSubstr("local_rank"));
   EXPECT_THAT(link_->reports[1].error(), HasSubstr("disk full"));
   EXPECT_EQ(link_->reports[1].worker_id(), "w-1");
+}
+
+TEST_F(AgentTest, LaterStartOrdersOfAnAttemptUseTheSpecItsFirstBrought) {
+  agent_->Tick();
+  v1::Assignment second = Start(2, 1);
+  second.clear_spec();  // As the coordinator sends it: the spec once per worker and attempt.
+  link_->incoming = {Start(1, 0), second};
+  agent_->Tick();
+  EXPECT_THAT(ranks_->started, ElementsAre(0, 1));
+  EXPECT_THAT(ranks_->started_outputs, ElementsAre("/tmp/t", "/tmp/t"));
+  EXPECT_TRUE(link_->reports.size() == 2u && link_->reports[1].event() == v1::ReportRankStatusRequest::EVENT_STARTED);
+  // An order of another attempt without a spec (none of that attempt came first) cannot start.
+  v1::Assignment other = Start(3, 0);
+  other.clear_spec();
+  other.set_attempt(2);
+  link_->incoming = {other};
+  agent_->Tick();
+  ASSERT_EQ(link_->reports.size(), 3u);
+  EXPECT_EQ(link_->reports[2].exit_code(), 127);
+  EXPECT_THAT(link_->reports[2].error(), HasSubstr("assignment.spec: is missing, and no earlier start order of attempt 2"));
+  // Nor, after a registration, one whose spec came in the previous session.
+  link_->heartbeat_status = grpc::Status(grpc::StatusCode::NOT_FOUND, "unknown");
+  clock_.Advance(absl::Seconds(1));
+  agent_->Tick();
+  link_->heartbeat_status = grpc::Status::OK;
+  clock_.Advance(absl::Seconds(1));
+  agent_->Tick();
+  ASSERT_EQ(link_->registrations.size(), 2u);
+  v1::Assignment again = Start(1, 1);
+  again.clear_spec();
+  link_->incoming = {again};
+  agent_->Tick();
+  EXPECT_THAT(ranks_->started, ElementsAre(0, 1)) << "nothing more started";
 }
 
 TEST_F(AgentTest, ReportsWaitForTheCoordinatorAndKeepTheirOrder) {

@@ -505,7 +505,7 @@ TEST(JobSpecBoundsTest, EveryNumericFieldHasAnUpperLimit) {
       {"model.layers", limits::kMaxLayers},       {"model.hidden", limits::kMaxHidden},
       {"model.heads", limits::kMaxHeads},         {"model.vocab", limits::kMaxVocab},
       {"model.seq_len", limits::kMaxSeqLen},      {"model.ffn_hidden", limits::kMaxFfnHidden},
-      {"parallel.dp", limits::kMaxAxis},          {"parallel.tp", limits::kMaxAxis},
+      {"parallel.dp", limits::kMaxDp},            {"parallel.tp", limits::kMaxAxis},
       {"parallel.pp", limits::kMaxAxis},          {"parallel.sp", limits::kMaxAxis},
       {"parallel.pp_chunks", limits::kMaxPpChunks}, {"parallel.tp_depth", limits::kMaxTpDepth},
       {"train.steps", limits::kMaxSteps},         {"train.micro_batch", limits::kMaxMicroBatch},
@@ -526,12 +526,15 @@ TEST(JobSpecBoundsTest, EveryNumericFieldHasAnUpperLimit) {
 TEST(JobSpecBoundsTest, ProductsThatWrappedIn32BitsAreRefusedNotComputed) {
   auto spec = ParseAndValidate(kValid, {"train.micro_batch=65536", "parallel.dp=65536", "train.global_batch=65536"});
   ASSERT_FALSE(spec.ok());
-  EXPECT_THAT(spec.status().message(), HasSubstr("parallel.dp: 65536 exceeds the limit 4096"));
+  EXPECT_THAT(spec.status().message(), HasSubstr("train.global_batch: 65536 is not a multiple of micro_batch×dp = 4294967296"));
+  spec = ParseAndValidate(kValid, {"parallel.dp=262144", "train.global_batch=262144"});
+  ASSERT_FALSE(spec.ok());
+  EXPECT_THAT(spec.status().message(), HasSubstr("parallel.dp: 262144 exceeds the limit 131072"));
   // Each axis within its limit, the product (2^16·2^16·2^16·2^16 = 2^64, 0 in 64 bits) not.
   auto world = ParseAndValidate(kValid, {"parallel.dp=4096", "parallel.tp=4096", "parallel.pp=4096", "parallel.sp=4096",
                                          "train.global_batch=8192", "train.micro_batch=2"});
   ASSERT_FALSE(world.ok());
-  EXPECT_THAT(world.status().message(), HasSubstr("world size dp·tp·pp·sp = 281474976710656 exceeds the limit 4096"));
+  EXPECT_THAT(world.status().message(), HasSubstr("world size dp·tp·pp·sp = 281474976710656 exceeds the limit 131072"));
   v1::JobSpec wraps = *ParseJobSpec(kValid, {});
   wraps.mutable_parallel()->set_dp(65536);
   wraps.mutable_parallel()->set_tp(65536);

@@ -20,8 +20,9 @@ inline constexpr int64_t kMaxFfnHidden = 4 * kMaxHidden;  // Also moe_ffn_hidden
 inline constexpr int64_t kMaxExperts = 1024;             // Also experts_per_token.
 inline constexpr double kMaxAuxLossCoef = 1000;
 // parallel
-inline constexpr int64_t kMaxAxis = 4096;                // Each of dp, tp, pp, sp, ep.
-inline constexpr int64_t kMaxWorldSize = 4096;           // dp·tp·pp·sp (and parallel.devices).
+inline constexpr int64_t kMaxAxis = 4096;                // Each of tp, pp, sp, ep.
+inline constexpr int64_t kMaxWorldSize = 131072;         // dp·tp·pp·sp (and parallel.devices): 100k GPUs fit.
+inline constexpr int64_t kMaxDp = kMaxWorldSize;         // dp alone may span the cluster.
 inline constexpr int64_t kMaxPpChunks = 64;
 inline constexpr int64_t kMaxTpDepth = 64;
 inline constexpr double kMaxDpBucketMb = 65536;

@@ -220,7 +220,7 @@ void CheckModel(const v1::ModelSpec& m, Checker& c) {
 // (layout/check_layout.h), asked once these hold. Returns whether they all do.
 bool CheckLayoutBounds(const v1::JobSpec& s, Checker& c) {
   const auto& p = s.parallel();
-  bool ok = c.InRange("parallel.dp", p.dp(), 1, limits::kMaxAxis);
+  bool ok = c.InRange("parallel.dp", p.dp(), 1, limits::kMaxDp);
   ok &= c.InRange("parallel.tp", p.tp(), 1, limits::kMaxAxis);
   ok &= c.InRange("parallel.pp", p.pp(), 1, limits::kMaxAxis);
   ok &= c.InRange("parallel.sp", p.sp(), 1, limits::kMaxAxis);
