@@ -132,7 +132,8 @@ TEST_F(CoordinatorRpcTest, OverflowingSpecsAreRefusedAndTheCoordinatorSurvives) 
     std::string expected;
   };
   const std::vector<Case> cases = {
-      {{"train.micro_batch=65536", "parallel.dp=65536", "train.global_batch=65536"}, "parallel.dp: 65536 exceeds the limit 4096"},
+      {{"train.micro_batch=65536", "parallel.dp=65536", "train.global_batch=65536"},
+       "train.global_batch: 65536 is not a multiple of micro_batch×dp = 4294967296"},
       {{"parallel.dp=65536", "parallel.tp=65536", "parallel.pp=65536", "parallel.sp=65536"}, "exceeds the limit 4096"},
       {{"parallel.tp=2147483647", "parallel.tp_mode=3d"}, "parallel.tp: 2147483647 exceeds the limit 4096"},
       {{"parallel.tp=2147483646", "parallel.tp_mode=2.5d", "parallel.tp_depth=2"}, "parallel.tp: 2147483646 exceeds"},

@@ -285,7 +285,8 @@ TEST_F(SecurityTest, StreamsPerClientAreCappedAndOverflowsRefused) {
   v1::SubmitJobResponse resp;
   s = alice->SubmitJob(Ctx().get(), req, &resp);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_THAT(s.error_message(), HasSubstr("parallel.dp: 65536 exceeds the limit 4096"));
+  // micro_batch·dp = 2^32, formed in 64 bits (it wrapped to 0 in 32 and divided by it).
+  EXPECT_THAT(s.error_message(), HasSubstr("train.global_batch: 65536 is not a multiple of micro_batch×dp = 4294967296"));
   ExpectServing();
 }
 
