@@ -31,7 +31,36 @@ bool IsTerminal(v1::JobState s) {
 }
 
 Coordinator::Coordinator(CoordinatorOptions options, std::unique_ptr<JobStore> store)
-    : options_(options), store_(std::move(store)) {}
+    : options_(options), store_(std::move(store)) {
+  StoreWriterOptions w;
+  w.store = store_.get();
+  w.on_durable = [this] { OnStoreDurable(); };
+  writer_ = std::make_unique<StoreWriter>(std::move(w));
+}
+
+Coordinator::~Coordinator() {
+  writer_->Stop();  // Its thread stores what is queued and calls OnStoreDurable: before anything goes.
+}
+
+void Coordinator::OnStoreDurable() {
+  absl::MutexLock lock(&mu_);
+  const uint64_t durable = writer_->durable();
+  for (auto it = held_workers_.begin(); it != held_workers_.end();) {
+    auto w = workers_.find(*it);
+    if (w == workers_.end()) {
+      it = held_workers_.erase(it);
+      continue;
+    }
+    FlushLocked(w->second);
+    it = w->second.held_until <= durable ? held_workers_.erase(it) : std::next(it);
+  }
+  changed_.SignalAll();  // Pulling streams (NextAssignment) wait for held orders.
+}
+
+absl::Status Coordinator::WaitForStore(absl::Duration timeout) {
+  uint64_t ticket = writer_->last_ticket();
+  return writer_->Wait(ticket, timeout);
+}
 
 void Coordinator::CheckStartLocked(JobEntry& e) {
   if (e.adopt_deadline || e.job.state() != v1::JOB_STATE_SCHEDULED ||
@@ -68,21 +97,14 @@ void Coordinator::CheckProgressLocked(JobEntry& e) {
                       /*counts=*/true);
 }
 
-absl::Status Coordinator::ChangedDurablyLocked(JobEntry& e, bool persist) {
+void Coordinator::ChangedLocked(JobEntry& e, bool persist) {
   e.version = ++version_counter_;
   e.job.set_updated_unix_ms(absl::ToUnixMillis(Now()));
-  absl::Status s;
   if (persist || Now() - e.last_persist > absl::Seconds(2)) {
-    s = store_->Put(e.job);
-    if (s.ok()) {
-      e.last_persist = Now();
-    } else {
-      fprintf(stderr, "tessera-coordinator: persisting %s failed: %s\n", e.job.id().c_str(), s.ToString().c_str());
-      e.last_persist = absl::InfinitePast();  // Stored again with the next change.
-    }
+    e.ticket = writer_->Put(e.job);  // Stored off the lock; a failed write is logged and tried again.
+    e.last_persist = Now();
   }
   changed_.SignalAll();
-  return s;
 }
 
 void Coordinator::WaitingLocked(JobEntry& e, const std::string& reason) {
@@ -96,22 +118,15 @@ void Coordinator::WaitingLocked(JobEntry& e, const std::string& reason) {
   changed_.SignalAll();
 }
 
-int64_t Coordinator::StoreWrites() {
-  absl::MutexLock lock(&mu_);
-  return store_->writes();
-}
+int64_t Coordinator::StoreWrites() { return store_->writes(); }
 
-absl::Status Coordinator::SetStateDurablyLocked(JobEntry& e, v1::JobState state, const std::string& reason) {
+void Coordinator::SetStateLocked(JobEntry& e, v1::JobState state, const std::string& reason) {
   // Every placement, attempt and end comes with a state change; progress (checkpoints, steps), which
   // reconciliation does not read, does not end the heartbeats' fast path.
   RanksChangedLocked();
   e.job.set_state(state);
   e.job.set_reason(reason);
-  return ChangedDurablyLocked(e, /*persist=*/true);
-}
-
-void Coordinator::SetStateLocked(JobEntry& e, v1::JobState state, const std::string& reason) {
-  SetStateDurablyLocked(e, state, reason).IgnoreError();  // Logged by ChangedDurablyLocked.
+  ChangedLocked(e, /*persist=*/true);
 }
 
 absl::StatusOr<v1::Job> Coordinator::Submit(const v1::JobSpec& spec, int max_restarts, const std::string& owner) {
@@ -291,22 +306,39 @@ absl::StatusOr<std::pair<v1::Job, uint64_t>> Coordinator::WaitForJobChange(const
 }
 
 absl::StatusOr<v1::Job> Coordinator::Cancel(const std::string& id) {
-  absl::MutexLock lock(&mu_);
-  auto it = jobs_.find(id);
-  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("job ", id, " does not exist"));
-  JobEntry& e = it->second;
-  if (IsTerminal(e.job.state())) return e.job;
-  queue_.erase(std::remove(queue_.begin(), queue_.end(), id), queue_.end());
-  StopRanksLocked(e);
-  EndAttemptLocked(e, v1::JOB_STATE_CANCELLED, "cancelled by the user", "");
-  absl::Status stored = SetStateDurablyLocked(e, v1::JOB_STATE_CANCELLED, "cancelled by the user");
-  TryScheduleLocked();
-  if (!stored.ok()) {
+  v1::Job job;
+  uint64_t ticket = 0;
+  bool ended_before = false;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = jobs_.find(id);
+    if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("job ", id, " does not exist"));
+    JobEntry& e = it->second;
+    // An ended job is answered as it is, once its end is durable (a cancel whose write failed is
+    // retried by the writer; asking again reports whether it is stored now).
+    ended_before = IsTerminal(e.job.state());
+    if (!ended_before) {
+      queue_.erase(std::remove(queue_.begin(), queue_.end(), id), queue_.end());
+      StopRanksLocked(e);
+      EndAttemptLocked(e, v1::JOB_STATE_CANCELLED, "cancelled by the user", "");
+      SetStateLocked(e, v1::JOB_STATE_CANCELLED, "cancelled by the user");
+      TryScheduleLocked();
+    }
+    job = e.job;
+    ticket = e.ticket;
+  }
+  // Acknowledged once durable (off the lock: the writer commits it with whatever else is queued).
+  if (absl::Status stored = writer_->Wait(ticket, kClientWriteWait); !stored.ok()) {
+    if (ended_before) {
+      return absl::Status(stored.code(), absl::StrCat(id, " has ended (", v1::JobState_Name(job.state()),
+                                                      "), but the coordinator could not store that yet (",
+                                                      stored.message(), "); it keeps trying"));
+    }
     // Its ranks are stopped and it is cancelled here, but a coordinator restarted now would not know.
     return absl::Status(stored.code(), absl::StrCat(id, " was cancelled, but the coordinator could not store that (",
                                                     stored.message(), "): cancel it again once it can"));
   }
-  return e.job;
+  return job;
 }
 
 void Coordinator::StopRanksLocked(JobEntry& e) {
@@ -335,6 +367,7 @@ void Coordinator::RankGoneLocked(JobEntry& e, int rank) {
   bool held = false;  // By a superseded rank still there.
   for (const auto& [key, device] : w->second.stopping) held |= device == r.local_rank;
   if (!held) w->second.used_devices.erase(r.local_rank);
+  ReindexLocked(w->second);
   if (rank == 0) w->second.used_ports.erase(e.job.store_port());
 }
 

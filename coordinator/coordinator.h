@@ -27,6 +27,7 @@
 #include "common/spec/paths.h"
 #include "common/time/clock.h"
 #include "coordinator/job_store.h"
+#include "coordinator/store_writer.h"
 #include "tessera/v1/cluster.pb.h"
 #include "tessera/v1/coordinator_service.pb.h"
 #include "tessera/v1/worker_service.pb.h"
@@ -85,6 +86,8 @@ class AssignmentSink {
 class Coordinator {
  public:
   Coordinator(CoordinatorOptions options, std::unique_ptr<JobStore> store);
+  // Stores every change made so far (coordinator/store_writer.h) before it returns.
+  ~Coordinator();
 
   // Loads the stored jobs. A job whose ranks were placed when the previous coordinator stopped keeps
   // its attempt: when its workers register again listing those ranks as running, it carries on; ranks
@@ -152,6 +155,13 @@ class Coordinator {
   // Counts for metrics.
   std::map<v1::JobState, int> JobsByState();
   int64_t StoreWrites();  // Job rows written to the database since the start.
+  // Job changes are stored by a writer thread, group-committed (coordinator/store_writer.h); orders
+  // that depend on a change (an attempt's START orders) leave only once it is durable. This waits
+  // until every change made so far is durable (tests, benchmarks); the error of a failed write.
+  absl::Status WaitForStore(absl::Duration timeout = absl::Seconds(30));
+  // Recomputes the indexes that scheduling reads (free devices by worker, stopping ranks by job) from
+  // the workers themselves and says where they differ (tests call it after their events).
+  absl::Status VerifyIndexes();
   std::map<v1::Worker::State, int> WorkersByState();
   // Heartbeats applied since the start: without the coordinator's lock (repeating the worker's previous
   // one), and under it.
@@ -175,6 +185,7 @@ class Coordinator {
     v1::Job job;
     std::vector<RankEntry> ranks;  // Of the current attempt.
     uint64_t version = 0;
+    uint64_t ticket = 0;  // Of its newest row given to the StoreWriter (0: none).
     absl::Time last_persist = absl::InfinitePast();
     absl::Time queued_at = absl::InfinitePast();  // Set when the job enters the queue.
     absl::Time scheduled_at = absl::InfinitePast();  // When the current attempt was placed.
@@ -221,9 +232,15 @@ class Coordinator {
     int port_max = -1;
     int next_port = 0;  // Where the search for a free store port starts (round robin).
     // Orders are shared, never copied: with the stream's sink until written, here until acknowledged
-    // (a 100,000-rank job's orders each carry its spec).
-    std::deque<std::shared_ptr<const v1::Assignment>> queue;  // Orders not yet given to a stream.
+    // (a 100,000-rank job's orders each carry its spec). A queued order leaves only once the store
+    // ticket it waits for is durable (write-ahead), and none overtakes another.
+    struct Queued {
+      std::shared_ptr<const v1::Assignment> order;
+      uint64_t after = 0;  // The StoreWriter ticket it waits for (0: none).
+    };
+    std::deque<Queued> queue;  // Orders not yet given to a stream.
     std::deque<std::shared_ptr<const v1::Assignment>> sent;   // Given to a stream, not yet acknowledged.
+    uint64_t held_until = 0;  // The largest `after` of an order queued (a held one: > durable()).
     int64_t last_seq = 0;              // Of the newest order of this session.
     int64_t applied_seq = 0;           // The worker's acknowledgement.
     int64_t stream = 0;                // The newest assignment stream (StreamOpened).
@@ -236,6 +253,13 @@ class Coordinator {
     std::map<std::tuple<std::string, int, int>, int> stopping;
     std::set<int> used_ports;
     int64_t session = 0;  // Of the newest registration.
+    // Its entry in free_index_ as ReindexLocked left it.
+    struct Indexed {
+      bool in = false;  // Counted (alive).
+      v1::DeviceKind kind = v1::DEVICE_KIND_UNSPECIFIED;
+      int free = 0;
+      int devices = 0;
+    } indexed;
     std::string instance;  // The worker process that registered it (RegisterWorkerRequest.instance).
     int64_t attempt = 0;   // Its RegisterWorkerRequest.attempt.
     absl::Duration stop_grace = absl::Seconds(10);  // Its RegisterWorkerRequest.stop_grace_ms.
@@ -296,17 +320,28 @@ class Coordinator {
   void BlameWorkerLocked(JobEntry& e, const std::string& worker_id, const std::string& why,
                          BlameScope scope = BlameScope::kRecentFailure) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static constexpr int kMaxHistory = 128;  // Attempts kept in a job's history.
+  // How long a client's transition (Cancel) waits for its row to be durable before it fails.
+  static constexpr absl::Duration kClientWriteWait = absl::Seconds(30);
   void CheckAdoptionLocked(JobEntry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Fails a SCHEDULED attempt whose ranks did not all start within start_timeout.
   void CheckStartLocked(JobEntry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Fails a RUNNING attempt without a new step for progress_timeout.
   void CheckProgressLocked(JobEntry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Devices of `kind` on live workers, used or not.
-  int64_t ClusterDevicesLocked(v1::DeviceKind kind) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int64_t ClusterDevicesLocked(v1::DeviceKind kind) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return free_index_[kind].devices;
+  }
   absl::Status ReportRankStatusLocked(const v1::ReportRankStatusRequest& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void StopRanksLocked(JobEntry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Numbers `a` in the worker's session and queues it; returns its seq.
-  int64_t SendLocked(WorkerEntry& w, v1::Assignment a) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Numbers `a` in the worker's session and queues it, to leave once ticket `after` is durable;
+  // returns its seq.
+  int64_t SendLocked(WorkerEntry& w, v1::Assignment a, uint64_t after = 0) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether the front of the worker's queue may leave (its ticket is durable).
+  bool FrontReadyLocked(const WorkerEntry& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !w.queue.empty() && w.queue.front().after <= writer_->durable();
+  }
+  // The StoreWriter made more changes durable: held orders leave.
+  void OnStoreDurable();
   // A new stream of the worker's session: the previous one (pushed or pulled) ends, orders not
   // acknowledged are queued first again; returns the stream's number.
   int64_t OpenStreamLocked(WorkerEntry& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -322,30 +357,38 @@ class Coordinator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RankGoneLocked(JobEntry& e, int rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AfterRankExitLocked(JobEntry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Both persist (SetStateLocked always; ChangedLocked when asked, or every 2 s). A store error is
-  // logged and the row written again with the next change; a transition a client asked for uses
-  // SetStateDurablyLocked, which returns the error, so that its RPC fails.
+  // Both persist (SetStateLocked always; ChangedLocked when asked, or every 2 s): the job's row goes to
+  // the StoreWriter (e.ticket), which logs and retries a failed write; a transition a client asked
+  // for waits for e.ticket after the lock, so that its RPC fails when the change is not durable.
   // A job waiting in the queue (PENDING) with `reason`: stored when it becomes PENDING; later changes
   // of the reason alone (it names free devices, which change with every placement and exit) are not
   // stored — a restarted coordinator computes them again — so that an event does not rewrite and
   // fsync every waiting job's row under the lock.
   void WaitingLocked(JobEntry& e, const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status SetStateDurablyLocked(JobEntry& e, v1::JobState state, const std::string& reason)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SetStateLocked(JobEntry& e, v1::JobState state, const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status ChangedDurablyLocked(JobEntry& e, bool persist) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ChangedLocked(JobEntry& e, bool persist) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    ChangedDurablyLocked(e, persist).IgnoreError();  // Logged there.
-  }
+  void ChangedLocked(JobEntry& e, bool persist) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Recounts the used devices and ports of every worker, or of worker `*only`.
   void RefreshWorkerUsageLocked(const std::string* only = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::vector<struct FreeDevices> FreeDevicesLocked(v1::DeviceKind kind) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The free devices of live workers of `kind`, most free first, as many workers as placing `world`
+  // ranks in tp groups of `group` reads (placement.h PlacementPrefix): not every worker.
+  std::vector<struct FreeDevices> FreeDevicesLocked(v1::DeviceKind kind, int64_t world, int group)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Where `spec`'s ranks go on the free devices now (ResourceExhausted with the reason if they do not fit).
+  absl::StatusOr<struct Placement> PlaceLocked(const v1::JobSpec& spec) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Brings worker `w`'s entry in free_index_ up to date: after every change of its state, devices or
+  // used devices.
+  void ReindexLocked(WorkerEntry& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Adds (or removes) the jobs of worker `w`'s `stopping` ranks to (from) stopping_index_: while it is
+  // alive they are in it.
+  void IndexStoppingLocked(const WorkerEntry& w, bool add) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   absl::Time Now() const { return options_.clock->Now(); }
 
   const CoordinatorOptions options_;
   std::unique_ptr<JobStore> store_;
+  // Job rows, stored off mu_ (created after store_, destroyed first: ~Coordinator).
+  std::unique_ptr<StoreWriter> writer_;
   absl::Mutex submit_mu_ ABSL_ACQUIRED_BEFORE(mu_);  // Held by Submit from its overlap check to its insert.
   absl::Mutex mu_;
   absl::CondVar changed_;
@@ -366,6 +409,17 @@ class Coordinator {
   // registration's own list of running ranks and fail at once, its start order left in the queue.
   bool defer_scheduling_ ABSL_GUARDED_BY(mu_) = false;
   int64_t last_stream_ ABSL_GUARDED_BY(mu_) = 0;
+  std::set<std::string> held_workers_ ABSL_GUARDED_BY(mu_);  // Workers with an order held for the store.
+  // Live workers by free devices, per device kind, in PlaceRanks' order (most free first, then by id),
+  // and the totals: placement and the queue's reasons read no worker they do not use.
+  struct FreeIndex {
+    std::set<std::pair<int, std::string>> by_free;  // (−free devices, worker id): workers with any free.
+    int64_t free = 0;     // Free devices of live workers.
+    int64_t devices = 0;  // Devices of live workers, used or not.
+  };
+  std::map<v1::DeviceKind, FreeIndex> free_index_ ABSL_GUARDED_BY(mu_);
+  // Job id → the live workers still running (stopping) a superseded rank of it.
+  std::map<std::string, std::set<std::string>> stopping_index_ ABSL_GUARDED_BY(mu_);
   // Bumped (under mu_) by RanksChangedLocked; read by the fast heartbeat path.
   std::atomic<uint64_t> rank_epoch_{1};
   std::atomic<int64_t> fast_heartbeats_{0};

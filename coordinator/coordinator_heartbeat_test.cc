@@ -91,6 +91,7 @@ TEST_F(CoordinatorTest, AnAcknowledgementInARepeatedHeartbeatIsApplied) {
   auto job = c_->Submit(Spec(1, 1), 0);
   ASSERT_TRUE(job.ok()) << job.status();
   const int64_t stream = c_->StreamOpened(a, session);
+  ASSERT_TRUE(c_->WaitForStore().ok());  // The START order leaves once its attempt is durable.
   auto given = c_->NextAssignment(a, absl::ZeroDuration(), session, stream);
   ASSERT_TRUE(given.ok() && given->has_value());
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(c_->Heartbeat(hb).ok());  // Given, not yet applied.

@@ -102,7 +102,9 @@ void Coordinator::CheckLiveness() {
   bool reschedule = false;
   for (auto& [wid, w] : workers_) {
     if (w.info.state() != v1::Worker::STATE_ALIVE || now - w.live->LastHeartbeat() <= options_.heartbeat_timeout) continue;
+    IndexStoppingLocked(w, /*add=*/false);  // A lost worker's superseded ranks: fences (below).
     w.info.set_state(v1::Worker::STATE_LOST);
+    ReindexLocked(w);
     w.live->session.store(-1);  // Its heartbeats go to the slow path, which refuses them.
     w.queue.clear();
     w.sent.clear();

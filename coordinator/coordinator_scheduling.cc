@@ -3,6 +3,7 @@
 // attempt, and Plan (the same placement, without starting anything).
 #include <algorithm>
 #include <set>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
@@ -20,15 +21,20 @@ v1::DeviceKind KindOf(const v1::JobSpec& spec) {
   return spec.device() == v1::DEVICE_CUDA ? v1::DEVICE_KIND_CUDA : v1::DEVICE_KIND_CPU;
 }
 
-// The job's placement over `free`, from its layout's rank generator. Queued specs are valid, so the
-// generator exists; anything else is a reason to wait, never a crash.
-absl::StatusOr<Placement> PlaceJob(const v1::JobSpec& spec, const std::vector<FreeDevices>& free) {
+}  // namespace
+
+// The job's placement from its layout's rank generator. Queued specs are valid, so the generator
+// exists; anything else is a reason to wait, never a crash.
+absl::StatusOr<Placement> Coordinator::PlaceLocked(const v1::JobSpec& spec) {
   auto ranks = layout::RankGenerator::Create(spec::LayoutOf(spec));
   if (!ranks.ok()) return absl::FailedPreconditionError(ranks.status().message());
-  return PlaceRanks(*ranks, free);
+  const v1::DeviceKind kind = KindOf(spec);
+  const FreeIndex& index = free_index_[kind];
+  if (index.free < ranks->world_size()) {  // PlaceRanks' own reason, from the totals.
+    return absl::ResourceExhaustedError(NotEnoughDevices(ranks->world_size(), index.free, index.by_free.size()));
+  }
+  return PlaceRanks(*ranks, FreeDevicesLocked(kind, ranks->world_size(), ranks->size(layout::Axis::kTp)));
 }
-
-}  // namespace
 
 void Coordinator::TryScheduleLocked() {
   if (defer_scheduling_) return;  // The registration in progress schedules when it is done.
@@ -62,7 +68,7 @@ void Coordinator::TryScheduleLocked() {
       reason = absl::StrCat(prefix, "waiting behind an earlier job that has waited longer than ",
                             absl::FormatDuration(options_.backfill_limit));
     } else {
-      slots = PlaceJob(spec, FreeDevicesLocked(kind));
+      slots = PlaceLocked(spec);
       if (!slots.ok()) reason = absl::StrCat(prefix, "waiting for devices: ", slots.status().message());
     }
     if (slots.ok()) {
@@ -84,11 +90,41 @@ void Coordinator::TryScheduleLocked() {
 
 std::map<std::string, std::string> Coordinator::StoppingJobsLocked() {
   std::map<std::string, std::string> out;
-  for (const auto& [id, w] : workers_) {
-    if (w.info.state() != v1::Worker::STATE_ALIVE) continue;  // A lost worker's ranks: its fence.
-    for (const auto& [key, device] : w.stopping) out.emplace(std::get<0>(key), w.info.name());
-  }
+  for (const auto& [job, workers] : stopping_index_) out.emplace(job, workers_[*workers.begin()].info.name());
   return out;
+}
+
+void Coordinator::IndexStoppingLocked(const WorkerEntry& w, bool add) {
+  for (const auto& [key, device] : w.stopping) {
+    const std::string& job = std::get<0>(key);
+    if (add) {
+      stopping_index_[job].insert(w.info.id());
+    } else if (auto it = stopping_index_.find(job); it != stopping_index_.end()) {
+      it->second.erase(w.info.id());
+      if (it->second.empty()) stopping_index_.erase(it);
+    }
+  }
+}
+
+void Coordinator::ReindexLocked(WorkerEntry& w) {
+  WorkerEntry::Indexed& x = w.indexed;
+  if (x.in) {
+    FreeIndex& old = free_index_[x.kind];
+    old.by_free.erase({-x.free, w.info.id()});
+    old.free -= x.free;
+    old.devices -= x.devices;
+    x.in = false;
+  }
+  if (w.info.state() != v1::Worker::STATE_ALIVE) return;  // A lost worker's devices are nobody's.
+  x.in = true;
+  x.kind = w.info.device_kind();
+  x.devices = w.info.device_count();
+  x.free = x.devices;
+  for (int d : w.used_devices) x.free -= d >= 0 && d < x.devices;
+  FreeIndex& now = free_index_[x.kind];
+  if (x.free > 0) now.by_free.insert({-x.free, w.info.id()});
+  now.free += x.free;
+  now.devices += x.devices;
 }
 
 std::string Coordinator::FencedLocked(JobEntry& e, const std::map<std::string, std::string>& stopping_jobs) {
@@ -145,31 +181,20 @@ void Coordinator::StartAttemptLocked(JobEntry& e, const Placement& placement, in
   w0.used_ports.insert(port);
   const std::string job_uid = absl::StrCat(e.job.id(), "@", e.job.created_unix_ms());  // With the attempt: the fencing token.
   e.job.mutable_placement()->Reserve(world);
-  WorkerEntry* w = nullptr;  // Slot r's worker: the slots of one worker come together (tp inside a node).
-  std::set<const WorkerEntry*> given;  // Workers sent the spec: with their first order only (worker/start_specs.h).
+  std::vector<WorkerEntry*> on(world);  // Slot r's worker: the slots of one worker come together (tp inside a node).
   for (int r = 0; r < world; ++r) {
     const Slot& s = placement.slots[r];
-    if (r == 0 || s.worker_id != placement.slots[r - 1].worker_id) w = &workers_[s.worker_id];
+    on[r] = r > 0 && s.worker_id == placement.slots[r - 1].worker_id ? on[r - 1] : &workers_[s.worker_id];
     e.ranks[r].worker_id = s.worker_id;
     e.ranks[r].local_rank = s.local_rank;
     auto* p = e.job.add_placement();
     p->set_rank(r);
     p->set_worker_id(s.worker_id);
     p->set_local_rank(s.local_rank);
-    w->used_devices.insert(s.local_rank);
-    v1::Assignment a;
-    a.set_action(v1::Assignment::ACTION_START);
-    a.set_job_id(e.job.id());
-    a.set_attempt(e.job.attempt());
-    a.set_rank(r);
-    a.set_local_rank(s.local_rank);
-    a.set_world_size(world);
-    a.set_store_host(w0.info.host());
-    a.set_store_port(port);
-    if (given.insert(w).second) *a.mutable_spec() = spec;
-    a.set_owner(e.job.owner());
-    a.set_job_uid(job_uid);
-    e.ranks[r].start_seq = SendLocked(*w, std::move(a));
+    on[r]->used_devices.insert(s.local_rank);
+  }
+  for (int r = 0; r < world; ++r) {
+    if (r + 1 == world || on[r + 1] != on[r]) ReindexLocked(*on[r]);  // At the end of each run of its slots.
   }
   v1::Attempt* h = e.job.add_history();
   h->set_attempt(e.job.attempt());
@@ -193,25 +218,71 @@ void Coordinator::StartAttemptLocked(JobEntry& e, const Placement& placement, in
                  absl::StrCat("attempt ", e.job.attempt(), " placed",
                               e.requeue_cause.empty() ? "" : absl::StrCat(" (after: ", e.requeue_cause, ")")));
   e.requeue_cause.clear();
-}
-
-int64_t Coordinator::ClusterDevicesLocked(v1::DeviceKind kind) {
-  int64_t n = 0;
-  for (auto& [id, w] : workers_) {
-    if (w.info.state() == v1::Worker::STATE_ALIVE && w.info.device_kind() == kind) n += w.info.device_count();
+  // Write-ahead: the START orders leave once the SCHEDULED row — the attempt number, half of the
+  // fencing token — is durable (e.ticket), so that a restarted coordinator never numbers another
+  // attempt the same.
+  std::set<const WorkerEntry*> given;  // Workers sent the spec: with their first order only (worker/start_specs.h).
+  for (int r = 0; r < world; ++r) {
+    v1::Assignment a;
+    a.set_action(v1::Assignment::ACTION_START);
+    a.set_job_id(e.job.id());
+    a.set_attempt(e.job.attempt());
+    a.set_rank(r);
+    a.set_local_rank(placement.slots[r].local_rank);
+    a.set_world_size(world);
+    a.set_store_host(w0.info.host());
+    a.set_store_port(port);
+    if (given.insert(on[r]).second) *a.mutable_spec() = spec;
+    a.set_owner(e.job.owner());
+    a.set_job_uid(job_uid);
+    e.ranks[r].start_seq = SendLocked(*on[r], std::move(a), e.ticket);
   }
-  return n;
 }
 
-std::vector<FreeDevices> Coordinator::FreeDevicesLocked(v1::DeviceKind kind) {
+absl::Status Coordinator::VerifyIndexes() {
+  absl::MutexLock lock(&mu_);
+  std::map<v1::DeviceKind, FreeIndex> free;
+  std::map<std::string, std::set<std::string>> stopping;
+  for (const auto& [id, w] : workers_) {
+    if (w.info.state() != v1::Worker::STATE_ALIVE) continue;
+    FreeIndex& f = free[w.info.device_kind()];
+    int n = 0;
+    for (int d = 0; d < w.info.device_count(); ++d) n += !w.used_devices.count(d);
+    if (n > 0) f.by_free.insert({-n, id});
+    f.free += n;
+    f.devices += w.info.device_count();
+    for (const auto& [key, device] : w.stopping) stopping[std::get<0>(key)].insert(id);
+  }
+  for (const auto& [kind, f] : free_index_) {
+    if (f.devices == 0 && f.free == 0 && f.by_free.empty()) free.try_emplace(kind);  // Emptied: equal.
+  }
+  for (const auto& [kind, f] : free) {
+    const FreeIndex& x = free_index_[kind];
+    if (x.by_free != f.by_free || x.free != f.free || x.devices != f.devices) {
+      return absl::InternalError(absl::StrCat("the free-device index of kind ", kind, " is stale: ", x.free, " free of ",
+                                              x.devices, " on ", x.by_free.size(), " workers; really ", f.free,
+                                              " of ", f.devices, " on ", f.by_free.size()));
+    }
+  }
+  if (stopping != stopping_index_) {
+    return absl::InternalError(absl::StrCat("the stopping index is stale: ", stopping_index_.size(), " jobs; really ",
+                                            stopping.size()));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<FreeDevices> Coordinator::FreeDevicesLocked(v1::DeviceKind kind, int64_t world, int group) {
   std::vector<FreeDevices> free;
-  for (auto& [id, w] : workers_) {
-    if (w.info.state() != v1::Worker::STATE_ALIVE || w.info.device_kind() != kind) continue;
+  PlacementPrefix prefix(world, group);
+  for (const auto& [minus_free, id] : free_index_[kind].by_free) {
+    if (prefix.Enough(-minus_free)) break;
+    prefix.Add(-minus_free);
+    const WorkerEntry& w = workers_[id];
     FreeDevices f{id, {}};
     for (int d = 0; d < w.info.device_count(); ++d) {
       if (!w.used_devices.count(d)) f.free_local_ranks.push_back(d);
     }
-    if (!f.free_local_ranks.empty()) free.push_back(std::move(f));
+    free.push_back(std::move(f));
   }
   return free;
 }
@@ -227,7 +298,7 @@ absl::StatusOr<v1::PlanJobResponse> Coordinator::Plan(const v1::JobSpec& spec) {
   plan.set_sp(p.sp());
   plan.set_order(p.order());
   absl::MutexLock lock(&mu_);
-  auto slots = PlaceJob(spec, FreeDevicesLocked(KindOf(spec)));
+  auto slots = PlaceLocked(spec);
   if (!slots.ok()) {
     plan.set_reason(std::string(slots.status().message()));
     return plan;

@@ -1,5 +1,8 @@
 // Assignment streams (coordinator_workers.cc) without gRPC: orders pushed into a stream's sink as they
-// come, streams replaced or ended, orders not acknowledged given again on the worker's next stream.
+// come, streams replaced or ended, orders not acknowledged given again on the worker's next stream,
+// START orders held until their attempt is durable.
+#include <sqlite3.h>
+
 #include <optional>
 
 #include "coordinator/coordinator_test_fixture.h"
@@ -28,7 +31,9 @@ TEST_F(CoordinatorTest, APushedStreamGetsOrdersAsTheyComeAndEndsWhenReplacedOrLo
   auto first = c_->AttachAssignmentSink("a", session, &one);
   ASSERT_TRUE(first.ok()) << first.status();
   ASSERT_TRUE(c_->Submit(Spec(1, 1), 0).ok());
-  ASSERT_EQ(one.orders.size(), 1u);  // Pushed when placed, with no poll.
+  // Pushed with no poll once the attempt's row is durable (write-ahead: coordinator/store_writer.h).
+  ASSERT_TRUE(c_->WaitForStore().ok());
+  ASSERT_EQ(one.orders.size(), 1u);
   EXPECT_EQ(one.orders[0].seq(), 1);
   EXPECT_FALSE(one.ended.has_value());
   // A newer stream (the connection broke with the order in flight) ends this one and gets the order
@@ -72,6 +77,7 @@ TEST_F(CoordinatorTest, AnOrderNotAcknowledgedIsSentAgainOnTheWorkersNextStream)
   const int64_t session = reg->session();
   ASSERT_TRUE(c_->Submit(Spec(1, 1), 0).ok());
   const int64_t one = c_->StreamOpened("a", session);
+  ASSERT_TRUE(c_->WaitForStore().ok());  // The START order leaves once its attempt is durable.
   auto given = c_->NextAssignment("a", absl::ZeroDuration(), session, one);
   ASSERT_TRUE(given.ok() && given->has_value());
   EXPECT_EQ((*given)->seq(), 1);
@@ -114,6 +120,50 @@ TEST_F(CoordinatorTest, AJobsSpecGoesWithTheFirstStartOrderOfEachWorkerOnly) {
     EXPECT_FALSE(orders[1].has_spec()) << worker << ": the worker uses the first order's (worker/start_specs.h)";
     EXPECT_EQ(orders[1].attempt(), orders[0].attempt());
   }
+}
+
+// The state column of job `id`'s row as another connection reads it now (-1: no row).
+int StoredState(const std::string& db, const std::string& id) {
+  sqlite3* conn = nullptr;
+  EXPECT_EQ(sqlite3_open_v2(db.c_str(), &conn, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
+  sqlite3_stmt* st = nullptr;
+  int state = -1;
+  if (sqlite3_prepare_v2(conn, "SELECT state FROM jobs WHERE id = ?", -1, &st, nullptr) == SQLITE_OK) {
+    sqlite3_bind_text(st, 1, id.c_str(), -1, SQLITE_TRANSIENT);
+    if (sqlite3_step(st) == SQLITE_ROW) state = sqlite3_column_int(st, 0);
+  }
+  sqlite3_finalize(st);
+  sqlite3_close(conn);
+  return state;
+}
+
+// Write-ahead: an attempt's START orders (which carry its number, half of the fencing token) leave
+// only once the row that records the attempt is durable — a coordinator that crashed after sending
+// them but before storing it would number its next attempt the same. The database's write lock is
+// held by another connection, so the SCHEDULED row cannot be committed: the job is placed in memory,
+// its order is held; once the lock is gone the row is stored and the order given.
+TEST_F(CoordinatorTest, AnAttemptsStartOrdersLeaveOnlyOnceTheAttemptIsDurable) {
+  auto job = c_->Submit(Spec(1, 1), 0);  // Stored PENDING: no worker yet.
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_TRUE(c_->WaitForStore().ok());
+  sqlite3* locker = nullptr;
+  ASSERT_EQ(sqlite3_open(db_.c_str(), &locker), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(locker, "BEGIN EXCLUSIVE", nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(locker);
+  AddWorker("a", 1);  // Placed: SCHEDULED in memory; the writer waits for the lock (5 s busy timeout).
+  EXPECT_EQ(State(job->id()), v1::JOB_STATE_SCHEDULED);
+  const int64_t stream = c_->StreamOpened("a", sessions_["a"]);
+  auto held = c_->NextAssignment("a", absl::Milliseconds(200), sessions_["a"], stream);
+  ASSERT_TRUE(held.ok()) << held.status();
+  EXPECT_FALSE(held->has_value()) << "a START order left before its attempt was stored";
+  EXPECT_EQ(StoredState(db_, job->id()), v1::JOB_STATE_PENDING);
+  sqlite3_exec(locker, "ROLLBACK", nullptr, nullptr, nullptr);
+  sqlite3_close(locker);
+  // A pulling stream is woken by the commit (no poll interval): the order comes within the wait.
+  auto given = c_->NextAssignment("a", absl::Seconds(30), sessions_["a"], stream);
+  ASSERT_TRUE(given.ok() && given->has_value());
+  EXPECT_EQ((*given)->action(), v1::Assignment::ACTION_START);
+  EXPECT_EQ((*given)->attempt(), 1);
+  EXPECT_EQ(StoredState(db_, job->id()), v1::JOB_STATE_SCHEDULED) << "given only once stored";
 }
 
 }  // namespace

@@ -27,7 +27,12 @@ class CoordinatorTest : public ::testing::Test {
     std::filesystem::remove(db_);
     Restart();
   }
+  // Every test's events leave the scheduling indexes as a recount from scratch would.
+  void TearDown() override {
+    if (c_ != nullptr) EXPECT_TRUE(c_->VerifyIndexes().ok()) << c_->VerifyIndexes();
+  }
   void Restart() {
+    if (c_ != nullptr) EXPECT_TRUE(c_->VerifyIndexes().ok()) << c_->VerifyIndexes();
     c_.reset();
     auto store = JobStore::Open({db_});
     ASSERT_TRUE(store.ok());
@@ -76,7 +81,11 @@ class CoordinatorTest : public ::testing::Test {
       c_->CheckLiveness();
     }
   }
+  // The orders the worker gets now, once every change made so far is durable (START orders wait for
+  // their attempt's row: coordinator/store_writer.h).
   std::vector<v1::Assignment> Drain(const std::string& worker) {
+    EXPECT_TRUE(c_->WaitForStore().ok());
+    EXPECT_TRUE(c_->VerifyIndexes().ok()) << c_->VerifyIndexes();
     std::vector<v1::Assignment> out;
     while (true) {
       auto a = c_->NextAssignment(worker, absl::ZeroDuration());

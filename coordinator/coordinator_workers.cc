@@ -107,6 +107,7 @@ absl::Status Coordinator::RefusedRegistrationLocked(const v1::RegisterWorkerRequ
 Coordinator::WorkerEntry& Coordinator::AcceptWorkerLocked(const v1::RegisterWorkerRequest& req) {
   const std::string& id = req.name();
   WorkerEntry& w = workers_[id];
+  IndexStoppingLocked(w, /*add=*/false);
   w.instance = req.instance();
   w.attempt = req.attempt();
   w.info.set_id(id);
@@ -118,6 +119,8 @@ Coordinator::WorkerEntry& Coordinator::AcceptWorkerLocked(const v1::RegisterWork
   w.info.set_metrics_address(req.metrics_address());
   w.info.set_peak_flops_per_device(req.peak_flops_per_device());
   w.info.set_state(v1::Worker::STATE_ALIVE);
+  IndexStoppingLocked(w, /*add=*/true);
+  ReindexLocked(w);
   w.stop_grace = req.stop_grace_ms() > 0 ? absl::Milliseconds(req.stop_grace_ms()) : absl::Seconds(10);
   w.port_min = req.store_port_min();
   w.port_max = req.store_port_max();
@@ -230,9 +233,13 @@ bool Coordinator::ReconcileLocked(const std::string& id, const std::set<std::tup
   return any;
 }
 
-int64_t Coordinator::SendLocked(WorkerEntry& w, v1::Assignment a) {
+int64_t Coordinator::SendLocked(WorkerEntry& w, v1::Assignment a, uint64_t after) {
   a.set_seq(++w.last_seq);
-  w.queue.push_back(std::make_shared<const v1::Assignment>(std::move(a)));
+  w.queue.push_back({std::make_shared<const v1::Assignment>(std::move(a)), after});
+  if (after > writer_->durable()) {
+    w.held_until = std::max(w.held_until, after);
+    held_workers_.insert(w.info.id());  // OnStoreDurable flushes it.
+  }
   if (w.sink != nullptr) {
     FlushLocked(w);
   } else {
@@ -242,8 +249,8 @@ int64_t Coordinator::SendLocked(WorkerEntry& w, v1::Assignment a) {
 }
 
 void Coordinator::FlushLocked(WorkerEntry& w) {
-  while (w.sink != nullptr && !w.queue.empty()) {
-    std::shared_ptr<const v1::Assignment> a = std::move(w.queue.front());
+  while (w.sink != nullptr && FrontReadyLocked(w)) {
+    std::shared_ptr<const v1::Assignment> a = std::move(w.queue.front().order);
     w.queue.pop_front();
     w.sink->Deliver(a);
     if (a->seq() > 0) w.sent.push_back(std::move(a));  // Until acknowledged.
@@ -278,7 +285,9 @@ bool Coordinator::NoteStoppingLocked(const std::string& id,
     if (placed == nullptr || placed->exited) stopping[{r.job_id(), r.attempt(), r.rank()}] = r.device();
   }
   const bool changed = stopping != w.stopping;
+  IndexStoppingLocked(w, /*add=*/false);
   w.stopping = std::move(stopping);
+  if (w.info.state() == v1::Worker::STATE_ALIVE) IndexStoppingLocked(w, /*add=*/true);
   return changed;
 }
 
@@ -303,6 +312,11 @@ void Coordinator::RefreshWorkerUsageLocked(const std::string* only) {
       if (r == 0) w->second.used_ports.insert(e.job.store_port());
     }
   }
+  if (only != nullptr) {
+    ReindexLocked(workers_[*only]);
+  } else {
+    for (auto& [id, w] : workers_) ReindexLocked(w);
+  }
 }
 
 absl::StatusOr<std::optional<v1::Assignment>> Coordinator::NextAssignment(const std::string& worker_id,
@@ -325,8 +339,8 @@ absl::StatusOr<std::optional<v1::Assignment>> Coordinator::NextAssignment(const 
       return absl::FailedPreconditionError(
           absl::StrCat("worker ", worker_id, " opened a newer assignment stream; this one is over"));
     }
-    if (!w.queue.empty()) {
-      std::shared_ptr<const v1::Assignment> a = std::move(w.queue.front());
+    if (FrontReadyLocked(w)) {
+      std::shared_ptr<const v1::Assignment> a = std::move(w.queue.front().order);
       w.queue.pop_front();
       if (a->seq() > 0) w.sent.push_back(a);  // Until acknowledged.
       return std::optional<v1::Assignment>(*a);
@@ -348,7 +362,7 @@ int64_t Coordinator::OpenStreamLocked(WorkerEntry& w) {
   EndSinkLocked(w, absl::FailedPreconditionError(
                        absl::StrCat("worker ", w.info.id(), " opened a newer assignment stream; this one is over")));
   // Orders given to an earlier stream of the session and not acknowledged go first again.
-  w.queue.insert(w.queue.begin(), std::make_move_iterator(w.sent.begin()), std::make_move_iterator(w.sent.end()));
+  for (auto it = w.sent.rbegin(); it != w.sent.rend(); ++it) w.queue.push_front({std::move(*it), 0});  // Were durable.
   w.sent.clear();
   w.stream = ++last_stream_;
   changed_.SignalAll();  // A pulling stream it replaces ends.

@@ -381,6 +381,7 @@ TEST_F(CoordinatorTest, AWorkerLostWithTheLeaseDisabledIsNotWaitedFor) {
   ASSERT_TRUE(c.RegisterWorker(Registration("b", 1)).ok());
   auto job = c.Submit(Spec(1, 1), 1);
   ASSERT_TRUE(job.ok());
+  ASSERT_TRUE(c.WaitForStore().ok());  // The START order leaves once its attempt is durable.
   auto given = c.NextAssignment("b", absl::ZeroDuration());
   ASSERT_TRUE(given.ok() && given->has_value());
   ASSERT_TRUE(c.RegisterWorker(Registration("c", 1)).ok());

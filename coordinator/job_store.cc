@@ -90,7 +90,7 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const JobStoreOptions& 
     return s;
   }
   std::unique_ptr<JobStore> store(new JobStore(db, *lock));
-  sqlite3_busy_timeout(db, 5000);
+  sqlite3_busy_timeout(db, static_cast<int>(absl::ToInt64Milliseconds(options.busy_timeout)));
   for (const char* sql : {
            "PRAGMA journal_mode=WAL",
            // FULL: a commit is on disk before the RPC that made it returns (NORMAL may lose the last
@@ -133,21 +133,52 @@ absl::Status JobStore::Exec(const char* sql) {
   return absl::OkStatus();
 }
 
-absl::Status JobStore::Put(const v1::Job& job) {
+absl::StatusOr<JobStore::Row> JobStore::RowOf(const v1::Job& job) {
+  Row row;
+  row.id = job.id();
+  row.state = job.state();
+  row.created_unix_ms = job.created_unix_ms();
+  if (!job.SerializeToString(&row.job)) return absl::InternalError("cannot serialize job " + job.id());
+  return row;
+}
+
+absl::Status JobStore::InsertLocked(const Row& row) {
   ++writes_;
-  std::string blob;
-  if (!job.SerializeToString(&blob)) return absl::InternalError("cannot serialize job " + job.id());
   Statement st(db_, "INSERT OR REPLACE INTO jobs (id, state, created_unix_ms, job) VALUES (?, ?, ?, ?)");
   if (!st.ok()) return SqlError(db_, "preparing the job insert");
-  sqlite3_bind_text(st.get(), 1, job.id().data(), static_cast<int>(job.id().size()), SQLITE_TRANSIENT);
-  sqlite3_bind_int(st.get(), 2, job.state());
-  sqlite3_bind_int64(st.get(), 3, job.created_unix_ms());
-  sqlite3_bind_blob(st.get(), 4, blob.data(), static_cast<int>(blob.size()), SQLITE_TRANSIENT);
-  if (sqlite3_step(st.get()) != SQLITE_DONE) return SqlError(db_, "storing job " + job.id());
+  sqlite3_bind_text(st.get(), 1, row.id.data(), static_cast<int>(row.id.size()), SQLITE_STATIC);
+  sqlite3_bind_int(st.get(), 2, row.state);
+  sqlite3_bind_int64(st.get(), 3, row.created_unix_ms);
+  sqlite3_bind_blob64(st.get(), 4, row.job.data(), row.job.size(), SQLITE_STATIC);
+  if (sqlite3_step(st.get()) != SQLITE_DONE) return SqlError(db_, "storing job " + row.id);
+  return absl::OkStatus();
+}
+
+absl::Status JobStore::Put(const v1::Job& job) {
+  auto row = RowOf(job);
+  if (!row.ok()) return row.status();
+  absl::MutexLock lock(&mu_);
+  return InsertLocked(*row);
+}
+
+absl::Status JobStore::PutAll(const std::vector<Row>& rows) {
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = Exec("BEGIN IMMEDIATE"); !s.ok()) return s;
+  for (const Row& row : rows) {
+    if (absl::Status s = InsertLocked(row); !s.ok()) {
+      (void)Exec("ROLLBACK");
+      return s;
+    }
+  }
+  if (absl::Status s = Exec("COMMIT"); !s.ok()) {
+    (void)Exec("ROLLBACK");
+    return s;
+  }
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<v1::Job>> JobStore::LoadAll(std::vector<std::string>* quarantined) {
+  absl::MutexLock lock(&mu_);
   std::vector<v1::Job> jobs;
   std::vector<std::pair<std::string, std::string>> damaged;  // (id, why)
   {
@@ -194,6 +225,7 @@ absl::StatusOr<std::vector<v1::Job>> JobStore::LoadAll(std::vector<std::string>*
 }
 
 absl::StatusOr<std::string> JobStore::NextJobId() {
+  absl::MutexLock lock(&mu_);
   // An explicit transaction whose COMMIT is checked: the id is handed out only once the counter past
   // it is durable (before, the statement's implicit commit happened at finalisation, unchecked — a
   // failed commit handed out an id that a later start handed out again, overwriting that job).

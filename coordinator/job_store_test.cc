@@ -1,12 +1,17 @@
 #include "coordinator/job_store.h"
 
 #include <signal.h>
+#include <sys/mount.h>
 #include <sqlite3.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
+#include <string>
 
 #include "absl/strings/str_format.h"
 
@@ -158,6 +163,54 @@ TEST(JobStoreTest, DamagedRowsAreQuarantinedAndTheRestLoads) {
   ASSERT_TRUE(jobs.ok());
   EXPECT_EQ(jobs->size(), 1u);
   EXPECT_TRUE(quarantined.empty());
+}
+
+// Defect 10: a job id is handed out only once the counter past it is durable. On a full file system
+// (a 1 MB tmpfs filled up) the counter's commit fails: NextJobId must then fail, not return an id whose
+// increment was rolled back — the next call would hand out the same id again, and a second job's
+// INSERT OR REPLACE would overwrite the first. Every id it returned is distinct, and a reopened store
+// (space freed) continues past all of them.
+TEST(JobStoreTest, AJobIdIsHandedOutOnlyOnceItsCounterIsDurable) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to mount a size-limited tmpfs";
+  const std::string dir = std::string(getenv("TEST_TMPDIR") ? getenv("TEST_TMPDIR") : "/tmp") + "/ids_fs";
+  std::filesystem::create_directories(dir);
+  if (mount("tmpfs", dir.c_str(), "tmpfs", 0, "size=1m") != 0) {
+    GTEST_SKIP() << "cannot mount a tmpfs here: " << strerror(errno);
+  }
+  struct Unmount {
+    std::string dir;
+    ~Unmount() { umount2(dir.c_str(), MNT_DETACH); }
+  } unmount{dir};
+  const std::string path = dir + "/ids.db";
+  std::set<std::string> handed_out;
+  int refused = 0;
+  {
+    auto store = JobStore::Open({path});
+    ASSERT_TRUE(store.ok()) << store.status();
+    {  // Fill what is left of the file system.
+      std::ofstream filler(dir + "/filler", std::ios::binary);
+      const std::string block(4096, 'x');
+      while (filler.write(block.data(), block.size())) {
+      }
+    }
+    for (int i = 0; i < 2000; ++i) {
+      auto id = (*store)->NextJobId();
+      if (!id.ok()) {
+        ++refused;
+        EXPECT_EQ(id.status().code(), absl::StatusCode::kResourceExhausted) << id.status();
+        continue;
+      }
+      EXPECT_TRUE(handed_out.insert(*id).second) << *id << " was handed out twice (after " << refused
+                                                 << " refusals)";
+    }
+  }
+  EXPECT_GT(refused, 0) << "every increment was stored on a full file system: the test proves nothing";
+  std::filesystem::remove(dir + "/filler");
+  auto store = JobStore::Open({path});
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto next = (*store)->NextJobId();
+  ASSERT_TRUE(next.ok()) << next.status();
+  for (const std::string& id : handed_out) EXPECT_LT(id, *next) << "handed out again after a restart";
 }
 
 }  // namespace

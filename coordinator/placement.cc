@@ -66,14 +66,15 @@ std::string Explain(const layout::RankGenerator& ranks, const std::vector<std::v
 
 }  // namespace
 
+std::string NotEnoughDevices(int64_t world, int64_t free, size_t workers) {
+  return absl::StrCat("needs ", world, " devices; ", free, " free on ", workers, " worker", workers == 1 ? "" : "s");
+}
+
 absl::StatusOr<Placement> PlaceRanks(const layout::RankGenerator& ranks, const std::vector<FreeDevices>& free) {
   const int world = ranks.world_size();
   int64_t total = 0;
   for (const auto& f : free) total += static_cast<int64_t>(f.free_local_ranks.size());
-  if (total < world) {
-    return absl::ResourceExhaustedError(absl::StrCat("needs ", world, " devices; ", total, " free on ", free.size(),
-                                                     " worker", free.size() == 1 ? "" : "s"));
-  }
+  if (total < world) return absl::ResourceExhaustedError(NotEnoughDevices(world, total, free.size()));
   std::vector<FreeDevices> order = free;
   std::stable_sort(order.begin(), order.end(), [](const FreeDevices& a, const FreeDevices& b) {
     return a.free_local_ranks.size() > b.free_local_ranks.size();

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <map>
+#include <random>
+#include <string>
+#include <vector>
 #include <set>
 
 #include "gmock/gmock.h"
@@ -139,6 +142,55 @@ TEST(PlacementTest, ExplainsAGroupThatHadToSpan) {
   auto p = coordinator::PlaceRanks(Ranks(1, 1, 4, 1), {{"a", {0, 1}}, {"b", {0, 1}}});
   ASSERT_TRUE(p.ok());
   EXPECT_THAT(p->explanation, HasSubstr("1 of 1 span workers (no free worker held 4 devices)"));
+}
+
+// The coordinator hands PlaceRanks only the prefix of workers (by free devices, most first) that
+// PlacementPrefix says suffices: on random clusters and layouts, that prefix places every rank on the
+// same slot as the whole cluster, and a job that fits needs no worker beyond it.
+TEST(PlacementTest, ThePrefixOfWorkersByFreeDevicesPlacesAsTheWholeCluster) {
+  std::mt19937 rng(7);
+  int compared = 0, shorter = 0;
+  for (int round = 0; round < 3000; ++round) {
+    const int workers = 1 + static_cast<int>(rng() % 12);
+    std::vector<FreeDevices> free;
+    for (int w = 0; w < workers; ++w) {
+      FreeDevices f{"w" + std::to_string(100 + w), {}};
+      const int devices = 1 + static_cast<int>(rng() % 8);
+      for (int d = 0; d < devices; ++d) {
+        if (rng() % 3 != 0) f.free_local_ranks.push_back(d);
+      }
+      if (!f.free_local_ranks.empty()) free.push_back(f);
+    }
+    const int tp = 1 << (rng() % 3), pp = 1 + static_cast<int>(rng() % 2), dp = 1 + static_cast<int>(rng() % 6);
+    const layout::RankGenerator ranks = Ranks(dp, pp, tp, 1, rng() % 2 ? layout::kDefaultOrder : layout::AxisOrder{
+        Axis::kDp, Axis::kTp, Axis::kSp, Axis::kPp});
+    auto all = coordinator::PlaceRanks(ranks, free);
+    // The coordinator's index order: most free first, ties in the order given (worker id).
+    std::vector<FreeDevices> order = free;
+    std::stable_sort(order.begin(), order.end(), [](const FreeDevices& a, const FreeDevices& b) {
+      return a.free_local_ranks.size() > b.free_local_ranks.size();
+    });
+    PlacementPrefix prefix(ranks.world_size(), tp);
+    std::vector<FreeDevices> taken;
+    for (size_t i = 0; i < order.size(); ++i) {
+      if (prefix.Enough(static_cast<int>(order[i].free_local_ranks.size()))) break;
+      prefix.Add(static_cast<int>(order[i].free_local_ranks.size()));
+      taken.push_back(order[i]);
+    }
+    if (!all.ok()) continue;  // Too few devices: the coordinator says so from its totals.
+    ASSERT_TRUE(prefix.Enough(-1)) << "round " << round << ": every worker taken and still not enough";
+    auto part = coordinator::PlaceRanks(ranks, taken);
+    ASSERT_TRUE(part.ok()) << "round " << round << ": " << part.status();
+    ASSERT_EQ(part->slots.size(), all->slots.size());
+    for (size_t r = 0; r < all->slots.size(); ++r) {
+      ASSERT_EQ(part->slots[r].worker_id, all->slots[r].worker_id) << "round " << round << " rank " << r;
+      ASSERT_EQ(part->slots[r].local_rank, all->slots[r].local_rank) << "round " << round << " rank " << r;
+    }
+    ++compared;
+    shorter += taken.size() < free.size();
+  }
+  EXPECT_GT(compared, 1000);
+  EXPECT_GT(shorter, 300) << "the prefix is usually shorter than the cluster";
 }
 
 }  // namespace
