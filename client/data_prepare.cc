@@ -176,10 +176,13 @@ absl::StatusOr<PrepareReport> PrepareTokenized(const PrepareOptions& o) {
 }
 
 absl::Status TokenizeCommand(const std::string& tokenizer, const std::vector<std::string>& texts,
-                             const std::vector<std::string>& inputs, const std::string& text_key, bool pieces) {
+                             const std::vector<std::string>& inputs, const std::string& text_key, bool pieces,
+                             bool match_special) {
   auto tok = Tokenizer::FromFile(tokenizer);
   if (!tok.ok()) return tok.status();
-  auto encoder = (*tok)->NewEncoder();
+  auto made = (*tok)->NewEncoder(match_special);
+  if (!made.ok()) return made.status();
+  auto encoder = *std::move(made);
   std::vector<Document> docs;
   for (size_t i = 0; i < texts.size(); ++i) docs.push_back({texts[i], absl::StrCat("--text ", i + 1)});
   if (!inputs.empty()) {

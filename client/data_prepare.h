@@ -44,7 +44,7 @@ absl::StatusOr<PrepareReport> PrepareTokenized(const PrepareOptions& options);
 // the pre-tokenizer's pieces (byte-level alphabet) instead.
 absl::Status TokenizeCommand(const std::string& tokenizer, const std::vector<std::string>& texts,
                              const std::vector<std::string>& inputs, const std::string& text_key,
-                             bool pieces = false);
+                             bool pieces = false, bool match_special = false);
 
 }  // namespace tessera::client
 

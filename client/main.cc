@@ -13,6 +13,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "client/certs_command.h"
+#include "client/chat_render.h"
 #include "client/cluster_commands.h"
 #include "client/data_prepare.h"
 #include "client/data_samples.h"
@@ -191,9 +192,24 @@ int Main(int argc, char** argv) {
   tokenize->add_option("--text", tokenize_texts, "A text to encode (repeatable)");
   tokenize->add_option("inputs", tokenize_inputs, "Documents, as for data prepare");
   tokenize->add_option("--text-key", tokenize_key, "The JSON field that holds a document's text")->default_val("text");
-  bool tokenize_pieces = false;
+  std::string chat_tokenizer;
+  std::vector<std::string> chat_inputs;
+  bool chat_generation_prompt = false;
+  CLI::App* render_chat = data_cmd->add_subcommand(
+      "render-chat", "Print the text a tokenizer's chat template makes of each conversation, as JSON lines");
+  render_chat->add_option("--tokenizer", chat_tokenizer,
+                          "A tokenizer directory (chat_template.jinja or tokenizer_config.json), or its tokenizer.json")
+      ->required();
+  render_chat->add_option("inputs", chat_inputs, "Conversations: .jsonl files of {\"messages\": [...]} (- for stdin)")
+      ->required();
+  render_chat->add_flag("--add-generation-prompt", chat_generation_prompt,
+                        "End with the prompt for the assistant's next turn");
+  bool tokenize_pieces = false, tokenize_special = false;
   tokenize->add_flag("--pieces", tokenize_pieces,
                      "Print the pre-tokenizer's pieces (byte-level alphabet) instead of the ids");
+  tokenize->add_flag("--special", tokenize_special,
+                     "Match special tokens spelled in the text (as transformers' tokenizer(text) does; a rendered "
+                     "chat template spells its turn markers)");
 
   try {
     app.parse(argc, argv);
@@ -260,9 +276,16 @@ int Main(int argc, char** argv) {
     return kExitOk;
   }
   if (samples->parsed()) return DataSamplesCommand(samples_spec, samples_sets, samples_from, samples_count);
+  if (render_chat->parsed()) {
+    if (absl::Status s = RenderChatCommand(chat_tokenizer, chat_inputs, chat_generation_prompt); !s.ok()) {
+      std::cerr << "error: " << s.message() << "\n";
+      return kExitBadInput;
+    }
+    return kExitOk;
+  }
   if (tokenize->parsed()) {
     if (absl::Status s = TokenizeCommand(tokenize_tokenizer, tokenize_texts, tokenize_inputs, tokenize_key,
-                                       tokenize_pieces); !s.ok()) {
+                                       tokenize_pieces, tokenize_special); !s.ok()) {
       std::cerr << "error: " << s.message() << "\n";
       return kExitBadInput;
     }

@@ -236,7 +236,14 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(std::string_view 
       }
       AddedToken token{a["id"].get<int32_t>(), a["content"].get<std::string>(), r.Bool(a, "special", field, false)};
       token.normalized = r.Bool(a, "normalized", field, !token.special);
-      if (!token.special) {
+      if (token.special) {
+        for (const char* flag : {"single_word", "lstrip", "rstrip"}) {
+          if (r.Bool(a, flag, field, false) && t->special_flag_error_.empty()) {
+            t->special_flag_error_ = absl::StrCat(name, ": ", field, ".", flag,
+                                                  ": true is not supported when special tokens are matched in text");
+          }
+        }
+      } else {
         for (const char* flag : {"single_word", "lstrip", "rstrip"}) {
           if (r.Bool(a, flag, field, false)) r.Fail(absl::StrCat(field, ".", flag), "true is not supported for a non-special token");
         }
@@ -247,26 +254,35 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(std::string_view 
   }
   if (!r.ok()) return r.status();
   for (auto& m : t->matchable_) m.resize(256);
+  for (auto& m : t->matchable_with_special_) m.resize(256);
   for (const AddedToken& a : t->added_) {
     t->vocab_size_ = std::max<int64_t>(t->vocab_size_, int64_t{a.id} + 1);
     t->added_by_id_[a.id] = &a;
     if (!a.special) t->matchable_[a.normalized][static_cast<unsigned char>(a.content[0])].push_back(&a);
+    t->matchable_with_special_[a.normalized][static_cast<unsigned char>(a.content[0])].push_back(&a);
   }
-  for (auto& m : t->matchable_) {
-    for (auto& list : m) {
-      std::stable_sort(list.begin(), list.end(),
-                       [](const AddedToken* x, const AddedToken* y) { return x->content.size() > y->content.size(); });
+  for (auto* tables : {&t->matchable_, &t->matchable_with_special_}) {
+    for (auto& m : *tables) {
+      for (auto& list : m) {
+        std::stable_sort(list.begin(), list.end(),
+                         [](const AddedToken* x, const AddedToken* y) { return x->content.size() > y->content.size(); });
+      }
     }
   }
   return t;
 }
 
 std::unique_ptr<Tokenizer::Encoder> Tokenizer::NewEncoder() const {
-  return std::unique_ptr<Encoder>(new Encoder(this));
+  return std::unique_ptr<Encoder>(new Encoder(this, /*match_special=*/false));
 }
 
-Tokenizer::Encoder::Encoder(const Tokenizer* tokenizer)
-    : tokenizer_(tokenizer), state_(tokenizer->pre_tokenizer_.NewState()) {}
+absl::StatusOr<std::unique_ptr<Tokenizer::Encoder>> Tokenizer::NewEncoder(bool match_special) const {
+  if (match_special && !special_flag_error_.empty()) return absl::InvalidArgumentError(special_flag_error_);
+  return std::unique_ptr<Encoder>(new Encoder(this, match_special));
+}
+
+Tokenizer::Encoder::Encoder(const Tokenizer* tokenizer, bool match_special)
+    : tokenizer_(tokenizer), match_special_(match_special), state_(tokenizer->pre_tokenizer_.NewState()) {}
 
 absl::Status Tokenizer::Encoder::Encode(std::string_view text, std::vector<int32_t>* ids) {
   if (const int64_t bad = text::FirstInvalidUtf8(text); bad >= 0) {
@@ -283,7 +299,7 @@ absl::Status Tokenizer::Encoder::Encode(std::string_view text, std::vector<int32
 
 absl::Status Tokenizer::Encoder::SplitAtAdded(std::string_view text, bool normalized, std::vector<int32_t>* ids,
                                               const std::function<absl::Status(std::string_view)>& piece) {
-  const auto& matchable = tokenizer_->matchable_[normalized];
+  const auto& matchable = (match_special_ ? tokenizer_->matchable_with_special_ : tokenizer_->matchable_)[normalized];
   size_t segment = 0;
   for (size_t i = 0; i < text.size();) {
     const AddedToken* hit = nullptr;

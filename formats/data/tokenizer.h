@@ -4,7 +4,9 @@
 // Encode(text) gives the ids of the `tokenizers` library's `encode(text, add_special_tokens=False)`
 // with `encode_special_tokens = True`: added tokens marked special (<|endoftext|>, <|begin_of_text|>,
 // ...) are never produced from text, even when the text spells them; other added tokens are matched
-// in the text, longest first. Post-processors (BOS/EOS templates) are not applied: callers add such
+// in the text, longest first. An encoder made with `match_special` matches the special tokens too, as
+// transformers' `tokenizer(text, add_special_tokens=False)` does (a rendered chat template spells its
+// turn markers as text). Post-processors (BOS/EOS templates) are not applied: callers add such
 // ids themselves. Supported: normalizer none or NFC (nfc.h); pre-tokenizer ByteLevel, or a Sequence of Split steps
 // ending in ByteLevel; model BPE without dropout, byte fallback or subword affixes. Anything else is
 // refused with the field named. Text must be valid UTF-8; otherwise Encode fails naming the offset.
@@ -55,17 +57,21 @@ class Tokenizer {
 
    private:
     friend class Tokenizer;
-    explicit Encoder(const Tokenizer* tokenizer);
+    Encoder(const Tokenizer* tokenizer, bool match_special);
     // Splits `text` at the added tokens matched with `normalized` (appending their ids) and hands
     // each piece between them to `piece`.
     absl::Status SplitAtAdded(std::string_view text, bool normalized, std::vector<int32_t>* ids,
                               const std::function<absl::Status(std::string_view)>& piece);
     absl::Status EncodeSegment(std::string_view segment, std::vector<int32_t>* ids);
     const Tokenizer* tokenizer_;
+    const bool match_special_;
     std::unique_ptr<PreTokenizer::State> state_;
     std::vector<std::string> pieces_;
     BpeCache cache_;
   };
+  // `match_special`: special tokens spelled in the text are matched (see above). Fails when a special
+  // token asks for lstrip, rstrip or single_word (not supported).
+  absl::StatusOr<std::unique_ptr<Encoder>> NewEncoder(bool match_special) const;
   std::unique_ptr<Encoder> NewEncoder() const;
 
   // The bytes the ids stand for (added tokens as their content). Fails on an unknown id.
@@ -86,8 +92,10 @@ class Tokenizer {
   absl::flat_hash_map<int32_t, const AddedToken*> added_by_id_;
   Normalization normalization_ = Normalization::kNone;
   // Non-special added tokens by first byte, longest first: matched in text ([0]: in the text as
-  // given, [1]: in the normalized text).
+  // given, [1]: in the normalized text). matchable_with_special_: all added tokens.
   std::vector<std::vector<const AddedToken*>> matchable_[2];
+  std::vector<std::vector<const AddedToken*>> matchable_with_special_[2];
+  std::string special_flag_error_;  // Why special tokens cannot be matched ("" if they can).
   int64_t vocab_size_ = 0;
 };
 

@@ -1,0 +1,152 @@
+#include "formats/chat/chat_template.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "formats/chat/jinja_parser.h"
+#include "formats/chat/jinja_render.h"
+#include "formats/chat/jinja_value.h"
+
+namespace tessera::chat {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr uintmax_t kMaxConfigBytes = 64 << 20;
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  std::error_code ec;
+  const uintmax_t size = fs::file_size(path, ec);
+  if (ec) return absl::NotFoundError(absl::StrCat(path, ": ", ec.message()));
+  if (size > kMaxConfigBytes) return absl::InvalidArgumentError(absl::StrCat(path, ": larger than 64 MiB"));
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot be read"));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+absl::StatusOr<nlohmann::ordered_json> ReadJson(const std::string& path) {
+  auto text = ReadFile(path);
+  if (!text.ok()) return text.status();
+  auto j = nlohmann::ordered_json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return absl::InvalidArgumentError(absl::StrCat(path, ": not a JSON object"));
+  return j;
+}
+
+// A special token as tokenizer_config.json writes it: a string or an AddedToken {"content": ...}.
+std::optional<std::string> TokenText(const nlohmann::ordered_json& v) {
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_object() && v.contains("content") && v["content"].is_string()) return v["content"].get<std::string>();
+  return std::nullopt;
+}
+
+constexpr const char* kSpecialTokens[] = {"bos_token", "eos_token", "unk_token", "sep_token",
+                                          "pad_token", "cls_token", "mask_token"};
+
+}  // namespace
+
+absl::StatusOr<ChatTemplate> ChatTemplate::Parse(const std::string& source,
+                                                 const std::map<std::string, std::string>& special_tokens,
+                                                 const std::vector<std::string>& additional_special_tokens) {
+  auto body = ParseTemplate(source);
+  if (!body.ok()) return absl::Status(body.status().code(), absl::StrCat("chat_template ", body.status().message()));
+  ChatTemplate t;
+  t.source_ = source;
+  t.body_ = std::make_shared<const Body>(*std::move(body));
+  t.special_ = special_tokens;
+  t.additional_ = additional_special_tokens;
+  return t;
+}
+
+absl::StatusOr<ChatTemplate> ChatTemplate::FromTokenizerDir(const std::string& path) {
+  std::error_code ec;
+  const std::string dir = fs::is_directory(path, ec) ? path : fs::path(path).parent_path().string();
+  const std::string config_path = (fs::path(dir.empty() ? "." : dir) / "tokenizer_config.json").string();
+  nlohmann::ordered_json config = nlohmann::ordered_json::object();
+  if (fs::exists(config_path, ec)) {
+    auto c = ReadJson(config_path);
+    if (!c.ok()) return c.status();
+    config = *std::move(c);
+  }
+  std::string source;
+  const std::string jinja_path = (fs::path(dir.empty() ? "." : dir) / "chat_template.jinja").string();
+  if (fs::exists(jinja_path, ec)) {
+    auto s = ReadFile(jinja_path);
+    if (!s.ok()) return s.status();
+    source = *std::move(s);
+  } else if (config.contains("chat_template")) {
+    const auto& ct = config["chat_template"];
+    if (ct.is_string()) {
+      source = ct.get<std::string>();
+    } else if (ct.is_array()) {
+      for (const auto& named : ct) {
+        if (named.is_object() && named.value("name", "") == "default" && named.contains("template") &&
+            named["template"].is_string()) {
+          source = named["template"].get<std::string>();
+        }
+      }
+      if (source.empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(config_path, ": chat_template: a list of named templates without one named \"default\""));
+      }
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(config_path, ": chat_template: must be a string or a list"));
+    }
+  } else {
+    return absl::NotFoundError(absl::StrCat("no chat template: neither ", jinja_path, " nor a chat_template in ",
+                                            config_path));
+  }
+  std::map<std::string, std::string> special;
+  std::vector<std::string> additional;
+  nlohmann::ordered_json map = nlohmann::ordered_json::object();
+  const std::string map_path = (fs::path(dir.empty() ? "." : dir) / "special_tokens_map.json").string();
+  if (fs::exists(map_path, ec)) {
+    auto m = ReadJson(map_path);
+    if (!m.ok()) return m.status();
+    map = *std::move(m);
+  }
+  for (const char* name : kSpecialTokens) {
+    for (const auto* src : {&config, &map}) {
+      if (special.count(name) || !src->contains(name)) continue;
+      if (auto text = TokenText((*src)[name])) special[name] = *text;
+    }
+  }
+  for (const auto* src : {&config, &map}) {
+    if (!additional.empty() || !src->contains("additional_special_tokens")) continue;
+    const auto& list = (*src)["additional_special_tokens"];
+    if (!list.is_array()) continue;
+    for (const auto& t : list) {
+      if (auto text = TokenText(t)) additional.push_back(*text);
+    }
+  }
+  auto t = Parse(source, special, additional);
+  if (!t.ok()) {
+    return absl::Status(t.status().code(), absl::StrCat(fs::exists(jinja_path, ec) ? jinja_path : config_path, ": ",
+                                                        t.status().message()));
+  }
+  return t;
+}
+
+absl::StatusOr<std::string> ChatTemplate::Render(const nlohmann::ordered_json& messages, bool add_generation_prompt,
+                                                 const nlohmann::ordered_json& tools) const {
+  Value context = Value::NewDict();
+  Dict& c = context.AsDict();
+  for (const auto& [name, text] : special_) c.Set(name, Value::String(text));
+  if (!additional_.empty()) {
+    std::vector<Value> list;
+    for (const std::string& t : additional_) list.push_back(Value::String(t));
+    c.Set("additional_special_tokens", Value::List(std::move(list)));
+  }
+  c.Set("messages", Value::FromJson(messages));
+  c.Set("tools", Value::FromJson(tools));
+  c.Set("documents", Value::None());
+  c.Set("add_generation_prompt", Value::Bool(add_generation_prompt));
+  auto text = RenderTemplate(*body_, context);
+  if (!text.ok()) return absl::Status(text.status().code(), absl::StrCat("chat_template ", text.status().message()));
+  return text;
+}
+
+}  // namespace tessera::chat

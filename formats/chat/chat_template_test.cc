@@ -1,0 +1,69 @@
+// The renderer's own contracts: errors that name the line and the construct, the sandbox's limits,
+// exceptions a template raises. (What it renders is compared with transformers' own rendering in
+// tests/python/chat_template_test.py.)
+#include "formats/chat/chat_template.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace tessera::chat {
+namespace {
+
+using ::testing::HasSubstr;
+
+absl::StatusOr<std::string> Render(const std::string& source, const std::string& messages = "[]") {
+  auto t = ChatTemplate::Parse(source, {{"bos_token", "<s>"}});
+  if (!t.ok()) return t.status();
+  return t->Render(nlohmann::ordered_json::parse(messages), /*add_generation_prompt=*/false);
+}
+
+TEST(ChatTemplateTest, SyntaxErrorsNameTheLine) {
+  auto r = Render("{% for m in messages %}\n{{ m.content }\n{% endfor %}");
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr("line 2"));
+  auto unclosed = Render("{% if true %}\nx\n");
+  ASSERT_FALSE(unclosed.ok());
+  EXPECT_THAT(unclosed.status().message(), HasSubstr("expected elif or else or endif"));
+}
+
+TEST(ChatTemplateTest, UnsupportedConstructsAreNamed) {
+  auto include = Render("a\n{% include 'other.jinja' %}");
+  ASSERT_FALSE(include.ok());
+  EXPECT_THAT(include.status().message(), HasSubstr("line 2: the tag 'include' is not supported"));
+  auto filter = Render("{{ 'x' | wordwrap(3) }}");
+  ASSERT_FALSE(filter.ok());
+  EXPECT_THAT(filter.status().message(), HasSubstr("the filter 'wordwrap' is not supported"));
+}
+
+TEST(ChatTemplateTest, RaisedExceptionsCarryTheirMessage) {
+  auto r = Render("{% if messages[0].role != 'user' %}{{ raise_exception('Conversations must start with user') }}{% endif %}",
+                  R"([{"role": "assistant", "content": "hi"}])");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(r.status().message(), HasSubstr("Conversations must start with user"));
+}
+
+TEST(ChatTemplateTest, TheSandboxsLimitsHold) {
+  auto range = Render("{% for i in range(200000) %}{% endfor %}");
+  ASSERT_FALSE(range.ok());
+  EXPECT_THAT(range.status().message(), HasSubstr("range too big"));
+  auto recursion = Render("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}");
+  ASSERT_FALSE(recursion.ok());
+  EXPECT_THAT(recursion.status().message(), HasSubstr("nested deeper than 64"));
+  auto mutate = Render("{% set l = [] %}{{ l.append(1) }}");
+  ASSERT_FALSE(mutate.ok());
+  EXPECT_THAT(mutate.status().message(), HasSubstr("'append'"));
+  auto undefined = Render("{{ nothing.at_all }}");
+  ASSERT_FALSE(undefined.ok());
+  EXPECT_THAT(undefined.status().message(), HasSubstr("'nothing' is undefined"));
+}
+
+TEST(ChatTemplateTest, SpecialTokensAndTheConversationAreVariables) {
+  auto r = Render("{{ bos_token }}{% for m in messages %}[{{ m.role }}:{{ m['content'] }}]{% endfor %}",
+                  R"([{"role": "user", "content": "hi"}])");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(*r, "<s>[user:hi]");
+}
+
+}  // namespace
+}  // namespace tessera::chat

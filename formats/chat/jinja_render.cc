@@ -1,0 +1,410 @@
+#include "formats/chat/jinja_render.h"
+
+#include <algorithm>
+#include <map>
+#include <memory>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "formats/chat/jinja_builtins.h"
+
+namespace tessera::chat {
+namespace {
+
+struct Scope {
+  std::map<std::string, Value> vars;
+  std::shared_ptr<Scope> parent;
+};
+using ScopePtr = std::shared_ptr<Scope>;
+
+// The error with "line N: " in front, once.
+absl::Status AtLine(const absl::Status& s, int line) {
+  if (s.ok() || absl::StartsWith(s.message(), "line ")) return s;
+  return absl::Status(s.code(), absl::StrCat("line ", line, ": ", s.message()));
+}
+
+class Renderer {
+ public:
+  Renderer(const RenderOptions& options, const Value& context) : options_(options) {
+    globals_ = Value::NewDict();
+    AddGlobals(&globals_.AsDict());
+    root_ = std::make_shared<Scope>();
+    if (context.IsDict()) {
+      for (const auto& [k, v] : context.AsDict().items) root_->vars[k] = v;
+    }
+  }
+
+  absl::Status Run(const Body& body, std::string* out) { return Exec(body, root_, out); }
+
+ private:
+  enum class Flow { kNormal, kBreak, kContinue };
+
+  Value Lookup(const std::string& name, const ScopePtr& scope) const {
+    for (const Scope* s = scope.get(); s != nullptr; s = s->parent.get()) {
+      if (auto it = s->vars.find(name); it != s->vars.end()) return it->second;
+    }
+    if (const Value* g = globals_.AsDict().Find(name)) return *g;
+    return Value();
+  }
+
+  absl::Status Exec(const Body& body, const ScopePtr& scope, std::string* out) {
+    for (const auto& stmt : body) {
+      if (absl::Status s = ExecOne(*stmt, scope, out); !s.ok()) return AtLine(s, stmt->line);
+      if (out->size() > options_.max_output_bytes) {
+        return absl::ResourceExhaustedError(
+            absl::StrCat("the rendering is longer than ", options_.max_output_bytes, " bytes"));
+      }
+      if (flow_ != Flow::kNormal) return absl::OkStatus();
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Unpack(const std::vector<std::string>& targets, const Value& v, Scope* scope) {
+    if (targets.size() == 1) {
+      scope->vars[targets[0]] = v;
+      return absl::OkStatus();
+    }
+    auto items = Iterate(v);
+    if (!items.ok()) return items.status();
+    if (items->size() != targets.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(items->size() < targets.size() ? "not enough" : "too many",
+                                                     " values to unpack (expected ", targets.size(), ", got ",
+                                                     items->size(), ")"));
+    }
+    for (size_t k = 0; k < targets.size(); ++k) scope->vars[targets[k]] = (*items)[k];
+    return absl::OkStatus();
+  }
+
+  absl::Status ExecOne(const Stmt& st, const ScopePtr& scope, std::string* out) {
+    switch (st.kind) {
+      case Stmt::Kind::kText: *out += st.text; return absl::OkStatus();
+      case Stmt::Kind::kOutput: {
+        auto v = Eval(*st.expr, scope);
+        if (!v.ok()) return v.status();
+        *out += v->Str();
+        return absl::OkStatus();
+      }
+      case Stmt::Kind::kIf:
+        for (const auto& [cond, body] : st.branches) {
+          auto c = Eval(*cond, scope);
+          if (!c.ok()) return c.status();
+          if (c->Truthy()) return Exec(body, scope, out);
+        }
+        return Exec(st.else_body, scope, out);
+      case Stmt::Kind::kFor: return ExecFor(st, scope, out);
+      case Stmt::Kind::kSet: {
+        Value v;
+        if (st.expr != nullptr) {
+          auto e = Eval(*st.expr, scope);
+          if (!e.ok()) return e.status();
+          v = *e;
+        } else {
+          std::string text;
+          if (absl::Status s = Exec(st.body, scope, &text); !s.ok()) return s;
+          v = Value::String(std::move(text));
+        }
+        if (!st.attr.empty()) {
+          Value ns = Lookup(st.targets[0], scope);
+          if (!ns.IsNamespace()) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("cannot assign attribute on non-namespace object '", st.targets[0], "'"));
+          }
+          ns.AsDict().Set(st.attr, std::move(v));
+          return absl::OkStatus();
+        }
+        return Unpack(st.targets, v, scope.get());
+      }
+      case Stmt::Kind::kMacro: scope->vars[st.name] = MacroOf(st, scope); return absl::OkStatus();
+      case Stmt::Kind::kBreak: flow_ = Flow::kBreak; return absl::OkStatus();
+      case Stmt::Kind::kContinue: flow_ = Flow::kContinue; return absl::OkStatus();
+      case Stmt::Kind::kGeneration: return Exec(st.body, scope, out);
+      case Stmt::Kind::kCallBlock: {
+        const Stmt* block = &st;
+        Value caller = Value::Callable([this, block, scope](const Args&) -> absl::StatusOr<Value> {
+          std::string text;
+          if (absl::Status s = Exec(block->body, scope, &text); !s.ok()) return s;
+          return Value::String(std::move(text));
+        });
+        auto v = Call(*st.expr, scope, &caller);
+        if (!v.ok()) return v.status();
+        *out += v->Str();
+        return absl::OkStatus();
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ExecFor(const Stmt& st, const ScopePtr& scope, std::string* out) {
+    auto iterable = Eval(*st.expr, scope);
+    if (!iterable.ok()) return iterable.status();
+    auto all = Iterate(*iterable);
+    if (!all.ok()) return all.status();
+    std::vector<Value> items;
+    if (st.filter != nullptr) {
+      for (const Value& item : *all) {
+        auto probe = std::make_shared<Scope>();
+        probe->parent = scope;
+        if (absl::Status s = Unpack(st.targets, item, probe.get()); !s.ok()) return s;
+        auto keep = Eval(*st.filter, probe);
+        if (!keep.ok()) return keep.status();
+        if (keep->Truthy()) items.push_back(item);
+      }
+    } else {
+      items = *std::move(all);
+    }
+    if (items.empty()) return Exec(st.else_body, scope, out);
+    const int64_t n = static_cast<int64_t>(items.size());
+    for (int64_t i = 0; i < n; ++i) {
+      auto iter = std::make_shared<Scope>();  // Assignments in the body live for one iteration.
+      iter->parent = scope;
+      if (absl::Status s = Unpack(st.targets, items[static_cast<size_t>(i)], iter.get()); !s.ok()) return s;
+      Value loop = Value::NewDict();
+      Dict& l = loop.AsDict();
+      l.Set("index", Value::Int(i + 1));
+      l.Set("index0", Value::Int(i));
+      l.Set("revindex", Value::Int(n - i));
+      l.Set("revindex0", Value::Int(n - i - 1));
+      l.Set("first", Value::Bool(i == 0));
+      l.Set("last", Value::Bool(i == n - 1));
+      l.Set("length", Value::Int(n));
+      l.Set("depth", Value::Int(1));
+      l.Set("depth0", Value::Int(0));
+      l.Set("previtem", i > 0 ? items[static_cast<size_t>(i - 1)] : Value());
+      l.Set("nextitem", i + 1 < n ? items[static_cast<size_t>(i + 1)] : Value());
+      l.Set("cycle", Value::Callable([i](const Args& a) -> absl::StatusOr<Value> {
+        if (a.positional.empty()) return absl::InvalidArgumentError("loop.cycle needs at least one value");
+        return a.positional[static_cast<size_t>(i) % a.positional.size()];
+      }));
+      iter->vars["loop"] = loop;
+      if (absl::Status s = Exec(st.body, iter, out); !s.ok()) return s;
+      if (flow_ == Flow::kBreak) {
+        flow_ = Flow::kNormal;
+        break;
+      }
+      flow_ = Flow::kNormal;
+    }
+    return absl::OkStatus();
+  }
+
+  // The macro sees the scope it was defined in (held weakly: the macro lives in that scope, and a
+  // strong reference would keep both alive after the rendering; once that scope is gone, the top level).
+  Value MacroOf(const Stmt& st, const ScopePtr& defined_in) {
+    const Stmt* macro = &st;
+    std::weak_ptr<Scope> weak = defined_in;
+    return Value::Callable([this, macro, weak](const Args& a) -> absl::StatusOr<Value> {
+      ScopePtr defined_in = weak.lock();
+      if (defined_in == nullptr) defined_in = root_;
+      if (depth_ >= options_.max_call_depth) {
+        return absl::ResourceExhaustedError(
+            absl::StrCat("macro '", macro->name, "': calls nested deeper than ", options_.max_call_depth));
+      }
+      if (a.positional.size() > macro->params.size()) {
+        return absl::InvalidArgumentError(absl::StrCat("macro '", macro->name, "' takes ", macro->params.size(),
+                                                       " arguments, ", a.positional.size(), " given"));
+      }
+      auto scope = std::make_shared<Scope>();
+      scope->parent = defined_in;
+      for (size_t k = 0; k < macro->params.size(); ++k) {
+        if (k < a.positional.size()) {
+          scope->vars[macro->params[k]] = a.positional[k];
+          continue;
+        }
+        bool given = false;
+        for (const auto& [name, v] : a.keyword) {
+          if (name == macro->params[k]) scope->vars[name] = v, given = true;
+        }
+        if (given) continue;
+        if (macro->defaults[k] != nullptr) {
+          auto d = Eval(*macro->defaults[k], scope);
+          if (!d.ok()) return d.status();
+          scope->vars[macro->params[k]] = *d;
+        } else {
+          scope->vars[macro->params[k]] = Value();
+        }
+      }
+      for (const auto& [name, v] : a.keyword) {
+        if (name == "caller") {
+          scope->vars["caller"] = v;
+          continue;
+        }
+        if (std::find(macro->params.begin(), macro->params.end(), name) == macro->params.end()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("macro '", macro->name, "' takes no keyword argument '", name, "'"));
+        }
+      }
+      ++depth_;
+      std::string text;
+      absl::Status s = Exec(macro->body, scope, &text);
+      --depth_;
+      flow_ = Flow::kNormal;
+      if (!s.ok()) return s;
+      return Value::String(std::move(text));
+    });
+  }
+
+  // Arguments of a call, filter or test node: items[1..] (the last kwarg_names.size() by name).
+  absl::StatusOr<Args> ArgsOf(const Expr& e, const ScopePtr& scope) {
+    Args a;
+    const size_t n = e.items.size() - 1, kw = e.kwarg_names.size();
+    for (size_t k = 0; k < n; ++k) {
+      auto v = Eval(*e.items[k + 1], scope);
+      if (!v.ok()) return v.status();
+      if (k < n - kw) {
+        a.positional.push_back(*v);
+      } else {
+        a.keyword.emplace_back(e.kwarg_names[k - (n - kw)], *v);
+      }
+    }
+    return a;
+  }
+
+  absl::StatusOr<Value> Call(const Expr& e, const ScopePtr& scope, const Value* caller = nullptr) {
+    auto callee = Eval(*e.items[0], scope);
+    if (!callee.ok()) return callee;
+    if (!callee->IsCallable()) {
+      std::string what = e.items[0]->kind == Expr::Kind::kName ? e.items[0]->name
+                         : e.items[0]->kind == Expr::Kind::kAttr ? e.items[0]->name
+                                                                 : "the value";
+      if (callee->IsUndefined()) return absl::InvalidArgumentError(absl::StrCat("'", what, "' is undefined"));
+      return absl::InvalidArgumentError(absl::StrCat("'", what, "' (a ", callee->TypeName(), ") is not callable"));
+    }
+    auto args = ArgsOf(e, scope);
+    if (!args.ok()) return args.status();
+    if (caller != nullptr) args->keyword.emplace_back("caller", *caller);
+    return callee->AsFunction()(*args);
+  }
+
+  absl::StatusOr<Value> Eval(const Expr& e, const ScopePtr& scope) {
+    auto v = EvalInner(e, scope);
+    if (!v.ok()) return AtLine(v.status(), e.line);
+    return v;
+  }
+
+  absl::StatusOr<Value> EvalInner(const Expr& e, const ScopePtr& scope) {
+    switch (e.kind) {
+      case Expr::Kind::kLiteral: return e.value;
+      case Expr::Kind::kName: return Lookup(e.name, scope);
+      case Expr::Kind::kList:
+      case Expr::Kind::kTuple: {
+        std::vector<Value> items;
+        for (const auto& x : e.items) {
+          auto v = Eval(*x, scope);
+          if (!v.ok()) return v;
+          items.push_back(*v);
+        }
+        return e.kind == Expr::Kind::kTuple ? Value::Tuple(std::move(items)) : Value::List(std::move(items));
+      }
+      case Expr::Kind::kDict: {
+        Value d = Value::NewDict();
+        for (size_t k = 0; k + 1 < e.items.size(); k += 2) {
+          auto key = Eval(*e.items[k], scope);
+          if (!key.ok()) return key;
+          auto v = Eval(*e.items[k + 1], scope);
+          if (!v.ok()) return v;
+          if (!key->IsString()) return absl::InvalidArgumentError("dict keys must be strings here");
+          d.AsDict().Set(key->AsString(), *v);
+        }
+        return d;
+      }
+      case Expr::Kind::kAttr: {
+        auto obj = Eval(*e.items[0], scope);
+        if (!obj.ok()) return obj;
+        if (obj->IsUndefined() && e.items[0]->kind == Expr::Kind::kName) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("'", e.items[0]->name, "' is undefined (reading its attribute '", e.name, "')"));
+        }
+        return GetAttr(*obj, e.name);
+      }
+      case Expr::Kind::kItem: {
+        auto obj = Eval(*e.items[0], scope);
+        if (!obj.ok()) return obj;
+        auto key = Eval(*e.items[1], scope);
+        if (!key.ok()) return key;
+        if (obj->IsUndefined() && e.items[0]->kind == Expr::Kind::kName) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("'", e.items[0]->name, "' is undefined (reading its item ", key->Repr(), ")"));
+        }
+        return GetItem(*obj, *key);
+      }
+      case Expr::Kind::kSlice: {
+        auto obj = Eval(*e.items[0], scope);
+        if (!obj.ok()) return obj;
+        Value parts[3];
+        for (int k = 0; k < 3; ++k) {
+          if (e.items[k + 1] == nullptr) continue;
+          auto p = Eval(*e.items[k + 1], scope);
+          if (!p.ok()) return p;
+          parts[k] = *p;
+        }
+        return Slice(*obj, parts[0], parts[1], parts[2]);
+      }
+      case Expr::Kind::kCall: return Call(e, scope);
+      case Expr::Kind::kFilter: {
+        auto input = Eval(*e.items[0], scope);
+        if (!input.ok()) return input;
+        auto args = ArgsOf(e, scope);
+        if (!args.ok()) return args.status();
+        return ApplyFilter(e.name, *input, *args);
+      }
+      case Expr::Kind::kTest: {
+        auto input = Eval(*e.items[0], scope);
+        if (!input.ok()) return input;
+        auto args = ArgsOf(e, scope);
+        if (!args.ok()) return args.status();
+        auto r = ApplyTest(e.name, *input, *args);
+        if (!r.ok()) return r.status();
+        return Value::Bool(*r != e.negate);
+      }
+      case Expr::Kind::kUnary: {
+        auto a = Eval(*e.items[0], scope);
+        if (!a.ok()) return a;
+        if (e.name == "not") return Value::Bool(!a->Truthy());
+        if (!a->IsNumber()) {
+          return absl::InvalidArgumentError(absl::StrCat("bad operand type for unary ", e.name, ": '", a->TypeName(), "'"));
+        }
+        if (e.name == "+") return a->kind() == Value::Kind::kBool ? Value::Int(a->AsInt()) : *a;
+        if (a->kind() == Value::Kind::kFloat) return Value::Float(-a->AsFloat());
+        if (a->AsInt() == INT64_MIN) return absl::InvalidArgumentError("integer overflow in unary -");
+        return Value::Int(-a->AsInt());
+      }
+      case Expr::Kind::kBinary: {
+        auto a = Eval(*e.items[0], scope);
+        if (!a.ok()) return a;
+        if (e.name == "and") return a->Truthy() ? Eval(*e.items[1], scope) : a;
+        if (e.name == "or") return a->Truthy() ? a : Eval(*e.items[1], scope);
+        auto b = Eval(*e.items[1], scope);
+        if (!b.ok()) return b;
+        if ((a->IsUndefined() || b->IsUndefined()) && e.name != "==" && e.name != "!=" && e.name != "~" &&
+            e.name != "in" && e.name != "notin") {
+          return absl::InvalidArgumentError(absl::StrCat("an undefined value in '", e.name, "'"));
+        }
+        return BinaryOp(e.name, *a, *b);
+      }
+      case Expr::Kind::kCondition: {
+        auto c = Eval(*e.items[0], scope);
+        if (!c.ok()) return c;
+        if (c->Truthy()) return Eval(*e.items[1], scope);
+        if (e.items[2] == nullptr) return Value();
+        return Eval(*e.items[2], scope);
+      }
+    }
+    return Value();
+  }
+
+  const RenderOptions options_;
+  Value globals_;
+  ScopePtr root_;
+  Flow flow_ = Flow::kNormal;
+  int depth_ = 0;
+};
+
+}  // namespace
+
+absl::StatusOr<std::string> RenderTemplate(const Body& body, const Value& context, const RenderOptions& options) {
+  Renderer r(options, context);
+  std::string out;
+  if (absl::Status s = r.Run(body, &out); !s.ok()) return s;
+  return out;
+}
+
+}  // namespace tessera::chat

@@ -1,0 +1,119 @@
+// Value: what a chat template computes with — Jinja's data model as Python gives it to a template
+// that transformers renders (formats/chat/chat_template.h): undefined, None, bool, int, float, str,
+// list, dict (insertion-ordered, string keys: messages come from JSON), namespace (a dict whose
+// attributes may be assigned) and callables (globals, methods, macros). Lists and dicts are shared
+// by reference, as in Python. Strings are UTF-8; length, indexing and slicing count code points.
+#ifndef TESSERA_FORMATS_CHAT_JINJA_VALUE_H_
+#define TESSERA_FORMATS_CHAT_JINJA_VALUE_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
+
+namespace tessera::chat {
+
+class Value;
+
+struct Dict {
+  std::vector<std::pair<std::string, Value>> items;  // In insertion order.
+  const Value* Find(std::string_view key) const;
+  Value* Find(std::string_view key);
+  void Set(const std::string& key, Value v);
+};
+
+// Positional and keyword arguments of a call.
+struct Args {
+  std::vector<Value> positional;
+  std::vector<std::pair<std::string, Value>> keyword;
+  // The argument at `index`, or named `name`, or nullopt.
+  std::optional<Value> Get(size_t index, std::string_view name) const;
+};
+using Function = std::function<absl::StatusOr<Value>(const Args&)>;
+
+class Value {
+ public:
+  enum class Kind { kUndefined, kNone, kBool, kInt, kFloat, kString, kList, kDict, kFunction };
+
+  Value() = default;  // Undefined.
+  static Value None();
+  static Value Bool(bool b);
+  static Value Int(int64_t i);
+  static Value Float(double f);
+  static Value String(std::string s);
+  static Value List(std::vector<Value> items);
+  // A list that prints as a tuple: "(a, b)", "(a,)" (dict.items(), tuple literals).
+  static Value Tuple(std::vector<Value> items);
+  static Value NewDict();
+  static Value Namespace();
+  static Value Callable(Function f);
+  // JSON as Python's json.loads gives it (objects keep their key order).
+  static Value FromJson(const nlohmann::ordered_json& j);
+
+  Kind kind() const { return kind_; }
+  bool IsUndefined() const { return kind_ == Kind::kUndefined; }
+  bool IsNone() const { return kind_ == Kind::kNone; }
+  bool IsString() const { return kind_ == Kind::kString; }
+  bool IsNumber() const { return kind_ == Kind::kInt || kind_ == Kind::kFloat || kind_ == Kind::kBool; }
+  bool IsList() const { return kind_ == Kind::kList; }
+  bool IsTuple() const { return kind_ == Kind::kList && tuple_; }
+  bool IsDict() const { return kind_ == Kind::kDict; }
+  bool IsNamespace() const { return kind_ == Kind::kDict && namespace_; }
+  bool IsCallable() const { return kind_ == Kind::kFunction; }
+
+  bool AsBool() const { return b_; }
+  int64_t AsInt() const { return kind_ == Kind::kBool ? (b_ ? 1 : 0) : i_; }
+  double AsFloat() const { return kind_ == Kind::kFloat ? f_ : static_cast<double>(AsInt()); }
+  const std::string& AsString() const { return s_; }
+  std::vector<Value>& AsList() const { return *list_; }
+  Dict& AsDict() const { return *dict_; }
+  const Function& AsFunction() const { return *fn_; }
+
+  // Python's truth value (undefined is false).
+  bool Truthy() const;
+  // Python's str() and repr().
+  std::string Str() const;
+  std::string Repr() const;
+  // Python's json.dumps(value, ensure_ascii, indent, separators, sort_keys); indent < 0: none.
+  absl::StatusOr<std::string> ToJson(bool ensure_ascii, int indent, const std::string& item_sep,
+                                     const std::string& key_sep, bool sort_keys) const;
+  // Python's == (1 == 1.0 == True; lists and dicts by value).
+  bool Equals(const Value& other) const;
+  // A short name of the type, for errors ("str", "int", "list", ...).
+  std::string TypeName() const;
+
+ private:
+  Kind kind_ = Kind::kUndefined;
+  bool b_ = false;
+  bool namespace_ = false;
+  bool tuple_ = false;
+  int64_t i_ = 0;
+  double f_ = 0;
+  std::string s_;
+  std::shared_ptr<std::vector<Value>> list_;
+  std::shared_ptr<Dict> dict_;
+  std::shared_ptr<Function> fn_;
+};
+
+// Python's repr() of a float: the shortest digits that read back the same, "1.0", "1e-05", "1e+16".
+std::string FloatRepr(double f);
+// The code points of UTF-8 `s` as byte ranges [begin, end) (invalid bytes count one each).
+std::vector<std::pair<size_t, size_t>> CodePoints(std::string_view s);
+// The code point at s[i] (UTF-8) and its length in *len; an invalid byte is itself (length 1).
+uint32_t DecodeUtf8At(std::string_view s, size_t i, size_t* len);
+void AppendUtf8(uint32_t cp, std::string* out);
+// Python's str.isspace() for one code point (what strip() and the regex \s remove).
+bool IsPySpace(uint32_t cp);
+// `s` without leading / trailing Python whitespace (or, when `chars` is given, those characters).
+std::string_view PyStrip(std::string_view s, bool left, bool right, const std::string* chars = nullptr);
+
+}  // namespace tessera::chat
+
+#endif  // TESSERA_FORMATS_CHAT_JINJA_VALUE_H_
