@@ -3,7 +3,7 @@
 # clang and libclang-rt-14-dev): every target in turn, each for SECONDS (default 60) on its seed
 # corpus in the repository (fuzz/corpus/TARGET; new inputs go to a scratch copy). A crash stops the
 # script with the target's report and the input that caused it (keep it as a regression test).
-# Usage: bash tools/fuzz.sh [SECONDS] [TARGET...]   Targets: spec tokenizer token_files checkpoint
+# Usage: bash tools/fuzz.sh [SECONDS] [TARGET...]   Targets: spec tokenizer chat token_files checkpoint
 #            trainer_state worker rpc.
 #        bash tools/fuzz.sh --smoke [TARGET...]     The test suite's run: the corpus and 20,000
 #            mutations from a fixed seed (deterministic), a JUnit file per target in $TESSERA_FUZZ_JUNIT.
@@ -13,7 +13,7 @@ smoke=0
 if [ "${1:-}" = "--smoke" ]; then smoke=1; seconds=0; else seconds="${1:-60}"; fi
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(spec tokenizer token_files checkpoint trainer_state worker rpc)
+[ ${#targets[@]} -gt 0 ] || targets=(spec tokenizer chat token_files checkpoint trainer_state worker rpc)
 out="${TMPDIR:-/tmp}/tessera-fuzz"
 mkdir -p "$out"
 flags=(-std=c++17 -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
@@ -41,6 +41,12 @@ build_spec() {
   local src=(common/spec/spec_fuzz.cc "${spec_src[@]}" "$out/gen/tessera/v1/job.pb.cc")
   # shellcheck disable=SC2046
   clang++ "${flags[@]}" "${src[@]}" -o "$out/spec_fuzzer" $(pkg-config --libs protobuf yaml-cpp "${absl[@]}")
+}
+
+build_chat() {
+  local src=(formats/chat/{chat_template_fuzz,chat_template,jinja_builtins,jinja_lexer,jinja_parser,jinja_render,jinja_value,py_case}.cc)
+  # shellcheck disable=SC2046
+  clang++ "${flags[@]}" "${src[@]}" -o "$out/chat_fuzzer" $(pkg-config --libs "${absl[@]}")
 }
 
 build_tokenizer() {

@@ -1,6 +1,10 @@
 #include "formats/chat/chat_template.h"
 
+#include <algorithm>
 #include <filesystem>
+#include <initializer_list>
+#include <utility>
+#include <vector>
 #include <fstream>
 #include <sstream>
 
@@ -42,6 +46,22 @@ std::optional<std::string> TokenText(const nlohmann::ordered_json& v) {
   if (v.is_object() && v.contains("content") && v["content"].is_string()) return v["content"].get<std::string>();
   return std::nullopt;
 }
+
+// How deep JSON nests (objects and arrays), without recursion.
+int JsonDepth(const nlohmann::ordered_json& root) {
+  int deepest = 0;
+  std::vector<std::pair<const nlohmann::ordered_json*, int>> stack = {{&root, 1}};
+  while (!stack.empty()) {
+    auto [j, d] = stack.back();
+    stack.pop_back();
+    if (!j->is_structured()) continue;
+    deepest = std::max(deepest, d);
+    for (const auto& child : *j) stack.push_back({&child, d + 1});
+  }
+  return deepest;
+}
+
+constexpr int kMaxJsonDepth = 64;
 
 constexpr const char* kSpecialTokens[] = {"bos_token", "eos_token", "unk_token", "sep_token",
                                           "pad_token", "cls_token", "mask_token"};
@@ -132,6 +152,12 @@ absl::StatusOr<ChatTemplate> ChatTemplate::FromTokenizerDir(const std::string& p
 
 absl::StatusOr<std::string> ChatTemplate::Render(const nlohmann::ordered_json& messages, bool add_generation_prompt,
                                                  const nlohmann::ordered_json& tools) const {
+  for (const auto& [name, j] : std::initializer_list<std::pair<const char*, const nlohmann::ordered_json*>>{
+           {"messages", &messages}, {"tools", &tools}}) {
+    if (JsonDepth(*j) > kMaxJsonDepth) {
+      return absl::InvalidArgumentError(absl::StrCat(name, ": nested deeper than ", kMaxJsonDepth, " levels"));
+    }
+  }
   Value context = Value::NewDict();
   Dict& c = context.AsDict();
   for (const auto& [name, text] : special_) c.Set(name, Value::String(text));
@@ -144,7 +170,7 @@ absl::StatusOr<std::string> ChatTemplate::Render(const nlohmann::ordered_json& m
   c.Set("tools", Value::FromJson(tools));
   c.Set("documents", Value::None());
   c.Set("add_generation_prompt", Value::Bool(add_generation_prompt));
-  auto text = RenderTemplate(*body_, context);
+  auto text = RenderTemplate(*body_, context, limits_);
   if (!text.ok()) return absl::Status(text.status().code(), absl::StrCat("chat_template ", text.status().message()));
   return text;
 }

@@ -15,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "formats/chat/jinja_ast.h"
+#include "formats/chat/jinja_render.h"
 #include "nlohmann/json.hpp"
 
 namespace tessera::chat {
@@ -38,6 +39,8 @@ class ChatTemplate {
                                      const nlohmann::ordered_json& tools = nullptr) const;
 
   const std::string& source() const { return source_; }
+  // The limits of each rendering (jinja_render.h); the defaults suit real chat templates.
+  void set_limits(const RenderOptions& limits) { limits_ = limits; }
 
  private:
   ChatTemplate() = default;
@@ -45,6 +48,7 @@ class ChatTemplate {
   std::shared_ptr<const Body> body_;
   std::map<std::string, std::string> special_;
   std::vector<std::string> additional_;
+  RenderOptions limits_;
 };
 
 }  // namespace tessera::chat

@@ -21,6 +21,9 @@ TEST(ChatTemplateTest, SyntaxErrorsNameTheLine) {
   auto r = Render("{% for m in messages %}\n{{ m.content }\n{% endfor %}");
   ASSERT_FALSE(r.ok());
   EXPECT_THAT(r.status().message(), HasSubstr("line 2"));
+  auto empty = Render("{{ messages[ ] }}");  // Found by the fuzzer: a null index, dereferenced.
+  ASSERT_FALSE(empty.ok());
+  EXPECT_THAT(empty.status().message(), HasSubstr("expected an expression in []"));
   auto unclosed = Render("{% if true %}\nx\n");
   ASSERT_FALSE(unclosed.ok());
   EXPECT_THAT(unclosed.status().message(), HasSubstr("expected elif or else or endif"));
@@ -50,12 +53,44 @@ TEST(ChatTemplateTest, TheSandboxsLimitsHold) {
   auto recursion = Render("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}");
   ASSERT_FALSE(recursion.ok());
   EXPECT_THAT(recursion.status().message(), HasSubstr("nested deeper than 64"));
+  auto forever = Render("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}");
+  ASSERT_FALSE(forever.ok());
+  EXPECT_THAT(forever.status().message(), HasSubstr("ran more than 5000000 steps"));
+  auto big = Render("{% for i in range(100000) %}{% set s = 'x' * 60000000 %}{% endfor %}");
+  ASSERT_FALSE(big.ok());
+  EXPECT_THAT(big.status().message(), HasSubstr("ran more than 5000000 steps"));
   auto mutate = Render("{% set l = [] %}{{ l.append(1) }}");
   ASSERT_FALSE(mutate.ok());
   EXPECT_THAT(mutate.status().message(), HasSubstr("'append'"));
   auto undefined = Render("{{ nothing.at_all }}");
   ASSERT_FALSE(undefined.ok());
   EXPECT_THAT(undefined.status().message(), HasSubstr("'nothing' is undefined"));
+}
+
+// Nothing in a template or its input can exhaust the stack: parsing, values built in loops, printing,
+// comparing and releasing them.
+TEST(ChatTemplateTest, DeepNestingIsRefusedOrHandledWithoutRecursion) {
+  auto parens = Render("{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}");
+  ASSERT_FALSE(parens.ok());
+  EXPECT_THAT(parens.status().message(), HasSubstr("nested deeper than 200"));
+  std::string ifs;
+  for (int i = 0; i < 1000; ++i) ifs += "{% if true %}";
+  auto blocks = Render(ifs);
+  ASSERT_FALSE(blocks.ok());
+  EXPECT_THAT(blocks.status().message(), HasSubstr("nested deeper than 200"));
+  auto lists = Render("{% set ns = namespace(x=[]) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}{% endfor %}");
+  ASSERT_FALSE(lists.ok());
+  EXPECT_THAT(lists.status().message(), HasSubstr("nested deeper than 256 levels"));
+  // A chain of 100,000 namespaces (each holds the previous): rendered, printed, compared, released.
+  auto chain = Render(
+      "{% set ns = namespace(x=none) %}{% for i in range(100000) %}{% set ns.x = namespace(p=ns.x) %}{% endfor %}"
+      "{{ ns.x.p.p is defined }} {{ ns.x == ns.x }} {{ ([ns.x] | string)[:30] }}");
+  ASSERT_TRUE(chain.ok()) << chain.status();
+  EXPECT_EQ(*chain, "True True [<Namespace {'p': <Namespace {");
+  std::string deep_json = std::string(100, '[') + std::string(100, ']');
+  auto json = Render("{{ messages }}", "[{\"role\": \"user\", \"content\": " + deep_json + "}]");
+  ASSERT_FALSE(json.ok());
+  EXPECT_THAT(json.status().message(), HasSubstr("messages: nested deeper than 64 levels"));
 }
 
 TEST(ChatTemplateTest, SpecialTokensAndTheConversationAreVariables) {

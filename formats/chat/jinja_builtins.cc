@@ -35,7 +35,8 @@ int64_t Length(const Value& v) {
 }
 
 // Python's ordering for sort, min, max and < (numbers, strings, lists); an error otherwise.
-absl::StatusOr<int> Compare(const Value& a, const Value& b) {
+absl::StatusOr<int> Compare(const Value& a, const Value& b, int level = 0) {
+  if (level > Value::kMaxNesting) return Err("values nested too deep to compare");
   if (a.IsNumber() && b.IsNumber()) {
     if (a.kind() == Kind::kFloat || b.kind() == Kind::kFloat) {
       return a.AsFloat() < b.AsFloat() ? -1 : a.AsFloat() > b.AsFloat() ? 1 : 0;
@@ -46,7 +47,7 @@ absl::StatusOr<int> Compare(const Value& a, const Value& b) {
   if (a.IsList() && b.IsList()) {
     const auto &x = a.AsList(), &y = b.AsList();
     for (size_t k = 0; k < x.size() && k < y.size(); ++k) {
-      auto c = Compare(x[k], y[k]);
+      auto c = Compare(x[k], y[k], level + 1);
       if (!c.ok() || *c != 0) return c;
     }
     return x.size() < y.size() ? -1 : x.size() > y.size() ? 1 : 0;

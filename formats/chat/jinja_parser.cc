@@ -126,6 +126,8 @@ class Parser {
   absl::Status EndTag() { return ExpectType(T::kBlockEnd, "'%}'"); }
 
   absl::StatusOr<std::unique_ptr<Stmt>> Statement(const std::string& name, int line) {
+    Nest nest(&depth_);
+    if (depth_ > kMaxDepth) return TooDeep();
     auto s = std::make_unique<Stmt>();
     s->line = line;
     std::string end;
@@ -312,6 +314,8 @@ class Parser {
   }
 
   absl::StatusOr<ExprPtr> Expression(bool condexpr) {
+    Nest nest(&depth_);
+    if (depth_ > kMaxDepth) return TooDeep();
     if (!condexpr) return Or();
     auto e = Or();
     if (!e.ok()) return e;
@@ -373,6 +377,8 @@ class Parser {
   }
 
   absl::StatusOr<ExprPtr> Not() {
+    Nest nest(&depth_);
+    if (depth_ > kMaxDepth) return TooDeep();
     if (IsName("not")) {
       const int line = Cur().line;
       ++i_;
@@ -439,6 +445,8 @@ class Parser {
   absl::StatusOr<ExprPtr> UnaryWithFilters() { return Unary(true); }
 
   absl::StatusOr<ExprPtr> Unary(bool with_filter) {
+    Nest nest(&depth_);
+    if (depth_ > kMaxDepth) return TooDeep();
     const int line = Cur().line;
     ExprPtr e;
     if (IsOp("-") || IsOp("+")) {
@@ -584,6 +592,7 @@ class Parser {
       }
       break;
     }
+    if (colons == 0 && parts[0] == nullptr) return Error("expected an expression in [], found ']'");
     if (absl::Status st = Expect("]"); !st.ok()) return st;
     if (colons == 0) {
       auto item = Make(Expr::Kind::kItem, line);
@@ -671,8 +680,20 @@ class Parser {
     }
   }
 
+  // Expressions and blocks nest at most kMaxDepth deep (the parser and the renderer recurse).
+  static constexpr int kMaxDepth = 200;
+  struct Nest {
+    explicit Nest(int* depth) : depth(depth) { ++*depth; }
+    ~Nest() { --*depth; }
+    int* depth;
+  };
+  absl::Status TooDeep() const {
+    return Error(absl::StrCat("expressions or blocks nested deeper than ", kMaxDepth));
+  }
+
   std::vector<Token> t_;
   size_t i_ = 0;
+  int depth_ = 0;
 };
 
 }  // namespace

@@ -28,10 +28,22 @@ class Renderer {
   Renderer(const RenderOptions& options, const Value& context) : options_(options) {
     globals_ = Value::NewDict();
     AddGlobals(&globals_.AsDict());
+    // namespace() as Jinja's, remembering each one: a namespace may come to hold itself (ns.self =
+    // ns), which shared ownership alone would never release; they are emptied when the rendering ends.
+    const Value make = *globals_.AsDict().Find("namespace");
+    globals_.AsDict().Set("namespace", Value::Callable([this, make](const Args& a) -> absl::StatusOr<Value> {
+      auto ns = make.AsFunction()(a);
+      if (ns.ok()) namespaces_.push_back(*ns);
+      return ns;
+    }));
     root_ = std::make_shared<Scope>();
     if (context.IsDict()) {
       for (const auto& [k, v] : context.AsDict().items) root_->vars[k] = v;
     }
+  }
+
+  ~Renderer() {
+    for (Value& ns : namespaces_) ns.AsDict().items.clear();
   }
 
   absl::Status Run(const Body& body, std::string* out) { return Exec(body, root_, out); }
@@ -75,7 +87,14 @@ class Renderer {
     return absl::OkStatus();
   }
 
+  absl::Status Step(int64_t n = 1) {
+    steps_ += n;
+    if (steps_ <= options_.max_steps) return absl::OkStatus();
+    return absl::ResourceExhaustedError(absl::StrCat("the template ran more than ", options_.max_steps, " steps"));
+  }
+
   absl::Status ExecOne(const Stmt& st, const ScopePtr& scope, std::string* out) {
+    if (absl::Status s = Step(); !s.ok()) return s;
     switch (st.kind) {
       case Stmt::Kind::kText: *out += st.text; return absl::OkStatus();
       case Stmt::Kind::kOutput: {
@@ -142,6 +161,7 @@ class Renderer {
     std::vector<Value> items;
     if (st.filter != nullptr) {
       for (const Value& item : *all) {
+        if (absl::Status s = Step(); !s.ok()) return s;
         auto probe = std::make_shared<Scope>();
         probe->parent = scope;
         if (absl::Status s = Unpack(st.targets, item, probe.get()); !s.ok()) return s;
@@ -154,27 +174,35 @@ class Renderer {
     }
     if (items.empty()) return Exec(st.else_body, scope, out);
     const int64_t n = static_cast<int64_t>(items.size());
+    // One `loop` object per loop, updated in place each iteration (as Jinja's LoopContext).
+    auto index = std::make_shared<int64_t>(0);
+    Value loop = Value::NewDict();
+    Dict& l = loop.AsDict();
+    for (const char* key : {"index", "index0", "revindex", "revindex0", "first", "last", "length", "depth", "depth0",
+                            "previtem", "nextitem"}) {
+      l.items.emplace_back(key, Value());
+    }
+    l.Set("cycle", Value::Callable([index](const Args& a) -> absl::StatusOr<Value> {
+      if (a.positional.empty()) return absl::InvalidArgumentError("loop.cycle needs at least one value");
+      return a.positional[static_cast<size_t>(*index) % a.positional.size()];
+    }));
     for (int64_t i = 0; i < n; ++i) {
+      if (absl::Status s = Step(); !s.ok()) return s;
       auto iter = std::make_shared<Scope>();  // Assignments in the body live for one iteration.
       iter->parent = scope;
       if (absl::Status s = Unpack(st.targets, items[static_cast<size_t>(i)], iter.get()); !s.ok()) return s;
-      Value loop = Value::NewDict();
-      Dict& l = loop.AsDict();
-      l.Set("index", Value::Int(i + 1));
-      l.Set("index0", Value::Int(i));
-      l.Set("revindex", Value::Int(n - i));
-      l.Set("revindex0", Value::Int(n - i - 1));
-      l.Set("first", Value::Bool(i == 0));
-      l.Set("last", Value::Bool(i == n - 1));
-      l.Set("length", Value::Int(n));
-      l.Set("depth", Value::Int(1));
-      l.Set("depth0", Value::Int(0));
-      l.Set("previtem", i > 0 ? items[static_cast<size_t>(i - 1)] : Value());
-      l.Set("nextitem", i + 1 < n ? items[static_cast<size_t>(i + 1)] : Value());
-      l.Set("cycle", Value::Callable([i](const Args& a) -> absl::StatusOr<Value> {
-        if (a.positional.empty()) return absl::InvalidArgumentError("loop.cycle needs at least one value");
-        return a.positional[static_cast<size_t>(i) % a.positional.size()];
-      }));
+      *index = i;
+      l.items[0].second = Value::Int(i + 1);
+      l.items[1].second = Value::Int(i);
+      l.items[2].second = Value::Int(n - i);
+      l.items[3].second = Value::Int(n - i - 1);
+      l.items[4].second = Value::Bool(i == 0);
+      l.items[5].second = Value::Bool(i == n - 1);
+      l.items[6].second = Value::Int(n);
+      l.items[7].second = Value::Int(1);
+      l.items[8].second = Value::Int(0);
+      l.items[9].second = i > 0 ? items[static_cast<size_t>(i - 1)] : Value();
+      l.items[10].second = i + 1 < n ? items[static_cast<size_t>(i + 1)] : Value();
       iter->vars["loop"] = loop;
       if (absl::Status s = Exec(st.body, iter, out); !s.ok()) return s;
       if (flow_ == Flow::kBreak) {
@@ -277,10 +305,22 @@ class Renderer {
   absl::StatusOr<Value> Eval(const Expr& e, const ScopePtr& scope) {
     auto v = EvalInner(e, scope);
     if (!v.ok()) return AtLine(v.status(), e.line);
+    // What building the value cost: its items, or its bytes.
+    const int64_t size = v->IsString() ? static_cast<int64_t>(v->AsString().size() / 256)
+                         : v->IsList()  ? static_cast<int64_t>(v->AsList().size())
+                         : v->IsDict()  ? static_cast<int64_t>(v->AsDict().items.size())
+                                        : 0;
+    if (absl::Status s = Step(size); !s.ok()) return AtLine(s, e.line);
+    if (v->depth() > kMaxValueDepth) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("line ", e.line, ": lists and dicts nested deeper than ", kMaxValueDepth, " levels"));
+    }
     return v;
   }
+  static constexpr int kMaxValueDepth = 256;
 
   absl::StatusOr<Value> EvalInner(const Expr& e, const ScopePtr& scope) {
+    if (absl::Status s = Step(); !s.ok()) return s;
     switch (e.kind) {
       case Expr::Kind::kLiteral: return e.value;
       case Expr::Kind::kName: return Lookup(e.name, scope);
@@ -396,6 +436,8 @@ class Renderer {
   ScopePtr root_;
   Flow flow_ = Flow::kNormal;
   int depth_ = 0;
+  int64_t steps_ = 0;
+  std::vector<Value> namespaces_;
 };
 
 }  // namespace

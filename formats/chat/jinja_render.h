@@ -16,6 +16,10 @@ namespace tessera::chat {
 struct RenderOptions {
   int max_call_depth = 64;                  // Nested macro calls (a recursive macro ends here).
   size_t max_output_bytes = size_t{256} << 20;  // A rendering longer than this is an error.
+  // Work done, in steps: one per statement, expression and loop iteration, and one per item or 256
+  // bytes of every value computed. A template that runs longer (nested loops over large ranges) is an
+  // error, not a hang. A chat of a thousand turns takes well under a million.
+  int64_t max_steps = 5'000'000;
 };
 
 // Renders `body` with `context` (a dict: the variables the template sees, besides the globals of

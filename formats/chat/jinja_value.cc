@@ -154,6 +154,9 @@ void JsonString(const std::string& s, bool ensure_ascii, std::string* out) {
 
 absl::Status JsonAppend(const Value& v, bool ensure_ascii, int indent, int level, const std::string& item_sep,
                         const std::string& key_sep, bool sort_keys, std::string* out) {
+  if (level > Value::kMaxNesting) {
+    return absl::InvalidArgumentError(absl::StrCat("values nested deeper than ", Value::kMaxNesting, " levels"));
+  }
   auto newline = [&](int l) {
     if (indent < 0) return;
     *out += '\n';
@@ -189,6 +192,7 @@ absl::Status JsonAppend(const Value& v, bool ensure_ascii, int indent, int level
       return absl::OkStatus();
     }
     case Value::Kind::kDict: {
+      if (v.IsNamespace()) return absl::InvalidArgumentError("Object of type Namespace is not JSON serializable");
       std::vector<const std::pair<std::string, Value>*> items;
       for (const auto& kv : v.AsDict().items) items.push_back(&kv);
       if (items.empty()) {
@@ -282,6 +286,7 @@ Value* Dict::Find(std::string_view key) {
 }
 
 void Dict::Set(const std::string& key, Value v) {
+  depth = std::max(depth, 1 + v.depth());
   if (Value* old = Find(key)) {
     *old = std::move(v);
   } else {
@@ -331,9 +336,17 @@ Value Value::String(std::string s) {
   return v;
 }
 
+int Value::depth() const {
+  if (kind_ == Kind::kList) return list_depth_;
+  if (kind_ == Kind::kDict) return namespace_ ? 1 : dict_->depth;
+  return 0;
+}
+
 Value Value::List(std::vector<Value> items) {
   Value v;
   v.kind_ = Kind::kList;
+  v.list_depth_ = 1;
+  for (const Value& x : items) v.list_depth_ = std::max(v.list_depth_, 1 + x.depth());
   v.list_ = std::make_shared<std::vector<Value>>(std::move(items));
   return v;
 }
@@ -412,7 +425,38 @@ std::string Value::Str() const {
   }
 }
 
-std::string Value::Repr() const {
+Value::~Value() {
+  if ((list_ != nullptr && list_.use_count() == 1) || (dict_ != nullptr && dict_.use_count() == 1)) Bury();
+}
+
+// The last holder of a list or dict: its items go to a work list that the outermost call empties one
+// by one (each item's own items join the list as it goes), so that destroying a deeply nested value
+// never recurses more than two levels.
+void Value::Bury() {
+  thread_local std::vector<Value>* pending = nullptr;
+  std::vector<Value> mine;
+  const bool owner = pending == nullptr;
+  if (owner) pending = &mine;
+  if (list_ != nullptr && list_.use_count() == 1) {
+    for (Value& x : *list_) pending->push_back(std::move(x));
+    list_->clear();
+  }
+  if (dict_ != nullptr && dict_.use_count() == 1) {
+    for (auto& kv : dict_->items) pending->push_back(std::move(kv.second));
+    dict_->items.clear();
+  }
+  if (!owner) return;
+  while (!mine.empty()) {
+    Value v = std::move(mine.back());
+    mine.pop_back();
+  }  // Each v releases here, handing its items to `mine`.
+  pending = nullptr;
+}
+
+std::string Value::Repr() const { return ReprAt(0); }
+
+std::string Value::ReprAt(int level) const {
+  if (level > kMaxNesting) return "...";
   switch (kind_) {
     case Kind::kUndefined: return "";
     case Kind::kNone: return "None";
@@ -422,17 +466,22 @@ std::string Value::Repr() const {
     case Kind::kString: return StringRepr(s_);
     case Kind::kList: {
       std::string out = tuple_ ? "(" : "[";
-      for (size_t k = 0; k < list_->size(); ++k) absl::StrAppend(&out, k ? ", " : "", (*list_)[k].Repr());
+      for (size_t k = 0; k < list_->size(); ++k) absl::StrAppend(&out, k ? ", " : "", (*list_)[k].ReprAt(level + 1));
       if (tuple_) return out + (list_->size() == 1 ? ",)" : ")");
       return out + "]";
     }
     case Kind::kDict: {
-      if (namespace_) return "<Namespace>";
+      // A dict being printed that contains itself prints as {...}, as Python's repr does.
+      thread_local std::vector<const Dict*> printing;
+      if (std::find(printing.begin(), printing.end(), dict_.get()) != printing.end()) return "{...}";
+      printing.push_back(dict_.get());
       std::string out = "{";
       for (size_t k = 0; k < dict_->items.size(); ++k) {
-        absl::StrAppend(&out, k ? ", " : "", StringRepr(dict_->items[k].first), ": ", dict_->items[k].second.Repr());
+        absl::StrAppend(&out, k ? ", " : "", StringRepr(dict_->items[k].first), ": ",
+                        dict_->items[k].second.ReprAt(level + 1));
       }
-      return out + "}";
+      printing.pop_back();
+      return namespace_ ? "<Namespace " + out + "}>" : out + "}";
     }
     case Kind::kFunction: return "<function>";
   }
@@ -446,7 +495,10 @@ absl::StatusOr<std::string> Value::ToJson(bool ensure_ascii, int indent, const s
   return out;
 }
 
-bool Value::Equals(const Value& o) const {
+bool Value::Equals(const Value& o) const { return EqualsAt(o, 0); }
+
+bool Value::EqualsAt(const Value& o, int level) const {
+  if (level > kMaxNesting) return false;
   if (IsNumber() && o.IsNumber()) {
     if (kind_ == Kind::kFloat || o.kind_ == Kind::kFloat) return AsFloat() == o.AsFloat();
     return AsInt() == o.AsInt();
@@ -459,7 +511,7 @@ bool Value::Equals(const Value& o) const {
     case Kind::kList: {
       if (tuple_ != o.tuple_ || list_->size() != o.list_->size()) return false;
       for (size_t k = 0; k < list_->size(); ++k) {
-        if (!(*list_)[k].Equals((*o.list_)[k])) return false;
+        if (!(*list_)[k].EqualsAt((*o.list_)[k], level + 1)) return false;
       }
       return true;
     }
@@ -468,7 +520,7 @@ bool Value::Equals(const Value& o) const {
       if (dict_->items.size() != o.dict_->items.size()) return false;
       for (const auto& [k, v] : dict_->items) {
         const Value* other = o.dict_->Find(k);
-        if (other == nullptr || !v.Equals(*other)) return false;
+        if (other == nullptr || !v.EqualsAt(*other, level + 1)) return false;
       }
       return true;
     }

@@ -24,6 +24,7 @@ class Value;
 
 struct Dict {
   std::vector<std::pair<std::string, Value>> items;  // In insertion order.
+  int depth = 1;  // 1 + the deepest value's depth (Set keeps it).
   const Value* Find(std::string_view key) const;
   Value* Find(std::string_view key);
   void Set(const std::string& key, Value v);
@@ -43,6 +44,12 @@ class Value {
   enum class Kind { kUndefined, kNone, kBool, kInt, kFloat, kString, kList, kDict, kFunction };
 
   Value() = default;  // Undefined.
+  Value(const Value&) = default;
+  Value(Value&&) = default;
+  Value& operator=(const Value&) = default;
+  Value& operator=(Value&&) = default;
+  // Releases what only it holds without recursion (however deep the lists and dicts nest).
+  ~Value();
   static Value None();
   static Value Bool(bool b);
   static Value Int(int64_t i);
@@ -78,22 +85,32 @@ class Value {
 
   // Python's truth value (undefined is false).
   bool Truthy() const;
-  // Python's str() and repr().
+  // Python's str() and repr(). Past kMaxNesting levels, "..." stands for the rest.
   std::string Str() const;
   std::string Repr() const;
+  static constexpr int kMaxNesting = 1000;  // Printing, JSON and comparison go no deeper.
   // Python's json.dumps(value, ensure_ascii, indent, separators, sort_keys); indent < 0: none.
   absl::StatusOr<std::string> ToJson(bool ensure_ascii, int indent, const std::string& item_sep,
                                      const std::string& key_sep, bool sort_keys) const;
   // Python's == (1 == 1.0 == True; lists and dicts by value).
   bool Equals(const Value& other) const;
+  bool EqualsAt(const Value& other, int level) const;
   // A short name of the type, for errors ("str", "int", "list", ...).
   std::string TypeName() const;
+  // How deep lists and dicts nest in it: 0 for a scalar, 1 for a flat list, ... A namespace counts 1
+  // (printing and JSON stop at it). The renderer refuses values deeper than its limit, so that nothing
+  // recursing over a value (printing, JSON, comparison, destruction) can run out of stack.
+  int depth() const;
 
  private:
+  std::string ReprAt(int level) const;
+  void Bury();
+
   Kind kind_ = Kind::kUndefined;
   bool b_ = false;
   bool namespace_ = false;
   bool tuple_ = false;
+  int list_depth_ = 0;
   int64_t i_ = 0;
   double f_ = 0;
   std::string s_;

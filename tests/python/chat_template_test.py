@@ -286,6 +286,7 @@ class ChatTemplateTest(unittest.TestCase):
             "{% macro greet(name, punct='!') %}Hi {{ name }}{{ punct }}{% endmacro %}{{ greet('Ann') }} {{ greet('Bob', punct='?') }} {{ greet(name='Cy') }}",
             "{% macro wrap() %}<{{ caller() }}>{% endmacro %}{% call wrap() %}inner {{ d.n }}{% endcall %}",
             "{% set l2 = d.l + [9] %}{{ l2 }} {{ d.l }} {% set dd = dict(a=1, b=d.n) %}{{ dd }} {{ namespace(x=1).x }}",
+            "{% set ns = namespace(a=1, b=[1, 'x']) %}{{ ns }} {% set ns.self = ns %}{{ ns.a }} {{ (1, 'a') }} {{ (1,) }} {{ () }}",
             # Whitespace control with trim_blocks and lstrip_blocks.
             "a\n  {% if true %}\n  b\n  {% endif %}\nc",
             "a\n  {%+ if true %}\n  b\n  {%- endif %}\nc\n",
