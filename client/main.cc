@@ -13,6 +13,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "client/certs_command.h"
+#include "client/chat_prepare.h"
 #include "client/chat_render.h"
 #include "client/cluster_commands.h"
 #include "client/data_prepare.h"
@@ -166,7 +167,12 @@ int Main(int argc, char** argv) {
                       "on stdin) or any other file (one document)")
       ->required()
       ->expected(2, -1);
-  prepare->add_option("--tokenizer", prepare_options.tokenizer, "A transformers tokenizer.json (byte-level BPE)");
+  prepare->add_option("--tokenizer", prepare_options.tokenizer,
+                      "A transformers tokenizer.json (byte-level BPE), or with --chat its directory");
+  bool prepare_chat = false;
+  prepare->add_flag("--chat", prepare_chat,
+                    "INPUT... are conversations ({\"messages\": [...]} or {\"prompt\", \"completion\"} per line): "
+                    "write an SFT dataset rendered with the tokenizer's chat template (docs/fine-tuning.md)");
   prepare->add_flag("--append-eos", prepare_options.append_eos, "End every document with the EOS token");
   prepare->add_option("--eos-token", prepare_options.eos_token,
                       "The EOS token's text (default: tokenizer_config.json's eos_token beside the tokenizer)");
@@ -245,6 +251,34 @@ int Main(int argc, char** argv) {
   if (plan->parsed()) return PlanCommand(cluster, submit_spec, submit_sets);
   if (logs->parsed()) return LogsCommand(cluster, job_id, log_rank, log_follow);
   if (export_cmd->parsed()) return ExportCommand(export_options);
+  if (prepare->parsed() && prepare_chat) {
+    if (prepare_options.tokenizer.empty() || prepare_options.append_eos || !prepare_options.eos_token.empty()) {
+      std::cerr << "error: data prepare --chat needs --tokenizer (a directory with tokenizer.json and its chat "
+                   "template) and takes no --append-eos or --eos-token\n";
+      return kExitBadInput;
+    }
+    ChatPrepareOptions chat;
+    chat.tokenizer = prepare_options.tokenizer;
+    chat.output_prefix = prepare_paths.back();
+    chat.inputs.assign(prepare_paths.begin(), prepare_paths.end() - 1);
+    chat.progress = !no_progress;
+    auto report = PrepareChat(chat);
+    if (!report.ok()) {
+      std::cerr << "error: " << report.status().message() << "\n";
+      return kExitBadInput;
+    }
+    std::printf("wrote %s.bin, .idx, .sft.mask and .sft.json: %lld conversations, %lld tokens (%s), %lld trained "
+                "(%.1f%%)%s in %.1f s\n",
+                chat.output_prefix.c_str(), static_cast<long long>(report->conversations),
+                static_cast<long long>(report->tokens), report->dtype.c_str(),
+                static_cast<long long>(report->trained_tokens),
+                100.0 * static_cast<double>(report->trained_tokens) / std::max<int64_t>(1, report->tokens),
+                report->without_trained > 0
+                    ? absl::StrCat("; ", report->without_trained, " conversation(s) have no assistant token").c_str()
+                    : "",
+                report->seconds);
+    return kExitOk;
+  }
   if (prepare->parsed()) {
     if (prepare_options.tokenizer.empty()) {
       if (prepare_paths.size() != 2 || prepare_options.append_eos || !prepare_options.eos_token.empty()) {

@@ -297,6 +297,97 @@ absl::Status Tokenizer::Encoder::Encode(std::string_view text, std::vector<int32
   });
 }
 
+absl::Status Tokenizer::Encoder::EncodeWithOffsets(std::string_view text, std::vector<int32_t>* ids,
+                                                   std::vector<std::pair<size_t, size_t>>* offsets) {
+  if (const int64_t bad = text::FirstInvalidUtf8(text); bad >= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("byte ", bad, ": invalid UTF-8"));
+  }
+  offsets->resize(ids->size(), {0, 0});  // Ids already there are not ours.
+  // Split as Encode does; a piece's place is its view's distance from the start of its text.
+  // SplitAtAdded appends an added token's id just before it hands over the piece that follows it.
+  return SplitAtAdded(text, /*normalized=*/false, ids, [&](std::string_view raw) -> absl::Status {
+    const size_t raw_begin = static_cast<size_t>(raw.data() - text.data());
+    while (offsets->size() < ids->size()) {
+      const AddedToken* a = tokenizer_->added_by_id_.at((*ids)[offsets->size()]);
+      offsets->push_back({raw_begin - a->content.size(), raw_begin});
+    }
+    // The normalised text, and for each of its bytes the raw range it came from.
+    std::string normal;
+    std::vector<std::pair<size_t, size_t>> from;
+    if (tokenizer_->normalization_ == Normalization::kNone) {
+      normal = std::string(raw);
+      for (size_t i = 0; i < raw.size(); ++i) from.push_back({raw_begin + i, raw_begin + i + 1});
+    } else {
+      // NFC in runs that start at an ASCII character: such a character never composes with what
+      // precedes it, so the runs normalise independently.
+      for (size_t b = 0; b < raw.size();) {
+        size_t e = b + 1;
+        while (e < raw.size() && static_cast<unsigned char>(raw[e]) >= 0x80) ++e;
+        const std::string_view run = raw.substr(b, e - b);
+        const std::string n = Nfc(run);
+        // A rewritten run keeps its leading ASCII character apart when that one did not compose.
+        const bool lead_apart = n != run && !n.empty() && n[0] == run[0] && Nfc(run.substr(1)) == n.substr(1);
+        for (size_t i = 0; i < n.size(); ++i) {
+          if (n == run || (lead_apart && i == 0)) {
+            from.push_back({raw_begin + b + i, raw_begin + b + i + 1});
+          } else {
+            from.push_back({raw_begin + b + (lead_apart ? 1 : 0), raw_begin + e});
+          }
+        }
+        normal += n;
+        b = e;
+      }
+    }
+    std::vector<std::pair<size_t, size_t>> local;  // Ranges in `normal`.
+    const size_t first = ids->size();
+    absl::Status s = SplitAtAdded(normal, /*normalized=*/true, ids, [&](std::string_view seg) -> absl::Status {
+      const size_t seg_begin = static_cast<size_t>(seg.data() - normal.data());
+      while (first + local.size() < ids->size()) {
+        const AddedToken* a = tokenizer_->added_by_id_.at((*ids)[first + local.size()]);
+        local.push_back({seg_begin - a->content.size(), seg_begin});
+      }
+      return EncodeSegmentAt(seg, seg_begin, ids, &local);
+    });
+    if (!s.ok()) return s;
+    if (first + local.size() != ids->size()) return absl::InternalError("token offsets out of step with the ids");
+    for (const auto& [b, e] : local) offsets->push_back({from[b].first, from[e - 1].second});
+    return absl::OkStatus();
+  });
+}
+
+absl::Status Tokenizer::Encoder::EncodeSegmentAt(std::string_view segment, size_t base, std::vector<int32_t>* ids,
+                                                 std::vector<std::pair<size_t, size_t>>* offsets) {
+  if (absl::Status s = tokenizer_->pre_tokenizer_.Split(segment, state_.get(), &pieces_); !s.ok()) return s;
+  size_t cursor = 0;  // In `segment`.
+  for (const std::string& piece : pieces_) {
+    // Where the piece lies: at the cursor; or with a space the pre-tokenizer put in front of it; or
+    // further on, past text a Split step removed.
+    size_t at = cursor, added_space = 0;
+    if (segment.compare(cursor, piece.size(), piece) != 0) {
+      if (!piece.empty() && piece[0] == ' ' && segment.compare(cursor, piece.size() - 1, std::string_view(piece).substr(1)) == 0) {
+        added_space = 1;
+      } else {
+        at = segment.find(piece, cursor);
+        if (at == std::string_view::npos) return absl::InternalError("a pre-tokenizer piece is not in its text");
+      }
+    }
+    const size_t first = ids->size();
+    tokenizer_->model_->Encode(piece, &cache_, ids);
+    size_t pos = 0;  // In `piece`.
+    for (size_t k = first; k < ids->size(); ++k) {
+      auto bytes = tokenizer_->Decode({(*ids)[k]});
+      const size_t n = bytes.ok() ? bytes->size() : 0;
+      // Piece byte p is segment byte at + p - added_space (the added space maps to the token's start).
+      const size_t b = at + (pos > added_space ? pos - added_space : 0);
+      const size_t e = at + (pos + n > added_space ? pos + n - added_space : 0);
+      offsets->push_back({base + b, base + std::max(b, e)});
+      pos += n;
+    }
+    cursor = at + piece.size() - added_space;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Tokenizer::Encoder::SplitAtAdded(std::string_view text, bool normalized, std::vector<int32_t>* ids,
                                               const std::function<absl::Status(std::string_view)>& piece) {
   const auto& matchable = (match_special_ ? tokenizer_->matchable_with_special_ : tokenizer_->matchable_)[normalized];

@@ -51,6 +51,13 @@ class Tokenizer {
    public:
     // Appends the ids of `text`. Fails on invalid UTF-8 ("byte N: invalid UTF-8").
     absl::Status Encode(std::string_view text, std::vector<int32_t>* ids);
+    // The same ids, and for each the bytes of `text` it stands for, [begin, end): an added token its
+    // match; a vocabulary token its bytes; where NFC changed the text, the whole run of text between
+    // two ASCII characters that the normalisation rewrote (a token inside it gets that run's range);
+    // a prefix space the pre-tokenizer added belongs to the token that starts there. Consecutive
+    // tokens' ranges never overlap except inside such a rewritten run.
+    absl::Status EncodeWithOffsets(std::string_view text, std::vector<int32_t>* ids,
+                                   std::vector<std::pair<size_t, size_t>>* offsets);
     // The pre-tokenizer's pieces of `text` in the byte-level alphabet, as the library's
     // `pre_tokenizer.pre_tokenize_str` gives them (added tokens are not looked for).
     absl::Status Pieces(std::string_view text, std::vector<std::string>* pieces);
@@ -63,6 +70,10 @@ class Tokenizer {
     absl::Status SplitAtAdded(std::string_view text, bool normalized, std::vector<int32_t>* ids,
                               const std::function<absl::Status(std::string_view)>& piece);
     absl::Status EncodeSegment(std::string_view segment, std::vector<int32_t>* ids);
+    // EncodeSegment of `segment`, which starts at byte `base` of the (normalised) text, appending the
+    // [begin, end) of each token in that text.
+    absl::Status EncodeSegmentAt(std::string_view segment, size_t base, std::vector<int32_t>* ids,
+                                 std::vector<std::pair<size_t, size_t>>* offsets);
     const Tokenizer* tokenizer_;
     const bool match_special_;
     std::unique_ptr<PreTokenizer::State> state_;

@@ -13,7 +13,7 @@ import subprocess
 import tempfile
 import unittest
 
-from tokenizers import Tokenizer, models, pre_tokenizers, trainers, decoders
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 from transformers.utils.chat_template_utils import _compile_jinja_template
 
@@ -75,11 +75,11 @@ TOOLS = """{%- set ns = namespace(system='', tool_turns=0) %}
 {%- if ns.system %}<sys>{{ ns.system }}</sys>{% endif %}
 {%- for m in messages if m.role != 'system' %}
 {%- if m.role == 'assistant' and m.tool_calls is defined %}
-<call>{% for c in m.tool_calls %}{{ c.function | tojson(sort_keys=true) }}{% if not loop.last %}, {% endif %}{% endfor %}</call>
+<assistant><call>{% for c in m.tool_calls %}{{ c.function | tojson(sort_keys=true) }}{% if not loop.last %}, {% endif %}{% endfor %}</call></assistant>
 {%- elif m.role == 'tool' %}{% set ns.tool_turns = ns.tool_turns + 1 %}
 <result n="{{ ns.tool_turns }}">{{ m.content }}</result>
 {%- else %}
-<{{ m.role }}>{{ m.content }}</{{ m.role }}>{% if loop.last and m.role == 'assistant' %}{{ eos_token }}{% endif %}
+<{{ m.role }}>{{ m.content }}</{{ m.role }}>{% if m.role == 'assistant' %}{{ eos_token }}{% endif %}
 {%- endif %}
 {%- endfor %}
 {%- if add_generation_prompt %}<assistant>{% endif %}
@@ -97,7 +97,7 @@ MACROS = """{%- macro render_content(content, sep='\\n') -%}
 {{ bos_token }}
 {%- for message in messages %}
 {%- set role = 'model' if message.role == 'assistant' else message.role %}
-<turn {{ role }} n={{ loop.index }}{% if loop.previtem is defined %} after={{ loop.previtem.role }}{% endif %}>
+<turn {{ role }}>[n={{ loop.index }}{% if loop.previtem is defined %} after={{ loop.previtem.role }}{% endif %}]
 {{ render_content(message.content) | indent(2, first=true) }}
 </turn>
 {%- endfor %}
