@@ -354,6 +354,10 @@ std::vector<SpecError> ValidateJobSpec(const v1::JobSpec& s) {
       c.Fail(at + ".weight", absl::StrCat(src.weight(), " is not a positive number"));
     }
   }
+  if (s.data().packing()) {
+    c.Fail("data.packing", "true is not supported yet: SFT conversations are trained one per sample, right-padded "
+                           "(data.packing: false)");
+  }
   const double f = s.data().valid_fraction();
   if (f != 0 && !(f > 0 && f < 1)) c.Fail("data.valid_fraction", absl::StrCat(f, " must be in (0, 1) (or 0: none)"));
   if (f != 0 && !s.data().valid_path().empty()) {

@@ -9,8 +9,13 @@
 #include <cmath>
 #include <cstring>
 
+#include <algorithm>
+#include <fstream>
+
 #include "absl/strings/str_cat.h"
 #include "formats/data/indexed_dataset.h"
+#include "nlohmann/json.hpp"
+
 
 namespace tessera::parallel {
 namespace {
@@ -100,6 +105,9 @@ absl::StatusOr<std::unique_ptr<TokenDataset>> TokenDataset::Open(const TokenData
   size_t offset = 0;
   int token_bytes = options.token_bytes;
   int64_t tokens = 0;
+  std::vector<int64_t> pointers;
+  std::vector<int32_t> lengths;
+  const bool sft = !prefix.empty() && IsFile(prefix + ".sft.json");
   auto fail = [&](absl::Status s) {
     close(fd);
     return s;
@@ -120,6 +128,10 @@ absl::StatusOr<std::unique_ptr<TokenDataset>> TokenDataset::Open(const TokenData
       at += int64_t{index->sequence_lengths[i]} * token_bytes;
     }
     tokens = index->num_tokens;
+    if (sft) {
+      pointers = index->sequence_pointers;
+      lengths = index->sequence_lengths;
+    }
   } else {
     int32_t head[3] = {0, 0, 0};
     const bool has_head = size >= kLlmcHeaderBytes && pread(fd, head, sizeof(head), 0) == sizeof(head);
@@ -158,7 +170,7 @@ absl::StatusOr<std::unique_ptr<TokenDataset>> TokenDataset::Open(const TokenData
     }
     tokens = static_cast<int64_t>((size - offset) / token_bytes);
   }
-  if (tokens < options.seq_len + 1) {
+  if (!sft && tokens < options.seq_len + 1) {
     return fail(absl::InvalidArgumentError(absl::StrCat(file, ": holds ", tokens, " tokens, fewer than seq_len + 1 = ",
                                                         options.seq_len + 1)));
   }
@@ -170,7 +182,10 @@ absl::StatusOr<std::unique_ptr<TokenDataset>> TokenDataset::Open(const TokenData
   ds->format_ = format;
   ds->token_bytes_ = token_bytes;
   ds->num_tokens_ = tokens;
-  const int64_t windows = (tokens - 1) / options.seq_len;
+  if (sft) {
+    if (absl::Status s = ds->OpenSft(prefix, pointers, lengths); !s.ok()) return s;
+  }
+  const int64_t windows = sft ? static_cast<int64_t>(lengths.size()) : (tokens - 1) / options.seq_len;
   ds->num_windows_ = windows;
   if (options.split != DataSplit::kAll) {
     if (!(options.valid_fraction > 0 && options.valid_fraction < 1)) {
@@ -197,7 +212,77 @@ absl::StatusOr<std::unique_ptr<TokenDataset>> TokenDataset::Open(const TokenData
 TokenDataset::TokenDataset(TokenDatasetOptions options, const uint8_t* map, size_t map_size)
     : options_(std::move(options)), map_(map), map_size_(map_size), tokens_(map) {}
 
-TokenDataset::~TokenDataset() { munmap(const_cast<uint8_t*>(map_), map_size_); }
+TokenDataset::~TokenDataset() {
+  munmap(const_cast<uint8_t*>(map_), map_size_);
+  if (mask_ != nullptr) munmap(const_cast<uint8_t*>(mask_), mask_size_);
+}
+
+absl::Status TokenDataset::OpenSft(const std::string& prefix, const std::vector<int64_t>& pointers,
+                                   const std::vector<int32_t>& lengths) {
+  const std::string json_path = prefix + ".sft.json", mask_path = prefix + ".sft.mask";
+  std::ifstream in(json_path);
+  nlohmann::json meta = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (meta.is_discarded() || !meta.is_object() || meta.value("format", "") != "tessera-sft") {
+    return absl::InvalidArgumentError(absl::StrCat(json_path, ": not an SFT dataset's metadata (format tessera-sft)"));
+  }
+  if (meta.value("version", 0) != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(json_path, ": version ", meta.value("version", 0),
+                                                   " is not supported (1)"));
+  }
+  if (!meta.contains("tokens") || !meta["tokens"].is_number_integer() || meta["tokens"].get<int64_t>() != num_tokens_) {
+    return absl::InvalidArgumentError(absl::StrCat(json_path, ": tokens does not match the ", num_tokens_,
+                                                   " tokens of ", prefix, ".bin"));
+  }
+  if (lengths.empty()) return absl::InvalidArgumentError(absl::StrCat(prefix, ".idx: holds no conversation"));
+  const int fd = open(mask_path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return absl::NotFoundError(absl::StrCat(mask_path, ": cannot open: ", std::strerror(errno)));
+  struct stat st;
+  if (fstat(fd, &st) != 0 || static_cast<int64_t>(st.st_size) != num_tokens_) {
+    close(fd);
+    return absl::InvalidArgumentError(
+        absl::StrCat(mask_path, ": must hold one byte per token (", num_tokens_, "), holds ", st.st_size));
+  }
+  void* m = mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
+  close(fd);
+  if (m == MAP_FAILED) return absl::InternalError(absl::StrCat(mask_path, ": mmap failed"));
+  mask_ = static_cast<const uint8_t*>(m);
+  mask_size_ = static_cast<size_t>(st.st_size);
+  conversation_start_.reserve(lengths.size());
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    if (lengths[i] < 1) return absl::InvalidArgumentError(absl::StrCat(prefix, ".idx: conversation ", i, " is empty"));
+    conversation_start_.push_back(pointers[i] / token_bytes_);
+  }
+  conversation_length_ = lengths;
+  return absl::OkStatus();
+}
+
+int64_t TokenDataset::TokenAt(int64_t i) const {
+  const uint8_t* at = tokens_ + i * token_bytes_;
+  if (token_bytes_ == 2) {
+    uint16_t h;
+    std::memcpy(&h, at, 2);
+    return h;
+  }
+  if (token_bytes_ == 4) {
+    uint32_t w;  // int32 datasets hold no negative ids; one read as uint32 fails the vocab check.
+    std::memcpy(&w, at, 4);
+    return w;
+  }
+  if (token_bytes_ == 1) return *at;
+  int64_t v;
+  std::memcpy(&v, at, 8);
+  return v;
+}
+
+int64_t TokenDataset::TrainedTargets(int64_t g) {
+  if (!sft()) return options_.seq_len;
+  const int64_t c = WindowOf(g);
+  const int64_t start = conversation_start_[c];
+  const int64_t n = std::min<int64_t>(conversation_length_[c], options_.seq_len + 1);
+  int64_t trained = 0;
+  for (int64_t k = 1; k < n; ++k) trained += mask_[start + k] != 0;
+  return trained;
+}
 
 int64_t TokenDataset::WindowOf(int64_t g) {
   const int64_t in_epoch = g % num_windows_;
@@ -212,23 +297,24 @@ int64_t TokenDataset::WindowOf(int64_t g) {
 
 absl::Status TokenDataset::Read(int64_t g, std::vector<int64_t>* out) {
   if (g < 0) return absl::InvalidArgumentError("negative sample index");
+  if (sft()) {
+    const int64_t c = WindowOf(g);
+    const int64_t start = conversation_start_[c];
+    const int64_t n = std::min<int64_t>(conversation_length_[c], options_.seq_len + 1);
+    for (int64_t k = 0; k < n; ++k) {
+      const int64_t v = TokenAt(start + k);
+      if (v < 0 || v >= options_.vocab) {
+        return absl::InvalidArgumentError(absl::StrCat(options_.path, ": token ", v, " at position ", start + k,
+                                                       " is not below model.vocab ", options_.vocab));
+      }
+      out->push_back(k == 0 || mask_[start + k] != 0 ? v : -v - 1);
+    }
+    for (int64_t k = n; k < options_.seq_len + 1; ++k) out->push_back(-1);  // Padding: token 0, not trained.
+    return absl::OkStatus();
+  }
   const int64_t start = WindowOf(g) * options_.seq_len;
   for (int64_t i = start; i < start + options_.seq_len + 1; ++i) {
-    int64_t v;
-    const uint8_t* at = tokens_ + i * token_bytes_;
-    if (token_bytes_ == 2) {
-      uint16_t h;
-      std::memcpy(&h, at, 2);
-      v = h;
-    } else if (token_bytes_ == 4) {
-      uint32_t w;  // int32 datasets hold no negative ids; one read as uint32 fails the vocab check.
-      std::memcpy(&w, at, 4);
-      v = w;
-    } else if (token_bytes_ == 1) {
-      v = *at;
-    } else {
-      std::memcpy(&v, at, 8);
-    }
+    const int64_t v = TokenAt(i);
     if (v < 0 || v >= options_.vocab) {
       return absl::InvalidArgumentError(absl::StrCat(options_.path, ": token ", v, " at position ", i,
                                                      " is not below model.vocab ", options_.vocab));

@@ -13,6 +13,13 @@
 // (the training part as above with N − V in place of N; the validation part always in order, sample
 // g reading window N − V + g mod V). The two parts share one token: the last target of the training
 // part is the first input of the validation part.
+//
+// SFT datasets (docs/data-format.md "SFT datasets": a Megatron dataset with PREFIX.sft.mask and
+// PREFIX.sft.json) are read one conversation per sample: the "windows" are the conversations (in file
+// order; shuffled, split and held out as windows are), and sample g holds the first seq_len + 1 tokens
+// of its conversation, right-padded. A token that is not trained on as a target is given as −id − 1
+// (padding as −1: token 0, not trained); the first token of a sample is never a target and is given as
+// is. TrainedTargets(g) counts the trained targets of sample g.
 #ifndef TESSERA_PARALLEL_DATA_TOKEN_DATASET_H_
 #define TESSERA_PARALLEL_DATA_TOKEN_DATASET_H_
 
@@ -57,6 +64,9 @@ class TokenDataset {
   DataFormat format() const { return format_; }  // Never kAuto.
   int token_bytes() const { return token_bytes_; }
   int64_t num_windows() const { return num_windows_; }  // Of this dataset's part.
+  bool sft() const { return !conversation_start_.empty(); }
+  // The trained targets among the seq_len targets of global sample g (seq_len for a token stream).
+  int64_t TrainedTargets(int64_t g);
   int64_t first_window() const { return first_window_; }  // The part's first window in the file.
 
   // The window of the file that global sample `g` reads.
@@ -70,6 +80,10 @@ class TokenDataset {
 
  private:
   TokenDataset(TokenDatasetOptions options, const uint8_t* map, size_t map_size);
+  int64_t TokenAt(int64_t i) const;
+  // Reads PREFIX.sft.json and maps PREFIX.sft.mask when they exist (an SFT dataset).
+  absl::Status OpenSft(const std::string& prefix, const std::vector<int64_t>& pointers,
+                       const std::vector<int32_t>& lengths);
 
   TokenDatasetOptions options_;
   const uint8_t* map_;     // The whole file.
@@ -82,6 +96,11 @@ class TokenDataset {
   int64_t first_window_ = 0;
   int64_t cached_epoch_ = -1;
   std::vector<int64_t> cached_permutation_;
+  // SFT datasets: each conversation's first token and length, and the flags (one byte per token).
+  std::vector<int64_t> conversation_start_;
+  std::vector<int32_t> conversation_length_;
+  const uint8_t* mask_ = nullptr;
+  size_t mask_size_ = 0;
 };
 
 }  // namespace tessera::parallel

@@ -21,6 +21,10 @@ absl::StatusOr<std::unique_ptr<TrainingData>> TrainingData::Open(const TokenData
     if (!ds.ok()) {
       return absl::Status(ds.status().code(), absl::StrCat("data.blend[", s, "]: ", ds.status().message()));
     }
+    if ((*ds)->sft()) {
+      return absl::InvalidArgumentError(absl::StrCat("data.blend[", s, "]: ", o.path,
+                                                     " is an SFT dataset; SFT datasets are not blended (yet)"));
+    }
     t->sources_.push_back(std::move(*ds));
     weights.push_back(blend[s].weight);
   }
@@ -62,6 +66,14 @@ absl::StatusOr<TrainingData::WithValidation> TrainingData::OpenWithValidation(co
   }
   auto t = Open(train_data, train_blend);
   if (!t.ok()) return t.status();
+  if ((*t)->sft() && out.valid) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        valid_fraction > 0 ? "data.valid_fraction" : "data.valid_path", ": ", data.path,
+        " is an SFT dataset; validation on SFT data is not supported yet"));
+  }
+  if (out.valid && out.valid->sft()) {
+    return absl::InvalidArgumentError("data.valid_path: an SFT dataset; validation on SFT data is not supported yet");
+  }
   out.train = std::move(*t);
   return out;
 }

@@ -37,8 +37,12 @@ class TrainingData {
                                                            const std::vector<BlendSource>& blend,
                                                            const TokenDatasetOptions& valid, double valid_fraction);
 
-  // Appends the seq_len + 1 tokens of global sample g.
+  // Appends the seq_len + 1 tokens of global sample g (an SFT dataset's encoding: token_dataset.h).
   absl::Status Read(int64_t g, std::vector<int64_t>* out);
+  // An SFT dataset (token_dataset.h): its samples are conversations with untrained targets.
+  bool sft() const { return sources_[0]->sft(); }
+  // The trained targets of global sample g (seq_len for a token stream).
+  int64_t TrainedTargets(int64_t g) { return sources_[0]->TrainedTargets(g); }
 
   // Where global sample g comes from: the source (0 without a blend), its sample number there, and
   // the window that sample reads.

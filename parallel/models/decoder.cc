@@ -400,7 +400,15 @@ at::Tensor Decoder::Block(const at::Tensor& x_in, int i) {
   return x + m;
 }
 
-at::Tensor Decoder::Embed(const at::Tensor& tokens) {
+namespace {
+
+// Token ids with the masked-target encoding removed: −k−1 is token k.
+at::Tensor RealIds(const at::Tensor& ids) { return at::where(ids < 0, -ids - 1, ids); }
+
+}  // namespace
+
+at::Tensor Decoder::Embed(const at::Tensor& tokens_in) {
+  const at::Tensor tokens = masked_targets_ ? RealIds(tokens_in) : tokens_in;
   Communicator* tp = tp_.get();
   const int64_t vocab_start = tp->rank() * VocabPart();
   if (hooks_) hooks_->PreForward(0, false);
@@ -464,8 +472,11 @@ at::Tensor Decoder::Head(const at::Tensor& x_in, const at::Tensor& targets) {
   // reading the 16-bit logits, or by ATen on an fp32 copy.
   const kernels::FusedKernels* k = kernels::SelectKernels(logits, fused_kernels_);
   if (k == nullptr && logits.scalar_type() != at::kFloat) logits = logits.to(at::kFloat);
-  at::Tensor losses = VocabParallelCrossEntropy(logits.view({B * T, -1}), targets.reshape({B * T}),
+  const at::Tensor flat_targets = targets.reshape({B * T});
+  at::Tensor losses = VocabParallelCrossEntropy(logits.view({B * T, -1}),
+                                                masked_targets_ ? RealIds(flat_targets) : flat_targets,
                                                 vocab_start, tp, k);
+  if (masked_targets_) losses = losses * ((flat_targets >= 0).to(losses.scalar_type()) * target_weight_);
   at::Tensor loss = losses.mean();
   if (hooks_) loss = hooks_->PostForward(0, loss);
   return loss;

@@ -84,7 +84,13 @@ class Decoder {
 
   // Mean cross-entropy over all tokens of `tokens` [B, T] predicting `targets` [B, T] (T <= seq_len).
   // Needs the whole model: Head(Blocks(Embed(tokens), 0, layers), targets).
+  // Masked targets (set_masked_targets, SFT data: formats/data/token_dataset.h): an id −k−1 stands for
+  // token k, in `tokens` as in `targets`; such a target is not trained on, and each other target's
+  // cross-entropy counts target_weight times in the mean (the trainer sets it so that the step's loss
+  // is the sum over the global batch's trained targets divided by their number).
   at::Tensor Loss(const at::Tensor& tokens, const at::Tensor& targets);
+  void set_masked_targets(bool masked) { masked_targets_ = masked; }
+  void set_target_weight(double weight) { target_weight_ = weight; }
 
   // The pieces of Loss, for pipeline stages: token + position embedding [B, T, hidden] (needs the
   // embedding); blocks [first, first + count) (must be held); final norm, tied head and mean
@@ -214,6 +220,8 @@ class Decoder {
   std::map<std::string, size_t> index_;
   std::vector<int> layer_of_;  // Per parameter: its block, -1 outside the blocks.
   bool activation_checkpointing_ = false;
+  bool masked_targets_ = false;
+  double target_weight_ = 1;
   bool fused_kernels_ = false;
   UnitHooks* hooks_ = nullptr;
   KvCache* cache_ = nullptr;  // Set during DecodeStep only.

@@ -111,6 +111,15 @@ absl::Status Trainer::Init() {
   }
   model_ = grid_tp ? std::make_unique<Decoder>(m, part, groups_.tp, grid, groups_.tp_axes, options_.seed, device_)
                    : std::make_unique<Decoder>(m, part, groups_.tp, options_.seed, device_);
+  if (data_->sft()) {
+    // Conversations with untrained targets (docs/fine-tuning.md): the loss of a step is the sum over
+    // the global batch's trained targets divided by their number (Step sets each target's weight).
+    if (grid_tp) {
+      return absl::InvalidArgumentError(absl::StrCat("data.path: an SFT dataset with parallel.tp_mode ",
+                                                     layout::Name(l.tp_mode), " is not supported yet (use 1d)"));
+    }
+    model_->set_masked_targets(true);
+  }
   if (l.sp > 1) model_->set_sequence_parallel(groups_.sp, l.sp_mode);
   if (groups_.ep->size() > 1) model_->set_expert_parallel(groups_.ep);
   if (m.IsMoe() && m.router_bias_rate > 0) {
@@ -229,8 +238,29 @@ absl::StatusOr<at::Tensor> Trainer::ReadMicroBatch(TrainingData& data, int64_t f
   return window.to(device_, /*non_blocking=*/false, /*copy=*/true);
 }
 
+void Trainer::WeighTrainedTargets(int accum) {
+  if (!data_->sft()) return;
+  // Every rank counts the trained targets of the whole global batch (the masks are local files).
+  int64_t trained = 0;
+  for (int64_t g = step_ * options_.global_batch; g < (step_ + 1) * options_.global_batch; ++g) {
+    trained += data_->TrainedTargets(g);
+  }
+  trained_targets_ = trained;
+  // Each micro-batch's loss is a mean over this rank's micro × T/sp targets, divided by accum and
+  // averaged over the dp × sp replicas: weighing each trained target by that count over the global
+  // one makes the step's objective Σ cross-entropy / trained.
+  const double local = static_cast<double>(options_.micro_batch) * (options_.model.seq_len / groups_.sp->size());
+  const double weight = trained > 0 ? local * accum * groups_.dp_sp->size() / static_cast<double>(trained) : 0.0;
+  model_->set_target_weight(weight);
+  if (trained == 0 && groups_.global_rank == 0) {
+    std::fprintf(stderr, "step %lld: the global batch has no trained target (its conversations have no assistant "
+                         "token within seq_len): loss 0, no gradient\n", static_cast<long long>(step_ + 1));
+  }
+}
+
 absl::StatusOr<Trainer::LossSums> Trainer::ForwardBackward(int accum) {
   LossSums sums;
+  WeighTrainedTargets(accum);
   if (pipeline_) {
     // Gradients of the last backward pass of this stage start their dp reduction inside it.
     zero_->SetSyncThisPass(false);
@@ -418,6 +448,7 @@ absl::StatusOr<StepStats> Trainer::Step() {
   s.step = step_;
   s.step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   s.tokens = static_cast<int64_t>(options_.global_batch) * options_.model.seq_len;
+  if (data_->sft()) s.trained_tokens = trained_targets_;
   s.tokens_per_s = s.tokens / s.step_seconds;
   s.bytes_all_reduced = all_reduced() - bytes_before;
   s.bytes_communicated = BytesCommunicated() - communicated_before;
@@ -560,6 +591,7 @@ absl::Status Trainer::AppendStepLog(const StepStats& s) {
                       {"bytes_all_reduced", s.bytes_all_reduced}, {"bytes_communicated", s.bytes_communicated},
                       {"optimizer_state_bytes", s.optimizer_state_bytes}};
   if (s.skipped) j["skipped"] = true;
+  if (s.trained_tokens) j["trained_tokens"] = *s.trained_tokens;
   if (s.lm_loss) j["lm_loss"] = *s.lm_loss;
   if (s.aux_loss) j["aux_loss"] = *s.aux_loss;
   if (!s.expert_imbalance.empty()) {

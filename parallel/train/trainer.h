@@ -40,6 +40,7 @@ struct StepStats {
   double step_seconds = 0;
   double tokens_per_s = 0;
   int64_t tokens = 0;         // Tokens of this step (global).
+  std::optional<int64_t> trained_tokens;  // SFT data: the trained targets of this step (global).
   int64_t bytes_all_reduced = 0;  // By this rank in this step.
   int64_t bytes_communicated = 0;  // By this rank in this step, every group (Communicator::bytes_communicated).
   int64_t optimizer_state_bytes = 0;  // AdamW state (and separate fp32 master weights) held by this rank.
@@ -158,6 +159,9 @@ class Trainer {
   ProcessGroups groups_;
   c10::Device device_{c10::kCPU};
   std::unique_ptr<Decoder> model_;
+  // SFT data: the trained targets of the current step's global batch, and the weight each gets.
+  void WeighTrainedTargets(int accum);
+  int64_t trained_targets_ = 0;
   std::unique_ptr<TrainingData> data_;
   std::unique_ptr<TrainingData> valid_;  // Validation samples; null without validation data.
   // Pipeline parallelism (pp > 1): this rank's chunks of the model and their schedule.
