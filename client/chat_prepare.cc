@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "client/jsonl_records.h"
 #include "formats/chat/chat_template.h"
 #include "formats/data/indexed_dataset.h"
 #include "formats/data/tokenizer.h"
@@ -134,60 +135,46 @@ absl::StatusOr<ChatPrepareReport> PrepareChat(const ChatPrepareOptions& o) {
   std::vector<int32_t> ids;
   std::vector<std::pair<size_t, size_t>> offsets;
   std::string flags;
-  for (const std::string& input : o.inputs) {
-    std::ifstream file;
-    std::istream* in = &std::cin;
-    if (input != "-") {
-      file.open(input, std::ios::binary);
-      if (!file) return absl::NotFoundError(absl::StrCat(input, ": cannot be read"));
-      in = &file;
+  absl::Status read = ForEachJsonRecord(o.inputs, [&](const Json& record, const std::string& where) -> absl::Status {
+    absl::StatusOr<Rendered> r = absl::InvalidArgumentError("a record needs \"messages\", or \"prompt\" and \"completion\"");
+    if (record.contains("messages")) {
+      if (!have_template) return absl::Status(tmpl.status().code(), where + std::string(tmpl.status().message()));
+      r = RenderConversation(*tmpl, record);
+    } else if (record.contains("prompt")) {
+      r = RenderCompletion(record, eos);
     }
-    std::string line;
-    for (int64_t n = 1; std::getline(*in, line); ++n) {
-      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-      const std::string where = absl::StrCat(input, ":", n, ": ");
-      Json record = Json::parse(line, nullptr, /*allow_exceptions=*/false);
-      if (record.is_discarded() || !record.is_object()) {
-        return absl::InvalidArgumentError(absl::StrCat(where, "not a JSON object"));
-      }
-      absl::StatusOr<Rendered> r = absl::InvalidArgumentError("a record needs \"messages\", or \"prompt\" and \"completion\"");
-      if (record.contains("messages")) {
-        if (!have_template) return absl::Status(tmpl.status().code(), where + std::string(tmpl.status().message()));
-        r = RenderConversation(*tmpl, record);
-      } else if (record.contains("prompt")) {
-        r = RenderCompletion(record, eos);
-      }
-      if (!r.ok()) return absl::Status(r.status().code(), where + std::string(r.status().message()));
-      ids.clear();
-      offsets.clear();
-      if (absl::Status s = encoder->EncodeWithOffsets(r->text, &ids, &offsets); !s.ok()) {
-        return absl::InvalidArgumentError(absl::StrCat(where, "the rendered text: ", s.message()));
-      }
-      if (ids.empty()) return absl::InvalidArgumentError(absl::StrCat(where, "the rendered text has no tokens"));
-      flags.assign(ids.size(), '\0');
-      int64_t trained = 0;
-      for (size_t k = 0; k < ids.size(); ++k) {
-        for (const Span& s : r->trained) {
-          if (offsets[k].first >= s.first && offsets[k].second <= s.second) {
-            flags[k] = 1;
-            ++trained;
-            break;
-          }
+    if (!r.ok()) return absl::Status(r.status().code(), where + std::string(r.status().message()));
+    ids.clear();
+    offsets.clear();
+    if (absl::Status s = encoder->EncodeWithOffsets(r->text, &ids, &offsets); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, "the rendered text: ", s.message()));
+    }
+    if (ids.empty()) return absl::InvalidArgumentError(absl::StrCat(where, "the rendered text has no tokens"));
+    flags.assign(ids.size(), '\0');
+    int64_t trained = 0;
+    for (size_t k = 0; k < ids.size(); ++k) {
+      for (const Span& s : r->trained) {
+        if (offsets[k].first >= s.first && offsets[k].second <= s.second) {
+          flags[k] = 1;
+          ++trained;
+          break;
         }
       }
-      if (absl::Status s = (*writer)->AddDocument(ids); !s.ok()) return s;
-      mask.write(flags.data(), static_cast<std::streamsize>(flags.size()));
-      ++report.conversations;
-      report.trained_tokens += trained;
-      if (trained == 0) ++report.without_trained;
-      const auto now = std::chrono::steady_clock::now();
-      if (o.progress && now - last_print > std::chrono::seconds(tty ? 1 : 10)) {
-        last_print = now;
-        std::cerr << (tty ? "\r" : "") << "preparing: " << report.conversations << " conversations"
-                  << (tty ? "" : "\n") << std::flush;
-      }
     }
-  }
+    if (absl::Status s = (*writer)->AddDocument(ids); !s.ok()) return s;
+    mask.write(flags.data(), static_cast<std::streamsize>(flags.size()));
+    ++report.conversations;
+    report.trained_tokens += trained;
+    if (trained == 0) ++report.without_trained;
+    const auto now = std::chrono::steady_clock::now();
+    if (o.progress && now - last_print > std::chrono::seconds(tty ? 1 : 10)) {
+      last_print = now;
+      std::cerr << (tty ? "\r" : "") << "preparing: " << report.conversations << " conversations"
+                << (tty ? "" : "\n") << std::flush;
+    }
+    return absl::OkStatus();
+  });
+  if (!read.ok()) return read;
   if (o.progress && tty) std::cerr << "\n";
   if (report.conversations == 0) return absl::InvalidArgumentError("the inputs hold no conversations");
   mask.close();

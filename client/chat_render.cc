@@ -1,9 +1,9 @@
 #include "client/chat_render.h"
 
-#include <fstream>
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
+#include "client/jsonl_records.h"
 #include "formats/chat/chat_template.h"
 #include "nlohmann/json.hpp"
 
@@ -36,30 +36,16 @@ absl::Status RenderChatCommand(const std::string& tokenizer, const std::vector<s
                                bool add_generation_prompt) {
   auto t = chat::ChatTemplate::FromTokenizerDir(tokenizer);
   if (!t.ok()) return t.status();
-  for (const std::string& input : inputs) {
-    std::ifstream file;
-    std::istream* in = &std::cin;
-    if (input != "-") {
-      file.open(input, std::ios::binary);
-      if (!file) return absl::NotFoundError(absl::StrCat(input, ": cannot be read"));
-      in = &file;
-    }
-    std::string line;
-    for (int64_t n = 1; std::getline(*in, line); ++n) {
-      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-      const std::string where = absl::StrCat(input, ":", n, ": ");
-      Json record = Json::parse(line, nullptr, /*allow_exceptions=*/false);
-      if (record.is_discarded()) return absl::InvalidArgumentError(absl::StrCat(where, "not valid JSON"));
-      if (absl::Status s = CheckConversation(record); !s.ok()) return absl::InvalidArgumentError(where + std::string(s.message()));
-      auto text = t->Render(record["messages"], add_generation_prompt,
-                            record.contains("tools") ? record["tools"] : Json(nullptr));
-      if (!text.ok()) return absl::Status(text.status().code(), where + std::string(text.status().message()));
-      Json out = Json::object();
-      out["text"] = *text;
-      std::cout << out.dump(-1, ' ', false, Json::error_handler_t::replace) << "\n";
-    }
-  }
-  return absl::OkStatus();
+  return ForEachJsonRecord(inputs, [&](const Json& record, const std::string& where) -> absl::Status {
+    if (absl::Status s = CheckConversation(record); !s.ok()) return absl::InvalidArgumentError(where + std::string(s.message()));
+    auto text = t->Render(record["messages"], add_generation_prompt,
+                          record.contains("tools") ? record["tools"] : Json(nullptr));
+    if (!text.ok()) return absl::Status(text.status().code(), where + std::string(text.status().message()));
+    Json out = Json::object();
+    out["text"] = *text;
+    std::cout << out.dump(-1, ' ', false, Json::error_handler_t::replace) << "\n";
+    return absl::OkStatus();
+  });
 }
 
 }  // namespace tessera::client

@@ -348,33 +348,8 @@ class Parser {
     return e;
   }
 
-  absl::StatusOr<ExprPtr> Or() {
-    auto a = And();
-    if (!a.ok()) return a;
-    ExprPtr e = *std::move(a);
-    while (IsName("or")) {
-      const int line = Cur().line;
-      ++i_;
-      auto b = And();
-      if (!b.ok()) return b;
-      e = BinaryOf("or", std::move(e), *std::move(b), line);
-    }
-    return e;
-  }
-
-  absl::StatusOr<ExprPtr> And() {
-    auto a = Not();
-    if (!a.ok()) return a;
-    ExprPtr e = *std::move(a);
-    while (IsName("and")) {
-      const int line = Cur().line;
-      ++i_;
-      auto b = Not();
-      if (!b.ok()) return b;
-      e = BinaryOf("and", std::move(e), *std::move(b), line);
-    }
-    return e;
-  }
+  absl::StatusOr<ExprPtr> Or() { return LeftAssoc({"or"}, &Parser::And, /*keywords=*/true); }
+  absl::StatusOr<ExprPtr> And() { return LeftAssoc({"and"}, &Parser::Not, /*keywords=*/true); }
 
   absl::StatusOr<ExprPtr> Not() {
     Nest nest(&depth_);
@@ -419,15 +394,16 @@ class Parser {
     return e;
   }
 
+  // next (op next)*, left-associative; `keywords`: the operators are names (and, or).
   template <typename Next>
-  absl::StatusOr<ExprPtr> LeftAssoc(std::initializer_list<const char*> ops, Next next) {
+  absl::StatusOr<ExprPtr> LeftAssoc(std::initializer_list<const char*> ops, Next next, bool keywords = false) {
     auto a = (this->*next)();
     if (!a.ok()) return a;
     ExprPtr e = *std::move(a);
     while (true) {
       const char* found = nullptr;
       for (const char* op : ops) {
-        if (IsOp(op)) found = op;
+        if (keywords ? IsName(op) : IsOp(op)) found = op;
       }
       if (found == nullptr) return e;
       const int line = Cur().line;

@@ -67,3 +67,22 @@ def blend_reference(sources, weights, seq, seed, shuffle, count):
             window = splitmix_permutation(n, seed + (s << 32) + k // n)[k % n]
         out.append((s, k, window, tokens[window * seq:window * seq + seq + 1].tolist()))
     return out
+
+
+def read_indexed_dataset(prefix):
+    """An independent reader of Megatron's MMIDIDX format (docs/data-format.md)."""
+    with open(prefix + ".idx", "rb") as f:
+        idx = f.read()
+    assert idx[:9] == b"MMIDIDX\x00\x00", idx[:9]
+    version, code, seqs, docs = struct.unpack_from("<QBQQ", idx, 9)
+    assert version == 1
+    dtype = {8: np.uint16, 4: np.int32}[code]
+    at = 34
+    lengths = np.frombuffer(idx, np.int32, seqs, at)
+    pointers = np.frombuffer(idx, np.int64, seqs, at + 4 * seqs)
+    doc_idx = np.frombuffer(idx, np.int64, docs, at + 12 * seqs)
+    assert len(idx) == at + 12 * seqs + 8 * docs
+    assert list(doc_idx) == list(range(seqs + 1)), "one sequence per document"
+    data = np.fromfile(prefix + ".bin", dtype=dtype)
+    item = np.dtype(dtype).itemsize
+    return code, [data[p // item:p // item + n].tolist() for p, n in zip(pointers, lengths)]

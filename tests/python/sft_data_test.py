@@ -8,7 +8,6 @@ line and field; the files (.bin/.idx read by an independent reader, .sft.mask, .
 docs/data-format.md says."""
 import json
 import os
-import struct
 import subprocess
 import sys
 import tempfile
@@ -20,24 +19,9 @@ from transformers import PreTrainedTokenizerFast
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import chat_template_test as ct  # noqa: E402 - the templates, conversations and the trained tokenizer
+from data_reference import read_indexed_dataset  # noqa: E402
 
 TESSERA = os.path.abspath("client/tessera")
-
-
-def read_indexed_dataset(prefix):
-    """Megatron's MMIDIDX format, read here from docs/data-format.md."""
-    with open(prefix + ".idx", "rb") as f:
-        idx = f.read()
-    assert idx[:9] == b"MMIDIDX\x00\x00", idx[:9]
-    version, code, seqs, docs = struct.unpack_from("<QBQQ", idx, 9)
-    assert version == 1
-    dtype = {8: np.uint16, 4: np.int32}[code]
-    at = 34
-    lengths = np.frombuffer(idx, np.int32, seqs, at)
-    pointers = np.frombuffer(idx, np.int64, seqs, at + 4 * seqs)
-    data = np.fromfile(prefix + ".bin", dtype=dtype)
-    item = np.dtype(dtype).itemsize
-    return [data[p // item:p // item + n].tolist() for p, n in zip(pointers, lengths)]
 
 
 def reference(hf, record):
@@ -90,7 +74,7 @@ class SftDataTest(unittest.TestCase):
         return r, prefix
 
     def check(self, hf, records, prefix):
-        docs = read_indexed_dataset(prefix)
+        _, docs = read_indexed_dataset(prefix)
         mask = np.fromfile(prefix + ".sft.mask", dtype=np.uint8)
         with open(prefix + ".sft.json") as f:
             meta = json.load(f)

@@ -23,6 +23,7 @@ import chat_template_test as ct  # noqa: E402
 import gpt_reference  # noqa: E402
 import safetensors_io  # noqa: E402
 import sft_data_test  # noqa: E402
+import hf_testing  # noqa: E402
 from hf_testing import assert_losses_close  # noqa: E402
 
 TESSERA = os.path.abspath("client/tessera")
@@ -146,10 +147,7 @@ train: {{steps: {STEPS}, micro_batch: {MICRO}, global_batch: {GLOBAL}, lr: {LR},
         eps: {ADAM_EPS}, grad_clip: {CLIP}}}
 output_dir: {self.tmp}/{name}
 """)
-        cmd = [TESSERA, "run", spec, "--quiet", "--threads-per-rank=1"]
-        for s in sets:
-            cmd += ["--set", s]
-        done = subprocess.run(cmd, env=dict(os.environ, TESSERA_RANK_BINARY=RANK), capture_output=True, text=True)
+        done = hf_testing.run_tessera(TESSERA, spec, sets, dict(os.environ, TESSERA_RANK_BINARY=RANK))
         self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
         with open(os.path.join(self.tmp, name, "steps.jsonl")) as f:
             steps = [json.loads(line) for line in f]
@@ -169,10 +167,7 @@ data: {{path: {self.data}}}
 train: {{steps: 1, micro_batch: {MICRO}, global_batch: {GLOBAL}}}
 output_dir: {self.tmp}/refused
 """)
-            cmd = [TESSERA, "run", spec, "--quiet", "--threads-per-rank=1"]
-            for x in sets:
-                cmd += ["--set", x]
-            done = subprocess.run(cmd, env=dict(os.environ, TESSERA_RANK_BINARY=RANK), capture_output=True, text=True)
+            done = hf_testing.run_tessera(TESSERA, spec, sets, dict(os.environ, TESSERA_RANK_BINARY=RANK))
             self.assertNotEqual(done.returncode, 0, sets)
             self.assertIn(words, done.stdout + done.stderr + self.rank_logs("refused"), sets)
 

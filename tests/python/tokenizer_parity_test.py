@@ -11,11 +11,15 @@ import os
 import random
 import struct
 import subprocess
+import sys
 import tempfile
 import unittest
 
 import numpy as np
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from data_reference import read_indexed_dataset  # noqa: E402
 
 TESSERA = os.path.abspath("client/tessera")
 LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
@@ -99,25 +103,6 @@ def nfc_documents(count, seed):
                                                              "\U00011938\u0cd5\u0e48\u302a\u3099\uff9e") +
             list("aeiouAEIOUnN ") * 8)
     return ["".join(rng.choice(pool) for _ in range(rng.randint(1, 60))) for _ in range(count)]
-
-
-def read_indexed_dataset(prefix):
-    """An independent reader of Megatron's MMIDIDX format (docs/data-format.md)."""
-    with open(prefix + ".idx", "rb") as f:
-        idx = f.read()
-    assert idx[:9] == b"MMIDIDX\x00\x00", idx[:9]
-    version, code, seqs, docs = struct.unpack_from("<QBQQ", idx, 9)
-    assert version == 1
-    dtype = {8: np.uint16, 4: np.int32}[code]
-    at = 34
-    lengths = np.frombuffer(idx, np.int32, seqs, at)
-    pointers = np.frombuffer(idx, np.int64, seqs, at + 4 * seqs)
-    doc_idx = np.frombuffer(idx, np.int64, docs, at + 12 * seqs)
-    assert len(idx) == at + 12 * seqs + 8 * docs
-    assert list(doc_idx) == list(range(seqs + 1)), "one sequence per document"
-    data = np.fromfile(prefix + ".bin", dtype=dtype)
-    item = np.dtype(dtype).itemsize
-    return code, [data[p // item:p // item + n].tolist() for p, n in zip(pointers, lengths)]
 
 
 def train(kind, corpus, tmp):

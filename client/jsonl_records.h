@@ -1,0 +1,24 @@
+// The records of JSON-lines inputs, for the commands that read conversations (data render-chat,
+// data prepare --chat): each non-blank line a JSON object, keys in their order.
+#ifndef TESSERA_CLIENT_JSONL_RECORDS_H_
+#define TESSERA_CLIENT_JSONL_RECORDS_H_
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "nlohmann/json.hpp"
+
+namespace tessera::client {
+
+// Calls `record` with each record of `inputs` (.jsonl files; "-" is stdin) in order and its place
+// "FILE:LINE: " (for the caller's errors); stops at the first error, `record`'s or a line's ("FILE:LINE:
+// not valid JSON", "... not a JSON object").
+absl::Status ForEachJsonRecord(
+    const std::vector<std::string>& inputs,
+    const std::function<absl::Status(const nlohmann::ordered_json& record, const std::string& where)>& record);
+
+}  // namespace tessera::client
+
+#endif  // TESSERA_CLIENT_JSONL_RECORDS_H_
