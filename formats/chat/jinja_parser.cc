@@ -1,5 +1,6 @@
 #include "formats/chat/jinja_parser.h"
 
+#include <functional>
 #include <set>
 #include <utility>
 
@@ -65,6 +66,19 @@ class Parser {
   absl::StatusOr<std::string> ExpectName() {
     if (Cur().type != T::kName) return Error(absl::StrCat("expected a name, found ", Describe(Cur())));
     return t_[i_++].text;
+  }
+
+  // Items separated by commas (a trailing one allowed) up to `close`, which it consumes.
+  absl::Status Separated(const char* close, const std::function<absl::Status()>& item) {
+    for (bool first = true; !IsOp(close); first = false) {
+      if (!first) {
+        if (absl::Status st = Expect(","); !st.ok()) return st;
+        if (IsOp(close)) break;
+      }
+      if (absl::Status st = item(); !st.ok()) return st;
+    }
+    ++i_;
+    return absl::OkStatus();
   }
 
   ExprPtr Make(Expr::Kind kind, int line) {
@@ -204,11 +218,7 @@ class Parser {
       if (!n.ok()) return n.status();
       s->name = *n;
       if (absl::Status st = Expect("("); !st.ok()) return st;
-      while (!IsOp(")")) {
-        if (!s->params.empty()) {
-          if (absl::Status st = Expect(","); !st.ok()) return st;
-          if (IsOp(")")) break;
-        }
+      absl::Status params = Separated(")", [&]() -> absl::Status {
         auto p = ExpectName();
         if (!p.ok()) return p.status();
         s->params.push_back(*p);
@@ -219,8 +229,9 @@ class Parser {
           def = *std::move(d);
         }
         s->defaults.push_back(std::move(def));
-      }
-      ++i_;
+        return absl::OkStatus();
+      });
+      if (!params.ok()) return params;
       if (absl::Status st = EndTag(); !st.ok()) return st;
       if (absl::Status st = Statements({"endmacro"}, &s->body, &end); !st.ok()) return st;
       if (absl::Status st = EndTag(); !st.ok()) return st;
@@ -484,34 +495,28 @@ class Parser {
     }
     if (SkipOp("[")) {
       auto e = Make(Expr::Kind::kList, line);
-      while (!IsOp("]")) {
-        if (!e->items.empty()) {
-          if (absl::Status st = Expect(","); !st.ok()) return st;
-          if (IsOp("]")) break;
-        }
+      absl::Status items = Separated("]", [&]() -> absl::Status {
         auto x = Expression(true);
-        if (!x.ok()) return x;
+        if (!x.ok()) return x.status();
         e->items.push_back(*std::move(x));
-      }
-      ++i_;
+        return absl::OkStatus();
+      });
+      if (!items.ok()) return items;
       return e;
     }
     if (SkipOp("{")) {
       auto e = Make(Expr::Kind::kDict, line);
-      while (!IsOp("}")) {
-        if (!e->items.empty()) {
-          if (absl::Status st = Expect(","); !st.ok()) return st;
-          if (IsOp("}")) break;
-        }
+      absl::Status items = Separated("}", [&]() -> absl::Status {
         auto k = Expression(true);
-        if (!k.ok()) return k;
+        if (!k.ok()) return k.status();
         if (absl::Status st = Expect(":"); !st.ok()) return st;
         auto v = Expression(true);
-        if (!v.ok()) return v;
+        if (!v.ok()) return v.status();
         e->items.push_back(*std::move(k));
         e->items.push_back(*std::move(v));
-      }
-      ++i_;
+        return absl::OkStatus();
+      });
+      if (!items.ok()) return items;
       return e;
     }
     return Error(absl::StrCat("expected an expression, found ", Describe(tok)));
@@ -585,13 +590,7 @@ class Parser {
   // (args...) into e->items (after items[0]) and e->kwarg_names.
   absl::Status CallArgs(Expr* e) {
     if (absl::Status st = Expect("("); !st.ok()) return st;
-    bool first = true;
-    while (!IsOp(")")) {
-      if (!first) {
-        if (absl::Status st = Expect(","); !st.ok()) return st;
-        if (IsOp(")")) break;
-      }
-      first = false;
+    return Separated(")", [&]() -> absl::Status {
       if (IsOp("*") || IsOp("**")) return Error("*args and **kwargs in calls are not supported by tessera's template renderer");
       if (Cur().type == T::kName && Peek().type == T::kOp && Peek().text == "=") {
         const std::string name = Cur().text;
@@ -600,15 +599,14 @@ class Parser {
         if (!v.ok()) return v.status();
         e->items.push_back(*std::move(v));
         e->kwarg_names.push_back(name);
-        continue;
+        return absl::OkStatus();
       }
       if (!e->kwarg_names.empty()) return Error("a positional argument follows a keyword argument");
       auto v = Expression(true);
       if (!v.ok()) return v.status();
       e->items.push_back(*std::move(v));
-    }
-    ++i_;
-    return absl::OkStatus();
+      return absl::OkStatus();
+    });
   }
 
   absl::StatusOr<ExprPtr> FilterExpr(ExprPtr e) {
