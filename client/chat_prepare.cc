@@ -115,6 +115,9 @@ absl::StatusOr<ChatPrepareReport> PrepareChat(const ChatPrepareOptions& o) {
       if (e.is_object() && e.contains("content") && e["content"].is_string()) eos = e["content"].get<std::string>();
     }
   }
+  if (const fs::path parent = fs::path(o.output_prefix).parent_path(); !parent.empty()) {
+    fs::create_directories(parent, ec);  // A failure shows as the writer's error below.
+  }
   const parallel::IndexedDtype dtype = parallel::IndexedDtypeForVocab((*tok)->vocab_size());
   auto writer = parallel::IndexedDatasetWriter::Create(o.output_prefix, dtype);
   if (!writer.ok()) return writer.status();

@@ -154,6 +154,26 @@ output_dir: {self.tmp}/{name}
         self.assertEqual([s["trained_tokens"] for s in steps], self.want_counts, "trained targets per step")
         return [s["loss"] for s in steps]
 
+    def test_the_example_prepares_and_trains(self):
+        # examples/sft-llama.yaml as its comment says, for a few steps.
+        data = os.path.join(self.tmp, "example-sft")
+        done = subprocess.run([TESSERA, "data", "prepare", "--no-progress", "--tokenizer", "examples/sft", "--chat",
+                               "examples/sft/chats.jsonl", data], capture_output=True, text=True)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertIn("48 conversations", done.stdout)
+        out = os.path.join(self.tmp, "example")
+        done = hf_testing.run_tessera(TESSERA, "examples/sft-llama.yaml",
+                                      [f"data.path={data}", f"output_dir={out}", "train.steps=3",
+                                       "checkpoint.every_steps=0"],
+                                      dict(os.environ, TESSERA_RANK_BINARY=RANK))
+        self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
+        with open(os.path.join(out, "steps.jsonl")) as f:
+            steps = [json.loads(line) for line in f]
+        self.assertEqual(len(steps), 3)
+        for s in steps:
+            self.assertGreater(s["trained_tokens"], 0)
+            self.assertLess(s["trained_tokens"], 16 * 64)  # Prompts and padding are not trained.
+
     def test_what_is_not_built_yet_is_refused_by_name(self):
         for sets, words in [(["data.packing=true"], "data.packing: true is not supported yet"),
                             (["parallel.tp=4", "parallel.tp_mode=2d"], "an SFT dataset with parallel.tp_mode 2d"),
