@@ -37,7 +37,16 @@ int DataSamplesCommand(const std::string& spec_path, const std::vector<std::stri
     }
     std::string line = absl::StrCat("{\"sample\": ", g, ", \"source\": ", origin->source, ", \"source_sample\": ",
                                     origin->source_sample, ", \"window\": ", origin->window, ", \"tokens\": [");
-    for (size_t i = 0; i < tokens.size(); ++i) absl::StrAppend(&line, i ? ", " : "", tokens[i]);
+    // An SFT sample's untrained targets come encoded −id−1 (formats/data/token_dataset.h): shown as
+    // their ids, with a flag per target ("trained"; the first token is no target).
+    for (size_t i = 0; i < tokens.size(); ++i) absl::StrAppend(&line, i ? ", " : "", tokens[i] < 0 ? -tokens[i] - 1 : tokens[i]);
+    if ((*data)->sft()) {
+      absl::StrAppend(&line, "], \"trained\": [");
+      for (size_t i = 1; i < tokens.size(); ++i) absl::StrAppend(&line, i > 1 ? ", " : "", tokens[i] >= 0 ? 1 : 0);
+      absl::StrAppend(&line, "], \"trained_targets\": ", (*data)->TrainedTargets(g));
+      std::cout << line << "}\n";
+      continue;
+    }
     std::cout << line << "]}\n";
   }
   return kExitOk;
