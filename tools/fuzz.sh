@@ -44,7 +44,7 @@ build_spec() {
 }
 
 build_chat() {
-  local src=(formats/chat/{chat_template_fuzz,chat_template,jinja_builtins,jinja_lexer,jinja_parser,jinja_render,jinja_value,py_case}.cc)
+  local src=(formats/chat/{chat_template_fuzz,chat_template,jinja_access,jinja_filters,jinja_globals,jinja_lexer,jinja_operators,jinja_parser,jinja_render,jinja_strings,jinja_value,py_case}.cc)
   # shellcheck disable=SC2046
   clang++ "${flags[@]}" "${src[@]}" -o "$out/chat_fuzzer" $(pkg-config --libs "${absl[@]}")
 }
