@@ -29,10 +29,14 @@ class CoordinatorTest : public ::testing::Test {
   }
   // Every test's events leave the scheduling indexes as a recount from scratch would.
   void TearDown() override {
-    if (c_ != nullptr) EXPECT_TRUE(c_->VerifyIndexes().ok()) << c_->VerifyIndexes();
+    if (c_ != nullptr) {
+      EXPECT_TRUE(c_->VerifyIndexes().ok()) << c_->VerifyIndexes();
+    }
   }
   void Restart() {
-    if (c_ != nullptr) EXPECT_TRUE(c_->VerifyIndexes().ok()) << c_->VerifyIndexes();
+    if (c_ != nullptr) {
+      EXPECT_TRUE(c_->VerifyIndexes().ok()) << c_->VerifyIndexes();
+    }
     c_.reset();
     auto store = JobStore::Open({db_});
     ASSERT_TRUE(store.ok());

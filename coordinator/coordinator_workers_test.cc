@@ -428,7 +428,9 @@ TEST_F(CoordinatorTest, AFailedJobsRankThatItsWorkersReplacementDoesNotListFrees
   hb.set_reports_ranks(true);
   ASSERT_TRUE(c_->Heartbeat(hb).ok());
   for (const v1::Worker& w : c_->ListWorkers()) {
-    if (w.name() == "a") EXPECT_EQ(w.devices_in_use(), 0);
+    if (w.name() == "a") {
+      EXPECT_EQ(w.devices_in_use(), 0);
+    }
   }
 }
 
@@ -467,7 +469,9 @@ TEST_F(CoordinatorTest, AJobWhoseRanksFinishedDuringACoordinatorOutageSucceedsWi
     exit->set_exit_code(0);
     ASSERT_TRUE(c_->RegisterWorker(r).ok());
     c_->CheckLiveness();
-    if (placed == &on_a) EXPECT_EQ(State(id), v1::JOB_STATE_RUNNING) << c_->GetJob(id)->reason();
+    if (placed == &on_a) {
+      EXPECT_EQ(State(id), v1::JOB_STATE_RUNNING) << c_->GetJob(id)->reason();
+    }
   }
   EXPECT_EQ(State(id), v1::JOB_STATE_SUCCEEDED) << c_->GetJob(id)->reason();
   EXPECT_EQ(c_->GetJob(id)->attempt(), 1);
