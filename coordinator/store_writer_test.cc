@@ -85,7 +85,9 @@ TEST(StoreWriterTest, RowsQueuedMeanwhileAreCommittedTogetherNewestFirst) {
     // The first row went alone (or with some of the others); everything after it in one more batch.
     EXPECT_LE(writer.commits(), 2);
     EXPECT_EQ(writer.failures(), 0);
-    EXPECT_LE((*store)->writes(), 1 + 100) << "job-100007's three rows are one";
+    // job-100007's PENDING row may go with the first batch (if the writer took it after a few Puts);
+    // its SCHEDULED and RUNNING rows, queued while the first batch waited, are one row.
+    EXPECT_LE((*store)->writes(), 1 + 100 + 1) << "job-100007's last two rows are one";
     EXPECT_GE(called.load(), 1) << "Wait returns after on_durable";
   }
   const auto stored = Stored(path);
