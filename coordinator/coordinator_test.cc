@@ -16,6 +16,7 @@
 #include <set>
 
 #include "coordinator/coordinator_test_fixture.h"
+#include "coordinator/small_tmpfs.h"
 #include "gmock/gmock.h"
 
 namespace tessera::coordinator {
@@ -245,17 +246,10 @@ TEST_F(CoordinatorTest, HistoryRecordsEachAttemptAndBlamesTheNodeThatWasLost) {
 // Submit that cannot be stored fails with a clear error and the job does not exist; every Submit that
 // succeeded is still there after a restart.
 TEST(CoordinatorStorageTest, SubmissionThatCannotBeStoredFailsAndLeavesNoJob) {
-  if (geteuid() != 0) GTEST_SKIP() << "needs root to mount a size-limited tmpfs";
-  const std::string dir = std::string(getenv("TEST_TMPDIR") ? getenv("TEST_TMPDIR") : "/tmp") + "/full_fs";
-  std::filesystem::create_directories(dir);
-  if (mount("tmpfs", dir.c_str(), "tmpfs", 0, "size=1m") != 0) {
-    GTEST_SKIP() << "cannot mount a tmpfs here: " << strerror(errno);
-  }
-  struct Unmount {
-    std::string dir;
-    ~Unmount() { umount2(dir.c_str(), MNT_DETACH); }
-  } unmount{dir};
-  const std::string db = dir + "/coord.db";
+  std::string why_not;
+  auto fs = SmallTmpfs::Mount("full_fs", &why_not);
+  if (fs == nullptr) GTEST_SKIP() << why_not;
+  const std::string db = fs->dir() + "/coord.db";
   auto spec = spec::ParseJobSpec("name: t\ndata: {path: /x.bin}\nmodel: {heads: 4}\n", {});
   ASSERT_TRUE(spec.ok());
   std::set<std::string> accepted;
@@ -274,12 +268,7 @@ TEST(CoordinatorStorageTest, SubmissionThatCannotBeStoredFailsAndLeavesNoJob) {
       ASSERT_TRUE(job.ok()) << job.status();
       accepted.insert(job->id());
     }
-    {  // Fill what is left of the file system.
-      std::ofstream filler(dir + "/filler", std::ios::binary);
-      const std::string block(4096, 'x');
-      while (filler.write(block.data(), block.size())) {
-      }
-    }
+    fs->Fill();
     for (int i = 0; i < 5000 && refusal.empty(); ++i) {
       auto job = c.Submit(*spec, 0);
       if (job.ok()) {
@@ -298,7 +287,7 @@ TEST(CoordinatorStorageTest, SubmissionThatCannotBeStoredFailsAndLeavesNoJob) {
     EXPECT_EQ(cancel.status().code(), absl::StatusCode::kResourceExhausted) << cancel.status();
     EXPECT_THAT(cancel.status().message(), HasSubstr("could not store that"));
   }
-  std::filesystem::remove(dir + "/filler");
+  fs->Free();
   auto store = JobStore::Open({db});
   ASSERT_TRUE(store.ok()) << store.status();
   Coordinator c(CoordinatorOptions{}, std::move(*store));

@@ -1,4 +1,5 @@
 #include "coordinator/job_store.h"
+#include "coordinator/small_tmpfs.h"
 
 #include <signal.h>
 #include <sys/mount.h>
@@ -171,28 +172,16 @@ TEST(JobStoreTest, DamagedRowsAreQuarantinedAndTheRestLoads) {
 // INSERT OR REPLACE would overwrite the first. Every id it returned is distinct, and a reopened store
 // (space freed) continues past all of them.
 TEST(JobStoreTest, AJobIdIsHandedOutOnlyOnceItsCounterIsDurable) {
-  if (geteuid() != 0) GTEST_SKIP() << "needs root to mount a size-limited tmpfs";
-  const std::string dir = std::string(getenv("TEST_TMPDIR") ? getenv("TEST_TMPDIR") : "/tmp") + "/ids_fs";
-  std::filesystem::create_directories(dir);
-  if (mount("tmpfs", dir.c_str(), "tmpfs", 0, "size=1m") != 0) {
-    GTEST_SKIP() << "cannot mount a tmpfs here: " << strerror(errno);
-  }
-  struct Unmount {
-    std::string dir;
-    ~Unmount() { umount2(dir.c_str(), MNT_DETACH); }
-  } unmount{dir};
-  const std::string path = dir + "/ids.db";
+  std::string why_not;
+  auto fs = SmallTmpfs::Mount("ids_fs", &why_not);
+  if (fs == nullptr) GTEST_SKIP() << why_not;
+  const std::string path = fs->dir() + "/ids.db";
   std::set<std::string> handed_out;
   int refused = 0;
   {
     auto store = JobStore::Open({path});
     ASSERT_TRUE(store.ok()) << store.status();
-    {  // Fill what is left of the file system.
-      std::ofstream filler(dir + "/filler", std::ios::binary);
-      const std::string block(4096, 'x');
-      while (filler.write(block.data(), block.size())) {
-      }
-    }
+    fs->Fill();
     for (int i = 0; i < 2000; ++i) {
       auto id = (*store)->NextJobId();
       if (!id.ok()) {
@@ -205,7 +194,7 @@ TEST(JobStoreTest, AJobIdIsHandedOutOnlyOnceItsCounterIsDurable) {
     }
   }
   EXPECT_GT(refused, 0) << "every increment was stored on a full file system: the test proves nothing";
-  std::filesystem::remove(dir + "/filler");
+  fs->Free();
   auto store = JobStore::Open({path});
   ASSERT_TRUE(store.ok()) << store.status();
   auto next = (*store)->NextJobId();

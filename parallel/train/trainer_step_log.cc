@@ -1,0 +1,82 @@
+// The trainer's step log (OUTPUT_DIR/steps.jsonl, rank 0): trimmed to the resumed step at the start,
+// one JSON line appended per step; both checked against the attempt's fencing token first.
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+#include "parallel/train/status_macros.h"
+#include "parallel/train/trainer.h"
+
+namespace tessera::parallel {
+
+namespace fs = std::filesystem;
+
+absl::Status Trainer::TrimStepLog() {
+  TESSERA_RETURN_IF_ERROR(Fence().Check());
+  const std::string path = options_.output_dir + "/steps.jsonl";
+  std::error_code ec;
+  fs::create_directories(options_.output_dir, ec);
+  std::ifstream in(path);
+  std::stringstream kept;
+  std::string line;
+  resumed_from_ = step_;
+  discarded_steps_ = 0;
+  while (std::getline(in, line)) {
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded()) continue;
+    if (j.value("step", int64_t{0}) <= step_) {
+      kept << line << "\n";
+    } else {
+      ++discarded_steps_;  // Trained by an earlier run past the checkpoint this one resumes from.
+    }
+  }
+  in.close();
+  // A new file renamed into place, never truncated in place: a crash leaves the old log or the new one,
+  // and a reader holding an offset into the old one (the worker) sees another file.
+  const std::string tmp = path + ".tmp";
+  std::ofstream out(tmp, std::ios::trunc);
+  out << kept.str();
+  out.close();
+  if (!out) return absl::UnavailableError(absl::StrCat(tmp, ": write failed"));
+  fs::rename(tmp, path, ec);
+  if (ec) return absl::UnavailableError(absl::StrCat(path, ": cannot rename ", tmp, " into place: ", ec.message()));
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::AppendStepLog(const StepStats& s) {
+  TESSERA_RETURN_IF_ERROR(Fence().Check());
+  nlohmann::json j = {{"step", s.step}, {"loss", s.loss}, {"lr", s.lr}, {"grad_norm", s.grad_norm},
+                      {"tokens_per_s", s.tokens_per_s}, {"step_seconds", s.step_seconds}, {"tokens", s.tokens},
+                      {"bytes_all_reduced", s.bytes_all_reduced}, {"bytes_communicated", s.bytes_communicated},
+                      {"optimizer_state_bytes", s.optimizer_state_bytes}};
+  if (s.skipped) j["skipped"] = true;
+  if (s.trained_tokens) j["trained_tokens"] = *s.trained_tokens;
+  if (s.lm_loss) j["lm_loss"] = *s.lm_loss;
+  if (s.aux_loss) j["aux_loss"] = *s.aux_loss;
+  if (!s.expert_imbalance.empty()) {
+    j["expert_imbalance"] = *std::max_element(s.expert_imbalance.begin(), s.expert_imbalance.end());
+    j["expert_imbalance_layers"] = s.expert_imbalance;
+  }
+  if (s.val_loss) {
+    j["val_loss"] = *s.val_loss;
+    j["eval_seconds"] = s.eval_seconds;
+  }
+  if (pipeline_) j["pipeline_wait_s"] = s.pipeline_wait_s;
+  j["rss_peak_bytes"] = s.rss_peak_bytes;
+  j["rss_base_bytes"] = rss_base_bytes_;
+  if (s.live_peak_bytes > 0) j["live_peak_bytes"] = s.live_peak_bytes;
+  if (options_.precision == layout::Precision::kFp16) j["loss_scale"] = s.loss_scale;
+  j["model_state_bytes"] = s.model_state_bytes;
+  j["resumed_from"] = resumed_from_;
+  j["discarded_steps"] = discarded_steps_;
+  std::ofstream out(options_.output_dir + "/steps.jsonl", std::ios::app);
+  out << j.dump() << "\n";
+  out.flush();
+  if (!out) return absl::InternalError(absl::StrCat(options_.output_dir, "/steps.jsonl: write failed"));
+  return absl::OkStatus();
+}
+
+}  // namespace tessera::parallel
