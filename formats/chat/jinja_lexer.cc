@@ -21,17 +21,10 @@ class Lexer {
 
   absl::StatusOr<std::vector<Token>> Run() {
     size_t pos = 0;
-    bool strip_next = false;      // The previous tag ended with '-': strip the whitespace after it.
     bool line_starting = true;    // What the previous match ended with was a newline (or the start).
     while (pos < src_.size()) {
       const size_t open = NextOpen(pos);
       std::string_view text(src_.data() + pos, (open == std::string::npos ? src_.size() : open) - pos);
-      if (strip_next) {
-        const size_t n = LeadingSpace(text);
-        line_ += Count(text.substr(0, n));
-        text.remove_prefix(n);
-        pos += n;
-      }
       if (open == std::string::npos) {
         Emit(Token::Type::kText, std::string(text));
         line_ += Count(text);
@@ -60,7 +53,7 @@ class Lexer {
         const bool plus = close > pos && src_[close - 1] == '+';
         line_ += Count(std::string_view(src_).substr(pos, close - pos));
         pos = close + 2;
-        FinishTag(&pos, minus, plus, /*trim=*/true, &strip_next, &line_starting);
+        FinishTag(&pos, minus, plus, /*trim=*/true, &line_starting);
         continue;
       }
       const bool is_var = kind == '{';
@@ -68,7 +61,7 @@ class Lexer {
       bool minus = false, plus = false;
       if (absl::Status s = LexTag(is_var, &pos, &minus, &plus); !s.ok()) return s;
       Emit(is_var ? Token::Type::kVarEnd : Token::Type::kBlockEnd, "");
-      FinishTag(&pos, minus, plus, /*trim=*/!is_var, &strip_next, &line_starting);
+      FinishTag(&pos, minus, plus, /*trim=*/!is_var, &line_starting);
     }
     Emit(Token::Type::kEof, "");
     return std::move(tokens_);
@@ -93,15 +86,13 @@ class Lexer {
 
   // After a tag's closing delimiter: `-` strips the whitespace that follows; trim_blocks removes one
   // newline after a block or comment tag (not with `+`).
-  void FinishTag(size_t* pos, bool minus, bool plus, bool trim, bool* strip_next, bool* line_starting) {
-    *strip_next = minus;
+  void FinishTag(size_t* pos, bool minus, bool plus, bool trim, bool* line_starting) {
     *line_starting = false;
     if (minus) {
       const size_t n = LeadingSpace(std::string_view(src_).substr(*pos));
       *line_starting = n > 0 && src_[*pos + n - 1] == '\n';
       line_ += Count(std::string_view(src_).substr(*pos, n));
       *pos += n;
-      *strip_next = false;
     } else if (trim && !plus && *pos < src_.size() && src_[*pos] == '\n') {
       ++*pos;
       ++line_;
