@@ -375,8 +375,11 @@ absl::Status Tokenizer::Encoder::EncodeSegmentAt(std::string_view segment, size_
     tokenizer_->model_->Encode(piece, &cache_, ids);
     size_t pos = 0;  // In `piece`.
     for (size_t k = first; k < ids->size(); ++k) {
-      auto bytes = tokenizer_->Decode({(*ids)[k]});
-      const size_t n = bytes.ok() ? bytes->size() : 0;
+      // A vocabulary token's bytes: one per character of its byte-level spelling (no decoding needed).
+      size_t n = 0;
+      if (const std::string* token = tokenizer_->model_->Token((*ids)[k])) {
+        for (unsigned char c : *token) n += (c & 0xc0) != 0x80;
+      }
       // Piece byte p is segment byte at + p - added_space (the added space maps to the token's start).
       const size_t b = at + (pos > added_space ? pos - added_space : 0);
       const size_t e = at + (pos + n > added_space ? pos + n - added_space : 0);
