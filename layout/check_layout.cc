@@ -140,17 +140,18 @@ void Experts(const ModelConfig& m, const ParallelLayout& l, Problems* out) {
         absl::StrCat(m.experts_per_token, " must be between 1 and model.experts ", m.experts));
   }
   if (m.experts > 0) {
-    // Each expert's MLP (and the shared expert's) is split over tp like a dense MLP.
-    if (l.tp_mode != TpMode::k1D) {
-      Add(out, "parallel.tp_mode", absl::StrCat(Name(l.tp_mode),
-                                                " with a Mixture-of-Experts model is not implemented; use 1d"));
-    } else if (l.tp > 1) {
-      if (m.MoeFfnHidden() % l.tp != 0) {
-        Add(out, "parallel.tp", absl::StrCat(l.tp, " does not divide the experts' width ", m.MoeFfnHidden(),
+    // Each expert's MLP (and the shared expert's) is split like a dense MLP of 1D tp: over the tp
+    // group (1D), or over the grid's hidden axis, of q ranks (grid modes; replicated over the others).
+    const TpGrid g = TpGridOf(l.tp_mode, l.tp, l.tp_depth);
+    const int split = l.tp_mode == TpMode::k1D ? l.tp : g.q;
+    const std::string over = l.tp_mode == TpMode::k1D ? "" : "the grid side q = ";
+    if (split > 1 && g.Formed()) {
+      if (m.MoeFfnHidden() % split != 0) {
+        Add(out, "parallel.tp", absl::StrCat(over, split, " does not divide the experts' width ", m.MoeFfnHidden(),
                                              " (model.moe_ffn_hidden)"));
       }
-      if (m.shared_expert_ffn_hidden % l.tp != 0) {
-        Add(out, "parallel.tp", absl::StrCat(l.tp, " does not divide model.shared_expert_ffn_hidden ",
+      if (m.shared_expert_ffn_hidden % split != 0) {
+        Add(out, "parallel.tp", absl::StrCat(over, split, " does not divide model.shared_expert_ffn_hidden ",
                                              m.shared_expert_ffn_hidden));
       }
     }
@@ -187,7 +188,6 @@ std::vector<LayoutProblem> TensorParallelProblems(const ModelConfig& model, TpMo
   if (mode == TpMode::k1D) {
     OneDimensional(model, tp, &out);
   } else {
-    if (model.qk_norm) Add(&out, "parallel.tp_mode", absl::StrCat(Name(mode), " with model.qk_norm is not implemented; use 1d"));
     Grid(model, mode, tp, tp_depth, micro_batch, &out);
   }
   return out;

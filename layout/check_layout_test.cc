@@ -117,8 +117,14 @@ TEST(CheckLayoutTest, ExpertRulesNameTheField) {
   moe.moe_ffn_hidden = 63;
   EXPECT_THAT(Problems(moe, l), HasSubstr("parallel.tp: 2 does not divide the experts' width 63"));
   moe.moe_ffn_hidden = 0;
+  // Grid modes split each expert over the grid's hidden axis (q ranks), not over all of tp.
   l.tp = 4, l.tp_mode = TpMode::k2D;
-  EXPECT_THAT(Problems(moe, l), HasSubstr("parallel.tp_mode: 2d with a Mixture-of-Experts model is not implemented"));
+  EXPECT_TRUE(CheckLayout(moe, l, {2, 8}).ok()) << Problems(moe, l);
+  moe.moe_ffn_hidden = 64;  // Not a multiple of q = 3 at tp 9.
+  l.tp = 9;
+  moe.hidden = 72, moe.heads = 6, moe.vocab = 99;
+  EXPECT_THAT(Problems(moe, l), HasSubstr("parallel.tp: the grid side q = 3 does not divide the experts' width 64"));
+  moe.moe_ffn_hidden = 0;
   l.tp = 2, l.tp_mode = TpMode::k1D;
   l.ep = 3;
   EXPECT_THAT(Problems(moe, l), HasSubstr("parallel.ep: 3 does not divide parallel.dp 4"));

@@ -61,16 +61,18 @@ Prediction Predict(const PlanInput& in, const Layout& l) {
   // Parameters on the device holding the most (the first stage: its blocks and the embeddings).
   // GPT-2: 12h² + 13h per block; Llama by its kv heads and SwiGLU width (ModelConfig).
   // Mixture of Experts: the mean block's experts (all of them, not only the active ones: each is a
-  // parameter with its state) are split over ep ranks and replicated over the dp/ep others.
-  double block_params = m.MeanBlockParameters();
+  // parameter with its state) are split over ep ranks and replicated over the dp/ep others; each
+  // expert is split over tp (1D) or over the grid's hidden axis only (q ranks; docs/models.md).
   const double expert_block = m.IsMoe() ? static_cast<double>(m.experts) * 3 * h * m.MoeFfnHidden() * m.MoeLayers() / L
                                         : 0;
-  block_params -= expert_block * (1 - 1.0 / l.ep);
-  const double expert_dev = L / l.pp * expert_block / l.ep / s.weights;
+  const double dense_block = m.MeanBlockParameters() - expert_block;
+  const double expert_split = l.tp_mode == TpMode::k1D ? l.tp : s.q;
+  const double expert_dev = L / l.pp * expert_block / l.ep / expert_split;
   // The embeddings (first stage) or an untied head (last stage), whichever is larger; norms neglected.
   const double outside = l.pp > 1 ? std::max(m.EmbeddingParameters(), m.HeadParameters())
                                   : m.EmbeddingParameters() + m.HeadParameters();
-  const double params_dev = L / l.pp * block_params / s.weights + outside / (l.tp_mode == TpMode::k1D ? l.tp : s.q);
+  const double params_dev =
+      L / l.pp * dense_block / s.weights + expert_dev + outside / (l.tp_mode == TpMode::k1D ? l.tp : s.q);
   p.state_bytes = 16 * params_dev;
 
   // Pipeline: bubble and peak micro-batch chunks alive on the first stage, from the schedule.
@@ -132,6 +134,11 @@ Prediction Predict(const PlanInput& in, const Layout& l) {
         per_layer += 3 * q * (a + w);
       }
     }
+    // Sparse blocks: the input gathered along the hidden axis and the output reduce-scattered back
+    // (forward, and the output's gradient gathered in backward), the experts as 1D tp over q ranks
+    // (their input's gradient all-reduced).
+    const double sparse_dev = static_cast<double>(m.MoeLayers()) / l.pp;
+    per_layer += sparse_dev / layers_dev * 5 * (q - 1) / q * tokens_mb * h;
     const double head = 2 * (q - 1) / q * tokens_mb * V;
     const double recompute = in.activation_checkpointing ? 1.0 / 3.0 : 0;  // Forward again: ~1/3 of it.
     bytes += micro_batches * (layers_dev * per_layer * (1 + recompute) + head) * kBytes;

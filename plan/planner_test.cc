@@ -139,6 +139,17 @@ TEST(PlannerTest, MixtureOfExpertsLayoutsSplitExpertsAndPayTheirAllToAll) {
   EXPECT_EQ(ep4.compute_s, dense.compute_s) << "the same active parameters per token";
   // Active parameters: 2 of 8 experts per token.
   EXPECT_NEAR(in.model.Parameters() - in.model.Parameters(/*active=*/true), experts * 6 / 8, 1);
+
+  // Grid layouts split each expert over the grid's hidden axis only (q = 2 of tp 4), every other
+  // weight q² ways as 1D tp 4 does; embeddings and head q ways (1D: tp).
+  in.devices = 4;
+  in.global_batch = 8;
+  std::map<std::string, Prediction> on4;
+  for (const Prediction& p : Plan(in)) on4[p.layout.ToString()] = p;
+  ASSERT_TRUE(on4.count("tp4(1d)") && on4.count("tp4(2d)"));
+  const double outside = in.model.EmbeddingParameters() + in.model.HeadParameters();
+  EXPECT_NEAR(on4.at("tp4(2d)").state_bytes - on4.at("tp4(1d)").state_bytes,
+              16 * (experts + outside) * (1.0 / 2 - 1.0 / 4), 1e-6 * dense.state_bytes);
 }
 
 TEST(PlannerTest, RanksByTheCostModel) {

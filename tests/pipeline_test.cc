@@ -43,9 +43,6 @@ class PipelineTest : public testing::LayoutSuiteTest<PipelineTest<Family>> {
 
 TYPED_TEST_SUITE(PipelineTest, testing::FamiliesWithExperts, testing::FamilyNames);
 
-// Layouts of GPT-2 only so far (grid tensor parallelism).
-class GptPipelineTest : public PipelineTest<testing::Gpt2Family> {};
-
 TYPED_TEST(PipelineTest, OneFOneBTwoStages) { this->Compare(this->Run("pp2", {"parallel.pp=2"})); }
 
 TYPED_TEST(PipelineTest, OneFOneBFourStages) { this->Compare(this->Run("pp4", {"parallel.pp=4"})); }
@@ -73,8 +70,8 @@ TYPED_TEST(PipelineTest, InterleavedPipelineTimesTensor) {
               {"parallel.pp=4", "parallel.tp=2", "parallel.pp_schedule=interleaved", "parallel.pp_chunks=2"}));
 }
 
-TEST_F(GptPipelineTest, PipelineTimesTensor2D) {
-  Compare(Run("pp2tp2d", {"parallel.pp=2", "parallel.tp=4", "parallel.tp_mode=2d"}));
+TYPED_TEST(PipelineTest, PipelineTimesTensor2D) {
+  this->Compare(this->Run("pp2tp2d", {"parallel.pp=2", "parallel.tp=4", "parallel.tp_mode=2d"}));
 }
 
 // A pipelined run's checkpoint (gathered from every stage into the documented full tensors) resumes

@@ -10,6 +10,7 @@
 
 #include "kernels/autograd_pointer.h"
 #include "parallel/layers/linear.h"
+#include "parallel/layers/tp2d_ops.h"
 #include "parallel/layers/tp_ops.h"
 
 namespace tessera::parallel {
@@ -152,8 +153,9 @@ at::Tensor JitterNoise(const RouterStats& stats, int layer, double jitter, at::I
   uint64_t seed = stats.noise_seed ^ (0x9e3779b97f4a7c15ull * static_cast<uint64_t>(layer + 1));
   seed ^= seed >> 31;
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-  at::Tensor noise = at::empty({B, T * stats.sequence_blocks, h}, at::kFloat).uniform_(1.0 - jitter, 1.0 + jitter, gen);
-  return noise.narrow(1, stats.sequence_block * T, T);
+  at::Tensor noise = at::empty({B * stats.sample_blocks, T * stats.sequence_blocks, h}, at::kFloat)
+                         .uniform_(1.0 - jitter, 1.0 + jitter, gen);
+  return noise.narrow(0, stats.sample_block * B, B).narrow(1, stats.sequence_block * T, T);
 }
 
 at::Tensor SparseMlp(const at::Tensor& x_in, const SparseMlpWeights& w, const SparseMlpOptions& o, Communicator* tp,
@@ -217,7 +219,8 @@ at::Tensor SparseMlp(const at::Tensor& x_in, const SparseMlpWeights& w, const Sp
     at::Tensor shared = SwiGlu(CopyToTp(rows, tp), w.shared_gate_proj, w.shared_up, w.shared_down);
     y = y + CopyToTp(at::sigmoid(Linear(rows, w.shared_gate)), tp) * shared;
   }
-  y = ReduceFromTp(y, tp).view({B, T, h});
+  y = o.combine == TpCombine::kReduceScatter ? ReduceScatterAlong(y, 1, tp).view({B, T, -1})
+                                              : ReduceFromTp(y, tp).view({B, T, h});
 
   if (stats == nullptr) return y;
   if (record) {

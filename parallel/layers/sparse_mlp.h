@@ -18,7 +18,9 @@
 // Tensor parallelism (1D): the router and the shared expert's gate are replicated; each expert's (and
 // the shared expert's) gate/up projections are split by rows and its down projection by columns over
 // tp, like a dense MLP; the routing weights enter the partial sums through CopyToTp (their gradient
-// summed over tp) and one ReduceFromTp completes the block.
+// summed over tp) and one ReduceFromTp completes the block. Grid layouts use the same over the grid's
+// hidden axis (the caller gathers the input along it), and the partial sums are reduce-scattered
+// along the hidden dimension instead (TpCombine::kReduceScatter).
 //
 // The balancing loss (transformers' load_balancing_loss_func) is joint over every sparse block of one
 // forward pass, so the blocks only record their router's statistics in a RouterStats, and each
@@ -62,6 +64,10 @@ struct RouterStats : torch::CustomClassHolder {
   uint64_t noise_seed = 0;
   int sequence_block = 0;
   int sequence_blocks = 1;
+  // Grid tensor parallelism: this rank holds chunk sample_block of sample_blocks of the micro-batch's
+  // samples (Decoder::SampleChunk()); the noise is drawn for all of them.
+  int sample_block = 0;
+  int sample_blocks = 1;
 
   // transformers' aux_loss: E · Σ_e (counts_e / rows) · (prob_sums_e / rows); 0 with no rows.
   double AuxLoss() const;
@@ -81,6 +87,12 @@ struct SparseMlpWeights {
   at::Tensor router_bias;
 };
 
+// How the tp group's partial outputs are completed.
+enum class TpCombine {
+  kAllReduce,      // Every member gets the whole output [B, T, h] (1D tp).
+  kReduceScatter,  // Member r gets hidden chunk r of it, [B, T, h/tp] (grid layouts' hidden axis).
+};
+
 struct SparseMlpOptions {
   int experts_per_token = 2;
   bool norm_topk_prob = true;
@@ -93,14 +105,17 @@ struct SparseMlpOptions {
   // [1 − jitter, 1 + jitter] before routing, as transformers' Mixtral router_jitter_noise (the router
   // and the experts see the jittered x); the noise comes from JitterNoise.
   double jitter = 0;
+  TpCombine combine = TpCombine::kAllReduce;
 };
 
 // Router jitter's noise for block `layer` of the forward pass whose statistics are `stats`, shaped
-// like x [B, T, h] (this rank's sequence block): CPU generator seeded by (stats.noise_seed, layer),
-// uniform [1 − jitter, 1 + jitter) over [B, T·sequence_blocks, h] in fp32, this rank's block of it.
+// like x [B, T, h] (this rank's samples and sequence block): CPU generator seeded by
+// (stats.noise_seed, layer), uniform [1 − jitter, 1 + jitter) over
+// [B·sample_blocks, T·sequence_blocks, h] in fp32, this rank's block of it.
 at::Tensor JitterNoise(const RouterStats& stats, int layer, double jitter, at::IntArrayRef x_shape);
 
-// x [B, T, h], the same on every tp rank → the block's output [B, T, h], the same on every tp rank.
+// x [B, T, h], the same on every tp rank → the block's output [B, T, h], the same on every tp rank
+// (with options.combine kReduceScatter: rank r's hidden chunk r, [B, T, h/tp]).
 // With `stats` (training): adds this block's counts, probabilities and rows to it when `record` (not in
 // activation checkpointing's recomputation, which repeats a recorded forward), and carries the
 // balancing loss's gradient into backward. `layer` keys stats->layer_counts.

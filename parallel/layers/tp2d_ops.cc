@@ -84,6 +84,24 @@ struct ReduceScatterFn : public Function<ReduceScatterFn> {
   }
 };
 
+struct GatherFn : public Function<GatherFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t dim, Communicator* g) {
+    ctx->saved_data["dim"] = dim;
+    SavePointer(ctx, "comm", g);
+    at::Tensor in = x.movedim(dim, 0).contiguous();
+    std::vector<int64_t> shape = in.sizes().vec();
+    shape[0] *= g->size();
+    at::Tensor out = at::empty(shape, in.options());
+    ThrowIfError(g->AllGather(in, out));
+    return out.movedim(0, dim).contiguous();
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    Communicator* g = LoadPointer<Communicator>(ctx, "comm");
+    const int64_t dim = ctx->saved_data["dim"].toInt();
+    return {grads[0].chunk(g->size(), dim)[g->rank()].contiguous(), at::Tensor(), at::Tensor()};
+  }
+};
+
 // Sum over the group in forward and in backward: a partial statistic made whole (forward) and then
 // used by every member's own partition, whose gradients are partial too.
 at::Tensor SumBothWays(const at::Tensor& x, Communicator* comm) { return CopyToTp(ReduceFromTp(x, comm), comm); }
@@ -112,6 +130,10 @@ at::Tensor RmsNorm2D(const at::Tensor& x, const at::Tensor& weight, double eps, 
 
 at::Tensor ReduceScatterAlong(const at::Tensor& x, int64_t dim, Communicator* comm) {
   return ReduceScatterFn::apply(x, dim, comm);
+}
+
+at::Tensor GatherAlong(const at::Tensor& x, int64_t dim, Communicator* comm) {
+  return GatherFn::apply(x, dim, comm);
 }
 
 }  // namespace tessera::parallel

@@ -36,6 +36,11 @@ at::Tensor RmsNorm2D(const at::Tensor& x, const at::Tensor& weight, double eps, 
 // gradients of the chunks gathered back along `dim`.
 at::Tensor ReduceScatterAlong(const at::Tensor& x, int64_t dim, Communicator* comm);
 
+// Forward: every member's `x` concatenated along `dim`, in rank order. Backward: this member's chunk
+// of the gradient, which must be the same on every member (the gathered tensor is used alike by all,
+// e.g. as a 1D tp group's replicated input).
+at::Tensor GatherAlong(const at::Tensor& x, int64_t dim, Communicator* comm);
+
 }  // namespace tessera::parallel
 
 #endif  // TESSERA_PARALLEL_LAYERS_TP2D_OPS_H_

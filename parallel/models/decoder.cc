@@ -93,8 +93,12 @@ void Decoder::CheckConfig() const {
   const std::vector<layout::LayoutProblem> problems =
       layout::TensorParallelProblems(config_, shape_.mode, tp_->size(), shape_.depth, /*micro_batch=*/0);
   TORCH_CHECK(problems.empty(), "Decoder: ", layout::ToStatus(problems).message());
-  TORCH_CHECK(shape_.mode == TpMode::k1D || (!config_.IsMoe() && !config_.qk_norm),
-              "Decoder: Mixture-of-Experts blocks and q/k norms need tp_mode 1d");
+}
+
+std::vector<Communicator*> Decoder::SampleAxes() const {
+  std::vector<Communicator*> out;
+  for (size_t a = 0; a + 1 < axes_.size(); ++a) out.push_back(axes_[a].get());
+  return out;
 }
 
 std::pair<int, int> Decoder::SampleChunk() const {
@@ -204,22 +208,35 @@ at::Tensor Decoder::RmsNorm(const at::Tensor& x, const at::Tensor& weight) const
   return weight * h.to(x.scalar_type());
 }
 
+at::Tensor Decoder::UseAcrossSamples(const std::string& name) const {
+  at::Tensor v = P(name);
+  for (Communicator* axis : SampleAxes()) {
+    if (axis->size() > 1) v = CopyToTp(v, axis);
+  }
+  return v;
+}
+
 SparseMlpWeights Decoder::SparseWeights(int i) const {
   const FamilySpec& f = family_;
+  // Grid layouts: the experts split over the hidden axis, router and shared gate whole on it (see
+  // ModelParamSpecs); both copied over the sample axes, whose ranks route other tokens.
+  const bool grid = shape_.mode != TpMode::k1D;
+  auto part = [&](const std::string& name) { return grid ? Use(name) : P(name); };
+  auto whole = [&](const std::string& name) { return grid ? UseAcrossSamples(name) : P(name); };
   SparseMlpWeights w;
-  w.router = P(RouterName(f, i));
+  w.router = whole(RouterName(f, i));
   if (router_bias_.defined()) w.router_bias = router_bias_[i];
   const int first = part_.expert_first, last = part_.expert_count < 0 ? config_.experts : first + part_.expert_count;
   for (int e = first; e < last; ++e) {
-    w.gate.push_back(P(ExpertParamName(f, i, e, f.expert_gate)));
-    w.up.push_back(P(ExpertParamName(f, i, e, f.expert_up)));
-    w.down.push_back(P(ExpertParamName(f, i, e, f.expert_down)));
+    w.gate.push_back(part(ExpertParamName(f, i, e, f.expert_gate)));
+    w.up.push_back(part(ExpertParamName(f, i, e, f.expert_up)));
+    w.down.push_back(part(ExpertParamName(f, i, e, f.expert_down)));
   }
   if (config_.shared_expert_ffn_hidden > 0) {
-    w.shared_gate_proj = P(SharedExpertParamName(f, i, "gate_proj"));
-    w.shared_up = P(SharedExpertParamName(f, i, "up_proj"));
-    w.shared_down = P(SharedExpertParamName(f, i, "down_proj"));
-    w.shared_gate = P(SharedExpertGateName(f, i));
+    w.shared_gate_proj = part(SharedExpertParamName(f, i, "gate_proj"));
+    w.shared_up = part(SharedExpertParamName(f, i, "up_proj"));
+    w.shared_down = part(SharedExpertParamName(f, i, "down_proj"));
+    w.shared_gate = whole(SharedExpertGateName(f, i));
   }
   return w;
 }
@@ -347,12 +364,21 @@ at::Tensor Decoder::GridBlock(const at::Tensor& x_in, int i) {
   }
   at::Tensor x = x_in + GridLinear(y, name(f.attn_out), bias(f.attn_out, f.biases), true);
   at::Tensor m = GridNorm(x, block + f.mlp_norm);
+  if (config_.IsMoeLayer(i)) return x + GridSparseMlp(m, i);
   if (f.mlp == MlpKind::kSwiGlu) {
     m = at::silu(GridLinear(m, name(f.gate), "", false)) * GridLinear(m, name(f.up), "", false);
   } else {
     m = at::gelu(GridLinear(m, name(f.mlp_in), bias(f.mlp_in, f.biases), false), config_.gelu_tanh ? "tanh" : "none");
   }
   return x + GridLinear(m, name(f.mlp_out), bias(f.mlp_out, f.biases), true);
+}
+
+at::Tensor Decoder::GridSparseMlp(const at::Tensor& x, int i) {
+  SparseMlpOptions options{config_.experts_per_token, config_.norm_topk_prob, config_.capacity_factor,
+                           config_.router_jitter};
+  options.combine = TpCombine::kReduceScatter;
+  return SparseMlp(GatherAlong(x, 2, grid_.row), SparseWeights(i), options, grid_.row, ep_.get(), router_stats_.get(),
+                   !recomputing_, i);
 }
 
 at::Tensor Decoder::Block(const at::Tensor& x_in, int i) {

@@ -49,8 +49,7 @@ class UnitHooks {
 using layout::TpGrid;
 using layout::TpMode;
 
-// The parameters of `part` of a model of `config` split over `tp` ranks in `layout` (grid layouts:
-// GPT-2 only).
+// The parameters of `part` of a model of `config` split over `tp` ranks in `layout`.
 std::vector<ParamSpec> ModelParamSpecs(const ModelConfig& config, const ModelPart& part, int tp,
                                        const TpGrid& grid = {});
 
@@ -81,6 +80,9 @@ class Decoder {
           std::vector<std::shared_ptr<Communicator>> axes, uint64_t seed, c10::Device device);
   // Which chunk of each micro-batch's samples this rank processes: (index, count); (0, 1) for 1D.
   std::pair<int, int> SampleChunk() const;
+  // Grid layouts: the groups along the axes that split the samples (every axis but the hidden one);
+  // a statistic of this rank's samples summed over all of them covers the micro-batch. {} for 1D.
+  std::vector<Communicator*> SampleAxes() const;
 
   // Mean cross-entropy over all tokens of `tokens` [B, T] predicting `targets` [B, T] (T <= seq_len).
   // Needs the whole model: Head(Blocks(Embed(tokens), 0, layers), targets).
@@ -171,6 +173,9 @@ class Decoder {
   // Grid layouts: the parameter as used, copied over every grid axis it is not split by (its
   // gradients summed over them in backward).
   at::Tensor Use(const std::string& name) const;
+  // Grid layouts: a parameter used whole by every rank of the hidden axis on the same samples (a
+  // sparse block's router and shared-expert gate), copied over the sample axes only.
+  at::Tensor UseAcrossSamples(const std::string& name) const;
   at::Tensor GridBlock(const at::Tensor& x, int i);
   // Causal self-attention of this rank's heads from qkv [B, T, 3·heads·head_dim] (q, k, v blocks),
   // over the whole sequence when it is split over sp; returns [B, T, heads·head_dim].
@@ -184,6 +189,9 @@ class Decoder {
   at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight) const;
   // Sparse block `i`'s router and this rank's parts of its experts.
   SparseMlpWeights SparseWeights(int i) const;
+  // Grid layouts: sparse block `i` on x (this rank's samples, hidden chunk) → its output in the same
+  // layout: x gathered along the hidden axis, SparseMlp as 1D tp over that axis, reduce-scattered back.
+  at::Tensor GridSparseMlp(const at::Tensor& x, int i);
   // 1D block with separate q, k, v projections (Llama's shape): attention of this rank's heads.
   at::Tensor SplitQkvAttention(const at::Tensor& x_tp, int i);
   // Attention of this rank's H query heads from q [B, T, H·D] and k, v [B, T, KV·D] (rotary when the

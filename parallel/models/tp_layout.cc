@@ -33,10 +33,27 @@ std::vector<ParamSpec> ModelParamSpecs(const ModelConfig& c, const ModelPart& pa
     }
     return false;
   };
+  // Mixture of Experts: the router, the experts and the shared expert act on the block's input made
+  // whole along the hidden axis (Decoder::GridSparseMlp), as 1D tp over that axis's q ranks: experts
+  // split like 1D, router and shared gate whole; all copied over the axes that split the samples.
+  // The q/k norms act on every head alike: whole on every rank.
+  const int hidden_axis = n - 1;
+  const std::string moe_prefix = f.moe + ".";
+  auto whole_on_the_grid_row = [&](const ParamSpec& p, const std::string& role) {
+    if (p.layer >= 0 && c.IsMoeLayer(p.layer) && !f.moe.empty() && role.rfind(moe_prefix, 0) == 0) return true;
+    return c.qk_norm && (role == f.q_norm || role == f.k_norm);
+  };
   for (ParamSpec& p : out) {
     GridSplit g;
     g.grid = grid;
     const std::string role = role_of(p);
+    if (whole_on_the_grid_row(p, role)) {
+      if (p.split == TpSplit::kDim0) g.dim0 = {hidden_axis};
+      if (p.split == TpSplit::kDim1) g.dim1 = {hidden_axis};
+      p.split = TpSplit::kGrid;
+      p.grid = std::move(g);
+      continue;
+    }
     g.qkv = !f.qkv.empty() && role == f.qkv;
     const bool first_of_pair = first_roles.count(role) > 0;  // Input layout → other.
     if (tp.mode == TpMode::k3D) {

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <string>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 
@@ -126,6 +127,7 @@ absl::Status PipelineRunner::Forward(const PipeAction& a, const std::function<ab
       stash.stats->sequence_block = options_.sp->rank();
       stash.stats->sequence_blocks = options_.sp->size();
     }
+    std::tie(stash.stats->sample_block, stash.stats->sample_blocks) = model_->SampleChunk();
     model_->set_router_stats(stash.stats);
   }
   at::Tensor x;
@@ -223,8 +225,11 @@ absl::Status PipelineRunner::ForwardStats(const PipeAction& a, Stash& stash) {
     expert_load_[layer].add_(counts);
   }
   if (chunk.head) {
-    if (options_.sp && options_.sp->size() > 1) {
-      if (absl::Status s = options_.sp->AllReduce(carried, ReduceOp::kSum); !s.ok()) return s;
+    // The whole micro-batch's: over the grid's sample axes and the sequence blocks.
+    std::vector<Communicator*> over = model_->SampleAxes();
+    if (options_.sp && options_.sp->size() > 1) over.push_back(options_.sp.get());
+    for (Communicator* g : over) {
+      if (absl::Status s = g->AllReduce(carried, ReduceOp::kSum); !s.ok()) return s;
     }
     stash.totals = carried;
     RouterStats total(static_cast<int>(E));

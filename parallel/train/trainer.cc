@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <tuple>
 
 #include <sys/resource.h>
 #include <unistd.h>
@@ -287,6 +288,7 @@ absl::StatusOr<Trainer::LossSums> Trainer::ForwardBackward(int accum) {
         stats->noise_seed = NoiseSeed(a, accum);
         stats->sequence_block = groups_.sp->rank();
         stats->sequence_blocks = groups_.sp->size();
+        std::tie(stats->sample_block, stats->sample_blocks) = model_->SampleChunk();
         model_->set_router_stats(stats);
       }
       at::Tensor loss = model_->Loss(batch->narrow(1, 0, T), batch->narrow(1, 1, T));
@@ -296,9 +298,13 @@ absl::StatusOr<Trainer::LossSums> Trainer::ForwardBackward(int accum) {
         model_->set_router_stats({});
         // Sequence parallelism: the balancing loss is over the whole sequence; each rank's gradient
         // (averaged over sp like the cross-entropy's) carries sp times its share.
+        // Grid layouts: over the micro-batch's samples too (their gradients are summed over the sample
+        // axes, not averaged: no factor).
         const int sp = groups_.sp->size();
-        if (sp > 1) {
-          absl::Status s = stats->SumOver(*groups_.sp, device_);
+        std::vector<Communicator*> over = model_->SampleAxes();
+        if (sp > 1) over.push_back(groups_.sp.get());
+        for (Communicator* g : over) {
+          absl::Status s = stats->SumOver(*g, device_);
           if (!s.ok()) return absl::Status(s.code(), absl::StrCat("step ", step_ + 1, ": ", s.message()));
         }
         sums.aux += stats->AuxLoss();
@@ -350,11 +356,12 @@ absl::Status Trainer::ReduceLossAndNorm(LossSums& sums, int accum, StepStats* s,
     s->lm_loss = lm;
     s->aux_loss = aux;
     // Tokens per expert of every sparse block ([layers, E]; stages hold different blocks), summed over
-    // the stages and the data-parallel ranks.
+    // the grid's sample axes, the stages and the data-parallel ranks.
     const ModelConfig& c = options_.model;
     at::Tensor load = sums.expert_load.defined()
                           ? sums.expert_load.to(device_).contiguous()
                           : at::zeros({c.layers, c.experts}, at::TensorOptions().dtype(at::kDouble).device(device_));
+    for (Communicator* g : model_->SampleAxes()) TESSERA_RETURN_IF_ERROR(g->AllReduce(load, ReduceOp::kSum));
     if (pipeline_) TESSERA_RETURN_IF_ERROR(groups_.pp->AllReduce(load, ReduceOp::kSum));
     if (groups_.dp_sp->size() > 1) TESSERA_RETURN_IF_ERROR(groups_.dp_sp->AllReduce(load, ReduceOp::kSum));
     load = load.cpu();

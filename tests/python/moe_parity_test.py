@@ -9,7 +9,7 @@ equal the same training done in PyTorch on the transformers model: within 1e-4 r
 process, 1e-3 with tp=2 (each expert split over tp), dp=2, expert parallelism (ep=2 out of dp=2,
 alone, with tp=2, with ZeRO-3, with activation checkpointing), pipelines (pp=2, ep=2 × pp=2, and a
 dense block on a stage of its own at pp=3), sequence parallelism (sp=2 ring, all-to-all with ep=2,
-with pp=2), bf16 (alone and ep=2, within 2e-3 of transformers' fp32 training), and with activation checkpointing (the
+with pp=2), grid tensor parallelism (2d, 2.5d, 3d; with pp=2; with ep=2), bf16 (alone and ep=2, within 2e-3 of transformers' fp32 training), and with activation checkpointing (the
 balancing loss's gradient enters recomputed blocks). Exports load in transformers with tessera's
 logits and generate its tokens. The test can fail: training the same model
 without the balancing loss's gradient gives losses far outside the tolerance.
@@ -169,21 +169,21 @@ class MoeParityTest(unittest.TestCase):
             cls.dirs[name] = d
         cls.want = {}
 
-    def reference(self, name, aux_gradient=True):
-        key = (name, aux_gradient)
+    def reference(self, name, aux_gradient=True, micro=MICRO):
+        key = (name, aux_gradient, micro)
         if key not in self.want:
             hf = transformers.AutoModelForCausalLM.from_pretrained(self.dirs[name], torch_dtype=torch.float32)
             hf.train()
             model = MoeLm(hf, aux_gradient)
             samples = gpt_reference.Samples(self.data, SEQ, False, 0)
-            loss = gpt_reference.train(model, samples, STEPS, MICRO, GLOBAL, LR, MIN_LR, WARMUP, True, WD, BETAS,
+            loss = gpt_reference.train(model, samples, STEPS, micro, GLOBAL, LR, MIN_LR, WARMUP, True, WD, BETAS,
                                        ADAM_EPS, CLIP)
-            accum = GLOBAL // MICRO
+            accum = GLOBAL // micro
             self.want[key] = {"loss": loss, "lm_loss": per_step(model.lm, accum), "aux_loss": per_step(model.aux, accum)}
         return self.want[key]
 
-    def run_tessera(self, name, model, sets=()):
-        spec = write_pretrained_spec(self.tmp, name, self.dirs[model], self.data, SEQ, STEPS, MICRO, GLOBAL, LR,
+    def run_tessera(self, name, model, sets=(), micro=MICRO):
+        spec = write_pretrained_spec(self.tmp, name, self.dirs[model], self.data, SEQ, STEPS, micro, GLOBAL, LR,
                                      MIN_LR, WARMUP, WD, BETAS, ADAM_EPS, CLIP, f"checkpoint: {{every_steps: {STEPS}}}\n")
         done = run_tessera(TESSERA, spec, sets, ENV)
         self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
@@ -191,8 +191,8 @@ class MoeParityTest(unittest.TestCase):
             lines = [json.loads(line) for line in f]
         return {k: [line[k] for line in lines] for k in ("loss", "lm_loss", "aux_loss")}
 
-    def check(self, name, model, sets, tol):
-        got, want = self.run_tessera(name, model, sets), self.reference(model)
+    def check(self, name, model, sets, tol, micro=MICRO):
+        got, want = self.run_tessera(name, model, sets, micro), self.reference(model, micro=micro)
         for key in ("loss", "lm_loss", "aux_loss"):
             self.assertEqual(len(got[key]), STEPS, key)
             for step, (g, w) in enumerate(zip(got[key], want[key]), start=1):
@@ -226,6 +226,21 @@ class MoeParityTest(unittest.TestCase):
         # Recomputed blocks exchange their tokens again inside backward, on every ep rank alike.
         self.check("qwen3_moe_ep2_ckpt", "qwen3_moe", ["parallel.dp=2", "parallel.ep=2",
                                                        "train.activation_checkpointing=true"], PARALLEL_TOL)
+
+    def test_grid_tensor_parallel_matches_transformers(self):
+        # 2D, 2.5D and 3D: each rank routes the tokens of its samples (the block's input gathered along
+        # the grid's hidden axis), each expert split over that axis; the balancing loss's statistics
+        # summed over the axes that split the samples. q/k norms (Qwen3) and a shared expert (Qwen2).
+        grid2d = ["parallel.tp=4", "parallel.tp_mode=2d"]
+        self.check("mixtral_2d", "mixtral", grid2d, PARALLEL_TOL)
+        self.check("qwen2_moe_2d", "qwen2_moe", grid2d, PARALLEL_TOL)
+        self.check("qwen3_moe_2d_ep2", "qwen3_moe", grid2d + ["parallel.dp=2", "parallel.ep=2"], PARALLEL_TOL)
+        # 2.5D (depth 2) and 3D split each micro-batch's samples 4 ways: micro-batches of 4.
+        self.check("mixtral_2p5d", "mixtral", ["parallel.tp=8", "parallel.tp_mode=2.5d", "parallel.tp_depth=2"],
+                   PARALLEL_TOL, micro=4)
+        self.check("mixtral_3d", "mixtral", ["parallel.tp=8", "parallel.tp_mode=3d"], PARALLEL_TOL, micro=4)
+        # With a pipeline: the statistics summed over the sample axes on the last stage.
+        self.check("mixtral_2d_pp2", "mixtral", grid2d + ["parallel.pp=2"], PARALLEL_TOL)
 
     def test_pipelines_match_transformers(self):
         # The balancing loss is joint over both stages' sparse blocks: their statistics travel with the
@@ -294,6 +309,7 @@ class MoeParityTest(unittest.TestCase):
         self.assertGreater(effect, 3 * SINGLE_TOL)
         for name, sets in [("dp2", ["parallel.dp=2"]), ("sp2", ["parallel.sp=2"]),
                            ("ep2_pp2", ["parallel.dp=2", "parallel.ep=2", "parallel.pp=2"]),
+                           ("2d", ["parallel.tp=4", "parallel.tp_mode=2d"]),
                            ("ckpt", ["train.activation_checkpointing=true"])]:
             got = self.run_tessera(f"mixtral_jitter_{name}", "mixtral", jitter + sets)["loss"]
             worst = max(abs(g - w) / abs(w) for g, w in zip(got, single))
