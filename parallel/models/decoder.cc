@@ -479,8 +479,12 @@ at::Tensor Decoder::Head(const at::Tensor& x_in, const at::Tensor& targets) {
     at::Tensor partial = at::matmul(x, Use(head).t());  // [B, T, V], partial over the hidden axis.
     at::Tensor logits = ReduceScatterAlong(partial, 2, grid_.row);
     const int64_t start = grid_.row->rank() * (config_.vocab / grid_.q);
-    at::Tensor loss = VocabParallelCrossEntropy(logits.reshape({B * T, -1}), targets.reshape({B * T}), start, grid_.row)
-                          .mean();
+    const at::Tensor flat_targets = targets.reshape({B * T});
+    at::Tensor losses = VocabParallelCrossEntropy(logits.reshape({B * T, -1}),
+                                                  masked_targets_ ? RealIds(flat_targets) : flat_targets, start,
+                                                  grid_.row);
+    if (masked_targets_) losses = losses * ((flat_targets >= 0).to(losses.scalar_type()) * target_weight_);
+    at::Tensor loss = losses.mean();
     for (size_t a = 0; a + 1 < axes_.size(); ++a) loss = ReduceFromTp(loss / axes_[a]->size(), axes_[a].get());
     if (hooks_) loss = hooks_->PostForward(0, loss);
     return loss;

@@ -115,10 +115,6 @@ absl::Status Trainer::Init() {
   if (data_->sft()) {
     // Conversations with untrained targets (docs/fine-tuning.md): the loss of a step is the sum over
     // the global batch's trained targets divided by their number (Step sets each target's weight).
-    if (grid_tp) {
-      return absl::InvalidArgumentError(absl::StrCat("data.path: an SFT dataset with parallel.tp_mode ",
-                                                     layout::Name(l.tp_mode), " is not supported yet (use 1d)"));
-    }
     model_->set_masked_targets(true);
   }
   if (l.sp > 1) model_->set_sequence_parallel(groups_.sp, l.sp_mode);
