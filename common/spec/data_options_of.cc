@@ -25,6 +25,7 @@ parallel::TokenDatasetOptions DataOptionsOf(const v1::JobSpec& spec) {
   o.vocab = spec.model().vocab();
   o.shuffle = d.shuffle();
   o.seed = d.seed();
+  o.packing = d.packing();
   return o;
 }
 
@@ -47,6 +48,7 @@ parallel::TokenDatasetOptions ValidDataOptionsOf(const v1::JobSpec& spec) {
   parallel::TokenDatasetOptions o = DataOptionsOf(spec);
   o.path = spec.data().valid_path();
   o.shuffle = false;
+  o.packing = false;
   return o;
 }
 

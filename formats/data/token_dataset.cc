@@ -184,8 +184,26 @@ absl::StatusOr<std::unique_ptr<TokenDataset>> TokenDataset::Open(const TokenData
   ds->num_tokens_ = tokens;
   if (sft) {
     if (absl::Status s = ds->OpenSft(prefix, pointers, lengths); !s.ok()) return s;
+  } else if (options.packing) {
+    return absl::InvalidArgumentError(absl::StrCat("data.packing: ", file,
+                                                   " is not an SFT dataset (packing packs conversations: prepare "
+                                                   "one with `tessera data prepare --chat`)"));
   }
-  const int64_t windows = sft ? static_cast<int64_t>(lengths.size()) : (tokens - 1) / options.seq_len;
+  int64_t windows = sft ? static_cast<int64_t>(lengths.size()) : (tokens - 1) / options.seq_len;
+  if (sft && options.packing) {
+    // Greedy, in file order: a pack takes conversations while they fit in seq_len + 1 tokens.
+    const int64_t capacity = int64_t{options.seq_len} + 1;
+    int64_t used = 0;
+    for (size_t c = 0; c < lengths.size(); ++c) {
+      if (ds->pack_first_.empty() || used + lengths[c] > capacity) {
+        ds->pack_first_.push_back(static_cast<int64_t>(c));
+        used = 0;
+      }
+      used += lengths[c];
+    }
+    ds->pack_first_.push_back(static_cast<int64_t>(lengths.size()));
+    windows = static_cast<int64_t>(ds->pack_first_.size()) - 1;
+  }
   ds->num_windows_ = windows;
   if (options.split != DataSplit::kAll) {
     if (!(options.valid_fraction > 0 && options.valid_fraction < 1)) {
@@ -274,13 +292,30 @@ int64_t TokenDataset::TokenAt(int64_t i) const {
   return v;
 }
 
+std::pair<int64_t, int64_t> TokenDataset::ConversationsOf(int64_t w) const {
+  if (pack_first_.empty()) return {w, w + 1};
+  return {pack_first_[w], pack_first_[w + 1]};
+}
+
+std::vector<std::pair<int64_t, int64_t>> TokenDataset::Pieces(int64_t w) const {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  int64_t room = int64_t{options_.seq_len} + 1;
+  const auto [first, end] = ConversationsOf(w);
+  for (int64_t c = first; c < end && room > 0; ++c) {
+    const int64_t n = std::min<int64_t>(conversation_length_[c], room);
+    out.emplace_back(conversation_start_[c], n);
+    room -= n;
+  }
+  return out;
+}
+
 int64_t TokenDataset::TrainedTargets(int64_t g) {
   if (!sft()) return options_.seq_len;
-  const int64_t c = WindowOf(g);
-  const int64_t start = conversation_start_[c];
-  const int64_t n = std::min<int64_t>(conversation_length_[c], options_.seq_len + 1);
+  // A conversation's first token is no target (the first of the window, or a boundary's).
   int64_t trained = 0;
-  for (int64_t k = 1; k < n; ++k) trained += mask_[start + k] != 0;
+  for (const auto& [start, n] : Pieces(WindowOf(g))) {
+    for (int64_t k = 1; k < n; ++k) trained += mask_[start + k] != 0;
+  }
   return trained;
 }
 
@@ -295,22 +330,32 @@ int64_t TokenDataset::WindowOf(int64_t g) {
   return cached_permutation_[in_epoch];
 }
 
-absl::Status TokenDataset::Read(int64_t g, std::vector<int64_t>* out) {
+absl::Status TokenDataset::Read(int64_t g, std::vector<int64_t>* out, std::vector<int64_t>* positions) {
   if (g < 0) return absl::InvalidArgumentError("negative sample index");
   if (sft()) {
-    const int64_t c = WindowOf(g);
-    const int64_t start = conversation_start_[c];
-    const int64_t n = std::min<int64_t>(conversation_length_[c], options_.seq_len + 1);
-    for (int64_t k = 0; k < n; ++k) {
-      const int64_t v = TokenAt(start + k);
-      if (v < 0 || v >= options_.vocab) {
-        return absl::InvalidArgumentError(absl::StrCat(options_.path, ": token ", v, " at position ", start + k,
-                                                       " is not below model.vocab ", options_.vocab));
+    int64_t taken = 0;
+    for (const auto& [start, n] : Pieces(WindowOf(g))) {
+      for (int64_t k = 0; k < n; ++k) {
+        const int64_t v = TokenAt(start + k);
+        if (v < 0 || v >= options_.vocab) {
+          return absl::InvalidArgumentError(absl::StrCat(options_.path, ": token ", v, " at position ", start + k,
+                                                         " is not below model.vocab ", options_.vocab));
+        }
+        // The window's first token is no target; a later conversation's first is an untrained one.
+        const bool trained = k == 0 ? taken == 0 : mask_[start + k] != 0;
+        out->push_back(trained ? v : -v - 1);
+        if (positions != nullptr) positions->push_back(k);
       }
-      out->push_back(k == 0 || mask_[start + k] != 0 ? v : -v - 1);
+      taken += n;
     }
-    for (int64_t k = n; k < options_.seq_len + 1; ++k) out->push_back(-1);  // Padding: token 0, not trained.
+    for (int64_t k = taken; k < options_.seq_len + 1; ++k) {
+      out->push_back(-1);  // Padding: token 0, not trained.
+      if (positions != nullptr) positions->push_back(k - taken);
+    }
     return absl::OkStatus();
+  }
+  if (positions != nullptr) {
+    for (int64_t k = 0; k <= options_.seq_len; ++k) positions->push_back(k);
   }
   const int64_t start = WindowOf(g) * options_.seq_len;
   for (int64_t i = start; i < start + options_.seq_len + 1; ++i) {

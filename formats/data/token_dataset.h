@@ -20,12 +20,21 @@
 // of its conversation, right-padded. A token that is not trained on as a target is given as −id − 1
 // (padding as −1: token 0, not trained); the first token of a sample is never a target and is given as
 // is. TrainedTargets(g) counts the trained targets of sample g.
+//
+// Packing (TokenDatasetOptions::packing, an SFT dataset only): the "windows" are packs of whole
+// conversations, greedily in file order: a pack takes the next conversations while their lengths sum
+// to at most seq_len + 1 (a longer conversation is a pack of its own, truncated). A pack's tokens are
+// its conversations' back to back, right-padded; the first token of each conversation after the
+// first is given as untrained (−id − 1: no target crosses a conversation boundary). Read's positions
+// restart at 0 at each conversation and at the padding: attention stays within the runs that start
+// at a position 0 (the model's contract, Decoder::set_positions).
 #ifndef TESSERA_PARALLEL_DATA_TOKEN_DATASET_H_
 #define TESSERA_PARALLEL_DATA_TOKEN_DATASET_H_
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -50,6 +59,7 @@ struct TokenDatasetOptions {
   uint64_t seed = 1234;
   DataSplit split = DataSplit::kAll;
   double valid_fraction = 0;  // kTrain / kValid: the held-out share f, in (0, 1).
+  bool packing = false;       // SFT datasets: conversations packed into windows (above).
 };
 
 class TokenDataset {
@@ -65,6 +75,7 @@ class TokenDataset {
   int token_bytes() const { return token_bytes_; }
   int64_t num_windows() const { return num_windows_; }  // Of this dataset's part.
   bool sft() const { return !conversation_start_.empty(); }
+  bool packed() const { return !pack_first_.empty(); }
   // The trained targets among the seq_len targets of global sample g (seq_len for a token stream).
   int64_t TrainedTargets(int64_t g);
   int64_t first_window() const { return first_window_; }  // The part's first window in the file.
@@ -72,8 +83,10 @@ class TokenDataset {
   // The window of the file that global sample `g` reads.
   int64_t WindowOf(int64_t g);
 
-  // Appends the seq_len + 1 tokens of global sample `g` to `out`. Fails on a token >= vocab.
-  absl::Status Read(int64_t g, std::vector<int64_t>* out);
+  // Appends the seq_len + 1 tokens of global sample `g` to `out`, and with `positions` each token's
+  // position: in its conversation for SFT datasets (the padding's counted from 0 again), else
+  // 0 .. seq_len. Fails on a token >= vocab.
+  absl::Status Read(int64_t g, std::vector<int64_t>* out, std::vector<int64_t>* positions = nullptr);
 
   // The documented permutation of [0, n) for `seed` (exposed for tests and the Python reference).
   static std::vector<int64_t> Permutation(int64_t n, uint64_t seed);
@@ -84,6 +97,10 @@ class TokenDataset {
   // Reads PREFIX.sft.json and maps PREFIX.sft.mask when they exist (an SFT dataset).
   absl::Status OpenSft(const std::string& prefix, const std::vector<int64_t>& pointers,
                        const std::vector<int32_t>& lengths);
+  // The conversations [first, end) of SFT window `w` (one without packing).
+  std::pair<int64_t, int64_t> ConversationsOf(int64_t w) const;
+  // The tokens of window `w`'s conversations as Read gives them: (position in the file, length taken).
+  std::vector<std::pair<int64_t, int64_t>> Pieces(int64_t w) const;
 
   TokenDatasetOptions options_;
   const uint8_t* map_;     // The whole file.
@@ -99,6 +116,7 @@ class TokenDataset {
   // SFT datasets: each conversation's first token and length, and the flags (one byte per token).
   std::vector<int64_t> conversation_start_;
   std::vector<int32_t> conversation_length_;
+  std::vector<int64_t> pack_first_;  // Packing: pack p holds conversations [pack_first_[p], pack_first_[p + 1]).
   const uint8_t* mask_ = nullptr;
   size_t mask_size_ = 0;
 };

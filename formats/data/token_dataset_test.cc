@@ -216,6 +216,62 @@ TEST(TokenDatasetTest, DamagedMegatronIndexesAreRefusedByName) {
   EXPECT_TRUE(TokenDataset::Open({.path = prefix, .seq_len = 4, .vocab = 256}).ok());
 }
 
+// An SFT dataset as `tessera data prepare --chat` writes it: the conversations as a Megatron dataset,
+// one flag byte per token, and the metadata (docs/data-format.md "SFT datasets").
+std::string WriteSft(const std::string& name, const std::vector<std::vector<int32_t>>& convs,
+                     const std::vector<std::vector<uint8_t>>& flags) {
+  const std::string prefix = TmpPath(name);
+  auto w = IndexedDatasetWriter::Create(prefix, IndexedDtype::kUint16);
+  EXPECT_TRUE(w.ok()) << w.status();
+  std::ofstream mask(prefix + ".sft.mask", std::ios::binary);
+  int64_t tokens = 0;
+  for (size_t c = 0; c < convs.size(); ++c) {
+    EXPECT_TRUE((*w)->AddDocument(convs[c]).ok());
+    mask.write(reinterpret_cast<const char*>(flags[c].data()), static_cast<std::streamsize>(flags[c].size()));
+    tokens += static_cast<int64_t>(convs[c].size());
+  }
+  EXPECT_TRUE((*w)->Finish().ok());
+  std::ofstream(prefix + ".sft.json") << "{\"format\": \"tessera-sft\", \"version\": 1, \"tokens\": " << tokens << "}";
+  return prefix;
+}
+
+// Greedy packing in file order into seq_len + 1 = 6 tokens: conversations 0 and 1 (3 + 2 tokens),
+// then 2 alone (7 tokens, truncated), then 3. A later conversation's first token is no target; the
+// positions restart at each conversation and at the padding.
+TEST(TokenDatasetTest, PackingPutsWholeConversationsIntoWindows) {
+  const std::string prefix = WriteSft("sft_pack", {{1, 2, 3}, {4, 5}, {6, 7, 8, 9, 10, 11, 12}, {13}},
+                                      {{0, 1, 1}, {0, 1}, {1, 1, 1, 1, 1, 1, 1}, {0}});
+  auto unpacked = TokenDataset::Open({.path = prefix, .seq_len = 5, .vocab = 256});
+  ASSERT_TRUE(unpacked.ok()) << unpacked.status();
+  EXPECT_EQ((*unpacked)->num_windows(), 4);
+  EXPECT_FALSE((*unpacked)->packed());
+  auto ds = TokenDataset::Open({.path = prefix, .seq_len = 5, .vocab = 256, .packing = true});
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  TokenDataset& d = **ds;
+  EXPECT_TRUE(d.packed());
+  EXPECT_EQ(d.num_windows(), 3);
+  std::vector<int64_t> tokens, positions;
+  ASSERT_TRUE(d.Read(0, &tokens, &positions).ok());
+  EXPECT_THAT(tokens, ElementsAre(1, 2, 3, -5, 5, -1));  // Token 4 starts conversation 1: untrained.
+  EXPECT_THAT(positions, ElementsAre(0, 1, 2, 0, 1, 0));
+  EXPECT_EQ(d.TrainedTargets(0), 3);
+  tokens.clear(), positions.clear();
+  ASSERT_TRUE(d.Read(1, &tokens, &positions).ok());
+  EXPECT_THAT(tokens, ElementsAre(6, 7, 8, 9, 10, 11));
+  EXPECT_THAT(positions, ElementsAre(0, 1, 2, 3, 4, 5));
+  EXPECT_EQ(d.TrainedTargets(1), 5);
+  tokens.clear(), positions.clear();
+  ASSERT_TRUE(d.Read(2, &tokens, &positions).ok());
+  EXPECT_THAT(tokens, ElementsAre(13, -1, -1, -1, -1, -1));
+  EXPECT_THAT(positions, ElementsAre(0, 0, 1, 2, 3, 4));
+  EXPECT_EQ(d.TrainedTargets(2), 0);
+  // Packing needs conversations.
+  auto flat = TokenDataset::Open({.path = WriteTokens("pack_flat.bin", {1, 2, 3, 4, 5, 6, 7}), .seq_len = 2,
+                                  .packing = true});
+  EXPECT_THAT(std::string(flat.status().message()), HasSubstr("data.packing: "));
+  EXPECT_THAT(std::string(flat.status().message()), HasSubstr("is not an SFT dataset"));
+}
+
 TEST(TokenDatasetTest, LlmcFilesSkipTheirHeader) {
   std::vector<int32_t> header(256, 0);
   header[0] = 20240520, header[1] = 1, header[2] = 9;

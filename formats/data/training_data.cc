@@ -78,11 +78,11 @@ absl::StatusOr<TrainingData::WithValidation> TrainingData::OpenWithValidation(co
   return out;
 }
 
-absl::Status TrainingData::Read(int64_t g, std::vector<int64_t>* out) {
-  if (!schedule_) return sources_[0]->Read(g, out);
+absl::Status TrainingData::Read(int64_t g, std::vector<int64_t>* out, std::vector<int64_t>* positions) {
+  if (!schedule_) return sources_[0]->Read(g, out, positions);
   auto pick = schedule_->Pick(g);
   if (!pick.ok()) return pick.status();
-  return sources_[pick->source]->Read(pick->sample, out);
+  return sources_[pick->source]->Read(pick->sample, out, positions);
 }
 
 absl::StatusOr<TrainingData::Origin> TrainingData::Locate(int64_t g) {

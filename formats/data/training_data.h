@@ -37,8 +37,11 @@ class TrainingData {
                                                            const std::vector<BlendSource>& blend,
                                                            const TokenDatasetOptions& valid, double valid_fraction);
 
-  // Appends the seq_len + 1 tokens of global sample g (an SFT dataset's encoding: token_dataset.h).
-  absl::Status Read(int64_t g, std::vector<int64_t>* out);
+  // Appends the seq_len + 1 tokens of global sample g (an SFT dataset's encoding: token_dataset.h),
+  // and with `positions` their positions (TokenDataset::Read).
+  absl::Status Read(int64_t g, std::vector<int64_t>* out, std::vector<int64_t>* positions = nullptr);
+  // Packed conversations (token_dataset.h "Packing"): the model needs the positions.
+  bool packed() const { return sources_[0]->packed(); }
   // An SFT dataset (token_dataset.h): its samples are conversations with untrained targets.
   bool sft() const { return sources_[0]->sft(); }
   // The trained targets of global sample g (seq_len for a token stream).

@@ -190,6 +190,15 @@ at::Tensor Decoder::Attend(const at::Tensor& q, const at::Tensor& k_new, const a
     at::Tensor cols = at::arange(0, L + T, at::TensorOptions().dtype(at::kLong).device(q.device())).unsqueeze(0);
     return at::scaled_dot_product_attention(q, k, v, cols <= rows, 0.0, /*is_causal=*/false);
   }
+  if (positions_.defined()) {
+    // Packed sequences: causal within each run that starts at a position 0 ([B, 1, T, T]).
+    TORCH_CHECK(!sp_ || sp_->size() == 1, "Decoder: packed sequences with sequence parallelism");
+    const int64_t T = q.size(2);
+    const at::Tensor run = (positions_ == 0).cumsum(1);  // [B, T]: which run each token is in.
+    const at::Tensor causal = at::ones({T, T}, at::TensorOptions().dtype(at::kBool).device(q.device())).tril();
+    const at::Tensor mask = run.unsqueeze(2).eq(run.unsqueeze(1)).logical_and(causal).unsqueeze(1);
+    return at::scaled_dot_product_attention(q, k_new, v_new, mask.to(q.device()), 0.0, /*is_causal=*/false);
+  }
   return sp_ && sp_->size() > 1 ? SequenceParallelAttention(sp_mode_, q, k_new, v_new, sp_.get())
                                 : at::scaled_dot_product_attention(q, k_new, v_new, {}, 0.0, /*is_causal=*/true);
 }
@@ -257,8 +266,14 @@ at::Tensor Decoder::Rotary(const at::Tensor& t, int64_t first_position) const {
     at::Tensor medium = (wavelen < high_wavelen).logical_not().logical_and((wavelen > low_wavelen).logical_not());
     inv_freq = at::where(medium, smoothed, scaled);
   }
-  at::Tensor positions = at::arange(first_position, first_position + T, at::kLong).to(at::kFloat);
-  at::Tensor angles = at::outer(positions, inv_freq);  // [T, D/2]
+  at::Tensor angles;
+  if (positions_.defined() && cache_ == nullptr) {
+    // Packed sequences: each token's own position; [B, 1, T, D/2] to broadcast over the heads.
+    angles = (positions_.to(at::kCPU).to(at::kFloat).unsqueeze(-1) * inv_freq).unsqueeze(1);
+  } else {
+    at::Tensor positions = at::arange(first_position, first_position + T, at::kLong).to(at::kFloat);
+    angles = at::outer(positions, inv_freq);  // [T, D/2]
+  }
   at::Tensor emb = at::cat({angles, angles}, -1);
   at::Tensor cos = emb.cos().to(t.scalar_type()).to(t.device());
   at::Tensor sin = emb.sin().to(t.scalar_type()).to(t.device());
@@ -433,6 +448,11 @@ at::Tensor RealIds(const at::Tensor& ids) { return at::where(ids < 0, -ids - 1, 
 
 }  // namespace
 
+at::Tensor Decoder::LearnedPositions(const at::Tensor& table, int64_t first_position, int64_t T) const {
+  if (positions_.defined() && cache_ == nullptr) return at::embedding(table, positions_.to(table.device()));
+  return table.narrow(0, first_position, T);
+}
+
 at::Tensor Decoder::Embed(const at::Tensor& tokens_in) {
   const at::Tensor tokens = masked_targets_ ? RealIds(tokens_in) : tokens_in;
   Communicator* tp = tp_.get();
@@ -444,13 +464,13 @@ at::Tensor Decoder::Embed(const at::Tensor& tokens_in) {
     // Embeddings split by hidden like the activations between blocks: a local lookup.
     at::Tensor x = at::embedding(Use(family_.token_embedding + ".weight"), tokens);
     if (family_.positions == PositionKind::kLearned) {
-      x = x + Use(family_.position_embedding + ".weight").narrow(0, first_position, T);
+      x = x + LearnedPositions(Use(family_.position_embedding + ".weight"), first_position, T);
     }
     return x;
   }
   at::Tensor x = VocabParallelEmbedding(tokens, P(family_.token_embedding + ".weight"), vocab_start, tp);
   if (family_.positions == PositionKind::kLearned) {
-    x = x + P(family_.position_embedding + ".weight").narrow(0, first_position, T);
+    x = x + LearnedPositions(P(family_.position_embedding + ".weight"), first_position, T);
   }
   return x;
 }

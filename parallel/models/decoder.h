@@ -93,6 +93,12 @@ class Decoder {
   at::Tensor Loss(const at::Tensor& tokens, const at::Tensor& targets);
   void set_masked_targets(bool masked) { masked_targets_ = masked; }
   void set_target_weight(double weight) { target_weight_ = weight; }
+  // Packed sequences (formats/data/token_dataset.h "Packing"): the positions [B, T] of the tokens the
+  // next forward passes (and the recomputations of their backward) take, for the rotary or learned
+  // position embeddings; a token attends only to earlier tokens of its run — the tokens from the last
+  // position 0 at or before it. Undefined (the default): positions 0 .. T−1, causal attention.
+  // Not with sequence parallelism or a KV cache.
+  void set_positions(at::Tensor positions) { positions_ = std::move(positions); }
 
   // The pieces of Loss, for pipeline stages: token + position embedding [B, T, hidden] (needs the
   // embedding); blocks [first, first + count) (must be held); final norm, tied head and mean
@@ -200,8 +206,12 @@ class Decoder {
                             int layer);
   // The family's norm over a hidden dimension split along the grid (grid layouts).
   at::Tensor GridNorm(const at::Tensor& x, const std::string& base);
-  // q or k [B, H, T, D] rotated by their positions (first_position + t), transformers' rotate-half.
+  // q or k [B, H, T, D] rotated by their positions (first_position + t, or positions_ when set),
+  // transformers' rotate-half.
   at::Tensor Rotary(const at::Tensor& t, int64_t first_position) const;
+  // The learned position embeddings (rows of `table`) of T tokens from first_position, or of
+  // positions_ when set.
+  at::Tensor LearnedPositions(const at::Tensor& table, int64_t first_position, int64_t T) const;
   // The first position of this rank's tokens in the sequence (sp splits the sequence in blocks;
   // decoding continues after the cached positions).
   int64_t FirstPosition(int64_t tokens) const {
@@ -229,6 +239,7 @@ class Decoder {
   std::vector<int> layer_of_;  // Per parameter: its block, -1 outside the blocks.
   bool activation_checkpointing_ = false;
   bool masked_targets_ = false;
+  at::Tensor positions_;  // set_positions.
   double target_weight_ = 1;
   bool fused_kernels_ = false;
   UnitHooks* hooks_ = nullptr;

@@ -120,6 +120,12 @@ absl::Status PipelineRunner::Forward(const PipeAction& a, const std::function<ab
     if (!t.ok()) return t.status();
     tokens = *t;
   }
+  if (keep && options_.positions) {  // Training's micro-batches (validation data is never packed).
+    auto positions = options_.positions(a.micro_batch);
+    if (!positions.ok()) return positions.status();
+    stash.positions = *positions;
+  }
+  model_->set_positions(stash.positions);
   if (keep && options_.experts > 0) {
     stash.stats = c10::make_intrusive<RouterStats>(options_.experts);
     if (options_.noise_seed) stash.stats->noise_seed = options_.noise_seed(a.micro_batch);
@@ -175,6 +181,7 @@ absl::Status PipelineRunner::Backward(const PipeAction& a, double loss_scale) {
   --in_flight_;
   bool send_totals = false;
   at::Tensor totals;
+  model_->set_positions(stash.positions);  // For blocks recomputed inside this backward.
   if (stash.stats) {
     if (absl::Status s = BackwardStats(a, stash, loss_scale, &send_totals, &totals); !s.ok()) return s;
   }

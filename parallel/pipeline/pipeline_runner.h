@@ -60,6 +60,9 @@ struct PipelineOptions {
   std::shared_ptr<Communicator> sp;
   // Router jitter's seed of micro-batch a of the current step (RouterStats::noise_seed); null: 0.
   std::function<uint64_t(int)> noise_seed;
+  // Packed sequences: the positions [micro_batch, seq_len] of micro-batch a of the current step's
+  // inputs (Decoder::set_positions), read by every stage; null: none.
+  std::function<absl::StatusOr<at::Tensor>(int)> positions;
 };
 
 class PipelineRunner {
@@ -110,6 +113,7 @@ class PipelineRunner {
     at::Tensor output;  // Sent activation, or the loss on the head chunk.
     c10::intrusive_ptr<RouterStats> stats;  // A Mixture of Experts: this chunk's sparse blocks' statistics.
     at::Tensor totals;  // The head's chunk: the micro-batch's statistics over every stage.
+    at::Tensor positions;  // Packed sequences: the micro-batch's (recomputed blocks use them).
   };
   // `keep`: stash the activations for the micro-batch's backward (training).
   absl::Status Forward(const PipeAction& a, const std::function<absl::StatusOr<at::Tensor>(int)>& batch,

@@ -16,6 +16,7 @@
 
 #include <cmath>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "formats/checkpoint/checkpoint_dir.h"
 #include "layout/check_layout.h"
@@ -140,6 +141,14 @@ absl::Status Trainer::Init() {
     po.aux_loss_coef = m.aux_loss_coef;
     po.sp = groups_.sp;
     po.noise_seed = [this, micro_batches = po.micro_batches](int a) { return NoiseSeed(a, micro_batches); };
+    if (data_->packed()) {
+      po.positions = [this, micro_batches = po.micro_batches](int a) -> absl::StatusOr<at::Tensor> {
+        at::Tensor positions;
+        auto batch = ReadMicroBatch(*data_, step_ * options_.global_batch, a, micro_batches, &positions);
+        if (!batch.ok()) return batch.status();
+        return positions;
+      };
+    }
     auto runner = PipelineRunner::Create(model_.get(), *layout_, groups_.pp, po);
     if (!runner.ok()) return runner.status();
     pipeline_ = std::move(*runner);
@@ -214,25 +223,34 @@ absl::Status Trainer::CreateOptimizer(at::ScalarType dtype) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<at::Tensor> Trainer::ReadMicroBatch(TrainingData& data, int64_t first, int a, int accum) {
+absl::StatusOr<at::Tensor> Trainer::ReadMicroBatch(TrainingData& data, int64_t first, int a, int accum,
+                                                   at::Tensor* positions) {
   // Sample j of the global batch for dp rank d, micro-batch a, row i: d·micro·accum + a·micro + i.
   // With sequence parallelism, sp rank s keeps tokens [s·Tl, (s+1)·Tl] of each window (inputs and
   // their next-token targets).
   const int micro = options_.micro_batch;
   const int64_t T = options_.model.seq_len;
-  std::vector<int64_t> tokens;
+  std::vector<int64_t> tokens, token_positions;
+  const bool packed = positions != nullptr && data.packed();
   tokens.reserve(micro * (T + 1));
   for (int i = 0; i < micro; ++i) {
     const int64_t g = first + groups_.dp->rank() * micro * accum + a * micro + i;
-    TESSERA_RETURN_IF_ERROR(data.Read(g, &tokens));
+    TESSERA_RETURN_IF_ERROR(data.Read(g, &tokens, packed ? &token_positions : nullptr));
   }
-  at::Tensor window = at::from_blob(tokens.data(), {micro, T + 1}, at::kLong);
+  // This rank's part: with sequence parallelism its block of each window, with grid tensor
+  // parallelism its chunk of the samples.
   const int sp = groups_.sp->size();
-  if (sp > 1) window = window.narrow(1, groups_.sp->rank() * (T / sp), T / sp + 1);
-  // Grid tensor parallelism: this rank's chunk of the samples.
   const auto [chunk, chunks] = model_->SampleChunk();
-  if (chunks > 1) window = window.narrow(0, chunk * (micro / chunks), micro / chunks);
-  return window.to(device_, /*non_blocking=*/false, /*copy=*/true);
+  auto part = [&](at::Tensor w) {
+    if (sp > 1) w = w.narrow(1, groups_.sp->rank() * (T / sp), T / sp + 1);
+    if (chunks > 1) w = w.narrow(0, chunk * (micro / chunks), micro / chunks);
+    return w.to(device_, /*non_blocking=*/false, /*copy=*/true);
+  };
+  if (positions != nullptr) {
+    *positions = packed ? part(at::from_blob(token_positions.data(), {micro, T + 1}, at::kLong)).narrow(1, 0, T)
+                        : at::Tensor();
+  }
+  return part(at::from_blob(tokens.data(), {micro, T + 1}, at::kLong));
 }
 
 void Trainer::WeighTrainedTargets(int accum) {
@@ -257,6 +275,7 @@ void Trainer::WeighTrainedTargets(int accum) {
 
 absl::StatusOr<Trainer::LossSums> Trainer::ForwardBackward(int accum) {
   LossSums sums;
+  auto unset_positions = absl::MakeCleanup([&] { model_->set_positions({}); });  // Validation is never packed.
   WeighTrainedTargets(accum);
   if (pipeline_) {
     // Gradients of the last backward pass of this stage start their dp reduction inside it.
@@ -270,8 +289,10 @@ absl::StatusOr<Trainer::LossSums> Trainer::ForwardBackward(int accum) {
   }
   const ModelConfig& c = options_.model;
   for (int a = 0; a < accum; ++a) {
-    auto batch = ReadMicroBatch(*data_, step_ * options_.global_batch, a, accum);
+    at::Tensor positions;
+    auto batch = ReadMicroBatch(*data_, step_ * options_.global_batch, a, accum, &positions);
     if (!batch.ok()) return batch.status();
+    model_->set_positions(positions);
     const int64_t T = batch->size(1) - 1;
     zero_->SetSyncThisPass(a == accum - 1);
     try {

@@ -149,7 +149,10 @@ class Trainer {
   // theirs. A collective over the ep group (tp rank 0's); fp32 tensors.
   absl::Status GatherOverEp(std::map<std::string, at::Tensor>* full);
   // Micro-batch a (of accum) of this rank's share of the global batch whose first sample is `first`.
-  absl::StatusOr<at::Tensor> ReadMicroBatch(TrainingData& data, int64_t first, int a, int accum);
+  // With `positions` and packed data: also this rank's positions of the micro-batch's inputs
+  // [micro, T] (Decoder::set_positions); undefined otherwise.
+  absl::StatusOr<at::Tensor> ReadMicroBatch(TrainingData& data, int64_t first, int a, int accum,
+                                            at::Tensor* positions = nullptr);
   absl::Status TrimStepLog();
   // Communicator::bytes_communicated summed over this rank's distinct groups.
   int64_t BytesCommunicated() const;

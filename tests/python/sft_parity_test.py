@@ -33,6 +33,7 @@ EPS, THETA = 1e-5, 10000.0
 MICRO, GLOBAL, STEPS = 2, 8, 10
 LR, MIN_LR, WARMUP, WD, BETAS, ADAM_EPS, CLIP = 2e-3, 2e-4, 3, 0.1, (0.9, 0.95), 1e-8, 1.0
 SINGLE_TOL, PARALLEL_TOL = 1e-4, 1e-3
+PACKED_SEQ = 192  # Packing tests: windows that hold several of the conversations (25 to 226 tokens).
 
 WORDS = ("the cat sat on a mat while two dogs ran past the old barn and the farmer laughed at them "
          "Grüße 👋 日本語 what why how when numbers 12 345 6789").split()
@@ -94,6 +95,61 @@ def train_reference(model, samples):
     return losses, counts
 
 
+def packs(convs, seq):
+    """The documented greedy packing: conversations in file order, a pack taking the next ones while
+    their lengths sum to at most seq + 1 (a longer one alone, truncated). Returns, per pack, its pieces
+    (ids, flags) as the pack holds them."""
+    out, used = [], 0
+    for ids, flags in convs:
+        if not out or used + len(ids) > seq + 1:
+            out.append([])
+            used = 0
+        out[-1].append((ids, flags))
+        used += len(ids)
+    pieces = []
+    for pack in out:
+        room, kept = seq + 1, []
+        for ids, flags in pack:
+            n = min(len(ids), room)
+            kept.append((ids[:n], flags[:n]))
+            room -= n
+        pieces.append(kept)
+    return pieces
+
+
+def train_packed_reference(model, windows, steps, lr, min_lr):
+    """train_reference's loop on packed windows, each conversation of a window run through the
+    transformers model alone (so nothing crosses a conversation, and positions restart): Σ cross-
+    entropy over the global batch's trained targets / their number."""
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": WD}, {"params": no_decay, "weight_decay": 0.0}],
+                            lr=lr, betas=BETAS, eps=ADAM_EPS, foreach=False)
+    losses, counts = [], []
+    for step in range(steps):
+        for group in opt.param_groups:
+            group["lr"] = gpt_reference.lr_at(step, lr, min_lr, WARMUP, steps, True)
+        opt.zero_grad(set_to_none=True)
+        batch = [windows[g % len(windows)] for g in range(step * GLOBAL, (step + 1) * GLOBAL)]
+        trained = sum(sum(flags[1:]) for window in batch for _, flags in window)
+        total = 0.0
+        for window in batch:
+            for ids, flags in window:
+                if len(ids) < 2:
+                    continue
+                x = torch.tensor([ids])
+                logits = model(input_ids=x[:, :-1]).logits
+                ce = torch.nn.functional.cross_entropy(logits[0], x[0, 1:], reduction="none")
+                loss = (ce * torch.tensor(flags[1:], dtype=torch.float32)).sum() / max(trained, 1)
+                loss.backward()
+                total += loss.item()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
+        opt.step()
+        losses.append(total)
+        counts.append(trained)
+    return losses, counts
+
+
 class SftParityTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -117,9 +173,11 @@ class SftParityTest(unittest.TestCase):
         assert done.returncode == 0, done.stderr
         # The reference's samples: the definition's ids and flags, truncated and padded here.
         cls.samples = []
+        cls.conversations = []
         longer = shorter = 0
         for r in records:
             ids, flags = sft_data_test.reference(hf, r)
+            cls.conversations.append((ids, flags))
             longer += len(ids) > SEQ + 1
             shorter += len(ids) < SEQ + 1
             ids, flags = ids[:SEQ + 1], flags[:SEQ + 1]
@@ -134,7 +192,9 @@ class SftParityTest(unittest.TestCase):
                                        if not k.endswith("rotary_emb.inv_freq")})
         cls.want, cls.want_counts = train_reference(hf_llama(cls.vocab), cls.samples)
 
-    def run_tessera(self, name, sets):
+    def run_tessera(self, name, sets, counts=None):
+        """Losses per step of `tessera run`; the trained targets per step must be `counts` (None: the
+        unpacked reference's; False: not checked)."""
         spec = os.path.join(self.tmp, f"{name}.yaml")
         with open(spec, "w") as f:
             f.write(f"""name: {name}
@@ -151,7 +211,8 @@ output_dir: {self.tmp}/{name}
         self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
         with open(os.path.join(self.tmp, name, "steps.jsonl")) as f:
             steps = [json.loads(line) for line in f]
-        self.assertEqual([s["trained_tokens"] for s in steps], self.want_counts, "trained targets per step")
+        if counts is not False:
+            self.assertEqual([s["trained_tokens"] for s in steps], counts or self.want_counts, "trained targets per step")
         return [s["loss"] for s in steps]
 
     def test_the_example_prepares_and_trains(self):
@@ -174,8 +235,58 @@ output_dir: {self.tmp}/{name}
             self.assertGreater(s["trained_tokens"], 0)
             self.assertLess(s["trained_tokens"], 16 * 64)  # Prompts and padding are not trained.
 
+    def test_packed_conversations_train_as_each_alone(self):
+        # Packed windows (several conversations each, a long one alone and truncated): the same training
+        # as running each conversation through transformers alone — so attention never crosses a
+        # conversation and positions restart — in one process and in the layouts below.
+        windows = packs(self.conversations, PACKED_SEQ)
+        print(f"{len(self.conversations)} conversations in {len(windows)} packs of "
+              f"{sorted(len(w) for w in windows)} conversations")
+        self.assertTrue(any(len(w) >= 2 for w in windows), "packs of several conversations")
+        self.assertTrue(any(len(c[0]) > PACKED_SEQ + 1 for c in self.conversations), "a truncated conversation")
+        want, counts = train_packed_reference(hf_llama(self.vocab), windows, STEPS, LR, MIN_LR)
+        # Held to SINGLE_TOL in every layout (measured ≤ 1e-7): attention across conversations moves
+        # the losses by ~7e-4 here, within PARALLEL_TOL.
+        for name, sets in [("packed", []), ("packed_dp2", ["parallel.dp=2"]), ("packed_tp2", ["parallel.tp=2"]),
+                           ("packed_pp2_ckpt", ["parallel.pp=2", "train.activation_checkpointing=true"]),
+                           ("packed_2d", ["parallel.tp=4", "parallel.tp_mode=2d"]),
+                           ("packed_zero2", ["parallel.dp=2", "parallel.zero_stage=2"])]:
+            got = self.run_tessera(name, ["data.packing=true", f"model.seq_len={PACKED_SEQ}"] + sets, counts)
+            assert_losses_close(self, f"{name} {sets}", got, want, STEPS, SINGLE_TOL)
+        # The test can fail: training on the same windows as one sequence each (attention across
+        # conversations, positions running on) gives other losses.
+        joined = []
+        for w in windows:
+            ids = [t for piece, _ in w for t in piece]
+            flags = list(w[0][1]) + [f for _, piece_flags in w[1:] for f in [0] + list(piece_flags[1:])]
+            joined.append([(ids, flags)])
+        across, across_counts = train_packed_reference(hf_llama(self.vocab), joined, STEPS, LR, MIN_LR)
+        self.assertEqual(across_counts, counts)
+        gap = max(abs(a - w) / abs(w) for a, w in zip(across, want))
+        print(f"attention across conversations would move the losses by up to {gap:.2e}")
+        self.assertGreater(gap, 3 * SINGLE_TOL)
+
+    def test_a_packed_epoch_sums_the_same_losses_as_an_unpacked_one(self):
+        # lr 0, one sample per step, every conversation once: Σ loss × trained targets over the steps is
+        # the sum of every trained target's cross-entropy, packed or not.
+        sums = {}
+        for name, packing, steps in [("epoch", "false", len(self.conversations)),
+                                     ("epoch_packed", "true", len(packs(self.conversations, PACKED_SEQ)))]:
+            # lr 1e-30: no weight moves in fp32 (the spec needs a positive lr).
+            self.run_tessera(name, [f"data.packing={packing}", f"model.seq_len={PACKED_SEQ}", "train.lr=1e-30",
+                                    "train.min_lr=1e-30", "train.warmup_steps=0",
+                                    "train.micro_batch=1", "train.global_batch=1", f"train.steps={steps}"],
+                             counts=False)
+            with open(os.path.join(self.tmp, name, "steps.jsonl")) as f:
+                steps_log = [json.loads(line) for line in f]
+            self.assertEqual(len(steps_log), steps)
+            sums[name] = sum(s["loss"] * s["trained_tokens"] for s in steps_log)
+        print(f"an epoch's summed cross-entropy: unpacked {sums['epoch']:.6f}, packed {sums['epoch_packed']:.6f}")
+        self.assertLessEqual(abs(sums["epoch"] - sums["epoch_packed"]), SINGLE_TOL * abs(sums["epoch"]))
+
     def test_what_is_not_built_yet_is_refused_by_name(self):
-        for sets, words in [(["data.packing=true"], "data.packing: true is not supported yet"),
+        for sets, words in [(["data.packing=true", "parallel.sp=2"], "data.packing: true with parallel.sp 2 is not "
+                                                                      "supported yet"),
                             (["data.valid_fraction=0.2", "train.eval_every=5"], "validation on SFT data is not supported")]:
             spec = os.path.join(self.tmp, "refused.yaml")
             with open(spec, "w") as f:
