@@ -355,13 +355,8 @@ std::vector<SpecError> ValidateJobSpec(const v1::JobSpec& s) {
     }
   }
   if (s.data().packing()) {
-    // Packed conversations (docs/fine-tuning.md): one SFT dataset; attention within conversations is
-    // not built for the sequence-parallel attentions yet.
+    // Packed conversations (docs/fine-tuning.md): one SFT dataset.
     if (s.data().blend_size() > 0) c.Fail("data.packing", "packs one SFT dataset (data.path), not a blend");
-    if (s.parallel().sp() > 1) {
-      c.Fail("data.packing", absl::StrCat("true with parallel.sp ", s.parallel().sp(),
-                                          " is not supported yet (packed attention needs sp 1)"));
-    }
   }
   const double f = s.data().valid_fraction();
   if (f != 0 && !(f > 0 && f < 1)) c.Fail("data.valid_fraction", absl::StrCat(f, " must be in (0, 1) (or 0: none)"));

@@ -190,17 +190,15 @@ at::Tensor Decoder::Attend(const at::Tensor& q, const at::Tensor& k_new, const a
     at::Tensor cols = at::arange(0, L + T, at::TensorOptions().dtype(at::kLong).device(q.device())).unsqueeze(0);
     return at::scaled_dot_product_attention(q, k, v, cols <= rows, 0.0, /*is_causal=*/false);
   }
-  if (positions_.defined()) {
-    // Packed sequences: causal within each run that starts at a position 0 ([B, 1, T, T]).
-    TORCH_CHECK(!sp_ || sp_->size() == 1, "Decoder: packed sequences with sequence parallelism");
+  // Packed sequences: causal within each run that starts at a position 0, numbered over the whole
+  // sequence (every sp block's).
+  const at::Tensor runs = positions_.defined() ? (positions_ == 0).cumsum(1).to(q.device()) : at::Tensor();
+  if (sp_ && sp_->size() > 1) return SequenceParallelAttention(sp_mode_, q, k_new, v_new, sp_.get(), runs);
+  if (runs.defined()) {
     const int64_t T = q.size(2);
-    const at::Tensor run = (positions_ == 0).cumsum(1);  // [B, T]: which run each token is in.
-    const at::Tensor causal = at::ones({T, T}, at::TensorOptions().dtype(at::kBool).device(q.device())).tril();
-    const at::Tensor mask = run.unsqueeze(2).eq(run.unsqueeze(1)).logical_and(causal).unsqueeze(1);
-    return at::scaled_dot_product_attention(q, k_new, v_new, mask.to(q.device()), 0.0, /*is_causal=*/false);
+    return at::scaled_dot_product_attention(q, k_new, v_new, RunCausalMask(runs, 0, T, 0, T), 0.0, /*is_causal=*/false);
   }
-  return sp_ && sp_->size() > 1 ? SequenceParallelAttention(sp_mode_, q, k_new, v_new, sp_.get())
-                                : at::scaled_dot_product_attention(q, k_new, v_new, {}, 0.0, /*is_causal=*/true);
+  return at::scaled_dot_product_attention(q, k_new, v_new, {}, 0.0, /*is_causal=*/true);
 }
 
 at::Tensor Decoder::Norm(const at::Tensor& x, const std::string& base, bool fused) {
@@ -269,7 +267,7 @@ at::Tensor Decoder::Rotary(const at::Tensor& t, int64_t first_position) const {
   at::Tensor angles;
   if (positions_.defined() && cache_ == nullptr) {
     // Packed sequences: each token's own position; [B, 1, T, D/2] to broadcast over the heads.
-    angles = (positions_.to(at::kCPU).to(at::kFloat).unsqueeze(-1) * inv_freq).unsqueeze(1);
+    angles = (LocalPositions().to(at::kCPU).to(at::kFloat).unsqueeze(-1) * inv_freq).unsqueeze(1);
   } else {
     at::Tensor positions = at::arange(first_position, first_position + T, at::kLong).to(at::kFloat);
     angles = at::outer(positions, inv_freq);  // [T, D/2]
@@ -448,8 +446,14 @@ at::Tensor RealIds(const at::Tensor& ids) { return at::where(ids < 0, -ids - 1, 
 
 }  // namespace
 
+at::Tensor Decoder::LocalPositions() const {
+  if (!sp_ || sp_->size() == 1) return positions_;
+  const int64_t block = positions_.size(1) / sp_->size();
+  return positions_.narrow(1, sp_->rank() * block, block);
+}
+
 at::Tensor Decoder::LearnedPositions(const at::Tensor& table, int64_t first_position, int64_t T) const {
-  if (positions_.defined() && cache_ == nullptr) return at::embedding(table, positions_.to(table.device()));
+  if (positions_.defined() && cache_ == nullptr) return at::embedding(table, LocalPositions().to(table.device()));
   return table.narrow(0, first_position, T);
 }
 

@@ -94,10 +94,10 @@ class Decoder {
   void set_masked_targets(bool masked) { masked_targets_ = masked; }
   void set_target_weight(double weight) { target_weight_ = weight; }
   // Packed sequences (formats/data/token_dataset.h "Packing"): the positions [B, T] of the tokens the
-  // next forward passes (and the recomputations of their backward) take, for the rotary or learned
-  // position embeddings; a token attends only to earlier tokens of its run — the tokens from the last
-  // position 0 at or before it. Undefined (the default): positions 0 .. T−1, causal attention.
-  // Not with sequence parallelism or a KV cache.
+  // next forward passes (and the recomputations of their backward) take — of the whole sequence, all
+  // sp blocks — for the rotary or learned position embeddings; a token attends only to earlier
+  // tokens of its run (the tokens from the last position 0 at or before it). Undefined (the
+  // default): positions 0 .. T−1, causal attention. Not with a KV cache.
   void set_positions(at::Tensor positions) { positions_ = std::move(positions); }
 
   // The pieces of Loss, for pipeline stages: token + position embedding [B, T, hidden] (needs the
@@ -209,6 +209,8 @@ class Decoder {
   // q or k [B, H, T, D] rotated by their positions (first_position + t, or positions_ when set),
   // transformers' rotate-half.
   at::Tensor Rotary(const at::Tensor& t, int64_t first_position) const;
+  // This rank's block of positions_ (its sp block).
+  at::Tensor LocalPositions() const;
   // The learned position embeddings (rows of `table`) of T tokens from first_position, or of
   // positions_ when set.
   at::Tensor LearnedPositions(const at::Tensor& table, int64_t first_position, int64_t T) const;

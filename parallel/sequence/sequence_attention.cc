@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 
 namespace tessera::parallel {
 namespace {
@@ -25,9 +26,11 @@ void Rotate(Communicator* sp, const at::Tensor& t, at::Tensor& into, int tag) {
   ThrowIfError(send->Wait());
 }
 
-// Scores of this rank's queries against the keys of block `src`, with the causal mask on the own block.
-at::Tensor Scores(const at::Tensor& q, const at::Tensor& k, double scale, bool diagonal) {
+// Scores of this rank's queries against the keys of block `src`, with the causal mask on the own block
+// (or `allowed` [B, 1, Tl, Tl] when defined: packed sequences).
+at::Tensor Scores(const at::Tensor& q, const at::Tensor& k, double scale, bool diagonal, const at::Tensor& allowed) {
   at::Tensor s = at::matmul(q, k.transpose(-2, -1)) * scale;
+  if (allowed.defined()) return s.masked_fill(allowed.logical_not(), -std::numeric_limits<float>::infinity());
   if (diagonal) {
     const int64_t t = q.size(-2);
     at::Tensor above = at::ones({t, t}, q.options().dtype(at::kBool)).triu(1);
@@ -36,10 +39,25 @@ at::Tensor Scores(const at::Tensor& q, const at::Tensor& k, double scale, bool d
   return s;
 }
 
+// Packed sequences: the keys of block `src` this rank's queries may see ([B, 1, Tl, Tl]); undefined
+// without runs.
+at::Tensor BlockMask(const at::Tensor& runs, int r, int src, int64_t Tl) {
+  if (!runs.defined()) return {};
+  return RunCausalMask(runs, r * Tl, Tl, src * Tl, Tl);
+}
+
+// The fused CPU kernel's additive form of `allowed` (0 or −inf, in `like`'s dtype); none when undefined.
+std::optional<at::Tensor> Additive(const at::Tensor& allowed, const at::Tensor& like) {
+  if (!allowed.defined()) return std::nullopt;
+  return at::zeros(allowed.sizes(), like.options()).masked_fill(allowed.logical_not(),
+                                                                -std::numeric_limits<float>::infinity());
+}
+
 struct RingAttentionFn : public torch::autograd::Function<RingAttentionFn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q_in, const at::Tensor& k_in,
-                            const at::Tensor& v_in, Communicator* sp) {
+                            const at::Tensor& v_in, Communicator* sp, const at::Tensor& runs) {
     const int n = sp->size(), r = sp->rank();
+    const int64_t Tl = q_in.size(2);
     const double scale = 1.0 / std::sqrt(static_cast<double>(q_in.size(-1)));
     // fp32 accumulation whatever the activation dtype.
     at::Tensor q = q_in.to(at::kFloat);
@@ -58,15 +76,21 @@ struct RingAttentionFn : public torch::autograd::Function<RingAttentionFn> {
         send = sp->SendAsync(kv, (r + 1) % n, 0);
         recv = sp->RecvAsync(next, (r + n - 1) % n, 0);
       }
+      const at::Tensor allowed = src <= r ? BlockMask(runs, r, src, Tl) : at::Tensor();
       if (src <= r && q.device().is_cpu()) {
         // The fused CPU attention kernel on this block (memory O(Tl), not O(Tl²)), merged by log-sum-exp.
-        auto [o, l] = at::_scaled_dot_product_flash_attention_for_cpu(q, kv[0], kv[1], 0.0, src == r);
+        auto [o, l] = at::_scaled_dot_product_flash_attention_for_cpu(q, kv[0], kv[1], 0.0, src == r && !runs.defined(),
+                                                                      Additive(allowed, q));
         at::Tensor lj = l.unsqueeze(-1);
+        // A row with no key allowed in this block adds nothing (the kernel gives it output 0, lse 0);
+        // the own block comes first and allows each row itself, so the running lse is finite here.
+        if (allowed.defined()) lj = lj.masked_fill(allowed.any(-1, /*keepdim=*/true).logical_not(),
+                                                   -std::numeric_limits<float>::infinity());
         at::Tensor merged = at::logaddexp(row_max, lj);  // row_max holds the running log-sum-exp here.
         out = out * at::exp(row_max - merged) + o * at::exp(lj - merged);
         row_max = merged;
       } else if (src <= r) {  // Later positions are fully masked.
-        at::Tensor s = Scores(q, kv[0], scale, src == r);
+        at::Tensor s = Scores(q, kv[0], scale, src == r, allowed);
         at::Tensor new_max = at::maximum(row_max, std::get<0>(s.max(-1, /*keepdim=*/true)));
         at::Tensor p = at::exp(s - new_max);
         at::Tensor alpha = at::exp(row_max - new_max);
@@ -90,6 +114,7 @@ struct RingAttentionFn : public torch::autograd::Function<RingAttentionFn> {
     out = out.contiguous();
     SavePointer(ctx, "sp", sp);
     ctx->save_for_backward({q_in, k_in, v_in, out, lse});
+    ctx->saved_data["runs"] = runs;
     return out.to(q_in.scalar_type());
   }
 
@@ -101,6 +126,8 @@ struct RingAttentionFn : public torch::autograd::Function<RingAttentionFn> {
     const at::ScalarType dtype = saved[0].scalar_type();
     const at::Tensor& out = saved[3];
     const at::Tensor& lse = saved[4];
+    const at::Tensor runs = ctx->saved_data["runs"].toOptional<at::Tensor>().value_or(at::Tensor());
+    const int64_t Tl = q.size(2);
     const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
     at::Tensor dout = grads[0].to(at::kFloat).contiguous();
     at::Tensor delta = (dout * out).sum(-1, /*keepdim=*/true);
@@ -113,15 +140,16 @@ struct RingAttentionFn : public torch::autograd::Function<RingAttentionFn> {
     at::Tensor next = at::empty_like(block);
     for (int j = 0; j < n; ++j) {
       const int src = (r - j + n) % n;
+      const at::Tensor allowed = src <= r ? BlockMask(runs, r, src, Tl) : at::Tensor();
       if (src <= r && q.device().is_cpu()) {
         auto [dq_j, dk_j, dv_j] = at::_scaled_dot_product_flash_attention_for_cpu_backward(
-            dout, q, block[0], block[1], out, lse.squeeze(-1), 0.0, src == r);
+            dout, q, block[0], block[1], out, lse.squeeze(-1), 0.0, src == r && !runs.defined(), Additive(allowed, q));
         dq.add_(dq_j);
         block[2].add_(dk_j);
         block[3].add_(dv_j);
       } else if (src <= r) {
         at::Tensor k = block[0], v = block[1];
-        at::Tensor p = at::exp(Scores(q, k, scale, src == r) - lse);
+        at::Tensor p = at::exp(Scores(q, k, scale, src == r, allowed) - lse);
         block[3].add_(at::matmul(p.transpose(-2, -1), dout));
         at::Tensor ds = p * (at::matmul(dout, v.transpose(-2, -1)) - delta);
         dq.add_(at::matmul(ds, k) * scale);
@@ -131,7 +159,7 @@ struct RingAttentionFn : public torch::autograd::Function<RingAttentionFn> {
       Rotate(sp, block, next, 1);
       std::swap(block, next);
     }
-    return {dq.to(dtype), block[2].to(dtype), block[3].to(dtype), at::Tensor()};
+    return {dq.to(dtype), block[2].to(dtype), block[3].to(dtype), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -174,13 +202,30 @@ struct HeadsToSeqFn : public torch::autograd::Function<HeadsToSeqFn> {
 
 }  // namespace
 
-at::Tensor RingSelfAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, Communicator* sp) {
-  return RingAttentionFn::apply(q, k, v, sp);
+at::Tensor RunCausalMask(const at::Tensor& runs, int64_t q_first, int64_t Tq, int64_t k_first, int64_t Tk) {
+  const at::Tensor rq = runs.narrow(1, q_first, Tq), rk = runs.narrow(1, k_first, Tk);
+  const at::TensorOptions longs = at::TensorOptions().dtype(at::kLong).device(runs.device());
+  const at::Tensor earlier =
+      at::arange(k_first, k_first + Tk, longs).unsqueeze(0).le(at::arange(q_first, q_first + Tq, longs).unsqueeze(1));
+  return rq.unsqueeze(2).eq(rk.unsqueeze(1)).logical_and(earlier).unsqueeze(1);
 }
 
-at::Tensor UlyssesSelfAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, Communicator* sp) {
-  at::Tensor y = at::scaled_dot_product_attention(SeqToHeadsFn::apply(q, sp), SeqToHeadsFn::apply(k, sp),
-                                                  SeqToHeadsFn::apply(v, sp), {}, 0.0, /*is_causal=*/true);
+at::Tensor RingSelfAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, Communicator* sp,
+                             const at::Tensor& runs) {
+  return RingAttentionFn::apply(q, k, v, sp, runs);
+}
+
+at::Tensor UlyssesSelfAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, Communicator* sp,
+                                const at::Tensor& runs) {
+  at::Tensor qh = SeqToHeadsFn::apply(q, sp), kh = SeqToHeadsFn::apply(k, sp), vh = SeqToHeadsFn::apply(v, sp);
+  at::Tensor y;
+  if (runs.defined()) {
+    const int64_t T = qh.size(2);
+    y = at::scaled_dot_product_attention(qh, kh, vh, RunCausalMask(runs, 0, T, 0, T).to(qh.device()), 0.0,
+                                         /*is_causal=*/false);
+  } else {
+    y = at::scaled_dot_product_attention(qh, kh, vh, {}, 0.0, /*is_causal=*/true);
+  }
   return HeadsToSeqFn::apply(y, sp);
 }
 

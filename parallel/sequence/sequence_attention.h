@@ -16,6 +16,10 @@
 //   all_to_all  (DeepSpeed-Ulysses): an all-to-all turns the sequence split into a head split (each
 //               rank gets all T positions of H/sp heads), attention runs locally, a second all-to-all
 //               turns it back. Needs H % sp == 0.
+//
+// Packed sequences: `runs` [B, T] (the whole sequence's, on every rank) numbers the run each position
+// belongs to; a query attends only to earlier keys of its own run (Decoder::set_positions). Undefined:
+// plain causal attention.
 #ifndef TESSERA_PARALLEL_SEQUENCE_SEQUENCE_ATTENTION_H_
 #define TESSERA_PARALLEL_SEQUENCE_SEQUENCE_ATTENTION_H_
 
@@ -28,13 +32,20 @@ namespace tessera::parallel {
 
 using layout::SpMode;  // kRing or kAllToAll.
 
-at::Tensor RingSelfAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, Communicator* sp);
-at::Tensor UlyssesSelfAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, Communicator* sp);
+at::Tensor RingSelfAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, Communicator* sp,
+                             const at::Tensor& runs = {});
+at::Tensor UlyssesSelfAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, Communicator* sp,
+                                const at::Tensor& runs = {});
 
 inline at::Tensor SequenceParallelAttention(SpMode mode, const at::Tensor& q, const at::Tensor& k,
-                                            const at::Tensor& v, Communicator* sp) {
-  return mode == SpMode::kRing ? RingSelfAttention(q, k, v, sp) : UlyssesSelfAttention(q, k, v, sp);
+                                            const at::Tensor& v, Communicator* sp, const at::Tensor& runs = {}) {
+  return mode == SpMode::kRing ? RingSelfAttention(q, k, v, sp, runs) : UlyssesSelfAttention(q, k, v, sp, runs);
 }
+
+// Which keys each query may see: [B, 1, Tq, Tk] (true: allowed) for queries at positions
+// [q_first, q_first + Tq) and keys at [k_first, k_first + Tk) of sequences numbered into runs by
+// `runs` [B, T]: an earlier or the same position, in the same run.
+at::Tensor RunCausalMask(const at::Tensor& runs, int64_t q_first, int64_t Tq, int64_t k_first, int64_t Tk);
 
 }  // namespace tessera::parallel
 

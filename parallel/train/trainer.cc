@@ -237,20 +237,21 @@ absl::StatusOr<at::Tensor> Trainer::ReadMicroBatch(TrainingData& data, int64_t f
     const int64_t g = first + groups_.dp->rank() * micro * accum + a * micro + i;
     TESSERA_RETURN_IF_ERROR(data.Read(g, &tokens, packed ? &token_positions : nullptr));
   }
-  // This rank's part: with sequence parallelism its block of each window, with grid tensor
-  // parallelism its chunk of the samples.
+  // This rank's part: with grid tensor parallelism its chunk of the samples, with sequence
+  // parallelism its block of each window (the positions stay whole: Decoder::set_positions).
   const int sp = groups_.sp->size();
   const auto [chunk, chunks] = model_->SampleChunk();
   auto part = [&](at::Tensor w) {
-    if (sp > 1) w = w.narrow(1, groups_.sp->rank() * (T / sp), T / sp + 1);
     if (chunks > 1) w = w.narrow(0, chunk * (micro / chunks), micro / chunks);
     return w.to(device_, /*non_blocking=*/false, /*copy=*/true);
   };
   if (positions != nullptr) {
-    *positions = packed ? part(at::from_blob(token_positions.data(), {micro, T + 1}, at::kLong)).narrow(1, 0, T)
+    *positions = packed ? part(at::from_blob(token_positions.data(), {micro, T + 1}, at::kLong).narrow(1, 0, T))
                         : at::Tensor();
   }
-  return part(at::from_blob(tokens.data(), {micro, T + 1}, at::kLong));
+  at::Tensor window = at::from_blob(tokens.data(), {micro, T + 1}, at::kLong);
+  if (sp > 1) window = window.narrow(1, groups_.sp->rank() * (T / sp), T / sp + 1);
+  return part(window);
 }
 
 void Trainer::WeighTrainedTargets(int accum) {

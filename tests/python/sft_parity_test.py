@@ -250,6 +250,8 @@ output_dir: {self.tmp}/{name}
         for name, sets in [("packed", []), ("packed_dp2", ["parallel.dp=2"]), ("packed_tp2", ["parallel.tp=2"]),
                            ("packed_pp2_ckpt", ["parallel.pp=2", "train.activation_checkpointing=true"]),
                            ("packed_2d", ["parallel.tp=4", "parallel.tp_mode=2d"]),
+                           ("packed_sp2_ring", ["parallel.sp=2"]),
+                           ("packed_sp2_a2a_pp2", ["parallel.sp=2", "parallel.sp_mode=all_to_all", "parallel.pp=2"]),
                            ("packed_zero2", ["parallel.dp=2", "parallel.zero_stage=2"])]:
             got = self.run_tessera(name, ["data.packing=true", f"model.seq_len={PACKED_SEQ}"] + sets, counts)
             assert_losses_close(self, f"{name} {sets}", got, want, STEPS, SINGLE_TOL)
@@ -285,8 +287,8 @@ output_dir: {self.tmp}/{name}
         self.assertLessEqual(abs(sums["epoch"] - sums["epoch_packed"]), SINGLE_TOL * abs(sums["epoch"]))
 
     def test_what_is_not_built_yet_is_refused_by_name(self):
-        for sets, words in [(["data.packing=true", "parallel.sp=2"], "data.packing: true with parallel.sp 2 is not "
-                                                                      "supported yet"),
+        for sets, words in [(["data.packing=true", "data.blend=[{path: x, weight: 1}]"],
+                             "data.packing: packs one SFT dataset (data.path), not a blend"),
                             (["data.valid_fraction=0.2", "train.eval_every=5"], "validation on SFT data is not supported")]:
             spec = os.path.join(self.tmp, "refused.yaml")
             with open(spec, "w") as f:
