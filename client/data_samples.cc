@@ -43,7 +43,12 @@ int DataSamplesCommand(const std::string& spec_path, const std::vector<std::stri
     if ((*data)->sft()) {
       absl::StrAppend(&line, "], \"trained\": [");
       for (size_t i = 1; i < tokens.size(); ++i) absl::StrAppend(&line, i > 1 ? ", " : "", tokens[i] >= 0 ? 1 : 0);
-      absl::StrAppend(&line, "], \"trained_targets\": ", (*data)->TrainedTargets(g));
+      auto trained = (*data)->TrainedTargets(g);
+      if (!trained.ok()) {
+        std::cerr << "error: sample " << g << ": " << trained.status().message() << "\n";
+        return kExitBadInput;
+      }
+      absl::StrAppend(&line, "], \"trained_targets\": ", *trained);
       std::cout << line << "}\n";
       continue;
     }

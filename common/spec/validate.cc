@@ -354,10 +354,6 @@ std::vector<SpecError> ValidateJobSpec(const v1::JobSpec& s) {
       c.Fail(at + ".weight", absl::StrCat(src.weight(), " is not a positive number"));
     }
   }
-  if (s.data().packing()) {
-    // Packed conversations (docs/fine-tuning.md): one SFT dataset.
-    if (s.data().blend_size() > 0) c.Fail("data.packing", "packs one SFT dataset (data.path), not a blend");
-  }
   const double f = s.data().valid_fraction();
   if (f != 0 && !(f > 0 && f < 1)) c.Fail("data.valid_fraction", absl::StrCat(f, " must be in (0, 1) (or 0: none)"));
   if (f != 0 && !s.data().valid_path().empty()) {

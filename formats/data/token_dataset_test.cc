@@ -6,6 +6,7 @@
 #include <set>
 
 #include "formats/data/indexed_dataset.h"
+#include "formats/data/training_data.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -270,6 +271,30 @@ TEST(TokenDatasetTest, PackingPutsWholeConversationsIntoWindows) {
                                   .packing = true});
   EXPECT_THAT(std::string(flat.status().message()), HasSubstr("data.packing: "));
   EXPECT_THAT(std::string(flat.status().message()), HasSubstr("is not an SFT dataset"));
+}
+
+// A blend is all SFT datasets (each source's trained targets counted by its own mask) or none.
+TEST(TrainingDataTest, BlendsOfConversationsCountTheirSourcesTrainedTargets) {
+  const std::string a = WriteSft("sft_blend_a", {{1, 2, 3}}, {{0, 1, 1}});
+  const std::string b = WriteSft("sft_blend_b", {{4, 5, 6, 7}}, {{0, 0, 0, 1}});
+  const TokenDatasetOptions job{.seq_len = 3, .vocab = 256};
+  std::vector<BlendSource> blend(2, BlendSource{job, 1.0});
+  blend[0].data.path = a;
+  blend[1].data.path = b;
+  auto data = TrainingData::Open(job, blend);
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_TRUE((*data)->sft());
+  for (int64_t g = 0; g < 6; ++g) {
+    auto origin = (*data)->Locate(g);
+    ASSERT_TRUE(origin.ok());
+    auto trained = (*data)->TrainedTargets(g);
+    ASSERT_TRUE(trained.ok());
+    EXPECT_EQ(*trained, origin->source == 0 ? 2 : 1) << g;
+  }
+  blend[1].data.path = WriteTokens("blend_stream.bin", {1, 2, 3, 4, 5, 6, 7, 8});
+  auto mixed = TrainingData::Open(job, blend);
+  EXPECT_THAT(std::string(mixed.status().message()),
+              HasSubstr("data.blend[1]: " + blend[1].data.path + " is not an SFT dataset but data.blend[0] is one"));
 }
 
 TEST(TokenDatasetTest, LlmcFilesSkipTheirHeader) {

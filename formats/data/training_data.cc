@@ -21,9 +21,12 @@ absl::StatusOr<std::unique_ptr<TrainingData>> TrainingData::Open(const TokenData
     if (!ds.ok()) {
       return absl::Status(ds.status().code(), absl::StrCat("data.blend[", s, "]: ", ds.status().message()));
     }
-    if ((*ds)->sft()) {
-      return absl::InvalidArgumentError(absl::StrCat("data.blend[", s, "]: ", o.path,
-                                                     " is an SFT dataset; SFT datasets are not blended (yet)"));
+    if (s > 0 && (*ds)->sft() != t->sources_[0]->sft()) {
+      // The loss of a step is defined over trained targets or over every target, not both.
+      return absl::InvalidArgumentError(absl::StrCat("data.blend[", s, "]: ", o.path, " is ",
+                                                     (*ds)->sft() ? "an SFT dataset" : "not an SFT dataset",
+                                                     " but data.blend[0] is ", (*ds)->sft() ? "not" : "one",
+                                                     "; a blend is all conversations or all token streams"));
     }
     t->sources_.push_back(std::move(*ds));
     weights.push_back(blend[s].weight);
@@ -76,6 +79,13 @@ absl::StatusOr<TrainingData::WithValidation> TrainingData::OpenWithValidation(co
   }
   out.train = std::move(*t);
   return out;
+}
+
+absl::StatusOr<int64_t> TrainingData::TrainedTargets(int64_t g) {
+  if (!schedule_) return sources_[0]->TrainedTargets(g);
+  auto pick = schedule_->Pick(g);
+  if (!pick.ok()) return pick.status();
+  return sources_[pick->source]->TrainedTargets(pick->sample);
 }
 
 absl::Status TrainingData::Read(int64_t g, std::vector<int64_t>* out, std::vector<int64_t>* positions) {

@@ -42,10 +42,11 @@ class TrainingData {
   absl::Status Read(int64_t g, std::vector<int64_t>* out, std::vector<int64_t>* positions = nullptr);
   // Packed conversations (token_dataset.h "Packing"): the model needs the positions.
   bool packed() const { return sources_[0]->packed(); }
-  // An SFT dataset (token_dataset.h): its samples are conversations with untrained targets.
+  // SFT datasets (token_dataset.h; a blend's sources are all SFT datasets or none): the samples are
+  // conversations with untrained targets.
   bool sft() const { return sources_[0]->sft(); }
   // The trained targets of global sample g (seq_len for a token stream).
-  int64_t TrainedTargets(int64_t g) { return sources_[0]->TrainedTargets(g); }
+  absl::StatusOr<int64_t> TrainedTargets(int64_t g);
 
   // Where global sample g comes from: the source (0 without a blend), its sample number there, and
   // the window that sample reads.

@@ -55,7 +55,8 @@ std::optional<at::Tensor> Additive(const at::Tensor& allowed, const at::Tensor& 
 
 struct RingAttentionFn : public torch::autograd::Function<RingAttentionFn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q_in, const at::Tensor& k_in,
-                            const at::Tensor& v_in, Communicator* sp, const at::Tensor& runs) {
+                            const at::Tensor& v_in, Communicator* sp, const std::optional<at::Tensor>& runs_in) {
+    const at::Tensor runs = runs_in.value_or(at::Tensor());
     const int n = sp->size(), r = sp->rank();
     const int64_t Tl = q_in.size(2);
     const double scale = 1.0 / std::sqrt(static_cast<double>(q_in.size(-1)));
@@ -212,7 +213,8 @@ at::Tensor RunCausalMask(const at::Tensor& runs, int64_t q_first, int64_t Tq, in
 
 at::Tensor RingSelfAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, Communicator* sp,
                              const at::Tensor& runs) {
-  return RingAttentionFn::apply(q, k, v, sp, runs);
+  // An undefined tensor may not be an autograd function's argument: none is passed as nullopt.
+  return RingAttentionFn::apply(q, k, v, sp, runs.defined() ? std::optional<at::Tensor>(runs) : std::nullopt);
 }
 
 at::Tensor UlyssesSelfAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, Communicator* sp,

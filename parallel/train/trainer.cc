@@ -254,12 +254,14 @@ absl::StatusOr<at::Tensor> Trainer::ReadMicroBatch(TrainingData& data, int64_t f
   return part(window);
 }
 
-void Trainer::WeighTrainedTargets(int accum) {
-  if (!data_->sft()) return;
+absl::Status Trainer::WeighTrainedTargets(int accum) {
+  if (!data_->sft()) return absl::OkStatus();
   // Every rank counts the trained targets of the whole global batch (the masks are local files).
   int64_t trained = 0;
   for (int64_t g = step_ * options_.global_batch; g < (step_ + 1) * options_.global_batch; ++g) {
-    trained += data_->TrainedTargets(g);
+    auto n = data_->TrainedTargets(g);
+    if (!n.ok()) return n.status();
+    trained += *n;
   }
   trained_targets_ = trained;
   // Each micro-batch's loss is a mean over this rank's micro × T/sp targets, divided by accum and
@@ -272,12 +274,13 @@ void Trainer::WeighTrainedTargets(int accum) {
     std::fprintf(stderr, "step %lld: the global batch has no trained target (its conversations have no assistant "
                          "token within seq_len): loss 0, no gradient\n", static_cast<long long>(step_ + 1));
   }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<Trainer::LossSums> Trainer::ForwardBackward(int accum) {
   LossSums sums;
   auto unset_positions = absl::MakeCleanup([&] { model_->set_positions({}); });  // Validation is never packed.
-  WeighTrainedTargets(accum);
+  TESSERA_RETURN_IF_ERROR(WeighTrainedTargets(accum));
   if (pipeline_) {
     // Gradients of the last backward pass of this stage start their dp reduction inside it.
     zero_->SetSyncThisPass(false);

@@ -163,7 +163,7 @@ class Trainer {
   c10::Device device_{c10::kCPU};
   std::unique_ptr<Decoder> model_;
   // SFT data: the trained targets of the current step's global batch, and the weight each gets.
-  void WeighTrainedTargets(int accum);
+  absl::Status WeighTrainedTargets(int accum);
   int64_t trained_targets_ = 0;
   std::unique_ptr<TrainingData> data_;
   std::unique_ptr<TrainingData> valid_;  // Validation samples; null without validation data.

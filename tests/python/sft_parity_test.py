@@ -163,7 +163,7 @@ class SftParityTest(unittest.TestCase):
         hf = PreTrainedTokenizerFast.from_pretrained(cls.tokenizer_dir)
         cls.vocab = len(hf)
         convs = conversations(24, seed=5)
-        records = [{"messages": c} for c in convs]
+        records = cls.records = [{"messages": c} for c in convs]
         with open(os.path.join(cls.tmp, "chat.jsonl"), "w", encoding="utf-8") as f:
             for r in records:
                 f.write(json.dumps(r, ensure_ascii=False) + "\n")
@@ -192,21 +192,26 @@ class SftParityTest(unittest.TestCase):
                                        if not k.endswith("rotary_emb.inv_freq")})
         cls.want, cls.want_counts = train_reference(hf_llama(cls.vocab), cls.samples)
 
-    def run_tessera(self, name, sets, counts=None):
-        """Losses per step of `tessera run`; the trained targets per step must be `counts` (None: the
-        unpacked reference's; False: not checked)."""
+    def write_spec(self, name, data=None):
         spec = os.path.join(self.tmp, f"{name}.yaml")
         with open(spec, "w") as f:
             f.write(f"""name: {name}
 model: {{family: llama, layers: {LAYERS}, hidden: {HIDDEN}, heads: {HEADS}, kv_heads: {KV_HEADS},
         ffn_hidden: {FFN}, vocab: {self.vocab}, seq_len: {SEQ}, norm_eps: {EPS}, rope_theta: {THETA},
         init_from: {self.init}}}
-data: {{path: {self.data}}}
+data: {data or f"{{path: {self.data}}}"}
 train: {{steps: {STEPS}, micro_batch: {MICRO}, global_batch: {GLOBAL}, lr: {LR}, min_lr: {MIN_LR},
         warmup_steps: {WARMUP}, schedule: cosine, weight_decay: {WD}, betas: [{BETAS[0]}, {BETAS[1]}],
         eps: {ADAM_EPS}, grad_clip: {CLIP}}}
 output_dir: {self.tmp}/{name}
 """)
+        return spec
+
+    def run_tessera(self, name, sets, counts=None, data=None):
+        """Losses per step of `tessera run` (`data`: the spec's data section, default the prepared
+        dataset); the trained targets per step must be `counts` (None: the unpacked reference's;
+        False: not checked)."""
+        spec = self.write_spec(name, data)
         done = hf_testing.run_tessera(TESSERA, spec, sets, dict(os.environ, TESSERA_RANK_BINARY=RANK))
         self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
         with open(os.path.join(self.tmp, name, "steps.jsonl")) as f:
@@ -286,9 +291,50 @@ output_dir: {self.tmp}/{name}
         print(f"an epoch's summed cross-entropy: unpacked {sums['epoch']:.6f}, packed {sums['epoch_packed']:.6f}")
         self.assertLessEqual(abs(sums["epoch"] - sums["epoch_packed"]), SINGLE_TOL * abs(sums["epoch"]))
 
+    def test_blends_of_conversations_train_as_their_samples(self):
+        # Two SFT datasets (the first and the last 12 conversations) blended 2:1, unpacked and packed:
+        # tessera picks the samples (`tessera data samples` says which source and window each global
+        # sample reads); the reference trains on those conversations, by its own definition.
+        halves = []
+        for h, part in enumerate((self.records[:12], self.records[12:])):
+            path = os.path.join(self.tmp, f"chat_{h}.jsonl")
+            with open(path, "w", encoding="utf-8") as f:
+                for r in part:
+                    f.write(json.dumps(r, ensure_ascii=False) + "\n")
+            prefix = os.path.join(self.tmp, f"sft_{h}")
+            done = subprocess.run([TESSERA, "data", "prepare", "--no-progress", "--tokenizer", self.tokenizer_dir,
+                                   "--chat", path, prefix], capture_output=True, text=True)
+            self.assertEqual(done.returncode, 0, done.stderr)
+            halves.append(prefix)
+        convs = (self.conversations[:12], self.conversations[12:])
+        data = f"{{blend: [{{path: {halves[0]}, weight: 2}}, {{path: {halves[1]}, weight: 1}}]}}"
+        for name, packing in [("blend", False), ("blend_packed", True)]:
+            sets = [f"data.packing={str(packing).lower()}"] + ([f"model.seq_len={PACKED_SEQ}"] if packing else [])
+            spec = self.write_spec(f"{name}_order", data)
+            cmd = [TESSERA, "data", "samples", spec, "--count", str(STEPS * GLOBAL)]
+            for x in sets:
+                cmd += ["--set", x]
+            done = subprocess.run(cmd, capture_output=True, text=True)
+            self.assertEqual(done.returncode, 0, done.stderr)
+            order = [(json.loads(line)["source"], json.loads(line)["window"]) for line in done.stdout.splitlines()]
+            self.assertEqual({source for source, _ in order}, {0, 1})
+            if packing:
+                windows = [packs(convs[source], PACKED_SEQ)[w] for source, w in order]
+                want, counts = train_packed_reference(hf_llama(self.vocab), windows, STEPS, LR, MIN_LR)
+            else:
+                samples = []
+                for source, w in order:
+                    ids, flags = convs[source][w]
+                    ids, flags = ids[:SEQ + 1], flags[:SEQ + 1]
+                    pad = SEQ + 1 - len(ids)
+                    samples.append((torch.tensor(ids + [0] * pad),
+                                    torch.tensor(flags[1:] + [0] * pad, dtype=torch.float32)))
+                want, counts = train_reference(hf_llama(self.vocab), samples)
+            got = self.run_tessera(name, sets + ["parallel.dp=2"], counts, data)
+            assert_losses_close(self, name, got, want, STEPS, PARALLEL_TOL)
+
     def test_what_is_not_built_yet_is_refused_by_name(self):
-        for sets, words in [(["data.packing=true", "data.blend=[{path: x, weight: 1}]"],
-                             "data.packing: packs one SFT dataset (data.path), not a blend"),
+        for sets, words in [
                             (["data.valid_fraction=0.2", "train.eval_every=5"], "validation on SFT data is not supported")]:
             spec = os.path.join(self.tmp, "refused.yaml")
             with open(spec, "w") as f:
