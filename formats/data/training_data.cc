@@ -63,19 +63,18 @@ absl::StatusOr<TrainingData::WithValidation> TrainingData::OpenWithValidation(co
     stream.seq_len = data.seq_len;
     stream.vocab = data.vocab;
     stream.shuffle = false;
+    stream.packing = data.packing;  // Packed training validates on packed conversations.
     auto v = Open(stream, {});
     if (!v.ok()) return absl::Status(v.status().code(), absl::StrCat("data.valid_path: ", v.status().message()));
     out.valid = std::move(*v);
   }
   auto t = Open(train_data, train_blend);
   if (!t.ok()) return t.status();
-  if ((*t)->sft() && out.valid) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        valid_fraction > 0 ? "data.valid_fraction" : "data.valid_path", ": ", data.path,
-        " is an SFT dataset; validation on SFT data is not supported yet"));
-  }
-  if (out.valid && out.valid->sft()) {
-    return absl::InvalidArgumentError("data.valid_path: an SFT dataset; validation on SFT data is not supported yet");
+  if (out.valid && out.valid->sft() != (*t)->sft()) {
+    // The validation loss is defined as the training loss is: over trained targets, or every target.
+    return absl::InvalidArgumentError(absl::StrCat("data.valid_path: ", valid.path, " is ",
+                                                   out.valid->sft() ? "an SFT dataset" : "not an SFT dataset",
+                                                   " but the training data is ", out.valid->sft() ? "not" : "one"));
   }
   out.train = std::move(*t);
   return out;

@@ -63,7 +63,7 @@ absl::StatusOr<double> PipelineRunner::RunStep(const std::function<absl::StatusO
     for (size_t i = 0; i < actions_.size() && status.ok(); ++i) {
       const PipeAction& a = actions_[i];
       if (a.op == PipeOp::kForward) {
-        status = Forward(a, batch, &loss_sum);
+        status = Forward(a, batch, options_.positions, &loss_sum);
       } else {
         if (i == last_backward && before_last_backward) before_last_backward();
         status = Backward(a, loss_scale);
@@ -78,7 +78,8 @@ absl::StatusOr<double> PipelineRunner::RunStep(const std::function<absl::StatusO
   return loss_sum;
 }
 
-absl::StatusOr<double> PipelineRunner::RunForwardOnly(const std::function<absl::StatusOr<at::Tensor>(int)>& batch) {
+absl::StatusOr<double> PipelineRunner::RunForwardOnly(const std::function<absl::StatusOr<at::Tensor>(int)>& batch,
+                                                      const std::function<absl::StatusOr<at::Tensor>(int)>& positions) {
   // Every rank runs (micro-batch, chunk) in increasing order, and a forward waits only for the
   // previous virtual stage of its micro-batch, which comes earlier in that order: no deadlock.
   double loss_sum = 0;
@@ -86,7 +87,7 @@ absl::StatusOr<double> PipelineRunner::RunForwardOnly(const std::function<absl::
   try {
     for (int m = 0; m < options_.micro_batches && status.ok(); ++m) {
       for (int c = 0; c < static_cast<int>(chunks_.size()) && status.ok(); ++c) {
-        status = Forward(PipeAction{PipeOp::kForward, m, c}, batch, &loss_sum, /*keep=*/false);
+        status = Forward(PipeAction{PipeOp::kForward, m, c}, batch, positions, &loss_sum, /*keep=*/false);
       }
     }
   } catch (const c10::Error& e) {
@@ -109,6 +110,7 @@ absl::Status PipelineRunner::Finish(absl::Status status) {
 }
 
 absl::Status PipelineRunner::Forward(const PipeAction& a, const std::function<absl::StatusOr<at::Tensor>(int)>& batch,
+                                     const std::function<absl::StatusOr<at::Tensor>(int)>& positions_of,
                                      double* loss_sum, bool keep) {
   const ModelChunk& chunk = chunks_[a.chunk];
   const int p = pp_->size(), rank = pp_->rank();
@@ -120,8 +122,8 @@ absl::Status PipelineRunner::Forward(const PipeAction& a, const std::function<ab
     if (!t.ok()) return t.status();
     tokens = *t;
   }
-  if (keep && options_.positions) {  // Training's micro-batches (validation data is never packed).
-    auto positions = options_.positions(a.micro_batch);
+  if (positions_of) {
+    auto positions = positions_of(a.micro_batch);
     if (!positions.ok()) return positions.status();
     stash.positions = *positions;
   }

@@ -85,7 +85,10 @@ class PipelineRunner {
   // PipelineOptions::micro_batches, each through this rank's chunks in order, activations sent on
   // as in RunStep and nothing kept for a backward. Every rank of the pp group calls it together.
   // Returns the sum of the micro-batch losses on the rank holding the head, 0 elsewhere.
-  absl::StatusOr<double> RunForwardOnly(const std::function<absl::StatusOr<at::Tensor>(int)>& batch);
+  // `positions`: packed sequences' positions of micro-batch a (as PipelineOptions::positions, for
+  // this data); null: none.
+  absl::StatusOr<double> RunForwardOnly(const std::function<absl::StatusOr<at::Tensor>(int)>& batch,
+                                        const std::function<absl::StatusOr<at::Tensor>(int)>& positions = nullptr);
 
   // A Mixture of Experts, of the last RunStep: the sum of the micro-batches' balancing losses on the
   // rank holding the head (0 elsewhere), and the tokens per expert of each sparse block this rank holds
@@ -116,8 +119,10 @@ class PipelineRunner {
     at::Tensor positions;  // Packed sequences: the micro-batch's (recomputed blocks use them).
   };
   // `keep`: stash the activations for the micro-batch's backward (training).
+  // `positions`: as PipelineOptions::positions (null: none).
   absl::Status Forward(const PipeAction& a, const std::function<absl::StatusOr<at::Tensor>(int)>& batch,
-                       double* loss_sum, bool keep = true);
+                       const std::function<absl::StatusOr<at::Tensor>(int)>& positions, double* loss_sum,
+                       bool keep = true);
   // Waits for every send (their tensors may go then) and drops the stash; the first error wins.
   absl::Status Finish(absl::Status status);
   absl::Status Backward(const PipeAction& a, double loss_scale);

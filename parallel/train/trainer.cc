@@ -254,23 +254,24 @@ absl::StatusOr<at::Tensor> Trainer::ReadMicroBatch(TrainingData& data, int64_t f
   return part(window);
 }
 
-absl::Status Trainer::WeighTrainedTargets(int accum) {
-  if (!data_->sft()) return absl::OkStatus();
+absl::Status Trainer::WeighTrainedTargets(TrainingData& data, int64_t first, int accum, int64_t* trained_out) {
+  *trained_out = options_.global_batch * options_.model.seq_len;
+  if (!data.sft()) return absl::OkStatus();
   // Every rank counts the trained targets of the whole global batch (the masks are local files).
   int64_t trained = 0;
-  for (int64_t g = step_ * options_.global_batch; g < (step_ + 1) * options_.global_batch; ++g) {
-    auto n = data_->TrainedTargets(g);
+  for (int64_t g = first; g < first + options_.global_batch; ++g) {
+    auto n = data.TrainedTargets(g);
     if (!n.ok()) return n.status();
     trained += *n;
   }
-  trained_targets_ = trained;
+  *trained_out = trained;
   // Each micro-batch's loss is a mean over this rank's micro × T/sp targets, divided by accum and
   // averaged over the dp × sp replicas: weighing each trained target by that count over the global
   // one makes the step's objective Σ cross-entropy / trained.
   const double local = static_cast<double>(options_.micro_batch) * (options_.model.seq_len / groups_.sp->size());
   const double weight = trained > 0 ? local * accum * groups_.dp_sp->size() / static_cast<double>(trained) : 0.0;
   model_->set_target_weight(weight);
-  if (trained == 0 && groups_.global_rank == 0) {
+  if (trained == 0 && groups_.global_rank == 0 && &data == data_.get()) {
     std::fprintf(stderr, "step %lld: the global batch has no trained target (its conversations have no assistant "
                          "token within seq_len): loss 0, no gradient\n", static_cast<long long>(step_ + 1));
   }
@@ -280,7 +281,7 @@ absl::Status Trainer::WeighTrainedTargets(int accum) {
 absl::StatusOr<Trainer::LossSums> Trainer::ForwardBackward(int accum) {
   LossSums sums;
   auto unset_positions = absl::MakeCleanup([&] { model_->set_positions({}); });  // Validation is never packed.
-  TESSERA_RETURN_IF_ERROR(WeighTrainedTargets(accum));
+  TESSERA_RETURN_IF_ERROR(WeighTrainedTargets(*data_, step_ * options_.global_batch, accum, &trained_targets_));
   if (pipeline_) {
     // Gradients of the last backward pass of this stage start their dp reduction inside it.
     zero_->SetSyncThisPass(false);
@@ -502,18 +503,36 @@ absl::StatusOr<double> Trainer::Evaluate() {
     TESSERA_RETURN_IF_ERROR(valid_->RestoreBlend(0, std::vector<int64_t>(valid_->sources(), 0)));
   }
   at::NoGradGuard no_grad;
+  auto unset_positions = absl::MakeCleanup([&] { model_->set_positions({}); });
+  // The mean over the batches' targets (SFT data: their trained targets), each batch's loss weighted
+  // by its target count.
   at::Tensor total = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(device_));
+  int64_t targets = 0;
   for (int k = 0; k < options_.eval_batches; ++k) {
     const int64_t first = static_cast<int64_t>(k) * options_.global_batch;
+    int64_t batch_targets = 0;
+    TESSERA_RETURN_IF_ERROR(WeighTrainedTargets(*valid_, first, accum, &batch_targets));
+    targets += batch_targets;
     double loss_sum = 0;
     if (pipeline_) {
-      auto sum = pipeline_->RunForwardOnly([&](int a) { return ReadMicroBatch(*valid_, first, a, accum); });
+      std::function<absl::StatusOr<at::Tensor>(int)> positions;
+      if (valid_->packed()) {
+        positions = [&](int a) -> absl::StatusOr<at::Tensor> {
+          at::Tensor p;
+          auto batch = ReadMicroBatch(*valid_, first, a, accum, &p);
+          if (!batch.ok()) return batch.status();
+          return p;
+        };
+      }
+      auto sum = pipeline_->RunForwardOnly([&](int a) { return ReadMicroBatch(*valid_, first, a, accum); }, positions);
       if (!sum.ok()) return absl::Status(sum.status().code(), absl::StrCat("evaluation: ", sum.status().message()));
       loss_sum = *sum;
     }
     for (int a = 0; a < accum && !pipeline_; ++a) {
-      auto batch = ReadMicroBatch(*valid_, first, a, accum);
+      at::Tensor positions;
+      auto batch = ReadMicroBatch(*valid_, first, a, accum, &positions);
       if (!batch.ok()) return batch.status();
+      model_->set_positions(positions);
       const int64_t T = batch->size(1) - 1;
       try {
         RECORD_USER_SCOPE("tessera::train::evaluate");
@@ -526,11 +545,11 @@ absl::StatusOr<double> Trainer::Evaluate() {
     at::Tensor mean = at::full({1}, loss_sum / accum, at::TensorOptions().dtype(at::kDouble).device(device_));
     if (pipeline_) TESSERA_RETURN_IF_ERROR(groups_.pp->AllReduce(mean, ReduceOp::kSum));
     if (groups_.dp_sp->size() > 1) TESSERA_RETURN_IF_ERROR(groups_.dp_sp->AllReduce(mean, ReduceOp::kAvg));
-    total += mean;
+    total += mean * static_cast<double>(batch_targets);
   }
   // ZeRO-3: the units a forward pass without backward left gathered.
   zero_->ReleaseGatheredUnits();
-  return total.item<double>() / options_.eval_batches;
+  return targets > 0 ? total.item<double>() / static_cast<double>(targets) : 0.0;
 }
 
 int64_t Trainer::BytesCommunicated() const {

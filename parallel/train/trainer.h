@@ -163,7 +163,11 @@ class Trainer {
   c10::Device device_{c10::kCPU};
   std::unique_ptr<Decoder> model_;
   // SFT data: the trained targets of the current step's global batch, and the weight each gets.
-  absl::Status WeighTrainedTargets(int accum);
+  // SFT data: counts the trained targets of `data`'s global batch starting at sample `first` (every
+  // rank, from the mask files), and weighs the model's targets so that the batch's loss is their
+  // cross-entropy summed over that count (0 targets: weight 0). Sets *trained (the batch's
+  // global_batch · seq_len for token streams).
+  absl::Status WeighTrainedTargets(TrainingData& data, int64_t first, int accum, int64_t* trained);
   int64_t trained_targets_ = 0;
   std::unique_ptr<TrainingData> data_;
   std::unique_ptr<TrainingData> valid_;  // Validation samples; null without validation data.

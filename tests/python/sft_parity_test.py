@@ -117,15 +117,33 @@ def packs(convs, seq):
     return pieces
 
 
-def train_packed_reference(model, windows, steps, lr, min_lr):
+def validation_loss(model, windows, batches):
+    """Σ cross-entropy over the trained targets of the first `batches` validation batches (sample g
+    reads windows[g % len]) / their number; each window a list of (ids, flags) conversations, each run
+    through the model alone."""
+    total, trained = 0.0, 0
+    with torch.no_grad():
+        for g in range(batches * GLOBAL):
+            for ids, flags in windows[g % len(windows)]:
+                if len(ids) < 2:
+                    continue
+                x = torch.tensor([ids])
+                ce = torch.nn.functional.cross_entropy(model(input_ids=x[:, :-1]).logits[0], x[0, 1:], reduction="none")
+                total += float((ce.double() * torch.tensor(flags[1:], dtype=torch.float64)).sum())
+                trained += sum(flags[1:])
+    return total / trained
+
+
+def train_packed_reference(model, windows, steps, lr, min_lr, valid=None, eval_every=0):
     """train_reference's loop on packed windows, each conversation of a window run through the
     transformers model alone (so nothing crosses a conversation, and positions restart): Σ cross-
-    entropy over the global batch's trained targets / their number."""
+    entropy over the global batch's trained targets / their number. With `valid` windows, also the
+    validation loss (one batch) after every eval_every-th step: returns (losses, counts, val_losses)."""
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": WD}, {"params": no_decay, "weight_decay": 0.0}],
                             lr=lr, betas=BETAS, eps=ADAM_EPS, foreach=False)
-    losses, counts = [], []
+    losses, counts, vals = [], [], []
     for step in range(steps):
         for group in opt.param_groups:
             group["lr"] = gpt_reference.lr_at(step, lr, min_lr, WARMUP, steps, True)
@@ -147,7 +165,9 @@ def train_packed_reference(model, windows, steps, lr, min_lr):
         opt.step()
         losses.append(total)
         counts.append(trained)
-    return losses, counts
+        if valid and (step + 1) % eval_every == 0:
+            vals.append(validation_loss(model, valid, 1))
+    return (losses, counts, vals) if valid else (losses, counts)
 
 
 class SftParityTest(unittest.TestCase):
@@ -333,9 +353,35 @@ output_dir: {self.tmp}/{name}
             got = self.run_tessera(name, sets + ["parallel.dp=2"], counts, data)
             assert_losses_close(self, name, got, want, STEPS, PARALLEL_TOL)
 
-    def test_what_is_not_built_yet_is_refused_by_name(self):
-        for sets, words in [
-                            (["data.valid_fraction=0.2", "train.eval_every=5"], "validation on SFT data is not supported")]:
+    def test_validation_on_held_out_conversations(self):
+        # data.valid_fraction 0.25 holds out the last quarter of the windows (conversations, or packs);
+        # val_loss after steps 5 and 10 is Σ cross-entropy over the validation batch's trained targets /
+        # their number, as the reference computes it on those conversations alone.
+        for name, sets, packed in [("valid", [], False),
+                                   ("valid_packed_pp2", ["parallel.pp=2", f"model.seq_len={PACKED_SEQ}"], True)]:
+            windows = packs(self.conversations, PACKED_SEQ) if packed else [[(ids[:SEQ + 1], flags[:SEQ + 1])]
+                                                                               for ids, flags in self.conversations]
+            held = len(windows) // 4
+            train, valid = windows[:-held], windows[-held:]
+            want, counts, vals = train_packed_reference(hf_llama(self.vocab), train, STEPS, LR, MIN_LR, valid, 5)
+            got = self.run_tessera(name, sets + [f"data.packing={str(packed).lower()}", "data.valid_fraction=0.25",
+                                                 "train.eval_every=5", "train.eval_batches=1"], counts)
+            assert_losses_close(self, name, got, want, STEPS, SINGLE_TOL)
+            with open(os.path.join(self.tmp, name, "steps.jsonl")) as f:
+                got_vals = [json.loads(line)["val_loss"] for line in f if "val_loss" in json.loads(line)]
+            self.assertEqual(len(got_vals), 2)
+            for g, w in zip(got_vals, vals):
+                print(f"{name}: val_loss {g:.6f} vs reference {w:.6f}")
+                self.assertLessEqual(abs(g - w), SINGLE_TOL * abs(w))
+
+    def test_mismatched_data_is_refused_by_name(self):
+        flat = os.path.join(self.tmp, "stream.bin")
+        with open(flat, "wb") as f:
+            f.write(bytes(range(200)) * 4)  # 400 uint16 tokens below the vocabulary.
+        for sets, words in [([f"data.valid_path={flat}", "train.eval_every=5"],
+                             f"data.valid_path: {flat} is not an SFT dataset but the training data is one"),
+                            ([f"data.path={flat}", "data.packing=true"],
+                             f"data.packing: {flat} is not an SFT dataset")]:
             spec = os.path.join(self.tmp, "refused.yaml")
             with open(spec, "w") as f:
                 f.write(f"""name: refused
