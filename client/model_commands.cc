@@ -8,6 +8,7 @@
 #include "client/exit_codes.h"
 #include "formats/model/checkpoint_model.h"
 #include "formats/model/hf_export.h"
+#include "formats/model/peft_export.h"
 
 namespace tessera::client {
 
@@ -52,6 +53,23 @@ int ExportCommand(const ExportOptions& o) {
   if (!checkpoint.ok()) {
     std::cerr << "error: " << checkpoint.status().message() << "\n";
     return kExitBadInput;
+  }
+  if (checkpoint->config.lora.enabled()) {
+    // Adapters only: PEFT's directory, loaded over the base the job trained them on.
+    if (o.dtype != "fp32") {
+      std::cerr << "error: --dtype: a LoRA checkpoint's adapters are written in fp32, as PEFT saves them\n";
+      return kExitBadInput;
+    }
+    auto bytes = parallel::ExportPeftAdapter(*checkpoint, o.out_dir);
+    if (!bytes.ok()) {
+      std::cerr << "error: " << bytes.status().message() << "\n";
+      return bytes.status().code() == absl::StatusCode::kFailedPrecondition ? kExitBadInput : kExitJobFailed;
+    }
+    std::cout << "exported the LoRA adapters of step " << checkpoint->step << " of " << checkpoint->path << " to "
+              << o.out_dir << ": " << *bytes << " bytes; load with peft.PeftModel.from_pretrained(base, \""
+              << o.out_dir << "\") over the base "
+              << (checkpoint->lora_base.empty() ? std::string("the job started from") : checkpoint->lora_base) << "\n";
+    return kExitOk;
   }
   auto done = parallel::ExportToHf(*checkpoint, o.out_dir, options);
   if (!done.ok()) {

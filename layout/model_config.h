@@ -5,6 +5,7 @@
 #define TESSERA_LAYOUT_MODEL_CONFIG_H_
 
 #include <algorithm>
+#include <string>
 #include <vector>
 
 namespace tessera::layout {
@@ -29,6 +30,21 @@ struct RopeScaling {
   bool operator==(const RopeScaling& o) const {
     return factor == o.factor && low_freq_factor == o.low_freq_factor && high_freq_factor == o.high_freq_factor &&
            original_max_positions == o.original_max_positions;
+  }
+};
+
+// LoRA (docs/fine-tuning.md "LoRA"): rank-r adapters A [r, in], B [out, r] on the linears whose
+// transformers module name (the last part of their parameter name's role) is a target; the linear
+// computes W·x + (alpha / r)·B·A·x and only the adapters train.
+struct LoraConfig {
+  int rank = 0;  // 0: no LoRA.
+  double alpha = 0;
+  std::vector<std::string> targets;
+
+  bool enabled() const { return rank > 0; }
+  double scale() const { return alpha / rank; }
+  bool Targets(const std::string& module) const {
+    return std::find(targets.begin(), targets.end(), module) != targets.end();
   }
 };
 
@@ -72,6 +88,7 @@ struct ModelConfig {
   // > 0: in training a sparse block's input is multiplied by noise uniform in [1 − j, 1 + j]
   // (transformers' Mixtral router_jitter_noise); 0: none.
   double router_jitter = 0;
+  LoraConfig lora;  // Adapters (lora.enabled()): only they train.
 
   int HeadDim() const { return hidden / heads; }
   bool IsMoe() const { return experts > 0; }

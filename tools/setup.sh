@@ -6,6 +6,7 @@ set -euo pipefail
 
 TORCH_VERSION=2.11.0
 TRANSFORMERS_VERSION=4.57.1
+PEFT_VERSION=0.17.1
 PACKAGES=(
   bazel-bootstrap build-essential pkg-config python3 python3-venv
   protobuf-compiler libprotobuf-dev libgrpc++-dev protobuf-compiler-grpc libabsl-dev
@@ -37,11 +38,16 @@ has_torch() {
   "$@" -c "import torch, sys; sys.exit(0 if torch.__version__.split('+')[0] == '$TORCH_VERSION' else 1)" 2>/dev/null
 }
 # Used by tests only: the other side's own code for interop (transformers' models and checkpoints,
-# and the tokenizers library it depends on, for token ids).
+# the tokenizers library it depends on, for token ids, and peft for LoRA adapters).
 ensure_transformers() {
   if ! "$1" -c "import transformers, tokenizers" 2>/dev/null; then
     log "installing transformers==$TRANSFORMERS_VERSION (tests only)"
     "$1" -m pip install -q --disable-pip-version-check "transformers==$TRANSFORMERS_VERSION"
+  fi
+  if ! "$1" -c "import peft, sys; sys.exit(0 if peft.__version__ == '$PEFT_VERSION' else 1)" 2>/dev/null; then
+    log "installing peft==$PEFT_VERSION (tests only)"
+    "$1" -m pip install -q --disable-pip-version-check "peft==$PEFT_VERSION" "torch==$TORCH_VERSION" \
+      "transformers==$TRANSFORMERS_VERSION"
   fi
 }
 if has_torch "$here/python.sh"; then

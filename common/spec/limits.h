@@ -16,6 +16,7 @@ inline constexpr int64_t kMaxHidden = 131072;
 inline constexpr int64_t kMaxHeads = 1024;               // Also kv_heads.
 inline constexpr int64_t kMaxVocab = 16777216;           // 2^24.
 inline constexpr int64_t kMaxSeqLen = 1048576;           // 2^20; also rope_scaling.original_max_positions.
+inline constexpr int64_t kMaxLoraRank = 4096;            // model.lora.rank.
 inline constexpr int64_t kMaxFfnHidden = 4 * kMaxHidden;  // Also moe_ffn_hidden, shared_expert_ffn_hidden.
 inline constexpr int64_t kMaxExperts = 1024;             // Also experts_per_token.
 inline constexpr double kMaxAuxLossCoef = 1000;

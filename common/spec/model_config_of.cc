@@ -38,6 +38,11 @@ layout::ModelConfig ModelConfigOf(const v1::ModelSpec& m) {
   c.capacity_factor = m.capacity_factor();
   c.router_bias_rate = m.router_bias_rate();
   c.router_jitter = m.router_jitter();
+  if (m.has_lora()) {
+    c.lora.rank = m.lora().rank();
+    c.lora.alpha = m.lora().alpha() > 0 ? m.lora().alpha() : m.lora().rank();
+    c.lora.targets.assign(m.lora().targets().begin(), m.lora().targets().end());
+  }
   return c;
 }
 

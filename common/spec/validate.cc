@@ -5,6 +5,7 @@
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
@@ -245,6 +246,39 @@ bool CheckLayoutBounds(const v1::JobSpec& s, Checker& c) {
 // What this build runs on CUDA: ZeRO 1–3, offload and bf16 / fp16 ran on an H100 against the CPU
 // losses (tools/gpu/check.sh, bench/RESULTS.md); pipeline, sequence and grid tensor parallelism on
 // CUDA need two GPUs, which no session has had.
+// LoRA (docs/fine-tuning.md "LoRA"): the dense llama shape's linears, 1D layouts, no dropout yet.
+void CheckLora(const v1::JobSpec& s, Checker& c) {
+  if (!s.model().has_lora()) return;
+  const v1::LoraSpec& l = s.model().lora();
+  c.InRange("model.lora.rank", l.rank(), 1, limits::kMaxLoraRank);
+  if (l.alpha() < 0 || !std::isfinite(l.alpha())) {
+    c.Fail("model.lora.alpha", absl::StrCat(l.alpha(), " must be a finite positive number (0: the rank)"));
+  }
+  if (!(l.dropout() >= 0 && l.dropout() < 1)) {
+    c.Fail("model.lora.dropout", absl::StrCat(l.dropout(), " must be in [0, 1)"));
+  } else if (l.dropout() != 0) {
+    c.Fail("model.lora.dropout", absl::StrCat(l.dropout(), " is not supported yet (only 0)"));
+  }
+  static const char* const kModules[] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+  if (l.targets_size() == 0) c.Fail("model.lora.targets", absl::StrCat("is required (of ", absl::StrJoin(kModules, ", "), ")"));
+  for (int i = 0; i < l.targets_size(); ++i) {
+    if (std::find(std::begin(kModules), std::end(kModules), l.targets(i)) == std::end(kModules)) {
+      c.Fail(absl::StrCat("model.lora.targets[", i, "]"),
+             absl::StrCat("\"", l.targets(i), "\" is not a linear of the llama shape (", absl::StrJoin(kModules, ", "), ")"));
+    }
+  }
+  c.Path("model.lora.init_from", l.init_from());
+  const bool pretrained_llama = !s.model().pretrained().empty();  // Its family comes from config.json.
+  if (!pretrained_llama && s.model().family() != v1::MODEL_FAMILY_LLAMA) {
+    c.Fail("model.lora", "is supported for the llama family (Llama, Mistral, Qwen2) so far");
+  }
+  if (s.model().experts() != 0) c.Fail("model.lora", "with a Mixture of Experts is not supported yet");
+  const v1::TpMode mode = s.parallel().tp_mode();
+  if (mode != v1::TP_MODE_1D && mode != v1::TP_MODE_UNSPECIFIED) {
+    c.Fail("model.lora", "with a grid tensor-parallel mode is not supported yet (use parallel.tp_mode 1d)");
+  }
+}
+
 void CheckCudaLayout(const v1::JobSpec& s, Checker& c) {
   if (s.device() != v1::DEVICE_CUDA) return;
   const auto& p = s.parallel();
@@ -373,6 +407,7 @@ std::vector<SpecError> ValidateJobSpec(const v1::JobSpec& s) {
     c.Fail("data.dtype", absl::StrCat("uint16 cannot hold token ids of model.vocab ", s.model().vocab()));
   }
   CheckParallel(s, c);
+  CheckLora(s, c);
   CheckTrain(s, c);
   c.InRange("checkpoint.every_steps", s.checkpoint().every_steps(), 0, limits::kMaxSteps);
   c.InRange("checkpoint.keep", s.checkpoint().keep(), 1, limits::kMaxCheckpointsKept);

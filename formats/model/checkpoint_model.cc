@@ -40,6 +40,7 @@ absl::StatusOr<CheckpointModel> ReadCheckpointModel(const std::string& path) {
   auto state = ReadTrainerState(out.path);
   if (!state.ok()) return state.status();
   out.config = state->model;
+  out.lora_base = state->lora_base;
   return out;
 }
 

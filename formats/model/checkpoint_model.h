@@ -15,6 +15,7 @@ struct CheckpointModel {
   std::string path;  // The step directory: path/model.safetensors holds the full fp32 parameters.
   int64_t step = 0;
   ModelConfig config;
+  std::string lora_base;  // LoRA checkpoints: the base model the adapters belong to ("" if unknown).
 };
 
 // `path` is one checkpoint (step_NNNNNNNN) or a checkpoint directory (its newest checkpoint that

@@ -60,6 +60,34 @@ std::string BlockParamName(const FamilySpec& f, int layer, const std::string& ro
   return absl::StrCat(f.block_prefix, layer, ".", role, ".", kind);
 }
 
+std::string ModuleOf(const std::string& param_name) {
+  const size_t kind = param_name.rfind('.');
+  if (kind == std::string::npos) return "";
+  const size_t module = param_name.rfind('.', kind - 1);
+  return param_name.substr(module == std::string::npos ? 0 : module + 1,
+                           kind - (module == std::string::npos ? 0 : module + 1));
+}
+
+std::vector<ParamSpec> LoraParamSpecs(const ModelConfig& c, const std::vector<ParamSpec>& base) {
+  std::vector<ParamSpec> out;
+  if (!c.lora.enabled()) return out;
+  const std::string suffix = ".weight";
+  for (const ParamSpec& p : base) {
+    if (p.layer < 0 || p.expert >= 0 || p.shape.size() != 2 || !c.lora.Targets(ModuleOf(p.name))) continue;
+    if (p.name.size() < suffix.size() || p.name.compare(p.name.size() - suffix.size(), suffix.size(), suffix) != 0) continue;
+    const std::string stem = p.name.substr(0, p.name.size() - suffix.size());
+    const int64_t rows = p.shape[0], cols = p.shape[1], r = c.lora.rank;
+    ParamSpec a{stem + ".lora_A.weight", {r, cols}, TpSplit::kReplicated, 0, 0, {}, p.layer, -1, true,
+                1.0 / std::sqrt(static_cast<double>(cols))};
+    ParamSpec b{stem + ".lora_B.weight", {rows, r}, TpSplit::kReplicated, 0, 0, {}, p.layer, -1, true, 0};
+    if (p.split == TpSplit::kDim0) b.split = TpSplit::kDim0;
+    if (p.split == TpSplit::kDim1) a.split = TpSplit::kDim1;
+    out.push_back(std::move(a));
+    out.push_back(std::move(b));
+  }
+  return out;
+}
+
 std::string RouterName(const FamilySpec& f, int layer) {
   return absl::StrCat(f.block_prefix, layer, ".", f.moe, ".", f.router, ".weight");
 }

@@ -77,12 +77,24 @@ struct ParamSpec {
   GridSplit grid;  // With split kGrid.
   int layer = -1;
   int expert = -1;  // A sparse block's expert this belongs to; -1 for every other parameter.
+  bool lora = false;        // A LoRA adapter (LoraParamSpecs): trained while the others are frozen.
+  double uniform_bound = 0;  // > 0: initialised uniform in [−bound, bound) instead.
 };
 
 // The parameters of `part` of a model of `config` for 1D tensor parallelism over `tp` ranks, in the
 // model's order (GPT-2's order is the one its checkpoints have always had). Key/value projections
 // are split over tp when kv_heads >= tp and replicated otherwise.
 std::vector<ParamSpec> ParamSpecs1D(const ModelConfig& config, const ModelPart& part, int tp);
+
+// LoRA (config.lora enabled): for each weight of `base` (a block's linear, [out, in]) whose role's
+// module name is a target, its adapters ROLE.lora_A.weight [r, in] and ROLE.lora_B.weight [out, r]
+// (PEFT's names under the base name's prefix), split over tp consistently with the linear: a
+// column-parallel one (split by rows) keeps A whole and splits B by rows, a row-parallel one (split
+// by columns) splits A by columns and keeps B whole, a replicated one keeps both whole. A is drawn as
+// PEFT draws it (kaiming-uniform, a = √5: uniform ±1/√in), B is zero. {} without LoRA.
+std::vector<ParamSpec> LoraParamSpecs(const ModelConfig& config, const std::vector<ParamSpec>& base);
+// The module name of a block parameter's role ("q_proj" of "layers.3.self_attn.q_proj.weight").
+std::string ModuleOf(const std::string& param_name);
 
 // The name of the token embedding where the LM head uses it too (its gradient then sums the two
 // uses, across pipeline stages when they are apart), "" for an untied head.

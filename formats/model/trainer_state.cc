@@ -148,6 +148,22 @@ absl::StatusOr<TrainerState> ParseTrainerState(std::string_view text, const std:
         c.dense_layers.push_back(layer.get<int>());
       }
     }
+    if (const Json* l = model.Object("lora", /*required=*/false)) {
+      Fields lora(*l, "model.lora.", where, &error);
+      c.lora.rank = static_cast<int>(lora.Int("rank", 1, 4096, std::nullopt));
+      c.lora.alpha = lora.Number("alpha", 0.0);
+      if (!(c.lora.alpha > 0)) lora.Fail("alpha", "must be positive");
+      if (const Json* t = lora.Array("targets")) {
+        for (const Json& target : *t) {
+          if (!target.is_string()) {
+            lora.Fail("targets", "must hold module names");
+            break;
+          }
+          c.lora.targets.push_back(target.get<std::string>());
+        }
+      }
+      s.lora_base = lora.String("base", "");
+    }
     if (const Json* r = model.Object("rope_scaling", /*required=*/false)) {
       Fields rope(*r, "model.rope_scaling.", where, &error);
       c.rope_scaling.factor = rope.Number("factor", 0.0);

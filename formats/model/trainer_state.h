@@ -33,6 +33,9 @@ struct TrainerState {
   // Loss-free balancing: router_bias[layer][expert] of every block ([] for a dense block); empty when
   // absent.
   std::vector<std::vector<double>> router_bias;
+  // LoRA (model.lora present; model.lora then in `model`): the base model the adapters belong to (the
+  // job's init_from or pretrained; "" when it had none).
+  std::string lora_base;
 };
 
 // The largest model size (layers, hidden, heads, vocab, seq_len, ...) a trainer state may name.

@@ -44,6 +44,9 @@ Param& Decoder::Add(const ParamSpec& spec, uint64_t seed) {
   if (spec.init_std > 0) {
     at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(TensorSeed(seed, spec.name));
     full = at::normal(0.0, spec.init_std, spec.shape, gen);
+  } else if (spec.uniform_bound > 0) {
+    at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(TensorSeed(seed, spec.name));
+    full = at::empty(spec.shape, at::kFloat).uniform_(-spec.uniform_bound, spec.uniform_bound, gen);
   } else {
     full = at::full(spec.shape, spec.fill);
   }
@@ -54,6 +57,13 @@ Param& Decoder::Add(const ParamSpec& spec, uint64_t seed) {
   p.grid = spec.grid;
   p.weight_decay = spec.shape.size() >= 2;
   p.expert = spec.expert >= 0;
+  if (config_.lora.enabled() && !spec.lora) {
+    // LoRA: a frozen base weight — no gradient, no optimizer state.
+    p.value = ShardOf(p, full, tp_->rank(), tp_->size()).to(device_);
+    frozen_index_[spec.name] = frozen_.size();
+    frozen_.push_back(std::move(p));
+    return frozen_.back();
+  }
   p.value = ShardOf(p, full, tp_->rank(), tp_->size()).to(device_).set_requires_grad(true);
   index_[spec.name] = params_.size();
   layer_of_.push_back(spec.layer);
@@ -69,7 +79,9 @@ Decoder::Decoder(const ModelConfig& c, const ModelPart& part, std::shared_ptr<Co
     : config_(c), family_(FamilyOf(c.family)), tied_(TiedEmbeddingName(c)), part_(part), tp_(std::move(tp)),
       device_(device) {
   CheckConfig();
-  for (const ParamSpec& spec : ModelParamSpecs(c, part, tp_->size())) Add(spec, seed);
+  const std::vector<ParamSpec> specs = ModelParamSpecs(c, part, tp_->size());
+  for (const ParamSpec& spec : specs) Add(spec, seed);  // With LoRA: frozen.
+  for (const ParamSpec& spec : LoraParamSpecs(c, specs)) Add(spec, seed);
 }
 
 Decoder::Decoder(const ModelConfig& c, const ModelPart& part, std::shared_ptr<Communicator> tp, const TpGrid& grid,
@@ -93,6 +105,9 @@ void Decoder::CheckConfig() const {
   const std::vector<layout::LayoutProblem> problems =
       layout::TensorParallelProblems(config_, shape_.mode, tp_->size(), shape_.depth, /*micro_batch=*/0);
   TORCH_CHECK(problems.empty(), "Decoder: ", layout::ToStatus(problems).message());
+  TORCH_CHECK(!config_.lora.enabled() || (config_.family == ModelFamily::kLlama && !config_.IsMoe() &&
+                                          shape_.mode == TpMode::k1D),
+              "Decoder: LoRA needs the dense llama shape and tp_mode 1d");
 }
 
 std::vector<Communicator*> Decoder::SampleAxes() const {
@@ -126,10 +141,35 @@ std::vector<std::vector<size_t>> Decoder::Units() const {
   return units;
 }
 
-const at::Tensor& Decoder::P(const std::string& name) const { return params_[index_.at(name)].value; }
+const Param& Decoder::Named(const std::string& name) const {
+  auto it = index_.find(name);
+  if (it != index_.end()) return params_[it->second];
+  return frozen_.at(frozen_index_.at(name));
+}
+
+const at::Tensor& Decoder::P(const std::string& name) const { return Named(name).value; }
+
+void Decoder::CastFrozen(at::ScalarType dtype) {
+  for (Param& p : frozen_) p.value = p.value.to(dtype);
+}
+
+at::Tensor Decoder::LoraColumn(const at::Tensor& y, const at::Tensor& in, int i, const std::string& role,
+                               std::pair<int64_t, int64_t> rows) const {
+  if (!config_.lora.enabled() || !config_.lora.Targets(ModuleOf(BlockParamName(family_, i, role)))) return y;
+  at::Tensor b = P(BlockParamName(family_, i, role, "lora_B.weight"));
+  if (rows.second >= 0) b = CopyToTp(b, tp_.get()).narrow(0, rows.first, rows.second);
+  const at::Tensor a = CopyToTp(P(BlockParamName(family_, i, role, "lora_A.weight")), tp_.get());
+  return y + Linear(Linear(in, a), b) * config_.lora.scale();
+}
+
+at::Tensor Decoder::LoraRow(const at::Tensor& y, const at::Tensor& in, int i, const std::string& role) const {
+  if (!config_.lora.enabled() || !config_.lora.Targets(ModuleOf(BlockParamName(family_, i, role)))) return y;
+  const at::Tensor t = ReduceFromTp(Linear(in, P(BlockParamName(family_, i, role, "lora_A.weight"))), tp_.get());
+  return y + Linear(t, P(BlockParamName(family_, i, role, "lora_B.weight"))) * config_.lora.scale();
+}
 
 at::Tensor Decoder::Use(const std::string& name) const {
-  const Param& p = params_[index_.at(name)];
+  const Param& p = Named(name);
   at::Tensor v = p.value;
   for (size_t a = 0; a < axes_.size(); ++a) {
     const bool split = std::find(p.grid.dim0.begin(), p.grid.dim0.end(), static_cast<int>(a)) != p.grid.dim0.end() ||
@@ -146,25 +186,34 @@ std::vector<int64_t> Decoder::ActivationShape(int64_t samples, int64_t positions
 
 int64_t Decoder::num_parameters() const {
   int64_t n = 0;
-  for (const Param& p : params_) {
-    int64_t k = 1;
-    for (int64_t d : p.full_shape) k *= d;
-    n += k;
+  for (const std::vector<Param>* list : {&params_, &frozen_}) {
+    for (const Param& p : *list) {
+      int64_t k = 1;
+      for (int64_t d : p.full_shape) k *= d;
+      n += k;
+    }
   }
   return n;
 }
 
-absl::Status Decoder::LoadFull(const std::map<std::string, at::Tensor>& full) {
-  for (Param& p : params_) {
-    auto it = full.find(p.name);
-    if (it == full.end()) return absl::NotFoundError(absl::StrCat("tensor ", p.name, " is missing"));
-    if (!it->second.sizes().equals(p.full_shape)) {
-      return absl::InvalidArgumentError(absl::StrCat("tensor ", p.name, " has shape ", Shape(it->second.sizes()),
-                                                     ", expected ", Shape(p.full_shape)));
+absl::Status Decoder::LoadFull(const std::map<std::string, at::Tensor>& full, LoadWhat what) {
+  const bool lora = config_.lora.enabled();
+  for (std::vector<Param>* list : {&params_, &frozen_}) {
+    if (what == LoadWhat::kTrainable && list == &frozen_) break;
+    for (Param& p : *list) {
+      auto it = full.find(p.name);
+      if (it == full.end()) {
+        if (lora && what == LoadWhat::kModel && list == &params_) continue;  // An adapter keeps its values.
+        return absl::NotFoundError(absl::StrCat("tensor ", p.name, " is missing"));
+      }
+      if (!it->second.sizes().equals(p.full_shape)) {
+        return absl::InvalidArgumentError(absl::StrCat("tensor ", p.name, " has shape ", Shape(it->second.sizes()),
+                                                       ", expected ", Shape(p.full_shape)));
+      }
+      at::NoGradGuard no_grad;
+      // The part first, then its dtype: a view of a mapped file (hf_weights.h) is read only where needed.
+      p.value.copy_(ShardOf(p, it->second, tp_->rank(), tp_->size()));
     }
-    at::NoGradGuard no_grad;
-    // The part first, then its dtype: a view of a mapped file (hf_weights.h) is read only where needed.
-    p.value.copy_(ShardOf(p, it->second, tp_->rank(), tp_->size()));
   }
   return absl::OkStatus();
 }
@@ -292,6 +341,7 @@ at::Tensor Decoder::SplitQkvAttention(const at::Tensor& a, int i) {
   at::Tensor wk = P(BlockParamName(f, i, f.k)), wv = P(BlockParamName(f, i, f.v));
   at::Tensor bk = bias(f.k), bv = bias(f.v);
   int64_t local_kv = kv / tp->size();
+  std::pair<int64_t, int64_t> kv_rows = {0, -1};  // LoRA: B's rows of this rank's key/value heads.
   if (kv < tp->size()) {
     // Every rank holds all key/value heads; its query heads share one of them, numbered rank·kv/tp.
     // The ranks sharing it add their gradients (CopyToTp's backward sums over tp).
@@ -301,9 +351,11 @@ at::Tensor Decoder::SplitQkvAttention(const at::Tensor& a, int i) {
     if (bk.defined()) bk = CopyToTp(bk, tp).narrow(0, head * D, D);
     if (bv.defined()) bv = CopyToTp(bv, tp).narrow(0, head * D, D);
     local_kv = 1;
+    kv_rows = {head * D, D};
   }
-  return HeadsAttention(Linear(a, P(BlockParamName(f, i, f.q)), bias(f.q)), Linear(a, wk, bk), Linear(a, wv, bv), H,
-                        local_kv, i);
+  return HeadsAttention(LoraColumn(Linear(a, P(BlockParamName(f, i, f.q)), bias(f.q)), a, i, f.q),
+                        LoraColumn(Linear(a, wk, bk), a, i, f.k, kv_rows),
+                        LoraColumn(Linear(a, wv, bv), a, i, f.v, kv_rows), H, local_kv, i);
 }
 
 at::Tensor Decoder::HeadsAttention(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in, int64_t H,
@@ -412,7 +464,7 @@ at::Tensor Decoder::Block(const at::Tensor& x_in, int i) {
   } else {
     y = SplitQkvAttention(CopyToTp(a, tp), i);
   }
-  y = ReduceFromTp(Linear(y, P(name(f.attn_out))), tp);
+  y = LoraRow(ReduceFromTp(Linear(y, P(name(f.attn_out))), tp), y, i, f.attn_out);
   if (f.biases) y = y + P(name(f.attn_out, "bias"));
   at::Tensor x = x_in + y;
   // MLP: column-parallel input projection(s), the activation, row-parallel output projection.
@@ -424,7 +476,8 @@ at::Tensor Decoder::Block(const at::Tensor& x_in, int i) {
   }
   if (f.mlp == MlpKind::kSwiGlu) {
     at::Tensor in = CopyToTp(m, tp);
-    m = at::silu(Linear(in, P(name(f.gate)))) * Linear(in, P(name(f.up)));
+    m = at::silu(LoraColumn(Linear(in, P(name(f.gate))), in, i, f.gate)) *
+        LoraColumn(Linear(in, P(name(f.up))), in, i, f.up);
   } else if (config_.gelu_tanh) {
     m = at::gelu(Linear(CopyToTp(m, tp), P(name(f.mlp_in)), f.biases ? P(name(f.mlp_in, "bias")) : at::Tensor()),
                  "tanh");
@@ -434,7 +487,7 @@ at::Tensor Decoder::Block(const at::Tensor& x_in, int i) {
   } else {
     m = at::gelu(Linear(CopyToTp(m, tp), P(name(f.mlp_in)), f.biases ? P(name(f.mlp_in, "bias")) : at::Tensor()));
   }
-  m = ReduceFromTp(Linear(m, P(name(f.mlp_out))), tp);
+  m = LoraRow(ReduceFromTp(Linear(m, P(name(f.mlp_out))), tp), m, i, f.mlp_out);
   if (f.biases) m = m + P(name(f.mlp_out, "bias"));
   return x + m;
 }

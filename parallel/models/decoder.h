@@ -52,6 +52,10 @@ using layout::TpMode;
 // The parameters of `part` of a model of `config` split over `tp` ranks in `layout`.
 std::vector<ParamSpec> ModelParamSpecs(const ModelConfig& config, const ModelPart& part, int tp,
                                        const TpGrid& grid = {});
+// The parameters a Decoder of `config` trains (its params(), in their order): all of
+// ModelParamSpecs, or with LoRA only the adapters (LoraParamSpecs).
+std::vector<ParamSpec> TrainedParamSpecs(const ModelConfig& config, const ModelPart& part, int tp,
+                                         const TpGrid& grid = {});
 
 // Keys and values of the positions already seen, per block, for incremental decoding (generate.h).
 struct KvCache {
@@ -168,14 +172,29 @@ class Decoder {
   Communicator* tp() const { return tp_.get(); }
   int64_t num_parameters() const;  // Of the full model.
 
-  // Replaces this rank's parts with the shards of `full` tensors (every documented name required,
-  // shapes checked). Fails naming the first missing or mis-shaped tensor.
-  absl::Status LoadFull(const std::map<std::string, at::Tensor>& full);
+  // What LoadFull replaces: kModel, every tensor of the model (LoRA adapters optional: missing ones
+  // keep their values); kTrainable, exactly the trained parameters (params(): a checkpoint's).
+  enum class LoadWhat { kModel, kTrainable };
+  // Replaces this rank's parts with the shards of `full` tensors (documented names, shapes checked).
+  // Fails naming the first missing or mis-shaped tensor.
+  absl::Status LoadFull(const std::map<std::string, at::Tensor>& full, LoadWhat what = LoadWhat::kModel);
+  // LoRA: the frozen weights (every parameter but the adapters; not in params()) in `dtype` — the
+  // trained ones get theirs from the optimizer.
+  void CastFrozen(at::ScalarType dtype);
 
  private:
   Param& Add(const ParamSpec& spec, uint64_t seed);
   void CheckConfig() const;
   const at::Tensor& P(const std::string& name) const;
+  const Param& Named(const std::string& name) const;  // A trained or a frozen parameter.
+  // LoRA: `y` (the output of linear `role` of block i on `in`, this rank's part) plus its adapter's
+  // (alpha/r)·B·A·in when the role is a target. Column-parallel linears (`in` the same on every tp
+  // rank): A whole, its gradient summed over tp; `rows` (start, count) narrows B's rows as the
+  // caller narrowed the weight (a replicated key/value head). Row-parallel (`in` this rank's columns,
+  // `y` already reduced): A·in summed over tp first.
+  at::Tensor LoraColumn(const at::Tensor& y, const at::Tensor& in, int i, const std::string& role,
+                        std::pair<int64_t, int64_t> rows = {0, -1}) const;
+  at::Tensor LoraRow(const at::Tensor& y, const at::Tensor& in, int i, const std::string& role) const;
   // Grid layouts: the parameter as used, copied over every grid axis it is not split by (its
   // gradients summed over them in backward).
   at::Tensor Use(const std::string& name) const;
@@ -236,8 +255,10 @@ class Decoder {
   Grid2D grid_;  // 2D / 2.5D: the (i, j) grid of this rank's layer; 3D: row = z (hidden between blocks).
   SpMode sp_mode_ = SpMode::kRing;
   c10::Device device_;
-  std::vector<Param> params_;
+  std::vector<Param> params_;  // Trained (with LoRA: the adapters only).
   std::map<std::string, size_t> index_;
+  std::vector<Param> frozen_;  // LoRA: the base weights, outside the optimizer.
+  std::map<std::string, size_t> frozen_index_;
   std::vector<int> layer_of_;  // Per parameter: its block, -1 outside the blocks.
   bool activation_checkpointing_ = false;
   bool masked_targets_ = false;

@@ -83,4 +83,9 @@ std::vector<ParamSpec> ModelParamSpecs(const ModelConfig& c, const ModelPart& pa
   return out;
 }
 
+std::vector<ParamSpec> TrainedParamSpecs(const ModelConfig& c, const ModelPart& part, int tp_size, const TpGrid& tp) {
+  std::vector<ParamSpec> specs = ModelParamSpecs(c, part, tp_size, tp);
+  return c.lora.enabled() ? LoraParamSpecs(c, specs) : specs;
+}
+
 }  // namespace tessera::parallel

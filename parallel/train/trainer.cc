@@ -18,6 +18,7 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "formats/checkpoint/checkpoint_dir.h"
 #include "layout/check_layout.h"
 #include "layout/tp_grid.h"
@@ -25,6 +26,7 @@
 #include "parallel/checkpoint/tensor_convert.h"
 #include "parallel/device/device.h"
 #include "parallel/device/live_bytes.h"
+#include "formats/model/peft_adapter.h"
 #include "parallel/models/hf_weights.h"
 #include "parallel/optim/lr_schedule.h"
 #include "parallel/train/status_macros.h"
@@ -129,6 +131,7 @@ absl::Status Trainer::Init() {
 
   TESSERA_RETURN_IF_ERROR(LoadInitialWeights());
   TESSERA_RETURN_IF_ERROR(CreateOptimizer(dtype));
+  if (m.lora.enabled()) model_->CastFrozen(dtype);  // The optimizer casts the adapters.
   ResetPeakResident();
   if (layout_) {
     PipelineOptions po;
@@ -177,23 +180,65 @@ absl::Status Trainer::OpenData() {
   return absl::OkStatus();
 }
 
+absl::Status Trainer::LoadPeftAdapter(const std::string& dir) {
+  auto fail = [&](const std::string& why) {
+    return absl::InvalidArgumentError(absl::StrCat("model.lora.init_from ", dir, ": ", why));
+  };
+  auto config = ReadPeftLoraConfig(dir);
+  if (!config.ok()) return fail(std::string(config.status().message()));
+  const layout::LoraConfig& want = options_.model.lora;
+  if (config->rank != want.rank) return fail(absl::StrCat("r ", config->rank, ", model.lora.rank ", want.rank));
+  if (config->alpha != want.alpha) {
+    return fail(absl::StrCat("lora_alpha ", config->alpha, ", model.lora.alpha ", want.alpha));
+  }
+  std::vector<std::string> got = config->targets, targets = want.targets;
+  std::sort(got.begin(), got.end());
+  std::sort(targets.begin(), targets.end());
+  if (got != targets) {
+    return fail(absl::StrCat("target_modules [", absl::StrJoin(got, ", "), "], model.lora.targets [",
+                             absl::StrJoin(targets, ", "), "]"));
+  }
+  auto tensors = LoadTensors(dir + "/adapter_model.safetensors");
+  if (!tensors.ok()) return fail(std::string(tensors.status().message()));
+  std::map<std::string, at::Tensor> adapters;
+  for (auto& [key, t] : *tensors) {
+    const std::string name = TesseraNameOfPeftKey(key);
+    if (name.empty()) return fail(absl::StrCat("adapter_model.safetensors: tensor ", key, " is not a LoRA adapter of "
+                                               "a Llama-shaped model's layers"));
+    adapters[name] = t.to(at::kFloat);
+  }
+  // Every adapter of this rank's blocks must be there (a layer or target missing is an error).
+  for (const Param& p : model_->params()) {
+    if (adapters.count(p.name) == 0) return fail(absl::StrCat("adapter_model.safetensors lacks ", PeftKeyOfTesseraName(p.name)));
+  }
+  absl::Status s = model_->LoadFull(adapters, Decoder::LoadWhat::kTrainable);
+  return s.ok() ? s : fail(std::string(s.message()));
+}
+
 absl::Status Trainer::LoadInitialWeights() {
   // Weights (fp32) and optimizer state come from the newest checkpoint, else init_from or pretrained,
   // else the seed.
+  // LoRA: the frozen base always comes from init_from or pretrained (a checkpoint holds the adapters
+  // only), then the adapters from lora.init_from, then the checkpoint's.
   auto resume = AgreeOnResumeStep();
   if (!resume.ok()) return resume.status();
+  const bool lora = options_.model.lora.enabled();
+  if (*resume < 0 || lora) {
+    if (!options_.init_from.empty()) {
+      auto full = LoadTensors(options_.init_from);
+      if (!full.ok()) return full.status();
+      absl::Status s = model_->LoadFull(*full);
+      if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("model.init_from ", options_.init_from, ": ", s.message()));
+    } else if (!options_.pretrained.empty()) {
+      // Mapped, not read: this rank copies its own parts (its stage's blocks, its tp slices).
+      auto weights = OpenHfWeights(options_.pretrained, options_.model);
+      absl::Status s = weights.ok() ? model_->LoadFull(weights->tensors) : weights.status();
+      if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("model.pretrained: ", s.message()));
+    }
+    if (lora && !options_.lora_init_from.empty()) TESSERA_RETURN_IF_ERROR(LoadPeftAdapter(options_.lora_init_from));
+  }
   if (*resume >= 0) {
     TESSERA_RETURN_IF_ERROR(LoadCheckpoint(absl::StrCat(options_.checkpoint_dir, "/", CheckpointName(*resume))));
-  } else if (!options_.init_from.empty()) {
-    auto full = LoadTensors(options_.init_from);
-    if (!full.ok()) return full.status();
-    absl::Status s = model_->LoadFull(*full);
-    if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("model.init_from ", options_.init_from, ": ", s.message()));
-  } else if (!options_.pretrained.empty()) {
-    // Mapped, not read: this rank copies its own parts (its stage's blocks, its tp slices).
-    auto weights = OpenHfWeights(options_.pretrained, options_.model);
-    absl::Status s = weights.ok() ? model_->LoadFull(weights->tensors) : weights.status();
-    if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("model.pretrained: ", s.message()));
   }
   return absl::OkStatus();
 }
@@ -213,7 +258,9 @@ absl::Status Trainer::CreateOptimizer(at::ScalarType dtype) {
   // their gradients of the tied embedding.
   // Expert parallelism: the experts' gradients over their own replicas (groups_.expert_dp).
   auto zero = ZeroOptimizer::Create(model_.get(), groups_.dp_sp, groups_.tp, z,
-                                    layout_ && !model_->tied_embedding().empty() ? groups_.embed : nullptr,
+                                    layout_ && !model_->tied_embedding().empty() && !options_.model.lora.enabled()
+                                        ? groups_.embed
+                                        : nullptr,
                                     groups_.expert_dp, groups_.ep);
   if (!zero.ok()) return zero.status();
   zero_ = std::move(*zero);

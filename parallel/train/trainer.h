@@ -168,6 +168,9 @@ class Trainer {
   // cross-entropy summed over that count (0 targets: weight 0). Sets *trained (the batch's
   // global_batch · seq_len for token streams).
   absl::Status WeighTrainedTargets(TrainingData& data, int64_t first, int accum, int64_t* trained);
+  // LoRA: the adapters from a PEFT adapter directory (model.lora.init_from), its config checked
+  // against model.lora.
+  absl::Status LoadPeftAdapter(const std::string& dir);
   int64_t trained_targets_ = 0;
   std::unique_ptr<TrainingData> data_;
   std::unique_ptr<TrainingData> valid_;  // Validation samples; null without validation data.

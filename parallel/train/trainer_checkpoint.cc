@@ -94,7 +94,7 @@ absl::Status Trainer::GatherOverPp(std::map<std::string, at::Tensor>* full) {
   for (int s = 1; s < pp->size(); ++s) {
     if (pp->rank() != 0 && pp->rank() != s) continue;
     std::vector<ParamSpec> held;
-    for (const ParamSpec& spec : ModelParamSpecs(options_.model, PartOfRank(*layout_, s), groups_.tp->size())) {
+    for (const ParamSpec& spec : TrainedParamSpecs(options_.model, PartOfRank(*layout_, s), groups_.tp->size())) {
       if (spec.name != TiedEmbeddingName(options_.model)) held.push_back(spec);
     }
     TESSERA_RETURN_IF_ERROR(CollectFrom(pp, s, held, full, "pipeline gather"));
@@ -334,6 +334,13 @@ nlohmann::json Trainer::TrainerStateJson(bool sharded_state) const {
                  {"moe_every", c.moe_every}, {"dense_layers", c.dense_layers},
                  {"capacity_factor", c.capacity_factor}, {"router_bias_rate", c.router_bias_rate},
                  {"router_jitter", c.router_jitter},
+                 // LoRA: model.safetensors holds the adapters only; the base is the job's init_from or
+                 // pretrained, named here.
+                 {"lora", c.lora.enabled() ? nlohmann::json{{"rank", c.lora.rank}, {"alpha", c.lora.alpha},
+                                                            {"targets", c.lora.targets},
+                                                            {"base", options_.pretrained.empty() ? options_.init_from
+                                                                                                 : options_.pretrained}}
+                                           : nlohmann::json(nullptr)},
                  {"rope_scaling", c.rope_scaling.enabled()
                                       ? nlohmann::json{{"factor", c.rope_scaling.factor},
                                                        {"low_freq_factor", c.rope_scaling.low_freq_factor},
@@ -407,7 +414,7 @@ absl::Status Trainer::LoadCheckpoint(const std::string& path) {
   }
   auto params = LoadTensors(path + "/model.safetensors");
   if (!params.ok()) return params.status();
-  TESSERA_RETURN_IF_ERROR(model_->LoadFull(*params));
+  TESSERA_RETURN_IF_ERROR(model_->LoadFull(*params, Decoder::LoadWhat::kTrainable));
   step_ = state->step;
   adam_step_ = state->optimizer_step;
   if (router_bias_.defined()) {
@@ -463,7 +470,7 @@ absl::Status Trainer::LoadShardedOptimizer(const std::string& path, int saved_tp
   // written by 1D layouts (ZeRO does not run with other tp modes).
   const bool same_tp = saved_tp == groups_.tp->size() && options_.layout.tp_mode == layout::TpMode::k1D;
   std::map<std::string, TpSplit> saved_split;
-  for (const ParamSpec& spec : ModelParamSpecs(options_.model, model_->part(), saved_tp)) {
+  for (const ParamSpec& spec : TrainedParamSpecs(options_.model, model_->part(), saved_tp)) {
     saved_split[spec.name] = spec.split;
   }
   std::vector<int> tp_ranks;

@@ -21,6 +21,7 @@ namespace tessera::parallel {
 struct TrainerOptions {
   ModelConfig model;
   std::string init_from;            // Optional safetensors file of full tensors (documented names).
+  std::string lora_init_from;       // model.lora.init_from: a PEFT adapter directory to start from.
   std::string pretrained;           // Optional transformers model directory (parallel/models/hf_weights.h).
   TokenDatasetOptions data;
   std::vector<BlendSource> blend;  // Non-empty: these sources mixed by weight instead of data.path.

@@ -11,6 +11,7 @@ parallel::TrainerOptions ToTrainerOptions(const v1::JobSpec& spec) {
   const auto& m = spec.model();
   o.model = spec::ModelConfigOf(m);
   o.init_from = m.init_from();
+  o.lora_init_from = m.lora().init_from();
   o.pretrained = m.pretrained();
   o.data = spec::DataOptionsOf(spec);
   o.blend = spec::BlendOf(spec);

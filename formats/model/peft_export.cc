@@ -1,0 +1,50 @@
+#include "formats/model/peft_export.h"
+
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "formats/checkpoint/durable_file.h"
+#include "formats/checkpoint/mapped_safetensors.h"
+#include "formats/checkpoint/safetensors.h"
+#include "formats/model/family.h"
+#include "formats/model/peft_adapter.h"
+
+namespace tessera::parallel {
+
+absl::StatusOr<uint64_t> ExportPeftAdapter(const CheckpointModel& cp, const std::string& out_dir) {
+  namespace fs = std::filesystem;
+  const ModelConfig& c = cp.config;
+  if (!c.lora.enabled()) return absl::FailedPreconditionError(absl::StrCat(cp.path, ": not a LoRA checkpoint"));
+  std::error_code ec;
+  if (fs::exists(out_dir, ec) && !(fs::is_directory(out_dir, ec) && fs::is_empty(out_dir, ec))) {
+    return absl::FailedPreconditionError(absl::StrCat(out_dir, ": exists and is not an empty directory (nothing is overwritten)"));
+  }
+  fs::create_directories(out_dir, ec);
+  if (ec) return absl::PermissionDeniedError(absl::StrCat(out_dir, ": cannot create: ", ec.message()));
+  auto file = MappedSafetensors::Open(cp.path + "/model.safetensors");
+  if (!file.ok()) return file.status();
+  TensorMap tensors;
+  uint64_t bytes = 0;
+  for (const ParamSpec& p : LoraParamSpecs(c, ParamSpecs1D(c, ModelPart::Whole(c.layers), 1))) {
+    const auto& entries = (*file)->header().entries;
+    auto e = entries.find(p.name);
+    const std::string where = absl::StrCat((*file)->path(), ": ", p.name);
+    if (e == entries.end()) return absl::DataLossError(absl::StrCat(where, " is missing"));
+    if (e->second.dtype != "F32" || e->second.shape != p.shape) {
+      return absl::DataLossError(absl::StrCat(where, " is not F32 of the shape trainer_state.json's model.lora gives"));
+    }
+    const uint64_t n = e->second.end - e->second.begin;
+    tensors[PeftKeyOfTesseraName(p.name)] = RawTensor{"F32", p.shape, std::string((*file)->data(e->second), n)};
+    bytes += n;
+  }
+  if (absl::Status s = WriteSafetensors(out_dir + "/adapter_model.safetensors", tensors, {{"format", "pt"}}); !s.ok()) {
+    return s;
+  }
+  PeftLoraConfig config{c.lora.rank, c.lora.alpha, 0.0, c.lora.targets, cp.lora_base};
+  auto s = WriteFileDurably(out_dir + "/adapter_config.json", PeftLoraConfigJson(config));
+  if (!s.ok()) return s.status();
+  if (absl::Status d = FsyncDirectory(out_dir); !d.ok()) return d;
+  return bytes;
+}
+
+}  // namespace tessera::parallel
