@@ -61,17 +61,22 @@ std::string Convert(const MappedSafetensors& file, const Item& item, ExportDtype
 
 }  // namespace
 
-absl::StatusOr<HfExportResult> ExportToHf(const CheckpointModel& cp, const std::string& out_dir,
-                                          const HfExportOptions& options) {
-  if (absl::Status s = HfExportable(cp.config); !s.ok()) {
-    return absl::FailedPreconditionError(absl::StrCat(cp.path, ": cannot be written as a transformers model: ", s.message()));
-  }
+absl::Status PrepareExportDirectory(const std::string& out_dir) {
   std::error_code ec;
   if (fs::exists(out_dir, ec) && !(fs::is_directory(out_dir, ec) && fs::is_empty(out_dir, ec))) {
     return absl::FailedPreconditionError(absl::StrCat(out_dir, ": exists and is not an empty directory (nothing is overwritten)"));
   }
   fs::create_directories(out_dir, ec);
   if (ec) return absl::PermissionDeniedError(absl::StrCat(out_dir, ": cannot create: ", ec.message()));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<HfExportResult> ExportToHf(const CheckpointModel& cp, const std::string& out_dir,
+                                          const HfExportOptions& options) {
+  if (absl::Status s = HfExportable(cp.config); !s.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(cp.path, ": cannot be written as a transformers model: ", s.message()));
+  }
+  if (absl::Status s = PrepareExportDirectory(out_dir); !s.ok()) return s;
   auto file = MappedSafetensors::Open(cp.path + "/model.safetensors");
   if (!file.ok()) return file.status();
   const ModelConfig& c = cp.config;

@@ -25,6 +25,10 @@ struct HfExportResult {
   uint64_t bytes = 0;  // Of all tensors written.
 };
 
+// Creates `out_dir` for an export unless it exists: then it must be an empty directory (nothing is
+// overwritten). Fails FAILED_PRECONDITION naming it otherwise.
+absl::Status PrepareExportDirectory(const std::string& out_dir);
+
 // Writes the model of `checkpoint` into `out_dir`, which must not exist or be empty (nothing is
 // overwritten). Every file is written durably (fsynced). Fails naming the tensor or file.
 absl::StatusOr<HfExportResult> ExportToHf(const CheckpointModel& checkpoint, const std::string& out_dir,

@@ -1,26 +1,19 @@
 #include "formats/model/peft_export.h"
 
-#include <filesystem>
-
 #include "absl/strings/str_cat.h"
 #include "formats/checkpoint/durable_file.h"
 #include "formats/checkpoint/mapped_safetensors.h"
 #include "formats/checkpoint/safetensors.h"
 #include "formats/model/family.h"
+#include "formats/model/hf_export.h"
 #include "formats/model/peft_adapter.h"
 
 namespace tessera::parallel {
 
 absl::StatusOr<uint64_t> ExportPeftAdapter(const CheckpointModel& cp, const std::string& out_dir) {
-  namespace fs = std::filesystem;
   const ModelConfig& c = cp.config;
   if (!c.lora.enabled()) return absl::FailedPreconditionError(absl::StrCat(cp.path, ": not a LoRA checkpoint"));
-  std::error_code ec;
-  if (fs::exists(out_dir, ec) && !(fs::is_directory(out_dir, ec) && fs::is_empty(out_dir, ec))) {
-    return absl::FailedPreconditionError(absl::StrCat(out_dir, ": exists and is not an empty directory (nothing is overwritten)"));
-  }
-  fs::create_directories(out_dir, ec);
-  if (ec) return absl::PermissionDeniedError(absl::StrCat(out_dir, ": cannot create: ", ec.message()));
+  if (absl::Status s = PrepareExportDirectory(out_dir); !s.ok()) return s;
   auto file = MappedSafetensors::Open(cp.path + "/model.safetensors");
   if (!file.ok()) return file.status();
   TensorMap tensors;

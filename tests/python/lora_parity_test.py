@@ -23,7 +23,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gpt_reference  # noqa: E402
 import hf_testing  # noqa: E402
 import safetensors_io  # noqa: E402
-from hf_testing import assert_losses_close, write_tokens  # noqa: E402
+from hf_testing import CausalLm, assert_losses_close, write_tokens  # noqa: E402
 
 TESSERA = os.path.abspath("client/tessera")
 RANK = os.path.abspath("worker/rank/tessera-rank")
@@ -62,30 +62,6 @@ def lora_model(base_state, adapter_dir=None):
     return peft.get_peft_model(base, config)
 
 
-class FullLm(torch.nn.Module):
-    """Mean next-token cross-entropy of a transformers model (gpt_reference.train's interface)."""
-
-    def __init__(self, model):
-        super().__init__()
-        self.model = model
-
-    def forward(self, x, y):
-        logits = self.model(input_ids=x).logits
-        return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1))
-
-
-class PeftLm(torch.nn.Module):
-    """Mean next-token cross-entropy of the peft model (gpt_reference.train's interface)."""
-
-    def __init__(self, model):
-        super().__init__()
-        self.model = model
-
-    def forward(self, x, y):
-        logits = self.model(input_ids=x).logits
-        return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1))
-
-
 class LoraParityTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -96,7 +72,7 @@ class LoraParityTest(unittest.TestCase):
         # the adapters have something to adapt within ten steps.
         base = base_llama()
         shuffled = gpt_reference.Samples(cls.data, SEQ, True, 99)
-        gpt_reference.train(FullLm(base), shuffled, 15, GLOBAL, GLOBAL, 1e-2, 1e-3, 2, True, WD, BETAS, ADAM_EPS, CLIP)
+        gpt_reference.train(CausalLm(base), shuffled, 15, GLOBAL, GLOBAL, 1e-2, 1e-3, 2, True, WD, BETAS, ADAM_EPS, CLIP)
         cls.base_state = {k: v.detach().clone() for k, v in base.state_dict().items()}
         cls.init = os.path.join(cls.tmp, "base.safetensors")
         safetensors_io.save(cls.init, {k.removeprefix("model."): v.contiguous() for k, v in cls.base_state.items()
@@ -110,7 +86,7 @@ class LoraParityTest(unittest.TestCase):
     def train_reference(model):
         model.train()
         samples = gpt_reference.Samples(LoraParityTest.data, SEQ, False, 0)
-        return gpt_reference.train(PeftLm(model), samples, STEPS, MICRO, GLOBAL, LR, MIN_LR, WARMUP, True, WD, BETAS,
+        return gpt_reference.train(CausalLm(model), samples, STEPS, MICRO, GLOBAL, LR, MIN_LR, WARMUP, True, WD, BETAS,
                                    ADAM_EPS, CLIP)
 
     def run_tessera(self, name, sets=(), checkpoint_every=STEPS):

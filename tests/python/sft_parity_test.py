@@ -64,35 +64,9 @@ def hf_llama(vocab):
     return transformers.LlamaForCausalLM(config).float()
 
 
-def train_reference(model, samples):
-    """gpt_reference.train's loop with the SFT loss: Σ cross-entropy over the global batch's trained
-    targets / their number. `samples` are (window, target mask) pairs, window SEQ + 1 ids."""
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": WD}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=LR, betas=BETAS, eps=ADAM_EPS, foreach=False)
-    losses, counts = [], []
-    for step in range(STEPS):
-        for group in opt.param_groups:
-            group["lr"] = gpt_reference.lr_at(step, LR, MIN_LR, WARMUP, STEPS, True)
-        opt.zero_grad(set_to_none=True)
-        batch = [samples[g % len(samples)] for g in range(step * GLOBAL, (step + 1) * GLOBAL)]
-        trained = sum(int(m.sum()) for _, m in batch)
-        total = 0.0
-        for a in range(0, GLOBAL, MICRO):
-            w = torch.stack([s for s, _ in batch[a:a + MICRO]])
-            m = torch.stack([m for _, m in batch[a:a + MICRO]])
-            logits = model(input_ids=w[:, :-1]).logits
-            ce = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), w[:, 1:].reshape(-1),
-                                                   reduction="none")
-            loss = (ce * m.reshape(-1)).sum() / trained
-            loss.backward()
-            total += loss.item()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
-        opt.step()
-        losses.append(total)
-        counts.append(trained)
-    return losses, counts
+def unpacked(convs):
+    """One conversation per window, truncated to SEQ + 1 tokens (the unpacked samples)."""
+    return [[(ids[:SEQ + 1], flags[:SEQ + 1])] for ids, flags in convs]
 
 
 def packs(convs, seq):
@@ -134,10 +108,11 @@ def validation_loss(model, windows, batches):
     return total / trained
 
 
-def train_packed_reference(model, windows, steps, lr, min_lr, valid=None, eval_every=0):
-    """train_reference's loop on packed windows, each conversation of a window run through the
-    transformers model alone (so nothing crosses a conversation, and positions restart): Σ cross-
-    entropy over the global batch's trained targets / their number. With `valid` windows, also the
+def train_reference(model, windows, steps=STEPS, lr=LR, min_lr=MIN_LR, valid=None, eval_every=0):
+    """gpt_reference.train's loop with the SFT loss — Σ cross-entropy over the global batch's trained
+    targets / their number — on windows of conversations (one each, unpacked; several, packed), each
+    conversation run through the transformers model alone (so nothing crosses a conversation, and
+    positions restart; a sample's padding changes no earlier token's loss). With `valid` windows, also the
     validation loss (one batch) after every eval_every-th step: returns (losses, counts, val_losses)."""
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
@@ -191,26 +166,17 @@ class SftParityTest(unittest.TestCase):
         done = subprocess.run([TESSERA, "data", "prepare", "--no-progress", "--tokenizer", cls.tokenizer_dir, "--chat",
                                os.path.join(cls.tmp, "chat.jsonl"), cls.data], capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
-        # The reference's samples: the definition's ids and flags, truncated and padded here.
-        cls.samples = []
-        cls.conversations = []
-        longer = shorter = 0
-        for r in records:
-            ids, flags = sft_data_test.reference(hf, r)
-            cls.conversations.append((ids, flags))
-            longer += len(ids) > SEQ + 1
-            shorter += len(ids) < SEQ + 1
-            ids, flags = ids[:SEQ + 1], flags[:SEQ + 1]
-            pad = SEQ + 1 - len(ids)
-            window = torch.tensor(ids + [0] * pad)
-            mask = torch.tensor(flags[1:] + [0] * pad, dtype=torch.float32)  # Target t is token t + 1.
-            cls.samples.append((window, mask))
-        assert longer > 0 and shorter > 0, (longer, shorter)  # Truncation and padding both exercised.
+        # The reference's conversations: the definition's ids and flags; unpacked, each truncated to
+        # SEQ + 1 tokens.
+        cls.conversations = [sft_data_test.reference(hf, r) for r in records]
+        lengths = [len(ids) for ids, _ in cls.conversations]
+        assert max(lengths) > SEQ + 1 and min(lengths) < SEQ + 1, lengths  # Truncation and padding both exercised.
+        cls.windows = unpacked(cls.conversations)
         state = hf_llama(cls.vocab).state_dict()
         cls.init = os.path.join(cls.tmp, "init.safetensors")
         safetensors_io.save(cls.init, {k.removeprefix("model."): v.contiguous() for k, v in state.items()
                                        if not k.endswith("rotary_emb.inv_freq")})
-        cls.want, cls.want_counts = train_reference(hf_llama(cls.vocab), cls.samples)
+        cls.want, cls.want_counts = train_reference(hf_llama(cls.vocab), cls.windows)
 
     def write_spec(self, name, data=None):
         spec = os.path.join(self.tmp, f"{name}.yaml")
@@ -269,7 +235,7 @@ output_dir: {self.tmp}/{name}
               f"{sorted(len(w) for w in windows)} conversations")
         self.assertTrue(any(len(w) >= 2 for w in windows), "packs of several conversations")
         self.assertTrue(any(len(c[0]) > PACKED_SEQ + 1 for c in self.conversations), "a truncated conversation")
-        want, counts = train_packed_reference(hf_llama(self.vocab), windows, STEPS, LR, MIN_LR)
+        want, counts = train_reference(hf_llama(self.vocab), windows)
         # Held to SINGLE_TOL in every layout (measured ≤ 1e-7): attention across conversations moves
         # the losses by ~7e-4 here, within PARALLEL_TOL.
         for name, sets in [("packed", []), ("packed_dp2", ["parallel.dp=2"]), ("packed_tp2", ["parallel.tp=2"]),
@@ -287,7 +253,7 @@ output_dir: {self.tmp}/{name}
             ids = [t for piece, _ in w for t in piece]
             flags = list(w[0][1]) + [f for _, piece_flags in w[1:] for f in [0] + list(piece_flags[1:])]
             joined.append([(ids, flags)])
-        across, across_counts = train_packed_reference(hf_llama(self.vocab), joined, STEPS, LR, MIN_LR)
+        across, across_counts = train_reference(hf_llama(self.vocab), joined)
         self.assertEqual(across_counts, counts)
         gap = max(abs(a - w) / abs(w) for a, w in zip(across, want))
         print(f"attention across conversations would move the losses by up to {gap:.2e}")
@@ -340,16 +306,10 @@ output_dir: {self.tmp}/{name}
             self.assertEqual({source for source, _ in order}, {0, 1})
             if packing:
                 windows = [packs(convs[source], PACKED_SEQ)[w] for source, w in order]
-                want, counts = train_packed_reference(hf_llama(self.vocab), windows, STEPS, LR, MIN_LR)
+                want, counts = train_reference(hf_llama(self.vocab), windows)
             else:
-                samples = []
-                for source, w in order:
-                    ids, flags = convs[source][w]
-                    ids, flags = ids[:SEQ + 1], flags[:SEQ + 1]
-                    pad = SEQ + 1 - len(ids)
-                    samples.append((torch.tensor(ids + [0] * pad),
-                                    torch.tensor(flags[1:] + [0] * pad, dtype=torch.float32)))
-                want, counts = train_reference(hf_llama(self.vocab), samples)
+                windows = [unpacked(convs[source])[w] for source, w in order]
+                want, counts = train_reference(hf_llama(self.vocab), windows)
             got = self.run_tessera(name, sets + ["parallel.dp=2"], counts, data)
             assert_losses_close(self, name, got, want, STEPS, PARALLEL_TOL)
 
@@ -359,11 +319,10 @@ output_dir: {self.tmp}/{name}
         # their number, as the reference computes it on those conversations alone.
         for name, sets, packed in [("valid", [], False),
                                    ("valid_packed_pp2", ["parallel.pp=2", f"model.seq_len={PACKED_SEQ}"], True)]:
-            windows = packs(self.conversations, PACKED_SEQ) if packed else [[(ids[:SEQ + 1], flags[:SEQ + 1])]
-                                                                               for ids, flags in self.conversations]
+            windows = packs(self.conversations, PACKED_SEQ) if packed else unpacked(self.conversations)
             held = len(windows) // 4
             train, valid = windows[:-held], windows[-held:]
-            want, counts, vals = train_packed_reference(hf_llama(self.vocab), train, STEPS, LR, MIN_LR, valid, 5)
+            want, counts, vals = train_reference(hf_llama(self.vocab), train, valid=valid, eval_every=5)
             got = self.run_tessera(name, sets + [f"data.packing={str(packed).lower()}", "data.valid_fraction=0.25",
                                                  "train.eval_every=5", "train.eval_batches=1"], counts)
             assert_losses_close(self, name, got, want, STEPS, SINGLE_TOL)
