@@ -77,6 +77,8 @@ int Main(int argc, char** argv) {
   app.add_option("--device", device_text, "cpu (default), cuda or cuda:N");
   app.add_option("--threads", threads, "Intra-op threads (default: LibTorch's)");
   app.add_option("--logits-out", logits_out, "Write the prompt's logits [T, vocab] (fp32) to this .safetensors file");
+  std::string lora;
+  app.add_option("--lora", lora, "A PEFT LoRA adapter directory applied over MODEL (as `tessera export` writes one)");
   app.add_flag("--json", json, "Print {\"prompt\": [...], \"tokens\": [...]} instead of the tokens as they come");
   CLI11_PARSE(app, argc, argv);
   if (prompt_ids.empty() == prompt_text.empty()) {
@@ -125,7 +127,7 @@ int Main(int argc, char** argv) {
     return kExitBadInput;
   }
   if (threads > 0) at::set_num_threads(threads);
-  auto loaded = parallel::LoadModelForInference(model_path, *device);
+  auto loaded = parallel::LoadModelForInference(model_path, *device, lora);
   if (!loaded.ok()) {
     std::cerr << "error: " << loaded.status().message() << "\n";
     return kExitBadInput;

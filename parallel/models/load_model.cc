@@ -1,40 +1,104 @@
 #include "parallel/models/load_model.h"
 
 #include <filesystem>
+#include <map>
+#include <memory>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "formats/model/checkpoint_model.h"
 #include "formats/model/hf_config.h"
+#include "formats/model/peft_adapter.h"
 #include "parallel/checkpoint/tensor_convert.h"
 #include "parallel/comm/self_communicator.h"
 #include "parallel/models/hf_weights.h"
+#include "parallel/models/peft_weights.h"
 
 namespace tessera::parallel {
+namespace {
 
-absl::StatusOr<LoadedModel> LoadModelForInference(const std::string& path, c10::Device device) {
+bool IsHfDirectory(const std::string& path) {
+  return std::filesystem::exists(std::filesystem::path(path) / "config.json");
+}
+
+// The model of a transformers directory: its config (positions as the header says) and mapped weights.
+absl::StatusOr<std::pair<ModelConfig, HfWeights>> OpenHfModel(const std::string& path) {
+  auto hf = ReadHfConfig(path);
+  if (!hf.ok()) return hf.status();
+  ModelConfig c = hf->config;
+  c.seq_len = hf->max_positions > 0 ? static_cast<int>(std::min<int64_t>(hf->max_positions, 1 << 30)) : 4096;
+  auto weights = OpenHfWeights(path, c);
+  if (!weights.ok()) return weights.status();
+  return std::make_pair(c, std::move(*weights));
+}
+
+// Full tensors of a base model for LoadFull: a transformers directory's or a safetensors file's.
+absl::StatusOr<std::map<std::string, at::Tensor>> BaseTensors(const std::string& base, const ModelConfig& c,
+                                                              std::unique_ptr<HfWeights>* keep) {
+  if (!IsHfDirectory(base)) return LoadTensors(base);
+  auto weights = OpenHfWeights(base, c);
+  if (!weights.ok()) return weights.status();
+  *keep = std::make_unique<HfWeights>(std::move(*weights));
+  return (*keep)->tensors;
+}
+
+}  // namespace
+
+absl::StatusOr<LoadedModel> LoadModelForInference(const std::string& path, c10::Device device,
+                                                  const std::string& lora) {
   auto tp = std::make_shared<SelfCommunicator>(0, "tp");
   LoadedModel out;
-  if (std::filesystem::exists(std::filesystem::path(path) / "config.json")) {
-    auto hf = ReadHfConfig(path);
+  ModelConfig c;
+  std::map<std::string, at::Tensor> base, adapters;
+  std::unique_ptr<HfWeights> mapped;  // Keeps a transformers directory's mapping alive.
+  if (IsHfDirectory(path)) {
+    auto hf = OpenHfModel(path);
     if (!hf.ok()) return hf.status();
-    ModelConfig c = hf->config;
-    c.seq_len = hf->max_positions > 0 ? static_cast<int>(std::min<int64_t>(hf->max_positions, 1 << 30)) : 4096;
-    auto weights = OpenHfWeights(path, c);
-    if (!weights.ok()) return weights.status();
-    out.model = std::make_unique<Decoder>(c, tp, /*seed=*/0, device);
-    if (absl::Status s = out.model->LoadFull(weights->tensors); !s.ok()) return s;
+    c = hf->first;
+    mapped = std::make_unique<HfWeights>(std::move(hf->second));
+    base = mapped->tensors;
     out.source = path;
-    return out;
+  } else {
+    auto checkpoint = ReadCheckpointModel(path);
+    if (!checkpoint.ok()) return checkpoint.status();
+    c = checkpoint->config;
+    auto tensors = LoadTensors(checkpoint->path + "/model.safetensors");
+    if (!tensors.ok()) return tensors.status();
+    out.source = checkpoint->path;
+    if (c.lora.enabled()) {
+      // The adapters of a LoRA checkpoint, over the base the job trained them on.
+      if (checkpoint->lora_base.empty()) {
+        return absl::FailedPreconditionError(absl::StrCat(checkpoint->path, ": a LoRA checkpoint that names no base "
+                                                          "model (the job had neither init_from nor pretrained)"));
+      }
+      auto b = BaseTensors(checkpoint->lora_base, c, &mapped);
+      if (!b.ok()) return absl::Status(b.status().code(), absl::StrCat("the LoRA checkpoint's base ", checkpoint->lora_base,
+                                                                       ": ", b.status().message()));
+      base = std::move(*b);
+      adapters = std::move(*tensors);
+    } else {
+      base = std::move(*tensors);
+    }
   }
-  auto checkpoint = ReadCheckpointModel(path);
-  if (!checkpoint.ok()) return checkpoint.status();
-  auto tensors = LoadTensors(checkpoint->path + "/model.safetensors");
-  if (!tensors.ok()) return tensors.status();
-  out.model = std::make_unique<Decoder>(checkpoint->config, tp, /*seed=*/0, device);
-  if (absl::Status s = out.model->LoadFull(*tensors); !s.ok()) {
-    return absl::DataLossError(absl::StrCat(checkpoint->path, "/model.safetensors: ", s.message()));
+  if (!lora.empty()) {
+    if (c.lora.enabled()) return absl::InvalidArgumentError(absl::StrCat(path, " already holds LoRA adapters"));
+    auto config = ReadPeftLoraConfig(lora);
+    if (!config.ok()) return config.status();
+    c.lora.rank = config->rank;
+    c.lora.alpha = config->alpha;
+    c.lora.targets = config->targets;
   }
-  out.source = checkpoint->path;
+  out.model = std::make_unique<Decoder>(c, tp, /*seed=*/0, device);
+  if (absl::Status s = out.model->LoadFull(base); !s.ok()) return absl::DataLossError(absl::StrCat(out.source, ": ", s.message()));
+  if (!adapters.empty()) {
+    if (absl::Status s = out.model->LoadFull(adapters, Decoder::LoadWhat::kTrainable); !s.ok()) {
+      return absl::DataLossError(absl::StrCat(out.source, "/model.safetensors: ", s.message()));
+    }
+  }
+  if (!lora.empty()) {
+    if (absl::Status s = LoadPeftAdapterTensors(*out.model, lora); !s.ok()) return s;
+    out.source = absl::StrCat(out.source, " + ", lora);
+  }
   return out;
 }
 

@@ -20,8 +20,12 @@ struct LoadedModel {
 
 // `path`: a directory with config.json (transformers: hf_config.h, hf_weights.h; GPT-2 with its
 // n_positions positions, Llama with max_position_embeddings, else 4096) or a tessera checkpoint
-// (checkpoint_model.h). The parameters are fp32 on `device`.
-absl::StatusOr<LoadedModel> LoadModelForInference(const std::string& path, c10::Device device);
+// (checkpoint_model.h) — a LoRA checkpoint's adapters over the base its trainer_state.json names (a
+// transformers directory or a safetensors file of documented names). `lora`: a PEFT adapter directory
+// applied over `path`'s model (which must not be LoRA itself); empty: none. The parameters are fp32
+// on `device`.
+absl::StatusOr<LoadedModel> LoadModelForInference(const std::string& path, c10::Device device,
+                                                  const std::string& lora = "");
 
 }  // namespace tessera::parallel
 

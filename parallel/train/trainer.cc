@@ -28,6 +28,7 @@
 #include "parallel/device/live_bytes.h"
 #include "formats/model/peft_adapter.h"
 #include "parallel/models/hf_weights.h"
+#include "parallel/models/peft_weights.h"
 #include "parallel/optim/lr_schedule.h"
 #include "parallel/train/status_macros.h"
 
@@ -198,20 +199,7 @@ absl::Status Trainer::LoadPeftAdapter(const std::string& dir) {
     return fail(absl::StrCat("target_modules [", absl::StrJoin(got, ", "), "], model.lora.targets [",
                              absl::StrJoin(targets, ", "), "]"));
   }
-  auto tensors = LoadTensors(dir + "/adapter_model.safetensors");
-  if (!tensors.ok()) return fail(std::string(tensors.status().message()));
-  std::map<std::string, at::Tensor> adapters;
-  for (auto& [key, t] : *tensors) {
-    const std::string name = TesseraNameOfPeftKey(key);
-    if (name.empty()) return fail(absl::StrCat("adapter_model.safetensors: tensor ", key, " is not a LoRA adapter of "
-                                               "a Llama-shaped model's layers"));
-    adapters[name] = t.to(at::kFloat);
-  }
-  // Every adapter of this rank's blocks must be there (a layer or target missing is an error).
-  for (const Param& p : model_->params()) {
-    if (adapters.count(p.name) == 0) return fail(absl::StrCat("adapter_model.safetensors lacks ", PeftKeyOfTesseraName(p.name)));
-  }
-  absl::Status s = model_->LoadFull(adapters, Decoder::LoadWhat::kTrainable);
+  absl::Status s = LoadPeftAdapterTensors(*model_, dir);
   return s.ok() ? s : fail(std::string(s.message()));
 }
 

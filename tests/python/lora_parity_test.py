@@ -6,7 +6,8 @@ clipping over the adapters) equal the same training of the peft model in PyTorch
 relative in one process, 1e-3 with tp=2, tp=4 (key/value heads shared by two ranks), pp=2, sp=2,
 ZeRO-2 and ZeRO-3 with offload at dp=2, bf16 within 1e-2 of peft's fp32. Only the adapters train: the checkpoints hold the adapters and their optimizer state only,
 a run resumed from step 5 continues exactly, and `tessera export` writes a PEFT adapter directory
-that PeftModel.from_pretrained loads over the base, giving the model peft's own training reached. The test can fail: the same training without the
+that PeftModel.from_pretrained loads over the base, giving the model peft's own training reached;
+`tessera generate` of the LoRA checkpoint, and of the base with --lora DIR, gives peft's logits (1e-5). The test can fail: the same training without the
 adapter's scale alpha/r (or with B·A applied twice) moves the losses far past the tolerance."""
 import json
 import os
@@ -27,6 +28,10 @@ from hf_testing import CausalLm, assert_losses_close, write_tokens  # noqa: E402
 
 TESSERA = os.path.abspath("client/tessera")
 RANK = os.path.abspath("worker/rank/tessera-rank")
+GENERATE = os.path.abspath("generate/tessera-generate")
+ENV = dict(os.environ, TESSERA_RANK_BINARY=RANK, TESSERA_GENERATE_BINARY=GENERATE)
+PROMPT = [5, 17, 42, 99, 3, 250, 7, 12]
+LOGITS_TOL = 1e-5  # The same fp32 weights on both sides.
 LAYERS, HIDDEN, HEADS, KV_HEADS, FFN, VOCAB, SEQ = 2, 64, 4, 2, 160, 256, 32
 EPS, THETA = 1e-5, 10000.0
 RANK_R, ALPHA = 4, 8.0
@@ -104,7 +109,7 @@ train: {{steps: {STEPS}, micro_batch: {MICRO}, global_batch: {GLOBAL}, lr: {LR},
 checkpoint: {{every_steps: {checkpoint_every}}}
 output_dir: {self.tmp}/{name}
 """)
-        done = hf_testing.run_tessera(TESSERA, spec, list(sets), dict(os.environ, TESSERA_RANK_BINARY=RANK))
+        done = hf_testing.run_tessera(TESSERA, spec, list(sets), ENV)
         self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
         with open(os.path.join(self.tmp, name, "steps.jsonl")) as f:
             return [json.loads(line)["loss"] for line in f]
@@ -145,12 +150,31 @@ output_dir: {self.tmp}/{name}
         loaded = peft.PeftModel.from_pretrained(base_llama(self.base_state), out)
         loaded.eval()
         self.trained.eval()
-        x = torch.tensor([[5, 17, 42, 99, 3, 250, 7, 12]])
+        x = torch.tensor([PROMPT])
         with torch.no_grad():
             got, want = loaded(input_ids=x).logits, self.trained(input_ids=x).logits
         worst = (got - want).abs().max().item()
         print(f"exported adapters in peft vs peft's own training: max abs logit difference {worst:.2e}")
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+        with torch.no_grad():
+            plain = base_llama(self.base_state)(input_ids=x).logits
+        self.assertGreater((plain - got).abs().max().item(), 100 * LOGITS_TOL, "the adapters change the logits")
+        # tessera generate reads the adapters over a base: the LoRA checkpoint (its base named in
+        # trainer_state.json), or a transformers directory plus the exported PEFT directory. Its logits
+        # equal peft's on the same weights.
+        base_dir = os.path.join(self.tmp, "base_hf")
+        base_llama(self.base_state).save_pretrained(base_dir, safe_serialization=True)
+        for name, args in [("checkpoint", [os.path.join(self.tmp, "export", "checkpoints")]),
+                           ("base + adapter", [base_dir, "--lora", out])]:
+            path = os.path.join(self.tmp, f"logits_{len(args)}.safetensors")
+            done = subprocess.run([TESSERA, "generate", *args, "--prompt-ids", ",".join(map(str, PROMPT)),
+                                   "--max-new-tokens", "0", "--logits-out", path], capture_output=True, text=True,
+                                  env=ENV)
+            self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
+            tessera_logits = safetensors_io.load(path)["logits"]
+            worst = (tessera_logits - got[0]).abs().max().item()
+            print(f"tessera generate from the {name} vs peft: max abs logit difference {worst:.2e}")
+            torch.testing.assert_close(tessera_logits, got[0], rtol=LOGITS_TOL, atol=LOGITS_TOL)
 
     def test_resumes_from_an_adapter_checkpoint(self):
         self.run_tessera("resume_first", checkpoint_every=5)

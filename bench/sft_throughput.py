@@ -1,0 +1,125 @@
+"""Benchmark: chat fine-tuning (SFT) tokens/s of `tessera run` against transformers' LlamaForCausalLM
+trained in PyTorch eager mode — full fine-tuning, and LoRA against peft's adapters on the same
+linears — with the same wheel, weights, conversations, batch, threads and objective (the assistant
+tokens' cross-entropy over the batch's trained targets, AdamW, clipping), measured in one run and
+printed as ratios. The conversations are examples/sft's, prepared by `tessera data prepare --chat`;
+both sides train on the samples `tessera data samples` lists (one conversation per sample, padded).
+
+Usage (after tools/setup.sh): bash bench/run_sft.sh [--steps N] [--rounds R]
+Prints two tables; copy them into bench/RESULTS.md with the date and machine.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+import peft
+import torch
+import transformers
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
+from throughput_common import interleaved_medians, print_ratios, run_pretrained, step_lines  # noqa: E402
+from throughput_common import torch_step_seconds  # noqa: E402
+
+# The Llama benchmark's shape (bench/llama_throughput.py) with the example tokenizer's vocabulary.
+LAYERS, HIDDEN, HEADS, KV_HEADS, FFN, SEQ, BATCH = 4, 512, 8, 2, 1344, 128, 8
+RANK, ALPHA = 16, 32
+TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+def draw(directory, vocab):
+    config = transformers.LlamaConfig(
+        vocab_size=vocab, hidden_size=HIDDEN, intermediate_size=FFN, num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS, num_key_value_heads=KV_HEADS, max_position_embeddings=SEQ,
+        tie_word_embeddings=False)
+    torch.manual_seed(0)
+    transformers.LlamaForCausalLM(config).save_pretrained(directory, safe_serialization=True)
+
+
+class SftSamples:
+    """The global samples `tessera data samples` lists: (inputs, targets, trained) per batch."""
+
+    def __init__(self, tessera, tmp, model_dir, data, count):
+        spec = os.path.join(tmp, "samples.yaml")
+        with open(spec, "w") as f:
+            f.write(f"name: samples\nmodel: {{pretrained: {model_dir}, seq_len: {SEQ}}}\ndata: {{path: {data}}}\n")
+        done = subprocess.run([tessera, "data", "samples", spec, "--count", str(count)], check=True,
+                              capture_output=True, text=True)
+        self.rows = [json.loads(line) for line in done.stdout.splitlines()]
+
+    def batch(self, indices):
+        rows = [self.rows[g % len(self.rows)] for g in indices]
+        tokens = torch.tensor([r["tokens"] for r in rows])
+        trained = torch.tensor([r["trained"] for r in rows], dtype=torch.float32)
+        return tokens[:, :-1], (tokens[:, 1:], trained)
+
+
+def sft_objective(model, vocab):
+    def objective(x, y):
+        targets, trained = y
+        logits = model(input_ids=x).logits
+        ce = torch.nn.functional.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1), reduction="none")
+        return (ce * trained.reshape(-1)).sum() / trained.sum().clamp_min(1)
+    return objective
+
+
+def transformers_tokens_per_s(model_dir, samples, vocab, steps, warmup, threads, lora):
+    torch.set_num_threads(threads)
+    model = transformers.LlamaForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    if lora:
+        model = peft.get_peft_model(model, peft.LoraConfig(r=RANK, lora_alpha=ALPHA, lora_dropout=0.0,
+                                                           target_modules=TARGETS, task_type="CAUSAL_LM"))
+    model.train()
+    secs = torch_step_seconds(model, sft_objective(model, vocab), samples, steps, BATCH)
+    return BATCH * SEQ / statistics.median(secs[warmup:])
+
+
+def tessera_tokens_per_s(tessera, tmp, model_dir, data, steps, warmup, threads, lora):
+    sets = [f"model.lora.rank={RANK}", f"model.lora.alpha={ALPHA}", f"model.lora.targets=[{', '.join(TARGETS)}]"]
+    out = run_pretrained(tessera, tmp, model_dir, data, SEQ, BATCH, steps, threads, sets if lora else ())
+    return BATCH * SEQ / statistics.median(line["step_seconds"] for line in step_lines(out, warmup))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--tessera", default=os.path.join(ROOT, "bazel-bin", "client", "tessera"))
+    args = ap.parse_args()
+    cores = os.cpu_count()
+    tmp = tempfile.mkdtemp()
+    data = os.path.join(tmp, "sft")
+    subprocess.run([args.tessera, "data", "prepare", "--no-progress", "--tokenizer", os.path.join(ROOT, "examples", "sft"),
+                    "--chat", os.path.join(ROOT, "examples", "sft", "chats.jsonl"), data], check=True)
+    vocab = len(transformers.PreTrainedTokenizerFast.from_pretrained(os.path.join(ROOT, "examples", "sft")))
+    model_dir = os.path.join(tmp, "llama")
+    draw(model_dir, vocab)
+    samples = SftSamples(args.tessera, tmp, model_dir, data, args.steps * BATCH)
+    full, lora = "full fine-tuning", f"LoRA r{RANK} on {len(TARGETS)} linears"
+    configs = [
+        (f"tessera run, {full}, {cores} threads",
+         lambda: tessera_tokens_per_s(args.tessera, tmp, model_dir, data, args.steps, args.warmup, cores, False)),
+        (f"transformers LlamaForCausalLM, {full}, eager, {cores} threads",
+         lambda: transformers_tokens_per_s(model_dir, samples, vocab, args.steps, args.warmup, cores, False)),
+        (f"tessera run, {lora}, {cores} threads",
+         lambda: tessera_tokens_per_s(args.tessera, tmp, model_dir, data, args.steps, args.warmup, cores, True)),
+        (f"transformers + peft {peft.__version__}, {lora}, eager, {cores} threads",
+         lambda: transformers_tokens_per_s(model_dir, samples, vocab, args.steps, args.warmup, cores, True)),
+    ]
+    rows = interleaved_medians(configs, args.rounds)
+    print(f"SFT on examples/sft's conversations (one per sample, padded to {SEQ + 1}): Llama {LAYERS}L/{HIDDEN}h/"
+          f"{HEADS}heads/{KV_HEADS}kv/ffn{FFN}/vocab{vocab}, batch {BATCH}, fp32, {cores} cores, torch "
+          f"{torch.__version__}, transformers {transformers.__version__}; median step of steps "
+          f"{args.warmup + 1}..{args.steps}, median of {args.rounds} interleaved rounds")
+    print_ratios(rows[:2], rows[1][0], width=70)
+    print_ratios(rows[2:], rows[3][0], width=70)
+
+
+if __name__ == "__main__":
+    main()
