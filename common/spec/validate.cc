@@ -268,11 +268,21 @@ void CheckLora(const v1::JobSpec& s, Checker& c) {
     }
   }
   c.Path("model.lora.init_from", l.init_from());
-  const bool pretrained_llama = !s.model().pretrained().empty();  // Its family comes from config.json.
-  if (!pretrained_llama && s.model().family() != v1::MODEL_FAMILY_LLAMA) {
-    c.Fail("model.lora", "is supported for the llama family (Llama, Mistral, Qwen2) so far");
+  const bool pretrained = !s.model().pretrained().empty();  // Its family comes from config.json.
+  if (!pretrained && s.model().family() == v1::MODEL_FAMILY_GPT) {
+    c.Fail("model.lora", "is supported for the llama shape (llama, mixtral families) so far, not gpt");
   }
-  if (s.model().experts() != 0) c.Fail("model.lora", "with a Mixture of Experts is not supported yet");
+  // A Mixture of Experts: adapters on attention only (peft would also wrap every expert's linears).
+  if (s.model().experts() != 0 || s.model().family() == v1::MODEL_FAMILY_MIXTRAL) {
+    for (int i = 0; i < l.targets_size(); ++i) {
+      const std::string& t = l.targets(i);
+      if (t == "gate_proj" || t == "up_proj" || t == "down_proj") {
+        c.Fail(absl::StrCat("model.lora.targets[", i, "]"),
+               absl::StrCat(t, " with a Mixture of Experts is not supported yet (attention targets: q_proj, k_proj, "
+                               "v_proj, o_proj)"));
+      }
+    }
+  }
   const v1::TpMode mode = s.parallel().tp_mode();
   if (mode != v1::TP_MODE_1D && mode != v1::TP_MODE_UNSPECIFIED) {
     c.Fail("model.lora", "with a grid tensor-parallel mode is not supported yet (use parallel.tp_mode 1d)");

@@ -79,8 +79,8 @@ absl::Status Trainer::GatherOverEp(std::map<std::string, at::Tensor>* full) {
     part.expert_count = c.experts / ep->size();
     part.expert_first = s * part.expert_count;
     std::vector<ParamSpec> experts;
-    for (const ParamSpec& spec : ModelParamSpecs(c, part, groups_.tp->size())) {
-      if (spec.expert >= 0) experts.push_back(spec);
+    for (const ParamSpec& spec : TrainedParamSpecs(c, part, groups_.tp->size())) {
+      if (spec.expert >= 0) experts.push_back(spec);  // None with LoRA: the experts are frozen.
     }
     TESSERA_RETURN_IF_ERROR(CollectFrom(ep, s, experts, full, "expert gather"));
   }

@@ -7,7 +7,9 @@ relative in one process, 1e-3 with tp=2, tp=4 (key/value heads shared by two ran
 ZeRO-2 and ZeRO-3 with offload at dp=2, bf16 within 1e-2 of peft's fp32. Only the adapters train: the checkpoints hold the adapters and their optimizer state only,
 a run resumed from step 5 continues exactly, and `tessera export` writes a PEFT adapter directory
 that PeftModel.from_pretrained loads over the base, giving the model peft's own training reached;
-`tessera generate` of the LoRA checkpoint, and of the base with --lora DIR, gives peft's logits (1e-5). The test can fail: the same training without the
+`tessera generate` of the LoRA checkpoint, and of the base with --lora DIR, gives peft's logits (1e-5).
+A MixtralForCausalLM with adapters on its attention (router and experts frozen, balancing loss in the
+objective) trains as peft's in one process and with ep=2. The test can fail: the same training without the
 adapter's scale alpha/r (or with B·A applied twice) moves the losses far past the tolerance."""
 import json
 import os
@@ -186,6 +188,68 @@ output_dir: {self.tmp}/{name}
         self.assertEqual(len(got), STEPS - 5)
         for step, (g, w) in enumerate(zip(got, self.want[5:]), start=6):
             self.assertLessEqual(abs(g - w), SINGLE_TOL * abs(w), f"resumed step {step}")
+
+    def test_mixture_of_experts_attention_adapters_match_peft(self):
+        # A MixtralForCausalLM (balancing loss in the objective, coefficient 0.02) with peft's adapters on
+        # the attention's linears; its router and experts frozen. One process and ep=2 (experts split
+        # over the data-parallel ranks, frozen on each).
+        config = transformers.MixtralConfig(
+            vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=96, num_hidden_layers=LAYERS,
+            num_attention_heads=HEADS, num_key_value_heads=KV_HEADS, max_position_embeddings=SEQ,
+            num_local_experts=4, num_experts_per_tok=2, output_router_logits=True, router_aux_loss_coef=0.02,
+            tie_word_embeddings=False, sliding_window=None, rms_norm_eps=EPS, rope_theta=THETA)
+        torch.manual_seed(8)
+        base_dir = os.path.join(self.tmp, "mixtral")
+        transformers.MixtralForCausalLM(config).float().save_pretrained(base_dir, safe_serialization=True)
+        attention = ["q_proj", "k_proj", "v_proj", "o_proj"]
+        # Held to SINGLE_TOL in both layouts (measured ≤ 8.4e-8): the adapters move this untrained model's
+        # objective by ~5e-4 only. (A much larger adapter scale makes the runs chaotic: near-tied router
+        # choices flip on rounding differences within a few steps, on both sides alike.)
+        moe_alpha = ALPHA
+
+        def model(adapter=None):
+            base = transformers.MixtralForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
+            if adapter:
+                return peft.PeftModel.from_pretrained(base, adapter, is_trainable=True)
+            torch.manual_seed(9)
+            return peft.get_peft_model(base, peft.LoraConfig(r=RANK_R, lora_alpha=moe_alpha, target_modules=attention,
+                                                             init_lora_weights=False, task_type="CAUSAL_LM"))
+
+        adapter = os.path.join(self.tmp, "mixtral_adapter")
+        model().save_pretrained(adapter)
+        peft_model = model(adapter)
+        peft_model.train()
+
+        class Objective(torch.nn.Module):
+            def __init__(self, m):
+                super().__init__()
+                self.m = m
+
+            def forward(self, x, y):
+                out = self.m(input_ids=x, output_router_logits=True)
+                ce = torch.nn.functional.cross_entropy(out.logits.reshape(-1, VOCAB), y.reshape(-1))
+                return ce + 0.02 * out.aux_loss
+
+        samples = gpt_reference.Samples(self.data, SEQ, False, 0)
+        with torch.no_grad(), peft_model.disable_adapter():  # The test can fail: the base alone differs.
+            base_loss = sum(Objective(peft_model)(*samples.batch(range(a, a + MICRO))).item()
+                            for a in range(0, GLOBAL, MICRO)) / (GLOBAL // MICRO)
+        want = gpt_reference.train(Objective(peft_model), samples, STEPS, MICRO, GLOBAL, LR, MIN_LR, WARMUP, True, WD,
+                                   BETAS, ADAM_EPS, CLIP)
+        lora = f"{{rank: {RANK_R}, alpha: {moe_alpha}, targets: [{', '.join(attention)}], init_from: {adapter}}}"
+        for name, sets in [("mixtral", []), ("mixtral_ep2", ["parallel.dp=2", "parallel.ep=2"])]:
+            spec = hf_testing.write_pretrained_spec(self.tmp, name, base_dir, self.data, SEQ, STEPS, MICRO, GLOBAL, LR,
+                                                    MIN_LR, WARMUP, WD, BETAS, ADAM_EPS, CLIP)
+            done = hf_testing.run_tessera(TESSERA, spec, sets + [f"model.lora={lora}"], ENV)
+            self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
+            with open(os.path.join(self.tmp, name, "steps.jsonl")) as f:
+                got = [json.loads(line)["loss"] for line in f]
+            worst = max(abs(g - w) / abs(w) for g, w in zip(got, want))
+            print(f"{name}: max relative loss difference {worst:.2e} ({want[0]:.4f} -> {want[-1]:.4f})")
+            self.assertEqual(len(got), STEPS)
+            self.assertLessEqual(worst, SINGLE_TOL, name)
+        print(f"without the adapters the first step's objective would be {base_loss:.4f}, not {want[0]:.4f}")
+        self.assertGreater(abs(base_loss - want[0]), 3 * SINGLE_TOL * abs(want[0]))
 
     def test_layouts_match_peft(self):
         for name, sets in [("tp2", ["parallel.tp=2"]), ("tp4", ["parallel.tp=4"]), ("pp2", ["parallel.pp=2"]),
