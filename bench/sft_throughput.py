@@ -2,8 +2,10 @@
 trained in PyTorch eager mode — full fine-tuning, and LoRA against peft's adapters on the same
 linears — with the same wheel, weights, conversations, batch, threads and objective (the assistant
 tokens' cross-entropy over the batch's trained targets, AdamW, clipping), measured in one run and
-printed as ratios. The conversations are examples/sft's, prepared by `tessera data prepare --chat`;
-both sides train on the samples `tessera data samples` lists (one conversation per sample, padded).
+printed as ratios — of all tokens a step processes, and of the trained (assistant) tokens, which
+packing (`data.packing: true`, tessera only) raises. The conversations are examples/sft's, prepared by
+`tessera data prepare --chat`; unpacked, both sides train on the samples `tessera data samples` lists
+(one conversation per sample, padded).
 
 Usage (after tools/setup.sh): bash bench/run_sft.sh [--steps N] [--rounds R]
 Prints two tables; copy them into bench/RESULTS.md with the date and machine.
@@ -69,20 +71,27 @@ def sft_objective(model, vocab):
 
 
 def transformers_tokens_per_s(model_dir, samples, vocab, steps, warmup, threads, lora):
+    """(tokens/s, trained tokens/s) of the median step."""
     torch.set_num_threads(threads)
     model = transformers.LlamaForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     if lora:
         model = peft.get_peft_model(model, peft.LoraConfig(r=RANK, lora_alpha=ALPHA, lora_dropout=0.0,
                                                            target_modules=TARGETS, task_type="CAUSAL_LM"))
     model.train()
-    secs = torch_step_seconds(model, sft_objective(model, vocab), samples, steps, BATCH)
-    return BATCH * SEQ / statistics.median(secs[warmup:])
+    secs = statistics.median(torch_step_seconds(model, sft_objective(model, vocab), samples, steps, BATCH)[warmup:])
+    trained = statistics.median(float(samples.batch(range(s * BATCH, (s + 1) * BATCH))[1][1].sum())
+                                for s in range(warmup, steps))
+    return BATCH * SEQ / secs, trained / secs
 
 
-def tessera_tokens_per_s(tessera, tmp, model_dir, data, steps, warmup, threads, lora):
-    sets = [f"model.lora.rank={RANK}", f"model.lora.alpha={ALPHA}", f"model.lora.targets=[{', '.join(TARGETS)}]"]
-    out = run_pretrained(tessera, tmp, model_dir, data, SEQ, BATCH, steps, threads, sets if lora else ())
-    return BATCH * SEQ / statistics.median(line["step_seconds"] for line in step_lines(out, warmup))
+def tessera_tokens_per_s(tessera, tmp, model_dir, data, steps, warmup, threads, lora, packing=False):
+    """(tokens/s, trained tokens/s) of the median step."""
+    sets = [f"data.packing={str(packing).lower()}"]
+    if lora:
+        sets += [f"model.lora.rank={RANK}", f"model.lora.alpha={ALPHA}", f"model.lora.targets=[{', '.join(TARGETS)}]"]
+    lines = step_lines(run_pretrained(tessera, tmp, model_dir, data, SEQ, BATCH, steps, threads, sets), warmup)
+    secs = statistics.median(line["step_seconds"] for line in lines)
+    return BATCH * SEQ / secs, statistics.median(line["trained_tokens"] for line in lines) / secs
 
 
 def main():
@@ -102,24 +111,36 @@ def main():
     draw(model_dir, vocab)
     samples = SftSamples(args.tessera, tmp, model_dir, data, args.steps * BATCH)
     full, lora = "full fine-tuning", f"LoRA r{RANK} on {len(TARGETS)} linears"
-    configs = [
-        (f"tessera run, {full}, {cores} threads",
-         lambda: tessera_tokens_per_s(args.tessera, tmp, model_dir, data, args.steps, args.warmup, cores, False)),
-        (f"transformers LlamaForCausalLM, {full}, eager, {cores} threads",
-         lambda: transformers_tokens_per_s(model_dir, samples, vocab, args.steps, args.warmup, cores, False)),
-        (f"tessera run, {lora}, {cores} threads",
-         lambda: tessera_tokens_per_s(args.tessera, tmp, model_dir, data, args.steps, args.warmup, cores, True)),
-        (f"transformers + peft {peft.__version__}, {lora}, eager, {cores} threads",
-         lambda: transformers_tokens_per_s(model_dir, samples, vocab, args.steps, args.warmup, cores, True)),
-    ]
-    rows = interleaved_medians(configs, args.rounds)
-    print(f"SFT on examples/sft's conversations (one per sample, padded to {SEQ + 1}): Llama {LAYERS}L/{HIDDEN}h/"
-          f"{HEADS}heads/{KV_HEADS}kv/ffn{FFN}/vocab{vocab}, batch {BATCH}, fp32, {cores} cores, torch "
-          f"{torch.__version__}, transformers {transformers.__version__}; median step of steps "
-          f"{args.warmup + 1}..{args.steps}, median of {args.rounds} interleaved rounds")
-    print_ratios(rows[:2], rows[1][0], width=70)
-    print_ratios(rows[2:], rows[3][0], width=70)
+    runs = {}
 
+    def measure(name, fn):
+        def once():
+            tokens, trained = fn()
+            runs.setdefault(name, []).append(trained)
+            return tokens
+        return (name, once)
+
+    configs = []
+    for kind, is_lora, peer in [(full, False, "transformers LlamaForCausalLM"), (lora, True, f"transformers + peft {peft.__version__}")]:
+        for packing in (False, True):
+            configs.append(measure(f"tessera run, {kind}, {'packed' if packing else 'padded'}, {cores} threads",
+                                   lambda l=is_lora, p=packing: tessera_tokens_per_s(args.tessera, tmp, model_dir, data,
+                                                                                      args.steps, args.warmup, cores, l, p)))
+        configs.append(measure(f"{peer}, {kind}, padded, eager, {cores} threads",
+                               lambda l=is_lora: transformers_tokens_per_s(model_dir, samples, vocab, args.steps,
+                                                                           args.warmup, cores, l)))
+    rows = interleaved_medians(configs, args.rounds)
+    print(f"SFT on examples/sft's conversations (one per sample padded to {SEQ + 1} tokens, or packed): Llama "
+          f"{LAYERS}L/{HIDDEN}h/{HEADS}heads/{KV_HEADS}kv/ffn{FFN}/vocab{vocab}, batch {BATCH}, fp32, {cores} cores, "
+          f"torch {torch.__version__}, transformers {transformers.__version__}; median step of steps "
+          f"{args.warmup + 1}..{args.steps}, median of {args.rounds} interleaved rounds")
+    print("tokens/s (every position of the batch, padding included):")
+    print_ratios(rows[:3], rows[2][0], width=80)
+    print_ratios(rows[3:], rows[5][0], width=80)
+    print("trained tokens/s (assistant tokens whose loss is trained):")
+    trained = [(name, statistics.median(runs[name])) for name, _ in rows]
+    print_ratios(trained[:3], trained[2][0], width=80)
+    print_ratios(trained[3:], trained[5][0], width=80)
 
 if __name__ == "__main__":
     main()
