@@ -6,7 +6,6 @@ measured in one run and printed as a ratio. tessera starts from the very model t
 Usage (after tools/setup.sh): bash bench/run_llama.sh [--steps N] [--rounds R]
 Prints a table; copy it into bench/RESULTS.md with the date and machine.
 """
-import argparse
 import os
 import statistics
 import sys
@@ -19,8 +18,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
 import gpt_reference  # noqa: E402
-from throughput_common import (interleaved_medians, print_ratios, run_pretrained, step_lines,  # noqa: E402
-                               torch_step_seconds, write_corpus)
+from throughput_common import (interleaved_medians, parse_bench_args, print_ratios, run_pretrained,  # noqa: E402
+                               step_lines, torch_step_seconds, write_corpus)
 
 # ~4 layers, hidden 512 (the issue's size); grouped-query attention, SwiGLU of Megatron's default width.
 LAYERS, HIDDEN, HEADS, KV_HEADS, FFN, VOCAB, SEQ, BATCH = 4, 512, 8, 2, 1344, 256, 128, 8
@@ -54,12 +53,7 @@ def transformers_tokens_per_s(model_dir, data, steps, warmup, threads):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--steps", type=int, default=30)
-    ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--tessera", default=os.path.join(ROOT, "bazel-bin", "client", "tessera"))
-    args = ap.parse_args()
+    args = parse_bench_args(ROOT, 30)
     cores = os.cpu_count()
     tmp = tempfile.mkdtemp()
     model_dir = os.path.join(tmp, "llama")

@@ -8,7 +8,6 @@ against the formula for them. tessera starts from the very model transformers dr
 Usage (after tools/setup.sh): bash bench/run_moe.sh [--steps N] [--rounds R]
 Prints a table; copy it into bench/RESULTS.md with the date and machine.
 """
-import argparse
 import json
 import os
 import statistics
@@ -23,8 +22,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
 import gpt_reference  # noqa: E402
-from throughput_common import (interleaved_medians, print_ratios, run_pretrained, step_lines,  # noqa: E402
-                               torch_step_seconds, write_corpus)
+from throughput_common import (interleaved_medians, parse_bench_args, print_ratios, run_pretrained,  # noqa: E402
+                               step_lines, torch_step_seconds, write_corpus)
 
 # The issue's size: ~4 layers, hidden 256, 8 experts, top-2 (expert width 512, GQA 8/2 heads).
 LAYERS, HIDDEN, HEADS, KV_HEADS, FFN, EXPERTS, TOPK, VOCAB, SEQ, BATCH = 4, 256, 8, 2, 512, 8, 2, 256, 128, 8
@@ -121,12 +120,7 @@ def ep2_bytes_formula(dense_params):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--tessera", default=os.path.join(ROOT, "bazel-bin", "client", "tessera"))
-    args = ap.parse_args()
+    args = parse_bench_args(ROOT, 20)
     cores = os.cpu_count()
     tmp = tempfile.mkdtemp()
     model_dir = os.path.join(tmp, "mixtral")

@@ -10,7 +10,6 @@ packing (`data.packing: true`, tessera only) raises. The conversations are examp
 Usage (after tools/setup.sh): bash bench/run_sft.sh [--steps N] [--rounds R]
 Prints two tables; copy them into bench/RESULTS.md with the date and machine.
 """
-import argparse
 import json
 import os
 import statistics
@@ -25,7 +24,7 @@ import transformers
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
-from throughput_common import interleaved_medians, print_ratios, run_pretrained, step_lines  # noqa: E402
+from throughput_common import interleaved_medians, parse_bench_args, print_ratios, run_pretrained, step_lines  # noqa: E402
 from throughput_common import torch_step_seconds  # noqa: E402
 
 # The Llama benchmark's shape (bench/llama_throughput.py) with the example tokenizer's vocabulary.
@@ -95,12 +94,7 @@ def tessera_tokens_per_s(tessera, tmp, model_dir, data, steps, warmup, threads, 
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--tessera", default=os.path.join(ROOT, "bazel-bin", "client", "tessera"))
-    args = ap.parse_args()
+    args = parse_bench_args(ROOT, 20)
     cores = os.cpu_count()
     tmp = tempfile.mkdtemp()
     data = os.path.join(tmp, "sft")

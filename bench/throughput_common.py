@@ -1,6 +1,7 @@
 """What the throughput benchmarks against PyTorch share (bench/*_throughput.py): the byte-level corpus
 they train on, a `tessera run` of a transformers directory, the PyTorch training step they time, the
 interleaved rounds with medians, and the ratio table."""
+import argparse
 import json
 import os
 import statistics
@@ -9,6 +10,16 @@ import time
 
 import numpy as np
 import torch
+
+
+def parse_bench_args(root, default_steps):
+    """The throughput benchmarks' command line: --steps, --warmup, --rounds, --tessera."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=default_steps)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--tessera", default=os.path.join(root, "bazel-bin", "client", "tessera"))
+    return ap.parse_args()
 
 
 def write_corpus(directory, root):
