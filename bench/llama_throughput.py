@@ -25,9 +25,10 @@ from throughput_common import (interleaved_medians, parse_bench_args, print_rati
 LAYERS, HIDDEN, HEADS, KV_HEADS, FFN, VOCAB, SEQ, BATCH = 4, 512, 8, 2, 1344, 256, 128, 8
 
 
-def draw(directory):
+def draw(directory, vocab=VOCAB):
+    """The benchmark's Llama, drawn by transformers (seed 0) and saved to `directory`."""
     config = transformers.LlamaConfig(
-        vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FFN, num_hidden_layers=LAYERS,
+        vocab_size=vocab, hidden_size=HIDDEN, intermediate_size=FFN, num_hidden_layers=LAYERS,
         num_attention_heads=HEADS, num_key_value_heads=KV_HEADS, max_position_embeddings=SEQ,
         tie_word_embeddings=False)
     torch.manual_seed(0)

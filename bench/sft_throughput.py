@@ -27,19 +27,10 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
 from throughput_common import interleaved_medians, parse_bench_args, print_ratios, run_pretrained, step_lines  # noqa: E402
 from throughput_common import torch_step_seconds  # noqa: E402
 
-# The Llama benchmark's shape (bench/llama_throughput.py) with the example tokenizer's vocabulary.
-LAYERS, HIDDEN, HEADS, KV_HEADS, FFN, SEQ, BATCH = 4, 512, 8, 2, 1344, 128, 8
+# The Llama benchmark's model (bench/llama_throughput.py) with the example tokenizer's vocabulary.
+from llama_throughput import BATCH, FFN, HEADS, HIDDEN, KV_HEADS, LAYERS, SEQ, draw  # noqa: E402
 RANK, ALPHA = 16, 32
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-
-
-def draw(directory, vocab):
-    config = transformers.LlamaConfig(
-        vocab_size=vocab, hidden_size=HIDDEN, intermediate_size=FFN, num_hidden_layers=LAYERS,
-        num_attention_heads=HEADS, num_key_value_heads=KV_HEADS, max_position_embeddings=SEQ,
-        tie_word_embeddings=False)
-    torch.manual_seed(0)
-    transformers.LlamaForCausalLM(config).save_pretrained(directory, safe_serialization=True)
 
 
 class SftSamples:

@@ -102,7 +102,7 @@ class Decoder {
   // sp blocks — for the rotary or learned position embeddings; a token attends only to earlier
   // tokens of its run (the tokens from the last position 0 at or before it). Undefined (the
   // default): positions 0 .. T−1, causal attention. Not with a KV cache.
-  void set_positions(at::Tensor positions) { positions_ = std::move(positions); }
+  void set_positions(at::Tensor positions);
 
   // The pieces of Loss, for pipeline stages: token + position embedding [B, T, hidden] (needs the
   // embedding); blocks [first, first + count) (must be held); final norm, tied head and mean
@@ -263,6 +263,7 @@ class Decoder {
   bool activation_checkpointing_ = false;
   bool masked_targets_ = false;
   at::Tensor positions_;  // set_positions.
+  at::Tensor runs_;       // With positions_: which run each position is in, [B, T] (every layer's mask).
   double target_weight_ = 1;
   bool fused_kernels_ = false;
   UnitHooks* hooks_ = nullptr;
