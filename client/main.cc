@@ -144,6 +144,12 @@ int Main(int argc, char** argv) {
   export_cmd->add_option("--dtype", export_options.dtype, "fp32 (default) or bf16");
   export_cmd->add_option("--max-shard-size", export_options.max_shard_size,
                          "Largest file before sharding with an index, e.g. 5GB (default), 500MB");
+  export_cmd->add_flag("--merge", export_options.merge,
+                       "A LoRA checkpoint: write its base with the adapters merged in (a transformers model) "
+                       "instead of a PEFT adapter directory");
+  export_cmd->add_option("--base", export_options.base,
+                         "With --merge: the base model (transformers directory or safetensors file); default: "
+                         "the one the checkpoint's trainer_state.json names");
   int log_rank = 0;
   bool log_follow = false;
   CLI::App* logs = app.add_subcommand("logs", "Print a rank's log");

@@ -8,6 +8,7 @@
 #include "client/exit_codes.h"
 #include "formats/model/checkpoint_model.h"
 #include "formats/model/hf_export.h"
+#include "formats/model/lora_merge.h"
 #include "formats/model/peft_export.h"
 
 namespace tessera::client {
@@ -53,6 +54,35 @@ int ExportCommand(const ExportOptions& o) {
   if (!checkpoint.ok()) {
     std::cerr << "error: " << checkpoint.status().message() << "\n";
     return kExitBadInput;
+  }
+  if (!o.base.empty() && !o.merge) {
+    std::cerr << "error: --base: only with --merge\n";
+    return kExitBadInput;
+  }
+  if (o.merge && !checkpoint->config.lora.enabled()) {
+    std::cerr << "error: --merge: " << checkpoint->path << " is not a LoRA checkpoint (its export is already the whole model)\n";
+    return kExitBadInput;
+  }
+  if (o.merge) {
+    const std::string base = o.base.empty() ? checkpoint->lora_base : o.base;
+    if (base.empty()) {
+      std::cerr << "error: --merge: " << checkpoint->path << " names no base model (the job had neither init_from "
+                << "nor pretrained): give one with --base\n";
+      return kExitBadInput;
+    }
+    auto done = parallel::ExportMergedLora(*checkpoint, base, o.out_dir, options);
+    if (!done.ok()) {
+      std::cerr << "error: " << done.status().message() << "\n";
+      return done.status().code() == absl::StatusCode::kFailedPrecondition ||
+                     done.status().code() == absl::StatusCode::kNotFound ||
+                     done.status().code() == absl::StatusCode::kInvalidArgument
+                 ? kExitBadInput
+                 : kExitJobFailed;
+    }
+    std::cout << "exported step " << checkpoint->step << " of " << checkpoint->path << " merged into " << base << " to "
+              << o.out_dir << ": " << done->shards << (done->shards == 1 ? " file" : " shards") << ", " << done->bytes
+              << " bytes (" << o.dtype << "); load with transformers.AutoModelForCausalLM.from_pretrained\n";
+    return kExitOk;
   }
   if (checkpoint->config.lora.enabled()) {
     // Adapters only: PEFT's directory, loaded over the base the job trained them on.

@@ -15,6 +15,8 @@ struct ExportOptions {
   std::string out_dir;
   std::string dtype = "fp32";          // fp32 | bf16.
   std::string max_shard_size = "5GB";  // Bytes: N, NKB, NMB, NGB (10^3 steps) or NKiB, NMiB, NGiB.
+  bool merge = false;  // A LoRA checkpoint: the base with the adapters merged in, not a PEFT directory.
+  std::string base;    // With merge: the base model ("" = the one trainer_state.json names).
 };
 
 // "5GB" → 5·10^9, "40KiB" → 40960; errors name the value.

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -29,21 +30,18 @@ uint16_t ToBf16(float x) {
 }
 
 struct Item {
+  const ParamSpec* spec;
   std::string hf_name;
-  const TensorEntry* entry;
-  bool transpose;               // Stored [in, out] (GPT-2's Conv1D).
+  bool transpose;               // Written [in, out] (GPT-2's Conv1D).
   std::vector<int64_t> shape;   // As written.
   uint64_t bytes;
 };
 
-// The tensor's bytes as written: transposed if asked, in the export dtype.
-std::string Convert(const MappedSafetensors& file, const Item& item, ExportDtype dtype) {
-  const char* src = file.data(*item.entry);
-  const int64_t n = static_cast<int64_t>((item.entry->end - item.entry->begin) / 4);
-  std::vector<float> values(n);
-  if (n > 0) std::memcpy(values.data(), src, n * 4);
+// The parameter's bytes as written: transposed if asked, in the export dtype.
+std::string Convert(std::vector<float> values, const Item& item, ExportDtype dtype) {
+  const int64_t n = static_cast<int64_t>(values.size());
   if (item.transpose) {
-    const int64_t rows = item.entry->shape[0], cols = item.entry->shape[1];
+    const int64_t rows = item.spec->shape[0], cols = item.spec->shape[1];
     std::vector<float> t(n);
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t c = 0; c < cols; ++c) t[c * rows + r] = values[r * cols + c];
@@ -71,31 +69,20 @@ absl::Status PrepareExportDirectory(const std::string& out_dir) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<HfExportResult> ExportToHf(const CheckpointModel& cp, const std::string& out_dir,
-                                          const HfExportOptions& options) {
-  if (absl::Status s = HfExportable(cp.config); !s.ok()) {
-    return absl::FailedPreconditionError(absl::StrCat(cp.path, ": cannot be written as a transformers model: ", s.message()));
-  }
+absl::StatusOr<HfExportResult> WriteHfModel(const ModelConfig& c, const HfParamValues& values,
+                                            const std::string& out_dir, const HfExportOptions& options) {
   if (absl::Status s = PrepareExportDirectory(out_dir); !s.ok()) return s;
-  auto file = MappedSafetensors::Open(cp.path + "/model.safetensors");
-  if (!file.ok()) return file.status();
-  const ModelConfig& c = cp.config;
   const FamilySpec& f = FamilyOf(c.family);
   const int width = options.dtype == ExportDtype::kF32 ? 4 : 2;
+  const std::vector<ParamSpec> specs = ParamSpecs1D(c, ModelPart::Whole(c.layers), 1);
   std::vector<Item> items;
-  for (const ParamSpec& p : ParamSpecs1D(c, ModelPart::Whole(c.layers), 1)) {
-    const auto& entries = (*file)->header().entries;
-    auto e = entries.find(p.name);
-    const std::string where = absl::StrCat((*file)->path(), ": ", p.name);
-    if (e == entries.end()) return absl::DataLossError(absl::StrCat(where, " is missing"));
-    if (e->second.dtype != "F32") return absl::DataLossError(absl::StrCat(where, " is ", e->second.dtype, ", not F32"));
-    if (e->second.shape != p.shape) {
-      return absl::DataLossError(absl::StrCat(where, " does not have the shape trainer_state.json's model gives"));
-    }
-    Item item{(p.name == f.lm_head + ".weight" ? "" : f.hf_prefix) + p.name, &e->second,
+  for (const ParamSpec& p : specs) {
+    Item item{&p, (p.name == f.lm_head + ".weight" ? "" : f.hf_prefix) + p.name,
               f.hf_conv1d && p.layer >= 0 && p.shape.size() == 2, p.shape, 0};
     if (item.transpose) std::swap(item.shape[0], item.shape[1]);
-    item.bytes = (e->second.end - e->second.begin) / 4 * width;
+    uint64_t n = 1;
+    for (int64_t d : p.shape) n *= static_cast<uint64_t>(d);
+    item.bytes = n * width;
     items.push_back(std::move(item));
   }
   std::sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.hf_name < b.hf_name; });
@@ -120,7 +107,7 @@ absl::StatusOr<HfExportResult> ExportToHf(const CheckpointModel& cp, const std::
     TensorMap tensors;
     for (const Item* item : shards[k]) {
       tensors[item->hf_name] = RawTensor{options.dtype == ExportDtype::kF32 ? "F32" : "BF16", item->shape,
-                                         Convert(**file, *item, options.dtype)};
+                                         Convert(values(*item->spec), *item, options.dtype)};
       weight_map[item->hf_name] = file_name;
     }
     absl::Status s = WriteSafetensors(out_dir + "/" + file_name, tensors, {{"format", "pt"}});
@@ -136,6 +123,37 @@ absl::StatusOr<HfExportResult> ExportToHf(const CheckpointModel& cp, const std::
   if (!s.ok()) return s.status();
   if (absl::Status d = FsyncDirectory(out_dir); !d.ok()) return d;
   return HfExportResult{n, total};
+}
+
+absl::StatusOr<HfExportResult> ExportToHf(const CheckpointModel& cp, const std::string& out_dir,
+                                          const HfExportOptions& options) {
+  if (absl::Status s = HfExportable(cp.config); !s.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(cp.path, ": cannot be written as a transformers model: ", s.message()));
+  }
+  auto file = MappedSafetensors::Open(cp.path + "/model.safetensors");
+  if (!file.ok()) return file.status();
+  const ModelConfig& c = cp.config;
+  std::map<std::string, const TensorEntry*> found;
+  for (const ParamSpec& p : ParamSpecs1D(c, ModelPart::Whole(c.layers), 1)) {
+    const auto& entries = (*file)->header().entries;
+    auto e = entries.find(p.name);
+    const std::string where = absl::StrCat((*file)->path(), ": ", p.name);
+    if (e == entries.end()) return absl::DataLossError(absl::StrCat(where, " is missing"));
+    if (e->second.dtype != "F32") return absl::DataLossError(absl::StrCat(where, " is ", e->second.dtype, ", not F32"));
+    if (e->second.shape != p.shape) {
+      return absl::DataLossError(absl::StrCat(where, " does not have the shape trainer_state.json's model gives"));
+    }
+    found[p.name] = &e->second;
+  }
+  return WriteHfModel(
+      c,
+      [&](const ParamSpec& p) {
+        const TensorEntry& e = *found.at(p.name);
+        std::vector<float> v((e.end - e.begin) / 4);
+        if (!v.empty()) std::memcpy(v.data(), (*file)->data(e), e.end - e.begin);
+        return v;
+      },
+      out_dir, options);
 }
 
 }  // namespace tessera::parallel

@@ -6,10 +6,13 @@
 #define TESSERA_PARALLEL_MODELS_HF_EXPORT_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "formats/model/checkpoint_model.h"
+#include "formats/model/family.h"
 
 namespace tessera::parallel {
 
@@ -28,6 +31,15 @@ struct HfExportResult {
 // Creates `out_dir` for an export unless it exists: then it must be an empty directory (nothing is
 // overwritten). Fails FAILED_PRECONDITION naming it otherwise.
 absl::Status PrepareExportDirectory(const std::string& out_dir);
+
+// One parameter's values in fp32, in tessera's layout ([out, in] for a linear).
+using HfParamValues = std::function<std::vector<float>(const ParamSpec&)>;
+
+// Writes a model of `config` (its base parameters, ParamSpecs1D of the whole model on one rank, each
+// value from `values`, which the caller has checked for every one of them) into `out_dir`, which
+// must not exist or be empty. Every file is written durably. Fails naming the file.
+absl::StatusOr<HfExportResult> WriteHfModel(const ModelConfig& config, const HfParamValues& values,
+                                            const std::string& out_dir, const HfExportOptions& options);
 
 // Writes the model of `checkpoint` into `out_dir`, which must not exist or be empty (nothing is
 // overwritten). Every file is written durably (fsynced). Fails naming the tensor or file.

@@ -7,6 +7,7 @@ relative in one process, 1e-3 with tp=2, tp=4 (key/value heads shared by two ran
 ZeRO-2 and ZeRO-3 with offload at dp=2, bf16 within 1e-2 of peft's fp32. Only the adapters train: the checkpoints hold the adapters and their optimizer state only,
 a run resumed from step 5 continues exactly, and `tessera export` writes a PEFT adapter directory
 that PeftModel.from_pretrained loads over the base, giving the model peft's own training reached;
+`tessera export --merge` writes the merged model, whose logits equal peft's merge_and_unload (1e-5);
 `tessera generate` of the LoRA checkpoint, and of the base with --lora DIR, gives peft's logits (1e-5).
 A MixtralForCausalLM with adapters on its attention (router and experts frozen, balancing loss in the
 objective) trains as peft's in one process and with ep=2. The test can fail: the same training without the
@@ -177,6 +178,44 @@ output_dir: {self.tmp}/{name}
             worst = (tessera_logits - got[0]).abs().max().item()
             print(f"tessera generate from the {name} vs peft: max abs logit difference {worst:.2e}")
             torch.testing.assert_close(tessera_logits, got[0], rtol=LOGITS_TOL, atol=LOGITS_TOL)
+
+    def test_merged_export_loads_in_transformers(self):
+        # `tessera export --merge` writes the base with B·A·alpha/r added to each adapted linear: a
+        # transformers model whose logits equal peft's merge_and_unload of the same adapters — over the
+        # base the checkpoint names (a safetensors file of tessera names) and over a transformers
+        # directory stored in bf16 (given with --base; the merge is computed in fp32).
+        self.run_tessera("merge")
+        ckpt = os.path.join(self.tmp, "merge", "checkpoints")
+        adapters = os.path.join(self.tmp, "merge_peft")
+        done = subprocess.run([TESSERA, "export", ckpt, adapters], capture_output=True, text=True)
+        self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
+        bf16_dir = os.path.join(self.tmp, "base_bf16")
+        base_llama(self.base_state).to(torch.bfloat16).save_pretrained(bf16_dir, safe_serialization=True)
+        rounded = {k: v.to(torch.bfloat16).float() for k, v in self.base_state.items()}
+        x = torch.tensor([PROMPT])
+        for name, state, args in [("the checkpoint's base", self.base_state, []),
+                                  ("a bf16 transformers base", rounded, ["--base", bf16_dir])]:
+            out = os.path.join(self.tmp, f"merged_{len(args)}")
+            done = subprocess.run([TESSERA, "export", ckpt, out, "--merge", *args], capture_output=True, text=True)
+            self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
+            merged = transformers.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
+            self.assertEqual(type(merged).__name__, "LlamaForCausalLM")
+            want = peft.PeftModel.from_pretrained(base_llama(state), adapters).merge_and_unload().eval()
+            with torch.no_grad():
+                got, expected = merged(input_ids=x).logits, want(input_ids=x).logits
+                plain = base_llama(state)(input_ids=x).logits
+            worst = (got - expected).abs().max().item()
+            print(f"export --merge over {name} vs peft's merge_and_unload: max abs logit difference {worst:.2e}")
+            torch.testing.assert_close(got, expected, rtol=LOGITS_TOL, atol=LOGITS_TOL)
+            self.assertGreater((plain - got).abs().max().item(), 100 * LOGITS_TOL, "the merge changes the logits")
+        # Misuse is refused by name, before anything is written.
+        for args, message in [([ckpt, os.path.join(self.tmp, "m1"), "--base", bf16_dir], "--base: only with --merge"),
+                              ([os.path.join(self.tmp, "merge_peft"), os.path.join(self.tmp, "m2"), "--merge"], "merge_peft"),
+                              ([ckpt, os.path.join(self.tmp, "m3"), "--merge", "--base", adapters], "the base")]:
+            done = subprocess.run([TESSERA, "export", *args], capture_output=True, text=True)
+            self.assertNotEqual(done.returncode, 0, done.stdout)
+            self.assertIn(message, done.stderr)
+            self.assertFalse(os.path.exists(args[1]) and os.listdir(args[1]), args[1])
 
     def test_resumes_from_an_adapter_checkpoint(self):
         self.run_tessera("resume_first", checkpoint_every=5)
