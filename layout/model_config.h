@@ -40,6 +40,7 @@ struct LoraConfig {
   int rank = 0;  // 0: no LoRA.
   double alpha = 0;
   std::vector<std::string> targets;
+  double dropout = 0;  // PEFT's lora_dropout on each adapter's input, in training (Decoder::set_dropout_seed).
 
   bool enabled() const { return rank > 0; }
   double scale() const { return alpha / rank; }

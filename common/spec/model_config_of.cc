@@ -42,6 +42,7 @@ layout::ModelConfig ModelConfigOf(const v1::ModelSpec& m) {
     c.lora.rank = m.lora().rank();
     c.lora.alpha = m.lora().alpha() > 0 ? m.lora().alpha() : m.lora().rank();
     c.lora.targets.assign(m.lora().targets().begin(), m.lora().targets().end());
+    c.lora.dropout = m.lora().dropout();
   }
   return c;
 }

@@ -246,7 +246,7 @@ bool CheckLayoutBounds(const v1::JobSpec& s, Checker& c) {
 // What this build runs on CUDA: ZeRO 1–3, offload and bf16 / fp16 ran on an H100 against the CPU
 // losses (tools/gpu/check.sh, bench/RESULTS.md); pipeline, sequence and grid tensor parallelism on
 // CUDA need two GPUs, which no session has had.
-// LoRA (docs/fine-tuning.md "LoRA"): the dense llama shape's linears, 1D layouts, no dropout yet.
+// LoRA (docs/fine-tuning.md "LoRA"): the llama shape's linears, 1D layouts.
 void CheckLora(const v1::JobSpec& s, Checker& c) {
   if (!s.model().has_lora()) return;
   const v1::LoraSpec& l = s.model().lora();
@@ -256,8 +256,6 @@ void CheckLora(const v1::JobSpec& s, Checker& c) {
   }
   if (!(l.dropout() >= 0 && l.dropout() < 1)) {
     c.Fail("model.lora.dropout", absl::StrCat(l.dropout(), " must be in [0, 1)"));
-  } else if (l.dropout() != 0) {
-    c.Fail("model.lora.dropout", absl::StrCat(l.dropout(), " is not supported yet (only 0)"));
   }
   static const char* const kModules[] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
   if (l.targets_size() == 0) c.Fail("model.lora.targets", absl::StrCat("is required (of ", absl::StrJoin(kModules, ", "), ")"));

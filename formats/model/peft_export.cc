@@ -33,7 +33,7 @@ absl::StatusOr<uint64_t> ExportPeftAdapter(const CheckpointModel& cp, const std:
   if (absl::Status s = WriteSafetensors(out_dir + "/adapter_model.safetensors", tensors, {{"format", "pt"}}); !s.ok()) {
     return s;
   }
-  PeftLoraConfig config{c.lora.rank, c.lora.alpha, 0.0, c.lora.targets, cp.lora_base};
+  PeftLoraConfig config{c.lora.rank, c.lora.alpha, c.lora.dropout, c.lora.targets, cp.lora_base};
   auto s = WriteFileDurably(out_dir + "/adapter_config.json", PeftLoraConfigJson(config));
   if (!s.ok()) return s.status();
   if (absl::Status d = FsyncDirectory(out_dir); !d.ok()) return d;

@@ -162,6 +162,8 @@ absl::StatusOr<TrainerState> ParseTrainerState(std::string_view text, const std:
           c.lora.targets.push_back(target.get<std::string>());
         }
       }
+      c.lora.dropout = lora.Number("dropout", 0.0);  // Older checkpoints: 0.
+      if (!(c.lora.dropout >= 0 && c.lora.dropout < 1)) lora.Fail("dropout", "must be in [0, 1)");
       s.lora_base = lora.String("base", "");
     }
     if (const Json* r = model.Object("rope_scaling", /*required=*/false)) {

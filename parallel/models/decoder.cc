@@ -136,24 +136,53 @@ void Decoder::CastFrozen(at::ScalarType dtype) {
   for (Param& p : frozen_) p.value = p.value.to(dtype);
 }
 
+at::Tensor Decoder::LoraDropout(const at::Tensor& in, int i, const std::string& role, bool columns_split) const {
+  const double p = config_.lora.dropout;
+  if (p == 0 || !dropout_seed_) return in;
+  const int64_t B = in.size(0), T = in.size(1), C = in.size(2);
+  const int64_t sp = sp_ ? sp_->size() : 1, tp = columns_split ? tp_->size() : 1;
+  const uint64_t seed = TensorSeed(*dropout_seed_, BlockParamName(family_, i, role));
+  at::Generator gen;
+  if (device_.is_cpu()) {
+    gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  } else {
+    gen = at::globalContext().defaultGenerator(device_).clone();
+    gen.set_current_seed(seed);
+  }
+  // This generator is ours alone (the kernel takes its lock).
+  at::Tensor u = at::rand({B, T * sp, C * tp}, gen, at::TensorOptions().dtype(at::kFloat).device(device_));
+  if (sp > 1) u = u.narrow(1, sp_->rank() * T, T);
+  if (tp > 1) u = u.narrow(2, tp_->rank() * C, C);
+  const at::Tensor keep = (u < 1 - p).to(at::kFloat).div_(1 - p);
+  return in * keep.to(in.scalar_type());
+}
+
 at::Tensor Decoder::LoraColumn(const at::Tensor& y, const at::Tensor& in, int i, const std::string& role,
                                std::pair<int64_t, int64_t> rows) const {
   if (!config_.lora.enabled() || !config_.lora.Targets(ModuleOf(BlockParamName(family_, i, role)))) return y;
   at::Tensor b = P(BlockParamName(family_, i, role, "lora_B.weight"));
   if (rows.second >= 0) b = CopyToTp(b, tp_.get()).narrow(0, rows.first, rows.second);
   const at::Tensor a = CopyToTp(P(BlockParamName(family_, i, role, "lora_A.weight")), tp_.get());
-  return y + Linear(Linear(in, a), b) * config_.lora.scale();
+  return y + Linear(Linear(LoraDropout(in, i, role, /*columns_split=*/false), a), b) * config_.lora.scale();
 }
 
 at::Tensor Decoder::LoraRow(const at::Tensor& y, const at::Tensor& in, int i, const std::string& role) const {
   if (!config_.lora.enabled() || !config_.lora.Targets(ModuleOf(BlockParamName(family_, i, role)))) return y;
-  const at::Tensor t = ReduceFromTp(Linear(in, P(BlockParamName(family_, i, role, "lora_A.weight"))), tp_.get());
+  const at::Tensor t = ReduceFromTp(
+      Linear(LoraDropout(in, i, role, /*columns_split=*/true), P(BlockParamName(family_, i, role, "lora_A.weight"))),
+      tp_.get());
   return y + Linear(t, P(BlockParamName(family_, i, role, "lora_B.weight"))) * config_.lora.scale();
 }
 
 std::vector<int64_t> Decoder::ActivationShape(int64_t samples, int64_t positions) const {
   if (shape_.mode != TpMode::k1D) return {samples, positions, config_.hidden / shape_.q};
   return {samples, positions, config_.hidden};
+}
+
+int64_t Decoder::frozen_bytes() const {
+  int64_t n = 0;
+  for (const Param& p : frozen_) n += static_cast<int64_t>(p.value.nbytes());
+  return n;
 }
 
 int64_t Decoder::num_parameters() const {
@@ -556,7 +585,15 @@ struct CheckpointFn : public torch::autograd::Function<CheckpointFn> {
 
 }  // namespace
 
-at::Tensor Decoder::CheckpointedBlock(const at::Tensor& x, int i) { return CheckpointFn::apply(x, this, i); }
+at::Tensor Decoder::CheckpointedBlock(const at::Tensor& x, int i) {
+  // The function's output takes part in autograd only when an input does: with LoRA the first
+  // block's input comes from the frozen embedding, so it is made an input that asks for a gradient
+  // (computed and dropped) for the adapters inside the block to get theirs.
+  if (at::GradMode::is_enabled() && !x.requires_grad()) {
+    return CheckpointFn::apply(x.detach().requires_grad_(true), this, i);
+  }
+  return CheckpointFn::apply(x, this, i);
+}
 
 at::Tensor Decoder::Recompute(const at::Tensor& x, int i, c10::intrusive_ptr<RouterStats> stats) {
   c10::intrusive_ptr<RouterStats> current = std::exchange(router_stats_, std::move(stats));

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -103,6 +104,10 @@ class Decoder {
   // tokens of its run (the tokens from the last position 0 at or before it). Undefined (the
   // default): positions 0 .. T−1, causal attention. Not with a KV cache.
   void set_positions(at::Tensor positions);
+  // LoRA dropout (config.lora.dropout > 0): the micro-batch's seed of the masks of the forward passes
+  // that follow and of the recomputations in their backward (LoraDropout) — the same for every rank
+  // holding part of the micro-batch. Unset (the default; evaluation, decoding): no dropout.
+  void set_dropout_seed(std::optional<uint64_t> seed) { dropout_seed_ = seed; }
 
   // The pieces of Loss, for pipeline stages: token + position embedding [B, T, hidden] (needs the
   // embedding); blocks [first, first + count) (must be held); final norm, tied head and mean
@@ -171,6 +176,7 @@ class Decoder {
   bool holds(const std::string& name) const { return index_.count(name) > 0; }
   Communicator* tp() const { return tp_.get(); }
   int64_t num_parameters() const;  // Of the full model.
+  int64_t frozen_bytes() const;     // LoRA: this rank's frozen weights as held (0 without LoRA).
 
   // What LoadFull replaces: kModel, every tensor of the model (LoRA adapters optional: missing ones
   // keep their values); kTrainable, exactly the trained parameters (params(): a checkpoint's).
@@ -195,6 +201,12 @@ class Decoder {
   at::Tensor LoraColumn(const at::Tensor& y, const at::Tensor& in, int i, const std::string& role,
                         std::pair<int64_t, int64_t> rows = {0, -1}) const;
   at::Tensor LoraRow(const at::Tensor& y, const at::Tensor& in, int i, const std::string& role) const;
+  // LoRA dropout of linear `role` of block i's input `in` ([B, T, C], this rank's tokens and, when
+  // `columns_split`, its tp block of the input's columns): `in` itself without dropout or seed, else
+  // `in` · mask / (1 − p), the mask drawn for the whole micro-batch (uniform < 1 − p over [B, T·sp,
+  // C·tp] from a generator seeded with TensorSeed(dropout seed, the linear's weight name)) and cut to
+  // this rank's part — the same masks in every layout, and again in recomputation.
+  at::Tensor LoraDropout(const at::Tensor& in, int i, const std::string& role, bool columns_split) const;
   // Grid layouts: the parameter as used, copied over every grid axis it is not split by (its
   // gradients summed over them in backward).
   at::Tensor Use(const std::string& name) const;
@@ -262,6 +274,7 @@ class Decoder {
   std::vector<int> layer_of_;  // Per parameter: its block, -1 outside the blocks.
   bool activation_checkpointing_ = false;
   bool masked_targets_ = false;
+  std::optional<uint64_t> dropout_seed_;  // set_dropout_seed.
   at::Tensor positions_;  // set_positions.
   at::Tensor runs_;       // With positions_: which run each position is in, [B, T] (every layer's mask).
   double target_weight_ = 1;

@@ -128,6 +128,8 @@ absl::Status PipelineRunner::Forward(const PipeAction& a, const std::function<ab
     stash.positions = *positions;
   }
   model_->set_positions(stash.positions);
+  if (keep) stash.dropout_seed = options_.noise_seed ? options_.noise_seed(a.micro_batch) : 0;
+  model_->set_dropout_seed(stash.dropout_seed);
   if (keep && options_.experts > 0) {
     stash.stats = c10::make_intrusive<RouterStats>(options_.experts);
     if (options_.noise_seed) stash.stats->noise_seed = options_.noise_seed(a.micro_batch);
@@ -184,6 +186,7 @@ absl::Status PipelineRunner::Backward(const PipeAction& a, double loss_scale) {
   bool send_totals = false;
   at::Tensor totals;
   model_->set_positions(stash.positions);  // For blocks recomputed inside this backward.
+  model_->set_dropout_seed(stash.dropout_seed);
   if (stash.stats) {
     if (absl::Status s = BackwardStats(a, stash, loss_scale, &send_totals, &totals); !s.ok()) return s;
   }

@@ -23,6 +23,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -58,7 +59,8 @@ struct PipelineOptions {
   // Sequence parallelism (a Mixture of Experts): the group whose sequence blocks make up one
   // micro-batch; the head's chunk sums the statistics over it. Null: none.
   std::shared_ptr<Communicator> sp;
-  // Router jitter's seed of micro-batch a of the current step (RouterStats::noise_seed); null: 0.
+  // The seed of micro-batch a's random draws in the current step: router jitter's
+  // (RouterStats::noise_seed) and LoRA dropout's (Decoder::set_dropout_seed); null: 0.
   std::function<uint64_t(int)> noise_seed;
   // Packed sequences: the positions [micro_batch, seq_len] of micro-batch a of the current step's
   // inputs (Decoder::set_positions), read by every stage; null: none.
@@ -117,6 +119,7 @@ class PipelineRunner {
     c10::intrusive_ptr<RouterStats> stats;  // A Mixture of Experts: this chunk's sparse blocks' statistics.
     at::Tensor totals;  // The head's chunk: the micro-batch's statistics over every stage.
     at::Tensor positions;  // Packed sequences: the micro-batch's (recomputed blocks use them).
+    std::optional<uint64_t> dropout_seed;  // Training: the micro-batch's (Decoder::set_dropout_seed).
   };
   // `keep`: stash the activations for the micro-batch's backward (training).
   // `positions`: as PipelineOptions::positions (null: none).

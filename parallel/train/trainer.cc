@@ -278,6 +278,7 @@ absl::StatusOr<Trainer::LossSums> Trainer::ForwardBackward(int accum) {
     auto batch = ReadMicroBatch(*data_, step_ * options_.global_batch, a, accum, &positions);
     if (!batch.ok()) return batch.status();
     model_->set_positions(positions);
+    model_->set_dropout_seed(NoiseSeed(a, accum));  // Held through the backward's recomputations.
     const int64_t T = batch->size(1) - 1;
     zero_->SetSyncThisPass(a == accum - 1);
     try {
@@ -465,6 +466,7 @@ absl::StatusOr<StepStats> Trainer::Step() {
   if (LiveBytesCounted()) s.live_peak_bytes = PeakLiveBytes();
   if (pipeline_) s.pipeline_wait_s = pipeline_->wait_seconds();
   s.optimizer_state_bytes = zero_->state_bytes();
+  s.frozen_param_bytes = model_->frozen_bytes();
   s.model_state_bytes = zero_->peak_model_state_bytes();
   return s;
 }
@@ -484,6 +486,7 @@ absl::StatusOr<double> Trainer::Evaluate() {
   }
   at::NoGradGuard no_grad;
   auto unset_positions = absl::MakeCleanup([&] { model_->set_positions({}); });
+  model_->set_dropout_seed(std::nullopt);  // Evaluation: no dropout.
   // The mean over the batches' targets (SFT data: their trained targets), each batch's loss weighted
   // by its target count.
   at::Tensor total = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(device_));
@@ -569,6 +572,8 @@ absl::Status Trainer::Run(const std::function<void(const StepStats&)>& on_step) 
                            {"bytes_communicated", stats->bytes_communicated}, {"rss_peak_bytes", stats->rss_peak_bytes},
                            {"rss_base_bytes", rss_base_bytes_}, {"live_peak_bytes", stats->live_peak_bytes},
                            {"model_state_bytes", stats->model_state_bytes},
+                           {"optimizer_state_bytes", stats->optimizer_state_bytes},
+                           {"frozen_param_bytes", stats->frozen_param_bytes},
                            {"pipeline_wait_s", stats->pipeline_wait_s}};
     std::ofstream(rank_log, std::ios::app) << mine.dump() << "\n";
     if (on_step) on_step(*stats);

@@ -44,6 +44,7 @@ struct StepStats {
   int64_t bytes_all_reduced = 0;  // By this rank in this step.
   int64_t bytes_communicated = 0;  // By this rank in this step, every group (Communicator::bytes_communicated).
   int64_t optimizer_state_bytes = 0;  // AdamW state (and separate fp32 master weights) held by this rank.
+  int64_t frozen_param_bytes = 0;     // LoRA: the frozen base weights this rank holds (no gradient, no state).
   int64_t model_state_bytes = 0;      // Peak this step: parameters, gradients, masters and moments.
   double pipeline_wait_s = 0;         // pp > 1: time this rank waited for activations / gradients.
   int64_t rss_peak_bytes = 0;         // Peak resident memory of this process since training began.

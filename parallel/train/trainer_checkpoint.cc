@@ -338,6 +338,7 @@ nlohmann::json Trainer::TrainerStateJson(bool sharded_state) const {
                  // pretrained, named here.
                  {"lora", c.lora.enabled() ? nlohmann::json{{"rank", c.lora.rank}, {"alpha", c.lora.alpha},
                                                             {"targets", c.lora.targets},
+                                                            {"dropout", c.lora.dropout},
                                                             {"base", options_.pretrained.empty() ? options_.init_from
                                                                                                  : options_.pretrained}}
                                            : nlohmann::json(nullptr)},
@@ -354,7 +355,9 @@ nlohmann::json Trainer::TrainerStateJson(bool sharded_state) const {
       {"zero_stage", static_cast<int>(l.zero_stage)},
       {"precision", layout::Name(options_.precision)},
       {"loss_scale", {{"scale", loss_scale_}, {"good_steps", good_steps_}}},
-      {"rng", {{"init_seed", options_.seed}, {"note", "no randomness after initialisation (dropout 0)"}}},
+      {"rng", {{"init_seed", options_.seed},
+               {"note", "every later draw (router jitter, LoRA dropout) derives from init_seed and the micro-batch's "
+                        "first sample: nothing to restore"}}},
   };
   if (router_bias_.defined()) {
     // Loss-free balancing's biases (the same on every rank): one list per block, empty for dense ones.

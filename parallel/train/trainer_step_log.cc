@@ -70,6 +70,7 @@ absl::Status Trainer::AppendStepLog(const StepStats& s) {
   if (s.live_peak_bytes > 0) j["live_peak_bytes"] = s.live_peak_bytes;
   if (options_.precision == layout::Precision::kFp16) j["loss_scale"] = s.loss_scale;
   j["model_state_bytes"] = s.model_state_bytes;
+  if (options_.model.lora.enabled()) j["frozen_param_bytes"] = s.frozen_param_bytes;
   j["resumed_from"] = resumed_from_;
   j["discarded_steps"] = discarded_steps_;
   std::ofstream out(options_.output_dir + "/steps.jsonl", std::ios::app);

@@ -4,7 +4,9 @@ its adapter saved by save_pretrained, the base weights given to tessera as model
 adapter as model.lora.init_from. Ten steps of next-token training (warmup, cosine LR, weight decay,
 clipping over the adapters) equal the same training of the peft model in PyTorch: within 1e-4
 relative in one process, 1e-3 with tp=2, tp=4 (key/value heads shared by two ranks), pp=2, sp=2,
-ZeRO-2 and ZeRO-3 with offload at dp=2, bf16 within 1e-2 of peft's fp32. Only the adapters train: the checkpoints hold the adapters and their optimizer state only,
+ZeRO-2 and ZeRO-3 with offload at dp=2, activation checkpointing, bf16 within 1e-2 of peft's fp32. LoRA dropout
+(masks drawn by tessera's documented rule in peft's dropout modules) equals peft's training in one process,
+tp=2, sp=2, pp=2 with recomputation and ZeRO-2. Only the adapters train: the checkpoints hold the adapters and their optimizer state only,
 a run resumed from step 5 continues exactly, and `tessera export` writes a PEFT adapter directory
 that PeftModel.from_pretrained loads over the base, giving the model peft's own training reached;
 `tessera export --merge` writes the merged model, whose logits equal peft's merge_and_unload (1e-5);
@@ -70,6 +72,41 @@ def lora_model(base_state, adapter_dir=None):
     return peft.get_peft_model(base, config)
 
 
+MASK64 = (1 << 64) - 1
+TRAIN_SEED = 1234  # train.seed's default.
+
+
+def micro_batch_seed(first):
+    """The seed of the micro-batch whose first sample is global sample `first` (as the trainer's)."""
+    h = 0x94d049bb133111eb ^ TRAIN_SEED
+    h = ((h ^ first) * 0xbf58476d1ce4e5b9) & MASK64
+    return h ^ (h >> 29)
+
+
+def tensor_seed(seed, name):
+    """FNV-1a of `name` mixed with `seed`."""
+    h = 1469598103934665603 ^ seed
+    for c in name.encode():
+        h = ((h ^ c) * 1099511628211) & MASK64
+    return h
+
+
+class RuleDropout(torch.nn.Module):
+    """peft's lora_dropout with tessera's masks: `calls` counts the model's forward passes (micro-batches)."""
+
+    def __init__(self, p, weight_name, calls):
+        super().__init__()
+        self.p, self.weight_name, self.calls = p, weight_name, calls
+
+    def forward(self, x):
+        if not self.training:
+            return x
+        step, a = divmod(self.calls[0], GLOBAL // MICRO)
+        g = torch.Generator().manual_seed(tensor_seed(micro_batch_seed(step * GLOBAL + a * MICRO), self.weight_name))
+        keep = (torch.rand(x.shape, generator=g) < 1 - self.p).float() / (1 - self.p)
+        return x * keep
+
+
 class LoraParityTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -97,14 +134,15 @@ class LoraParityTest(unittest.TestCase):
         return gpt_reference.train(CausalLm(model), samples, STEPS, MICRO, GLOBAL, LR, MIN_LR, WARMUP, True, WD, BETAS,
                                    ADAM_EPS, CLIP)
 
-    def run_tessera(self, name, sets=(), checkpoint_every=STEPS):
+    def run_tessera(self, name, sets=(), checkpoint_every=STEPS, dropout=0.0):
         spec = os.path.join(self.tmp, f"{name}.yaml")
         with open(spec, "w") as f:
             f.write(f"""name: {name}
 model: {{family: llama, layers: {LAYERS}, hidden: {HIDDEN}, heads: {HEADS}, kv_heads: {KV_HEADS},
         ffn_hidden: {FFN}, vocab: {VOCAB}, seq_len: {SEQ}, norm_eps: {EPS}, rope_theta: {THETA},
         init_from: {self.init},
-        lora: {{rank: {RANK_R}, alpha: {ALPHA}, targets: [{", ".join(TARGETS)}], init_from: {self.adapter}}}}}
+        lora: {{rank: {RANK_R}, alpha: {ALPHA}, targets: [{", ".join(TARGETS)}], init_from: {self.adapter},
+               dropout: {dropout}}}}}
 data: {{path: {self.data}}}
 train: {{steps: {STEPS}, micro_batch: {MICRO}, global_batch: {GLOBAL}, lr: {LR}, min_lr: {MIN_LR},
         warmup_steps: {WARMUP}, schedule: cosine, weight_decay: {WD}, betas: [{BETAS[0]}, {BETAS[1]}],
@@ -136,6 +174,25 @@ output_dir: {self.tmp}/{name}
         self.assertEqual(names, adapters)
         state = set(safetensors_io.load(os.path.join(ckpt, "optimizer.safetensors")))
         self.assertEqual(state, {f"exp_avg.{n}" for n in adapters} | {f"exp_avg_sq.{n}" for n in adapters})
+        # The rank reports what it holds: the frozen base in fp32, AdamW's two moments of the adapters.
+        memory = self.rank_memory("single")
+        self.assertEqual(memory[0]["frozen_param_bytes"], 4 * self.base_numel())
+        self.assertEqual(memory[0]["optimizer_state_bytes"], 2 * 4 * self.adapter_numel())
+
+    def rank_memory(self, name):
+        """Each rank's last line of ranks/rank_R.jsonl, by rank."""
+        ranks = os.path.join(self.tmp, name, "ranks")
+        out = []
+        for r in range(len(os.listdir(ranks))):
+            with open(os.path.join(ranks, f"rank_{r}.jsonl")) as f:
+                out.append(json.loads(f.read().splitlines()[-1]))
+        return out
+
+    def base_numel(self):
+        return sum(v.numel() for k, v in self.base_state.items() if not k.endswith("rotary_emb.inv_freq"))
+
+    def adapter_numel(self):
+        return sum(v.numel() for v in safetensors_io.load(os.path.join(self.adapter, "adapter_model.safetensors")).values())
 
     def test_exported_adapters_load_in_peft(self):
         # `tessera export` of a LoRA checkpoint writes PEFT's adapter directory: PeftModel.from_pretrained
@@ -217,6 +274,31 @@ output_dir: {self.tmp}/{name}
             self.assertIn(message, done.stderr)
             self.assertFalse(os.path.exists(args[1]) and os.listdir(args[1]), args[1])
 
+    def test_dropout_matches_peft_in_every_layout(self):
+        # LoRA dropout: peft's model with lora_dropout 0.25, its dropout modules drawing the masks by
+        # tessera's documented rule (docs/fine-tuning.md "Dropout": uniform < 1 − p from a generator
+        # seeded by the micro-batch's seed and the linear's weight name, over the whole micro-batch),
+        # trains as tessera in one process and with tp=2 (row-parallel inputs split by columns), sp=2
+        # (by tokens), pp=2 with recomputation (masks drawn again in backward) and ZeRO-2 at dp=2.
+        p = 0.25
+        model = lora_model(self.base_state, self.adapter)
+        calls = [0]
+        for name, module in model.named_modules():
+            if isinstance(module, peft.tuners.lora.LoraLayer):
+                weight = name.removeprefix("base_model.model.model.") + ".weight"
+                module.lora_dropout["default"] = RuleDropout(p, weight, calls)
+        model.register_forward_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
+        want = self.train_reference(model)
+        # The test can fail: dropout moves the losses far from the training without it.
+        gap = max(abs(a - b) / abs(b) for a, b in zip(want, self.want))
+        print(f"dropout {p} moves the losses by up to {gap:.2e}")
+        self.assertGreater(gap, 10 * PARALLEL_TOL)
+        assert_losses_close(self, "dropout", self.run_tessera("dropout", dropout=p), want, STEPS, SINGLE_TOL)
+        for name, sets in [("dropout_tp2", ["parallel.tp=2"]), ("dropout_sp2", ["parallel.sp=2"]),
+                           ("dropout_pp2", ["parallel.pp=2", "train.activation_checkpointing=true"]),
+                           ("dropout_zero2", ["parallel.dp=2", "parallel.zero_stage=2"])]:
+            assert_losses_close(self, name, self.run_tessera(name, sets, dropout=p), want, STEPS, PARALLEL_TOL)
+
     def test_resumes_from_an_adapter_checkpoint(self):
         self.run_tessera("resume_first", checkpoint_every=5)
         resumed = os.path.join(self.tmp, "resumed")
@@ -291,13 +373,31 @@ output_dir: {self.tmp}/{name}
         self.assertGreater(abs(base_loss - want[0]), 3 * SINGLE_TOL * abs(want[0]))
 
     def test_layouts_match_peft(self):
+        # Recomputation: the first block's input comes from the frozen embedding (no gradient of its own).
         for name, sets in [("tp2", ["parallel.tp=2"]), ("tp4", ["parallel.tp=4"]), ("pp2", ["parallel.pp=2"]),
+                           ("recompute", ["train.activation_checkpointing=true"]),
                            ("sp2", ["parallel.sp=2"]), ("zero2", ["parallel.dp=2", "parallel.zero_stage=2"]),
                            ("zero3_offload", ["parallel.dp=2", "parallel.zero_stage=3", "optimizer.offload=cpu"])]:
             assert_losses_close(self, name, self.run_tessera(name, sets), self.want, STEPS, PARALLEL_TOL)
         # bf16: the frozen base and the adapters in bf16 (fp32 master copies of the adapters only).
         assert_losses_close(self, "bf16", self.run_tessera("bf16", ["train.precision=bf16"]), self.want, STEPS,
                             BF16_TOL)
+        # Memory per rank (ranks/rank_R.jsonl): the base is frozen, never in the optimizer — split over
+        # tp with its layers, whole on every dp rank (ZeRO shards the adapters' state only); bf16 holds
+        # it in 2 bytes and adds fp32 masters of the adapters (12 bytes each with the moments), as does
+        # the host-offloaded optimizer.
+        base, adapters = 4 * self.base_numel(), 4 * self.adapter_numel()
+        tp2 = self.rank_memory("tp2")
+        for m in tp2:
+            self.assertLess(m["frozen_param_bytes"], 0.6 * base)
+        self.assertGreaterEqual(sum(m["frozen_param_bytes"] for m in tp2), base)
+        for name, state in [("zero2", 2 * adapters), ("zero3_offload", 3 * adapters)]:
+            memory = self.rank_memory(name)
+            self.assertEqual([m["frozen_param_bytes"] for m in memory], [base, base], name)
+            self.assertEqual(sum(m["optimizer_state_bytes"] for m in memory), state, name)
+            self.assertLess(max(m["optimizer_state_bytes"] for m in memory), state, name)
+        bf16 = self.rank_memory("bf16")[0]
+        self.assertEqual((bf16["frozen_param_bytes"], bf16["optimizer_state_bytes"]), (base // 2, 3 * adapters))
 
 
 if __name__ == "__main__":
