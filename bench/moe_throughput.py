@@ -13,7 +13,6 @@ import os
 import statistics
 import sys
 import tempfile
-import time
 
 import torch
 import transformers
@@ -22,7 +21,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
 import gpt_reference  # noqa: E402
-from throughput_common import (interleaved_medians, parse_bench_args, print_ratios, run_pretrained,  # noqa: E402
+from throughput_common import (gemm_floor_seconds, interleaved_medians, parse_bench_args, print_ratios, run_pretrained,  # noqa: E402
                                step_lines, torch_step_seconds, write_corpus)
 
 # The issue's size: ~4 layers, hidden 256, 8 experts, top-2 (expert width 512, GQA 8/2 heads).
@@ -69,12 +68,9 @@ def transformers_tokens_per_s(model_dir, data, steps, warmup, threads):
 
 
 def gemm_floor_tokens_per_s(threads, repeats=5):
-    """Tokens/s a step could reach if it did nothing but the linear layers' GEMMs (forward x·Wᵀ,
-    backward g·W and gᵀ·x), each timed alone with torch.mm on the same threads: per block q, k, v, o
-    over all tokens, the router, and every expert's gate, up and down over N·k/E rows (perfectly
-    balanced routing); the LM head once. Attention's own products, element-wise work and the optimizer
-    are left out, so this is an upper bound no implementation of the same fp32 arithmetic can pass."""
-    torch.set_num_threads(threads)
+    """Tokens/s a step could reach if it did nothing but the linear layers' GEMMs (throughput_common.
+    gemm_floor_seconds): per block q, k, v, o over all tokens, the router, and every expert's gate, up
+    and down over N·k/E rows (perfectly balanced routing); the LM head once."""
     tokens = BATCH * SEQ
     head_dim = HIDDEN // HEADS
     shapes = []  # (rows, in, out) of one linear layer.
@@ -84,24 +80,7 @@ def gemm_floor_tokens_per_s(threads, repeats=5):
         rows = tokens * TOPK // EXPERTS
         shapes += [(rows, HIDDEN, FFN), (rows, HIDDEN, FFN), (rows, FFN, HIDDEN)] * EXPERTS
     shapes.append((tokens, HIDDEN, VOCAB))
-    operands = {}
-    for m, k, n in set(shapes):
-        operands[(m, k, n)] = (torch.randn(m, k), torch.randn(n, k), torch.randn(m, n))
-
-    def one_step():
-        for key in shapes:
-            x, w, g = operands[key]
-            torch.mm(x, w.t())
-            torch.mm(g, w)
-            torch.mm(g.t(), x)
-
-    one_step()
-    secs = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        one_step()
-        secs.append(time.perf_counter() - t0)
-    return tokens / statistics.median(secs)
+    return tokens / gemm_floor_seconds([(shape, True) for shape in shapes], threads, repeats)
 
 
 def ep2_bytes_formula(dense_params):

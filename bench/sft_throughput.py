@@ -25,7 +25,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
 from throughput_common import interleaved_medians, parse_bench_args, print_ratios, run_pretrained, step_lines  # noqa: E402
-from throughput_common import torch_step_seconds  # noqa: E402
+from throughput_common import gemm_floor_seconds, torch_step_seconds  # noqa: E402
 
 # The Llama benchmark's model (bench/llama_throughput.py) with the example tokenizer's vocabulary.
 from llama_throughput import BATCH, FFN, HEADS, HIDDEN, KV_HEADS, LAYERS, SEQ, draw  # noqa: E402
@@ -84,6 +84,24 @@ def tessera_tokens_per_s(tessera, tmp, model_dir, data, steps, warmup, threads, 
     return BATCH * SEQ / secs, statistics.median(line["trained_tokens"] for line in lines) / secs
 
 
+def gemm_floor_tokens_per_s(vocab, threads, lora):
+    """Tokens/s of a step doing nothing but its linear layers' GEMMs (throughput_common.
+    gemm_floor_seconds) over every position of the batch: q, k, v, o, gate, up, down per block and the
+    head; full fine-tuning computes every weight's gradient, LoRA none of the base's but the adapters'
+    (x·Aᵀ [r] then ·Bᵀ on the seven linears)."""
+    tokens = BATCH * SEQ
+    kv = KV_HEADS * (HIDDEN // HEADS)
+    block = [(HIDDEN, HIDDEN), (HIDDEN, kv), (HIDDEN, kv), (HIDDEN, HIDDEN), (HIDDEN, FFN), (HIDDEN, FFN), (FFN, HIDDEN)]
+    linears = []
+    for _ in range(LAYERS):
+        for k, n in block:
+            linears.append(((tokens, k, n), not lora))
+            if lora:
+                linears += [((tokens, k, RANK), True), ((tokens, RANK, n), True)]
+    linears.append(((tokens, HIDDEN, vocab), not lora))
+    return tokens / gemm_floor_seconds(linears, threads)
+
+
 def main():
     args = parse_bench_args(ROOT, 20)
     cores = os.cpu_count()
@@ -126,6 +144,11 @@ def main():
     trained = [(name, statistics.median(runs[name])) for name, _ in rows]
     print_ratios(trained[:3], trained[2][0], width=80)
     print_ratios(trained[3:], trained[5][0], width=80)
+    for i, (kind, is_lora) in enumerate([(full, False), (lora, True)]):
+        floor = gemm_floor_tokens_per_s(vocab, cores, is_lora)
+        peer = rows[3 * i + 2][1]
+        print(f"GEMM floor, {kind} (the linear layers' GEMMs alone, timed in isolation): {floor:.0f} tokens/s, "
+              f"{floor / peer:.2f}x the peer — no step of the same fp32 arithmetic on the same positions can pass it")
 
 if __name__ == "__main__":
     main()

@@ -94,3 +94,32 @@ def torch_step_seconds(model, objective, samples, steps, batch):
         loss.item()
         secs.append(time.perf_counter() - t0)
     return secs
+
+
+def gemm_floor_seconds(linears, threads, repeats=5):
+    """Seconds a training step takes if it does nothing but its linear layers' GEMMs, each timed alone
+    with torch.mm on `threads` threads: `linears` lists ((rows, in, out), weight_grad) — forward x·Wᵀ,
+    backward g·W, and gᵀ·x when the weight trains (weight_grad). Attention's own products, element-wise
+    work and the optimizer are left out, so no step of the same fp32 arithmetic can be faster: the
+    median over `repeats` timings."""
+    torch.set_num_threads(threads)
+    operands = {}
+    for (m, k, n), _ in linears:
+        if (m, k, n) not in operands:
+            operands[(m, k, n)] = (torch.randn(m, k), torch.randn(n, k), torch.randn(m, n))
+
+    def one_step():
+        for key, weight_grad in linears:
+            x, w, g = operands[key]
+            torch.mm(x, w.t())
+            torch.mm(g, w)
+            if weight_grad:
+                torch.mm(g.t(), x)
+
+    one_step()
+    secs = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        one_step()
+        secs.append(time.perf_counter() - t0)
+    return statistics.median(secs)
