@@ -53,8 +53,12 @@ TEST(LoraSpecTest, ProblemsNameTheField) {
   EXPECT_THAT(Problems({"model.lora.targets=[]"}), HasSubstr("model.lora.targets: is required"));
   EXPECT_THAT(Problems({"model.family=gpt"}), HasSubstr("model.lora: is supported for the llama shape"));
   EXPECT_EQ(Problems({"model.experts=4"}), "");  // Attention targets on a Mixture of Experts.
-  EXPECT_THAT(Problems({"model.experts=4", "model.lora.targets=[q_proj, up_proj]"}),
-              HasSubstr("model.lora.targets[1]: up_proj with a Mixture of Experts is not supported yet"));
+  EXPECT_EQ(Problems({"model.experts=4", "model.lora.targets=[q_proj, up_proj]"}), "");  // And its experts.
+  EXPECT_EQ(Problems({"model.family=mixtral", "model.experts=4", "model.lora.targets=[w1, w2, w3]"}), "");
+  EXPECT_THAT(Problems({"model.experts=4", "model.lora.targets=[q_proj, up_proj]", "model.lora.dropout=0.1"}),
+              HasSubstr("model.lora.dropout: 0.1 with adapters on a Mixture of Experts' MLPs (up_proj) is not "
+                        "supported yet"));
+  EXPECT_EQ(Problems({"model.experts=4", "model.lora.dropout=0.1"}), "");  // Attention adapters only.
   EXPECT_THAT(Problems({"parallel.tp=4", "parallel.tp_mode=2d"}),
               HasSubstr("model.lora: with a grid tensor-parallel mode is not supported yet"));
 }

@@ -73,10 +73,7 @@ std::vector<ParamSpec> LoraParamSpecs(const ModelConfig& c, const std::vector<Pa
   if (!c.lora.enabled()) return out;
   const std::string suffix = ".weight";
   for (const ParamSpec& p : base) {
-    if (p.layer < 0 || p.expert >= 0 || p.shape.size() != 2 || !c.lora.Targets(ModuleOf(p.name))) continue;
-    // A sparse block's own linears (router, shared expert) take no adapter: only the attention's and
-    // the dense MLPs' (the forward applies them there).
-    if (c.IsMoeLayer(p.layer) && p.name.find("." + FamilyOf(c.family).moe + ".") != std::string::npos) continue;
+    if (p.layer < 0 || p.shape.size() != 2 || !c.lora.Targets(ModuleOf(p.name))) continue;
     if (p.name.size() < suffix.size() || p.name.compare(p.name.size() - suffix.size(), suffix.size(), suffix) != 0) continue;
     const std::string stem = p.name.substr(0, p.name.size() - suffix.size());
     const int64_t rows = p.shape[0], cols = p.shape[1], r = c.lora.rank;
@@ -85,6 +82,7 @@ std::vector<ParamSpec> LoraParamSpecs(const ModelConfig& c, const std::vector<Pa
     ParamSpec b{stem + ".lora_B.weight", {rows, r}, TpSplit::kReplicated, 0, 0, {}, p.layer, -1, true, 0};
     if (p.split == TpSplit::kDim0) b.split = TpSplit::kDim0;
     if (p.split == TpSplit::kDim1) a.split = TpSplit::kDim1;
+    a.expert = b.expert = p.expert;  // An expert's adapters live (and are reduced) with it.
     out.push_back(std::move(a));
     out.push_back(std::move(b));
   }

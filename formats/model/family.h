@@ -91,8 +91,9 @@ std::vector<ParamSpec> ParamSpecs1D(const ModelConfig& config, const ModelPart& 
 // (PEFT's names under the base name's prefix), split over tp consistently with the linear: a
 // column-parallel one (split by rows) keeps A whole and splits B by rows, a row-parallel one (split
 // by columns) splits A by columns and keeps B whole, a replicated one keeps both whole. A is drawn as
-// PEFT draws it (kaiming-uniform, a = √5: uniform ±1/√in), B is zero. A sparse block's router and
-// shared expert take none (only attention and dense MLPs do). {} without LoRA.
+// PEFT draws it (kaiming-uniform, a = √5: uniform ±1/√in), B is zero. A sparse block's experts and
+// shared expert take adapters as peft wraps them (by module name: gate_proj/up_proj/down_proj, or
+// Mixtral's w1/w3/w2), an expert's belonging to it (ParamSpec::expert). {} without LoRA.
 std::vector<ParamSpec> LoraParamSpecs(const ModelConfig& config, const std::vector<ParamSpec>& base);
 // The module name of a block parameter's role ("q_proj" of "layers.3.self_attn.q_proj.weight").
 std::string ModuleOf(const std::string& param_name);

@@ -40,9 +40,19 @@ struct CarryAuxGradient : public torch::autograd::Function<CarryAuxGradient> {
   }
 };
 
-at::Tensor SwiGlu(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& up, const at::Tensor& down) {
-  return Linear(at::silu(Linear(x, gate)) * Linear(x, up), down);
+// One SwiGLU expert on its rows x; `lora` (null: none) adds each adapted linear's scale·B·A·x.
+at::Tensor SwiGlu(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& up, const at::Tensor& down,
+                  const ExpertLora* lora = nullptr, double scale = 0) {
+  if (lora == nullptr) return Linear(at::silu(Linear(x, gate)) * Linear(x, up), down);
+  auto linear = [&](const at::Tensor& in, const at::Tensor& w, const at::Tensor& a, const at::Tensor& b) {
+    at::Tensor y = Linear(in, w);
+    return a.defined() ? y + Linear(Linear(in, a), b) * scale : y;
+  };
+  return linear(at::silu(linear(x, gate, lora->gate_a, lora->gate_b)) * linear(x, up, lora->up_a, lora->up_b), down,
+                lora->down_a, lora->down_b);
 }
+
+const ExpertLora* LoraOf(const SparseMlpWeights& w, int64_t e) { return w.lora.empty() ? nullptr : &w.lora[e]; }
 
 // Rows of `x` to the members of `comm` (send[j] rows to member j, in order), receiving recv[j] rows
 // from member j; backward sends the gradients back the same way reversed.
@@ -115,7 +125,7 @@ at::Tensor ExpertParallel(const at::Tensor& in, const int64_t* per_expert, int64
   std::vector<at::Tensor> outs;
   int64_t offset = 0;
   for (int64_t e = 0; e < local; ++e) {
-    outs.push_back(SwiGlu(x.narrow(0, offset, rows_of[e]), w.gate[e], w.up[e], w.down[e]));
+    outs.push_back(SwiGlu(x.narrow(0, offset, rows_of[e]), w.gate[e], w.up[e], w.down[e], LoraOf(w, e), w.lora_scale));
     offset += rows_of[e];
   }
   // Back to source-major order (the inverse permutation), then to the tokens' ranks.
@@ -208,7 +218,8 @@ at::Tensor SparseMlp(const at::Tensor& x_in, const SparseMlpWeights& w, const Sp
     outs.reserve(E);
     int64_t offset = 0;
     for (int64_t e = 0; e < E; ++e) {
-      outs.push_back(SwiGlu(in.narrow(0, offset, per_expert[e]), w.gate[e], w.up[e], w.down[e]));
+      outs.push_back(
+          SwiGlu(in.narrow(0, offset, per_expert[e]), w.gate[e], w.up[e], w.down[e], LoraOf(w, e), w.lora_scale));
       offset += per_expert[e];
     }
     expert_out = at::cat(outs);
@@ -216,7 +227,8 @@ at::Tensor SparseMlp(const at::Tensor& x_in, const SparseMlpWeights& w, const Sp
   at::Tensor weights = CopyToTp(top_w.reshape({-1}), tp).index_select(0, order).unsqueeze(1);
   at::Tensor y = at::zeros({N, h}, x.options()).index_add(0, token_of, expert_out * weights);
   if (w.shared_gate.defined()) {
-    at::Tensor shared = SwiGlu(CopyToTp(rows, tp), w.shared_gate_proj, w.shared_up, w.shared_down);
+    at::Tensor shared = SwiGlu(CopyToTp(rows, tp), w.shared_gate_proj, w.shared_up, w.shared_down,
+                               w.lora.empty() ? nullptr : &w.shared_lora, w.lora_scale);
     y = y + CopyToTp(at::sigmoid(Linear(rows, w.shared_gate)), tp) * shared;
   }
   y = o.combine == TpCombine::kReduceScatter ? ReduceScatterAlong(y, 1, tp).view({B, T, -1})

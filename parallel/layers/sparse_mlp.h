@@ -76,12 +76,25 @@ struct RouterStats : torch::CustomClassHolder {
   absl::Status SumOver(Communicator& sp, c10::Device device);
 };
 
+// LoRA adapters of one expert's (or the shared expert's) linears, undefined where the linear has
+// none: the linear's output gains lora_scale · (x·Aᵀ)·Bᵀ. tp parts as the caller passes them:
+// gate/up (column-parallel) A whole with its gradient summed over tp (CopyToTp), B this rank's rows;
+// down (row-parallel) A this rank's columns, B whole with its gradient summed over tp — the block's
+// final reduction over tp completes B·A·x like the down projection's own partial sums.
+struct ExpertLora {
+  at::Tensor gate_a, gate_b, up_a, up_b, down_a, down_b;
+};
+
 struct SparseMlpWeights {
   at::Tensor router;                       // [E, h], replicated over tp.
   // Per expert held (all, or this ep rank's E/ep), this rank's parts: [f/tp, h], [f/tp, h], [h, f/tp].
   std::vector<at::Tensor> gate, up, down;
   // The shared expert (undefined without one): its SwiGLU parts like an expert's, and its gate [1, h].
   at::Tensor shared_gate_proj, shared_up, shared_down, shared_gate;
+  // LoRA: per expert held (as gate/up/down), and the shared expert's; empty: no adapters on experts.
+  std::vector<ExpertLora> lora;
+  ExpertLora shared_lora;
+  double lora_scale = 0;
   // Loss-free balancing (undefined: none): [E] fp32 added to the probabilities to choose the top-k
   // experts; their weights stay the probabilities (then renormalised when norm_topk_prob).
   at::Tensor router_bias;

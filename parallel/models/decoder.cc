@@ -285,6 +285,39 @@ SparseMlpWeights Decoder::SparseWeights(int i) const {
     w.shared_down = part(SharedExpertParamName(f, i, "down_proj"));
     w.shared_gate = whole(SharedExpertGateName(f, i));
   }
+  if (config_.lora.enabled() && !grid) {
+    // Adapters of the targeted linears (LoraParamSpecs names them after their weight): A of a
+    // column-parallel linear and B of a row-parallel one are whole on every tp rank, their gradients
+    // summed over tp.
+    Communicator* tp = tp_.get();
+    auto adapters = [&](const std::string& weight, bool column, at::Tensor* a, at::Tensor* b) {
+      const std::string stem = weight.substr(0, weight.size() - std::string(".weight").size());
+      if (!holds(stem + ".lora_A.weight")) return false;
+      *a = column ? CopyToTp(P(stem + ".lora_A.weight"), tp) : P(stem + ".lora_A.weight");
+      *b = column ? P(stem + ".lora_B.weight") : CopyToTp(P(stem + ".lora_B.weight"), tp);
+      return true;
+    };
+    auto expert = [&](const std::string& gate, const std::string& up, const std::string& down, ExpertLora* l) {
+      const bool any = adapters(gate, true, &l->gate_a, &l->gate_b) | adapters(up, true, &l->up_a, &l->up_b) |
+                       adapters(down, false, &l->down_a, &l->down_b);
+      return any;
+    };
+    bool any = false;
+    for (int e = first; e < last; ++e) {
+      w.lora.emplace_back();
+      any |= expert(ExpertParamName(f, i, e, f.expert_gate), ExpertParamName(f, i, e, f.expert_up),
+                    ExpertParamName(f, i, e, f.expert_down), &w.lora.back());
+    }
+    if (config_.shared_expert_ffn_hidden > 0) {
+      any |= expert(SharedExpertParamName(f, i, "gate_proj"), SharedExpertParamName(f, i, "up_proj"),
+                    SharedExpertParamName(f, i, "down_proj"), &w.shared_lora);
+    }
+    if (any) {
+      w.lora_scale = config_.lora.scale();
+    } else {
+      w.lora.clear();
+    }
+  }
   return w;
 }
 

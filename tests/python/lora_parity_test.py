@@ -310,33 +310,23 @@ output_dir: {self.tmp}/{name}
         for step, (g, w) in enumerate(zip(got, self.want[5:]), start=6):
             self.assertLessEqual(abs(g - w), SINGLE_TOL * abs(w), f"resumed step {step}")
 
-    def test_mixture_of_experts_attention_adapters_match_peft(self):
-        # A MixtralForCausalLM (balancing loss in the objective, coefficient 0.02) with peft's adapters on
-        # the attention's linears; its router and experts frozen. One process and ep=2 (experts split
-        # over the data-parallel ranks, frozen on each).
-        config = transformers.MixtralConfig(
-            vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=96, num_hidden_layers=LAYERS,
-            num_attention_heads=HEADS, num_key_value_heads=KV_HEADS, max_position_embeddings=SEQ,
-            num_local_experts=4, num_experts_per_tok=2, output_router_logits=True, router_aux_loss_coef=0.02,
-            tie_word_embeddings=False, sliding_window=None, rms_norm_eps=EPS, rope_theta=THETA)
-        torch.manual_seed(8)
-        base_dir = os.path.join(self.tmp, "mixtral")
-        transformers.MixtralForCausalLM(config).float().save_pretrained(base_dir, safe_serialization=True)
-        attention = ["q_proj", "k_proj", "v_proj", "o_proj"]
-        # Held to SINGLE_TOL in both layouts (measured ≤ 8.4e-8): the adapters move this untrained model's
-        # objective by ~5e-4 only. (A much larger adapter scale makes the runs chaotic: near-tied router
-        # choices flip on rounding differences within a few steps, on both sides alike.)
-        moe_alpha = ALPHA
+    def moe_case(self, name, model_class, base, targets, layouts):
+        """`base` (a Mixture of Experts, saved) with peft's adapters on `targets`, trained with the balancing
+        loss in the objective (coefficient 0.02, the config's): tessera's losses in each of `layouts`
+        ((name, sets)) equal peft's training in PyTorch within SINGLE_TOL; returns peft's trained model and
+        the base's directory."""
+        base_dir = os.path.join(self.tmp, name)
+        base.save_pretrained(base_dir, safe_serialization=True)
 
         def model(adapter=None):
-            base = transformers.MixtralForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
+            m = model_class.from_pretrained(base_dir, dtype=torch.float32)
             if adapter:
-                return peft.PeftModel.from_pretrained(base, adapter, is_trainable=True)
+                return peft.PeftModel.from_pretrained(m, adapter, is_trainable=True)
             torch.manual_seed(9)
-            return peft.get_peft_model(base, peft.LoraConfig(r=RANK_R, lora_alpha=moe_alpha, target_modules=attention,
-                                                             init_lora_weights=False, task_type="CAUSAL_LM"))
+            return peft.get_peft_model(m, peft.LoraConfig(r=RANK_R, lora_alpha=ALPHA, target_modules=targets,
+                                                          init_lora_weights=False, task_type="CAUSAL_LM"))
 
-        adapter = os.path.join(self.tmp, "mixtral_adapter")
+        adapter = os.path.join(self.tmp, f"{name}_adapter")
         model().save_pretrained(adapter)
         peft_model = model(adapter)
         peft_model.train()
@@ -357,20 +347,81 @@ output_dir: {self.tmp}/{name}
                             for a in range(0, GLOBAL, MICRO)) / (GLOBAL // MICRO)
         want = gpt_reference.train(Objective(peft_model), samples, STEPS, MICRO, GLOBAL, LR, MIN_LR, WARMUP, True, WD,
                                    BETAS, ADAM_EPS, CLIP)
-        lora = f"{{rank: {RANK_R}, alpha: {moe_alpha}, targets: [{', '.join(attention)}], init_from: {adapter}}}"
-        for name, sets in [("mixtral", []), ("mixtral_ep2", ["parallel.dp=2", "parallel.ep=2"])]:
-            spec = hf_testing.write_pretrained_spec(self.tmp, name, base_dir, self.data, SEQ, STEPS, MICRO, GLOBAL, LR,
+        lora = f"{{rank: {RANK_R}, alpha: {ALPHA}, targets: [{', '.join(targets)}], init_from: {adapter}}}"
+        for layout, sets in layouts:
+            run = f"{name}_{layout}"
+            spec = hf_testing.write_pretrained_spec(self.tmp, run, base_dir, self.data, SEQ, STEPS, MICRO, GLOBAL, LR,
                                                     MIN_LR, WARMUP, WD, BETAS, ADAM_EPS, CLIP)
             done = hf_testing.run_tessera(TESSERA, spec, sets + [f"model.lora={lora}"], ENV)
             self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
-            with open(os.path.join(self.tmp, name, "steps.jsonl")) as f:
+            with open(os.path.join(self.tmp, run, "steps.jsonl")) as f:
                 got = [json.loads(line)["loss"] for line in f]
             worst = max(abs(g - w) / abs(w) for g, w in zip(got, want))
-            print(f"{name}: max relative loss difference {worst:.2e} ({want[0]:.4f} -> {want[-1]:.4f})")
+            print(f"{run}: max relative loss difference {worst:.2e} ({want[0]:.4f} -> {want[-1]:.4f})")
             self.assertEqual(len(got), STEPS)
-            self.assertLessEqual(worst, SINGLE_TOL, name)
-        print(f"without the adapters the first step's objective would be {base_loss:.4f}, not {want[0]:.4f}")
+            self.assertLessEqual(worst, SINGLE_TOL, run)
+        print(f"{name}: without the adapters the first step's objective would be {base_loss:.4f}, not {want[0]:.4f}")
         self.assertGreater(abs(base_loss - want[0]), 3 * SINGLE_TOL * abs(want[0]))
+        return peft_model, base_dir
+
+    @staticmethod
+    def mixtral():
+        config = transformers.MixtralConfig(
+            vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=96, num_hidden_layers=LAYERS,
+            num_attention_heads=HEADS, num_key_value_heads=KV_HEADS, max_position_embeddings=SEQ,
+            num_local_experts=4, num_experts_per_tok=2, output_router_logits=True, router_aux_loss_coef=0.02,
+            tie_word_embeddings=False, sliding_window=None, rms_norm_eps=EPS, rope_theta=THETA)
+        torch.manual_seed(8)
+        return transformers.MixtralForCausalLM(config).float()
+
+    # Held to SINGLE_TOL in every layout (measured below): the adapters move these untrained models'
+    # objectives little. (A much larger adapter scale makes the runs chaotic: near-tied router choices
+    # flip on rounding differences within a few steps, on both sides alike.)
+    def test_mixture_of_experts_attention_adapters_match_peft(self):
+        # A MixtralForCausalLM with adapters on the attention's linears; router and experts frozen. One
+        # process and ep=2 (experts split over the data-parallel ranks, frozen on each).
+        self.moe_case("mixtral", transformers.MixtralForCausalLM, self.mixtral(), ["q_proj", "k_proj", "v_proj", "o_proj"],
+                      [("single", []), ("ep2", ["parallel.dp=2", "parallel.ep=2"])])
+
+    def test_mixture_of_experts_expert_adapters_match_peft(self):
+        # Adapters on the experts, as peft wraps every expert's linears: Mixtral's w1/w2/w3 (with q and v)
+        # in one process, ep=2 (each expert's adapters on its rank, reduced with it) and tp=2 (split like
+        # their linears); a Qwen2-MoE with a shared expert and a dense block, adapters on gate/up/down
+        # (every expert's, the shared expert's and the dense MLP's) and o_proj, in one process and tp=2.
+        # The exported adapter directory loads in peft with the trained model's logits, and the merged
+        # export in transformers with peft's merge_and_unload's.
+        trained, base_dir = self.moe_case("mixtral_experts", transformers.MixtralForCausalLM, self.mixtral(),
+                                   ["q_proj", "v_proj", "w1", "w2", "w3"],
+                                   [("single", []), ("ep2", ["parallel.dp=2", "parallel.ep=2"]),
+                                    ("tp2", ["parallel.tp=2"])])
+        ckpt = os.path.join(self.tmp, "mixtral_experts_single", "checkpoints")
+        out, merged_dir = os.path.join(self.tmp, "mixtral_experts_peft"), os.path.join(self.tmp, "mixtral_experts_merged")
+        for args in [[ckpt, out], [ckpt, merged_dir, "--merge"]]:
+            done = subprocess.run([TESSERA, "export", *args], capture_output=True, text=True)
+            self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
+        x = torch.tensor([PROMPT])
+        loaded = peft.PeftModel.from_pretrained(
+            transformers.MixtralForCausalLM.from_pretrained(base_dir, dtype=torch.float32), out).eval()
+        merged = transformers.AutoModelForCausalLM.from_pretrained(merged_dir, dtype=torch.float32).eval()
+        with torch.no_grad():
+            want = trained.eval()(input_ids=x).logits
+            got = loaded(input_ids=x).logits
+            merged_logits = merged(input_ids=x).logits
+            peft_merged = loaded.merge_and_unload()(input_ids=x).logits
+        print(f"mixtral experts: exported adapters vs peft's trained model {(got - want).abs().max().item():.2e}, "
+              f"merged export vs merge_and_unload {(merged_logits - peft_merged).abs().max().item():.2e}")
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(merged_logits, peft_merged, rtol=LOGITS_TOL, atol=LOGITS_TOL)
+        config = transformers.Qwen2MoeConfig(
+            vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=80, moe_intermediate_size=48,
+            shared_expert_intermediate_size=64, num_experts=4, num_experts_per_tok=2, norm_topk_prob=False,
+            mlp_only_layers=[1], decoder_sparse_step=1, use_sliding_window=False, num_hidden_layers=3,
+            num_attention_heads=HEADS, num_key_value_heads=KV_HEADS, max_position_embeddings=SEQ,
+            output_router_logits=True, router_aux_loss_coef=0.02, tie_word_embeddings=False, rms_norm_eps=EPS,
+            rope_theta=THETA)
+        torch.manual_seed(6)
+        self.moe_case("qwen2_moe", transformers.Qwen2MoeForCausalLM, transformers.Qwen2MoeForCausalLM(config).float(),
+                      ["o_proj", "gate_proj", "up_proj", "down_proj"], [("single", []), ("tp2", ["parallel.tp=2"])])
 
     def test_layouts_match_peft(self):
         # Recomputation: the first block's input comes from the frozen embedding (no gradient of its own).
