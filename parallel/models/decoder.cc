@@ -428,6 +428,10 @@ at::Tensor Decoder::Block(const at::Tensor& x_in, int i) {
   y = LoraRow(ReduceFromTp(Linear(y, P(name(f.attn_out))), tp), y, i, f.attn_out);
   if (f.biases) y = y + P(name(f.attn_out, "bias"));
   at::Tensor x = x_in + y;
+  if (loss_rows_.defined() && i == config_.layers - 1) {
+    // Only the rows the loss reads go on (loss_rows()): [1, N, h].
+    x = x.reshape({-1, x.size(2)}).index_select(0, loss_rows_).unsqueeze(0);
+  }
   // MLP: column-parallel input projection(s), the activation, row-parallel output projection.
   at::Tensor m = Norm(x, block + f.mlp_norm, fused);
   if (config_.IsMoeLayer(i)) {
@@ -547,12 +551,14 @@ at::Tensor Decoder::Head(const at::Tensor& x_in, const at::Tensor& targets) {
   // reading the 16-bit logits, or by ATen on an fp32 copy.
   const kernels::FusedKernels* k = kernels::SelectKernels(logits, fused_kernels_);
   if (k == nullptr && logits.scalar_type() != at::kFloat) logits = logits.to(at::kFloat);
-  const at::Tensor flat_targets = targets.reshape({B * T});
+  at::Tensor flat_targets = targets.reshape({-1});
+  if (loss_rows_.defined()) flat_targets = flat_targets.index_select(0, loss_rows_);  // x holds these rows.
   at::Tensor losses = VocabParallelCrossEntropy(logits.view({B * T, -1}),
                                                 masked_targets_ ? RealIds(flat_targets) : flat_targets,
                                                 vocab_start, tp, k);
   if (masked_targets_) losses = losses * ((flat_targets >= 0).to(losses.scalar_type()) * target_weight_);
-  at::Tensor loss = losses.mean();
+  // The mean over every position, the untrained ones (left out with loss_rows_) adding 0.
+  at::Tensor loss = loss_rows_.defined() ? losses.sum() / static_cast<double>(loss_positions_) : losses.mean();
   if (hooks_) loss = hooks_->PostForward(0, loss);
   return loss;
 }
@@ -574,7 +580,23 @@ at::Tensor Decoder::DecodeStep(const at::Tensor& tokens, KvCache* cache) {
 }
 
 at::Tensor Decoder::Loss(const at::Tensor& tokens, const at::Tensor& targets) {
-  return Head(Blocks(Embed(tokens), 0, config_.layers), targets);
+  const int last = config_.layers - 1;
+  if (masked_targets_ && shape_.mode == TpMode::k1D && !config_.IsMoeLayer(last) && config_.lora.dropout == 0) {
+    at::Tensor rows = (targets.reshape({-1}) >= 0).nonzero().squeeze(1);
+    if (rows.size(0) > 0 && rows.size(0) < targets.numel()) {
+      loss_rows_ = rows;
+      loss_positions_ = targets.numel();
+    }
+  }
+  at::Tensor loss;
+  try {
+    loss = Head(Blocks(Embed(tokens), 0, config_.layers), targets);
+  } catch (...) {
+    loss_rows_ = at::Tensor();
+    throw;
+  }
+  loss_rows_ = at::Tensor();
+  return loss;
 }
 
 namespace {
@@ -592,6 +614,7 @@ struct CheckpointFn : public torch::autograd::Function<CheckpointFn> {
     ctx->saved_data["block"] = block;
     // The recomputation adds its sparse blocks' gradients to this forward pass's router statistics.
     if (model->router_stats()) ctx->saved_data["stats"] = c10::IValue::make_capsule(model->router_stats());
+    if (model->loss_rows().defined()) ctx->saved_data["loss_rows"] = model->loss_rows();
     ctx->save_for_backward({x});
     at::NoGradGuard no_grad;
     return model->Block(x, static_cast<int>(block));
@@ -609,7 +632,9 @@ struct CheckpointFn : public torch::autograd::Function<CheckpointFn> {
         stats = c10::intrusive_ptr<RouterStats>::reclaim_copy(
             dynamic_cast<RouterStats*>(it->second.toCapsule().get()));
       }
-      y = model->Recompute(x, block, std::move(stats));
+      at::Tensor rows;
+      if (auto it = ctx->saved_data.find("loss_rows"); it != ctx->saved_data.end()) rows = it->second.toTensor();
+      y = model->Recompute(x, block, std::move(stats), std::move(rows));
     }
     torch::autograd::backward({y}, {grads[0]});
     return {x.grad(), at::Tensor(), at::Tensor()};
@@ -628,8 +653,10 @@ at::Tensor Decoder::CheckpointedBlock(const at::Tensor& x, int i) {
   return CheckpointFn::apply(x, this, i);
 }
 
-at::Tensor Decoder::Recompute(const at::Tensor& x, int i, c10::intrusive_ptr<RouterStats> stats) {
+at::Tensor Decoder::Recompute(const at::Tensor& x, int i, c10::intrusive_ptr<RouterStats> stats,
+                              at::Tensor loss_rows) {
   c10::intrusive_ptr<RouterStats> current = std::exchange(router_stats_, std::move(stats));
+  at::Tensor current_rows = std::exchange(loss_rows_, std::move(loss_rows));
   recomputing_ = true;
   at::Tensor y;
   try {
@@ -637,10 +664,12 @@ at::Tensor Decoder::Recompute(const at::Tensor& x, int i, c10::intrusive_ptr<Rou
   } catch (...) {
     recomputing_ = false;
     router_stats_ = std::move(current);
+    loss_rows_ = std::move(current_rows);
     throw;
   }
   recomputing_ = false;
   router_stats_ = std::move(current);
+  loss_rows_ = std::move(current_rows);
   return y;
 }
 

@@ -153,8 +153,15 @@ class Decoder {
   void set_router_bias(at::Tensor bias) { router_bias_ = std::move(bias); }
   const c10::intrusive_ptr<RouterStats>& router_stats() const { return router_stats_; }
   // Block `i` again inside backward (activation checkpointing) for the forward pass whose statistics
-  // are `stats`: its sparse blocks carry their gradients without recording a second time.
-  at::Tensor Recompute(const at::Tensor& x, int i, c10::intrusive_ptr<RouterStats> stats);
+  // are `stats`: its sparse blocks carry their gradients without recording a second time; `loss_rows`
+  // as that forward pass had them (see loss_rows()).
+  at::Tensor Recompute(const at::Tensor& x, int i, c10::intrusive_ptr<RouterStats> stats, at::Tensor loss_rows);
+  // SFT data inside Loss (masked targets, 1D tp, a dense last block, no LoRA dropout): the rows of the
+  // flattened [B·T] positions whose targets are trained, [N] int64 (N > 0) — the only rows whose last
+  // block's MLP output and logits reach the loss, so the last block's MLP, the final norm and the head
+  // run on them alone (the attention still on every position: it feeds them); the loss is the same
+  // Σ over trained targets / (B·T). Undefined otherwise (pipelines, evaluation of plain data, decoding).
+  const at::Tensor& loss_rows() const { return loss_rows_; }
 
   // Use the fused CUDA kernels (layer norm, bias+GELU) where they apply (kernels/fused_ops.h).
   void set_fused_kernels(bool on) { fused_kernels_ = on; }
@@ -285,6 +292,8 @@ class Decoder {
   std::shared_ptr<Communicator> ep_;
   at::Tensor router_bias_;
   bool recomputing_ = false;  // Inside Recompute: sparse blocks do not record again.
+  at::Tensor loss_rows_;      // loss_rows().
+  int64_t loss_positions_ = 0;  // With loss_rows_: B·T of the forward pass they select from.
 };
 
 }  // namespace tessera::parallel

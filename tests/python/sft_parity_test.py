@@ -390,6 +390,13 @@ output_dir: {self.tmp}/refused
     def test_zero2_matches_transformers(self):
         self.check("zero2", ["parallel.dp=2", "parallel.zero_stage=2"], PARALLEL_TOL)
 
+    def test_recomputation_and_zero3_match_transformers(self):
+        # The last block's MLP and the head run on the trained rows only (Decoder::loss_rows): again in
+        # activation checkpointing's recomputation, and under ZeRO-3's gathered units.
+        self.check("recompute", ["train.activation_checkpointing=true"], SINGLE_TOL)
+        self.check("zero3", ["parallel.dp=2", "parallel.zero_stage=3", "train.activation_checkpointing=true"],
+                   PARALLEL_TOL)
+
 
 if __name__ == "__main__":
     result = unittest.main(exit=False, verbosity=2).result
