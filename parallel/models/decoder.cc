@@ -579,13 +579,28 @@ at::Tensor Decoder::DecodeStep(const at::Tensor& tokens, KvCache* cache) {
   return Linear(x, P(tied_.empty() ? family_.lm_head + ".weight" : tied_)).to(at::kFloat);
 }
 
-at::Tensor Decoder::Loss(const at::Tensor& tokens, const at::Tensor& targets) {
+at::Tensor Decoder::Loss(const at::Tensor& tokens_in, const at::Tensor& targets_in) {
   const int last = config_.layers - 1;
+  at::Tensor tokens = tokens_in, targets = targets_in;
   if (masked_targets_ && shape_.mode == TpMode::k1D && !config_.IsMoeLayer(last) && config_.lora.dropout == 0) {
-    at::Tensor rows = (targets.reshape({-1}) >= 0).nonzero().squeeze(1);
-    if (rows.size(0) > 0 && rows.size(0) < targets.numel()) {
+    at::Tensor trained = targets >= 0;  // [B, T]
+    // Positions after the batch's last trained target reach no loss (attention is causal): without
+    // sequence parallelism (its blocks are fixed), packing (already dense) or a Mixture of Experts
+    // (its balancing statistics count every routed token), they are left out.
+    const bool whole_sequence = (!sp_ || sp_->size() == 1) && !positions_.defined() && !config_.IsMoe();
+    if (whole_sequence && targets.size(1) > 1) {
+      const at::Tensor any = trained.any(0).nonzero();
+      const int64_t keep = any.size(0) > 0 ? any.max().item<int64_t>() + 1 : targets.size(1);
+      if (keep < targets.size(1)) {
+        tokens = tokens.narrow(1, 0, keep);
+        targets = targets.narrow(1, 0, keep);
+        trained = trained.narrow(1, 0, keep);
+      }
+    }
+    at::Tensor rows = trained.reshape({-1}).nonzero().squeeze(1);
+    if (rows.size(0) > 0 && (rows.size(0) < targets.numel() || targets.numel() < targets_in.numel())) {
       loss_rows_ = rows;
-      loss_positions_ = targets.numel();
+      loss_positions_ = targets_in.numel();
     }
   }
   at::Tensor loss;

@@ -157,10 +157,13 @@ class Decoder {
   // as that forward pass had them (see loss_rows()).
   at::Tensor Recompute(const at::Tensor& x, int i, c10::intrusive_ptr<RouterStats> stats, at::Tensor loss_rows);
   // SFT data inside Loss (masked targets, 1D tp, a dense last block, no LoRA dropout): the rows of the
-  // flattened [B·T] positions whose targets are trained, [N] int64 (N > 0) — the only rows whose last
+  // flattened [B·T'] positions whose targets are trained, [N] int64 (N > 0) — the only rows whose last
   // block's MLP output and logits reach the loss, so the last block's MLP, the final norm and the head
   // run on them alone (the attention still on every position: it feeds them); the loss is the same
-  // Σ over trained targets / (B·T). Undefined otherwise (pipelines, evaluation of plain data, decoding).
+  // Σ over trained targets / (B·T). T' ≤ T: without sequence parallelism, packing or a Mixture of
+  // Experts, Loss leaves out the positions after the batch's last trained target (right padding,
+  // truncated answers), which reach no loss through causal attention. Undefined otherwise (pipelines,
+  // evaluation of plain data, decoding).
   const at::Tensor& loss_rows() const { return loss_rows_; }
 
   // Use the fused CUDA kernels (layer norm, bias+GELU) where they apply (kernels/fused_ops.h).

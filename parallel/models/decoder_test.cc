@@ -1,6 +1,6 @@
 // The family specs as the decoder builds them: each family's parameter names and count, the
 // planner's parameter formulas (ModelConfig) against the tensors really made, and the pipeline parts
-// of a tied and an untied head.
+// of a tied and an untied head. SFT's shortcuts in Loss give the whole computation's loss and gradients.
 #include "parallel/models/decoder.h"
 
 #include <cmath>
@@ -107,6 +107,45 @@ TEST(DecoderTest, TiedLlamaUsesItsEmbeddingAsTheHead) {
   at::Tensor tokens = at::arange(16, at::kLong).remainder(c.vocab).view({2, 8});
   at::Tensor loss = model.Loss(tokens, tokens);
   EXPECT_TRUE(std::isfinite(loss.item<double>()));
+}
+
+TEST(DecoderTest, SftLossLeavesOutOnlyWhatReachesNoLoss) {
+  // Masked targets (−k−1: token k, untrained): Loss runs the last block's MLP and the head on the
+  // trained rows only and drops the positions after the batch's last trained target; the loss and
+  // every gradient equal the whole computation's (Head(Blocks(Embed)) over every position).
+  for (ModelFamily family : {ModelFamily::kGpt2, ModelFamily::kLlama}) {
+    const ModelConfig c = Config(family);
+    Decoder model(c, Self(), /*seed=*/3, c10::Device(c10::kCPU));
+    model.set_masked_targets(true);
+    model.set_target_weight(2.5);
+    at::Tensor tokens = at::randint(0, c.vocab, {2, 16}, at::TensorOptions().dtype(at::kLong));
+    at::Tensor targets = at::randint(0, c.vocab, {2, 16}, at::TensorOptions().dtype(at::kLong));
+    // Untrained: sample 0's first 5 and last 6 targets, sample 1's last 4 (so positions 12.. go).
+    targets.index_put_({0, at::indexing::Slice(0, 5)}, -targets.index({0, at::indexing::Slice(0, 5)}) - 1);
+    targets.index_put_({0, at::indexing::Slice(10, 16)}, -targets.index({0, at::indexing::Slice(10, 16)}) - 1);
+    targets.index_put_({1, at::indexing::Slice(12, 16)}, -targets.index({1, at::indexing::Slice(12, 16)}) - 1);
+    auto grads = [&](at::Tensor loss) {
+      for (const Param& p : model.params()) p.value.mutable_grad() = at::Tensor();
+      loss.backward();
+      std::vector<at::Tensor> out;
+      for (const Param& p : model.params()) out.push_back(p.value.grad().clone());
+      return out;
+    };
+    at::Tensor short_loss = model.Loss(tokens, targets);
+    const std::vector<at::Tensor> short_grads = grads(short_loss);
+    EXPECT_FALSE(model.loss_rows().defined()) << "cleared after the pass";
+    at::Tensor whole_loss = model.Head(model.Blocks(model.Embed(tokens), 0, c.layers), targets);
+    const std::vector<at::Tensor> whole_grads = grads(whole_loss);
+    // fp32 GEMMs over fewer rows round differently: 1e-5 relative.
+    EXPECT_NEAR(short_loss.item<double>(), whole_loss.item<double>(), 1e-5 * whole_loss.item<double>())
+        << FamilyName(family);
+    ASSERT_EQ(short_grads.size(), whole_grads.size());
+    for (size_t k = 0; k < whole_grads.size(); ++k) {
+      EXPECT_TRUE(at::allclose(short_grads[k], whole_grads[k], 1e-4, 1e-6))
+          << FamilyName(family) << " " << model.params()[k].name << " differs by "
+          << (short_grads[k] - whole_grads[k]).abs().max().item<double>();
+    }
+  }
 }
 
 }  // namespace
