@@ -44,6 +44,11 @@ struct LoraConfig {
 
   bool enabled() const { return rank > 0; }
   double scale() const { return alpha / rank; }
+  // A module name of an MLP's linears (a Mixture of Experts' experts: gate_proj, up_proj, down_proj,
+  // Mixtral's w1, w2, w3).
+  static bool IsMlpModule(const std::string& m) {
+    return m == "gate_proj" || m == "up_proj" || m == "down_proj" || m == "w1" || m == "w2" || m == "w3";
+  }
   bool Targets(const std::string& module) const {
     return std::find(targets.begin(), targets.end(), module) != targets.end();
   }

@@ -15,6 +15,7 @@
 #include "common/spec/model_config_of.h"
 #include "common/spec/yaml_to_proto.h"
 #include "layout/check_layout.h"
+#include "layout/model_config.h"
 
 namespace tessera::spec {
 namespace {
@@ -247,10 +248,6 @@ bool CheckLayoutBounds(const v1::JobSpec& s, Checker& c) {
 // losses (tools/gpu/check.sh, bench/RESULTS.md); pipeline, sequence and grid tensor parallelism on
 // CUDA need two GPUs, which no session has had.
 // LoRA (docs/fine-tuning.md "LoRA"): the llama shape's linears, 1D layouts.
-bool IsMlpLoraTarget(const std::string& t) {
-  return t == "gate_proj" || t == "up_proj" || t == "down_proj" || t == "w1" || t == "w2" || t == "w3";
-}
-
 void CheckLora(const v1::JobSpec& s, Checker& c) {
   if (!s.model().has_lora()) return;
   const v1::LoraSpec& l = s.model().lora();
@@ -282,7 +279,7 @@ void CheckLora(const v1::JobSpec& s, Checker& c) {
   // (A pretrained model's experts are known only from its config.json: the trainer checks it then.)
   if (l.dropout() > 0 && (s.model().experts() != 0 || s.model().family() == v1::MODEL_FAMILY_MIXTRAL)) {
     for (int i = 0; i < l.targets_size(); ++i) {
-      if (IsMlpLoraTarget(l.targets(i))) {
+      if (layout::LoraConfig::IsMlpModule(l.targets(i))) {
         c.Fail("model.lora.dropout", absl::StrCat(l.dropout(), " with adapters on a Mixture of Experts' MLPs (",
                                                   l.targets(i), ") is not supported yet (0, or attention targets only)"));
         break;

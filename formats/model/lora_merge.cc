@@ -12,6 +12,7 @@
 #include "formats/model/family.h"
 #include "formats/model/hf_config.h"
 #include "formats/model/hf_files.h"
+#include "formats/model/peft_export.h"
 
 namespace tessera::parallel {
 namespace {
@@ -75,18 +76,12 @@ absl::StatusOr<HfExportResult> ExportMergedLora(const CheckpointModel& cp, const
     const TensorEntry* b = nullptr;
   };
   std::map<std::string, Pair> pairs;  // By the adapted weight's name.
-  const std::vector<ParamSpec> specs = ParamSpecs1D(c, ModelPart::Whole(c.layers), 1);
-  for (const ParamSpec& p : LoraParamSpecs(c, specs)) {
-    const auto& entries = (*adapters)->header().entries;
-    auto e = entries.find(p.name);
-    const std::string where = absl::StrCat((*adapters)->path(), ": ", p.name);
-    if (e == entries.end()) return absl::DataLossError(absl::StrCat(where, " is missing"));
-    if (e->second.dtype != "F32" || e->second.shape != p.shape) {
-      return absl::DataLossError(absl::StrCat(where, " is not F32 of the shape trainer_state.json's model.lora gives"));
-    }
+  auto entries = LoraAdapterEntries(cp, **adapters);
+  if (!entries.ok()) return entries.status();
+  for (const auto& [p, e] : *entries) {
     const bool is_a = p.name.find(".lora_A.") != std::string::npos;
     const std::string stem = p.name.substr(0, p.name.find(is_a ? ".lora_A." : ".lora_B."));
-    (is_a ? pairs[stem + ".weight"].a : pairs[stem + ".weight"].b) = &e->second;
+    (is_a ? pairs[stem + ".weight"].a : pairs[stem + ".weight"].b) = e;
   }
   auto model = BaseModel::Open(base, c);
   if (!model.ok()) {

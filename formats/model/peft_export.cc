@@ -10,24 +10,36 @@
 
 namespace tessera::parallel {
 
+absl::StatusOr<std::vector<std::pair<ParamSpec, const TensorEntry*>>> LoraAdapterEntries(
+    const CheckpointModel& cp, const MappedSafetensors& file) {
+  const ModelConfig& c = cp.config;
+  std::vector<std::pair<ParamSpec, const TensorEntry*>> out;
+  for (ParamSpec& p : LoraParamSpecs(c, ParamSpecs1D(c, ModelPart::Whole(c.layers), 1))) {
+    const auto& entries = file.header().entries;
+    auto e = entries.find(p.name);
+    const std::string where = absl::StrCat(file.path(), ": ", p.name);
+    if (e == entries.end()) return absl::DataLossError(absl::StrCat(where, " is missing"));
+    if (e->second.dtype != "F32" || e->second.shape != p.shape) {
+      return absl::DataLossError(absl::StrCat(where, " is not F32 of the shape trainer_state.json's model.lora gives"));
+    }
+    out.emplace_back(std::move(p), &e->second);
+  }
+  return out;
+}
+
 absl::StatusOr<uint64_t> ExportPeftAdapter(const CheckpointModel& cp, const std::string& out_dir) {
   const ModelConfig& c = cp.config;
   if (!c.lora.enabled()) return absl::FailedPreconditionError(absl::StrCat(cp.path, ": not a LoRA checkpoint"));
   if (absl::Status s = PrepareExportDirectory(out_dir); !s.ok()) return s;
   auto file = MappedSafetensors::Open(cp.path + "/model.safetensors");
   if (!file.ok()) return file.status();
+  auto adapters = LoraAdapterEntries(cp, **file);
+  if (!adapters.ok()) return adapters.status();
   TensorMap tensors;
   uint64_t bytes = 0;
-  for (const ParamSpec& p : LoraParamSpecs(c, ParamSpecs1D(c, ModelPart::Whole(c.layers), 1))) {
-    const auto& entries = (*file)->header().entries;
-    auto e = entries.find(p.name);
-    const std::string where = absl::StrCat((*file)->path(), ": ", p.name);
-    if (e == entries.end()) return absl::DataLossError(absl::StrCat(where, " is missing"));
-    if (e->second.dtype != "F32" || e->second.shape != p.shape) {
-      return absl::DataLossError(absl::StrCat(where, " is not F32 of the shape trainer_state.json's model.lora gives"));
-    }
-    const uint64_t n = e->second.end - e->second.begin;
-    tensors[PeftKeyOfTesseraName(p.name)] = RawTensor{"F32", p.shape, std::string((*file)->data(e->second), n)};
+  for (const auto& [p, e] : *adapters) {
+    const uint64_t n = e->end - e->begin;
+    tensors[PeftKeyOfTesseraName(p.name)] = RawTensor{"F32", p.shape, std::string((*file)->data(*e), n)};
     bytes += n;
   }
   if (absl::Status s = WriteSafetensors(out_dir + "/adapter_model.safetensors", tensors, {{"format", "pt"}}); !s.ok()) {

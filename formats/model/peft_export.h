@@ -6,11 +6,21 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "formats/checkpoint/mapped_safetensors.h"
 #include "formats/model/checkpoint_model.h"
+#include "formats/model/family.h"
 
 namespace tessera::parallel {
+
+// The adapters of `checkpoint` (config.lora enabled) in `file`, its model.safetensors, in
+// LoraParamSpecs' order: each spec with its entry, checked to be F32 of the spec's shape. DATA_LOSS
+// naming the file and tensor otherwise.
+absl::StatusOr<std::vector<std::pair<ParamSpec, const TensorEntry*>>> LoraAdapterEntries(
+    const CheckpointModel& checkpoint, const MappedSafetensors& file);
 
 // Writes the adapters of `checkpoint` (config.lora enabled) into `out_dir` in fp32, as PEFT saves
 // them; `out_dir` must not exist or be empty; every file durably. Returns the bytes of tensors

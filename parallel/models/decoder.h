@@ -217,6 +217,9 @@ class Decoder {
   // C·tp] from a generator seeded with TensorSeed(dropout seed, the linear's weight name)) and cut to
   // this rank's part — the same masks in every layout, and again in recomputation.
   at::Tensor LoraDropout(const at::Tensor& in, int i, const std::string& role, bool columns_split) const;
+  // LoRA on sparse block i: the adapters of experts [first, last) and of the shared expert into `w`
+  // (left empty when none of them is targeted).
+  void ExpertAdapters(int i, int first, int last, SparseMlpWeights* w) const;
   // Grid layouts: the parameter as used, copied over every grid axis it is not split by (its
   // gradients summed over them in backward).
   at::Tensor Use(const std::string& name) const;

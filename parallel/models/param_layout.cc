@@ -8,6 +8,12 @@
 
 namespace tessera::parallel {
 
+uint64_t TensorSeed(uint64_t seed, const std::string& name) {
+  uint64_t h = 1469598103934665603ull ^ seed;
+  for (unsigned char c : name) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
 namespace {
 
 // Chunk k of n along `dim`; with `qkv` dim 0 is three stacked blocks, each chunked.

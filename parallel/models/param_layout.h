@@ -2,6 +2,7 @@
 #ifndef TESSERA_PARALLEL_MODELS_PARAM_LAYOUT_H_
 #define TESSERA_PARALLEL_MODELS_PARAM_LAYOUT_H_
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,10 @@
 #include "parallel/comm/communicator.h"
 
 namespace tessera::parallel {
+
+// FNV-1a of `name` mixed with `seed`: a per-tensor seed independent of creation order (parameter
+// initialisation, LoRA dropout's masks).
+uint64_t TensorSeed(uint64_t seed, const std::string& name);
 
 // Coordinates of tp rank `t` on `grid` (major first).
 std::vector<int> GridCoords(const std::vector<int>& grid, int t);

@@ -85,7 +85,7 @@ absl::Status Trainer::Init() {
   if (m.lora.dropout > 0 && m.IsMoe()) {
     // A pretrained model's experts are known here first (validation checks the specs that say so).
     for (const std::string& t : m.lora.targets) {
-      if (t == "gate_proj" || t == "up_proj" || t == "down_proj" || t == "w1" || t == "w2" || t == "w3") {
+      if (layout::LoraConfig::IsMlpModule(t)) {
         return absl::InvalidArgumentError(absl::StrCat("model.lora.dropout: ", m.lora.dropout, " with adapters on a ",
                                                        "Mixture of Experts' MLPs (", t, ") is not supported yet"));
       }
