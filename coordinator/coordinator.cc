@@ -360,7 +360,7 @@ void Coordinator::StopRanksLocked(JobEntry& e) {
 void Coordinator::RankGoneLocked(JobEntry& e, int rank) {
   RankEntry& r = e.ranks[rank];
   if (r.exited) return;
-  r.exited = true;
+  e.MarkExited(rank);
   RanksChangedLocked();
   auto w = workers_.find(r.worker_id);
   if (w == workers_.end()) return;
@@ -425,7 +425,7 @@ void Coordinator::AttemptFailedLocked(JobEntry& e, const std::string& reason, bo
 
 // Moves a RESTARTING job back to the queue once every rank of its attempt is gone.
 void Coordinator::AfterRankExitLocked(JobEntry& e) {
-  const bool all_gone = std::all_of(e.ranks.begin(), e.ranks.end(), [](const RankEntry& r) { return r.exited; });
+  const bool all_gone = e.AllExited();
   if (all_gone && e.job.state() == v1::JOB_STATE_RESTARTING) {
     EndAdoptionLocked(e);  // The next attempt is not adopted.
     e.job.clear_placement();

@@ -183,7 +183,43 @@ class Coordinator {
   };
   struct JobEntry {
     v1::Job job;
-    std::vector<RankEntry> ranks;  // Of the current attempt.
+    // Of the current attempt. Their flags change only through the Mark* functions, which keep the
+    // counts below: a rank's report or a worker's registration reads them instead of every rank (a
+    // 100,000-rank job's starts, exits and re-registrations were quadratic).
+    std::vector<RankEntry> ranks;
+    struct RankCounts {
+      int64_t started = 0;  // started.
+      int64_t exited = 0;   // exited.
+      int64_t settled = 0;  // started or exited.
+      int64_t lost = 0;     // exited without having started or finished (adoption: the attempt failed).
+      bool operator==(const RankCounts& o) const {
+        return started == o.started && exited == o.exited && settled == o.settled && lost == o.lost;
+      }
+    };
+    RankCounts counts;
+    void ResetRanks(size_t world) {
+      ranks.assign(world, RankEntry{});
+      counts = {};
+    }
+    void MarkStarted(int r) { Mark(r, [](RankEntry& x) { x.started = true; }); }
+    void MarkExited(int r) { Mark(r, [](RankEntry& x) { x.exited = true; }); }
+    void MarkFinished(int r) { Mark(r, [](RankEntry& x) { x.finished = true; }); }
+    bool AllStarted() const { return counts.started == static_cast<int64_t>(ranks.size()); }
+    bool AllExited() const { return counts.exited == static_cast<int64_t>(ranks.size()); }
+    bool AllSettled() const { return counts.settled == static_cast<int64_t>(ranks.size()); }
+    static RankCounts CountOf(const RankEntry& x) {
+      return {x.started, x.exited, x.started || x.exited, x.exited && !x.started && !x.finished};
+    }
+    template <typename F>
+    void Mark(int r, F set) {
+      const RankCounts before = CountOf(ranks[r]);
+      set(ranks[r]);
+      const RankCounts after = CountOf(ranks[r]);
+      counts.started += after.started - before.started;
+      counts.exited += after.exited - before.exited;
+      counts.settled += after.settled - before.settled;
+      counts.lost += after.lost - before.lost;
+    }
     uint64_t version = 0;
     uint64_t ticket = 0;  // Of its newest row given to the StoreWriter (0: none).
     absl::Time last_persist = absl::InfinitePast();
@@ -368,6 +404,14 @@ class Coordinator {
   void SetStateLocked(JobEntry& e, v1::JobState state, const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ChangedLocked(JobEntry& e, bool persist) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Take job `e`'s ranks out of ranks_on_ (before e.ResetRanks), and put them in (once their workers are set).
+  void UnindexRanksLocked(const JobEntry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void IndexRanksLocked(const JobEntry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The jobs with ranks placed on worker `worker_id` (ranks_on_), and job `job_id`'s ranks there: copies,
+  // so that the caller may change the index while it walks them.
+  std::vector<std::string> JobsOnLocked(const std::string& worker_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::vector<int> RanksOnLocked(const std::string& worker_id, const std::string& job_id) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Recounts the used devices and ports of every worker, or of worker `*only`.
   void RefreshWorkerUsageLocked(const std::string* only = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The free devices of live workers of `kind`, most free first, as many workers as placing `world`
@@ -400,6 +444,10 @@ class Coordinator {
   };
   std::map<std::string, JobEntry, JobIdLess> jobs_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, WorkerEntry> workers_ ABSL_GUARDED_BY(mu_);
+  // Worker id → job id → the job's ranks (JobEntry::ranks, exited or not) placed on that worker, in
+  // the order of jobs_: what a worker's registration, reconciliation or loss walks instead of every
+  // rank of every job. Kept by UnindexRanksLocked / IndexRanksLocked around every ResetRanks.
+  std::map<std::string, std::map<std::string, std::vector<int>, JobIdLess>> ranks_on_ ABSL_GUARDED_BY(mu_);
   std::deque<std::string> queue_ ABSL_GUARDED_BY(mu_);  // PENDING job ids, first come first served.
   uint64_t version_counter_ ABSL_GUARDED_BY(mu_) = 0;
   // Sessions count up from the start time, so that none repeats one of a previous coordinator process.

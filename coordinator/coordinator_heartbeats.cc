@@ -126,8 +126,8 @@ void Coordinator::CheckLiveness() {
     for (auto& [jid, e] : jobs_) {
       BlameWorkerLocked(e, wid, absl::StrCat("was lost (no heartbeat for ", absl::FormatDuration(options_.heartbeat_timeout), ")"));
       bool hit = false;
-      for (size_t r = 0; r < e.ranks.size(); ++r) {
-        if (e.ranks[r].worker_id == wid && !e.ranks[r].exited) RankGoneLocked(e, static_cast<int>(r)), hit = true;
+      for (int r : RanksOnLocked(wid, jid)) {
+        if (!e.ranks[r].exited) RankGoneLocked(e, r), hit = true;
       }
       if (hit && surely_stopped > now) e.fences[wid] = surely_stopped;
       if (!hit) continue;

@@ -37,13 +37,15 @@ absl::Status Coordinator::Recover() {
     }
     if (state == v1::JOB_STATE_SCHEDULED || state == v1::JOB_STATE_RUNNING) {
       // Adopt the placed attempt: its ranks may well still be training.
-      e.ranks.assign(e.job.placement_size(), RankEntry{});
+      UnindexRanksLocked(e);
+      e.ResetRanks(e.job.placement_size());
       for (const v1::RankPlacement& p : e.job.placement()) {
         if (p.rank() >= 0 && p.rank() < e.job.placement_size()) {
           e.ranks[p.rank()].worker_id = p.worker_id();
           e.ranks[p.rank()].local_rank = p.local_rank();
         }
       }
+      IndexRanksLocked(e);
       // Workers reconnect with a backoff of up to a few seconds; one that has not come back within two
       // heartbeat timeouts is taken for lost.
       e.adopt_deadline = Now() + 2 * options_.heartbeat_timeout;  // SetStateLocked ends the fast path.
@@ -86,11 +88,10 @@ void Coordinator::CheckAdoptionLocked(JobEntry& e) {
     EndAdoptionLocked(e);  // Finished or failed meanwhile.
     return;
   }
-  const bool all = std::all_of(e.ranks.begin(), e.ranks.end(), [](const RankEntry& r) { return r.started || r.exited; });
+  const bool all = e.AllSettled();
   // A rank that finished while the coordinator was away exited without being reported running: it
   // is done, not lost (before: the attempt failed and the job ran again).
-  const bool lost = std::any_of(e.ranks.begin(), e.ranks.end(),
-                                [](const RankEntry& r) { return r.exited && !r.started && !r.finished; });
+  const bool lost = e.counts.lost > 0;
   if (all && !lost) {
     EndAdoptionLocked(e);
     SetStateLocked(e, v1::JOB_STATE_RUNNING,

@@ -147,7 +147,7 @@ std::string Coordinator::FencedLocked(JobEntry& e, const std::map<std::string, s
 }
 
 bool Coordinator::RanksMayLiveLocked(const JobEntry& e, const std::map<std::string, std::string>& stopping_jobs) {
-  if (std::any_of(e.ranks.begin(), e.ranks.end(), [](const RankEntry& r) { return !r.exited; })) return true;
+  if (!e.AllExited()) return true;
   for (const auto& [worker, until] : e.fences) {
     if (until > Now()) return true;
   }
@@ -175,7 +175,8 @@ void Coordinator::StartAttemptLocked(JobEntry& e, const Placement& placement, in
   e.job.set_attempt(e.job.attempt() + 1);
   e.job.clear_placement();
   e.job.set_placement_explanation(placement.explanation);
-  e.ranks.assign(world, RankEntry{});
+  UnindexRanksLocked(e);
+  e.ResetRanks(world);
   e.job.set_store_host(w0.info.host());
   e.job.set_store_port(port);
   w0.used_ports.insert(port);
@@ -193,6 +194,7 @@ void Coordinator::StartAttemptLocked(JobEntry& e, const Placement& placement, in
     p->set_local_rank(s.local_rank);
     on[r]->used_devices.insert(s.local_rank);
   }
+  IndexRanksLocked(e);
   for (int r = 0; r < world; ++r) {
     if (r + 1 == world || on[r + 1] != on[r]) ReindexLocked(*on[r]);  // At the end of each run of its slots.
   }
@@ -263,6 +265,24 @@ absl::Status Coordinator::VerifyIndexes() {
                                               x.devices, " on ", x.by_free.size(), " workers; really ", f.free,
                                               " of ", f.devices, " on ", f.by_free.size()));
     }
+  }
+  std::map<std::string, std::map<std::string, std::vector<int>, JobIdLess>> on;
+  for (const auto& [jid, e] : jobs_) {
+    JobEntry::RankCounts counts;
+    for (size_t r = 0; r < e.ranks.size(); ++r) {
+      if (!e.ranks[r].worker_id.empty()) on[e.ranks[r].worker_id][jid].push_back(static_cast<int>(r));
+      const JobEntry::RankCounts x = JobEntry::CountOf(e.ranks[r]);
+      counts.started += x.started, counts.exited += x.exited, counts.settled += x.settled, counts.lost += x.lost;
+    }
+    if (!(counts == e.counts)) {
+      return absl::InternalError(absl::StrCat("the rank counts of job ", jid, " are stale: ", e.counts.started,
+                                              " started, ", e.counts.exited, " exited; really ", counts.started,
+                                              ", ", counts.exited));
+    }
+  }
+  if (on != ranks_on_) {
+    return absl::InternalError(absl::StrCat("the ranks-by-worker index is stale: ", ranks_on_.size(),
+                                            " workers; really ", on.size()));
   }
   if (stopping != stopping_index_) {
     return absl::InternalError(absl::StrCat("the stopping index is stale: ", stopping_index_.size(), " jobs; really ",

@@ -159,7 +159,7 @@ void Coordinator::ApplyListedRanksLocked(WorkerEntry& w, const v1::RegisterWorke
     RankEntry* placed = PlacedHereLocked(id, r, &e);
     if (placed != nullptr &&
         (e->job.state() == v1::JOB_STATE_SCHEDULED || e->job.state() == v1::JOB_STATE_RUNNING)) {
-      placed->started = true;  // Adopted (or simply still running).
+      e->MarkStarted(r.rank());  // Adopted (or simply still running).
       placed->start_seq = 0;   // Known to the worker in this session from the start.
     } else {
       v1::Assignment a;
@@ -177,12 +177,11 @@ void Coordinator::ReconcileRegistrationLocked(const std::string& id, const v1::R
   for (auto& [jid, e] : jobs_) e.fences.erase(id);
   // A worker that registers without a rank it was running for an attempt being adopted no longer has
   // it (its exit report, if any, follows).
-  for (auto& [jid, e] : jobs_) {
+  for (const std::string& jid : JobsOnLocked(id)) {
+    JobEntry& e = jobs_.at(jid);
     if (!e.adopt_deadline) continue;
-    for (size_t r = 0; r < e.ranks.size(); ++r) {
-      if (e.ranks[r].worker_id == id && !e.ranks[r].started && !e.ranks[r].exited) {
-        RankGoneLocked(e, static_cast<int>(r));
-      }
+    for (int r : RanksOnLocked(id, jid)) {
+      if (!e.ranks[r].started && !e.ranks[r].exited) RankGoneLocked(e, r);
     }
   }
   // Reconciliation: a rank of a live attempt placed on this worker that it does not report running is
@@ -199,16 +198,17 @@ bool Coordinator::ReconcileLocked(const std::string& id, const std::set<std::tup
                                   int64_t up_to_seq, const std::string& seen, const std::string& hint) {
   const std::string& name = workers_[id].info.name();
   bool any = false;
-  for (auto& [jid, e] : jobs_) {
+  // A job's failure below may place another attempt (ranks_on_ changes): its jobs are taken first, its
+  // ranks of each when that job's turn comes.
+  for (const std::string& jid : JobsOnLocked(id)) {
+    JobEntry& e = jobs_.at(jid);
     if (e.adopt_deadline) continue;  // Being adopted after a coordinator restart: the registration decides.
     const v1::JobState state = e.job.state();
     if (state == v1::JOB_STATE_PENDING) continue;  // No ranks.
     std::vector<int> missing;
-    for (size_t r = 0; r < e.ranks.size(); ++r) {
-      const int rank = static_cast<int>(r);
-      if (e.ranks[r].worker_id == id && !e.ranks[r].exited && e.ranks[r].start_seq <= up_to_seq &&
-          !listed.count({jid, e.job.attempt(), rank})) {
-        missing.push_back(rank);
+    for (int r : RanksOnLocked(id, jid)) {
+      if (!e.ranks[r].exited && e.ranks[r].start_seq <= up_to_seq && !listed.count({jid, e.job.attempt(), r})) {
+        missing.push_back(r);
       }
     }
     if (missing.empty()) continue;
@@ -291,31 +291,66 @@ bool Coordinator::NoteStoppingLocked(const std::string& id,
   return changed;
 }
 
+void Coordinator::UnindexRanksLocked(const JobEntry& e) {
+  const std::string* last = nullptr;  // A worker's ranks mostly come together.
+  for (const RankEntry& r : e.ranks) {
+    if (last != nullptr && *last == r.worker_id) continue;
+    last = &r.worker_id;
+    auto on = ranks_on_.find(r.worker_id);
+    if (on == ranks_on_.end()) continue;
+    on->second.erase(e.job.id());
+    if (on->second.empty()) ranks_on_.erase(on);
+  }
+}
+
+void Coordinator::IndexRanksLocked(const JobEntry& e) {
+  std::vector<int>* here = nullptr;
+  const std::string* last = nullptr;
+  for (size_t r = 0; r < e.ranks.size(); ++r) {
+    const std::string& wid = e.ranks[r].worker_id;
+    if (wid.empty()) continue;  // A stored placement without this rank.
+    if (last == nullptr || *last != wid) here = &ranks_on_[wid][e.job.id()], last = &wid;
+    here->push_back(static_cast<int>(r));
+  }
+}
+
+std::vector<std::string> Coordinator::JobsOnLocked(const std::string& worker_id) const {
+  std::vector<std::string> jobs;
+  auto on = ranks_on_.find(worker_id);
+  if (on == ranks_on_.end()) return jobs;
+  for (const auto& [jid, ranks] : on->second) jobs.push_back(jid);
+  return jobs;
+}
+
+std::vector<int> Coordinator::RanksOnLocked(const std::string& worker_id, const std::string& job_id) const {
+  auto on = ranks_on_.find(worker_id);
+  if (on == ranks_on_.end()) return {};
+  auto ranks = on->second.find(job_id);
+  return ranks == on->second.end() ? std::vector<int>() : ranks->second;
+}
+
 void Coordinator::RefreshWorkerUsageLocked(const std::string* only) {
-  auto recount = [&](WorkerEntry& w) {
+  auto recount = [&](const std::string& id, WorkerEntry& w) {
     w.used_devices.clear(), w.used_ports.clear();
     for (const auto& [key, device] : w.stopping) w.used_devices.insert(device);
+    auto on = ranks_on_.find(id);
+    if (on == ranks_on_.end()) return;
+    for (const auto& [jid, ranks] : on->second) {
+      const JobEntry& e = jobs_.at(jid);
+      for (int r : ranks) {
+        if (e.ranks[r].exited) continue;
+        w.used_devices.insert(e.ranks[r].local_rank);
+        if (r == 0) w.used_ports.insert(e.job.store_port());
+      }
+    }
   };
   if (only != nullptr) {
     auto it = workers_.find(*only);
     if (it == workers_.end()) return;
-    recount(it->second);
+    recount(it->first, it->second);
+    ReindexLocked(it->second);
   } else {
-    for (auto& [id, w] : workers_) recount(w);
-  }
-  for (auto& [id, e] : jobs_) {
-    for (size_t r = 0; r < e.ranks.size(); ++r) {
-      if (e.ranks[r].exited || (only != nullptr && e.ranks[r].worker_id != *only)) continue;
-      auto w = workers_.find(e.ranks[r].worker_id);
-      if (w == workers_.end()) continue;
-      w->second.used_devices.insert(e.ranks[r].local_rank);
-      if (r == 0) w->second.used_ports.insert(e.job.store_port());
-    }
-  }
-  if (only != nullptr) {
-    ReindexLocked(workers_[*only]);
-  } else {
-    for (auto& [id, w] : workers_) ReindexLocked(w);
+    for (auto& [id, w] : workers_) recount(id, w), ReindexLocked(w);
   }
 }
 
@@ -408,8 +443,8 @@ absl::Status Coordinator::ReportRankStatusLocked(const v1::ReportRankStatusReque
   }
   switch (req.event()) {
     case v1::ReportRankStatusRequest::EVENT_STARTED: {
-      e.ranks[req.rank()].started = true;
-      const bool all = std::all_of(e.ranks.begin(), e.ranks.end(), [](const RankEntry& r) { return r.started; });
+      e.MarkStarted(req.rank());
+      const bool all = e.AllStarted();
       if (all && e.job.state() == v1::JOB_STATE_SCHEDULED) {
         e.progressed_at = Now();
         SetStateLocked(e, v1::JOB_STATE_RUNNING, absl::StrCat("attempt ", e.job.attempt(), " running"));
@@ -450,8 +485,8 @@ absl::Status Coordinator::ReportRankStatusLocked(const v1::ReportRankStatusReque
     case v1::ReportRankStatusRequest::EVENT_EXITED: {
       RankGoneLocked(e, req.rank());
       if (req.exit_code() == 0) {
-        e.ranks[req.rank()].finished = true;
-        const bool all = std::all_of(e.ranks.begin(), e.ranks.end(), [](const RankEntry& r) { return r.exited; });
+        e.MarkFinished(req.rank());
+        const bool all = e.AllExited();
         if (all && (e.job.state() == v1::JOB_STATE_RUNNING || e.job.state() == v1::JOB_STATE_SCHEDULED)) {
           EndAttemptLocked(e, v1::JOB_STATE_SUCCEEDED, "all ranks finished", "");
           SetStateLocked(e, v1::JOB_STATE_SUCCEEDED, absl::StrCat("all ranks finished (attempt ", e.job.attempt(), ")"));
