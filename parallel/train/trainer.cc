@@ -8,6 +8,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <sstream>
 #include <tuple>
 
@@ -30,6 +31,7 @@
 #include "parallel/models/hf_weights.h"
 #include "parallel/models/peft_weights.h"
 #include "parallel/optim/lr_schedule.h"
+#include "parallel/train/checkpoint_write.h"
 #include "parallel/train/status_macros.h"
 
 namespace tessera::parallel {
@@ -576,6 +578,23 @@ absl::Status Trainer::Run(const std::function<void(const StepStats&)>& on_step) 
       stats->val_loss = *val;
       stats->eval_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     }
+    // checkpoint.async: a background write that ended is reported (and its failure ends the run); on a
+    // checkpoint step the snapshot is taken before the step is logged (the step line says how long it
+    // held the step), and the write starts only after the line: a checkpoint is never committed
+    // before the line of its step is in steps.jsonl.
+    const bool periodic = options_.checkpoint_every > 0 && step_ % options_.checkpoint_every == 0;
+    const bool checkpoint = periodic || step_ == options_.steps;
+    if (BackgroundCheckpointEnded()) TESSERA_RETURN_IF_ERROR(WaitForCheckpoint());
+    if (checkpoint && options_.checkpoint_async) {
+      TESSERA_RETURN_IF_ERROR(SnapshotCheckpoint());
+      stats->checkpoint_blocked_s = snapshot_blocked_s_;
+      stats->checkpoint_snapshot_bytes = snapshot_->snapshot_bytes;
+    }
+    if (write_ended_) {
+      stats->checkpoint_write_step = write_ended_->first;
+      stats->checkpoint_write_s = write_ended_->second;
+      write_ended_.reset();
+    }
     if (groups_.global_rank == 0) TESSERA_RETURN_IF_ERROR(AppendStepLog(*stats));
     nlohmann::json mine = {{"step", stats->step}, {"step_seconds", stats->step_seconds},
                            {"bytes_communicated", stats->bytes_communicated}, {"rss_peak_bytes", stats->rss_peak_bytes},
@@ -584,11 +603,26 @@ absl::Status Trainer::Run(const std::function<void(const StepStats&)>& on_step) 
                            {"optimizer_state_bytes", stats->optimizer_state_bytes},
                            {"frozen_param_bytes", stats->frozen_param_bytes},
                            {"pipeline_wait_s", stats->pipeline_wait_s}};
+    if (stats->checkpoint_blocked_s) {
+      mine["checkpoint_blocked_s"] = *stats->checkpoint_blocked_s;
+      mine["checkpoint_snapshot_bytes"] = stats->checkpoint_snapshot_bytes;
+    }
+    if (stats->checkpoint_write_s) {
+      mine["checkpoint_write_s"] = *stats->checkpoint_write_s;
+      mine["checkpoint_write_step"] = stats->checkpoint_write_step;
+    }
     std::ofstream(rank_log, std::ios::app) << mine.dump() << "\n";
     if (on_step) on_step(*stats);
     if (options_.dump_at_step == step_) TESSERA_RETURN_IF_ERROR(DumpDebug());
-    const bool periodic = options_.checkpoint_every > 0 && step_ % options_.checkpoint_every == 0;
-    if (periodic || step_ == options_.steps) TESSERA_RETURN_IF_ERROR(SaveCheckpoint());
+    if (checkpoint) {
+      TESSERA_RETURN_IF_ERROR(options_.checkpoint_async ? StartBackgroundCheckpoint() : SaveCheckpoint());
+    }
+  }
+  // The last background write is part of the run (the final checkpoint, committed before the ranks end).
+  TESSERA_RETURN_IF_ERROR(WaitForCheckpoint());
+  if (write_ended_) {
+    std::cerr << "tessera: rank " << groups_.global_rank << ": checkpoint of step " << write_ended_->first
+              << " written in the background in " << write_ended_->second << " s" << std::endl;
   }
   return groups_.world->Barrier();
 }

@@ -54,6 +54,13 @@ struct StepStats {
   double loss_scale = 1;              // fp16: the scale this step's backward used.
   std::optional<double> val_loss;     // After an evaluation at this step (Trainer::Evaluate).
   double eval_seconds = 0;
+  // checkpoint.async: on a checkpoint step, how long the step was held (waiting for the previous
+  // background write, then the snapshot) and the host bytes of the snapshot; on the first step after a
+  // background write ended, its step and how long it took.
+  std::optional<double> checkpoint_blocked_s;
+  int64_t checkpoint_snapshot_bytes = 0;
+  std::optional<double> checkpoint_write_s;
+  int64_t checkpoint_write_step = 0;
 };
 
 class Trainer {
@@ -62,6 +69,9 @@ class Trainer {
   // checkpoint under options.checkpoint_dir when one exists (any dp/tp layout; model sizes must
   // match). Fails with a message naming the problem.
   static absl::StatusOr<std::unique_ptr<Trainer>> Create(const TrainerOptions& options, ProcessGroups groups);
+  // Waits for a background checkpoint write, if one is running (it is given up when its peers' votes
+  // do not come: a failed attempt's ranks exit).
+  ~Trainer();
 
   // Trains from the current step to options.steps. Rank 0 appends to output_dir/steps.jsonl (cut
   // back to the resumed step first). Checkpoints every checkpoint_every steps and at the end.
@@ -91,7 +101,11 @@ class Trainer {
   // sharded optimizer, every rank) writes and fsyncs its files, and rank 0 commits the checkpoint only
   // when every rank reported its files written (docs/checkpoint-format.md, "Commit"). Every rank
   // returns the same verdict; on failure the previous checkpoints are untouched.
+  // With checkpoint.async: the snapshot (the collective part) now, the files written and committed by
+  // a background thread (WaitForCheckpoint), and the verdict is rank 0's alone.
   absl::Status SaveCheckpoint();
+  // checkpoint.async: waits until the background write (if any) ended; its error, if it failed.
+  absl::Status WaitForCheckpoint();
 
  private:
   Trainer(const TrainerOptions& options, ProcessGroups groups);
@@ -127,6 +141,25 @@ class Trainer {
                                             const std::vector<at::Tensor>& local_m,
                                             const std::vector<at::Tensor>& local_v);
   void CommitCheckpointFiles(CheckpointWrite& w, const at::Tensor& votes);
+  // SaveCheckpoint's phases: the gathers, the temporary directory and this rank's files (or their
+  // snapshot: CheckpointWrite::deferred), the temporary directory removed if it fails; then the vote
+  // over every rank and rank 0's commit.
+  absl::Status PrepareCheckpoint(CheckpointWrite& w);
+  absl::Status VoteAndCommit(CheckpointWrite& w);
+  // checkpoint.async (trainer_async_checkpoint.cc): SnapshotCheckpoint waits for the previous write
+  // and prepares the next (deferred) into snapshot_, timing both (the step is held meanwhile);
+  // StartBackgroundCheckpoint hands it to a thread that writes this rank's files and votes through
+  // the temporary directory (a file per rank), where rank 0 commits once every vote is in.
+  struct BackgroundCheckpoint;
+  absl::Status SnapshotCheckpoint();
+  absl::Status StartBackgroundCheckpoint();
+  bool BackgroundCheckpointEnded() const;  // A write was started and has ended (WaitForCheckpoint returns at once).
+  void WriteInBackground(BackgroundCheckpoint& b);
+  std::unique_ptr<CheckpointWrite> snapshot_;
+  std::unique_ptr<BackgroundCheckpoint> background_;
+  double snapshot_blocked_s_ = 0;
+  // The newest background write that ended and was not yet reported: (step, seconds).
+  std::optional<std::pair<int64_t, double>> write_ended_;
   // Rank 0 picks the newest checkpoint whose files match its index (setting damaged ones aside, with a
   // line in its log) and tells every rank; -1 when there is none.
   absl::StatusOr<int64_t> AgreeOnResumeStep();

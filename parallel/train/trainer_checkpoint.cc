@@ -16,6 +16,7 @@
 #include "formats/model/trainer_state.h"
 #include "nlohmann/json.hpp"
 #include "parallel/checkpoint/tensor_convert.h"
+#include "parallel/train/checkpoint_write.h"
 #include "parallel/train/status_macros.h"
 #include "parallel/train/trainer.h"
 
@@ -114,34 +115,20 @@ absl::StatusOr<std::map<std::string, at::Tensor>> Trainer::GatherOverTp(const st
   return out;
 }
 
-namespace {
-
-std::string ShardFileName(int dp_rank, int tp_rank) {
-  return absl::StrCat("optimizer.dp", dp_rank, ".tp", tp_rank, ".safetensors");
+absl::Status Trainer::SaveCheckpoint() {
+  if (options_.checkpoint_async) {
+    TESSERA_RETURN_IF_ERROR(SnapshotCheckpoint());
+    return StartBackgroundCheckpoint();
+  }
+  CheckpointWrite w;
+  TESSERA_RETURN_IF_ERROR(PrepareCheckpoint(w));
+  auto remove_uncommitted = absl::MakeCleanup([&] {
+    if (groups_.global_rank == 0) AbortCheckpoint(w.tmp);
+  });
+  return VoteAndCommit(w);
 }
 
-}  // namespace
-
-// One checkpoint being written by this rank: its temporary directory, the files it wrote (fsynced,
-// with their digests), what it gathered, and the first failure (kept until every rank has passed the
-// collectives).
-struct Trainer::CheckpointWrite {
-  std::string tmp;
-  bool sharded_state = false;
-  absl::Status status;
-  std::map<std::string, FileDigest> written;
-  std::map<std::string, at::Tensor> params, optimizer;  // Gathered by global rank 0.
-
-  void Save(const std::string& name, const std::map<std::string, at::Tensor>& tensors,
-            const std::map<std::string, std::string>& metadata) {
-    if (!status.ok()) return;
-    FileDigest d;
-    status = SaveTensors(tmp + "/" + name, tensors, metadata, &d);
-    if (status.ok()) written[name] = d;
-  }
-};
-
-absl::Status Trainer::SaveCheckpoint() {
+absl::Status Trainer::PrepareCheckpoint(CheckpointWrite& w) {
   // A two-phase commit: every rank writes and fsyncs its files into one temporary directory and votes;
   // rank 0 writes the index (every file's size and CRC-32C) and renames the directory into place only
   // when every rank voted yes, and prunes old checkpoints only after that. Failures are kept until
@@ -151,7 +138,8 @@ absl::Status Trainer::SaveCheckpoint() {
   //    its own shard of them. Collectives over dp when the optimizer is sharded.
   // Per-rank optimizer files are written by plain dp × 1D-tp layouts; pipeline, sequence, grid and
   // expert-parallel layouts gather the sharded state into optimizer.safetensors like unsharded training.
-  CheckpointWrite w;
+  w.step = step_;
+  w.deferred = options_.checkpoint_async;
   // Expert parallelism shards the experts over other groups: gathered too (for now).
   w.sharded_state = zero_->partitioned() && !layout_ && groups_.sp->size() == 1 &&
                     options_.layout.tp_mode == layout::TpMode::k1D && groups_.ep->size() == 1;
@@ -164,23 +152,27 @@ absl::Status Trainer::SaveCheckpoint() {
   at::Tensor token = at::full({1}, static_cast<int64_t>(getpid()), at::kLong).to(device_);
   TESSERA_RETURN_IF_ERROR(groups_.world->Broadcast(token, 0));
   const int64_t writer = token.cpu().item<int64_t>();
-  w.tmp = TmpCheckpointPath(options_.checkpoint_dir, step_, writer);
-  if (groups_.global_rank == 0) w.status = BeginCheckpoint(options_.checkpoint_dir, step_, writer).status();
+  w.tmp = TmpCheckpointPath(options_.checkpoint_dir, w.step, writer);
+  if (groups_.global_rank == 0) w.status = BeginCheckpoint(options_.checkpoint_dir, w.step, writer).status();
   // Whatever ends this checkpoint early (a failed gather or collective returns at once), rank 0
   // removes the temporary directory: an uncommitted checkpoint leaves nothing behind to fill the disk.
-  // After a commit the directory has its final name and nothing is left at w.tmp.
+  // (From here on the caller does, until the commit gives the directory its final name.)
   auto remove_uncommitted = absl::MakeCleanup([&] {
     if (groups_.global_rank == 0) AbortCheckpoint(w.tmp);
   });
   TESSERA_RETURN_IF_ERROR(groups_.world->Barrier());
-  if (w.sharded_state) w.Save(ShardFileName(groups_.dp->rank(), groups_.tp->rank()), zero_->StateShard(), {});
+  if (w.sharded_state) w.Save(OptimizerShardFileName(groups_.dp->rank(), groups_.tp->rank()), zero_->StateShard(), {});
 
   // 3. dp rank 0's tp group gathers full tensors (with expert parallelism, with the rest of its ep
   //    group: dp ranks 0 .. ep − 1); global rank 0 writes them.
   if (groups_.dp->rank() < groups_.ep->size() && groups_.sp->rank() == 0) {
     TESSERA_RETURN_IF_ERROR(WriteGatheredCheckpointFiles(w, local_params, local_m, local_v));
   }
+  std::move(remove_uncommitted).Cancel();
+  return absl::OkStatus();
+}
 
+absl::Status Trainer::VoteAndCommit(CheckpointWrite& w) {
   // 4. The votes: slot r of the first `world` entries is 1 when rank r failed; with sharded state,
   //    then (bytes, crc32c) of the file of dp rank d, tp rank t at slot d·tp + t.
   const int world = groups_.world->size();
@@ -189,7 +181,7 @@ absl::Status Trainer::SaveCheckpoint() {
   at::Tensor votes = at::zeros({world + 2 * shards}, at::kLong);
   votes[groups_.global_rank] = w.status.ok() ? 0 : 1;
   if (w.sharded_state && w.status.ok()) {
-    const FileDigest& d = w.written.at(ShardFileName(groups_.dp->rank(), groups_.tp->rank()));
+    const FileDigest& d = w.written.at(OptimizerShardFileName(groups_.dp->rank(), groups_.tp->rank()));
     const int slot = groups_.dp->rank() * tp + groups_.tp->rank();
     votes[world + 2 * slot] = d.bytes;
     votes[world + 2 * slot + 1] = static_cast<int64_t>(d.crc32c);
@@ -210,7 +202,7 @@ absl::Status Trainer::SaveCheckpoint() {
     w.status = absl::AbortedError("not committed by rank 0 (its log says why)");
   }
   if (!w.status.ok()) {
-    return absl::Status(w.status.code(), absl::StrCat("checkpoint of step ", step_, ": ", w.status.message()));
+    return absl::Status(w.status.code(), absl::StrCat("checkpoint of step ", w.step, ": ", w.status.message()));
   }
   return absl::OkStatus();
 }
@@ -242,11 +234,7 @@ absl::Status Trainer::WriteGatheredCheckpointFiles(CheckpointWrite& w, const std
   if (groups_.global_rank == 0) {
     w.Save("model.safetensors", w.params, {{"format", "pt"}});
     if (!w.sharded_state) w.Save("optimizer.safetensors", w.optimizer, {});
-    if (w.status.ok()) {
-      auto d = WriteFileDurably(w.tmp + "/trainer_state.json", TrainerStateJson(w.sharded_state).dump(2) + "\n");
-      w.status = d.status();
-      if (d.ok()) w.written["trainer_state.json"] = *d;
-    }
+    w.SaveText("trainer_state.json", TrainerStateJson(w.sharded_state).dump(2) + "\n");
   }
   return absl::OkStatus();
 }
@@ -265,7 +253,7 @@ void Trainer::CommitCheckpointFiles(CheckpointWrite& w, const at::Tensor& votes)
     for (int d = 0; d < groups_.dp->size() && w.sharded_state; ++d) {
       for (int t = 0; t < tp; ++t) {
         const int slot = d * tp + t;
-        w.written[ShardFileName(d, t)] = FileDigest{votes[world + 2 * slot].item<int64_t>(),
+        w.written[OptimizerShardFileName(d, t)] = FileDigest{votes[world + 2 * slot].item<int64_t>(),
                                                     static_cast<uint32_t>(votes[world + 2 * slot + 1].item<int64_t>())};
       }
     }
@@ -276,7 +264,7 @@ void Trainer::CommitCheckpointFiles(CheckpointWrite& w, const at::Tensor& votes)
     if (w.sharded_state) {
       nlohmann::json files = nlohmann::json::array();
       for (int d = 0; d < groups_.dp->size(); ++d) {
-        for (int t = 0; t < tp; ++t) files.push_back(ShardFileName(d, t));
+        for (int t = 0; t < tp; ++t) files.push_back(OptimizerShardFileName(d, t));
       }
       index["optimizer_shards"] = files;
     }
@@ -285,7 +273,7 @@ void Trainer::CommitCheckpointFiles(CheckpointWrite& w, const at::Tensor& votes)
   }
   // The rename and the pruning only while this attempt still owns the output directory.
   if (w.status.ok()) w.status = Fence().Check();
-  if (w.status.ok()) w.status = CommitCheckpoint(options_.checkpoint_dir, w.tmp, step_, options_.checkpoint_keep);
+  if (w.status.ok()) w.status = CommitCheckpoint(options_.checkpoint_dir, w.tmp, w.step, options_.checkpoint_keep);
   if (!w.status.ok()) AbortCheckpoint(w.tmp);
 }
 
@@ -314,7 +302,7 @@ nlohmann::json Trainer::TrainerStateJson(bool sharded_state) const {
   if (sharded_state) {
     nlohmann::json files = nlohmann::json::array();
     for (int d = 0; d < options_.layout.dp; ++d) {
-      for (int t = 0; t < options_.layout.tp; ++t) files.push_back(ShardFileName(d, t));
+      for (int t = 0; t < options_.layout.tp; ++t) files.push_back(OptimizerShardFileName(d, t));
     }
     optimizer_state["shards"] = files;
   }
@@ -483,13 +471,13 @@ absl::Status Trainer::LoadShardedOptimizer(const std::string& path, int saved_tp
   std::map<int, std::vector<std::map<std::string, at::Tensor>>> files;  // By saved tp rank.
   for (int t : tp_ranks) {
     for (int d = 0;; ++d) {
-      const std::string file = path + "/" + ShardFileName(d, t);
+      const std::string file = path + "/" + OptimizerShardFileName(d, t);
       if (!fs::exists(file)) break;
       auto tensors = LoadTensors(file);
       if (!tensors.ok()) return tensors.status();
       files[t].push_back(std::move(*tensors));
     }
-    if (files[t].empty()) return absl::DataLossError(absl::StrCat(path, " lacks ", ShardFileName(0, t)));
+    if (files[t].empty()) return absl::DataLossError(absl::StrCat(path, " lacks ", OptimizerShardFileName(0, t)));
   }
   auto& ps = model_->params();
   for (Param& p : ps) {

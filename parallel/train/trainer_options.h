@@ -4,6 +4,7 @@
 #define TESSERA_PARALLEL_TRAIN_TRAINER_OPTIONS_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,10 @@ struct TrainerOptions {
   std::string checkpoint_dir;       // Resumes from its newest checkpoint when there is one.
   int64_t checkpoint_every = 0;     // 0: only at the end.
   int checkpoint_keep = 2;
+  // Snapshot at the checkpoint step, write and commit in the background (Trainer::SaveCheckpoint).
+  bool checkpoint_async = false;
+  // Tests: called on the background thread before it writes a checkpoint (may block it).
+  std::function<void()> before_background_write;
 
   std::string output_dir;           // steps.jsonl (written by global rank 0) and debug/.
   // A cluster attempt's fencing token (formats/checkpoint/attempt_fence.h): rank 0 claims output_dir

@@ -71,6 +71,14 @@ absl::Status Trainer::AppendStepLog(const StepStats& s) {
   if (options_.precision == layout::Precision::kFp16) j["loss_scale"] = s.loss_scale;
   j["model_state_bytes"] = s.model_state_bytes;
   if (options_.model.lora.enabled()) j["frozen_param_bytes"] = s.frozen_param_bytes;
+  if (s.checkpoint_blocked_s) {
+    j["checkpoint_blocked_s"] = *s.checkpoint_blocked_s;
+    j["checkpoint_snapshot_bytes"] = s.checkpoint_snapshot_bytes;
+  }
+  if (s.checkpoint_write_s) {
+    j["checkpoint_write_s"] = *s.checkpoint_write_s;
+    j["checkpoint_write_step"] = s.checkpoint_write_step;
+  }
   j["resumed_from"] = resumed_from_;
   j["discarded_steps"] = discarded_steps_;
   std::ofstream out(options_.output_dir + "/steps.jsonl", std::ios::app);

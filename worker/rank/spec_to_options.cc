@@ -44,6 +44,7 @@ parallel::TrainerOptions ToTrainerOptions(const v1::JobSpec& spec) {
   o.checkpoint_dir = spec.checkpoint().dir();
   o.checkpoint_every = spec.checkpoint().every_steps();
   o.checkpoint_keep = spec.checkpoint().keep();
+  o.checkpoint_async = spec.checkpoint().async();
   o.output_dir = spec.output_dir();
   return o;
 }

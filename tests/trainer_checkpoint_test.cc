@@ -1,17 +1,25 @@
+// Checkpoints of one trainer in this process, with what is otherwise left to timing held still.
+//
 // A checkpoint that fails part-way leaves nothing behind (issue 38, defect 7): before, an early return
 // after rank 0 had made the temporary directory (a failed barrier, gather or vote — a peer dying
 // mid-checkpoint) skipped its removal, so every failed checkpoint left a step_N.tmp.<pid> directory,
 // and on a nearly full disk each later attempt failed its first checkpoint. The failure is made
 // deterministic with a one-rank world whose communicator fails a chosen collective once armed (a
 // fake of that one dependency); the trainer, its files and the directory are real.
+//
+// An asynchronous checkpoint is the state at its step even when the steps after it change every
+// weight and moment in place before a byte is written: its background write is held until then.
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
+#include "absl/synchronization/notification.h"
 #include "absl/strings/str_cat.h"
 #include "common/spec/job_spec.h"
 #include "gtest/gtest.h"
@@ -80,7 +88,9 @@ std::vector<std::string> Leftovers(const std::string& dir) {
   return found;
 }
 
-std::unique_ptr<parallel::Trainer> MakeTrainer(const std::string& dir, std::shared_ptr<Communicator> world) {
+std::unique_ptr<parallel::Trainer> MakeTrainer(const std::string& dir, std::shared_ptr<Communicator> world,
+                                               const std::function<void(parallel::TrainerOptions&)>& adjust = {}) {
+  fs::create_directories(dir);
   const std::string data = testing::WriteTokenFile(dir, 4000);
   auto spec = spec::ParseJobSpec(
       absl::StrCat("name: abort\nmodel: {layers: 1, hidden: 32, heads: 2, vocab: 256, seq_len: 16}\n"
@@ -90,6 +100,7 @@ std::unique_ptr<parallel::Trainer> MakeTrainer(const std::string& dir, std::shar
   EXPECT_TRUE(spec.ok()) << spec.status();
   if (!spec.ok()) return nullptr;
   parallel::TrainerOptions options = rank::ToTrainerOptions(*spec);
+  if (adjust) adjust(options);
   auto mesh = layout::RankGenerator::Create(options.layout);
   EXPECT_TRUE(mesh.ok()) << mesh.status();
   auto groups = parallel::CreateProcessGroups(parallel::BootstrapOptions{}, *mesh);
@@ -137,6 +148,50 @@ INSTANTIATE_TEST_SUITE_P(Collectives, CheckpointAbortTest,
                            }
                            return std::string("Unknown");
                          });
+
+std::string ReadAll(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+TEST(AsyncCheckpointSnapshotTest, TheFilesAreTheStateAtTheCheckpointStepWhateverTheStepsAfterItChange) {
+  const std::string dir = testing::FreshDir("async_snapshot");
+  // The reference: two steps, a synchronous checkpoint.
+  auto sync = MakeTrainer(dir + "/sync", std::make_shared<ArmedCommunicator>(ArmedCommunicator::Op::kBarrier));
+  ASSERT_NE(sync, nullptr);
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(sync->Step().ok());
+  ASSERT_TRUE(sync->SaveCheckpoint().ok());
+
+  // The same two steps, an asynchronous checkpoint whose write waits until two more steps have
+  // updated the weights and the moments in place.
+  absl::Notification stepped_on, writing;
+  auto async = MakeTrainer(dir + "/async", std::make_shared<ArmedCommunicator>(ArmedCommunicator::Op::kBarrier),
+                           [&](parallel::TrainerOptions& o) {
+                             o.checkpoint_async = true;
+                             o.before_background_write = [&] {
+                               writing.Notify();
+                               stepped_on.WaitForNotification();
+                             };
+                           });
+  ASSERT_NE(async, nullptr);
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(async->Step().ok());
+  ASSERT_TRUE(async->SaveCheckpoint().ok());
+  writing.WaitForNotification();
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(async->Step().ok());
+  stepped_on.Notify();
+  ASSERT_TRUE(async->WaitForCheckpoint().ok());
+
+  const std::string want = dir + "/sync/out/checkpoints/step_00000002", got = dir + "/async/out/checkpoints/step_00000002";
+  ASSERT_TRUE(fs::exists(got + "/index.json"));
+  int files = 0;
+  for (const auto& e : fs::directory_iterator(want)) {
+    const std::string name = e.path().filename().string();
+    EXPECT_TRUE(ReadAll(e.path()) == ReadAll(got + "/" + name)) << name << " differs from the synchronous checkpoint's";
+    ++files;
+  }
+  EXPECT_EQ(files, 4);  // model, optimizer, trainer_state, index.
+  EXPECT_TRUE(Leftovers(dir + "/async/out/checkpoints").empty());
+}
 
 }  // namespace
 }  // namespace tessera
