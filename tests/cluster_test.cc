@@ -336,7 +336,8 @@ TEST_F(ClusterTest, PrometheusScrapesCoordinatorAndWorkersDuringAJob) {
   auto pid = process::Spawn(so);
   ASSERT_TRUE(pid.ok());
   const std::string id = Submit({"train.steps=100000", "output_dir=" + dir_ + "/out", "data.valid_fraction=0.05",
-                                  "train.eval_every=2", "train.eval_batches=1"});
+                                  "train.eval_every=2", "train.eval_batches=1", "checkpoint.async=true",
+                                  "checkpoint.every_steps=2"});
   double tokens_per_s = -1;
   WaitFor([&] {
     tokens_per_s = PromQuery(prom, "tessera_worker_tokens_per_second{job_id=\"" + id + "\",rank=\"0\"}");
@@ -353,6 +354,10 @@ TEST_F(ClusterTest, PrometheusScrapesCoordinatorAndWorkersDuringAJob) {
   WaitFor([&] { return (val = PromQuery(prom, "tessera_worker_val_loss{job_id=\"" + id + "\",rank=\"0\"}")) > 0; }, 20);
   EXPECT_GT(val, 0.5) << "PromQL for the job's val_loss";
   EXPECT_LT(val, 7.0);
+  // Asynchronous checkpoints: the time each held its step and each background write's.
+  const std::string series = "{job_id=\"" + id + "\",rank=\"0\"}";
+  EXPECT_TRUE(WaitFor([&] { return PromQuery(prom, "tessera_worker_checkpoint_blocked_seconds_count" + series) >= 1; }, 20));
+  EXPECT_TRUE(WaitFor([&] { return PromQuery(prom, "tessera_worker_checkpoint_write_seconds_count" + series) >= 1; }, 20));
   // Most heartbeats repeat the worker's previous one: the coordinator applies them without its lock.
   EXPECT_TRUE(WaitFor(
       [&] { return PromQuery(prom, "sum(tessera_coordinator_rpc_duration_seconds_count{method=\"Heartbeat\"})") > 0; },

@@ -168,6 +168,8 @@ void RankSupervisor::ReadProgress(const Key& key, Rank& r, std::vector<RankEvent
         p.progress.set_step_seconds(j.step_seconds);
         if (j.aux_loss) p.progress.set_aux_loss(*j.aux_loss);
         if (j.expert_imbalance) p.progress.set_expert_imbalance(*j.expert_imbalance);
+        if (j.checkpoint_blocked_s) p.progress.set_checkpoint_blocked_s(*j.checkpoint_blocked_s);
+        if (j.checkpoint_write_s) p.progress.set_checkpoint_write_s(*j.checkpoint_write_s);
         if (r.val_step > 0 && r.val_step <= p.progress.step()) {
           p.progress.set_val_step(r.val_step);
           p.progress.set_val_loss(r.val_loss);

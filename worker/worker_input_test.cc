@@ -42,6 +42,11 @@ TEST(StepLogTest, ReadsATrainerLine) {
   EXPECT_EQ(moe->aux_loss, 2.01);
   EXPECT_EQ(moe->expert_imbalance, 1.3);
   EXPECT_FALSE(ParseStepLine(R"({"step": 9, "aux_loss": "x"})")->aux_loss.has_value());
+  auto async = ParseStepLine(R"({"step": 4, "loss": 5, "checkpoint_blocked_s": 0.25, "checkpoint_write_s": 1.5})");
+  ASSERT_TRUE(async.has_value());
+  EXPECT_EQ(async->checkpoint_blocked_s, 0.25);
+  EXPECT_EQ(async->checkpoint_write_s, 1.5);
+  EXPECT_FALSE(v->checkpoint_blocked_s.has_value() || v->checkpoint_write_s.has_value());
 }
 
 // Before ParseStepLine the worker read lines with nlohmann's value(), which throws on a member of

@@ -36,6 +36,12 @@ WorkerMetrics::WorkerMetrics(prometheus::Registry& r, double peak)
       expert_imbalance_(Family(prometheus::BuildGauge(), "tessera_worker_expert_imbalance_ratio",
                                "Mixture of Experts: tokens of the busiest expert over the mean tokens per expert, "
                                "the largest over sparse blocks, of the last step (1: balanced).", r)),
+      checkpoint_blocked_(Family(prometheus::BuildHistogram(), "tessera_worker_checkpoint_blocked_seconds",
+                                 "checkpoint.async: how long each checkpoint held its step (the snapshot, and "
+                                 "waiting for the previous background write).", r)),
+      checkpoint_write_(Family(prometheus::BuildHistogram(), "tessera_worker_checkpoint_write_seconds",
+                               "checkpoint.async: how long each background checkpoint write took (files, fsync, "
+                               "the vote and the commit).", r)),
       mfu_(Family(prometheus::BuildGauge(), "tessera_worker_mfu_ratio",
                   "Model FLOPs utilisation: model FLOP/s over peak FLOP/s of the job's devices.", r)),
       bytes_(Family(prometheus::BuildCounter(), "tessera_worker_bytes_all_reduced_total",
@@ -80,6 +86,8 @@ void WorkerMetrics::Remove(const std::string& job, int rank) {
     grad_norm_.Remove(s.grad_norm);
     if (s.aux_loss != nullptr) aux_loss_.Remove(s.aux_loss);
     if (s.expert_imbalance != nullptr) expert_imbalance_.Remove(s.expert_imbalance);
+    if (s.checkpoint_blocked != nullptr) checkpoint_blocked_.Remove(s.checkpoint_blocked);
+    if (s.checkpoint_write != nullptr) checkpoint_write_.Remove(s.checkpoint_write);
     mfu_.Remove(s.mfu);
     bytes_.Remove(s.bytes);
   }
@@ -115,6 +123,18 @@ void WorkerMetrics::OnEvent(const RankEvent& e) {
   if (p.has_expert_imbalance()) {
     if (s.expert_imbalance == nullptr) s.expert_imbalance = &expert_imbalance_.Add(labels);
     s.expert_imbalance->Set(p.expert_imbalance());
+  }
+  if (p.has_checkpoint_blocked_s()) {
+    if (s.checkpoint_blocked == nullptr) {
+      s.checkpoint_blocked = &checkpoint_blocked_.Add(labels, metrics::ExponentialBuckets(0.001, 2, 18));
+    }
+    s.checkpoint_blocked->Observe(p.checkpoint_blocked_s());
+  }
+  if (p.has_checkpoint_write_s()) {
+    if (s.checkpoint_write == nullptr) {
+      s.checkpoint_write = &checkpoint_write_.Add(labels, metrics::ExponentialBuckets(0.001, 2, 18));
+    }
+    s.checkpoint_write->Observe(p.checkpoint_write_s());
   }
   s.bytes->Increment(static_cast<double>(e.bytes_all_reduced) * steps);
   if (peak_flops_per_device_ > 0) {

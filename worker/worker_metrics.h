@@ -9,6 +9,8 @@
 //   tessera_worker_grad_norm                  gauge      (rank 0)
 //   tessera_worker_aux_loss                   gauge      (rank 0, Mixture of Experts)
 //   tessera_worker_expert_imbalance_ratio     gauge      (rank 0, Mixture of Experts)
+//   tessera_worker_checkpoint_blocked_seconds histogram  (rank 0, checkpoint.async: per checkpoint, the step held)
+//   tessera_worker_checkpoint_write_seconds   histogram  (rank 0, checkpoint.async: per background write)
 //   tessera_worker_mfu_ratio                  gauge      (rank 0: model FLOP/s ÷ (peak per device × ranks))
 //   tessera_worker_bytes_all_reduced_total    counter    (rank 0)
 //   tessera_worker_process_resident_memory_bytes gauge   (every rank)
@@ -51,6 +53,8 @@ class WorkerMetrics {
     prometheus::Gauge* grad_norm = nullptr;
     prometheus::Gauge* aux_loss = nullptr;          // Added with the first step that reports one.
     prometheus::Gauge* expert_imbalance = nullptr;  // Likewise.
+    prometheus::Histogram* checkpoint_blocked = nullptr;  // Added with the first asynchronous checkpoint.
+    prometheus::Histogram* checkpoint_write = nullptr;    // Likewise.
     prometheus::Gauge* mfu = nullptr;
     prometheus::Counter* bytes = nullptr;
     prometheus::Gauge* memory = nullptr;
@@ -69,6 +73,8 @@ class WorkerMetrics {
   prometheus::Family<prometheus::Gauge>& grad_norm_;
   prometheus::Family<prometheus::Gauge>& aux_loss_;
   prometheus::Family<prometheus::Gauge>& expert_imbalance_;
+  prometheus::Family<prometheus::Histogram>& checkpoint_blocked_;
+  prometheus::Family<prometheus::Histogram>& checkpoint_write_;
   prometheus::Family<prometheus::Gauge>& mfu_;
   prometheus::Family<prometheus::Counter>& bytes_;
   prometheus::Family<prometheus::Gauge>& memory_;

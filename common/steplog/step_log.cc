@@ -40,6 +40,10 @@ std::optional<StepRecord> ParseStepLine(std::string_view line) {
   if (auto it = j.find("lm_loss"); it != j.end() && it->is_number()) r.lm_loss = it->get<double>();
   if (auto it = j.find("aux_loss"); it != j.end() && it->is_number()) r.aux_loss = it->get<double>();
   if (auto it = j.find("expert_imbalance"); it != j.end() && it->is_number()) r.expert_imbalance = it->get<double>();
+  if (auto it = j.find("checkpoint_blocked_s"); it != j.end() && it->is_number()) {
+    r.checkpoint_blocked_s = it->get<double>();
+  }
+  if (auto it = j.find("checkpoint_write_s"); it != j.end() && it->is_number()) r.checkpoint_write_s = it->get<double>();
   return r;
 }
 

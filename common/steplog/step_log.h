@@ -27,6 +27,8 @@ struct StepRecord {
   // A Mixture of Experts: the cross-entropy, the balancing loss, and the busiest expert's tokens over
   // the mean (the largest over sparse blocks).
   std::optional<double> lm_loss, aux_loss, expert_imbalance;
+  // checkpoint.async: how long a checkpoint step was held, and how long a background write took.
+  std::optional<double> checkpoint_blocked_s, checkpoint_write_s;
 };
 
 // The longest line read; longer ones are skipped as not a step.
