@@ -8,6 +8,12 @@
 //                r, r+pp, …); forwards go through micro-batches in groups of pp per chunk. Needs m a
 //                multiple of pp. Bubble (pp-1)/(chunks·m+pp-1) of the step, for more messages.
 //
+//   ZB-H1        (zero bubble, Qi et al. 2023; MakeZeroBubbleH1): the backward split into B (the input
+//                gradient, which the previous stage waits for) and W (the weight gradient, which nothing
+//                waits for); a rank runs a ready B first, then a forward within 1F1B's bound of
+//                micro-batches in flight, and otherwise a deferred W — the W's fill what would be
+//                bubbles. Not yet run by the pipeline runner (the backward's B/W split is to come).
+//
 // A rank sends its outputs without waiting for the receiver and waits only for its inputs; under that
 // rule every schedule here completes (SimulateSchedule checks it).
 #ifndef TESSERA_LAYOUT_SCHEDULE_H_
@@ -21,7 +27,9 @@
 
 namespace tessera::layout {
 
-enum class PipeOp { kForward, kBackward };
+// kBackward is the whole backward of a micro-batch's chunk, or only its input gradient (B) when the
+// rank's actions also hold a kWeight (W: its weight gradient) for the same micro-batch and chunk.
+enum class PipeOp { kForward, kBackward, kWeight };
 
 struct PipeAction {
   PipeOp op = PipeOp::kForward;
@@ -37,6 +45,19 @@ struct PipeAction {
 absl::StatusOr<std::vector<PipeAction>> MakeSchedule(PipeSchedule schedule, int pp, int chunks, int rank,
                                                      int micro_batches);
 
+// The cost model of schedules: a forward, an input-gradient backward (B) and a weight-gradient
+// backward (W) of one chunk of one micro-batch. A backward not split into B and W costs backward + weight.
+struct PipeCosts {
+  double forward = 1;
+  double backward = 1;
+  double weight = 1;
+};
+
+// ZB-H1's actions for every rank of `pp` (one chunk each) and `micro_batches` micro-batches, made by
+// running the rule above on `costs`: per rank every F, B and W once; at most pp − rank micro-batches
+// forwarded and not yet B'd (1F1B's activation bound); every W after its B.
+absl::StatusOr<std::vector<std::vector<PipeAction>>> MakeZeroBubbleH1(int pp, int micro_batches, const PipeCosts& costs);
+
 // Runs every rank's actions in a model where a forward of virtual stage s waits for the forward of
 // s-1 of the same micro-batch, a backward for its own forward and for the backward of s+1, and a
 // rank runs one action at a time: forward costs `forward_cost`, backward `backward_cost` (per chunk).
@@ -46,6 +67,8 @@ struct SimulatedStep {
   double bubble = 0;       // 1 − busy time / (pp · makespan).
   std::vector<int> peak_in_flight;  // Per rank: most micro-batch chunks forwarded, not yet backwarded.
 };
+// With `costs`, a W waits for its own B on the same rank; peak_in_flight counts forwards not yet B'd.
+SimulatedStep SimulateSchedule(const std::vector<std::vector<PipeAction>>& per_rank, int chunks, const PipeCosts& costs);
 SimulatedStep SimulateSchedule(const std::vector<std::vector<PipeAction>>& per_rank, int chunks,
                                double forward_cost, double backward_cost);
 

@@ -56,7 +56,7 @@ class ClusterTest : public ::testing::Test {
                          << "data: {path: " << data_ << "}\n"
                          << "parallel: {dp: 2}\n"
                          << "train: {steps: 20, micro_batch: 2, global_batch: 4, lr: 2e-3, schedule: constant}\n"
-                         << "checkpoint: {every_steps: 5, keep: 3}\n";
+                         << "checkpoint: {every_steps: 5, keep: 3" << testing::CheckpointAsyncYaml() << "}\n";
   }
 
   void TearDown() override {

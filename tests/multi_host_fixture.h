@@ -51,7 +51,7 @@ class MultiHostTest : public ::testing::Test {
                          << "data: {path: " << data_ << "}\n"
                          << "parallel: {dp: 2}\n"
                          << "train: {steps: 8, micro_batch: 2, global_batch: 4, lr: 2e-3, schedule: constant}\n"
-                         << "checkpoint: {every_steps: 4, keep: 2}\n";
+                         << "checkpoint: {every_steps: 4, keep: 2" << testing::CheckpointAsyncYaml() << "}\n";
   }
 
   void TearDown() override {

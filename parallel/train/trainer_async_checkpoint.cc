@@ -82,8 +82,8 @@ absl::Status Trainer::WaitForCheckpoint() {
   write_ended_ = std::make_pair(step, background_->write_s);
   background_.reset();
   if (!status.ok()) {
-    return absl::Status(status.code(), absl::StrCat("checkpoint of step ", step, " (written in the background): ",
-                                                    status.message()));
+    return absl::Status(status.code(), absl::StrCat("checkpoint of step ", step, ": ", status.message(),
+                                                    " (written in the background)"));
   }
   return absl::OkStatus();
 }

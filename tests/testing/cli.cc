@@ -67,6 +67,11 @@ CliResult RunCommand(const std::vector<std::string>& argv) {
   return r;
 }
 
+std::string CheckpointAsyncYaml() {
+  const char* v = getenv("TESSERA_TEST_CHECKPOINT_ASYNC");
+  return v != nullptr && std::string(v) == "1" ? ", async: true" : "";
+}
+
 std::string WriteTokenFile(const std::string& dir, int tokens) {
   // A noisy periodic sequence: predictable enough that the loss falls, varied enough to matter.
   std::vector<uint16_t> t(tokens);

@@ -41,6 +41,10 @@ inline std::map<int, double> ReadLosses(const std::string& steps_jsonl) {
   return ReadStepField(steps_jsonl, "loss");
 }
 
+// The fault suites run twice (tests/BUILD.bazel: the *_async targets): their specs' checkpoint
+// sections end with this — ", async: true" when TESSERA_TEST_CHECKPOINT_ASYNC=1, else nothing.
+std::string CheckpointAsyncYaml();
+
 // F32 tensors of a safetensors file, flattened.
 std::map<std::string, std::vector<float>> ReadF32(const std::string& path);
 
