@@ -7,6 +7,7 @@ set -euo pipefail
 TORCH_VERSION=2.11.0
 TRANSFORMERS_VERSION=4.57.1
 PEFT_VERSION=0.17.1
+TENSORBOARD_VERSION=2.21.0
 PACKAGES=(
   bazel-bootstrap build-essential pkg-config python3 python3-venv
   protobuf-compiler libprotobuf-dev libgrpc++-dev protobuf-compiler-grpc libabsl-dev
@@ -38,7 +39,8 @@ has_torch() {
   "$@" -c "import torch, sys; sys.exit(0 if torch.__version__.split('+')[0] == '$TORCH_VERSION' else 1)" 2>/dev/null
 }
 # Used by tests only: the other side's own code for interop (transformers' models and checkpoints,
-# the tokenizers library it depends on, for token ids, and peft for LoRA adapters).
+# the tokenizers library it depends on, for token ids, peft for LoRA adapters, and tensorboard's own
+# reader for the event files).
 ensure_transformers() {
   if ! "$1" -c "import transformers, tokenizers" 2>/dev/null; then
     log "installing transformers==$TRANSFORMERS_VERSION (tests only)"
@@ -48,6 +50,11 @@ ensure_transformers() {
     log "installing peft==$PEFT_VERSION (tests only)"
     "$1" -m pip install -q --disable-pip-version-check "peft==$PEFT_VERSION" "torch==$TORCH_VERSION" \
       "transformers==$TRANSFORMERS_VERSION"
+  fi
+  if ! "$1" -c "import tensorboard, sys; sys.exit(0 if tensorboard.__version__ == '$TENSORBOARD_VERSION' else 1)" \
+      2>/dev/null; then
+    log "installing tensorboard==$TENSORBOARD_VERSION (tests only)"
+    "$1" -m pip install -q --disable-pip-version-check "tensorboard==$TENSORBOARD_VERSION"
   fi
 }
 if has_torch "$here/python.sh"; then

@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "formats/checkpoint/attempt_fence.h"
 #include "formats/data/token_dataset.h"
+#include "formats/tensorboard/event_file.h"
 #include "nlohmann/json_fwd.hpp"
 #include "parallel/comm/process_groups.h"
 #include "parallel/models/decoder.h"
@@ -188,6 +189,8 @@ class Trainer {
   absl::StatusOr<at::Tensor> ReadMicroBatch(TrainingData& data, int64_t first, int a, int accum,
                                             at::Tensor* positions = nullptr);
   absl::Status TrimStepLog();
+  // Rank 0: the job's TensorBoard event file (opened by TrimStepLog; null when it cannot be written).
+  std::unique_ptr<tensorboard::EventFileWriter> events_;
   // Communicator::bytes_communicated summed over this rank's distinct groups.
   int64_t BytesCommunicated() const;
   absl::Status DumpDebug();

@@ -1,11 +1,16 @@
 // The trainer's step log (OUTPUT_DIR/steps.jsonl, rank 0): trimmed to the resumed step at the start,
-// one JSON line appended per step; both checked against the attempt's fencing token first.
+// one JSON line appended per step; both checked against the attempt's fencing token first. The same
+// numbers go to TensorBoard (OUTPUT_DIR/tensorboard/, formats/tensorboard): every number of a step's
+// line as a scalar tagged "train/FIELD" ("val/FIELD" for the evaluation's val_loss and eval_seconds),
+// the event file trimmed to the resumed step alike.
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "formats/tensorboard/event_file.h"
 #include "nlohmann/json.hpp"
 #include "parallel/train/status_macros.h"
 #include "parallel/train/trainer.h"
@@ -43,6 +48,12 @@ absl::Status Trainer::TrimStepLog() {
   if (!out) return absl::UnavailableError(absl::StrCat(tmp, ": write failed"));
   fs::rename(tmp, path, ec);
   if (ec) return absl::UnavailableError(absl::StrCat(path, ": cannot rename ", tmp, " into place: ", ec.message()));
+  auto events = tensorboard::EventFileWriter::Open(options_.output_dir + "/tensorboard", step_);
+  if (events.ok()) {
+    events_ = std::move(*events);
+  } else {
+    std::cerr << "tessera: warning: no TensorBoard events: " << events.status().message() << std::endl;
+  }
   return absl::OkStatus();
 }
 
@@ -85,6 +96,19 @@ absl::Status Trainer::AppendStepLog(const StepStats& s) {
   out << j.dump() << "\n";
   out.flush();
   if (!out) return absl::InternalError(absl::StrCat(options_.output_dir, "/steps.jsonl: write failed"));
+  if (events_) {
+    std::vector<std::pair<std::string, double>> scalars;
+    for (const auto& [field, value] : j.items()) {
+      if (field == "step" || !value.is_number()) continue;
+      const bool val = field == "val_loss" || field == "eval_seconds";
+      scalars.emplace_back(absl::StrCat(val ? "val/" : "train/", field), value.get<double>());
+    }
+    // TensorBoard is a view: a failed write is reported once and the events stop, training goes on.
+    if (absl::Status written = events_->AddScalars(s.step, scalars); !written.ok()) {
+      std::cerr << "tessera: warning: TensorBoard events stop: " << written.message() << std::endl;
+      events_.reset();
+    }
+  }
   return absl::OkStatus();
 }
 
