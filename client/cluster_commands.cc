@@ -8,6 +8,7 @@
 #include <optional>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <thread>
 
 #include <grpcpp/grpcpp.h>
@@ -349,12 +350,15 @@ int WorkersCommand(const ClusterOptions& o) {
     std::cout << Json(resp) << "\n";
     return kExitOk;
   }
-  Table t({"ID", "NAME", "STATE", "DEVICES", "IN USE", "MEMORY/DEVICE", "HOST"});
+  Table t({"ID", "NAME", "POOL", "STATE", "DEVICES", "IN USE", "MEMORY/DEVICE", "HOST", "LABELS"});
   for (const v1::Worker& w : resp.workers()) {
     const std::string kind = w.device_kind() == v1::DEVICE_KIND_CUDA ? "cuda" : "cpu";
     const std::string state = EnumName(v1::Worker::State_Name(w.state()), "STATE_", w.state());
-    t.AddRow({w.id(), w.name(), state, absl::StrCat(kind, ":", w.device_count()), absl::StrCat(w.devices_in_use()),
-              absl::StrFormat("%.1f GiB", w.device_memory_bytes() / double(1 << 30)), w.host()});
+    const std::map<std::string, std::string> labels(w.labels().begin(), w.labels().end());  // Sorted.
+    t.AddRow({w.id(), w.name(), w.pool().empty() ? "default" : w.pool(), state,
+              absl::StrCat(kind, ":", w.device_count()), absl::StrCat(w.devices_in_use()),
+              absl::StrFormat("%.1f GiB", w.device_memory_bytes() / double(1 << 30)), w.host(),
+              absl::StrJoin(labels, ",", absl::PairFormatter("="))});
   }
   std::cout << t.ToString();
   return kExitOk;

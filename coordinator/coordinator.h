@@ -293,6 +293,7 @@ class Coordinator {
     struct Indexed {
       bool in = false;  // Counted (alive).
       v1::DeviceKind kind = v1::DEVICE_KIND_UNSPECIFIED;
+      std::string pool;
       int free = 0;
       int devices = 0;
     } indexed;
@@ -364,8 +365,12 @@ class Coordinator {
   // Fails a RUNNING attempt without a new step for progress_timeout.
   void CheckProgressLocked(JobEntry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Devices of `kind` on live workers, used or not.
-  int64_t ClusterDevicesLocked(v1::DeviceKind kind) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return free_index_[kind].devices;
+  // Devices of kind and pool (a job's: its device and placement.pool): free_index_'s key.
+  using PoolKey = std::pair<v1::DeviceKind, std::string>;
+  static PoolKey PoolOf(const v1::JobSpec& spec);
+  int64_t ClusterDevicesLocked(const PoolKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto it = free_index_.find(key);
+    return it == free_index_.end() ? 0 : it->second.devices;
   }
   absl::Status ReportRankStatusLocked(const v1::ReportRankStatusRequest& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void StopRanksLocked(JobEntry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -414,9 +419,9 @@ class Coordinator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Recounts the used devices and ports of every worker, or of worker `*only`.
   void RefreshWorkerUsageLocked(const std::string* only = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The free devices of live workers of `kind`, most free first, as many workers as placing `world`
-  // ranks in tp groups of `group` reads (placement.h PlacementPrefix): not every worker.
-  std::vector<struct FreeDevices> FreeDevicesLocked(v1::DeviceKind kind, int64_t world, int group)
+  // The free devices of live workers of `key` (kind, pool), most free first, as many workers as placing
+  // `world` ranks in tp groups of `group` reads (placement.h PlacementPrefix): not every worker.
+  std::vector<struct FreeDevices> FreeDevicesLocked(const PoolKey& key, int64_t world, int group)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Where `spec`'s ranks go on the free devices now (ResourceExhausted with the reason if they do not fit).
   absl::StatusOr<struct Placement> PlaceLocked(const v1::JobSpec& spec) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -458,14 +463,14 @@ class Coordinator {
   bool defer_scheduling_ ABSL_GUARDED_BY(mu_) = false;
   int64_t last_stream_ ABSL_GUARDED_BY(mu_) = 0;
   std::set<std::string> held_workers_ ABSL_GUARDED_BY(mu_);  // Workers with an order held for the store.
-  // Live workers by free devices, per device kind, in PlaceRanks' order (most free first, then by id),
-  // and the totals: placement and the queue's reasons read no worker they do not use.
+  // Live workers by free devices, per device kind and pool, in PlaceRanks' order (most free first, then
+  // by id), and the totals: placement and the queue's reasons read no worker they do not use.
   struct FreeIndex {
     std::set<std::pair<int, std::string>> by_free;  // (−free devices, worker id): workers with any free.
     int64_t free = 0;     // Free devices of live workers.
     int64_t devices = 0;  // Devices of live workers, used or not.
   };
-  std::map<v1::DeviceKind, FreeIndex> free_index_ ABSL_GUARDED_BY(mu_);
+  std::map<PoolKey, FreeIndex> free_index_ ABSL_GUARDED_BY(mu_);
   // Job id → the live workers still running (stopping) a superseded rank of it.
   std::map<std::string, std::set<std::string>> stopping_index_ ABSL_GUARDED_BY(mu_);
   // Bumped (under mu_) by RanksChangedLocked; read by the fast heartbeat path.

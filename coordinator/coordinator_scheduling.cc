@@ -21,19 +21,31 @@ v1::DeviceKind KindOf(const v1::JobSpec& spec) {
   return spec.device() == v1::DEVICE_CUDA ? v1::DEVICE_KIND_CUDA : v1::DEVICE_KIND_CPU;
 }
 
+// "cpu devices" / "cpu devices of pool 'a'" (the default pool is the whole cluster of most installations).
+std::string DevicesOf(const std::pair<v1::DeviceKind, std::string>& key) {
+  return absl::StrCat(key.first == v1::DEVICE_KIND_CUDA ? "cuda" : "cpu", " devices",
+                      key.second == "default" ? "" : absl::StrCat(" of pool ", spec::Quote(key.second)));
+}
+
 }  // namespace
+
+Coordinator::PoolKey Coordinator::PoolOf(const v1::JobSpec& spec) {
+  return {KindOf(spec), spec.placement().pool().empty() ? "default" : spec.placement().pool()};
+}
 
 // The job's placement from its layout's rank generator. Queued specs are valid, so the generator
 // exists; anything else is a reason to wait, never a crash.
 absl::StatusOr<Placement> Coordinator::PlaceLocked(const v1::JobSpec& spec) {
   auto ranks = layout::RankGenerator::Create(spec::LayoutOf(spec));
   if (!ranks.ok()) return absl::FailedPreconditionError(ranks.status().message());
-  const v1::DeviceKind kind = KindOf(spec);
-  const FreeIndex& index = free_index_[kind];
-  if (index.free < ranks->world_size()) {  // PlaceRanks' own reason, from the totals.
-    return absl::ResourceExhaustedError(NotEnoughDevices(ranks->world_size(), index.free, index.by_free.size()));
+  const PoolKey key = PoolOf(spec);
+  auto found = free_index_.find(key);
+  const int64_t free = found == free_index_.end() ? 0 : found->second.free;
+  if (free < ranks->world_size()) {  // PlaceRanks' own reason, from the totals.
+    const size_t workers = found == free_index_.end() ? 0 : found->second.by_free.size();
+    return absl::ResourceExhaustedError(NotEnoughDevices(ranks->world_size(), free, workers));
   }
-  return PlaceRanks(*ranks, FreeDevicesLocked(kind, ranks->world_size(), ranks->size(layout::Axis::kTp)));
+  return PlaceRanks(*ranks, FreeDevicesLocked(key, ranks->world_size(), ranks->size(layout::Axis::kTp)));
 }
 
 void Coordinator::TryScheduleLocked() {
@@ -43,16 +55,16 @@ void Coordinator::TryScheduleLocked() {
   // go first (backfill), unless it has waited longer than backfill_limit: then nothing behind it of
   // its device kind is placed until it is, so that a large job is not starved by a stream of small
   // ones. A job larger than every live device of its kind together never blocks the others.
-  std::set<v1::DeviceKind> reserved;  // Kinds whose devices a long-waiting job holds back.
+  std::set<PoolKey> reserved;  // Kinds and pools whose devices a long-waiting job holds back.
   const std::map<std::string, std::string> stopping_jobs = StoppingJobsLocked();
   for (auto it = queue_.begin(); it != queue_.end();) {
     JobEntry& e = jobs_[*it];
     const v1::JobSpec& spec = e.job.spec();
     const int world = static_cast<int>(spec::WorldSize(spec));  // Queued specs are valid: ≤ 4096.
-    const v1::DeviceKind kind = KindOf(spec);
+    const PoolKey key = PoolOf(spec);
     std::string reason;
     const std::string prefix = e.requeue_cause.empty() ? "" : e.requeue_cause + "; ";
-    const int64_t cluster = ClusterDevicesLocked(kind);
+    const int64_t cluster = ClusterDevicesLocked(key);
     absl::StatusOr<Placement> slots = absl::ResourceExhaustedError("");
     // Never two attempts of one job at once: not while an earlier attempt's ranks may be alive.
     if (std::string held = FencedLocked(e, stopping_jobs); !held.empty()) {
@@ -60,11 +72,14 @@ void Coordinator::TryScheduleLocked() {
       ++it;
       continue;
     }
-    if (world > cluster) {
-      reason = absl::StrCat(prefix, "needs ", world, " ", kind == v1::DEVICE_KIND_CUDA ? "cuda" : "cpu",
-                            " devices, more than the whole cluster's ", cluster,
+    if (world > cluster && cluster == 0 && key.second != "default") {
+      reason = absl::StrCat(prefix, "needs ", world, " ", DevicesOf(key), ": no live worker is in pool ",
+                            spec::Quote(key.second), " (tessera-worker --pool); waiting for its workers");
+    } else if (world > cluster) {
+      reason = absl::StrCat(prefix, "needs ", world, " ", DevicesOf(key), ", more than the whole ",
+                            key.second == "default" ? "cluster" : "pool", "'s ", cluster,
                             " (live workers); waiting for more workers");
-    } else if (reserved.count(kind)) {
+    } else if (reserved.count(key)) {
       reason = absl::StrCat(prefix, "waiting behind an earlier job that has waited longer than ",
                             absl::FormatDuration(options_.backfill_limit));
     } else {
@@ -83,7 +98,7 @@ void Coordinator::TryScheduleLocked() {
       }
     }
     WaitingLocked(e, reason);
-    if (world <= cluster && Now() - e.queued_at > options_.backfill_limit) reserved.insert(kind);
+    if (world <= cluster && Now() - e.queued_at > options_.backfill_limit) reserved.insert(key);
     ++it;
   }
 }
@@ -109,7 +124,7 @@ void Coordinator::IndexStoppingLocked(const WorkerEntry& w, bool add) {
 void Coordinator::ReindexLocked(WorkerEntry& w) {
   WorkerEntry::Indexed& x = w.indexed;
   if (x.in) {
-    FreeIndex& old = free_index_[x.kind];
+    FreeIndex& old = free_index_[{x.kind, x.pool}];
     old.by_free.erase({-x.free, w.info.id()});
     old.free -= x.free;
     old.devices -= x.devices;
@@ -118,10 +133,11 @@ void Coordinator::ReindexLocked(WorkerEntry& w) {
   if (w.info.state() != v1::Worker::STATE_ALIVE) return;  // A lost worker's devices are nobody's.
   x.in = true;
   x.kind = w.info.device_kind();
+  x.pool = w.info.pool();
   x.devices = w.info.device_count();
   x.free = x.devices;
   for (int d : w.used_devices) x.free -= d >= 0 && d < x.devices;
-  FreeIndex& now = free_index_[x.kind];
+  FreeIndex& now = free_index_[{x.kind, x.pool}];
   if (x.free > 0) now.by_free.insert({-x.free, w.info.id()});
   now.free += x.free;
   now.devices += x.devices;
@@ -243,11 +259,11 @@ void Coordinator::StartAttemptLocked(JobEntry& e, const Placement& placement, in
 
 absl::Status Coordinator::VerifyIndexes() {
   absl::MutexLock lock(&mu_);
-  std::map<v1::DeviceKind, FreeIndex> free;
+  std::map<PoolKey, FreeIndex> free;
   std::map<std::string, std::set<std::string>> stopping;
   for (const auto& [id, w] : workers_) {
     if (w.info.state() != v1::Worker::STATE_ALIVE) continue;
-    FreeIndex& f = free[w.info.device_kind()];
+    FreeIndex& f = free[{w.info.device_kind(), w.info.pool()}];
     int n = 0;
     for (int d = 0; d < w.info.device_count(); ++d) n += !w.used_devices.count(d);
     if (n > 0) f.by_free.insert({-n, id});
@@ -261,7 +277,8 @@ absl::Status Coordinator::VerifyIndexes() {
   for (const auto& [kind, f] : free) {
     const FreeIndex& x = free_index_[kind];
     if (x.by_free != f.by_free || x.free != f.free || x.devices != f.devices) {
-      return absl::InternalError(absl::StrCat("the free-device index of kind ", kind, " is stale: ", x.free, " free of ",
+      return absl::InternalError(absl::StrCat("the free-device index of kind ", kind.first, " pool ", kind.second,
+                                              " is stale: ", x.free, " free of ",
                                               x.devices, " on ", x.by_free.size(), " workers; really ", f.free,
                                               " of ", f.devices, " on ", f.by_free.size()));
     }
@@ -291,10 +308,10 @@ absl::Status Coordinator::VerifyIndexes() {
   return absl::OkStatus();
 }
 
-std::vector<FreeDevices> Coordinator::FreeDevicesLocked(v1::DeviceKind kind, int64_t world, int group) {
+std::vector<FreeDevices> Coordinator::FreeDevicesLocked(const PoolKey& key, int64_t world, int group) {
   std::vector<FreeDevices> free;
   PlacementPrefix prefix(world, group);
-  for (const auto& [minus_free, id] : free_index_[kind].by_free) {
+  for (const auto& [minus_free, id] : free_index_[key].by_free) {
     if (prefix.Enough(-minus_free)) break;
     prefix.Add(-minus_free);
     const WorkerEntry& w = workers_[id];

@@ -30,13 +30,17 @@ namespace {
 // A registration's fields as this coordinator can use them; InvalidArgument naming each bad field.
 absl::Status RegistrationProblems(const v1::RegisterWorkerRequest& req) {
   std::vector<spec::SpecError> errors;
-  if (req.name().empty()) {
-    errors.push_back({"name", "is required"});
-  } else if (req.name().size() > 128 || !std::all_of(req.name().begin(), req.name().end(), [](char c) {
-               return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
-             })) {
-    errors.push_back({"name", absl::StrCat(spec::Quote(req.name()), " may use only letters, digits, '-', '_' and '.' "
-                                                                    "(at most 128)")});
+  if (std::string problem = spec::NameProblem(req.name()); !problem.empty()) errors.push_back({"name", problem});
+  if (std::string problem = spec::NameProblem(req.pool()); !req.pool().empty() && !problem.empty()) {
+    errors.push_back({"pool", problem});
+  }
+  if (req.labels_size() > 64) errors.push_back({"labels", absl::StrCat(req.labels_size(), " labels; at most 64")});
+  for (const auto& [key, value] : req.labels()) {
+    if (std::string problem = spec::NameProblem(key); !problem.empty()) {
+      errors.push_back({"labels", absl::StrCat("key ", problem)});
+    } else if (value.size() > 256) {
+      errors.push_back({absl::StrCat("labels.", key), "is longer than 256 characters"});
+    }
   }
   if (req.device_kind() != v1::DEVICE_KIND_CPU && req.device_kind() != v1::DEVICE_KIND_CUDA) {
     errors.push_back({"device_kind", "must be cpu or cuda"});
@@ -118,6 +122,8 @@ Coordinator::WorkerEntry& Coordinator::AcceptWorkerLocked(const v1::RegisterWork
   w.info.set_host(req.host());
   w.info.set_metrics_address(req.metrics_address());
   w.info.set_peak_flops_per_device(req.peak_flops_per_device());
+  w.info.set_pool(req.pool().empty() ? "default" : req.pool());
+  *w.info.mutable_labels() = req.labels();
   w.info.set_state(v1::Worker::STATE_ALIVE);
   IndexStoppingLocked(w, /*add=*/true);
   ReindexLocked(w);

@@ -306,6 +306,36 @@ double PromQuery(const std::string& prometheus, const std::string& query) {
   return std::stod(j["data"]["result"][0]["value"][1].get<std::string>());
 }
 
+// Worker pools with real daemons: the workers started with --pool alpha / beta run only their pools'
+// jobs (a and b, started without --pool, are the default pool); a job for a pool without workers
+// waits, its reason naming the pool; `tessera workers` shows pools and labels.
+TEST_F(ClusterTest, JobsRunOnlyOnTheirPoolsWorkers) {
+  ASSERT_TRUE(cluster_->StartWorker("p1", 1, {"--pool=alpha", "--labels=rack=r1,zone=z"}));
+  ASSERT_TRUE(cluster_->StartWorker("p2", 1, {"--pool=beta"}));
+  ASSERT_TRUE(cluster_->WaitAlive({"a", "b", "p1", "p2"})) << Cli({"workers"}).output;
+  const std::string listed = Cli({"workers"}).output;
+  EXPECT_THAT(listed, HasSubstr("POOL"));
+  EXPECT_THAT(listed, HasSubstr("alpha"));
+  EXPECT_THAT(listed, HasSubstr("rack=r1,zone=z"));
+  const std::string gamma = Submit({"placement.pool=gamma", "parallel.dp=1", "train.global_batch=2",
+                                    "output_dir=" + dir_ + "/gamma"});
+  const std::string alpha = Submit({"placement.pool=alpha", "parallel.dp=1", "train.global_batch=2", "train.steps=3",
+                                    "output_dir=" + dir_ + "/alpha"});
+  const std::string beta = Submit({"placement.pool=beta", "parallel.dp=1", "train.global_batch=2", "train.steps=3",
+                                   "output_dir=" + dir_ + "/beta"});
+  for (const auto& [id, worker] : {std::pair{alpha, "p1"}, std::pair{beta, "p2"}}) {
+    ASSERT_TRUE(WaitFor([&] { return Ended(Job(id)); }, 60)) << Job(id).dump();
+    const nlohmann::json job = Job(id);
+    EXPECT_EQ(job.value("state", ""), "JOB_STATE_SUCCEEDED") << job.dump();
+    ASSERT_EQ(job["history"].size(), 1u) << job.dump();
+    EXPECT_EQ(job["history"][0]["workers"], nlohmann::json::array({worker})) << job.dump();
+  }
+  const nlohmann::json waiting = Job(gamma);
+  EXPECT_EQ(waiting.value("state", ""), "JOB_STATE_PENDING");
+  EXPECT_THAT(waiting.value("reason", ""), HasSubstr("no live worker is in pool 'gamma'"));
+  EXPECT_EQ(Cli({"cancel", gamma}).exit_code, 0);
+}
+
 TEST_F(ClusterTest, PrometheusScrapesCoordinatorAndWorkersDuringAJob) {
   // Metrics addresses: the coordinator prints its own; workers report theirs at registration.
   std::string coord_metrics;

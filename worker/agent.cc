@@ -79,6 +79,8 @@ v1::RegisterWorkerRequest Agent::Registration() {
   req.set_store_port_max(options_.store_port_max);
   req.set_metrics_address(options_.metrics_address);
   req.set_peak_flops_per_device(options_.peak_flops_per_device);
+  req.set_pool(options_.pool);
+  for (const auto& [key, value] : options_.labels) (*req.mutable_labels())[key] = value;
   req.set_instance(instance_);
   req.set_attempt(++registrations_);
   req.set_stop_grace_ms(static_cast<int32_t>(std::min<int64_t>(options_.supervisor.stop_grace.count(), 1 << 30)));

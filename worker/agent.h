@@ -13,6 +13,7 @@
 #define TESSERA_WORKER_AGENT_H_
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -42,6 +43,8 @@ struct AgentOptions {
   int store_port_max = 29599;
   std::string metrics_address;
   double peak_flops_per_device = 0;       // Registered: the coordinator's dashboard computes MFU with it.
+  std::string pool;                       // Registered (empty: the default pool): jobs of this pool run here.
+  std::map<std::string, std::string> labels;  // Registered, shown by `tessera workers`.
   std::optional<rpc::TlsMaterial> tls;    // Mutual TLS towards the coordinator; none: insecure.
   // Where a job's ranks may read and write (common/spec/paths.h), checked again here before a rank
   // starts (the coordinator checked on submission, on its own machine). Empty: not confined.

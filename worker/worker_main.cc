@@ -27,6 +27,10 @@ ABSL_FLAG(std::string, name, "", "Node name, unique in the cluster (default: the
 ABSL_FLAG(std::string, host, "",
           "Address other nodes' ranks reach this node's ranks on (their collectives bind to it). Default: "
           "the address this machine uses towards --coordinator (printed).");
+ABSL_FLAG(std::string, pool, "",
+          "The worker pool this node serves (default: the pool 'default'): it runs only jobs whose spec names "
+          "it (placement.pool).");
+ABSL_FLAG(std::string, labels, "", "Free-form labels, k=v,k=v (shown by `tessera workers`).");
 ABSL_FLAG(std::string, store_ports, "29500-29599", "Ports rank 0's c10d store may use here (MIN-MAX).");
 ABSL_FLAG(int, stop_grace_s, 10, "Seconds between SIGTERM and SIGKILL when stopping a rank.");
 ABSL_FLAG(int, collective_timeout_s, 300,
@@ -163,6 +167,15 @@ int main(int argc, char** argv) {
     char host[256] = {0};
     gethostname(host, sizeof(host) - 1);
     o.name = host;
+  }
+  o.pool = absl::GetFlag(FLAGS_pool);
+  if (std::string problem = tessera::spec::NameProblem(o.pool); !o.pool.empty() && !problem.empty()) {
+    return Fail("--pool " + problem);
+  }
+  for (absl::string_view pair : absl::StrSplit(absl::GetFlag(FLAGS_labels), ',', absl::SkipEmpty())) {
+    std::vector<std::string> kv = absl::StrSplit(pair, absl::MaxSplits('=', 1));
+    if (kv.size() != 2 || kv[0].empty()) return Fail("--labels: '" + std::string(pair) + "' is not k=v");
+    o.labels[kv[0]] = kv[1];
   }
   o.host = absl::GetFlag(FLAGS_host);
   if (o.host.empty()) {

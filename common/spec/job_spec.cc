@@ -69,6 +69,7 @@ v1::JobSpec DefaultJobSpec() {
   c->set_every_steps(0);
   c->set_keep(2);
   s.set_device(v1::DEVICE_CPU);
+  s.mutable_placement()->set_pool("default");
   return s;
 }
 

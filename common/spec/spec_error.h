@@ -22,6 +22,10 @@ struct SpecError {
 // errors must not echo megabytes of bad input back.
 std::string Quote(absl::string_view value, size_t max = 64);
 
+// Names of jobs, workers and worker pools: 1–128 letters, digits, '-', '_' and '.'. NameProblem says
+// what is wrong with `name` ("" when nothing is).
+std::string NameProblem(absl::string_view name);
+
 // OK when `errors` is empty; otherwise InvalidArgument whose message has one "field: message" per line.
 absl::Status ToStatus(const std::vector<SpecError>& errors);
 

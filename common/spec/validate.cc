@@ -82,13 +82,6 @@ void CheckEnumsKnown(const google::protobuf::Message& msg, const std::string& pa
   }
 }
 
-bool ValidName(const std::string& name) {
-  if (name.empty() || name.size() > 128) return false;
-  return std::all_of(name.begin(), name.end(), [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
-  });
-}
-
 // Mixture of Experts: the sizes' bounds and what each family's sparse block has. What the layout
 // needs of them (top-k within the experts, ep dividing them) is CheckLayout's.
 void CheckExperts(const v1::ModelSpec& m, Checker& c) {
@@ -375,11 +368,8 @@ std::vector<SpecError> ValidateJobSpec(const v1::JobSpec& s) {
   std::vector<SpecError> errors;
   Checker c(&errors);
   CheckEnumsKnown(s, "", c);
-  if (!ValidName(s.name())) {
-    c.Fail("name", s.name().empty()      ? "is required"
-                   : s.name().size() > 128 ? absl::StrCat(Quote(s.name(), 32), " is longer than 128 characters")
-                                           : absl::StrCat(Quote(s.name()), " may use only letters, digits, '-', '_' and '.'"));
-  }
+  if (std::string problem = NameProblem(s.name()); !problem.empty()) c.Fail("name", problem);
+  if (std::string problem = NameProblem(s.placement().pool()); !problem.empty()) c.Fail("placement.pool", problem);
   CheckModel(s.model(), c);
   if (s.data().blend_size() == 0 && s.data().path().empty()) {
     c.Fail("data.path", "is required (a token file; see tessera data prepare), or data.blend");

@@ -166,8 +166,11 @@ TEST(UiPageTest, OverviewListsWorkersAndJobs) {
   w.set_state(v1::Worker::STATE_ALIVE);
   w.set_device_count(2);
   w.set_peak_flops_per_device(1e12);
+  w.set_pool("gpu-<a>");
   const std::string html = RenderOverview({true, "alice", false}, {w}, {SampleJob()}, {5, 0});
   EXPECT_THAT(html, HasSubstr("data-worker=\"node-1\""));
+  EXPECT_THAT(html, HasSubstr("<th>pool</th>"));
+  EXPECT_THAT(html, HasSubstr(">gpu-&lt;a&gt;<"));
   EXPECT_THAT(html, HasSubstr("data-job=\"job-000007\" data-state=\"RUNNING\""));
   EXPECT_THAT(html, HasSubstr("&lt;img src=x&gt;"));
   EXPECT_THAT(html, Not(HasSubstr("<img")));

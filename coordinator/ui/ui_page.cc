@@ -101,12 +101,13 @@ std::string RenderOverview(const Viewer& viewer, const std::vector<v1::Worker>& 
   }
   absl::StrAppend(&out, "<h2>Workers</h2><p class=\"note\" id=\"device-summary\">", workers.size(), " workers, ", used,
                   " of ", devices, " devices of live workers in use</p>");
-  absl::StrAppend(&out, "<table id=\"workers\"><thead><tr><th>worker</th><th>state</th><th>host</th><th>devices</th>"
+  absl::StrAppend(&out, "<table id=\"workers\"><thead><tr><th>worker</th><th>pool</th><th>state</th><th>host</th><th>devices</th>"
                         "<th>in use</th><th>device memory</th><th>peak TFLOP/s per device</th><th>last heartbeat</th>"
                         "<th>metrics</th></tr></thead><tbody>");
   for (const auto& w : workers) {
     const std::string state = WorkerStateName(w.state());
     absl::StrAppend(&out, "<tr data-worker=\"", Escape(w.name()), "\">", Cell(Escape(w.name())),
+                    Cell(Escape(w.pool().empty() ? "default" : w.pool())),
                     absl::StrCat("<td class=\"state ", state, "\">", state, "</td>"), Cell(Escape(w.host())),
                     Cell(absl::StrCat(w.device_count(), " ", KindName(w.device_kind())), "num"),
                     Cell(absl::StrCat(w.devices_in_use()), "num"),

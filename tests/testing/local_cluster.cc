@@ -28,7 +28,7 @@ bool LocalCluster::StartCoordinator() {
   return WaitFor([&] { return Cli({"jobs"}).exit_code == 0; }, 20);
 }
 
-bool LocalCluster::StartWorker(const std::string& name, int devices) {
+bool LocalCluster::StartWorker(const std::string& name, int devices, const std::vector<std::string>& flags) {
   // Store ports: a range starting at a port that was just free (not the coordinator's).
   int base = net::PickFreePort();
   while (base == port_ || base > 65000) base = net::PickFreePort();
@@ -39,6 +39,7 @@ bool LocalCluster::StartWorker(const std::string& name, int devices) {
              "--metrics_listen=127.0.0.1:0"};
   for (const std::string& f : certs_->WorkerFlags(name)) so.argv.push_back(f);
   for (const std::string& f : ClusterCerts::RootFlags(dir_)) so.argv.push_back(f);
+  so.argv.insert(so.argv.end(), flags.begin(), flags.end());
   so.log_path = dir_ + "/worker_" + name + ".log";
   so.env = {{"TESSERA_RANK_BINARY", Runfile("worker/rank/tessera-rank")}};
   auto pid = process::Spawn(so);

@@ -27,8 +27,8 @@ class LocalCluster {
   // Starts the coordinator (heartbeat timeout 5 s) and waits until the CLI reaches it. False on failure.
   bool StartCoordinator();
   // Starts worker `name` with `devices` CPU devices (stop grace 3 s, one thread per rank); its pid goes
-  // to workers()[name]. False when it cannot be spawned.
-  bool StartWorker(const std::string& name, int devices = 1);
+  // to workers()[name]; `flags` are added to its command line (e.g. --pool). False when it cannot be spawned.
+  bool StartWorker(const std::string& name, int devices = 1, const std::vector<std::string>& flags = {});
   // Waits until every named worker is ALIVE.
   bool WaitAlive(const std::vector<std::string>& names, int seconds = 20);
   // Stops every daemon still running (SIGTERM, then SIGKILL after 10 s).
