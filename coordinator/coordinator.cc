@@ -124,6 +124,15 @@ void Coordinator::SetStateLocked(JobEntry& e, v1::JobState state, const std::str
   // Every placement, attempt and end comes with a state change; progress (checkpoints, steps), which
   // reconciliation does not read, does not end the heartbeats' fast path.
   RanksChangedLocked();
+  if (options_.on_transition && (state != e.job.state() || reason != e.job.reason())) {
+    auto name = [](v1::JobState s) {
+      return s == v1::JOB_STATE_UNSPECIFIED ? std::string("NEW") : std::string(v1::JobState_Name(s)).substr(10);
+    };
+    options_.on_transition(absl::StrCat(e.job.id(), " (", e.job.spec().name(), ") ",
+                                        state != e.job.state() ? absl::StrCat(name(e.job.state()), " -> ") : "",
+                                        name(state), reason.empty() ? "" : ": ",
+                                        reason.size() > 2000 ? reason.substr(0, 2000) + "…" : reason));
+  }
   e.job.set_state(state);
   e.job.set_reason(reason);
   ChangedLocked(e, /*persist=*/true);
@@ -194,6 +203,11 @@ absl::StatusOr<v1::Job> Coordinator::Submit(const v1::JobSpec& spec, int max_res
   e.last_persist = Now();
   e.queued_at = e.last_persist;
   ChangedLocked(e, /*persist=*/false);
+  if (options_.on_transition) {
+    options_.on_transition(absl::StrCat(*id, " (", spec.name(), ") submitted", owner.empty() ? "" : " by " + owner,
+                                        ": ", spec::WorldSize(spec), " ranks, pool ", PoolOf(spec).second,
+                                        ", max_restarts ", max_restarts));
+  }
   queue_.push_back(*id);
   TryScheduleLocked();
   return e.job;

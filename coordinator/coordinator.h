@@ -65,6 +65,10 @@ struct CoordinatorOptions {
   // inside OUTPUT_ROOT/OWNER for a job with an owner), also after resolving symbolic links on this
   // machine; logs are read only from inside the output root.
   spec::PathRoots roots;
+  // Where every job state change goes, one line each — placements, attempt ends, restarts, requeues,
+  // ends — with its reason (the daemon: stderr, so that its journal tells each job's story). Called
+  // under the coordinator's lock. May be empty.
+  std::function<void(const std::string& line)> on_transition;
   // The clock of every deadline above (common/time/clock.h); tests pass a FakeClock. Not owned.
   Clock* clock = RealClock();
 };

@@ -80,6 +80,9 @@ tessera::coordinator::CoordinatorOptions OptionsFromFlags(const tessera::spec::P
   options.backfill_limit = absl::Seconds(absl::GetFlag(FLAGS_backfill_limit_s));
   options.progress_timeout = absl::Seconds(std::max(0, absl::GetFlag(FLAGS_progress_timeout_s)));
   options.on_scheduled = [&metrics](absl::Duration d) { metrics.ObserveScheduling(absl::ToDoubleSeconds(d)); };
+  options.on_transition = [](const std::string& line) {
+    std::cerr << "tessera-coordinator: job " << line << std::endl;
+  };
   return options;
 }
 

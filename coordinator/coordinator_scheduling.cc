@@ -232,8 +232,13 @@ void Coordinator::StartAttemptLocked(JobEntry& e, const Placement& placement, in
   e.scheduled_at = Now();
   e.progressed_at = absl::InfinitePast();
   if (options_.on_scheduled) options_.on_scheduled(Now() - e.queued_at);
+  // The first workers by name in the reason (the history lists them all).
+  std::string names;
+  for (int i = 0; i < h->workers_size() && i < 4; ++i) absl::StrAppend(&names, i ? ", " : "", h->workers(i));
+  if (h->workers_size() > 4) absl::StrAppend(&names, ", … ", h->workers_size() - 4, " more");
   SetStateLocked(e, v1::JOB_STATE_SCHEDULED,
-                 absl::StrCat("attempt ", e.job.attempt(), " placed",
+                 absl::StrCat("attempt ", e.job.attempt(), " placed: ", world, " rank", world == 1 ? "" : "s", " on ",
+                              h->workers_size(), " worker", h->workers_size() == 1 ? "" : "s", " (", names, ")",
                               e.requeue_cause.empty() ? "" : absl::StrCat(" (after: ", e.requeue_cause, ")")));
   e.requeue_cause.clear();
   // Write-ahead: the START orders leave once the SCHEDULED row — the attempt number, half of the

@@ -24,6 +24,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using testing::RunTessera;
 using testing::WaitFor;
 
@@ -112,6 +113,29 @@ class ClusterTest : public ::testing::Test {
   std::unique_ptr<testing::LocalCluster> cluster_;
   std::string dir_, data_, spec_;
 };
+
+// What an operator reads: the coordinator's log tells the job's story (submitted, placed, running,
+// ended) and every rank logs progress lines (train.log_every) besides its header.
+TEST_F(ClusterTest, TheCoordinatorLogsEachTransitionAndRanksLogTheirProgress) {
+  const std::string id = Submit({"train.steps=6", "train.log_every=2", "output_dir=" + dir_ + "/story"});
+  ASSERT_TRUE(WaitFor([&] { return Ended(Job(id)); }, 60)) << Job(id).dump();
+  EXPECT_EQ(Job(id).value("state", ""), "JOB_STATE_SUCCEEDED");
+  std::ifstream in(dir_ + "/coordinator.log");
+  const std::string log((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  for (const std::string& line : {"job " + id + " (cluster) submitted by ",
+                                  "job " + id + " (cluster) PENDING -> SCHEDULED: attempt 1 placed: 2 ranks on 2 workers (a, b)",
+                                  "job " + id + " (cluster) SCHEDULED -> RUNNING: attempt 1 running",
+                                  "job " + id + " (cluster) RUNNING -> SUCCEEDED: all ranks finished (attempt 1)"}) {
+    EXPECT_THAT(log, HasSubstr(line)) << log;
+  }
+  for (const char* rank : {"0", "1"}) {
+    const std::string ranks = Cli({"logs", id, "--rank", rank}).output;
+    for (int step : {2, 4, 6}) {
+      EXPECT_THAT(ranks, HasSubstr(absl::StrCat("tessera: rank ", rank, ": step ", step, "/6 loss "))) << ranks;
+    }
+    EXPECT_THAT(ranks, Not(HasSubstr(absl::StrCat("tessera: rank ", rank, ": step 3/6")))) << ranks;
+  }
+}
 
 TEST_F(ClusterTest, SubmittedJobSucceedsAndLearns) {
   // With a held-out tail evaluated after steps 10 and 20: val_loss reaches the job's progress.

@@ -62,6 +62,7 @@ v1::JobSpec DefaultJobSpec() {
   t->set_initial_loss_scale(65536);
   t->set_loss_scale_window(1000);
   t->set_eval_every(0);
+  t->set_log_every(10);
   t->set_eval_batches(10);
   s.mutable_optimizer()->set_offload(v1::OFFLOAD_NONE);
   t->set_seed(1234);

@@ -397,6 +397,7 @@ std::vector<SpecError> ValidateJobSpec(const v1::JobSpec& s) {
     c.Fail("data.valid_fraction", "give data.valid_path or data.valid_fraction, not both");
   }
   c.InRange("train.eval_every", s.train().eval_every(), 0, limits::kMaxSteps);
+  c.InRange("train.log_every", s.train().log_every(), 0, limits::kMaxSteps);
   c.InRange("train.eval_batches", s.train().eval_batches(), 1, limits::kMaxEvalBatches);
   if (s.train().eval_every() > 0 && f == 0 && s.data().valid_path().empty()) {
     c.Fail("train.eval_every", "needs validation data: data.valid_path or data.valid_fraction");

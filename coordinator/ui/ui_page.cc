@@ -21,7 +21,7 @@ main{padding:12px 20px}h2{font-size:16px;margin:18px 0 8px}
 table{border-collapse:collapse;background:#fff;box-shadow:0 1px 2px #0002}
 th,td{padding:4px 10px;border-bottom:1px solid #e3e6eb;text-align:left;white-space:nowrap}
 th{background:#eceff3;font-weight:600}td.num{text-align:right;font-variant-numeric:tabular-nums}
-td.reason{white-space:normal;max-width:420px;color:#555}
+td.reason{white-space:normal;overflow-wrap:anywhere;word-break:break-word;min-width:240px;max-width:420px;color:#555}
 .state{font-weight:600}.RUNNING,.ALIVE,.SUCCEEDED{color:#1a7f37}.FAILED,.LOST{color:#c62828}
 .PENDING,.SCHEDULED,.RESTARTING{color:#9a6700}.CANCELLED{color:#666}
 .charts{display:flex;flex-wrap:wrap;gap:12px}

@@ -612,6 +612,9 @@ absl::Status Trainer::Run(const std::function<void(const StepStats&)>& on_step) 
       mine["checkpoint_write_step"] = stats->checkpoint_write_step;
     }
     std::ofstream(rank_log, std::ios::app) << mine.dump() << "\n";
+    if (options_.log_every > 0 && (step_ % options_.log_every == 0 || step_ == options_.steps)) {
+      LogProgress(*stats);
+    }
     if (on_step) on_step(*stats);
     if (options_.dump_at_step == step_) TESSERA_RETURN_IF_ERROR(DumpDebug());
     if (checkpoint) {

@@ -194,6 +194,8 @@ class Trainer {
   // Communicator::bytes_communicated summed over this rank's distinct groups.
   int64_t BytesCommunicated() const;
   absl::Status DumpDebug();
+  // One progress line on stderr (the rank's log): step, loss, tokens/s, step time, memory.
+  void LogProgress(const StepStats& stats) const;
 
   TrainerOptions options_;
   ProcessGroups groups_;

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "formats/tensorboard/event_file.h"
 #include "nlohmann/json.hpp"
 #include "parallel/train/status_macros.h"
@@ -55,6 +56,17 @@ absl::Status Trainer::TrimStepLog() {
     std::cerr << "tessera: warning: no TensorBoard events: " << events.status().message() << std::endl;
   }
   return absl::OkStatus();
+}
+
+void Trainer::LogProgress(const StepStats& s) const {
+  std::string line = absl::StrFormat("tessera: rank %d: step %d/%d loss %.4f", groups_.global_rank, s.step,
+                                     options_.steps, s.loss);
+  if (s.val_loss) absl::StrAppendFormat(&line, " val_loss %.4f", *s.val_loss);
+  absl::StrAppendFormat(&line, " tokens/s %.0f step %.3f s rss %.0f MiB", s.tokens_per_s, s.step_seconds,
+                        s.rss_peak_bytes / 1048576.0);
+  if (s.live_peak_bytes > 0) absl::StrAppendFormat(&line, " live %.0f MiB", s.live_peak_bytes / 1048576.0);
+  if (s.skipped) line += " (skipped: fp16 overflow)";
+  std::cerr << line << std::endl;
 }
 
 absl::Status Trainer::AppendStepLog(const StepStats& s) {

@@ -39,6 +39,7 @@ parallel::TrainerOptions ToTrainerOptions(const v1::JobSpec& spec) {
   o.initial_loss_scale = t.initial_loss_scale();
   o.loss_scale_window = t.loss_scale_window();
   o.eval_every = t.eval_every();
+  o.log_every = t.log_every();
   o.eval_batches = t.eval_batches();
   o.offload_optimizer = spec.optimizer().offload() == v1::OFFLOAD_CPU;
   o.checkpoint_dir = spec.checkpoint().dir();
