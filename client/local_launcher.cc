@@ -18,6 +18,7 @@
 #include "client/exit_codes.h"
 #include "client/progress_line.h"
 #include "common/net/free_port.h"
+#include "common/process/cpu_peak.h"
 #include "common/process/find_binary.h"
 #include "common/process/rank_launch.h"
 #include "common/process/subprocess.h"
@@ -149,6 +150,8 @@ int RunLocal(const LaunchOptions& options) {
     launch.rank = r, launch.world_size = world, launch.local_rank = r;
     launch.store_port = port;
     launch.threads = threads;
+    // MFU against a CPU's nominal peak; a GPU's is not known here (the worker takes --peak_tflops_per_device).
+    if (spec->device() != v1::DEVICE_CUDA) launch.peak_flops_per_device = process::CpuPeakFlops(threads);
     launch.dump_at_step = options.dump_at_step;
     process::SpawnOptions so;
     so.argv = launch.Argv();

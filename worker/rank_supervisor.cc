@@ -70,6 +70,7 @@ absl::Status RankSupervisor::Start(const v1::Assignment& a) {
   launch.host = options_.host;  // NCCL's and Gloo's sockets on the interface other nodes reach this one by.
   launch.interface = options_.interface;
   launch.threads = options_.threads_per_rank;
+  launch.peak_flops_per_device = options_.peak_flops_per_device;
   launch.timeout_s = options_.collective_timeout_s;
   if (!a.job_uid().empty()) launch.fence_job = a.job_uid(), launch.fence_attempt = a.attempt();
   if (a.rank() == 0) {

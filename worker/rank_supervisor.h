@@ -31,6 +31,7 @@ struct RankSupervisorOptions {
   std::string work_dir;                         // jobs/<job>/attempt_<n>/job.json goes here; rank logs go
                                                 // to the job's OUTPUT_DIR/logs/rank_<r>.log.
   int threads_per_rank = 1;
+  double peak_flops_per_device = 0;  // Passed to ranks (MFU in steps.jsonl); 0: not reported.
   std::chrono::milliseconds stop_grace{10000};  // SIGTERM → SIGKILL.
   std::string host = "127.0.0.1";               // This node's address (the worker's --host): the ranks'
                                                 // collectives bind to it (tessera-rank --host).

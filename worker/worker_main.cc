@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "absl/flags/flag.h"
+#include "common/process/cpu_peak.h"
 #include "absl/flags/parse.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/flags/usage.h"
@@ -61,19 +62,6 @@ std::atomic<bool> g_stop{false};
 void OnSignal(int) { g_stop = true; }
 
 // The clock of the first CPU from /proc/cpuinfo (Hz), or 2.5 GHz when it says nothing.
-double CpuHz() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("cpu MHz", 0) == 0) {
-      double mhz = 0;
-      if (absl::SimpleAtod(absl::StripAsciiWhitespace(line.substr(line.find(':') + 1)), &mhz) && mhz > 0) {
-        return mhz * 1e6;
-      }
-    }
-  }
-  return 2.5e9;
-}
 
 int64_t MemTotalBytes() {
   std::ifstream in("/proc/meminfo");
@@ -203,7 +191,8 @@ int main(int argc, char** argv) {
   if (!metrics_server.ok()) return Fail("--metrics_listen: " + std::string(metrics_server.status().message()));
   o.metrics_address = (*metrics_server)->address();
   double peak = absl::GetFlag(FLAGS_peak_tflops_per_device) * 1e12;
-  if (peak <= 0) peak = o.supervisor.threads_per_rank * 32.0 * CpuHz();
+  if (peak <= 0) peak = tessera::process::CpuPeakFlops(o.supervisor.threads_per_rank);
+  o.supervisor.peak_flops_per_device = peak;
   o.peak_flops_per_device = peak;
   tessera::worker::WorkerMetrics metrics((*metrics_server)->registry(), peak);
   struct sigaction sa {};

@@ -16,6 +16,7 @@ std::vector<std::string> RankLaunch::Argv() const {
                                    absl::StrCat("--threads=", threads),
                                    absl::StrCat("--timeout_s=", timeout_s)};
   if (dump_at_step > 0) argv.push_back(absl::StrCat("--dump_at_step=", dump_at_step));
+  if (peak_flops_per_device > 0) argv.push_back(absl::StrCat("--peak_flops_per_device=", peak_flops_per_device));
   if (fence_attempt > 0) {
     argv.push_back("--fence_job=" + fence_job);
     argv.push_back(absl::StrCat("--fence_attempt=", fence_attempt));

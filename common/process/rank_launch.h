@@ -23,6 +23,7 @@ struct RankLaunch {
   int threads = 1;                     // Intra-op threads (also OMP_NUM_THREADS and MKL_NUM_THREADS).
   int timeout_s = 300;                 // Rendezvous and collective timeout.
   int64_t dump_at_step = 0;            // > 0: debug dump of weights and gradients after that step.
+  double peak_flops_per_device = 0;    // > 0: the rank reports MFU against it (steps.jsonl "mfu").
   // The network interface that has `host` ("" unknown): NCCL's and Gloo's socket interface.
   std::string interface;
   // A cluster attempt's fencing token (tessera-rank --fence_job, --fence_attempt; see

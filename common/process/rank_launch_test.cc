@@ -22,6 +22,8 @@ TEST(RankLaunchTest, RendersEveryFlagOfTheRank) {
                                     "--host=198.18.0.2", "--threads=2", "--timeout_s=30"));
   l.dump_at_step = 5;
   EXPECT_THAT(l.Argv(), Contains("--dump_at_step=5"));
+  l.peak_flops_per_device = 2.5e12;
+  EXPECT_THAT(l.Argv(), Contains("--peak_flops_per_device=2.5e+12"));
 }
 
 TEST(RankLaunchTest, EnvironmentBoundsThreadsAndNamesTheInterface) {

@@ -33,6 +33,9 @@ struct TrainerOptions {
   double valid_fraction = 0;
   int64_t eval_every = 0;           // Evaluate after every N-th step; 0: only after the last step.
   int64_t log_every = 0;            // A progress line on stderr every N steps and at the last; 0: none.
+  // Peak FLOP/s of one device: steps.jsonl reports mfu = tokens/s · model FLOPs per token / (this ·
+  // world size). 0: no mfu.
+  double peak_flops_per_device = 0;
   int eval_batches = 10;            // Each evaluation: this many global batches of validation samples.
   // Sizes, rank order and modes of every parallel axis, and the ZeRO stage (layout/parallel_layout.h);
   // the process groups the Trainer gets must have been built from the same layout.

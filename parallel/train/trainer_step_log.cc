@@ -102,6 +102,10 @@ absl::Status Trainer::AppendStepLog(const StepStats& s) {
     j["checkpoint_write_s"] = *s.checkpoint_write_s;
     j["checkpoint_write_step"] = s.checkpoint_write_step;
   }
+  if (options_.peak_flops_per_device > 0) {
+    j["mfu"] = s.tokens_per_s * options_.model.TrainingFlopsPerToken() /
+               (options_.peak_flops_per_device * groups_.world->size());
+  }
   j["resumed_from"] = resumed_from_;
   j["discarded_steps"] = discarded_steps_;
   std::ofstream out(options_.output_dir + "/steps.jsonl", std::ios::app);

@@ -74,6 +74,7 @@ checkpoint: {{every_steps: 4, keep: 3}}
         self.assertIn("train/loss", got)
         self.assertIn("val/val_loss", got)
         self.assertIn("train/tokens_per_s", got)
+        self.assertIn("train/mfu", got)  # Against the CPU's nominal peak (tessera run).
         for tag, events in want.items():
             self.assertEqual(got[tag], events, tag)  # Every step once, in order, with the line's value.
         return lines

@@ -30,6 +30,7 @@ ABSL_FLAG(int, store_port, 0, "Port of the c10d TCPStore.");
 ABSL_FLAG(std::string, host, "127.0.0.1",
           "This node's address, which the job's other nodes reach: Gloo binds to it (the worker's --host).");
 ABSL_FLAG(int, threads, 1, "Intra-op threads of this rank.");
+ABSL_FLAG(double, peak_flops_per_device, 0, "Peak FLOP/s of one device: MFU in steps.jsonl (0: not reported).");
 ABSL_FLAG(int, local_rank, -1, "Index of this rank on its machine (its GPU); default: --rank.");
 ABSL_FLAG(int64_t, dump_at_step, 0, "Debug: write full weights and gradients after this step.");
 ABSL_FLAG(int, timeout_s, 300, "Rendezvous and collective timeout in seconds.");
@@ -51,6 +52,7 @@ absl::Status RunRank() {
   }
   parallel::TrainerOptions options = ToTrainerOptions(*spec);
   options.dump_at_step = absl::GetFlag(FLAGS_dump_at_step);
+  options.peak_flops_per_device = absl::GetFlag(FLAGS_peak_flops_per_device);
   options.fence = {absl::GetFlag(FLAGS_fence_job), absl::GetFlag(FLAGS_fence_attempt)};
   const int local_rank = absl::GetFlag(FLAGS_local_rank);
   options.device.local_rank = local_rank >= 0 ? local_rank : absl::GetFlag(FLAGS_rank);
