@@ -3,6 +3,9 @@
 #   image            bash deploy/container/build.sh       (debootstrap + podman import + podman build)
 #   container_demo   bash deploy/container/demo.sh        (coordinator + 2 workers in containers, mTLS,
 #                                                          a worker container killed and the job resumed)
+#   kubernetes_demo  bash deploy/kubernetes/demo.sh      (the Kubernetes manifests checked, the Pods of
+#                                                          their StatefulSet and DaemonSet played with
+#                                                          podman kube play, the demo job SUCCEEDED)
 #   image_cuda       bash deploy/container/test_cuda_image.sh  (the GPU variant built; its libraries all
 #                                                          resolve in it, a CPU run trains, device cuda
 #                                                          stops with the no-GPU error)
@@ -41,6 +44,7 @@ case_() {  # case_ NAME COMMAND...
 }
 case_ image bash deploy/container/build.sh
 case_ container_demo bash deploy/container/demo.sh
+case_ kubernetes_demo bash deploy/kubernetes/demo.sh
 case_ image_cuda bash deploy/container/test_cuda_image.sh
 case_ systemd_units bash deploy/systemd/test_units.sh
 exit $rc
