@@ -6,6 +6,9 @@
 #   kubernetes_demo  bash deploy/kubernetes/demo.sh      (the Kubernetes manifests checked, the Pods of
 #                                                          their StatefulSet and DaemonSet played with
 #                                                          podman kube play, the demo job SUCCEEDED)
+#   slurm_demo       bash deploy/slurm/demo.sh           (slurmctld + a slurmd per test host, munge: sbatch runs
+#                                                          the demo job in its allocation's worker pool to
+#                                                          SUCCEEDED; scancel mid-job leaves no worker or rank)
 #   image_cuda       bash deploy/container/test_cuda_image.sh  (the GPU variant built; its libraries all
 #                                                          resolve in it, a CPU run trains, device cuda
 #                                                          stops with the no-GPU error)
@@ -45,6 +48,7 @@ case_() {  # case_ NAME COMMAND...
 case_ image bash deploy/container/build.sh
 case_ container_demo bash deploy/container/demo.sh
 case_ kubernetes_demo bash deploy/kubernetes/demo.sh
+case_ slurm_demo bash deploy/slurm/demo.sh
 case_ image_cuda bash deploy/container/test_cuda_image.sh
 case_ systemd_units bash deploy/systemd/test_units.sh
 exit $rc
