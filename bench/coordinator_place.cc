@@ -66,9 +66,8 @@ tessera::v1::RegisterWorkerRequest Registration(int i, int devices) {
   return r;
 }
 
-// A coordinator restarted on `db`: each worker registers again listing the ranks its START orders
-// started (what the worker agent sends); the time until the last registration is answered.
-double Reregister(const std::string& db, int devices, const std::vector<std::unique_ptr<QueueSink>>& sinks) {
+// A coordinator on the SQLite file `db` (recovered from it), with no heartbeat timeout to speak of.
+std::unique_ptr<co::Coordinator> OpenCoordinator(const std::string& db) {
   auto store = co::JobStore::Open({db});
   if (!store.ok()) {
     std::cerr << "error: " << store.status() << "\n";
@@ -78,6 +77,13 @@ double Reregister(const std::string& db, int devices, const std::vector<std::uni
   options.heartbeat_timeout = absl::Hours(1);
   auto c = std::make_unique<co::Coordinator>(options, std::move(*store));
   if (!c->Recover().ok()) std::exit(1);
+  return c;
+}
+
+// A coordinator restarted on `db`: each worker registers again listing the ranks its START orders
+// started (what the worker agent sends); the time until the last registration is answered.
+double Reregister(const std::string& db, int devices, const std::vector<std::unique_ptr<QueueSink>>& sinks) {
+  auto c = OpenCoordinator(db);
   std::vector<tessera::v1::RegisterWorkerRequest> regs;
   for (size_t i = 0; i < sinks.size(); ++i) {
     regs.push_back(Registration(static_cast<int>(i), devices));
@@ -103,15 +109,7 @@ double Reregister(const std::string& db, int devices, const std::vector<std::uni
 Times Round(const std::string& dir, int round, int workers, int devices, const tessera::v1::JobSpec& spec,
             size_t* orders) {
   const std::string db = absl::StrCat(dir, "/c", round, ".db");
-  auto store = co::JobStore::Open({db});
-  if (!store.ok()) {
-    std::cerr << "error: " << store.status() << "\n";
-    std::exit(1);
-  }
-  co::CoordinatorOptions options;
-  options.heartbeat_timeout = absl::Hours(1);
-  auto c = std::make_unique<co::Coordinator>(options, std::move(*store));
-  if (!c->Recover().ok()) std::exit(1);
+  auto c = OpenCoordinator(db);
   std::vector<std::unique_ptr<QueueSink>> sinks;
   for (int i = 0; i < workers; ++i) {
     auto reg = c->RegisterWorker(Registration(i, devices));

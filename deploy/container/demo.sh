@@ -63,12 +63,8 @@ worker() {  # worker I: start worker I's container
 worker 1
 worker 2
 
-export TESSERA_COORDINATOR="$subnet.10:7070" TESSERA_TLS_CA="$run/certs/ca.pem" \
-  TESSERA_TLS_CERT="$run/certs/user-demo.pem" TESSERA_TLS_KEY="$run/certs/user-demo.key"
-alive() { "$cli" workers 2>/dev/null | grep -c ALIVE || true; }
-for _ in $(seq 150); do [ "$(alive)" -ge 2 ] && break; sleep 0.2; done
-"$cli" workers
-[ "$(alive)" -ge 2 ] || fail "the two worker containers did not register"
+as_demo_user "$subnet.10"
+wait_alive 2 "the two worker containers"
 for n in "${names[@]}"; do
   pm healthcheck run "$n" >/dev/null || fail "$n is not healthy"
 done

@@ -26,6 +26,18 @@ start_run() {
     { tail -20 "$run/bazel.log" >&2; fail "bazel build //client:tessera failed"; }
   cli="$PWD/bazel-bin/client/tessera"
 }
+# as_demo_user HOST: the CLI talks to the coordinator at HOST:7070 as the user "demo" of $run/certs.
+as_demo_user() {
+  export TESSERA_COORDINATOR="$1:7070" TESSERA_TLS_CA="$run/certs/ca.pem" \
+    TESSERA_TLS_CERT="$run/certs/user-demo.pem" TESSERA_TLS_KEY="$run/certs/user-demo.key"
+}
+# wait_alive N WHAT: until N workers are ALIVE (30 s at most), then lists them; fails naming WHAT.
+wait_alive() {
+  alive() { "$cli" workers 2>/dev/null | grep -c ALIVE || true; }
+  for _ in $(seq 150); do [ "$(alive)" -ge "$1" ] && break; sleep 0.2; done
+  "$cli" workers
+  [ "$(alive)" -ge "$1" ] || fail "$2 did not register"
+}
 # pm ARGS...: podman, its chatter (it cannot reach systemd for health-check timers or syslog here) kept
 # in $run/podman.log and shown only when it fails.
 pm() { podman "$@" 2>>"$run/podman.log" || { tail -5 "$run/podman.log" >&2; return 1; }; }

@@ -44,12 +44,8 @@ text=/usr/share/common-licenses/GPL-3
 chown -R 10001:10001 "$run/volumes"
 pm kube play --network "$net" --ip "$subnet.10" --ip "$subnet.11" --ip "$subnet.12" "$run/play.yaml" >/dev/null
 
-export TESSERA_COORDINATOR="$subnet.10:7070" TESSERA_TLS_CA="$run/certs/ca.pem" \
-  TESSERA_TLS_CERT="$run/certs/user-demo.pem" TESSERA_TLS_KEY="$run/certs/user-demo.key"
-alive() { "$cli" workers 2>/dev/null | grep -c ALIVE || true; }
-for _ in $(seq 150); do [ "$(alive)" -ge 2 ] && break; sleep 0.2; done
-"$cli" workers
-[ "$(alive)" -ge 2 ] || fail "the two worker pods did not register"
+as_demo_user "$subnet.10"
+wait_alive 2 "the two worker pods"
 # What the probes probe: every pod's /metrics.
 for target in "$subnet.10:9464" "$subnet.11:9465" "$subnet.12:9465"; do
   "${python[@]}" - "$target" <<'PY' || fail "/metrics of $target"

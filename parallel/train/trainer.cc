@@ -8,7 +8,6 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
-#include <iostream>
 #include <sstream>
 #include <tuple>
 
@@ -31,7 +30,7 @@
 #include "parallel/models/hf_weights.h"
 #include "parallel/models/peft_weights.h"
 #include "parallel/optim/lr_schedule.h"
-#include "parallel/train/checkpoint_write.h"
+#include "parallel/train/checkpoint_write.h"  // Complete types of the members the constructor may destroy.
 #include "parallel/train/status_macros.h"
 
 namespace tessera::parallel {
@@ -558,90 +557,6 @@ int64_t Trainer::BytesCommunicated() const {
     if (g) n += g->bytes_communicated();
   }
   return n;
-}
-
-absl::Status Trainer::Run(const std::function<void(const StepStats&)>& on_step) {
-  if (groups_.global_rank == 0) TESSERA_RETURN_IF_ERROR(TrimStepLog());
-  // Every rank's own measurements of this run (communication, memory, pipeline waiting), one line
-  // per step, for benchmarks and debugging: output_dir/ranks/rank_R.jsonl (restarted with the run).
-  std::error_code ec;
-  fs::create_directories(options_.output_dir + "/ranks", ec);
-  const std::string rank_log = absl::StrCat(options_.output_dir, "/ranks/rank_", groups_.global_rank, ".jsonl");
-  std::ofstream(rank_log, std::ios::trunc).close();
-  while (step_ < options_.steps) {
-    auto stats = Step();
-    if (!stats.ok()) return stats.status();
-    if (EvaluatesNow()) {
-      const auto start = std::chrono::steady_clock::now();
-      auto val = Evaluate();
-      if (!val.ok()) return val.status();
-      stats->val_loss = *val;
-      stats->eval_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    }
-    // checkpoint.async: a background write that ended is reported (and its failure ends the run); on a
-    // checkpoint step the snapshot is taken before the step is logged (the step line says how long it
-    // held the step), and the write starts only after the line: a checkpoint is never committed
-    // before the line of its step is in steps.jsonl.
-    const bool periodic = options_.checkpoint_every > 0 && step_ % options_.checkpoint_every == 0;
-    const bool checkpoint = periodic || step_ == options_.steps;
-    if (BackgroundCheckpointEnded()) TESSERA_RETURN_IF_ERROR(WaitForCheckpoint());
-    if (checkpoint && options_.checkpoint_async) {
-      TESSERA_RETURN_IF_ERROR(SnapshotCheckpoint());
-      stats->checkpoint_blocked_s = snapshot_blocked_s_;
-      stats->checkpoint_snapshot_bytes = snapshot_->snapshot_bytes;
-    }
-    if (write_ended_) {
-      stats->checkpoint_write_step = write_ended_->first;
-      stats->checkpoint_write_s = write_ended_->second;
-      write_ended_.reset();
-    }
-    if (groups_.global_rank == 0) TESSERA_RETURN_IF_ERROR(AppendStepLog(*stats));
-    nlohmann::json mine = {{"step", stats->step}, {"step_seconds", stats->step_seconds},
-                           {"bytes_communicated", stats->bytes_communicated}, {"rss_peak_bytes", stats->rss_peak_bytes},
-                           {"rss_base_bytes", rss_base_bytes_}, {"live_peak_bytes", stats->live_peak_bytes},
-                           {"model_state_bytes", stats->model_state_bytes},
-                           {"optimizer_state_bytes", stats->optimizer_state_bytes},
-                           {"frozen_param_bytes", stats->frozen_param_bytes},
-                           {"pipeline_wait_s", stats->pipeline_wait_s}};
-    if (stats->checkpoint_blocked_s) {
-      mine["checkpoint_blocked_s"] = *stats->checkpoint_blocked_s;
-      mine["checkpoint_snapshot_bytes"] = stats->checkpoint_snapshot_bytes;
-    }
-    if (stats->checkpoint_write_s) {
-      mine["checkpoint_write_s"] = *stats->checkpoint_write_s;
-      mine["checkpoint_write_step"] = stats->checkpoint_write_step;
-    }
-    std::ofstream(rank_log, std::ios::app) << mine.dump() << "\n";
-    if (options_.log_every > 0 && (step_ % options_.log_every == 0 || step_ == options_.steps)) {
-      LogProgress(*stats);
-    }
-    if (on_step) on_step(*stats);
-    if (options_.dump_at_step == step_) TESSERA_RETURN_IF_ERROR(DumpDebug());
-    if (checkpoint) {
-      TESSERA_RETURN_IF_ERROR(options_.checkpoint_async ? StartBackgroundCheckpoint() : SaveCheckpoint());
-    }
-  }
-  // The last background write is part of the run (the final checkpoint, committed before the ranks end).
-  TESSERA_RETURN_IF_ERROR(WaitForCheckpoint());
-  if (write_ended_) {
-    std::cerr << "tessera: rank " << groups_.global_rank << ": checkpoint of step " << write_ended_->first
-              << " written in the background in " << write_ended_->second << " s" << std::endl;
-  }
-  return groups_.world->Barrier();
-}
-
-absl::Status Trainer::DumpDebug() {
-  auto params = GatherFull(What::kParams);
-  if (!params.ok()) return params.status();
-  auto grads = GatherFull(What::kGrads);
-  if (!grads.ok()) return grads.status();
-  if (groups_.global_rank != 0) return absl::OkStatus();
-  std::map<std::string, at::Tensor> all;
-  for (auto& [name, t] : *params) all.emplace("param." + name, t);
-  for (auto& [name, t] : *grads) all.emplace("grad." + name, t);
-  std::error_code ec;
-  fs::create_directories(options_.output_dir + "/debug", ec);
-  return SaveTensors(absl::StrCat(options_.output_dir, "/debug/step_", step_, ".safetensors"), all);
 }
 
 }  // namespace tessera::parallel
