@@ -31,7 +31,7 @@ for b in client/tessera coordinator/tessera-coordinator worker/tessera-worker wo
   cp -L "bazel-bin/$b" "$bin/"
 done
 run="$PWD/out/slurm-demo/run-$(date +%Y%m%d-%H%M%S)"
-mkdir -p "$run"/{state,spool,data,out,work}
+mkdir -p "$run"/{state,spool,data,out,nodes}
 tag="tsl$(( $$ % 100000 ))"  # Namespace and link names of this run (links ≤ 15 characters).
 net=198.18.66
 pids=()
@@ -122,14 +122,14 @@ on ctl "$bin/tessera-coordinator" --listen="$net.1:7070" --metrics_listen="$net.
   --data_roots="$run/data" --output_root="$run/out" --heartbeat_timeout_s=5 >"$run/coordinator.log" 2>&1 & pids+=($!)
 export TESSERA_COORDINATOR="$net.1:7070" TESSERA_TLS_CA="$certs/ca.pem" TESSERA_TLS_CERT="$certs/user-demo.pem" \
   TESSERA_TLS_KEY="$certs/user-demo.key" TESSERA_BIN="$bin" TESSERA_WORKER_CERTS="$certs" \
-  TESSERA_DATA_ROOTS="$run/data" TESSERA_OUTPUT_ROOT="$run/out" TESSERA_WORK="$run/work" \
+  TESSERA_DATA_ROOTS="$run/data" TESSERA_OUTPUT_ROOT="$run/out" TESSERA_WORK="$run/nodes" \
   TESSERA_RANK_BINARY="$bin/tessera-rank"
 for _ in $(seq 100); do "$bin/tessera" workers >/dev/null 2>&1 && break; sleep 0.1; done
 text=/usr/share/common-licenses/GPL-3
 [ -r "$text" ] || text=README.md
 "$bin/tessera" data prepare "$text" "$run/data/demo.bin" >/dev/null
 
-left() { pgrep -f "$run/work/tessera-worker" | wc -l || true; }  # Workers and ranks of the allocations (their work dirs).
+left() { pgrep -f "$run/nodes/tessera-worker" | wc -l || true; }  # Workers and ranks of the allocations (their work dirs).
 wait_job() {  # wait_job SLURM_JOB: until it has left the queue
   for _ in $(seq 1500); do [ -z "$(squeue -h -j "$1" 2>/dev/null)" ] && return 0; sleep 0.2; done
   return 1
@@ -148,7 +148,7 @@ grep -q "SUCCEEDED" "$run/tessera-$sj.out" || fail "the tessera job of slurm job
 sacct_state="$(scontrol show job "$sj" 2>/dev/null | grep -o 'JobState=[A-Z]*' || true)"
 echo "slurm job $sj: ${sacct_state:-ended}, $((SECONDS - t0)) s"
 for _ in $(seq 50); do [ "$(left)" = 0 ] && break; sleep 0.2; done
-[ "$(left)" = 0 ] || fail "workers or ranks of slurm job $sj are left: $(pgrep -af "$run/work")"
+[ "$(left)" = 0 ] || fail "workers or ranks of slurm job $sj are left: $(pgrep -af "$run/nodes")"
 
 # 2. scancel mid-job: the tessera job is cancelled, no worker or rank is left.
 sj="$(cd "$run" && sbatch --parsable --nodes=2 "$repo/deploy/slurm/tessera.sbatch" "$repo/examples/gpt-demo.yaml" \
@@ -158,13 +158,13 @@ tj="$(sed -n 's/^tessera job \([^ ]*\) .*/\1/p' "$run/tessera-$sj.out")"
 [ -n "$tj" ] || { cat "$run/tessera-$sj.out"; fail "slurm job $sj did not submit its tessera job"; }
 for _ in $(seq 600); do "$bin/tessera" job "$tj" 2>/dev/null | grep -q "RUNNING" && break; sleep 0.2; done
 "$bin/tessera" job "$tj" | sed -n 1,3p
-ranks="$(pgrep -f "tessera-rank .*$run/work/" | wc -l || true)"
+ranks="$(pgrep -f "tessera-rank .*$run/nodes/" | wc -l || true)"
 echo "slurm job $sj runs tessera job $tj ($ranks rank processes); scancel"
 t0=$SECONDS
 scancel "$sj"
 wait_job "$sj" || fail "slurm job $sj did not end after scancel"
 for _ in $(seq 100); do [ "$(left)" = 0 ] && break; sleep 0.2; done
-[ "$(left)" = 0 ] || fail "after scancel, left: $(pgrep -af "$run/work")"
+[ "$(left)" = 0 ] || fail "after scancel, left: $(pgrep -af "$run/nodes")"
 echo "scancel → nothing of the allocation left after $((SECONDS - t0)) s"
 "$bin/tessera" job "$tj" | sed -n 1,3p
 "$bin/tessera" job "$tj" | grep -q "CANCELLED" || fail "tessera job $tj is not CANCELLED"

@@ -147,6 +147,10 @@ class Trainer {
   // over every rank and rank 0's commit.
   absl::Status PrepareCheckpoint(CheckpointWrite& w);
   absl::Status VoteAndCommit(CheckpointWrite& w);
+  // This rank's part of the vote: [world + 2·shards] int64, slot r of the first `world` entries 1
+  // when rank r failed; with sharded state then (bytes, crc32c) of the file of dp rank d, tp rank t at
+  // slot d·tp + t. Summed over every rank, it is what CommitCheckpointFiles reads.
+  at::Tensor OwnVote(const CheckpointWrite& w) const;
   // checkpoint.async (trainer_async_checkpoint.cc): SnapshotCheckpoint waits for the previous write
   // and prepares the next (deferred) into snapshot_, timing both (the step is held meanwhile);
   // StartBackgroundCheckpoint hands it to a thread that writes this rank's files and votes through

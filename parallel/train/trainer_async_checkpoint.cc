@@ -109,12 +109,7 @@ void Trainer::WriteInBackground(BackgroundCheckpoint& b) {
     absl::Status voted = WriteFileDurably(VotePath(w.tmp, rank), vote.dump()).status();
     b.status = !w.status.ok() ? w.status : voted;
   } else {
-    at::Tensor votes = at::zeros({world + 2 * shards}, at::kLong);
-    votes[0] = w.status.ok() ? 0 : 1;
-    if (w.sharded_state && w.status.ok()) {
-      votes[world + 2 * slot] = w.written.at(shard).bytes;
-      votes[world + 2 * slot + 1] = static_cast<int64_t>(w.written.at(shard).crc32c);
-    }
+    at::Tensor votes = OwnVote(w);  // The others' from their files.
     const auto deadline = Clock::now() + kVoteTimeout;
     for (int r = 1; r < world && w.sharded_state && w.status.ok(); ++r) {
       const std::string path = VotePath(w.tmp, r);

@@ -172,9 +172,7 @@ absl::Status Trainer::PrepareCheckpoint(CheckpointWrite& w) {
   return absl::OkStatus();
 }
 
-absl::Status Trainer::VoteAndCommit(CheckpointWrite& w) {
-  // 4. The votes: slot r of the first `world` entries is 1 when rank r failed; with sharded state,
-  //    then (bytes, crc32c) of the file of dp rank d, tp rank t at slot d·tp + t.
+at::Tensor Trainer::OwnVote(const CheckpointWrite& w) const {
   const int world = groups_.world->size();
   const int tp = groups_.tp->size();
   const int shards = w.sharded_state ? groups_.dp->size() * tp : 0;
@@ -186,9 +184,14 @@ absl::Status Trainer::VoteAndCommit(CheckpointWrite& w) {
     votes[world + 2 * slot] = d.bytes;
     votes[world + 2 * slot + 1] = static_cast<int64_t>(d.crc32c);
   }
-  at::Tensor all_votes = votes.to(device_);
+  return votes;
+}
+
+absl::Status Trainer::VoteAndCommit(CheckpointWrite& w) {
+  // 4. The votes (OwnVote), summed over every rank.
+  at::Tensor all_votes = OwnVote(w).to(device_);
   TESSERA_RETURN_IF_ERROR(groups_.world->AllReduce(all_votes));
-  votes = all_votes.cpu();
+  const at::Tensor votes = all_votes.cpu();
 
   // 5. Rank 0 commits (index last, then the rename) and tells every rank whether it did.
   at::Tensor committed = at::zeros({1}, at::kLong);
