@@ -13,8 +13,8 @@ constexpr std::array<std::pair<TpMode, const char*>, 4> kTpModes = {
     {{TpMode::k1D, "1d"}, {TpMode::k2D, "2d"}, {TpMode::k2p5D, "2.5d"}, {TpMode::k3D, "3d"}}};
 constexpr std::array<std::pair<SpMode, const char*>, 2> kSpModes = {
     {{SpMode::kRing, "ring"}, {SpMode::kAllToAll, "all_to_all"}}};
-constexpr std::array<std::pair<PipeSchedule, const char*>, 2> kSchedules = {
-    {{PipeSchedule::kOneFOneB, "1f1b"}, {PipeSchedule::kInterleaved, "interleaved"}}};
+constexpr std::array<std::pair<PipeSchedule, const char*>, 3> kSchedules = {
+    {{PipeSchedule::kOneFOneB, "1f1b"}, {PipeSchedule::kInterleaved, "interleaved"}, {PipeSchedule::kZeroBubbleH1, "zb1p"}}};
 constexpr std::array<std::pair<Precision, const char*>, 3> kPrecisions = {
     {{Precision::kFp32, "fp32"}, {Precision::kBf16, "bf16"}, {Precision::kFp16, "fp16"}}};
 

@@ -32,6 +32,7 @@ enum class SpMode {
 enum class PipeSchedule {
   kOneFOneB,     // 1F1B, one model chunk per stage.
   kInterleaved,  // Megatron's interleaved 1F1B over ≥ 2 chunks per stage.
+  kZeroBubbleH1, // ZB-H1: 1F1B's memory, backwards split into B and W, the W's in the bubbles.
 };
 
 // Parameters and activations; master weights, optimizer state and the loss stay fp32.
@@ -49,7 +50,7 @@ enum class ZeroStage {
 const char* Name(TpMode mode);
 // "ring", "all_to_all".
 const char* Name(SpMode mode);
-// "1f1b", "interleaved".
+// "1f1b", "interleaved", "zb1p".
 const char* Name(PipeSchedule schedule);
 // "fp32", "bf16", "fp16".
 const char* Name(Precision precision);

@@ -33,11 +33,17 @@ absl::StatusOr<std::vector<PipeAction>> MakeSchedule(PipeSchedule schedule, int 
                                                    " micro-batches is not a valid schedule"));
   }
   std::vector<PipeAction> out;
+  if (schedule != PipeSchedule::kInterleaved && chunks != 1) {
+    return absl::InvalidArgumentError(absl::StrCat("parallel.pp_chunks: ", chunks, " needs pp_schedule interleaved (",
+                                                   Name(schedule), " runs one chunk)"));
+  }
+  if (schedule == PipeSchedule::kZeroBubbleH1) {
+    // Every rank makes the whole pipeline's schedule from the same costs: the same one everywhere.
+    auto all = MakeZeroBubbleH1(pp, m, PipeCosts{});
+    if (!all.ok()) return all.status();
+    return std::move((*all)[rank]);
+  }
   if (schedule == PipeSchedule::kOneFOneB) {
-    if (chunks != 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("parallel.pp_chunks: ", chunks, " needs pp_schedule interleaved (1f1b runs one chunk)"));
-    }
     const int warmup = std::min(pp - rank - 1, m);
     for (int i = 0; i < warmup; ++i) out.push_back({PipeOp::kForward, i, 0});
     for (int i = 0; i < m - warmup; ++i) {
@@ -101,8 +107,12 @@ absl::StatusOr<std::vector<std::vector<PipeAction>>> MakeZeroBubbleH1(int pp, in
       const int fb = next_f[q], bb = next_b[q];
       // B of micro-batch bb: its own forward, and the next stage's B.
       *b_ready = bb < fb ? std::max(f_done[q][bb], q + 1 < pp ? b_done[q + 1][bb] : 0.0) : kUnknown;
-      // F of micro-batch fb: the previous stage's F, within 1F1B's bound of pp − q in flight.
-      *f_ready = fb < m && fb - bb < pp - q ? (q > 0 ? f_done[q - 1][fb] : 0.0) : kUnknown;
+      // F of micro-batch fb: the previous stage's F, within 1F1B's bound of pp − q micro-batches
+      // forwarded and not yet B'd (their activations), and with fewer than pp micro-batches B'd and
+      // not yet W'd (each keeps what its W needs: its linears' inputs and output gradients) — else the
+      // oldest W runs first. The cap costs no time with F = B = W (schedule_test.cc) and keeps the
+      // deferred W's from growing with the micro-batch count.
+      *f_ready = fb < m && fb - bb < pp - q && bb - next_w[q] < pp ? (q > 0 ? f_done[q - 1][fb] : 0.0) : kUnknown;
     };
     if (r < 0) {  // Every rank with work waits: the one whose known input comes first moves to it.
       int first = -1;
@@ -162,11 +172,12 @@ SimulatedStep SimulateSchedule(const std::vector<std::vector<PipeAction>>& per_r
   const int v = pp * chunks;
   SimulatedStep out;
   out.peak_in_flight.assign(pp, 0);
+  out.peak_weight_pending.assign(pp, 0);
   // Finish time of (op, micro-batch, virtual stage).
   std::map<std::tuple<int, int, int>, double> done;
   std::vector<size_t> next(pp, 0);
   std::vector<double> clock(pp, 0);
-  std::vector<int> in_flight(pp, 0);
+  std::vector<int> in_flight(pp, 0), pending(pp, 0);
   double busy = 0;
   for (bool progress = true; progress;) {
     progress = false;
@@ -198,6 +209,9 @@ SimulatedStep SimulateSchedule(const std::vector<std::vector<PipeAction>>& per_r
         busy += cost;
         done[{static_cast<int>(a.op), a.micro_batch, s}] = clock[r];
         if (a.op != PipeOp::kWeight) in_flight[r] += a.op == PipeOp::kForward ? 1 : -1;
+        if (a.op == PipeOp::kBackward && split.count({r, a.micro_batch, a.chunk})) ++pending[r];
+        if (a.op == PipeOp::kWeight) --pending[r];
+        out.peak_weight_pending[r] = std::max(out.peak_weight_pending[r], pending[r]);
         out.peak_in_flight[r] = std::max(out.peak_in_flight[r], in_flight[r]);
         ++next[r];
         progress = true;

@@ -12,7 +12,8 @@
 //                gradient, which the previous stage waits for) and W (the weight gradient, which nothing
 //                waits for); a rank runs a ready B first, then a forward within 1F1B's bound of
 //                micro-batches in flight, and otherwise a deferred W — the W's fill what would be
-//                bubbles. Not yet run by the pipeline runner (the backward's B/W split is to come).
+//                bubbles. `zb1p`: MakeSchedule makes it with F = B = W (PipeCosts' defaults); the
+//                pipeline runner splits each backward into B and W (parallel/layers/weight_grad_store.h).
 //
 // A rank sends its outputs without waiting for the receiver and waits only for its inputs; under that
 // rule every schedule here completes (SimulateSchedule checks it).
@@ -41,7 +42,7 @@ struct PipeAction {
 };
 
 // The actions of pipeline rank `rank` of `pp` for `micro_batches` micro-batches. kInterleaved needs
-// chunks ≥ 2 and micro_batches a multiple of pp; kOneFOneB needs chunks == 1.
+// chunks ≥ 2 and micro_batches a multiple of pp; kOneFOneB and kZeroBubbleH1 need chunks == 1.
 absl::StatusOr<std::vector<PipeAction>> MakeSchedule(PipeSchedule schedule, int pp, int chunks, int rank,
                                                      int micro_batches);
 
@@ -55,7 +56,9 @@ struct PipeCosts {
 
 // ZB-H1's actions for every rank of `pp` (one chunk each) and `micro_batches` micro-batches, made by
 // running the rule above on `costs`: per rank every F, B and W once; at most pp − rank micro-batches
-// forwarded and not yet B'd (1F1B's activation bound); every W after its B.
+// forwarded and not yet B'd (1F1B's activation bound); fewer than pp micro-batches B'd and not yet
+// W'd when a forward starts (each keeps what its W needs: its linears' inputs and output gradients);
+// every W after its B.
 absl::StatusOr<std::vector<std::vector<PipeAction>>> MakeZeroBubbleH1(int pp, int micro_batches, const PipeCosts& costs);
 
 // Runs every rank's actions in a model where a forward of virtual stage s waits for the forward of
@@ -65,9 +68,10 @@ struct SimulatedStep {
   bool completes = false;  // False: some rank waits forever (a deadlock).
   double makespan = 0;     // Time until the last action finished.
   double bubble = 0;       // 1 − busy time / (pp · makespan).
-  std::vector<int> peak_in_flight;  // Per rank: most micro-batch chunks forwarded, not yet backwarded.
+  std::vector<int> peak_in_flight;  // Per rank: most micro-batch chunks forwarded, not yet (B-)backwarded.
+  std::vector<int> peak_weight_pending;  // Per rank: most micro-batch chunks B'd, not yet W'd.
 };
-// With `costs`, a W waits for its own B on the same rank; peak_in_flight counts forwards not yet B'd.
+// With `costs`, a W waits for its own B on the same rank.
 SimulatedStep SimulateSchedule(const std::vector<std::vector<PipeAction>>& per_rank, int chunks, const PipeCosts& costs);
 SimulatedStep SimulateSchedule(const std::vector<std::vector<PipeAction>>& per_rank, int chunks,
                                double forward_cost, double backward_cost);

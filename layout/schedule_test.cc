@@ -153,7 +153,9 @@ TEST(ScheduleTest, ZeroBubbleH1RunsEveryActionOnceWithoutDeadlockWithinOneFOneBs
       ASSERT_TRUE(one.completes);
       // The same work: 1F1B's backward is B + W.
       EXPECT_NEAR(one.makespan * (1 - one.bubble), z.makespan * (1 - z.bubble), 1e-9);
-      // Activations (forwarded, not yet B'd) within 1F1B's on every rank.
+      // Activations (forwarded, not yet B'd) within 1F1B's on every rank; W's inputs of at most pp
+      // micro-batches kept, whatever m.
+      for (int r = 0; r < pp; ++r) EXPECT_LE(z.peak_weight_pending[r], pp) << "rank " << r;
       for (int r = 0; r < pp; ++r) EXPECT_LE(z.peak_in_flight[r], one.peak_in_flight[r]) << "rank " << r;
       // Never slower than 1F1B. With m ≥ 2·pp the step takes what the last stage cannot avoid — its
       // wait for the first forward, (pp−1)·F, then all its work — and so at most half of 1F1B's bubble
@@ -184,6 +186,24 @@ TEST(ScheduleTest, ZeroBubbleH1FollowsItsCostModel) {
   }
   EXPECT_FALSE(MakeZeroBubbleH1(0, 4, {}).ok());
   EXPECT_FALSE(MakeZeroBubbleH1(2, 4, PipeCosts{1, 1, 0}).ok());
+}
+
+// zb1p as a job runs it: every rank makes its row of the same ZB-H1 schedule (F = B = W).
+TEST(ScheduleTest, MakeScheduleGivesEachRankItsRowOfZeroBubbleH1) {
+  for (int pp : {2, 4}) {
+    for (int m : {4, 8}) {
+      auto zb = MakeZeroBubbleH1(pp, m, PipeCosts{});
+      ASSERT_TRUE(zb.ok());
+      const auto ranks = AllRanks(PipeSchedule::kZeroBubbleH1, pp, 1, m);
+      ASSERT_EQ(ranks.size(), static_cast<size_t>(pp));
+      for (int r = 0; r < pp; ++r) EXPECT_EQ(ranks[r], (*zb)[r]) << "pp " << pp << " m " << m << " rank " << r;
+      ExpectZeroBubbleComplete(ranks, m);
+    }
+  }
+  auto two = MakeSchedule(PipeSchedule::kZeroBubbleH1, 2, 2, 0, 4);
+  EXPECT_NE(two.status().message().find("parallel.pp_chunks: 2 needs pp_schedule interleaved (zb1p runs one chunk)"),
+            std::string::npos)
+      << two.status();
 }
 
 TEST(StageLayoutTest, InterleavedChunksAreNotAdjacent) {

@@ -83,7 +83,10 @@ Prediction Predict(const PlanInput& in, const Layout& l) {
       auto a = layout::MakeSchedule(l.pp_schedule, l.pp, l.pp_chunks, r, micro_batches);
       ranks.push_back(a.ok() ? *a : std::vector<layout::PipeAction>{});
     }
-    layout::SimulatedStep sim = layout::SimulateSchedule(ranks, l.pp_chunks, 1.0 / l.pp_chunks, 2.0 / l.pp_chunks);
+    // Per chunk: F, B (input gradient) and W (weight gradient) of equal cost; a backward not split
+    // into B and W costs both.
+    const double c = 1.0 / l.pp_chunks;
+    layout::SimulatedStep sim = layout::SimulateSchedule(ranks, l.pp_chunks, layout::PipeCosts{c, c, c});
     p.bubble = sim.bubble;
     peak_chunks = *std::max_element(sim.peak_in_flight.begin(), sim.peak_in_flight.end());
   }
@@ -203,7 +206,10 @@ std::vector<Prediction> Plan(const PlanInput& in) {
         std::vector<SpMode> sp_modes = {SpMode::kRing};
         if (sp > 1) sp_modes.push_back(SpMode::kAllToAll);
         std::vector<std::pair<PipeSchedule, int>> schedules = {{PipeSchedule::kOneFOneB, 1}};
-        if (pp > 1) schedules.push_back({PipeSchedule::kInterleaved, 2});
+        if (pp > 1) {
+          schedules.push_back({PipeSchedule::kInterleaved, 2});
+          schedules.push_back({PipeSchedule::kZeroBubbleH1, 1});
+        }
         for (const auto& [mode, depth] : modes) {
           for (SpMode sp_mode : sp_modes) {
             for (const auto& [schedule, chunks] : schedules) {

@@ -36,8 +36,12 @@ layout::ParallelLayout LayoutOf(const v1::JobSpec& spec, std::vector<SpecError>*
   l.tp_depth = p.tp_depth();
   if (p.sp_mode() == v1::SP_MODE_ALL_TO_ALL) l.sp_mode = SpMode::kAllToAll;
   if (p.sp_mode() == v1::SP_MODE_UNSPECIFIED) Note(problems, "parallel.sp_mode", "must be ring or all_to_all");
-  if (p.pp_schedule() == v1::PP_SCHEDULE_INTERLEAVED) l.pp_schedule = PipeSchedule::kInterleaved;
-  if (p.pp_schedule() == v1::PP_SCHEDULE_UNSPECIFIED) Note(problems, "parallel.pp_schedule", "must be 1f1b or interleaved");
+  switch (p.pp_schedule()) {
+    case v1::PP_SCHEDULE_INTERLEAVED: l.pp_schedule = PipeSchedule::kInterleaved; break;
+    case v1::PP_SCHEDULE_ZB1P: l.pp_schedule = PipeSchedule::kZeroBubbleH1; break;
+    case v1::PP_SCHEDULE_UNSPECIFIED: Note(problems, "parallel.pp_schedule", "must be 1f1b, interleaved or zb1p"); break;
+    default: break;  // 1f1b, or a number no enumerator has.
+  }
   l.pp_chunks = p.pp_chunks();
   l.pp_layers.assign(p.pp_layers().begin(), p.pp_layers().end());
   if (auto stage = layout::ZeroStageOf(p.zero_stage()); stage.ok()) {
@@ -73,8 +77,9 @@ void SetLayout(const layout::ParallelLayout& l, v1::ParallelSpec* p) {
   p->set_tp_depth(l.tp_depth);
   p->set_ep(l.ep);
   p->set_sp_mode(l.sp_mode == layout::SpMode::kAllToAll ? v1::SP_MODE_ALL_TO_ALL : v1::SP_MODE_RING);
-  p->set_pp_schedule(l.pp_schedule == layout::PipeSchedule::kInterleaved ? v1::PP_SCHEDULE_INTERLEAVED
-                                                                          : v1::PP_SCHEDULE_1F1B);
+  p->set_pp_schedule(l.pp_schedule == layout::PipeSchedule::kInterleaved    ? v1::PP_SCHEDULE_INTERLEAVED
+                     : l.pp_schedule == layout::PipeSchedule::kZeroBubbleH1 ? v1::PP_SCHEDULE_ZB1P
+                                                                            : v1::PP_SCHEDULE_1F1B);
   p->set_pp_chunks(l.pp_chunks);
   p->clear_pp_layers();
   for (int n : l.pp_layers) p->add_pp_layers(n);

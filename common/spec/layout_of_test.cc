@@ -42,7 +42,7 @@ TEST(LayoutOfTest, ModeNamesAreTheSpecsYamlNames) {
               spec.mutable_parallel()->set_pp_schedule(static_cast<v1::PpSchedule>(v->number()));
               EXPECT_EQ(layout::Name(LayoutOf(spec).pp_schedule), EnumYamlName(v)) << v->name();
             }),
-            2);
+            3);
   EXPECT_EQ(ForEachValue(v1::Precision_descriptor(), [](const EnumValueDescriptor* v) {
               v1::JobSpec spec;
               spec.mutable_train()->set_precision(static_cast<v1::Precision>(v->number()));

@@ -21,6 +21,7 @@
 #include "parallel/layers/sparse_mlp.h"
 #include "parallel/layers/tp3d_ops.h"
 #include "parallel/layers/tp_ops.h"
+#include "parallel/layers/weight_grad_store.h"
 
 namespace tessera::parallel {
 namespace {
@@ -558,6 +559,8 @@ struct CheckpointFn : public torch::autograd::Function<CheckpointFn> {
       if (auto it = ctx->saved_data.find("loss_rows"); it != ctx->saved_data.end()) rows = it->second.toTensor();
       y = model->Recompute(x, block, std::move(stats), std::move(rows));
     }
+    // B of a split backward (weight_grad_store.h): the parameters' gradients go to the store.
+    if (WeightGradStore* store = WeightGradStore::current()) return {SplitBackward({y}, {grads[0]}, x, store), at::Tensor(), at::Tensor()};
     torch::autograd::backward({y}, {grads[0]});
     return {x.grad(), at::Tensor(), at::Tensor()};
   }
@@ -569,7 +572,10 @@ at::Tensor Decoder::CheckpointedBlock(const at::Tensor& x, int i) {
   // The function's output takes part in autograd only when an input does: with LoRA the first
   // block's input comes from the frozen embedding, so it is made an input that asks for a gradient
   // (computed and dropped) for the adapters inside the block to get theirs.
+  // A split backward (weight_grad_store.h) asks autograd only for what reaches the chunk's input or
+  // its parameters, which such an input does not: that block is not recomputed then.
   if (at::GradMode::is_enabled() && !x.requires_grad()) {
+    if (WeightGradStore::splitting()) return Block(x, i);
     return CheckpointFn::apply(x.detach().requires_grad_(true), this, i);
   }
   return CheckpointFn::apply(x, this, i);

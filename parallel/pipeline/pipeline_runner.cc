@@ -3,10 +3,12 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/autograd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <string>
 #include <tuple>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 
 namespace tessera::parallel {
@@ -32,8 +34,9 @@ absl::StatusOr<std::unique_ptr<PipelineRunner>> PipelineRunner::Create(Decoder* 
   auto actions = MakeSchedule(options.schedule, layout.pp(), layout.chunks(), pp->rank(), options.micro_batches);
   if (!actions.ok()) return actions.status();
   std::vector<ModelChunk> chunks = layout.ChunksOf(pp->rank());
+  const bool split = std::any_of(actions->begin(), actions->end(), [](const PipeAction& a) { return a.op == PipeOp::kWeight; });
   return std::unique_ptr<PipelineRunner>(new PipelineRunner(model, std::move(chunks), layout.num_virtual_stages(),
-                                                            std::move(pp), options, std::move(*actions)));
+                                                            std::move(pp), options, std::move(*actions), split));
 }
 
 int PipelineRunner::Tag(Kind kind, int micro_batch, int virtual_stage) const {
@@ -48,10 +51,14 @@ at::Tensor PipelineRunner::EmptyActivation() const {
 
 absl::StatusOr<double> PipelineRunner::RunStep(const std::function<absl::StatusOr<at::Tensor>(int)>& batch,
                                                double loss_scale, const std::function<void()>& before_last_backward) {
+  const auto started = std::chrono::steady_clock::now();
+  // The last action that accumulates gradients: the last backward, or the last W when split.
   size_t last_backward = 0;
   for (size_t i = 0; i < actions_.size(); ++i) {
-    if (actions_[i].op == PipeOp::kBackward) last_backward = i;
+    if (actions_[i].op == (split_ ? PipeOp::kWeight : PipeOp::kBackward)) last_backward = i;
   }
+  WeightGradStore::set_splitting(split_);
+  absl::Cleanup not_splitting = [] { WeightGradStore::set_splitting(false); };
   double loss_sum = 0;
   in_flight_ = peak_in_flight_ = 0;
   bytes_sent_ = 0;
@@ -62,11 +69,13 @@ absl::StatusOr<double> PipelineRunner::RunStep(const std::function<absl::StatusO
   try {
     for (size_t i = 0; i < actions_.size() && status.ok(); ++i) {
       const PipeAction& a = actions_[i];
+      if (i == last_backward && before_last_backward) before_last_backward();
       if (a.op == PipeOp::kForward) {
         status = Forward(a, batch, options_.positions, &loss_sum);
-      } else {
-        if (i == last_backward && before_last_backward) before_last_backward();
+      } else if (a.op == PipeOp::kBackward) {
         status = Backward(a, loss_scale);
+      } else {
+        status = Weight(a);
       }
     }
   } catch (const c10::Error& e) {
@@ -74,6 +83,7 @@ absl::StatusOr<double> PipelineRunner::RunStep(const std::function<absl::StatusO
     status = absl::InternalError(e.what_without_backtrace());
   }
   status = Finish(status);
+  step_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   if (!status.ok()) return status;
   return loss_sum;
 }
@@ -106,6 +116,7 @@ absl::Status PipelineRunner::Finish(absl::Status status) {
   }
   sends_.clear();
   stash_.clear();
+  stores_.clear();
   return status;
 }
 
@@ -190,21 +201,38 @@ absl::Status PipelineRunner::Backward(const PipeAction& a, double loss_scale) {
   if (stash.stats) {
     if (absl::Status s = BackwardStats(a, stash, loss_scale, &send_totals, &totals); !s.ok()) return s;
   }
+  std::vector<at::Tensor> outputs, grads;
   if (chunk.head) {
     // As the unpipelined loop: loss / accumulation steps, times the loss scale.
     at::Tensor objective = stash.output / options_.micro_batches;
     if (loss_scale != 1) objective = objective * loss_scale;
-    objective.backward();
+    outputs = {objective};
   } else {
     at::Tensor grad = EmptyActivation();
     const auto start = std::chrono::steady_clock::now();
     absl::Status s = pp_->RecvAsync(grad, (rank + 1) % p, Tag(Kind::kGradient, a.micro_batch, chunk.virtual_stage))->Wait();
     wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (!s.ok()) return s;
-    torch::autograd::backward({stash.output}, {grad});
+    outputs = {stash.output};
+    grads = {grad};
+  }
+  at::Tensor input_grad;
+  if (split_) {
+    // B: the input's gradient now, the parameters' in this micro-batch chunk's W (Weight).
+    auto store = std::make_unique<WeightGradStore>();
+    std::vector<at::Tensor> params;
+    for (const Param& q : model_->params()) {
+      if (q.value.requires_grad()) params.push_back(q.value);
+    }
+    store->set_params(std::move(params));
+    input_grad = SplitBackward(outputs, grads, stash.input, store.get());
+    stores_[{a.micro_batch, a.chunk}] = std::move(store);
+  } else {
+    torch::autograd::backward(outputs, grads);
+    if (stash.input.defined()) input_grad = stash.input.grad();
   }
   if (!chunk.embedding) {
-    at::Tensor payload = stash.input.grad().contiguous();
+    at::Tensor payload = input_grad.contiguous();
     bytes_sent_ += payload.numel() * payload.element_size();
     sends_.push_back(pp_->SendAsync(payload, (rank + p - 1) % p, Tag(Kind::kGradient, a.micro_batch, chunk.virtual_stage - 1)));
   }
@@ -212,6 +240,18 @@ absl::Status PipelineRunner::Backward(const PipeAction& a, double loss_scale) {
     sends_.push_back(pp_->SendAsync(totals, (rank + p - 1) % p,
                                     Tag(Kind::kStatsBackward, a.micro_batch, chunk.virtual_stage - 1)));
   }
+  return absl::OkStatus();
+}
+
+absl::Status PipelineRunner::Weight(const PipeAction& a) {
+  auto it = stores_.find({a.micro_batch, a.chunk});
+  if (it == stores_.end()) {
+    return absl::InternalError(absl::StrCat("pipeline schedule: weight gradients of micro-batch ", a.micro_batch,
+                                            " chunk ", a.chunk, " before its backward"));
+  }
+  std::unique_ptr<WeightGradStore> store = std::move(it->second);
+  stores_.erase(it);
+  store->Run();
   return absl::OkStatus();
 }
 

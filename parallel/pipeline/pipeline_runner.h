@@ -15,6 +15,13 @@
 // with the gradient, so that every chunk's sparse blocks carry the balancing loss's gradient of the
 // whole micro-batch (parallel/layers/sparse_mlp.h).
 //
+// A zero-bubble schedule (actions with PipeOp::kWeight) splits every backward into B, which sends the
+// input's gradient back as early as possible, and W, which accumulates the parameters' gradients of
+// that micro-batch chunk later (parallel/layers/weight_grad_store.h): the weight-gradient GEMMs of
+// every linear are computed in W; the other parameters' gradients (norms, embeddings, biases) are
+// computed in B and accumulated in W, so that each parameter's gradient accumulator fires once per
+// micro-batch and chunk, in W.
+//
 // Every rank of the pp group calls RunStep once per step with the same micro-batch count. Thread
 // safety: none.
 #ifndef TESSERA_PARALLEL_PIPELINE_PIPELINE_RUNNER_H_
@@ -32,6 +39,7 @@
 #include "layout/schedule.h"
 #include "layout/stage_layout.h"
 #include "parallel/comm/communicator.h"
+#include "parallel/layers/weight_grad_store.h"
 #include "parallel/models/decoder.h"
 
 namespace tessera::parallel {
@@ -76,9 +84,10 @@ class PipelineRunner {
                                                                 const PipelineOptions& options);
 
   // Runs the step's forwards and backwards. `batch(a)` returns micro-batch a's tokens [micro_batch,
-  // seq_len + 1] (inputs and their next-token targets) on the model's device (read only by the stages that embed or compute the loss). Each
-  // micro-batch's backward starts from loss / micro_batches · loss_scale. `before_last_backward` runs
-  // just before this rank's last backward pass. Returns the sum of the micro-batch losses on the
+  // seq_len + 1] (inputs and their next-token targets) on the model's device (read only by the stages
+  // that embed or compute the loss). Each micro-batch's backward starts from loss / micro_batches ·
+  // loss_scale. `before_last_backward` runs just before this rank's last pass that accumulates
+  // gradients: its last backward, or its last W. Returns the sum of the micro-batch losses on the
   // rank holding the head, 0 elsewhere.
   absl::StatusOr<double> RunStep(const std::function<absl::StatusOr<at::Tensor>(int)>& batch, double loss_scale,
                                  const std::function<void()>& before_last_backward);
@@ -101,18 +110,21 @@ class PipelineRunner {
 
   // The schedule this rank runs.
   const std::vector<PipeAction>& actions() const { return actions_; }
-  // The most micro-batch chunks whose activations were alive at once in the last step.
+  // The most micro-batch chunks whose activations were alive at once in the last step (forwarded, not
+  // yet through their backward or B).
   int peak_in_flight() const { return peak_in_flight_; }
   // Bytes sent point to point by this rank in the last step (activations and their gradients).
   int64_t bytes_sent() const { return bytes_sent_; }
   // Seconds this rank waited for activations or gradients in the last step (its share of the bubble).
   double wait_seconds() const { return wait_seconds_; }
+  // Seconds the last RunStep took on this rank (its passes and its waits).
+  double step_seconds() const { return step_seconds_; }
 
  private:
   PipelineRunner(Decoder* model, std::vector<ModelChunk> chunks, int virtual_stages, std::shared_ptr<Communicator> pp,
-                 const PipelineOptions& options, std::vector<PipeAction> actions)
+                 const PipelineOptions& options, std::vector<PipeAction> actions, bool split)
       : model_(model), chunks_(std::move(chunks)), virtual_stages_(virtual_stages), pp_(std::move(pp)),
-        options_(options), actions_(std::move(actions)) {}
+        options_(options), actions_(std::move(actions)), split_(split) {}
   struct Stash {
     at::Tensor input;   // Received activation (requires grad); undefined for the embedding chunk.
     at::Tensor output;  // Sent activation, or the loss on the head chunk.
@@ -128,7 +140,10 @@ class PipelineRunner {
                        bool keep = true);
   // Waits for every send (their tensors may go then) and drops the stash; the first error wins.
   absl::Status Finish(absl::Status status);
+  // The whole backward, or its B half when the schedule splits it (split_).
   absl::Status Backward(const PipeAction& a, double loss_scale);
+  // W: the parameters' gradients of a micro-batch chunk whose B has run (its WeightGradStore).
+  absl::Status Weight(const PipeAction& a);
   // Distinct per (message kind, micro-batch, receiving virtual stage) within a step.
   enum class Kind { kActivation = 0, kGradient = 1, kStatsForward = 2, kStatsBackward = 3 };
   int Tag(Kind kind, int micro_batch, int virtual_stage) const;
@@ -147,12 +162,15 @@ class PipelineRunner {
   std::shared_ptr<Communicator> pp_;
   PipelineOptions options_;
   std::vector<PipeAction> actions_;
+  bool split_;  // The schedule has W actions: every backward is split into B and W.
   std::map<std::pair<int, int>, Stash> stash_;  // By (micro-batch, chunk).
+  std::map<std::pair<int, int>, std::unique_ptr<WeightGradStore>> stores_;  // B run, W not yet.
   std::vector<std::unique_ptr<CommWork>> sends_;
   int in_flight_ = 0;
   int peak_in_flight_ = 0;
   int64_t bytes_sent_ = 0;
   double wait_seconds_ = 0;
+  double step_seconds_ = 0;
   double aux_sum_ = 0;
   at::Tensor expert_load_;
 };

@@ -474,11 +474,26 @@ absl::StatusOr<StepStats> Trainer::Step() {
   s.bytes_communicated = BytesCommunicated() - communicated_before;
   s.rss_peak_bytes = PeakResidentBytes();
   if (LiveBytesCounted()) s.live_peak_bytes = PeakLiveBytes();
-  if (pipeline_) s.pipeline_wait_s = pipeline_->wait_seconds();
+  if (pipeline_) {
+    s.pipeline_wait_s = pipeline_->wait_seconds();
+    auto bubble = PipelineBubble();
+    if (!bubble.ok()) return bubble.status();
+    s.pipeline_bubble = *bubble;
+  }
   s.optimizer_state_bytes = zero_->state_bytes();
   s.frozen_param_bytes = model_->frozen_bytes();
   s.model_state_bytes = zero_->peak_model_state_bytes();
   return s;
+}
+
+absl::StatusOr<double> Trainer::PipelineBubble() {
+  const at::TensorOptions f64 = at::TensorOptions().dtype(at::kDouble).device(device_);
+  at::Tensor busy = at::full({1}, pipeline_->step_seconds() - pipeline_->wait_seconds(), f64);
+  at::Tensor longest = at::full({1}, pipeline_->step_seconds(), f64);
+  TESSERA_RETURN_IF_ERROR(groups_.pp->AllReduce(busy, ReduceOp::kSum));
+  TESSERA_RETURN_IF_ERROR(groups_.pp->AllReduce(longest, ReduceOp::kMax));
+  const double span = longest.item<double>() * groups_.pp->size();
+  return span > 0 ? std::clamp(1.0 - busy.item<double>() / span, 0.0, 1.0) : 0.0;
 }
 
 bool Trainer::EvaluatesNow() const {

@@ -48,6 +48,9 @@ struct StepStats {
   int64_t frozen_param_bytes = 0;     // LoRA: the frozen base weights this rank holds (no gradient, no state).
   int64_t model_state_bytes = 0;      // Peak this step: parameters, gradients, masters and moments.
   double pipeline_wait_s = 0;         // pp > 1: time this rank waited for activations / gradients.
+  // pp > 1: the pipeline's bubble this step, over its stages: 1 − Σ (each stage's pipeline time −
+  // its waits) / (pp · the longest stage's pipeline time) — the idle share of the pipelined passes.
+  std::optional<double> pipeline_bubble;
   int64_t rss_peak_bytes = 0;         // Peak resident memory of this process since training began.
   int64_t live_peak_bytes = 0;        // Peak bytes of host tensors alive in this step (0 unless the
                                       // process installed the counter, parallel/device/live_bytes.h).
@@ -132,6 +135,8 @@ class Trainer {
   absl::StatusOr<LossSums> ForwardBackward(int accum);
   absl::Status ReduceLossAndNorm(LossSums& sums, int accum, StepStats* s, double* raw_norm);
   absl::Status Update(double norm, double lr, StepStats* s);
+  // pp > 1, every stage together: StepStats::pipeline_bubble of the last RunStep.
+  absl::StatusOr<double> PipelineBubble();
   absl::Status LoadCheckpoint(const std::string& path);
   // SaveCheckpoint's parts: dp rank 0's gathers and global rank 0's files (model, optimizer,
   // trainer_state.json); rank 0's commit after the vote (index.json, rename, pruning). Failures of

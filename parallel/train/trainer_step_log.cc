@@ -88,6 +88,7 @@ absl::Status Trainer::AppendStepLog(const StepStats& s) {
     j["eval_seconds"] = s.eval_seconds;
   }
   if (pipeline_) j["pipeline_wait_s"] = s.pipeline_wait_s;
+  if (s.pipeline_bubble) j["pipeline_bubble"] = *s.pipeline_bubble;
   j["rss_peak_bytes"] = s.rss_peak_bytes;
   j["rss_base_bytes"] = rss_base_bytes_;
   if (s.live_peak_bytes > 0) j["live_peak_bytes"] = s.live_peak_bytes;

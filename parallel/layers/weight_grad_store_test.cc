@@ -1,0 +1,90 @@
+// WeightGradStore and the split Linear, in one process: a split backward (B, then W) gives the same
+// gradients as a plain backward; B gives the input's gradient and leaves every parameter's .grad
+// untouched; W accumulates each parameter once (its gradient accumulator's hooks fire once).
+#include "parallel/layers/weight_grad_store.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/utils/lambda_post_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <map>
+
+#include "gtest/gtest.h"
+#include "parallel/layers/linear.h"
+
+namespace tessera::parallel {
+namespace {
+
+struct Model {
+  at::Tensor w1, b1, w2, norm;
+  std::vector<at::Tensor> params() const { return {w1, b1, w2, norm}; }
+  // Two linears (the second weight used twice), a bias, an element-wise weight.
+  at::Tensor Forward(const at::Tensor& x) const {
+    at::Tensor h = at::gelu(Linear(x, w1, b1)) * norm;
+    return Linear(Linear(h, w2), w2);
+  }
+};
+
+Model MakeModel(at::ScalarType dtype) {
+  at::manual_seed(7);
+  auto leaf = [&](std::vector<int64_t> shape) { return at::randn(shape).to(dtype).requires_grad_(true); };
+  return Model{leaf({6, 5}), leaf({6}), leaf({6, 6}), leaf({6})};
+}
+
+class WeightGradStoreTest : public ::testing::TestWithParam<at::ScalarType> {};
+
+TEST_P(WeightGradStoreTest, SplitBackwardEqualsPlainBackward) {
+  const at::ScalarType dtype = GetParam();
+  const Model plain = MakeModel(dtype), split = MakeModel(dtype);
+  at::Tensor x = at::randn({3, 4, 5}).to(dtype);
+  at::Tensor g = at::randn({3, 4, 6}).to(dtype);
+
+  at::Tensor x_plain = x.clone().requires_grad_(true);
+  torch::autograd::backward({plain.Forward(x_plain)}, {g});
+
+  std::map<const void*, int> fired;
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
+  for (const at::Tensor& p : split.params()) {
+    auto acc = torch::autograd::impl::grad_accumulator(p);
+    const void* key = p.unsafeGetTensorImpl();
+    acc->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
+        [&fired, key](const torch::autograd::variable_list& out, const torch::autograd::variable_list&) {
+          ++fired[key];
+          return out;
+        }));
+    accumulators.push_back(acc);
+  }
+  at::Tensor x_split = x.clone().requires_grad_(true);
+  WeightGradStore::set_splitting(true);
+  at::Tensor y = split.Forward(x_split);
+  WeightGradStore::set_splitting(false);
+  WeightGradStore store;
+  store.set_params(split.params());
+  at::Tensor gx = SplitBackward({y}, {g}, x_split, &store);
+
+  // B: the input's gradient, nothing accumulated yet.
+  ASSERT_TRUE(gx.defined());
+  EXPECT_TRUE(at::equal(gx, x_plain.grad()));
+  EXPECT_FALSE(x_split.grad().defined()) << "B returns the input's gradient, it does not accumulate it";
+  for (const at::Tensor& p : split.params()) EXPECT_FALSE(p.grad().defined());
+  EXPECT_TRUE(fired.empty());
+  EXPECT_FALSE(store.empty());
+
+  // W: every parameter once, the plain backward's values. fp32: the same products (rtol 1e-6 allows
+  // another reduction order of the bias sum); 16-bit: one rounding of the result (2⁻⁸).
+  store.Run();
+  EXPECT_TRUE(store.empty());
+  const double rtol = dtype == at::kFloat ? 1e-6 : 8e-3;
+  const auto want = plain.params(), got = split.params();
+  for (size_t k = 0; k < want.size(); ++k) {
+    ASSERT_TRUE(got[k].grad().defined()) << k;
+    EXPECT_TRUE(at::allclose(got[k].grad().to(at::kFloat), want[k].grad().to(at::kFloat), rtol, 1e-7)) << k;
+    EXPECT_EQ(fired[got[k].unsafeGetTensorImpl()], 1) << "parameter " << k << " accumulated once";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, WeightGradStoreTest, ::testing::Values(at::kFloat, at::kBFloat16));
+
+}  // namespace
+}  // namespace tessera::parallel
