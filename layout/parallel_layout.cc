@@ -78,7 +78,9 @@ std::string ParallelLayout::ToString() const {
   if (dp > 1) add(absl::StrCat("dp", dp, ep > 1 ? absl::StrCat("(ep", ep, ")") : ""));
   if (pp > 1) {
     add(absl::StrCat("pp", pp,
-                     pp_schedule == PipeSchedule::kInterleaved ? absl::StrCat("(interleaved×", pp_chunks, ")") : ""));
+                     pp_schedule == PipeSchedule::kInterleaved    ? absl::StrCat("(interleaved×", pp_chunks, ")")
+                     : pp_schedule == PipeSchedule::kZeroBubbleH1 ? "(zb1p)"
+                                                                  : ""));
   }
   if (tp > 1) {
     add(absl::StrCat("tp", tp, "(", Name(tp_mode), tp_mode == TpMode::k2p5D ? absl::StrCat(",d=", tp_depth) : "",

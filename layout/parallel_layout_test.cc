@@ -47,6 +47,8 @@ TEST(ParallelLayoutTest, ToStringNamesTheAxesAboveOne) {
   l.tp_mode = TpMode::k2p5D, l.tp_depth = 2;
   l.sp_mode = SpMode::kAllToAll;
   EXPECT_EQ(l.ToString(), "dp2 pp2(interleaved×2) tp8(2.5d,d=2) sp2(all_to_all)");
+  l.pp_schedule = PipeSchedule::kZeroBubbleH1, l.pp_chunks = 1;
+  EXPECT_EQ(l.ToString(), "dp2 pp2(zb1p) tp8(2.5d,d=2) sp2(all_to_all)");
 }
 
 TEST(TpGridTest, ShapesAndSplits) {

@@ -38,10 +38,24 @@ TEST(PlannerTest, EnumeratesOnlyValidLayoutsOfTheDeviceCount) {
     names.insert(l.ToString());
   }
   for (const char* want : {"dp8", "dp2 pp2 tp2(1d)", "tp8(3d)", "tp8(2.5d,d=2)", "dp2 tp4(2d)", "pp2 sp4(ring)",
-                           "dp2 pp2(interleaved×2) sp2(all_to_all)"}) {
+                           "dp2 pp2(interleaved×2) sp2(all_to_all)", "dp2 pp2(zb1p) tp2(1d)"}) {
     EXPECT_TRUE(names.count(want)) << want;
   }
   EXPECT_EQ(plan[0].verdict, "chosen: fastest predicted step that fits");
+}
+
+// The bubble model covers the zero-bubble schedule: ZB-H1's predicted bubble is below 1F1B's at the
+// same layout (the simulator's F = B = W), and so is its step.
+TEST(PlannerTest, ZeroBubbleScheduleHasTheSmallerPredictedBubble) {
+  const PlanInput in = Gpt8(8);
+  std::map<std::string, Prediction> by_name;
+  for (const Prediction& p : Plan(in)) by_name.emplace(p.layout.ToString(), p);
+  ASSERT_TRUE(by_name.count("pp2 tp4(1d)") && by_name.count("pp2(zb1p) tp4(1d)"));
+  const Prediction& one = by_name.at("pp2 tp4(1d)");
+  const Prediction& zb = by_name.at("pp2(zb1p) tp4(1d)");
+  EXPECT_GT(one.bubble, 0);
+  EXPECT_LT(zb.bubble, one.bubble);
+  EXPECT_LT(zb.step_s, one.step_s);
 }
 
 // Llama: grid layouts need the grid side to divide kv_heads and ffn_hidden; a vocabulary 1D tp does

@@ -22,14 +22,15 @@ using testing::RunTessera;
 constexpr int kSteps = 4;
 
 // ZB-H1 against 1F1B of the same layout: the same products, summed in another order. Each micro-batch's
-// weight gradient is the same GEMM ((xᵀ·g)ᵀ) and accumulates over the micro-batches in the same
-// order, but where one activation feeds several linears (Llama's q, k and v projections) autograd adds
-// their input gradients in the order its nodes run, which differs between the split linear and
-// at::linear's nodes: fp32 results then differ in the last bit (1.2e-7 relative) and, through a few
-// blocks of cancelling sums, by up to ~3e-9 on gradients of size ~1e-3 and ~5e-8 on weights after 4
-// AdamW steps (measured: Llama and Mixtral with tp 2). Hence rtol 1e-6 with atol 1e-8 (gradients,
-// whose largest elements are ~1e-2) and 1e-7 (weights, ~1e-1): one millionth of each tensor's scale.
-// The losses: rtol 1e-6, no atol.
+// weight gradient is the same GEMM (gᵀ·x) and accumulates over the micro-batches in the same order,
+// but where one activation feeds several linears (Llama's q, k and v projections) autograd adds their
+// input gradients in the order its nodes run, which differs between the split linear and at::linear's
+// nodes: fp32 results then differ in the last bit (1.2e-7 relative) and, through a few blocks of
+// cancelling sums, by up to ~3e-9 on gradients of size ~1e-3 and ~5e-8 on weights after 4 AdamW steps
+// (measured: Llama and Mixtral with tp 2). Hence rtol 1e-6 with atol 1e-8 (gradients, whose largest
+// elements are ~1e-2) and 1e-7 (weights, ~1e-1): one millionth of each tensor's scale. The losses:
+// rtol 1e-6, no atol. From step 3 on, ZB-H1 runs the schedule made from the measured F, B and W times
+// (Trainer::ScheduleFromMeasuredCosts), another order again.
 const testing::Tolerances kSameArithmetic{/*loss_atol=*/0, /*loss_rtol=*/1e-6, /*grad_atol=*/1e-8,
                                           /*grad_rtol=*/1e-6, /*weight_atol=*/1e-7, /*weight_rtol=*/1e-6};
 

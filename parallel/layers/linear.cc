@@ -56,7 +56,9 @@ variable_list SplitLinearBackward(AutogradContext* ctx, const at::Tensor& grad, 
   if (ctx->needs_input_grad(1)) {
     auto compute = [g, x, w, low, in]() {
       if (low) return at::mm(g.to(at::kFloat).t(), x.reshape({-1, in}).to(at::kFloat)).to(w.scalar_type());
-      return at::mm(x.reshape({-1, in}).t(), g).t();  // As at::linear's backward: (xᵀ·g)ᵀ.
+      // As at::linear's backward for a row-major weight: gᵀ·x in the weight's layout (a transposed
+      // product would make every accumulation into .grad a strided add).
+      return at::mm(g.t(), x.reshape({-1, in}));
     };
     if (WeightGradStore* store = WeightGradStore::current()) {
       store->Defer(w, std::move(compute));

@@ -63,6 +63,8 @@ absl::StatusOr<double> PipelineRunner::RunStep(const std::function<absl::StatusO
   in_flight_ = peak_in_flight_ = 0;
   bytes_sent_ = 0;
   wait_seconds_ = 0;
+  double busy[3] = {0, 0, 0};  // Seconds of forwards, backwards (B when split) and W's, waits excluded.
+  int count[3] = {0, 0, 0};
   aux_sum_ = 0;
   expert_load_ = at::Tensor();
   absl::Status status;
@@ -70,6 +72,8 @@ absl::StatusOr<double> PipelineRunner::RunStep(const std::function<absl::StatusO
     for (size_t i = 0; i < actions_.size() && status.ok(); ++i) {
       const PipeAction& a = actions_[i];
       if (i == last_backward && before_last_backward) before_last_backward();
+      const auto action_start = std::chrono::steady_clock::now();
+      const double waited = wait_seconds_;
       if (a.op == PipeOp::kForward) {
         status = Forward(a, batch, options_.positions, &loss_sum);
       } else if (a.op == PipeOp::kBackward) {
@@ -77,6 +81,10 @@ absl::StatusOr<double> PipelineRunner::RunStep(const std::function<absl::StatusO
       } else {
         status = Weight(a);
       }
+      const int k = static_cast<int>(a.op);
+      busy[k] += std::chrono::duration<double>(std::chrono::steady_clock::now() - action_start).count() -
+                 (wait_seconds_ - waited);
+      ++count[k];
     }
   } catch (const c10::Error& e) {
     // Communication inside forward/backward (tp) reports failures as exceptions.
@@ -85,7 +93,17 @@ absl::StatusOr<double> PipelineRunner::RunStep(const std::function<absl::StatusO
   status = Finish(status);
   step_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   if (!status.ok()) return status;
+  measured_ = PipeCosts{count[0] ? busy[0] / count[0] : 0, count[1] ? busy[1] / count[1] : 0,
+                        count[2] ? busy[2] / count[2] : 0};
   return loss_sum;
+}
+
+absl::Status PipelineRunner::Reschedule(const PipeCosts& costs) {
+  if (options_.schedule != PipeSchedule::kZeroBubbleH1) return absl::OkStatus();
+  auto all = layout::MakeZeroBubbleH1(pp_->size(), options_.micro_batches, costs);
+  if (!all.ok()) return all.status();
+  actions_ = std::move((*all)[pp_->rank()]);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<double> PipelineRunner::RunForwardOnly(const std::function<absl::StatusOr<at::Tensor>(int)>& batch,

@@ -48,6 +48,7 @@ namespace tessera::parallel {
 using layout::MakeSchedule;
 using layout::ModelChunk;
 using layout::PipeAction;
+using layout::PipeCosts;
 using layout::PipeOp;
 using layout::PipeSchedule;
 using layout::StageLayout;
@@ -119,6 +120,12 @@ class PipelineRunner {
   double wait_seconds() const { return wait_seconds_; }
   // Seconds the last RunStep took on this rank (its passes and its waits).
   double step_seconds() const { return step_seconds_; }
+  // This rank's mean seconds per forward, backward (B when split) and W of the last RunStep, waits
+  // for activations and gradients excluded (0 for an action it did not run).
+  const PipeCosts& measured_costs() const { return measured_; }
+  // A zero-bubble schedule made again from `costs` (MakeZeroBubbleH1); other schedules stay. Every
+  // rank of the pp group must pass the same costs, between steps.
+  absl::Status Reschedule(const PipeCosts& costs);
 
  private:
   PipelineRunner(Decoder* model, std::vector<ModelChunk> chunks, int virtual_stages, std::shared_ptr<Communicator> pp,
@@ -171,6 +178,7 @@ class PipelineRunner {
   int64_t bytes_sent_ = 0;
   double wait_seconds_ = 0;
   double step_seconds_ = 0;
+  PipeCosts measured_;
   double aux_sum_ = 0;
   at::Tensor expert_load_;
 };

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <sstream>
 #include <tuple>
 
@@ -18,6 +19,7 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "formats/checkpoint/checkpoint_dir.h"
 #include "layout/check_layout.h"
@@ -479,6 +481,7 @@ absl::StatusOr<StepStats> Trainer::Step() {
     auto bubble = PipelineBubble();
     if (!bubble.ok()) return bubble.status();
     s.pipeline_bubble = *bubble;
+    if (++pipeline_steps_ == kScheduleFromStep) TESSERA_RETURN_IF_ERROR(ScheduleFromMeasuredCosts());
   }
   s.optimizer_state_bytes = zero_->state_bytes();
   s.frozen_param_bytes = model_->frozen_bytes();
@@ -494,6 +497,25 @@ absl::StatusOr<double> Trainer::PipelineBubble() {
   TESSERA_RETURN_IF_ERROR(groups_.pp->AllReduce(longest, ReduceOp::kMax));
   const double span = longest.item<double>() * groups_.pp->size();
   return span > 0 ? std::clamp(1.0 - busy.item<double>() / span, 0.0, 1.0) : 0.0;
+}
+
+absl::Status Trainer::ScheduleFromMeasuredCosts() {
+  if (options_.layout.pp_schedule != layout::PipeSchedule::kZeroBubbleH1) return absl::OkStatus();
+  // The mean over the stages: the same bits on every rank, hence the same schedule.
+  const PipeCosts& mine = pipeline_->measured_costs();
+  at::Tensor costs = at::tensor({mine.forward, mine.backward, mine.weight}, at::TensorOptions().dtype(at::kDouble)).to(device_);
+  TESSERA_RETURN_IF_ERROR(groups_.pp->AllReduce(costs, ReduceOp::kSum));
+  costs = costs.cpu();
+  const PipeCosts mean{costs[0].item<double>() / groups_.pp->size(), costs[1].item<double>() / groups_.pp->size(),
+                       costs[2].item<double>() / groups_.pp->size()};
+  if (!(mean.forward > 0 && mean.backward > 0 && mean.weight > 0)) return absl::OkStatus();
+  TESSERA_RETURN_IF_ERROR(pipeline_->Reschedule(mean));
+  if (groups_.global_rank == 0) {
+    std::cerr << absl::StrFormat("tessera: rank 0: zb1p schedule from measured costs: F %.4f s, B %.4f s, W %.4f s",
+                                 mean.forward, mean.backward, mean.weight)
+              << std::endl;
+  }
+  return absl::OkStatus();
 }
 
 bool Trainer::EvaluatesNow() const {

@@ -137,6 +137,11 @@ class Trainer {
   absl::Status Update(double norm, double lr, StepStats* s);
   // pp > 1, every stage together: StepStats::pipeline_bubble of the last RunStep.
   absl::StatusOr<double> PipelineBubble();
+  // zb1p, every stage together: the schedule made again from the stages' mean measured forward, B and
+  // W times of the last step (until then: F = B = W). Once, after kScheduleFromStep steps of this
+  // process (the first pays for first-touch allocations).
+  static constexpr int kScheduleFromStep = 2;
+  absl::Status ScheduleFromMeasuredCosts();
   absl::Status LoadCheckpoint(const std::string& path);
   // SaveCheckpoint's parts: dp rank 0's gathers and global rank 0's files (model, optimizer,
   // trainer_state.json); rank 0's commit after the vote (index.json, rename, pruning). Failures of
@@ -225,6 +230,7 @@ class Trainer {
   // Pipeline parallelism (pp > 1): this rank's chunks of the model and their schedule.
   std::unique_ptr<StageLayout> layout_;
   std::unique_ptr<PipelineRunner> pipeline_;
+  int pipeline_steps_ = 0;  // Steps this process has run through pipeline_.
   // The optimizer of every layout (stage 0 included): gradient reduction, norm, AdamW (parallel/zero).
   std::unique_ptr<ZeroOptimizer> zero_;
   // Optimizer state (tp-local, CPU) from a checkpoint, until the optimizer exists.
