@@ -32,8 +32,8 @@ struct LowPrecisionCpuLinear : public torch::autograd::Function<LowPrecisionCpuL
 };
 
 // The same products as at::linear's backward (or LowPrecisionCpuLinear's), with the weight's left to
-// the current WeightGradStore when there is one. Inputs x, w (and b when kBias: an autograd function
-// takes no undefined tensor).
+// the current WeightGradStore when there is one. SplitLinear takes x and w, SplitLinearWithBias also b
+// (an autograd function takes no undefined tensor).
 at::Tensor SplitLinearForward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
   ctx->save_for_backward({x, w});
   if (!LowPrecisionCpu(x)) return at::linear(x, w, b);

@@ -501,13 +501,14 @@ absl::StatusOr<double> Trainer::PipelineBubble() {
 
 absl::Status Trainer::ScheduleFromMeasuredCosts() {
   if (options_.layout.pp_schedule != layout::PipeSchedule::kZeroBubbleH1) return absl::OkStatus();
-  // The mean over the stages: the same bits on every rank, hence the same schedule.
+  // The mean over every rank of the job (each stage has as many): the same bits everywhere, hence the
+  // same schedule in every pipeline — tp peers and dp replicas run their collectives in one order.
   const PipeCosts& mine = pipeline_->measured_costs();
   at::Tensor costs = at::tensor({mine.forward, mine.backward, mine.weight}, at::TensorOptions().dtype(at::kDouble)).to(device_);
-  TESSERA_RETURN_IF_ERROR(groups_.pp->AllReduce(costs, ReduceOp::kSum));
+  TESSERA_RETURN_IF_ERROR(groups_.world->AllReduce(costs, ReduceOp::kSum));
   costs = costs.cpu();
-  const PipeCosts mean{costs[0].item<double>() / groups_.pp->size(), costs[1].item<double>() / groups_.pp->size(),
-                       costs[2].item<double>() / groups_.pp->size()};
+  const double n = groups_.world->size();
+  const PipeCosts mean{costs[0].item<double>() / n, costs[1].item<double>() / n, costs[2].item<double>() / n};
   if (!(mean.forward > 0 && mean.backward > 0 && mean.weight > 0)) return absl::OkStatus();
   TESSERA_RETURN_IF_ERROR(pipeline_->Reschedule(mean));
   if (groups_.global_rank == 0) {

@@ -137,8 +137,8 @@ class Trainer {
   absl::Status Update(double norm, double lr, StepStats* s);
   // pp > 1, every stage together: StepStats::pipeline_bubble of the last RunStep.
   absl::StatusOr<double> PipelineBubble();
-  // zb1p, every stage together: the schedule made again from the stages' mean measured forward, B and
-  // W times of the last step (until then: F = B = W). Once, after kScheduleFromStep steps of this
+  // zb1p, every rank together: the schedule made again from the job's mean measured forward, B and W
+  // times of the last step (until then: F = B = W). Once, after kScheduleFromStep steps of this
   // process (the first pays for first-touch allocations).
   static constexpr int kScheduleFromStep = 2;
   absl::Status ScheduleFromMeasuredCosts();
