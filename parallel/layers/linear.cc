@@ -15,25 +15,9 @@ bool LowPrecisionCpu(const at::Tensor& x) {
   return x.device().is_cpu() && (x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kHalf);
 }
 
-struct LowPrecisionCpuLinear : public torch::autograd::Function<LowPrecisionCpuLinear> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w) {
-    ctx->save_for_backward({x, w});
-    return at::linear(x.to(at::kFloat), w.to(at::kFloat)).to(x.scalar_type());
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    auto saved = ctx->get_saved_variables();
-    const at::Tensor& x = saved[0];
-    const at::Tensor& w = saved[1];
-    at::Tensor g = grads[0].to(at::kFloat).reshape({-1, w.size(0)});
-    at::Tensor gx = at::mm(g, w.to(at::kFloat)).view(x.sizes()).to(x.scalar_type());
-    at::Tensor gw = at::mm(g.t(), x.reshape({-1, w.size(1)}).to(at::kFloat)).to(w.scalar_type());
-    return {gx, gw};
-  }
-};
-
-// The same products as at::linear's backward (or LowPrecisionCpuLinear's), with the weight's left to
-// the current WeightGradStore when there is one. SplitLinear takes x and w, SplitLinearWithBias also b
-// (an autograd function takes no undefined tensor).
+// The same products as at::linear's backward — for 16-bit CPU tensors, fp32 GEMMs rounded once — with
+// the weight's left to the current WeightGradStore when there is one. SplitLinear takes x and w,
+// SplitLinearWithBias also b (an autograd function takes no undefined tensor).
 at::Tensor SplitLinearForward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
   ctx->save_for_backward({x, w});
   if (!LowPrecisionCpu(x)) return at::linear(x, w, b);
@@ -95,7 +79,7 @@ at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b)
     return b.defined() ? SplitLinearWithBias::apply(x, w, b) : SplitLinear::apply(x, w);
   }
   if (LowPrecisionCpu(x)) {
-    at::Tensor y = LowPrecisionCpuLinear::apply(x, w);
+    at::Tensor y = SplitLinear::apply(x, w);  // No store is current: the weight's gradient at once.
     return b.defined() ? y + b : y;
   }
   return at::linear(x, w, b);
