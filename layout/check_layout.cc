@@ -81,13 +81,18 @@ void Pipeline(const ModelConfig& m, const ParallelLayout& l, const BatchShape& b
   if (interleaved && l.pp_chunks < 2) {
     Add(out, "parallel.pp_chunks", absl::StrCat(l.pp_chunks, " must be at least 2 with pp_schedule interleaved"));
   }
-  if (!interleaved && l.pp_chunks != 1) {
+  const bool v_shape = l.pp_schedule == PipeSchedule::kZeroBubbleV;
+  if (v_shape && l.pp_chunks != 2) {
+    Add(out, "parallel.pp_chunks", absl::StrCat(l.pp_chunks, " (pp_schedule zbv runs two chunks per stage)"));
+  }
+  if (!interleaved && !v_shape && l.pp_chunks != 1) {
     Add(out, "parallel.pp_chunks", absl::StrCat(l.pp_chunks, " needs pp_schedule interleaved (", Name(l.pp_schedule),
                                                 " runs one chunk per stage)"));
   }
-  if (l.pp_schedule == PipeSchedule::kZeroBubbleH1 && l.zero_stage == ZeroStage::kParameters) {
+  if (IsZeroBubble(l.pp_schedule) && l.zero_stage == ZeroStage::kParameters) {
     // ZeRO-3 frees a block's gathered weights after its backward, before the deferred W.
-    Add(out, "parallel.pp_schedule", "zb1p needs zero_stage 0, 1 or 2 (ZeRO-3 frees the gathered weights before W)");
+    Add(out, "parallel.pp_schedule", absl::StrCat(Name(l.pp_schedule), " needs zero_stage 0, 1 or 2 (ZeRO-3 frees the "
+                                                  "gathered weights before W)"));
   }
   const int64_t v = int64_t{l.pp} * l.pp_chunks;
   if (!l.pp_layers.empty()) {

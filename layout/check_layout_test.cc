@@ -88,6 +88,15 @@ TEST(CheckLayoutTest, PipelineRules) {
   EXPECT_THAT(Problems(Gpt(2), l), HasSubstr("parallel.pp_layers: sums to 3 layers, model.layers is 2"));
   l.pp_layers = {2, 0};
   EXPECT_THAT(Problems(Gpt(2), l), HasSubstr("parallel.pp_layers[1]: 0 must be at least 1"));
+  // zbv: two chunks per stage in a V (a spec's pp_chunks 1 becomes 2 in LayoutOf), not with ZeRO-3.
+  l = ParallelLayout{};
+  l.pp = 2, l.pp_schedule = PipeSchedule::kZeroBubbleV, l.pp_chunks = 2;
+  EXPECT_EQ(Problems(Gpt(4), l), "");
+  EXPECT_THAT(Problems(Gpt(3), l), HasSubstr("parallel.pp: pp·pp_chunks = 4 virtual stages need model.layers ≥ 4"));
+  l.pp_chunks = 3;
+  EXPECT_THAT(Problems(Gpt(6), l), HasSubstr("parallel.pp_chunks: 3 (pp_schedule zbv runs two chunks per stage)"));
+  l.pp_chunks = 2, l.zero_stage = ZeroStage::kParameters;
+  EXPECT_THAT(Problems(Gpt(4), l), HasSubstr("parallel.pp_schedule: zbv needs zero_stage 0, 1 or 2"));
 }
 
 TEST(CheckLayoutTest, SequenceAndBatchRules) {

@@ -13,8 +13,10 @@ constexpr std::array<std::pair<TpMode, const char*>, 4> kTpModes = {
     {{TpMode::k1D, "1d"}, {TpMode::k2D, "2d"}, {TpMode::k2p5D, "2.5d"}, {TpMode::k3D, "3d"}}};
 constexpr std::array<std::pair<SpMode, const char*>, 2> kSpModes = {
     {{SpMode::kRing, "ring"}, {SpMode::kAllToAll, "all_to_all"}}};
-constexpr std::array<std::pair<PipeSchedule, const char*>, 3> kSchedules = {
-    {{PipeSchedule::kOneFOneB, "1f1b"}, {PipeSchedule::kInterleaved, "interleaved"}, {PipeSchedule::kZeroBubbleH1, "zb1p"}}};
+constexpr std::array<std::pair<PipeSchedule, const char*>, 4> kSchedules = {{{PipeSchedule::kOneFOneB, "1f1b"},
+                                                                            {PipeSchedule::kInterleaved, "interleaved"},
+                                                                            {PipeSchedule::kZeroBubbleH1, "zb1p"},
+                                                                            {PipeSchedule::kZeroBubbleV, "zbv"}}};
 constexpr std::array<std::pair<Precision, const char*>, 3> kPrecisions = {
     {{Precision::kFp32, "fp32"}, {Precision::kBf16, "bf16"}, {Precision::kFp16, "fp16"}}};
 
@@ -44,6 +46,9 @@ const char* Name(TpMode mode) { return NameIn(kTpModes, mode); }
 const char* Name(SpMode mode) { return NameIn(kSpModes, mode); }
 const char* Name(PipeSchedule schedule) { return NameIn(kSchedules, schedule); }
 const char* Name(Precision precision) { return NameIn(kPrecisions, precision); }
+bool IsZeroBubble(PipeSchedule schedule) {
+  return schedule == PipeSchedule::kZeroBubbleH1 || schedule == PipeSchedule::kZeroBubbleV;
+}
 
 absl::StatusOr<TpMode> ParseTpMode(absl::string_view name) { return ParseIn(kTpModes, name, "tp_mode"); }
 absl::StatusOr<SpMode> ParseSpMode(absl::string_view name) { return ParseIn(kSpModes, name, "sp_mode"); }

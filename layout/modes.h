@@ -33,6 +33,7 @@ enum class PipeSchedule {
   kOneFOneB,     // 1F1B, one model chunk per stage.
   kInterleaved,  // Megatron's interleaved 1F1B over ≥ 2 chunks per stage.
   kZeroBubbleH1, // ZB-H1: 1F1B's memory, backwards split into B and W, the W's in the bubbles.
+  kZeroBubbleV,  // ZB-V: two chunks per stage in a V (stage r holds r and 2·pp−1−r), split backwards.
 };
 
 // Parameters and activations; master weights, optimizer state and the loss stay fp32.
@@ -50,8 +51,10 @@ enum class ZeroStage {
 const char* Name(TpMode mode);
 // "ring", "all_to_all".
 const char* Name(SpMode mode);
-// "1f1b", "interleaved", "zb1p".
+// "1f1b", "interleaved", "zb1p", "zbv".
 const char* Name(PipeSchedule schedule);
+// Whether `schedule` splits every backward into B and W (zb1p, zbv).
+bool IsZeroBubble(PipeSchedule schedule);
 // "fp32", "bf16", "fp16".
 const char* Name(Precision precision);
 

@@ -79,8 +79,8 @@ std::string ParallelLayout::ToString() const {
   if (pp > 1) {
     add(absl::StrCat("pp", pp,
                      pp_schedule == PipeSchedule::kInterleaved    ? absl::StrCat("(interleaved×", pp_chunks, ")")
-                     : pp_schedule == PipeSchedule::kZeroBubbleH1 ? "(zb1p)"
-                                                                  : ""));
+                     : IsZeroBubble(pp_schedule) ? absl::StrCat("(", Name(pp_schedule), ")")
+                                                 : ""));
   }
   if (tp > 1) {
     add(absl::StrCat("tp", tp, "(", Name(tp_mode), tp_mode == TpMode::k2p5D ? absl::StrCat(",d=", tp_depth) : "",

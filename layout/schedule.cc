@@ -33,13 +33,17 @@ absl::StatusOr<std::vector<PipeAction>> MakeSchedule(PipeSchedule schedule, int 
                                                    " micro-batches is not a valid schedule"));
   }
   std::vector<PipeAction> out;
-  if (schedule != PipeSchedule::kInterleaved && chunks != 1) {
+  if (schedule == PipeSchedule::kZeroBubbleV && chunks != 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("parallel.pp_chunks: ", chunks, " (pp_schedule zbv runs two chunks per stage)"));
+  }
+  if (schedule != PipeSchedule::kInterleaved && schedule != PipeSchedule::kZeroBubbleV && chunks != 1) {
     return absl::InvalidArgumentError(absl::StrCat("parallel.pp_chunks: ", chunks, " needs pp_schedule interleaved (",
                                                    Name(schedule), " runs one chunk)"));
   }
-  if (schedule == PipeSchedule::kZeroBubbleH1) {
+  if (IsZeroBubble(schedule)) {
     // Every rank makes the whole pipeline's schedule from the same costs: the same one everywhere.
-    auto all = MakeZeroBubbleH1(pp, m, PipeCosts{});
+    auto all = MakeZeroBubbleSchedule(schedule, pp, m, PipeCosts{});
     if (!all.ok()) return all.status();
     return std::move((*all)[rank]);
   }
@@ -75,27 +79,76 @@ absl::StatusOr<std::vector<PipeAction>> MakeSchedule(PipeSchedule schedule, int 
   return out;
 }
 
-absl::StatusOr<std::vector<std::vector<PipeAction>>> MakeZeroBubbleH1(int pp, int m, const PipeCosts& costs) {
+namespace {
+
+// The zero-bubble generator of ZB-H1 (kLoop, one chunk per rank) and ZB-V (kV, two). It runs the
+// pipeline in time with `costs` and, whenever a rank is free, gives it, in this order: a B whose
+// inputs are there (the oldest micro-batch first: what the other stages wait for); a forward within
+// the memory bound (ZB-V: chunk 1's first, which brings a micro-batch to its loss); the oldest
+// deferred W; else the rank waits.
+//   Memory bound, ZB-H1: at most pp − rank micro-batches forwarded and not yet B'd (1F1B's), and
+//     fewer than pp B'd and not yet W'd when a forward starts (each keeps what its W needs: its
+//     linears' inputs and output gradients) — else the oldest W runs first. The cap costs no time
+//     with F = B = W (schedule_test.cc) and keeps the deferred W's from growing with m.
+//   ZB-V: a chunk-0 forward while fewer than 2·pp chunk activations are alive (each chunk is half a
+//     stage: 1F1B's first rank's pp micro-batches); a chunk-1 forward needs its own chunk-0 forward
+//     first, so the chunk-1 activations never outnumber chunk 0's. Fewer than 2·pp chunk W's pending.
+// The W's of the last micro-batch run only after every B of the rank, as the rank's last actions:
+// the runner accumulates them together, in one pass, with the step's gradient reduction armed.
+absl::StatusOr<std::vector<std::vector<PipeAction>>> MakeZeroBubble(int pp, int m, const PipeCosts& costs,
+                                                                    StagePlacement placement) {
+  const char* name = placement == StagePlacement::kV ? "ZB-V" : "ZB-H1";
   if (pp < 1 || m < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("a zero-bubble schedule of ", pp, " stages and ", m,
+    return absl::InvalidArgumentError(absl::StrCat("a zero-bubble schedule (", name, ") of ", pp, " stages and ", m,
                                                    " micro-batches is not a valid schedule"));
   }
   if (!(costs.forward > 0 && costs.backward > 0 && costs.weight > 0)) {
     return absl::InvalidArgumentError("a zero-bubble schedule needs positive forward, backward and weight costs");
   }
+  const bool v_shape = placement == StagePlacement::kV;
+  const int chunks = v_shape ? 2 : 1;
+  const int stages = pp * chunks;
+  const size_t per_rank = static_cast<size_t>(3) * chunks * m;
   constexpr double kUnknown = std::numeric_limits<double>::infinity();
-  // Finish times of F and B of (micro-batch) on each stage (unknown until scheduled).
-  std::vector<std::vector<double>> f_done(pp, std::vector<double>(m, kUnknown)), b_done = f_done;
+  // Finish times of F and B of (virtual stage, micro-batch), unknown until scheduled.
+  std::vector<std::vector<double>> f_done(stages, std::vector<double>(m, kUnknown)), b_done = f_done;
   std::vector<std::vector<PipeAction>> out(pp);
   std::vector<double> clock(pp, 0);
-  std::vector<int> next_f(pp, 0), next_b(pp, 0), next_w(pp, 0);
-  auto remaining = [&](int r) { return next_w[r] < m; };
+  std::vector<std::vector<int>> next_f(pp, std::vector<int>(chunks, 0)), next_b = next_f;
+  std::vector<std::vector<PipeAction>> pending(pp);  // B'd, not yet W'd, in B order.
+  std::vector<int> in_flight(pp, 0), b_count(pp, 0);
+  std::vector<std::vector<int>> chunk_in_flight(pp, std::vector<int>(chunks, 0));
+  auto remaining = [&](int r) { return out[r].size() < per_rank; };
+  auto stage = [&](int r, int c) { return VirtualStageOf(placement, pp, r, c); };
+  auto b_ready = [&](int q, int c) {
+    const int mb = next_b[q][c], s = stage(q, c);
+    if (mb >= next_f[q][c]) return kUnknown;
+    return std::max(f_done[s][mb], s + 1 < stages ? b_done[s + 1][mb] : 0.0);
+  };
+  auto f_ready = [&](int q, int c) {
+    const int mb = next_f[q][c], s = stage(q, c);
+    if (mb >= m) return kUnknown;
+    const int w_pending = static_cast<int>(pending[q].size());
+    const bool allowed = v_shape ? w_pending < 2 * pp &&
+                                       (c == 1 ? in_flight[q] < 2 * pp : chunk_in_flight[q][0] < 2 * pp - q - 1)
+                                 : in_flight[q] < pp - q && w_pending < pp;
+    if (!allowed) return kUnknown;
+    return s > 0 ? f_done[s - 1][mb] : 0.0;
+  };
+  // The index in pending[q] of the W to run now, or -1: the oldest not of the last micro-batch; those
+  // of the last once every B of the rank has run.
+  auto next_w = [&](int q) {
+    for (size_t k = 0; k < pending[q].size(); ++k) {
+      if (pending[q][k].micro_batch != m - 1) return static_cast<int>(k);
+    }
+    return pending[q].empty() || b_count[q] < chunks * m ? -1 : 0;
+  };
   // A rank with nothing to run at its clock waits (`waiting`) until another rank has scheduled
   // something; when every rank with work waits, each moves on to its earliest known input.
   std::vector<bool> waiting(pp, false);
   // Every iteration schedules one action, on the rank whose clock is earliest among those with work:
   // whatever starts before that time is already scheduled, so its inputs' finish times are known.
-  for (int64_t guard = 0; guard < int64_t{8} * pp * m * (pp + 2) + 16; ++guard) {
+  for (int64_t guard = 0; guard < int64_t{16} * pp * m * chunks * (pp + 2) + 16; ++guard) {
     int r = -1;
     bool any_work = false;
     for (int q = 0; q < pp; ++q) {
@@ -103,29 +156,18 @@ absl::StatusOr<std::vector<std::vector<PipeAction>>> MakeZeroBubbleH1(int pp, in
       if (remaining(q) && !waiting[q] && (r < 0 || clock[q] < clock[r])) r = q;
     }
     if (!any_work) return out;
-    auto ready_times = [&](int q, double* b_ready, double* f_ready) {
-      const int fb = next_f[q], bb = next_b[q];
-      // B of micro-batch bb: its own forward, and the next stage's B.
-      *b_ready = bb < fb ? std::max(f_done[q][bb], q + 1 < pp ? b_done[q + 1][bb] : 0.0) : kUnknown;
-      // F of micro-batch fb: the previous stage's F, within 1F1B's bound of pp − q micro-batches
-      // forwarded and not yet B'd (their activations), and with fewer than pp micro-batches B'd and
-      // not yet W'd (each keeps what its W needs: its linears' inputs and output gradients) — else the
-      // oldest W runs first. The cap costs no time with F = B = W (schedule_test.cc) and keeps the
-      // deferred W's from growing with the micro-batch count.
-      *f_ready = fb < m && fb - bb < pp - q && bb - next_w[q] < pp ? (q > 0 ? f_done[q - 1][fb] : 0.0) : kUnknown;
-    };
     if (r < 0) {  // Every rank with work waits: the one whose known input comes first moves to it.
       int first = -1;
       double first_at = kUnknown;
       for (int q = 0; q < pp; ++q) {
         if (!remaining(q)) continue;
-        double b_ready, f_ready;
-        ready_times(q, &b_ready, &f_ready);
-        const double at = std::max(clock[q], std::min(b_ready, f_ready));
+        double known = kUnknown;
+        for (int c = 0; c < chunks; ++c) known = std::min({known, b_ready(q, c), f_ready(q, c)});
+        const double at = std::max(clock[q], known);
         if (at < first_at) first = q, first_at = at;
       }
       if (first < 0) {
-        return absl::InternalError(absl::StrCat("the zero-bubble schedule of ", pp, " stages and ", m,
+        return absl::InternalError(absl::StrCat("the zero-bubble schedule (", name, ") of ", pp, " stages and ", m,
                                                 " micro-batches is stuck"));
       }
       clock[first] = first_at;
@@ -133,18 +175,33 @@ absl::StatusOr<std::vector<std::vector<PipeAction>>> MakeZeroBubbleH1(int pp, in
       continue;
     }
     const double t = clock[r];
-    double b_ready, f_ready;
-    ready_times(r, &b_ready, &f_ready);
-    if (b_ready <= t) {
-      out[r].push_back({PipeOp::kBackward, next_b[r], 0});
+    int b_chunk = -1, f_chunk = -1;
+    for (int c = 0; c < chunks; ++c) {
+      if (b_ready(r, c) <= t && (b_chunk < 0 || next_b[r][c] < next_b[r][b_chunk])) b_chunk = c;
+    }
+    for (int c = chunks; c-- > 0;) {
+      if (f_chunk < 0 && f_ready(r, c) <= t) f_chunk = c;
+    }
+    const int w = next_w(r);
+    if (b_chunk >= 0) {
+      const int mb = next_b[r][b_chunk]++;
+      out[r].push_back({PipeOp::kBackward, mb, b_chunk});
+      pending[r].push_back({PipeOp::kWeight, mb, b_chunk});
       clock[r] = t + costs.backward;
-      b_done[r][next_b[r]++] = clock[r];
-    } else if (f_ready <= t) {
-      out[r].push_back({PipeOp::kForward, next_f[r], 0});
+      b_done[stage(r, b_chunk)][mb] = clock[r];
+      --in_flight[r];
+      --chunk_in_flight[r][b_chunk];
+      ++b_count[r];
+    } else if (f_chunk >= 0) {
+      const int mb = next_f[r][f_chunk]++;
+      out[r].push_back({PipeOp::kForward, mb, f_chunk});
       clock[r] = t + costs.forward;
-      f_done[r][next_f[r]++] = clock[r];
-    } else if (next_w[r] < next_b[r]) {
-      out[r].push_back({PipeOp::kWeight, next_w[r]++, 0});
+      f_done[stage(r, f_chunk)][mb] = clock[r];
+      ++in_flight[r];
+      ++chunk_in_flight[r][f_chunk];
+    } else if (w >= 0) {
+      out[r].push_back(pending[r][w]);
+      pending[r].erase(pending[r].begin() + w);
       clock[r] = t + costs.weight;
     } else {
       waiting[r] = true;
@@ -152,7 +209,28 @@ absl::StatusOr<std::vector<std::vector<PipeAction>>> MakeZeroBubbleH1(int pp, in
     }
     std::fill(waiting.begin(), waiting.end(), false);
   }
-  return absl::InternalError("the zero-bubble schedule did not finish");
+  return absl::InternalError(absl::StrCat("the zero-bubble schedule (", name, ") did not finish"));
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::vector<PipeAction>>> MakeZeroBubbleH1(int pp, int m, const PipeCosts& costs) {
+  return MakeZeroBubble(pp, m, costs, StagePlacement::kLoop);
+}
+
+absl::StatusOr<std::vector<std::vector<PipeAction>>> MakeZeroBubbleV(int pp, int m, const PipeCosts& costs) {
+  return MakeZeroBubble(pp, m, costs, StagePlacement::kV);
+}
+
+absl::StatusOr<std::vector<std::vector<PipeAction>>> MakeZeroBubbleSchedule(PipeSchedule schedule, int pp, int m,
+                                                                            const PipeCosts& costs) {
+  if (schedule == PipeSchedule::kZeroBubbleV) return MakeZeroBubbleV(pp, m, costs);
+  if (schedule == PipeSchedule::kZeroBubbleH1) return MakeZeroBubbleH1(pp, m, costs);
+  return absl::InvalidArgumentError(absl::StrCat("pp_schedule ", Name(schedule), " is not a zero-bubble schedule"));
+}
+
+StagePlacement PlacementOf(PipeSchedule schedule) {
+  return schedule == PipeSchedule::kZeroBubbleV ? StagePlacement::kV : StagePlacement::kLoop;
 }
 
 SimulatedStep SimulateSchedule(const std::vector<std::vector<PipeAction>>& per_rank, int chunks,
@@ -160,7 +238,8 @@ SimulatedStep SimulateSchedule(const std::vector<std::vector<PipeAction>>& per_r
   return SimulateSchedule(per_rank, chunks, PipeCosts{forward_cost, backward_cost, 0});
 }
 
-SimulatedStep SimulateSchedule(const std::vector<std::vector<PipeAction>>& per_rank, int chunks, const PipeCosts& costs) {
+SimulatedStep SimulateSchedule(const std::vector<std::vector<PipeAction>>& per_rank, int chunks, const PipeCosts& costs,
+                               StagePlacement placement) {
   const int pp = static_cast<int>(per_rank.size());
   // Backwards split into B and W: those with a W in their rank's actions.
   std::set<std::tuple<int, int, int>> split;  // (rank, micro-batch, chunk)
@@ -184,7 +263,7 @@ SimulatedStep SimulateSchedule(const std::vector<std::vector<PipeAction>>& per_r
     for (int r = 0; r < pp; ++r) {
       while (next[r] < per_rank[r].size()) {
         const PipeAction& a = per_rank[r][next[r]];
-        const int s = a.chunk * pp + r;
+        const int s = VirtualStageOf(placement, pp, r, a.chunk);
         double ready = clock[r];
         auto need = [&](int op, int stage) {
           auto it = done.find({op, a.micro_batch, stage});

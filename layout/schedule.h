@@ -14,6 +14,11 @@
 //                micro-batches in flight, and otherwise a deferred W — the W's fill what would be
 //                bubbles. `zb1p`: MakeSchedule makes it with F = B = W (PipeCosts' defaults); the
 //                pipeline runner splits each backward into B and W (parallel/layers/weight_grad_store.h).
+//   ZB-V         (MakeZeroBubbleV; `zbv`): the same rule over two chunks per rank placed in a V
+//                (StagePlacement::kV: rank r holds virtual stages r and 2·pp−1−r), so the first rank,
+//                which holds both the embeddings and the loss, starts each micro-batch's backward
+//                itself; at most 2·pp chunk activations alive per rank (half a stage each: 1F1B's
+//                first rank's memory, on every rank).
 //
 // A rank sends its outputs without waiting for the receiver and waits only for its inputs; under that
 // rule every schedule here completes (SimulateSchedule checks it).
@@ -25,6 +30,7 @@
 
 #include "absl/status/statusor.h"
 #include "layout/modes.h"
+#include "layout/stage_layout.h"
 
 namespace tessera::layout {
 
@@ -35,14 +41,15 @@ enum class PipeOp { kForward, kBackward, kWeight };
 struct PipeAction {
   PipeOp op = PipeOp::kForward;
   int micro_batch = 0;
-  int chunk = 0;  // Local chunk index on the rank (virtual stage chunk·pp + rank).
+  int chunk = 0;  // Local chunk index on the rank (its virtual stage: VirtualStageOf).
   bool operator==(const PipeAction& o) const {
     return op == o.op && micro_batch == o.micro_batch && chunk == o.chunk;
   }
 };
 
 // The actions of pipeline rank `rank` of `pp` for `micro_batches` micro-batches. kInterleaved needs
-// chunks ≥ 2 and micro_batches a multiple of pp; kOneFOneB and kZeroBubbleH1 need chunks == 1.
+// chunks ≥ 2 and micro_batches a multiple of pp; kZeroBubbleV chunks == 2 (placed kV); kOneFOneB and
+// kZeroBubbleH1 chunks == 1.
 absl::StatusOr<std::vector<PipeAction>> MakeSchedule(PipeSchedule schedule, int pp, int chunks, int rank,
                                                      int micro_batches);
 
@@ -58,8 +65,17 @@ struct PipeCosts {
 // running the rule above on `costs`: per rank every F, B and W once; at most pp − rank micro-batches
 // forwarded and not yet B'd (1F1B's activation bound); fewer than pp micro-batches B'd and not yet
 // W'd when a forward starts (each keeps what its W needs: its linears' inputs and output gradients);
-// every W after its B.
+// every W after its B; the W's of the last micro-batch are the rank's last actions.
 absl::StatusOr<std::vector<std::vector<PipeAction>>> MakeZeroBubbleH1(int pp, int micro_batches, const PipeCosts& costs);
+// ZB-V's, two chunks per rank placed kV, by the same rule: per rank every F, B and W of both chunks
+// once; at most 2·pp chunks forwarded and not yet B'd; fewer than 2·pp chunks B'd and not yet W'd
+// when a forward starts; the W's of the last micro-batch (both chunks) are the rank's last actions.
+absl::StatusOr<std::vector<std::vector<PipeAction>>> MakeZeroBubbleV(int pp, int micro_batches, const PipeCosts& costs);
+// MakeZeroBubbleH1 or MakeZeroBubbleV by `schedule` (InvalidArgument for other schedules).
+absl::StatusOr<std::vector<std::vector<PipeAction>>> MakeZeroBubbleSchedule(PipeSchedule schedule, int pp,
+                                                                            int micro_batches, const PipeCosts& costs);
+// Where `schedule` places the virtual stages: kV for zbv, kLoop otherwise.
+StagePlacement PlacementOf(PipeSchedule schedule);
 
 // Runs every rank's actions in a model where a forward of virtual stage s waits for the forward of
 // s-1 of the same micro-batch, a backward for its own forward and for the backward of s+1, and a
@@ -71,8 +87,9 @@ struct SimulatedStep {
   std::vector<int> peak_in_flight;  // Per rank: most micro-batch chunks forwarded, not yet (B-)backwarded.
   std::vector<int> peak_weight_pending;  // Per rank: most micro-batch chunks B'd, not yet W'd.
 };
-// With `costs`, a W waits for its own B on the same rank.
-SimulatedStep SimulateSchedule(const std::vector<std::vector<PipeAction>>& per_rank, int chunks, const PipeCosts& costs);
+// With `costs`, a W waits for its own B on the same rank. `placement`: where the ranks' chunks sit.
+SimulatedStep SimulateSchedule(const std::vector<std::vector<PipeAction>>& per_rank, int chunks, const PipeCosts& costs,
+                               StagePlacement placement = StagePlacement::kLoop);
 SimulatedStep SimulateSchedule(const std::vector<std::vector<PipeAction>>& per_rank, int chunks,
                                double forward_cost, double backward_cost);
 

@@ -116,26 +116,33 @@ TEST(StageLayoutTest, BalancedWithExtraLayersFirst) {
   EXPECT_EQ(l->RankOfLayer(7), 2);
 }
 
-// Per rank: every micro-batch's F, B and W exactly once, B after F and W after B; every rank's B of a
-// micro-batch after the next rank's (checked by the simulation completing).
-void ExpectZeroBubbleComplete(const std::vector<std::vector<PipeAction>>& ranks, int m) {
+// Per rank: every (micro-batch, chunk)'s F, B and W exactly once, B after F and W after B; every
+// rank's B of a micro-batch after the next stage's (checked by the simulation completing).
+void ExpectZeroBubbleComplete(const std::vector<std::vector<PipeAction>>& ranks, int m, int chunks = 1) {
   for (size_t r = 0; r < ranks.size(); ++r) {
-    std::set<int> f, b, w;
+    std::set<std::pair<int, int>> f, b, w;
     for (const PipeAction& a : ranks[r]) {
-      EXPECT_EQ(a.chunk, 0);
+      EXPECT_TRUE(a.chunk >= 0 && a.chunk < chunks) << "rank " << r << ": chunk " << a.chunk;
+      const auto key = std::make_pair(a.micro_batch, a.chunk);
       if (a.op == PipeOp::kForward) {
-        EXPECT_TRUE(f.insert(a.micro_batch).second) << "rank " << r << ": F twice";
+        EXPECT_TRUE(f.insert(key).second) << "rank " << r << ": F twice";
       } else if (a.op == PipeOp::kBackward) {
-        EXPECT_TRUE(f.count(a.micro_batch)) << "rank " << r << ": B before F";
-        EXPECT_TRUE(b.insert(a.micro_batch).second) << "rank " << r << ": B twice";
+        EXPECT_TRUE(f.count(key)) << "rank " << r << ": B before F";
+        EXPECT_TRUE(b.insert(key).second) << "rank " << r << ": B twice";
       } else {
-        EXPECT_TRUE(b.count(a.micro_batch)) << "rank " << r << ": W before B";
-        EXPECT_TRUE(w.insert(a.micro_batch).second) << "rank " << r << ": W twice";
+        EXPECT_TRUE(b.count(key)) << "rank " << r << ": W before B";
+        EXPECT_TRUE(w.insert(key).second) << "rank " << r << ": W twice";
       }
     }
-    EXPECT_EQ(f.size(), static_cast<size_t>(m));
-    EXPECT_EQ(b.size(), static_cast<size_t>(m));
-    EXPECT_EQ(w.size(), static_cast<size_t>(m));
+    EXPECT_EQ(f.size(), static_cast<size_t>(m * chunks));
+    EXPECT_EQ(b.size(), static_cast<size_t>(m * chunks));
+    EXPECT_EQ(w.size(), static_cast<size_t>(m * chunks));
+    // The last micro-batch's W's close the rank's actions (the runner accumulates them together).
+    ASSERT_GE(ranks[r].size(), static_cast<size_t>(chunks));
+    for (int k = 1; k <= chunks; ++k) {
+      const PipeAction& a = ranks[r][ranks[r].size() - k];
+      EXPECT_TRUE(a.op == PipeOp::kWeight && a.micro_batch == m - 1) << "rank " << r << ": action " << -k;
+    }
   }
 }
 
@@ -204,6 +211,103 @@ TEST(ScheduleTest, MakeScheduleGivesEachRankItsRowOfZeroBubbleH1) {
   EXPECT_NE(two.status().message().find("parallel.pp_chunks: 2 needs pp_schedule interleaved (zb1p runs one chunk)"),
             std::string::npos)
       << two.status();
+}
+
+// ZB-V: each chunk is half a stage, so F = B = W = 1/2 per chunk against ZB-H1's and 1F1B's 1 per stage.
+TEST(ScheduleTest, ZeroBubbleVRunsEveryActionOnceWithoutDeadlockWithinOneFOneBsFirstRankMemory) {
+  const PipeCosts half{0.5, 0.5, 0.5}, whole;
+  for (int pp : {2, 3, 4, 8}) {
+    for (int m : {1, 2, 4, 8, 16}) {
+      SCOPED_TRACE(testing::Message() << "pp " << pp << ", m " << m);
+      auto zv = MakeZeroBubbleV(pp, m, half);
+      ASSERT_TRUE(zv.ok()) << zv.status();
+      ExpectZeroBubbleComplete(*zv, m, 2);
+      const SimulatedStep v = SimulateSchedule(*zv, 2, half, StagePlacement::kV);
+      ASSERT_TRUE(v.completes);
+      auto zh = MakeZeroBubbleH1(pp, m, whole);
+      ASSERT_TRUE(zh.ok());
+      const SimulatedStep h = SimulateSchedule(*zh, 1, whole);
+      const SimulatedStep one = SimulateSchedule(AllRanks(PipeSchedule::kOneFOneB, pp, 1, m), 1, whole);
+      // The same work as 1F1B's.
+      EXPECT_NEAR(one.makespan * (1 - one.bubble), v.makespan * (1 - v.bubble), 1e-9);
+      // At most 2·pp chunk activations on every rank: pp stages' worth, 1F1B's first rank's. The W's
+      // kept: fewer than 2·pp when a forward starts, and the B's that follow within the activations'
+      // bound.
+      for (int r = 0; r < pp; ++r) {
+        EXPECT_LE(v.peak_in_flight[r], 2 * pp) << "rank " << r;
+        EXPECT_LE(v.peak_weight_pending[r], 4 * pp) << "rank " << r;
+      }
+      // Never slower than 1F1B; with few micro-batches (m ≤ pp) never slower than ZB-H1, whose first
+      // and last stages wait for a whole stage's forward per hop (e.g. pp 4, m 4: 15 against 18); with
+      // many, within one chunk action of it (the greedy rule is not optimal: pp 8, m 16 gives 55.5,
+      // ZB-H1 55) and at most half of 1F1B's bubble.
+      EXPECT_LE(v.makespan, one.makespan);
+      if (m <= pp) {
+        EXPECT_LE(v.makespan, h.makespan);
+      }
+      EXPECT_LE(v.makespan, h.makespan + half.forward);
+      if (m >= 2 * pp) {
+        EXPECT_LE(v.bubble, 0.5 * one.bubble) << "1F1B " << one.bubble << ", ZB-V " << v.bubble;
+      }
+    }
+  }
+  EXPECT_FALSE(MakeZeroBubbleV(0, 4, {}).ok());
+  EXPECT_FALSE(MakeZeroBubbleV(2, 4, PipeCosts{1, 0, 1}).ok());
+}
+
+TEST(ScheduleTest, ZeroBubbleVFollowsItsCostModel) {
+  for (const PipeCosts& costs : {PipeCosts{1, 1, 0.25}, PipeCosts{1, 2, 2}, PipeCosts{2, 1, 1}, PipeCosts{0.3, 1, 3}}) {
+    for (int pp : {2, 4}) {
+      SCOPED_TRACE(testing::Message() << "pp " << pp << " F " << costs.forward << " B " << costs.backward << " W "
+                                      << costs.weight);
+      auto zv = MakeZeroBubbleV(pp, 8, costs);
+      ASSERT_TRUE(zv.ok()) << zv.status();
+      ExpectZeroBubbleComplete(*zv, 8, 2);
+      const SimulatedStep v = SimulateSchedule(*zv, 2, costs, StagePlacement::kV);
+      ASSERT_TRUE(v.completes);
+      for (int r = 0; r < pp; ++r) EXPECT_LE(v.peak_in_flight[r], 2 * pp) << "rank " << r;
+    }
+  }
+}
+
+// zbv as a job runs it: every rank makes its row of the same ZB-V schedule (F = B = W).
+TEST(ScheduleTest, MakeScheduleGivesEachRankItsRowOfZeroBubbleV) {
+  for (int pp : {2, 4}) {
+    auto zv = MakeZeroBubbleV(pp, 8, PipeCosts{});
+    ASSERT_TRUE(zv.ok());
+    const auto ranks = AllRanks(PipeSchedule::kZeroBubbleV, pp, 2, 8);
+    for (int r = 0; r < pp; ++r) EXPECT_EQ(ranks[r], (*zv)[r]) << "pp " << pp << " rank " << r;
+  }
+  for (int chunks : {1, 3}) {
+    auto bad = MakeSchedule(PipeSchedule::kZeroBubbleV, 2, chunks, 0, 4);
+    EXPECT_NE(bad.status().message().find("parallel.pp_chunks: " + std::to_string(chunks) +
+                                          " (pp_schedule zbv runs two chunks per stage)"),
+              std::string::npos)
+        << bad.status();
+  }
+}
+
+TEST(StageLayoutTest, VPlacementPutsBothEndsOnTheFirstRank) {
+  auto l = StageLayout::Create(8, 4, 2, {}, StagePlacement::kV);
+  ASSERT_TRUE(l.ok()) << l.status();
+  // Virtual stages 0..7 of one block each: rank r holds r and 7 − r.
+  for (int r = 0; r < 4; ++r) {
+    auto chunks = l->ChunksOf(r);
+    ASSERT_EQ(chunks.size(), 2u);
+    EXPECT_EQ(chunks[0].virtual_stage, r);
+    EXPECT_EQ(chunks[1].virtual_stage, 7 - r);
+    EXPECT_EQ(chunks[1].first_layer, 7 - r);
+    EXPECT_EQ(l->RankOfStage(r), r);
+    EXPECT_EQ(l->RankOfStage(7 - r), r);
+    EXPECT_EQ(l->ChunkOfStage(7 - r), 1);
+    EXPECT_EQ(VirtualStageOf(StagePlacement::kV, 4, r, 1), 7 - r);
+  }
+  EXPECT_TRUE(l->ChunksOf(0)[0].embedding);
+  EXPECT_TRUE(l->ChunksOf(0)[1].head);
+  EXPECT_EQ(l->RankOfLayer(4), 3);
+  EXPECT_EQ(l->RankOfLayer(6), 1);
+  auto one = StageLayout::Create(8, 4, 1, {}, StagePlacement::kV);
+  EXPECT_NE(one.status().message().find("zbv runs two chunks per stage"), std::string::npos) << one.status();
 }
 
 TEST(StageLayoutTest, InterleavedChunksAreNotAdjacent) {

@@ -4,11 +4,20 @@
 
 namespace tessera::layout {
 
+int VirtualStageOf(StagePlacement placement, int pp, int rank, int chunk) {
+  if (placement == StagePlacement::kV) return chunk == 0 ? rank : 2 * pp - 1 - rank;
+  return chunk * pp + rank;
+}
+
 absl::StatusOr<StageLayout> StageLayout::Create(int layers, int pp, int chunks,
-                                                const std::vector<int>& layers_per_stage) {
+                                                const std::vector<int>& layers_per_stage, StagePlacement placement) {
   if (pp < 1) return absl::InvalidArgumentError(absl::StrCat("parallel.pp: ", pp, " must be at least 1"));
   if (chunks < 1) {
     return absl::InvalidArgumentError(absl::StrCat("parallel.pp_chunks: ", chunks, " must be at least 1"));
+  }
+  if (placement == StagePlacement::kV && chunks != 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("parallel.pp_chunks: ", chunks, " (pp_schedule zbv runs two chunks per stage)"));
   }
   const int v = pp * chunks;
   std::vector<int> counts;
@@ -51,18 +60,28 @@ absl::StatusOr<StageLayout> StageLayout::Create(int layers, int pp, int chunks,
     first += counts[s];
     stages.push_back(c);
   }
-  return StageLayout(pp, chunks, std::move(stages));
+  return StageLayout(pp, chunks, placement, std::move(stages));
+}
+
+int StageLayout::RankOfStage(int s) const {
+  if (placement_ == StagePlacement::kV) return s < pp_ ? s : 2 * pp_ - 1 - s;
+  return s % pp_;
+}
+
+int StageLayout::ChunkOfStage(int s) const {
+  if (placement_ == StagePlacement::kV) return s < pp_ ? 0 : 1;
+  return s / pp_;
 }
 
 std::vector<ModelChunk> StageLayout::ChunksOf(int rank) const {
   std::vector<ModelChunk> out;
-  for (int c = 0; c < chunks_; ++c) out.push_back(stages_[c * pp_ + rank]);
+  for (int c = 0; c < chunks_; ++c) out.push_back(stages_[VirtualStageOf(placement_, pp_, rank, c)]);
   return out;
 }
 
 int StageLayout::RankOfLayer(int layer) const {
   for (const ModelChunk& c : stages_) {
-    if (layer >= c.first_layer && layer < c.first_layer + c.num_layers) return c.virtual_stage % pp_;
+    if (layer >= c.first_layer && layer < c.first_layer + c.num_layers) return RankOfStage(c.virtual_stage);
   }
   return -1;
 }

@@ -68,9 +68,11 @@ Prediction Predict(const PlanInput& in, const Layout& l) {
   const double dense_block = m.MeanBlockParameters() - expert_block;
   const double expert_split = l.tp_mode == TpMode::k1D ? l.tp : s.q;
   const double expert_dev = L / l.pp * expert_block / l.ep / expert_split;
-  // The embeddings (first stage) or an untied head (last stage), whichever is larger; norms neglected.
-  const double outside = l.pp > 1 ? std::max(m.EmbeddingParameters(), m.HeadParameters())
-                                  : m.EmbeddingParameters() + m.HeadParameters();
+  // The embeddings (first stage) or an untied head (last stage), whichever is larger; both where one
+  // rank holds both ends (no pipeline, or zbv's V); norms neglected.
+  const bool both_ends = l.pp == 1 || layout::PlacementOf(l.pp_schedule) == layout::StagePlacement::kV;
+  const double outside = both_ends ? m.EmbeddingParameters() + m.HeadParameters()
+                                   : std::max(m.EmbeddingParameters(), m.HeadParameters());
   const double params_dev =
       L / l.pp * dense_block / s.weights + expert_dev + outside / (l.tp_mode == TpMode::k1D ? l.tp : s.q);
   p.state_bytes = 16 * params_dev;
@@ -86,7 +88,8 @@ Prediction Predict(const PlanInput& in, const Layout& l) {
     // Per chunk: F, B (input gradient) and W (weight gradient) of equal cost; a backward not split
     // into B and W costs both.
     const double c = 1.0 / l.pp_chunks;
-    layout::SimulatedStep sim = layout::SimulateSchedule(ranks, l.pp_chunks, layout::PipeCosts{c, c, c});
+    layout::SimulatedStep sim =
+        layout::SimulateSchedule(ranks, l.pp_chunks, layout::PipeCosts{c, c, c}, layout::PlacementOf(l.pp_schedule));
     p.bubble = sim.bubble;
     peak_chunks = *std::max_element(sim.peak_in_flight.begin(), sim.peak_in_flight.end());
   }
@@ -209,6 +212,7 @@ std::vector<Prediction> Plan(const PlanInput& in) {
         if (pp > 1) {
           schedules.push_back({PipeSchedule::kInterleaved, 2});
           schedules.push_back({PipeSchedule::kZeroBubbleH1, 1});
+          schedules.push_back({PipeSchedule::kZeroBubbleV, 2});
         }
         for (const auto& [mode, depth] : modes) {
           for (SpMode sp_mode : sp_modes) {

@@ -50,12 +50,16 @@ TEST(PlannerTest, ZeroBubbleScheduleHasTheSmallerPredictedBubble) {
   const PlanInput in = Gpt8(8);
   std::map<std::string, Prediction> by_name;
   for (const Prediction& p : Plan(in)) by_name.emplace(p.layout.ToString(), p);
-  ASSERT_TRUE(by_name.count("pp2 tp4(1d)") && by_name.count("pp2(zb1p) tp4(1d)"));
+  ASSERT_TRUE(by_name.count("pp2 tp4(1d)") && by_name.count("pp2(zb1p) tp4(1d)") && by_name.count("pp2(zbv) tp4(1d)"));
   const Prediction& one = by_name.at("pp2 tp4(1d)");
   const Prediction& zb = by_name.at("pp2(zb1p) tp4(1d)");
   EXPECT_GT(one.bubble, 0);
   EXPECT_LT(zb.bubble, one.bubble);
   EXPECT_LT(zb.step_s, one.step_s);
+  // ZB-V's V (half-stage chunks) leaves no more than ZB-H1 (layout/schedule_test.cc).
+  const Prediction& zv = by_name.at("pp2(zbv) tp4(1d)");
+  EXPECT_LE(zv.bubble, zb.bubble);
+  EXPECT_LT(zv.bubble, one.bubble);
 }
 
 // Llama: grid layouts need the grid side to divide kv_heads and ffn_hidden; a vocabulary 1D tp does

@@ -39,10 +39,15 @@ layout::ParallelLayout LayoutOf(const v1::JobSpec& spec, std::vector<SpecError>*
   switch (p.pp_schedule()) {
     case v1::PP_SCHEDULE_INTERLEAVED: l.pp_schedule = PipeSchedule::kInterleaved; break;
     case v1::PP_SCHEDULE_ZB1P: l.pp_schedule = PipeSchedule::kZeroBubbleH1; break;
-    case v1::PP_SCHEDULE_UNSPECIFIED: Note(problems, "parallel.pp_schedule", "must be 1f1b, interleaved or zb1p"); break;
+    case v1::PP_SCHEDULE_ZBV: l.pp_schedule = PipeSchedule::kZeroBubbleV; break;
+    case v1::PP_SCHEDULE_UNSPECIFIED:
+      Note(problems, "parallel.pp_schedule", "must be 1f1b, interleaved, zb1p or zbv");
+      break;
     default: break;  // 1f1b, or a number no enumerator has.
   }
   l.pp_chunks = p.pp_chunks();
+  // zbv always runs two chunks per stage: pp_chunks left out (the default 1) means 2.
+  if (l.pp_schedule == PipeSchedule::kZeroBubbleV && l.pp_chunks == 1) l.pp_chunks = 2;
   l.pp_layers.assign(p.pp_layers().begin(), p.pp_layers().end());
   if (auto stage = layout::ZeroStageOf(p.zero_stage()); stage.ok()) {
     l.zero_stage = *stage;
@@ -79,6 +84,7 @@ void SetLayout(const layout::ParallelLayout& l, v1::ParallelSpec* p) {
   p->set_sp_mode(l.sp_mode == layout::SpMode::kAllToAll ? v1::SP_MODE_ALL_TO_ALL : v1::SP_MODE_RING);
   p->set_pp_schedule(l.pp_schedule == layout::PipeSchedule::kInterleaved    ? v1::PP_SCHEDULE_INTERLEAVED
                      : l.pp_schedule == layout::PipeSchedule::kZeroBubbleH1 ? v1::PP_SCHEDULE_ZB1P
+                     : l.pp_schedule == layout::PipeSchedule::kZeroBubbleV  ? v1::PP_SCHEDULE_ZBV
                                                                             : v1::PP_SCHEDULE_1F1B);
   p->set_pp_chunks(l.pp_chunks);
   p->clear_pp_layers();

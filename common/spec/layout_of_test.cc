@@ -3,6 +3,8 @@
 #include "common/spec/layout_of.h"
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "common/spec/yaml_to_proto.h"
 #include "gtest/gtest.h"
@@ -42,13 +44,28 @@ TEST(LayoutOfTest, ModeNamesAreTheSpecsYamlNames) {
               spec.mutable_parallel()->set_pp_schedule(static_cast<v1::PpSchedule>(v->number()));
               EXPECT_EQ(layout::Name(LayoutOf(spec).pp_schedule), EnumYamlName(v)) << v->name();
             }),
-            3);
+            4);
   EXPECT_EQ(ForEachValue(v1::Precision_descriptor(), [](const EnumValueDescriptor* v) {
               v1::JobSpec spec;
               spec.mutable_train()->set_precision(static_cast<v1::Precision>(v->number()));
               EXPECT_EQ(layout::Name(PrecisionOf(spec)), EnumYamlName(v)) << v->name();
             }),
             3);
+}
+
+// zbv always runs two chunks per stage: pp_chunks left out (1, the default) or 2 give 2; another
+// count stays, for the layout check to name.
+TEST(LayoutOfTest, ZeroBubbleVRunsTwoChunksPerStage) {
+  for (const auto& [written, want] : std::vector<std::pair<int, int>>{{1, 2}, {2, 2}, {3, 3}}) {
+    v1::JobSpec spec;
+    spec.mutable_parallel()->set_pp_schedule(v1::PP_SCHEDULE_ZBV);
+    spec.mutable_parallel()->set_pp_chunks(written);
+    EXPECT_EQ(LayoutOf(spec).pp_chunks, want) << "pp_chunks " << written;
+  }
+  v1::JobSpec zb1p;
+  zb1p.mutable_parallel()->set_pp_schedule(v1::PP_SCHEDULE_ZB1P);
+  zb1p.mutable_parallel()->set_pp_chunks(1);
+  EXPECT_EQ(LayoutOf(zb1p).pp_chunks, 1);
 }
 
 }  // namespace

@@ -31,6 +31,15 @@ void WeightGradStore::Add(at::Tensor root, at::Tensor grad) {
   computed_.emplace_back(std::move(root), std::move(grad));
 }
 
+void WeightGradStore::Absorb(WeightGradStore& other) {
+  if (&other == this) return;
+  std::scoped_lock lock(mu_, other.mu_);
+  for (auto& d : other.deferred_) deferred_.push_back(std::move(d));
+  for (auto& c : other.computed_) computed_.push_back(std::move(c));
+  other.deferred_.clear();
+  other.computed_.clear();
+}
+
 bool WeightGradStore::empty() {
   std::lock_guard<std::mutex> lock(mu_);
   return deferred_.empty() && computed_.empty();

@@ -61,6 +61,9 @@ class WeightGradStore {
   // W: computes the deferred gradients and accumulates them and the added ones into .grad in one
   // autograd pass. Empties the store.
   void Run();
+  // Moves `other`'s pending gradients into this store, so that one Run() accumulates both: a
+  // parameter reached by both (a tied embedding used by two chunks of a rank) accumulates once.
+  void Absorb(WeightGradStore& other);
   bool empty();
 
  private:

@@ -84,6 +84,49 @@ TEST_P(WeightGradStoreTest, SplitBackwardEqualsPlainBackward) {
   }
 }
 
+// Two chunks of one rank (zbv) sharing a weight, as rank 0's embedding and tied head: each chunk's B
+// into its own store, then both W's as one (Absorb): the shared weight accumulates once, the sum.
+TEST_P(WeightGradStoreTest, AbsorbedStoresAccumulateASharedWeightOnce) {
+  const at::ScalarType dtype = GetParam();
+  const Model plain = MakeModel(dtype), split = MakeModel(dtype);
+  at::Tensor x = at::randn({3, 4, 5}).to(dtype);
+  at::Tensor g = at::randn({3, 4, 6}).to(dtype);
+  // Chunk 0: Linear(x, w1, b1) then w2; chunk 1 (on its output, detached as between stages): w2 again.
+  auto chunk0 = [](const Model& m, const at::Tensor& in) { return Linear(at::gelu(Linear(in, m.w1, m.b1)) * m.norm, m.w2); };
+  auto chunk1 = [](const Model& m, const at::Tensor& in) { return Linear(in, m.w2); };
+  at::Tensor x_plain = x.clone().requires_grad_(true);
+  torch::autograd::backward({chunk1(plain, chunk0(plain, x_plain))}, {g});
+
+  int fired_w2 = 0;
+  auto acc = torch::autograd::impl::grad_accumulator(split.w2);
+  acc->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
+      [&fired_w2](const torch::autograd::variable_list& out, const torch::autograd::variable_list&) {
+        ++fired_w2;
+        return out;
+      }));
+  WeightGradStore::set_splitting(true);
+  at::Tensor x_split = x.clone().requires_grad_(true);
+  at::Tensor h = chunk0(split, x_split);
+  at::Tensor h_in = h.detach().clone().requires_grad_(true);
+  at::Tensor y = chunk1(split, h_in);
+  WeightGradStore::set_splitting(false);
+  WeightGradStore first, second;
+  first.set_params(split.params());
+  second.set_params(split.params());
+  at::Tensor gh = SplitBackward({y}, {g}, h_in, &second);
+  SplitBackward({h}, {gh}, x_split, &first);
+  first.Absorb(second);
+  EXPECT_TRUE(second.empty());
+  first.Run();
+  EXPECT_EQ(fired_w2, 1) << "the shared weight accumulates once";
+  const double rtol = dtype == at::kFloat ? 1e-6 : 8e-3;
+  const auto want = plain.params(), got = split.params();
+  for (size_t k = 0; k < want.size(); ++k) {
+    ASSERT_TRUE(got[k].grad().defined()) << k;
+    EXPECT_TRUE(at::allclose(got[k].grad().to(at::kFloat), want[k].grad().to(at::kFloat), rtol, 1e-6)) << k;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Dtypes, WeightGradStoreTest, ::testing::Values(at::kFloat, at::kBFloat16));
 
 }  // namespace

@@ -33,14 +33,81 @@ absl::StatusOr<std::unique_ptr<PipelineRunner>> PipelineRunner::Create(Decoder* 
   }
   auto actions = MakeSchedule(options.schedule, layout.pp(), layout.chunks(), pp->rank(), options.micro_batches);
   if (!actions.ok()) return actions.status();
+  if (layout.placement() != layout::PlacementOf(options.schedule)) {
+    return absl::InvalidArgumentError(absl::StrCat("parallel.pp_schedule: ", layout::Name(options.schedule),
+                                                   " does not run on this layout's stage placement"));
+  }
   std::vector<ModelChunk> chunks = layout.ChunksOf(pp->rank());
+  std::vector<int> rank_of_stage;
+  for (int s = 0; s < layout.num_virtual_stages(); ++s) rank_of_stage.push_back(layout.RankOfStage(s));
   const bool split = std::any_of(actions->begin(), actions->end(), [](const PipeAction& a) { return a.op == PipeOp::kWeight; });
-  return std::unique_ptr<PipelineRunner>(new PipelineRunner(model, std::move(chunks), layout.num_virtual_stages(),
-                                                            std::move(pp), options, std::move(*actions), split));
+  std::unique_ptr<PipelineRunner> runner(new PipelineRunner(model, std::move(chunks), std::move(rank_of_stage),
+                                                            std::move(pp), options, split));
+  if (absl::Status s = runner->SetActions(std::move(*actions)); !s.ok()) return s;
+  return runner;
+}
+
+absl::Status PipelineRunner::SetActions(std::vector<PipeAction> actions) {
+  // A split schedule ends with the W's of the last micro-batch, one per chunk: they run together
+  // (RunStep), so that a parameter both chunks use (rank 0's embedding and tied head under zbv)
+  // accumulates once while the step's reduction is armed.
+  size_t final_begin = actions.size();
+  if (split_) {
+    const int m = options_.micro_batches, chunks = static_cast<int>(chunks_.size());
+    std::vector<bool> seen(chunks, false);
+    for (int k = 0; k < chunks && final_begin > 0; ++k) {
+      const PipeAction& a = actions[final_begin - 1];
+      if (a.op != PipeOp::kWeight || a.micro_batch != m - 1 || a.chunk < 0 || a.chunk >= chunks || seen[a.chunk]) break;
+      seen[a.chunk] = true;
+      --final_begin;
+    }
+    if (actions.size() - final_begin != static_cast<size_t>(chunks)) {
+      return absl::InternalError(absl::StrCat("pipeline schedule: rank ", pp_->rank(), "'s actions do not end with the "
+                                              "weight gradients of micro-batch ", m - 1, " of each of its ", chunks,
+                                              " chunks"));
+    }
+  }
+  actions_ = std::move(actions);
+  final_weights_ = final_begin;
+  return absl::OkStatus();
 }
 
 int PipelineRunner::Tag(Kind kind, int micro_batch, int virtual_stage) const {
-  return (static_cast<int>(kind) * virtual_stages_ + virtual_stage) * options_.micro_batches + micro_batch;
+  const int stages = static_cast<int>(rank_of_stage_.size());
+  return (static_cast<int>(kind) * stages + virtual_stage) * options_.micro_batches + micro_batch;
+}
+
+void PipelineRunner::SendTo(const at::Tensor& payload, Kind kind, int micro_batch, int virtual_stage) {
+  const int tag = Tag(kind, micro_batch, virtual_stage);
+  const int to = rank_of_stage_[virtual_stage];
+  if (kind == Kind::kActivation || kind == Kind::kGradient) bytes_sent_ += payload.numel() * payload.element_size();
+  if (to == pp_->rank()) {
+    local_[tag] = payload.clone();  // The sender may reuse its tensor; the receiver gets its own.
+    return;
+  }
+  sends_.push_back(pp_->SendAsync(payload, to, tag));
+}
+
+absl::Status PipelineRunner::RecvFrom(at::Tensor& into, Kind kind, int micro_batch, int virtual_stage, int from_stage) {
+  const int tag = Tag(kind, micro_batch, virtual_stage);
+  const int from = rank_of_stage_[from_stage];
+  if (from == pp_->rank()) {
+    auto it = local_.find(tag);
+    if (it == local_.end()) {
+      return absl::InternalError(absl::StrCat("pipeline schedule: virtual stage ", virtual_stage, " of micro-batch ",
+                                              micro_batch, " waits for this rank's virtual stage ", from_stage,
+                                              ", which has not run"));
+    }
+    into = std::move(it->second);
+    local_.erase(it);
+    return absl::OkStatus();
+  }
+  const auto start = std::chrono::steady_clock::now();
+  absl::Status s = pp_->RecvAsync(into, from, tag)->Wait();
+  if (kind == Kind::kActivation || kind == Kind::kGradient) {
+    wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+  return s;
 }
 
 at::Tensor PipelineRunner::EmptyActivation() const {
@@ -52,10 +119,13 @@ at::Tensor PipelineRunner::EmptyActivation() const {
 absl::StatusOr<double> PipelineRunner::RunStep(const std::function<absl::StatusOr<at::Tensor>(int)>& batch,
                                                double loss_scale, const std::function<void()>& before_last_backward) {
   const auto started = std::chrono::steady_clock::now();
-  // The last action that accumulates gradients: the last backward, or the last W when split.
-  size_t last_backward = 0;
-  for (size_t i = 0; i < actions_.size(); ++i) {
-    if (actions_[i].op == (split_ ? PipeOp::kWeight : PipeOp::kBackward)) last_backward = i;
+  // The last action that accumulates gradients: the last backward, or the first of the last
+  // micro-batch's W's (run together) when split.
+  size_t last_backward = final_weights_;
+  if (!split_) {
+    for (size_t i = 0; i < actions_.size(); ++i) {
+      if (actions_[i].op == PipeOp::kBackward) last_backward = i;
+    }
   }
   WeightGradStore::set_splitting(split_);
   absl::Cleanup not_splitting = [] { WeightGradStore::set_splitting(false); };
@@ -78,8 +148,12 @@ absl::StatusOr<double> PipelineRunner::RunStep(const std::function<absl::StatusO
         status = Forward(a, batch, options_.positions, &loss_sum);
       } else if (a.op == PipeOp::kBackward) {
         status = Backward(a, loss_scale);
+      } else if (i < final_weights_) {
+        status = Weight({a});
+      } else if (i == final_weights_) {
+        status = Weight(std::vector<PipeAction>(actions_.begin() + i, actions_.end()));
       } else {
-        status = Weight(a);
+        continue;  // Ran with the first of the last micro-batch's W's.
       }
       const int k = static_cast<int>(a.op);
       busy[k] += std::chrono::duration<double>(std::chrono::steady_clock::now() - action_start).count() -
@@ -99,11 +173,10 @@ absl::StatusOr<double> PipelineRunner::RunStep(const std::function<absl::StatusO
 }
 
 absl::Status PipelineRunner::Reschedule(const PipeCosts& costs) {
-  if (options_.schedule != PipeSchedule::kZeroBubbleH1) return absl::OkStatus();
-  auto all = layout::MakeZeroBubbleH1(pp_->size(), options_.micro_batches, costs);
+  if (!layout::IsZeroBubble(options_.schedule)) return absl::OkStatus();
+  auto all = layout::MakeZeroBubbleSchedule(options_.schedule, pp_->size(), options_.micro_batches, costs);
   if (!all.ok()) return all.status();
-  actions_ = std::move((*all)[pp_->rank()]);
-  return absl::OkStatus();
+  return SetActions(std::move((*all)[pp_->rank()]));
 }
 
 absl::StatusOr<double> PipelineRunner::RunForwardOnly(const std::function<absl::StatusOr<at::Tensor>(int)>& batch,
@@ -135,6 +208,7 @@ absl::Status PipelineRunner::Finish(absl::Status status) {
   sends_.clear();
   stash_.clear();
   stores_.clear();
+  local_.clear();
   return status;
 }
 
@@ -142,7 +216,6 @@ absl::Status PipelineRunner::Forward(const PipeAction& a, const std::function<ab
                                      const std::function<absl::StatusOr<at::Tensor>(int)>& positions_of,
                                      double* loss_sum, bool keep) {
   const ModelChunk& chunk = chunks_[a.chunk];
-  const int p = pp_->size(), rank = pp_->rank();
   const int64_t T = options_.seq_len;
   Stash stash;
   at::Tensor tokens;
@@ -174,9 +247,7 @@ absl::Status PipelineRunner::Forward(const PipeAction& a, const std::function<ab
     x = model_->Embed(tokens.narrow(1, 0, T));
   } else {
     stash.input = EmptyActivation();
-    const auto start = std::chrono::steady_clock::now();
-    absl::Status s = pp_->RecvAsync(stash.input, (rank + p - 1) % p, Tag(Kind::kActivation, a.micro_batch, chunk.virtual_stage))->Wait();
-    wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    absl::Status s = RecvFrom(stash.input, Kind::kActivation, a.micro_batch, chunk.virtual_stage, chunk.virtual_stage - 1);
     if (!s.ok()) return s;
     if (keep) stash.input.requires_grad_(true);
     x = stash.input;
@@ -191,9 +262,7 @@ absl::Status PipelineRunner::Forward(const PipeAction& a, const std::function<ab
     *loss_sum += stash.output.item<double>();
   } else {
     stash.output = x;
-    at::Tensor payload = x.detach().contiguous();
-    bytes_sent_ += payload.numel() * payload.element_size();
-    sends_.push_back(pp_->SendAsync(payload, (rank + 1) % p, Tag(Kind::kActivation, a.micro_batch, chunk.virtual_stage + 1)));
+    SendTo(x.detach().contiguous(), Kind::kActivation, a.micro_batch, chunk.virtual_stage + 1);
   }
   if (!keep) return absl::OkStatus();
   stash_[{a.micro_batch, a.chunk}] = std::move(stash);
@@ -203,7 +272,6 @@ absl::Status PipelineRunner::Forward(const PipeAction& a, const std::function<ab
 
 absl::Status PipelineRunner::Backward(const PipeAction& a, double loss_scale) {
   const ModelChunk& chunk = chunks_[a.chunk];
-  const int p = pp_->size(), rank = pp_->rank();
   auto it = stash_.find({a.micro_batch, a.chunk});
   if (it == stash_.end()) {
     return absl::InternalError(absl::StrCat("pipeline schedule: backward of micro-batch ", a.micro_batch,
@@ -227,9 +295,7 @@ absl::Status PipelineRunner::Backward(const PipeAction& a, double loss_scale) {
     outputs = {objective};
   } else {
     at::Tensor grad = EmptyActivation();
-    const auto start = std::chrono::steady_clock::now();
-    absl::Status s = pp_->RecvAsync(grad, (rank + 1) % p, Tag(Kind::kGradient, a.micro_batch, chunk.virtual_stage))->Wait();
-    wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    absl::Status s = RecvFrom(grad, Kind::kGradient, a.micro_batch, chunk.virtual_stage, chunk.virtual_stage + 1);
     if (!s.ok()) return s;
     outputs = {stash.output};
     grads = {grad};
@@ -249,39 +315,38 @@ absl::Status PipelineRunner::Backward(const PipeAction& a, double loss_scale) {
     torch::autograd::backward(outputs, grads);
     if (stash.input.defined()) input_grad = stash.input.grad();
   }
-  if (!chunk.embedding) {
-    at::Tensor payload = input_grad.contiguous();
-    bytes_sent_ += payload.numel() * payload.element_size();
-    sends_.push_back(pp_->SendAsync(payload, (rank + p - 1) % p, Tag(Kind::kGradient, a.micro_batch, chunk.virtual_stage - 1)));
-  }
-  if (send_totals) {
-    sends_.push_back(pp_->SendAsync(totals, (rank + p - 1) % p,
-                                    Tag(Kind::kStatsBackward, a.micro_batch, chunk.virtual_stage - 1)));
-  }
+  if (!chunk.embedding) SendTo(input_grad.contiguous(), Kind::kGradient, a.micro_batch, chunk.virtual_stage - 1);
+  if (send_totals) SendTo(totals, Kind::kStatsBackward, a.micro_batch, chunk.virtual_stage - 1);
   return absl::OkStatus();
 }
 
-absl::Status PipelineRunner::Weight(const PipeAction& a) {
-  auto it = stores_.find({a.micro_batch, a.chunk});
-  if (it == stores_.end()) {
-    return absl::InternalError(absl::StrCat("pipeline schedule: weight gradients of micro-batch ", a.micro_batch,
-                                            " chunk ", a.chunk, " before its backward"));
+absl::Status PipelineRunner::Weight(const std::vector<PipeAction>& together) {
+  std::unique_ptr<WeightGradStore> store;
+  for (const PipeAction& a : together) {
+    auto it = stores_.find({a.micro_batch, a.chunk});
+    if (it == stores_.end()) {
+      return absl::InternalError(absl::StrCat("pipeline schedule: weight gradients of micro-batch ", a.micro_batch,
+                                              " chunk ", a.chunk, " before its backward"));
+    }
+    if (store) {
+      store->Absorb(*it->second);
+    } else {
+      store = std::move(it->second);
+    }
+    stores_.erase(it);
   }
-  std::unique_ptr<WeightGradStore> store = std::move(it->second);
-  stores_.erase(it);
-  store->Run();
+  if (store) store->Run();
   return absl::OkStatus();
 }
 
 absl::Status PipelineRunner::ForwardStats(const PipeAction& a, Stash& stash) {
   const ModelChunk& chunk = chunks_[a.chunk];
-  const int p = pp_->size(), rank = pp_->rank();
   const int64_t E = options_.experts;
   RouterStats& st = *stash.stats;
   const at::TensorOptions f64 = at::TensorOptions().dtype(at::kDouble).device(model_->params().at(0).value.device());
   at::Tensor carried = at::zeros({2 * E + 1}, f64);
   if (!chunk.embedding) {
-    absl::Status s = pp_->RecvAsync(carried, (rank + p - 1) % p, Tag(Kind::kStatsForward, a.micro_batch, chunk.virtual_stage))->Wait();
+    absl::Status s = RecvFrom(carried, Kind::kStatsForward, a.micro_batch, chunk.virtual_stage, chunk.virtual_stage - 1);
     if (!s.ok()) return s;
   }
   if (st.rows > 0) {
@@ -308,7 +373,7 @@ absl::Status PipelineRunner::ForwardStats(const PipeAction& a, Stash& stash) {
     total.rows = static_cast<int64_t>(carried[2 * E].item<double>());
     aux_sum_ += total.AuxLoss();
   } else {
-    sends_.push_back(pp_->SendAsync(carried, (rank + 1) % p, Tag(Kind::kStatsForward, a.micro_batch, chunk.virtual_stage + 1)));
+    SendTo(carried, Kind::kStatsForward, a.micro_batch, chunk.virtual_stage + 1);
   }
   return absl::OkStatus();
 }
@@ -316,12 +381,11 @@ absl::Status PipelineRunner::ForwardStats(const PipeAction& a, Stash& stash) {
 absl::Status PipelineRunner::BackwardStats(const PipeAction& a, Stash& stash, double loss_scale, bool* send_on,
                                            at::Tensor* totals) {
   const ModelChunk& chunk = chunks_[a.chunk];
-  const int p = pp_->size(), rank = pp_->rank();
   const int64_t E = options_.experts;
   at::Tensor t = stash.totals;
   if (!chunk.head) {
     t = at::empty({2 * E + 1}, at::TensorOptions().dtype(at::kDouble).device(model_->params().at(0).value.device()));
-    absl::Status s = pp_->RecvAsync(t, (rank + 1) % p, Tag(Kind::kStatsBackward, a.micro_batch, chunk.virtual_stage))->Wait();
+    absl::Status s = RecvFrom(t, Kind::kStatsBackward, a.micro_batch, chunk.virtual_stage, chunk.virtual_stage + 1);
     if (!s.ok()) return s;
   }
   // The blocks' gradients use the micro-batch's counts and rows over every stage.

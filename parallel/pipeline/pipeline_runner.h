@@ -15,12 +15,17 @@
 // with the gradient, so that every chunk's sparse blocks carry the balancing loss's gradient of the
 // whole micro-batch (parallel/layers/sparse_mlp.h).
 //
+// The virtual stages sit on the ranks as the layout places them (StageLayout::RankOfStage): zbv's V
+// sends chunk 0's activations down the ranks and chunk 1's back up, and its last rank passes from
+// chunk 0 to chunk 1 in memory.
+//
 // A zero-bubble schedule (actions with PipeOp::kWeight) splits every backward into B, which sends the
 // input's gradient back as early as possible, and W, which accumulates the parameters' gradients of
 // that micro-batch chunk later (parallel/layers/weight_grad_store.h): the weight-gradient GEMMs of
 // every linear are computed in W; the other parameters' gradients (norms, embeddings, biases) are
 // computed in B and accumulated in W, so that each parameter's gradient accumulator fires once per
-// micro-batch and chunk, in W.
+// micro-batch and chunk, in W. The last micro-batch's W's of all the rank's chunks run together, as
+// the rank's last actions, so that every parameter accumulates once while the reduction is armed.
 //
 // Every rank of the pp group calls RunStep once per step with the same micro-batch count. Thread
 // safety: none.
@@ -88,8 +93,8 @@ class PipelineRunner {
   // seq_len + 1] (inputs and their next-token targets) on the model's device (read only by the stages
   // that embed or compute the loss). Each micro-batch's backward starts from loss / micro_batches ·
   // loss_scale. `before_last_backward` runs just before this rank's last pass that accumulates
-  // gradients: its last backward, or its last W. Returns the sum of the micro-batch losses on the
-  // rank holding the head, 0 elsewhere.
+  // gradients: its last backward, or its last micro-batch's W's. Returns the sum of the micro-batch
+  // losses on the rank holding the head, 0 elsewhere.
   absl::StatusOr<double> RunStep(const std::function<absl::StatusOr<at::Tensor>(int)>& batch, double loss_scale,
                                  const std::function<void()>& before_last_backward);
 
@@ -123,15 +128,18 @@ class PipelineRunner {
   // This rank's mean seconds per forward, backward (B when split) and W of the last RunStep, waits
   // for activations and gradients excluded (0 for an action it did not run).
   const PipeCosts& measured_costs() const { return measured_; }
-  // A zero-bubble schedule made again from `costs` (MakeZeroBubbleH1); other schedules stay. Every
-  // rank of the pp group must pass the same costs, between steps.
+  // A zero-bubble schedule made again from `costs` (MakeZeroBubbleSchedule); other schedules stay.
+  // Every rank of the pp group must pass the same costs, between steps.
   absl::Status Reschedule(const PipeCosts& costs);
 
  private:
-  PipelineRunner(Decoder* model, std::vector<ModelChunk> chunks, int virtual_stages, std::shared_ptr<Communicator> pp,
-                 const PipelineOptions& options, std::vector<PipeAction> actions, bool split)
-      : model_(model), chunks_(std::move(chunks)), virtual_stages_(virtual_stages), pp_(std::move(pp)),
-        options_(options), actions_(std::move(actions)), split_(split) {}
+  PipelineRunner(Decoder* model, std::vector<ModelChunk> chunks, std::vector<int> rank_of_stage,
+                 std::shared_ptr<Communicator> pp, const PipelineOptions& options, bool split)
+      : model_(model), chunks_(std::move(chunks)), rank_of_stage_(std::move(rank_of_stage)), pp_(std::move(pp)),
+        options_(options), split_(split) {}
+  // Takes `actions` as this rank's schedule; a split one must end with the W's of the last
+  // micro-batch, one per chunk (InternalError otherwise).
+  absl::Status SetActions(std::vector<PipeAction> actions);
   struct Stash {
     at::Tensor input;   // Received activation (requires grad); undefined for the embedding chunk.
     at::Tensor output;  // Sent activation, or the loss on the head chunk.
@@ -149,11 +157,18 @@ class PipelineRunner {
   absl::Status Finish(absl::Status status);
   // The whole backward, or its B half when the schedule splits it (split_).
   absl::Status Backward(const PipeAction& a, double loss_scale);
-  // W: the parameters' gradients of a micro-batch chunk whose B has run (its WeightGradStore).
-  absl::Status Weight(const PipeAction& a);
+  // W: the parameters' gradients of micro-batch chunks whose B has run (their WeightGradStores),
+  // accumulated together in one pass.
+  absl::Status Weight(const std::vector<PipeAction>& together);
   // Distinct per (message kind, micro-batch, receiving virtual stage) within a step.
   enum class Kind { kActivation = 0, kGradient = 1, kStatsForward = 2, kStatsBackward = 3 };
   int Tag(Kind kind, int micro_batch, int virtual_stage) const;
+  // Sends `payload` for `virtual_stage` to the rank that holds it without waiting (this rank: kept
+  // for its own receive, as zbv's turn from chunk 0 to chunk 1 on the last rank).
+  void SendTo(const at::Tensor& payload, Kind kind, int micro_batch, int virtual_stage);
+  // Receives what `from_stage` sent for `virtual_stage` into `into` (waits; activations' and
+  // gradients' waits add to wait_seconds_).
+  absl::Status RecvFrom(at::Tensor& into, Kind kind, int micro_batch, int virtual_stage, int from_stage);
   // A Mixture of Experts' forward: the statistics of the virtual stages before this chunk (received, or
   // zeros on the embedding chunk) plus this chunk's; sent on, or kept as the totals on the head chunk.
   absl::Status ForwardStats(const PipeAction& a, Stash& stash);
@@ -165,11 +180,13 @@ class PipelineRunner {
 
   Decoder* model_;
   std::vector<ModelChunk> chunks_;
-  int virtual_stages_;
+  std::vector<int> rank_of_stage_;  // The pp rank of every virtual stage.
   std::shared_ptr<Communicator> pp_;
   PipelineOptions options_;
   std::vector<PipeAction> actions_;
+  size_t final_weights_ = 0;  // Split: the index of the first of the last micro-batch's W's.
   bool split_;  // The schedule has W actions: every backward is split into B and W.
+  std::map<int, at::Tensor> local_;  // Sent to this rank itself, by tag, not yet received.
   std::map<std::pair<int, int>, Stash> stash_;  // By (micro-batch, chunk).
   std::map<std::pair<int, int>, std::unique_ptr<WeightGradStore>> stores_;  // B run, W not yet.
   std::vector<std::unique_ptr<CommWork>> sends_;

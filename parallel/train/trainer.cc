@@ -116,7 +116,7 @@ absl::Status Trainer::Init() {
   device_ = *device;
   ModelPart part = ModelPart::Whole(m.layers);
   if (l.pp > 1) {
-    auto stages = layout::StageLayout::Create(m.layers, l.pp, l.pp_chunks, l.pp_layers);
+    auto stages = layout::StageLayout::Create(m.layers, l.pp, l.pp_chunks, l.pp_layers, layout::PlacementOf(l.pp_schedule));
     if (!stages.ok()) return stages.status();
     layout_ = std::make_unique<layout::StageLayout>(*stages);
     part = PartOfRank(*layout_, groups_.pp->rank());
@@ -255,12 +255,11 @@ absl::Status Trainer::CreateOptimizer(at::ScalarType dtype) {
   z.fused = options_.fused_kernels;
   // Gradients averaged (and state sharded) over dp × sp, the replicas of every parameter (sequence
   // blocks contribute like separate samples); with pipeline stages, the first and the last stage sum
-  // their gradients of the tied embedding.
+  // their gradients of the tied embedding (unless one rank holds both: zbv's first).
   // Expert parallelism: the experts' gradients over their own replicas (groups_.expert_dp).
-  auto zero = ZeroOptimizer::Create(model_.get(), groups_.dp_sp, groups_.tp, z,
-                                    layout_ && !model_->tied_embedding().empty() && !options_.model.lora.enabled()
-                                        ? groups_.embed
-                                        : nullptr,
+  const bool tied_across_ranks = layout_ && !model_->tied_embedding().empty() && !options_.model.lora.enabled() &&
+                                 layout_->RankOfStage(0) != layout_->RankOfStage(layout_->num_virtual_stages() - 1);
+  auto zero = ZeroOptimizer::Create(model_.get(), groups_.dp_sp, groups_.tp, z, tied_across_ranks ? groups_.embed : nullptr,
                                     groups_.expert_dp, groups_.ep);
   if (!zero.ok()) return zero.status();
   zero_ = std::move(*zero);
@@ -500,7 +499,7 @@ absl::StatusOr<double> Trainer::PipelineBubble() {
 }
 
 absl::Status Trainer::ScheduleFromMeasuredCosts() {
-  if (options_.layout.pp_schedule != layout::PipeSchedule::kZeroBubbleH1) return absl::OkStatus();
+  if (!layout::IsZeroBubble(options_.layout.pp_schedule)) return absl::OkStatus();
   // The mean over every rank of the job (each stage has as many): the same bits everywhere, hence the
   // same schedule in every pipeline — tp peers and dp replicas run their collectives in one order.
   const PipeCosts& mine = pipeline_->measured_costs();
@@ -512,8 +511,8 @@ absl::Status Trainer::ScheduleFromMeasuredCosts() {
   if (!(mean.forward > 0 && mean.backward > 0 && mean.weight > 0)) return absl::OkStatus();
   TESSERA_RETURN_IF_ERROR(pipeline_->Reschedule(mean));
   if (groups_.global_rank == 0) {
-    std::cerr << absl::StrFormat("tessera: rank 0: zb1p schedule from measured costs: F %.4f s, B %.4f s, W %.4f s",
-                                 mean.forward, mean.backward, mean.weight)
+    std::cerr << absl::StrFormat("tessera: rank 0: %s schedule from measured costs: F %.4f s, B %.4f s, W %.4f s",
+                                 layout::Name(options_.layout.pp_schedule), mean.forward, mean.backward, mean.weight)
               << std::endl;
   }
   return absl::OkStatus();

@@ -137,7 +137,7 @@ class Trainer {
   absl::Status Update(double norm, double lr, StepStats* s);
   // pp > 1, every stage together: StepStats::pipeline_bubble of the last RunStep.
   absl::StatusOr<double> PipelineBubble();
-  // zb1p, every rank together: the schedule made again from the job's mean measured forward, B and W
+  // zb1p and zbv, every rank together: the schedule made again from the job's mean measured forward, B and W
   // times of the last step (until then: F = B = W). Once, after kScheduleFromStep steps of this
   // process (the first pays for first-touch allocations).
   static constexpr int kScheduleFromStep = 2;
