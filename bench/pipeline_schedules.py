@@ -1,18 +1,22 @@
-"""Benchmark: pipeline schedules on one GPT — 1F1B, interleaved 1F1B (2 chunks per stage) and zero-bubble
-ZB-H1 (zb1p) — at pp 2 and 4 with 4 and 8 micro-batches per step, in interleaved rounds.
+"""Benchmark: pipeline schedules on one GPT — 1F1B, interleaved 1F1B (2 chunks per stage), zero-bubble
+ZB-H1 (zb1p) and ZB-V (zbv, 2 chunks per stage in a V) — at pp 2 and 4 with 4 and 8 micro-batches
+per step, in interleaved rounds.
 
 Per (pp, m, schedule), from each run's steps 3..N (medians over steps, then over rounds):
   step_s     rank 0's step time (steps.jsonl step_seconds)
   bubble     the measured bubble: steps.jsonl pipeline_bubble — 1 − Σ over stages of (its pipeline
              time − its waits for activations or gradients) / (pp · the longest stage's pipeline time)
-  model      the schedule simulator's bubble (layout/schedule.h) with F = B = W
+  model      the schedule simulator's bubble (layout/schedule.h) with F = B = W (zbv: no closed
+             form, blank; layout/schedule_test.cc simulates it)
   vs 1F1B    1F1B's step time / this schedule's (throughput ratio)
 Goal (issue 39): zb1p's bubble at most half of 1F1B's, and its throughput at least 1.1x 1F1B's at pp 2, m 4.
 NOTE: ranks share this machine's cores: with more ranks than cores (pp 4 on 2 cores) a rank waiting
 for its input leaves its core to another, so measured bubbles and ratios at pp 4 are not a
 pipeline's; pp 2 on 2 cores is one core per stage.
 
-Usage (after tools/setup.sh): bash bench/run_pipeline.sh [--rounds=N] [--quick]
+Usage (after tools/setup.sh): bash bench/run_pipeline.sh [--rounds=N] [--quick] [--hidden=H]
+  --quick     pp 2, m 4 only
+  --hidden=H  the model's hidden size (default 256); larger makes the step GEMM-bound (W closer to F)
 """
 import os
 import statistics
@@ -27,6 +31,7 @@ SCHEDULES = [
     ("1f1b", []),
     ("interleaved", ["parallel.pp_schedule=interleaved", "parallel.pp_chunks=2"]),
     ("zb1p", ["parallel.pp_schedule=zb1p"]),
+    ("zbv", ["parallel.pp_schedule=zbv"]),
 ]
 
 
@@ -39,13 +44,15 @@ def simulated_bubble(pp, m, schedule):
         return (pp - 1) / (m + pp - 1)
     if schedule == "interleaved":
         return (pp - 1) / (2 * m + pp - 1)
-    if m >= 2 * pp:
+    if schedule == "zb1p" and m >= 2 * pp:
         return (pp - 1) / (pp - 1 + 3 * m)
     return None
 
 
 def main():
     rounds = next((int(a.split("=", 1)[1]) for a in sys.argv if a.startswith("--rounds=")), 3)
+    hidden = next((int(a.split("=", 1)[1]) for a in sys.argv if a.startswith("--hidden=")), MODEL["hidden"])
+    MODEL["hidden"] = hidden
     quick = "--quick" in sys.argv
     grid = [(2, 4)] if quick else [(2, 4), (2, 8), (4, 4), (4, 8)]
     tmp = tempfile.mkdtemp(prefix="tessera-pipeline-bench-")
