@@ -114,6 +114,17 @@ TEST_P(AsyncCheckpointTest, FilesEqualTheSynchronousCheckpointsByteForByte) {
   }
   EXPECT_EQ(steps_written, (std::vector<double>{2, 4, 6}));
   EXPECT_TRUE(PresentField(dir + "/sync/steps.jsonl", "checkpoint_blocked_s").empty());
+  // A synchronous write is reported the same way, on the line after its step (it held training for
+  // all of it).
+  std::vector<double> sync_written;
+  for (const auto& [line, step] : PresentField(dir + "/sync/steps.jsonl", "checkpoint_write_step")) {
+    EXPECT_EQ(line, step + 1) << "the synchronous write of step " << step;
+    sync_written.push_back(step);
+  }
+  EXPECT_EQ(sync_written, (std::vector<double>{2, 4, 6}));
+  for (const auto& [line, seconds] : PresentField(dir + "/sync/steps.jsonl", "checkpoint_write_s")) {
+    EXPECT_GT(seconds, 0) << "line " << line;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -173,7 +173,8 @@ class Trainer {
   std::unique_ptr<CheckpointWrite> snapshot_;
   std::unique_ptr<BackgroundCheckpoint> background_;
   double snapshot_blocked_s_ = 0;
-  // The newest background write that ended and was not yet reported: (step, seconds).
+  // The newest write that ended and was not yet reported: (step, seconds); background, or synchronous
+  // (which held training all that time).
   std::optional<std::pair<int64_t, double>> write_ended_;
   // Rank 0 picks the newest checkpoint whose files match its index (setting damaged ones aside, with a
   // line in its log) and tells every rank; -1 when there is none.

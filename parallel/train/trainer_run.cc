@@ -41,7 +41,8 @@ absl::Status Trainer::Run(const std::function<void(const StepStats&)>& on_step) 
     // checkpoint.async: a background write that ended is reported (and its failure ends the run); on a
     // checkpoint step the snapshot is taken before the step is logged (the step line says how long it
     // held the step), and the write starts only after the line: a checkpoint is never committed
-    // before the line of its step is in steps.jsonl.
+    // before the line of its step is in steps.jsonl. A synchronous write is reported the same way, on
+    // the line after it (it held training for all of its checkpoint_write_s).
     const bool periodic = options_.checkpoint_every > 0 && step_ % options_.checkpoint_every == 0;
     const bool checkpoint = periodic || step_ == options_.steps;
     if (BackgroundCheckpointEnded()) TESSERA_RETURN_IF_ERROR(WaitForCheckpoint());
@@ -77,15 +78,22 @@ absl::Status Trainer::Run(const std::function<void(const StepStats&)>& on_step) 
     }
     if (on_step) on_step(*stats);
     if (options_.dump_at_step == step_) TESSERA_RETURN_IF_ERROR(DumpDebug());
-    if (checkpoint) {
-      TESSERA_RETURN_IF_ERROR(options_.checkpoint_async ? StartBackgroundCheckpoint() : SaveCheckpoint());
+    if (checkpoint && options_.checkpoint_async) {
+      TESSERA_RETURN_IF_ERROR(StartBackgroundCheckpoint());
+    } else if (checkpoint) {
+      // Synchronous: training waits for the whole write, which the next step's line reports (its own
+      // line is already written, so that the checkpoint is never committed before it).
+      const auto start = std::chrono::steady_clock::now();
+      TESSERA_RETURN_IF_ERROR(SaveCheckpoint());
+      write_ended_ = {step_, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()};
     }
   }
   // The last background write is part of the run (the final checkpoint, committed before the ranks end).
   TESSERA_RETURN_IF_ERROR(WaitForCheckpoint());
   if (write_ended_) {
     std::cerr << "tessera: rank " << groups_.global_rank << ": checkpoint of step " << write_ended_->first
-              << " written in the background in " << write_ended_->second << " s" << std::endl;
+              << (options_.checkpoint_async ? " written in the background in " : " written in ")
+              << write_ended_->second << " s" << std::endl;
   }
   return groups_.world->Barrier();
 }
