@@ -65,6 +65,10 @@ class ZeroBubbleTest : public testing::LayoutSuiteTest<ZeroBubbleTest<Family>> {
       testing::ExpectRunsClose(one_out, zb_out, kSteps, Family::Tensors(8), kSameArithmetic);
       this->Compare(zb_out);
       outs.push_back(zb_out);
+      // Every rank reports what its B's kept for their W's (the memory the split costs).
+      const auto kept = testing::ReadStepField(zb_out + "/ranks/rank_0.jsonl", "weight_pending_peak_bytes");
+      EXPECT_EQ(kept.size(), static_cast<size_t>(kSteps)) << zb_out;
+      for (const auto& [step, bytes] : kept) EXPECT_GT(bytes, 0) << zb_out << " step " << step;
     }
     // Every step reports the pipeline's measured bubble (its size is the benchmark's business).
     for (const std::string& out : outs) {

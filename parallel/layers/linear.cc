@@ -45,7 +45,7 @@ variable_list SplitLinearBackward(AutogradContext* ctx, const at::Tensor& grad, 
       return at::mm(g.t(), x.reshape({-1, in}));
     };
     if (WeightGradStore* store = WeightGradStore::current()) {
-      store->Defer(w, std::move(compute));
+      store->Defer(w, std::move(compute), {g, x});
     } else {
       gw = compute();
     }

@@ -21,14 +21,27 @@ WeightGradStore* WeightGradStore::current() { return g_current; }
 WeightGradStore::Scope::Scope(WeightGradStore* store) : previous_(g_current.exchange(store)) {}
 WeightGradStore::Scope::~Scope() { g_current = previous_; }
 
-void WeightGradStore::Defer(at::Tensor root, std::function<at::Tensor()> compute) {
+void WeightGradStore::Count(const at::Tensor& t) {
+  if (!t.defined() || !t.has_storage()) return;
+  const int64_t bytes = static_cast<int64_t>(t.storage().nbytes());
+  if (counted_.emplace(t.storage().unsafeGetStorageImpl(), bytes).second) held_ += bytes;
+}
+
+void WeightGradStore::Defer(at::Tensor root, std::function<at::Tensor()> compute, const std::vector<at::Tensor>& kept) {
   std::lock_guard<std::mutex> lock(mu_);
+  for (const at::Tensor& t : kept) Count(t);
   deferred_.emplace_back(std::move(root), std::move(compute));
 }
 
 void WeightGradStore::Add(at::Tensor root, at::Tensor grad) {
   std::lock_guard<std::mutex> lock(mu_);
+  Count(grad);
   computed_.emplace_back(std::move(root), std::move(grad));
+}
+
+int64_t WeightGradStore::held_bytes() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return held_;
 }
 
 void WeightGradStore::Absorb(WeightGradStore& other) {
@@ -36,8 +49,13 @@ void WeightGradStore::Absorb(WeightGradStore& other) {
   std::scoped_lock lock(mu_, other.mu_);
   for (auto& d : other.deferred_) deferred_.push_back(std::move(d));
   for (auto& c : other.computed_) computed_.push_back(std::move(c));
+  for (const auto& [key, bytes] : other.counted_) {
+    if (counted_.emplace(key, bytes).second) held_ += bytes;
+  }
   other.deferred_.clear();
   other.computed_.clear();
+  other.counted_.clear();
+  other.held_ = 0;
 }
 
 bool WeightGradStore::empty() {
@@ -52,6 +70,8 @@ void WeightGradStore::Run() {
     std::lock_guard<std::mutex> lock(mu_);
     deferred.swap(deferred_);
     computed.swap(computed_);
+    counted_.clear();
+    held_ = 0;
   }
   std::vector<at::Tensor> roots, grads;
   roots.reserve(deferred.size() + computed.size());

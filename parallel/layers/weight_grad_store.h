@@ -20,6 +20,7 @@
 #define TESSERA_PARALLEL_LAYERS_WEIGHT_GRAD_STORE_H_
 
 #include <functional>
+#include <map>
 #include <mutex>
 #include <utility>
 #include <vector>
@@ -49,10 +50,14 @@ class WeightGradStore {
     WeightGradStore* previous_;
   };
 
-  // A gradient for `root` (a parameter or a tensor made from one) to compute in W.
-  void Defer(at::Tensor root, std::function<at::Tensor()> compute);
+  // A gradient for `root` (a parameter or a tensor made from one) to compute in W; `kept`: the
+  // tensors `compute` holds until then (counted in held_bytes()).
+  void Defer(at::Tensor root, std::function<at::Tensor()> compute, const std::vector<at::Tensor>& kept = {});
   // A gradient for `root` computed already, to accumulate in W.
   void Add(at::Tensor root, at::Tensor grad);
+  // The memory this store keeps alive until W: the storages of the deferred products' operands and
+  // of the computed gradients, each storage once (several linears reading one input count it once).
+  int64_t held_bytes();
   // Parameters the backward passes of this store may reach: B asks autograd for their gradients.
   // Set by the owner before SplitBackward; kept across Run().
   void set_params(std::vector<at::Tensor> params) { params_ = std::move(params); }
@@ -71,6 +76,9 @@ class WeightGradStore {
   std::vector<std::pair<at::Tensor, std::function<at::Tensor()>>> deferred_;
   std::vector<std::pair<at::Tensor, at::Tensor>> computed_;
   std::vector<at::Tensor> params_;
+  std::map<const void*, int64_t> counted_;  // Storages counted in held_, with their bytes.
+  int64_t held_ = 0;
+  void Count(const at::Tensor& t);  // mu_ held.
 };
 
 // B: back-propagates `grads` from `outputs` with `store` current, returning the gradient of `input`

@@ -70,11 +70,17 @@ TEST_P(WeightGradStoreTest, SplitBackwardEqualsPlainBackward) {
   for (const at::Tensor& p : split.params()) EXPECT_FALSE(p.grad().defined());
   EXPECT_TRUE(fired.empty());
   EXPECT_FALSE(store.empty());
+  // What W needs is kept: at least the first linear's input (x itself) and the last one's output
+  // gradient (g itself), each counted once though the graph reads them more than once.
+  const int64_t held = store.held_bytes();
+  EXPECT_GE(held, x_split.nbytes() + g.nbytes());
+  EXPECT_LE(held, 64 * (x_split.nbytes() + g.nbytes())) << "a handful of small tensors, not more";
 
   // W: every parameter once, the plain backward's values. fp32: the same products (rtol 1e-6 allows
   // another reduction order of the bias sum); 16-bit: one rounding of the result (2⁻⁸).
   store.Run();
   EXPECT_TRUE(store.empty());
+  EXPECT_EQ(store.held_bytes(), 0);
   const double rtol = dtype == at::kFloat ? 1e-6 : 8e-3;
   const auto want = plain.params(), got = split.params();
   for (size_t k = 0; k < want.size(); ++k) {
@@ -115,8 +121,11 @@ TEST_P(WeightGradStoreTest, AbsorbedStoresAccumulateASharedWeightOnce) {
   second.set_params(split.params());
   at::Tensor gh = SplitBackward({y}, {g}, h_in, &second);
   SplitBackward({h}, {gh}, x_split, &first);
+  const int64_t held = first.held_bytes() + second.held_bytes();
   first.Absorb(second);
   EXPECT_TRUE(second.empty());
+  EXPECT_EQ(second.held_bytes(), 0);
+  EXPECT_EQ(first.held_bytes(), held) << "the two chunks keep different tensors";
   first.Run();
   EXPECT_EQ(fired_w2, 1) << "the shared weight accumulates once";
   const double rtol = dtype == at::kFloat ? 1e-6 : 8e-3;

@@ -131,6 +131,7 @@ absl::StatusOr<double> PipelineRunner::RunStep(const std::function<absl::StatusO
   absl::Cleanup not_splitting = [] { WeightGradStore::set_splitting(false); };
   double loss_sum = 0;
   in_flight_ = peak_in_flight_ = 0;
+  pending_bytes_ = pending_peak_bytes_ = 0;
   bytes_sent_ = 0;
   wait_seconds_ = 0;
   double busy[3] = {0, 0, 0};  // Seconds of forwards, backwards (B when split) and W's, waits excluded.
@@ -208,6 +209,7 @@ absl::Status PipelineRunner::Finish(absl::Status status) {
   sends_.clear();
   stash_.clear();
   stores_.clear();
+  store_bytes_.clear();
   local_.clear();
   return status;
 }
@@ -310,6 +312,10 @@ absl::Status PipelineRunner::Backward(const PipeAction& a, double loss_scale) {
     }
     store->set_params(std::move(params));
     input_grad = SplitBackward(outputs, grads, stash.input, store.get());
+    const int64_t held = store->held_bytes();
+    store_bytes_[{a.micro_batch, a.chunk}] = held;
+    pending_bytes_ += held;
+    pending_peak_bytes_ = std::max(pending_peak_bytes_, pending_bytes_);
     stores_[{a.micro_batch, a.chunk}] = std::move(store);
   } else {
     torch::autograd::backward(outputs, grads);
@@ -334,6 +340,8 @@ absl::Status PipelineRunner::Weight(const std::vector<PipeAction>& together) {
       store = std::move(it->second);
     }
     stores_.erase(it);
+    pending_bytes_ -= store_bytes_[{a.micro_batch, a.chunk}];
+    store_bytes_.erase({a.micro_batch, a.chunk});
   }
   if (store) store->Run();
   return absl::OkStatus();

@@ -119,6 +119,9 @@ class PipelineRunner {
   // The most micro-batch chunks whose activations were alive at once in the last step (forwarded, not
   // yet through their backward or B).
   int peak_in_flight() const { return peak_in_flight_; }
+  // A split schedule: the most bytes the B's of the last step kept for their W's at once
+  // (WeightGradStore::held_bytes summed over the pending stores); 0 otherwise.
+  int64_t weight_pending_peak_bytes() const { return pending_peak_bytes_; }
   // Bytes sent point to point by this rank in the last step (activations and their gradients).
   int64_t bytes_sent() const { return bytes_sent_; }
   // Seconds this rank waited for activations or gradients in the last step (its share of the bubble).
@@ -189,6 +192,9 @@ class PipelineRunner {
   std::map<int, at::Tensor> local_;  // Sent to this rank itself, by tag, not yet received.
   std::map<std::pair<int, int>, Stash> stash_;  // By (micro-batch, chunk).
   std::map<std::pair<int, int>, std::unique_ptr<WeightGradStore>> stores_;  // B run, W not yet.
+  std::map<std::pair<int, int>, int64_t> store_bytes_;  // Their held_bytes() after B.
+  int64_t pending_bytes_ = 0;
+  int64_t pending_peak_bytes_ = 0;
   std::vector<std::unique_ptr<CommWork>> sends_;
   int in_flight_ = 0;
   int peak_in_flight_ = 0;

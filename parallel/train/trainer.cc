@@ -477,6 +477,7 @@ absl::StatusOr<StepStats> Trainer::Step() {
   if (LiveBytesCounted()) s.live_peak_bytes = PeakLiveBytes();
   if (pipeline_) {
     s.pipeline_wait_s = pipeline_->wait_seconds();
+    s.weight_pending_peak_bytes = pipeline_->weight_pending_peak_bytes();
     auto bubble = PipelineBubble();
     if (!bubble.ok()) return bubble.status();
     s.pipeline_bubble = *bubble;

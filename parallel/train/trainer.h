@@ -48,6 +48,9 @@ struct StepStats {
   int64_t frozen_param_bytes = 0;     // LoRA: the frozen base weights this rank holds (no gradient, no state).
   int64_t model_state_bytes = 0;      // Peak this step: parameters, gradients, masters and moments.
   double pipeline_wait_s = 0;         // pp > 1: time this rank waited for activations / gradients.
+  // zb1p / zbv: the most bytes this rank's B's kept for their W's at once this step (the split
+  // linears' inputs and output gradients, the other parameters' gradients).
+  int64_t weight_pending_peak_bytes = 0;
   // pp > 1: the pipeline's bubble this step, over its stages: 1 − Σ (each stage's pipeline time −
   // its waits) / (pp · the longest stage's pipeline time) — the idle share of the pipelined passes.
   std::optional<double> pipeline_bubble;

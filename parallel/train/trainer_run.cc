@@ -64,6 +64,9 @@ absl::Status Trainer::Run(const std::function<void(const StepStats&)>& on_step) 
                            {"optimizer_state_bytes", stats->optimizer_state_bytes},
                            {"frozen_param_bytes", stats->frozen_param_bytes},
                            {"pipeline_wait_s", stats->pipeline_wait_s}};
+    if (layout::IsZeroBubble(options_.layout.pp_schedule) && options_.layout.pp > 1) {
+      mine["weight_pending_peak_bytes"] = stats->weight_pending_peak_bytes;
+    }
     if (stats->checkpoint_blocked_s) {
       mine["checkpoint_blocked_s"] = *stats->checkpoint_blocked_s;
       mine["checkpoint_snapshot_bytes"] = stats->checkpoint_snapshot_bytes;
