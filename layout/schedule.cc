@@ -90,9 +90,13 @@ namespace {
 //     fewer than pp B'd and not yet W'd when a forward starts (each keeps what its W needs: its
 //     linears' inputs and output gradients) — else the oldest W runs first. The cap costs no time
 //     with F = B = W (schedule_test.cc) and keeps the deferred W's from growing with m.
-//   ZB-V: a chunk-0 forward while fewer than 2·pp chunk activations are alive (each chunk is half a
-//     stage: 1F1B's first rank's pp micro-batches); a chunk-1 forward needs its own chunk-0 forward
-//     first, so the chunk-1 activations never outnumber chunk 0's. Fewer than 2·pp chunk W's pending.
+//   ZB-V: a chunk-1 forward while fewer than 2·pp chunk activations are alive on the rank (each chunk
+//     is half a stage: 1F1B's first rank's pp micro-batches' worth); a chunk-0 forward while fewer
+//     than 2·pp − rank − 1 chunk-0 activations are (ZB-V's warm-up: the first rank forwards 2·pp − 1
+//     micro-batches before the first comes back through chunk 1, the last rank one). A chunk-0 forward
+//     thus always leaves room for the chunk-1 forward that lets the rank's oldest micro-batch go on
+//     to its loss and back (no deadlock; schedule_test runs pp 2..8, m 1..16 and several costs).
+//     Fewer than 2·pp chunk W's pending when a forward starts.
 // The W's of the last micro-batch run only after every B of the rank, as the rank's last actions:
 // the runner accumulates them together, in one pass, with the step's gradient reduction armed.
 absl::StatusOr<std::vector<std::vector<PipeAction>>> MakeZeroBubble(int pp, int m, const PipeCosts& costs,

@@ -80,11 +80,11 @@ int PipelineRunner::Tag(Kind kind, int micro_batch, int virtual_stage) const {
 void PipelineRunner::SendTo(const at::Tensor& payload, Kind kind, int micro_batch, int virtual_stage) {
   const int tag = Tag(kind, micro_batch, virtual_stage);
   const int to = rank_of_stage_[virtual_stage];
-  if (kind == Kind::kActivation || kind == Kind::kGradient) bytes_sent_ += payload.numel() * payload.element_size();
   if (to == pp_->rank()) {
     local_[tag] = payload.clone();  // The sender may reuse its tensor; the receiver gets its own.
     return;
   }
+  if (kind == Kind::kActivation || kind == Kind::kGradient) bytes_sent_ += payload.numel() * payload.element_size();
   sends_.push_back(pp_->SendAsync(payload, to, tag));
 }
 
@@ -159,7 +159,7 @@ absl::StatusOr<double> PipelineRunner::RunStep(const std::function<absl::StatusO
       const int k = static_cast<int>(a.op);
       busy[k] += std::chrono::duration<double>(std::chrono::steady_clock::now() - action_start).count() -
                  (wait_seconds_ - waited);
-      ++count[k];
+      count[k] += i == final_weights_ ? static_cast<int>(actions_.size() - i) : 1;  // W's run together count each.
     }
   } catch (const c10::Error& e) {
     // Communication inside forward/backward (tp) reports failures as exceptions.
