@@ -85,4 +85,12 @@ at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b)
   return at::linear(x, w, b);
 }
 
+at::Tensor AddLinear(const at::Tensor& y, const at::Tensor& x, const at::Tensor& w, double scale) {
+  if (LowPrecisionCpu(x) || (WeightGradStore::splitting() && w.requires_grad()) || y.scalar_type() != x.scalar_type()) {
+    return y + Linear(x, w) * scale;
+  }
+  const int64_t out = w.size(0);
+  return at::addmm(y.reshape({-1, out}), x.reshape({-1, x.size(-1)}), (w * scale).t()).view(y.sizes());
+}
+
 }  // namespace tessera::parallel

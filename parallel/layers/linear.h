@@ -14,6 +14,12 @@ namespace tessera::parallel {
 
 at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = at::Tensor());
 
+// y + scale·x·wᵀ (a LoRA adapter's B product added to its linear's output y; y's last dimension is w's rows).
+// Where the GEMM runs in the tensors' own dtype (anything but 16-bit on the CPU) and no zero-bubble step is
+// splitting, one addmm with the scale folded into w: no passes over y's size for the scale and the sum.
+// Otherwise y + Linear(x, w)·scale (16-bit CPU GEMMs in fp32; w's weight gradient left to the store).
+at::Tensor AddLinear(const at::Tensor& y, const at::Tensor& x, const at::Tensor& w, double scale);
+
 }  // namespace tessera::parallel
 
 #endif  // TESSERA_PARALLEL_LAYERS_LINEAR_H_

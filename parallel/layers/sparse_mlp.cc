@@ -46,7 +46,7 @@ at::Tensor SwiGlu(const at::Tensor& x, const at::Tensor& gate, const at::Tensor&
   if (lora == nullptr) return Linear(at::silu(Linear(x, gate)) * Linear(x, up), down);
   auto linear = [&](const at::Tensor& in, const at::Tensor& w, const at::Tensor& a, const at::Tensor& b) {
     at::Tensor y = Linear(in, w);
-    return a.defined() ? y + Linear(Linear(in, a), b) * scale : y;
+    return a.defined() ? AddLinear(y, Linear(in, a), b, scale) : y;
   };
   return linear(at::silu(linear(x, gate, lora->gate_a, lora->gate_b)) * linear(x, up, lora->up_a, lora->up_b), down,
                 lora->down_a, lora->down_b);

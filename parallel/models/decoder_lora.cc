@@ -42,7 +42,7 @@ at::Tensor Decoder::LoraColumn(const at::Tensor& y, const at::Tensor& in, int i,
   at::Tensor b = P(BlockParamName(family_, i, role, "lora_B.weight"));
   if (rows.second >= 0) b = CopyToTp(b, tp_.get()).narrow(0, rows.first, rows.second);
   const at::Tensor a = CopyToTp(P(BlockParamName(family_, i, role, "lora_A.weight")), tp_.get());
-  return y + Linear(Linear(LoraDropout(in, i, role, /*columns_split=*/false), a), b) * config_.lora.scale();
+  return AddLinear(y, Linear(LoraDropout(in, i, role, /*columns_split=*/false), a), b, config_.lora.scale());
 }
 
 at::Tensor Decoder::LoraRow(const at::Tensor& y, const at::Tensor& in, int i, const std::string& role) const {
@@ -50,7 +50,7 @@ at::Tensor Decoder::LoraRow(const at::Tensor& y, const at::Tensor& in, int i, co
   const at::Tensor t = ReduceFromTp(
       Linear(LoraDropout(in, i, role, /*columns_split=*/true), P(BlockParamName(family_, i, role, "lora_A.weight"))),
       tp_.get());
-  return y + Linear(t, P(BlockParamName(family_, i, role, "lora_B.weight"))) * config_.lora.scale();
+  return AddLinear(y, t, P(BlockParamName(family_, i, role, "lora_B.weight")), config_.lora.scale());
 }
 
 int64_t Decoder::frozen_bytes() const {
