@@ -171,8 +171,8 @@ TEST_F(DashboardTest, ShowsARunningJobToItsOwnerOnly) {
     EXPECT_GE(Count(Section(page, std::string("data-chart=\"") + chart + "\"", "</svg>"), "<circle"), running_markers)
         << chart;
   }
-  // Rank 0's log tail: a non-empty, whole-line piece of the log the CLI prints (read after the page, so it holds
-  // the tail; the attempt's log only grows). The header line is checked in the full log: on a slow machine the
+  // Rank 0's log tail: a piece of the log the CLI prints (read after the page, so it holds the tail; the
+  // attempt's log only grows) with at least one step line. The header line is checked in the full log: on a slow machine the
   // page may be read so late that the header has left the tail.
   std::string tail = Section(page, "<pre class=\"log\" data-rank=\"0\"", "</pre>");
   tail = tail.substr(std::min(tail.size(), tail.find('>') + 1));
