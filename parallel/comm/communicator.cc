@@ -1,8 +1,7 @@
 #include "parallel/comm/communicator.h"
 
 #include <c10/util/Exception.h>
-
-#include <algorithm>
+#include <c10/util/StringUtil.h>
 
 #include "absl/strings/str_cat.h"
 
@@ -23,22 +22,33 @@ class FinishedWork final : public CommWork {
 absl::Status CheckRowSplits(const std::string& group, int members, const at::Tensor& in,
                             const std::vector<int64_t>& send_rows, const at::Tensor& out,
                             const std::vector<int64_t>& recv_rows) {
-  auto sum = [](const std::vector<int64_t>& v) {
-    int64_t n = 0;
-    for (int64_t x : v) n += x < 0 ? -(int64_t{1} << 62) : x;
-    return n;
+  auto error = [&](auto&&... what) {
+    return absl::InvalidArgumentError(absl::StrCat("all_to_all_rows on ", group, ": ", what...));
   };
   if (static_cast<int>(send_rows.size()) != members || static_cast<int>(recv_rows.size()) != members) {
-    return absl::InvalidArgumentError(absl::StrCat("all_to_all_rows on ", group, ": ", send_rows.size(), " and ",
-                                                   recv_rows.size(), " row counts for ", members, " members"));
+    return error(send_rows.size(), " and ", recv_rows.size(), " row counts for ", members, " members");
   }
-  if (in.dim() < 1 || out.dim() < 1 || sum(send_rows) != in.size(0) || sum(recv_rows) != out.size(0) ||
-      in.numel() / std::max<int64_t>(1, in.size(0)) != out.numel() / std::max<int64_t>(1, out.size(0)) ||
-      in.scalar_type() != out.scalar_type() || !out.is_contiguous()) {
-    return absl::InvalidArgumentError(absl::StrCat("all_to_all_rows on ", group,
-                                                   ": row counts must sum to the rows of in and out, rows of one "
-                                                   "size and dtype, out contiguous"));
+  if (in.dim() < 1 || out.dim() < 1) return error("in and out need a row dimension");
+  auto sum = [](const std::vector<int64_t>& counts) -> int64_t {
+    int64_t n = 0;
+    for (int64_t c : counts) {
+      if (c < 0) return -1;
+      n += c;
+    }
+    return n;
+  };
+  const int64_t sent = sum(send_rows), received = sum(recv_rows);
+  if (sent < 0 || received < 0) return error("a negative row count");
+  if (sent != in.size(0)) return error("send counts sum to ", sent, ", in has ", in.size(0), " rows");
+  if (received != out.size(0)) return error("receive counts sum to ", received, ", out has ", out.size(0), " rows");
+  // The rows' shapes, not elements per row: a side with no rows (a member that routed nothing to, or
+  // received nothing from, the others) has no elements to divide.
+  if (!in.sizes().slice(1).equals(out.sizes().slice(1))) {
+    return error("rows of in ", c10::str(in.sizes().slice(1)), " and of out ", c10::str(out.sizes().slice(1)),
+                 " differ");
   }
+  if (in.scalar_type() != out.scalar_type()) return error("in and out dtypes differ");
+  if (!out.is_contiguous()) return error("out must be contiguous");
   return absl::OkStatus();
 }
 

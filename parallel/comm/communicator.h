@@ -61,8 +61,10 @@ class Communicator {
   virtual absl::Status AllToAll(const at::Tensor& in, at::Tensor& out) = 0;
   // Uneven all-to-all along dim 0 (expert dispatch): the first send_rows[0] rows of `in` go to member
   // 0, the next send_rows[1] to member 1, ...; `out` receives recv_rows[j] rows from member j, in
-  // member order. Rows are in[0]'s shape; member i's send_rows[j] must equal member j's recv_rows[i]
-  // (a mismatch is an error or a hang, as with any collective's shapes).
+  // member order. A row has the shape in.sizes()[1:], which `out` shares. Any count may be 0, so `in`
+  // or `out` (or both) may have no rows: a member that routes nothing to, or receives nothing from,
+  // the others still takes part. Member i's send_rows[j] must equal member j's recv_rows[i] (a
+  // mismatch is an error or a hang, as with any collective's shapes).
   virtual absl::Status AllToAllRows(const at::Tensor& in, const std::vector<int64_t>& send_rows, at::Tensor& out,
                                     const std::vector<int64_t>& recv_rows) = 0;
   // Point to point; `t` in Recv must already have the sender's shape and dtype.
@@ -97,8 +99,9 @@ class Communicator {
 // Work that already finished with `status`.
 std::unique_ptr<CommWork> DoneWork(absl::Status status);
 
-// AllToAllRows' argument check: one count per member, each ≥ 0, summing to the rows of `in` / `out`,
-// rows of the same size and dtype. `op_name` names the group in the error.
+// AllToAllRows' argument check: one count per member, each ≥ 0, summing to the rows of `in` / `out`;
+// rows of one shape (in.sizes()[1:] = out.sizes()[1:], whether or not either side has rows) and dtype;
+// `out` contiguous. `group` names the group in the error.
 absl::Status CheckRowSplits(const std::string& group, int members, const at::Tensor& in,
                             const std::vector<int64_t>& send_rows, const at::Tensor& out,
                             const std::vector<int64_t>& recv_rows);

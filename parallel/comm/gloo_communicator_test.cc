@@ -1,6 +1,11 @@
 // Gloo collectives across forked rank processes; expected values from rank arithmetic.
 #include <ATen/ATen.h>
 
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "parallel/comm/process_groups.h"
@@ -154,6 +159,72 @@ TEST(GlooCommunicatorTest, AllToAllRowsMovesUnevenRows) {
     }
     at::Tensor bad_out = at::empty({total, 2});
     RETURN_IF_ERROR(Expect(!c.AllToAllRows(in, {1, 2}, bad_out, recv).ok(), "two counts for four ranks"));
+    return c.Barrier();
+  };
+  EXPECT_TRUE(RunRanks(4, body).ok());
+}
+
+// Rows of [3, 2] (bf16 too) whose value names (source, destination, row): member i sends counts(i, j)
+// to member j; every member checks what it received against the same rule, in source order.
+absl::Status ExchangeAndCheck(Communicator& c, const std::function<int64_t(int, int)>& counts, at::ScalarType dtype,
+                              const std::string& pattern) {
+  const int n = c.size(), rank = c.rank();
+  auto row = [](int from, int to, int64_t k) { return at::full({1, 3, 2}, 32.0 * from + 8.0 * to + k); };  // < 128: exact in bf16.
+  std::vector<int64_t> send(n), recv(n);
+  std::vector<at::Tensor> pieces{at::empty({0, 3, 2})};
+  int64_t total = 0;
+  for (int j = 0; j < n; ++j) {
+    send[j] = counts(rank, j);
+    recv[j] = counts(j, rank);
+    total += recv[j];
+    for (int64_t k = 0; k < send[j]; ++k) pieces.push_back(row(rank, j, k));
+  }
+  at::Tensor in = at::cat(pieces).to(dtype);
+  at::Tensor out = at::full({total, 3, 2}, -1.0, at::TensorOptions().dtype(dtype));
+  if (absl::Status s = c.AllToAllRows(in, send, out, recv); !s.ok()) {
+    return absl::InternalError(absl::StrCat(pattern, ": ", s.ToString()));
+  }
+  int64_t at_row = 0;
+  for (int j = 0; j < n; ++j) {
+    for (int64_t k = 0; k < recv[j]; ++k, ++at_row) {
+      RETURN_IF_ERROR(Expect(out[at_row].to(at::kFloat).equal(row(j, rank, k)[0]),
+                             absl::StrCat(pattern, " ", c10::toString(dtype), ": row ", at_row, " is row ", k,
+                                          " from rank ", j)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Expert dispatch after a router collapsed (issue 54): members that send or receive no rows at all,
+// empty inputs and outputs, and an exchange where nobody sends anything. Zero-row tensors keep their
+// row shape and must still be accepted; a row-shape mismatch stays an error.
+TEST(GlooCommunicatorTest, AllToAllRowsWithZeroCounts) {
+  auto body = [](int rank, int port) -> absl::Status {
+    auto g = Groups(rank, port, {.dp = 4});
+    if (!g.ok()) return g.status();
+    Communicator& c = *g->world;
+    const std::vector<std::pair<std::string, std::function<int64_t(int, int)>>> patterns = {
+        // Every token to member 0's experts: members 1..3 receive nothing.
+        {"all to member 0", [](int, int to) -> int64_t { return to == 0 ? 3 : 0; }},
+        // Nobody sends to member 2; member 1 sends nothing at all (an empty input).
+        {"member 2 idle, member 1 silent",
+         [](int from, int to) -> int64_t { return to == 2 || from == 1 ? 0 : from + to + 1; }},
+        // Each member keeps its rows: the remote transfers are all empty.
+        {"only to itself", [](int from, int to) -> int64_t { return from == to ? 2 : 0; }},
+        // Nothing anywhere: every input and output has zero rows.
+        {"nothing", [](int, int) -> int64_t { return 0; }},
+    };
+    for (const auto& [pattern, counts] : patterns) {
+      for (auto dtype : {at::kFloat, at::kBFloat16}) RETURN_IF_ERROR(ExchangeAndCheck(c, counts, dtype, pattern));
+    }
+    // The check compares row shapes, not elements per row of a tensor that may have no rows.
+    at::Tensor no_rows = at::empty({0, 3, 2}), other_shape = at::empty({0, 2, 3});
+    RETURN_IF_ERROR(CheckRowSplits("test", 1, no_rows, {0}, other_shape, {0}).ok()
+                        ? Expect(false, "[0, 3, 2] rows against [0, 2, 3] rows is an error")
+                        : absl::OkStatus());
+    RETURN_IF_ERROR(CheckRowSplits("test", 1, at::empty({2, 6}), {2}, no_rows, {0}).ok()
+                        ? Expect(false, "[6] rows against [3, 2] rows is an error")
+                        : absl::OkStatus());
     return c.Barrier();
   };
   EXPECT_TRUE(RunRanks(4, body).ok());

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+#include <c10/util/accumulate.h>
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
@@ -395,7 +396,10 @@ absl::Status NcclCommunicator::AllToAllRows(const at::Tensor& in, const std::vec
                                           at::Tensor& out, const std::vector<int64_t>& recv_rows) {
   if (absl::Status s = CheckRowSplits(name_, size(), in, send_rows, out, recv_rows); !s.ok()) return s;
   at::Tensor src = in.contiguous();
-  const int64_t row = in.size(0) > 0 ? src.numel() / in.size(0) : out.numel() / std::max<int64_t>(1, out.size(0));
+  // Elements per row from the row shape (CheckRowSplits: in's and out's agree), which either side may
+  // have without rows. Peers a member exchanges no rows with get no send or receive at all; a member
+  // with nothing to exchange issues an empty group.
+  const int64_t row = c10::multiply_integers(in.sizes().slice(1));
   CountShare(src.numel() * src.element_size());
   return impl_->Issue("all_to_all_rows", out, [&](ncclDataType_t dt, cudaStream_t s) {
     ncclResult_t r = ncclGroupStart();

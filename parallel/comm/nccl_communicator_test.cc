@@ -1,6 +1,7 @@
 // NCCL backend. Without a GPU only the clear refusal is checked (the rest skips with a message); on
-// the device machine: every collective at world size 1 in fp32 and bf16, device checks, and the
-// watchdog firing on a planted hang (a kernel that holds the stream) with the operation named.
+// the device machine: every collective at world size 1 in fp32 and bf16 (the uneven all-to-all with
+// zero rows too), device checks, and the watchdog firing on a planted hang (a kernel that holds the
+// stream) with the operation named.
 #include "parallel/comm/nccl_communicator.h"
 
 #include <ATen/ATen.h>
@@ -64,6 +65,12 @@ TEST_P(NcclSoloTest, CollectivesAtWorldSizeOne) {
   out.fill_(NAN);
   ASSERT_TRUE((*comm)->AllToAll(in, out).ok());
   EXPECT_TRUE(at::equal(out, in));
+  // Uneven all-to-all: every row to itself, and nothing at all (no rows in or out, an empty group).
+  out.fill_(NAN);
+  ASSERT_TRUE((*comm)->AllToAllRows(in, {17}, out, {17}).ok());
+  EXPECT_TRUE(at::equal(out, in));
+  at::Tensor none = at::empty({0, 3}, opts), none_out = at::empty({0, 3}, opts);
+  ASSERT_TRUE((*comm)->AllToAllRows(none, {0}, none_out, {0}).ok());
   at::Tensor b = in.clone();
   ASSERT_TRUE((*comm)->Broadcast(b, 0).ok());
   EXPECT_TRUE(at::equal(b, in));

@@ -13,7 +13,10 @@
 // own tokens over all E experts, sends each assignment's row to its expert's rank (an all-to-all of
 // per-expert counts, then one of the rows, uneven), the experts run on the rows they received, and
 // the outputs go back the same way (the reverse all-to-all in backward too); the routing weights are
-// applied where the tokens live, so their gradients stay local.
+// applied where the tokens live, so their gradients stay local. Any count may be zero (a collapsed
+// router): a rank that routes nothing to a peer, one that receives no rows at all (its experts run
+// on zero rows and their gradients are zeros), an expert no rank routes to — every rank still takes
+// part in both exchanges, so the collectives stay matched (sparse_mlp_ep_test.cc).
 //
 // Tensor parallelism (1D): the router and the shared expert's gate are replicated; each expert's (and
 // the shared expert's) gate/up projections are split by rows and its down projection by columns over
