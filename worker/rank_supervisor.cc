@@ -4,20 +4,28 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
+#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "common/process/rank_launch.h"
 #include "common/process/subprocess.h"
 #include "common/spec/model_config_of.h"
 #include "common/steplog/step_log.h"
+#include "common/userfs/user_files.h"
 #include "formats/checkpoint/checkpoint_dir.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace tessera::worker {
 
 namespace fs = std::filesystem;
+
+constexpr char kStepLog[] = "steps.jsonl";
+// The most of rank 0's step log read in one Poll().
+constexpr int64_t kMaxStepBytesPerPoll = 4 << 20;
 
 double ModelFlopsPerToken(const v1::JobSpec& spec) {
   return spec::ModelConfigOf(spec.model()).TrainingFlopsPerToken();
@@ -56,12 +64,13 @@ absl::Status RankSupervisor::Start(const v1::Assignment& a) {
   Rank r;
   // Next to the job's checkpoints (storage every node and the coordinator can read); one file per rank
   // over all attempts, each attempt starting with a header line.
-  const std::string log_dir = a.spec().output_dir() + "/logs";
-  fs::create_directories(log_dir, ec);
-  if (ec) return absl::InternalError(absl::StrCat(log_dir, ": cannot create: ", ec.message()));
-  r.log_path = absl::StrCat(log_dir, "/rank_", a.rank(), ".log");
-  std::ofstream(r.log_path, std::ios::app) << "=== tessera-worker: job " << a.job_id() << " attempt " << a.attempt()
-                                           << " rank " << a.rank() << " ===\n";
+  r.output_dir = a.spec().output_dir();
+  r.log_name = absl::StrCat("logs/rank_", a.rank(), ".log");
+  auto log = userfs::OpenUnder(r.output_dir, r.log_name, {userfs::Access::kAppend, /*create_dirs=*/true});
+  if (!log.ok()) return absl::FailedPreconditionError(absl::StrCat("the rank's log: ", log.status().message()));
+  absl::Status header = userfs::WriteAll(log->get(), absl::StrCat("=== tessera-worker: job ", a.job_id(), " attempt ",
+                                                                  a.attempt(), " rank ", a.rank(), " ===\n"));
+  if (!header.ok()) return absl::UnavailableError(absl::StrCat(r.output_dir, "/", r.log_name, ": ", header.message()));
   process::RankLaunch launch;
   launch.binary = options_.rank_binary;
   launch.spec_path = spec_path;
@@ -75,17 +84,19 @@ absl::Status RankSupervisor::Start(const v1::Assignment& a) {
   if (!a.job_uid().empty()) launch.fence_job = a.job_uid(), launch.fence_attempt = a.attempt();
   if (a.rank() == 0) {
     r.checkpoint_dir = a.spec().checkpoint().dir();
-    r.steps_path = a.spec().output_dir() + "/steps.jsonl";
+    r.reads_steps = true;
     // Report only what this attempt writes: the offset is taken before the rank can write.
-    std::ifstream steps(r.steps_path, std::ios::ate);
-    if (steps) r.steps_offset = steps.tellg();
-    struct stat st;
-    if (stat(r.steps_path.c_str(), &st) == 0) r.steps_inode = st.st_ino;
+    auto steps = userfs::OpenUnder(r.output_dir, kStepLog, {});
+    if (!steps.ok() && !absl::IsNotFound(steps.status())) {
+      return absl::FailedPreconditionError(absl::StrCat("the job's step log: ", steps.status().message()));
+    }
+    struct stat st {};
+    if (steps.ok() && fstat(steps->get(), &st) == 0) r.steps_offset = st.st_size, r.steps_inode = st.st_ino;
   }
   process::SpawnOptions so;
   so.argv = launch.Argv();
   so.env = launch.Env();
-  so.log_path = r.log_path;
+  so.log_fd = log->get();
   auto pid = process::Spawn(so);
   if (!pid.ok()) return pid.status();
   r.pid = *pid;
@@ -116,73 +127,86 @@ void RankSupervisor::StopJob(const std::string& job_id, int attempt, const std::
 void RankSupervisor::ReadProgress(const Key& key, Rank& r, std::vector<RankEvent>* events) {
   const auto& [job, attempt, rank] = key;
   // Progress from rank 0's step log: step 1 (the baseline loss) and the newest complete line.
-  if (!r.steps_path.empty()) {
-    std::ifstream in(r.steps_path);
-    if (in) {
-      // Rank 0 replaces the log at its start (without the steps past the checkpoint it resumes from,
-      // written to a new file renamed into place): another file than the one the offset is of is
-      // read from its beginning.
-      struct stat st;
-      if (stat(r.steps_path.c_str(), &st) == 0 && st.st_ino != r.steps_inode) {
-        r.steps_inode = st.st_ino;
-        r.steps_offset = 0;
-      }
-      in.seekg(r.steps_offset);
-      std::vector<StepRecord> report;  // Step 1 (the job's baseline loss) and the newest step.
-      r.steps_offset += steplog::ReadCompleteLines(in, [&](std::string_view line) {
-        std::optional<StepRecord> j = steplog::ParseStepLine(line);
-        if (!j.has_value()) return;
-        if (j->val_loss.has_value()) {
-          r.val_step = j->step;
-          r.val_loss = *j->val_loss;
-        }
-        if (report.size() == 2 || (report.size() == 1 && report[0].step != 1)) {
-          report.back() = *j;
-        } else {
-          report.push_back(*j);
-        }
-      });
-      // The checkpoint of a step is written after its log line: report a newer checkpoint even
-      // when no new step came (with the newest step again).
-      if (!report.empty()) r.last_step = report.back();
-      int64_t checkpoint = r.reported_checkpoint;
-      auto all = parallel::ListCheckpoints(r.checkpoint_dir);
-      if (!all.empty()) checkpoint = all.back().first;
-      if (report.empty() && checkpoint != r.reported_checkpoint && r.last_step.has_value()) {
-        report.push_back(*r.last_step);
-      }
-      r.reported_checkpoint = checkpoint;
-      for (const StepRecord& j : report) {
-        RankEvent p;
-        p.progress.set_last_checkpoint_step(checkpoint);
-        p.event = v1::ReportRankStatusRequest::EVENT_PROGRESS;
-        p.job_id = job;
-        p.attempt = attempt;
-        p.rank = rank;
-        p.progress.set_step(j.step);
-        p.progress.set_resumed_from_step(j.resumed_from);
-        p.progress.set_discarded_steps(j.discarded_steps);
-        p.progress.set_loss(j.loss);
-        p.progress.set_lr(j.lr);
-        p.progress.set_grad_norm(j.grad_norm);
-        p.progress.set_tokens_per_s(j.tokens_per_s);
-        p.progress.set_step_seconds(j.step_seconds);
-        if (j.aux_loss) p.progress.set_aux_loss(*j.aux_loss);
-        if (j.expert_imbalance) p.progress.set_expert_imbalance(*j.expert_imbalance);
-        if (j.checkpoint_blocked_s) p.progress.set_checkpoint_blocked_s(*j.checkpoint_blocked_s);
-        if (j.checkpoint_write_s) p.progress.set_checkpoint_write_s(*j.checkpoint_write_s);
-        if (r.val_step > 0 && r.val_step <= p.progress.step()) {
-          p.progress.set_val_step(r.val_step);
-          p.progress.set_val_loss(r.val_loss);
-        }
-        p.tokens = j.tokens;
-        p.bytes_all_reduced = j.bytes_all_reduced;
-        p.flops_per_token = r.flops_per_token;
-        p.samples = r.samples_per_step;
-        p.world_size = r.world_size;
-        events->push_back(std::move(p));
-      }
+  if (!r.reads_steps) return;
+  auto in = userfs::OpenUnder(r.output_dir, kStepLog, {});
+  if (!in.ok()) {
+    if (!absl::IsNotFound(in.status()) && r.file_error.empty() && !r.stopping) {
+      r.file_error = absl::StrCat("error: the worker stopped the job: its step log: ", in.status().message());
+      std::cerr << "tessera-worker: job " << job << ": " << r.file_error << std::endl;
+      StopJob(job, attempt, r.file_error);
     }
+    return;
+  }
+  // Rank 0 replaces the log at its start (without the steps past the checkpoint it resumes from,
+  // written to a new file renamed into place): another file than the one the offset is of is
+  // read from its beginning.
+  struct stat st {};
+  if (fstat(in->get(), &st) != 0) return;
+  if (st.st_ino != r.steps_inode) {
+    r.steps_inode = st.st_ino;
+    r.steps_offset = 0;
+  }
+  // At most kMaxStepBytesPerPoll a round: a huge log is caught up with over several rounds.
+  const int64_t want = std::clamp<int64_t>(st.st_size - r.steps_offset, 0, kMaxStepBytesPerPoll);
+  auto chunk = userfs::ReadAt(in->get(), r.steps_offset, want);
+  std::istringstream text(chunk.ok() ? *chunk : std::string());
+  std::vector<StepRecord> report;  // Step 1 (the job's baseline loss) and the newest step.
+  r.steps_offset += steplog::ReadCompleteLines(text, [&](std::string_view line) {
+    std::optional<StepRecord> j = steplog::ParseStepLine(line);
+    if (!j.has_value()) return;
+    if (j->val_loss.has_value()) {
+      r.val_step = j->step;
+      r.val_loss = *j->val_loss;
+    }
+    if (report.size() == 2 || (report.size() == 1 && report[0].step != 1)) {
+      report.back() = *j;
+    } else {
+      report.push_back(*j);
+    }
+  });
+  // A line longer than a whole chunk is never complete within one: skip what was read of it.
+  if (want == kMaxStepBytesPerPoll && chunk.ok() && chunk->find('\n') == std::string::npos) {
+    r.steps_offset += want;
+  }
+  // The checkpoint of a step is written after its log line: report a newer checkpoint even
+  // when no new step came (with the newest step again).
+  if (!report.empty()) r.last_step = report.back();
+  int64_t checkpoint = r.reported_checkpoint;
+  auto all = parallel::ListCheckpoints(r.checkpoint_dir);
+  if (!all.empty()) checkpoint = all.back().first;
+  if (report.empty() && checkpoint != r.reported_checkpoint && r.last_step.has_value()) {
+    report.push_back(*r.last_step);
+  }
+  r.reported_checkpoint = checkpoint;
+  for (const StepRecord& j : report) {
+    RankEvent p;
+    p.progress.set_last_checkpoint_step(checkpoint);
+    p.event = v1::ReportRankStatusRequest::EVENT_PROGRESS;
+    p.job_id = job;
+    p.attempt = attempt;
+    p.rank = rank;
+    p.progress.set_step(j.step);
+    p.progress.set_resumed_from_step(j.resumed_from);
+    p.progress.set_discarded_steps(j.discarded_steps);
+    p.progress.set_loss(j.loss);
+    p.progress.set_lr(j.lr);
+    p.progress.set_grad_norm(j.grad_norm);
+    p.progress.set_tokens_per_s(j.tokens_per_s);
+    p.progress.set_step_seconds(j.step_seconds);
+    if (j.aux_loss) p.progress.set_aux_loss(*j.aux_loss);
+    if (j.expert_imbalance) p.progress.set_expert_imbalance(*j.expert_imbalance);
+    if (j.checkpoint_blocked_s) p.progress.set_checkpoint_blocked_s(*j.checkpoint_blocked_s);
+    if (j.checkpoint_write_s) p.progress.set_checkpoint_write_s(*j.checkpoint_write_s);
+    if (r.val_step > 0 && r.val_step <= p.progress.step()) {
+      p.progress.set_val_step(r.val_step);
+      p.progress.set_val_loss(r.val_loss);
+    }
+    p.tokens = j.tokens;
+    p.bytes_all_reduced = j.bytes_all_reduced;
+    p.flops_per_token = r.flops_per_token;
+    p.samples = r.samples_per_step;
+    p.world_size = r.world_size;
+    events->push_back(std::move(p));
   }
 }
 
@@ -205,7 +229,7 @@ std::vector<RankEvent> RankSupervisor::Poll() {
       e.attempt = attempt;
       e.rank = rank;
       e.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
-      if (e.exit_code != 0) e.error = process::LastLineWithPrefix(r.log_path, "error: ");
+      if (e.exit_code != 0) e.error = r.file_error.empty() ? LastError(r) : r.file_error;
       if (e.exit_code != 0 && e.error.empty()) e.error = r.stop_reason;
       events.push_back(std::move(e));
       it = ranks_.erase(it);
@@ -215,6 +239,11 @@ std::vector<RankEvent> RankSupervisor::Poll() {
     ++it;
   }
   return events;
+}
+
+std::string RankSupervisor::LastError(const Rank& r) {
+  auto log = userfs::OpenUnder(r.output_dir, r.log_name, {});
+  return log.ok() ? userfs::LastLineWithPrefix(log->get(), "error: ") : "";
 }
 
 std::vector<v1::RunningRank> RankSupervisor::Running() const {

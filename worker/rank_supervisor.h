@@ -1,6 +1,9 @@
 // RankSupervisor: the worker's tessera-rank processes — starts them for assignments, stops them
 // (SIGTERM to the process group, SIGKILL after a grace period), reaps them, and reads rank 0's step
 // log for progress. Never blocks: Poll() does the waiting work. Not thread-safe (one owner thread).
+// The files it opens in a job's OUTPUT_DIR (the rank logs, steps.jsonl) are the user's: they are opened
+// through common/userfs (no symbolic link followed, no FIFO waited on, regular files only), and one
+// that is not a regular file fails that job with the file's name, never the worker.
 #ifndef TESSERA_WORKER_RANK_SUPERVISOR_H_
 #define TESSERA_WORKER_RANK_SUPERVISOR_H_
 
@@ -68,8 +71,9 @@ class RankSupervisor final : public Ranks {
   struct Rank {
     int device = 0;  // Assignment.local_rank.
     pid_t pid = -1;
-    std::string log_path;
-    std::string steps_path;  // Rank 0 only.
+    std::string output_dir;  // The job's OUTPUT_DIR: user files, opened only through common/userfs.
+    std::string log_name;    // logs/rank_<r>.log under it.
+    bool reads_steps = false;  // Rank 0: its OUTPUT_DIR/steps.jsonl is read for progress.
     std::string checkpoint_dir;
     std::optional<StepRecord> last_step;  // Newest step log line read.
     int64_t val_step = 0;             // Newest evaluation read (0: none) and its loss.
@@ -78,16 +82,21 @@ class RankSupervisor final : public Ranks {
     double flops_per_token = 0;
     int world_size = 1;
     int64_t samples_per_step = 0;
-    std::streamoff steps_offset = 0;
+    int64_t steps_offset = 0;
     ino_t steps_inode = 0;  // Of the file steps_offset is in (0: none yet).
     bool stopping = false;
-    std::string stop_reason;  // The EXITED error when the rank's log names none.
+    std::string stop_reason;   // The EXITED error when the rank's log names none.
+    std::string file_error;    // A user file the worker refused (it stopped the job): the EXITED error.
     absl::Time kill_at = absl::InfiniteFuture();
   };
   using Key = std::tuple<std::string, int, int>;  // job, attempt, rank
 
-  // Appends progress events from rank 0's step log and checkpoint directory.
+  // Appends progress events from rank 0's step log and checkpoint directory. Reads at most
+  // kMaxStepBytesPerPoll of the log per call. When the log is there but cannot be read as a regular
+  // file, stops the job's ranks of this attempt naming the file.
   void ReadProgress(const Key& key, Rank& r, std::vector<RankEvent>* events);
+  // The last "error: " line of the rank's log ("" when none or unreadable).
+  static std::string LastError(const Rank& r);
 
   RankSupervisorOptions options_;
   std::map<Key, Rank> ranks_;

@@ -3,7 +3,10 @@
 // SIGKILL only once the grace period has passed on the clock.
 #include "worker/rank_supervisor.h"
 
+#include <sys/stat.h>
+
 #include <cstdlib>
+#include <functional>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -11,6 +14,7 @@
 #include <vector>
 
 #include "common/spec/job_spec.h"
+#include "absl/time/clock.h"
 #include "common/time/fake_clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -201,6 +205,77 @@ TEST_F(RankSupervisorTest, ProgressIsReadFromTheStepLogRank0RewroteAtItsStart) {
     if (e.event == v1::ReportRankStatusRequest::EVENT_PROGRESS) newest = std::max(newest, e.progress.step());
   }
   EXPECT_EQ(newest, 7) << "the new file is read from its start, not from the old file's length";
+}
+
+// What a user can leave in OUTPUT_DIR before submitting: each fails the start at once, naming the file,
+// instead of holding the worker's loop thread (a FIFO) or writing elsewhere (a symbolic link).
+TEST_F(RankSupervisorTest, AStepLogOrRankLogThatIsNotARegularFileFailsTheStartAtOnce) {
+  const std::string out = dir_ + "/out";
+  std::filesystem::create_directories(out + "/logs");
+  std::filesystem::create_directories(dir_ + "/elsewhere");
+  struct Case {
+    std::string what;
+    std::function<void()> plant;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {"a FIFO as steps.jsonl", [&] { ASSERT_EQ(mkfifo((out + "/steps.jsonl").c_str(), 0644), 0); },
+       "steps.jsonl: is a FIFO, not a regular file"},
+      {"a link to /dev/zero as steps.jsonl",
+       [&] { std::filesystem::create_symlink("/dev/zero", out + "/steps.jsonl"); },
+       "steps.jsonl: is a symbolic link"},
+      {"a FIFO as the rank's log", [&] { ASSERT_EQ(mkfifo((out + "/logs/rank_0.log").c_str(), 0644), 0); },
+       "logs/rank_0.log: is a FIFO"},
+      {"logs/ linked into another job's directory",
+       [&] {
+         std::filesystem::remove_all(out + "/logs");
+         std::filesystem::create_directory_symlink(dir_ + "/elsewhere", out + "/logs");
+       },
+       "logs: is a symbolic link"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    std::filesystem::remove_all(out);
+    std::filesystem::create_directories(out + "/logs");
+    c.plant();
+    auto s = Supervisor("exit 0");
+    const absl::Time start = absl::Now();
+    absl::Status st = s->Start(Order(0));
+    EXPECT_LT(absl::Now() - start, absl::Seconds(5)) << "the loop thread is never held";
+    EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+    EXPECT_THAT(st.message(), HasSubstr(c.message));
+    EXPECT_TRUE(s->Running().empty());
+  }
+  EXPECT_TRUE(std::filesystem::is_empty(dir_ + "/elsewhere")) << "nothing written through the link";
+}
+
+TEST_F(RankSupervisorTest, AStepLogReplacedByAFifoWhileRunningStopsTheJobNamingIt) {
+  const std::string out = dir_ + "/out";
+  auto s = Supervisor("echo '{\"step\": 1, \"loss\": 5.5}' >> " + out + "/steps.jsonl\nrm " + out +
+                      "/steps.jsonl\nmkfifo " + out + "/steps.jsonl\nexec sleep 60");
+  ASSERT_TRUE(s->Start(Order(0)).ok());
+  const absl::Time start = absl::Now();
+  std::vector<RankEvent> events = PollUntilExit(*s);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(15)) << "stopped by SIGTERM, not after the 60 s sleep";
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back().event, v1::ReportRankStatusRequest::EVENT_EXITED);
+  EXPECT_THAT(events.back().error, HasSubstr("steps.jsonl: is a FIFO, not a regular file"));
+}
+
+TEST_F(RankSupervisorTest, AHugeStepLogIsReadInBoundedPiecesPerPoll) {
+  // 20 MiB of one line, then a real step: each Poll reads at most 4 MiB, the giant line is skipped, and
+  // the step after it is reported (the rank sleeps 1 s: about 20 polls to catch up).
+  const std::string out = dir_ + "/out";
+  std::filesystem::create_directories(out);
+  auto s = Supervisor("head -c 20971520 /dev/zero | tr '\\0' x >> " + out + "/steps.jsonl\necho >> " + out +
+                      "/steps.jsonl\necho '{\"step\": 3, \"loss\": 2.5}' >> " + out + "/steps.jsonl\nsleep 1");
+  ASSERT_TRUE(s->Start(Order(0)).ok());
+  std::vector<RankEvent> events = PollUntilExit(*s);
+  int64_t newest = 0;
+  for (const RankEvent& e : events) {
+    if (e.event == v1::ReportRankStatusRequest::EVENT_PROGRESS) newest = std::max(newest, e.progress.step());
+  }
+  EXPECT_EQ(newest, 3);
 }
 }  // namespace
 }  // namespace tessera::worker

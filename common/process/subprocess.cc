@@ -3,15 +3,16 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/userfs/user_files.h"
 
 namespace tessera::process {
 
@@ -21,7 +22,10 @@ absl::StatusOr<pid_t> Spawn(const SpawnOptions& options) {
   for (const std::string& a : options.argv) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
   int log_fd = -1;
-  if (!options.log_path.empty()) {
+  if (options.log_fd >= 0) {
+    log_fd = fcntl(options.log_fd, F_DUPFD_CLOEXEC, 0);
+    if (log_fd < 0) return absl::InternalError(absl::StrCat("cannot duplicate the log's descriptor: ", std::strerror(errno)));
+  } else if (!options.log_path.empty()) {
     log_fd = open(options.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (log_fd < 0) {
       return absl::InternalError(absl::StrCat(options.log_path, ": cannot open log: ", std::strerror(errno)));
@@ -83,12 +87,10 @@ std::string DescribeExit(int status) {
 }
 
 std::string LastLineWithPrefix(const std::string& path, const std::string& prefix) {
-  std::ifstream in(path);
-  std::string line, last;
-  while (std::getline(in, line)) {
-    if (line.rfind(prefix, 0) == 0) last = line;
-  }
-  return last;
+  userfs::UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY));
+  struct stat st {};
+  if (!fd.valid() || fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) return "";
+  return userfs::LastLineWithPrefix(fd.get(), prefix);
 }
 
 }  // namespace tessera::process

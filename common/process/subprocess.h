@@ -16,6 +16,7 @@ namespace tessera::process {
 struct SpawnOptions {
   std::vector<std::string> argv;          // argv[0] is the executable's path.
   std::string log_path;                   // stdout and stderr go here (appended); "" keeps ours.
+  int log_fd = -1;                        // Or here: an open descriptor (not closed; overrides log_path).
   std::map<std::string, std::string> env; // Added to (or replacing in) our environment.
 };
 
@@ -30,7 +31,9 @@ void StopAll(const std::vector<pid_t>& pids, std::chrono::milliseconds grace);
 // A human description of a waitpid status: "exit code 3", "killed by signal 9 (Killed)".
 std::string DescribeExit(int wait_status);
 
-// The last line of the file at `path` that starts with `prefix` ("" when none).
+// The last line of the file at `path` that starts with `prefix` ("" when none), within its last 64 KiB.
+// Opened without following a final symbolic link and without waiting on a FIFO: anything but a regular
+// file reads as "".
 std::string LastLineWithPrefix(const std::string& path, const std::string& prefix);
 
 }  // namespace tessera::process

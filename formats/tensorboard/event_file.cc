@@ -1,5 +1,8 @@
 #include "formats/tensorboard/event_file.h"
 
+#include <stdio.h>
+
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -163,39 +166,48 @@ int64_t EventStep(std::string_view event) {
   return 0;
 }
 
-absl::StatusOr<std::unique_ptr<EventFileWriter>> EventFileWriter::Open(const std::string& dir, int64_t keep_up_to_step) {
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) return absl::UnavailableError(absl::StrCat(dir, ": cannot create: ", ec.message()));
-  const std::string path = dir + "/" + kEventFileName;
+absl::StatusOr<std::unique_ptr<EventFileWriter>> EventFileWriter::Open(const std::string& base,
+                                                                       const std::string& subdir,
+                                                                       int64_t keep_up_to_step) {
+  auto dir = userfs::OpenDirUnder(base, subdir, /*create_dirs=*/true);
+  if (!dir.ok()) return dir.status();
+  const std::string shown = absl::StrCat(base, "/", subdir);
+  const std::string path = absl::StrCat(shown, "/", kEventFileName);
   std::string kept;
-  if (fs::exists(path)) {
-    std::ifstream in(path, std::ios::binary);
-    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    for (const std::string& record : ReadRecords(bytes)) {
+  if (auto old = userfs::OpenAt(dir->get(), kEventFileName, userfs::Access::kRead, path); old.ok()) {
+    auto size = userfs::FileSize(old->get());
+    if (!size.ok()) return size.status();
+    auto bytes = userfs::ReadAt(old->get(), 0, *size);
+    if (!bytes.ok()) return absl::UnavailableError(absl::StrCat(path, ": ", bytes.status().message()));
+    for (const std::string& record : ReadRecords(*bytes)) {
       if (EventStep(record) <= keep_up_to_step) kept += FrameRecord(record);
     }
+  } else if (!absl::IsNotFound(old.status())) {
+    return old.status();
   }
   if (kept.empty()) kept = FrameRecord(FileVersionEvent(Now()));
   // A new file renamed into place (never truncated in place): a crash leaves the old one or the new.
-  const std::string tmp = path + ".tmp";
+  const std::string tmp_name = absl::StrCat(kEventFileName, ".tmp");
   {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out.write(kept.data(), static_cast<std::streamsize>(kept.size()));
-    out.close();
-    if (!out) return absl::UnavailableError(absl::StrCat(tmp, ": write failed"));
+    auto tmp = userfs::OpenAt(dir->get(), tmp_name, userfs::Access::kWrite, path + ".tmp");
+    if (!tmp.ok()) return tmp.status();
+    if (absl::Status w = userfs::WriteAll(tmp->get(), kept); !w.ok()) {
+      return absl::UnavailableError(absl::StrCat(path, ".tmp: ", w.message()));
+    }
   }
-  fs::rename(tmp, path, ec);
-  if (ec) return absl::UnavailableError(absl::StrCat(path, ": cannot rename ", tmp, " into place: ", ec.message()));
-  return std::unique_ptr<EventFileWriter>(new EventFileWriter(path));
+  if (renameat(dir->get(), tmp_name.c_str(), dir->get(), kEventFileName) != 0) {
+    return absl::UnavailableError(absl::StrCat(path, ": cannot rename the temporary file into place: ", strerror(errno)));
+  }
+  return std::unique_ptr<EventFileWriter>(new EventFileWriter(*std::move(dir), path));
 }
 
 absl::Status EventFileWriter::AddScalars(int64_t step, const std::vector<std::pair<std::string, double>>& scalars) {
   const std::string record = FrameRecord(ScalarsEvent(Now(), step, scalars));
-  std::ofstream out(path_, std::ios::binary | std::ios::app);
-  out.write(record.data(), static_cast<std::streamsize>(record.size()));
-  out.flush();
-  if (!out) return absl::UnavailableError(absl::StrCat(path_, ": write failed"));
+  auto out = userfs::OpenAt(dir_.get(), kEventFileName, userfs::Access::kAppend, path_);
+  if (!out.ok()) return out.status();
+  if (absl::Status w = userfs::WriteAll(out->get(), record); !w.ok()) {
+    return absl::UnavailableError(absl::StrCat(path_, ": ", w.message()));
+  }
   return absl::OkStatus();
 }
 

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/userfs/user_files.h"
 
 namespace tessera::tensorboard {
 
@@ -40,15 +41,20 @@ int64_t EventStep(std::string_view event);
 
 class EventFileWriter {
  public:
-  // Opens DIR/kEventFileName for appending, creating DIR. An existing file keeps only its events of
-  // steps ≤ `keep_up_to_step` (its file_version first); a new file starts with a file_version event.
-  static absl::StatusOr<std::unique_ptr<EventFileWriter>> Open(const std::string& dir, int64_t keep_up_to_step);
+  // Opens BASE/SUBDIR/kEventFileName for appending, creating SUBDIR. An existing file keeps only its
+  // events of steps ≤ `keep_up_to_step` (its file_version first); a new file starts with a file_version
+  // event. BASE is a job's OUTPUT_DIR, which its user controls: SUBDIR and the file are opened through
+  // common/userfs (a symbolic link there is refused, never followed into another job's directory; a
+  // FIFO is refused without waiting), and every later write goes to the directory opened here.
+  static absl::StatusOr<std::unique_ptr<EventFileWriter>> Open(const std::string& base, const std::string& subdir,
+                                                               int64_t keep_up_to_step);
   // Appends one event with `scalars` for `step` and flushes it to the file.
   absl::Status AddScalars(int64_t step, const std::vector<std::pair<std::string, double>>& scalars);
   const std::string& path() const { return path_; }
 
  private:
-  explicit EventFileWriter(std::string path) : path_(std::move(path)) {}
+  EventFileWriter(userfs::UniqueFd dir, std::string path) : dir_(std::move(dir)), path_(std::move(path)) {}
+  userfs::UniqueFd dir_;  // BASE/SUBDIR, held open.
   std::string path_;
 };
 

@@ -3,6 +3,8 @@
 // tests/python/tensorboard_test.py.)
 #include "formats/tensorboard/event_file.h"
 
+#include <sys/stat.h>
+
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -36,10 +38,10 @@ TEST(EventFileTest, RecordsRoundTripAndADamagedOrUnfinishedTailIsDropped) {
 }
 
 TEST(EventFileTest, OpenKeepsTheStepsUpToTheResumedOneAndAppends) {
-  const std::string dir = std::string(getenv("TEST_TMPDIR")) + "/tb";
+  const std::string base = std::string(getenv("TEST_TMPDIR")), dir = base + "/tb";
   fs::remove_all(dir);
   {
-    auto w = EventFileWriter::Open(dir, 0);
+    auto w = EventFileWriter::Open(base, "tb", 0);
     ASSERT_TRUE(w.ok()) << w.status();
     for (int step = 1; step <= 6; ++step) ASSERT_TRUE((*w)->AddScalars(step, {{"loss", 1.0 / step}}).ok());
   }
@@ -51,12 +53,32 @@ TEST(EventFileTest, OpenKeepsTheStepsUpToTheResumedOneAndAppends) {
     return out;
   };
   EXPECT_EQ(steps(), (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6}));
-  auto resumed = EventFileWriter::Open(dir, 4);  // Resumed from step 4's checkpoint.
+  auto resumed = EventFileWriter::Open(base, "tb", 4);  // Resumed from step 4's checkpoint.
   ASSERT_TRUE(resumed.ok());
   EXPECT_EQ(steps(), (std::vector<int64_t>{0, 1, 2, 3, 4}));
   ASSERT_TRUE((*resumed)->AddScalars(5, {{"loss", 0.2}}).ok());
   EXPECT_EQ(steps(), (std::vector<int64_t>{0, 1, 2, 3, 4, 5}));
   EXPECT_EQ(fs::directory_iterator(dir)->path().filename().string(), kEventFileName);  // No temporary left.
+}
+
+// A tensorboard/ planted in OUTPUT_DIR as a link into another job's directory: refused, nothing written
+// there. A FIFO in place of the event file: refused at once.
+TEST(EventFileTest, ALinkOrFifoPlantedInTheOutputDirIsRefused) {
+  const std::string base = std::string(getenv("TEST_TMPDIR")) + "/planted";
+  fs::remove_all(base);
+  fs::create_directories(base + "/job");
+  fs::create_directories(base + "/other_job/tensorboard");
+  fs::create_directory_symlink(base + "/other_job/tensorboard", base + "/job/tensorboard");
+  auto w = EventFileWriter::Open(base + "/job", "tensorboard", 0);
+  ASSERT_FALSE(w.ok());
+  EXPECT_NE(w.status().message().find("tensorboard: is a symbolic link"), std::string::npos) << w.status();
+  EXPECT_TRUE(fs::is_empty(base + "/other_job/tensorboard"));
+  fs::remove(base + "/job/tensorboard");
+  fs::create_directories(base + "/job/tensorboard");
+  ASSERT_EQ(mkfifo((base + "/job/tensorboard/" + kEventFileName).c_str(), 0644), 0);
+  auto f = EventFileWriter::Open(base + "/job", "tensorboard", 0);
+  ASSERT_FALSE(f.ok());
+  EXPECT_NE(f.status().message().find("is a FIFO"), std::string::npos) << f.status();
 }
 
 }  // namespace

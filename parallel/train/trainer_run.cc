@@ -9,7 +9,10 @@
 #include <map>
 #include <string>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "common/userfs/user_files.h"
+#include "formats/checkpoint/checkpoint_dir.h"
 #include "nlohmann/json.hpp"
 #include "parallel/checkpoint/tensor_convert.h"
 #include "parallel/train/checkpoint_write.h"
@@ -22,12 +25,21 @@ namespace fs = std::filesystem;
 
 absl::Status Trainer::Run(const std::function<void(const StepStats&)>& on_step) {
   if (groups_.global_rank == 0) TESSERA_RETURN_IF_ERROR(TrimStepLog());
+  // OUTPUT_DIR is the user's: a checkpoint directory below it must not be a planted link (say into
+  // another job's directory).
+  TESSERA_RETURN_IF_ERROR(userfs::CheckDirBelow(options_.output_dir, options_.checkpoint_dir));
   // Every rank's own measurements of this run (communication, memory, pipeline waiting), one line
-  // per step, for benchmarks and debugging: output_dir/ranks/rank_R.jsonl (restarted with the run).
-  std::error_code ec;
-  fs::create_directories(options_.output_dir + "/ranks", ec);
-  const std::string rank_log = absl::StrCat(options_.output_dir, "/ranks/rank_", groups_.global_rank, ".jsonl");
-  std::ofstream(rank_log, std::ios::trunc).close();
+  // per step, for benchmarks and debugging: output_dir/ranks/rank_R.jsonl (restarted with the run),
+  // opened once through common/userfs (a planted link is refused).
+  auto rank_log = userfs::OpenUnder(options_.output_dir, absl::StrCat("ranks/rank_", groups_.global_rank, ".jsonl"),
+                                    {userfs::Access::kWrite, /*create_dirs=*/true});
+  if (!rank_log.ok()) return rank_log.status();
+  // An asynchronous checkpoint's snapshot whose background write never started (the run failed between
+  // the two): its temporary directory is removed, not left to fill the disk.
+  auto abort_snapshot = absl::MakeCleanup([this] {
+    if (snapshot_ && groups_.global_rank == 0) AbortCheckpoint(snapshot_->tmp);
+    snapshot_.reset();
+  });
   while (step_ < options_.steps) {
     auto stats = Step();
     if (!stats.ok()) return stats.status();
@@ -75,7 +87,7 @@ absl::Status Trainer::Run(const std::function<void(const StepStats&)>& on_step) 
       mine["checkpoint_write_s"] = *stats->checkpoint_write_s;
       mine["checkpoint_write_step"] = stats->checkpoint_write_step;
     }
-    std::ofstream(rank_log, std::ios::app) << mine.dump() << "\n";
+    TESSERA_RETURN_IF_ERROR(userfs::WriteAll(rank_log->get(), mine.dump() + "\n"));
     if (options_.log_every > 0 && (step_ % options_.log_every == 0 || step_ == options_.steps)) {
       LogProgress(*stats);
     }
@@ -110,8 +122,7 @@ absl::Status Trainer::DumpDebug() {
   std::map<std::string, at::Tensor> all;
   for (auto& [name, t] : *params) all.emplace("param." + name, t);
   for (auto& [name, t] : *grads) all.emplace("grad." + name, t);
-  std::error_code ec;
-  fs::create_directories(options_.output_dir + "/debug", ec);
+  TESSERA_RETURN_IF_ERROR(userfs::CheckDirBelow(options_.output_dir, options_.output_dir + "/debug"));
   return SaveTensors(absl::StrCat(options_.output_dir, "/debug/step_", step_, ".safetensors"), all);
 }
 

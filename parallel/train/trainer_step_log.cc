@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/userfs/user_files.h"
 #include "formats/tensorboard/event_file.h"
 #include "nlohmann/json.hpp"
 #include "parallel/train/status_macros.h"
@@ -20,12 +21,24 @@ namespace tessera::parallel {
 
 namespace fs = std::filesystem;
 
+constexpr char kStepLog[] = "steps.jsonl";
+
 absl::Status Trainer::TrimStepLog() {
   TESSERA_RETURN_IF_ERROR(Fence().Check());
   const std::string path = options_.output_dir + "/steps.jsonl";
-  std::error_code ec;
-  fs::create_directories(options_.output_dir, ec);
-  std::ifstream in(path);
+  // OUTPUT_DIR is the user's: its files are opened through common/userfs (no link followed, no FIFO
+  // waited on), and a step log that is not a regular file ends the run naming it.
+  std::string old;
+  if (auto in = userfs::OpenUnder(options_.output_dir, kStepLog, {}); in.ok()) {
+    auto size = userfs::FileSize(in->get());
+    if (!size.ok()) return size.status();
+    auto bytes = userfs::ReadAt(in->get(), 0, *size);
+    if (!bytes.ok()) return absl::UnavailableError(absl::StrCat(path, ": ", bytes.status().message()));
+    old = *std::move(bytes);
+  } else if (!absl::IsNotFound(in.status())) {
+    return in.status();
+  }
+  std::istringstream in(old);
   std::stringstream kept;
   std::string line;
   resumed_from_ = step_;
@@ -39,17 +52,21 @@ absl::Status Trainer::TrimStepLog() {
       ++discarded_steps_;  // Trained by an earlier run past the checkpoint this one resumes from.
     }
   }
-  in.close();
   // A new file renamed into place, never truncated in place: a crash leaves the old log or the new one,
-  // and a reader holding an offset into the old one (the worker) sees another file.
+  // and a reader holding an offset into the old one (the worker) sees another file. (rename replaces
+  // a link at the final name; it never writes through one.)
   const std::string tmp = path + ".tmp";
-  std::ofstream out(tmp, std::ios::trunc);
-  out << kept.str();
-  out.close();
-  if (!out) return absl::UnavailableError(absl::StrCat(tmp, ": write failed"));
+  {
+    auto out = userfs::OpenUnder(options_.output_dir, absl::StrCat(kStepLog, ".tmp"), {userfs::Access::kWrite, true});
+    if (!out.ok()) return out.status();
+    if (absl::Status w = userfs::WriteAll(out->get(), kept.str()); !w.ok()) {
+      return absl::UnavailableError(absl::StrCat(tmp, ": ", w.message()));
+    }
+  }
+  std::error_code ec;
   fs::rename(tmp, path, ec);
   if (ec) return absl::UnavailableError(absl::StrCat(path, ": cannot rename ", tmp, " into place: ", ec.message()));
-  auto events = tensorboard::EventFileWriter::Open(options_.output_dir + "/tensorboard", step_);
+  auto events = tensorboard::EventFileWriter::Open(options_.output_dir, "tensorboard", step_);
   if (events.ok()) {
     events_ = std::move(*events);
   } else {
@@ -109,10 +126,11 @@ absl::Status Trainer::AppendStepLog(const StepStats& s) {
   }
   j["resumed_from"] = resumed_from_;
   j["discarded_steps"] = discarded_steps_;
-  std::ofstream out(options_.output_dir + "/steps.jsonl", std::ios::app);
-  out << j.dump() << "\n";
-  out.flush();
-  if (!out) return absl::InternalError(absl::StrCat(options_.output_dir, "/steps.jsonl: write failed"));
+  auto out = userfs::OpenUnder(options_.output_dir, kStepLog, {userfs::Access::kAppend});
+  if (!out.ok()) return out.status();
+  if (absl::Status w = userfs::WriteAll(out->get(), j.dump() + "\n"); !w.ok()) {
+    return absl::InternalError(absl::StrCat(options_.output_dir, "/steps.jsonl: ", w.message()));
+  }
   if (events_) {
     std::vector<std::pair<std::string, double>> scalars;
     for (const auto& [field, value] : j.items()) {
