@@ -99,7 +99,7 @@ void Coordinator::CheckProgressLocked(JobEntry& e) {
 
 void Coordinator::ChangedLocked(JobEntry& e, bool persist) {
   e.version = ++version_counter_;
-  e.job.set_updated_unix_ms(absl::ToUnixMillis(Now()));
+  e.job.set_updated_unix_ms(absl::ToUnixMillis(WallNow()));
   if (persist || Now() - e.last_persist > absl::Seconds(2)) {
     e.ticket = writer_->Put(e.job);  // Stored off the lock; a failed write is logged and tried again.
     e.last_persist = Now();
@@ -187,7 +187,7 @@ absl::StatusOr<v1::Job> Coordinator::Submit(const v1::JobSpec& spec, int max_res
   *job.mutable_spec() = spec;
   job.set_max_restarts(max_restarts);
   job.set_owner(owner);
-  job.set_created_unix_ms(absl::ToUnixMillis(Now()));
+  job.set_created_unix_ms(absl::ToUnixMillis(WallNow()));
   job.set_updated_unix_ms(job.created_unix_ms());
   job.mutable_progress()->set_total_steps(spec.train().steps());
   job.set_state(v1::JOB_STATE_PENDING);
@@ -390,7 +390,7 @@ void Coordinator::EndAttemptLocked(JobEntry& e, v1::JobState outcome, const std:
   if (e.job.history_size() == 0) return;
   v1::Attempt& h = *e.job.mutable_history(e.job.history_size() - 1);
   if (h.attempt() != e.job.attempt() || h.ended_unix_ms() != 0) return;
-  h.set_ended_unix_ms(absl::ToUnixMillis(Now()));
+  h.set_ended_unix_ms(absl::ToUnixMillis(WallNow()));
   h.set_outcome(outcome);
   h.set_reason(reason);
   if (!failed_worker.empty()) {
@@ -410,7 +410,7 @@ void Coordinator::BlameWorkerLocked(JobEntry& e, const std::string& worker_id, c
   // An adopted attempt may have ended (by a surviving worker's report) up to the whole adoption window
   // before its deadline names the worker that never came back: a time window would race that deadline.
   if (scope == BlameScope::kRecentFailure &&
-      absl::FromUnixMillis(h.ended_unix_ms()) < Now() - 2 * options_.heartbeat_timeout) {
+      absl::FromUnixMillis(h.ended_unix_ms()) < WallNow() - 2 * options_.heartbeat_timeout) {
     return;
   }
   h.set_failed_worker(worker_id);

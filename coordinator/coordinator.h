@@ -39,7 +39,8 @@ struct CoordinatorOptions {
   absl::Duration heartbeat_timeout = absl::Seconds(10);  // Silence after which a worker is lost.
   // Asked of workers (RegisterWorkerResponse.lease_ms): a worker that has not completed a heartbeat for
   // this long stops its ranks. Below heartbeat_timeout. A lost worker's jobs get no new attempt before
-  // its last heartbeat + lease + its stop grace + kFenceSlack: by then its ranks are surely gone.
+  // its last heartbeat + lease + its stop grace + its stop delay + kFenceSlack: by then its ranks are
+  // surely gone.
   // Zero: no lease (and no such wait).
   absl::Duration worker_lease = absl::Seconds(5);
   int max_restarts_limit = 100;                          // Largest max_restarts a job may ask.
@@ -71,6 +72,9 @@ struct CoordinatorOptions {
   std::function<void(const std::string& line)> on_transition;
   // The clock of every deadline above (common/time/clock.h); tests pass a FakeClock. Not owned.
   Clock* clock = RealClock();
+  // Tests only: run by a heartbeat's path without the lock between its check of the worker's session
+  // and its beat (where CheckLiveness may declare the worker lost). May be empty.
+  std::function<void()> before_fast_beat_for_test;
 };
 
 // The receiving end of a worker's assignment stream that the coordinator pushes orders into (the
@@ -249,8 +253,11 @@ class Coordinator {
     std::atomic<int64_t> applied_seq{-1};       // Of the heartbeat seen; -1: none yet this session.
     std::atomic<uint64_t> ranks_digest{0};
     std::atomic<uint64_t> epoch{0};  // rank_epoch_ after that heartbeat; 0: none (the epoch starts at 1).
-    absl::Time LastHeartbeat() const { return absl::FromUnixMicros(last_heartbeat_us.load(std::memory_order_relaxed)); }
-    void Beat(absl::Time t) { last_heartbeat_us.store(absl::ToUnixMicros(t), std::memory_order_relaxed); }
+    // Sequentially consistent with `session`: CheckLiveness stores session -1 and then reads the last
+    // heartbeat for the fence; the path without the lock beats and then reads the session again. One
+    // of the two sees the other (FastHeartbeat).
+    absl::Time LastHeartbeat() const { return absl::FromUnixMicros(last_heartbeat_us.load()); }
+    void Beat(absl::Time t) { last_heartbeat_us.store(absl::ToUnixMicros(t)); }
   };
   // Heartbeat's path without mu_; whether it applied `req`, whose listed ranks have `digest` (else
   // the caller applies it under mu_).
@@ -304,9 +311,12 @@ class Coordinator {
     std::string instance;  // The worker process that registered it (RegisterWorkerRequest.instance).
     int64_t attempt = 0;   // Its RegisterWorkerRequest.attempt.
     absl::Duration stop_grace = absl::Seconds(10);  // Its RegisterWorkerRequest.stop_grace_ms.
+    absl::Duration stop_delay = kDefaultStopDelay;  // Its RegisterWorkerRequest.stop_delay_ms.
   };
-  // Time beyond a lost worker's lease and stop grace for its last ranks to be gone (its loop checks
-  // the lease every 100 ms; a SIGKILLed process exits within milliseconds).
+  // A worker's stop delay when it states none (an older worker): two 3 s calls and two rounds, rounded up.
+  static constexpr absl::Duration kDefaultStopDelay = absl::Seconds(7);
+  // Time beyond a lost worker's lease, stop grace and stop delay for its last ranks to be gone (a
+  // SIGKILLed process exits within milliseconds; the worker's clock may run a little slower).
   static constexpr absl::Duration kFenceSlack = absl::Seconds(1);
 
   void TryScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -436,7 +446,8 @@ class Coordinator {
   // alive they are in it.
   void IndexStoppingLocked(const WorkerEntry& w, bool add) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  absl::Time Now() const { return options_.clock->Now(); }
+  absl::Time Now() const { return options_.clock->Now(); }          // Deadlines (monotonic).
+  absl::Time WallNow() const { return options_.clock->WallNow(); }  // Timestamps shown and kept.
 
   const CoordinatorOptions options_;
   std::unique_ptr<JobStore> store_;

@@ -3,6 +3,8 @@
 // the worker's previous one renews its time only; anything that could change what the heartbeat
 // means — its listed ranks, its acknowledgement, a change to any job's ranks, the worker lost or
 // registered again — sends it through the locked path, which reconciles as before.
+#include <thread>
+
 #include "coordinator/coordinator_test_fixture.h"
 #include "gmock/gmock.h"
 
@@ -127,6 +129,30 @@ TEST_F(CoordinatorTest, ARepeatedHeartbeatOfALostOrReplacedWorkerIsRefused) {
   EXPECT_EQ(c_->HeartbeatsByPath().fast - before.fast, 1);
 }
 
+// A repeated heartbeat takes the path without the lock; CheckLiveness may declare its worker lost (and
+// take the fence from the previous heartbeat) between that path's check of the session and its beat.
+// The heartbeat must then be refused: an OK would renew the worker's lease past the fence.
+TEST_F(CoordinatorTest, AHeartbeatRacingTheLossOfItsWorkerIsRefused) {
+  const std::string a = AddWorker("a", 1);
+  const v1::HeartbeatRequest hb = Beat(a, sessions_["a"], 0, {});
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(c_->Heartbeat(hb).ok());
+  clock_.Advance(absl::Milliseconds(300));  // Beyond the heartbeat timeout.
+  bool ran = false;
+  before_fast_beat_ = [&] {
+    if (ran) return;
+    ran = true;
+    std::thread liveness([&] { c_->CheckLiveness(); });  // Another thread, as in the daemon.
+    liveness.join();
+  };
+  const auto before = c_->HeartbeatsByPath();
+  absl::Status s = c_->Heartbeat(hb);
+  ASSERT_TRUE(ran) << "the heartbeat took the path without the lock";
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
+  EXPECT_EQ(c_->HeartbeatsByPath().fast - before.fast, 0);
+  for (const v1::Worker& w : c_->ListWorkers()) EXPECT_EQ(w.state(), v1::Worker::STATE_LOST);
+  before_fast_beat_ = nullptr;
+}
+
 TEST_F(CoordinatorTest, AHeartbeatWithoutARankWhoseStartIsAcknowledgedFailsTheAttempt) {
   std::string id;
   v1::Assignment on_a, on_b;
@@ -167,6 +193,32 @@ TEST_F(CoordinatorTest, AHeartbeatWithoutARankWhoseStartIsAcknowledgedFailsTheAt
   // a's rank stops and reports it: the job is queued again and placed (restarts left: 1).
   Report("a", on_a, v1::ReportRankStatusRequest::EVENT_EXITED, -15);
   EXPECT_EQ(c_->GetJob(id)->attempt(), 2);
+}
+
+}  // namespace
+}  // namespace tessera::coordinator
+
+namespace tessera::coordinator {
+namespace {
+
+// Deadlines run on the monotonic clock (common/time/clock.h): a 60 s step of the coordinator host's
+// wall clock, forward or back, loses no worker and moves no fence; what people see (job timestamps,
+// a worker's last heartbeat) follows the wall clock.
+TEST_F(CoordinatorTest, AWallClockStepLosesNoWorkerAndShowsTheWallTime) {
+  AddWorker("a", 1);
+  AddWorker("b", 1);
+  AdvanceWithHeartbeats(absl::Milliseconds(100), {"a", "b"});
+  clock_.StepWall(absl::Seconds(60));
+  AdvanceWithHeartbeats(absl::Milliseconds(100), {"a", "b"});
+  clock_.StepWall(absl::Seconds(-120));
+  AdvanceWithHeartbeats(absl::Milliseconds(100), {"a", "b"});
+  for (const v1::Worker& w : c_->ListWorkers()) {
+    EXPECT_EQ(w.state(), v1::Worker::STATE_ALIVE) << w.name();
+    EXPECT_EQ(w.last_heartbeat_unix_ms(), absl::ToUnixMillis(clock_.WallNow())) << "shown on the wall clock";
+  }
+  auto job = c_->Submit(Spec(1, 1), 0);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->created_unix_ms(), absl::ToUnixMillis(clock_.WallNow()));
 }
 
 }  // namespace

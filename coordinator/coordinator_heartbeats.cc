@@ -47,7 +47,14 @@ bool Coordinator::FastHeartbeat(const v1::HeartbeatRequest& req, uint64_t digest
       return false;
     }
   }
+  if (options_.before_fast_beat_for_test) options_.before_fast_beat_for_test();
   l.Beat(Now());
+  // CheckLiveness may have declared the worker lost since the load above, and taken its fence from the
+  // heartbeat before this one: then this one must not renew the worker's lease (its OK would). Beat
+  // first, then look again (both sequentially consistent): either the session is still live here, and
+  // the fence, read after the loss was stored, includes this beat; or it is -1, and this heartbeat
+  // goes to the path under mu_, which refuses it.
+  if (l.session.load() != session) return false;
   fast_heartbeats_.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
@@ -114,7 +121,7 @@ void Coordinator::CheckLiveness() {
     // runs out, and they are gone after its stop grace. Until then no new attempt of their jobs.
     const absl::Time surely_stopped =
         options_.worker_lease > absl::ZeroDuration()
-            ? w.live->LastHeartbeat() + options_.worker_lease + w.stop_grace + kFenceSlack
+            ? w.live->LastHeartbeat() + options_.worker_lease + w.stop_grace + w.stop_delay + kFenceSlack
             : absl::InfinitePast();
     // So are the superseded ranks it was still stopping (they held their jobs back while it was alive).
     if (surely_stopped > now) {

@@ -152,9 +152,11 @@ std::string Coordinator::FencedLocked(JobEntry& e, const std::map<std::string, s
     }
     auto w = workers_.find(it->first);
     const absl::Duration grace = w == workers_.end() ? absl::Seconds(10) : w->second.stop_grace;
+    const absl::Duration delay = w == workers_.end() ? kDefaultStopDelay : w->second.stop_delay;
     return absl::StrCat("waiting until lost worker ", it->first, " has surely stopped the ranks of attempt ",
                         e.job.attempt(), " (its lease of ", absl::FormatDuration(options_.worker_lease),
-                        " and stop grace of ", absl::FormatDuration(grace), " after its last heartbeat)");
+                        ", stop grace of ", absl::FormatDuration(grace), " and stop delay of ",
+                        absl::FormatDuration(delay), " after its last heartbeat)");
   }
   if (auto w = stopping_jobs.find(e.job.id()); w != stopping_jobs.end()) {
     return absl::StrCat("waiting for worker ", w->second, " to stop its rank(s) of an earlier attempt");
@@ -216,7 +218,7 @@ void Coordinator::StartAttemptLocked(JobEntry& e, const Placement& placement, in
   }
   v1::Attempt* h = e.job.add_history();
   h->set_attempt(e.job.attempt());
-  h->set_started_unix_ms(absl::ToUnixMillis(Now()));
+  h->set_started_unix_ms(absl::ToUnixMillis(WallNow()));
   h->set_resumed_from_step(e.job.progress().last_checkpoint_step());
   // Each worker once, in rank order (a search of the list was O(ranks·workers)).
   std::set<absl::string_view> listed;

@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -47,6 +48,9 @@ class CoordinatorTest : public ::testing::Test {
     o.start_timeout = start_timeout_;
     o.backfill_limit = backfill_limit_;
     o.clock = &clock_;
+    o.before_fast_beat_for_test = [this] {
+      if (before_fast_beat_) before_fast_beat_();
+    };
     c_ = std::make_unique<Coordinator>(o, std::move(*store));
     ASSERT_TRUE(c_->Recover().ok());
   }
@@ -67,7 +71,9 @@ class CoordinatorTest : public ::testing::Test {
     r.set_host("127.0.0.1");
     r.set_store_port_min(30000);
     r.set_store_port_max(30010);
-    r.set_stop_grace_ms(100);  // A lost worker's fence: last heartbeat + lease + this + kFenceSlack (1 s).
+    // A lost worker's fence: last heartbeat + lease + stop grace + stop delay + kFenceSlack (1 s).
+    r.set_stop_grace_ms(100);
+    r.set_stop_delay_ms(100);
     return r;
   }
   // Registers a worker; its session is kept in sessions_[name].
@@ -167,6 +173,7 @@ class CoordinatorTest : public ::testing::Test {
 
   std::string db_;
   FakeClock clock_;
+  std::function<void()> before_fast_beat_;  // CoordinatorOptions::before_fast_beat_for_test.
   std::unique_ptr<Coordinator> c_;
   int specs_ = 0;  // Spec() calls so far.
   std::map<std::string, int64_t> sessions_;  // Of each worker's newest AddWorker.

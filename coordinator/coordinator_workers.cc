@@ -19,7 +19,7 @@ std::vector<v1::Worker> Coordinator::ListWorkers() {
   for (auto& [id, w] : workers_) {
     v1::Worker info = w.info;
     info.set_devices_in_use(static_cast<int>(w.used_devices.size()));
-    info.set_last_heartbeat_unix_ms(absl::ToUnixMillis(w.live->LastHeartbeat()));
+    info.set_last_heartbeat_unix_ms(absl::ToUnixMillis(options_.clock->ToWall(w.live->LastHeartbeat())));
     out.push_back(std::move(info));
   }
   return out;
@@ -128,6 +128,7 @@ Coordinator::WorkerEntry& Coordinator::AcceptWorkerLocked(const v1::RegisterWork
   IndexStoppingLocked(w, /*add=*/true);
   ReindexLocked(w);
   w.stop_grace = req.stop_grace_ms() > 0 ? absl::Milliseconds(req.stop_grace_ms()) : absl::Seconds(10);
+  w.stop_delay = req.stop_delay_ms() > 0 ? absl::Milliseconds(req.stop_delay_ms()) : kDefaultStopDelay;
   w.port_min = req.store_port_min();
   w.port_max = req.store_port_max();
   w.live->Beat(Now());

@@ -327,16 +327,17 @@ TEST_F(CoordinatorTest, ALostWorkersJobIsPlacedAgainOnlyAfterItsLeaseAndStopGrac
   Report("b", on_b[0], v1::ReportRankStatusRequest::EVENT_STARTED);
   AddWorker("c", 1);
   // b falls silent at t=0: lost after the 200 ms heartbeat timeout; its fence lasts until
-  // 0 + lease 100 ms + stop grace 100 ms + 1 s slack = 1.2 s.
+  // 0 + lease 100 ms + stop grace 100 ms + stop delay 100 ms (the longest its loop may be held in a
+  // call, twice, as b stated) + 1 s slack = 1.3 s.
   AdvanceWithHeartbeats(absl::Milliseconds(250), {"c"});
   EXPECT_EQ(State(job->id()), v1::JOB_STATE_PENDING);
   EXPECT_THAT(c_->GetJob(job->id())->reason(),
-              HasSubstr("waiting until lost worker b has surely stopped the ranks of attempt 1 (its lease of 100ms "
-                        "and stop grace of 100ms after its last heartbeat)"));
-  AdvanceWithHeartbeats(absl::Milliseconds(900), {"c"});  // t=1.15 s
+              HasSubstr("waiting until lost worker b has surely stopped the ranks of attempt 1 (its lease of 100ms"
+                        ", stop grace of 100ms and stop delay of 100ms after its last heartbeat)"));
+  AdvanceWithHeartbeats(absl::Milliseconds(1000), {"c"});  // t=1.25 s
   EXPECT_TRUE(Drain("c").empty()) << "c is free, but b's rank may still be running";
   EXPECT_EQ(State(job->id()), v1::JOB_STATE_PENDING);
-  AdvanceWithHeartbeats(absl::Milliseconds(100), {"c"});  // t=1.25 s
+  AdvanceWithHeartbeats(absl::Milliseconds(100), {"c"});  // t=1.35 s
   auto on_c = Drain("c");
   ASSERT_EQ(on_c.size(), 1u);
   EXPECT_EQ(on_c[0].attempt(), 2);
@@ -491,7 +492,7 @@ TEST_F(CoordinatorTest, AWorkerLostWhileStoppingAnEarlierAttemptsRankFencesThatJ
   EXPECT_EQ(State(id), v1::JOB_STATE_PENDING);
   EXPECT_THAT(c_->GetJob(id)->reason(), HasSubstr("waiting until lost worker b has surely stopped"));
   EXPECT_TRUE(Drain("c").empty());
-  AdvanceWithHeartbeats(absl::Milliseconds(1100), {"c"});  // Past b's last heartbeat + 1.2 s.
+  AdvanceWithHeartbeats(absl::Milliseconds(1100), {"c"});  // Past b's last heartbeat + 1.3 s.
   auto on_c = Drain("c");
   ASSERT_EQ(on_c.size(), 1u);
   EXPECT_EQ(on_c[0].attempt(), 2);

@@ -15,6 +15,7 @@ namespace tessera::worker {
 namespace {
 
 constexpr absl::Duration kMaxBackoff = absl::Seconds(2);
+constexpr absl::Duration kRound = absl::Milliseconds(100);  // Run() calls Tick() this often.
 
 v1::ReportRankStatusRequest ToReport(const RankEvent& e) {
   v1::ReportRankStatusRequest r;
@@ -46,7 +47,7 @@ Agent::Agent(AgentOptions options, WorkerMetrics* metrics, std::unique_ptr<Coord
 void Agent::Run(const std::atomic<bool>& stop) {
   while (!stop) {
     Tick();
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::this_thread::sleep_for(absl::ToChronoMilliseconds(kRound));
   }
   ranks_.reset();
   link_.reset();
@@ -63,7 +64,9 @@ void Agent::Tick() {
     // In order; a transient failure (unreachable, slow) keeps the report for the next round.
     unsent_.Deliver([&](v1::ReportRankStatusRequest& r) {
       r.set_worker_id(worker_id_);
-      return link_->Report(r);
+      grpc::Status s = link_->Report(r);
+      Guard();
+      return s;
     });
   }
 }
@@ -84,17 +87,27 @@ v1::RegisterWorkerRequest Agent::Registration() {
   req.set_instance(instance_);
   req.set_attempt(++registrations_);
   req.set_stop_grace_ms(static_cast<int32_t>(std::min<int64_t>(options_.supervisor.stop_grace.count(), 1 << 30)));
+  // The lease check and the SIGKILL escalation each wait for at most one blocking call (and a round).
+  req.set_stop_delay_ms(static_cast<int32_t>(
+      std::min<int64_t>(absl::ToInt64Milliseconds(2 * (link_->LongestCall() + kRound)), 1 << 30)));
   for (auto& r : ranks_->Running()) *req.add_running() = r;
   for (const auto& r : unsent_.Exits()) *req.add_exited() = r;
+  for (const RankEvent& e : polled_) {
+    if (e.event == v1::ReportRankStatusRequest::EVENT_EXITED) *req.add_exited() = ToReport(e);
+  }
   return req;
 }
 
 void Agent::Register(absl::Time now) {
   v1::RegisterWorkerResponse resp;
+  const size_t polled = polled_.size();  // Events the registration carries (its exits) or makes stale.
   grpc::Status s = link_->Register(Registration(), &resp);
+  Guard();
   if (s.ok()) {
-    // The exits went with the registration; the rest (starts, progress) is stale now.
+    // The exits went with the registration; the rest (starts, progress) is stale now. Events Guard()
+    // took after the request was made are kept.
     unsent_.Clear();
+    polled_.erase(polled_.begin(), polled_.begin() + static_cast<std::ptrdiff_t>(polled));
     worker_id_ = resp.worker_id();
     heartbeat_interval_ = absl::Milliseconds(std::max(100, resp.heartbeat_interval_ms()));
     lease_ = absl::Milliseconds(std::max(0, resp.lease_ms()));
@@ -145,8 +158,16 @@ void Agent::Heartbeat(absl::Time now) {
     r->set_attempt(e.attempt());
     r->set_rank(e.rank());
   }
+  for (const RankEvent& e : polled_) {  // Exits Guard() took during an earlier call.
+    if (e.event != v1::ReportRankStatusRequest::EVENT_EXITED) continue;
+    v1::RunningRank* r = req.add_ranks();
+    r->set_job_id(e.job_id);
+    r->set_attempt(e.attempt);
+    r->set_rank(e.rank);
+  }
   v1::HeartbeatResponse resp;
   grpc::Status s = link_->Heartbeat(req, &resp);
+  Guard();
   next_heartbeat_ = now + heartbeat_interval_;
   if (s.ok()) {
     lease_from_ = now;  // Renewed from when this heartbeat was sent.
@@ -218,15 +239,22 @@ void Agent::CheckLease(absl::Time now) {
   for (const auto& [job, attempt] : attempts) ranks_->StopJob(job, attempt, why);
 }
 
+void Agent::Guard() {
+  CheckLease(options_.clock->Now());
+  for (RankEvent& e : ranks_->Poll()) polled_.push_back(std::move(e));
+}
+
 void Agent::CollectEvents(absl::Time now) {
   if (metrics_ != nullptr && now >= next_sample_) {
     metrics_->SampleProcesses(ranks_->Processes());
     next_sample_ = now + absl::Seconds(1);
   }
-  for (RankEvent& e : ranks_->Poll()) {
+  for (RankEvent& e : ranks_->Poll()) polled_.push_back(std::move(e));
+  for (RankEvent& e : polled_) {
     if (metrics_ != nullptr) metrics_->OnEvent(e);
     unsent_.Push(ToReport(e));
   }
+  polled_.clear();
 }
 
 }  // namespace tessera::worker

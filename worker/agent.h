@@ -17,6 +17,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/time/time.h"
 #include "common/rpc/tls.h"
@@ -81,6 +82,9 @@ class Agent {
   void CollectEvents(absl::Time now);
   // Stops every rank once the lease has run out (once per expiry).
   void CheckLease(absl::Time now);
+  // Run after every call that may block (an RPC): the lease check and the ranks' SIGKILL escalation
+  // (their Poll), so that either comes at most one blocking call late (RegisterWorkerRequest.stop_delay_ms).
+  void Guard();
   v1::RegisterWorkerRequest Registration();
 
   AgentOptions options_;
@@ -98,6 +102,7 @@ class Agent {
   absl::Time next_attempt_ = absl::InfinitePast(), next_heartbeat_ = absl::InfinitePast(),
              next_sample_ = absl::InfinitePast();
   ReportQueue unsent_;       // Reports not yet delivered.
+  std::vector<RankEvent> polled_;  // Events Guard() took from the ranks, for the next CollectEvents.
   StartSpecs specs_;         // The specs of this session's start orders.
   bool said_unreachable_ = false;
   std::string last_refusal_;  // The last ALREADY_EXISTS message printed.

@@ -3,6 +3,7 @@
 #include "worker/agent.h"
 
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,6 +24,7 @@ class FakeLink final : public CoordinatorLink {
  public:
   grpc::Status Register(const v1::RegisterWorkerRequest& req, v1::RegisterWorkerResponse* resp) override {
     registrations.push_back(req);
+    if (blocks != nullptr) blocks();
     if (!register_status.ok()) return register_status;
     resp->set_worker_id("w-1");
     resp->set_session(++sessions);
@@ -32,6 +34,7 @@ class FakeLink final : public CoordinatorLink {
   }
   grpc::Status Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatResponse*) override {
     heartbeats.push_back(req);
+    if (blocks != nullptr) blocks();
     return heartbeat_status;
   }
   grpc::Status Report(const v1::ReportRankStatusRequest& req) override {
@@ -55,6 +58,7 @@ class FakeLink final : public CoordinatorLink {
     return out;
   }
   bool AssignmentsBroken() const override { return broken; }
+  absl::Duration LongestCall() const override { return absl::Seconds(3); }
 
   grpc::Status register_status = grpc::Status::OK, heartbeat_status = grpc::Status::OK,
                report_status = grpc::Status::OK;
@@ -68,6 +72,7 @@ class FakeLink final : public CoordinatorLink {
   std::vector<v1::HeartbeatRequest> heartbeats;
   std::vector<v1::ReportRankStatusRequest> reports;
   std::vector<int64_t> opened;
+  std::function<void()> blocks;  // Run inside Register and Heartbeat: a call that takes its time.
 };
 
 // Ranks that start when told and exit when the test says so.
@@ -391,6 +396,49 @@ TEST_F(AgentTest, HeartbeatsThatGetThroughRenewTheLease) {
     agent_->Tick();
   }
   EXPECT_TRUE(ranks_->stopped.empty());
+}
+
+// Monotonic deadlines: the wall clock stepping back a minute (NTP, a VM resume) does not lengthen the
+// lease, and stepping it forward does not end it early.
+TEST_F(AgentTest, WallClockStepsNeitherLengthenNorShortenTheLease) {
+  link_->lease_ms = 3000;
+  agent_->Tick();
+  link_->incoming = {Start(1, 0)};
+  agent_->Tick();
+  link_->heartbeat_status = grpc::Status(grpc::StatusCode::UNAVAILABLE, "gone");
+  link_->register_status = grpc::Status(grpc::StatusCode::UNAVAILABLE, "gone");
+  clock_.StepWall(absl::Seconds(60));
+  for (int t = 100; t <= 3000; t += 100) {
+    clock_.Advance(absl::Milliseconds(100));
+    agent_->Tick();
+  }
+  EXPECT_TRUE(ranks_->stopped.empty()) << "a forward wall step ended nothing";
+  clock_.StepWall(absl::Seconds(-120));
+  clock_.Advance(absl::Milliseconds(100));
+  agent_->Tick();
+  EXPECT_THAT(ranks_->stopped, ElementsAre("job-000001")) << "t=3100: ran out, whatever the wall clock says";
+}
+
+// The loop makes blocking calls (Register 3 s); the lease check runs right after each, so the ranks are
+// told to stop at most one call late, and the registration states that delay (twice: SIGTERM and
+// SIGKILL each), for the coordinator's fence.
+TEST_F(AgentTest, ALeaseRunningOutDuringABlockingCallIsSeenRightAfterIt) {
+  link_->lease_ms = 3000;
+  agent_->Tick();  // Registered and a heartbeat at t=0: the lease runs to t=3000.
+  ASSERT_EQ(link_->registrations.size(), 1u);
+  EXPECT_EQ(link_->registrations[0].stop_delay_ms(), 2 * (3000 + 100));
+  link_->incoming = {Start(1, 0)};
+  agent_->Tick();
+  // From t=500 every call fails after 3 s.
+  link_->heartbeat_status = grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "deadline");
+  link_->register_status = grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "deadline");
+  link_->blocks = [&] { clock_.Advance(absl::Seconds(3)); };
+  clock_.Advance(absl::Milliseconds(500));
+  const absl::Time start = clock_.Now() - absl::Milliseconds(500);
+  agent_->Tick();  // The heartbeat at t=500 returns at t=3500: the lease ran out meanwhile.
+  ASSERT_THAT(ranks_->stopped, ElementsAre("job-000001")) << "seen as the call returned, within the round";
+  EXPECT_LE(clock_.Now() - start, absl::Seconds(3) + absl::Seconds(3) + absl::Milliseconds(100))
+      << "at most one blocking call (and a round) past the lease";
 }
 
 }  // namespace

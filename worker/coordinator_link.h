@@ -10,6 +10,8 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "absl/time/time.h"
+
 #include "tessera/v1/worker_service.pb.h"
 
 namespace tessera::worker {
@@ -17,7 +19,7 @@ namespace tessera::worker {
 class CoordinatorLink {
  public:
   virtual ~CoordinatorLink() = default;
-  // Unary calls, each with its own short deadline.
+  // Unary calls, each with its own short deadline, none longer than LongestCall().
   virtual grpc::Status Register(const v1::RegisterWorkerRequest& req, v1::RegisterWorkerResponse* resp) = 0;
   virtual grpc::Status Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatResponse* resp) = 0;
   virtual grpc::Status Report(const v1::ReportRankStatusRequest& req) = 0;
@@ -30,6 +32,8 @@ class CoordinatorLink {
   virtual std::deque<v1::Assignment> TakeAssignments() = 0;
   // Whether the open stream ended (the coordinator closed it or the connection broke).
   virtual bool AssignmentsBroken() const = 0;
+  // The longest any one call above can hold its caller (its deadline).
+  virtual absl::Duration LongestCall() const = 0;
 };
 
 }  // namespace tessera::worker

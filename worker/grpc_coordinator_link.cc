@@ -11,6 +11,9 @@
 namespace tessera::worker {
 namespace {
 
+// The longest of the unary calls' deadlines (Heartbeat and Report: 2 s).
+constexpr std::chrono::milliseconds kRegisterDeadline{3000};
+
 std::unique_ptr<grpc::ClientContext> WithDeadline(std::chrono::milliseconds d) {
   auto ctx = std::make_unique<grpc::ClientContext>();
   ctx->set_deadline(std::chrono::system_clock::now() + d);
@@ -76,7 +79,7 @@ void GrpcCoordinatorLink::Reconnect() {
 }
 
 grpc::Status GrpcCoordinatorLink::Register(const v1::RegisterWorkerRequest& req, v1::RegisterWorkerResponse* resp) {
-  return stub_->RegisterWorker(WithDeadline(std::chrono::seconds(3)).get(), req, resp);
+  return stub_->RegisterWorker(WithDeadline(kRegisterDeadline).get(), req, resp);
 }
 
 grpc::Status GrpcCoordinatorLink::Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatResponse* resp) {
@@ -96,6 +99,8 @@ void GrpcCoordinatorLink::OpenAssignments(const std::string& worker_id, int64_t 
 std::deque<v1::Assignment> GrpcCoordinatorLink::TakeAssignments() {
   return reader_ ? reader_->Take() : std::deque<v1::Assignment>();
 }
+
+absl::Duration GrpcCoordinatorLink::LongestCall() const { return absl::FromChrono(kRegisterDeadline); }
 
 bool GrpcCoordinatorLink::AssignmentsBroken() const {
   return reader_ && reader_->broken();

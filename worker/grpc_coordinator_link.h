@@ -27,6 +27,7 @@ class GrpcCoordinatorLink final : public CoordinatorLink {
   void OpenAssignments(const std::string& worker_id, int64_t session) override;
   std::deque<v1::Assignment> TakeAssignments() override;
   bool AssignmentsBroken() const override;
+  absl::Duration LongestCall() const override;  // Register's 3 s.
 
  private:
   std::string coordinator_;
