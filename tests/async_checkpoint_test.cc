@@ -21,6 +21,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/process/subprocess.h"
 #include "gtest/gtest.h"
 #include "tests/testing/cli.h"
@@ -125,6 +126,22 @@ TEST_P(AsyncCheckpointTest, FilesEqualTheSynchronousCheckpointsByteForByte) {
   for (const auto& [line, seconds] : PresentField(dir + "/sync/steps.jsonl", "checkpoint_write_s")) {
     EXPECT_GT(seconds, 0) << "line " << line;
   }
+}
+
+// A run that fails between an asynchronous checkpoint's snapshot and the start of its background write
+// (here: the debugging dump of the same step cannot be written, OUTPUT_DIR/debug being a file) leaves
+// no temporary checkpoint directory behind.
+TEST(AsyncCheckpointAbortTest, AFailureBetweenTheSnapshotAndTheWriteLeavesNoTemporaryDirectory) {
+  const std::string dir = testing::FreshDir("async_abort");
+  const std::string spec = WriteSpec(dir, 64, 4);
+  const std::string out = dir + "/out";
+  fs::create_directories(out);
+  std::ofstream(out + "/debug") << "a file where the dump's directory belongs";
+  auto run = RunTessera({"run", spec, "--quiet", "--dump-at-step=2", "--set", "output_dir=" + out, "--set",
+                         "checkpoint.async=true"});
+  ASSERT_NE(run.exit_code, 0) << run.output;
+  EXPECT_TRUE(absl::StrContains(run.output, "debug")) << run.output;
+  EXPECT_TRUE(Names(out + "/checkpoints").empty()) << "left: " << absl::StrJoin(Names(out + "/checkpoints"), ", ");
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -1,5 +1,9 @@
-// AttemptFence: the fencing token of one attempt of a cluster job, kept in the job's output directory
-// as `attempt.json` ({"job": "<job id>@<created ms>", "attempt": N}). The newest attempt's rank 0
+// AttemptFence: the fencing token of one attempt of a cluster job ({"job": "<job id>@<created ms>",
+// "attempt": N}), kept in the job's output directory as numbered claims: attempt.claims/NNNN…, each
+// created exclusively (O_EXCL) with the next number, the highest number owning the directory. Claiming
+// is thereby atomic: of two attempts racing for a number one creates it, the other reads the winner's
+// token and decides again, so an older attempt can never replace a newer one's claim. attempt.json
+// repeats the owner's token for people and tools (informational). The newest attempt's rank 0
 // claims the directory before it reads or writes anything there; every write that could damage a
 // newer attempt's state — committing or pruning a checkpoint, appending to steps.jsonl — checks first
 // that the marker still names this attempt. A superseded attempt (its worker cut off from the
@@ -31,18 +35,19 @@ class AttemptFence {
 
   bool enabled() const { return token_.attempt > 0; }
 
-  // At the start of the attempt (rank 0 only): FailedPrecondition when the marker names a newer
-  // attempt of the same job; otherwise writes the marker durably (replacing an older attempt's or
-  // another job's). A no-op when not enabled.
+  // At the start of the attempt (rank 0 only): FailedPrecondition when the newest claim names a newer
+  // attempt of the same job; otherwise adds this attempt's claim durably (after an older attempt's or
+  // another job's) and writes attempt.json. A no-op when not enabled.
   absl::Status Claim() const;
 
   // Before each write that a newer attempt must not see: FailedPrecondition "attempt N of job J was
-  // superseded by attempt M ..." unless the marker still names this attempt (a marker that is
+  // superseded by attempt M ..." unless the newest claim still names this attempt (one that is
   // missing or unreadable counts as superseded: the directory was taken over or damaged). A no-op when
   // not enabled.
   absl::Status Check() const;
 
-  std::string path() const { return output_dir_ + "/attempt.json"; }
+  std::string path() const { return output_dir_ + "/attempt.json"; }  // Informational.
+  std::string claims_dir() const { return output_dir_ + "/attempt.claims"; }
 
  private:
   std::string output_dir_;

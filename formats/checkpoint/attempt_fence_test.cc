@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -50,10 +51,35 @@ TEST(AttemptFenceTest, AMissingOrDamagedMarkerIsNotThisAttempts) {
   AttemptFence f(dir, {"j@1", 3});
   EXPECT_THAT(f.Check().message(), HasSubstr("missing or unreadable"));
   ASSERT_TRUE(f.Claim().ok());
-  std::ofstream(f.path(), std::ios::trunc) << "{\"job\": \"j@1\", \"attempt\": ";
+  // A claim damaged after it was written (or one cut short by a crash) names no attempt.
+  const std::string newest = (*std::filesystem::directory_iterator(f.claims_dir())).path().string();
+  std::ofstream(newest, std::ios::trunc) << "{\"job\": \"j@1\", \"attempt\": ";
   EXPECT_EQ(f.Check().code(), absl::StatusCode::kFailedPrecondition);
-  ASSERT_TRUE(f.Claim().ok());  // A damaged marker is replaced by the claim.
+  ASSERT_TRUE(f.Claim().ok());  // A claim after the damaged one.
   EXPECT_TRUE(f.Check().ok());
+  EXPECT_THAT(f.Check().ToString(), ::testing::Not(HasSubstr("superseded")));
+}
+
+// Two attempts claiming at once, many times over from two threads (the newer one started while the
+// older one's order was still delayed): the newer attempt always ends up the owner, and an older claim
+// never replaces it — whichever thread runs first. (Before the claims were exclusive, the older attempt
+// could read the marker before the newer one wrote it and rename its own over it.)
+TEST(AttemptFenceTest, RacingClaimsLeaveTheNewerAttemptTheOwner) {
+  for (int round = 0; round < 50; ++round) {
+    const std::string dir = Dir("race");
+    AttemptFence older(dir, {"job@1", 2}), newer(dir, {"job@1", 3});
+    absl::Status a, b;
+    std::thread t1([&] { a = older.Claim(); });
+    std::thread t2([&] { b = newer.Claim(); });
+    t1.join();
+    t2.join();
+    ASSERT_TRUE(b.ok()) << "round " << round << ": " << b;
+    EXPECT_TRUE(newer.Check().ok()) << "round " << round;
+    EXPECT_FALSE(older.Check().ok()) << "round " << round;
+    if (!a.ok()) {
+      EXPECT_THAT(a.message(), HasSubstr("attempt 3"));
+    }
+  }
 }
 
 TEST(AttemptFenceTest, UnfencedRunsNeitherWriteNorCheck) {

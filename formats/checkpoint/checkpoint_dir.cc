@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -19,12 +21,20 @@ namespace tessera::parallel {
 
 namespace fs = std::filesystem;
 
+// The largest index.json read (an index lists a few files per rank).
+constexpr size_t kMaxIndexBytes = 64 << 20;
+
 std::string CheckpointName(int64_t step) { return absl::StrFormat("step_%08d", step); }
 
-std::vector<std::pair<int64_t, std::string>> ListCheckpoints(const std::string& dir) {
+std::vector<std::pair<int64_t, std::string>> ListCheckpoints(const std::string& dir, absl::Status* error) {
   std::vector<std::pair<int64_t, std::string>> out;
   std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
+  fs::directory_iterator it(dir, ec);
+  if (ec && error != nullptr && ec != std::errc::no_such_file_or_directory) {
+    *error = absl::UnavailableError(absl::StrCat("cannot list the checkpoints in ", dir, ": ", ec.message(),
+                                                 " (not damage: nothing is set aside)"));
+  }
+  for (const auto& e : it) {  // The end iterator after an error.
     const std::string name = e.path().filename().string();
     int64_t step;
     if (name.rfind("step_", 0) == 0 && name.find('.') == std::string::npos &&
@@ -63,9 +73,13 @@ absl::StatusOr<std::string> BeginCheckpoint(const std::string& dir, int64_t step
   return tmp;
 }
 
-absl::Status CommitCheckpoint(const std::string& dir, const std::string& tmp, int64_t step, int keep) {
+absl::Status CommitCheckpoint(const std::string& dir, const std::string& tmp, int64_t step, int keep,
+                              const std::function<absl::Status()>& still_owner) {
   absl::Status synced = FsyncDirectory(tmp);
   if (!synced.ok()) return synced;
+  if (still_owner != nullptr) {
+    if (absl::Status owned = still_owner(); !owned.ok()) return owned;
+  }
   const std::string final_path = absl::StrCat(dir, "/", CheckpointName(step));
   std::error_code ec;
   if (fs::exists(final_path)) {
@@ -92,6 +106,9 @@ absl::Status CommitCheckpoint(const std::string& dir, const std::string& tmp, in
   }
   synced = FsyncDirectory(dir);
   if (!synced.ok()) return synced;
+  if (still_owner != nullptr) {
+    if (absl::Status owned = still_owner(); !owned.ok()) return owned;  // Committed; nothing pruned.
+  }
   auto all = ListCheckpoints(dir);
   for (size_t i = 0; i + keep < all.size(); ++i) fs::remove_all(all[i].second, ec);
   for (const auto& e : fs::directory_iterator(dir, ec)) {
@@ -110,9 +127,37 @@ absl::Status VerifyCheckpoint(const std::string& path) {
   auto damaged = [&](const std::string& why) {
     return absl::DataLossError(absl::StrCat("checkpoint ", path, " is damaged: ", why));
   };
-  std::ifstream in(path + "/index.json");
-  if (!in) return damaged("index.json is missing");
-  const nlohmann::json index = nlohmann::json::parse(in, nullptr, false);
+  // Only what the files say is damage (missing, short, another checksum): an error reading them
+  // (EIO, ESTALE, EMFILE, EACCES: storage or this process, maybe for a moment) is returned as
+  // Unavailable, and the checkpoint is kept.
+  auto unreadable = [&](const std::string& name, absl::string_view why) {
+    return absl::UnavailableError(absl::StrCat("checkpoint ", path, ": cannot read ", name, ": ", why,
+                                               " (not damage: the checkpoint is kept)"));
+  };
+  std::string text;
+  {
+    const int fd = open((path + "/index.json").c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
+    if (fd < 0 && errno == ENOENT) return damaged("index.json is missing");
+    if (fd < 0) return unreadable("index.json", std::strerror(errno));
+    char buf[1 << 16];
+    for (;;) {
+      const ssize_t n = read(fd, buf, sizeof(buf));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        const int e = errno;
+        close(fd);
+        return e == EISDIR ? damaged("index.json is not a file") : unreadable("index.json", std::strerror(e));
+      }
+      if (n == 0) break;
+      if (text.size() + static_cast<size_t>(n) > kMaxIndexBytes) {
+        close(fd);
+        return damaged(absl::StrCat("index.json is larger than ", kMaxIndexBytes, " bytes"));
+      }
+      text.append(buf, static_cast<size_t>(n));
+    }
+    close(fd);
+  }
+  const nlohmann::json index = nlohmann::json::parse(text, nullptr, false);
   if (index.is_discarded() || !index.is_object()) return damaged("index.json is not valid JSON");
   if (!index.contains("files")) return absl::OkStatus();  // Written before checksums were recorded.
   const nlohmann::json& files = index["files"];
@@ -126,7 +171,8 @@ absl::Status VerifyCheckpoint(const std::string& path) {
       return damaged(absl::StrCat("index.json's entry for \"", name, "\" is malformed"));
     }
     auto got = DigestFile(path + "/" + name);
-    if (!got.ok()) return damaged(absl::StrCat(name, ": ", got.status().message()));
+    if (absl::IsNotFound(got.status())) return damaged(absl::StrCat(name, ": ", got.status().message()));
+    if (!got.ok()) return unreadable(name, got.status().message());
     const uint64_t bytes = want["bytes"].get<uint64_t>();
     const uint64_t crc = want["crc32c"].get<uint64_t>();
     if (static_cast<uint64_t>(got->bytes) != bytes) {
@@ -139,18 +185,21 @@ absl::Status VerifyCheckpoint(const std::string& path) {
   return absl::OkStatus();
 }
 
-std::optional<std::pair<int64_t, std::string>> NewestGoodCheckpoint(const std::string& dir,
-                                                                     std::vector<absl::Status>* damaged) {
-  auto all = ListCheckpoints(dir);
+absl::StatusOr<std::optional<std::pair<int64_t, std::string>>> NewestGoodCheckpoint(
+    const std::string& dir, std::vector<absl::Status>* damaged) {
+  absl::Status listed;
+  auto all = ListCheckpoints(dir, &listed);
+  if (!listed.ok()) return listed;
   for (auto it = all.rbegin(); it != all.rend(); ++it) {
     absl::Status s = VerifyCheckpoint(it->second);
-    if (s.ok()) return *it;
+    if (s.ok()) return std::optional<std::pair<int64_t, std::string>>(*it);
+    if (!absl::IsDataLoss(s)) return s;  // Unreadable now: nothing is set aside.
     std::error_code ec;
     fs::remove_all(it->second + ".damaged", ec);
     fs::rename(it->second, it->second + ".damaged", ec);
     if (damaged != nullptr) damaged->push_back(std::move(s));
   }
-  return std::nullopt;
+  return std::optional<std::pair<int64_t, std::string>>();
 }
 
 }  // namespace tessera::parallel

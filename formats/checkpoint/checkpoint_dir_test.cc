@@ -2,6 +2,9 @@
 // checkpoint whose files match the sizes and checksums in its index.
 #include "formats/checkpoint/checkpoint_dir.h"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <unistd.h>
 
 #include <filesystem>
@@ -131,7 +134,9 @@ TEST(CheckpointDirTest, NewestGoodCheckpointSkipsAndSetsAsideDamagedOnes) {
   fs::resize_file(dir + "/step_00000006/model.safetensors", 10);
   std::ofstream(dir + "/step_00000004/index.json", std::ios::trunc) << "";
   std::vector<absl::Status> damaged;
-  auto good = NewestGoodCheckpoint(dir, &damaged);
+  auto found = NewestGoodCheckpoint(dir, &damaged);
+  ASSERT_TRUE(found.ok()) << found.status();
+  auto good = *found;
   ASSERT_TRUE(good.has_value());
   EXPECT_EQ(good->first, 2);
   ASSERT_EQ(damaged.size(), 2u);
@@ -142,11 +147,37 @@ TEST(CheckpointDirTest, NewestGoodCheckpointSkipsAndSetsAsideDamagedOnes) {
   EXPECT_TRUE(fs::exists(dir + "/step_00000006.damaged"));
   WriteCheckpoint(dir, 4);
   EXPECT_FALSE(fs::exists(dir + "/step_00000006.damaged"));
-  EXPECT_EQ(NewestGoodCheckpoint(dir, &damaged)->first, 4);
+  EXPECT_EQ((*NewestGoodCheckpoint(dir, &damaged))->first, 4);
 
   fs::resize_file(dir + "/step_00000002/model.safetensors", 0);
   fs::resize_file(dir + "/step_00000004/model.safetensors", 0);
-  EXPECT_FALSE(NewestGoodCheckpoint(dir, nullptr).has_value());
+  EXPECT_FALSE(NewestGoodCheckpoint(dir, nullptr)->has_value());
+}
+
+// A read error at resume (here EMFILE, for real: the process's descriptor limit lowered to what it has
+// open) is not damage: the checkpoint is neither set aside nor pruned, and the error says so.
+TEST(CheckpointDirTest, AReadErrorIsNotDamage) {
+  const std::string dir = Fresh("unreadable");
+  WriteCheckpoint(dir, 2);
+  struct rlimit old {};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &old), 0);
+  const int next = dup(0);  // The lowest free descriptor: a limit of it leaves none.
+  ASSERT_GE(next, 0);
+  close(next);
+  struct rlimit low = old;
+  low.rlim_cur = static_cast<rlim_t>(next);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  std::vector<absl::Status> damaged;
+  auto found = NewestGoodCheckpoint(dir, &damaged);
+  absl::Status verify = VerifyCheckpoint(dir + "/step_00000002");
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &old), 0);
+  EXPECT_EQ(found.status().code(), absl::StatusCode::kUnavailable) << found.status();
+  EXPECT_THAT(found.status().message(), HasSubstr("not damage"));
+  EXPECT_EQ(verify.code(), absl::StatusCode::kUnavailable) << verify;
+  EXPECT_TRUE(damaged.empty());
+  EXPECT_TRUE(fs::exists(dir + "/step_00000002")) << "kept under its name";
+  EXPECT_FALSE(fs::exists(dir + "/step_00000002.damaged"));
+  EXPECT_EQ((*NewestGoodCheckpoint(dir, nullptr))->first, 2) << "read again once the error is gone";
 }
 
 TEST(CheckpointDirTest, AFailedCommitDeletesNothing) {
@@ -167,6 +198,31 @@ TEST(CheckpointDirTest, AFailedCommitDeletesNothing) {
 // and when it cannot (here: the new one on another file system, so no rename can move it) the old
 // one stays. Before: the old one was renamed to step_N.old first and left there, out of
 // ListCheckpoints, when the second rename failed — the next commit's clean-up then deleted it.
+// The fencing token is asked after the temporary directory's fsync, before the rename, and again
+// before the pruning: a superseded writer renames nothing, or (superseded just after its rename)
+// prunes nothing.
+TEST(CheckpointDirTest, ACommitAsksTheOwnerBeforeTheRenameAndBeforeThePruning) {
+  const std::string dir = Fresh("owner");
+  for (int64_t step : {2, 4}) WriteCheckpoint(dir, step);
+  auto tmp = BeginCheckpoint(dir, 6);
+  ASSERT_TRUE(tmp.ok());
+  int asked = 0;
+  absl::Status s = CommitCheckpoint(dir, *tmp, 6, /*keep=*/1, [&] {
+    ++asked;
+    return absl::FailedPreconditionError("superseded");
+  });
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(asked, 1);
+  EXPECT_EQ(ListCheckpoints(dir).size(), 2u) << "nothing renamed, nothing pruned";
+  asked = 0;
+  s = CommitCheckpoint(dir, *tmp, 6, /*keep=*/1, [&] {
+    return ++asked == 1 ? absl::OkStatus() : absl::FailedPreconditionError("superseded");
+  });
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(asked, 2);
+  EXPECT_EQ(ListCheckpoints(dir).size(), 3u) << "committed, nothing pruned";
+}
+
 TEST(CheckpointDirTest, RecommittingAStepReplacesItOrKeepsTheOldOne) {
   const std::string dir = Fresh("recommit");
   WriteCheckpoint(dir, 2);

@@ -17,6 +17,7 @@ namespace {
 absl::Status Errno(const std::string& path, const char* what) {
   const int e = errno;
   std::string message = absl::StrCat(path, ": ", what, ": ", std::strerror(e));
+  if (e == ENOENT) return absl::NotFoundError(message);
   return e == ENOSPC || e == EDQUOT ? absl::ResourceExhaustedError(message) : absl::InternalError(message);
 }
 

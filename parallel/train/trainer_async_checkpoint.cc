@@ -106,7 +106,12 @@ void Trainer::WriteInBackground(BackgroundCheckpoint& b) {
       vote["bytes"] = w.written.at(shard).bytes;
       vote["crc32c"] = w.written.at(shard).crc32c;
     }
-    absl::Status voted = WriteFileDurably(VotePath(w.tmp, rank), vote.dump()).status();
+    // Written under a temporary name and renamed: rank 0, polling for the name, never reads half a vote.
+    const std::string path = VotePath(w.tmp, rank), tmp = path + ".tmp";
+    absl::Status voted = WriteFileDurably(tmp, vote.dump()).status();
+    std::error_code ec;
+    if (voted.ok()) fs::rename(tmp, path, ec);
+    if (voted.ok() && ec) voted = absl::UnavailableError(absl::StrCat(path, ": cannot rename its vote: ", ec.message()));
     b.status = !w.status.ok() ? w.status : voted;
   } else {
     at::Tensor votes = OwnVote(w);  // The others' from their files.

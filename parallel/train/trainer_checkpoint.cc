@@ -153,7 +153,12 @@ absl::Status Trainer::PrepareCheckpoint(CheckpointWrite& w) {
   TESSERA_RETURN_IF_ERROR(groups_.world->Broadcast(token, 0));
   const int64_t writer = token.cpu().item<int64_t>();
   w.tmp = TmpCheckpointPath(options_.checkpoint_dir, w.step, writer);
-  if (groups_.global_rank == 0) w.status = BeginCheckpoint(options_.checkpoint_dir, w.step, writer).status();
+  // Rank 0 begins it, which deletes other writers' temporary directories: only while this attempt
+  // still owns the output directory (a superseded straggler must not delete the new attempt's).
+  if (groups_.global_rank == 0) {
+    w.status = Fence().Check();
+    if (w.status.ok()) w.status = BeginCheckpoint(options_.checkpoint_dir, w.step, writer).status();
+  }
   // Whatever ends this checkpoint early (a failed gather or collective returns at once), rank 0
   // removes the temporary directory: an uncommitted checkpoint leaves nothing behind to fill the disk.
   // (From here on the caller does, until the commit gives the directory its final name.)
@@ -274,9 +279,14 @@ void Trainer::CommitCheckpointFiles(CheckpointWrite& w, const at::Tensor& votes)
     for (const auto& [name, d] : w.written) index["files"][name] = {{"bytes", d.bytes}, {"crc32c", d.crc32c}};
     w.status = WriteFileDurably(w.tmp + "/index.json", index.dump(2) + "\n").status();
   }
-  // The rename and the pruning only while this attempt still owns the output directory.
+  // The rename and the pruning only while this attempt still owns the output directory: checked before
+  // the temporary directory's fsync, and again (inside the commit) after it, before the rename, and
+  // before the pruning.
   if (w.status.ok()) w.status = Fence().Check();
-  if (w.status.ok()) w.status = CommitCheckpoint(options_.checkpoint_dir, w.tmp, w.step, options_.checkpoint_keep);
+  if (w.status.ok()) {
+    w.status = CommitCheckpoint(options_.checkpoint_dir, w.tmp, w.step, options_.checkpoint_keep,
+                                [this] { return Fence().Check(); });
+  }
   if (!w.status.ok()) AbortCheckpoint(w.tmp);
 }
 
@@ -365,14 +375,21 @@ nlohmann::json Trainer::TrainerStateJson(bool sharded_state) const {
 }
 
 absl::StatusOr<int64_t> Trainer::AgreeOnResumeStep() {
+  // Rank 0 could not read a checkpoint (not damage): every rank fails this attempt; a later one retries.
+  constexpr int64_t kUnreadable = -2;
+  absl::Status unreadable;
   at::Tensor step = at::full({1}, int64_t{-1}, at::kLong);
   if (groups_.global_rank == 0) {
     std::vector<absl::Status> damaged;
-    auto good = NewestGoodCheckpoint(options_.checkpoint_dir, &damaged);
+    auto found = NewestGoodCheckpoint(options_.checkpoint_dir, &damaged);
     for (const absl::Status& s : damaged) {
       std::cerr << "tessera: " << s.message() << "; set aside as .damaged, resuming from an older one\n";
     }
-    if (good.has_value()) {
+    const std::optional<std::pair<int64_t, std::string>> good = found.ok() ? *found : std::nullopt;
+    if (!found.ok()) {
+      unreadable = found.status();
+      step[0] = kUnreadable;
+    } else if (good.has_value()) {
       step[0] = good->first;
     } else if (!damaged.empty()) {
       std::cerr << "tessera: no undamaged checkpoint left in " << options_.checkpoint_dir << "; starting over\n";
@@ -380,7 +397,12 @@ absl::StatusOr<int64_t> Trainer::AgreeOnResumeStep() {
   }
   at::Tensor agreed = step.to(device_);
   TESSERA_RETURN_IF_ERROR(groups_.world->Broadcast(agreed, 0));
-  return agreed.cpu().item<int64_t>();
+  const int64_t resume = agreed.cpu().item<int64_t>();
+  if (resume == kUnreadable) {
+    return groups_.global_rank == 0 ? unreadable
+                                    : absl::UnavailableError("rank 0 could not read the job's checkpoints (its log says why)");
+  }
+  return resume;
 }
 
 absl::Status Trainer::LoadCheckpoint(const std::string& path) {
