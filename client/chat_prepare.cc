@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -10,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "client/jsonl_records.h"
 #include "formats/chat/chat_template.h"
 #include "formats/data/indexed_dataset.h"
@@ -29,6 +31,10 @@ struct Rendered {
   std::vector<Span> trained;
 };
 
+// The roles chat templates know: the four every template handles, OpenAI's "developer" and "function",
+// Llama 3's "ipython" (a tool's output).
+constexpr const char* kRoles[] = {"system", "user", "assistant", "tool", "developer", "function", "ipython"};
+
 absl::Status Field(const std::string& field, const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
 }
@@ -41,6 +47,13 @@ absl::StatusOr<Rendered> RenderConversation(const chat::ChatTemplate& t, const J
     if (!messages[k].is_object()) return Field(absl::StrCat("messages[", k, "]"), "must be an object");
     if (!messages[k].contains("role") || !messages[k]["role"].is_string()) {
       return Field(absl::StrCat("messages[", k, "].role"), "must be a string");
+    }
+    // A misspelt role ("asistant") renders without complaint under most templates and is silently
+    // not trained: refused instead.
+    const std::string role = messages[k]["role"].get<std::string>();
+    if (std::find(std::begin(kRoles), std::end(kRoles), role) == std::end(kRoles)) {
+      return Field(absl::StrCat("messages[", k, "].role"),
+                   absl::StrCat("\"", role.substr(0, 64), "\" is not a chat role (", absl::StrJoin(kRoles, ", "), ")"));
     }
   }
   const Json tools = record.contains("tools") ? record["tools"] : Json(nullptr);

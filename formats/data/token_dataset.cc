@@ -265,6 +265,13 @@ absl::Status TokenDataset::OpenSft(const std::string& prefix, const std::vector<
   if (m == MAP_FAILED) return absl::InternalError(absl::StrCat(mask_path, ": mmap failed"));
   mask_ = static_cast<const uint8_t*>(m);
   mask_size_ = static_cast<size_t>(st.st_size);
+  // A dataset without one trained token would train "loss 0" without a gradient and end in success:
+  // refused at the start instead.
+  if (std::all_of(mask_, mask_ + mask_size_, [](uint8_t b) { return b == 0; })) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        mask_path, ": no token of the dataset is trained (no conversation has an assistant turn, or no completion "
+                   "has a token): nothing to learn"));
+  }
   conversation_start_.reserve(lengths.size());
   for (size_t i = 0; i < lengths.size(); ++i) {
     if (lengths[i] < 1) return absl::InvalidArgumentError(absl::StrCat(prefix, ".idx: conversation ", i, " is empty"));

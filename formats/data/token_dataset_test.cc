@@ -236,6 +236,16 @@ std::string WriteSft(const std::string& name, const std::vector<std::vector<int3
   return prefix;
 }
 
+// An SFT dataset whose conversations hold no trained token (no assistant turn) is refused at the start,
+// naming the mask, instead of training "loss 0" to a successful end.
+TEST(TokenDatasetTest, ADatasetWithoutATrainedTokenIsRefused) {
+  const std::string prefix = WriteSft("sft_untrained", {{1, 2, 3}, {4, 5}}, {{0, 0, 0}, {0, 0}});
+  auto ds = TokenDataset::Open({.path = prefix, .seq_len = 2, .vocab = 256});
+  ASSERT_FALSE(ds.ok());
+  EXPECT_EQ(ds.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(ds.status().message(), ::testing::HasSubstr("sft.mask: no token of the dataset is trained"));
+}
+
 // Greedy packing in file order into seq_len + 1 = 6 tokens: conversations 0 and 1 (3 + 2 tokens),
 // then 2 alone (7 tokens, truncated), then 3. A later conversation's first token is no target; the
 // positions restart at each conversation and at the padding.

@@ -153,6 +153,9 @@ class SftDataTest(unittest.TestCase):
         good = {"messages": ct.CONVERSATIONS[0]}
         for bad, field in [({"messages": [{"content": "x"}]}, "messages[0].role: must be a string"),
                            ({"messages": []}, "messages: is empty"),
+                           # A misspelt role would render and silently not be trained.
+                           ({"messages": [{"role": "user", "content": "hi"}, {"role": "asistant", "content": "x"}]},
+                            'messages[1].role: "asistant" is not a chat role'),
                            ({"prompt": 3, "completion": "x"}, "prompt: must be a string"),
                            ({"other": 1}, "a record needs")]:
             r, prefix = self.prepare(path, [good, bad], "bad")
