@@ -24,6 +24,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   tessera::chat::RenderOptions limits;  // Small: every input finishes well within the fuzzer's timeout.
   limits.max_steps = 200'000;
   limits.max_output_bytes = 1 << 20;
+  limits.max_string_bytes = 1 << 20;
   t->set_limits(limits);
   for (bool prompt : {false, true}) (void)t->Render(messages, prompt);
   return 0;

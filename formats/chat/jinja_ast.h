@@ -38,6 +38,12 @@ struct Expr {
   std::string name;  // Name, attribute, filter, test or operator.
   bool negate = false;
   std::vector<ExprPtr> items;
+  int depth = 1;  // Levels of the tree from this node down (Add keeps it): the renderer recurses as deep.
+  // Appends an operand (null: an absent part of a slice or condition), keeping `depth`.
+  void Add(ExprPtr child) {
+    if (child != nullptr && child->depth >= depth) depth = child->depth + 1;
+    items.push_back(std::move(child));
+  }
   // A call's, filter's or test's arguments after items[0] (for kCall/kFilter/kTest: args start at 1),
   // with the names of the keyword ones (the last kwarg_names.size() arguments).
   std::vector<std::string> kwarg_names;

@@ -4,16 +4,21 @@
 #define TESSERA_FORMATS_CHAT_JINJA_BUILTINS_INTERNAL_H_
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "formats/chat/jinja_budget.h"
 #include "formats/chat/jinja_value.h"
 
 namespace tessera::chat {
 
-constexpr size_t kMaxString = size_t{64} << 20;  // A string or list built by an operator.
+// The builtins charge the rendering's budget (jinja_budget.h) before they work: a step per item they
+// visit, SpendItems for the items they make, strings by their bytes; a string is checked against the
+// limit of one value as it is built, not after.
 
 absl::Status Err(const std::string& what);  // InvalidArgument.
 // len(): code points of a str, items of a list or dict; 0 otherwise.
@@ -25,8 +30,20 @@ absl::StatusOr<bool> Contains(const Value& container, const Value& x);
 // The (key, value) tuple of dict.items().
 Value Pair(const std::string& k, const Value& v);
 // Python's str.split(sep, maxsplit) (sep undefined or None: runs of whitespace) and str.replace.
-std::vector<Value> Split(const std::string& s, const Value& sep, int64_t maxsplit);
-std::string Replace(const std::string& s, const std::string& from, const std::string& to, int64_t count);
+absl::StatusOr<std::vector<Value>> Split(const std::string& s, const Value& sep, int64_t maxsplit);
+absl::StatusOr<std::string> Replace(const std::string& s, const std::string& from, const std::string& to,
+                                    int64_t count);
+// Calls `line` with each line of `s` as str.splitlines() cuts them at "\n", "\r" and "\r\n" (none after
+// a final line break); stops at the first error and returns it.
+absl::Status ForEachLine(std::string_view s, const std::function<absl::Status(std::string_view)>& line);
+// The first occurrence of `sub` in `s` at or after `from` (npos: none), and the last one, in time
+// linear in both (glibc's memmem: two-way), where std::string::find takes |s| × |sub| at worst.
+size_t FindIn(std::string_view s, std::string_view sub, size_t from = 0);
+size_t RFindIn(std::string_view s, std::string_view sub);
+// `*out` += `piece`, or the budget's error when the result would pass the limit of one string.
+absl::Status AppendChecked(std::string* out, std::string_view piece);
+// Python's int(f) for a float that fits int64; an error otherwise (inf, nan, 1e300).
+absl::StatusOr<int64_t> FloatToInt(double f);
 // Argument `i` (or named `name`) as a string (an error naming it otherwise), an integer, a truth value.
 absl::StatusOr<std::string> StringArg(const Args& a, size_t i, const char* name, const char* what);
 int64_t IntArg(const Args& a, size_t i, const char* name, int64_t def);

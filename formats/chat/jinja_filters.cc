@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "formats/chat/jinja_builtins.h"
 #include "formats/chat/jinja_builtins_internal.h"
@@ -25,10 +26,13 @@ absl::StatusOr<Value> AttrOrItem(const Value& v, const Args& a, const char* what
     size_t start = 0;
     const std::string& path = attr->AsString();
     while (true) {
+      if (absl::Status s = Spend(1); !s.ok()) return s;  // A step per part (map applies a path to each item).
       const size_t dot = path.find('.', start);
       const std::string part = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
       const bool digits = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
-      auto next = digits ? GetItem(cur, Value::Int(std::stoll(part))) : GetItem(cur, Value::String(part));
+      int64_t index = 0;
+      const bool is_index = digits && absl::SimpleAtoi(part, &index);  // Past int64: no such item either way.
+      auto next = is_index ? GetItem(cur, Value::Int(index)) : GetItem(cur, Value::String(part));
       if (!next.ok()) return next;
       cur = *next;
       if (dot == std::string::npos) return cur;
@@ -60,21 +64,24 @@ absl::StatusOr<Value> Indent(const Value& v, const Args& a) {
   std::string pad = "    ";
   if (auto w = a.Get(0, "width")) pad = w->IsString() ? w->AsString() : std::string(std::clamp<int64_t>(w->AsInt(), 0, 256), ' ');
   const bool first = BoolArg(a, 1, "first", false), blank = BoolArg(a, 2, "blank", false);
-  auto lines = StrMethod(s, "splitlines");
-  auto split = lines->AsFunction()(Args{});
-  std::vector<Value> ls = split->AsList();
   std::string out;
-  for (size_t k = 0; k < ls.size(); ++k) {
-    const std::string& line = ls[k].AsString();
-    if (k == 0) {
-      out = line;
-      continue;
+  bool first_line = true;
+  absl::Status built = ForEachLine(s, [&](std::string_view line) -> absl::Status {
+    if (absl::Status st = Spend(1); !st.ok()) return st;
+    if (!first_line) {
+      if (absl::Status st = AppendChecked(&out, "\n"); !st.ok()) return st;
+      if (blank || !line.empty()) {
+        if (absl::Status st = AppendChecked(&out, pad); !st.ok()) return st;
+      }
     }
-    out += "\n";
-    if (blank || !line.empty()) out += pad;
-    out += line;
+    first_line = false;
+    return AppendChecked(&out, line);
+  });
+  if (!built.ok()) return built;
+  if (first) {
+    if (absl::Status st = CheckStringSize(pad.size() + out.size()); !st.ok()) return st;
+    out = pad + out;
   }
-  if (first) out = pad + out;
   return Value::String(std::move(out));
 }
 
@@ -84,10 +91,16 @@ absl::StatusOr<std::vector<Value>> SortedBy(std::vector<Value> items, const Args
   const bool case_sensitive = BoolArg(a, 1, "case_sensitive", false);
   std::vector<std::pair<Value, Value>> keyed;
   for (Value& v : items) {
+    if (absl::Status s = Spend(1); !s.ok()) return s;
     auto k = AttrOrItem(v, attr_args, "sort");
     if (!k.ok()) return k.status();
     Value key = *k;
-    if (key.IsString() && !case_sensitive) key = Value::String(PyLower(key.AsString()));
+    if (key.IsString() && !case_sensitive) {
+      if (absl::Status s = Spend(static_cast<int64_t>(key.AsString().size() / RenderBudget::kBytesPerStep)); !s.ok()) {
+        return s;
+      }
+      key = Value::String(PyLower(key.AsString()));
+    }
     keyed.emplace_back(std::move(key), std::move(v));
   }
   absl::Status bad;
@@ -96,7 +109,7 @@ absl::StatusOr<std::vector<Value>> SortedBy(std::vector<Value> items, const Args
     if (!c.ok()) bad = c.status();
     return c.ok() && *c < 0;
   });
-  if (!bad.ok()) return bad;
+  if (!bad.ok()) return bad;  // The budget's error when Compare spent it.
   std::vector<Value> out;
   for (auto& [k, v] : keyed) out.push_back(std::move(v));
   return out;
@@ -123,6 +136,7 @@ absl::StatusOr<Value> SelectLike(const std::string& filter, const Value& input, 
   }
   std::vector<Value> out;
   for (const Value& v : *items) {
+    if (absl::Status s = Spend(1); !s.ok()) return s;
     Value x = v;
     if (by_attr) {
       Args at;
@@ -145,6 +159,12 @@ absl::StatusOr<Value> SelectLike(const std::string& filter, const Value& input, 
 }  // namespace
 
 absl::StatusOr<Value> ApplyFilter(const std::string& name, const Value& v, const Args& a) {
+  // A filter may read its input through: charged by its bytes (again, when map applies it to items).
+  if (v.IsString()) {
+    if (absl::Status s = Spend(static_cast<int64_t>(v.AsString().size() / RenderBudget::kBytesPerStep)); !s.ok()) {
+      return s;
+    }
+  }
   if (name == "length" || name == "count") return Value::Int(Length(v));
   if (name == "string") return Value::String(v.Str());
   if (name == "safe") return v;
@@ -178,6 +198,7 @@ absl::StatusOr<Value> ApplyFilter(const std::string& name, const Value& v, const
   if (name == "items") {
     if (v.IsUndefined()) return Value::List({});
     if (!v.IsDict()) return Err(absl::StrCat("items: a ", v.TypeName(), " is not a mapping"));
+    if (absl::Status s = SpendItems(v.AsDict().items.size()); !s.ok()) return s;
     std::vector<Value> out;
     for (const auto& [k, x] : v.AsDict().items) out.push_back(Pair(k, x));
     return Value::List(std::move(out));
@@ -192,7 +213,8 @@ absl::StatusOr<Value> ApplyFilter(const std::string& name, const Value& v, const
     for (size_t k = 0; k < items->size(); ++k) {
       auto x = AttrOrItem((*items)[k], attr, "join");
       if (!x.ok()) return x.status();
-      absl::StrAppend(&out, k ? sep : "", x->Str());
+      if (absl::Status s = AppendChecked(&out, k ? sep : ""); !s.ok()) return s;
+      if (absl::Status s = AppendChecked(&out, x->Str()); !s.ok()) return s;
     }
     return Value::String(std::move(out));
   }
@@ -201,7 +223,9 @@ absl::StatusOr<Value> ApplyFilter(const std::string& name, const Value& v, const
     auto to = StringArg(a, 1, "new", "replace");
     if (!from.ok()) return from.status();
     if (!to.ok()) return to.status();
-    return Value::String(Replace(v.Str(), *from, *to, IntArg(a, 2, "count", -1)));
+    auto out = Replace(v.Str(), *from, *to, IntArg(a, 2, "count", -1));
+    if (!out.ok()) return out.status();
+    return Value::String(*std::move(out));
   }
   if (name == "reverse") {
     if (v.IsString()) return Slice(v, Value(), Value(), Value::Int(-1));
@@ -217,7 +241,14 @@ absl::StatusOr<Value> ApplyFilter(const std::string& name, const Value& v, const
   }
   if (name == "int" || name == "float") {
     const Value def = a.Get(0, "default").value_or(name == "int" ? Value::Int(0) : Value::Float(0));
-    if (v.IsNumber()) return name == "int" ? Value::Int(v.kind() == Kind::kFloat ? static_cast<int64_t>(v.AsFloat()) : v.AsInt()) : Value::Float(v.AsFloat());
+    if (v.IsNumber()) {
+      if (name == "float") return Value::Float(v.AsFloat());
+      if (v.kind() != Kind::kFloat) return Value::Int(v.AsInt());
+      if (std::isnan(v.AsFloat())) return def;  // Python's ValueError, which Jinja's filter turns into the default.
+      auto i = FloatToInt(v.AsFloat());
+      if (!i.ok()) return i.status();
+      return Value::Int(*i);
+    }
     if (v.IsString()) {
       const std::string s(PyStrip(v.AsString(), true, true));
       char* end = nullptr;
@@ -226,7 +257,11 @@ absl::StatusOr<Value> ApplyFilter(const std::string& name, const Value& v, const
         const long long x = std::strtoll(s.c_str(), &end, 10);
         if (!s.empty() && end == s.c_str() + s.size() && errno == 0) return Value::Int(x);
         const double f = std::strtod(s.c_str(), &end);  // Jinja's int filter reads "3.7" as 3.
-        if (!s.empty() && end == s.c_str() + s.size() && std::isfinite(f)) return Value::Int(static_cast<int64_t>(f));
+        if (!s.empty() && end == s.c_str() + s.size() && !std::isnan(f)) {
+          auto i = FloatToInt(f);
+          if (!i.ok()) return i.status();
+          return Value::Int(*i);
+        }
       } else {
         const double f = std::strtod(s.c_str(), &end);
         if (!s.empty() && end == s.c_str() + s.size()) return Value::Float(f);
@@ -260,6 +295,7 @@ absl::StatusOr<Value> ApplyFilter(const std::string& name, const Value& v, const
     if (auto at = a.Get(0, "attribute")) attr.positional.push_back(*at);
     Value total = a.Get(1, "start").value_or(Value::Int(0));
     for (const Value& x : *items) {
+      if (absl::Status s = Spend(1); !s.ok()) return s;
       auto got = AttrOrItem(x, attr, "sum");
       if (!got.ok()) return got.status();
       auto t = BinaryOp("+", total, *got);
@@ -292,7 +328,10 @@ absl::StatusOr<Value> ApplyFilter(const std::string& name, const Value& v, const
     if (!items.ok()) return items.status();
     std::vector<Value> out;
     for (const Value& x : *items) {
-      if (std::none_of(out.begin(), out.end(), [&](const Value& y) { return y.Equals(x); })) out.push_back(x);
+      bool seen = false;
+      for (size_t k = 0; k < out.size() && !seen; ++k) seen = out[k].Equals(x);
+      if (BudgetSpent()) return RenderBudget::Current()->status();  // Equals is charged: a step per pair.
+      if (!seen) out.push_back(x);
     }
     return Value::List(std::move(out));
   }
@@ -303,6 +342,7 @@ absl::StatusOr<Value> ApplyFilter(const std::string& name, const Value& v, const
     if (a.positional.empty()) {  // map(attribute=..., default=...)
       auto def = a.Get(99, "default");
       for (const Value& x : *items) {
+        if (absl::Status s = Spend(1); !s.ok()) return s;
         auto got = AttrOrItem(x, a, "map");
         if (!got.ok()) return got.status();
         out.push_back(got->IsUndefined() && def ? *def : *got);
@@ -314,6 +354,7 @@ absl::StatusOr<Value> ApplyFilter(const std::string& name, const Value& v, const
     rest.positional.assign(a.positional.begin() + 1, a.positional.end());
     rest.keyword = a.keyword;
     for (const Value& x : *items) {
+      if (absl::Status s = Spend(1); !s.ok()) return s;
       auto got = ApplyFilter(a.positional[0].AsString(), x, rest);
       if (!got.ok()) return got.status();
       out.push_back(*got);
@@ -327,21 +368,23 @@ absl::StatusOr<Value> ApplyFilter(const std::string& name, const Value& v, const
     return GetAttr(v, *n);
   }
   if (name == "escape" || name == "e") {
+    const std::string s = v.Str();
     std::string out;
-    for (char c : v.Str()) {
-      switch (c) {
-        case '&': out += "&amp;"; break;
-        case '<': out += "&lt;"; break;
-        case '>': out += "&gt;"; break;
-        case '"': out += "&#34;"; break;
-        case '\'': out += "&#39;"; break;
-        default: out += c;
-      }
+    for (size_t i = 0; i < s.size();) {
+      const size_t special = s.find_first_of("&<>\"'", i);
+      const size_t end = special == std::string::npos ? s.size() : special;
+      if (absl::Status st = AppendChecked(&out, std::string_view(s).substr(i, end - i)); !st.ok()) return st;
+      if (end == s.size()) break;
+      const char* entity = s[end] == '&' ? "&amp;" : s[end] == '<' ? "&lt;" : s[end] == '>' ? "&gt;"
+                           : s[end] == '"' ? "&#34;" : "&#39;";
+      if (absl::Status st = AppendChecked(&out, entity); !st.ok()) return st;
+      i = end + 1;
     }
     return Value::String(std::move(out));
   }
   if (name == "dictsort") {
     if (!v.IsDict()) return Err("dictsort: a mapping is needed");
+    if (absl::Status s = SpendItems(v.AsDict().items.size()); !s.ok()) return s;
     std::vector<Value> pairs;
     for (const auto& [k, x] : v.AsDict().items) pairs.push_back(Pair(k, x));
     const bool by_value = a.Get(1, "by").value_or(Value::String("key")).Str() == "value";
@@ -353,7 +396,11 @@ absl::StatusOr<Value> ApplyFilter(const std::string& name, const Value& v, const
     if (BoolArg(a, 2, "reverse", false)) std::reverse(sorted->begin(), sorted->end());
     return Value::List(*std::move(sorted));
   }
-  if (name == "wordcount") return Value::Int(static_cast<int64_t>(Split(v.Str(), Value(), -1).size()));
+  if (name == "wordcount") {
+    auto words = Split(v.Str(), Value(), -1);
+    if (!words.ok()) return words.status();
+    return Value::Int(static_cast<int64_t>(words->size()));
+  }
   return Err(absl::StrCat("the filter '", name, "' is not supported by tessera's template renderer"));
 }
 

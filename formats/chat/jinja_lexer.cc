@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "formats/chat/jinja_value.h"
+#include "formats/chat/py_case.h"
 
 namespace tessera::chat {
 namespace {

@@ -14,11 +14,17 @@ using Kind = Value::Kind;
 
 absl::Status Err(const std::string& what) { return absl::InvalidArgumentError(what); }
 
-
+absl::StatusOr<int64_t> FloatToInt(double f) {
+  // The doubles in [-2^63, 2^63) convert exactly; others (and nan) do not fit int64.
+  if (!(f >= -9223372036854775808.0 && f < 9223372036854775808.0)) {
+    return Err(absl::StrCat("cannot convert float ", FloatRepr(f), " to an integer (it does not fit 64 bits)"));
+  }
+  return static_cast<int64_t>(f);
+}
 
 int64_t Length(const Value& v) {
   switch (v.kind()) {
-    case Kind::kString: return static_cast<int64_t>(CodePoints(v.AsString()).size());
+    case Kind::kString: return static_cast<int64_t>(CountCodePoints(v.AsString()));
     case Kind::kList: return static_cast<int64_t>(v.AsList().size());
     case Kind::kDict: return static_cast<int64_t>(v.AsDict().items.size());
     default: return 0;
@@ -28,13 +34,19 @@ int64_t Length(const Value& v) {
 // Python's ordering for sort, min, max and < (numbers, strings, lists); an error otherwise.
 absl::StatusOr<int> Compare(const Value& a, const Value& b, int level) {
   if (level > Value::kMaxNesting) return Err("values nested too deep to compare");
+  if (absl::Status s = Spend(1); !s.ok()) return s;  // A step per pair compared, and per 64 bytes of strings.
   if (a.IsNumber() && b.IsNumber()) {
     if (a.kind() == Kind::kFloat || b.kind() == Kind::kFloat) {
       return a.AsFloat() < b.AsFloat() ? -1 : a.AsFloat() > b.AsFloat() ? 1 : 0;
     }
     return a.AsInt() < b.AsInt() ? -1 : a.AsInt() > b.AsInt() ? 1 : 0;
   }
-  if (a.IsString() && b.IsString()) return a.AsString().compare(b.AsString()) < 0 ? -1 : a.AsString() == b.AsString() ? 0 : 1;
+  if (a.IsString() && b.IsString()) {
+    const size_t bytes = std::min(a.AsString().size(), b.AsString().size());
+    if (absl::Status s = Spend(static_cast<int64_t>(bytes / RenderBudget::kBytesPerStep)); !s.ok()) return s;
+    const int c = a.AsString().compare(b.AsString());
+    return c < 0 ? -1 : c > 0 ? 1 : 0;
+  }
   if (a.IsList() && b.IsList()) {
     const auto &x = a.AsList(), &y = b.AsList();
     for (size_t k = 0; k < x.size() && k < y.size(); ++k) {
@@ -51,10 +63,11 @@ absl::StatusOr<bool> Contains(const Value& container, const Value& x) {
     case Kind::kUndefined: return false;
     case Kind::kString:
       if (!x.IsString()) return Err(absl::StrCat("'in <string>' requires string as left operand, not ", x.TypeName()));
-      return container.AsString().find(x.AsString()) != std::string::npos;
+      return FindIn(container.AsString(), x.AsString()) != std::string::npos;
     case Kind::kList:
       for (const Value& v : container.AsList()) {
         if (v.Equals(x)) return true;
+        if (BudgetSpent()) return RenderBudget::Current()->status();  // Equals is charged.
       }
       return false;
     case Kind::kDict: return x.IsString() && container.AsDict().Find(x.AsString()) != nullptr;
@@ -83,6 +96,11 @@ bool BoolArg(const Args& a, size_t i, const char* name, bool def) {
 }
 
 absl::StatusOr<bool> ApplyTest(const std::string& name, const Value& v, const Args& a) {
+  if (v.IsString()) {  // As a filter's input (select applies tests to items).
+    if (absl::Status s = Spend(static_cast<int64_t>(v.AsString().size() / RenderBudget::kBytesPerStep)); !s.ok()) {
+      return s;
+    }
+  }
   auto arg = [&]() -> absl::StatusOr<Value> {
     auto x = a.Get(0, "other");
     if (!x) return Err(absl::StrCat("the test '", name, "' needs an argument"));
@@ -133,7 +151,8 @@ absl::StatusOr<bool> ApplyTest(const std::string& name, const Value& v, const Ar
     if (name == "ge") op = ">=";
     if (name == "sameas") {
       if (v.kind() != x->kind()) return false;
-      if (v.IsList() || v.IsDict() || v.IsCallable()) return v.Equals(*x) && (v.IsList() ? &v.AsList() == &x->AsList() : true);
+      if (v.IsList()) return &v.AsList() == &x->AsList();
+      if (v.IsDict() || v.IsCallable()) return v.Equals(*x);
       return v.Equals(*x);
     }
     auto r = BinaryOp(op, v, *x);
@@ -144,10 +163,14 @@ absl::StatusOr<bool> ApplyTest(const std::string& name, const Value& v, const Ar
 }
 
 absl::StatusOr<Value> BinaryOp(const std::string& op, const Value& a, const Value& b) {
-  if (op == "==") return Value::Bool(a.Equals(b));
-  if (op == "!=") return Value::Bool(!a.Equals(b));
+  if (op == "==" || op == "!=") {
+    const bool equal = a.Equals(b);
+    if (BudgetSpent()) return RenderBudget::Current()->status();
+    return Value::Bool(equal == (op == "=="));
+  }
   if (op == "<" || op == ">" || op == "<=" || op == ">=") {
     auto c = Compare(a, b);
+    if (BudgetSpent()) return RenderBudget::Current()->status();
     if (!c.ok()) return Err(absl::StrCat("'", op, "' not supported between instances of '", a.TypeName(), "' and '", b.TypeName(), "'"));
     return Value::Bool(op == "<" ? *c < 0 : op == ">" ? *c > 0 : op == "<=" ? *c <= 0 : *c >= 0);
   }
@@ -157,8 +180,8 @@ absl::StatusOr<Value> BinaryOp(const std::string& op, const Value& a, const Valu
     return Value::Bool(op == "in" ? *c : !*c);
   }
   if (op == "~") {
-    std::string s = a.Str() + b.Str();
-    if (s.size() > kMaxString) return Err("a string longer than 64 MiB");
+    std::string s = a.Str();
+    if (absl::Status st = AppendChecked(&s, b.Str()); !st.ok()) return st;
     return Value::String(std::move(s));
   }
   auto unsupported = [&]() {
@@ -211,10 +234,12 @@ absl::StatusOr<Value> BinaryOp(const std::string& op, const Value& a, const Valu
     return unsupported();
   }
   if (op == "+" && a.IsString() && b.IsString()) {
-    if (a.AsString().size() + b.AsString().size() > kMaxString) return Err("a string longer than 64 MiB");
+    if (absl::Status st = CheckStringSize(a.AsString().size() + b.AsString().size()); !st.ok()) return st;
     return Value::String(a.AsString() + b.AsString());
   }
   if (op == "+" && a.IsList() && b.IsList() && a.IsTuple() == b.IsTuple()) {
+    // Charged before the copy is made.
+    if (absl::Status st = SpendItems(static_cast<uint64_t>(Length(a) + Length(b))); !st.ok()) return st;
     std::vector<Value> out = a.AsList();
     out.insert(out.end(), b.AsList().begin(), b.AsList().end());
     return a.IsTuple() ? Value::Tuple(std::move(out)) : Value::List(std::move(out));
@@ -222,15 +247,24 @@ absl::StatusOr<Value> BinaryOp(const std::string& op, const Value& a, const Valu
   if (op == "*" && (a.IsString() || a.IsList()) && (b.kind() == Kind::kInt || b.kind() == Kind::kBool)) {
     const int64_t n = std::max<int64_t>(0, b.AsInt());
     const size_t unit = a.IsString() ? a.AsString().size() : a.AsList().size();
-    if (unit > 0 && static_cast<uint64_t>(n) > kMaxString / unit) return Err("a repeated string or list larger than 64 MiB");
+    if (unit == 0 || n == 0) return a.IsString() ? Value::String("") : a.IsTuple() ? Value::Tuple({}) : Value::List({});
+    // Checked before anything is made: a string's bytes, a list's items.
+    const uint64_t total = static_cast<uint64_t>(n) > UINT64_MAX / unit ? UINT64_MAX : static_cast<uint64_t>(n) * unit;
+    if (a.IsString()) {
+      if (absl::Status st = CheckStringSize(total); !st.ok()) return st;
+    } else if (absl::Status st = SpendItems(total); !st.ok()) {
+      return st;
+    }
     if (a.IsString()) {
       std::string s;
-      for (int64_t k = 0; k < n; ++k) s += a.AsString();
+      s.reserve(total);
+      s = a.AsString();
+      while (s.size() < total) s.append(s, 0, std::min<size_t>(s.size(), total - s.size()));  // Doubling.
       return Value::String(std::move(s));
     }
     std::vector<Value> out;
     for (int64_t k = 0; k < n; ++k) out.insert(out.end(), a.AsList().begin(), a.AsList().end());
-    return Value::List(std::move(out));
+    return a.IsTuple() ? Value::Tuple(std::move(out)) : Value::List(std::move(out));
   }
   if (op == "*" && (b.IsString() || b.IsList()) && (a.kind() == Kind::kInt || a.kind() == Kind::kBool)) return BinaryOp(op, b, a);
   return unsupported();

@@ -312,7 +312,7 @@ class Parser {
       if (!explicit_parens) return Error(absl::StrCat("expected an expression, found ", Describe(Cur())));
     }
     auto t = Make(Expr::Kind::kTuple, line);
-    t->items = std::move(items);
+    for (auto& item : items) t->Add(std::move(item));
     return t;
   }
 
@@ -343,10 +343,11 @@ class Parser {
         otherwise = *std::move(o);
       }
       auto c = Make(Expr::Kind::kCondition, line);
-      c->items.push_back(*std::move(cond));
-      c->items.push_back(std::move(expr));
-      c->items.push_back(std::move(otherwise));
+      c->Add(*std::move(cond));
+      c->Add(std::move(expr));
+      c->Add(std::move(otherwise));
       expr = std::move(c);
+      if (TooDeep(*expr)) return TooDeep();
     }
     return expr;
   }
@@ -354,8 +355,8 @@ class Parser {
   ExprPtr BinaryOf(const std::string& op, ExprPtr a, ExprPtr b, int line) {
     auto e = Make(Expr::Kind::kBinary, line);
     e->name = op;
-    e->items.push_back(std::move(a));
-    e->items.push_back(std::move(b));
+    e->Add(std::move(a));
+    e->Add(std::move(b));
     return e;
   }
 
@@ -372,7 +373,7 @@ class Parser {
       if (!a.ok()) return a;
       auto e = Make(Expr::Kind::kUnary, line);
       e->name = "not";
-      e->items.push_back(*std::move(a));
+      e->Add(*std::move(a));
       return e;
     }
     return Compare();
@@ -401,6 +402,7 @@ class Parser {
       auto b = Math1();
       if (!b.ok()) return b;
       e = BinaryOf(op, std::move(e), *std::move(b), line);
+      if (TooDeep(*e)) return TooDeep();
     }
     return e;
   }
@@ -422,6 +424,7 @@ class Parser {
       auto b = (this->*next)();
       if (!b.ok()) return b;
       e = BinaryOf(found, std::move(e), *std::move(b), line);
+      if (TooDeep(*e)) return TooDeep();
     }
   }
 
@@ -443,7 +446,7 @@ class Parser {
       if (!a.ok()) return a;
       e = Make(Expr::Kind::kUnary, line);
       e->name = op;
-      e->items.push_back(*std::move(a));
+      e->Add(*std::move(a));
     } else {
       auto p = Primary();
       if (!p.ok()) return p;
@@ -498,7 +501,7 @@ class Parser {
       absl::Status items = Separated("]", [&]() -> absl::Status {
         auto x = Expression(true);
         if (!x.ok()) return x.status();
-        e->items.push_back(*std::move(x));
+        e->Add(*std::move(x));
         return absl::OkStatus();
       });
       if (!items.ok()) return items;
@@ -512,8 +515,8 @@ class Parser {
         if (absl::Status st = Expect(":"); !st.ok()) return st;
         auto v = Expression(true);
         if (!v.ok()) return v.status();
-        e->items.push_back(*std::move(k));
-        e->items.push_back(*std::move(v));
+        e->Add(*std::move(k));
+        e->Add(*std::move(v));
         return absl::OkStatus();
       });
       if (!items.ok()) return items;
@@ -524,6 +527,7 @@ class Parser {
 
   absl::StatusOr<ExprPtr> Postfix(ExprPtr e) {
     while (true) {
+      if (TooDeep(*e)) return TooDeep();
       const int line = Cur().line;
       if (SkipOp(".")) {
         if (Cur().type == T::kInt) {  // x.0: an item.
@@ -531,8 +535,8 @@ class Parser {
           idx->value = Value::Int(Cur().int_value);
           ++i_;
           auto item = Make(Expr::Kind::kItem, line);
-          item->items.push_back(std::move(e));
-          item->items.push_back(std::move(idx));
+          item->Add(std::move(e));
+          item->Add(std::move(idx));
           e = std::move(item);
           continue;
         }
@@ -540,7 +544,7 @@ class Parser {
         if (!n.ok()) return n.status();
         auto a = Make(Expr::Kind::kAttr, line);
         a->name = *n;
-        a->items.push_back(std::move(e));
+        a->Add(std::move(e));
         e = std::move(a);
       } else if (SkipOp("[")) {
         auto sub = Subscript(std::move(e), line);
@@ -548,7 +552,7 @@ class Parser {
         e = *std::move(sub);
       } else if (IsOp("(")) {
         auto call = Make(Expr::Kind::kCall, line);
-        call->items.push_back(std::move(e));
+        call->Add(std::move(e));
         if (absl::Status st = CallArgs(call.get()); !st.ok()) return st;
         e = std::move(call);
       } else {
@@ -577,13 +581,13 @@ class Parser {
     if (absl::Status st = Expect("]"); !st.ok()) return st;
     if (colons == 0) {
       auto item = Make(Expr::Kind::kItem, line);
-      item->items.push_back(std::move(target));
-      item->items.push_back(std::move(parts[0]));
+      item->Add(std::move(target));
+      item->Add(std::move(parts[0]));
       return item;
     }
     auto slice = Make(Expr::Kind::kSlice, line);
-    slice->items.push_back(std::move(target));
-    for (auto& p : parts) slice->items.push_back(std::move(p));
+    slice->Add(std::move(target));
+    for (auto& p : parts) slice->Add(std::move(p));
     return slice;
   }
 
@@ -597,27 +601,28 @@ class Parser {
         i_ += 2;
         auto v = Expression(true);
         if (!v.ok()) return v.status();
-        e->items.push_back(*std::move(v));
+        e->Add(*std::move(v));
         e->kwarg_names.push_back(name);
         return absl::OkStatus();
       }
       if (!e->kwarg_names.empty()) return Error("a positional argument follows a keyword argument");
       auto v = Expression(true);
       if (!v.ok()) return v.status();
-      e->items.push_back(*std::move(v));
+      e->Add(*std::move(v));
       return absl::OkStatus();
     });
   }
 
   absl::StatusOr<ExprPtr> FilterExpr(ExprPtr e) {
     while (true) {
+      if (TooDeep(*e)) return TooDeep();
       const int line = Cur().line;
       if (SkipOp("|")) {
         auto n = ExpectName();
         if (!n.ok()) return n.status();
         auto f = Make(Expr::Kind::kFilter, line);
         f->name = *n;
-        f->items.push_back(std::move(e));
+        f->Add(std::move(e));
         if (IsOp("(")) {
           if (absl::Status st = CallArgs(f.get()); !st.ok()) return st;
         }
@@ -629,7 +634,7 @@ class Parser {
         auto n = ExpectName();
         if (!n.ok()) return n.status();
         t->name = *n;
-        t->items.push_back(std::move(e));
+        t->Add(std::move(e));
         if (IsOp("(")) {
           if (absl::Status st = CallArgs(t.get()); !st.ok()) return st;
         } else if ((Cur().type == T::kName && Cur().text != "else" && Cur().text != "or" && Cur().text != "and" &&
@@ -640,12 +645,12 @@ class Parser {
           if (!arg.ok()) return arg;
           auto post = Postfix(*std::move(arg));
           if (!post.ok()) return post;
-          t->items.push_back(*std::move(post));
+          t->Add(*std::move(post));
         }
         e = std::move(t);
       } else if (IsOp("(")) {
         auto call = Make(Expr::Kind::kCall, line);
-        call->items.push_back(std::move(e));
+        call->Add(std::move(e));
         if (absl::Status st = CallArgs(call.get()); !st.ok()) return st;
         e = std::move(call);
       } else {
@@ -654,8 +659,11 @@ class Parser {
     }
   }
 
-  // Expressions and blocks nest at most kMaxDepth deep (the parser and the renderer recurse).
+  // Expressions and blocks nest at most kMaxDepth deep (the parser and the renderer recurse): counted
+  // as the parser recurses and, for chains that it builds in a loop (a.b.c, x|f|g, 1 + 2 + 3), as the
+  // tree's depth under the current nesting.
   static constexpr int kMaxDepth = 200;
+  bool TooDeep(const Expr& e) const { return depth_ + e.depth > kMaxDepth; }
   struct Nest {
     explicit Nest(int* depth) : depth(depth) { ++*depth; }
     ~Nest() { --*depth; }
@@ -673,6 +681,9 @@ class Parser {
 }  // namespace
 
 absl::StatusOr<Body> ParseTemplate(std::string_view source) {
+  if (source.size() > kMaxTemplateBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("the template is longer than ", kMaxTemplateBytes, " bytes"));
+  }
   auto tokens = Lex(source);
   if (!tokens.ok()) return tokens.status();
   return Parser(*std::move(tokens)).Run();

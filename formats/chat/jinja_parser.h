@@ -6,6 +6,7 @@
 #ifndef TESSERA_FORMATS_CHAT_JINJA_PARSER_H_
 #define TESSERA_FORMATS_CHAT_JINJA_PARSER_H_
 
+#include <cstddef>
 #include <string_view>
 
 #include "absl/status/statusor.h"
@@ -13,6 +14,12 @@
 
 namespace tessera::chat {
 
+// Parsing takes memory in proportion to the template (its tokens and tree, ~300 bytes a token): a
+// template longer than this is refused. Real chat templates are a few KiB; the longest seen ~30 KiB.
+constexpr size_t kMaxTemplateBytes = size_t{1} << 20;
+
+// Expressions and blocks nest at most 200 deep, counting chains built left to right (a.b.c, x|f|g,
+// 1 + 2 + 3) as deep as they are: InvalidArgument past that, as for any syntax error (naming the line).
 absl::StatusOr<Body> ParseTemplate(std::string_view source);
 
 }  // namespace tessera::chat

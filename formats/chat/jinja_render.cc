@@ -6,6 +6,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "formats/chat/jinja_budget.h"
 #include "formats/chat/jinja_builtins.h"
 
 namespace tessera::chat {
@@ -25,7 +26,8 @@ absl::Status AtLine(const absl::Status& s, int line) {
 
 class Renderer {
  public:
-  Renderer(const RenderOptions& options, const Value& context) : options_(options) {
+  Renderer(const RenderOptions& options, const Value& context, RenderBudget* budget)
+      : options_(options), budget_(*budget) {
     globals_ = Value::NewDict();
     AddGlobals(&globals_.AsDict());
     // namespace() as Jinja's, remembering each one: a namespace may come to hold itself (ns.self =
@@ -60,6 +62,8 @@ class Renderer {
   }
 
   absl::Status Exec(const Body& body, const ScopePtr& scope, std::string* out) {
+    if (nesting_ >= options_.max_nesting) return TooNested();
+    Level level(&nesting_);
     for (const auto& stmt : body) {
       if (absl::Status s = ExecOne(*stmt, scope, out); !s.ok()) return AtLine(s, stmt->line);
       if (out->size() > options_.max_output_bytes) {
@@ -87,21 +91,40 @@ class Renderer {
     return absl::OkStatus();
   }
 
+  // Charges the budget; its error once spent (by this or by an operation that stopped early).
   absl::Status Step(int64_t n = 1) {
-    steps_ += n;
-    if (steps_ <= options_.max_steps) return absl::OkStatus();
-    return absl::ResourceExhaustedError(absl::StrCat("the template ran more than ", options_.max_steps, " steps"));
+    budget_.Charge(n);
+    return budget_.status();
+  }
+
+  // One more level of `*depth` (calls, or nesting) for its lifetime.
+  class Level {
+   public:
+    explicit Level(int* depth) : depth_(depth) { ++*depth_; }
+    ~Level() { --*depth_; }
+    Level(const Level&) = delete;
+    Level& operator=(const Level&) = delete;
+
+   private:
+    int* depth_;
+  };
+  absl::Status TooDeep(const std::string& what) const {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(what, ": calls nested deeper than ", options_.max_call_depth));
+  }
+  absl::Status TooNested() const {
+    return absl::ResourceExhaustedError(absl::StrCat("blocks and expressions nested deeper than ", options_.max_nesting,
+                                                     ", counting those of the calls in progress"));
   }
 
   absl::Status ExecOne(const Stmt& st, const ScopePtr& scope, std::string* out) {
     if (absl::Status s = Step(); !s.ok()) return s;
     switch (st.kind) {
-      case Stmt::Kind::kText: *out += st.text; return absl::OkStatus();
+      case Stmt::Kind::kText: return Print(Value(), st.text, out);
       case Stmt::Kind::kOutput: {
         auto v = Eval(*st.expr, scope);
         if (!v.ok()) return v.status();
-        *out += v->Str();
-        return absl::OkStatus();
+        return Print(*v, out);
       }
       case Stmt::Kind::kIf:
         for (const auto& [cond, body] : st.branches) {
@@ -140,14 +163,17 @@ class Renderer {
       case Stmt::Kind::kCallBlock: {
         const Stmt* block = &st;
         Value caller = Value::Callable([this, block, scope](const Args&) -> absl::StatusOr<Value> {
+          if (depth_ >= options_.max_call_depth) return TooDeep("caller()");
+          Level call(&depth_);
           std::string text;
-          if (absl::Status s = Exec(block->body, scope, &text); !s.ok()) return s;
+          absl::Status s = Exec(block->body, scope, &text);
+          flow_ = Flow::kNormal;
+          if (!s.ok()) return s;
           return Value::String(std::move(text));
         });
         auto v = Call(*st.expr, scope, &caller);
         if (!v.ok()) return v.status();
-        *out += v->Str();
-        return absl::OkStatus();
+        return Print(*v, out);
       }
     }
     return absl::OkStatus();
@@ -222,10 +248,8 @@ class Renderer {
     return Value::Callable([this, macro, weak](const Args& a) -> absl::StatusOr<Value> {
       ScopePtr defined_in = weak.lock();
       if (defined_in == nullptr) defined_in = root_;
-      if (depth_ >= options_.max_call_depth) {
-        return absl::ResourceExhaustedError(
-            absl::StrCat("macro '", macro->name, "': calls nested deeper than ", options_.max_call_depth));
-      }
+      if (depth_ >= options_.max_call_depth) return TooDeep(absl::StrCat("macro '", macro->name, "'"));
+      Level call(&depth_);  // From here: a default value that calls the macro is a nested call.
       if (a.positional.size() > macro->params.size()) {
         return absl::InvalidArgumentError(absl::StrCat("macro '", macro->name, "' takes ", macro->params.size(),
                                                        " arguments, ", a.positional.size(), " given"));
@@ -260,10 +284,8 @@ class Renderer {
               absl::StrCat("macro '", macro->name, "' takes no keyword argument '", name, "'"));
         }
       }
-      ++depth_;
       std::string text;
       absl::Status s = Exec(macro->body, scope, &text);
-      --depth_;
       flow_ = Flow::kNormal;
       if (!s.ok()) return s;
       return Value::String(std::move(text));
@@ -302,11 +324,32 @@ class Renderer {
     return callee->AsFunction()(*args);
   }
 
+  // `v` printed into `out` (Python's str()) — or `text`, when given — charged by its bytes; the budget's
+  // error when printing spent it.
+  absl::Status Print(const Value& v, std::string* out) { return Print(v, {}, out); }
+  absl::Status Print(const Value& v, std::string_view text, std::string* out) {
+    std::string printed;
+    if (v.IsString()) {
+      text = v.AsString();
+    } else if (!v.IsUndefined()) {
+      printed = v.Str();
+      if (budget_.spent()) return budget_.status();
+      text = printed;
+    }
+    if (absl::Status s = Step(static_cast<int64_t>(text.size() / RenderBudget::kBytesPerStep)); !s.ok()) return s;
+    out->append(text);
+    return absl::OkStatus();
+  }
+
   absl::StatusOr<Value> Eval(const Expr& e, const ScopePtr& scope) {
+    if (nesting_ >= options_.max_nesting) return AtLine(TooNested(), e.line);
+    Level level(&nesting_);
     auto v = EvalInner(e, scope);
+    // An operation that spent the budget may have stopped early with a partial result or another error.
+    if (budget_.spent()) return AtLine(budget_.status(), e.line);
     if (!v.ok()) return AtLine(v.status(), e.line);
-    // What building the value cost: its items, or its bytes.
-    const int64_t size = v->IsString() ? static_cast<int64_t>(v->AsString().size() / 256)
+    // What the value costs each time it is computed: its items, or its bytes.
+    const int64_t size = v->IsString() ? static_cast<int64_t>(v->AsString().size() / RenderBudget::kBytesPerStep)
                          : v->IsList()  ? static_cast<int64_t>(v->AsList().size())
                          : v->IsDict()  ? static_cast<int64_t>(v->AsDict().items.size())
                                         : 0;
@@ -432,18 +475,21 @@ class Renderer {
   }
 
   const RenderOptions options_;
+  RenderBudget& budget_;
   Value globals_;
   ScopePtr root_;
   Flow flow_ = Flow::kNormal;
-  int depth_ = 0;
-  int64_t steps_ = 0;
+  int depth_ = 0;    // Calls of the template's own code in progress.
+  int nesting_ = 0;  // Bodies and expressions being run, across those calls: the renderer's recursion.
   std::vector<Value> namespaces_;
 };
 
 }  // namespace
 
 absl::StatusOr<std::string> RenderTemplate(const Body& body, const Value& context, const RenderOptions& options) {
-  Renderer r(options, context);
+  RenderBudget budget(options.max_steps, options.max_string_bytes);
+  RenderBudget::Scope in_effect(&budget);
+  Renderer r(options, context, &budget);
   std::string out;
   if (absl::Status s = r.Run(body, &out); !s.ok()) return s;
   return out;

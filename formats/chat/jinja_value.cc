@@ -7,75 +7,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "formats/chat/jinja_budget.h"
+#include "formats/chat/py_case.h"
 
 namespace tessera::chat {
-namespace {
-
-}  // namespace
-
-uint32_t DecodeUtf8At(std::string_view s, size_t i, size_t* len) {
-  const auto c = static_cast<unsigned char>(s[i]);
-  int n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-  if (n == 0 || i + n > s.size()) {
-    *len = 1;
-    return c;
-  }
-  uint32_t cp = n == 1 ? c : n == 2 ? (c & 0x1f) : n == 3 ? (c & 0x0f) : (c & 0x07);
-  for (int k = 1; k < n; ++k) {
-    const auto d = static_cast<unsigned char>(s[i + k]);
-    if ((d >> 6) != 2) {
-      *len = 1;
-      return c;
-    }
-    cp = (cp << 6) | (d & 0x3f);
-  }
-  *len = static_cast<size_t>(n);
-  return cp;
-}
-
-void AppendUtf8(uint32_t cp, std::string* out) {
-  if (cp < 0x80) {
-    *out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    *out += static_cast<char>(0xc0 | (cp >> 6));
-    *out += static_cast<char>(0x80 | (cp & 0x3f));
-  } else if (cp < 0x10000) {
-    *out += static_cast<char>(0xe0 | (cp >> 12));
-    *out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
-    *out += static_cast<char>(0x80 | (cp & 0x3f));
-  } else {
-    *out += static_cast<char>(0xf0 | (cp >> 18));
-    *out += static_cast<char>(0x80 | ((cp >> 12) & 0x3f));
-    *out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
-    *out += static_cast<char>(0x80 | (cp & 0x3f));
-  }
-}
-
-bool IsPySpace(uint32_t cp) {
-  return (cp >= 0x09 && cp <= 0x0d) || (cp >= 0x1c && cp <= 0x20) || cp == 0x85 || cp == 0xa0 || cp == 0x1680 ||
-         (cp >= 0x2000 && cp <= 0x200a) || cp == 0x2028 || cp == 0x2029 || cp == 0x202f || cp == 0x205f ||
-         cp == 0x3000;
-}
-
-std::string_view PyStrip(std::string_view s, bool left, bool right, const std::string* chars) {
-  const auto cps = CodePoints(s);
-  auto strip = [&](const std::pair<size_t, size_t>& r) {
-    if (chars == nullptr) {
-      size_t len = 0;
-      return IsPySpace(DecodeUtf8At(s, r.first, &len));
-    }
-    return chars->find(s.substr(r.first, r.second - r.first)) != std::string::npos;
-  };
-  size_t b = 0, e = cps.size();
-  if (left) {
-    while (b < e && strip(cps[b])) ++b;
-  }
-  if (right) {
-    while (e > b && strip(cps[e - 1])) --e;
-  }
-  if (b == e) return s.substr(0, 0);
-  return s.substr(cps[b].first, cps[e - 1].second - cps[b].first);
-}
 
 namespace {
 
@@ -92,11 +27,19 @@ bool Printable(uint32_t cp) {
   return true;
 }
 
-std::string StringRepr(const std::string& s) {
+void StringRepr(const std::string& s, std::string* out_text) {
   const bool has_single = s.find('\'') != std::string::npos, has_double = s.find('"') != std::string::npos;
   const char quote = has_single && !has_double ? '"' : '\'';
-  std::string out(1, quote);
+  std::string& out = *out_text;
+  out += quote;
   for (size_t i = 0; i < s.size();) {
+    size_t run = i;  // Printable ASCII other than the quote and the backslash: copied as it is, at once.
+    while (run < s.size() && s[run] >= 0x20 && s[run] < 0x7f && s[run] != quote && s[run] != '\\') ++run;
+    if (run > i) {
+      out.append(s, i, run - i);
+      i = run;
+      continue;
+    }
     size_t len = 1;
     const uint32_t cp = DecodeUtf8At(s, i, &len);
     if (cp == '\\') {
@@ -119,12 +62,18 @@ std::string StringRepr(const std::string& s) {
     i += len;
   }
   out += quote;
-  return out;
 }
 
 void JsonString(const std::string& s, bool ensure_ascii, std::string* out) {
   *out += '"';
   for (size_t i = 0; i < s.size();) {
+    size_t run = i;  // ASCII that JSON keeps as it is: copied at once.
+    while (run < s.size() && s[run] >= 0x20 && s[run] < 0x7f && s[run] != '"' && s[run] != '\\') ++run;
+    if (run > i) {
+      out->append(s, i, run - i);
+      i = run;
+      continue;
+    }
     size_t len = 1;
     const uint32_t cp = DecodeUtf8At(s, i, &len);
     switch (cp) {
@@ -154,6 +103,8 @@ void JsonString(const std::string& s, bool ensure_ascii, std::string* out) {
 
 absl::Status JsonAppend(const Value& v, bool ensure_ascii, int indent, int level, const std::string& item_sep,
                         const std::string& key_sep, bool sort_keys, std::string* out) {
+  if (absl::Status s = Spend(1); !s.ok()) return s;
+  if (absl::Status s = CheckStringSize(out->size()); !s.ok()) return s;
   if (level > Value::kMaxNesting) {
     return absl::InvalidArgumentError(absl::StrCat("values nested deeper than ", Value::kMaxNesting, " levels"));
   }
@@ -223,17 +174,6 @@ absl::Status JsonAppend(const Value& v, bool ensure_ascii, int indent, int level
 
 }  // namespace
 
-std::vector<std::pair<size_t, size_t>> CodePoints(std::string_view s) {
-  std::vector<std::pair<size_t, size_t>> out;
-  for (size_t i = 0; i < s.size();) {
-    size_t len = 1;
-    DecodeUtf8At(s, i, &len);
-    out.push_back({i, i + len});
-    i += len;
-  }
-  return out;
-}
-
 std::string FloatRepr(double f) {
   if (std::isnan(f)) return "nan";
   if (std::isinf(f)) return f > 0 ? "inf" : "-inf";
@@ -271,7 +211,11 @@ std::string FloatRepr(double f) {
   return neg ? "-" + out : out;
 }
 
+// A scan of many keys (a large JSON object) is charged, so that a loop of lookups cannot hang.
+constexpr size_t kKeysPerStep = 64;
+
 const Value* Dict::Find(std::string_view key) const {
+  if (items.size() >= kKeysPerStep) (void)Spend(static_cast<int64_t>(items.size() / kKeysPerStep));
   for (const auto& [k, v] : items) {
     if (k == key) return &v;
   }
@@ -279,10 +223,7 @@ const Value* Dict::Find(std::string_view key) const {
 }
 
 Value* Dict::Find(std::string_view key) {
-  for (auto& [k, v] : items) {
-    if (k == key) return &v;
-  }
-  return nullptr;
+  return const_cast<Value*>(static_cast<const Dict*>(this)->Find(key));
 }
 
 void Dict::Set(const std::string& key, Value v) {
@@ -292,6 +233,11 @@ void Dict::Set(const std::string& key, Value v) {
   } else {
     items.emplace_back(key, std::move(v));
   }
+}
+
+void Dict::Append(std::string key, Value v) {
+  depth = std::max(depth, 1 + v.depth());
+  items.emplace_back(std::move(key), std::move(v));
 }
 
 std::optional<Value> Args::Get(size_t index, std::string_view name) const {
@@ -332,8 +278,14 @@ Value Value::Float(double f) {
 Value Value::String(std::string s) {
   Value v;
   v.kind_ = Kind::kString;
-  v.s_ = std::move(s);
+  (void)SpendString(s.size());  // Spent, the rendering fails after the operation that made it.
+  v.s_ = std::make_shared<const std::string>(std::move(s));
   return v;
+}
+
+const std::string& Value::Empty() {
+  static const std::string* const kEmpty = new std::string();
+  return *kEmpty;
 }
 
 int Value::depth() const {
@@ -395,7 +347,7 @@ Value Value::FromJson(const nlohmann::ordered_json& j) {
     }
     case nlohmann::ordered_json::value_t::object: {
       Value d = NewDict();
-      for (const auto& [k, x] : j.items()) d.AsDict().Set(k, FromJson(x));
+      for (const auto& [k, x] : j.items()) d.AsDict().Append(k, FromJson(x));  // JSON's keys are unique.
       return d;
     }
     default: return Value();
@@ -409,7 +361,7 @@ bool Value::Truthy() const {
     case Kind::kBool: return b_;
     case Kind::kInt: return i_ != 0;
     case Kind::kFloat: return f_ != 0;
-    case Kind::kString: return !s_.empty();
+    case Kind::kString: return !AsString().empty();
     case Kind::kList: return !list_->empty();
     case Kind::kDict: return namespace_ || !dict_->items.empty();
     case Kind::kFunction: return true;
@@ -420,7 +372,7 @@ bool Value::Truthy() const {
 std::string Value::Str() const {
   switch (kind_) {
     case Kind::kUndefined: return "";
-    case Kind::kString: return s_;
+    case Kind::kString: return AsString();
     default: return Repr();
   }
 }
@@ -453,39 +405,55 @@ void Value::Bury() {
   pending = nullptr;
 }
 
-std::string Value::Repr() const { return ReprAt(0); }
+std::string Value::Repr() const {
+  std::string out;
+  ReprTo(&out, 0);
+  return out;
+}
 
-std::string Value::ReprAt(int level) const {
-  if (level > kMaxNesting) return "...";
+void Value::ReprTo(std::string* out, int level) const {
+  if (!Spend(1).ok() || !CheckStringSize(out->size()).ok()) return;
+  if (level > kMaxNesting) {
+    *out += "...";
+    return;
+  }
   switch (kind_) {
-    case Kind::kUndefined: return "";
-    case Kind::kNone: return "None";
-    case Kind::kBool: return b_ ? "True" : "False";
-    case Kind::kInt: return absl::StrCat(i_);
-    case Kind::kFloat: return FloatRepr(f_);
-    case Kind::kString: return StringRepr(s_);
+    case Kind::kUndefined: return;
+    case Kind::kNone: *out += "None"; return;
+    case Kind::kBool: *out += b_ ? "True" : "False"; return;
+    case Kind::kInt: absl::StrAppend(out, i_); return;
+    case Kind::kFloat: *out += FloatRepr(f_); return;
+    case Kind::kString: StringRepr(AsString(), out); return;
     case Kind::kList: {
-      std::string out = tuple_ ? "(" : "[";
-      for (size_t k = 0; k < list_->size(); ++k) absl::StrAppend(&out, k ? ", " : "", (*list_)[k].ReprAt(level + 1));
-      if (tuple_) return out + (list_->size() == 1 ? ",)" : ")");
-      return out + "]";
+      *out += tuple_ ? "(" : "[";
+      for (size_t k = 0; k < list_->size() && !BudgetSpent(); ++k) {
+        if (k > 0) *out += ", ";
+        (*list_)[k].ReprTo(out, level + 1);
+      }
+      *out += tuple_ ? (list_->size() == 1 ? ",)" : ")") : "]";
+      return;
     }
     case Kind::kDict: {
       // A dict being printed that contains itself prints as {...}, as Python's repr does.
       thread_local std::vector<const Dict*> printing;
-      if (std::find(printing.begin(), printing.end(), dict_.get()) != printing.end()) return "{...}";
+      if (std::find(printing.begin(), printing.end(), dict_.get()) != printing.end()) {
+        *out += "{...}";
+        return;
+      }
       printing.push_back(dict_.get());
-      std::string out = "{";
-      for (size_t k = 0; k < dict_->items.size(); ++k) {
-        absl::StrAppend(&out, k ? ", " : "", StringRepr(dict_->items[k].first), ": ",
-                        dict_->items[k].second.ReprAt(level + 1));
+      *out += namespace_ ? "<Namespace {" : "{";
+      for (size_t k = 0; k < dict_->items.size() && !BudgetSpent(); ++k) {
+        if (k > 0) *out += ", ";
+        StringRepr(dict_->items[k].first, out);
+        *out += ": ";
+        dict_->items[k].second.ReprTo(out, level + 1);
       }
       printing.pop_back();
-      return namespace_ ? "<Namespace " + out + "}>" : out + "}";
+      *out += namespace_ ? "}>" : "}";
+      return;
     }
-    case Kind::kFunction: return "<function>";
+    case Kind::kFunction: *out += "<function>"; return;
   }
-  return "";
 }
 
 absl::StatusOr<std::string> Value::ToJson(bool ensure_ascii, int indent, const std::string& item_sep,
@@ -498,7 +466,7 @@ absl::StatusOr<std::string> Value::ToJson(bool ensure_ascii, int indent, const s
 bool Value::Equals(const Value& o) const { return EqualsAt(o, 0); }
 
 bool Value::EqualsAt(const Value& o, int level) const {
-  if (level > kMaxNesting) return false;
+  if (level > kMaxNesting || !Spend(1).ok()) return false;
   if (IsNumber() && o.IsNumber()) {
     if (kind_ == Kind::kFloat || o.kind_ == Kind::kFloat) return AsFloat() == o.AsFloat();
     return AsInt() == o.AsInt();
@@ -507,7 +475,11 @@ bool Value::EqualsAt(const Value& o, int level) const {
   switch (kind_) {
     case Kind::kUndefined:
     case Kind::kNone: return true;
-    case Kind::kString: return s_ == o.s_;
+    case Kind::kString:
+      if (s_ == o.s_) return true;  // One string (copies share their text).
+      if (AsString().size() != o.AsString().size()) return false;
+      if (!Spend(static_cast<int64_t>(AsString().size() / RenderBudget::kBytesPerStep)).ok()) return false;
+      return AsString() == o.AsString();
     case Kind::kList: {
       if (tuple_ != o.tuple_ || list_->size() != o.list_->size()) return false;
       for (size_t k = 0; k < list_->size(); ++k) {

@@ -2,7 +2,9 @@
 // that transformers renders (formats/chat/chat_template.h): undefined, None, bool, int, float, str,
 // list, dict (insertion-ordered, string keys: messages come from JSON), namespace (a dict whose
 // attributes may be assigned) and callables (globals, methods, macros). Lists and dicts are shared
-// by reference, as in Python. Strings are UTF-8; length, indexing and slicing count code points.
+// by reference, as in Python; so are strings (immutable), so copying a value never copies its text.
+// Strings are UTF-8; length, indexing and slicing count code points. Within a rendering, what these
+// operations do is charged to its budget (jinja_budget.h): making a string, printing, JSON and ==.
 #ifndef TESSERA_FORMATS_CHAT_JINJA_VALUE_H_
 #define TESSERA_FORMATS_CHAT_JINJA_VALUE_H_
 
@@ -25,9 +27,12 @@ class Value;
 struct Dict {
   std::vector<std::pair<std::string, Value>> items;  // In insertion order.
   int depth = 1;  // 1 + the deepest value's depth (Set keeps it).
+  // The value of `key`, or nullptr. Keys are scanned in order: one step per 64 of them is charged.
   const Value* Find(std::string_view key) const;
   Value* Find(std::string_view key);
   void Set(const std::string& key, Value v);
+  // Adds `key`, which the caller knows is not in the dict yet (no scan).
+  void Append(std::string key, Value v);
 };
 
 // Positional and keyword arguments of a call.
@@ -54,6 +59,7 @@ class Value {
   static Value Bool(bool b);
   static Value Int(int64_t i);
   static Value Float(double f);
+  // Charges the rendering's budget for the bytes (and spends it if they pass its string limit).
   static Value String(std::string s);
   static Value List(std::vector<Value> items);
   // A list that prints as a tuple: "(a, b)", "(a,)" (dict.items(), tuple literals).
@@ -78,21 +84,25 @@ class Value {
   bool AsBool() const { return b_; }
   int64_t AsInt() const { return kind_ == Kind::kBool ? (b_ ? 1 : 0) : i_; }
   double AsFloat() const { return kind_ == Kind::kFloat ? f_ : static_cast<double>(AsInt()); }
-  const std::string& AsString() const { return s_; }
+  const std::string& AsString() const { return s_ != nullptr ? *s_ : Empty(); }
   std::vector<Value>& AsList() const { return *list_; }
   Dict& AsDict() const { return *dict_; }
   const Function& AsFunction() const { return *fn_; }
 
   // Python's truth value (undefined is false).
   bool Truthy() const;
-  // Python's str() and repr(). Past kMaxNesting levels, "..." stands for the rest.
+  // Python's str() and repr(). Past kMaxNesting levels, "..." stands for the rest. Each value printed
+  // costs a step; printing stops (the text partial) once the budget is spent or the text passes its
+  // string limit.
   std::string Str() const;
   std::string Repr() const;
   static constexpr int kMaxNesting = 1000;  // Printing, JSON and comparison go no deeper.
-  // Python's json.dumps(value, ensure_ascii, indent, separators, sort_keys); indent < 0: none.
+  // Python's json.dumps(value, ensure_ascii, indent, separators, sort_keys); indent < 0: none. A step
+  // per value; the budget's error once it is spent or the text passes its string limit.
   absl::StatusOr<std::string> ToJson(bool ensure_ascii, int indent, const std::string& item_sep,
                                      const std::string& key_sep, bool sort_keys) const;
-  // Python's == (1 == 1.0 == True; lists and dicts by value).
+  // Python's == (1 == 1.0 == True; lists and dicts by value). A step per pair of values compared and
+  // per 64 bytes of strings compared; false once the budget is spent (the renderer then fails).
   bool Equals(const Value& other) const;
   bool EqualsAt(const Value& other, int level) const;
   // A short name of the type, for errors ("str", "int", "list", ...).
@@ -103,8 +113,9 @@ class Value {
   int depth() const;
 
  private:
-  std::string ReprAt(int level) const;
+  void ReprTo(std::string* out, int level) const;
   void Bury();
+  static const std::string& Empty();
 
   Kind kind_ = Kind::kUndefined;
   bool b_ = false;
@@ -113,7 +124,7 @@ class Value {
   int list_depth_ = 0;
   int64_t i_ = 0;
   double f_ = 0;
-  std::string s_;
+  std::shared_ptr<const std::string> s_;
   std::shared_ptr<std::vector<Value>> list_;
   std::shared_ptr<Dict> dict_;
   std::shared_ptr<Function> fn_;
@@ -121,15 +132,6 @@ class Value {
 
 // Python's repr() of a float: the shortest digits that read back the same, "1.0", "1e-05", "1e+16".
 std::string FloatRepr(double f);
-// The code points of UTF-8 `s` as byte ranges [begin, end) (invalid bytes count one each).
-std::vector<std::pair<size_t, size_t>> CodePoints(std::string_view s);
-// The code point at s[i] (UTF-8) and its length in *len; an invalid byte is itself (length 1).
-uint32_t DecodeUtf8At(std::string_view s, size_t i, size_t* len);
-void AppendUtf8(uint32_t cp, std::string* out);
-// Python's str.isspace() for one code point (what strip() and the regex \s remove).
-bool IsPySpace(uint32_t cp);
-// `s` without leading / trailing Python whitespace (or, when `chars` is given, those characters).
-std::string_view PyStrip(std::string_view s, bool left, bool right, const std::string* chars = nullptr);
 
 }  // namespace tessera::chat
 

@@ -3,9 +3,118 @@
 #include <cstdint>
 #include <vector>
 
-#include "formats/chat/jinja_value.h"
+#include "absl/container/flat_hash_set.h"
+#include "formats/chat/jinja_budget.h"
 
 namespace tessera::chat {
+
+uint32_t DecodeUtf8At(std::string_view s, size_t i, size_t* len) {
+  const auto c = static_cast<unsigned char>(s[i]);
+  int n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+  if (n == 0 || i + n > s.size()) {
+    *len = 1;
+    return c;
+  }
+  uint32_t cp = n == 1 ? c : n == 2 ? (c & 0x1f) : n == 3 ? (c & 0x0f) : (c & 0x07);
+  for (int k = 1; k < n; ++k) {
+    const auto d = static_cast<unsigned char>(s[i + k]);
+    if ((d >> 6) != 2) {
+      *len = 1;
+      return c;
+    }
+    cp = (cp << 6) | (d & 0x3f);
+  }
+  *len = static_cast<size_t>(n);
+  return cp;
+}
+
+void AppendUtf8(uint32_t cp, std::string* out) {
+  if (cp < 0x80) {
+    *out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    *out += static_cast<char>(0xc0 | (cp >> 6));
+    *out += static_cast<char>(0x80 | (cp & 0x3f));
+  } else if (cp < 0x10000) {
+    *out += static_cast<char>(0xe0 | (cp >> 12));
+    *out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
+    *out += static_cast<char>(0x80 | (cp & 0x3f));
+  } else {
+    *out += static_cast<char>(0xf0 | (cp >> 18));
+    *out += static_cast<char>(0x80 | ((cp >> 12) & 0x3f));
+    *out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
+    *out += static_cast<char>(0x80 | (cp & 0x3f));
+  }
+}
+
+bool IsPySpace(uint32_t cp) {
+  return (cp >= 0x09 && cp <= 0x0d) || (cp >= 0x1c && cp <= 0x20) || cp == 0x85 || cp == 0xa0 || cp == 0x1680 ||
+         (cp >= 0x2000 && cp <= 0x200a) || cp == 0x2028 || cp == 0x2029 || cp == 0x202f || cp == 0x205f ||
+         cp == 0x3000;
+}
+
+std::string_view PyStrip(std::string_view s, bool left, bool right, const std::string* chars) {
+  // The code points of a long `chars` in a set (searching it for each code point of `s` is quadratic).
+  absl::flat_hash_set<std::string_view> set;
+  if (chars != nullptr && chars->size() > 16) {
+    for (size_t i = 0, len = 1; i < chars->size(); i += len) {
+      DecodeUtf8At(*chars, i, &len);
+      set.insert(std::string_view(*chars).substr(i, len));
+    }
+  }
+  auto in_chars = [&](std::string_view cp) {
+    return set.empty() ? chars->find(cp) != std::string::npos : set.contains(cp);
+  };
+  // One pass: where the first code point kept starts and where the last one kept ends.
+  size_t first = std::string_view::npos, last_end = 0;
+  for (size_t i = 0; i < s.size();) {
+    size_t len = 1;
+    const uint32_t cp = DecodeUtf8At(s, i, &len);
+    const bool strip = chars == nullptr ? IsPySpace(cp) : in_chars(s.substr(i, len));
+    if (!strip) {
+      if (first == std::string_view::npos) first = i;
+      last_end = i + len;
+    }
+    i += len;
+  }
+  if (first == std::string_view::npos) return (left || right) ? s.substr(0, 0) : s;
+  const size_t b = left ? first : 0, e = right ? last_end : s.size();
+  return s.substr(b, e - b);
+}
+
+size_t CountCodePoints(std::string_view s) {
+  size_t n = 0;
+  for (size_t i = 0; i < s.size(); ++n) {
+    size_t len = 1;
+    DecodeUtf8At(s, i, &len);
+    i += len;
+  }
+  return n;
+}
+
+size_t CodePointStart(std::string_view s, size_t index) {
+  size_t i = 0;
+  for (size_t k = 0; k < index && i < s.size(); ++k) {
+    size_t len = 1;
+    DecodeUtf8At(s, i, &len);
+    i += len;
+  }
+  return i;
+}
+
+std::vector<std::pair<size_t, size_t>> CodePoints(std::string_view s) {
+  std::vector<std::pair<size_t, size_t>> out;
+  const size_t n = CountCodePoints(s);
+  if (!Spend(static_cast<int64_t>(n * sizeof(out[0]) / RenderBudget::kBytesPerStep)).ok()) return out;
+  out.reserve(n);
+  for (size_t i = 0; i < s.size();) {
+    size_t len = 1;
+    DecodeUtf8At(s, i, &len);
+    out.push_back({i, i + len});
+    i += len;
+  }
+  return out;
+}
+
 namespace {
 
 // Pairs laid out upper, lower, upper, lower, ... from `first` to `last`.
@@ -67,8 +176,16 @@ bool IsUpperCp(uint32_t cp) { return Lower(cp) != cp; }
 bool IsLowerCp(uint32_t cp) { return Upper(cp) != cp || cp == 0xdf; }
 bool IsCased(uint32_t cp) { return IsUpperCp(cp) || IsLowerCp(cp); }
 
+bool IsAscii(std::string_view s) {
+  for (char c : s) {
+    if (static_cast<unsigned char>(c) >= 0x80) return false;
+  }
+  return true;
+}
+
 std::vector<uint32_t> Decode(std::string_view s) {
   std::vector<uint32_t> out;
+  out.reserve(s.size());
   for (size_t i = 0; i < s.size();) {
     size_t len = 1;
     out.push_back(DecodeUtf8At(s, i, &len));
@@ -97,13 +214,25 @@ uint32_t LowerAt(const std::vector<uint32_t>& cps, size_t i) {
 
 std::string PyUpper(std::string_view s) {
   std::string out;
+  if (IsAscii(s)) {  // Most text: byte by byte, without decoding.
+    out.resize(s.size());
+    for (size_t i = 0; i < s.size(); ++i) out[i] = s[i] >= 'a' && s[i] <= 'z' ? static_cast<char>(s[i] - 32) : s[i];
+    return out;
+  }
+  out.reserve(s.size());
   for (uint32_t cp : Decode(s)) AppendUpper(cp, &out);
   return out;
 }
 
 std::string PyLower(std::string_view s) {
-  const auto cps = Decode(s);
   std::string out;
+  if (IsAscii(s)) {
+    out.resize(s.size());
+    for (size_t i = 0; i < s.size(); ++i) out[i] = s[i] >= 'A' && s[i] <= 'Z' ? static_cast<char>(s[i] + 32) : s[i];
+    return out;
+  }
+  const auto cps = Decode(s);
+  out.reserve(s.size());
   for (size_t i = 0; i < cps.size(); ++i) AppendUtf8(LowerAt(cps, i), &out);
   return out;
 }
@@ -145,7 +274,8 @@ std::string PyCapitalize(std::string_view s) {
 
 bool PyIsUpper(std::string_view s) {
   bool cased = false;
-  for (uint32_t cp : Decode(s)) {
+  for (size_t i = 0, len = 1; i < s.size(); i += len) {
+    const uint32_t cp = DecodeUtf8At(s, i, &len);
     if (IsLowerCp(cp)) return false;
     cased |= IsUpperCp(cp);
   }
@@ -154,7 +284,8 @@ bool PyIsUpper(std::string_view s) {
 
 bool PyIsLower(std::string_view s) {
   bool cased = false;
-  for (uint32_t cp : Decode(s)) {
+  for (size_t i = 0, len = 1; i < s.size(); i += len) {
+    const uint32_t cp = DecodeUtf8At(s, i, &len);
     if (IsUpperCp(cp)) return false;
     cased |= IsLowerCp(cp);
   }
