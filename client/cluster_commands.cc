@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <set>
 #include <thread>
 
 #include <grpcpp/grpcpp.h>
@@ -22,6 +23,7 @@
 #include "client/exit_codes.h"
 #include "client/progress_line.h"
 #include "client/table.h"
+#include "common/spec/paths.h"
 #include "common/rpc/channel.h"
 #include "common/spec/job_spec.h"
 #include "google/protobuf/util/json_util.h"
@@ -102,15 +104,6 @@ std::string Json(const google::protobuf::Message& m) {
   return out;
 }
 
-std::string Absolute(const std::string& path) {
-  // Relative paths are the user's shorthand: made absolute and normalised (the coordinator refuses
-  // a path that is not). An absolute path is sent as written.
-  if (path.empty() || path[0] == '/') return path;
-  std::string out = (fs::current_path() / path).lexically_normal().string();
-  while (out.size() > 1 && out.back() == '/') out.pop_back();
-  return out;
-}
-
 bool Terminal(v1::JobState s) {
   return s == v1::JOB_STATE_SUCCEEDED || s == v1::JOB_STATE_FAILED || s == v1::JOB_STATE_CANCELLED;
 }
@@ -138,13 +131,7 @@ std::optional<v1::JobSpec> LoadForCluster(const std::string& spec_path, const st
     for (absl::string_view line : absl::StrSplit(spec.status().message(), '\n')) std::cerr << "error: " << line << "\n";
     return std::nullopt;
   }
-  spec->mutable_data()->set_path(Absolute(spec->data().path()));
-  spec->mutable_data()->set_valid_path(Absolute(spec->data().valid_path()));
-  for (auto& src : *spec->mutable_data()->mutable_blend()) src.set_path(Absolute(src.path()));
-  spec->set_output_dir(Absolute(spec->output_dir()));
-  spec->mutable_checkpoint()->set_dir(Absolute(spec->checkpoint().dir()));
-  spec->mutable_model()->set_init_from(Absolute(spec->model().init_from()));
-  spec->mutable_model()->set_pretrained(Absolute(spec->model().pretrained()));
+  spec::MakePathsAbsolute(&*spec, fs::current_path().string());
   return *spec;
 }
 
@@ -192,6 +179,7 @@ int FollowCommand(const ClusterOptions& o, const std::string& job_id) {
   auto stub = Connect(o);
   v1::JobState last_state = v1::JOB_STATE_UNSPECIFIED;
   int64_t last_step = -1;
+  std::set<std::string> warned;  // Warnings printed (each once, on stderr, as they come).
   auto reconnect_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
   const auto give_up = FollowDeadline(o);
   while (true) {
@@ -212,6 +200,11 @@ int FollowCommand(const ClusterOptions& o, const std::string& job_id) {
         std::cout << job.id() << ": " << StateName(job.state()) << (job.reason().empty() ? "" : " — ") << job.reason()
                   << std::endl;
         last_state = job.state();
+      }
+      for (const std::string& w : job.progress().warnings()) {
+        if (!warned.insert(w).second) continue;
+        if (tty && last_step >= 0) std::cout << "\n" << std::flush;
+        std::cerr << "warning: " << w << std::endl;
       }
       if (job.progress().step() != last_step && job.progress().step() > 0) {
         last_step = job.progress().step();
@@ -307,6 +300,7 @@ int JobCommand(const ClusterOptions& o, const std::string& job_id) {
             << j.progress().last_checkpoint_step() << " in " << j.spec().checkpoint().dir()
             << "\noutput_dir: " << j.spec().output_dir() << "\n";
   if (!j.placement_explanation().empty()) std::cout << "placement: " << j.placement_explanation() << "\n";
+  for (const std::string& w : j.progress().warnings()) std::cout << "warning: " << w << "\n";
   if (j.placement_size() > 0) std::cout << t.ToString();
   if (j.history_size() > 0) {
     // Each attempt: where it ran, the steps it covered (from its checkpoint to its last step), how

@@ -3,6 +3,7 @@
 #include "client/auto_layout.h"
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -11,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <set>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -24,6 +26,7 @@
 #include "common/process/subprocess.h"
 #include "common/spec/data_options_of.h"
 #include "common/spec/job_spec.h"
+#include "common/spec/paths.h"
 #include "formats/data/token_dataset.h"
 #include "google/protobuf/util/json_util.h"
 #include "nlohmann/json.hpp"
@@ -42,29 +45,44 @@ void PrintErrors(const absl::Status& s) {
   for (absl::string_view line : absl::StrSplit(s.message(), '\n')) std::cerr << "error: " << line << "\n";
 }
 
-// Reads steps.jsonl lines appended since the last call.
+// Reads steps.jsonl lines appended since the last call. Rank 0 replaces the file when it starts
+// (trimmed to the checkpoint it resumes from, renamed into place): a new file is read from its start,
+// its step lines collapsed to the newest. A warning line (common/steplog) is passed once per text.
 class StepLogTail {
  public:
   explicit StepLogTail(std::string path) : path_(std::move(path)) {}
   std::vector<nlohmann::json> Poll() {
     std::vector<nlohmann::json> out;
     std::ifstream in(path_);
-    if (!in) return out;
+    struct stat st {};
+    if (!in || stat(path_.c_str(), &st) != 0) return out;
+    const bool replaced = inode_ != 0 && st.st_ino != inode_;
+    if (st.st_ino != inode_) offset_ = 0;
+    inode_ = st.st_ino;
     in.seekg(offset_);
     std::string line;
     while (std::getline(in, line)) {
       if (in.eof()) break;  // A partial last line; read it next time.
       offset_ += static_cast<std::streamoff>(line.size() + 1);
       auto j = nlohmann::json::parse(line, nullptr, false);
-      if (!j.is_discarded()) out.push_back(std::move(j));
+      if (j.is_discarded() || !j.is_object()) continue;
+      if (auto w = j.find("warning"); w != j.end()) {
+        if (w->is_string() && seen_warnings_.insert(w->get<std::string>()).second) out.push_back(std::move(j));
+        continue;
+      }
+      if (replaced && !out.empty() && !out.back().contains("warning")) out.pop_back();  // Older steps.
+      out.push_back(std::move(j));
     }
     return out;
   }
+  // Lines already there (an earlier run's) are not shown, nor are its warnings again.
   void SkipExisting() { Poll(); }
 
  private:
   std::string path_;
   std::streamoff offset_ = 0;
+  ino_t inode_ = 0;
+  std::set<std::string> seen_warnings_;
 };
 
 }  // namespace
@@ -80,6 +98,9 @@ int RunLocal(const LaunchOptions& options) {
     PrintErrors(spec.status());
     return kExitBadInput;
   }
+  // What the ranks and their checkpoints record (a LoRA base, say) must not depend on where the
+  // user stood.
+  spec::MakePathsAbsolute(&*spec, fs::current_path().string());
   if (spec->parallel().auto_layout()) {
     // parallel: auto — the planner picks the layout for the devices given (tessera run --devices N).
     const int devices = options.devices > 0 ? options.devices : spec->parallel().devices();
@@ -178,8 +199,16 @@ int RunLocal(const LaunchOptions& options) {
   int remaining = world;
   int result = kExitOk;
   double last_val = -1;  // The newest evaluation's loss (shown from then on).
+  bool drawn = false;  // A progress line is on the terminal (a warning goes below it).
   auto draw = [&](const nlohmann::json& j) {
+    if (auto w = j.find("warning"); w != j.end() && w->is_string()) {  // A warning line (common/steplog).
+      if (tty && drawn) std::cout << "\n" << std::flush;
+      drawn = false;
+      std::cerr << "warning: " << w->get<std::string>() << std::endl;
+      return;
+    }
     if (options.quiet) return;
+    drawn = true;
     Progress p;
     p.step = j.value("step", int64_t{0});
     p.total_steps = spec->train().steps();

@@ -15,6 +15,7 @@
 #include <limits>
 #include <set>
 
+#include "absl/strings/str_cat.h"
 #include "coordinator/coordinator_test_fixture.h"
 #include "coordinator/small_tmpfs.h"
 #include "gmock/gmock.h"
@@ -368,6 +369,47 @@ TEST_F(CoordinatorTest, JobsPastTheMillionthAreListedNewestFirst) {
   std::vector<v1::Job> page = c_->ListJobsPage(1, "job-1000000", &next);
   ASSERT_EQ(page.size(), 1u);
   EXPECT_EQ(page[0].id(), "job-999999");
+}
+
+// The ranks' warnings (from the worker's progress reports) stay with the job: each once, the newest
+// 16, each at most 1 KiB at a character boundary; a report of warnings alone (step 0) changes no
+// progress.
+TEST_F(CoordinatorTest, WarningsAreKeptWithTheJobEachOnceAndBounded) {
+  const std::string a = AddWorker("a", 1);
+  auto job = c_->Submit(Spec(1, 1), 1);
+  ASSERT_TRUE(job.ok());
+  auto placed = Drain(a);
+  ASSERT_EQ(placed.size(), 1u);
+  Report(a, placed[0], v1::ReportRankStatusRequest::EVENT_STARTED);
+  auto report = [&](int64_t step, std::vector<std::string> warnings) {
+    v1::ReportRankStatusRequest p;
+    p.set_worker_id(a);
+    p.set_job_id(job->id());
+    p.set_attempt(1);
+    p.set_event(v1::ReportRankStatusRequest::EVENT_PROGRESS);
+    p.mutable_progress()->set_step(step);
+    p.mutable_progress()->set_loss(step > 0 ? 5.0 - step : 0);
+    for (auto& w : warnings) p.mutable_progress()->add_warnings(w);
+    ASSERT_TRUE(c_->ReportRankStatus(p).ok());
+  };
+  report(0, {"step_00000004 is damaged"});
+  EXPECT_EQ(c_->GetJob(job->id())->progress().step(), 0);
+  report(3, {});
+  report(0, {"step_00000004 is damaged", "TensorBoard events stop"});
+  v1::Job j = *c_->GetJob(job->id());
+  EXPECT_EQ(j.progress().step(), 3) << "warnings alone change no progress";
+  EXPECT_EQ(j.progress().loss(), 2.0);
+  EXPECT_THAT(j.progress().warnings(), ::testing::ElementsAre("step_00000004 is damaged", "TensorBoard events stop"));
+  for (int i = 0; i < 20; ++i) report(4 + i, {absl::StrCat("warning ", i)});
+  j = *c_->GetJob(job->id());
+  ASSERT_EQ(j.progress().warnings_size(), 16);
+  EXPECT_EQ(j.progress().warnings(0), "warning 4");
+  EXPECT_EQ(j.progress().warnings(15), "warning 19");
+  std::string long_text;
+  for (int i = 0; i < 1000; ++i) long_text += "\xc3\xa9";  // 2,000 bytes of two-byte characters.
+  report(30, {long_text});
+  j = *c_->GetJob(job->id());
+  EXPECT_EQ(j.progress().warnings(15).size(), 1024u) << "cut at a character boundary";
 }
 
 // Before: nothing watched a running attempt's progress; a hung one-rank job (no collective to time

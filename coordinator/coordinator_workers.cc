@@ -60,6 +60,30 @@ absl::Status RegistrationProblems(const v1::RegisterWorkerRequest& req) {
   return spec::ToStatus(errors);
 }
 
+// A job keeps its newest 16 warnings, each at most 1 KiB (a worker's report is not trusted to be small).
+constexpr int kMaxJobWarnings = 16;
+constexpr size_t kMaxWarningBytes = 1024;
+
+// Sets p's warnings to old's followed by p's (a report's new ones) not among them, cut to the limits.
+// True when one was new.
+bool MergeWarnings(const v1::JobProgress& old, v1::JobProgress* p) {
+  std::vector<std::string> merged(old.warnings().begin(), old.warnings().end());
+  bool added = false;
+  for (const std::string& w : p->warnings()) {
+    size_t end = std::min(w.size(), kMaxWarningBytes);
+    // At a character boundary (a proto3 string is UTF-8): back over continuation bytes (10xxxxxx).
+    while (end < w.size() && end > 0 && (static_cast<unsigned char>(w[end]) & 0xC0) == 0x80) --end;
+    std::string cut = w.substr(0, end);
+    if (std::find(merged.begin(), merged.end(), cut) != merged.end()) continue;
+    merged.push_back(std::move(cut));
+    added = true;
+  }
+  const size_t drop = merged.size() > kMaxJobWarnings ? merged.size() - kMaxJobWarnings : 0;
+  p->clear_warnings();
+  for (size_t i = drop; i < merged.size(); ++i) p->add_warnings(std::move(merged[i]));
+  return added;
+}
+
 }  // namespace
 
 absl::StatusOr<v1::RegisterWorkerResponse> Coordinator::RegisterWorker(const v1::RegisterWorkerRequest& req) {
@@ -460,6 +484,13 @@ absl::Status Coordinator::ReportRankStatusLocked(const v1::ReportRankStatusReque
     }
     case v1::ReportRankStatusRequest::EVENT_PROGRESS: {
       v1::JobProgress p = req.progress();
+      // The job's warnings: the ones it had, then the new ones (each once, the newest kMaxJobWarnings).
+      const bool warned = MergeWarnings(e.job.progress(), &p);
+      if (p.step() == 0) {  // Warnings alone (before the attempt's first step).
+        *e.job.mutable_progress()->mutable_warnings() = p.warnings();
+        if (warned) ChangedLocked(e, /*persist=*/true);
+        return absl::OkStatus();
+      }
       p.set_total_steps(e.job.spec().train().steps());
       if (p.step() != e.job.progress().step()) e.progressed_at = Now();  // The watchdog's (CheckProgressLocked).
       // The loss of the job's first reported step stays, so that "did it learn" reads off one message.
@@ -486,7 +517,7 @@ absl::Status Coordinator::ReportRankStatusLocked(const v1::ReportRankStatusReque
         h->set_last_step(p.step());
         if (first_report) persist = true;
       }
-      ChangedLocked(e, persist);
+      ChangedLocked(e, persist || warned);
       return absl::OkStatus();
     }
     case v1::ReportRankStatusRequest::EVENT_EXITED: {

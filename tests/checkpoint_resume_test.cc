@@ -175,6 +175,15 @@ TEST(CheckpointResumeTest, MismatchedModelIsAClearErrorAndDamagedCheckpointsAreS
     return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   };
   EXPECT_THAT(rank_log(), HasSubstr("step_00000004 is damaged: model.safetensors has 100 bytes, the index recorded"));
+  // The user sees it on the console too (--quiet hides progress, not warnings), from the warning
+  // line in steps.jsonl (before: only in the rank's log).
+  EXPECT_THAT(resumed.output, HasSubstr("warning: checkpoint " + dir + "/a/checkpoints/step_00000004 is damaged: "
+                                        "model.safetensors has 100 bytes"));
+  {
+    std::ifstream in(dir + "/a/steps.jsonl");
+    EXPECT_THAT(std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()),
+                HasSubstr("\"warning\":"));
+  }
   EXPECT_THAT(resumed.output, ::testing::Not(HasSubstr("terminate called")));
   const auto want = ReadLosses(dir + "/full/steps.jsonl");
   const auto got = ReadLosses(dir + "/a/steps.jsonl");
@@ -193,6 +202,7 @@ TEST(CheckpointResumeTest, MismatchedModelIsAClearErrorAndDamagedCheckpointsAreS
   ASSERT_EQ(over.exit_code, 0) << over.output;
   EXPECT_THAT(rank_log(), HasSubstr("step_00000002 is damaged: optimizer.safetensors has CRC-32C"));
   EXPECT_THAT(rank_log(), HasSubstr("no undamaged checkpoint left"));
+  EXPECT_THAT(over.output, HasSubstr("warning: no undamaged checkpoint left in " + dir + "/a/checkpoints; starting over"));
   const auto again = ReadLosses(dir + "/a/steps.jsonl");
   ASSERT_EQ(again.size(), 8u);
   for (const auto& [step, loss] : want) EXPECT_EQ(again.at(step), loss) << "step " << step;

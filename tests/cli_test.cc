@@ -1,6 +1,8 @@
 // The `tessera` CLI on bad input: every problem is a one-line error naming the field, exit code 2,
-// never a crash; a failing rank ends the job with exit code 1 and its error; no LibTorch linked.
+// never a crash; a failing rank ends the job with exit code 1 and its error; warnings reach the
+// console; no LibTorch linked.
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 
@@ -11,6 +13,7 @@
 namespace tessera {
 namespace {
 
+namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 using ::testing::Not;
 using testing::RunTessera;
@@ -88,6 +91,20 @@ TEST_F(CliTest, FailingRankEndsTheJobWithItsError) {
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_THAT(r.output, HasSubstr("has shape [256,16], expected [256,32]"));
   EXPECT_THAT(r.output, HasSubstr("error: the job failed; see"));
+}
+
+// A warning of the trainer reaches the console (before: only the rank's log): a tensorboard link
+// planted in OUTPUT_DIR is refused, said on the console, and the run trains on.
+TEST_F(CliTest, WarningsReachTheConsole) {
+  fs::create_directories(dir_ + "/out");
+  fs::create_directories(dir_ + "/elsewhere");
+  fs::create_directory_symlink(dir_ + "/elsewhere", dir_ + "/out/tensorboard");
+  auto r = RunTessera({"run", spec_, "--quiet", "--set", "parallel.dp=1", "--set", "train.global_batch=2"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("warning: no TensorBoard events: "));
+  EXPECT_THAT(r.output, HasSubstr("tensorboard: is a symbolic link"));
+  EXPECT_TRUE(fs::is_empty(dir_ + "/elsewhere")) << "nothing written through the link";
+  EXPECT_EQ(testing::ReadLosses(dir_ + "/out/steps.jsonl").size(), 2u) << "the warning line is not a step";
 }
 
 TEST_F(CliTest, DataPrepareWritesByteTokens) {

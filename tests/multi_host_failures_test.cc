@@ -153,6 +153,11 @@ TEST_F(MultiHostTest, WorkerAndCoordinatorKilledAndADamagedCheckpointTheJobEndsA
   EXPECT_THAT(Cli({"job", id}).output, HasSubstr(absl::StrCat(victim, " (", hosts_->address(victim_host), ")")));
   EXPECT_THAT(RankLogs(out), HasSubstr(absl::StrCat(parallel::CheckpointName(damaged_step),
                                                     " is damaged: model.safetensors has 1000 bytes")));
+  // And where the user looks: the job's warnings (`tessera job`, from rank 0's warning line).
+  EXPECT_THAT(job["progress"].value("warnings", nlohmann::json::array()).dump(),
+              HasSubstr(absl::StrCat(parallel::CheckpointName(damaged_step), " is damaged: model.safetensors has 1000 bytes")));
+  EXPECT_THAT(Cli({"job", id}).output, HasSubstr(absl::StrCat("warning: checkpoint ", out, "/checkpoints/",
+                                                               parallel::CheckpointName(damaged_step), " is damaged")));
   // The damaged checkpoint costs one interval more (the history shows where the attempt really
   // resumed, not the damaged newest one).
   ExpectRecomputedAtMost(job, 40);

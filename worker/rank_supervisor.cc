@@ -26,6 +26,8 @@ namespace fs = std::filesystem;
 constexpr char kStepLog[] = "steps.jsonl";
 // The most of rank 0's step log read in one Poll().
 constexpr int64_t kMaxStepBytesPerPoll = 4 << 20;
+// Warning lines forwarded per round at most (each cut to steplog::kMaxWarningBytes).
+constexpr size_t kMaxWarningsPerPoll = 16;
 
 double ModelFlopsPerToken(const v1::JobSpec& spec) {
   return spec::ModelConfigOf(spec.model()).TrainingFlopsPerToken();
@@ -151,9 +153,14 @@ void RankSupervisor::ReadProgress(const Key& key, Rank& r, std::vector<RankEvent
   auto chunk = userfs::ReadAt(in->get(), r.steps_offset, want);
   std::istringstream text(chunk.ok() ? *chunk : std::string());
   std::vector<StepRecord> report;  // Step 1 (the job's baseline loss) and the newest step.
+  std::vector<std::string> warnings;  // Warning lines read this round (common/steplog).
   r.steps_offset += steplog::ReadCompleteLines(text, [&](std::string_view line) {
     std::optional<StepRecord> j = steplog::ParseStepLine(line);
     if (!j.has_value()) return;
+    if (j->warning.has_value()) {  // Not a step: sent with the next progress report.
+      if (warnings.size() < kMaxWarningsPerPoll) warnings.push_back(*std::move(j->warning));
+      return;
+    }
     if (j->val_loss.has_value()) {
       r.val_step = j->step;
       r.val_loss = *j->val_loss;
@@ -178,6 +185,9 @@ void RankSupervisor::ReadProgress(const Key& key, Rank& r, std::vector<RankEvent
     report.push_back(*r.last_step);
   }
   r.reported_checkpoint = checkpoint;
+  // Warnings without a new step go with the newest step again, or alone (step 0: the coordinator
+  // takes only the warnings of such a report).
+  if (report.empty() && !warnings.empty()) report.push_back(r.last_step.value_or(StepRecord{}));
   for (const StepRecord& j : report) {
     RankEvent p;
     p.progress.set_last_checkpoint_step(checkpoint);
@@ -206,6 +216,9 @@ void RankSupervisor::ReadProgress(const Key& key, Rank& r, std::vector<RankEvent
     p.flops_per_token = r.flops_per_token;
     p.samples = r.samples_per_step;
     p.world_size = r.world_size;
+    if (&j == &report.back()) {
+      for (std::string& w : warnings) p.progress.add_warnings(std::move(w));
+    }
     events->push_back(std::move(p));
   }
 }

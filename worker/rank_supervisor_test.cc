@@ -100,6 +100,27 @@ TEST_F(RankSupervisorTest, ReportsStartProgressAndTheExitWithTheLastErrorLine) {
   EXPECT_THAT(text, HasSubstr("=== tessera-worker: job job-000001 attempt 1 rank 0 ==="));
 }
 
+// The trainer's warnings (a damaged checkpoint set aside ...) go to the coordinator with the progress
+// report; they are not steps.
+TEST_F(RankSupervisorTest, WarningLinesGoWithTheProgressReportAndAreNotSteps) {
+  const std::string steps = dir_ + "/out/steps.jsonl";
+  auto s = Supervisor("echo '{\"step\": 0, \"warning\": \"step_00000004 is damaged\"}' >> " + steps +
+                      "\necho '{\"step\": 1, \"loss\": 5.5}' >> " + steps +
+                      "\necho '{\"step\": 1, \"warning\": \"TensorBoard events stop\"}' >> " + steps + "\nexit 0");
+  ASSERT_TRUE(s->Start(Order(0)).ok());
+  std::vector<RankEvent> events = PollUntilExit(*s);
+  std::vector<int64_t> steps_reported;
+  std::vector<std::string> warnings;
+  for (const RankEvent& e : events) {
+    if (e.event != v1::ReportRankStatusRequest::EVENT_PROGRESS) continue;
+    steps_reported.push_back(e.progress.step());
+    for (const std::string& w : e.progress.warnings()) warnings.push_back(w);
+  }
+  ASSERT_FALSE(steps_reported.empty());
+  for (int64_t step : steps_reported) EXPECT_EQ(step, 1) << "a warning line is not a step";
+  EXPECT_EQ(warnings, (std::vector<std::string>{"step_00000004 is damaged", "TensorBoard events stop"}));
+}
+
 TEST_F(RankSupervisorTest, StopSendsTermAndKillsOnlyAfterTheGracePeriodOnTheClock) {
   // A rank that ignores SIGTERM (as one stuck in a collective may).
   const std::string ready = dir_ + "/trapped";

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "common/spec/job_spec.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/start_order.h"
 #include "common/steplog/step_log.h"
@@ -47,6 +48,30 @@ TEST(StepLogTest, ReadsATrainerLine) {
   EXPECT_EQ(async->checkpoint_blocked_s, 0.25);
   EXPECT_EQ(async->checkpoint_write_s, 1.5);
   EXPECT_FALSE(v->checkpoint_blocked_s.has_value() || v->checkpoint_write_s.has_value());
+}
+
+// A warning line is not a step: its text is kept (cut to kMaxWarningBytes at a character boundary).
+TEST(StepLogTest, AWarningLineIsReadAsAWarning) {
+  auto w = ParseStepLine(steplog::FormatWarningLine(4, "step_00000004 is damaged; set aside"));
+  ASSERT_TRUE(w.has_value());
+  EXPECT_EQ(w->step, 4);
+  EXPECT_EQ(w->warning, "step_00000004 is damaged; set aside");
+  EXPECT_FALSE(ParseStepLine(R"({"step": 4, "loss": 2})")->warning.has_value());
+  EXPECT_FALSE(ParseStepLine(R"({"step": 4, "warning": 7})")->warning.has_value()) << "not a string";
+  // 2,000 two-byte characters: cut to at most 1 KiB without splitting one.
+  std::string long_text;
+  for (int i = 0; i < 2000; ++i) long_text += "\xc3\xa9";
+  auto cut = ParseStepLine(steplog::FormatWarningLine(1, long_text));
+  ASSERT_TRUE(cut.has_value());
+  ASSERT_TRUE(cut->warning.has_value());
+  EXPECT_LE(cut->warning->size(), steplog::kMaxWarningBytes);
+  EXPECT_EQ(cut->warning->substr(cut->warning->size() - 3), "...");
+  EXPECT_EQ(cut->warning->substr(0, 4), "\xc3\xa9\xc3\xa9");
+  EXPECT_EQ((cut->warning->size() - 3) % 2, 0u) << "whole characters";
+  // Bytes that are not UTF-8 (a path's) are replaced, never thrown on.
+  auto bad = ParseStepLine(steplog::FormatWarningLine(1, "path \xff\xfe"));
+  ASSERT_TRUE(bad.has_value());
+  EXPECT_THAT(*bad->warning, ::testing::HasSubstr("path "));
 }
 
 // Before ParseStepLine the worker read lines with nlohmann's value(), which throws on a member of

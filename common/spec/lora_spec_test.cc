@@ -1,6 +1,7 @@
 // model.lora: parsed into the model's LoraConfig, and every problem named by its field.
 #include "common/spec/job_spec.h"
 #include "common/spec/model_config_of.h"
+#include "common/spec/paths.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -61,6 +62,29 @@ TEST(LoraSpecTest, ProblemsNameTheField) {
   EXPECT_EQ(Problems({"model.experts=4", "model.lora.dropout=0.1"}), "");  // Attention adapters only.
   EXPECT_THAT(Problems({"parallel.tp=4", "parallel.tp_mode=2d"}),
               HasSubstr("model.lora: with a grid tensor-parallel mode is not supported yet"));
+}
+
+// Paths are made absolute where the user stands (tessera run and submit): the base a LoRA checkpoint
+// records, and the adapter to start from, name the same files from any directory. The adapter
+// directory is an input confined to the data roots like the others (before: neither).
+TEST(LoraSpecTest, EveryPathIsMadeAbsoluteAndTheAdapterIsAnInput) {
+  auto spec = ParseJobSpec(kLlama, {"model.pretrained=models/base/", "model.lora.init_from=../adapters/./a",
+                                    "output_dir=out/x", "checkpoint.dir=/abs/ckpt", "data.valid_path=v.bin"});
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  MakePathsAbsolute(&*spec, "/home/me/work");
+  EXPECT_EQ(spec->data().path(), "/home/me/work/data.bin");
+  EXPECT_EQ(spec->data().valid_path(), "/home/me/work/v.bin");
+  EXPECT_EQ(spec->model().pretrained(), "/home/me/work/models/base");
+  EXPECT_EQ(spec->model().lora().init_from(), "/home/me/adapters/a");
+  EXPECT_EQ(spec->output_dir(), "/home/me/work/out/x");
+  EXPECT_EQ(spec->checkpoint().dir(), "/abs/ckpt") << "absolute paths as written";
+  EXPECT_EQ(spec->model().init_from(), "") << "unset stays unset";
+  bool adapter_is_input = false;
+  for (const auto& [field, path] : InputPaths(*spec)) adapter_is_input |= field == "model.lora.init_from";
+  EXPECT_TRUE(adapter_is_input);
+  PathRoots roots{{"/data"}, ""};
+  auto confined = ToStatus(CheckJobPaths(*spec, roots, ""));
+  EXPECT_THAT(confined.message(), HasSubstr("model.lora.init_from: '/home/me/adapters/a' is outside the data roots"));
 }
 
 }  // namespace

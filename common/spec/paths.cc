@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <filesystem>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -80,6 +81,24 @@ absl::StatusOr<PathRoots> ParsePathRoots(const std::string& data_roots, const st
   return roots;
 }
 
+void MakePathsAbsolute(v1::JobSpec* s, const std::string& cwd) {
+  auto absolute = [&](const std::string& path) {
+    if (path.empty() || path[0] == '/') return path;
+    std::string out = (std::filesystem::path(cwd) / path).lexically_normal().string();
+    while (out.size() > 1 && out.back() == '/') out.pop_back();
+    return out;
+  };
+  v1::DataSpec* d = s->mutable_data();
+  d->set_path(absolute(d->path()));
+  d->set_valid_path(absolute(d->valid_path()));
+  for (auto& src : *d->mutable_blend()) src.set_path(absolute(src.path()));
+  s->mutable_model()->set_init_from(absolute(s->model().init_from()));
+  s->mutable_model()->set_pretrained(absolute(s->model().pretrained()));
+  if (s->model().has_lora()) s->mutable_model()->mutable_lora()->set_init_from(absolute(s->model().lora().init_from()));
+  s->set_output_dir(absolute(s->output_dir()));
+  if (s->has_checkpoint()) s->mutable_checkpoint()->set_dir(absolute(s->checkpoint().dir()));
+}
+
 std::vector<std::pair<std::string, std::string>> InputPaths(const v1::JobSpec& s) {
   std::vector<std::pair<std::string, std::string>> out;
   auto add = [&](std::string field, const std::string& path) {
@@ -90,6 +109,7 @@ std::vector<std::pair<std::string, std::string>> InputPaths(const v1::JobSpec& s
   for (int i = 0; i < s.data().blend_size(); ++i) add(absl::StrCat("data.blend[", i, "].path"), s.data().blend(i).path());
   add("model.init_from", s.model().init_from());
   add("model.pretrained", s.model().pretrained());
+  add("model.lora.init_from", s.model().lora().init_from());
   return out;
 }
 

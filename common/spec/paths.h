@@ -32,6 +32,13 @@ std::vector<SpecError> CheckPathShape(const std::string& field, const std::strin
 // Whether `path` is `root` or lies below it (both normalised; a plain string comparison by components).
 bool PathWithin(const std::string& path, const std::string& root);
 
+// Makes every path field of `spec` that is set and relative (inputs and outputs, the LoRA adapter to
+// start from too) absolute against `cwd` (absolute itself) and lexically normalised, trailing '/'
+// dropped: paths in a spec are relative to where the user stands, while ranks, checkpoints and exported
+// adapters use them elsewhere (the base a LoRA checkpoint names is read by `tessera generate` from any
+// directory). Absolute paths are kept as written (a cluster checks their shape: CheckJobPaths).
+void MakePathsAbsolute(v1::JobSpec* spec, const std::string& cwd);
+
 // The spec's input and output path fields that are set, as (field, path).
 std::vector<std::pair<std::string, std::string>> InputPaths(const v1::JobSpec& spec);
 std::vector<std::pair<std::string, std::string>> OutputPaths(const v1::JobSpec& spec);

@@ -44,7 +44,22 @@ std::optional<StepRecord> ParseStepLine(std::string_view line) {
     r.checkpoint_blocked_s = it->get<double>();
   }
   if (auto it = j.find("checkpoint_write_s"); it != j.end() && it->is_number()) r.checkpoint_write_s = it->get<double>();
+  if (auto it = j.find("warning"); it != j.end() && it->is_string()) r.warning = CutWarning(it->get<std::string>());
   return r;
+}
+
+std::string CutWarning(std::string_view message) {
+  if (message.size() <= kMaxWarningBytes) return std::string(message);
+  size_t end = kMaxWarningBytes - 3;
+  // Back to the first byte of a character (not a continuation byte 10xxxxxx).
+  while (end > 0 && (static_cast<unsigned char>(message[end]) & 0xC0) == 0x80) --end;
+  return std::string(message.substr(0, end)) + "...";
+}
+
+std::string FormatWarningLine(int64_t step, std::string_view message) {
+  nlohmann::json j = {{"step", step}, {"warning", CutWarning(message)}};
+  // Invalid UTF-8 (a path's bytes) is replaced, never thrown on.
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 int64_t ReadCompleteLines(std::istream& in, const std::function<void(std::string_view)>& on_line) {

@@ -8,6 +8,7 @@
 #include <functional>
 #include <istream>
 #include <optional>
+#include <string>
 #include <string_view>
 
 namespace tessera::steplog {
@@ -29,7 +30,20 @@ struct StepRecord {
   std::optional<double> lm_loss, aux_loss, expert_imbalance;
   // checkpoint.async: how long a checkpoint step was held, and how long a background write took.
   std::optional<double> checkpoint_blocked_s, checkpoint_write_s;
+  // A warning line ({"step": N, "warning": "..."}), not a step: something the user should see (a
+  // damaged checkpoint set aside, TensorBoard events that stopped), cut to kMaxWarningBytes. Readers
+  // that chart or report steps skip these records; the worker forwards them to the coordinator.
+  std::optional<std::string> warning;
 };
+
+// The longest warning kept (longer ones are cut at a UTF-8 character boundary, "..." appended).
+inline constexpr size_t kMaxWarningBytes = 1024;
+
+// The warning line the trainer appends (without the newline): {"step": step, "warning": message}.
+std::string FormatWarningLine(int64_t step, std::string_view message);
+
+// `message` cut to at most kMaxWarningBytes at a UTF-8 character boundary.
+std::string CutWarning(std::string_view message);
 
 // The longest line read; longer ones are skipped as not a step.
 inline constexpr size_t kMaxStepLineBytes = 64 * 1024;

@@ -101,6 +101,7 @@ TEST(StepHistoryTest, OnePointPerStepAndResumesSupersede) {
            (s == 4 ? ",\"val_loss\":7.5" : "") + "}\n";
   }
   log += "not json\n";
+  log += "{\"step\":3,\"warning\":\"checkpoint step_00000004 is damaged\"}\n";  // Not a step, nor bad.
   for (int s = 4; s <= 6; ++s) log += "{\"step\":" + std::to_string(s) + ",\"loss\":" + std::to_string(20 - s) + ",\"resumed_from\":3}\n";
   log += "{\"step\":7,\"loss\":1";  // Being written: not read.
   auto h = ReadStepHistory(TempFile("steps.jsonl", log));

@@ -48,6 +48,7 @@ absl::StatusOr<StepHistory> ReadStepHistory(const std::string& path, int64_t max
   const std::string_view text(data);
   for (size_t nl = text.find('\n', from); nl != std::string_view::npos; from = nl + 1, nl = text.find('\n', from)) {
     std::optional<steplog::StepRecord> r = steplog::ParseStepLine(text.substr(from, nl - from));
+    if (r.has_value() && r->warning.has_value()) continue;  // A warning line: not a step.
     if (!r.has_value() || r->step < 1) {
       ++h.bad_lines;
       continue;

@@ -9,6 +9,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 
@@ -207,6 +208,17 @@ class Trainer {
   absl::StatusOr<at::Tensor> ReadMicroBatch(TrainingData& data, int64_t first, int a, int accum,
                                             at::Tensor* positions = nullptr);
   absl::Status TrimStepLog();
+  // Something the user should see (a damaged checkpoint set aside, TensorBoard events that stopped, a
+  // background checkpoint write that failed): on this rank's log at once as "tessera: warning: ...",
+  // and on rank 0 kept for the step log, where FlushWarnings writes it as a warning line
+  // (common/steplog) that `tessera run` prints and the worker forwards to the coordinator (`tessera
+  // status`, `submit --wait`). Thread-safe (the background checkpoint writer warns too).
+  void Warn(const std::string& message);
+  // Rank 0: the warnings kept since the last flush, appended to the step log at `step_` (after the
+  // fence check); called by TrimStepLog and before each step line.
+  absl::Status FlushWarnings();
+  std::mutex warnings_mu_;
+  std::vector<std::string> pending_warnings_;  // Guarded by warnings_mu_.
   // Rank 0: the job's TensorBoard event file (opened by TrimStepLog; null when it cannot be written).
   std::unique_ptr<tensorboard::EventFileWriter> events_;
   // Communicator::bytes_communicated summed over this rank's distinct groups.

@@ -383,7 +383,7 @@ absl::StatusOr<int64_t> Trainer::AgreeOnResumeStep() {
     std::vector<absl::Status> damaged;
     auto found = NewestGoodCheckpoint(options_.checkpoint_dir, &damaged);
     for (const absl::Status& s : damaged) {
-      std::cerr << "tessera: " << s.message() << "; set aside as .damaged, resuming from an older one\n";
+      Warn(absl::StrCat(s.message(), "; set aside as .damaged, resuming from an older one"));
     }
     const std::optional<std::pair<int64_t, std::string>> good = found.ok() ? *found : std::nullopt;
     if (!found.ok()) {
@@ -392,7 +392,7 @@ absl::StatusOr<int64_t> Trainer::AgreeOnResumeStep() {
     } else if (good.has_value()) {
       step[0] = good->first;
     } else if (!damaged.empty()) {
-      std::cerr << "tessera: no undamaged checkpoint left in " << options_.checkpoint_dir << "; starting over\n";
+      Warn(absl::StrCat("no undamaged checkpoint left in ", options_.checkpoint_dir, "; starting over"));
     }
   }
   at::Tensor agreed = step.to(device_);

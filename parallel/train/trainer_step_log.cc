@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/steplog/step_log.h"
 #include "common/userfs/user_files.h"
 #include "formats/tensorboard/event_file.h"
 #include "nlohmann/json.hpp"
@@ -48,7 +49,7 @@ absl::Status Trainer::TrimStepLog() {
     if (j.is_discarded()) continue;
     if (j.value("step", int64_t{0}) <= step_) {
       kept << line << "\n";
-    } else {
+    } else if (!j.contains("warning")) {
       ++discarded_steps_;  // Trained by an earlier run past the checkpoint this one resumes from.
     }
   }
@@ -70,7 +71,36 @@ absl::Status Trainer::TrimStepLog() {
   if (events.ok()) {
     events_ = std::move(*events);
   } else {
-    std::cerr << "tessera: warning: no TensorBoard events: " << events.status().message() << std::endl;
+    Warn(absl::StrCat("no TensorBoard events: ", events.status().message()));
+  }
+  return FlushWarnings();
+}
+
+void Trainer::Warn(const std::string& message) {
+  std::cerr << "tessera: warning: " << message << std::endl;
+  if (groups_.global_rank != 0) return;
+  std::lock_guard<std::mutex> lock(warnings_mu_);
+  // Bounded: a warning repeated every step is kept once per flush, and at most 16 wait.
+  if (pending_warnings_.size() < 16 &&
+      std::find(pending_warnings_.begin(), pending_warnings_.end(), message) == pending_warnings_.end()) {
+    pending_warnings_.push_back(message);
+  }
+}
+
+absl::Status Trainer::FlushWarnings() {
+  std::vector<std::string> warnings;
+  {
+    std::lock_guard<std::mutex> lock(warnings_mu_);
+    warnings.swap(pending_warnings_);
+  }
+  if (warnings.empty()) return absl::OkStatus();
+  TESSERA_RETURN_IF_ERROR(Fence().Check());
+  std::string lines;
+  for (const std::string& w : warnings) absl::StrAppend(&lines, steplog::FormatWarningLine(step_, w), "\n");
+  auto out = userfs::OpenUnder(options_.output_dir, kStepLog, {userfs::Access::kAppend});
+  if (!out.ok()) return out.status();
+  if (absl::Status w = userfs::WriteAll(out->get(), lines); !w.ok()) {
+    return absl::InternalError(absl::StrCat(options_.output_dir, "/steps.jsonl: ", w.message()));
   }
   return absl::OkStatus();
 }
@@ -87,6 +117,7 @@ void Trainer::LogProgress(const StepStats& s) const {
 }
 
 absl::Status Trainer::AppendStepLog(const StepStats& s) {
+  TESSERA_RETURN_IF_ERROR(FlushWarnings());
   TESSERA_RETURN_IF_ERROR(Fence().Check());
   nlohmann::json j = {{"step", s.step}, {"loss", s.loss}, {"lr", s.lr}, {"grad_norm", s.grad_norm},
                       {"tokens_per_s", s.tokens_per_s}, {"step_seconds", s.step_seconds}, {"tokens", s.tokens},
@@ -140,7 +171,7 @@ absl::Status Trainer::AppendStepLog(const StepStats& s) {
     }
     // TensorBoard is a view: a failed write is reported once and the events stop, training goes on.
     if (absl::Status written = events_->AddScalars(s.step, scalars); !written.ok()) {
-      std::cerr << "tessera: warning: TensorBoard events stop: " << written.message() << std::endl;
+      Warn(absl::StrCat("TensorBoard events stop: ", written.message()));
       events_.reset();
     }
   }

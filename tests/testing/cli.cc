@@ -91,7 +91,7 @@ std::map<int, double> ReadStepField(const std::string& steps_jsonl, const std::s
   std::string line;
   while (std::getline(in, line)) {
     auto j = nlohmann::json::parse(line, nullptr, false);
-    if (!j.is_discarded()) out[j.value("step", 0)] = j.value(field, 0.0);
+    if (!j.is_discarded() && !j.contains("warning")) out[j.value("step", 0)] = j.value(field, 0.0);
   }
   return out;
 }

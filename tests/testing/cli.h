@@ -33,7 +33,8 @@ std::string FreshDir(const std::string& name);
 // Writes a deterministic token file (uint16, ids < 256) of `tokens` tokens with learnable structure.
 std::string WriteTokenFile(const std::string& dir, int tokens);
 
-// One field ("loss", "grad_norm", ...) of every line of steps.jsonl, by step (1-based).
+// One field ("loss", "grad_norm", ...) of every step line of steps.jsonl (warning lines skipped),
+// by step (1-based).
 std::map<int, double> ReadStepField(const std::string& steps_jsonl, const std::string& field);
 // The val_loss of the steps that evaluated (only those lines), by step.
 std::map<int, double> ReadValLosses(const std::string& steps_jsonl);
