@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "absl/flags/flag.h"
+#include "common/userfs/user_files.h"
 #include "common/process/cpu_peak.h"
 #include "absl/flags/parse.h"
 #include "absl/synchronization/mutex.h"
@@ -155,6 +156,11 @@ int main(int argc, char** argv) {
     char host[256] = {0};
     gethostname(host, sizeof(host) - 1);
     o.name = host;
+  }
+  // Job specs and rank scratch: this user's alone (a work dir in /tmp that another user made first is
+  // refused, an existing one of ours made 0700).
+  if (absl::Status st = tessera::userfs::MakePrivateDir(absl::GetFlag(FLAGS_work_dir)); !st.ok()) {
+    return Fail("--work_dir " + std::string(st.message()));
   }
   o.pool = absl::GetFlag(FLAGS_pool);
   if (std::string problem = tessera::spec::NameProblem(o.pool); !o.pool.empty() && !problem.empty()) {

@@ -102,6 +102,37 @@ absl::Status CheckDirBelow(const std::string& base, const std::string& dir) {
   return opened.ok() ? absl::OkStatus() : opened.status();
 }
 
+absl::Status MakePrivateDir(const std::string& dir) {
+  if (dir.empty()) return absl::InvalidArgumentError("an empty directory name");
+  std::error_code ec;
+  const std::filesystem::path parent = std::filesystem::path(dir).parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);  // A missing parent: 0755 (umask).
+  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return absl::FailedPreconditionError(absl::StrCat(dir, ": cannot create: ", std::strerror(errno)));
+  }
+  // Opened without following a link, then checked and changed through the descriptor: what is checked
+  // is what is changed.
+  UniqueFd fd(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (fd.get() < 0) {
+    struct stat st {};
+    const int err = errno;
+    if (lstat(dir.c_str(), &st) == 0 && !S_ISDIR(st.st_mode)) {
+      return absl::FailedPreconditionError(absl::StrCat(dir, ": is ", DescribeFileType(st.st_mode), ", not a directory"));
+    }
+    return absl::FailedPreconditionError(absl::StrCat(dir, ": cannot open: ", std::strerror(err)));
+  }
+  struct stat st {};
+  if (fstat(fd.get(), &st) != 0) return absl::FailedPreconditionError(absl::StrCat(dir, ": ", std::strerror(errno)));
+  if (st.st_uid != geteuid()) {
+    return absl::FailedPreconditionError(absl::StrCat(dir, ": is owned by uid ", st.st_uid, ", not by this user (uid ",
+                                                      geteuid(), "); another user may have made it: choose another"));
+  }
+  if ((st.st_mode & 07777) != 0700 && fchmod(fd.get(), 0700) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(dir, ": cannot make it private (0700): ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
 std::string DescribeFileType(mode_t mode) {
   if (S_ISREG(mode)) return "a regular file";
   if (S_ISDIR(mode)) return "a directory";

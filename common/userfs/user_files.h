@@ -75,6 +75,13 @@ absl::StatusOr<UniqueFd> OpenDirUnder(const std::string& base, absl::string_view
 // directory) is refused by name. Nothing to check otherwise (OK).
 absl::Status CheckDirBelow(const std::string& base, const std::string& dir);
 
+// A daemon's own directory (the worker's --work_dir: job specs, rank scratch) made private: created
+// with mode 0700 when missing (parents 0755); an existing one must be a real directory (not a
+// symbolic link) owned by this process's user, and is set to 0700. FailedPrecondition naming the
+// directory and the problem (owned by another uid, a link, not a directory) otherwise: a directory
+// another user made first (in /tmp, say) is never used.
+absl::Status MakePrivateDir(const std::string& dir);
+
 // What stands at `fd`: "a regular file", "a FIFO", "a directory", "a character device", ...
 std::string DescribeFileType(mode_t mode);
 

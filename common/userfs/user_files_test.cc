@@ -122,5 +122,28 @@ TEST_F(UserFilesTest, WriteTruncatesOnlyARegularFile) {
   EXPECT_EQ(fs::file_size(dir_ / "job/f"), 3u);
 }
 
+// The worker's work dir: made 0700, an existing one of ours made private, one owned by another user,
+// a link or a file refused by name (before: any directory, made by anyone, with any mode).
+TEST_F(UserFilesTest, APrivateDirIsOursAndOnlyOurs) {
+  const std::string work = (dir_ / "a/b/work").string();
+  ASSERT_TRUE(MakePrivateDir(work).ok());
+  EXPECT_EQ(fs::status(work).permissions(), fs::perms::owner_all);
+  fs::permissions(work, fs::perms::all);  // 0777: made private again.
+  ASSERT_TRUE(MakePrivateDir(work).ok());
+  EXPECT_EQ(fs::status(work).permissions(), fs::perms::owner_all);
+  fs::create_directory_symlink(dir_ / "other", dir_ / "link");
+  auto link = MakePrivateDir((dir_ / "link").string());
+  EXPECT_THAT(link.message(), HasSubstr("link: is a symbolic link, not a directory"));
+  std::ofstream(dir_ / "file") << "x";
+  EXPECT_THAT(MakePrivateDir((dir_ / "file").string()).message(), HasSubstr("file: is a regular file, not a directory"));
+  if (geteuid() == 0) {  // Another user's directory (root can give one away).
+    const std::string theirs = (dir_ / "theirs").string();
+    fs::create_directory(theirs);
+    ASSERT_EQ(chown(theirs.c_str(), 12345, 12345), 0);
+    EXPECT_THAT(MakePrivateDir(theirs).message(), HasSubstr("theirs: is owned by uid 12345, not by this user (uid 0)"));
+    EXPECT_NE(fs::status(theirs).permissions(), fs::perms::owner_all) << "left as it was";
+  }
+}
+
 }  // namespace
 }  // namespace tessera::userfs

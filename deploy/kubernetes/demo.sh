@@ -7,7 +7,8 @@
 # workers) over mutual TLS and follows it to SUCCEEDED; each pod's /metrics (what the probes probe)
 # and the dashboard are read on the way. Everything played is taken down at the end; logs stay in RUN.
 #   bash deploy/kubernetes/demo.sh        Exit 0 only when the job SUCCEEDED and nothing is left running.
-# Needs root (rootful podman). On a real cluster: make_secrets.sh, then kubectl apply (tessera.yaml).
+# Needs root (rootful podman). On a real cluster: make_secrets.sh > nodes.yaml, then kubectl apply
+# -f nodes.yaml -f tessera.yaml.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 source deploy/container/env.sh
@@ -34,8 +35,8 @@ pm network create --internal --subnet "$subnet.0/24" "$net" >/dev/null
 # The Secrets, as an operator makes them; the coordinator's certificate names its Service and address.
 "$cli" certs init "$run/certs" --worker node1 --worker node2 --user demo --san tessera-coordinator \
   --san "$subnet.10" --days 2 >/dev/null
-bash deploy/kubernetes/make_secrets.sh "$run/certs" >"$run/secrets.yaml"
-"${python[@]}" deploy/kubernetes/play.py render deploy/kubernetes/tessera.yaml "$run/secrets.yaml" "$run" \
+bash deploy/kubernetes/make_secrets.sh "$run/certs" >"$run/nodes.yaml"
+"${python[@]}" deploy/kubernetes/play.py render deploy/kubernetes/tessera.yaml "$run/nodes.yaml" "$run" \
   --nodes node1,node2 --coordinator-ip "$subnet.10" --set WORKER_DEVICES=cpu:1
 # The data volume's content: the demo's tokens.
 text=/usr/share/common-licenses/GPL-3
@@ -46,6 +47,16 @@ pm kube play --network "$net" --ip "$subnet.10" --ip "$subnet.11" --ip "$subnet.
 
 as_demo_user "$subnet.10"
 wait_alive 2 "the two worker pods"
+# Each worker pod holds its own node's key alone, and runs without capabilities or a way to gain them.
+for node in node1 node2; do
+  held="$(podman exec "tessera-worker-$node-worker" ls /etc/tessera/certs | tr '\n' ' ')"
+  [ "$held" = "ca.pem worker.key worker.pem " ] || fail "the $node pod holds: $held"
+  podman exec "tessera-worker-$node-worker" grep -q "^CapEff:[[:space:]]*0000000000000000" /proc/1/status ||
+    fail "the $node pod's worker has capabilities"
+  podman exec "tessera-worker-$node-worker" grep -q "^NoNewPrivs:[[:space:]]*1" /proc/1/status ||
+    fail "the $node pod's worker may gain privileges"
+done
+echo "worker pods: each holds its own node's key alone; no capabilities, no new privileges"
 # What the probes probe: every pod's /metrics.
 for target in "$subnet.10:9464" "$subnet.11:9465" "$subnet.12:9465"; do
   "${python[@]}" - "$target" <<'PY' || fail "/metrics of $target"

@@ -10,8 +10,13 @@ every volume mount has a volume, secret volumes name Secrets, claims name Persis
 the StatefulSet's claim templates), configMapKeyRef keys exist, probes probe declared ports, and
 every $(VAR) in a command line is an environment variable of its container.
 
+check also refuses a pod that runs as root, without the runtime's default seccomp profile, or a
+container that may escalate privileges or keeps a capability, and a worker pod that mounts more than
+its own node's key (tessera-worker-tls-NODE, mounted only by a workload pinned to NODE).
+
 render: podman 4.3 plays Pods, Deployments and PersistentVolumeClaims only. So the StatefulSet's pod
-template becomes the Pod tessera-coordinator-0 and the DaemonSet's one Pod per --nodes entry, as the
+template becomes the Pod tessera-coordinator-0 and a DaemonSet one Pod per --nodes entry (a DaemonSet
+pinned to a node by kubernetes.io/hostname: one Pod named after it, when that node is listed), as the
 controllers would make them: NODE_NAME from the node, configMapKeyRef values from the ConfigMap (with
 --set overrides: a CPU demo offers cpu:1 and no nvidia.com/gpu), $(VAR) expanded, Secrets written to
 OUT_DIR/secrets/NAME and mounted from there (owned by the pods' user), claims as directories under
@@ -81,7 +86,30 @@ def check(objects):
             if "persistentVolumeClaim" in v and v["persistentVolumeClaim"]["claimName"] not in claims:
                 errors.append(f"{name}: volume {v['name']}: no PersistentVolumeClaim "
                               f"{v['persistentVolumeClaim']['claimName']}")
+        # Least privilege: a non-root user, the runtime's default seccomp profile, and per container no
+        # privilege escalation and no capabilities.
+        pod_security = template["spec"].get("securityContext", {})
+        if not pod_security.get("runAsNonRoot"):
+            errors.append(f"{name}: securityContext.runAsNonRoot is not true")
+        if pod_security.get("seccompProfile", {}).get("type") != "RuntimeDefault":
+            errors.append(f"{name}: securityContext.seccompProfile.type is not RuntimeDefault")
+        # A worker's key authorises its node's name: a pod mounts at most one node's Secret, and only
+        # when it is pinned to that node.
+        pinned = template["spec"].get("nodeSelector", {}).get("kubernetes.io/hostname")
+        node_secrets = [v["secret"]["secretName"] for v in volumes.values()
+                        if "secret" in v and v["secret"]["secretName"].startswith("tessera-worker-tls")]
+        if len(node_secrets) > 1:
+            errors.append(f"{name}: mounts several nodes' keys: {', '.join(node_secrets)}")
+        for secret in node_secrets:
+            if secret != f"tessera-worker-tls-{pinned}":
+                errors.append(f"{name}: mounts {secret} but is pinned to node {pinned or '(none)'}: "
+                              "a worker pod mounts its own node's key alone")
         for c in template["spec"]["containers"]:
+            security = c.get("securityContext", {})
+            if security.get("allowPrivilegeEscalation") is not False:
+                errors.append(f"{name}/{c['name']}: securityContext.allowPrivilegeEscalation is not false")
+            if "ALL" not in security.get("capabilities", {}).get("drop", []):
+                errors.append(f"{name}/{c['name']}: securityContext.capabilities.drop does not drop ALL")
             ports = {p["containerPort"] for p in c.get("ports", [])}
             for m in c.get("volumeMounts", []):
                 if m["name"] not in volumes and m["name"] not in templates:
@@ -190,6 +218,11 @@ def render(objects, out, nodes, coordinator_ip, overrides, uid=10001):
         for i in range(w["spec"].get("replicas", 1)):
             pods.append(pod(f"{name}-{i}", w))
     for name, w in by_kind(objects, "DaemonSet").items():
+        pinned = w["spec"]["template"]["spec"].get("nodeSelector", {}).get("kubernetes.io/hostname")
+        if pinned is not None:  # One node's worker: its pod, when that node is one of --nodes.
+            if pinned in nodes:
+                pods.append(pod(name, w, pinned))
+            continue
         for node in nodes:
             pods.append(pod(f"{name}-{node}", w, node))
     with open(os.path.join(out, "play.yaml"), "w") as f:

@@ -7,7 +7,8 @@
 #      nodes, in the pool slurm-JOBID, and the batch job ends with the tessera job SUCCEEDED and no
 #      worker or rank left;
 #   2. the same with a long job, scancel'ed once it runs: the tessera job is cancelled and every
-#      worker and rank of the allocation is gone.
+#      worker and rank of the allocation is gone;
+#   3. TESSERA_WORK set to a directory another user owns: refused before any worker starts.
 # Everything (daemons, namespaces, bridge) is removed at the end; logs stay in RUN.
 #   bash deploy/slurm/demo.sh          Exit 0 only when both hold. Needs root.
 set -euo pipefail
@@ -129,7 +130,7 @@ text=/usr/share/common-licenses/GPL-3
 [ -r "$text" ] || text=README.md
 "$bin/tessera" data prepare "$text" "$run/data/demo.bin" >/dev/null
 
-left() { pgrep -f "$run/nodes/tessera-worker" | wc -l || true; }  # Workers and ranks of the allocations (their work dirs).
+left() { pgrep -f "$run/nodes/worker-" | wc -l || true; }  # Workers and ranks of the allocations (their work dirs).
 wait_job() {  # wait_job SLURM_JOB: until it has left the queue
   for _ in $(seq 1500); do [ -z "$(squeue -h -j "$1" 2>/dev/null)" ] && return 0; sleep 0.2; done
   return 1
@@ -168,4 +169,15 @@ for _ in $(seq 100); do [ "$(left)" = 0 ] && break; sleep 0.2; done
 echo "scancel → nothing of the allocation left after $((SECONDS - t0)) s"
 "$bin/tessera" job "$tj" | sed -n 1,3p
 "$bin/tessera" job "$tj" | grep -q "CANCELLED" || fail "tessera job $tj is not CANCELLED"
-echo "slurm demo: the job SUCCEEDED in its allocation; scancel left no worker or rank"
+
+# 3. A work dir that another user made first (in /tmp, say) is refused: no worker starts there.
+mkdir -p "$run/theirs"
+chown 12345:12345 "$run/theirs"
+sj="$(cd "$run" && TESSERA_WORK="$run/theirs" sbatch --parsable --nodes=1 "$repo/deploy/slurm/tessera.sbatch" \
+  "$repo/examples/gpt-demo.yaml" "${sets[@]}" --set output_dir="$run/out/demo/theirs" --set train.steps=5)" || fail "sbatch"
+wait_job "$sj" || fail "slurm job $sj did not end"
+grep -q "the work dir $run/theirs is not a directory of this user" "$run/tessera-$sj.out" ||
+  { cat "$run/tessera-$sj.out"; fail "slurm job $sj used a work dir of another user"; }
+[ -z "$(ls -A "$run/theirs")" ] || fail "the worker wrote into another user's directory"
+echo "a work dir owned by another user: refused"
+echo "slurm demo: the job SUCCEEDED in its allocation; scancel left no worker or rank; another user's work dir refused"
