@@ -355,6 +355,11 @@ int WorkersCommand(const ClusterOptions& o) {
               absl::StrJoin(labels, ",", absl::PairFormatter("="))});
   }
   std::cout << t.ToString();
+  for (const v1::Worker& w : resp.workers()) {
+    for (const v1::DeviceQuarantine& q : w.quarantined()) {
+      std::cout << w.name() << ": device " << q.device() << " quarantined: " << q.reason() << "\n";
+    }
+  }
   return kExitOk;
 }
 

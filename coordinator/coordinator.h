@@ -55,6 +55,13 @@ struct CoordinatorOptions {
   // fails (spending a restart). Longer than the slowest legitimate gap: start-up, a checkpoint, an
   // evaluation. Zero: never.
   absl::Duration progress_timeout = absl::Minutes(30);
+  // A rank of an earlier attempt that a live worker still lists this long after it was superseded (its
+  // SIGTERM and SIGKILL did not end it: a process stuck in the kernel, a device that hangs) is given up
+  // on: it no longer holds its job back (the next attempt is placed elsewhere; its fencing token keeps
+  // the old rank from writing), and its device stays out of placement — quarantined, with the reason
+  // shown by `tessera workers` — until the worker stops listing the rank (or registers again). Above
+  // any worker's stop grace. Zero: never (the job waits for the rank as long as it is listed).
+  absl::Duration unkillable_rank_timeout = absl::Minutes(2);
   // Backfill: later jobs that fit may be placed before an earlier one that does not, until it has
   // waited this long; from then on, nothing behind it (same device kind) is placed before it.
   absl::Duration backfill_limit = absl::Minutes(10);
@@ -298,6 +305,10 @@ class Coordinator {
     // attempt — superseded, being stopped — with their device: it stays used until they are gone, so
     // a new attempt never shares a device with a rank of an old one.
     std::map<std::tuple<std::string, int, int>, int> stopping;
+    // When each `stopping` rank was first listed as such, and those listed past the
+    // unkillable_rank_timeout: quarantined (key → the reason), no longer holding their jobs back.
+    std::map<std::tuple<std::string, int, int>, absl::Time> stopping_since;
+    std::map<std::tuple<std::string, int, int>, std::string> quarantined;
     std::set<int> used_ports;
     int64_t session = 0;  // Of the newest registration.
     // Its entry in free_index_ as ReindexLocked left it.
@@ -443,8 +454,11 @@ class Coordinator {
   // used devices.
   void ReindexLocked(WorkerEntry& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Adds (or removes) the jobs of worker `w`'s `stopping` ranks to (from) stopping_index_: while it is
-  // alive they are in it.
+  // alive they are in it, but for the quarantined ones.
   void IndexStoppingLocked(const WorkerEntry& w, bool add) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Quarantines worker `w`'s `stopping` ranks listed for unkillable_rank_timeout or longer (see there);
+  // whether one was (its job may be placed now).
+  bool QuarantineOverdueLocked(WorkerEntry& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   absl::Time Now() const { return options_.clock->Now(); }          // Deadlines (monotonic).
   absl::Time WallNow() const { return options_.clock->WallNow(); }  // Timestamps shown and kept.

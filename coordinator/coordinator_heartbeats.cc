@@ -108,6 +108,13 @@ void Coordinator::CheckLiveness() {
   for (auto& [jid, e] : jobs_) CheckProgressLocked(e);
   bool reschedule = false;
   for (auto& [wid, w] : workers_) {
+    // A live worker that keeps listing (unchanged heartbeats take the fast path) a superseded rank it
+    // cannot stop: past the deadline its job goes on without it.
+    if (w.info.state() == v1::Worker::STATE_ALIVE && !w.stopping.empty()) {
+      IndexStoppingLocked(w, /*add=*/false);
+      reschedule |= QuarantineOverdueLocked(w);
+      IndexStoppingLocked(w, /*add=*/true);
+    }
     if (w.info.state() != v1::Worker::STATE_ALIVE || now - w.live->LastHeartbeat() <= options_.heartbeat_timeout) continue;
     IndexStoppingLocked(w, /*add=*/false);  // A lost worker's superseded ranks: fences (below).
     w.info.set_state(v1::Worker::STATE_LOST);

@@ -39,6 +39,10 @@ ABSL_FLAG(int, start_timeout_s, 120, "Seconds for every rank of a placed attempt
 ABSL_FLAG(int, progress_timeout_s, 1800,
           "Seconds a running job may go without a new training step before it counts as hung and is restarted "
           "(0: never). Above the longest start-up, checkpoint or evaluation.");
+ABSL_FLAG(int, unkillable_rank_timeout_s, 120,
+          "A rank of an earlier attempt that a live worker still lists this long after it was told to stop "
+          "is given up on: its job is placed elsewhere and its device quarantined until the worker no longer "
+          "lists it (0: wait as long as it is listed).");
 ABSL_FLAG(int, backfill_limit_s, 600,
           "Seconds a job that does not fit lets later jobs that fit go first; then it holds its devices' kind.");
 ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9464", "Prometheus /metrics address; port 0 picks one (printed).");
@@ -79,6 +83,7 @@ tessera::coordinator::CoordinatorOptions OptionsFromFlags(const tessera::spec::P
   options.start_timeout = absl::Seconds(absl::GetFlag(FLAGS_start_timeout_s));
   options.backfill_limit = absl::Seconds(absl::GetFlag(FLAGS_backfill_limit_s));
   options.progress_timeout = absl::Seconds(std::max(0, absl::GetFlag(FLAGS_progress_timeout_s)));
+  options.unkillable_rank_timeout = absl::Seconds(std::max(0, absl::GetFlag(FLAGS_unkillable_rank_timeout_s)));
   options.on_scheduled = [&metrics](absl::Duration d) { metrics.ObserveScheduling(absl::ToDoubleSeconds(d)); };
   options.on_transition = [](const std::string& line) {
     std::cerr << "tessera-coordinator: job " << line << std::endl;

@@ -111,6 +111,7 @@ std::map<std::string, std::string> Coordinator::StoppingJobsLocked() {
 
 void Coordinator::IndexStoppingLocked(const WorkerEntry& w, bool add) {
   for (const auto& [key, device] : w.stopping) {
+    if (add && w.quarantined.count(key)) continue;  // Given up on: holds its job back no more.
     const std::string& job = std::get<0>(key);
     if (add) {
       stopping_index_[job].insert(w.info.id());
@@ -276,7 +277,9 @@ absl::Status Coordinator::VerifyIndexes() {
     if (n > 0) f.by_free.insert({-n, id});
     f.free += n;
     f.devices += w.info.device_count();
-    for (const auto& [key, device] : w.stopping) stopping[std::get<0>(key)].insert(id);
+    for (const auto& [key, device] : w.stopping) {
+      if (!w.quarantined.count(key)) stopping[std::get<0>(key)].insert(id);
+    }
   }
   for (const auto& [kind, f] : free_index_) {
     if (f.devices == 0 && f.free == 0 && f.by_free.empty()) free.try_emplace(kind);  // Emptied: equal.

@@ -368,6 +368,63 @@ TEST_F(CoordinatorTest, ALostWorkerBackWithoutTheRankEndsTheFenceAndOneStillRunn
   EXPECT_EQ(c_->GetJob(id)->attempt(), 2);
 }
 
+// A live worker that keeps listing a superseded rank it cannot kill (a process stuck in the kernel):
+// before, the job waited for it as long as the worker lived. Now, after the unkillable-rank timeout
+// (2 min) the job is placed elsewhere, and the rank's device stays out of placement, quarantined with
+// a reason, until the worker stops listing the rank.
+TEST_F(CoordinatorTest, ARankThatCannotBeStoppedIsGivenUpOnAndItsDeviceQuarantined) {
+  std::string id;
+  v1::Assignment on_b;
+  ASSERT_NO_FATAL_FAILURE(RunningOnBThenBLost(2, &id, &on_b));
+  ASSERT_NO_FATAL_FAILURE(RegisterRunning("b", on_b));
+  auto stop = Drain("b");
+  ASSERT_EQ(stop.size(), 1u);
+  EXPECT_EQ(stop[0].action(), v1::Assignment::ACTION_STOP);
+  v1::HeartbeatRequest hb;  // b's heartbeats: the rank, every time (unchanged: the fast path).
+  hb.set_worker_id("b");
+  hb.set_session(sessions_["b"]);
+  hb.set_applied_seq(stop[0].seq());
+  hb.set_reports_ranks(true);
+  v1::RunningRank* listed = hb.add_ranks();
+  listed->set_job_id(on_b.job_id());
+  listed->set_attempt(on_b.attempt());
+  listed->set_rank(on_b.rank());
+  listed->set_device(on_b.local_rank());
+  auto advance = [&](absl::Duration d) {
+    for (absl::Duration t = absl::ZeroDuration(); t < d; t += absl::Milliseconds(50)) {
+      clock_.Advance(absl::Milliseconds(50));
+      ASSERT_TRUE(c_->Heartbeat(hb).ok());
+      ASSERT_TRUE(c_->Heartbeat("c").ok());
+      c_->CheckLiveness();
+    }
+  };
+  advance(absl::Minutes(2) - absl::Seconds(1));
+  EXPECT_EQ(State(id), v1::JOB_STATE_PENDING);
+  EXPECT_THAT(c_->GetJob(id)->reason(), HasSubstr("waiting for worker b to stop its rank(s) of an earlier attempt"));
+  EXPECT_TRUE(Drain("c").empty());
+  advance(absl::Seconds(2));
+  auto on_c = Drain("c");
+  ASSERT_EQ(on_c.size(), 1u) << c_->GetJob(id)->reason();
+  EXPECT_EQ(on_c[0].attempt(), 2);
+  auto quarantined = [&] {
+    for (const v1::Worker& w : c_->ListWorkers()) {
+      if (w.id() == "b") return w;
+    }
+    return v1::Worker();
+  };
+  v1::Worker b = quarantined();
+  ASSERT_EQ(b.quarantined_size(), 1);
+  EXPECT_EQ(b.quarantined(0).device(), 0);
+  EXPECT_THAT(b.quarantined(0).reason(), HasSubstr(absl::StrCat("rank 0 of ", id, " attempt 1 could not be stopped for 2m")));
+  EXPECT_EQ(b.devices_in_use(), 1) << "the device stays out of placement";
+  // The rank is gone at last: the device is free again.
+  hb.clear_ranks();
+  ASSERT_TRUE(c_->Heartbeat(hb).ok());
+  b = quarantined();
+  EXPECT_EQ(b.quarantined_size(), 0);
+  EXPECT_EQ(b.devices_in_use(), 0);
+}
+
 TEST_F(CoordinatorTest, AWorkerLostWithTheLeaseDisabledIsNotWaitedFor) {
   // worker_lease 0 (no lease): nothing to wait for, the job is placed again at once (ranks of a cut-off
   // worker may then overlap the next attempt's: documented).
