@@ -19,6 +19,35 @@ mkdir -p "$out"
 flags=(-std=c++17 -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
        -DTESSERA_LIBFUZZER -I. -I"$out/gen")
 absl=(absl_strings absl_str_format absl_status absl_statusor absl_hash absl_raw_hash_set absl_synchronization absl_time)
+# Each source is compiled on its own, through ccache where it is installed (tools/setup.sh), with
+# the cache in ~/.cache/tessera/ccache: a source a commit did not touch (nor any header it includes)
+# is not compiled again, in this checkout or a fresh clone elsewhere (the directory is not hashed;
+# paths under the checkout are taken relative to it). Two compilers at a time (the machine's cores).
+cxx=(clang++)
+if command -v ccache >/dev/null; then
+  cxx=(env CCACHE_DIR="${HOME:-/root}/.cache/tessera/ccache" CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
+       CCACHE_MAXSIZE=2G ccache clang++)
+fi
+
+# link_fuzzer NAME SOURCE... -- PKG-CONFIG-MODULE...: $out/NAME_fuzzer from the sources' objects.
+link_fuzzer() {
+  local name=$1 objs=() pids=() src obj
+  shift
+  mkdir -p "$out/obj"
+  while [ "$1" != -- ]; do
+    src=$1
+    shift
+    obj="$out/obj/$(printf '%s' "$src" | tr '/' '_').o"
+    objs+=("$obj")
+    "${cxx[@]}" "${flags[@]}" -c "$src" -o "$obj" &
+    pids+=($!)
+    if [ ${#pids[@]} -ge "$(nproc)" ]; then wait "${pids[0]}"; pids=("${pids[@]:1}"); fi
+  done
+  shift
+  for pid in "${pids[@]}"; do wait "$pid"; done
+  # shellcheck disable=SC2046
+  clang++ "${flags[@]}" "${objs[@]}" -o "$out/${name}_fuzzer" $(pkg-config --libs "$@")
+}
 
 # The generated protobuf (and gRPC) code of proto/, regenerated whenever the .proto files differ from
 # the ones it was generated from ($out outlives the checkout: a stale copy does not compile).
@@ -39,46 +68,39 @@ spec_src=(common/spec/{job_spec,paths,pretrained,spec_error,validate,yaml_to_pro
 build_spec() {
   protos
   local src=(common/spec/spec_fuzz.cc "${spec_src[@]}" "$out/gen/tessera/v1/job.pb.cc")
-  # shellcheck disable=SC2046
-  clang++ "${flags[@]}" "${src[@]}" -o "$out/spec_fuzzer" $(pkg-config --libs protobuf yaml-cpp "${absl[@]}")
+  link_fuzzer spec "${src[@]}" -- protobuf yaml-cpp "${absl[@]}"
 }
 
 build_chat() {
   local src=(formats/chat/{chat_template_fuzz,chat_template,jinja_access,jinja_filters,jinja_globals,jinja_lexer,jinja_operators,jinja_parser,jinja_render,jinja_strings,jinja_value,py_case}.cc)
-  # shellcheck disable=SC2046
-  clang++ "${flags[@]}" "${src[@]}" -o "$out/chat_fuzzer" $(pkg-config --libs "${absl[@]}")
+  link_fuzzer chat "${src[@]}" -- "${absl[@]}"
 }
 
 build_tokenizer() {
   local src=(formats/data/{tokenizer_fuzz,tokenizer,bpe_model,byte_level,nfc,onig_pattern,pre_tokenizer,regex}.cc common/text/utf8.cc)
-  # shellcheck disable=SC2046
-  clang++ "${flags[@]}" "${src[@]}" -o "$out/tokenizer_fuzzer" $(pkg-config --libs libpcre2-8 "${absl[@]}")
+  link_fuzzer tokenizer "${src[@]}" -- libpcre2-8 "${absl[@]}"
 }
 
 build_token_files() {
   local src=(formats/data/{token_file_fuzz,token_dataset,indexed_dataset}.cc)
-  # shellcheck disable=SC2046
-  clang++ "${flags[@]}" "${src[@]}" -o "$out/token_files_fuzzer" $(pkg-config --libs "${absl[@]}")
+  link_fuzzer token_files "${src[@]}" -- "${absl[@]}"
 }
 
 build_checkpoint() {
   local src=(formats/checkpoint/{checkpoint_fuzz,safetensors,checkpoint_dir,durable_file,crc32c}.cc)
-  # shellcheck disable=SC2046
-  clang++ "${flags[@]}" "${src[@]}" -o "$out/checkpoint_fuzzer" $(pkg-config --libs "${absl[@]}")
+  link_fuzzer checkpoint "${src[@]}" -- "${absl[@]}"
 }
 
 build_trainer_state() {
   local src=(formats/model/{trainer_state_fuzz,trainer_state}.cc)
-  # shellcheck disable=SC2046
-  clang++ "${flags[@]}" "${src[@]}" -o "$out/trainer_state_fuzzer" $(pkg-config --libs "${absl[@]}")
+  link_fuzzer trainer_state "${src[@]}" -- "${absl[@]}"
 }
 
 build_worker() {
   protos
   local src=(worker/{worker_fuzz,start_order}.cc common/steplog/step_log.cc "${spec_src[@]}"
              "$out/gen/tessera/v1/"{job,cluster,worker_service}.pb.cc)
-  # shellcheck disable=SC2046
-  clang++ "${flags[@]}" "${src[@]}" -o "$out/worker_fuzzer" $(pkg-config --libs protobuf yaml-cpp "${absl[@]}")
+  link_fuzzer worker "${src[@]}" -- protobuf yaml-cpp "${absl[@]}"
 }
 
 build_rpc() {
@@ -88,9 +110,7 @@ build_rpc() {
              common/tls/{identity,certificates}.cc common/metrics/metrics_server.cc "${spec_src[@]}"
              "$out/gen/tessera/v1/"{job,cluster,coordinator_service,worker_service}.pb.cc
              "$out/gen/tessera/v1/"{coordinator_service,worker_service}.grpc.pb.cc)
-  # shellcheck disable=SC2046
-  clang++ "${flags[@]}" "${src[@]}" -o "$out/rpc_fuzzer" \
-    $(pkg-config --libs grpc++ protobuf yaml-cpp sqlite3 openssl prometheus-cpp-pull prometheus-cpp-core "${absl[@]}")
+  link_fuzzer rpc "${src[@]}" -- grpc++ protobuf yaml-cpp sqlite3 openssl prometheus-cpp-pull prometheus-cpp-core "${absl[@]}"
 }
 
 for t in "${targets[@]}"; do

@@ -12,7 +12,7 @@ PACKAGES=(
   bazel-bootstrap build-essential pkg-config python3 python3-venv python3-yaml
   protobuf-compiler libprotobuf-dev libgrpc++-dev protobuf-compiler-grpc libabsl-dev
   libyaml-cpp-dev libgtest-dev libgmock-dev nlohmann-json3-dev libcli11-dev libgloo-dev
-  libsqlite3-dev libpcre2-dev prometheus-cpp-dev prometheus curl patchelf libssl-dev clang libclang-rt-14-dev
+  libsqlite3-dev libpcre2-dev prometheus-cpp-dev prometheus curl patchelf libssl-dev clang libclang-rt-14-dev ccache
   chromium libnss3-tools fonts-dejavu-core
 )
 
