@@ -334,6 +334,18 @@ int CancelCommand(const ClusterOptions& o, const std::string& job_id) {
   return kExitOk;
 }
 
+int ReleaseWorkerKeyCommand(const ClusterOptions& o, const std::string& name) {
+  v1::ReleaseWorkerKeyRequest req;
+  req.set_name(name);
+  v1::ReleaseWorkerKeyResponse resp;
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, o.timeout_s);
+  grpc::Status s = Connect(o)->ReleaseWorkerKey(&ctx, req, &resp);
+  if (!s.ok()) return Report(o, s);
+  std::cout << "worker " << name << ": key released; its next registration binds the key it presents\n";
+  return kExitOk;
+}
+
 int WorkersCommand(const ClusterOptions& o) {
   v1::ListWorkersResponse resp;
   grpc::ClientContext ctx;

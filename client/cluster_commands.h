@@ -30,6 +30,8 @@ int JobsCommand(const ClusterOptions& o);
 int JobCommand(const ClusterOptions& o, const std::string& job_id);
 int CancelCommand(const ClusterOptions& o, const std::string& job_id);
 int WorkersCommand(const ClusterOptions& o);
+// Admins: releases worker `name` from its bound certificate key (ReleaseWorkerKey).
+int ReleaseWorkerKeyCommand(const ClusterOptions& o, const std::string& name);
 int PlanCommand(const ClusterOptions& o, const std::string& spec_path, const std::vector<std::string>& overrides);
 // Prints rank `rank`'s log; with `follow`, keeps printing until the job ends.
 int LogsCommand(const ClusterOptions& o, const std::string& job_id, int rank, bool follow);

@@ -123,6 +123,10 @@ int Main(int argc, char** argv) {
                          "Stop following after this many seconds (exit 4; the job goes on)")
       ->check(CLI::NonNegativeNumber);
   CLI::App* workers = app.add_subcommand("workers", "List workers");
+  std::string release_key;
+  workers->add_option("--release-key", release_key,
+                      "Admins: release worker NAME from the certificate key its name is bound to (after replacing "
+                      "its certificate and key); its next registration binds the key it presents");
   CLI::App* plan = app.add_subcommand(
       "plan", "With --devices N: rank every parallel layout of the spec's model on N devices (cost model, local). "
               "Without: the mesh and placement the coordinator would choose now");
@@ -247,7 +251,7 @@ int Main(int argc, char** argv) {
   if (job->parsed()) return JobCommand(cluster, job_id);
   if (cancel->parsed()) return CancelCommand(cluster, job_id);
   if (follow_cmd->parsed()) return FollowCommand(cluster, job_id);
-  if (workers->parsed()) return WorkersCommand(cluster);
+  if (workers->parsed()) return release_key.empty() ? WorkersCommand(cluster) : ReleaseWorkerKeyCommand(cluster, release_key);
   if (plan->parsed() && local_plan.devices != -1) {
     local_plan.spec_path = submit_spec;
     local_plan.overrides = submit_sets;

@@ -45,6 +45,8 @@ class Authorizer {
                     Caller* caller) const;
   // A WorkerService call that acts for worker `worker_name`: the caller must be that worker.
   grpc::Status Worker(const grpc::ServerContextBase& context, const char* rpc, const std::string& worker_name) const;
+  // Whether callers are identified by certificates (mutual TLS).
+  bool tls() const { return options_.tls; }
   // Whether `caller` may see or change `job`: its owner or an admin (NOT_FOUND-free: the job exists).
   grpc::Status Job(const Caller& caller, const v1::Job& job, const char* rpc) const;
 

@@ -134,6 +134,15 @@ class Coordinator {
   // Bytes of rank `rank`'s log of job `id` from `offset` (negative: from the end).
   absl::StatusOr<v1::GetJobLogsResponse> Logs(const std::string& id, int rank, int64_t offset, int max_bytes);
 
+  // Worker identity (with TLS): binds worker `name` to `key_sha256` (tls::PublicKeySha256 of the
+  // certificate it registers with) the first time, durably; afterwards a registration of that name with
+  // another key is PermissionDenied — a name's hold cannot pass to another certificate, also after the
+  // node is lost or the coordinator restarts — until an admin releases it (ReleaseWorkerKey; then
+  // the next registration binds again). Called by the worker service before RegisterWorker.
+  absl::Status BindWorkerKey(const std::string& name, const std::string& key_sha256);
+  // An admin's release of `name`'s key (NotFound when none is bound).
+  absl::Status ReleaseWorkerKey(const std::string& name);
+
   // Worker side.
   absl::StatusOr<v1::RegisterWorkerResponse> RegisterWorker(const v1::RegisterWorkerRequest& request);
   // `session` (0: not checked) must be the worker's newest registration's.
@@ -465,6 +474,10 @@ class Coordinator {
 
   const CoordinatorOptions options_;
   std::unique_ptr<JobStore> store_;
+  // Worker name → the key it is bound to (BindWorkerKey); loaded by Recover. Registrations are rare:
+  // the binding's durable write happens under this lock (serialising first registrations), not mu_.
+  absl::Mutex keys_mu_;
+  std::map<std::string, std::string> worker_keys_ ABSL_GUARDED_BY(keys_mu_);
   // Job rows, stored off mu_ (created after store_, destroyed first: ~Coordinator).
   std::unique_ptr<StoreWriter> writer_;
   absl::Mutex submit_mu_ ABSL_ACQUIRED_BEFORE(mu_);  // Held by Submit from its overlap check to its insert.

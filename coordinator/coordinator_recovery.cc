@@ -10,6 +10,12 @@
 namespace tessera::coordinator {
 
 absl::Status Coordinator::Recover() {
+  {
+    auto keys = store_->LoadWorkerKeys();
+    if (!keys.ok()) return keys.status();
+    absl::MutexLock lock(&keys_mu_);
+    worker_keys_ = *std::move(keys);
+  }
   std::vector<std::string> quarantined;
   auto jobs = store_->LoadAll(&quarantined);
   if (!jobs.ok()) return jobs.status();

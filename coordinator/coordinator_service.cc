@@ -153,6 +153,19 @@ grpc::Status CoordinatorServiceImpl::ListWorkers(grpc::ServerContext* ctx, const
   return grpc::Status::OK;
 }
 
+grpc::Status CoordinatorServiceImpl::ReleaseWorkerKey(grpc::ServerContext* ctx, const v1::ReleaseWorkerKeyRequest* req,
+                                                      v1::ReleaseWorkerKeyResponse*) {
+  RpcTimer timer(metrics_, "ReleaseWorkerKey");
+  Caller caller;
+  if (grpc::Status s = Authorize(ctx, "ReleaseWorkerKey", &caller); !s.ok()) return s;
+  if (!caller.admin) {
+    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                        "ReleaseWorkerKey is for the coordinator's --admins: it lets another certificate take a worker's name");
+  }
+  if (req->name().empty()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "name: is required");
+  return ToGrpc(coordinator_->ReleaseWorkerKey(req->name()));
+}
+
 grpc::Status CoordinatorServiceImpl::PlanJob(grpc::ServerContext* ctx, const v1::PlanJobRequest* req,
                                              v1::PlanJobResponse* resp) {
   RpcTimer timer(metrics_, "PlanJob");

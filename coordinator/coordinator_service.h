@@ -28,6 +28,8 @@ class CoordinatorServiceImpl final : public v1::CoordinatorService::Service {
   grpc::Status WatchJob(grpc::ServerContext*, const v1::WatchJobRequest*,
                         grpc::ServerWriter<v1::WatchJobResponse>*) override;
   grpc::Status ListWorkers(grpc::ServerContext*, const v1::ListWorkersRequest*, v1::ListWorkersResponse*) override;
+  grpc::Status ReleaseWorkerKey(grpc::ServerContext*, const v1::ReleaseWorkerKeyRequest*,
+                                v1::ReleaseWorkerKeyResponse*) override;
   grpc::Status PlanJob(grpc::ServerContext*, const v1::PlanJobRequest*, v1::PlanJobResponse*) override;
   grpc::Status GetJobLogs(grpc::ServerContext*, const v1::GetJobLogsRequest*, v1::GetJobLogsResponse*) override;
 

@@ -102,6 +102,8 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const JobStoreOptions& 
            "CREATE TABLE IF NOT EXISTS jobs (id TEXT PRIMARY KEY, state INTEGER NOT NULL, "
            "created_unix_ms INTEGER NOT NULL, job BLOB NOT NULL)",
            "CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state)",
+           "CREATE TABLE IF NOT EXISTS worker_keys (name TEXT PRIMARY KEY, key_sha256 TEXT NOT NULL, "
+           "bound_unix_ms INTEGER NOT NULL)",
            "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', 1)",
            "INSERT OR IGNORE INTO meta (key, value) VALUES ('next_job_number', 1)",
        }) {
@@ -252,6 +254,41 @@ absl::StatusOr<std::string> JobStore::NextJobId() {
     return s;
   }
   return absl::StrFormat("job-%06d", number);
+}
+
+absl::StatusOr<std::map<std::string, std::string>> JobStore::LoadWorkerKeys() {
+  absl::MutexLock lock(&mu_);
+  Statement select(db_, "SELECT name, key_sha256 FROM worker_keys");
+  if (!select.ok()) return SqlError(db_, "reading the worker keys");
+  std::map<std::string, std::string> out;
+  int rc;
+  while ((rc = sqlite3_step(select.get())) == SQLITE_ROW) {
+    const auto* name = reinterpret_cast<const char*>(sqlite3_column_text(select.get(), 0));
+    const auto* key = reinterpret_cast<const char*>(sqlite3_column_text(select.get(), 1));
+    if (name != nullptr && key != nullptr) out[name] = key;
+  }
+  if (rc != SQLITE_DONE) return SqlError(db_, "reading the worker keys");
+  return out;
+}
+
+absl::Status JobStore::PutWorkerKey(const std::string& name, const std::string& key_sha256, int64_t unix_ms) {
+  absl::MutexLock lock(&mu_);
+  Statement put(db_, "INSERT OR REPLACE INTO worker_keys (name, key_sha256, bound_unix_ms) VALUES (?, ?, ?)");
+  if (!put.ok()) return SqlError(db_, "binding a worker key");
+  sqlite3_bind_text(put.get(), 1, name.data(), static_cast<int>(name.size()), SQLITE_TRANSIENT);
+  sqlite3_bind_text(put.get(), 2, key_sha256.data(), static_cast<int>(key_sha256.size()), SQLITE_TRANSIENT);
+  sqlite3_bind_int64(put.get(), 3, unix_ms);
+  if (sqlite3_step(put.get()) != SQLITE_DONE) return SqlError(db_, "binding a worker key");
+  return absl::OkStatus();
+}
+
+absl::Status JobStore::ForgetWorkerKey(const std::string& name) {
+  absl::MutexLock lock(&mu_);
+  Statement del(db_, "DELETE FROM worker_keys WHERE name = ?");
+  if (!del.ok()) return SqlError(db_, "releasing a worker key");
+  sqlite3_bind_text(del.get(), 1, name.data(), static_cast<int>(name.size()), SQLITE_TRANSIENT);
+  if (sqlite3_step(del.get()) != SQLITE_DONE) return SqlError(db_, "releasing a worker key");
+  return absl::OkStatus();
 }
 
 }  // namespace tessera::coordinator

@@ -9,6 +9,7 @@
 #ifndef TESSERA_COORDINATOR_JOB_STORE_H_
 #define TESSERA_COORDINATOR_JOB_STORE_H_
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -58,6 +59,12 @@ class JobStore {
   absl::StatusOr<std::vector<v1::Job>> LoadAll(std::vector<std::string>* quarantined = nullptr);
   // A new job id, "job-000001", "job-000002", ... (persisted, never reused).
   absl::StatusOr<std::string> NextJobId();
+
+  // Worker names bound to the SHA-256 of the certificate key that first registered them (with TLS):
+  // name → key. PutWorkerKey binds durably (replacing), ForgetWorkerKey unbinds (an admin's release).
+  absl::StatusOr<std::map<std::string, std::string>> LoadWorkerKeys();
+  absl::Status PutWorkerKey(const std::string& name, const std::string& key_sha256, int64_t unix_ms);
+  absl::Status ForgetWorkerKey(const std::string& name);
 
   static constexpr int kSchemaVersion = 1;
 

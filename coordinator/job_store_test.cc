@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <map>
 #include <string>
 
 #include "absl/strings/str_format.h"
@@ -55,6 +56,29 @@ TEST(JobStoreTest, JobsAndIdsSurviveReopening) {
   EXPECT_EQ(jobs->at(0).state(), v1::JOB_STATE_SUCCEEDED);
   EXPECT_EQ(jobs->at(0).spec().name(), "a");
   EXPECT_EQ(*(*store)->NextJobId(), "job-000003");  // Never reused.
+}
+
+// Worker names' keys (BindWorkerKey) are durable: a coordinator restart does not free a name for
+// another certificate; a release is durable too.
+TEST(JobStoreTest, WorkerKeysSurviveReopeningAndAReleaseToo) {
+  const std::string path = DbPath("keys.db");
+  {
+    auto store = JobStore::Open({path});
+    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_TRUE((*store)->PutWorkerKey("node-a", std::string(64, 'a'), 1).ok());
+    ASSERT_TRUE((*store)->PutWorkerKey("node-b", std::string(64, 'b'), 2).ok());
+  }
+  {
+    auto store = JobStore::Open({path});
+    ASSERT_TRUE(store.ok()) << store.status();
+    auto keys = (*store)->LoadWorkerKeys();
+    ASSERT_TRUE(keys.ok()) << keys.status();
+    EXPECT_EQ(*keys, (std::map<std::string, std::string>{{"node-a", std::string(64, 'a')}, {"node-b", std::string(64, 'b')}}));
+    ASSERT_TRUE((*store)->ForgetWorkerKey("node-a").ok());
+  }
+  auto store = JobStore::Open({path});
+  ASSERT_TRUE(store.ok());
+  EXPECT_EQ(*(*store)->LoadWorkerKeys(), (std::map<std::string, std::string>{{"node-b", std::string(64, 'b')}}));
 }
 
 TEST(JobStoreTest, GarbageFileIsAClearError) {

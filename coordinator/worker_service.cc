@@ -1,3 +1,4 @@
+#include "common/rpc/tls.h"
 #include "coordinator/worker_service.h"
 
 #include "common/rpc/status_conversion.h"
@@ -17,6 +18,11 @@ grpc::Status WorkerServiceImpl::RegisterWorker(grpc::ServerContext* ctx, const v
                                                v1::RegisterWorkerResponse* resp) {
   RpcTimer timer(metrics_, "RegisterWorker");
   if (grpc::Status s = Authorize(ctx, "RegisterWorker", req->name()); !s.ok()) return s;
+  if (authorizer_ != nullptr && authorizer_->tls()) {  // The name is bound to the key of the certificate that first registered it.
+    auto key = rpc::PeerKeySha256(*ctx);
+    if (!key.ok()) return ToGrpc(key.status());
+    if (absl::Status bound = coordinator_->BindWorkerKey(req->name(), *key); !bound.ok()) return ToGrpc(bound);
+  }
   auto r = coordinator_->RegisterWorker(*req);
   if (!r.ok()) return ToGrpc(r.status());
   *resp = *r;

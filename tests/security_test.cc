@@ -8,6 +8,7 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include <grpcpp/grpcpp.h>
 
@@ -240,6 +241,61 @@ TEST_F(SecurityTest, AUserSeesAndChangesOnlyTheirOwnJobs) {
   ASSERT_TRUE(admin->CancelJob(Ctx().get(), cancel, &cancelled).ok());
   EXPECT_EQ(cancelled.job().state(), v1::JOB_STATE_CANCELLED);
   EXPECT_THAT(Metrics(), HasSubstr("tessera_coordinator_rpc_denied_total{method=\"CancelJob\",reason=\"not_owner\"} 1"));
+  ExpectServing();
+}
+
+// Worker identity: a worker's name is bound to the key of the certificate that first registered it.
+// Another certificate for the same name from this cluster's CA (re-issued: a copied CA key, an old
+// node image, an operator's slip) cannot take the name over — not from another instance, not once the
+// node has gone silent — until an admin releases it. Before, any certificate naming node-b was node-b.
+TEST_F(SecurityTest, AWorkerNameIsBoundToTheKeyThatFirstRegisteredIt) {
+  const std::string again = *dir_ + "/reissued";
+  std::filesystem::create_directories(again);
+  for (const char* f : {"ca.pem", "ca.key"}) std::filesystem::copy_file(*certs_ + "/" + f, again + "/" + f);
+  ASSERT_TRUE(tls::IssueCertificate(again, {{tls::Role::kWorker, "node-b"}, {}, {}, 30}).ok());
+  ASSERT_NE(*tls::PublicKeySha256(Read(again + "/worker-node-b.pem")),
+            *tls::PublicKeySha256(Read(*certs_ + "/worker-node-b.pem")));
+  v1::RegisterWorkerRequest reg;
+  reg.set_name("node-b");
+  reg.set_device_kind(v1::DEVICE_KIND_CPU);
+  reg.set_device_count(1);
+  reg.set_host("127.0.0.1");
+  reg.set_store_port_min(30000);
+  reg.set_store_port_max(30001);
+  reg.set_instance("the-real-node-b");
+  v1::RegisterWorkerResponse resp;
+  grpc::Status s = v1::WorkerService::NewStub(As("worker-node-b"))->RegisterWorker(Ctx().get(), reg, &resp);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  // node-b falls silent (it never heartbeats here: past the 3 s name hold); another instance presents
+  // the re-issued certificate.
+  std::this_thread::sleep_for(std::chrono::milliseconds(3200));
+  reg.set_instance("an-impostor");
+  auto impostor = v1::WorkerService::NewStub(As("worker-node-b", again));
+  s = impostor->RegisterWorker(Ctx().get(), reg, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(s.error_message(), HasSubstr("worker name node-b is bound to another certificate key"));
+  // The first certificate is still node-b's.
+  reg.set_instance("the-real-node-b-restarted");
+  s = v1::WorkerService::NewStub(As("worker-node-b"))->RegisterWorker(Ctx().get(), reg, &resp);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  // Only an admin may release the name; then the new key binds it (and the old one no longer does).
+  v1::ReleaseWorkerKeyRequest release;
+  release.set_name("node-b");
+  v1::ReleaseWorkerKeyResponse released;
+  s = v1::CoordinatorService::NewStub(As("user-mallory"))->ReleaseWorkerKey(Ctx().get(), release, &released);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(s.error_message(), HasSubstr("ReleaseWorkerKey is for the coordinator's --admins"));
+  s = v1::CoordinatorService::NewStub(As("user-root-admin"))->ReleaseWorkerKey(Ctx().get(), release, &released);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  std::this_thread::sleep_for(std::chrono::milliseconds(3200));  // The name hold of the last registration.
+  reg.set_instance("node-b-with-its-new-certificate");
+  s = impostor->RegisterWorker(Ctx().get(), reg, &resp);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  std::this_thread::sleep_for(std::chrono::milliseconds(3200));
+  reg.set_instance("the-old-certificate");
+  s = v1::WorkerService::NewStub(As("worker-node-b"))->RegisterWorker(Ctx().get(), reg, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(Read(*dir_ + "/coordinator.log"), HasSubstr("worker node-b: key released by an admin"));
   ExpectServing();
 }
 

@@ -116,6 +116,17 @@ absl::StatusOr<tls::Identity> PeerIdentity(const grpc::ServerContextBase& contex
   return *found;
 }
 
+absl::StatusOr<std::string> PeerKeySha256(const grpc::ServerContextBase& context) {
+  std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
+  if (auth == nullptr || !auth->IsPeerAuthenticated()) {
+    return absl::UnauthenticatedError("the caller presented no certificate");
+  }
+  for (const grpc::string_ref& pem : auth->FindPropertyValues(GRPC_X509_PEM_CERT_PROPERTY_NAME)) {
+    return tls::PublicKeySha256(std::string(pem.data(), pem.size()));
+  }
+  return absl::UnauthenticatedError("the caller's certificate is not available");
+}
+
 bool IsLoopback(const std::string& host_port) {
   std::string host = host_port;
   if (!host.empty() && host[0] == '[') {

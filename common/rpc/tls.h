@@ -52,6 +52,8 @@ std::shared_ptr<grpc::ChannelCredentials> ChannelCredentialsFor(const std::optio
 // The caller of an RPC on a TLS server: the tessera identity in its verified certificate.
 // Unauthenticated when the connection carries none (a server without TLS: the caller is unknown).
 absl::StatusOr<tls::Identity> PeerIdentity(const grpc::ServerContextBase& context);
+// The SHA-256 of the public key of the caller's verified certificate (tls::PublicKeySha256).
+absl::StatusOr<std::string> PeerKeySha256(const grpc::ServerContextBase& context);
 
 // Whether `host_port`'s host is a loopback address (127.0.0.0/8, ::1, localhost): a daemon may serve
 // or connect there without TLS.

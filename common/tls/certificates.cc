@@ -225,4 +225,22 @@ absl::StatusOr<Identity> IdentityOfCertificate(const std::string& pem) {
   return found;
 }
 
+absl::StatusOr<std::string> PublicKeySha256(const std::string& pem) {
+  Owned<BIO> bio(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
+  Owned<X509> cert(PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr));
+  if (!cert) return absl::InvalidArgumentError(OpenSslError("not a PEM certificate"));
+  unsigned char* der = nullptr;
+  const int n = i2d_PUBKEY(X509_get0_pubkey(cert.get()), &der);
+  if (n <= 0) return absl::InvalidArgumentError(OpenSslError("the certificate's public key"));
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  const bool ok = EVP_Digest(der, static_cast<size_t>(n), digest, &length, EVP_sha256(), nullptr) == 1;
+  OPENSSL_free(der);
+  if (!ok) return absl::InternalError(OpenSslError("SHA-256"));
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string hex;
+  for (unsigned int i = 0; i < length; ++i) hex += {kHex[digest[i] >> 4], kHex[digest[i] & 15]};
+  return hex;
+}
+
 }  // namespace tessera::tls

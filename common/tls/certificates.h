@@ -38,6 +38,10 @@ absl::Status IssueCertificate(const std::string& dir, const CertificateRequest& 
 // The identity a PEM certificate carries (its spiffe://tessera/ URI); for checks and `tessera certs show`.
 absl::StatusOr<Identity> IdentityOfCertificate(const std::string& pem);
 
+// The SHA-256 of a PEM certificate's public key (its DER SubjectPublicKeyInfo), 64 lowercase hex digits:
+// what the coordinator binds a worker name to (a certificate renewed with the same key keeps it).
+absl::StatusOr<std::string> PublicKeySha256(const std::string& pem);
+
 }  // namespace tessera::tls
 
 #endif  // TESSERA_COMMON_TLS_CERTIFICATES_H_
