@@ -25,16 +25,23 @@
 #include "common/rpc/channel.h"
 #include "common/rpc/tls.h"
 #include "coordinator/coordinator_metrics.h"
+#include "coordinator/heartbeat_timing.h"
 #include "coordinator/ui/ui_server.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:7070", "gRPC address; port 0 picks a free port (printed).");
 ABSL_FLAG(std::string, db, "tessera-coordinator.db", "SQLite file holding every job.");
-ABSL_FLAG(int, heartbeat_timeout_s, 10, "Seconds without a heartbeat after which a worker is lost.");
+ABSL_FLAG(int, heartbeat_interval_ms, -1,
+          "How often workers heartbeat (sent to them at registration). -1: 5000, or 1000 when only "
+          "--heartbeat_timeout_s is given (docs/fault-model.md).");
+ABSL_FLAG(int, heartbeat_timeout_s, -1,
+          "Seconds without a heartbeat after which a worker is lost. -1: the lease plus one interval (20 s with "
+          "the defaults).");
 ABSL_FLAG(int, worker_lease_ms, -1,
           "A worker that has not completed a heartbeat for this long stops its ranks (they may be placed "
-          "elsewhere); a lost worker's jobs wait until its lease and stop grace have surely passed. Below "
-          "--heartbeat_timeout_s; -1: the heartbeat timeout less 2 s (at least half of it); 0: no lease "
-          "(ranks of a worker cut off from the coordinator keep running: two attempts of a job can overlap).");
+          "elsewhere); a lost worker's jobs wait until its lease and stop grace have surely passed. Above the "
+          "interval, below the heartbeat timeout; -1: 3 intervals (15 s), or the heartbeat timeout less 2 s (at "
+          "least half of it) when only --heartbeat_timeout_s is given; 0: no lease (ranks of a worker cut off "
+          "from the coordinator keep running: two attempts of a job can overlap).");
 ABSL_FLAG(int, start_timeout_s, 120, "Seconds for every rank of a placed attempt to start before it is retried.");
 ABSL_FLAG(int, progress_timeout_s, 1800,
           "Seconds a running job may go without a new training step before it counts as hung and is restarted "
@@ -72,14 +79,15 @@ std::atomic<bool> g_stop{false};
 void OnSignal(int) { g_stop = true; }
 
 tessera::coordinator::CoordinatorOptions OptionsFromFlags(const tessera::spec::PathRoots& roots,
+                                                          const tessera::coordinator::HeartbeatTiming& timing,
                                                           tessera::coordinator::CoordinatorMetrics& metrics) {
   tessera::coordinator::CoordinatorOptions options;
   options.roots = roots;
-  options.heartbeat_timeout = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_timeout_s));
-  const int lease_ms = absl::GetFlag(FLAGS_worker_lease_ms);
-  options.worker_lease = lease_ms >= 0 ? absl::Milliseconds(lease_ms)
-                                       : std::max(options.heartbeat_timeout - absl::Seconds(2),
-                                                  options.heartbeat_timeout / 2);
+  const tessera::coordinator::HeartbeatTiming& t = timing;
+  options.heartbeat_interval = t.interval;
+  options.heartbeat_timeout = t.timeout;
+  options.worker_lease = t.lease;
+  options.name_hold = t.name_hold;
   options.start_timeout = absl::Seconds(absl::GetFlag(FLAGS_start_timeout_s));
   options.backfill_limit = absl::Seconds(absl::GetFlag(FLAGS_backfill_limit_s));
   options.progress_timeout = absl::Seconds(std::max(0, absl::GetFlag(FLAGS_progress_timeout_s)));
@@ -140,10 +148,11 @@ int main(int argc, char** argv) {
   // a global graph of lock orders — half a core at 12,500 heartbeats/s (bench/RESULTS.md). The unit
   // tests, which run the same code in-process, keep it.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-  if (const int lease = absl::GetFlag(FLAGS_worker_lease_ms);
-      lease > 0 && (lease < 1000 || lease >= 1000 * int64_t{absl::GetFlag(FLAGS_heartbeat_timeout_s)})) {
-    std::cerr << "error: --worker_lease_ms " << lease << " must be at least 1000 (a heartbeat interval) and below "
-              << "--heartbeat_timeout_s " << absl::GetFlag(FLAGS_heartbeat_timeout_s) << " s\n";
+  auto timing = tessera::coordinator::HeartbeatTimingOf({absl::GetFlag(FLAGS_heartbeat_interval_ms),
+                                                         absl::GetFlag(FLAGS_heartbeat_timeout_s),
+                                                         absl::GetFlag(FLAGS_worker_lease_ms)});
+  if (!timing.ok()) {
+    std::cerr << "error: " << timing.status().message() << "\n";
     return 2;
   }
   auto store = tessera::coordinator::JobStore::Open({absl::GetFlag(FLAGS_db)});
@@ -169,7 +178,7 @@ int main(int argc, char** argv) {
                  "write only inside them, and logs are served only from inside --output_root (docs/security.md)\n";
     return 2;
   }
-  tessera::coordinator::Coordinator coordinator(OptionsFromFlags(*roots, metrics), std::move(*store));
+  tessera::coordinator::Coordinator coordinator(OptionsFromFlags(*roots, *timing, metrics), std::move(*store));
   if (absl::Status s = coordinator.Recover(); !s.ok()) {
     std::cerr << "error: " << s.message() << "\n";
     return 1;
