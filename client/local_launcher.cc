@@ -2,6 +2,7 @@
 
 #include "client/auto_layout.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -53,9 +54,17 @@ class StepLogTail {
   explicit StepLogTail(std::string path) : path_(std::move(path)) {}
   std::vector<nlohmann::json> Poll() {
     std::vector<nlohmann::json> out;
-    std::ifstream in(path_);
+    // The file's identity from the descriptor read (a rename between a stat and an open would mix two).
+    const int fd = open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     struct stat st {};
-    if (!in || stat(path_.c_str(), &st) != 0) return out;
+    if (fd < 0) return out;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+      close(fd);
+      return out;
+    }
+    std::ifstream in("/proc/self/fd/" + std::to_string(fd));
+    close(fd);
+    if (!in) return out;
     const bool replaced = inode_ != 0 && st.st_ino != inode_;
     if (st.st_ino != inode_) offset_ = 0;
     inode_ = st.st_ino;

@@ -140,6 +140,13 @@ class Coordinator {
   // node is lost or the coordinator restarts — until an admin releases it (ReleaseWorkerKey; then
   // the next registration binds again). Called by the worker service before RegisterWorker.
   absl::Status BindWorkerKey(const std::string& name, const std::string& key_sha256);
+  // Whether a registration of `name` with `key_sha256` may go ahead: OK when the name is unbound or
+  // bound to that key (RegisterWorker's first check; BindWorkerKey binds once it was accepted).
+  absl::Status CheckWorkerKey(const std::string& name, const std::string& key_sha256);
+  // Every other worker RPC with TLS: the caller's certificate (`pem`) must carry the key `name` is
+  // bound to (a certificate refused at registration may not heartbeat, stream or report as the name).
+  // Cheap when it is the certificate of the name's last registration (a string compare).
+  absl::Status CheckWorkerCertificate(const std::string& name, const std::string& pem);
   // An admin's release of `name`'s key (NotFound when none is bound).
   absl::Status ReleaseWorkerKey(const std::string& name);
 
@@ -478,6 +485,8 @@ class Coordinator {
   // the binding's durable write happens under this lock (serialising first registrations), not mu_.
   absl::Mutex keys_mu_;
   std::map<std::string, std::string> worker_keys_ ABSL_GUARDED_BY(keys_mu_);
+  // Worker name → the certificate (PEM) last seen with its bound key: the per-RPC check's fast path.
+  std::map<std::string, std::string> worker_pems_ ABSL_GUARDED_BY(keys_mu_);
   // Job rows, stored off mu_ (created after store_, destroyed first: ~Coordinator).
   std::unique_ptr<StoreWriter> writer_;
   absl::Mutex submit_mu_ ABSL_ACQUIRED_BEFORE(mu_);  // Held by Submit from its overlap check to its insert.

@@ -410,6 +410,16 @@ TEST_F(CoordinatorTest, WarningsAreKeptWithTheJobEachOnceAndBounded) {
   report(30, {long_text});
   j = *c_->GetJob(job->id());
   EXPECT_EQ(j.progress().warnings(15).size(), 1024u) << "cut at a character boundary";
+  // A report of 200,000 warnings (merged pairwise, they held the lock for minutes): its newest 16.
+  std::vector<std::string> many;
+  for (int i = 0; i < 200000; ++i) many.push_back(absl::StrCat("w", i));
+  report(31, many);
+  j = *c_->GetJob(job->id());
+  EXPECT_EQ(j.progress().warnings(15), "w199999");
+  EXPECT_EQ(j.progress().warnings(0), "w199984");
+  // No escape sequence reaches a terminal.
+  report(32, {"\x1b[31mred\x07"});
+  EXPECT_EQ(c_->GetJob(job->id())->progress().warnings(15), "?[31mred?");
 }
 
 // Before: nothing watched a running attempt's progress; a hung one-rank job (no collective to time

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/spec/job_spec.h"
+#include "common/tls/certificates.h"
 #include "coordinator/coordinator.h"
 
 namespace tessera::coordinator {
@@ -58,6 +59,13 @@ absl::Status RegistrationProblems(const v1::RegisterWorkerRequest& req) {
   if (!(req.peak_flops_per_device() >= 0 && req.peak_flops_per_device() <= 1e21)) {
     errors.push_back({"peak_flops_per_device", absl::StrCat(req.peak_flops_per_device(), " is not between 0 and 1e21")});
   }
+  // A worker's stated stop grace and delay lengthen its jobs' fences: at most an hour each.
+  if (req.stop_grace_ms() < 0 || req.stop_grace_ms() > 3600000) {
+    errors.push_back({"stop_grace_ms", absl::StrCat(req.stop_grace_ms(), " is not between 0 and 3600000")});
+  }
+  if (req.stop_delay_ms() < 0 || req.stop_delay_ms() > 3600000) {
+    errors.push_back({"stop_delay_ms", absl::StrCat(req.stop_delay_ms(), " is not between 0 and 3600000")});
+  }
   if (req.store_port_min() < 1 || req.store_port_max() > 65535 || req.store_port_min() > req.store_port_max()) {
     errors.push_back({"store_port_min", absl::StrCat("[", req.store_port_min(), ", ", req.store_port_max(),
                                                      "] is not a port range")});
@@ -74,11 +82,19 @@ constexpr size_t kMaxWarningBytes = 1024;
 bool MergeWarnings(const v1::JobProgress& old, v1::JobProgress* p) {
   std::vector<std::string> merged(old.warnings().begin(), old.warnings().end());
   bool added = false;
-  for (const std::string& w : p->warnings()) {
+  // Only the report's newest kMaxJobWarnings count (a report is not trusted to be small: merging
+  // each of a huge list against the others would hold the lock for minutes).
+  const int first = std::max(0, p->warnings_size() - kMaxJobWarnings);
+  for (int i = first; i < p->warnings_size(); ++i) {
+    const std::string& w = p->warnings(i);
     size_t end = std::min(w.size(), kMaxWarningBytes);
     // At a character boundary (a proto3 string is UTF-8): back over continuation bytes (10xxxxxx).
     while (end < w.size() && end > 0 && (static_cast<unsigned char>(w[end]) & 0xC0) == 0x80) --end;
     std::string cut = w.substr(0, end);
+    // Shown on people's terminals (tessera job, follow): no control characters (escape sequences).
+    for (char& c : cut) {
+      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+    }
     if (std::find(merged.begin(), merged.end(), cut) != merged.end()) continue;
     merged.push_back(std::move(cut));
     added = true;
@@ -111,11 +127,37 @@ absl::Status Coordinator::BindWorkerKey(const std::string& name, const std::stri
   return absl::OkStatus();
 }
 
+absl::Status Coordinator::CheckWorkerKey(const std::string& name, const std::string& key_sha256) {
+  absl::ReaderMutexLock lock(&keys_mu_);
+  auto it = worker_keys_.find(name);
+  if (it == worker_keys_.end() || it->second == key_sha256) return absl::OkStatus();
+  return absl::PermissionDeniedError(absl::StrCat(
+      "worker name ", name.substr(0, 128), " is bound to another certificate key (sha256 ", it->second.substr(0, 16),
+      "...; this one ", key_sha256.substr(0, 16), "...): a name passes to a new key only when an admin releases it "
+      "(tessera workers --release-key ", name.substr(0, 128), ")"));
+}
+
+absl::Status Coordinator::CheckWorkerCertificate(const std::string& name, const std::string& pem) {
+  {
+    absl::ReaderMutexLock lock(&keys_mu_);
+    auto seen = worker_pems_.find(name);
+    if (seen != worker_pems_.end() && seen->second == pem) return absl::OkStatus();
+    if (!worker_keys_.count(name)) return absl::OkStatus();  // Never registered: the call finds no worker.
+  }
+  auto key = tls::PublicKeySha256(pem);
+  if (!key.ok()) return absl::UnauthenticatedError(key.status().message());
+  if (absl::Status s = CheckWorkerKey(name, *key); !s.ok()) return s;
+  absl::MutexLock lock(&keys_mu_);
+  worker_pems_[name] = pem;  // The same key in another certificate (a renewal): fast from now on.
+  return absl::OkStatus();
+}
+
 absl::Status Coordinator::ReleaseWorkerKey(const std::string& name) {
   absl::MutexLock lock(&keys_mu_);
   if (!worker_keys_.count(name)) return absl::NotFoundError(absl::StrCat("worker ", name.substr(0, 128), " has no bound key"));
   if (absl::Status s = store_->ForgetWorkerKey(name); !s.ok()) return s;
   worker_keys_.erase(name);
+  worker_pems_.erase(name);
   if (options_.on_transition) options_.on_transition(absl::StrCat("worker ", name, ": key released by an admin"));
   return absl::OkStatus();
 }
@@ -370,8 +412,10 @@ bool Coordinator::NoteStoppingLocked(const std::string& id,
 bool Coordinator::QuarantineOverdueLocked(WorkerEntry& w) {
   if (options_.unkillable_rank_timeout <= absl::ZeroDuration()) return false;
   bool any = false;
+  // Never before the worker could have stopped the rank: its stop grace (SIGTERM → SIGKILL) and delay.
+  const absl::Duration deadline = std::max(options_.unkillable_rank_timeout, w.stop_grace + w.stop_delay + kFenceSlack);
   for (const auto& [key, since] : w.stopping_since) {
-    if (w.quarantined.count(key) || Now() - since < options_.unkillable_rank_timeout) continue;
+    if (w.quarantined.count(key) || Now() - since < deadline) continue;
     const auto& [job, attempt, rank] = key;
     std::string reason = absl::StrCat("rank ", rank, " of ", job, " attempt ", attempt, " could not be stopped for ",
                                       absl::FormatDuration(Now() - since), " (listed by the worker after SIGKILL); device ",

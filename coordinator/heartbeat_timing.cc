@@ -10,8 +10,15 @@ absl::StatusOr<HeartbeatTiming> HeartbeatTimingOf(const HeartbeatFlags& f) {
   const bool timeout_given = f.timeout_s >= 0;
   HeartbeatTiming t;
   t.interval = absl::Milliseconds(f.interval_ms >= 0 ? f.interval_ms : timeout_given ? 1000 : 5000);
-  if (t.interval < absl::Milliseconds(100)) {
-    return absl::InvalidArgumentError(absl::StrCat("--heartbeat_interval_ms ", f.interval_ms, " must be at least 100"));
+  if (t.interval < absl::Milliseconds(100) || t.interval > absl::Minutes(10)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--heartbeat_interval_ms ", f.interval_ms, " must be between 100 and 600000"));
+  }
+  // Sent to workers in 32-bit milliseconds: an hour at most.
+  if (f.timeout_s > 3600 || f.lease_ms > 3600000) {
+    return absl::InvalidArgumentError(f.timeout_s > 3600
+                                          ? absl::StrCat("--heartbeat_timeout_s ", f.timeout_s, " must be at most 3600")
+                                          : absl::StrCat("--worker_lease_ms ", f.lease_ms, " must be at most 3600000"));
   }
   if (f.lease_ms >= 0) {
     t.lease = absl::Milliseconds(f.lease_ms);

@@ -39,6 +39,9 @@ TEST(HeartbeatTimingTest, ProductionDefaultsAndTheEarlierDerivation) {
 
 TEST(HeartbeatTimingTest, OrderingsAreEnforcedNamingTheFlag) {
   EXPECT_THAT(HeartbeatTimingOf({.interval_ms = 50}).status().message(), HasSubstr("--heartbeat_interval_ms 50"));
+  EXPECT_THAT(HeartbeatTimingOf({.interval_ms = 700000}).status().message(), HasSubstr("between 100 and 600000"));
+  EXPECT_THAT(HeartbeatTimingOf({.lease_ms = 2147483647}).status().message(),
+              HasSubstr("--worker_lease_ms 2147483647 must be at most 3600000")) << "sent in 32-bit milliseconds";
   EXPECT_THAT(HeartbeatTimingOf({.interval_ms = 5000, .timeout_s = 5}).status().message(),
               HasSubstr("--heartbeat_timeout_s 5s must exceed the heartbeat interval 5s"));
   EXPECT_THAT(HeartbeatTimingOf({.interval_ms = 5000, .lease_ms = 4000}).status().message(),

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 
 namespace tessera::coordinator {
@@ -18,15 +19,34 @@ grpc::Status WorkerServiceImpl::RegisterWorker(grpc::ServerContext* ctx, const v
                                                v1::RegisterWorkerResponse* resp) {
   RpcTimer timer(metrics_, "RegisterWorker");
   if (grpc::Status s = Authorize(ctx, "RegisterWorker", req->name()); !s.ok()) return s;
-  if (authorizer_ != nullptr && authorizer_->tls()) {  // The name is bound to the key of the certificate that first registered it.
-    auto key = rpc::PeerKeySha256(*ctx);
-    if (!key.ok()) return ToGrpc(key.status());
-    if (absl::Status bound = coordinator_->BindWorkerKey(req->name(), *key); !bound.ok()) return ToGrpc(bound);
+  // With TLS the name is bound to the key of the certificate that first registered it: checked
+  // before, bound once the registration was accepted (a refused one binds nothing).
+  std::string key;
+  if (authorizer_ != nullptr && authorizer_->tls()) {
+    auto peer_key = rpc::PeerKeySha256(*ctx);
+    if (!peer_key.ok()) return ToGrpc(peer_key.status());
+    key = *peer_key;
+    if (absl::Status s = coordinator_->CheckWorkerKey(req->name(), key); !s.ok()) return ToGrpc(s);
   }
   auto r = coordinator_->RegisterWorker(*req);
   if (!r.ok()) return ToGrpc(r.status());
+  if (!key.empty()) {
+    if (absl::Status bound = coordinator_->BindWorkerKey(req->name(), key); !bound.ok()) return ToGrpc(bound);
+    (void)coordinator_->CheckWorkerCertificate(req->name(), rpc::PeerCertificatePem(*ctx));  // Caches it.
+  }
   *resp = *r;
   return grpc::Status::OK;
+}
+
+grpc::Status WorkerServiceImpl::AuthorizeRegistered(grpc::ServerContextBase* ctx, const char* rpc, const std::string& name,
+                                                    const int64_t* session) const {
+  if (grpc::Status s = Authorize(ctx, rpc, name); !s.ok()) return s;
+  if (authorizer_ == nullptr || !authorizer_->tls()) return grpc::Status::OK;
+  if (session != nullptr && *session == 0) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat(rpc, ": session: is required (the session of the worker's accepted registration)"));
+  }
+  return ToGrpc(coordinator_->CheckWorkerCertificate(name, rpc::PeerCertificatePem(*ctx)));
 }
 
 grpc::ServerUnaryReactor* WorkerServiceImpl::Heartbeat(grpc::CallbackServerContext* ctx,
@@ -38,7 +58,8 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::Heartbeat(grpc::CallbackServerConte
 
 grpc::Status WorkerServiceImpl::HeartbeatStatus(grpc::ServerContextBase* ctx, const v1::HeartbeatRequest& req) {
   RpcTimer timer(metrics_, "Heartbeat");
-  if (grpc::Status s = Authorize(ctx, "Heartbeat", req.worker_id()); !s.ok()) return s;
+  const int64_t session = req.session();
+  if (grpc::Status s = AuthorizeRegistered(ctx, "Heartbeat", req.worker_id(), &session); !s.ok()) return s;
   if (req.worker_id().empty()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "worker_id: is required");
   // Coordinator::Heartbeat waits for nothing but short critical sections: fine on a callback thread.
   return ToGrpc(coordinator_->Heartbeat(req));
@@ -169,7 +190,8 @@ grpc::ServerWriteReactor<v1::Assignment>* WorkerServiceImpl::StreamAssignments(g
     absl::MutexLock lock(&streams_mu_);
     --open_streams_;
   });
-  grpc::Status status = Authorize(ctx, "StreamAssignments", req->worker_id());
+  const int64_t session = req->session();
+  grpc::Status status = AuthorizeRegistered(ctx, "StreamAssignments", req->worker_id(), &session);
   if (status.ok() && req->worker_id().empty()) {
     status = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "worker_id: is required");
   }
@@ -184,7 +206,7 @@ grpc::ServerWriteReactor<v1::Assignment>* WorkerServiceImpl::StreamAssignments(g
 grpc::Status WorkerServiceImpl::ReportRankStatus(grpc::ServerContext* ctx, const v1::ReportRankStatusRequest* req,
                                                  v1::ReportRankStatusResponse*) {
   RpcTimer timer(metrics_, "ReportRankStatus");
-  if (grpc::Status s = Authorize(ctx, "ReportRankStatus", req->worker_id()); !s.ok()) return s;
+  if (grpc::Status s = AuthorizeRegistered(ctx, "ReportRankStatus", req->worker_id(), nullptr); !s.ok()) return s;
   if (req->worker_id().empty()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "worker_id: is required");
   if (req->job_id().empty()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "job_id: is required");
   return ToGrpc(coordinator_->ReportRankStatus(*req));

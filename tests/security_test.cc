@@ -58,6 +58,7 @@ class SecurityTest : public ::testing::Test {
     so.argv = {testing::Runfile("coordinator/tessera-coordinator"), "--ui_listen=127.0.0.1:0", "--listen=" + *addr_, "--metrics_listen=" + *metrics_,
                "--db=" + *dir_ + "/c.db", "--tls_ca=" + *certs_ + "/ca.pem", "--tls_cert=" + *certs_ + "/coordinator.pem",
                "--tls_key=" + *certs_ + "/coordinator.key", "--admins=root-admin", "--max_streams_per_client=2",
+               "--heartbeat_interval_ms=1000",  // A name hold of 3 s (AWorkerNameIsBound... waits it out).
                "--data_roots=" + *dir_ + "/data", "--output_root=" + *dir_ + "/outputs"};
     std::filesystem::create_directories(*dir_ + "/data");
     std::filesystem::create_directories(*dir_ + "/outputs");
@@ -274,6 +275,32 @@ TEST_F(SecurityTest, AWorkerNameIsBoundToTheKeyThatFirstRegisteredIt) {
   s = impostor->RegisterWorker(Ctx().get(), reg, &resp);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_THAT(s.error_message(), HasSubstr("worker name node-b is bound to another certificate key"));
+  // Nor may it act as node-b in any other call: heartbeats (with node-b's session, or "unchecked" 0),
+  // its assignment stream, rank reports.
+  v1::HeartbeatRequest hb;
+  hb.set_worker_id("node-b");
+  hb.set_session(resp.session());
+  v1::HeartbeatResponse hb_resp;
+  s = impostor->Heartbeat(Ctx().get(), hb, &hb_resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+  hb.set_session(0);
+  s = v1::WorkerService::NewStub(As("worker-node-b"))->Heartbeat(Ctx().get(), hb, &hb_resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << "session 0 is for in-process callers";
+  v1::StreamAssignmentsRequest stream_req;
+  stream_req.set_worker_id("node-b");
+  stream_req.set_session(resp.session());
+  {
+    auto ctx = Ctx();
+    auto reader = impostor->StreamAssignments(ctx.get(), stream_req);
+    v1::Assignment assignment;
+    EXPECT_FALSE(reader->Read(&assignment));
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  }
+  v1::ReportRankStatusRequest report;
+  report.set_worker_id("node-b");
+  report.set_job_id("job-000001");
+  v1::ReportRankStatusResponse report_resp;
+  EXPECT_EQ(impostor->ReportRankStatus(Ctx().get(), report, &report_resp).error_code(), grpc::StatusCode::PERMISSION_DENIED);
   // The first certificate is still node-b's.
   reg.set_instance("the-real-node-b-restarted");
   s = v1::WorkerService::NewStub(As("worker-node-b"))->RegisterWorker(Ctx().get(), reg, &resp);

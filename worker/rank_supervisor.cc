@@ -132,7 +132,10 @@ void RankSupervisor::ReadProgress(const Key& key, Rank& r, std::vector<RankEvent
   if (!r.reads_steps) return;
   auto in = userfs::OpenUnder(r.output_dir, kStepLog, {});
   if (!in.ok()) {
-    if (!absl::IsNotFound(in.status()) && r.file_error.empty() && !r.stopping) {
+    // A refusal (a FIFO, a link, a directory in its place) stops the job; a read error that may pass
+    // (EIO, ESTALE, EMFILE: Unavailable) is tried again next round.
+    const bool refused = absl::IsFailedPrecondition(in.status()) || absl::IsInvalidArgument(in.status());
+    if (refused && r.file_error.empty() && !r.stopping) {
       r.file_error = absl::StrCat("error: the worker stopped the job: its step log: ", in.status().message());
       std::cerr << "tessera-worker: job " << job << ": " << r.file_error << std::endl;
       StopJob(job, attempt, r.file_error);
@@ -144,7 +147,8 @@ void RankSupervisor::ReadProgress(const Key& key, Rank& r, std::vector<RankEvent
   // read from its beginning.
   struct stat st {};
   if (fstat(in->get(), &st) != 0) return;
-  if (st.st_ino != r.steps_inode) {
+  // Another file (or this one cut shorter in place) is read from its beginning.
+  if (st.st_ino != r.steps_inode || st.st_size < r.steps_offset) {
     r.steps_inode = st.st_ino;
     r.steps_offset = 0;
   }

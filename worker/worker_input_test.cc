@@ -72,6 +72,7 @@ TEST(StepLogTest, AWarningLineIsReadAsAWarning) {
   auto bad = ParseStepLine(steplog::FormatWarningLine(1, "path \xff\xfe"));
   ASSERT_TRUE(bad.has_value());
   EXPECT_THAT(*bad->warning, ::testing::HasSubstr("path "));
+  EXPECT_EQ(steplog::CutWarning("\x1b]0;title\x07 x"), "?]0;title? x") << "no escape sequences";
 }
 
 // Before ParseStepLine the worker read lines with nlohmann's value(), which throws on a member of

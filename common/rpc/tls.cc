@@ -116,15 +116,19 @@ absl::StatusOr<tls::Identity> PeerIdentity(const grpc::ServerContextBase& contex
   return *found;
 }
 
-absl::StatusOr<std::string> PeerKeySha256(const grpc::ServerContextBase& context) {
+std::string PeerCertificatePem(const grpc::ServerContextBase& context) {
   std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
-  if (auth == nullptr || !auth->IsPeerAuthenticated()) {
-    return absl::UnauthenticatedError("the caller presented no certificate");
-  }
+  if (auth == nullptr || !auth->IsPeerAuthenticated()) return "";
   for (const grpc::string_ref& pem : auth->FindPropertyValues(GRPC_X509_PEM_CERT_PROPERTY_NAME)) {
-    return tls::PublicKeySha256(std::string(pem.data(), pem.size()));
+    return std::string(pem.data(), pem.size());
   }
-  return absl::UnauthenticatedError("the caller's certificate is not available");
+  return "";
+}
+
+absl::StatusOr<std::string> PeerKeySha256(const grpc::ServerContextBase& context) {
+  const std::string pem = PeerCertificatePem(context);
+  if (pem.empty()) return absl::UnauthenticatedError("the caller presented no certificate");
+  return tls::PublicKeySha256(pem);
 }
 
 bool IsLoopback(const std::string& host_port) {

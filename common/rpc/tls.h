@@ -54,6 +54,8 @@ std::shared_ptr<grpc::ChannelCredentials> ChannelCredentialsFor(const std::optio
 absl::StatusOr<tls::Identity> PeerIdentity(const grpc::ServerContextBase& context);
 // The SHA-256 of the public key of the caller's verified certificate (tls::PublicKeySha256).
 absl::StatusOr<std::string> PeerKeySha256(const grpc::ServerContextBase& context);
+// The caller's verified certificate as PEM ("" without one).
+std::string PeerCertificatePem(const grpc::ServerContextBase& context);
 
 // Whether `host_port`'s host is a loopback address (127.0.0.0/8, ::1, localhost): a daemon may serve
 // or connect there without TLS.

@@ -49,11 +49,20 @@ std::optional<StepRecord> ParseStepLine(std::string_view line) {
 }
 
 std::string CutWarning(std::string_view message) {
-  if (message.size() <= kMaxWarningBytes) return std::string(message);
-  size_t end = kMaxWarningBytes - 3;
-  // Back to the first byte of a character (not a continuation byte 10xxxxxx).
-  while (end > 0 && (static_cast<unsigned char>(message[end]) & 0xC0) == 0x80) --end;
-  return std::string(message.substr(0, end)) + "...";
+  std::string out;
+  if (message.size() <= kMaxWarningBytes) {
+    out = std::string(message);
+  } else {
+    size_t end = kMaxWarningBytes - 3;
+    // Back to the first byte of a character (not a continuation byte 10xxxxxx).
+    while (end > 0 && (static_cast<unsigned char>(message[end]) & 0xC0) == 0x80) --end;
+    out = std::string(message.substr(0, end)) + "...";
+  }
+  // Printed on terminals (tessera run, job, follow): control characters (escape sequences) replaced.
+  for (char& c : out) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  }
+  return out;
 }
 
 std::string FormatWarningLine(int64_t step, std::string_view message) {

@@ -1,5 +1,7 @@
 #include "common/time/clock.h"
 
+#include <time.h>
+
 #include <chrono>
 #include <utility>
 
@@ -23,7 +25,14 @@ class MonotonicClock final : public Clock {
 ClockSources SystemSources() {
   ClockSources s;
   s.wall = [] { return absl::Now(); };
-  s.steady = [] { return absl::FromChrono(std::chrono::steady_clock::now().time_since_epoch()); };
+  // CLOCK_BOOTTIME: monotonic like CLOCK_MONOTONIC, and it also counts time the machine was suspended,
+  // so a worker resumed from a suspend sees its lease as old as it really is (CLOCK_MONOTONIC stops
+  // while suspended: a suspended worker would resume believing its lease fresh).
+  s.steady = [] {
+    timespec ts{};
+    clock_gettime(CLOCK_BOOTTIME, &ts);
+    return absl::Seconds(ts.tv_sec) + absl::Nanoseconds(ts.tv_nsec);
+  };
   return s;
 }
 

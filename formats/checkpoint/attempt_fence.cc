@@ -1,6 +1,7 @@
 #include "formats/checkpoint/attempt_fence.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -58,10 +59,15 @@ Newest ReadNewest(const std::string& claims) {
   }
   if (ec) n.listed = false;
   if (n.seq == 0) return n;
-  std::ifstream in(absl::StrFormat("%s/%020d", claims, n.seq));
-  std::stringstream text;
-  text << in.rdbuf();
-  n.token = ParseToken(text.str());
+  // A user's directory: no link followed, no FIFO waited on, at most 4 KiB read.
+  const int fd = open(absl::StrFormat("%s/%020d", claims, n.seq).c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return n;
+  struct stat st {};
+  char buffer[4096];
+  ssize_t got = 0;
+  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) got = read(fd, buffer, sizeof(buffer));
+  close(fd);
+  if (got > 0) n.token = ParseToken(std::string(buffer, static_cast<size_t>(got)));
   return n;
 }
 
@@ -82,6 +88,12 @@ absl::Status AttemptFence::Claim() const {
   std::error_code ec;
   fs::create_directories(claims, ec);
   if (ec) return absl::UnavailableError(absl::StrCat(claims, ": cannot create: ", ec.message()));
+  // OUTPUT_DIR is the user's: a claims directory that is a link (into another job's directory, whose
+  // fence this attempt would then take) is refused.
+  if (const fs::file_status st = fs::symlink_status(claims, ec); ec || !fs::is_directory(st)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(claims, ": is not a directory of its own (a symbolic link?); move it away"));
+  }
   for (int tries = 0; tries < kMaxClaimTries; ++tries) {
     const Newest newest = ReadNewest(claims);
     if (!newest.listed) return absl::UnavailableError(absl::StrCat(claims, ": cannot list the claims"));
@@ -94,14 +106,25 @@ absl::Status AttemptFence::Claim() const {
     if (held.has_value() && held->job == token_.job && held->attempt == token_.attempt) break;  // Claimed.
     // The next sequence number, created exclusively: of two claims racing for it one wins, the other
     // reads the winner's token and decides again (an older attempt then refuses).
+    // The claim is written whole under a name of its own, then linked to its number: a numbered claim
+    // is never seen empty (a racer reading one half-written would have taken it for none and claimed
+    // over a newer attempt), and link() fails with EEXIST if the number was taken meanwhile.
     const std::string mine = absl::StrFormat("%s/%020d", claims, newest.seq + 1);
-    const int fd = open(mine.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-    if (fd < 0 && errno == EEXIST) continue;
-    if (fd < 0) return absl::UnavailableError(absl::StrCat(mine, ": cannot create: ", std::strerror(errno)));
+    const std::string draft = absl::StrCat(claims, "/draft.", getpid(), ".", token_.attempt);
+    const int fd = open(draft.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0) return absl::UnavailableError(absl::StrCat(draft, ": cannot create: ", std::strerror(errno)));
     const std::string json = TokenJson(token_);
     const bool written = write(fd, json.data(), json.size()) == static_cast<ssize_t>(json.size()) && fsync(fd) == 0;
     close(fd);
-    if (!written) return absl::UnavailableError(absl::StrCat(mine, ": cannot write the claim"));
+    if (!written) {
+      unlink(draft.c_str());
+      return absl::UnavailableError(absl::StrCat(draft, ": cannot write the claim"));
+    }
+    const int linked = link(draft.c_str(), mine.c_str());
+    const int link_errno = errno;
+    unlink(draft.c_str());
+    if (linked != 0 && link_errno == EEXIST) continue;
+    if (linked != 0) return absl::UnavailableError(absl::StrCat(mine, ": cannot create: ", std::strerror(link_errno)));
     if (absl::Status synced = FsyncDirectory(claims); !synced.ok()) return synced;
     // Older claims go (never the newest: ownership is decided by the highest number alone).
     for (int64_t old = newest.seq + 1 - kKeptClaims; old > 0 && old > newest.seq - 2 * kKeptClaims; --old) {

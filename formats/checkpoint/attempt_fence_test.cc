@@ -1,6 +1,8 @@
 // AttemptFence against its contract: claims, superseded claims and checks, other jobs, damaged markers.
 #include "formats/checkpoint/attempt_fence.h"
 
+#include <sys/stat.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -80,6 +82,27 @@ TEST(AttemptFenceTest, RacingClaimsLeaveTheNewerAttemptTheOwner) {
       EXPECT_THAT(a.message(), HasSubstr("attempt 3"));
     }
   }
+}
+
+// OUTPUT_DIR is the user's: attempt.claims as a link into another job's directory would take that
+// job's fence (each attempt of this one failing the other's next check); a FIFO as the newest claim
+// would hang the claim's read. Refused, and read without waiting.
+TEST(AttemptFenceTest, PlantedLinksAndFifosInTheClaimsAreHarmless) {
+  const std::string dir = Dir("planted"), other = Dir("planted_other");
+  AttemptFence theirs(other, {"job-000002@9", 1});
+  ASSERT_TRUE(theirs.Claim().ok());
+  std::filesystem::create_directories(dir);
+  std::filesystem::create_directory_symlink(other + "/attempt.claims", dir + "/attempt.claims");
+  AttemptFence mine(dir, {"job-000001@5", 1});
+  absl::Status linked = mine.Claim();
+  EXPECT_EQ(linked.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(linked.message(), HasSubstr("is not a directory of its own"));
+  EXPECT_TRUE(theirs.Check().ok()) << "the other job keeps its directory";
+  std::filesystem::remove(dir + "/attempt.claims");
+  ASSERT_TRUE(mine.Claim().ok());
+  ASSERT_EQ(mkfifo((dir + "/attempt.claims/00000000000000000099").c_str(), 0644), 0);
+  absl::Status check = mine.Check();  // Returns (the FIFO is no claim of this attempt's); never blocks.
+  EXPECT_FALSE(check.ok());
 }
 
 TEST(AttemptFenceTest, UnfencedRunsNeitherWriteNorCheck) {

@@ -34,11 +34,16 @@ std::vector<std::pair<int64_t, std::string>> ListCheckpoints(const std::string& 
     *error = absl::UnavailableError(absl::StrCat("cannot list the checkpoints in ", dir, ": ", ec.message(),
                                                  " (not damage: nothing is set aside)"));
   }
-  for (const auto& e : it) {  // The end iterator after an error.
+  // The directory is the user's: nothing here may throw (a link loop named step_1, an entry that
+  // vanishes or cannot be read), and a step_N that is a symbolic link is not a checkpoint (it could
+  // point into another job's directory): only real directories count.
+  for (; !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    const fs::directory_entry& e = *it;
     const std::string name = e.path().filename().string();
     int64_t step;
+    std::error_code type_ec;
     if (name.rfind("step_", 0) == 0 && name.find('.') == std::string::npos &&
-        absl::SimpleAtoi(name.substr(5), &step) && e.is_directory()) {
+        absl::SimpleAtoi(name.substr(5), &step) && fs::is_directory(e.symlink_status(type_ec)) && !type_ec) {
       out.emplace_back(step, e.path().string());
     }
   }

@@ -180,6 +180,25 @@ TEST(CheckpointDirTest, AReadErrorIsNotDamage) {
   EXPECT_EQ((*NewestGoodCheckpoint(dir, nullptr))->first, 2) << "read again once the error is gone";
 }
 
+// The checkpoint directory is the user's: a link loop named like a checkpoint threw
+// filesystem_error out of ListCheckpoints (is_directory follows links), which ended the worker that
+// lists it on every poll; a step_N that links elsewhere (another job's checkpoint) is not one.
+TEST(CheckpointDirTest, LinksNamedLikeCheckpointsAreNotListedAndNeverThrow) {
+  const std::string dir = Fresh("links");
+  WriteCheckpoint(dir, 2);
+  fs::create_symlink("step_00000007", dir + "/step_00000007");  // A loop.
+  fs::create_directory_symlink(dir + "/step_00000002", dir + "/step_00000009");
+  fs::create_symlink("/nonexistent", dir + "/step_00000011");
+  std::vector<std::pair<int64_t, std::string>> listed;
+  ASSERT_NO_THROW(listed = ListCheckpoints(dir));
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_EQ(listed[0].first, 2);
+  std::vector<absl::Status> damaged;
+  auto found = NewestGoodCheckpoint(dir, &damaged);
+  ASSERT_TRUE(found.ok()) << found.status();
+  EXPECT_EQ((*found)->first, 2);
+}
+
 TEST(CheckpointDirTest, AFailedCommitDeletesNothing) {
   const std::string dir = Fresh("failed_commit");
   WriteCheckpoint(dir, 2);

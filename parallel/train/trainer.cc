@@ -19,6 +19,7 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "common/userfs/user_files.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "formats/checkpoint/checkpoint_dir.h"
@@ -220,6 +221,9 @@ absl::Status Trainer::LoadInitialWeights() {
   // else the seed.
   // LoRA: the frozen base always comes from init_from or pretrained (a checkpoint holds the adapters
   // only), then the adapters from lora.init_from, then the checkpoint's.
+  // A checkpoint directory below OUTPUT_DIR must not be a link planted there (into another job's
+  // directory): refused before anything is read from it.
+  TESSERA_RETURN_IF_ERROR(userfs::CheckDirBelow(options_.output_dir, options_.checkpoint_dir));
   auto resume = AgreeOnResumeStep();
   if (!resume.ok()) return resume.status();
   const bool lora = options_.model.lora.enabled();

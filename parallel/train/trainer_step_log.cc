@@ -33,6 +33,12 @@ absl::Status Trainer::TrimStepLog() {
   if (auto in = userfs::OpenUnder(options_.output_dir, kStepLog, {}); in.ok()) {
     auto size = userfs::FileSize(in->get());
     if (!size.ok()) return size.status();
+    // Read whole to be trimmed: bounded (a log made huge, truncate -s 1T, must not exhaust memory).
+    constexpr int64_t kMaxStepLogBytes = int64_t{1} << 30;
+    if (*size > kMaxStepLogBytes) {
+      return absl::FailedPreconditionError(absl::StrCat(path, ": ", *size, " bytes, over the ", kMaxStepLogBytes,
+                                                        " a step log may have; move it away to start a new one"));
+    }
     auto bytes = userfs::ReadAt(in->get(), 0, *size);
     if (!bytes.ok()) return absl::UnavailableError(absl::StrCat(path, ": ", bytes.status().message()));
     old = *std::move(bytes);
@@ -46,8 +52,10 @@ absl::Status Trainer::TrimStepLog() {
   discarded_steps_ = 0;
   while (std::getline(in, line)) {
     nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_discarded()) continue;
-    if (j.value("step", int64_t{0}) <= step_) {
+    if (j.is_discarded() || !j.is_object()) continue;  // Not a line of ours (value() throws on those).
+    const auto at = j.find("step");
+    const int64_t step = at != j.end() && at->is_number_integer() ? at->get<int64_t>() : 0;
+    if (step <= step_) {
       kept << line << "\n";
     } else if (!j.contains("warning")) {
       ++discarded_steps_;  // Trained by an earlier run past the checkpoint this one resumes from.
