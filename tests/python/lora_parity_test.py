@@ -16,6 +16,7 @@ objective) trains as peft's in one process and with ep=2. The test can fail: the
 adapter's scale alpha/r (or with B·A applied twice) moves the losses far past the tolerance."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -303,8 +304,10 @@ output_dir: {self.tmp}/{name}
         self.run_tessera("resume_first", checkpoint_every=5)
         resumed = os.path.join(self.tmp, "resumed")
         os.makedirs(os.path.join(resumed, "checkpoints"))
-        os.symlink(os.path.join(self.tmp, "resume_first", "checkpoints", "step_00000005"),
-                   os.path.join(resumed, "checkpoints", "step_00000005"))
+        # Copied, not linked: a checkpoint that is a symbolic link is not one (it could point into
+        # another job's directory).
+        shutil.copytree(os.path.join(self.tmp, "resume_first", "checkpoints", "step_00000005"),
+                        os.path.join(resumed, "checkpoints", "step_00000005"))
         got = self.run_tessera("resumed")
         self.assertEqual(len(got), STEPS - 5)
         for step, (g, w) in enumerate(zip(got, self.want[5:]), start=6):
