@@ -115,43 +115,13 @@ int RunClient() {
   for (int i = k; i < n; i += clients) owned.push_back(i);
   const int m = static_cast<int>(owned.size());
   std::vector<std::unique_ptr<tessera::v1::WorkerService::Stub>> stubs(m);
-  std::vector<int64_t> sessions(m, 0);
+  // Registration threads run beside the heartbeat loop below: a worker heartbeats from the interval
+  // after its own registration (as a real one does), not once every other has registered (12,500
+  // registrations take longer than the heartbeat timeout: the first would be lost).
+  std::vector<std::atomic<int64_t>> sessions(m);
+  for (auto& x : sessions) x = 0;
   std::atomic<int> registered{0};
-  {
-    std::vector<std::thread> threads;
-    for (int t = 0; t < 4; ++t) {
-      threads.emplace_back([&, t] {
-        for (int j = t; j < m; j += 4) {
-          const int i = owned[j];
-          stubs[j] = tessera::v1::WorkerService::NewStub(Connect(addr, tls, dir + "/certs", "worker-" + WorkerName(i)));
-          tessera::v1::RegisterWorkerRequest req;
-          req.set_name(WorkerName(i));
-          req.set_device_kind(tessera::v1::DEVICE_KIND_CPU);
-          req.set_device_count(1);
-          req.set_host("127.0.0.1");
-          req.set_store_port_min(40000);
-          req.set_store_port_max(40010);
-          req.set_instance(absl::StrCat("load-", getpid(), "-", i));
-          req.set_stop_grace_ms(10000);  // A real worker's defaults: the fence counts them.
-          req.set_stop_delay_ms(6200);
-          if (i < 2) req.set_pool("victim");
-          for (int attempt = 0; attempt < 5; ++attempt) {
-            tessera::v1::RegisterWorkerResponse resp;
-            grpc::ClientContext ctx;
-            ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-            if (stubs[j]->RegisterWorker(&ctx, req, &resp).ok()) {
-              sessions[j] = resp.session();
-              ++registered;
-              break;
-            }
-          }
-        }
-      });
-    }
-    for (auto& th : threads) th.join();
-  }
-  // Assignment streams held open, as every worker holds its own.
-  grpc::CompletionQueue stream_cq;
+  grpc::CompletionQueue stream_cq;  // Assignment streams held open, as every worker holds its own.
   std::vector<std::unique_ptr<grpc::ClientContext>> stream_ctx(m);
   std::vector<std::unique_ptr<grpc::ClientAsyncReader<tessera::v1::Assignment>>> streams(m);
   std::thread stream_poller([&] {
@@ -160,48 +130,91 @@ int RunClient() {
     while (stream_cq.Next(&tag, &ok)) {
     }
   });
-  for (int j = 0; j < m; ++j) {
-    tessera::v1::StreamAssignmentsRequest req;
-    req.set_worker_id(WorkerName(owned[j]));
-    req.set_session(sessions[j]);
-    stream_ctx[j] = std::make_unique<grpc::ClientContext>();
-    streams[j] = stubs[j]->AsyncStreamAssignments(stream_ctx[j].get(), req, &stream_cq, stream_ctx[j].get());
+  std::vector<std::thread> registrars;
+  for (int t = 0; t < 4; ++t) {
+    registrars.emplace_back([&, t] {
+      for (int j = t; j < m; j += 4) {
+        const int i = owned[j];
+        stubs[j] = tessera::v1::WorkerService::NewStub(Connect(addr, tls, dir + "/certs", "worker-" + WorkerName(i)));
+        tessera::v1::RegisterWorkerRequest req;
+        req.set_name(WorkerName(i));
+        req.set_device_kind(tessera::v1::DEVICE_KIND_CPU);
+        req.set_device_count(1);
+        req.set_host("127.0.0.1");
+        req.set_store_port_min(40000);
+        req.set_store_port_max(40010);
+        req.set_instance(absl::StrCat("load-", getpid(), "-", i));
+        req.set_stop_grace_ms(10000);  // A real worker's defaults: the fence counts them.
+        req.set_stop_delay_ms(6200);
+        if (i < 2) req.set_pool("victim");
+        for (int attempt = 0; attempt < 5; ++attempt) {
+          tessera::v1::RegisterWorkerResponse resp;
+          grpc::ClientContext ctx;
+          ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+          if (stubs[j]->RegisterWorker(&ctx, req, &resp).ok()) {
+            tessera::v1::StreamAssignmentsRequest stream_req;
+            stream_req.set_worker_id(WorkerName(i));
+            stream_req.set_session(resp.session());
+            stream_ctx[j] = std::make_unique<grpc::ClientContext>();
+            streams[j] = stubs[j]->AsyncStreamAssignments(stream_ctx[j].get(), stream_req, &stream_cq, stream_ctx[j].get());
+            sessions[j] = resp.session();  // Last: the heartbeat loop uses stubs[j] once this is set.
+            ++registered;
+            break;
+          }
+        }
+      }
+    });
   }
-  WriteFile(absl::StrCat(dir, "/ready.", k), absl::StrCat(registered.load(), "\n"));
-  // The go: "START_NS VICTIM SILENCE_NS" (VICTIM -1: none).
-  std::string go;
-  while ((go = ReadFile(dir + "/go")).empty()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  std::istringstream gs(go);
-  int64_t start_ns = 0, silence_ns = 0;
-  int victim = -1;
-  gs >> start_ns >> victim >> silence_ns;
+  std::thread ready([&] {
+    for (auto& th : registrars) th.join();
+    WriteFile(absl::StrCat(dir, "/ready.", k), absl::StrCat(registered.load(), "\n"));
+  });
+  // Heartbeats start at once (as a worker's do after it registered: a worker silent until every
+  // other had registered would be lost), every worker once per interval, spread evenly. The parent's
+  // go ("START_NS END_NS VICTIM SILENCE_NS", read every 100 ms) sets the measured window: beats sent
+  // in [START, END) are counted; the loop ends at END. VICTIM (-1: none) goes silent at START +
+  // SILENCE.
   const int64_t interval_ns = int64_t{absl::GetFlag(FLAGS_interval_ms)} * 1000000;
-  const int64_t rounds = int64_t{absl::GetFlag(FLAGS_seconds)} * 1000000000 / interval_ns;
   const int64_t gap_ns = interval_ns / std::max(1, m);
+  const int64_t begin_ns = NowNs();
+  int64_t start_ns = INT64_MAX, end_ns = INT64_MAX, silence_ns = 0, next_read_ns = 0;
+  int victim = -1;
   struct Call {
     grpc::ClientContext ctx;
     tessera::v1::HeartbeatResponse resp;
     grpc::Status status;
     int64_t sent_ns = 0;
+    bool counted = false;
     std::unique_ptr<grpc::ClientAsyncResponseReader<tessera::v1::HeartbeatResponse>> reader;
   };
   grpc::CompletionQueue cq;
   std::vector<double> latencies;
   std::map<int, int64_t> errors;
   int64_t victim_last_ns = 0, in_flight = 0;
-  for (int64_t b = 0; b < rounds * m || in_flight > 0;) {
-    const int64_t due = start_ns + b * gap_ns;
-    if (b < rounds * m && NowNs() >= due) {
+  for (int64_t b = 0;;) {
+    const int64_t now = NowNs();
+    if (end_ns == INT64_MAX && now >= next_read_ns) {
+      next_read_ns = now + 100000000;
+      std::istringstream gs(ReadFile(dir + "/go"));
+      int64_t s0 = 0, s1 = 0, quiet = 0;
+      int v = -1;
+      if (gs >> s0 >> s1 >> v >> quiet) start_ns = s0, end_ns = s1, victim = v, silence_ns = quiet;
+    }
+    const int64_t due = begin_ns + b * gap_ns;
+    if (due >= end_ns && in_flight == 0) break;
+    if (due < end_ns && now >= due) {
       const int j = static_cast<int>(b % m);
       ++b;
       if (owned[j] == victim && due >= start_ns + silence_ns) continue;  // Gone silent.
+      if (sessions[j] == 0) continue;  // Not registered yet.
       tessera::v1::HeartbeatRequest req;
       req.set_worker_id(WorkerName(owned[j]));
-      req.set_session(sessions[j]);
+      req.set_session(sessions[j].load());
       req.set_reports_ranks(true);
       auto* call = new Call;
       call->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
       call->sent_ns = NowNs();
+      call->counted = call->sent_ns >= start_ns && call->sent_ns < end_ns;
       if (owned[j] == victim) victim_last_ns = call->sent_ns;
       call->reader = stubs[j]->AsyncHeartbeat(&call->ctx, req, &cq);
       call->reader->Finish(&call->resp, &call->status, call);
@@ -210,16 +223,18 @@ int RunClient() {
     }
     void* tag = nullptr;
     bool ok = false;
-    const int64_t wait_ns = b < rounds * m ? std::max<int64_t>(0, due - NowNs()) : 10000000000;
+    const int64_t wait_ns = std::min<int64_t>(due < end_ns ? std::max<int64_t>(0, due - NowNs()) : 100000000, 100000000);
     if (cq.AsyncNext(&tag, &ok, std::chrono::system_clock::now() + std::chrono::nanoseconds(wait_ns)) !=
         grpc::CompletionQueue::GOT_EVENT) {
       continue;
     }
     std::unique_ptr<Call> call(static_cast<Call*>(tag));
     --in_flight;
+    if (!call->counted) continue;
     latencies.push_back((NowNs() - call->sent_ns) / 1e6);
     if (!call->status.ok()) ++errors[call->status.error_code()];
   }
+  ready.join();
   std::ostringstream out;
   out << latencies.size() << " " << victim_last_ns << " " << errors.size();
   for (auto [code, count] : errors) out << " " << code << " " << count;
@@ -315,19 +330,30 @@ Row Measure(const std::string& mode, const std::string& self) {
     tessera::v1::SubmitJobResponse resp;
     grpc::ClientContext ctx;
     grpc::Status s = client->SubmitJob(&ctx, req, &resp);
-    if (s.ok() && resp.job().placement_size() == 1) {
-      job_id = resp.job().id();
-      victim = resp.job().placement(0).worker_id() == WorkerName(0) ? 0 : 1;
+    tessera::v1::Job placed = resp.job();
+    for (int tries = 0; s.ok() && placed.placement_size() != 1 && tries < 200; ++tries) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      tessera::v1::GetJobRequest get;
+      get.set_job_id(resp.job().id());
+      tessera::v1::GetJobResponse got;
+      grpc::ClientContext get_ctx;
+      if (client->GetJob(&get_ctx, get, &got).ok()) placed = got.job();
+    }
+    if (s.ok() && placed.placement_size() == 1) {
+      job_id = placed.id();
+      victim = placed.placement(0).worker_id() == WorkerName(0) ? 0 : 1;
     } else {
-      std::cerr << "warning: the victim job was not placed: " << s.error_message() << "\n";
+      std::cerr << "warning: the victim job was not placed: " << s.error_message() << " " << placed.reason() << "\n";
     }
   }
-  const int64_t start_ns = NowNs() + 1000000000;
-  WriteFile(dir + "/go", absl::StrCat(start_ns, " ", victim, " ", int64_t{silence_s} * 1000000000, "\n"));
+  // Every worker has heartbeated for a full interval (the last registered ones too) before the window.
+  const int64_t start_ns = NowNs() + int64_t{interval_ms} * 1000000 + 1000000000;
+  const int64_t window_end_ns = start_ns + int64_t{absl::GetFlag(FLAGS_seconds)} * 1000000000;
+  WriteFile(dir + "/go", absl::StrCat(start_ns, " ", window_end_ns, " ", victim, " ", int64_t{silence_s} * 1000000000, "\n"));
   // Wait for the phase to start, sample the coordinator's CPU over it; meanwhile watch the victim's job.
   while (NowNs() < start_ns) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   const double cpu0 = CpuSeconds(coordinator);
-  const int64_t end_ns = start_ns + int64_t{absl::GetFlag(FLAGS_seconds)} * 1000000000;
+  const int64_t end_ns = window_end_ns;
   int64_t lost_ns = 0, placed_ns = 0;
   while (NowNs() < end_ns) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
