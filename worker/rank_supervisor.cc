@@ -28,6 +28,8 @@ constexpr char kStepLog[] = "steps.jsonl";
 constexpr int64_t kMaxStepBytesPerPoll = 4 << 20;
 // Warning lines forwarded per round at most (each cut to steplog::kMaxWarningBytes).
 constexpr size_t kMaxWarningsPerPoll = 16;
+// A running rank's step log and checkpoint directory (the user's files) are read at most this often.
+constexpr std::chrono::milliseconds kProgressEvery(200);
 
 double ModelFlopsPerToken(const v1::JobSpec& spec) {
   return spec::ModelConfigOf(spec.model()).TrainingFlopsPerToken();
@@ -237,7 +239,11 @@ std::vector<RankEvent> RankSupervisor::Poll() {
     // Reap first, read progress second: after an exit every line and checkpoint the rank wrote is there.
     int status = 0;
     const bool exited = waitpid(r.pid, &status, WNOHANG) == r.pid;
-    ReadProgress(it->first, r, &events);
+    const auto read_now = std::chrono::steady_clock::now();
+    if (exited || read_now - r.progress_read_at >= kProgressEvery) {
+      r.progress_read_at = read_now;
+      ReadProgress(it->first, r, &events);
+    }
     if (exited) {
       kill(-r.pid, SIGKILL);  // Anything the rank left in its process group.
       RankEvent e;

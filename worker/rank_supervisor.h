@@ -76,6 +76,9 @@ class RankSupervisor final : public Ranks {
     bool reads_steps = false;  // Rank 0: its OUTPUT_DIR/steps.jsonl is read for progress.
     std::string checkpoint_dir;
     std::optional<StepRecord> last_step;  // Newest step log line read.
+    // When its step log and checkpoints were last read (Poll runs after every RPC of the agent's loop:
+    // the user's files are read at most every kProgressEvery, and once more at the rank's exit).
+    std::chrono::steady_clock::time_point progress_read_at{};
     int64_t val_step = 0;             // Newest evaluation read (0: none) and its loss.
     double val_loss = 0;
     int64_t reported_checkpoint = 0;  // Newest checkpoint step already reported.

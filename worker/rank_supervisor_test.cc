@@ -284,12 +284,12 @@ TEST_F(RankSupervisorTest, AStepLogReplacedByAFifoWhileRunningStopsTheJobNamingI
 }
 
 TEST_F(RankSupervisorTest, AHugeStepLogIsReadInBoundedPiecesPerPoll) {
-  // 20 MiB of one line, then a real step: each Poll reads at most 4 MiB, the giant line is skipped, and
-  // the step after it is reported (the rank sleeps 1 s: about 20 polls to catch up).
+  // 20 MiB of one line, then a real step: each read takes at most 4 MiB, the giant line is skipped, and
+  // the step after it is reported (the rank sleeps 3 s: a read every 200 ms at most, 6 to catch up).
   const std::string out = dir_ + "/out";
   std::filesystem::create_directories(out);
   auto s = Supervisor("head -c 20971520 /dev/zero | tr '\\0' x >> " + out + "/steps.jsonl\necho >> " + out +
-                      "/steps.jsonl\necho '{\"step\": 3, \"loss\": 2.5}' >> " + out + "/steps.jsonl\nsleep 1");
+                      "/steps.jsonl\necho '{\"step\": 3, \"loss\": 2.5}' >> " + out + "/steps.jsonl\nsleep 3");
   ASSERT_TRUE(s->Start(Order(0)).ok());
   std::vector<RankEvent> events = PollUntilExit(*s);
   int64_t newest = 0;
