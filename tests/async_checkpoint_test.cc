@@ -25,6 +25,7 @@
 #include "common/process/subprocess.h"
 #include "gtest/gtest.h"
 #include "tests/testing/cli.h"
+#include "tests/testing/process_table.h"
 
 namespace tessera {
 namespace {
@@ -155,14 +156,9 @@ INSTANTIATE_TEST_SUITE_P(
 
 // The pid of rank `rank` of the run whose job file is `job_json`, or -1.
 pid_t RankPid(const std::string& job_json, int rank) {
-  for (const auto& e : fs::directory_iterator("/proc")) {
-    const std::string cmd = ReadAll(e.path() / "cmdline");
-    if (absl::StrContains(cmd, "tessera-rank") && absl::StrContains(cmd, "--spec=" + job_json) &&
-        absl::StrContains(cmd, absl::StrCat("--rank=", rank, std::string(1, '\0')))) {
-      return static_cast<pid_t>(std::stoi(e.path().filename().string()));
-    }
-  }
-  return -1;
+  const auto pids = testing::ProcessesMatching(
+      {"tessera-rank", "--spec=" + job_json, absl::StrCat("--rank=", rank, std::string(1, '\0'))});
+  return pids.empty() ? -1 : pids.front();
 }
 
 TEST(AsyncCheckpointKillTest, ARankKilledDuringABackgroundWriteResumesFromThePreviousCheckpoint) {

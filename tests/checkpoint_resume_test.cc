@@ -17,6 +17,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/cli.h"
+#include "tests/testing/process_table.h"
 
 namespace tessera {
 namespace {
@@ -43,13 +44,7 @@ std::string WriteSpec(const std::string& dir, const std::string& schedule) {
 
 // Ranks of a run are the tessera-rank processes whose command line names its spec file.
 int CountRankProcesses(const std::string& spec_file) {
-  int n = 0;
-  for (const auto& e : fs::directory_iterator("/proc")) {
-    std::ifstream cmd(e.path() / "cmdline");
-    std::string s((std::istreambuf_iterator<char>(cmd)), std::istreambuf_iterator<char>());
-    if (s.find("tessera-rank") != std::string::npos && s.find(spec_file) != std::string::npos) ++n;
-  }
-  return n;
+  return static_cast<int>(testing::ProcessesMatching({"tessera-rank", spec_file}).size());
 }
 
 TEST(CheckpointResumeTest, InterruptedRunResumesToIdenticalLosses) {

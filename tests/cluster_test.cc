@@ -17,6 +17,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/testing/cli.h"
+#include "tests/testing/process_table.h"
 #include "tests/testing/local_cluster.h"
 
 namespace tessera {
@@ -30,16 +31,9 @@ using testing::WaitFor;
 
 // tessera-rank processes whose command line contains every needle (rank processes carry their
 // worker's work dir and their job id in their --spec path).
-std::vector<pid_t> ProcessesMatching(const std::vector<std::string>& needles) {
-  std::vector<pid_t> out;
-  for (const auto& e : fs::directory_iterator("/proc")) {
-    std::ifstream cmd(e.path() / "cmdline");
-    std::string s((std::istreambuf_iterator<char>(cmd)), std::istreambuf_iterator<char>());
-    bool all = s.find("tessera-rank") != std::string::npos;
-    for (const std::string& n : needles) all = all && s.find(n) != std::string::npos;
-    if (all) out.push_back(std::stoi(e.path().filename().string()));
-  }
-  return out;
+std::vector<pid_t> ProcessesMatching(std::vector<std::string> needles) {
+  needles.push_back("tessera-rank");
+  return testing::ProcessesMatching(needles);
 }
 
 class ClusterTest : public ::testing::Test {

@@ -23,6 +23,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/testing/cli.h"
+#include "tests/testing/process_table.h"
 #include "tests/testing/cluster_certs.h"
 #include "tests/testing/compare.h"
 #include "tests/testing/test_hosts.h"
@@ -167,22 +168,10 @@ class MultiHostTest : public ::testing::Test {
   }
 
   // A process's command line, arguments separated by NUL ("" once it is gone).
-  static std::string Cmdline(pid_t pid) {
-    std::ifstream cmd(absl::StrCat("/proc/", pid, "/cmdline"));
-    return std::string((std::istreambuf_iterator<char>(cmd)), std::istreambuf_iterator<char>());
-  }
+  static std::string Cmdline(pid_t pid) { return testing::Cmdline(pid); }
 
   // tessera-rank processes of this test, on any host (one process table: the hosts share the kernel).
-  std::vector<pid_t> RankPids() {
-    std::vector<pid_t> pids;
-    for (const auto& e : std::filesystem::directory_iterator("/proc")) {
-      const std::string s = Cmdline(std::atoi(e.path().filename().c_str()));
-      if (s.find("tessera-rank") != std::string::npos && s.find(dir_ + "/") != std::string::npos) {
-        pids.push_back(std::atoi(e.path().filename().c_str()));
-      }
-    }
-    return pids;
-  }
+  std::vector<pid_t> RankPids() { return testing::ProcessesMatching({"tessera-rank", dir_ + "/"}); }
   int RanksLeft() { return static_cast<int>(RankPids().size()); }
 
   // Each live rank process of this test: pid and command line.
