@@ -71,12 +71,12 @@ TEST(LoraSpecTest, EveryPathIsMadeAbsoluteAndTheAdapterIsAnInput) {
   auto spec = ParseJobSpec(kLlama, {"model.pretrained=models/base/", "model.lora.init_from=../adapters/./a",
                                     "output_dir=out/x", "checkpoint.dir=/abs/ckpt", "data.valid_path=v.bin"});
   ASSERT_TRUE(spec.ok()) << spec.status();
-  MakePathsAbsolute(&*spec, "/home/me/work");
-  EXPECT_EQ(spec->data().path(), "/home/me/work/data.bin");
-  EXPECT_EQ(spec->data().valid_path(), "/home/me/work/v.bin");
-  EXPECT_EQ(spec->model().pretrained(), "/home/me/work/models/base");
-  EXPECT_EQ(spec->model().lora().init_from(), "/home/me/adapters/a");
-  EXPECT_EQ(spec->output_dir(), "/home/me/work/out/x");
+  MakePathsAbsolute(&*spec, "/cwd/project");
+  EXPECT_EQ(spec->data().path(), "/cwd/project/data.bin");
+  EXPECT_EQ(spec->data().valid_path(), "/cwd/project/v.bin");
+  EXPECT_EQ(spec->model().pretrained(), "/cwd/project/models/base");
+  EXPECT_EQ(spec->model().lora().init_from(), "/cwd/adapters/a");
+  EXPECT_EQ(spec->output_dir(), "/cwd/project/out/x");
   EXPECT_EQ(spec->checkpoint().dir(), "/abs/ckpt") << "absolute paths as written";
   EXPECT_EQ(spec->model().init_from(), "") << "unset stays unset";
   bool adapter_is_input = false;
@@ -84,7 +84,7 @@ TEST(LoraSpecTest, EveryPathIsMadeAbsoluteAndTheAdapterIsAnInput) {
   EXPECT_TRUE(adapter_is_input);
   PathRoots roots{{"/data"}, ""};
   auto confined = ToStatus(CheckJobPaths(*spec, roots, ""));
-  EXPECT_THAT(confined.message(), HasSubstr("model.lora.init_from: '/home/me/adapters/a' is outside the data roots"));
+  EXPECT_THAT(confined.message(), HasSubstr("model.lora.init_from: '/cwd/adapters/a' is outside the data roots"));
 }
 
 }  // namespace
