@@ -16,8 +16,8 @@
 // fence: last heartbeat + lease + stop grace + stop delay + 1 s).
 //
 //   bazel build //bench:coordinator_scale //coordinator:tessera-coordinator
-//   bazel-bin/bench/coordinator_scale --workers=12500 --modes=plain,tls --clients=4 --seconds=60 \
-//       --coordinator_cpus=0 --client_cpus=1
+//   bazel-bin/bench/coordinator_scale --workers=12500 --modes=plain,tls --clients=4 --seconds=60
+//       --coordinator_cpus=0 --client_cpus=1     (one command line)
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
