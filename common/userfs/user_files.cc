@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 
 namespace tessera::userfs {
@@ -102,11 +103,44 @@ absl::Status CheckDirBelow(const std::string& base, const std::string& dir) {
   return opened.ok() ? absl::OkStatus() : opened.status();
 }
 
+namespace {
+
+// Whether every directory from / down to `parent` (its real path: links in it resolved) is safe to hold
+// a private directory: owned by root or by this user, and not writable by group or others unless
+// sticky (/tmp) — else another user could rename the private directory away and put their own in its
+// place. FailedPrecondition naming the first unsafe directory.
+absl::Status CheckAncestors(const std::string& dir, const std::filesystem::path& parent) {
+  std::error_code ec;
+  const std::filesystem::path real = std::filesystem::canonical(parent.empty() ? "." : parent, ec);
+  if (ec) return absl::FailedPreconditionError(absl::StrCat(dir, ": its parent cannot be resolved: ", ec.message()));
+  std::filesystem::path at;
+  for (const std::filesystem::path& part : real) {
+    at /= part;
+    struct stat st {};
+    if (stat(at.c_str(), &st) != 0) {
+      return absl::FailedPreconditionError(absl::StrCat(dir, ": ", at.string(), ": ", std::strerror(errno)));
+    }
+    if (st.st_uid != 0 && st.st_uid != geteuid()) {
+      return absl::FailedPreconditionError(absl::StrCat(dir, ": its ancestor ", at.string(), " is owned by uid ",
+                                                        st.st_uid, ", who could replace it: choose another place"));
+    }
+    if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0 && (st.st_mode & S_ISVTX) == 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(dir, ": its ancestor ", at.string(), " is writable by other users (mode 0",
+                       absl::StrFormat("%o", st.st_mode & 07777), ", not sticky), who could replace it: choose another place"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status MakePrivateDir(const std::string& dir) {
   if (dir.empty()) return absl::InvalidArgumentError("an empty directory name");
   std::error_code ec;
   const std::filesystem::path parent = std::filesystem::path(dir).parent_path();
   if (!parent.empty()) std::filesystem::create_directories(parent, ec);  // A missing parent: 0755 (umask).
+  if (absl::Status safe = CheckAncestors(dir, parent); !safe.ok()) return safe;
   if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
     return absl::FailedPreconditionError(absl::StrCat(dir, ": cannot create: ", std::strerror(errno)));
   }

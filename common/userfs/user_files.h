@@ -79,7 +79,9 @@ absl::Status CheckDirBelow(const std::string& base, const std::string& dir);
 // with mode 0700 when missing (parents 0755); an existing one must be a real directory (not a
 // symbolic link) owned by this process's user, and is set to 0700. FailedPrecondition naming the
 // directory and the problem (owned by another uid, a link, not a directory) otherwise: a directory
-// another user made first (in /tmp, say) is never used.
+// another user made first (in /tmp, say) is never used. Its ancestors (links resolved) must be owned by
+// root or this user and not writable by others unless sticky (as /tmp): else another user could
+// replace the directory itself; refused naming the ancestor.
 absl::Status MakePrivateDir(const std::string& dir);
 
 // What stands at `fd`: "a regular file", "a FIFO", "a directory", "a character device", ...

@@ -142,6 +142,18 @@ TEST_F(UserFilesTest, APrivateDirIsOursAndOnlyOurs) {
     ASSERT_EQ(chown(theirs.c_str(), 12345, 12345), 0);
     EXPECT_THAT(MakePrivateDir(theirs).message(), HasSubstr("theirs: is owned by uid 12345, not by this user (uid 0)"));
     EXPECT_NE(fs::status(theirs).permissions(), fs::perms::owner_all) << "left as it was";
+    // Below a directory of another user, or one that others may write to (not sticky): another user
+    // could rename our directory away and put theirs in its place. Below a sticky one (/tmp): ours.
+    EXPECT_THAT(MakePrivateDir(theirs + "/work").message(), HasSubstr("its ancestor " + theirs + " is owned by uid 12345"));
+    const std::string open_dir = (dir_ / "open").string();
+    fs::create_directory(open_dir);
+    fs::permissions(open_dir, fs::perms::all);
+    EXPECT_THAT(MakePrivateDir(open_dir + "/work").message(),
+                HasSubstr("its ancestor " + open_dir + " is writable by other users (mode 0777, not sticky)"));
+    fs::create_directory_symlink(open_dir, dir_ / "to_open");  // Through a link: the real path is checked.
+    EXPECT_THAT(MakePrivateDir((dir_ / "to_open/work").string()).message(), HasSubstr("is writable by other users"));
+    fs::permissions(open_dir, fs::perms::all | fs::perms::sticky_bit);
+    EXPECT_TRUE(MakePrivateDir(open_dir + "/work").ok());
   }
 }
 
