@@ -8,6 +8,7 @@ TORCH_VERSION=2.11.0
 TRANSFORMERS_VERSION=4.57.1
 PEFT_VERSION=0.17.1
 TENSORBOARD_VERSION=2.21.0
+TORCHAO_VERSION=0.15.0
 PACKAGES=(
   bazel-bootstrap build-essential pkg-config python3 python3-venv python3-yaml
   protobuf-compiler libprotobuf-dev libgrpc++-dev protobuf-compiler-grpc libabsl-dev
@@ -40,7 +41,7 @@ has_torch() {
 }
 # Used by tests only: the other side's own code for interop (transformers' models and checkpoints,
 # the tokenizers library it depends on, for token ids, peft for LoRA adapters, and tensorboard's own
-# reader for the event files).
+# reader for the event files, torchao's Float8Linear for the FP8 layers).
 ensure_transformers() {
   if ! "$1" -c "import transformers, tokenizers" 2>/dev/null; then
     log "installing transformers==$TRANSFORMERS_VERSION (tests only)"
@@ -55,6 +56,12 @@ ensure_transformers() {
       2>/dev/null; then
     log "installing tensorboard==$TENSORBOARD_VERSION (tests only)"
     "$1" -m pip install -q --disable-pip-version-check "tensorboard==$TENSORBOARD_VERSION"
+  fi
+  # --no-deps: torchao's Float8 training is pure Python; its C++ extensions (built for another torch)
+  # are skipped at import with a warning.
+  if ! "$1" -c "import torchao, sys; sys.exit(0 if torchao.__version__ == '$TORCHAO_VERSION' else 1)" 2>/dev/null; then
+    log "installing torchao==$TORCHAO_VERSION (tests only)"
+    "$1" -m pip install -q --disable-pip-version-check --no-deps "torchao==$TORCHAO_VERSION"
   fi
 }
 if has_torch "$here/python.sh"; then

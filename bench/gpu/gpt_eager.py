@@ -7,7 +7,9 @@ With --full: the whole training step as `gpu_bench train` runs it — bf16 param
 fp32 master weights, global-norm clipping at 1.0, PyTorch's fused AdamW on the masters, masters cast
 back to bf16, the loss read on the host — the usual eager recipe (Megatron's mixed-precision optimizer).
 
-Usage: python3 bench/gpu/gpt_eager.py --size 125m|1.3b|tiny [--batch B] [--device cuda|cpu] [--full]
+With --compile: the model under torch.compile (default mode), the optimizer as above.
+
+Usage: python3 bench/gpu/gpt_eager.py --size 125m|1.3b|tiny [--batch B] [--device cuda|cpu] [--full] [--compile]
 """
 import argparse
 import os
@@ -46,12 +48,14 @@ def main():
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--full", action="store_true")
+    ap.add_argument("--compile", action="store_true")
     ap.add_argument("--profile", action="store_true", help="one more step under torch.profiler: top GPU kernels")
     a = ap.parse_args()
     layers, hidden, heads, vocab, seq = SIZES[a.size]
     dev = torch.device(a.device)
     model = gpt_reference.GPT(layers, hidden, heads, vocab, seq).to(dev, torch.bfloat16)
     tokens = torch.randint(vocab, (a.batch, seq + 1), device=dev)
+    fwd = torch.compile(model) if a.compile else model
 
     def sync():
         if dev.type == "cuda":
@@ -63,7 +67,7 @@ def main():
                             fused=dev.type == "cuda")
 
     def step():
-        loss = model(tokens[:, :-1], tokens[:, 1:])
+        loss = fwd(tokens[:, :-1], tokens[:, 1:])
         loss.backward()
         if a.full:
             for m, p in zip(masters, params):
@@ -106,7 +110,7 @@ def main():
         sync()
         mm.append(time.perf_counter() - t0)
     peak = 2.0 * n ** 3 / statistics.median(mm)
-    print(f"{'eager_train' if a.full else 'eager'} size {a.size} params {n_params} batch {a.batch} seq {seq} step_ms {t * 1e3:.2f} "
+    print(f"{'eager_train' if a.full else 'eager'} size {a.size} compile {int(a.compile)} params {n_params} batch {a.batch} seq {seq} step_ms {t * 1e3:.2f} "
           f"tokens_per_s {tokens_per_step / t:.0f} model_TFLOPs {flops / t / 1e12:.1f} "
           f"peak_bf16_TFLOPs {peak / 1e12:.1f} mfu {flops / t / peak:.3f}")
 

@@ -19,6 +19,10 @@
 //                                       fp32 masters, clipping, AdamW): median of steps 4..10.
 //                                       --fused_layers 0 keeps the fused optimizer but ATen's layer
 //                                       norm and GELU (default: as --fused).
+//                                       --size llama1b: a Llama of ~1.0B parameters (seq 2048).
+//                                       --fp8 tensorwise|rowwise: the blocks' linear layers in FP8.
+//   gpu_bench fp8                       FP8 GEMMs vs their emulation on the device; one linear's
+//                                       forward+backward, bf16 vs FP8, at the GPT 1.3B / Llama 1B shapes.
 //   gpu_bench generate                  greedy generation (KV cache) of a GPT-2 and a Llama (GQA)
 //                                       with the same weights on cpu and cuda: the same tokens,
 //                                       prompt logits within 1e-4 (fp32). Exit 1 otherwise.
@@ -44,6 +48,7 @@
 #include <vector>
 
 #include "absl/strings/str_join.h"
+#include "bench/gpu/fp8_bench.h"
 #include "bench/gpu/generate_check.h"
 #include "kernels/cpu_adam.h"
 #include "kernels/fused_kernels.h"
@@ -128,6 +133,14 @@ std::string Arg(int argc, char** argv, const std::string& name, const std::strin
 parallel::ModelConfig SizeConfig(const std::string& size) {
   if (size == "125m") return {12, 768, 12, 50304, 1024};
   if (size == "1.3b") return {24, 2048, 16, 50304, 1024};
+  if (size == "llama1b") {  // Llama 3.2 1B's blocks (GQA 32/8, SwiGLU 8192, tied head), a 32,000 vocabulary.
+    parallel::ModelConfig c{16, 2048, 32, 32000, 2048};
+    c.family = layout::ModelFamily::kLlama;
+    c.kv_heads = 8;
+    c.ffn_hidden = 8192;
+    c.rope_theta = 500000;
+    return c;
+  }
   return {2, 64, 4, 256, 64};
 }
 
@@ -536,6 +549,12 @@ int TrainBench(int argc, char** argv) {
   if (!trainer.ok()) return std::printf("error %s\n", std::string(trainer.status().message()).c_str()), 1;
   const bool fused_layers = Arg(argc, argv, "fused_layers", o.fused_kernels ? "1" : "0") == "1";
   (*trainer)->model().set_fused_kernels(fused_layers);
+  const std::string fp8 = Arg(argc, argv, "fp8", "none");
+  if (fp8 != "none") {
+    parallel::Fp8Options f;
+    f.recipe = fp8 == "rowwise" ? parallel::Fp8Recipe::kRowwise : parallel::Fp8Recipe::kTensorwise;
+    (*trainer)->model().set_fp8(f);
+  }
   const at::Device d = cuda ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU);
   std::vector<double> seconds;
   double loss = 0;
@@ -554,9 +573,9 @@ int TrainBench(int argc, char** argv) {
   const double tokens_per_step = static_cast<double>(o.micro_batch) * o.model.seq_len;
   const double flops = tokens_per_step * FlopsPerToken(o.model, n_params);
   const double peak = MatmulPeak(d);
-  std::printf("train size %s params %.0f batch %d seq %d fused %d fused_layers %d step_ms %.2f tokens_per_s %.0f model_TFLOPs %.1f "
+  std::printf("train size %s fp8 %s params %.0f batch %d seq %d fused %d fused_layers %d step_ms %.2f tokens_per_s %.0f model_TFLOPs %.1f "
               "peak_bf16_TFLOPs %.1f mfu %.3f last_loss %.4f\n",
-              size.c_str(), n_params, o.micro_batch, o.model.seq_len, o.fused_kernels ? 1 : 0, fused_layers ? 1 : 0, t * 1e3,
+              size.c_str(), fp8.c_str(), n_params, o.micro_batch, o.model.seq_len, o.fused_kernels ? 1 : 0, fused_layers ? 1 : 0, t * 1e3,
               tokens_per_step / t, flops / t / 1e12, peak / 1e12, flops / t / peak, loss);
   return 0;
 }
@@ -574,6 +593,7 @@ int main(int argc, char** argv) {
     if (mode == "capacity") return tessera::bench::Capacity(argc, argv);
     if (mode == "train") return tessera::bench::TrainBench(argc, argv);
     if (mode == "generate") return tessera::bench::GenerateCheck();
+    if (mode == "fp8") return tessera::bench::Fp8Bench(argc, argv);
   } catch (const std::exception& e) {
     std::printf("error %s\n", std::string(e.what()).substr(0, 300).c_str());
     return 1;

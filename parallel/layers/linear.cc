@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include "parallel/layers/fp8_linear.h"
 #include "parallel/layers/weight_grad_store.h"
 
 namespace tessera::parallel {
@@ -75,6 +76,9 @@ struct SplitLinearWithBias : public torch::autograd::Function<SplitLinearWithBia
 }  // namespace
 
 at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+  if (const Fp8Options* fp8 = Fp8Scope::current(); fp8 != nullptr && Fp8Applies(x, w, *fp8)) {
+    return Fp8Linear(x, w, b, *fp8);
+  }
   if (WeightGradStore::splitting() && w.requires_grad() && at::GradMode::is_enabled()) {
     return b.defined() ? SplitLinearWithBias::apply(x, w, b) : SplitLinear::apply(x, w);
   }

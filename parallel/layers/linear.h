@@ -4,7 +4,8 @@
 // their 16-bit dtype; outputs and gradients are rounded to it once, as a GEMM with fp32 accumulation
 // would. While WeightGradStore::splitting() (a zero-bubble pipeline's step), a linear whose weight
 // takes a gradient is built so that its backward can leave the weight-gradient GEMM to the current
-// WeightGradStore (weight_grad_store.h); the products are the same.
+// WeightGradStore (weight_grad_store.h); the products are the same. Inside an Fp8Scope, a linear that
+// Fp8Applies to runs as Fp8Linear (fp8_linear.h).
 #ifndef TESSERA_PARALLEL_LAYERS_LINEAR_H_
 #define TESSERA_PARALLEL_LAYERS_LINEAR_H_
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/autograd_pointer.h"
+#include "parallel/layers/fp8_linear.h"
 #include "parallel/layers/linear.h"
 #include "parallel/layers/tp2d_ops.h"
 #include "parallel/layers/tp_ops.h"
@@ -177,7 +178,12 @@ at::Tensor SparseMlp(const at::Tensor& x_in, const SparseMlpWeights& w, const Sp
   const int64_t B = x.size(0), T = x.size(1), h = x.size(2), N = B * T;
   const int64_t E = w.router.size(0), k = o.experts_per_token;
   at::Tensor rows = x.reshape({N, h});
-  at::Tensor probs = at::softmax(Linear(rows, w.router), -1, at::kFloat);  // [N, E] fp32.
+  at::Tensor logits;
+  {
+    Fp8Scope no_fp8(nullptr);  // The router stays in the parameters' dtype (routing is decided on it).
+    logits = Linear(rows, w.router);
+  }
+  at::Tensor probs = at::softmax(logits, -1, at::kFloat);  // [N, E] fp32.
   auto [top_w, top_e] = at::topk(probs, k, -1);                           // [N, k], descending.
   at::Tensor balancing_choice = top_e;  // transformers' balancing loss counts the plain top-k.
   if (w.router_bias.defined()) {

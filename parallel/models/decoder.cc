@@ -319,6 +319,7 @@ at::Tensor Decoder::HeadsAttention(const at::Tensor& q_in, const at::Tensor& k_i
 }
 
 at::Tensor Decoder::Block(const at::Tensor& x_in, int i) {
+  Fp8Scope fp8(fp8_ ? &*fp8_ : nullptr);
   if (shape_.mode != TpMode::k1D) return GridBlock(x_in, i);
   Communicator* tp = tp_.get();
   const FamilySpec& f = family_;

@@ -24,6 +24,7 @@
 #include "formats/model/model_config.h"
 #include "layout/tp_grid.h"
 #include "parallel/comm/communicator.h"
+#include "parallel/layers/fp8_linear.h"
 #include "parallel/layers/sparse_mlp.h"
 #include "parallel/layers/tp2d_ops.h"
 #include "parallel/models/param_layout.h"
@@ -168,6 +169,9 @@ class Decoder {
 
   // Use the fused CUDA kernels (layer norm, bias+GELU) where they apply (kernels/fused_ops.h).
   void set_fused_kernels(bool on) { fused_kernels_ = on; }
+  // FP8 GEMMs (fp8_linear.h) for the transformer blocks' linear layers that Fp8Applies to; the
+  // embedding, the output head and the routers stay in the parameters' dtype. nullopt: none.
+  void set_fp8(std::optional<Fp8Options> options) { fp8_ = options; }
 
   // Indices into params() of each unit (see UnitHooks), in forward order; every parameter in one.
   // Unit 0 holds the non-block parameters (possibly none), unit 1 + j the j-th held block.
@@ -292,6 +296,7 @@ class Decoder {
   at::Tensor runs_;       // With positions_: which run each position is in, [B, T] (every layer's mask).
   double target_weight_ = 1;
   bool fused_kernels_ = false;
+  std::optional<Fp8Options> fp8_;  // set_fp8.
   UnitHooks* hooks_ = nullptr;
   KvCache* cache_ = nullptr;  // Set during DecodeStep only.
   c10::intrusive_ptr<RouterStats> router_stats_;
