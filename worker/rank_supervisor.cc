@@ -69,8 +69,14 @@ absl::Status RankSupervisor::Start(const v1::Assignment& a) {
   // Next to the job's checkpoints (storage every node and the coordinator can read); one file per rank
   // over all attempts, each attempt starting with a header line.
   r.output_dir = a.spec().output_dir();
+  r.open_base = r.output_dir;
+  if (!options_.output_root.empty()) {
+    auto below = userfs::RelativeBelow(options_.output_root, r.output_dir);
+    if (!below.ok()) return absl::FailedPreconditionError(absl::StrCat("the job's output_dir: ", below.status().message()));
+    r.open_base = options_.output_root, r.open_prefix = *below;
+  }
   r.log_name = absl::StrCat("logs/rank_", a.rank(), ".log");
-  auto log = userfs::OpenUnder(r.output_dir, r.log_name, {userfs::Access::kAppend, /*create_dirs=*/true});
+  auto log = userfs::OpenUnder(r.open_base, r.UserFile(r.log_name), {userfs::Access::kAppend, /*create_dirs=*/true});
   if (!log.ok()) return absl::FailedPreconditionError(absl::StrCat("the rank's log: ", log.status().message()));
   absl::Status header = userfs::WriteAll(log->get(), absl::StrCat("=== tessera-worker: job ", a.job_id(), " attempt ",
                                                                   a.attempt(), " rank ", a.rank(), " ===\n"));
@@ -90,7 +96,7 @@ absl::Status RankSupervisor::Start(const v1::Assignment& a) {
     r.checkpoint_dir = a.spec().checkpoint().dir();
     r.reads_steps = true;
     // Report only what this attempt writes: the offset is taken before the rank can write.
-    auto steps = userfs::OpenUnder(r.output_dir, kStepLog, {});
+    auto steps = userfs::OpenUnder(r.open_base, r.UserFile(kStepLog), {});
     if (!steps.ok() && !absl::IsNotFound(steps.status())) {
       return absl::FailedPreconditionError(absl::StrCat("the job's step log: ", steps.status().message()));
     }
@@ -132,7 +138,7 @@ void RankSupervisor::ReadProgress(const Key& key, Rank& r, std::vector<RankEvent
   const auto& [job, attempt, rank] = key;
   // Progress from rank 0's step log: step 1 (the baseline loss) and the newest complete line.
   if (!r.reads_steps) return;
-  auto in = userfs::OpenUnder(r.output_dir, kStepLog, {});
+  auto in = userfs::OpenUnder(r.open_base, r.UserFile(kStepLog), {});
   if (!in.ok()) {
     // A refusal (a FIFO, a link, a directory in its place) stops the job; a read error that may pass
     // (EIO, ESTALE, EMFILE: Unavailable) is tried again next round.
@@ -265,7 +271,7 @@ std::vector<RankEvent> RankSupervisor::Poll() {
 }
 
 std::string RankSupervisor::LastError(const Rank& r) {
-  auto log = userfs::OpenUnder(r.output_dir, r.log_name, {});
+  auto log = userfs::OpenUnder(r.open_base, r.UserFile(r.log_name), {});
   return log.ok() ? userfs::LastLineWithPrefix(log->get(), "error: ") : "";
 }
 

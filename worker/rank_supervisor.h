@@ -43,6 +43,10 @@ struct RankSupervisorOptions {
   std::string interface;                        // The interface that has `host` ("" unknown): NCCL's and
                                                 // Gloo's socket interface (NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME).
   Clock* clock = RealClock();                   // Of stop_grace. Not owned.
+  std::string output_root;                      // The worker's --output_root ("": none). A job's OUTPUT_DIR
+                                                // below it is opened from it, one component at a time,
+                                                // never through a link (a user may swap OUTPUT_DIR or a
+                                                // directory above it for a link after it was checked).
 };
 
 // Training FLOPs per token of a GPT: 6·N (N = every parameter, embeddings included, as the tied head
@@ -73,6 +77,10 @@ class RankSupervisor final : public Ranks {
     pid_t pid = -1;
     std::string output_dir;  // The job's OUTPUT_DIR: user files, opened only through common/userfs.
     std::string log_name;    // logs/rank_<r>.log under it.
+    // Where OUTPUT_DIR's files are opened from: open_base (the output root, or OUTPUT_DIR itself without
+    // one) and the path below it; UserFile(name) is OUTPUT_DIR/name relative to open_base.
+    std::string open_base, open_prefix;
+    std::string UserFile(const std::string& name) const { return open_prefix.empty() ? name : open_prefix + "/" + name; }
     bool reads_steps = false;  // Rank 0: its OUTPUT_DIR/steps.jsonl is read for progress.
     std::string checkpoint_dir;
     std::optional<StepRecord> last_step;  // Newest step log line read.

@@ -33,7 +33,7 @@ class RankSupervisorTest : public ::testing::Test {
     std::filesystem::create_directories(dir_);
   }
   // A stand-in for tessera-rank running `body` (sh), and a supervisor that starts it.
-  std::unique_ptr<RankSupervisor> Supervisor(const std::string& body) {
+  std::unique_ptr<RankSupervisor> Supervisor(const std::string& body, const std::string& output_root = "") {
     const std::string script = dir_ + "/rank.sh";
     std::ofstream(script) << "#!/bin/sh\n" << body << "\n";
     std::filesystem::permissions(script, std::filesystem::perms::owner_all);
@@ -42,6 +42,7 @@ class RankSupervisorTest : public ::testing::Test {
     o.work_dir = dir_ + "/rank_work";
     o.stop_grace = std::chrono::seconds(10);
     o.clock = &clock_;
+    o.output_root = output_root;
     return std::make_unique<RankSupervisor>(o);
   }
   v1::Assignment Order(int rank) {
@@ -268,6 +269,27 @@ TEST_F(RankSupervisorTest, AStepLogOrRankLogThatIsNotARegularFileFailsTheStartAt
     EXPECT_TRUE(s->Running().empty());
   }
   EXPECT_TRUE(std::filesystem::is_empty(dir_ + "/elsewhere")) << "nothing written through the link";
+}
+
+// With an output root, OUTPUT_DIR is walked from it without following links: OUTPUT_DIR itself (or a
+// directory between it and the root) swapped for a link after the worker checked the spec is refused,
+// and nothing is written through it.
+TEST_F(RankSupervisorTest, AnOutputDirSwappedForALinkBelowTheOutputRootIsRefused) {
+  std::filesystem::create_directories(dir_ + "/elsewhere");
+  std::filesystem::create_directory_symlink(dir_ + "/elsewhere", dir_ + "/out");
+  auto s = Supervisor("exit 0", /*output_root=*/dir_);
+  absl::Status st = s->Start(Order(0));
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+  EXPECT_THAT(st.message(), HasSubstr(dir_ + "/out: is a symbolic link"));
+  EXPECT_TRUE(std::filesystem::is_empty(dir_ + "/elsewhere")) << "nothing written through the link";
+  // A real directory there: the rank starts, its log is where it belongs.
+  std::filesystem::remove(dir_ + "/out");
+  ASSERT_TRUE(s->Start(Order(0)).ok());
+  PollUntilExit(*s);
+  EXPECT_TRUE(std::filesystem::is_regular_file(dir_ + "/out/logs/rank_0.log"));
+  // An OUTPUT_DIR outside the root (the worker's own check refuses such a spec first).
+  auto other = Supervisor("exit 0", /*output_root=*/dir_ + "/elsewhere");
+  EXPECT_THAT(other->Start(Order(0)).message(), HasSubstr("the job's output_dir: " + dir_ + "/out: not below"));
 }
 
 TEST_F(RankSupervisorTest, AStepLogReplacedByAFifoWhileRunningStopsTheJobNamingIt) {

@@ -118,6 +118,7 @@ absl::Status SetSupervisorOptions(bool cuda, tessera::worker::AgentOptions& o) {
                      : "cannot find tessera-rank (set TESSERA_RANK_BINARY)");
   }
   o.supervisor.work_dir = absl::GetFlag(FLAGS_work_dir);
+  o.supervisor.output_root = absl::GetFlag(FLAGS_output_root);
   o.supervisor.stop_grace = std::chrono::seconds(absl::GetFlag(FLAGS_stop_grace_s));
   o.supervisor.collective_timeout_s = absl::GetFlag(FLAGS_collective_timeout_s);
   if (o.supervisor.collective_timeout_s < 1) return absl::InvalidArgumentError("--collective_timeout_s must be at least 1");

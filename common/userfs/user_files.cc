@@ -103,6 +103,24 @@ absl::Status CheckDirBelow(const std::string& base, const std::string& dir) {
   return opened.ok() ? absl::OkStatus() : opened.status();
 }
 
+absl::StatusOr<std::string> RelativeBelow(const std::string& base, const std::string& dir) {
+  const std::filesystem::path b = std::filesystem::path(base).lexically_normal();
+  const std::filesystem::path d = std::filesystem::path(dir).lexically_normal();
+  auto refuse = [&] { return absl::InvalidArgumentError(absl::StrCat(dir, ": not below ", base)); };
+  if (!b.is_absolute() || !d.is_absolute()) return refuse();
+  auto bi = b.begin(), di = d.begin();
+  for (; bi != b.end() && !bi->empty(); ++bi, ++di) {  // A trailing "/" normalises to an empty last part.
+    if (di == d.end() || *bi != *di) return refuse();
+  }
+  std::string relative;
+  for (; di != d.end(); ++di) {
+    if (di->empty()) continue;
+    if (*di == "..") return refuse();
+    relative = relative.empty() ? di->string() : absl::StrCat(relative, "/", di->string());
+  }
+  return relative;
+}
+
 namespace {
 
 // Whether every directory from / down to `parent` (its real path: links in it resolved) is safe to hold

@@ -75,6 +75,11 @@ absl::StatusOr<UniqueFd> OpenDirUnder(const std::string& base, absl::string_view
 // directory) is refused by name. Nothing to check otherwise (OK).
 absl::Status CheckDirBelow(const std::string& base, const std::string& dir);
 
+// The path of `dir` below `base` ("" for base itself), both absolute and compared lexically by
+// components after normalisation (no link is resolved; a ".." left after normalisation is refused):
+// the `relative` to give OpenUnder(base, ...). InvalidArgument naming both when `dir` is not there.
+absl::StatusOr<std::string> RelativeBelow(const std::string& base, const std::string& dir);
+
 // A daemon's own directory (the worker's --work_dir: job specs, rank scratch) made private: created
 // with mode 0700 when missing (parents 0755); an existing one must be a real directory (not a
 // symbolic link) owned by this process's user, and is set to 0700. FailedPrecondition naming the

@@ -124,6 +124,16 @@ TEST_F(UserFilesTest, WriteTruncatesOnlyARegularFile) {
 
 // The worker's work dir: made 0700, an existing one of ours made private, one owned by another user,
 // a link or a file refused by name (before: any directory, made by anyone, with any mode).
+TEST(RelativeBelowTest, ComparesNormalisedComponents) {
+  EXPECT_EQ(*RelativeBelow("/out", "/out/alice/job"), "alice/job");
+  EXPECT_EQ(*RelativeBelow("/out/", "/out//alice/./job/"), "alice/job");
+  EXPECT_EQ(*RelativeBelow("/out", "/out"), "");
+  EXPECT_FALSE(RelativeBelow("/out", "/outside/job").ok());  // A prefix of the name is not a parent.
+  EXPECT_FALSE(RelativeBelow("/out", "/out/../etc").ok());
+  EXPECT_FALSE(RelativeBelow("/out", "relative/job").ok());
+  EXPECT_THAT(RelativeBelow("/out/a", "/out").status().message(), HasSubstr("/out: not below /out/a"));
+}
+
 TEST_F(UserFilesTest, APrivateDirIsOursAndOnlyOurs) {
   const std::string work = (dir_ / "a/b/work").string();
   ASSERT_TRUE(MakePrivateDir(work).ok());
