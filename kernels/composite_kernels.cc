@@ -93,6 +93,15 @@ class Composite final : public FusedKernels {
     return (p * dloss.unsqueeze(1)).to(logits.scalar_type());
   }
 
+  std::pair<at::Tensor, at::Tensor> QuantizeFp8Tensorwise(const at::Tensor& x, at::ScalarType fp8) const override {
+    TORCH_CHECK(fp8 == at::kFloat8_e4m3fn || fp8 == at::kFloat8_e5m2, "quantize_fp8: ", fp8, " is not an FP8 type");
+    const double max = fp8 == at::kFloat8_e4m3fn ? 448.0 : 57344.0;
+    at::NoGradGuard no_grad;
+    at::Tensor amax = x.numel() == 0 ? at::zeros({}, x.options()) : x.abs().max();
+    at::Tensor scale = (max / amax.to(at::kDouble).clamp_min(1e-12)).to(at::kFloat);  // In double, as torchao.
+    return {(x.to(at::kFloat) * scale).clamp(-max, max).to(fp8), scale.reciprocal()};
+  }
+
   void AdamW(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
              const std::vector<at::Tensor>& exp_avgs, const std::vector<at::Tensor>& exp_avg_sqs,
              const AdamWStep& s) const override {

@@ -159,6 +159,23 @@ class Cuda final : public FusedKernels {
     return dlogits;
   }
 
+  std::pair<at::Tensor, at::Tensor> QuantizeFp8Tensorwise(const at::Tensor& x_in, at::ScalarType fp8) const override {
+    TORCH_CHECK(fp8 == at::kFloat8_e4m3fn || fp8 == at::kFloat8_e5m2, "quantize_fp8: ", fp8, " is not an FP8 type");
+    if (x_in.numel() == 0) return CompositeKernels().QuantizeFp8Tensorwise(x_in, fp8);
+    at::Tensor x = x_in.contiguous();
+    CheckSame(x, x, "quantize_fp8");
+    c10::cuda::CUDAGuard guard(x.device());
+    at::Tensor out = at::empty(x.sizes(), x.options().dtype(fp8));
+    // Two allocations: cuBLASLt refuses a scale pointer that is not at the start of an allocation's
+    // alignment (an inv_scale viewed at offset 1 of one buffer gave CUBLAS_STATUS_NOT_SUPPORTED).
+    at::Tensor amax = at::empty({}, x.options().dtype(at::kFloat));
+    at::Tensor inv_scale = at::empty({}, x.options().dtype(at::kFloat));
+    Check(cuda::QuantizeFp8Tensorwise(ToDType(x), x.data_ptr(), out.data_ptr(), amax.data_ptr<float>(),
+                                      inv_scale.data_ptr<float>(), x.numel(), fp8 == at::kFloat8_e5m2, StreamOf(x)),
+          "quantize_fp8 kernels");
+    return {out, inv_scale};
+  }
+
   void AdamW(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
              const std::vector<at::Tensor>& exp_avgs, const std::vector<at::Tensor>& exp_avg_sqs,
              const AdamWStep& s) const override {

@@ -5,6 +5,7 @@
 #ifndef TESSERA_KERNELS_FUSED_KERNELS_H_
 #define TESSERA_KERNELS_FUSED_KERNELS_H_
 
+#include <utility>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -61,6 +62,11 @@ class FusedKernels {
   virtual at::Tensor CrossEntropyBackward(const at::Tensor& logits, const at::Tensor& lse, const at::Tensor& target,
                                           const at::Tensor& dloss) const = 0;
 
+  // Tensorwise FP8 quantisation with the current amax (torchao's dynamic scaling): scale = fp8_max /
+  // max(max |x|, 1e-12) computed in double and kept as fp32; data = x·scale (fp32) saturated to
+  // ±fp8_max and rounded to nearest even in `fp8` (Float8_e4m3fn or Float8_e5m2), shaped as x.
+  // Returns {data, inv_scale} with inv_scale the fp32 scalar tensor 1/scale. x: fp32/fp16/bf16.
+  virtual std::pair<at::Tensor, at::Tensor> QuantizeFp8Tensorwise(const at::Tensor& x, at::ScalarType fp8) const = 0;
   // AdamW (PyTorch's arithmetic, kernels/cpu_adam.h) over every tensor of one parameter group, in
   // place. All tensors fp32 and contiguous; grads[i], exp_avgs[i], exp_avg_sqs[i] shaped as params[i].
   virtual void AdamW(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,

@@ -10,6 +10,7 @@
 #include <functional>
 #include <vector>
 
+#include "kernels/fused_kernels.h"
 #include "parallel/layers/fp8_linear.h"
 #include "parallel/layers/linear.h"
 
@@ -53,7 +54,9 @@ bool Check(const at::Device& d) {
     const char* name = rw ? "rowwise" : "tensorwise";
     const at::ScalarType e4 = at::kFloat8_e4m3fn, grad8 = rw ? e4 : at::kFloat8_e5m2;
     const at::ScalarType out = rw ? at::kBFloat16 : at::kFloat;
-    const double bar = rw ? 1.0 / 256 : 1e-6;
+    // fp32 products: 1e-6 on the CPU; on Hopper the FP8 tensor cores accumulate with fewer bits than
+    // fp32 (measured 1.6e-4 relative on an H200, 2026-11-27), so 2^-10 there. bf16 products: one rounding.
+    const double bar = rw ? 1.0 / 256 : (d.is_cuda() ? 1.0 / 1024 : 1e-6);
     struct Gemm {
       const char* name;
       Fp8Tensor a, b;
@@ -70,6 +73,20 @@ bool Check(const at::Device& d) {
       const bool pass = err <= bar;
       ok = ok && pass;
       std::printf("fp8_check recipe %s gemm %s rel_err %.3g bar %.3g %s\n", name, gm.name, err, bar, pass ? "ok" : "FAILED");
+    }
+  }
+  // The CUDA quantisation kernels against the composite: bit-equal data and scale (aligned and odd sizes).
+  if (d.is_cuda() && kernels::CudaKernels() != nullptr) {
+    for (int64_t n : {int64_t{1} << 20, int64_t{12345}}) {
+      at::Tensor t = (at::randn({n}, o) * 3).to(at::kBFloat16);
+      for (at::ScalarType f : {at::kFloat8_e4m3fn, at::kFloat8_e5m2}) {
+        auto [cd, cs] = kernels::CudaKernels()->QuantizeFp8Tensorwise(t, f);
+        auto [rd, rs] = kernels::CompositeKernels().QuantizeFp8Tensorwise(t, f);
+        const bool pass = at::equal(cd.view(at::kByte), rd.view(at::kByte)) && at::equal(cs, rs);
+        ok = ok && pass;
+        std::printf("fp8_check quantize_kernel n %lld %s %s\n", static_cast<long long>(n),
+                    f == at::kFloat8_e5m2 ? "e5m2" : "e4m3", pass ? "ok" : "FAILED");
+      }
     }
   }
   return ok;

@@ -51,6 +51,13 @@ cudaError_t CrossEntropyForward(DType t, const void* logits, float* max, float* 
 cudaError_t CrossEntropyBackward(DType t, const void* logits, const float* lse, const int64_t* target,
                                  const float* dloss, void* dlogits, int64_t rows, int64_t v, cudaStream_t stream);
 
+// Tensorwise FP8 quantisation with the current amax (n > 0 elements of x): amax[0] = max |x| (fp32
+// scratch, overwritten), scale = fp8_max / max(amax, 1e-12) computed in double and rounded to float,
+// out[i] = x[i]·scale (fp32) saturated to ±fp8_max and rounded to nearest even in e4m3 (448) or, with
+// e5m2, e5m2 (57344); inv_scale[0] = 1 / scale (fp32). out: n bytes.
+cudaError_t QuantizeFp8Tensorwise(DType t, const void* x, void* out, float* amax, float* inv_scale, int64_t n,
+                                  bool e5m2, cudaStream_t stream);
+
 // One fp32 tensor of a multi-tensor AdamW launch.
 struct AdamWTensor {
   float* param;

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include "kernels/fused_kernels.h"
 #include "parallel/layers/weight_grad_store.h"
 
 namespace tessera::parallel {
@@ -130,6 +131,11 @@ const Fp8Options* Fp8Scope::current() { return current_fp8; }
 Fp8Tensor QuantizeFp8(const at::Tensor& t, at::ScalarType fp8, int64_t reduce_dim, bool power_of_two_scales) {
   TORCH_CHECK(t.dim() == 2, "QuantizeFp8: a 2-D tensor, got ", t.dim(), " dimensions");
   const double max = Fp8Max(fp8);
+  if (reduce_dim < 0 && !power_of_two_scales) {  // One pass for the amax, one to cast, on CUDA.
+    const kernels::FusedKernels* cuda = t.is_cuda() ? kernels::CudaKernels() : nullptr;
+    auto [data, inv_scale] = (cuda != nullptr ? *cuda : kernels::CompositeKernels()).QuantizeFp8Tensorwise(t, fp8);
+    return {data, inv_scale};
+  }
   at::NoGradGuard no_grad;
   at::Tensor amax = reduce_dim < 0 ? t.abs().max() : std::get<0>(t.abs().max(reduce_dim, /*keepdim=*/true));
   // As torchao: the scale in double, then fp32.

@@ -8,7 +8,8 @@
 #      torchao's Float8 under compile (the recipe torchtitan uses); two interleaved rounds where time allows.
 # Everything goes to $OUT/truth3.log. Binaries prebuilt on the dev machine (TESSERA_GPU_BIN, default
 # .gpu_prebuilt) against the same torch 2.11 wheel; wheels for Python peers the device lacks in .whl/:
-#   run(command="bash tools/gpu/truth3.sh", carry=[".gpu_bundle", ".gpu_prebuilt", ".whl"])
+#   run(command="bash tools/gpu/truth3.sh [--short]", carry=[".gpu_bundle", ".gpu_prebuilt", ".whl"])
+# --short: the FP8 checks and the tessera step times only (a second call after a change).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export TESSERA_GPU_BIN=${TESSERA_GPU_BIN:-$(pwd)/.gpu_prebuilt}
@@ -31,6 +32,19 @@ step() {
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >>"$log" 2>&1
 $python -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)' >>"$log" 2>&1
 step 60 "$bin/gpu_bench" fp8
+if [[ "${1:-}" == "--short" ]]; then  # The step times only: bf16 vs FP8 in two interleaved rounds, eager GPT.
+  for round in 1 2; do
+    step 45 "$bin/gpu_bench" train --size llama1b --batch 4
+    step 45 "$bin/gpu_bench" train --size llama1b --batch 4 --fp8 tensorwise
+    step 45 "$bin/gpu_bench" train --size 1.3b --batch 4
+    step 45 "$bin/gpu_bench" train --size 1.3b --batch 4 --fp8 tensorwise
+    [[ $round == 1 ]] && step 45 $python bench/gpu/gpt_eager.py --size 1.3b --batch 4 --full
+  done
+  step 45 "$bin/gpu_bench" train --size llama1b --batch 4 --fp8 rowwise
+  echo "## done after $(( $(date +%s) - start ))s" >>"$log"
+  grep -E '^(fp8_|train |hf_llama|eager|exit|skipped|error)' "$log"
+  exit 0
+fi
 for round in 1 2; do
   step 60 "$bin/gpu_bench" train --size llama1b --batch 4
   step 60 "$bin/gpu_bench" train --size llama1b --batch 4 --fp8 tensorwise
