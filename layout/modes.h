@@ -5,6 +5,10 @@
 #ifndef TESSERA_LAYOUT_MODES_H_
 #define TESSERA_LAYOUT_MODES_H_
 
+#include <cstdint>
+#include <string>
+#include <vector>
+
 #include "absl/strings/string_view.h"
 
 #include "absl/status/statusor.h"
@@ -38,6 +42,22 @@ enum class PipeSchedule {
 
 // Parameters and activations; master weights, optimizer state and the loss stay fp32.
 enum class Precision { kFp32, kBf16, kFp16 };
+
+// How an FP8 linear layer scales its GEMM operands (parallel/layers/fp8_linear.h), with the current
+// amax: one scale per tensor (x, W e4m3; gradients e5m2), or one per row along each GEMM's
+// contraction (all e4m3, power-of-two scales). torchao's recipes of the same names.
+enum class Fp8Recipe { kTensorwise, kRowwise };
+
+// train.precision fp8: bf16 parameters and activations with the transformer blocks' linear GEMMs in
+// FP8.
+struct Fp8Options {
+  Fp8Recipe recipe = Fp8Recipe::kTensorwise;
+  // A linear layer whose input (K) or output (N) features are fewer stays in its own dtype.
+  int64_t min_dim = 256;
+  // A linear layer whose weight's name (transformers' name, e.g. "model.layers.0.mlp.down_proj.weight";
+  // a layer's experts as "model.layers.N.mlp.experts") contains one of these stays in its own dtype.
+  std::vector<std::string> filter;
+};
 
 // What ZeRO shards over the replicas of a parameter (dp × sp), cumulatively (parallel/zero).
 enum class ZeroStage {

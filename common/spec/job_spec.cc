@@ -59,6 +59,9 @@ v1::JobSpec DefaultJobSpec() {
   t->set_grad_clip(1.0);
   t->set_fused_kernels(true);
   t->set_precision(v1::PRECISION_FP32);
+  t->mutable_fp8()->set_recipe(v1::FP8_RECIPE_TENSORWISE);
+  t->mutable_fp8()->set_min_dim(256);
+  t->mutable_fp8()->set_amax_history(1);
   t->set_initial_loss_scale(65536);
   t->set_loss_scale_window(1000);
   t->set_eval_every(0);

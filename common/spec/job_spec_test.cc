@@ -165,9 +165,9 @@ TEST(JobSpecTest, MemoryOptions) {
   auto once = ParseAndValidate(kValid, {"parallel.zero_stage=2", "parallel.zero_grad_reduce=step"});
   ASSERT_TRUE(once.ok()) << once.status();
   EXPECT_EQ(once->parallel().zero_grad_reduce(), v1::ZERO_GRAD_REDUCE_STEP);
-  auto unknown = ParseAndValidate(kValid, {"train.precision=fp8", "optimizer.offload=nvme", "parallel.zero_grad_reduce=never"});
+  auto unknown = ParseAndValidate(kValid, {"train.precision=fp4", "optimizer.offload=nvme", "parallel.zero_grad_reduce=never"});
   ASSERT_FALSE(unknown.ok());
-  EXPECT_THAT(unknown.status().message(), HasSubstr("train.precision: 'fp8' is not one of fp32 | bf16 | fp16"));
+  EXPECT_THAT(unknown.status().message(), HasSubstr("train.precision: 'fp4' is not one of fp32 | bf16 | fp16 | fp8"));
   EXPECT_THAT(unknown.status().message(), HasSubstr("optimizer.offload: 'nvme' is not one of none | cpu"));
   EXPECT_THAT(unknown.status().message(),
               HasSubstr("parallel.zero_grad_reduce: 'never' is not one of micro_batch | step"));

@@ -59,7 +59,8 @@ layout::ParallelLayout LayoutOf(const v1::JobSpec& spec, std::vector<SpecError>*
 
 layout::Precision PrecisionOf(const v1::JobSpec& spec) {
   switch (spec.train().precision()) {
-    case v1::PRECISION_BF16: return layout::Precision::kBf16;
+    case v1::PRECISION_BF16:
+    case v1::PRECISION_FP8: return layout::Precision::kBf16;  // bf16 around the FP8 GEMMs.
     case v1::PRECISION_FP16: return layout::Precision::kFp16;
     default: return layout::Precision::kFp32;
   }

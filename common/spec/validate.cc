@@ -285,6 +285,16 @@ void CheckLora(const v1::JobSpec& s, Checker& c) {
   }
 }
 
+// FP8 GEMMs run in the 1D layers' Linear (parallel/layers/fp8_linear.h); the grid layouts have GEMMs
+// of their own.
+void CheckFp8Layout(const v1::JobSpec& s, Checker& c) {
+  if (s.train().precision() != v1::PRECISION_FP8) return;
+  const v1::TpMode mode = s.parallel().tp_mode();
+  if (mode != v1::TP_MODE_1D && mode != v1::TP_MODE_UNSPECIFIED) {
+    c.Fail("train.precision", "fp8 with a grid tensor-parallel mode is not supported yet (use parallel.tp_mode 1d)");
+  }
+}
+
 void CheckCudaLayout(const v1::JobSpec& s, Checker& c) {
   if (s.device() != v1::DEVICE_CUDA) return;
   const auto& p = s.parallel();
@@ -322,6 +332,7 @@ void CheckParallel(const v1::JobSpec& s, Checker& c) {
                                     limits::kMaxWorldSize));
   }
   CheckCudaLayout(s, c);
+  CheckFp8Layout(s, c);
   if (p.zero_grad_reduce() == v1::ZERO_GRAD_REDUCE_UNSPECIFIED) {
     c.Fail("parallel.zero_grad_reduce", "must be micro_batch or step");
   }
@@ -355,7 +366,20 @@ void CheckTrain(const v1::JobSpec& s, Checker& c) {
   }
   if (!(t.eps() > 0) || !std::isfinite(t.eps())) c.Fail("train.eps", absl::StrCat(t.eps(), " must be positive"));
   if (!(t.grad_clip() >= 0) || !std::isfinite(t.grad_clip())) c.Fail("train.grad_clip", absl::StrCat(t.grad_clip(), " must not be negative (0 disables clipping)"));
-  if (t.precision() == v1::PRECISION_UNSPECIFIED) c.Fail("train.precision", "must be fp32, bf16 or fp16");
+  if (t.precision() == v1::PRECISION_UNSPECIFIED) c.Fail("train.precision", "must be fp32, bf16, fp16 or fp8");
+  const v1::Fp8Spec& f = t.fp8();
+  if (f.recipe() == v1::FP8_RECIPE_UNSPECIFIED) c.Fail("train.fp8.recipe", "must be tensorwise or rowwise");
+  c.InRange("train.fp8.min_dim", f.min_dim(), 16, 1 << 20);
+  if (f.amax_history() != 1) {
+    c.Fail("train.fp8.amax_history", absl::StrCat(f.amax_history(), ": only 1 (scales from the current amax) is supported; "
+                                                  "delayed scaling was dropped by torchao too"));
+  }
+  if (f.filter_size() > 256) c.Fail("train.fp8.filter", absl::StrCat(f.filter_size(), " patterns; at most 256"));
+  for (int i = 0; i < f.filter_size(); ++i) {
+    if (f.filter(i).empty() || f.filter(i).size() > 256) {
+      c.Fail(absl::StrCat("train.fp8.filter[", i, "]"), "a pattern of 1 to 256 characters");
+    }
+  }
   if (!(t.initial_loss_scale() >= 1) || !std::isfinite(t.initial_loss_scale())) {
     c.Fail("train.initial_loss_scale", absl::StrCat(t.initial_loss_scale(), " must be a finite number >= 1"));
   }

@@ -19,15 +19,12 @@
 
 #include <cstdint>
 
+#include "layout/modes.h"
+
 namespace tessera::parallel {
 
-enum class Fp8Recipe { kTensorwise, kRowwise };
-
-struct Fp8Options {
-  Fp8Recipe recipe = Fp8Recipe::kTensorwise;
-  // A linear layer whose input (K) or output (N) features are fewer stays in its own dtype.
-  int64_t min_dim = 256;
-};
+using layout::Fp8Options;  // recipe, min_dim (filter: applied by the model, not here).
+using layout::Fp8Recipe;
 
 // The FP8 options Linear() consults on this thread while the scope lives (nullptr: none). Scopes nest;
 // the model opens one around each transformer block (not the embedding or the output head).

@@ -288,9 +288,11 @@ at::Tensor Decoder::SplitQkvAttention(const at::Tensor& a, int i) {
     local_kv = 1;
     kv_rows = {head * D, D};
   }
-  return HeadsAttention(LoraColumn(Linear(a, P(BlockParamName(f, i, f.q)), bias(f.q)), a, i, f.q),
-                        LoraColumn(Linear(a, wk, bk), a, i, f.k, kv_rows),
-                        LoraColumn(Linear(a, wv, bv), a, i, f.v, kv_rows), H, local_kv, i);
+  const std::string q = BlockParamName(f, i, f.q);
+  return HeadsAttention(LoraColumn(BlockLinear(a, q, P(q), bias(f.q)), a, i, f.q),
+                        LoraColumn(BlockLinear(a, BlockParamName(f, i, f.k), wk, bk), a, i, f.k, kv_rows),
+                        LoraColumn(BlockLinear(a, BlockParamName(f, i, f.v), wv, bv), a, i, f.v, kv_rows), H, local_kv,
+                        i);
 }
 
 at::Tensor Decoder::HeadsAttention(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in, int64_t H,
@@ -318,8 +320,20 @@ at::Tensor Decoder::HeadsAttention(const at::Tensor& q_in, const at::Tensor& k_i
   return Attend(q, k, v, i).transpose(1, 2).reshape({B, T, H * D});
 }
 
+const Fp8Options* Decoder::Fp8For(const std::string& weight) const {
+  if (!fp8_) return nullptr;
+  for (const std::string& pattern : fp8_->filter) {
+    if (weight.find(pattern) != std::string::npos) return nullptr;
+  }
+  return &*fp8_;
+}
+
+at::Tensor Decoder::BlockLinear(const at::Tensor& x, const std::string& weight, const at::Tensor& w, const at::Tensor& b) {
+  Fp8Scope fp8(Fp8For(weight));
+  return Linear(x, w, b);
+}
+
 at::Tensor Decoder::Block(const at::Tensor& x_in, int i) {
-  Fp8Scope fp8(fp8_ ? &*fp8_ : nullptr);
   if (shape_.mode != TpMode::k1D) return GridBlock(x_in, i);
   Communicator* tp = tp_.get();
   const FamilySpec& f = family_;
@@ -332,12 +346,12 @@ at::Tensor Decoder::Block(const at::Tensor& x_in, int i) {
   at::Tensor a = Norm(x_in, block + f.attn_norm, fused);
   at::Tensor y;
   if (f.fused_qkv) {
-    a = Linear(CopyToTp(a, tp), P(name(f.qkv)), f.biases ? P(name(f.qkv, "bias")) : at::Tensor());
+    a = BlockLinear(CopyToTp(a, tp), name(f.qkv), P(name(f.qkv)), f.biases ? P(name(f.qkv, "bias")) : at::Tensor());
     y = Attention(a, local_heads, head_dim, i);
   } else {
     y = SplitQkvAttention(CopyToTp(a, tp), i);
   }
-  y = LoraRow(ReduceFromTp(Linear(y, P(name(f.attn_out))), tp), y, i, f.attn_out);
+  y = LoraRow(ReduceFromTp(BlockLinear(y, name(f.attn_out), P(name(f.attn_out))), tp), y, i, f.attn_out);
   if (f.biases) y = y + P(name(f.attn_out, "bias"));
   at::Tensor x = x_in + y;
   if (loss_rows_.defined() && i == config_.layers - 1) {
@@ -349,22 +363,26 @@ at::Tensor Decoder::Block(const at::Tensor& x_in, int i) {
   if (config_.IsMoeLayer(i)) {
     const SparseMlpOptions options{config_.experts_per_token, config_.norm_topk_prob, config_.capacity_factor,
                                    config_.router_jitter};
+    Fp8Scope fp8(Fp8For(absl::StrCat(block, "mlp.experts")));  // Experts and shared experts; not the router.
     return x + SparseMlp(m, SparseWeights(i), options, tp, ep_.get(), router_stats_.get(), !recomputing_, i);
   }
   if (f.mlp == MlpKind::kSwiGlu) {
     at::Tensor in = CopyToTp(m, tp);
-    m = at::silu(LoraColumn(Linear(in, P(name(f.gate))), in, i, f.gate)) *
-        LoraColumn(Linear(in, P(name(f.up))), in, i, f.up);
+    m = at::silu(LoraColumn(BlockLinear(in, name(f.gate), P(name(f.gate))), in, i, f.gate)) *
+        LoraColumn(BlockLinear(in, name(f.up), P(name(f.up))), in, i, f.up);
   } else if (config_.gelu_tanh) {
-    m = at::gelu(Linear(CopyToTp(m, tp), P(name(f.mlp_in)), f.biases ? P(name(f.mlp_in, "bias")) : at::Tensor()),
+    m = at::gelu(BlockLinear(CopyToTp(m, tp), name(f.mlp_in), P(name(f.mlp_in)),
+                             f.biases ? P(name(f.mlp_in, "bias")) : at::Tensor()),
                  "tanh");
   } else if (fused) {
     // Fused: the bias add rides in the GELU kernel (erf) instead of the matmul's epilogue.
-    m = kernels::BiasGelu(Linear(CopyToTp(m, tp), P(name(f.mlp_in))), P(name(f.mlp_in, "bias")), true);
+    m = kernels::BiasGelu(BlockLinear(CopyToTp(m, tp), name(f.mlp_in), P(name(f.mlp_in))), P(name(f.mlp_in, "bias")),
+                          true);
   } else {
-    m = at::gelu(Linear(CopyToTp(m, tp), P(name(f.mlp_in)), f.biases ? P(name(f.mlp_in, "bias")) : at::Tensor()));
+    m = at::gelu(BlockLinear(CopyToTp(m, tp), name(f.mlp_in), P(name(f.mlp_in)),
+                             f.biases ? P(name(f.mlp_in, "bias")) : at::Tensor()));
   }
-  m = LoraRow(ReduceFromTp(Linear(m, P(name(f.mlp_out))), tp), m, i, f.mlp_out);
+  m = LoraRow(ReduceFromTp(BlockLinear(m, name(f.mlp_out), P(name(f.mlp_out))), tp), m, i, f.mlp_out);
   if (f.biases) m = m + P(name(f.mlp_out, "bias"));
   return x + m;
 }

@@ -126,6 +126,12 @@ class Decoder {
 
   // Transformer block `i` on activations `x` [B, T, hidden] (used by Loss and by recomputation).
   at::Tensor Block(const at::Tensor& x, int i);
+  // The FP8 options for the linear layer of weight `weight` (a transformers name), or null: FP8 off or
+  // the name matches a filter pattern.
+  const Fp8Options* Fp8For(const std::string& weight) const;
+  // Linear(x, w, b) under Fp8For(weight).
+  at::Tensor BlockLinear(const at::Tensor& x, const std::string& weight, const at::Tensor& w,
+                         const at::Tensor& b = at::Tensor());
 
   // The token embedding's name when the head uses it too ("" for an untied head): its gradient sums
   // both uses, also across pipeline stages.
@@ -169,9 +175,11 @@ class Decoder {
 
   // Use the fused CUDA kernels (layer norm, bias+GELU) where they apply (kernels/fused_ops.h).
   void set_fused_kernels(bool on) { fused_kernels_ = on; }
-  // FP8 GEMMs (fp8_linear.h) for the transformer blocks' linear layers that Fp8Applies to; the
-  // embedding, the output head and the routers stay in the parameters' dtype. nullopt: none.
-  void set_fp8(std::optional<Fp8Options> options) { fp8_ = options; }
+  // FP8 GEMMs (fp8_linear.h) for the transformer blocks' linear layers that Fp8Applies to and whose
+  // weight names match no filter pattern; the embedding, the output head, the routers and LoRA's
+  // adapters (below min_dim) stay in the parameters' dtype. 1D tensor parallelism only (grid layouts'
+  // GEMMs are their own). nullopt: none.
+  void set_fp8(std::optional<Fp8Options> options) { fp8_ = std::move(options); }
 
   // Indices into params() of each unit (see UnitHooks), in forward order; every parameter in one.
   // Unit 0 holds the non-block parameters (possibly none), unit 1 + j the j-th held block.

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,8 @@ struct TrainerOptions {
   bool zero_reduce_every_pass = true;  // Stages 2–3: reduce-scatter in every backward pass, not once a step.
   bool offload_optimizer = false;   // Master weights and moments in host memory, update on the host.
   layout::Precision precision = layout::Precision::kFp32;  // Parameters and activations; fp32 masters.
+  // With bf16 precision (train.precision fp8): the blocks' linear GEMMs in FP8 (Decoder::set_fp8).
+  std::optional<layout::Fp8Options> fp8;
   double initial_loss_scale = 65536;  // fp16: dynamic loss scaling starts here,
   int loss_scale_window = 1000;       // doubles after this many steps without overflow, halves on one.
 

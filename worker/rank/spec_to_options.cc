@@ -36,6 +36,13 @@ parallel::TrainerOptions ToTrainerOptions(const v1::JobSpec& spec) {
   o.activation_checkpointing = t.activation_checkpointing();
   o.fused_kernels = t.fused_kernels();
   o.precision = spec::PrecisionOf(spec);
+  if (t.precision() == v1::PRECISION_FP8) {
+    layout::Fp8Options f;
+    f.recipe = t.fp8().recipe() == v1::FP8_RECIPE_ROWWISE ? layout::Fp8Recipe::kRowwise : layout::Fp8Recipe::kTensorwise;
+    f.min_dim = t.fp8().min_dim();
+    f.filter.assign(t.fp8().filter().begin(), t.fp8().filter().end());
+    o.fp8 = std::move(f);
+  }
   o.initial_loss_scale = t.initial_loss_scale();
   o.loss_scale_window = t.loss_scale_window();
   o.eval_every = t.eval_every();
