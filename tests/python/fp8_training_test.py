@@ -10,7 +10,8 @@ SwiGLU 640; the q, o, gate, up and down projections are FP8, k and v (64 wide) s
    LoRA (rank 8 on every llama linear but k/v): the frozen base's GEMMs in FP8 track bf16 LoRA within BAR.
    tp=2 (each rank scales its own shard: docs/precision.md), pp=2 and sp=2 run and stay within BAR of
    one process over 20 steps.
-3. A bad fp8 section is refused naming the field.
+3. train.fp8.filter matching every block linear gives bf16's losses exactly. A bad fp8 section is refused
+   naming the field.
 The test can fail: an FP8 path that skipped the quantisation would not differ from bf16 at all — the
 first step's loss is asserted to differ from bf16's.
 """
@@ -83,6 +84,9 @@ class Fp8TrainingTest(unittest.TestCase):
             self.assertLess(mean(fp8), 0.7 * fp8[0], f"{recipe} learns")
             self.assertNotEqual(fp8[0], bf16[0], f"{recipe}: the first loss shows the quantisation")
 
+        # A filter that matches every block linear leaves nothing in FP8: bf16's losses, exactly.
+        filtered = self.train("fp8_filtered", 3, ["train.precision=fp8", "train.fp8.filter=[self_attn, mlp]"])
+        self.assertEqual(filtered, bf16[:3])
         one = self.train("fp8_one", 10, ["train.precision=fp8"])
         for stage in (2, 3):
             dp2 = self.train(f"fp8_dp2_zero{stage}", 10,
