@@ -74,6 +74,16 @@ absl::Status RankSupervisor::Start(const v1::Assignment& a) {
     auto below = userfs::RelativeBelow(options_.output_root, r.output_dir);
     if (!below.ok()) return absl::FailedPreconditionError(absl::StrCat("the job's output_dir: ", below.status().message()));
     r.open_base = options_.output_root, r.open_prefix = *below;
+    // A per-user directory (OUTPUT_ROOT/alice) may be an administrator's link to another volume: a link
+    // there owned by root or by this worker's user is followed; below it nothing is.
+    const size_t slash = below->find('/');
+    const std::string first = below->substr(0, slash);
+    struct stat st {};
+    if (!first.empty() && lstat((options_.output_root + "/" + first).c_str(), &st) == 0 && S_ISLNK(st.st_mode) &&
+        (st.st_uid == 0 || st.st_uid == geteuid())) {
+      r.open_base = options_.output_root + "/" + first;
+      r.open_prefix = slash == std::string::npos ? "" : below->substr(slash + 1);
+    }
   }
   r.log_name = absl::StrCat("logs/rank_", a.rank(), ".log");
   auto log = userfs::OpenUnder(r.open_base, r.UserFile(r.log_name), {userfs::Access::kAppend, /*create_dirs=*/true});

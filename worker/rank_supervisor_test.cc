@@ -275,9 +275,11 @@ TEST_F(RankSupervisorTest, AStepLogOrRankLogThatIsNotARegularFileFailsTheStartAt
 // directory between it and the root) swapped for a link after the worker checked the spec is refused,
 // and nothing is written through it.
 TEST_F(RankSupervisorTest, AnOutputDirSwappedForALinkBelowTheOutputRootIsRefused) {
+  // The output root is dir_'s parent: dir_ stands for a user's directory, OUTPUT_DIR is dir_/out.
+  const std::string root = std::filesystem::path(dir_).parent_path().string();
   std::filesystem::create_directories(dir_ + "/elsewhere");
   std::filesystem::create_directory_symlink(dir_ + "/elsewhere", dir_ + "/out");
-  auto s = Supervisor("exit 0", /*output_root=*/dir_);
+  auto s = Supervisor("exit 0", root);
   absl::Status st = s->Start(Order(0));
   EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
   EXPECT_THAT(st.message(), HasSubstr(dir_ + "/out: is a symbolic link"));
@@ -287,6 +289,19 @@ TEST_F(RankSupervisorTest, AnOutputDirSwappedForALinkBelowTheOutputRootIsRefused
   ASSERT_TRUE(s->Start(Order(0)).ok());
   PollUntilExit(*s);
   EXPECT_TRUE(std::filesystem::is_regular_file(dir_ + "/out/logs/rank_0.log"));
+  // The user's directory itself (the first below the root) as an administrator's link to another
+  // volume, owned by root or the worker's user: followed, and nothing below it is.
+  auto per_user = Supervisor("exit 0", dir_);  // Now dir_ is the root and "out" the user's directory.
+  std::filesystem::remove_all(dir_ + "/out");
+  std::filesystem::create_directories(dir_ + "/volume2");
+  std::filesystem::create_directory_symlink(dir_ + "/volume2", dir_ + "/out");
+  ASSERT_TRUE(per_user->Start(Order(0)).ok());
+  PollUntilExit(*per_user);
+  EXPECT_TRUE(std::filesystem::is_regular_file(dir_ + "/volume2/logs/rank_0.log"));
+  if (geteuid() == 0) {  // The same link owned by another user (a user's own link): refused.
+    ASSERT_EQ(lchown((dir_ + "/out").c_str(), 12345, 12345), 0);
+    EXPECT_THAT(per_user->Start(Order(0)).message(), HasSubstr(dir_ + "/out: is a symbolic link"));
+  }
   // An OUTPUT_DIR outside the root (the worker's own check refuses such a spec first).
   auto other = Supervisor("exit 0", /*output_root=*/dir_ + "/elsewhere");
   EXPECT_THAT(other->Start(Order(0)).message(), HasSubstr("the job's output_dir: " + dir_ + "/out: not below"));

@@ -367,10 +367,16 @@ void CheckTrain(const v1::JobSpec& s, Checker& c) {
   if (!(t.eps() > 0) || !std::isfinite(t.eps())) c.Fail("train.eps", absl::StrCat(t.eps(), " must be positive"));
   if (!(t.grad_clip() >= 0) || !std::isfinite(t.grad_clip())) c.Fail("train.grad_clip", absl::StrCat(t.grad_clip(), " must not be negative (0 disables clipping)"));
   if (t.precision() == v1::PRECISION_UNSPECIFIED) c.Fail("train.precision", "must be fp32, bf16, fp16 or fp8");
+  if (!(t.initial_loss_scale() >= 1) || !std::isfinite(t.initial_loss_scale())) {
+    c.Fail("train.initial_loss_scale", absl::StrCat(t.initial_loss_scale(), " must be a finite number >= 1"));
+  }
+  c.InRange("train.loss_scale_window", t.loss_scale_window(), 1, limits::kMaxLossScaleWindow);
+  // train.fp8 only matters with precision fp8; zeros (a spec stored before it existed, a request that
+  // leaves it out) are its defaults: tensorwise, min_dim 256, amax_history 1 (spec_to_options.cc).
   const v1::Fp8Spec& f = t.fp8();
-  if (f.recipe() == v1::FP8_RECIPE_UNSPECIFIED) c.Fail("train.fp8.recipe", "must be tensorwise or rowwise");
-  c.InRange("train.fp8.min_dim", f.min_dim(), 16, 1 << 20);
-  if (f.amax_history() != 1) {
+  if (t.precision() != v1::PRECISION_FP8) return;
+  if (f.min_dim() != 0) c.InRange("train.fp8.min_dim", f.min_dim(), 16, 1 << 20);
+  if (f.amax_history() != 0 && f.amax_history() != 1) {
     c.Fail("train.fp8.amax_history", absl::StrCat(f.amax_history(), ": only 1 (scales from the current amax) is supported; "
                                                   "delayed scaling was dropped by torchao too"));
   }
@@ -380,10 +386,6 @@ void CheckTrain(const v1::JobSpec& s, Checker& c) {
       c.Fail(absl::StrCat("train.fp8.filter[", i, "]"), "a pattern of 1 to 256 characters");
     }
   }
-  if (!(t.initial_loss_scale() >= 1) || !std::isfinite(t.initial_loss_scale())) {
-    c.Fail("train.initial_loss_scale", absl::StrCat(t.initial_loss_scale(), " must be a finite number >= 1"));
-  }
-  c.InRange("train.loss_scale_window", t.loss_scale_window(), 1, limits::kMaxLossScaleWindow);
 }
 
 }  // namespace

@@ -123,29 +123,43 @@ absl::StatusOr<std::string> RelativeBelow(const std::string& base, const std::st
 
 namespace {
 
-// Whether every directory from / down to `parent` (its real path: links in it resolved) is safe to hold
-// a private directory: owned by root or by this user, and not writable by group or others unless
-// sticky (/tmp) — else another user could rename the private directory away and put their own in its
-// place. FailedPrecondition naming the first unsafe directory.
+// Whether every directory from / down to `parent` is safe to hold a private directory: each link on the
+// way (as given) owned by root or this user (else its owner could re-point it), and each directory
+// reached (links resolved) owned by root or this user and not writable by others unless sticky (/tmp)
+// — else another user could rename the private directory away and put their own in its place. A
+// directory of this user's own group (a user-private group, umask 002) may be group-writable.
+// FailedPrecondition naming the first unsafe one.
 absl::Status CheckAncestors(const std::string& dir, const std::filesystem::path& parent) {
-  std::error_code ec;
-  const std::filesystem::path real = std::filesystem::canonical(parent.empty() ? "." : parent, ec);
-  if (ec) return absl::FailedPreconditionError(absl::StrCat(dir, ": its parent cannot be resolved: ", ec.message()));
+  auto unsafe = [&](const std::string& what, const std::string& why) {
+    return absl::FailedPreconditionError(absl::StrCat(dir, ": its ancestor ", what, " ", why, ": choose another place"));
+  };
   std::filesystem::path at;
-  for (const std::filesystem::path& part : real) {
+  for (const std::filesystem::path& part : parent) {  // As given: the links' owners.
+    at /= part;
+    struct stat st {};
+    if (lstat(at.c_str(), &st) != 0) return absl::FailedPreconditionError(absl::StrCat(dir, ": ", at.string(), ": ", std::strerror(errno)));
+    if (S_ISLNK(st.st_mode) && st.st_uid != 0 && st.st_uid != geteuid()) {
+      return unsafe(at.string(), absl::StrCat("is a symbolic link owned by uid ", st.st_uid, ", who could re-point it"));
+    }
+  }
+  std::error_code ec;
+  const std::filesystem::path real = std::filesystem::canonical(parent, ec);
+  if (ec) return absl::FailedPreconditionError(absl::StrCat(dir, ": its parent cannot be resolved: ", ec.message()));
+  at.clear();
+  for (const std::filesystem::path& part : real) {  // Resolved: the directories'.
     at /= part;
     struct stat st {};
     if (stat(at.c_str(), &st) != 0) {
       return absl::FailedPreconditionError(absl::StrCat(dir, ": ", at.string(), ": ", std::strerror(errno)));
     }
     if (st.st_uid != 0 && st.st_uid != geteuid()) {
-      return absl::FailedPreconditionError(absl::StrCat(dir, ": its ancestor ", at.string(), " is owned by uid ",
-                                                        st.st_uid, ", who could replace it: choose another place"));
+      return unsafe(at.string(), absl::StrCat("is owned by uid ", st.st_uid, ", who could replace it"));
     }
-    if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0 && (st.st_mode & S_ISVTX) == 0) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(dir, ": its ancestor ", at.string(), " is writable by other users (mode 0",
-                       absl::StrFormat("%o", st.st_mode & 07777), ", not sticky), who could replace it: choose another place"));
+    const bool own_group = st.st_uid == geteuid() && st.st_gid == getegid();
+    const mode_t others = own_group ? S_IWOTH : (S_IWGRP | S_IWOTH);
+    if ((st.st_mode & others) != 0 && (st.st_mode & S_ISVTX) == 0) {
+      return unsafe(at.string(), absl::StrCat("is writable by other users (mode 0", absl::StrFormat("%o", st.st_mode & 07777),
+                                              ", not sticky), who could replace it"));
     }
   }
   return absl::OkStatus();
@@ -153,11 +167,21 @@ absl::Status CheckAncestors(const std::string& dir, const std::filesystem::path&
 
 }  // namespace
 
-absl::Status MakePrivateDir(const std::string& dir) {
-  if (dir.empty()) return absl::InvalidArgumentError("an empty directory name");
+absl::Status MakePrivateDir(const std::string& dir_in) {
+  if (dir_in.empty()) return absl::InvalidArgumentError("an empty directory name");
   std::error_code ec;
+  std::string dir = std::filesystem::absolute(dir_in, ec).lexically_normal().string();
+  if (ec) return absl::FailedPreconditionError(absl::StrCat(dir_in, ": ", ec.message()));
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
   const std::filesystem::path parent = std::filesystem::path(dir).parent_path();
-  if (!parent.empty()) std::filesystem::create_directories(parent, ec);  // A missing parent: 0755 (umask).
+  // Missing parents 0755 (not 0777 less the umask: under umask 002 they would be group-writable).
+  std::filesystem::path made;
+  for (const std::filesystem::path& part : parent) {
+    made /= part;
+    if (mkdir(made.c_str(), 0755) != 0 && errno != EEXIST) {
+      return absl::FailedPreconditionError(absl::StrCat(dir, ": cannot create ", made.string(), ": ", std::strerror(errno)));
+    }
+  }
   if (absl::Status safe = CheckAncestors(dir, parent); !safe.ok()) return safe;
   if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
     return absl::FailedPreconditionError(absl::StrCat(dir, ": cannot create: ", std::strerror(errno)));

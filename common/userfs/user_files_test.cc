@@ -164,6 +164,25 @@ TEST_F(UserFilesTest, APrivateDirIsOursAndOnlyOurs) {
     EXPECT_THAT(MakePrivateDir((dir_ / "to_open/work").string()).message(), HasSubstr("is writable by other users"));
     fs::permissions(open_dir, fs::perms::all | fs::perms::sticky_bit);
     EXPECT_TRUE(MakePrivateDir(open_dir + "/work").ok());
+    // A link on the way owned by another user (in a sticky directory, say) could be re-pointed later:
+    // refused even while it points somewhere safe.
+    fs::create_directory(dir_ / "safe");
+    fs::create_directory_symlink(dir_ / "safe", open_dir + "/theirs_link");
+    ASSERT_EQ(lchown((open_dir + "/theirs_link").c_str(), 12345, 12345), 0);
+    EXPECT_THAT(MakePrivateDir(open_dir + "/theirs_link/work").message(),
+                HasSubstr("theirs_link is a symbolic link owned by uid 12345"));
+  }
+  // Missing parents are made 0755 whatever the umask (002 would leave them group-writable and refused).
+  const mode_t old = umask(002);
+  const std::string deep = (dir_ / "new/a/work").string();
+  EXPECT_TRUE(MakePrivateDir(deep).ok()) << MakePrivateDir(deep);
+  umask(old);
+  EXPECT_EQ(fs::status(dir_ / "new").permissions(), fs::perms::owner_all | fs::perms::group_read |
+                                                         fs::perms::group_exec | fs::perms::others_read |
+                                                         fs::perms::others_exec);
+  {
+    // A trailing slash names the same directory.
+    EXPECT_TRUE(MakePrivateDir(deep + "/").ok());
   }
 }
 

@@ -13,8 +13,15 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// Non-negative floats order as their bit patterns do: atomicMax on the int view.
+// Non-negative floats order as their bit patterns do, and a positive NaN's pattern is above +inf's:
+// atomicMax on the int view keeps a NaN (as torch's max does).
 __device__ __forceinline__ void AtomicMaxNonNegative(float* at, float v) { atomicMax(reinterpret_cast<int*>(at), __float_as_int(v)); }
+
+// max(m, |v|), NaN kept (fmaxf would drop it).
+__device__ __forceinline__ float MaxAbs(float m, float v) {
+  const float a = fabsf(v);
+  return (a > m || a != a) ? a : m;
+}
 
 template <typename T>
 __global__ void AmaxKernel(const T* __restrict__ x, int64_t n, bool vectorised, float* amax) {
@@ -29,20 +36,23 @@ __global__ void AmaxKernel(const T* __restrict__ x, int64_t n, bool vectorised, 
     for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += stride) {
       const Pack<T> p = packs[i];
 #pragma unroll
-      for (int j = 0; j < kN; ++j) m = fmaxf(m, fabsf(ToFloat(p.v[j])));
+      for (int j = 0; j < kN; ++j) m = MaxAbs(m, ToFloat(p.v[j]));
     }
     tail = count * kN;
   }
   for (int64_t i = tail + static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    m = fmaxf(m, fabsf(ToFloat(x[i])));
+    m = MaxAbs(m, ToFloat(x[i]));
   }
-  m = BlockMax(m, scratch);
-  if (threadIdx.x == 0) AtomicMaxNonNegative(amax, m);
+  // The block's max, NaN kept: BlockMax's fmaxf would drop a NaN lane, so a NaN anywhere is carried aside.
+  const int has_nan = __syncthreads_or(m != m);
+  m = BlockMax(has_nan ? 0.0f : m, scratch);
+  if (threadIdx.x == 0) AtomicMaxNonNegative(amax, has_nan ? NAN : m);
 }
 
+// Saturated to ±max (SATFINITE: what the composite's clamp does) and rounded to nearest even; NaN stays
+// NaN (a clamp with fminf/fmaxf would have turned it into -max).
 template <bool kE5m2>
-__device__ __forceinline__ uint8_t ToFp8(float v, float max) {
-  v = fminf(fmaxf(v, -max), max);
+__device__ __forceinline__ uint8_t ToFp8(float v, float /*max*/) {
   return static_cast<uint8_t>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, kE5m2 ? __NV_E5M2 : __NV_E4M3));
 }
 
@@ -50,7 +60,8 @@ template <typename T, bool kE5m2>
 __global__ void CastKernel(const T* __restrict__ x, uint8_t* __restrict__ out, const float* amax, float* inv_scale,
                            int64_t n, bool vectorised) {
   const float max = kE5m2 ? 57344.0f : 448.0f;
-  const float scale = static_cast<float>(static_cast<double>(max) / fmax(static_cast<double>(*amax), 1e-12));
+  const double a = *amax;  // NaN (a NaN in x) gives a NaN scale, as the composite's clamp_min does.
+  const float scale = a != a ? NAN : static_cast<float>(static_cast<double>(max) / fmax(a, 1e-12));
   if (blockIdx.x == 0 && threadIdx.x == 0) *inv_scale = 1.0f / scale;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   int64_t tail = 0;

@@ -47,7 +47,9 @@ at::Tensor SwiGlu(const at::Tensor& x, const at::Tensor& gate, const at::Tensor&
   if (lora == nullptr) return Linear(at::silu(Linear(x, gate)) * Linear(x, up), down);
   auto linear = [&](const at::Tensor& in, const at::Tensor& w, const at::Tensor& a, const at::Tensor& b) {
     at::Tensor y = Linear(in, w);
-    return a.defined() ? AddLinear(y, Linear(in, a), b, scale) : y;
+    if (!a.defined()) return y;
+    Fp8Scope no_fp8(nullptr);  // Adapters stay in the parameters' dtype whatever their rank (fp8_linear.h).
+    return AddLinear(y, Linear(in, a), b, scale);
   };
   return linear(at::silu(linear(x, gate, lora->gate_a, lora->gate_b)) * linear(x, up, lora->up_a, lora->up_b), down,
                 lora->down_a, lora->down_b);

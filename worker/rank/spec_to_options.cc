@@ -39,7 +39,7 @@ parallel::TrainerOptions ToTrainerOptions(const v1::JobSpec& spec) {
   if (t.precision() == v1::PRECISION_FP8) {
     layout::Fp8Options f;
     f.recipe = t.fp8().recipe() == v1::FP8_RECIPE_ROWWISE ? layout::Fp8Recipe::kRowwise : layout::Fp8Recipe::kTensorwise;
-    f.min_dim = t.fp8().min_dim();
+    if (t.fp8().min_dim() != 0) f.min_dim = t.fp8().min_dim();  // 0: the default (validate.cc).
     f.filter.assign(t.fp8().filter().begin(), t.fp8().filter().end());
     o.fp8 = std::move(f);
   }
