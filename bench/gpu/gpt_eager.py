@@ -21,7 +21,9 @@ import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gpt_reference  # noqa: E402
+from mixed_precision_step import MasterWeights  # noqa: E402
 
 SIZES = {"125m": (12, 768, 12, 50304, 1024), "1.3b": (24, 2048, 16, 50304, 1024), "tiny": (2, 64, 4, 256, 64)}
 
@@ -61,26 +63,15 @@ def main():
         if dev.type == "cuda":
             torch.cuda.synchronize()
 
-    params = list(model.parameters())
-    masters = [p.detach().float().clone() for p in params]
-    opt = torch.optim.AdamW(masters, lr=1e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1,
-                            fused=dev.type == "cuda")
+    opt = MasterWeights(model.parameters(), dev)
 
     def step():
         loss = fwd(tokens[:, :-1], tokens[:, 1:])
         loss.backward()
         if a.full:
-            for m, p in zip(masters, params):
-                m.grad = p.grad.float()
-            torch.nn.utils.clip_grad_norm_(masters, 1.0)
             opt.step()
-            with torch.no_grad():
-                torch._foreach_copy_(params, masters)
-            for m in masters:
-                m.grad = None
             loss.item()
-        for p in params:
-            p.grad = None
+        opt.zero_grad()
 
     for _ in range(3):
         step()

@@ -13,9 +13,13 @@ Prints one line in gpu_bench's format: "hf_llama_train size llama1b compile 0|1 
 import argparse
 import os
 import statistics
+import sys
 import time
 
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from mixed_precision_step import MasterWeights  # noqa: E402
 
 SHAPE = dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
              num_key_value_heads=8, vocab_size=32000, max_position_embeddings=2048, rope_theta=500000.0,
@@ -28,9 +32,15 @@ def main():
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--compile", action="store_true")
     ap.add_argument("--fp8", default="none", choices=["none", "tensorwise", "rowwise"])
+    ap.add_argument("--smoke", action="store_true", help="a 2-layer, 256-wide model at seq 128 on the CPU (a check of this script)")
     a = ap.parse_args()
+    global SEQ
+    if a.smoke:
+        SHAPE.update(hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
+                     num_key_value_heads=2, vocab_size=512)
+        SEQ = 128
     from transformers import LlamaConfig, LlamaForCausalLM
-    dev = torch.device("cuda")
+    dev = torch.device("cpu" if a.smoke else "cuda")
     torch.manual_seed(0)
     cfg = LlamaConfig(**SHAPE)
     cfg._attn_implementation = "sdpa"
@@ -43,36 +53,27 @@ def main():
                                    module_filter_fn=lambda m, fqn: fqn != "lm_head")
     fwd = torch.compile(model) if a.compile else model
     tokens = torch.randint(cfg.vocab_size, (a.batch, SEQ), device=dev)
-    params = [p for p in model.parameters() if p.requires_grad]
-    masters = [p.detach().float().clone() for p in params]
-    opt = torch.optim.AdamW(masters, lr=1e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1, fused=True)
+    opt = MasterWeights((p for p in model.parameters() if p.requires_grad), dev)
     losses = []
 
     def step():
         loss = fwd(input_ids=tokens, labels=tokens).loss
         loss.backward()
-        for m, p in zip(masters, params):
-            m.grad = p.grad.float()
-        torch.nn.utils.clip_grad_norm_(masters, 1.0)
         opt.step()
-        with torch.no_grad():
-            torch._foreach_copy_(params, masters)
-        for m in masters:
-            m.grad = None
-        for p in params:
-            p.grad = None
         losses.append(loss.item())
 
     t_compile = time.perf_counter()
     for _ in range(3):
         step()
-    torch.cuda.synchronize()
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
     warm_s = time.perf_counter() - t_compile
     times = []
     for _ in range(10):
         t0 = time.perf_counter()
         step()
-        torch.cuda.synchronize()
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
     t = statistics.median(times)
     n_params = sum(p.numel() for p in model.parameters())
@@ -81,7 +82,8 @@ def main():
     flops = tokens_per_step * (6.0 * n_params + 12.0 * L * h * SEQ)
     print(f"hf_llama_train size llama1b compile {int(a.compile)} fp8 {a.fp8} params {n_params} batch {a.batch} "
           f"seq {SEQ} step_ms {t * 1e3:.2f} tokens_per_s {tokens_per_step / t:.0f} model_TFLOPs {flops / t / 1e12:.1f} "
-          f"warmup_s {warm_s:.1f} last_loss {losses[-1]:.4f} peak_mem_GB {torch.cuda.max_memory_allocated() / 1e9:.1f}",
+          f"warmup_s {warm_s:.1f} last_loss {losses[-1]:.4f} "
+          f"peak_mem_GB {torch.cuda.max_memory_allocated() / 1e9 if dev.type == 'cuda' else 0:.1f}",
           flush=True)
 
 
