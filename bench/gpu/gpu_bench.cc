@@ -14,15 +14,12 @@
 //   gpu_bench gpt --size 125m|1.3b|tiny [--batch B] [--device cuda|cpu]
 //                                       forward+backward of the GPT in bf16 (optimizer excluded):
 //                                       tokens/s and MFU against the bf16 matmul peak measured here.
-//   gpu_bench train --size 125m|1.3b|tiny [--batch B] [--fused 0|1] [--fused_layers 0|1] [--device cuda|cpu]
-//                                       full training steps through the Trainer (bf16 parameters,
-//                                       fp32 masters, clipping, AdamW): median of steps 4..10.
-//                                       --fused_layers 0 keeps the fused optimizer but ATen's layer
-//                                       norm and GELU (default: as --fused).
-//                                       --size llama1b: a Llama of ~1.0B parameters (seq 2048).
-//                                       --fp8 tensorwise|rowwise: the blocks' linear layers in FP8.
-//   gpu_bench fp8                       FP8 GEMMs vs their emulation on the device; one linear's
-//                                       forward+backward, bf16 vs FP8, at the GPT 1.3B / Llama 1B shapes.
+//   gpu_bench train --size 125m|1.3b|llama1b|tiny [--batch B] [--fused 0|1] [--fused_layers 0|1]
+//                   [--fp8 tensorwise|rowwise] [--device cuda|cpu]: full training steps through the Trainer
+//                                       (bf16 parameters, fp32 masters, clipping, AdamW; FP8 block linears
+//                                       with --fp8): median of steps 4..10. --fused_layers 0 keeps the fused
+//                                       optimizer but ATen's layer norm and GELU (default: as --fused).
+//   gpu_bench fp8                       bench/gpu/fp8_bench.h.
 //   gpu_bench generate                  greedy generation (KV cache) of a GPT-2 and a Llama (GQA)
 //                                       with the same weights on cpu and cuda: the same tokens,
 //                                       prompt logits within 1e-4 (fp32). Exit 1 otherwise.
