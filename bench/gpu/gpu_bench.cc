@@ -14,11 +14,8 @@
 //   gpu_bench gpt --size 125m|1.3b|tiny [--batch B] [--device cuda|cpu]
 //                                       forward+backward of the GPT in bf16 (optimizer excluded):
 //                                       tokens/s and MFU against the bf16 matmul peak measured here.
-//   gpu_bench train --size 125m|1.3b|llama1b|tiny [--batch B] [--fused 0|1] [--fused_layers 0|1]
-//                   [--fp8 tensorwise|rowwise] [--device cuda|cpu]: full training steps through the Trainer
-//                                       (bf16 parameters, fp32 masters, clipping, AdamW; FP8 block linears
-//                                       with --fp8): median of steps 4..10. --fused_layers 0 keeps the fused
-//                                       optimizer but ATen's layer norm and GELU (default: as --fused).
+//   gpu_bench train ...                 full training steps through the Trainer: bench/gpu/train_bench.h.
+//   gpu_bench moe ...                   one sparse block, experts looped vs grouped: bench/gpu/moe_bench.h.
 //   gpu_bench fp8                       bench/gpu/fp8_bench.h.
 //   gpu_bench generate                  greedy generation (KV cache) of a GPT-2 and a Llama (GQA)
 //                                       with the same weights on cpu and cuda: the same tokens,
@@ -45,8 +42,11 @@
 #include <vector>
 
 #include "absl/strings/str_join.h"
+#include "bench/gpu/bench_util.h"
 #include "bench/gpu/fp8_bench.h"
 #include "bench/gpu/generate_check.h"
+#include "bench/gpu/moe_bench.h"
+#include "bench/gpu/train_bench.h"
 #include "kernels/cpu_adam.h"
 #include "kernels/fused_kernels.h"
 #include "parallel/comm/process_groups.h"
@@ -59,24 +59,6 @@ namespace {
 
 using parallel::DeviceKind;
 
-void Sync(const at::Device& d) {
-  if (d.is_cuda()) c10::cuda::device_synchronize();
-}
-
-// Median seconds of `fn` over `reps` runs after `warmup` runs.
-double TimeIt(const at::Device& d, const std::function<void()>& fn, int warmup = 3, int reps = 10) {
-  for (int i = 0; i < warmup; ++i) fn();
-  Sync(d);
-  std::vector<double> t;
-  for (int i = 0; i < reps; ++i) {
-    const auto s = std::chrono::steady_clock::now();
-    fn();
-    Sync(d);
-    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - s).count());
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
 
 // Runs `fn` once under LibTorch's Kineto profiler and prints, for CPU-side ranges (ATen operators and
 // tessera's RECORD_USER_SCOPE ranges; nested ones each count their whole time) and for GPU kernels,
@@ -119,41 +101,6 @@ void Profile(const std::string& label, const std::function<void()>& fn, const at
   }
 }
 
-std::string Arg(int argc, char** argv, const std::string& name, const std::string& fallback) {
-  for (int i = 2; i + 1 < argc; ++i) {
-    if (argv[i] == "--" + name) return argv[i + 1];
-  }
-  return fallback;
-}
-
-// Model sizes by name (GPT-2 small and XL-like shapes; vocabulary padded to 50304 as nanoGPT does).
-parallel::ModelConfig SizeConfig(const std::string& size) {
-  if (size == "125m") return {12, 768, 12, 50304, 1024};
-  if (size == "1.3b") return {24, 2048, 16, 50304, 1024};
-  if (size == "llama1b") {  // Llama 3.2 1B's blocks (GQA 32/8, SwiGLU 8192, tied head), a 32,000 vocabulary.
-    parallel::ModelConfig c{16, 2048, 32, 32000, 2048};
-    c.family = layout::ModelFamily::kLlama;
-    c.kv_heads = 8;
-    c.ffn_hidden = 8192;
-    c.rope_theta = 500000;
-    return c;
-  }
-  return {2, 64, 4, 256, 64};
-}
-
-// Writes `count` pseudo-random tokens below `vocab` to `path` (uint16, the flat token format).
-void WriteRandomTokens(const std::string& path, size_t count, int vocab, uint64_t seed) {
-  std::vector<uint16_t> tokens(count);
-  for (uint16_t& t : tokens) seed = seed * 6364136223846793005ull + 1442695040888963407ull, t = (seed >> 33) % vocab;
-  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(tokens.data()), tokens.size() * 2);
-}
-
-// Model FLOPs of one token, forward + backward: 6·N plus attention 12·layers·hidden·seq (PaLM's count).
-double FlopsPerToken(const parallel::ModelConfig& c, double n_params) {
-  return 6.0 * n_params + 12.0 * c.layers * c.hidden * c.seq_len;
-}
-
-double MatmulPeak(const at::Device& d);
 
 // ---- check ----
 
@@ -474,13 +421,6 @@ int Kernels() {
 
 // ---- gpt ----
 
-double MatmulPeak(const at::Device& d) {
-  auto o = at::TensorOptions().dtype(at::kBFloat16).device(d);
-  const int64_t n = d.is_cuda() ? 8192 : 1024;
-  at::Tensor a = at::randn({n, n}, o), b = at::randn({n, n}, o);
-  const double t = TimeIt(d, [&] { at::mm(a, b); });
-  return 2.0 * n * n * n / t;
-}
 
 int GptBench(int argc, char** argv) {
   const std::string size = Arg(argc, argv, "size", "125m");
@@ -515,68 +455,6 @@ int GptBench(int argc, char** argv) {
   return 0;
 }
 
-// ---- train ----
-
-int TrainBench(int argc, char** argv) {
-  const std::string size = Arg(argc, argv, "size", "125m");
-  const bool cuda = Arg(argc, argv, "device", "cuda") == "cuda";
-  parallel::TrainerOptions o;
-  o.model = SizeConfig(size);
-  o.micro_batch = o.global_batch = std::stoi(Arg(argc, argv, "batch", "8"));
-  o.fused_kernels = Arg(argc, argv, "fused", "1") == "1";
-  o.precision = layout::Precision::kBf16;
-  o.device.kind = cuda ? DeviceKind::kCuda : DeviceKind::kCpu;
-  constexpr int kSteps = 10, kWarm = 3;
-  o.steps = kSteps;
-  o.lr.lr = 1e-4;
-  o.lr.warmup_steps = 1;
-  const std::string dir = Arg(argc, argv, "dir", "/tmp/tessera_gpu_train");
-  std::filesystem::create_directories(dir);
-  o.data.path = dir + "/tokens.bin";
-  o.output_dir = dir + "/out";
-  WriteRandomTokens(o.data.path, static_cast<size_t>(o.micro_batch) * (o.model.seq_len + 1) * (kSteps + 1),
-                    o.model.vocab, 7);
-  auto mesh = layout::RankGenerator::Create(o.layout);
-  if (!mesh.ok()) return std::printf("error %s\n", std::string(mesh.status().message()).c_str()), 1;
-  parallel::BootstrapOptions boot;
-  if (cuda) boot.backend = parallel::CommBackend::kNccl;
-  auto groups = parallel::CreateProcessGroups(boot, *mesh);
-  if (!groups.ok()) return std::printf("error %s\n", std::string(groups.status().message()).c_str()), 1;
-  auto trainer = parallel::Trainer::Create(o, *groups);
-  if (!trainer.ok()) return std::printf("error %s\n", std::string(trainer.status().message()).c_str()), 1;
-  const bool fused_layers = Arg(argc, argv, "fused_layers", o.fused_kernels ? "1" : "0") == "1";
-  (*trainer)->model().set_fused_kernels(fused_layers);
-  const std::string fp8 = Arg(argc, argv, "fp8", "none");
-  if (fp8 != "none") {
-    parallel::Fp8Options f;
-    f.recipe = fp8 == "rowwise" ? parallel::Fp8Recipe::kRowwise : parallel::Fp8Recipe::kTensorwise;
-    (*trainer)->model().set_fp8(f);
-  }
-  const at::Device d = cuda ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU);
-  std::vector<double> seconds;
-  double loss = 0;
-  for (int i = 0; i < kSteps; ++i) {
-    Sync(d);
-    const auto t0 = std::chrono::steady_clock::now();
-    auto s = (*trainer)->Step();
-    Sync(d);
-    if (!s.ok()) return std::printf("error %s\n", std::string(s.status().message()).c_str()), 1;
-    if (i >= kWarm) seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    loss = s->loss;
-  }
-  std::sort(seconds.begin(), seconds.end());
-  const double t = seconds[seconds.size() / 2];
-  const double n_params = static_cast<double>((*trainer)->model().num_parameters());
-  const double tokens_per_step = static_cast<double>(o.micro_batch) * o.model.seq_len;
-  const double flops = tokens_per_step * FlopsPerToken(o.model, n_params);
-  const double peak = MatmulPeak(d);
-  std::printf("train size %s fp8 %s params %.0f batch %d seq %d fused %d fused_layers %d step_ms %.2f tokens_per_s %.0f model_TFLOPs %.1f "
-              "peak_bf16_TFLOPs %.1f mfu %.3f last_loss %.4f\n",
-              size.c_str(), fp8.c_str(), n_params, o.micro_batch, o.model.seq_len, o.fused_kernels ? 1 : 0, fused_layers ? 1 : 0, t * 1e3,
-              tokens_per_step / t, flops / t / 1e12, peak / 1e12, flops / t / peak, loss);
-  return 0;
-}
-
 }  // namespace
 }  // namespace tessera::bench
 
@@ -591,10 +469,11 @@ int main(int argc, char** argv) {
     if (mode == "train") return tessera::bench::TrainBench(argc, argv);
     if (mode == "generate") return tessera::bench::GenerateCheck();
     if (mode == "fp8") return tessera::bench::Fp8Bench(argc, argv);
+    if (mode == "moe") return tessera::bench::MoeBench(argc, argv);
   } catch (const std::exception& e) {
     std::printf("error %s\n", std::string(e.what()).substr(0, 300).c_str());
     return 1;
   }
-  std::fprintf(stderr, "usage: gpu_bench check|kernels|gpt|train|capacity|generate (see the top of bench/gpu/gpu_bench.cc)\n");
+  std::fprintf(stderr, "usage: gpu_bench check|kernels|gpt|train|moe|fp8|capacity|generate (see the top of bench/gpu/gpu_bench.cc)\n");
   return 2;
 }

@@ -6,7 +6,8 @@ gpu_bench times it (median of 10 steps after 3 warm-ups, synchronised).
 
 --compile: torch.compile(model) (default mode). --fp8 tensorwise|rowwise: torchao's Float8Linear on every
 linear layer but the head (torchao's convert_to_float8_training with the recipe of that name) — the recipe
-torchtitan uses, normally with --compile.
+torchtitan uses, normally with --compile. --lora R: peft's LoRA of rank R (alpha 2R, no dropout) on the q, k, v,
+o, gate, up and down projections, only the adapters train (the peer of gpu_bench train --lora R).
 
 Prints one line in gpu_bench's format: "hf_llama_train size llama1b compile 0|1 fp8 R ... step_ms T ...".
 """
@@ -32,6 +33,7 @@ def main():
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--compile", action="store_true")
     ap.add_argument("--fp8", default="none", choices=["none", "tensorwise", "rowwise"])
+    ap.add_argument("--lora", type=int, default=0)
     ap.add_argument("--smoke", action="store_true", help="a 2-layer, 256-wide model at seq 128 on the CPU (a check of this script)")
     a = ap.parse_args()
     global SEQ
@@ -39,6 +41,7 @@ def main():
         SHAPE.update(hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
                      num_key_value_heads=2, vocab_size=512)
         SEQ = 128
+    import transformers
     from transformers import LlamaConfig, LlamaForCausalLM
     dev = torch.device("cpu" if a.smoke else "cuda")
     torch.manual_seed(0)
@@ -51,6 +54,12 @@ def main():
         from torchao.float8 import Float8LinearConfig, convert_to_float8_training
         convert_to_float8_training(model, config=Float8LinearConfig.from_recipe_name(a.fp8),
                                    module_filter_fn=lambda m, fqn: fqn != "lm_head")
+    if a.lora > 0:
+        from peft import LoraConfig, get_peft_model
+        model = get_peft_model(model, LoraConfig(r=a.lora, lora_alpha=2 * a.lora, lora_dropout=0.0,
+                                                 target_modules=["q_proj", "k_proj", "v_proj", "o_proj",
+                                                                 "gate_proj", "up_proj", "down_proj"]))
+        model.train()
     fwd = torch.compile(model) if a.compile else model
     tokens = torch.randint(cfg.vocab_size, (a.batch, SEQ), device=dev)
     opt = MasterWeights((p for p in model.parameters() if p.requires_grad), dev)
@@ -80,7 +89,7 @@ def main():
     tokens_per_step = a.batch * SEQ
     L, h = SHAPE["num_hidden_layers"], SHAPE["hidden_size"]
     flops = tokens_per_step * (6.0 * n_params + 12.0 * L * h * SEQ)
-    print(f"hf_llama_train size llama1b compile {int(a.compile)} fp8 {a.fp8} params {n_params} batch {a.batch} "
+    print(f"hf_llama_train size llama1b transformers {transformers.__version__} compile {int(a.compile)} fp8 {a.fp8} lora {a.lora} params {n_params} batch {a.batch} "
           f"seq {SEQ} step_ms {t * 1e3:.2f} tokens_per_s {tokens_per_step / t:.0f} model_TFLOPs {flops / t / 1e12:.1f} "
           f"warmup_s {warm_s:.1f} last_loss {losses[-1]:.4f} "
           f"peak_mem_GB {torch.cuda.max_memory_allocated() / 1e9 if dev.type == 'cuda' else 0:.1f}",

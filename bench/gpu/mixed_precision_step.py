@@ -15,7 +15,8 @@ class MasterWeights:
     def step(self):
         """Applies the parameters' gradients (then cleared) through the masters."""
         for m, p in zip(self.masters, self.params):
-            m.grad = p.grad.float()
+            # A parameter without a gradient (an expert that got no tokens) steps on zeros, as in tessera.
+            m.grad = p.grad.float() if p.grad is not None else torch.zeros_like(m)
         torch.nn.utils.clip_grad_norm_(self.masters, 1.0)
         self.opt.step()
         with torch.no_grad():

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "kernels/autograd_pointer.h"
@@ -55,7 +56,54 @@ at::Tensor SwiGlu(const at::Tensor& x, const at::Tensor& gate, const at::Tensor&
                 lora->down_a, lora->down_b);
 }
 
-const ExpertLora* LoraOf(const SparseMlpWeights& w, int64_t e) { return w.lora.empty() ? nullptr : &w.lora[e]; }
+// Every expert's SwiGLU over its contiguous rows of x (rows_of[e] rows of expert e, in order) as three
+// grouped GEMMs. An expert with no rows has its stacked weights masked by 0 so that its gradient is
+// zeros whatever the kernel leaves for an empty group.
+at::Tensor GroupedSwiGlu(const at::Tensor& x, const std::vector<int64_t>& rows_of, const SparseMlpWeights& w) {
+  std::vector<int32_t> ends;
+  std::vector<float> live;
+  int64_t end = 0;
+  for (int64_t n : rows_of) {
+    end += n;
+    TORCH_CHECK(end <= std::numeric_limits<int32_t>::max(), "GroupedSwiGlu: more than 2^31 rows");
+    ends.push_back(static_cast<int32_t>(end));
+    live.push_back(n > 0 ? 1.0f : 0.0f);
+  }
+  const bool some_empty = std::find(live.begin(), live.end(), 0.0f) != live.end();
+  const at::Tensor offs = at::tensor(ends, at::kInt).to(x.device());
+  const at::Tensor mask =
+      some_empty ? at::tensor(live, at::kFloat).to(x.device(), x.scalar_type()).view({-1, 1, 1}) : at::Tensor();
+  // [E, out, in] stacked, as [E, in, out] for x·Wᵀ.
+  auto stacked = [&](const std::vector<at::Tensor>& parts) {
+    at::Tensor s = at::stack(parts);
+    return (some_empty ? s * mask : s).transpose(1, 2);
+  };
+  const at::Tensor g = at::_grouped_mm(x, stacked(w.gate), offs);
+  const at::Tensor u = at::_grouped_mm(x, stacked(w.up), offs);
+  return at::_grouped_mm(at::silu(g) * u, stacked(w.down), offs);
+}
+
+// Whether `gemm` can be kGrouped for these weights (see ExpertGemm).
+bool GroupedApplies(ExpertGemm gemm, const at::Tensor& x, const SparseMlpWeights& w) {
+  if (gemm != ExpertGemm::kGrouped || !w.lora.empty() || w.gate.empty()) return false;
+  if (const Fp8Options* fp8 = Fp8Scope::current(); fp8 != nullptr && Fp8Applies(x, w.gate[0], *fp8)) return false;
+  return x.size(-1) % 8 == 0 && w.gate[0].size(0) % 8 == 0;
+}
+
+// The experts of this rank on rows sorted by expert (rows_of[e] of local expert e).
+at::Tensor LocalExperts(const at::Tensor& x, const std::vector<int64_t>& rows_of, const SparseMlpWeights& w,
+                        ExpertGemm gemm) {
+  if (GroupedApplies(gemm, x, w)) return GroupedSwiGlu(x.contiguous(), rows_of, w);
+  std::vector<at::Tensor> outs;
+  outs.reserve(rows_of.size());
+  int64_t offset = 0;
+  for (size_t e = 0; e < rows_of.size(); ++e) {
+    outs.push_back(SwiGlu(x.narrow(0, offset, rows_of[e]), w.gate[e], w.up[e], w.down[e],
+                          w.lora.empty() ? nullptr : &w.lora[e], w.lora_scale));
+    offset += rows_of[e];
+  }
+  return at::cat(outs);
+}
 
 // Rows of `x` to the members of `comm` (send[j] rows to member j, in order), receiving recv[j] rows
 // from member j; backward sends the gradients back the same way reversed.
@@ -89,7 +137,7 @@ struct ExchangeRows : public torch::autograd::Function<ExchangeRows> {
 // (`per_expert[e]` rows of global expert e, E in all); returns the experts' outputs for them, in the
 // same order, after the round trip to the experts' ranks.
 at::Tensor ExpertParallel(const at::Tensor& in, const int64_t* per_expert, int64_t E, const SparseMlpWeights& w,
-                          Communicator* ep) {
+                          Communicator* ep, ExpertGemm gemm) {
   const int ranks = ep->size();
   const int64_t local = E / ranks;
   // Per-expert counts to the experts' ranks: row j of [ranks, local] goes to rank j.
@@ -125,20 +173,19 @@ at::Tensor ExpertParallel(const at::Tensor& in, const int64_t* per_expert, int64
   }
   at::Tensor perm = at::tensor(order, at::kLong).to(in.device());
   at::Tensor x = arrived.index_select(0, perm);
-  std::vector<at::Tensor> outs;
-  int64_t offset = 0;
-  for (int64_t e = 0; e < local; ++e) {
-    outs.push_back(SwiGlu(x.narrow(0, offset, rows_of[e]), w.gate[e], w.up[e], w.down[e], LoraOf(w, e), w.lora_scale));
-    offset += rows_of[e];
-  }
+  const at::Tensor out = LocalExperts(x, rows_of, w, gemm);
   // Back to source-major order (the inverse permutation), then to the tokens' ranks.
   at::Tensor inverse = at::empty_like(perm);
   inverse.index_put_({perm}, at::arange(perm.size(0), perm.options()));
-  at::Tensor y = at::cat(outs).index_select(0, inverse);
+  at::Tensor y = out.index_select(0, inverse);
   return ExchangeRows::apply(y, recv_rows, send_rows, ep);
 }
 
 }  // namespace
+
+ExpertGemm DefaultExpertGemm(const at::Tensor& x) {
+  return x.is_cuda() && x.scalar_type() == at::kBFloat16 ? ExpertGemm::kGrouped : ExpertGemm::kLoop;
+}
 
 double RouterStats::AuxLoss() const {
   if (rows == 0 || !counts.defined()) return 0;
@@ -220,17 +267,9 @@ at::Tensor SparseMlp(const at::Tensor& x_in, const SparseMlpWeights& w, const Sp
   at::Tensor in = CopyToTp(rows, tp).index_select(0, token_of);  // [N·k, h]
   at::Tensor expert_out;
   if (ep != nullptr && ep->size() > 1) {
-    expert_out = ExpertParallel(in, per_expert, E, w, ep);
+    expert_out = ExpertParallel(in, per_expert, E, w, ep, o.gemm);
   } else {
-    std::vector<at::Tensor> outs;
-    outs.reserve(E);
-    int64_t offset = 0;
-    for (int64_t e = 0; e < E; ++e) {
-      outs.push_back(
-          SwiGlu(in.narrow(0, offset, per_expert[e]), w.gate[e], w.up[e], w.down[e], LoraOf(w, e), w.lora_scale));
-      offset += per_expert[e];
-    }
-    expert_out = at::cat(outs);
+    expert_out = LocalExperts(in, std::vector<int64_t>(per_expert, per_expert + E), w, o.gemm);
   }
   at::Tensor weights = CopyToTp(top_w.reshape({-1}), tp).index_select(0, order).unsqueeze(1);
   at::Tensor y = at::zeros({N, h}, x.options()).index_add(0, token_of, expert_out * weights);

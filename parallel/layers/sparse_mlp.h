@@ -103,6 +103,18 @@ struct SparseMlpWeights {
   at::Tensor router_bias;
 };
 
+// How a rank's experts compute their rows (the same numbers either way, up to the GEMMs' rounding).
+enum class ExpertGemm {
+  kLoop,     // One GEMM chain per expert (every device, dtype, LoRA and FP8).
+  kGrouped,  // Three at::_grouped_mm per block over the experts' weights stacked [E, ·, ·] (a copy of
+             // them per pass; an empty expert's weights are masked so its gradient is zeros on every
+             // GPU). Taken only without LoRA on the experts, without FP8, and with the hidden and
+             // (tp-local) intermediate sizes multiples of 8 (16-byte strides); otherwise kLoop.
+};
+
+// kGrouped for bf16 on CUDA (a grouped GEMM kernel instead of E launches each), kLoop otherwise.
+ExpertGemm DefaultExpertGemm(const at::Tensor& x);
+
 // How the tp group's partial outputs are completed.
 enum class TpCombine {
   kAllReduce,      // Every member gets the whole output [B, T, h] (1D tp).
@@ -122,6 +134,7 @@ struct SparseMlpOptions {
   // and the experts see the jittered x); the noise comes from JitterNoise.
   double jitter = 0;
   TpCombine combine = TpCombine::kAllReduce;
+  ExpertGemm gemm = ExpertGemm::kLoop;
 };
 
 // Router jitter's noise for block `layer` of the forward pass whose statistics are `stats`, shaped

@@ -114,7 +114,8 @@ absl::Status Close(const at::Tensor& got, const at::Tensor& want, double rtol, d
 }
 
 // Rank `rank` of dp 2 (= ep 2) × tp: every pattern, against the one-process run.
-absl::Status Check(int rank, int port, int tp_size, bool lora, at::ScalarType dtype) {
+absl::Status Check(int rank, int port, int tp_size, bool lora, at::ScalarType dtype,
+                   ExpertGemm gemm = ExpertGemm::kLoop) {
   at::set_num_threads(1);
   auto groups = testing::RankGroups(rank, port, {.dp = kDp, .tp = tp_size, .ep = kDp});
   if (!groups.ok()) return groups.status();
@@ -127,9 +128,12 @@ absl::Status Check(int rank, int port, int tp_size, bool lora, at::ScalarType dt
   const Full full(lora);
   auto self = std::make_shared<SelfCommunicator>(0, "tp[self]");
   for (const Pattern& p : Patterns()) {
-    const std::string tag = absl::StrCat(p.name, " (tp ", tp_size, lora ? ", LoRA" : "", ", ",
+    const std::string tag = absl::StrCat(p.name, " (tp ", tp_size, lora ? ", LoRA" : "",
+                                         gemm == ExpertGemm::kGrouped ? ", grouped" : "", ", ",
                                          c10::toString(dtype), ", rank ", rank, ")");
-    const SparseMlpOptions options{p.k, /*norm_topk_prob=*/true, 0};
+    const SparseMlpOptions ref_options{p.k, /*norm_topk_prob=*/true, 0};
+    SparseMlpOptions options = ref_options;
+    options.gemm = gemm;
     const at::Tensor tokens = Tokens(p).to(dtype);
     at::manual_seed(29);
     const at::Tensor probe = at::randn(tokens.sizes()).to(dtype);  // The objective: Σ y · probe.
@@ -138,7 +142,7 @@ absl::Status Check(int rank, int port, int tp_size, bool lora, at::ScalarType dt
     SparseMlpWeights ref = full.Part(0, kExperts, 0, 1, dtype);
     at::Tensor ref_x = tokens.clone().requires_grad_(true);
     auto ref_stats = c10::make_intrusive<RouterStats>(kExperts);
-    at::Tensor ref_y = SparseMlp(ref_x, ref, options, self.get(), nullptr, ref_stats.get(), true, 0);
+    at::Tensor ref_y = SparseMlp(ref_x, ref, ref_options, self.get(), nullptr, ref_stats.get(), true, 0);
     (ref_y * probe).sum().backward();
     if (!ref_stats->counts.equal(at::tensor(p.counts, at::kDouble))) {
       return absl::InternalError(absl::StrCat(tag, ": the router was not steered to the pattern"));
@@ -210,6 +214,11 @@ TEST(SparseMlpExpertParallelTest, CollapsedRoutingEp2WithLora) {
 
 TEST(SparseMlpExpertParallelTest, CollapsedRoutingEp2Bf16) {
   EXPECT_TRUE(RunRanks(2, [](int r, int p) { return Check(r, p, 1, false, at::kBFloat16); }).ok());
+}
+
+// The experts of each rank as grouped GEMMs: ranks that receive no rows, experts with none.
+TEST(SparseMlpExpertParallelTest, CollapsedRoutingEp2Grouped) {
+  EXPECT_TRUE(RunRanks(2, [](int r, int p) { return Check(r, p, 1, false, at::kFloat, ExpertGemm::kGrouped); }).ok());
 }
 
 // dp 2 × ep 2 × tp 2 (the planner's first choice for examples/mixtral-tiny.yaml on 4 ranks): each

@@ -198,5 +198,60 @@ TEST(SparseMlpTest, BalancingLossAndItsGradientAreTransformers) {
   EXPECT_FALSE(at::allclose(got_a, a3.w.router.grad(), 1e-4, 1e-6));
 }
 
+// ExpertGemm::kGrouped against kLoop (the definition above): dropless and with capacity, with a
+// shared expert and an expert that gets no rows (a router bias of -100 keeps it out): the same
+// outputs and gradients — the idle expert's gradient all zeros, defined.
+TEST(SparseMlpTest, GroupedGemmsAreTheLoop) {
+  constexpr int64_t kWide = 16, kInner = 8;  // Multiples of 8: the grouped GEMMs apply.
+  auto make = [&] {
+    at::manual_seed(11);
+    SparseMlpWeights w;
+    w.router = at::randn({kExperts, kWide}).requires_grad_(true);
+    for (int e = 0; e < kExperts; ++e) {
+      w.gate.push_back(at::randn({kInner, kWide}).requires_grad_(true));
+      w.up.push_back(at::randn({kInner, kWide}).requires_grad_(true));
+      w.down.push_back(at::randn({kWide, kInner}).requires_grad_(true));
+    }
+    w.shared_gate_proj = at::randn({kInner, kWide});
+    w.shared_up = at::randn({kInner, kWide});
+    w.shared_down = at::randn({kWide, kInner});
+    w.shared_gate = at::randn({1, kWide});
+    w.router_bias = at::tensor({0.0f, 0.0f, 0.0f, -100.0f});
+    return w;
+  };
+  at::manual_seed(12);
+  const at::Tensor x0 = at::randn({2, 7, kWide});  // 14 tokens: odd row counts per expert.
+  const at::Tensor probe = at::randn({2, 7, kWide});
+  auto tp = Self();
+  for (const double capacity : {0.0, 0.5}) {
+    std::vector<SparseMlpWeights> w = {make(), make()};
+    std::vector<at::Tensor> x, y;
+    for (int i = 0; i < 2; ++i) {
+      SparseMlpOptions o{2, true, capacity};
+      o.gemm = i == 0 ? ExpertGemm::kLoop : ExpertGemm::kGrouped;
+      x.push_back(x0.clone().requires_grad_(true));
+      auto stats = c10::make_intrusive<RouterStats>(kExperts);
+      y.push_back(SparseMlp(x[i], w[i], o, tp.get(), nullptr, stats.get(), true, 0));
+      (y[i] * probe).sum().backward();
+      EXPECT_EQ(stats->layer_counts.at(0)[3].item<double>(), 0) << "expert 3 idle";
+    }
+    const std::string tag = "capacity " + std::to_string(capacity);
+    // fp32 GEMMs over the same rows in another grouping: rounding only.
+    auto close = [&](const at::Tensor& a, const at::Tensor& b, const std::string& what) {
+      ASSERT_TRUE(b.defined()) << tag << " " << what << ": no gradient";
+      EXPECT_TRUE(at::allclose(a, b, 1e-5, 1e-5)) << tag << " " << what << " " << (a - b).abs().max().item<double>();
+    };
+    close(y[0], y[1], "output");
+    close(x[0].grad(), x[1].grad(), "input gradient");
+    close(w[0].router.grad(), w[1].router.grad(), "router gradient");
+    for (int e = 0; e < kExperts; ++e) {
+      close(w[0].gate[e].grad(), w[1].gate[e].grad(), "gate " + std::to_string(e));
+      close(w[0].up[e].grad(), w[1].up[e].grad(), "up " + std::to_string(e));
+      close(w[0].down[e].grad(), w[1].down[e].grad(), "down " + std::to_string(e));
+    }
+    EXPECT_TRUE(w[1].down[3].grad().eq(0).all().item<bool>()) << tag << ": the idle expert's gradient";
+  }
+}
+
 }  // namespace
 }  // namespace tessera::parallel

@@ -361,8 +361,9 @@ at::Tensor Decoder::Block(const at::Tensor& x_in, int i) {
   // MLP: column-parallel input projection(s), the activation, row-parallel output projection.
   at::Tensor m = Norm(x, block + f.mlp_norm, fused);
   if (config_.IsMoeLayer(i)) {
-    const SparseMlpOptions options{config_.experts_per_token, config_.norm_topk_prob, config_.capacity_factor,
-                                   config_.router_jitter};
+    SparseMlpOptions options{config_.experts_per_token, config_.norm_topk_prob, config_.capacity_factor,
+                             config_.router_jitter};
+    options.gemm = expert_gemm_.value_or(DefaultExpertGemm(m));
     Fp8Scope fp8(Fp8For(absl::StrCat(block, "mlp.experts")));  // Experts and shared experts; not the router.
     return x + SparseMlp(m, SparseWeights(i), options, tp, ep_.get(), router_stats_.get(), !recomputing_, i);
   }

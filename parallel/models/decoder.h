@@ -180,6 +180,9 @@ class Decoder {
   // adapters (below min_dim) stay in the parameters' dtype. 1D tensor parallelism only (grid layouts'
   // GEMMs are their own). nullopt: none.
   void set_fp8(std::optional<Fp8Options> options) { fp8_ = std::move(options); }
+  // How the sparse blocks' experts compute (sparse_mlp.h ExpertGemm); nullopt (the default):
+  // DefaultExpertGemm of the block's input.
+  void set_expert_gemm(std::optional<ExpertGemm> gemm) { expert_gemm_ = gemm; }
 
   // Indices into params() of each unit (see UnitHooks), in forward order; every parameter in one.
   // Unit 0 holds the non-block parameters (possibly none), unit 1 + j the j-th held block.
@@ -305,6 +308,7 @@ class Decoder {
   double target_weight_ = 1;
   bool fused_kernels_ = false;
   std::optional<Fp8Options> fp8_;  // set_fp8.
+  std::optional<ExpertGemm> expert_gemm_;  // set_expert_gemm.
   UnitHooks* hooks_ = nullptr;
   KvCache* cache_ = nullptr;  // Set during DecodeStep only.
   c10::intrusive_ptr<RouterStats> router_stats_;

@@ -106,6 +106,7 @@ at::Tensor Decoder::GridSparseMlp(const at::Tensor& x, int i) {
   SparseMlpOptions options{config_.experts_per_token, config_.norm_topk_prob, config_.capacity_factor,
                            config_.router_jitter};
   options.combine = TpCombine::kReduceScatter;
+  options.gemm = expert_gemm_.value_or(DefaultExpertGemm(x));
   return SparseMlp(GatherAlong(x, 2, grid_.row), SparseWeights(i), options, grid_.row, ep_.get(), router_stats_.get(),
                    !recomputing_, i);
 }

@@ -10,6 +10,14 @@
 # .gpu_prebuilt) against the same torch 2.11 wheel; wheels for Python peers the device lacks in .whl/:
 #   run(command="bash tools/gpu/truth3.sh [--short]", carry=[".gpu_bundle", ".gpu_prebuilt", ".whl"])
 # --short: the FP8 checks and the tessera step times only (a second call after a change).
+# --rest: items 3 and 4 of issue 60 instead: the Mixture of Experts (gpu_bench moe: grouped vs looped
+#   experts checked and timed; the mixtral step, experts looped and grouped, vs transformers' Mixtral
+#   eager), LoRA SFT steps (gpu_bench train --lora 16 vs transformers + peft), and the checkpoint blocked
+#   time at 1.3B (sync vs async); two interleaved rounds where time allows, torch.compile'd Mixtral last.
+# --peers: the Python peers at the transformers version tests pin (4.57.1, with peft 0.17.1; wheels in
+#   .whl/hf4/ and .whl/, installed apart) against the tessera runs of --rest, and the device's own
+#   transformers with its experts backends named; two interleaved rounds; the 1.3B asynchronous
+#   checkpoint into pinned host memory, twice.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export TESSERA_GPU_BIN=${TESSERA_GPU_BIN:-$(pwd)/.gpu_prebuilt}
@@ -31,6 +39,45 @@ step() {
 }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >>"$log" 2>&1
 $python -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)' >>"$log" 2>&1
+if [[ "${1:-}" == "--peers" ]]; then
+  $python -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site4 .whl/hf4/*.whl \
+    .whl/peft-*.whl .whl/accelerate-*.whl >>"$log" 2>&1
+  hf4=(env PYTHONPATH=/tmp/site4)
+  "${hf4[@]}" $python -c 'import transformers, peft; print("pinned transformers", transformers.__version__, "peft", peft.__version__)' >>"$log" 2>&1
+  for round in 1 2; do
+    step 60 "$bin/gpu_bench" train --size mixtral --batch 8 --experts grouped
+    step 60 "${hf4[@]}" $python bench/gpu/mixtral_eager.py --batch 8
+    step 60 $python bench/gpu/mixtral_eager.py --batch 8 --experts grouped_mm
+    step 60 "$bin/gpu_bench" train --size llama1b --batch 4 --lora 16
+    step 60 "${hf4[@]}" $python bench/gpu/llama_eager.py --batch 4 --lora 16
+    [[ $round == 1 ]] && step 60 $python bench/gpu/mixtral_eager.py --batch 8 --experts eager
+    [[ $round == 1 ]] && step 60 "$bin/gpu_bench" train --size llama1b --batch 4
+    [[ $round == 1 ]] && step 60 "${hf4[@]}" $python bench/gpu/llama_eager.py --batch 4
+    [[ $round == 1 ]] && step 150 "$bin/gpu_bench" train --size 1.3b --batch 4 --checkpoint async
+  done
+  echo "## done after $(( $(date +%s) - start ))s" >>"$log"
+  grep -E '^(train |checkpoint |hf_|pinned|exit|skipped|error)' "$log"
+  exit 0
+fi
+if [[ "${1:-}" == "--rest" ]]; then
+  $python -c 'import peft; print("peft", peft.__version__)' >>"$log" 2>&1
+  step 90 "$bin/gpu_bench" moe
+  for round in 1 2; do
+    step 60 "$bin/gpu_bench" train --size mixtral --batch 8 --experts loop
+    step 60 "$bin/gpu_bench" train --size mixtral --batch 8 --experts grouped
+    step 60 $python bench/gpu/mixtral_eager.py --batch 8
+    step 60 "$bin/gpu_bench" train --size llama1b --batch 4 --lora 16
+    step 60 $python bench/gpu/llama_eager.py --batch 4 --lora 16
+    if [[ $round == 1 ]]; then
+      step 120 "$bin/gpu_bench" train --size 1.3b --batch 4 --checkpoint sync
+      step 120 "$bin/gpu_bench" train --size 1.3b --batch 4 --checkpoint async
+    fi
+  done
+  step 150 $python bench/gpu/mixtral_eager.py --batch 8 --compile
+  echo "## done after $(( $(date +%s) - start ))s" >>"$log"
+  grep -E '^(moe_|train |checkpoint |hf_|peft|exit|skipped|error)' "$log"
+  exit 0
+fi
 step 60 "$bin/gpu_bench" fp8
 if [[ "${1:-}" == "--short" ]]; then  # The step times only: bf16 vs FP8 in two interleaved rounds, eager GPT.
   for round in 1 2; do
