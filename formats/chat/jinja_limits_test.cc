@@ -98,8 +98,10 @@ std::vector<Case> Cases() {
        "{% macro g(x) %}{{ x }}{% endmacro %}{% macro f(n) %}{{ " + Repeat("g(", 60) + "f(n + 1)" + Repeat(")", 60) +
            " }}{% endmacro %}{{ f(0) }}",
        kExhausted, kNestingAcrossCalls},
-      // Shared structure is charged by the work of visiting it, not by its size in memory.
-      {"shared_list_equal", kShared + "{{ ns.x == ns.x }}", kExhausted, kSteps},
+      // Shared structure is charged by the work of visiting it, not by its size in memory — except a
+      // list compared with itself, which Python (identity first) answers without visiting it.
+      {"shared_list_equal_itself", kShared + "{{ ns.x == ns.x }} {{ ns.x != ns.x }} {{ ns.x in [ns.x] }}", kOk,
+       "True False True"},
       {"shared_lists_equal", kShared + "{{ ns.x == ns.y }}", kExhausted, kSteps},
       {"shared_lists_not_equal", kShared + "{{ ns.x != ns.y }}", kExhausted, kSteps},
       {"shared_lists_less", kShared + "{{ ns.x < ns.y }}", kExhausted, kSteps},

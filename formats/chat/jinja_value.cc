@@ -481,6 +481,9 @@ bool Value::EqualsAt(const Value& o, int level) const {
       if (!Spend(static_cast<int64_t>(AsString().size() / RenderBudget::kBytesPerStep)).ok()) return false;
       return AsString() == o.AsString();
     case Kind::kList: {
+      // One list: equal without visiting it, as Python's identity shortcut makes `x == x` (and an item
+      // compared with itself) for a list of shared lists.
+      if (list_ == o.list_ && tuple_ == o.tuple_) return true;
       if (tuple_ != o.tuple_ || list_->size() != o.list_->size()) return false;
       for (size_t k = 0; k < list_->size(); ++k) {
         if (!(*list_)[k].EqualsAt((*o.list_)[k], level + 1)) return false;
@@ -488,7 +491,7 @@ bool Value::EqualsAt(const Value& o, int level) const {
       return true;
     }
     case Kind::kDict: {
-      if (namespace_ || o.namespace_) return dict_ == o.dict_;
+      if (namespace_ || o.namespace_ || dict_ == o.dict_) return dict_ == o.dict_;  // One dict: as lists.
       if (dict_->items.size() != o.dict_->items.size()) return false;
       for (const auto& [k, v] : dict_->items) {
         const Value* other = o.dict_->Find(k);
