@@ -154,6 +154,10 @@ std::vector<Case> Cases() {
       {"concat_long", "{{ messages[0].content ~ messages[0].content }}", kExhausted, kString, 0, 40000000},
       {"map_over_long_strings", "{{ (['x' * 60000000] * 1000)|map('upper')|list|length }}", kExhausted, kSteps},
       {"split_on_a_number", "{{ 'abc'.split(1) }}", kInvalid, "separator must be a non-empty str"},
+      // Python's: None splits on runs of whitespace; maxsplit leaves the rest (its own trailing space kept).
+      {"split_none_maxsplit", "{{ ' a  b c '.split(None, 1) }}|{{ ' a  b c '.split(maxsplit=1) }}", kOk,
+       "['a', 'b c ']|['a', 'b c ']"},
+      {"split_none_maxsplit_zero", "{{ '  a b '.split(None, 0) }}", kOk, "['a b ']"},
       {"split_many", "{{ (' a' * 30000000).split()|length }}", kExhausted, kSteps},
       {"splitlines_many", "{{ ('\\n' * 60000000).splitlines()|length }}", kExhausted, kSteps},
       {"for_over_long_string", "{% for c in 'x' * 60000000 %}{% endfor %}", kExhausted, kSteps},

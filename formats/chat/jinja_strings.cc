@@ -46,7 +46,7 @@ absl::StatusOr<std::vector<Value>> Split(const std::string& s, const Value& sep,
       while (i < s.size() && space_at(i, &len)) i += len;
       if (i == s.size()) break;
       if (maxsplit >= 0 && static_cast<int64_t>(out.size()) == maxsplit) {
-        absl::Status st = add(std::string(PyStrip(std::string_view(s).substr(i), false, true)));
+        absl::Status st = add(s.substr(i));  // The rest as it is, trailing whitespace kept (Python's).
         if (!st.ok()) return st;
         return out;
       }
