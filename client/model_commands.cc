@@ -1,5 +1,6 @@
 #include "client/model_commands.h"
 
+#include <algorithm>
 #include <cctype>
 #include <iostream>
 #include <limits>
@@ -54,6 +55,15 @@ int ExportCommand(const ExportOptions& o) {
   if (!checkpoint.ok()) {
     std::cerr << "error: " << checkpoint.status().message() << "\n";
     return kExitBadInput;
+  }
+  for (const std::vector<double>& row : checkpoint->router_bias) {
+    // transformers' Mixtral and Qwen-MoE route by the plain top-k: the export would route otherwise.
+    if (std::any_of(row.begin(), row.end(), [](double b) { return b != 0; })) {
+      std::cerr << "error: " << checkpoint->path << "/trainer_state.json: router_bias: the model routes with "
+                << "loss-free balancing's biases (model.router_bias_rate), which the transformers model has no "
+                << "place for (it would route tokens otherwise); `tessera generate` runs it as trained\n";
+      return kExitBadInput;
+    }
   }
   if (!o.base.empty() && !o.merge) {
     std::cerr << "error: --base: only with --merge\n";

@@ -41,6 +41,7 @@ absl::StatusOr<CheckpointModel> ReadCheckpointModel(const std::string& path) {
   if (!state.ok()) return state.status();
   out.config = state->model;
   out.lora_base = state->lora_base;
+  out.router_bias = state->router_bias;
   return out;
 }
 

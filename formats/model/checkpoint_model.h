@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "formats/model/model_config.h"
@@ -16,6 +17,8 @@ struct CheckpointModel {
   int64_t step = 0;
   ModelConfig config;
   std::string lora_base;  // LoRA checkpoints: the base model the adapters belong to ("" if unknown).
+  // Loss-free balancing's biases (trainer_state.json router_bias: a row per block, empty when none).
+  std::vector<std::vector<double>> router_bias;
 };
 
 // `path` is one checkpoint (step_NNNNNNNN) or a checkpoint directory (its newest checkpoint that

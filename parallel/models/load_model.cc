@@ -1,9 +1,12 @@
 #include "parallel/models/load_model.h"
 
+#include <ATen/ATen.h>
+
 #include <filesystem>
 #include <map>
 #include <memory>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "formats/model/checkpoint_model.h"
@@ -13,6 +16,7 @@
 #include "parallel/comm/self_communicator.h"
 #include "parallel/models/hf_weights.h"
 #include "parallel/models/peft_weights.h"
+#include "parallel/models/router_bias.h"
 
 namespace tessera::parallel {
 namespace {
@@ -51,6 +55,7 @@ absl::StatusOr<LoadedModel> LoadModelForInference(const std::string& path, c10::
   ModelConfig c;
   std::map<std::string, at::Tensor> base, adapters;
   std::unique_ptr<HfWeights> mapped;  // Keeps a transformers directory's mapping alive.
+  std::vector<std::vector<double>> router_bias;  // A checkpoint's, as the Trainer resumes it.
   if (IsHfDirectory(path)) {
     auto hf = OpenHfModel(path);
     if (!hf.ok()) return hf.status();
@@ -62,6 +67,7 @@ absl::StatusOr<LoadedModel> LoadModelForInference(const std::string& path, c10::
     auto checkpoint = ReadCheckpointModel(path);
     if (!checkpoint.ok()) return checkpoint.status();
     c = checkpoint->config;
+    router_bias = checkpoint->router_bias;
     auto tensors = LoadTensors(checkpoint->path + "/model.safetensors");
     if (!tensors.ok()) return tensors.status();
     out.source = checkpoint->path;
@@ -89,6 +95,14 @@ absl::StatusOr<LoadedModel> LoadModelForInference(const std::string& path, c10::
     c.lora.targets = config->targets;
   }
   out.model = std::make_unique<Decoder>(c, tp, /*seed=*/0, device);
+  if (c.IsMoe() && c.router_bias_rate > 0) {
+    // Loss-free balancing: the checkpoint's biases choose the experts, as in training (router_bias.h).
+    at::Tensor bias = at::zeros({c.layers, c.experts}, at::TensorOptions().dtype(at::kFloat).device(device));
+    if (absl::Status s = LoadRouterBias(router_bias, bias); !s.ok()) {
+      return absl::DataLossError(absl::StrCat(out.source, "/trainer_state.json: ", s.message()));
+    }
+    out.model->set_router_bias(bias);
+  }
   if (absl::Status s = out.model->LoadFull(base); !s.ok()) return absl::DataLossError(absl::StrCat(out.source, ": ", s.message()));
   if (!adapters.empty()) {
     if (absl::Status s = out.model->LoadFull(adapters, Decoder::LoadWhat::kTrainable); !s.ok()) {

@@ -23,7 +23,8 @@ struct LoadedModel {
 // (checkpoint_model.h) — a LoRA checkpoint's adapters over the base its trainer_state.json names (a
 // transformers directory or a safetensors file of documented names). `lora`: a PEFT adapter directory
 // applied over `path`'s model (which must not be LoRA itself); empty: none. The parameters are fp32
-// on `device`.
+// on `device`. A checkpoint trained with loss-free balancing routes with its saved biases, as the
+// Trainer resuming it does (router_bias.h).
 absl::StatusOr<LoadedModel> LoadModelForInference(const std::string& path, c10::Device device,
                                                   const std::string& lora = "");
 

@@ -16,6 +16,7 @@
 #include "formats/model/trainer_state.h"
 #include "nlohmann/json.hpp"
 #include "parallel/checkpoint/tensor_convert.h"
+#include "parallel/models/router_bias.h"
 #include "parallel/train/checkpoint_write.h"
 #include "parallel/train/status_macros.h"
 #include "parallel/train/trainer.h"
@@ -435,12 +436,8 @@ absl::Status Trainer::LoadCheckpoint(const std::string& path) {
   adam_step_ = state->optimizer_step;
   if (router_bias_.defined()) {
     // Loss-free balancing's biases go on; a checkpoint without them (rate 0 when written) starts at 0.
-    at::NoGradGuard no_grad;
-    router_bias_.zero_();
-    for (int layer = 0; layer < static_cast<int>(state->router_bias.size()) && layer < c.layers; ++layer) {
-      const std::vector<double>& row = state->router_bias[layer];
-      if (row.empty()) continue;
-      router_bias_[layer].copy_(at::tensor(row, at::kDouble).to(at::kFloat));
+    if (absl::Status s = LoadRouterBias(state->router_bias, router_bias_); !s.ok()) {
+      return absl::DataLossError(absl::StrCat(path, "/trainer_state.json: ", s.message()));
     }
   }
   if (data_->blended()) {
