@@ -272,7 +272,9 @@ void ZeroOptimizer::StartReduce(Unit& u) {
     u.incoming.copy_(u.grad_flat);
     u.reduce = DoneWork(absl::OkStatus());
   } else {
-    u.reduce = u.group->ReduceScatterAsync(u.grad_flat, u.incoming, ReduceOp::kSum);
+    // Averaged, as plain data parallelism's buckets are: an fp16 sum over the group would need log2(shards)
+    // more bits of headroom, and the loss scale would skip steps that plain dp applies.
+    u.reduce = u.group->ReduceScatterAsync(u.grad_flat, u.incoming, ReduceOp::kAvg);
   }
   in_flight_.push_back(&u);
   Sample();
@@ -325,9 +327,11 @@ absl::Status ZeroOptimizer::ReduceGradients() {
     in_flight_.clear();
     status = reduce_status_;
     reduce_status_ = absl::OkStatus();
-    // The mean over dp (experts: their replicas' sums of the ep groups' contributions, also over dp).
+    // The mean over dp (experts: their replicas' sums of the ep groups' contributions, also over dp):
+    // the reduce-scatter averaged over its `shards` ranks already.
     for (auto& u : units_) {
-      if (dp_->size() > 1) u->grad_shard.div_(dp_->size());
+      const int rest = dp_->size() / u->shards;
+      if (rest > 1) u->grad_shard.div_(rest);
     }
     // The same owned range of wte on both stages (a unit of its own): sum the two.
     if (status.ok() && tied_) status = tied_->AllReduce(units_[tied_unit_]->grad_shard, ReduceOp::kSum);
