@@ -165,6 +165,21 @@ void Experts(const ModelConfig& m, const ParallelLayout& l, Problems* out) {
       }
     }
   }
+  // Capacity is counted over the tokens of a micro-batch that one rank routes (docs/models.md): sequence
+  // parallelism and the grid modes (which split the micro-batch's samples) would count it over a part
+  // of them and drop other assignments than one process does.
+  if (m.experts > 0 && m.capacity_factor > 0) {
+    if (l.sp > 1) {
+      Add(out, "model.capacity_factor",
+          absl::StrCat("is counted over a micro-batch's tokens, which parallel.sp ", l.sp,
+                       " splits over ranks; use 0 (dropless) or sp 1"));
+    }
+    if (l.tp_mode != TpMode::k1D && l.tp > 1) {
+      Add(out, "model.capacity_factor",
+          absl::StrCat("is counted over a micro-batch's tokens, whose samples tp_mode ", Name(l.tp_mode),
+                       " splits over ranks; use 0 (dropless) or tp_mode 1d"));
+    }
+  }
   if (l.ep < 1) {
     Add(out, "parallel.ep", absl::StrCat(l.ep, " must be at least 1"));
     return;

@@ -149,6 +149,28 @@ TEST(CheckLayoutTest, ExpertRulesNameTheField) {
   EXPECT_THAT(Problems(moe, l), HasSubstr("model.experts: -1 must be at least 0"));
 }
 
+// Capacity counts a micro-batch's tokens on one rank: refused where sp or a grid mode splits them
+// (issue 62: sp 2 with capacity 0.5 differed from one process by 2e-4 in 6 steps), kept with dp, ep
+// and 1D tp, which leave each rank's micro-batches whole.
+TEST(CheckLayoutTest, CapacityNeedsWholeMicroBatches) {
+  ModelConfig moe = Gpt();
+  moe.family = ModelFamily::kMixtral;
+  moe.experts = 8, moe.experts_per_token = 2, moe.capacity_factor = 0.5;
+  ParallelLayout l;
+  l.dp = 2, l.ep = 2, l.tp = 2;
+  EXPECT_TRUE(CheckLayout(moe, l, {2, 8}).ok()) << Problems(moe, l);
+  l.sp = 2;
+  EXPECT_THAT(Problems(moe, l), HasSubstr("model.capacity_factor: is counted over a micro-batch's tokens, which "
+                                          "parallel.sp 2 splits over ranks; use 0 (dropless) or sp 1"));
+  l.sp = 1, l.ep = 1, l.tp = 4, l.tp_mode = TpMode::k2D;
+  EXPECT_THAT(Problems(moe, l), HasSubstr("model.capacity_factor: is counted over a micro-batch's tokens, whose "
+                                          "samples tp_mode 2d splits over ranks"));
+  moe.capacity_factor = 0;  // Dropless: every layout.
+  EXPECT_TRUE(CheckLayout(moe, l, {2, 8}).ok()) << Problems(moe, l);
+  l.tp = 1, l.tp_mode = TpMode::k1D, l.sp = 2;
+  EXPECT_TRUE(CheckLayout(moe, l, {2, 8}).ok()) << Problems(moe, l);
+}
+
 TEST(CheckLayoutTest, NonsenseModelsDoNotCrashIt) {
   ParallelLayout l;
   l.tp = 4, l.sp = 2, l.pp = 2, l.tp_mode = TpMode::k2D, l.sp_mode = SpMode::kAllToAll;
