@@ -9,9 +9,11 @@
 namespace tessera::client {
 namespace {
 
-// A SAX pass over a line that fails on the first object with more than kMaxJsonKeys keys or the first
-// value nested deeper than kMaxJsonDepth: ordered_json searches an object's keys on every insertion
-// (300,000 keys: minutes), and its tree would be visited recursively. Linear in the line.
+// A SAX pass over a line (linear in it) that fails on the first object with more than kMaxJsonKeys
+// keys, more than kMaxJsonLineKeys keys in the whole line, or the first value nested deeper than
+// kMaxJsonDepth: ordered_json searches an object's keys on every insertion (quadratic per object:
+// 300,000 keys took minutes; the limits bound the parse to about a second), and its tree would be
+// visited recursively.
 class ShapeCheck : public nlohmann::json_sax<nlohmann::json> {
  public:
   std::string problem;
@@ -25,9 +27,15 @@ class ShapeCheck : public nlohmann::json_sax<nlohmann::json> {
   bool binary(binary_t&) override { return true; }
   bool start_object(std::size_t) override { return Open(true); }
   bool key(string_t&) override {
-    if (++keys_.back() <= kMaxJsonKeys) return true;
-    problem = absl::StrCat("an object with more than ", kMaxJsonKeys, " keys");
-    return false;
+    if (++keys_.back() > kMaxJsonKeys) {
+      problem = absl::StrCat("an object with more than ", kMaxJsonKeys, " keys");
+      return false;
+    }
+    if (++line_keys_ > kMaxJsonLineKeys) {
+      problem = absl::StrCat("more than ", kMaxJsonLineKeys, " keys in one line");
+      return false;
+    }
+    return true;
   }
   bool end_object() override { return Close(); }
   bool start_array(std::size_t) override { return Open(false); }
@@ -49,6 +57,7 @@ class ShapeCheck : public nlohmann::json_sax<nlohmann::json> {
     return true;
   }
   std::vector<int64_t> keys_;  // Per open value: its keys so far (-1: an array).
+  int64_t line_keys_ = 0;
 };
 
 }  // namespace

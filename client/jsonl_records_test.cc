@@ -47,6 +47,14 @@ TEST(JsonlRecordsTest, BadLinesAreRefusedNamingTheLineQuickly) {
   std::string keys_at_limit = "{";
   for (int i = 0; i < kMaxJsonKeys; ++i) absl::StrAppend(&keys_at_limit, i ? "," : "", "\"k", i, "\":", i);
   keys_at_limit += "}";
+  // 30 sibling objects of 9,000 keys: each under the per-object limit, 270,000 in the line (15 s to parse).
+  std::string siblings = "{";
+  for (int o = 0; o < 30; ++o) {
+    absl::StrAppend(&siblings, o ? "," : "", "\"o", o, "\":{");
+    for (int i = 0; i < 9000; ++i) absl::StrAppend(&siblings, i ? "," : "", "\"k", i, "\":", i);
+    siblings += "}";
+  }
+  siblings += "}";
   const std::string deep = std::string(100000, '[') + std::string(100000, ']');
   const std::string deep_ok = "{\"a\":" + std::string(kMaxJsonDepth - 1, '[') + std::string(kMaxJsonDepth - 1, ']') + "}";
   struct Case {
@@ -58,6 +66,7 @@ TEST(JsonlRecordsTest, BadLinesAreRefusedNamingTheLineQuickly) {
       {"not_object", "[1, 2]", "not a JSON object"},
       {"many_keys", many, "an object with more than 10000 keys"},
       {"keys_at_limit", keys_at_limit, ""},
+      {"keys_in_siblings", siblings, "more than 100000 keys in one line"},
       {"deep", deep, "nested deeper than 256"},
       {"deep_object", "{\"a\":" + deep + "}", "nested deeper than 256"},
       {"deep_at_limit", deep_ok, ""},

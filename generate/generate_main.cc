@@ -81,8 +81,18 @@ int Main(int argc, char** argv) {
   app.add_option("--lora", lora, "A PEFT LoRA adapter directory applied over MODEL (as `tessera export` writes one)");
   app.add_flag("--json", json, "Print {\"prompt\": [...], \"tokens\": [...]} instead of the tokens as they come");
   CLI11_PARSE(app, argc, argv);
-  if (prompt_ids.empty() == prompt_text.empty()) {
+  const bool given_ids = app.count("--prompt-ids") > 0, given_text = app.count("--prompt") > 0;
+  if (given_ids == given_text) {
     std::cerr << "error: give exactly one of --prompt-ids and --prompt\n";
+    return kExitBadInput;
+  }
+  if (given_text && prompt_text.empty()) {
+    std::cerr << "error: --prompt: is empty; the model needs at least one token to continue from (give the "
+                 "tokenizer's beginning-of-text id with --prompt-ids)\n";
+    return kExitBadInput;
+  }
+  if (given_ids && prompt_ids.empty()) {
+    std::cerr << "error: --prompt-ids: is empty; give at least one token id\n";
     return kExitBadInput;
   }
   std::vector<int64_t> prompt;

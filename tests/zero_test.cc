@@ -372,6 +372,15 @@ TEST_F(ZeroTest, Fp16LosesNoHeadroomToZero) {
   }
 }
 
+// A run whose checkpoint is past train.steps says so and fails (issue 62; it exited 0 having printed
+// nothing), leaving the step log as it was.
+TEST_F(ZeroTest, ACheckpointPastTrainStepsIsAnError) {
+  const std::string out = SeedCheckpoint(*plain_, "past_steps", 10);
+  std::string output;
+  Run("past_steps", {"train.steps=5"}, "", 1, &output);
+  EXPECT_THAT(output, HasSubstr("the checkpoint resumed from is of step 10, past train.steps 5: nothing to train"));
+}
+
 // bf16 parameters and activations with fp32 masters: the loss falls as in fp32, within bf16's
 // precision (8 bits of mantissa: 2% of the loss is generous for 10 steps, and a run that did not
 // learn would miss it by far more).

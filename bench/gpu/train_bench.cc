@@ -79,6 +79,9 @@ int TrainBench(int argc, char** argv) {
     model.set_fp8(f);
   }
   const std::string experts = Arg(argc, argv, "experts", "auto");
+  if (experts != "auto" && experts != "loop" && experts != "grouped") {
+    return std::printf("error --experts %s: auto, loop or grouped\n", experts.c_str()), 2;
+  }
   if (experts != "auto") {
     model.set_expert_gemm(experts == "grouped" ? parallel::ExpertGemm::kGrouped : parallel::ExpertGemm::kLoop);
   }
@@ -128,6 +131,7 @@ int TrainBench(int argc, char** argv) {
     for (const auto& e : std::filesystem::recursive_directory_iterator(o.output_dir)) {
       if (e.is_regular_file()) bytes += e.file_size();
     }
+    // bytes: everything under the checkpoint directory (after round 1 of async, both checkpoints).
     std::printf("checkpoint size %s mode %s round %d bytes %llu blocked_s %.3f step_ms_during %.1f step_ms %.1f "
                 "committed_s %.3f\n",
                 size.c_str(), checkpoint.c_str(), round, static_cast<unsigned long long>(bytes), blocked,

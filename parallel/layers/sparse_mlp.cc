@@ -12,8 +12,10 @@
 #include "kernels/autograd_pointer.h"
 #include "parallel/layers/fp8_linear.h"
 #include "parallel/layers/linear.h"
+#include "parallel/layers/sparse_mlp_paths.h"
 #include "parallel/layers/tp2d_ops.h"
 #include "parallel/layers/tp_ops.h"
+#include "parallel/layers/weight_grad_store.h"
 
 namespace tessera::parallel {
 namespace {
@@ -71,24 +73,30 @@ at::Tensor GroupedSwiGlu(const at::Tensor& x, const std::vector<int64_t>& rows_o
   }
   const bool some_empty = std::find(live.begin(), live.end(), 0.0f) != live.end();
   const at::Tensor offs = at::tensor(ends, at::kInt).to(x.device());
-  const at::Tensor mask =
-      some_empty ? at::tensor(live, at::kFloat).to(x.device(), x.scalar_type()).view({-1, 1, 1}) : at::Tensor();
-  // [E, out, in] stacked, as [E, in, out] for x·Wᵀ.
+  const at::Tensor live_mask =
+      some_empty ? at::tensor(live, at::kFloat).gt(0).to(x.device()).view({-1, 1, 1}) : at::Tensor();
+  // [E, out, in] stacked, as [E, in, out] for x·Wᵀ. An idle expert's slice goes through `where`, whose
+  // backward writes zeros there whatever the kernel left (a multiplication by 0 would keep a NaN).
   auto stacked = [&](const std::vector<at::Tensor>& parts) {
     at::Tensor s = at::stack(parts);
-    return (some_empty ? s * mask : s).transpose(1, 2);
+    return (some_empty ? at::where(live_mask, s, at::zeros({}, s.options())) : s).transpose(1, 2);
   };
   const at::Tensor g = at::_grouped_mm(x, stacked(w.gate), offs);
   const at::Tensor u = at::_grouped_mm(x, stacked(w.up), offs);
   return at::_grouped_mm(at::silu(g) * u, stacked(w.down), offs);
 }
 
-// Whether `gemm` can be kGrouped for these weights (see ExpertGemm).
+}  // namespace
+
+// The conditions: sparse_mlp_paths.h.
+
 bool GroupedApplies(ExpertGemm gemm, const at::Tensor& x, const SparseMlpWeights& w) {
-  if (gemm != ExpertGemm::kGrouped || !w.lora.empty() || w.gate.empty()) return false;
-  if (const Fp8Options* fp8 = Fp8Scope::current(); fp8 != nullptr && Fp8Applies(x, w.gate[0], *fp8)) return false;
+  if (gemm != ExpertGemm::kGrouped || !w.lora.empty() || w.gate.empty() || x.size(0) == 0) return false;
+  if (Fp8Scope::current() != nullptr || WeightGradStore::splitting()) return false;
   return x.size(-1) % 8 == 0 && w.gate[0].size(0) % 8 == 0;
 }
+
+namespace {
 
 // The experts of this rank on rows sorted by expert (rows_of[e] of local expert e).
 at::Tensor LocalExperts(const at::Tensor& x, const std::vector<int64_t>& rows_of, const SparseMlpWeights& w,

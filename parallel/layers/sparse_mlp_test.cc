@@ -12,6 +12,8 @@
 
 #include "gtest/gtest.h"
 #include "parallel/comm/self_communicator.h"
+#include "parallel/layers/fp8_linear.h"
+#include "parallel/layers/sparse_mlp_paths.h"
 
 namespace tessera::parallel {
 namespace {
@@ -219,6 +221,16 @@ TEST(SparseMlpTest, GroupedGemmsAreTheLoop) {
     w.router_bias = at::tensor({0.0f, 0.0f, 0.0f, -100.0f});
     return w;
   };
+  {  // The grouped GEMMs are what runs below (and where they do not).
+    const SparseMlpWeights w = make();
+    const at::Tensor rows = at::zeros({5, kWide});
+    EXPECT_TRUE(GroupedApplies(ExpertGemm::kGrouped, rows, w));
+    EXPECT_FALSE(GroupedApplies(ExpertGemm::kLoop, rows, w));
+    EXPECT_FALSE(GroupedApplies(ExpertGemm::kGrouped, at::zeros({0, kWide}), w)) << "no rows";
+    const Fp8Options fp8;
+    Fp8Scope scope(&fp8);
+    EXPECT_FALSE(GroupedApplies(ExpertGemm::kGrouped, rows, w)) << "under an FP8 scope";
+  }
   at::manual_seed(12);
   const at::Tensor x0 = at::randn({2, 7, kWide});  // 14 tokens: odd row counts per expert.
   const at::Tensor probe = at::randn({2, 7, kWide});

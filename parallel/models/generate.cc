@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "formats/model/family.h"
 
@@ -22,11 +24,12 @@ absl::StatusOr<std::vector<int64_t>> Generate(Decoder& model, const std::vector<
   if (o.max_new_tokens < 0) return absl::InvalidArgumentError(absl::StrCat("max-new-tokens ", o.max_new_tokens, " is negative"));
   if (!(o.temperature >= 0)) return absl::InvalidArgumentError(absl::StrCat("temperature ", o.temperature, " is negative"));
   if (o.top_k < 0) return absl::InvalidArgumentError(absl::StrCat("top-k ", o.top_k, " is negative"));
-  const int64_t total = static_cast<int64_t>(prompt.size()) + o.max_new_tokens;
-  if (FamilyOf(c.family).positions == PositionKind::kLearned && total > c.seq_len) {
+  // Positions the model reads: the prompt's and every generated token's but the last (never fed back).
+  const int64_t needed = static_cast<int64_t>(prompt.size()) + std::max<int64_t>(o.max_new_tokens - 1, 0);
+  if (FamilyOf(c.family).positions == PositionKind::kLearned && needed > c.seq_len) {
     return absl::InvalidArgumentError(absl::StrCat("the prompt (", prompt.size(), " tokens) and max-new-tokens ",
-                                                   o.max_new_tokens, " exceed the model's ", c.seq_len,
-                                                   " learned positions"));
+                                                   o.max_new_tokens, " need ", needed, " positions, more than the model's ",
+                                                   c.seq_len, " learned positions"));
   }
   const c10::Device device = model.params().front().value.device();
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(o.seed);

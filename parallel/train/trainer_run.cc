@@ -24,6 +24,12 @@ namespace tessera::parallel {
 namespace fs = std::filesystem;
 
 absl::Status Trainer::Run(const std::function<void(const StepStats&)>& on_step) {
+  if (step_ > options_.steps) {
+    // Nothing of the user's is touched (the step log keeps the steps past train.steps).
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the checkpoint resumed from is of step ", step_, ", past train.steps ", options_.steps,
+        ": nothing to train (raise train.steps to continue, or give a new output_dir to start over)"));
+  }
   if (groups_.global_rank == 0) TESSERA_RETURN_IF_ERROR(TrimStepLog());
   // OUTPUT_DIR is the user's: a checkpoint directory below it must not be a planted link (say into
   // another job's directory).

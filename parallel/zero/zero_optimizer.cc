@@ -287,7 +287,7 @@ void ZeroOptimizer::FinishReduce(Unit& u) {
   u.reduce.reset();
   u.grad_flat = at::Tensor();
   // The first reduction of a step becomes the owned gradients as they are (one reduction per step:
-  // the same sums as plain dp's all-reduce); later ones add to them.
+  // the same averages as plain dp's all-reduce); later ones add to them.
   if (u.grad_shard.defined()) {
     u.grad_shard.add_(u.incoming);
   } else {

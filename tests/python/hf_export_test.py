@@ -223,9 +223,17 @@ output_dir: {self.tmp}/{name}
         self.assertEqual(len(first), 8)
         self.assertIn("prompt token 1 is 300, outside the vocabulary [0, 256)",
                       self.tessera("generate", model, "--prompt-ids", "1,300", ok=False).stderr)
-        self.assertIn("exceed the model's 32 learned positions",
-                      self.tessera("generate", self.hf["gpt2"], "--prompt-ids", "1", "--max-new-tokens", "40",
+        # 32 learned positions: the prompt's and each generated token's but the last (never read back).
+        self.assertIn("need 33 positions, more than the model's 32 learned positions",
+                      self.tessera("generate", self.hf["gpt2"], "--prompt-ids", "1", "--max-new-tokens", "33",
                                    ok=False).stderr)
+        full = ",".join(["1"] * 32)
+        self.assertEqual(len(json.loads(self.tessera("generate", self.hf["gpt2"], "--prompt-ids", full,
+                                                     "--max-new-tokens", "1", "--json").stdout)["tokens"]), 1)
+        self.assertEqual(len(json.loads(self.tessera("generate", self.hf["gpt2"], "--prompt-ids", "1",
+                                                     "--max-new-tokens", "32", "--json").stdout)["tokens"]), 32)
+        self.assertIn("--prompt: is empty; the model needs at least one token",
+                      self.tessera("generate", model, "--prompt", "", ok=False).stderr)
 
     def test_export_refuses_what_it_cannot_do(self):
         self.assertIn("nothing-here: not a directory",
