@@ -13,14 +13,12 @@ Prints one line in gpu_bench's format: "hf_llama_train size llama1b compile 0|1 
 """
 import argparse
 import os
-import statistics
 import sys
-import time
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from mixed_precision_step import MasterWeights  # noqa: E402
+from mixed_precision_step import MasterWeights, time_training_steps  # noqa: E402
 
 SHAPE = dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
              num_key_value_heads=8, vocab_size=32000, max_position_embeddings=2048, rope_theta=500000.0,
@@ -63,35 +61,14 @@ def main():
     fwd = torch.compile(model) if a.compile else model
     tokens = torch.randint(cfg.vocab_size, (a.batch, SEQ), device=dev)
     opt = MasterWeights((p for p in model.parameters() if p.requires_grad), dev)
-    losses = []
-
-    def step():
-        loss = fwd(input_ids=tokens, labels=tokens).loss
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-
-    t_compile = time.perf_counter()
-    for _ in range(3):
-        step()
-    if dev.type == "cuda":
-        torch.cuda.synchronize()
-    warm_s = time.perf_counter() - t_compile
-    times = []
-    for _ in range(10):
-        t0 = time.perf_counter()
-        step()
-        if dev.type == "cuda":
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-    t = statistics.median(times)
+    t, warm_s, last_loss = time_training_steps(fwd, tokens, opt, dev)
     n_params = sum(p.numel() for p in model.parameters())
     tokens_per_step = a.batch * SEQ
     L, h = SHAPE["num_hidden_layers"], SHAPE["hidden_size"]
     flops = tokens_per_step * (6.0 * n_params + 12.0 * L * h * SEQ)
     print(f"hf_llama_train size llama1b transformers {transformers.__version__} compile {int(a.compile)} fp8 {a.fp8} lora {a.lora} params {n_params} batch {a.batch} "
           f"seq {SEQ} step_ms {t * 1e3:.2f} tokens_per_s {tokens_per_step / t:.0f} model_TFLOPs {flops / t / 1e12:.1f} "
-          f"warmup_s {warm_s:.1f} last_loss {losses[-1]:.4f} "
+          f"warmup_s {warm_s:.1f} last_loss {last_loss:.4f} "
           f"peak_mem_GB {torch.cuda.max_memory_allocated() / 1e9 if dev.type == 'cuda' else 0:.1f}",
           flush=True)
 

@@ -1,4 +1,5 @@
-"""The eager peers' optimizer step, shared by gpt_eager.py and llama_eager.py: bf16 parameters with fp32
+"""The eager peers' optimizer step and step timing, shared by gpt_eager.py, llama_eager.py and
+mixtral_eager.py. The step: bf16 parameters with fp32
 master copies, global-norm clipping at 1.0, PyTorch's AdamW (fused on CUDA) on the masters, the masters
 cast back into the parameters — the usual eager recipe (Megatron's mixed-precision optimizer), as
 `gpu_bench train` runs tessera's."""
@@ -28,3 +29,35 @@ class MasterWeights:
     def zero_grad(self):
         for p in self.params:
             p.grad = None
+
+
+def time_training_steps(fwd, tokens, opt, device, warmup=3, reps=10):
+    """The full training step of a causal LM (`fwd(input_ids=tokens, labels=tokens).loss`, backward,
+    `opt.step()`, the loss read on the host) timed as gpu_bench times tessera's: `warmup` steps, then the
+    median of `reps` synchronised steps. Returns (median seconds, warm-up seconds, last loss)."""
+    import statistics
+    import time
+    losses = []
+
+    def step():
+        loss = fwd(input_ids=tokens, labels=tokens).loss
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+
+    def sync():
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+
+    t0 = time.perf_counter()
+    for _ in range(warmup):
+        step()
+    sync()
+    warm_s = time.perf_counter() - t0
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        step()
+        sync()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), warm_s, losses[-1]

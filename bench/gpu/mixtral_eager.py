@@ -10,14 +10,12 @@ Prints "hf_mixtral_train size mixtral compile 0|1 ... step_ms T tokens_per_s R .
 """
 import argparse
 import os
-import statistics
 import sys
-import time
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from mixed_precision_step import MasterWeights  # noqa: E402
+from mixed_precision_step import MasterWeights, time_training_steps  # noqa: E402
 
 SHAPE = dict(hidden_size=1024, intermediate_size=3584, num_hidden_layers=8, num_attention_heads=16,
              num_key_value_heads=4, num_local_experts=8, num_experts_per_tok=2, vocab_size=32000,
@@ -58,28 +56,7 @@ def main():
     fwd = torch.compile(model) if a.compile else model
     tokens = torch.randint(cfg.vocab_size, (a.batch, SEQ), device=dev)
     opt = MasterWeights(model.parameters(), dev)
-    losses = []
-
-    def step():
-        loss = fwd(input_ids=tokens, labels=tokens).loss
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-
-    t0 = time.perf_counter()
-    for _ in range(3):
-        step()
-    if dev.type == "cuda":
-        torch.cuda.synchronize()
-    warm_s = time.perf_counter() - t0
-    times = []
-    for _ in range(10):
-        t0 = time.perf_counter()
-        step()
-        if dev.type == "cuda":
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-    t = statistics.median(times)
+    t, warm_s, last_loss = time_training_steps(fwd, tokens, opt, dev)
     n_params = sum(p.numel() for p in model.parameters())
     h, f, L = SHAPE["hidden_size"], SHAPE["intermediate_size"], SHAPE["num_hidden_layers"]
     active = n_params - L * (SHAPE["num_local_experts"] - SHAPE["num_experts_per_tok"]) * 3 * h * f
@@ -88,7 +65,7 @@ def main():
     print(f"hf_mixtral_train size mixtral transformers {transformers.__version__} experts {experts} "
           f"compile {int(a.compile)} params {n_params} active {active} batch {a.batch} "
           f"seq {SEQ} step_ms {t * 1e3:.2f} tokens_per_s {tokens_per_step / t:.0f} model_TFLOPs {flops / t / 1e12:.1f} "
-          f"warmup_s {warm_s:.1f} last_loss {losses[-1]:.4f} "
+          f"warmup_s {warm_s:.1f} last_loss {last_loss:.4f} "
           f"peak_mem_GB {torch.cuda.max_memory_allocated() / 1e9 if dev.type == 'cuda' else 0:.1f}", flush=True)
 
 
