@@ -1,6 +1,6 @@
 // dp, tp (1D and grids), ZeRO and activation-checkpointing runs of one spec per model family (gpt,
 // llama, and a Mixtral Mixture of Experts in the layouts it runs so far), through the real `tessera run` and tessera-rank processes, against the single-process run
-// of the same spec: per-step losses for 10 steps, the validation losses after steps 5 and 10, and the
+// of the same spec: per-step losses for 6 steps, the validation losses after steps 3 and 6, and the
 // full gradients and weights after step 1 (gathered over tp by the --dump-at-step debug aid).
 #include <cmath>
 #include <filesystem>
@@ -27,6 +27,8 @@ using testing::RunTessera;
 constexpr double kLossAtol = 1e-5, kLossRtol = 1e-3;
 constexpr double kGradAtol = 1e-6, kGradRtol = 1e-4;
 constexpr double kWeightAtol = 1e-5, kWeightRtol = 1e-4;
+// Steps of every run: warm-up (2), then cosine decay; validation and the ep checkpoint at the middle.
+constexpr int kSteps = 6;
 
 // The spec's model line for each family (the same sizes; Llama with grouped-query attention; Mixtral
 // with 4 experts of width 32, top-2, and a visible balancing-loss coefficient).
@@ -59,9 +61,9 @@ class Equivalence {
                         << "model: " << ModelLine(family) << "\n"
                         << "data: {path: " << data << ", valid_fraction: 0.05}\n"
                         << "parallel: {dp_bucket_mb: 0.05}\n"  // Several buckets.
-                        << "train: {steps: 10, micro_batch: 2, global_batch: 8, lr: 1e-3, warmup_steps: 2,\n"
+                        << "train: {steps: " << kSteps << ", micro_batch: 2, global_batch: 8, lr: 1e-3, warmup_steps: 2,\n"
                         << "        schedule: cosine, min_lr: 1e-4, grad_clip: 1.0, weight_decay: 0.1,\n"
-                        << "        eval_every: 5, eval_batches: 2}\n";  // Validation after steps 5 and 10.
+                        << "        eval_every: " << kSteps / 2 << ", eval_batches: 2}\n";  // Validation after 3 and 6.
     specs[family] = spec;
     return spec;
   }
@@ -88,7 +90,7 @@ class Equivalence {
   }
 
   static void CompareWithReference(const std::string& family, const std::string& out) {
-    testing::ExpectRunsClose(Reference(family), out, /*steps=*/10, Tensors(family),
+    testing::ExpectRunsClose(Reference(family), out, kSteps, Tensors(family),
                              {kLossAtol, kLossRtol, kGradAtol, kGradRtol, kWeightAtol, kWeightRtol});
   }
 
@@ -127,7 +129,7 @@ TEST_P(ParallelEquivalenceTest, PaddedVocabularyTensorParallel4) {
   const std::string family = GetParam();
   const std::string ref = Equivalence::Run(family, "single_v250", 1, 1, {"model.vocab=250"});
   const std::string out = Equivalence::Run(family, "tp4_v250", 1, 4, {"model.vocab=250"});
-  testing::ExpectRunsClose(ref, out, /*steps=*/10, Tensors(family),
+  testing::ExpectRunsClose(ref, out, kSteps, Tensors(family),
                            {kLossAtol, kLossRtol, kGradAtol, kGradRtol, kWeightAtol, kWeightRtol});
   auto dump = testing::ReadF32(out + "/debug/step_1.safetensors");
   const std::string embedding = family == "gpt" ? "param.wte.weight" : "param.embed_tokens.weight";
@@ -173,7 +175,7 @@ INSTANTIATE_TEST_SUITE_P(Families, GridEquivalenceTest, ::testing::Values("gpt",
 class ExpertParallelTest : public Equivalence, public ::testing::Test {};
 
 TEST_F(ExpertParallelTest, ExpertsSplitOverDataParallelRanksEqualOneProcess) {
-  CompareWithReference("mixtral", Equivalence::Run("mixtral", "ep2", 2, 1, {"parallel.ep=2", "checkpoint.every_steps=5"}));
+  CompareWithReference("mixtral", Equivalence::Run("mixtral", "ep2", 2, 1, {"parallel.ep=2", absl::StrCat("checkpoint.every_steps=", kSteps / 2)}));
   CompareWithReference("mixtral", Equivalence::Run("mixtral", "ep2tp2", 2, 2, {"parallel.ep=2"}));
   CompareWithReference("mixtral", Equivalence::Run("mixtral", "ep2_ckpt", 2, 1, {"parallel.ep=2", "train.activation_checkpointing=true"}));
   // ZeRO: the experts sharded over their own replicas (dp 4, ep 2: two replicas of each expert).
@@ -191,7 +193,7 @@ TEST_F(ExpertParallelTest, ExpertsSplitOverDataParallelRanksEqualOneProcess) {
            {"ep2_as_dp4ep2_zero3", {"parallel.dp=4", "parallel.ep=2", "parallel.zero_stage=3"}}}) {
     SCOPED_TRACE(name);
     testing::ExpectResumeMatches(*dir_, Spec("mixtral"), *dir_ + "/mixtral_ep2", "mixtral_" + name, sets,
-                                 Reference("mixtral"), /*step=*/5, /*steps=*/10, tol);
+                                 Reference("mixtral"), /*step=*/kSteps / 2, kSteps, tol);
   }
 }
 

@@ -220,7 +220,7 @@ void Agent::StartRank(const v1::Assignment& a) {
   failed.attempt = a.attempt();
   failed.rank = a.rank();
   failed.exit_code = 127;
-  failed.error = "error: the worker could not start the rank: " + std::string(s.message());
+  failed.error = kCouldNotStart + std::string(s.message());
   unsent_.Push(ToReport(failed));
 }
 

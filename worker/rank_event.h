@@ -30,6 +30,9 @@ struct RankEvent {
   int world_size = 1;
 };
 
+// The start of an EXITED error for a rank the worker could not start (exit code 127).
+inline constexpr char kCouldNotStart[] = "error: the worker could not start the rank: ";
+
 // A live rank process.
 struct RankProcess {
   std::string job_id;

@@ -1,34 +1,26 @@
 #include "worker/rank_supervisor.h"
 
 #include <signal.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 
-#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <sstream>
+#include <optional>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "common/process/rank_launch.h"
 #include "common/process/subprocess.h"
 #include "common/spec/model_config_of.h"
-#include "common/steplog/step_log.h"
 #include "common/userfs/user_files.h"
-#include "formats/checkpoint/checkpoint_dir.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace tessera::worker {
 
 namespace fs = std::filesystem;
 
-constexpr char kStepLog[] = "steps.jsonl";
-// The most of rank 0's step log read in one Poll().
-constexpr int64_t kMaxStepBytesPerPoll = 4 << 20;
-// Warning lines forwarded per round at most (each cut to steplog::kMaxWarningBytes).
-constexpr size_t kMaxWarningsPerPoll = 16;
-// A running rank's step log and checkpoint directory (the user's files) are read at most this often.
+// A running rank 0's step log and checkpoint directory (the user's files) are read at most this often.
 constexpr std::chrono::milliseconds kProgressEvery(200);
 
 double ModelFlopsPerToken(const v1::JobSpec& spec) {
@@ -68,29 +60,21 @@ absl::Status RankSupervisor::Start(const v1::Assignment& a) {
   Rank r;
   // Next to the job's checkpoints (storage every node and the coordinator can read); one file per rank
   // over all attempts, each attempt starting with a header line.
-  r.output_dir = a.spec().output_dir();
-  r.open_base = r.output_dir;
+  RankFiles& files = r.files;
+  files.job_id = a.job_id(), files.attempt = a.attempt(), files.rank = a.rank();
+  files.shown_dir = a.spec().output_dir();
+  files.open_base = files.shown_dir;
   if (!options_.output_root.empty()) {
-    auto below = userfs::RelativeBelow(options_.output_root, r.output_dir);
+    auto below = userfs::RelativeBelow(options_.output_root, files.shown_dir);
     if (!below.ok()) return absl::FailedPreconditionError(absl::StrCat("the job's output_dir: ", below.status().message()));
-    r.open_base = options_.output_root, r.open_prefix = *below;
-    // A per-user directory (OUTPUT_ROOT/alice) may be an administrator's link to another volume: a link
-    // there owned by root or by this worker's user is followed; below it nothing is.
-    const size_t slash = below->find('/');
-    const std::string first = below->substr(0, slash);
-    struct stat st {};
-    if (!first.empty() && lstat((options_.output_root + "/" + first).c_str(), &st) == 0 && S_ISLNK(st.st_mode) &&
-        (st.st_uid == 0 || st.st_uid == geteuid())) {
-      r.open_base = options_.output_root + "/" + first;
-      r.open_prefix = slash == std::string::npos ? "" : below->substr(slash + 1);
-    }
+    files.open_base = options_.output_root, files.prefix = *below, files.below_root = true;
   }
-  r.log_name = absl::StrCat("logs/rank_", a.rank(), ".log");
-  auto log = userfs::OpenUnder(r.open_base, r.UserFile(r.log_name), {userfs::Access::kAppend, /*create_dirs=*/true});
-  if (!log.ok()) return absl::FailedPreconditionError(absl::StrCat("the rank's log: ", log.status().message()));
-  absl::Status header = userfs::WriteAll(log->get(), absl::StrCat("=== tessera-worker: job ", a.job_id(), " attempt ",
-                                                                  a.attempt(), " rank ", a.rank(), " ===\n"));
-  if (!header.ok()) return absl::UnavailableError(absl::StrCat(r.output_dir, "/", r.log_name, ": ", header.message()));
+  files.log_name = absl::StrCat("logs/rank_", a.rank(), ".log");
+  files.reads_steps = a.rank() == 0;  // Rank 0's step log and checkpoints are read for progress.
+  files.checkpoint_dir = a.spec().checkpoint().dir();
+  files.flops_per_token = ModelFlopsPerToken(a.spec());
+  files.world_size = a.world_size();
+  files.samples_per_step = a.spec().train().global_batch();
   process::RankLaunch launch;
   launch.binary = options_.rank_binary;
   launch.spec_path = spec_path;
@@ -102,147 +86,118 @@ absl::Status RankSupervisor::Start(const v1::Assignment& a) {
   launch.peak_flops_per_device = options_.peak_flops_per_device;
   launch.timeout_s = options_.collective_timeout_s;
   if (!a.job_uid().empty()) launch.fence_job = a.job_uid(), launch.fence_attempt = a.attempt();
-  if (a.rank() == 0) {
-    r.checkpoint_dir = a.spec().checkpoint().dir();
-    r.reads_steps = true;
-    // Report only what this attempt writes: the offset is taken before the rank can write.
-    auto steps = userfs::OpenUnder(r.open_base, r.UserFile(kStepLog), {});
-    if (!steps.ok() && !absl::IsNotFound(steps.status())) {
-      return absl::FailedPreconditionError(absl::StrCat("the job's step log: ", steps.status().message()));
-    }
-    struct stat st {};
-    if (steps.ok() && fstat(steps->get(), &st) == 0) r.steps_offset = st.st_size, r.steps_inode = st.st_ino;
+  r.spawn.argv = launch.Argv();
+  r.spawn.env = launch.Env();
+  r.device = a.local_rank();
+  // The log is opened (and the step log's end taken) on a thread of its own: OUTPUT_DIR may be on a
+  // mount that stopped answering. Start waits a little; a later Poll spawns a rank whose log opens later.
+  if (!r.opener.Start([files, hook = options_.user_files_hook] {
+        if (hook) hook(files.shown_dir);
+        return OpenRankFiles(files);
+      })) {
+    return absl::UnavailableError("no thread to open the rank's log with");
   }
-  process::SpawnOptions so;
-  so.argv = launch.Argv();
-  so.env = launch.Env();
-  so.log_fd = log->get();
-  auto pid = process::Spawn(so);
+  r.open_started = options_.clock->Now();
+  bool sibling_opening = false;  // Then this one waits no more than it.
+  for (const auto& [k, other] : ranks_) {
+    sibling_opening |= std::get<0>(k) == a.job_id() && std::get<1>(k) == a.attempt() && other.pid < 0;
+  }
+  std::optional<StartedFiles> opened =
+      sibling_opening ? r.opener.Take() : r.opener.WaitFor(options_.start_files_wait);
+  if (opened.has_value()) {
+    if (absl::Status st = Spawn(key, r, *std::move(opened), &pending_); !st.ok()) return st;
+  }
+  ranks_.emplace(key, std::move(r));
+  return absl::OkStatus();
+}
+
+absl::Status RankSupervisor::Spawn(const Key& key, Rank& r, StartedFiles opened, std::vector<RankEvent>* events) {
+  if (!opened.status.ok()) return opened.status;
+  r.files = std::move(opened.files);
+  r.spawn.log_fd = opened.log.get();
+  auto pid = process::Spawn(r.spawn);
+  r.spawn.log_fd = -1;  // Closed with `opened`.
   if (!pid.ok()) return pid.status();
   r.pid = *pid;
-  r.device = a.local_rank();
-  r.flops_per_token = ModelFlopsPerToken(a.spec());
-  r.world_size = a.world_size();
-  r.samples_per_step = a.spec().train().global_batch();
-  ranks_.emplace(key, std::move(r));
   RankEvent started;
   started.event = v1::ReportRankStatusRequest::EVENT_STARTED;
-  started.job_id = a.job_id();
-  started.attempt = a.attempt();
-  started.rank = a.rank();
-  pending_.push_back(std::move(started));
+  std::tie(started.job_id, started.attempt, started.rank) = key;
+  events->push_back(std::move(started));
   return absl::OkStatus();
+}
+
+bool RankSupervisor::FinishStart(const Key& key, Rank& r, absl::Time now, std::vector<RankEvent>* events) {
+  RankEvent e;
+  e.event = v1::ReportRankStatusRequest::EVENT_EXITED;
+  std::tie(e.job_id, e.attempt, e.rank) = key;
+  if (r.stopping) {  // Stopped before it ran.
+    r.opener.Abandon();
+    e.exit_code = -SIGTERM;
+    e.error = r.stop_reason;
+  } else if (std::optional<StartedFiles> opened = r.opener.Take()) {
+    absl::Status st = Spawn(key, r, *std::move(opened), events);
+    if (st.ok()) return false;
+    e.exit_code = 127;
+    e.error = kCouldNotStart + std::string(st.message());
+  } else if (now - r.open_started >= absl::FromChrono(options_.user_files_timeout)) {
+    r.opener.Abandon();
+    e.exit_code = 127;
+    e.error = absl::StrCat(kCouldNotStart, r.files.shown_dir, "/", r.files.log_name, ": did not open in ",
+                           absl::FormatDuration(absl::FromChrono(options_.user_files_timeout)),
+                           " (is that storage answering?)");
+  } else {
+    return false;  // Still opening.
+  }
+  events->push_back(std::move(e));
+  return true;
 }
 
 void RankSupervisor::StopJob(const std::string& job_id, int attempt, const std::string& reason) {
   for (auto& [key, r] : ranks_) {
-    if (std::get<0>(key) != job_id || (attempt > 0 && std::get<1>(key) != attempt) || r.stopping) continue;
+    if (std::get<0>(key) != job_id || (attempt > 0 && std::get<1>(key) != attempt) || r.stopping || r.exited) continue;
     r.stopping = true;
     r.stop_reason = reason;
+    if (r.pid < 0) continue;  // Not spawned: the next Poll gives it up.
     r.kill_at = options_.clock->Now() + absl::FromChrono(options_.stop_grace);
     kill(-r.pid, SIGTERM);
   }
 }
 
-void RankSupervisor::ReadProgress(const Key& key, Rank& r, std::vector<RankEvent>* events) {
-  const auto& [job, attempt, rank] = key;
-  // Progress from rank 0's step log: step 1 (the baseline loss) and the newest complete line.
-  if (!r.reads_steps) return;
-  auto in = userfs::OpenUnder(r.open_base, r.UserFile(kStepLog), {});
-  if (!in.ok()) {
-    // A refusal (a FIFO, a link, a directory in its place) stops the job; a read error that may pass
-    // (EIO, ESTALE, EMFILE: Unavailable) is tried again next round.
-    const bool refused = absl::IsFailedPrecondition(in.status()) || absl::IsInvalidArgument(in.status());
-    if (refused && r.file_error.empty() && !r.stopping) {
-      r.file_error = absl::StrCat("error: the worker stopped the job: its step log: ", in.status().message());
-      std::cerr << "tessera-worker: job " << job << ": " << r.file_error << std::endl;
-      StopJob(job, attempt, r.file_error);
-    }
+void RankSupervisor::StartRead(Rank& r, bool last_error) {
+  r.progress_read_at = std::chrono::steady_clock::now();
+  if (!r.read.Start([files = r.files, last_error, hook = options_.user_files_hook]() mutable {
+        if (hook) hook(files.shown_dir);
+        return ReadRankFiles(std::move(files), last_error);
+      })) {
     return;
   }
-  // Rank 0 replaces the log at its start (without the steps past the checkpoint it resumes from,
-  // written to a new file renamed into place): another file than the one the offset is of is
-  // read from its beginning.
-  struct stat st {};
-  if (fstat(in->get(), &st) != 0) return;
-  // Another file (or this one cut shorter in place) is read from its beginning.
-  if (st.st_ino != r.steps_inode || st.st_size < r.steps_offset) {
-    r.steps_inode = st.st_ino;
-    r.steps_offset = 0;
-  }
-  // At most kMaxStepBytesPerPoll a round: a huge log is caught up with over several rounds.
-  const int64_t want = std::clamp<int64_t>(st.st_size - r.steps_offset, 0, kMaxStepBytesPerPoll);
-  auto chunk = userfs::ReadAt(in->get(), r.steps_offset, want);
-  std::istringstream text(chunk.ok() ? *chunk : std::string());
-  std::vector<StepRecord> report;  // Step 1 (the job's baseline loss) and the newest step.
-  std::vector<std::string> warnings;  // Warning lines read this round (common/steplog).
-  r.steps_offset += steplog::ReadCompleteLines(text, [&](std::string_view line) {
-    std::optional<StepRecord> j = steplog::ParseStepLine(line);
-    if (!j.has_value()) return;
-    if (j->warning.has_value()) {  // Not a step: sent with the next progress report.
-      if (warnings.size() < kMaxWarningsPerPoll) warnings.push_back(*std::move(j->warning));
-      return;
-    }
-    if (j->val_loss.has_value()) {
-      r.val_step = j->step;
-      r.val_loss = *j->val_loss;
-    }
-    if (report.size() == 2 || (report.size() == 1 && report[0].step != 1)) {
-      report.back() = *j;
-    } else {
-      report.push_back(*j);
-    }
-  });
-  // A line longer than a whole chunk is never complete within one: skip what was read of it.
-  if (want == kMaxStepBytesPerPoll && chunk.ok() && chunk->find('\n') == std::string::npos) {
-    r.steps_offset += want;
-  }
-  // The checkpoint of a step is written after its log line: report a newer checkpoint even
-  // when no new step came (with the newest step again).
-  if (!report.empty()) r.last_step = report.back();
-  int64_t checkpoint = r.reported_checkpoint;
-  auto all = parallel::ListCheckpoints(r.checkpoint_dir);
-  if (!all.empty()) checkpoint = all.back().first;
-  if (report.empty() && checkpoint != r.reported_checkpoint && r.last_step.has_value()) {
-    report.push_back(*r.last_step);
-  }
-  r.reported_checkpoint = checkpoint;
-  // Warnings without a new step go with the newest step again, or alone (step 0: the coordinator
-  // takes only the warnings of such a report).
-  if (report.empty() && !warnings.empty()) report.push_back(r.last_step.value_or(StepRecord{}));
-  for (const StepRecord& j : report) {
-    RankEvent p;
-    p.progress.set_last_checkpoint_step(checkpoint);
-    p.event = v1::ReportRankStatusRequest::EVENT_PROGRESS;
-    p.job_id = job;
-    p.attempt = attempt;
-    p.rank = rank;
-    p.progress.set_step(j.step);
-    p.progress.set_resumed_from_step(j.resumed_from);
-    p.progress.set_discarded_steps(j.discarded_steps);
-    p.progress.set_loss(j.loss);
-    p.progress.set_lr(j.lr);
-    p.progress.set_grad_norm(j.grad_norm);
-    p.progress.set_tokens_per_s(j.tokens_per_s);
-    p.progress.set_step_seconds(j.step_seconds);
-    if (j.aux_loss) p.progress.set_aux_loss(*j.aux_loss);
-    if (j.expert_imbalance) p.progress.set_expert_imbalance(*j.expert_imbalance);
-    if (j.checkpoint_blocked_s) p.progress.set_checkpoint_blocked_s(*j.checkpoint_blocked_s);
-    if (j.checkpoint_write_s) p.progress.set_checkpoint_write_s(*j.checkpoint_write_s);
-    if (r.val_step > 0 && r.val_step <= p.progress.step()) {
-      p.progress.set_val_step(r.val_step);
-      p.progress.set_val_loss(r.val_loss);
-    }
-    p.tokens = j.tokens;
-    p.bytes_all_reduced = j.bytes_all_reduced;
-    p.flops_per_token = r.flops_per_token;
-    p.samples = r.samples_per_step;
-    p.world_size = r.world_size;
-    if (&j == &report.back()) {
-      for (std::string& w : warnings) p.progress.add_warnings(std::move(w));
-    }
-    events->push_back(std::move(p));
-  }
+  r.read_started = options_.clock->Now();
+}
+
+void RankSupervisor::StopForFiles(const Key& key, Rank& r, const std::string& what) {
+  if (!r.file_error.empty() || r.stopping) return;
+  const auto& [job, attempt, rank] = key;
+  r.file_error = absl::StrCat("error: the worker stopped the job: ", what);
+  std::cerr << "tessera-worker: job " << job << ": " << r.file_error << std::endl;
+  StopJob(job, attempt, r.file_error);
+}
+
+void RankSupervisor::ApplyRead(const Key& key, Rank& r, FilesRead read, std::vector<RankEvent>* events) {
+  r.files = std::move(read.files);
+  for (RankEvent& e : read.events) events->push_back(std::move(e));
+  if (!read.last_error.empty()) r.last_error = std::move(read.last_error);
+  // A refusal (a FIFO, a link, a directory in the step log's place) stops the job.
+  if (!read.step_log.ok()) StopForFiles(key, r, absl::StrCat("its step log: ", read.step_log.message()));
+}
+
+RankEvent RankSupervisor::Exited(const Key& key, const Rank& r) {
+  RankEvent e;
+  e.event = v1::ReportRankStatusRequest::EVENT_EXITED;
+  std::tie(e.job_id, e.attempt, e.rank) = key;
+  e.exit_code = r.exit_code;
+  if (e.exit_code != 0) e.error = r.file_error.empty() ? r.last_error : r.file_error;
+  if (e.exit_code != 0 && e.error.empty()) e.error = r.stop_reason;
+  return e;
 }
 
 std::vector<RankEvent> RankSupervisor::Poll() {
@@ -250,39 +205,65 @@ std::vector<RankEvent> RankSupervisor::Poll() {
   events.swap(pending_);
   const absl::Time now = options_.clock->Now();
   for (auto it = ranks_.begin(); it != ranks_.end();) {
-    const auto& [job, attempt, rank] = it->first;
+    const Key& key = it->first;
     Rank& r = it->second;
-    // Reap first, read progress second: after an exit every line and checkpoint the rank wrote is there.
-    int status = 0;
-    const bool exited = waitpid(r.pid, &status, WNOHANG) == r.pid;
-    const auto read_now = std::chrono::steady_clock::now();
-    if (exited || read_now - r.progress_read_at >= kProgressEvery) {
-      r.progress_read_at = read_now;
-      ReadProgress(it->first, r, &events);
+    if (r.pid < 0) {  // Its log is still opening.
+      if (FinishStart(key, r, now, &events)) {
+        it = ranks_.erase(it);
+        continue;
+      }
+      if (r.pid < 0) {
+        ++it;
+        continue;
+      }
     }
-    if (exited) {
-      kill(-r.pid, SIGKILL);  // Anything the rank left in its process group.
-      RankEvent e;
-      e.event = v1::ReportRankStatusRequest::EVENT_EXITED;
-      e.job_id = job;
-      e.attempt = attempt;
-      e.rank = rank;
-      e.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
-      if (e.exit_code != 0) e.error = r.file_error.empty() ? LastError(r) : r.file_error;
-      if (e.exit_code != 0 && e.error.empty()) e.error = r.stop_reason;
-      events.push_back(std::move(e));
-      it = ranks_.erase(it);
-      continue;
+    // A finished read is applied; one that has not answered in user_files_timeout is abandoned (its
+    // thread may stay blocked in the kernel), and no file of the rank is read again.
+    if (r.read.busy()) {
+      if (std::optional<FilesRead> done = r.read.Take()) {
+        ApplyRead(key, r, *std::move(done), &events);
+      } else if (now - r.read_started >= absl::FromChrono(options_.user_files_timeout)) {
+        r.read.Abandon();
+        r.files_hung = true;
+        const std::string what = absl::StrCat("its files under ", r.files.shown_dir, " did not answer in ",
+                                              absl::FormatDuration(absl::FromChrono(options_.user_files_timeout)),
+                                              " (is that storage answering?)");
+        StopForFiles(key, r, what);
+        if (r.exited && r.last_error.empty()) r.last_error = "error: " + what;
+      }
     }
-    if (r.stopping && now >= r.kill_at) kill(-r.pid, SIGKILL);
+    // Reap first, read second: after an exit every line and checkpoint the rank wrote is there.
+    if (!r.exited) {
+      int status = 0;
+      if (waitpid(r.pid, &status, WNOHANG) == r.pid) {
+        kill(-r.pid, SIGKILL);  // Anything the rank left in its process group.
+        r.exited = true;
+        r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+      }
+    }
+    if (r.exited) {
+      // One read after the exit (progress to the end, the error line of a failed rank); EXITED once
+      // it is done.
+      if (!r.final_read && !r.read.busy()) {
+        r.final_read = true;
+        const bool last_error = r.exit_code != 0 && r.file_error.empty();
+        if (!r.files_hung && (r.files.reads_steps || last_error)) StartRead(r, last_error);
+      }
+      if (r.final_read && !r.read.busy()) {
+        events.push_back(Exited(key, r));
+        it = ranks_.erase(it);
+        continue;
+      }
+    } else {
+      if (r.files.reads_steps && !r.files_hung && !r.read.busy() &&
+          std::chrono::steady_clock::now() - r.progress_read_at >= kProgressEvery) {
+        StartRead(r, /*last_error=*/false);
+      }
+      if (r.stopping && now >= r.kill_at) kill(-r.pid, SIGKILL);
+    }
     ++it;
   }
   return events;
-}
-
-std::string RankSupervisor::LastError(const Rank& r) {
-  auto log = userfs::OpenUnder(r.open_base, r.UserFile(r.log_name), {});
-  return log.ok() ? userfs::LastLineWithPrefix(log->get(), "error: ") : "";
 }
 
 std::vector<v1::RunningRank> RankSupervisor::Running() const {
@@ -300,13 +281,17 @@ std::vector<v1::RunningRank> RankSupervisor::Running() const {
 
 std::vector<RankProcess> RankSupervisor::Processes() const {
   std::vector<RankProcess> out;
-  for (const auto& [key, r] : ranks_) out.push_back({std::get<0>(key), std::get<2>(key), r.pid});
+  for (const auto& [key, r] : ranks_) {
+    if (r.pid > 0 && !r.exited) out.push_back({std::get<0>(key), std::get<2>(key), r.pid});
+  }
   return out;
 }
 
 std::vector<pid_t> RankSupervisor::Pids() const {
   std::vector<pid_t> out;
-  for (const auto& [key, r] : ranks_) out.push_back(r.pid);
+  for (const auto& [key, r] : ranks_) {
+    if (r.pid > 0 && !r.exited) out.push_back(r.pid);  // A reaped pid may be another process's now.
+  }
   return out;
 }
 

@@ -5,7 +5,10 @@
 
 #include <sys/stat.h>
 
+#include <condition_variable>
 #include <cstdlib>
+#include <mutex>
+#include <algorithm>
 #include <functional>
 #include <filesystem>
 #include <fstream>
@@ -33,7 +36,8 @@ class RankSupervisorTest : public ::testing::Test {
     std::filesystem::create_directories(dir_);
   }
   // A stand-in for tessera-rank running `body` (sh), and a supervisor that starts it.
-  std::unique_ptr<RankSupervisor> Supervisor(const std::string& body, const std::string& output_root = "") {
+  std::unique_ptr<RankSupervisor> Supervisor(const std::string& body, const std::string& output_root = "",
+                                             const std::function<void(RankSupervisorOptions&)>& more = {}) {
     const std::string script = dir_ + "/rank.sh";
     std::ofstream(script) << "#!/bin/sh\n" << body << "\n";
     std::filesystem::permissions(script, std::filesystem::perms::owner_all);
@@ -43,18 +47,20 @@ class RankSupervisorTest : public ::testing::Test {
     o.stop_grace = std::chrono::seconds(10);
     o.clock = &clock_;
     o.output_root = output_root;
+    o.start_files_wait = std::chrono::seconds(10);  // A loaded machine still opens a log within it.
+    if (more) more(o);
     return std::make_unique<RankSupervisor>(o);
   }
-  v1::Assignment Order(int rank) {
+  v1::Assignment Order(int rank, const std::string& job_id = "job-000001", const std::string& out = "out") {
     v1::Assignment a;
     a.set_action(v1::Assignment::ACTION_START);
-    a.set_job_id("job-000001");
+    a.set_job_id(job_id);
     a.set_attempt(1);
     a.set_rank(rank);
     a.set_world_size(1);
     auto spec = spec::ParseJobSpec("name: t\ndata: {path: /x.bin}\nmodel: {heads: 4}\n"
                                    "train: {micro_batch: 1, global_batch: 2}\n",
-                                   {"output_dir=" + dir_ + "/out", "parallel.dp=1"});
+                                   {"output_dir=" + dir_ + "/" + out, "parallel.dp=1"});
     EXPECT_TRUE(spec.ok()) << spec.status();
     *a.mutable_spec() = *spec;
     return a;
@@ -334,6 +340,99 @@ TEST_F(RankSupervisorTest, AHugeStepLogIsReadInBoundedPiecesPerPoll) {
     if (e.event == v1::ReportRankStatusRequest::EVENT_PROGRESS) newest = std::max(newest, e.progress.step());
   }
   EXPECT_EQ(newest, 3);
+}
+
+// Storage that stops answering (a hung NFS or FUSE mount under OUTPUT_DIR; here a hook on the reading
+// threads that blocks for the jobs under "hung"): the caller of Start and Poll never waits on it, the other
+// job starts and its progress keeps coming; a rank whose log opens late starts late; after
+// user_files_timeout on the clock a running job whose files hang is stopped naming its directory, and a
+// rank whose log never opened is reported as not started.
+TEST_F(RankSupervisorTest, StorageThatStopsAnsweringHoldsOnlyItsOwnJob) {
+  struct Gate {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool hang = true;
+  };
+  auto gate = std::make_shared<Gate>();
+  const auto set_hang = [gate](bool hang) {
+    std::lock_guard<std::mutex> lock(gate->mu);
+    gate->hang = hang;
+    gate->cv.notify_all();
+  };
+  // Each rank writes steps 1 and 2 to its own job's step log (the OUTPUT_DIR in its job.json), then waits.
+  const std::string body =
+      "for a in \"$@\"; do case \"$a\" in --spec=*) spec=\"${a#--spec=}\";; esac; done\n"
+      "out=$(sed -n 's/.*\"output_dir\":\"\\([^\"]*\\)\".*/\\1/p' \"$spec\")\n"
+      "echo '{\"step\": 1, \"loss\": 5.5}' >> \"$out/steps.jsonl\"\nsleep 0.3\n"
+      "echo '{\"step\": 2, \"loss\": 4.5}' >> \"$out/steps.jsonl\"\nexec sleep 60";
+  auto s = Supervisor(body, "", [gate](RankSupervisorOptions& o) {
+    o.start_files_wait = std::chrono::milliseconds(300);
+    o.user_files_timeout = std::chrono::seconds(60);
+    o.user_files_hook = [gate](const std::string& output_dir) {
+      if (output_dir.find("/hung") == std::string::npos) return;
+      std::unique_lock<std::mutex> lock(gate->mu);
+      gate->cv.wait(lock, [&] { return !gate->hang; });
+    };
+  });
+  absl::Duration slowest_poll;
+  std::vector<RankEvent> events;
+  // Polls every 50 ms (real time) until `done` or `rounds` polls, keeping every event and the slowest Poll.
+  const auto poll_until = [&](const std::function<bool()>& done, int rounds = 200) {
+    for (int i = 0; i < rounds && !done(); ++i) {
+      const absl::Time before = absl::Now();
+      for (RankEvent& e : s->Poll()) events.push_back(std::move(e));
+      slowest_poll = std::max(slowest_poll, absl::Now() - before);
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  };
+  const auto seen = [&](const std::string& job, v1::ReportRankStatusRequest::Event event, int64_t step = 0) {
+    for (const RankEvent& e : events) {
+      if (e.job_id == job && e.event == event && e.progress.step() >= step) return &e;
+    }
+    return static_cast<const RankEvent*>(nullptr);
+  };
+  // 1. job-hung's log does not open: Start returns after start_files_wait, its rank is not spawned; the
+  //    other job starts and reports progress.
+  const absl::Time start = absl::Now();
+  ASSERT_TRUE(s->Start(Order(0, "job-hung", "hung")).ok());
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5)) << "Start waits start_files_wait, not for the storage";
+  EXPECT_EQ(s->Running().size(), 1u);
+  EXPECT_TRUE(s->Pids().empty()) << "not spawned";
+  ASSERT_TRUE(s->Start(Order(0, "job-ok", "out")).ok());
+  poll_until([&] { return seen("job-ok", v1::ReportRankStatusRequest::EVENT_PROGRESS, 2) != nullptr; });
+  EXPECT_NE(seen("job-ok", v1::ReportRankStatusRequest::EVENT_PROGRESS, 2), nullptr) << "the other job's progress";
+  EXPECT_EQ(seen("job-hung", v1::ReportRankStatusRequest::EVENT_STARTED), nullptr);
+  // 2. The storage answers again: job-hung's rank starts late and reports progress.
+  set_hang(false);
+  poll_until([&] { return seen("job-hung", v1::ReportRankStatusRequest::EVENT_PROGRESS, 1) != nullptr; });
+  ASSERT_NE(seen("job-hung", v1::ReportRankStatusRequest::EVENT_STARTED), nullptr);
+  EXPECT_EQ(s->Pids().size(), 2u);
+  // 3. It stops answering again while job-hung runs, and a third job's log there never opens.
+  set_hang(true);
+  ASSERT_TRUE(s->Start(Order(0, "job-hung2", "hung2")).ok());
+  poll_until([] { return false; }, 20);  // 1 s of polls: a read of job-hung's files starts and hangs.
+  for (const RankEvent& e : events) EXPECT_NE(e.event, v1::ReportRankStatusRequest::EVENT_EXITED) << e.job_id << ": " << e.error;
+  EXPECT_LT(slowest_poll, absl::Seconds(1)) << "Poll never waits on the hung storage";
+  ASSERT_EQ(s->Running().size(), 3u);
+  // A minute on the clock without an answer: job-hung is stopped naming its directory, job-hung2 given up.
+  clock_.Advance(absl::Seconds(60));
+  const auto both_exited = [&] {
+    return seen("job-hung", v1::ReportRankStatusRequest::EVENT_EXITED) != nullptr &&
+           seen("job-hung2", v1::ReportRankStatusRequest::EVENT_EXITED) != nullptr;
+  };
+  poll_until(both_exited);
+  ASSERT_TRUE(both_exited());
+  const RankEvent* stopped = seen("job-hung", v1::ReportRankStatusRequest::EVENT_EXITED);
+  EXPECT_EQ(stopped->exit_code, -15) << "SIGTERM";
+  EXPECT_THAT(stopped->error,
+              HasSubstr("the worker stopped the job: its files under " + dir_ + "/hung did not answer in 1m"));
+  const RankEvent* never = seen("job-hung2", v1::ReportRankStatusRequest::EVENT_EXITED);
+  EXPECT_EQ(never->exit_code, 127);
+  EXPECT_EQ(never->error, std::string(kCouldNotStart) + dir_ + "/hung2/logs/rank_0.log: did not open in 1m" +
+                              " (is that storage answering?)");
+  ASSERT_EQ(s->Running().size(), 1u);
+  EXPECT_EQ(s->Running()[0].job_id(), "job-ok");
+  set_hang(false);  // The abandoned reads end now (the gate outlives them through the shared_ptr).
 }
 }  // namespace
 }  // namespace tessera::worker

@@ -35,6 +35,9 @@ ABSL_FLAG(std::string, pool, "",
 ABSL_FLAG(std::string, labels, "", "Free-form labels, k=v,k=v (shown by `tessera workers`).");
 ABSL_FLAG(std::string, store_ports, "29500-29599", "Ports rank 0's c10d store may use here (MIN-MAX).");
 ABSL_FLAG(int, stop_grace_s, 10, "Seconds between SIGTERM and SIGKILL when stopping a rank.");
+ABSL_FLAG(int, user_files_timeout_s, 60,
+          "Seconds a read of a job's files under its output_dir (step log, rank logs) may go unanswered (a hung "
+          "network mount) before the worker stops that job; the worker itself never waits on them.");
 ABSL_FLAG(int, collective_timeout_s, 300,
           "A rank's rendezvous, store and each collective fail after this many seconds, naming the group's "
           "hosts (docs/fault-model.md: keep it below the coordinator's --heartbeat_timeout_s to learn which "
@@ -120,6 +123,8 @@ absl::Status SetSupervisorOptions(bool cuda, tessera::worker::AgentOptions& o) {
   o.supervisor.work_dir = absl::GetFlag(FLAGS_work_dir);
   o.supervisor.output_root = absl::GetFlag(FLAGS_output_root);
   o.supervisor.stop_grace = std::chrono::seconds(absl::GetFlag(FLAGS_stop_grace_s));
+  if (absl::GetFlag(FLAGS_user_files_timeout_s) < 1) return absl::InvalidArgumentError("--user_files_timeout_s must be at least 1");
+  o.supervisor.user_files_timeout = std::chrono::seconds(absl::GetFlag(FLAGS_user_files_timeout_s));
   o.supervisor.collective_timeout_s = absl::GetFlag(FLAGS_collective_timeout_s);
   if (o.supervisor.collective_timeout_s < 1) return absl::InvalidArgumentError("--collective_timeout_s must be at least 1");
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));

@@ -121,6 +121,12 @@ LayoutSuite::LayoutSuite(const std::string& name, const std::string& yaml, int s
   reference_ = Run("single", {});
 }
 
+std::string LayoutSuite::Run(const std::string& name, const std::vector<std::string>& sets) const {
+  auto [it, inserted] = runs_.try_emplace(sets);
+  if (inserted) it->second = RunLayout(dir_, spec_, name, WithEvaluation(sets));
+  return it->second;
+}
+
 std::vector<std::string> LayoutSuite::WithEvaluation(const std::vector<std::string>& sets) const {
   std::vector<std::string> out = {absl::StrCat("train.eval_every=", std::max(1, steps_ / 2)), "train.eval_batches=2"};
   out.insert(out.end(), sets.begin(), sets.end());
