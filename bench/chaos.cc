@@ -49,6 +49,7 @@
 #include "nlohmann/json.hpp"
 #include "tests/testing/cli.h"
 #include "tests/testing/cluster_certs.h"
+#include "tests/testing/process_table.h"
 #include "tests/testing/test_hosts.h"
 
 ABSL_FLAG(int, minutes, 10, "How long faults are injected.");
@@ -241,17 +242,14 @@ void Chaos::Submit() {
 
 std::vector<Chaos::RankProcess> Chaos::RankProcesses() {
   std::vector<RankProcess> out;
-  for (const auto& e : fs::directory_iterator("/proc")) {
-    const std::string pid = e.path().filename();
-    if (!std::all_of(pid.begin(), pid.end(), ::isdigit)) continue;
-    std::ifstream cmd(e.path() / "cmdline");
-    std::string s((std::istreambuf_iterator<char>(cmd)), std::istreambuf_iterator<char>());
-    if (s.find("tessera-rank") == std::string::npos) continue;
+  // tests/testing/process_table: a rank that exits between the listing and the read is just gone.
+  for (pid_t pid : testing::ProcessesMatching({"tessera-rank"})) {
+    const std::string s = testing::Cmdline(pid);
     // --spec=DIR/node<h>/jobs/<job>/attempt_<n>/job.json (the worker's --work_dir is DIR/node<h>)
     const size_t n = s.find(dir_ + "/node"), j = s.find("/jobs/"), a = s.find("/attempt_");
     if (n == std::string::npos || j == std::string::npos || a == std::string::npos || a < j) continue;
     out.push_back({s.substr(j + 6, a - j - 6), std::atoi(s.c_str() + a + 9),
-                   std::atoi(s.c_str() + n + dir_.size() + 5), std::stoi(pid)});
+                   std::atoi(s.c_str() + n + dir_.size() + 5), pid});
   }
   return out;
 }

@@ -28,9 +28,9 @@
 #include "common/spec/data_options_of.h"
 #include "common/spec/job_spec.h"
 #include "common/spec/paths.h"
+#include "common/steplog/step_log.h"
 #include "formats/data/token_dataset.h"
 #include "google/protobuf/util/json_util.h"
-#include "nlohmann/json.hpp"
 
 namespace tessera::client {
 namespace {
@@ -46,51 +46,49 @@ void PrintErrors(const absl::Status& s) {
   for (absl::string_view line : absl::StrSplit(s.message(), '\n')) std::cerr << "error: " << line << "\n";
 }
 
-// Reads steps.jsonl lines appended since the last call. Rank 0 replaces the file when it starts
-// (trimmed to the checkpoint it resumes from, renamed into place): a new file is read from its start,
-// its step lines collapsed to the newest. A warning line (common/steplog) is passed once per text.
+// Reads steps.jsonl records appended since the last call (common/steplog). Rank 0 replaces the file
+// when it starts (trimmed to the checkpoint it resumes from, renamed into place): a new file is read
+// from its start, its step records collapsed to the newest. A warning is passed once per text.
 class StepLogTail {
  public:
   explicit StepLogTail(std::string path) : path_(std::move(path)) {}
-  std::vector<nlohmann::json> Poll() {
-    std::vector<nlohmann::json> out;
-    // The file's identity from the descriptor read (a rename between a stat and an open would mix two).
-    const int fd = open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    struct stat st {};
+  std::vector<steplog::StepRecord> Poll() {
+    std::vector<steplog::StepRecord> out;
+    // Never a FIFO waited on, never a link or device read (a user's OUTPUT_DIR).
+    const int fd = open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
     if (fd < 0) return out;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-      close(fd);
-      return out;
-    }
-    std::ifstream in("/proc/self/fd/" + std::to_string(fd));
-    close(fd);
-    if (!in) return out;
-    const bool replaced = inode_ != 0 && st.st_ino != inode_;
-    if (st.st_ino != inode_) offset_ = 0;
-    inode_ = st.st_ino;
-    in.seekg(offset_);
-    std::string line;
-    while (std::getline(in, line)) {
-      if (in.eof()) break;  // A partial last line; read it next time.
-      offset_ += static_cast<std::streamoff>(line.size() + 1);
-      auto j = nlohmann::json::parse(line, nullptr, false);
-      if (j.is_discarded() || !j.is_object()) continue;
-      if (auto w = j.find("warning"); w != j.end()) {
-        if (w->is_string() && seen_warnings_.insert(w->get<std::string>()).second) out.push_back(std::move(j));
-        continue;
+    struct stat st {};
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+      const steplog::Appended read = steplog::ReadAppended(fd, &position_, kMaxBytesPerPoll, [&](std::string_view line) {
+        std::optional<steplog::StepRecord> r = steplog::ParseStepLine(line);
+        if (!r.has_value()) return;
+        if (r->warning.has_value() && !seen_warnings_.insert(*r->warning).second) return;
+        out.push_back(*std::move(r));
+      });
+      if (read.replaced) {  // Steps of the new file up to the resumed one: the newest of each run of them.
+        std::vector<steplog::StepRecord> kept;
+        for (size_t i = 0; i < out.size(); ++i) {
+          const bool superseded = !out[i].warning && i + 1 < out.size() && !out[i + 1].warning;
+          if (!superseded) kept.push_back(std::move(out[i]));
+        }
+        out.swap(kept);
       }
-      if (replaced && !out.empty() && !out.back().contains("warning")) out.pop_back();  // Older steps.
-      out.push_back(std::move(j));
     }
+    close(fd);
     return out;
   }
   // Lines already there (an earlier run's) are not shown, nor are its warnings again.
-  void SkipExisting() { Poll(); }
+  void SkipExisting() {
+    for (int64_t before = -1; before != position_.offset;) {
+      before = position_.offset;
+      Poll();
+    }
+  }
 
  private:
+  static constexpr int64_t kMaxBytesPerPoll = 4 << 20;
   std::string path_;
-  std::streamoff offset_ = 0;
-  ino_t inode_ = 0;
+  steplog::TailPosition position_;
   std::set<std::string> seen_warnings_;
 };
 
@@ -209,23 +207,23 @@ int RunLocal(const LaunchOptions& options) {
   int result = kExitOk;
   double last_val = -1;  // The newest evaluation's loss (shown from then on).
   bool drawn = false;  // A progress line is on the terminal (a warning goes below it).
-  auto draw = [&](const nlohmann::json& j) {
-    if (auto w = j.find("warning"); w != j.end() && w->is_string()) {  // A warning line (common/steplog).
+  auto draw = [&](const steplog::StepRecord& r) {
+    if (r.warning.has_value()) {  // A warning line (common/steplog).
       if (tty && drawn) std::cout << "\n" << std::flush;
       drawn = false;
-      std::cerr << "warning: " << w->get<std::string>() << std::endl;
+      std::cerr << "warning: " << *r.warning << std::endl;
       return;
     }
     if (options.quiet) return;
     drawn = true;
     Progress p;
-    p.step = j.value("step", int64_t{0});
+    p.step = r.step;
     p.total_steps = spec->train().steps();
-    p.loss = j.value("loss", 0.0);
-    if (j.contains("val_loss") && j["val_loss"].is_number()) last_val = j["val_loss"].get<double>();
+    p.loss = r.loss;
+    if (r.val_loss.has_value()) last_val = *r.val_loss;
     p.val_loss = last_val;
-    p.lr = j.value("lr", 0.0);
-    p.tokens_per_s = j.value("tokens_per_s", 0.0);
+    p.lr = r.lr;
+    p.tokens_per_s = r.tokens_per_s;
     if (first_step < 0) first_step = p.step - 1;
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (p.step > first_step) p.eta_seconds = elapsed / (p.step - first_step) * (p.total_steps - p.step);
@@ -236,7 +234,7 @@ int RunLocal(const LaunchOptions& options) {
     }
   };
   while (remaining > 0) {
-    for (const auto& j : tail.Poll()) draw(j);
+    for (const auto& r : tail.Poll()) draw(r);
     if (g_signal != 0) {
       if (tty) std::cout << "\n";
       std::cerr << "tessera run: interrupted; stopping " << remaining << " rank(s)\n";
@@ -267,7 +265,7 @@ int RunLocal(const LaunchOptions& options) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   if (result == kExitOk) {
-    for (const auto& j : tail.Poll()) draw(j);
+    for (const auto& r : tail.Poll()) draw(r);
     if (tty && !options.quiet) std::cout << "\n";
     if (!options.quiet) std::cerr << "tessera run: done; steps in " << out_dir << "/steps.jsonl\n";
   }

@@ -3,8 +3,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <algorithm>
-#include <sstream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -55,9 +53,7 @@ StartedFiles OpenRankFiles(RankFiles files) {
       return out;
     }
     struct stat st {};
-    if (steps.ok() && fstat(steps->get(), &st) == 0) {
-      out.files.steps_offset = st.st_size, out.files.steps_inode = st.st_ino;
-    }
+    if (steps.ok() && fstat(steps->get(), &st) == 0) out.files.steps_position = {st.st_ino, st.st_size};
   }
   return out;
 }
@@ -75,21 +71,10 @@ void ReadProgress(FilesRead& read) {
     if (absl::IsFailedPrecondition(in.status()) || absl::IsInvalidArgument(in.status())) read.step_log = in.status();
     return;
   }
-  // Rank 0 replaces the log at its start (without the steps past the checkpoint it resumes from,
-  // written to a new file renamed into place): another file than the one the offset is of, or this
-  // one cut shorter in place, is read from its beginning.
-  struct stat st {};
-  if (fstat(in->get(), &st) != 0) return;
-  if (st.st_ino != r.steps_inode || st.st_size < r.steps_offset) {
-    r.steps_inode = st.st_ino;
-    r.steps_offset = 0;
-  }
-  const int64_t want = std::clamp<int64_t>(st.st_size - r.steps_offset, 0, kMaxStepBytesPerRead);
-  auto chunk = userfs::ReadAt(in->get(), r.steps_offset, want);
-  std::istringstream text(chunk.ok() ? *chunk : std::string());
   std::vector<steplog::StepRecord> report;  // Step 1 (the job's baseline loss) and the newest step.
   std::vector<std::string> warnings;        // Warning lines read this time (common/steplog).
-  r.steps_offset += steplog::ReadCompleteLines(text, [&](std::string_view line) {
+  // Rank 0 replaces the log at its start: steplog::ReadAppended reads a new file from its beginning.
+  steplog::ReadAppended(in->get(), &r.steps_position, kMaxStepBytesPerRead, [&](std::string_view line) {
     std::optional<steplog::StepRecord> j = steplog::ParseStepLine(line);
     if (!j.has_value()) return;
     if (j->warning.has_value()) {  // Not a step: sent with the next progress report.
@@ -106,10 +91,6 @@ void ReadProgress(FilesRead& read) {
       report.push_back(*j);
     }
   });
-  // A line longer than a whole chunk is never complete within one: skip what was read of it.
-  if (want == kMaxStepBytesPerRead && chunk.ok() && chunk->find('\n') == std::string::npos) {
-    r.steps_offset += want;
-  }
   // The checkpoint of a step is written after its log line: report a newer checkpoint even when no
   // new step came (with the newest step again).
   if (!report.empty()) r.last_step = report.back();

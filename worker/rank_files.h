@@ -41,10 +41,9 @@ struct RankFiles {
   int world_size = 1;
   int64_t samples_per_step = 0;
 
-  // The read position: the step log's inode and offset (only what this attempt writes is reported),
-  // the newest step and evaluation read, the newest checkpoint reported.
-  ino_t steps_inode = 0;
-  int64_t steps_offset = 0;
+  // The read position: the step log's (only what this attempt writes is reported), the newest step
+  // and evaluation read, the newest checkpoint reported.
+  steplog::TailPosition steps_position;
   std::optional<steplog::StepRecord> last_step;
   int64_t val_step = 0;
   double val_loss = 0;

@@ -1,7 +1,14 @@
 #include "common/steplog/step_log.h"
 
+#include <errno.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdint>
+#include <sstream>
 #include <string>
+#include <type_traits>
 
 #include "nlohmann/json.hpp"
 
@@ -19,7 +26,77 @@ double NumberOf(const nlohmann::json& j, const char* key) {
   return it == j.end() || !it->is_number() ? 0.0 : it->get<double>();
 }
 
+template <typename T>
+void ReadOptional(const nlohmann::json& j, const char* key, std::optional<T>* out) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_number()) return;
+  if constexpr (std::is_integral_v<T>) {
+    if (it->is_number_integer()) *out = IntOf(j, key);
+  } else {
+    *out = it->get<double>();
+  }
+}
+
+template <typename T>
+void WriteOptional(nlohmann::json& j, const char* key, const std::optional<T>& value) {
+  if (value.has_value()) j[key] = *value;
+}
+
+nlohmann::json StepJson(const StepRecord& r) {
+  nlohmann::json j = {{"step", r.step},
+                      {"loss", r.loss},
+                      {"lr", r.lr},
+                      {"grad_norm", r.grad_norm},
+                      {"tokens_per_s", r.tokens_per_s},
+                      {"step_seconds", r.step_seconds},
+                      {"tokens", r.tokens},
+                      {"bytes_all_reduced", r.bytes_all_reduced},
+                      {"bytes_communicated", r.bytes_communicated},
+                      {"optimizer_state_bytes", r.optimizer_state_bytes},
+                      {"model_state_bytes", r.model_state_bytes},
+                      {"rss_peak_bytes", r.rss_peak_bytes},
+                      {"rss_base_bytes", r.rss_base_bytes},
+                      {"resumed_from", r.resumed_from},
+                      {"discarded_steps", r.discarded_steps}};
+  if (r.skipped) j["skipped"] = true;
+  WriteOptional(j, "loss_scale", r.loss_scale);
+  WriteOptional(j, "trained_tokens", r.trained_tokens);
+  WriteOptional(j, "live_peak_bytes", r.live_peak_bytes);
+  WriteOptional(j, "frozen_param_bytes", r.frozen_param_bytes);
+  WriteOptional(j, "mfu", r.mfu);
+  WriteOptional(j, "val_loss", r.val_loss);
+  WriteOptional(j, "eval_seconds", r.eval_seconds);
+  WriteOptional(j, "lm_loss", r.lm_loss);
+  WriteOptional(j, "aux_loss", r.aux_loss);
+  WriteOptional(j, "expert_imbalance", r.expert_imbalance);
+  if (!r.expert_imbalance_layers.empty()) j["expert_imbalance_layers"] = r.expert_imbalance_layers;
+  WriteOptional(j, "pipeline_wait_s", r.pipeline_wait_s);
+  WriteOptional(j, "pipeline_bubble", r.pipeline_bubble);
+  if (r.checkpoint_blocked_s.has_value()) {
+    j["checkpoint_blocked_s"] = *r.checkpoint_blocked_s;
+    j["checkpoint_snapshot_bytes"] = r.checkpoint_snapshot_bytes;
+  }
+  if (r.checkpoint_write_s.has_value()) {
+    j["checkpoint_write_s"] = *r.checkpoint_write_s;
+    j["checkpoint_write_step"] = r.checkpoint_write_step;
+  }
+  return j;
+}
+
 }  // namespace
+
+std::string FormatStepLine(const StepRecord& record) { return StepJson(record).dump(); }
+
+std::vector<std::pair<std::string, double>> Scalars(const StepRecord& record) {
+  std::vector<std::pair<std::string, double>> out;
+  const nlohmann::json j = StepJson(record);  // Alive while items() refers to it.
+  for (const auto& [field, value] : j.items()) {
+    if (field == "step" || !value.is_number()) continue;
+    const bool val = field == "val_loss" || field == "eval_seconds";
+    out.emplace_back((val ? "val/" : "train/") + field, value.get<double>());
+  }
+  return out;
+}
 
 std::optional<StepRecord> ParseStepLine(std::string_view line) {
   if (line.size() > kMaxStepLineBytes) return std::nullopt;
@@ -36,14 +113,31 @@ std::optional<StepRecord> ParseStepLine(std::string_view line) {
   r.grad_norm = NumberOf(j, "grad_norm");
   r.tokens_per_s = NumberOf(j, "tokens_per_s");
   r.step_seconds = NumberOf(j, "step_seconds");
-  if (auto it = j.find("val_loss"); it != j.end() && it->is_number()) r.val_loss = it->get<double>();
-  if (auto it = j.find("lm_loss"); it != j.end() && it->is_number()) r.lm_loss = it->get<double>();
-  if (auto it = j.find("aux_loss"); it != j.end() && it->is_number()) r.aux_loss = it->get<double>();
-  if (auto it = j.find("expert_imbalance"); it != j.end() && it->is_number()) r.expert_imbalance = it->get<double>();
-  if (auto it = j.find("checkpoint_blocked_s"); it != j.end() && it->is_number()) {
-    r.checkpoint_blocked_s = it->get<double>();
+  r.bytes_communicated = IntOf(j, "bytes_communicated");
+  r.optimizer_state_bytes = IntOf(j, "optimizer_state_bytes");
+  r.model_state_bytes = IntOf(j, "model_state_bytes");
+  r.rss_peak_bytes = IntOf(j, "rss_peak_bytes");
+  r.rss_base_bytes = IntOf(j, "rss_base_bytes");
+  if (auto it = j.find("skipped"); it != j.end() && it->is_boolean()) r.skipped = it->get<bool>();
+  ReadOptional(j, "loss_scale", &r.loss_scale);
+  ReadOptional(j, "trained_tokens", &r.trained_tokens);
+  ReadOptional(j, "live_peak_bytes", &r.live_peak_bytes);
+  ReadOptional(j, "frozen_param_bytes", &r.frozen_param_bytes);
+  ReadOptional(j, "mfu", &r.mfu);
+  ReadOptional(j, "val_loss", &r.val_loss);
+  ReadOptional(j, "eval_seconds", &r.eval_seconds);
+  ReadOptional(j, "lm_loss", &r.lm_loss);
+  ReadOptional(j, "aux_loss", &r.aux_loss);
+  ReadOptional(j, "expert_imbalance", &r.expert_imbalance);
+  if (auto it = j.find("expert_imbalance_layers"); it != j.end() && it->is_array() && it->size() <= 4096) {
+    for (const auto& v : *it) r.expert_imbalance_layers.push_back(v.is_number() ? v.get<double>() : 0.0);
   }
-  if (auto it = j.find("checkpoint_write_s"); it != j.end() && it->is_number()) r.checkpoint_write_s = it->get<double>();
+  ReadOptional(j, "pipeline_wait_s", &r.pipeline_wait_s);
+  ReadOptional(j, "pipeline_bubble", &r.pipeline_bubble);
+  ReadOptional(j, "checkpoint_blocked_s", &r.checkpoint_blocked_s);
+  r.checkpoint_snapshot_bytes = IntOf(j, "checkpoint_snapshot_bytes");
+  ReadOptional(j, "checkpoint_write_s", &r.checkpoint_write_s);
+  r.checkpoint_write_step = IntOf(j, "checkpoint_write_step");
   if (auto it = j.find("warning"); it != j.end() && it->is_string()) r.warning = CutWarning(it->get<std::string>());
   return r;
 }
@@ -90,6 +184,36 @@ int64_t ReadCompleteLines(std::istream& in, const std::function<void(std::string
     }
   }
   return consumed;
+}
+
+Appended ReadAppended(int fd, TailPosition* position, int64_t max_bytes,
+                      const std::function<void(std::string_view)>& on_line) {
+  Appended out;
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || max_bytes <= 0) return out;
+  TailPosition at = *position;
+  if (st.st_ino != at.inode || st.st_size < at.offset) {
+    out.replaced = at.inode != 0;
+    at = TailPosition{st.st_ino, 0};
+  }
+  const int64_t want = std::clamp<int64_t>(static_cast<int64_t>(st.st_size) - at.offset, 0, max_bytes);
+  std::string chunk(static_cast<size_t>(want), '\0');
+  int64_t got = 0;
+  while (got < want) {
+    const ssize_t n = pread(fd, chunk.data() + got, static_cast<size_t>(want - got), at.offset + got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return out;
+    if (n == 0) break;  // Shorter than fstat said (cut meanwhile): what was read is all.
+    got += n;
+  }
+  chunk.resize(static_cast<size_t>(got));
+  std::istringstream text(chunk);
+  at.offset += ReadCompleteLines(text, on_line);
+  // A line longer than a whole read is never complete within one: skip what was read of it.
+  if (got == max_bytes && chunk.find('\n') == std::string::npos) at.offset += got;
+  *position = at;
+  out.ok = true;
+  return out;
 }
 
 }  // namespace tessera::steplog

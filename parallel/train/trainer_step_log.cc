@@ -14,7 +14,6 @@
 #include "common/steplog/step_log.h"
 #include "common/userfs/user_files.h"
 #include "formats/tensorboard/event_file.h"
-#include "nlohmann/json.hpp"
 #include "parallel/train/status_macros.h"
 #include "parallel/train/trainer.h"
 
@@ -51,13 +50,11 @@ absl::Status Trainer::TrimStepLog() {
   resumed_from_ = step_;
   discarded_steps_ = 0;
   while (std::getline(in, line)) {
-    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_discarded() || !j.is_object()) continue;  // Not a line of ours (value() throws on those).
-    const auto at = j.find("step");
-    const int64_t step = at != j.end() && at->is_number_integer() ? at->get<int64_t>() : 0;
-    if (step <= step_) {
+    const std::optional<steplog::StepRecord> r = steplog::ParseStepLine(line);
+    if (!r.has_value()) continue;  // Not a line of ours.
+    if (r->step <= step_) {
       kept << line << "\n";
-    } else if (!j.contains("warning")) {
+    } else if (!r->warning.has_value()) {
       ++discarded_steps_;  // Trained by an earlier run past the checkpoint this one resumes from.
     }
   }
@@ -127,56 +124,39 @@ void Trainer::LogProgress(const StepStats& s) const {
 absl::Status Trainer::AppendStepLog(const StepStats& s) {
   TESSERA_RETURN_IF_ERROR(FlushWarnings());
   TESSERA_RETURN_IF_ERROR(Fence().Check());
-  nlohmann::json j = {{"step", s.step}, {"loss", s.loss}, {"lr", s.lr}, {"grad_norm", s.grad_norm},
-                      {"tokens_per_s", s.tokens_per_s}, {"step_seconds", s.step_seconds}, {"tokens", s.tokens},
-                      {"bytes_all_reduced", s.bytes_all_reduced}, {"bytes_communicated", s.bytes_communicated},
-                      {"optimizer_state_bytes", s.optimizer_state_bytes}};
-  if (s.skipped) j["skipped"] = true;
-  if (s.trained_tokens) j["trained_tokens"] = *s.trained_tokens;
-  if (s.lm_loss) j["lm_loss"] = *s.lm_loss;
-  if (s.aux_loss) j["aux_loss"] = *s.aux_loss;
+  steplog::StepRecord r;
+  r.step = s.step, r.loss = s.loss, r.lr = s.lr, r.grad_norm = s.grad_norm;
+  r.tokens_per_s = s.tokens_per_s, r.step_seconds = s.step_seconds, r.tokens = s.tokens;
+  r.bytes_all_reduced = s.bytes_all_reduced, r.bytes_communicated = s.bytes_communicated;
+  r.optimizer_state_bytes = s.optimizer_state_bytes, r.model_state_bytes = s.model_state_bytes;
+  r.rss_peak_bytes = s.rss_peak_bytes, r.rss_base_bytes = rss_base_bytes_;
+  r.resumed_from = resumed_from_, r.discarded_steps = discarded_steps_;
+  r.skipped = s.skipped;
+  r.trained_tokens = s.trained_tokens;
+  r.lm_loss = s.lm_loss, r.aux_loss = s.aux_loss;
   if (!s.expert_imbalance.empty()) {
-    j["expert_imbalance"] = *std::max_element(s.expert_imbalance.begin(), s.expert_imbalance.end());
-    j["expert_imbalance_layers"] = s.expert_imbalance;
+    r.expert_imbalance = *std::max_element(s.expert_imbalance.begin(), s.expert_imbalance.end());
+    r.expert_imbalance_layers = s.expert_imbalance;
   }
-  if (s.val_loss) {
-    j["val_loss"] = *s.val_loss;
-    j["eval_seconds"] = s.eval_seconds;
-  }
-  if (pipeline_) j["pipeline_wait_s"] = s.pipeline_wait_s;
-  if (s.pipeline_bubble) j["pipeline_bubble"] = *s.pipeline_bubble;
-  j["rss_peak_bytes"] = s.rss_peak_bytes;
-  j["rss_base_bytes"] = rss_base_bytes_;
-  if (s.live_peak_bytes > 0) j["live_peak_bytes"] = s.live_peak_bytes;
-  if (options_.precision == layout::Precision::kFp16) j["loss_scale"] = s.loss_scale;
-  j["model_state_bytes"] = s.model_state_bytes;
-  if (options_.model.lora.enabled()) j["frozen_param_bytes"] = s.frozen_param_bytes;
-  if (s.checkpoint_blocked_s) {
-    j["checkpoint_blocked_s"] = *s.checkpoint_blocked_s;
-    j["checkpoint_snapshot_bytes"] = s.checkpoint_snapshot_bytes;
-  }
-  if (s.checkpoint_write_s) {
-    j["checkpoint_write_s"] = *s.checkpoint_write_s;
-    j["checkpoint_write_step"] = s.checkpoint_write_step;
-  }
+  if (s.val_loss) r.val_loss = *s.val_loss, r.eval_seconds = s.eval_seconds;
+  if (pipeline_) r.pipeline_wait_s = s.pipeline_wait_s;
+  r.pipeline_bubble = s.pipeline_bubble;
+  if (s.live_peak_bytes > 0) r.live_peak_bytes = s.live_peak_bytes;
+  if (options_.precision == layout::Precision::kFp16) r.loss_scale = s.loss_scale;
+  if (options_.model.lora.enabled()) r.frozen_param_bytes = s.frozen_param_bytes;
+  r.checkpoint_blocked_s = s.checkpoint_blocked_s, r.checkpoint_snapshot_bytes = s.checkpoint_snapshot_bytes;
+  r.checkpoint_write_s = s.checkpoint_write_s, r.checkpoint_write_step = s.checkpoint_write_step;
   if (options_.peak_flops_per_device > 0) {
-    j["mfu"] = s.tokens_per_s * options_.model.TrainingFlopsPerToken() /
-               (options_.peak_flops_per_device * groups_.world->size());
+    r.mfu = s.tokens_per_s * options_.model.TrainingFlopsPerToken() /
+            (options_.peak_flops_per_device * groups_.world->size());
   }
-  j["resumed_from"] = resumed_from_;
-  j["discarded_steps"] = discarded_steps_;
   auto out = userfs::OpenUnder(options_.output_dir, kStepLog, {userfs::Access::kAppend});
   if (!out.ok()) return out.status();
-  if (absl::Status w = userfs::WriteAll(out->get(), j.dump() + "\n"); !w.ok()) {
+  if (absl::Status w = userfs::WriteAll(out->get(), steplog::FormatStepLine(r) + "\n"); !w.ok()) {
     return absl::InternalError(absl::StrCat(options_.output_dir, "/steps.jsonl: ", w.message()));
   }
   if (events_) {
-    std::vector<std::pair<std::string, double>> scalars;
-    for (const auto& [field, value] : j.items()) {
-      if (field == "step" || !value.is_number()) continue;
-      const bool val = field == "val_loss" || field == "eval_seconds";
-      scalars.emplace_back(absl::StrCat(val ? "val/" : "train/", field), value.get<double>());
-    }
+    const std::vector<std::pair<std::string, double>> scalars = steplog::Scalars(r);
     // TensorBoard is a view: a failed write is reported once and the events stop, training goes on.
     if (absl::Status written = events_->AddScalars(s.step, scalars); !written.ok()) {
       Warn(absl::StrCat("TensorBoard events stop: ", written.message()));
