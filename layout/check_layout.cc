@@ -7,6 +7,13 @@
 #include "layout/tp_grid.h"
 
 namespace tessera::layout {
+
+int64_t MicroBatchesPerStep(const BatchShape& batch, int64_t dp) {
+  const int64_t per_pass = batch.micro_batch * dp;  // Both below 2^31 (spec limits): exact.
+  if (per_pass < 1 || batch.global_batch < 1 || batch.global_batch % per_pass != 0) return 0;
+  return batch.global_batch / per_pass;
+}
+
 namespace {
 
 using Problems = std::vector<LayoutProblem>;
@@ -114,9 +121,8 @@ void Pipeline(const ModelConfig& m, const ParallelLayout& l, const BatchShape& b
     Add(out, "parallel.pp", absl::StrCat("pp·pp_chunks = ", v, " virtual stages need model.layers ≥ ", v, ", it is ",
                                          m.layers));
   }
-  const int64_t per_pass = batch.micro_batch * l.dp;
-  if (l.pp > 1 && interleaved && per_pass >= 1 && batch.global_batch % per_pass == 0) {
-    const int64_t micro_batches = batch.global_batch / per_pass;
+  const int64_t micro_batches = MicroBatchesPerStep(batch, l.dp);
+  if (l.pp > 1 && interleaved && micro_batches > 0) {
     if (micro_batches % l.pp != 0) {
       Add(out, "parallel.pp_schedule",
           absl::StrCat("interleaved needs the micro-batches per step, global_batch/(micro_batch·dp) = ", micro_batches,

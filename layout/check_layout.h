@@ -23,6 +23,11 @@ struct BatchShape {
   int64_t global_batch = 1;  // Samples per optimizer step: micro_batch × accumulation × dp.
 };
 
+// Micro-batches each data-parallel rank runs per optimizer step (the gradient accumulation count):
+// global_batch / (micro_batch · dp). 0 when micro_batch · dp is not ≥ 1 or does not divide global_batch
+// (LayoutProblems names that). The one place this is computed.
+int64_t MicroBatchesPerStep(const BatchShape& batch, int64_t dp);
+
 struct LayoutProblem {
   std::string field;    // The spec field, e.g. "parallel.tp" or "model.heads".
   std::string message;  // What is wrong with it, with the values involved.

@@ -20,6 +20,18 @@ std::string Problems(const ModelConfig& m, const ParallelLayout& l, BatchShape b
   return std::string(CheckLayout(m, l, b).message());
 }
 
+// The accumulation count, the one place it is computed: global_batch / (micro_batch · dp), 0 when that
+// does not divide (or a size is not positive).
+TEST(CheckLayoutTest, MicroBatchesPerStep) {
+  EXPECT_EQ(MicroBatchesPerStep({/*micro_batch=*/2, /*global_batch=*/8}, /*dp=*/2), 2);
+  EXPECT_EQ(MicroBatchesPerStep({2, 8}, 1), 4);
+  EXPECT_EQ(MicroBatchesPerStep({4, 8}, 2), 1);
+  EXPECT_EQ(MicroBatchesPerStep({3, 8}, 2), 0);
+  EXPECT_EQ(MicroBatchesPerStep({2, 8}, 0), 0);
+  EXPECT_EQ(MicroBatchesPerStep({0, 8}, 2), 0);
+  EXPECT_EQ(MicroBatchesPerStep({1 << 30, int64_t{1} << 62}, 1 << 30), 4) << "64-bit";
+}
+
 TEST(CheckLayoutTest, AcceptsEveryModeWhereItDivides) {
   ParallelLayout l;
   l.dp = 2, l.tp = 2, l.pp = 2, l.sp = 2;

@@ -54,7 +54,8 @@ Prediction Predict(const PlanInput& in, const Layout& l) {
   const ModelConfig& m = in.model;
   const double L = m.layers, h = m.hidden, V = m.vocab, T = m.seq_len;
   const TpSplits s = Splits(l);
-  const int micro_batches = std::max(1, in.global_batch / (in.micro_batch * l.dp));
+  const int micro_batches =
+      static_cast<int>(std::max<int64_t>(1, layout::MicroBatchesPerStep({in.micro_batch, in.global_batch}, l.dp)));
   Prediction p;
   p.layout = l;
 

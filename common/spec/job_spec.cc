@@ -165,8 +165,8 @@ absl::StatusOr<v1::JobSpec> LoadJobSpec(const std::string& path,
 int64_t WorldSize(const v1::JobSpec& spec) { return LayoutOf(spec).WorldSize(); }
 
 int AccumulationSteps(const v1::JobSpec& spec) {
-  const int64_t per_pass = int64_t{spec.train().micro_batch()} * spec.parallel().dp();
-  return per_pass > 0 ? static_cast<int>(spec.train().global_batch() / per_pass) : 0;
+  return static_cast<int>(
+      layout::MicroBatchesPerStep({spec.train().micro_batch(), spec.train().global_batch()}, spec.parallel().dp()));
 }
 
 }  // namespace tessera::spec

@@ -43,7 +43,8 @@ absl::StatusOr<v1::JobSpec> LoadJobSpec(const std::string& path,
 // factor is not positive and saturated at INT64_MAX instead of wrapping.
 int64_t WorldSize(const v1::JobSpec& spec);
 
-// samples per step / (micro_batch·dp): micro-batches each rank runs per step.
+// samples per step / (micro_batch·dp): micro-batches each rank runs per step (layout::MicroBatchesPerStep;
+// 0 when micro_batch·dp does not divide global_batch, which validation refuses).
 int AccumulationSteps(const v1::JobSpec& spec);
 
 }  // namespace tessera::spec
