@@ -256,7 +256,7 @@ absl::Status Trainer::LoadInitialWeights() {
 absl::Status Trainer::CreateOptimizer(at::ScalarType dtype) {
   // One optimizer for every layout: stage 0 (nothing sharded) is the same code as stages 1–3.
   ZeroOptions z;
-  z.stage = static_cast<int>(options_.layout.zero_stage);
+  z.stage = options_.layout.zero_stage;
   z.reduce_every_pass = options_.zero_reduce_every_pass;
   z.param_dtype = dtype;
   z.offload = options_.offload_optimizer;

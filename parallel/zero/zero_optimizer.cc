@@ -13,6 +13,13 @@
 #include "parallel/zero/zero_unit.h"
 
 namespace tessera::parallel {
+
+using Stage = layout::ZeroStage;
+
+namespace {
+// Stages 2 and 3 keep only the owned elements' gradients: reduce-scattered every backward pass.
+bool GradientsSharded(Stage s) { return s == Stage::kGradients || s == Stage::kParameters; }
+}  // namespace
 namespace {
 
 // A tensor on the same storage with its own version counter: writes through it (gathers, updates)
@@ -66,9 +73,6 @@ absl::StatusOr<std::unique_ptr<ZeroOptimizer>> ZeroOptimizer::Create(Decoder* mo
                                                                      std::shared_ptr<Communicator> tied,
                                                                      std::shared_ptr<Communicator> expert_dp,
                                                                      std::shared_ptr<Communicator> ep) {
-  if (options.stage < 0 || options.stage > 3) {
-    return absl::InvalidArgumentError(absl::StrCat("parallel.zero_stage must be 0, 1, 2 or 3, got ", options.stage));
-  }
   if (options.param_dtype != at::kFloat && options.param_dtype != at::kBFloat16 && options.param_dtype != at::kHalf) {
     return absl::InvalidArgumentError("train.precision must be fp32, bf16 or fp16");
   }
@@ -154,25 +158,25 @@ absl::Status ZeroOptimizer::Init() {
       p.value = u->flat.narrow(0, u->offsets[j], p.value.numel()).view(p.value.sizes()).detach().requires_grad_(true);
     }
     at::Tensor owned32 = full32.narrow(0, u->begin, u->shard);
-    if (options_.stage == 3) u->param_shard = u->flat.narrow(0, u->begin, u->shard).clone();
+    if (options_.stage == Stage::kParameters) u->param_shard = u->flat.narrow(0, u->begin, u->shard).clone();
     // With offload the optimizer keeps its own host copy (even when the parameters are on the host).
     u->master_is_param = options_.param_dtype == at::kFloat && !options_.offload;
     if (u->master_is_param) {
-      u->master = options_.stage == 3 ? u->param_shard : u->flat_alias.narrow(0, u->begin, u->shard);
+      u->master = options_.stage == Stage::kParameters ? u->param_shard : u->flat_alias.narrow(0, u->begin, u->shard);
     } else {
       u->master = at::empty({u->shard}, f32.device(state_device_).pinned_memory(pinned));
       u->master.copy_(owned32);
     }
     u->exp_avg = at::zeros({u->shard}, f32.device(state_device_).pinned_memory(pinned));
     u->exp_avg_sq = at::zeros({u->shard}, f32.device(state_device_).pinned_memory(pinned));
-    if (options_.stage == 3) {
+    if (options_.stage == Stage::kParameters) {
       FreeStorage(u->flat);
       u->gathered = false;
     }
     units_.push_back(std::move(u));
   }
 
-  if (options_.stage == 0 || (options_.stage == 1 && !partitioned())) {
+  if (options_.stage == Stage::kNone || (options_.stage == Stage::kOptimizerState && !partitioned())) {
     std::vector<at::Tensor> values, experts;
     for (Param& p : params) (ep_ && p.expert ? experts : values).push_back(p.value);
     buckets_ = std::make_unique<GradBuckets>(values, dp_, GradBucketsOptions{options_.bucket_bytes});
@@ -207,7 +211,7 @@ void ZeroOptimizer::ZeroGrad() {
 }
 
 void ZeroOptimizer::ReleaseGatheredUnits() {
-  if (options_.stage != 3) return;
+  if (options_.stage != Stage::kParameters) return;
   for (auto& u : units_) {
     if (u->pending == 0 && (u->gathered || u->gather)) Release(*u);
   }
@@ -225,8 +229,8 @@ void ZeroOptimizer::MarkReady(size_t k) {
   if (++u.ready < u.params.size()) return;
   u.ready = 0;
   Sample();  // The unit's full gradients exist now.
-  if (sync_ || (options_.reduce_every_pass && options_.stage >= 2)) StartReduce(u);
-  if (options_.stage != 3) return;
+  if (sync_ || (options_.reduce_every_pass && GradientsSharded(options_.stage))) StartReduce(u);
+  if (options_.stage != Stage::kParameters) return;
   // Blocks are gathered again by the gradient hook of their next backward; unit 0 has no such hook
   // and stays until the last forward that used it has gone backward.
   if (u.model_unit == 0) {
@@ -433,7 +437,7 @@ void ZeroOptimizer::Release(Unit& u) {
 }
 
 void ZeroOptimizer::PreForward(int m, bool recomputation) {
-  if (options_.stage != 3) return;
+  if (options_.stage != Stage::kParameters) return;
   // Counted only for a forward whose backward will release the unit (not an evaluation's).
   const bool backward_follows = at::GradMode::is_enabled();
   at::NoGradGuard no_grad;
@@ -449,7 +453,7 @@ void ZeroOptimizer::PreForward(int m, bool recomputation) {
 at::Tensor ZeroOptimizer::PostForward(int m, at::Tensor output) {
   // Unit 0 is used again by the head; it is freed when its gradients are complete. A recomputation
   // inside backward calls no PostForward: its unit stays for the backward that follows.
-  if (options_.stage != 3 || m == 0) return output;
+  if (options_.stage != Stage::kParameters || m == 0) return output;
   if (at::GradMode::is_enabled() && output.requires_grad()) {
     output.register_hook([this, m](const at::Tensor& grad) {
       at::NoGradGuard no_grad;

@@ -58,6 +58,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/cpu_adam.h"
+#include "layout/modes.h"
 #include "parallel/comm/communicator.h"
 #include "parallel/dp/grad_buckets.h"
 #include "parallel/models/decoder.h"
@@ -67,7 +68,7 @@
 namespace tessera::parallel {
 
 struct ZeroOptions {
-  int stage = 1;                             // 0, 1, 2 or 3 (see above).
+  layout::ZeroStage stage = layout::ZeroStage::kOptimizerState;  // 0, 1, 2 or 3 (see above).
   at::ScalarType param_dtype = at::kFloat;   // The model's parameters: fp32, bf16 or fp16.
   bool offload = false;                      // Master weights and moments in host memory (pinned for
                                              // CUDA parameters); the update runs on the host.
@@ -129,8 +130,8 @@ class ZeroOptimizer final : public UnitHooks {
   void PreForward(int unit, bool recomputation) override;
   at::Tensor PostForward(int unit, at::Tensor output) override;
 
-  int stage() const { return options_.stage; }
-  bool partitioned() const { return options_.stage >= 1 && dp_->size() > 1; }
+  layout::ZeroStage stage() const { return options_.stage; }
+  bool partitioned() const { return options_.stage != layout::ZeroStage::kNone && dp_->size() > 1; }
   // Bytes of model states held now: parameters, gradients, master weights, moments (all devices).
   int64_t ModelStateBytes() const;
   // The most ModelStateBytes() was at the points it is sampled (gathers, gradient readiness, after

@@ -109,7 +109,7 @@ absl::Status ZeroOptimizer::Step(double lr, int64_t step) {
     const int slot = static_cast<int>(k % 2);
     if (staged && k + 1 < units_.size()) StageDown(*units_[k + 1], 1 - slot);
     // Where the new parameters go, in the parameter dtype.
-    at::Tensor dest = options_.stage == 3 ? u.param_shard : u.flat_alias.narrow(0, u.begin, u.shard);
+    at::Tensor dest = options_.stage == layout::ZeroStage::kParameters ? u.param_shard : u.flat_alias.narrow(0, u.begin, u.shard);
     // Where the update writes 16-bit parameters in its own pass: host parameters directly, else the
     // staging buffer that travels up.
     at::Tensor out16;
@@ -150,7 +150,7 @@ absl::Status ZeroOptimizer::Step(double lr, int64_t step) {
     } else if (!u.master_is_param && !out16.defined()) {
       dest.copy_(u.master, /*non_blocking=*/false);
     }
-    if (u.shards > 1 && options_.stage <= 2) {
+    if (u.shards > 1 && options_.stage != layout::ZeroStage::kParameters) {
       // The next unit's update overlaps this gather.
       sources.push_back(dest.clone());
       gathers.push_back(u.group->AllGatherAsync(sources.back(), u.flat_alias));
