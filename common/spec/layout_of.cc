@@ -1,5 +1,9 @@
 #include "common/spec/layout_of.h"
 
+#include <cstddef>
+#include <optional>
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 
 namespace tessera::spec {
@@ -9,12 +13,42 @@ void Note(std::vector<SpecError>* problems, std::string field, std::string messa
   if (problems != nullptr) problems->push_back({std::move(field), std::move(message)});
 }
 
+// Each layout mode and the proto enumerator that stands for it: the one place the two are paired.
+constexpr std::pair<layout::TpMode, v1::TpMode> kTpModes[] = {
+    {layout::TpMode::k1D, v1::TP_MODE_1D},
+    {layout::TpMode::k2D, v1::TP_MODE_2D},
+    {layout::TpMode::k2p5D, v1::TP_MODE_2P5D},
+    {layout::TpMode::k3D, v1::TP_MODE_3D}};
+constexpr std::pair<layout::SpMode, v1::SpMode> kSpModes[] = {
+    {layout::SpMode::kRing, v1::SP_MODE_RING},
+    {layout::SpMode::kAllToAll, v1::SP_MODE_ALL_TO_ALL}};
+constexpr std::pair<layout::PipeSchedule, v1::PpSchedule> kSchedules[] = {
+    {layout::PipeSchedule::kOneFOneB, v1::PP_SCHEDULE_1F1B},
+    {layout::PipeSchedule::kInterleaved, v1::PP_SCHEDULE_INTERLEAVED},
+    {layout::PipeSchedule::kZeroBubbleH1, v1::PP_SCHEDULE_ZB1P},
+    {layout::PipeSchedule::kZeroBubbleV, v1::PP_SCHEDULE_ZBV}};
+
+// The mode of `proto`; nullopt for UNSPECIFIED or a number no enumerator has.
+template <typename Mode, typename Proto, size_t N>
+std::optional<Mode> FromProto(const std::pair<Mode, Proto> (&pairs)[N], Proto proto) {
+  for (const auto& [mode, p] : pairs) {
+    if (p == proto) return mode;
+  }
+  return std::nullopt;
+}
+
+template <typename Mode, typename Proto, size_t N>
+Proto ToProto(const std::pair<Mode, Proto> (&pairs)[N], Mode mode) {
+  for (const auto& [m, proto] : pairs) {
+    if (m == mode) return proto;
+  }
+  return pairs[0].second;  // Unreachable: every mode has its enumerator.
+}
+
 }  // namespace
 
 layout::ParallelLayout LayoutOf(const v1::JobSpec& spec, std::vector<SpecError>* problems) {
   using layout::PipeSchedule;
-  using layout::SpMode;
-  using layout::TpMode;
   const v1::ParallelSpec& p = spec.parallel();
   layout::ParallelLayout l;
   l.dp = p.dp(), l.pp = p.pp(), l.tp = p.tp(), l.sp = p.sp();
@@ -26,25 +60,16 @@ layout::ParallelLayout LayoutOf(const v1::JobSpec& spec, std::vector<SpecError>*
   } else {
     Note(problems, "parallel.order", std::string(order.status().message()));
   }
-  switch (p.tp_mode()) {
-    case v1::TP_MODE_2D: l.tp_mode = TpMode::k2D; break;
-    case v1::TP_MODE_2P5D: l.tp_mode = TpMode::k2p5D; break;
-    case v1::TP_MODE_3D: l.tp_mode = TpMode::k3D; break;
-    case v1::TP_MODE_UNSPECIFIED: Note(problems, "parallel.tp_mode", "must be 1d, 2d, 2.5d or 3d"); break;
-    default: break;  // 1d, or a number no enumerator has.
-  }
+  // A number no enumerator has (a newer client's) reads as the default, as before: 1d.
+  if (p.tp_mode() == v1::TP_MODE_UNSPECIFIED) Note(problems, "parallel.tp_mode", "must be 1d, 2d, 2.5d or 3d");
+  l.tp_mode = FromProto(kTpModes, p.tp_mode()).value_or(layout::TpMode::k1D);
   l.tp_depth = p.tp_depth();
-  if (p.sp_mode() == v1::SP_MODE_ALL_TO_ALL) l.sp_mode = SpMode::kAllToAll;
   if (p.sp_mode() == v1::SP_MODE_UNSPECIFIED) Note(problems, "parallel.sp_mode", "must be ring or all_to_all");
-  switch (p.pp_schedule()) {
-    case v1::PP_SCHEDULE_INTERLEAVED: l.pp_schedule = PipeSchedule::kInterleaved; break;
-    case v1::PP_SCHEDULE_ZB1P: l.pp_schedule = PipeSchedule::kZeroBubbleH1; break;
-    case v1::PP_SCHEDULE_ZBV: l.pp_schedule = PipeSchedule::kZeroBubbleV; break;
-    case v1::PP_SCHEDULE_UNSPECIFIED:
-      Note(problems, "parallel.pp_schedule", "must be 1f1b, interleaved, zb1p or zbv");
-      break;
-    default: break;  // 1f1b, or a number no enumerator has.
+  l.sp_mode = FromProto(kSpModes, p.sp_mode()).value_or(layout::SpMode::kRing);
+  if (p.pp_schedule() == v1::PP_SCHEDULE_UNSPECIFIED) {
+    Note(problems, "parallel.pp_schedule", "must be 1f1b, interleaved, zb1p or zbv");
   }
+  l.pp_schedule = FromProto(kSchedules, p.pp_schedule()).value_or(layout::PipeSchedule::kOneFOneB);
   l.pp_chunks = p.pp_chunks();
   // zbv always runs two chunks per stage: pp_chunks left out (the default 1) means 2.
   if (l.pp_schedule == PipeSchedule::kZeroBubbleV && l.pp_chunks == 1) l.pp_chunks = 2;
@@ -71,22 +96,15 @@ layout::BatchShape BatchOf(const v1::JobSpec& spec) {
 }
 
 void SetLayout(const layout::ParallelLayout& l, v1::ParallelSpec* p) {
-  using layout::TpMode;
   p->set_dp(l.dp);
   p->set_pp(l.pp);
   p->set_tp(l.tp);
   p->set_sp(l.sp);
-  p->set_tp_mode(l.tp_mode == TpMode::k2D     ? v1::TP_MODE_2D
-                 : l.tp_mode == TpMode::k2p5D ? v1::TP_MODE_2P5D
-                 : l.tp_mode == TpMode::k3D   ? v1::TP_MODE_3D
-                                              : v1::TP_MODE_1D);
+  p->set_tp_mode(ToProto(kTpModes, l.tp_mode));
   p->set_tp_depth(l.tp_depth);
   p->set_ep(l.ep);
-  p->set_sp_mode(l.sp_mode == layout::SpMode::kAllToAll ? v1::SP_MODE_ALL_TO_ALL : v1::SP_MODE_RING);
-  p->set_pp_schedule(l.pp_schedule == layout::PipeSchedule::kInterleaved    ? v1::PP_SCHEDULE_INTERLEAVED
-                     : l.pp_schedule == layout::PipeSchedule::kZeroBubbleH1 ? v1::PP_SCHEDULE_ZB1P
-                     : l.pp_schedule == layout::PipeSchedule::kZeroBubbleV  ? v1::PP_SCHEDULE_ZBV
-                                                                            : v1::PP_SCHEDULE_1F1B);
+  p->set_sp_mode(ToProto(kSpModes, l.sp_mode));
+  p->set_pp_schedule(ToProto(kSchedules, l.pp_schedule));
   p->set_pp_chunks(l.pp_chunks);
   p->clear_pp_layers();
   for (int n : l.pp_layers) p->add_pp_layers(n);

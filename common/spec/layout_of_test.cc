@@ -55,6 +55,43 @@ TEST(LayoutOfTest, ModeNamesAreTheSpecsYamlNames) {
             4);
 }
 
+// The proto <-> layout pairing is one table read both ways: every enumerator goes to a mode and back.
+TEST(LayoutOfTest, SetLayoutWritesBackWhatLayoutOfRead) {
+  using google::protobuf::EnumValueDescriptor;
+  ForEachValue(v1::TpMode_descriptor(), [](const EnumValueDescriptor* v) {
+    v1::JobSpec spec;
+    spec.mutable_parallel()->set_tp_mode(static_cast<v1::TpMode>(v->number()));
+    v1::ParallelSpec back;
+    SetLayout(LayoutOf(spec), &back);
+    EXPECT_EQ(back.tp_mode(), v->number()) << v->name();
+  });
+  ForEachValue(v1::SpMode_descriptor(), [](const EnumValueDescriptor* v) {
+    v1::JobSpec spec;
+    spec.mutable_parallel()->set_sp_mode(static_cast<v1::SpMode>(v->number()));
+    v1::ParallelSpec back;
+    SetLayout(LayoutOf(spec), &back);
+    EXPECT_EQ(back.sp_mode(), v->number()) << v->name();
+  });
+  ForEachValue(v1::PpSchedule_descriptor(), [](const EnumValueDescriptor* v) {
+    v1::JobSpec spec;
+    spec.mutable_parallel()->set_pp_schedule(static_cast<v1::PpSchedule>(v->number()));
+    v1::ParallelSpec back;
+    SetLayout(LayoutOf(spec), &back);
+    EXPECT_EQ(back.pp_schedule(), v->number()) << v->name();
+  });
+  // UNSPECIFIED is named as a problem and reads as the default.
+  v1::JobSpec unspecified;
+  unspecified.mutable_parallel()->set_order("tp-dp-pp");
+  std::vector<SpecError> problems;
+  const layout::ParallelLayout l = LayoutOf(unspecified, &problems);
+  EXPECT_EQ(l.tp_mode, layout::TpMode::k1D);
+  EXPECT_EQ(l.sp_mode, layout::SpMode::kRing);
+  EXPECT_EQ(l.pp_schedule, layout::PipeSchedule::kOneFOneB);
+  std::vector<std::string> fields;
+  for (const SpecError& e : problems) fields.push_back(e.field);
+  EXPECT_EQ(fields, (std::vector<std::string>{"parallel.tp_mode", "parallel.sp_mode", "parallel.pp_schedule"}));
+}
+
 // zbv always runs two chunks per stage: pp_chunks left out (1, the default) or 2 give 2; another
 // count stays, for the layout check to name.
 TEST(LayoutOfTest, ZeroBubbleVRunsTwoChunksPerStage) {
