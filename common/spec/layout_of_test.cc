@@ -81,7 +81,7 @@ TEST(LayoutOfTest, SetLayoutWritesBackWhatLayoutOfRead) {
   });
   // UNSPECIFIED is named as a problem and reads as the default.
   v1::JobSpec unspecified;
-  unspecified.mutable_parallel()->set_order("tp-dp-pp");
+  unspecified.mutable_parallel()->set_order("tp-sp-pp-dp");
   std::vector<SpecError> problems;
   const layout::ParallelLayout l = LayoutOf(unspecified, &problems);
   EXPECT_EQ(l.tp_mode, layout::TpMode::k1D);
