@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -48,7 +49,8 @@ void PrintErrors(const absl::Status& s) {
 
 // Reads steps.jsonl records appended since the last call (common/steplog). Rank 0 replaces the file
 // when it starts (trimmed to the checkpoint it resumes from, renamed into place): a new file is read
-// from its start, its step records collapsed to the newest. A warning is passed once per text.
+// from its start and its step records up to its end (over as many reads as that takes) collapse to
+// the newest. A warning is passed once per text.
 class StepLogTail {
  public:
   explicit StepLogTail(std::string path) : path_(std::move(path)) {}
@@ -59,20 +61,27 @@ class StepLogTail {
     if (fd < 0) return out;
     struct stat st {};
     if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+      std::vector<steplog::StepRecord> steps;
       const steplog::Appended read = steplog::ReadAppended(fd, &position_, kMaxBytesPerPoll, [&](std::string_view line) {
         std::optional<steplog::StepRecord> r = steplog::ParseStepLine(line);
         if (!r.has_value()) return;
-        if (r->warning.has_value() && !seen_warnings_.insert(*r->warning).second) return;
-        out.push_back(*std::move(r));
-      });
-      if (read.replaced) {  // Steps of the new file up to the resumed one: the newest of each run of them.
-        std::vector<steplog::StepRecord> kept;
-        for (size_t i = 0; i < out.size(); ++i) {
-          const bool superseded = !out[i].warning && i + 1 < out.size() && !out[i + 1].warning;
-          if (!superseded) kept.push_back(std::move(out[i]));
+        if (r->warning.has_value()) {
+          if (seen_warnings_.insert(*r->warning).second) out.push_back(*std::move(r));
+          return;
         }
-        out.swap(kept);
+        steps.push_back(*std::move(r));
+      });
+      if (read.replaced) catching_up_ = true, held_.reset();
+      if (catching_up_) {  // Only the newest step of the new file so far, shown once it is read to its end.
+        if (!steps.empty()) held_ = std::move(steps.back());
+        steps.clear();
+        if (read.at_end) {
+          catching_up_ = false;
+          if (held_) steps.push_back(*std::move(held_));
+          held_.reset();
+        }
       }
+      for (steplog::StepRecord& r : steps) out.push_back(std::move(r));
     }
     close(fd);
     return out;
@@ -89,6 +98,8 @@ class StepLogTail {
   static constexpr int64_t kMaxBytesPerPoll = 4 << 20;
   std::string path_;
   steplog::TailPosition position_;
+  bool catching_up_ = false;                 // Reading a replaced file up to its end.
+  std::optional<steplog::StepRecord> held_;  // Its newest step so far.
   std::set<std::string> seen_warnings_;
 };
 

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <exception>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -16,7 +17,9 @@ constexpr int64_t kMaxStepBytesPerRead = 4 << 20;
 // Warning lines forwarded per read at most (each cut to steplog::kMaxWarningBytes).
 constexpr size_t kMaxWarningsPerRead = 16;
 
-StartedFiles OpenRankFiles(RankFiles files) {
+namespace {
+
+StartedFiles OpenRankFilesOrThrow(RankFiles files) {
   StartedFiles out;
   if (files.below_root) {
     // A per-user directory (OUTPUT_ROOT/alice) may be an administrator's link to another volume: a link
@@ -57,8 +60,6 @@ StartedFiles OpenRankFiles(RankFiles files) {
   }
   return out;
 }
-
-namespace {
 
 // The progress events of one read of rank 0's step log and checkpoint directory (`read.files` is the
 // position, moved on).
@@ -141,13 +142,32 @@ void ReadProgress(FilesRead& read) {
 
 }  // namespace
 
+// These run on threads of their own (worker/off_thread.h), where an exception would end the worker:
+// one (memory for a directory of millions of entries, say) is that job's error instead.
+StartedFiles OpenRankFiles(RankFiles files) {
+  const std::string shown = files.shown_dir;
+  try {
+    return OpenRankFilesOrThrow(std::move(files));
+  } catch (const std::exception& e) {
+    StartedFiles out;
+    out.status = absl::InternalError(absl::StrCat(shown, ": opening the rank's log failed: ", e.what()));
+    return out;
+  }
+}
+
 FilesRead ReadRankFiles(RankFiles files, bool last_error) {
   FilesRead read;
-  read.files = std::move(files);
-  if (read.files.reads_steps) ReadProgress(read);
-  if (last_error) {
-    auto log = userfs::OpenUnder(read.files.open_base, read.files.Under(read.files.log_name), {});
-    if (log.ok()) read.last_error = userfs::LastLineWithPrefix(log->get(), "error: ");
+  read.files = files;  // Its position moves on as the log is read.
+  try {
+    if (read.files.reads_steps) ReadProgress(read);
+    if (last_error) {
+      auto log = userfs::OpenUnder(read.files.open_base, read.files.Under(read.files.log_name), {});
+      if (log.ok()) read.last_error = userfs::LastLineWithPrefix(log->get(), "error: ");
+    }
+  } catch (const std::exception& e) {
+    read = FilesRead{};
+    read.files = std::move(files);  // Where it was.
+    read.step_log = absl::InternalError(absl::StrCat("reading its files failed: ", e.what()));
   }
   return read;
 }

@@ -71,8 +71,9 @@ StartedFiles OpenRankFiles(RankFiles files);
 struct FilesRead {
   RankFiles files;                 // The position after the read.
   std::vector<RankEvent> events;   // EVENT_PROGRESS, in order.
-  absl::Status step_log;           // The step log's open: FailedPrecondition / InvalidArgument when the
-                                   // user left something else there (the job is stopped for it).
+  absl::Status step_log;           // Not OK stops the job: FailedPrecondition / InvalidArgument when the
+                                   // user left something else than a regular file there; Internal when
+                                   // the read threw (memory, say; the position is unchanged).
   std::string last_error;          // "" when not asked, none, or the log is unreadable.
 };
 FilesRead ReadRankFiles(RankFiles files, bool last_error);

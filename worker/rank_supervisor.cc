@@ -163,15 +163,16 @@ void RankSupervisor::StopJob(const std::string& job_id, int attempt, const std::
   }
 }
 
-void RankSupervisor::StartRead(Rank& r, bool last_error) {
+bool RankSupervisor::StartRead(Rank& r, bool last_error) {
   r.progress_read_at = std::chrono::steady_clock::now();
   if (!r.read.Start([files = r.files, last_error, hook = options_.user_files_hook]() mutable {
         if (hook) hook(files.shown_dir);
         return ReadRankFiles(std::move(files), last_error);
       })) {
-    return;
+    return false;
   }
   r.read_started = options_.clock->Now();
+  return true;
 }
 
 void RankSupervisor::StopForFiles(const Key& key, Rank& r, const std::string& what) {
@@ -224,12 +225,17 @@ std::vector<RankEvent> RankSupervisor::Poll() {
         ApplyRead(key, r, *std::move(done), &events);
       } else if (now - r.read_started >= absl::FromChrono(options_.user_files_timeout)) {
         r.read.Abandon();
-        r.files_hung = true;
         const std::string what = absl::StrCat("its files under ", r.files.shown_dir, " did not answer in ",
                                               absl::FormatDuration(absl::FromChrono(options_.user_files_timeout)),
                                               " (is that storage answering?)");
+        // The attempt's other ranks share that directory: none of them reads it again either (their
+        // reads would hang as long, each leaving a thread behind).
+        for (auto& [k, other] : ranks_) {
+          if (std::get<0>(k) != std::get<0>(key) || std::get<1>(k) != std::get<1>(key)) continue;
+          other.files_hung = true;
+          if (other.exited && other.last_error.empty()) other.last_error = "error: " + what;
+        }
         StopForFiles(key, r, what);
-        if (r.exited && r.last_error.empty()) r.last_error = "error: " + what;
       }
     }
     // Reap first, read second: after an exit every line and checkpoint the rank wrote is there.
@@ -238,6 +244,7 @@ std::vector<RankEvent> RankSupervisor::Poll() {
       if (waitpid(r.pid, &status, WNOHANG) == r.pid) {
         kill(-r.pid, SIGKILL);  // Anything the rank left in its process group.
         r.exited = true;
+        r.exited_at = now;
         r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
       }
     }
@@ -245,9 +252,12 @@ std::vector<RankEvent> RankSupervisor::Poll() {
       // One read after the exit (progress to the end, the error line of a failed rank); EXITED once
       // it is done.
       if (!r.final_read && !r.read.busy()) {
-        r.final_read = true;
         const bool last_error = r.exit_code != 0 && r.file_error.empty();
-        if (!r.files_hung && (r.files.reads_steps || last_error)) StartRead(r, last_error);
+        const bool needed = !r.files_hung && (r.files.reads_steps || last_error);
+        // Without a thread for it (the system refused one) it is tried again each Poll, given up after
+        // user_files_timeout.
+        r.final_read = !needed || StartRead(r, last_error) ||
+                       now - r.exited_at >= absl::FromChrono(options_.user_files_timeout);
       }
       if (r.final_read && !r.read.busy()) {
         events.push_back(Exited(key, r));

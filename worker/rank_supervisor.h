@@ -108,6 +108,7 @@ class RankSupervisor final : public Ranks {
     std::chrono::steady_clock::time_point progress_read_at{};
     bool files_hung = false;      // A read did not answer in user_files_timeout: no read again.
     bool exited = false;          // Reaped; its EXITED waits for the read after the exit.
+    absl::Time exited_at;         // On options.clock: that read is given up user_files_timeout later.
     bool final_read = false;      // That read was started (or needed none).
     int exit_code = 0;
     std::string last_error;       // The rank log's last "error: " line, read after a failed exit.
@@ -123,9 +124,9 @@ class RankSupervisor final : public Ranks {
   // For a rank not yet spawned: spawns it once its log is open, or gives it up (stopped, log refused or
   // not open in user_files_timeout) with an EXITED event. True when it is to be erased.
   bool FinishStart(const Key& key, Rank& r, absl::Time now, std::vector<RankEvent>* events);
-  // Starts a read of r's files on its own thread (nothing when the system refuses a thread: the next
+  // Starts a read of r's files on its own thread; false when the system refuses a thread (the next
   // Poll tries again). `last_error`: the rank log's last error line too.
-  void StartRead(Rank& r, bool last_error);
+  bool StartRead(Rank& r, bool last_error);
   // Applies a finished read: its position, progress events and last error line; a step log the user
   // replaced with something else stops the job.
   void ApplyRead(const Key& key, Rank& r, FilesRead read, std::vector<RankEvent>* events);

@@ -197,13 +197,14 @@ Appended ReadAppended(int fd, TailPosition* position, int64_t max_bytes,
     at = TailPosition{st.st_ino, 0};
   }
   const int64_t want = std::clamp<int64_t>(static_cast<int64_t>(st.st_size) - at.offset, 0, max_bytes);
+  bool all_there = static_cast<int64_t>(st.st_size) - at.offset <= max_bytes;  // The read is not cut short.
   std::string chunk(static_cast<size_t>(want), '\0');
   int64_t got = 0;
   while (got < want) {
     const ssize_t n = pread(fd, chunk.data() + got, static_cast<size_t>(want - got), at.offset + got);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return out;
-    if (n == 0) break;  // Shorter than fstat said (cut meanwhile): what was read is all.
+    if (n == 0) break;  // Shorter than fstat said (cut meanwhile): what was read is all there is.
     got += n;
   }
   chunk.resize(static_cast<size_t>(got));
@@ -213,6 +214,7 @@ Appended ReadAppended(int fd, TailPosition* position, int64_t max_bytes,
   if (got == max_bytes && chunk.find('\n') == std::string::npos) at.offset += got;
   *position = at;
   out.ok = true;
+  out.at_end = all_there;
   return out;
 }
 

@@ -102,10 +102,11 @@ struct TailPosition {
 // lines only — calling `on_line` with each, and moves `position` on. Rank 0 replaces the log at its
 // start (trimmed to the checkpoint it resumes from, renamed into place): another file than the one
 // `position` is of, or this one cut shorter, is read from its beginning and `replaced` says so. A line
-// longer than a whole read is skipped. False (position unchanged) when the file cannot be read.
+// longer than a whole read is skipped. Not ok (position unchanged) when the file cannot be read.
 struct Appended {
   bool ok = false;
   bool replaced = false;
+  bool at_end = false;  // Everything the file held at the read was consumed (no more than max_bytes).
 };
 Appended ReadAppended(int fd, TailPosition* position, int64_t max_bytes,
                       const std::function<void(std::string_view)>& on_line);

@@ -118,7 +118,7 @@ class ReadAppendedTest : public ::testing::Test {
   }
   void Append(const std::string& text) { std::ofstream(path_, std::ios::app) << text; }
   // The lines ReadAppended passes from the file now.
-  std::vector<std::string> Read(int64_t max_bytes = 1 << 20, bool* replaced = nullptr) {
+  std::vector<std::string> Read(int64_t max_bytes = 1 << 20, bool* replaced = nullptr, bool* at_end = nullptr) {
     std::vector<std::string> lines;
     const int fd = open(path_.c_str(), O_RDONLY);
     EXPECT_GE(fd, 0);
@@ -126,6 +126,7 @@ class ReadAppendedTest : public ::testing::Test {
     close(fd);
     EXPECT_TRUE(a.ok);
     if (replaced) *replaced = a.replaced;
+    if (at_end) *at_end = a.at_end;
     return lines;
   }
   std::string path_;
@@ -159,8 +160,13 @@ TEST_F(ReadAppendedTest, ReadsAreBoundedAndALineLongerThanOneIsSkipped) {
   Append(std::string(100, 'x') + "\n{\"step\": 4}\n");
   // 32 bytes a read: three reads of the long line without its newline are skipped whole; the fourth
   // has its last 4 bytes (a fragment ParseStepLine refuses) and the step after it.
-  for (int i = 0; i < 3; ++i) EXPECT_TRUE(Read(/*max_bytes=*/32).empty()) << i;
-  EXPECT_EQ(Read(32), (std::vector<std::string>{"xxxx", "{\"step\": 4}"}));
+  bool at_end = true;
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(Read(/*max_bytes=*/32, nullptr, &at_end).empty()) << i;
+    EXPECT_FALSE(at_end) << "more is there";
+  }
+  EXPECT_EQ(Read(32, nullptr, &at_end), (std::vector<std::string>{"xxxx", "{\"step\": 4}"}));
+  EXPECT_TRUE(at_end);
   EXPECT_FALSE(ParseStepLine("xxxx").has_value());
 }
 

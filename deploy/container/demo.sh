@@ -70,9 +70,8 @@ for n in "${names[@]}"; do
 done
 echo "health: ${names[*]} healthy"
 
-# 100 of the demo's 200 steps: the checkpoint at step 50, the kill after it, a resumed attempt, the end.
 job="$("$cli" --output json submit examples/gpt-demo.yaml --max-restarts 2 --set data.path=/data/demo.bin \
-  --set train.steps=100 --set output_dir=/out/demo/gpt-demo |
+  --set output_dir=/out/demo/gpt-demo |
   python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')"
 echo "submitted $job"
 json() { "$cli" --output json job "$job"; }

@@ -80,9 +80,8 @@ export TESSERA_COORDINATOR="$ip:7070" TESSERA_TLS_CA="$etc/certs/ca.pem" TESSERA
   TESSERA_TLS_KEY="$etc/certs/user-demo.key"
 for _ in $(seq 150); do "$cli" workers 2>/dev/null | grep -q ALIVE && break; sleep 0.2; done
 "$cli" workers
-# 100 of the demo's 200 steps: the checkpoint at step 50, the kill after it, a resumed attempt, the end.
 job="$("$cli" --output json submit examples/gpt-demo.yaml --max-restarts 2 --set data.path=/srv/tessera/data/demo.bin \
-  --set train.steps=100 --set output_dir=/srv/tessera/out/demo/gpt-demo | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')"
+  --set output_dir=/srv/tessera/out/demo/gpt-demo | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')"
 echo "submitted $job"
 field() { "$cli" --output json job "$job" | python3 -c "import json,sys; j=json.load(sys.stdin); print($1)"; }
 for _ in $(seq 900); do

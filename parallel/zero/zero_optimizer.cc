@@ -73,6 +73,10 @@ absl::StatusOr<std::unique_ptr<ZeroOptimizer>> ZeroOptimizer::Create(Decoder* mo
                                                                      std::shared_ptr<Communicator> tied,
                                                                      std::shared_ptr<Communicator> expert_dp,
                                                                      std::shared_ptr<Communicator> ep) {
+  // A stage made from an int (a bench's flag) that no enumerator has.
+  if (absl::Status s = layout::ZeroStageOf(static_cast<int>(options.stage)).status(); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("parallel.zero_stage: ", s.message()));
+  }
   if (options.param_dtype != at::kFloat && options.param_dtype != at::kBFloat16 && options.param_dtype != at::kHalf) {
     return absl::InvalidArgumentError("train.precision must be fp32, bf16 or fp16");
   }
