@@ -135,7 +135,10 @@ TEST_F(MultiHostTest, FullDiskDuringACheckpointKeepsThePreviousOneAndTheJobResum
   ASSERT_EQ(grow.exit_code, 0) << grow.output;
   ASSERT_TRUE(WaitFor([&] { return Ended(Job(id)); }, 120)) << "job stuck: " << Job(id).dump();
   EXPECT_EQ(Job(id).value("state", ""), "JOB_STATE_SUCCEEDED") << Job(id).dump();
-  ExpectRecomputedAtMost(Job(id), 20);  // From step 40, whose checkpoint failed, back to 20.
+  // From step 40, whose checkpoint failed, back to 20. Written in the background (checkpoint.async), the
+  // failure shows when the write ends — at the latest when the checkpoint of step 60 waits for it — and
+  // the attempt trains on meanwhile (22 steps were recomputed under load).
+  ExpectRecomputedAtMost(Job(id), testing::CheckpointAsyncYaml().empty() ? 20 : 40);
   ExpectLossesOfTheSingleProcessRun(out, {"train.steps=200", "checkpoint.every_steps=20", "parallel.zero_stage=1"}, 200);
   EXPECT_TRUE(WaitFor([&] { return RanksLeft() == 0; }, 10)) << "no rank process left on any host";
 }
