@@ -56,29 +56,29 @@ TEST(LayoutOfTest, ModeNamesAreTheSpecsYamlNames) {
 }
 
 // The proto <-> layout pairing is one table read both ways: every enumerator goes to a mode and back.
+// `set` writes an enumerator's number into a spec's parallel section, `get` reads one back.
+template <typename Set, typename Get>
+void ExpectEveryValueRoundTrips(const google::protobuf::EnumDescriptor* descriptor, Set set, Get get) {
+  ForEachValue(descriptor, [&](const google::protobuf::EnumValueDescriptor* v) {
+    v1::JobSpec spec;
+    set(spec.mutable_parallel(), v->number());
+    v1::ParallelSpec back;
+    SetLayout(LayoutOf(spec), &back);
+    EXPECT_EQ(get(back), v->number()) << v->name();
+  });
+}
+
 TEST(LayoutOfTest, SetLayoutWritesBackWhatLayoutOfRead) {
-  using google::protobuf::EnumValueDescriptor;
-  ForEachValue(v1::TpMode_descriptor(), [](const EnumValueDescriptor* v) {
-    v1::JobSpec spec;
-    spec.mutable_parallel()->set_tp_mode(static_cast<v1::TpMode>(v->number()));
-    v1::ParallelSpec back;
-    SetLayout(LayoutOf(spec), &back);
-    EXPECT_EQ(back.tp_mode(), v->number()) << v->name();
-  });
-  ForEachValue(v1::SpMode_descriptor(), [](const EnumValueDescriptor* v) {
-    v1::JobSpec spec;
-    spec.mutable_parallel()->set_sp_mode(static_cast<v1::SpMode>(v->number()));
-    v1::ParallelSpec back;
-    SetLayout(LayoutOf(spec), &back);
-    EXPECT_EQ(back.sp_mode(), v->number()) << v->name();
-  });
-  ForEachValue(v1::PpSchedule_descriptor(), [](const EnumValueDescriptor* v) {
-    v1::JobSpec spec;
-    spec.mutable_parallel()->set_pp_schedule(static_cast<v1::PpSchedule>(v->number()));
-    v1::ParallelSpec back;
-    SetLayout(LayoutOf(spec), &back);
-    EXPECT_EQ(back.pp_schedule(), v->number()) << v->name();
-  });
+  ExpectEveryValueRoundTrips(
+      v1::TpMode_descriptor(), [](v1::ParallelSpec* p, int n) { p->set_tp_mode(static_cast<v1::TpMode>(n)); },
+      [](const v1::ParallelSpec& p) { return static_cast<int>(p.tp_mode()); });
+  ExpectEveryValueRoundTrips(
+      v1::SpMode_descriptor(), [](v1::ParallelSpec* p, int n) { p->set_sp_mode(static_cast<v1::SpMode>(n)); },
+      [](const v1::ParallelSpec& p) { return static_cast<int>(p.sp_mode()); });
+  ExpectEveryValueRoundTrips(
+      v1::PpSchedule_descriptor(),
+      [](v1::ParallelSpec* p, int n) { p->set_pp_schedule(static_cast<v1::PpSchedule>(n)); },
+      [](const v1::ParallelSpec& p) { return static_cast<int>(p.pp_schedule()); });
   // UNSPECIFIED is named as a problem and reads as the default.
   v1::JobSpec unspecified;
   unspecified.mutable_parallel()->set_order("tp-sp-pp-dp");
