@@ -323,16 +323,16 @@ TEST_F(ZeroTest, Fp16OverflowSkipsTheStepAndLowersTheScale) {
   EXPECT_LT(losses[10], losses[1] - 0.2);
 }
 
-// fp16's loss scaling loses no headroom to ZeRO's reduction (issue 62): from a scale of 2^20 that
-// overflows, stage 1 (which reduces the accumulated gradients once, as plain data parallelism does)
-// skips the same steps with the same scales as stage 0, and its losses agree within fp16's rounding of
-// gradients reduced in another grouping (rtol 1e-2: a step skipped differently changes the loss by more
-// from there on); stages 2 and 3 skip no more steps than stage 0. Before, ZeRO reduce-scattered fp16
-// sums and divided by dp afterwards: one bit less headroom at dp 2, a step more skipped in every stage.
-// Stages 2 and 3 reduce every micro-batch and average before accumulating, so their partial sums can
-// keep a bit more than stage 0's per-rank accumulation (here they apply from 2^18, stage 0 from 2^17);
-// equal patterns in every layout need fp32 gradient accumulation (docs/precision.md).
-TEST_F(ZeroTest, Fp16LosesNoHeadroomToZero) {
+// fp16's overflow test sees the gradients one process sees, in every layout (issue 62): each
+// micro-batch's loss weighs 1 / (the job's micro-batches of the step) and every data-parallel
+// reduction sums, so a gradient has one magnitude at every point of the step. From a loss scale of
+// 2^24 with a window of 2 the schedule overflows 7 times, trains, and grows into an overflow again at
+// step 14: the skipped steps and the loss scales must be one process's, and the losses close to its
+// (a step skipped or applied differently moves the next loss by several percent — the issue measured
+// 12.7%; fp16 rounding in another summation order stays far below the 1e-2 allowed). Before the fix
+// dp 2 (and sp 2) weighed each micro-batch 1/2 where one process weighed it 1/4, and overflowed at
+// half the scale (watched failing: dp 2 applied from 2^16, one process from 2^17).
+TEST_F(ZeroTest, Fp16SkipsTheStepsOneProcessSkips) {
   auto pattern = [](const std::string& out) {
     std::vector<std::pair<bool, double>> steps;
     std::ifstream in(out + "/steps.jsonl");
@@ -344,31 +344,42 @@ TEST_F(ZeroTest, Fp16LosesNoHeadroomToZero) {
     }
     return steps;
   };
-  auto skips = [](const std::vector<std::pair<bool, double>>& steps) {
-    int n = 0;
-    for (const auto& [skip, scale] : steps) n += skip ? 1 : 0;
-    return n;
+  auto with = [](std::vector<std::string> layout) {
+    for (const char* s : {"train.precision=fp16", "train.initial_loss_scale=16777216", "train.loss_scale_window=2",
+                          "train.steps=16", "checkpoint.every_steps=0"}) {
+      layout.push_back(s);
+    }
+    return layout;
   };
-  auto with = [](const std::string& stage) {
-    return std::vector<std::string>{"train.precision=fp16", "train.initial_loss_scale=1048576",
-                                    "train.loss_scale_window=1000", "parallel.zero_stage=" + stage};
-  };
-  const std::string plain = Run("fp16_scale_zero0", with("0"));
-  const auto want = pattern(plain);
-  ASSERT_EQ(want.size(), 10u);
-  ASSERT_GT(skips(want), 0) << "the schedule overflows first";
-  ASSERT_LT(skips(want), 10) << "and then trains";
-  const std::string one = Run("fp16_scale_zero1", with("1"));
-  EXPECT_EQ(pattern(one), want) << "zero stage 1: skipped steps and loss scales";
-  const auto plain_losses = ReadLosses(plain + "/steps.jsonl"), losses = ReadLosses(one + "/steps.jsonl");
-  ASSERT_EQ(losses.size(), plain_losses.size());
-  for (const auto& [step, loss] : plain_losses) {
-    EXPECT_NEAR(losses.at(step), loss, 1e-2 * std::abs(loss)) << "zero stage 1 step " << step;
+  const std::string one = Run("fp16_one", with({"parallel.dp=1"}));
+  const auto want = pattern(one);
+  ASSERT_EQ(want.size(), 16u);
+  int skipped = 0, again = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    skipped += want[i].first ? 1 : 0;
+    if (i > 0 && want[i].first && !want[i - 1].first) ++again;
   }
-  for (const char* stage : {"2", "3"}) {
-    const auto got = pattern(Run(absl::StrCat("fp16_scale_zero", stage), with(stage)));
-    ASSERT_EQ(got.size(), want.size());
-    EXPECT_LE(skips(got), skips(want)) << "zero stage " << stage << " skips more steps than plain data parallelism";
+  ASSERT_GT(skipped, 1) << "the schedule overflows";
+  ASSERT_LT(skipped, 14) << "and trains";
+  ASSERT_GT(again, 0) << "and grows the scale into an overflow again";
+  const auto want_losses = ReadLosses(one + "/steps.jsonl");
+  const std::vector<std::pair<std::string, std::vector<std::string>>> layouts = {
+      {"zero0", {"parallel.zero_stage=0"}},
+      {"zero1", {"parallel.zero_stage=1"}},
+      {"zero2", {"parallel.zero_stage=2"}},
+      {"zero3", {"parallel.zero_stage=3"}},
+      {"pp2", {"parallel.dp=1", "parallel.pp=2"}},
+      {"tp2", {"parallel.dp=1", "parallel.tp=2"}},
+      {"sp2", {"parallel.dp=1", "parallel.sp=2"}},
+  };
+  for (const auto& [name, sets] : layouts) {
+    const std::string out = Run("fp16_" + name, with(sets));
+    EXPECT_EQ(pattern(out), want) << name << ": skipped steps and loss scales";
+    const auto losses = ReadLosses(out + "/steps.jsonl");
+    ASSERT_EQ(losses.size(), want_losses.size()) << name;
+    for (const auto& [step, loss] : want_losses) {
+      EXPECT_NEAR(losses.at(step), loss, 1e-2 * std::abs(loss)) << name << " step " << step;
+    }
   }
 }
 

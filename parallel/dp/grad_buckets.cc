@@ -77,7 +77,7 @@ void GradBuckets::MarkReady(size_t k) {
   }
 }
 
-void GradBuckets::Start(Bucket& b) { b.work = dp_->AllReduceAsync(b.flat, ReduceOp::kAvg); }
+void GradBuckets::Start(Bucket& b) { b.work = dp_->AllReduceAsync(b.flat, ReduceOp::kSum); }
 
 absl::Status GradBuckets::Finish() {
   if (dp_->size() == 1) return absl::OkStatus();

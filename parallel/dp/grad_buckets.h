@@ -1,10 +1,11 @@
-// GradBuckets: data-parallel gradient averaging that overlaps the backward pass.
+// GradBuckets: data-parallel gradient sums that overlap the backward pass.
 //
 // Every parameter's .grad is made a view into one flat buffer per bucket (parameters assigned to
 // buckets in reverse order, the order backward produces their gradients). A post-hook on each
 // parameter's gradient accumulator counts it ready; when all of a bucket's parameters are ready in a
-// synchronising backward pass, its average over dp starts asynchronously while backward continues.
-// Finish() waits for all. Gradients accumulate in place across non-synchronising passes.
+// synchronising backward pass, its sum over dp starts asynchronously while backward continues.
+// Finish() waits for all. Gradients accumulate in place across non-synchronising passes. A sum, not a
+// mean: the caller weights each rank's loss by its share of the step (zero_optimizer.h).
 #ifndef TESSERA_PARALLEL_DP_GRAD_BUCKETS_H_
 #define TESSERA_PARALLEL_DP_GRAD_BUCKETS_H_
 
@@ -31,7 +32,7 @@ class GradBuckets {
 
   // Zeros every gradient (the buffers keep their storage).
   void ZeroGrad();
-  // Whether the coming backward pass is the last of the step (its gradients get averaged).
+  // Whether the coming backward pass is the last of the step (its gradients get summed over dp).
   void SetSyncThisPass(bool sync);
   // Starts any bucket not yet started (parameters unused this pass) and waits for all of them.
   absl::Status Finish();

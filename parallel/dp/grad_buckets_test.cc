@@ -1,4 +1,4 @@
-// GradBuckets across two forked ranks: averages are right, accumulation without sync stays local,
+// GradBuckets across two forked ranks: sums are right, accumulation without sync stays local,
 // and with small buckets every bucket's all-reduce starts from inside backward.
 #include "parallel/dp/grad_buckets.h"
 
@@ -18,8 +18,8 @@ absl::Status Check(bool ok, const std::string& what) {
   return ok ? absl::OkStatus() : absl::InternalError(what);
 }
 
-// A chain of linear layers; rank r scales its loss by (r + 1), so the dp average of every gradient
-// is 1.5× the gradient of the unscaled loss (ranks 1 and 2 → mean 1.5).
+// A chain of linear layers; rank r scales its loss by (r + 1), so the dp sum of every gradient is 3×
+// the gradient of the unscaled loss (ranks 1 and 2 → sum 3).
 absl::Status Body(int rank, int port) {
   auto groups = testing::RankGroups(rank, port, {.dp = 2});
   if (!groups.ok()) return groups.status();
@@ -49,14 +49,14 @@ absl::Status Body(int rank, int port) {
   if (auto s = buckets.Finish(); !s.ok()) return s;
   if (auto s = Check(buckets.started_during_backward() == 3, absl::StrCat("all buckets started inside backward: ", buckets.started_during_backward())); !s.ok()) return s;
   for (size_t i = 0; i < weights.size(); ++i) {
-    if (!at::allclose(weights[i].grad(), expected[i] * 1.5, 1e-5, 1e-6)) {
-      return absl::InternalError(absl::StrCat("gradient ", i, " is not the dp average"));
+    if (!at::allclose(weights[i].grad(), expected[i] * 3, 1e-5, 1e-6)) {
+      return absl::InternalError(absl::StrCat("gradient ", i, " is not the dp sum"));
     }
   }
   return absl::OkStatus();
 }
 
-TEST(GradBucketsTest, AveragesOverDataParallelRanksFromInsideBackward) {
+TEST(GradBucketsTest, SumsOverDataParallelRanksFromInsideBackward) {
   EXPECT_TRUE(testing::RunRanks(2, Body).ok());
 }
 

@@ -117,7 +117,7 @@ at::Tensor PipelineRunner::EmptyActivation() const {
 }
 
 absl::StatusOr<double> PipelineRunner::RunStep(const std::function<absl::StatusOr<at::Tensor>(int)>& batch,
-                                               double loss_scale, const std::function<void()>& before_last_backward) {
+                                               double loss_weight, const std::function<void()>& before_last_backward) {
   const auto started = std::chrono::steady_clock::now();
   // The last action that accumulates gradients: the last backward, or the first of the last
   // micro-batch's W's (run together) when split.
@@ -148,7 +148,7 @@ absl::StatusOr<double> PipelineRunner::RunStep(const std::function<absl::StatusO
       if (a.op == PipeOp::kForward) {
         status = Forward(a, batch, options_.positions, &loss_sum);
       } else if (a.op == PipeOp::kBackward) {
-        status = Backward(a, loss_scale);
+        status = Backward(a, loss_weight);
       } else if (i < final_weights_) {
         status = Weight({a});
       } else if (i == final_weights_) {
@@ -272,7 +272,7 @@ absl::Status PipelineRunner::Forward(const PipeAction& a, const std::function<ab
   return absl::OkStatus();
 }
 
-absl::Status PipelineRunner::Backward(const PipeAction& a, double loss_scale) {
+absl::Status PipelineRunner::Backward(const PipeAction& a, double loss_weight) {
   const ModelChunk& chunk = chunks_[a.chunk];
   auto it = stash_.find({a.micro_batch, a.chunk});
   if (it == stash_.end()) {
@@ -287,14 +287,12 @@ absl::Status PipelineRunner::Backward(const PipeAction& a, double loss_scale) {
   model_->set_positions(stash.positions);  // For blocks recomputed inside this backward.
   model_->set_dropout_seed(stash.dropout_seed);
   if (stash.stats) {
-    if (absl::Status s = BackwardStats(a, stash, loss_scale, &send_totals, &totals); !s.ok()) return s;
+    if (absl::Status s = BackwardStats(a, stash, loss_weight, &send_totals, &totals); !s.ok()) return s;
   }
   std::vector<at::Tensor> outputs, grads;
   if (chunk.head) {
-    // As the unpipelined loop: loss / accumulation steps, times the loss scale.
-    at::Tensor objective = stash.output / options_.micro_batches;
-    if (loss_scale != 1) objective = objective * loss_scale;
-    outputs = {objective};
+    // As the unpipelined loop (Trainer::ForwardBackward): the loss times its weight in the step.
+    outputs = {stash.output * loss_weight};
   } else {
     at::Tensor grad = EmptyActivation();
     absl::Status s = RecvFrom(grad, Kind::kGradient, a.micro_batch, chunk.virtual_stage, chunk.virtual_stage + 1);
@@ -386,7 +384,7 @@ absl::Status PipelineRunner::ForwardStats(const PipeAction& a, Stash& stash) {
   return absl::OkStatus();
 }
 
-absl::Status PipelineRunner::BackwardStats(const PipeAction& a, Stash& stash, double loss_scale, bool* send_on,
+absl::Status PipelineRunner::BackwardStats(const PipeAction& a, Stash& stash, double loss_weight, bool* send_on,
                                            at::Tensor* totals) {
   const ModelChunk& chunk = chunks_[a.chunk];
   const int64_t E = options_.experts;
@@ -400,8 +398,10 @@ absl::Status PipelineRunner::BackwardStats(const PipeAction& a, Stash& stash, do
   RouterStats& st = *stash.stats;
   st.counts = t.narrow(0, 0, E);
   st.rows = static_cast<int64_t>(t[2 * E].item<double>());
-  const int sp = options_.sp ? options_.sp->size() : 1;  // Averaged over sp like the cross-entropy.
-  st.grad_scale = options_.aux_loss_coef * loss_scale / options_.micro_batches * sp;
+  // The balancing loss is over the whole sequence: each sp rank's gradient carries sp times its share
+  // of loss_weight (which counts the sp ranks' micro-batches as the cross-entropy's blocks).
+  const int sp = options_.sp ? options_.sp->size() : 1;
+  st.grad_scale = options_.aux_loss_coef * loss_weight * sp;
   *send_on = !chunk.embedding;
   *totals = t;
   return absl::OkStatus();

@@ -91,11 +91,13 @@ class PipelineRunner {
 
   // Runs the step's forwards and backwards. `batch(a)` returns micro-batch a's tokens [micro_batch,
   // seq_len + 1] (inputs and their next-token targets) on the model's device (read only by the stages
-  // that embed or compute the loss). Each micro-batch's backward starts from loss / micro_batches ·
-  // loss_scale. `before_last_backward` runs just before this rank's last pass that accumulates
-  // gradients: its last backward, or its last micro-batch's W's. Returns the sum of the micro-batch
-  // losses on the rank holding the head, 0 elsewhere.
-  absl::StatusOr<double> RunStep(const std::function<absl::StatusOr<at::Tensor>(int)>& batch, double loss_scale,
+  // that embed or compute the loss). Each micro-batch's backward starts from loss · loss_weight (the
+  // Trainer's: the fp16 loss scale over the step's micro-batches in the whole job, so that the
+  // data-parallel reductions sum) and the balancing loss's from aux_loss_coef · loss_weight · sp.
+  // `before_last_backward` runs just before this rank's last pass that accumulates gradients: its last
+  // backward, or its last micro-batch's W's. Returns the sum of the micro-batch losses on the rank
+  // holding the head, 0 elsewhere.
+  absl::StatusOr<double> RunStep(const std::function<absl::StatusOr<at::Tensor>(int)>& batch, double loss_weight,
                                  const std::function<void()>& before_last_backward);
 
   // Forward passes only (an evaluation; the caller disables autograd): micro-batches 0 .. m-1 of
@@ -159,7 +161,7 @@ class PipelineRunner {
   // Waits for every send (their tensors may go then) and drops the stash; the first error wins.
   absl::Status Finish(absl::Status status);
   // The whole backward, or its B half when the schedule splits it (split_).
-  absl::Status Backward(const PipeAction& a, double loss_scale);
+  absl::Status Backward(const PipeAction& a, double loss_weight);
   // W: the parameters' gradients of micro-batch chunks whose B has run (their WeightGradStores),
   // accumulated together in one pass.
   absl::Status Weight(const std::vector<PipeAction>& together);
@@ -177,7 +179,7 @@ class PipelineRunner {
   absl::Status ForwardStats(const PipeAction& a, Stash& stash);
   // Its backward: the totals (kept, or received from the next virtual stage) into this chunk's
   // statistics before its backward, with the loss's gradient scale; `send_on` after it.
-  absl::Status BackwardStats(const PipeAction& a, Stash& stash, double loss_scale, bool* send_on_totals,
+  absl::Status BackwardStats(const PipeAction& a, Stash& stash, double loss_weight, bool* send_on_totals,
                              at::Tensor* totals);
   at::Tensor EmptyActivation() const;
 

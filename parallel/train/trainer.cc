@@ -263,8 +263,8 @@ absl::Status Trainer::CreateOptimizer(at::ScalarType dtype) {
   z.adam = AdamWOptions{options_.beta1, options_.beta2, options_.eps, options_.weight_decay};
   z.bucket_bytes = options_.dp_bucket_bytes;
   z.fused = options_.fused_kernels;
-  // Gradients averaged (and state sharded) over dp × sp, the replicas of every parameter (sequence
-  // blocks contribute like separate samples); with pipeline stages, the first and the last stage sum
+  // Gradients summed (and state sharded) over dp × sp, the replicas of every parameter (sequence
+  // blocks contribute like separate samples; LossWeight); with pipeline stages, the first and the last stage sum
   // their gradients of the tied embedding (unless one rank holds both: zbv's first).
   // Expert parallelism: the experts' gradients over their own replicas (groups_.expert_dp).
   const bool tied_across_ranks = layout_ && !model_->tied_embedding().empty() && !options_.model.lora.enabled() &&
@@ -286,7 +286,8 @@ absl::StatusOr<Trainer::LossSums> Trainer::ForwardBackward(int accum) {
   if (pipeline_) {
     // Gradients of the last backward pass of this stage start their dp reduction inside it.
     zero_->SetSyncThisPass(false);
-    auto sum = pipeline_->RunStep([&](int a) { return ReadMicroBatch(*data_, step_ * options_.global_batch, a, accum); }, loss_scale_, [&] { zero_->SetSyncThisPass(true); });
+    auto sum = pipeline_->RunStep([&](int a) { return ReadMicroBatch(*data_, step_ * options_.global_batch, a, accum); },
+                                  LossWeight(accum), [&] { zero_->SetSyncThisPass(true); });
     if (!sum.ok()) return absl::Status(sum.status().code(), absl::StrCat("step ", step_ + 1, ": ", sum.status().message()));
     sums.lm = *sum;
     sums.aux = pipeline_->aux_sum();
@@ -316,14 +317,13 @@ absl::StatusOr<Trainer::LossSums> Trainer::ForwardBackward(int accum) {
         model_->set_router_stats(stats);
       }
       at::Tensor loss = model_->Loss(batch->narrow(1, 0, T), batch->narrow(1, 1, T));
-      at::Tensor objective = loss / accum;
-      if (loss_scale_ != 1) objective = objective * loss_scale_;
+      at::Tensor objective = loss * LossWeight(accum);
       if (stats) {
         model_->set_router_stats({});
         // Sequence parallelism: the balancing loss is over the whole sequence; each rank's gradient
-        // (averaged over sp like the cross-entropy's) carries sp times its share.
+        // carries sp times its share of LossWeight (which counts the sp ranks' blocks as micro-batches).
         // Grid layouts: over the micro-batch's samples too (their gradients are summed over the sample
-        // axes, not averaged: no factor).
+        // axes: no factor).
         const int sp = groups_.sp->size();
         std::vector<Communicator*> over = model_->SampleAxes();
         if (sp > 1) over.push_back(groups_.sp.get());
@@ -332,7 +332,7 @@ absl::StatusOr<Trainer::LossSums> Trainer::ForwardBackward(int accum) {
           if (!s.ok()) return absl::Status(s.code(), absl::StrCat("step ", step_ + 1, ": ", s.message()));
         }
         sums.aux += stats->AuxLoss();
-        stats->grad_scale = c.aux_loss_coef * loss_scale_ / accum * sp;
+        stats->grad_scale = c.aux_loss_coef * LossWeight(accum) * sp;
         if (!sums.expert_load.defined()) {
           sums.expert_load = at::zeros({c.layers, c.experts}, at::TensorOptions().dtype(at::kDouble).device(device_));
         }
@@ -418,6 +418,14 @@ absl::Status Trainer::Update(double norm, double lr, StepStats* s) {
     good_steps_ = 0;
   }
   return absl::OkStatus();
+}
+
+double Trainer::LossWeight(int accum) const {
+  // Every micro-batch's loss (a sequence block's, under sp) weighs the same in the step's objective,
+  // whichever rank runs it; the data-parallel reductions then sum (zero_optimizer.h). So a gradient
+  // has the same magnitude in every layout at every point of the step — one process's accumulation,
+  // dp's partial sums, ZeRO's reduce-scatters — and fp16 overflows where one process's does.
+  return loss_scale_ / (static_cast<double>(accum) * groups_.dp_sp->size());
 }
 
 uint64_t Trainer::NoiseSeed(int a, int accum) const {

@@ -266,6 +266,9 @@ class Trainer {
   at::Tensor step_load_;
   // After an applied update: b += rate · sign(mean load − load) per sparse block.
   void UpdateRouterBias();
+  // The weight of one micro-batch's loss in the step's objective: the fp16 loss scale over the step's
+  // micro-batches in the job (accum on each of the dp × sp ranks).
+  double LossWeight(int accum) const;
   // Router jitter's seed for micro-batch a (of accum) of this step on this rank (RouterStats::noise_seed).
   uint64_t NoiseSeed(int a, int accum) const;
   int64_t good_steps_ = 0;      // fp16: steps since the last overflow or growth.

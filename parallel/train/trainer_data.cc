@@ -52,8 +52,8 @@ absl::Status Trainer::WeighTrainedTargets(TrainingData& data, int64_t first, int
     trained += *n;
   }
   *trained_out = trained;
-  // Each micro-batch's loss is a mean over this rank's micro × T/sp targets, divided by accum and
-  // averaged over the dp × sp replicas: weighing each trained target by that count over the global
+  // Each micro-batch's loss is a mean over this rank's micro × T/sp targets, weighted by 1 / (accum ·
+  // dp · sp) (LossWeight) and summed over the dp × sp replicas: weighing each trained target by that count over the global
   // one makes the step's objective Σ cross-entropy / trained.
   const double local = static_cast<double>(options_.micro_batch) * (options_.model.seq_len / groups_.sp->size());
   const double weight = trained > 0 ? local * accum * groups_.dp_sp->size() / static_cast<double>(trained) : 0.0;

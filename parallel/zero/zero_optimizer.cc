@@ -280,9 +280,9 @@ void ZeroOptimizer::StartReduce(Unit& u) {
     u.incoming.copy_(u.grad_flat);
     u.reduce = DoneWork(absl::OkStatus());
   } else {
-    // Averaged, as plain data parallelism's buckets are: an fp16 sum over the group would need log2(shards)
-    // more bits of headroom, and the loss scale would skip steps that plain dp applies.
-    u.reduce = u.group->ReduceScatterAsync(u.grad_flat, u.incoming, ReduceOp::kAvg);
+    // Summed, as plain data parallelism's buckets are (each micro-batch's loss carries its share of the
+    // job's step: the header).
+    u.reduce = u.group->ReduceScatterAsync(u.grad_flat, u.incoming, ReduceOp::kSum);
   }
   in_flight_.push_back(&u);
   Sample();
@@ -295,7 +295,7 @@ void ZeroOptimizer::FinishReduce(Unit& u) {
   u.reduce.reset();
   u.grad_flat = at::Tensor();
   // The first reduction of a step becomes the owned gradients as they are (one reduction per step:
-  // the same averages as plain dp's all-reduce); later ones add to them.
+  // the same sums as plain dp's all-reduce); later ones add to them.
   if (u.grad_shard.defined()) {
     u.grad_shard.add_(u.incoming);
   } else {
@@ -308,14 +308,11 @@ absl::Status ZeroOptimizer::ReduceGradients() {
   at::NoGradGuard no_grad;
   absl::Status status;
   if (buckets_) {
-    status = buckets_->Finish();  // The parameters' .grad now hold the averages.
+    status = buckets_->Finish();  // The parameters' .grad now hold the sums.
     if (expert_buckets_) {
-      // Averaged over the experts' replicas; each already summed its ep group's tokens: / ep more.
+      // Summed over the experts' replicas; each already summed its ep group's tokens.
       absl::Status s = expert_buckets_->Finish();
       if (status.ok()) status = s;
-      for (Param& p : model_->params()) {
-        if (p.expert && p.value.grad().defined()) p.value.mutable_grad().div_(ep_->size());
-      }
     }
     if (status.ok() && tied_) {
       // Both copies of wte get the sum of the first stage's (lookup) and the last's (head) gradients.
@@ -335,12 +332,6 @@ absl::Status ZeroOptimizer::ReduceGradients() {
     in_flight_.clear();
     status = reduce_status_;
     reduce_status_ = absl::OkStatus();
-    // The mean over dp (experts: their replicas' sums of the ep groups' contributions, also over dp):
-    // the reduce-scatter averaged over its `shards` ranks already.
-    for (auto& u : units_) {
-      const int rest = dp_->size() / u->shards;
-      if (rest > 1) u->grad_shard.div_(rest);
-    }
     // The same owned range of wte on both stages (a unit of its own): sum the two.
     if (status.ok() && tied_) status = tied_->AllReduce(units_[tied_unit_]->grad_shard, ReduceOp::kSum);
   }

@@ -5,7 +5,11 @@
 // unit per block). Each unit's parameters become views of one flat buffer of N elements, padded to
 // S·dp with S = ⌈N/dp⌉; dp rank r owns elements [r·S, (r+1)·S) of every unit (with stage 0 every rank
 // owns all of it). For its owned elements a rank keeps, in fp32, the master weights and Adam's m and v;
-// stages 1–3 (sharded) also keep the averaged gradients of the owned elements (in the parameter dtype).
+// stages 1–3 (sharded) also keep the reduced gradients of the owned elements (in the parameter dtype).
+//
+// Gradients are summed over dp, never averaged: the caller weights each micro-batch's loss by its
+// share of the whole job's step (Trainer::LossWeight), so that a gradient has one magnitude in every
+// layout at every point — what fp16's overflow test and loss scale need to behave as in one process.
 //
 //   stage 0  nothing sharded (plain data parallelism; the Trainer's only optimizer, so also every
 //            fp32 run): gradients all-reduced (bucketed, overlapping backward); fp32 parameters are
@@ -26,10 +30,10 @@
 //
 // Expert parallelism (a Mixture of Experts with ep > 1): the experts' parameters (Param::expert) differ
 // between the ranks of the ep group, so they form units of their own (one per block) whose gradients
-// are reduced, and whose state is sharded, over their own replicas (`expert_dp`, dp/ep × sp ranks); the sum
-// is divided by dp × sp, as each rank's expert gradient already sums the contributions of its ep group's
-// tokens (stage 0: averaged over expert_dp in buckets of their own, then divided by ep). The gradient
-// norm sums their squares over the ep group.
+// are reduced, and whose state is sharded, over their own replicas (`expert_dp`, dp/ep × sp ranks): each
+// rank's expert gradient already sums the contributions of its ep group's tokens, so the sum over the
+// replicas covers every rank's (stage 0: in buckets of their own). The gradient norm sums their squares
+// over the ep group.
 //
 // Pipeline stages: the model may be a ModelPart. The first and the last stage both hold the tied
 // embedding wte; given their group (`tied`), wte becomes a unit of its own (the same flat size, so the
@@ -84,7 +88,7 @@ class ZeroOptimizer final : public UnitHooks {
  public:
   // Takes over `model`'s parameters (which must be fp32 and hold the starting weights: they become the
   // master weights) and installs itself as the model's unit hooks. `dp` and `tp` are this rank's groups.
-  // `dp` is the group over which gradients are averaged and state is sharded (data × sequence parallel
+  // `dp` is the group over which gradients are summed and state is sharded (data × sequence parallel
   // ranks). `tied`, when not null, is the group of this rank and the other holder of wte.weight
   // (pipeline first and last stages with the same dp, sp and tp coordinates).
   static absl::StatusOr<std::unique_ptr<ZeroOptimizer>> Create(Decoder* model, std::shared_ptr<Communicator> dp,
@@ -102,7 +106,7 @@ class ZeroOptimizer final : public UnitHooks {
   void ReleaseGatheredUnits();
   // Whether the coming backward is the last of the step (its gradients get reduced).
   void SetSyncThisPass(bool sync);
-  // After the last backward: each rank's owned gradients, averaged over dp, in fp32.
+  // After the last backward: each rank's owned gradients, summed over dp.
   absl::Status ReduceGradients();
   // Global L2 norm of the reduced gradients over the whole model (collective over dp and tp). Not
   // finite when some gradient overflowed.
