@@ -463,8 +463,12 @@ at::Tensor Decoder::Head(const at::Tensor& x_in, const at::Tensor& targets) {
     at::Tensor losses = VocabParallelCrossEntropy(logits.reshape({B * T, -1}),
                                                   masked_targets_ ? RealIds(flat_targets) : flat_targets, start,
                                                   grid_.row);
-    if (masked_targets_) losses = losses * ((flat_targets >= 0).to(losses.scalar_type()) * target_weight_);
-    at::Tensor loss = losses.mean();
+    at::Tensor loss = objective_->Loss({.nll = losses,
+                                        .trained = masked_targets_ ? flat_targets >= 0 : at::Tensor(),
+                                        .target_weight = target_weight_,
+                                        .samples = B,
+                                        .positions = T,
+                                        .targets = B * T});
     for (size_t a = 0; a + 1 < axes_.size(); ++a) loss = ReduceFromTp(loss / axes_[a]->size(), axes_[a].get());
     if (hooks_) loss = hooks_->PostForward(0, loss);
     return loss;
@@ -487,9 +491,16 @@ at::Tensor Decoder::Head(const at::Tensor& x_in, const at::Tensor& targets) {
   at::Tensor losses = VocabParallelCrossEntropy(logits.view({B * T, -1}),
                                                 masked_targets_ ? RealIds(flat_targets) : flat_targets,
                                                 vocab_start, tp, k);
-  if (masked_targets_) losses = losses * ((flat_targets >= 0).to(losses.scalar_type()) * target_weight_);
-  // The mean over every position, the untrained ones (left out with loss_rows_) adding 0.
-  at::Tensor loss = loss_rows_.defined() ? losses.sum() / static_cast<double>(loss_positions_) : losses.mean();
+  // With loss_rows_, x holds those rows of the forward's [B', T'] positions (B = 1, T = N here).
+  const int64_t samples = loss_rows_.defined() ? targets.size(0) : B;
+  const int64_t positions = loss_rows_.defined() ? targets.size(1) : T;
+  at::Tensor loss = objective_->Loss({.nll = losses,
+                                      .rows = loss_rows_,
+                                      .trained = masked_targets_ ? flat_targets >= 0 : at::Tensor(),
+                                      .target_weight = target_weight_,
+                                      .samples = samples,
+                                      .positions = positions,
+                                      .targets = loss_rows_.defined() ? loss_positions_ : B * T});
   if (hooks_) loss = hooks_->PostForward(0, loss);
   return loss;
 }

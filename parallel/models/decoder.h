@@ -26,6 +26,7 @@
 #include "parallel/comm/communicator.h"
 #include "parallel/layers/fp8_linear.h"
 #include "parallel/layers/sparse_mlp.h"
+#include "parallel/objectives/objective.h"
 #include "parallel/layers/tp2d_ops.h"
 #include "parallel/models/param_layout.h"
 #include "parallel/sequence/sequence_attention.h"
@@ -99,6 +100,10 @@ class Decoder {
   at::Tensor Loss(const at::Tensor& tokens, const at::Tensor& targets);
   void set_masked_targets(bool masked) { masked_targets_ = masked; }
   void set_target_weight(double weight) { target_weight_ = weight; }
+  // What Head (and so Loss) computes from each target's cross-entropy (parallel/objectives): the
+  // mean cross-entropy unless set. Not null.
+  void set_objective(std::shared_ptr<const Objective> objective) { objective_ = std::move(objective); }
+  const Objective& objective() const { return *objective_; }
   // Packed sequences (formats/data/token_dataset.h "Packing"): the positions [B, T] of the tokens the
   // next forward passes (and the recomputations of their backward) take — of the whole sequence, all
   // sp blocks — for the rotary or learned position embeddings; a token attends only to earlier
@@ -111,8 +116,8 @@ class Decoder {
   void set_dropout_seed(std::optional<uint64_t> seed) { dropout_seed_ = seed; }
 
   // The pieces of Loss, for pipeline stages: token + position embedding [B, T, hidden] (needs the
-  // embedding); blocks [first, first + count) (must be held); final norm, tied head and mean
-  // cross-entropy (needs the head).
+  // embedding); blocks [first, first + count) (must be held); final norm, tied head, each target's
+  // cross-entropy and the objective over them (needs the head).
   at::Tensor Embed(const at::Tensor& tokens);
   // The shape of this rank's activations between blocks for `samples` × `positions` tokens given to it.
   std::vector<int64_t> ActivationShape(int64_t samples, int64_t positions) const;
@@ -306,6 +311,7 @@ class Decoder {
   at::Tensor positions_;  // set_positions.
   at::Tensor runs_;       // With positions_: which run each position is in, [B, T] (every layer's mask).
   double target_weight_ = 1;
+  std::shared_ptr<const Objective> objective_ = DefaultObjective();
   bool fused_kernels_ = false;
   std::optional<Fp8Options> fp8_;  // set_fp8.
   std::optional<ExpertGemm> expert_gemm_;  // set_expert_gemm.

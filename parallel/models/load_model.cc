@@ -12,11 +12,10 @@
 #include "formats/model/checkpoint_model.h"
 #include "formats/model/hf_config.h"
 #include "formats/model/peft_adapter.h"
-#include "parallel/checkpoint/tensor_convert.h"
 #include "parallel/comm/self_communicator.h"
 #include "parallel/models/hf_weights.h"
 #include "parallel/models/peft_weights.h"
-#include "parallel/models/router_bias.h"
+#include "parallel/models/model_state.h"
 
 namespace tessera::parallel {
 namespace {
@@ -36,16 +35,6 @@ absl::StatusOr<std::pair<ModelConfig, HfWeights>> OpenHfModel(const std::string&
   return std::make_pair(c, std::move(*weights));
 }
 
-// Full tensors of a base model for LoadFull: a transformers directory's or a safetensors file's.
-absl::StatusOr<std::map<std::string, at::Tensor>> BaseTensors(const std::string& base, const ModelConfig& c,
-                                                              std::unique_ptr<HfWeights>* keep) {
-  if (!IsHfDirectory(base)) return LoadTensors(base);
-  auto weights = OpenHfWeights(base, c);
-  if (!weights.ok()) return weights.status();
-  *keep = std::make_unique<HfWeights>(std::move(*weights));
-  return (*keep)->tensors;
-}
-
 }  // namespace
 
 absl::StatusOr<LoadedModel> LoadModelForInference(const std::string& path, c10::Device device,
@@ -53,9 +42,11 @@ absl::StatusOr<LoadedModel> LoadModelForInference(const std::string& path, c10::
   auto tp = std::make_shared<SelfCommunicator>(0, "tp");
   LoadedModel out;
   ModelConfig c;
-  std::map<std::string, at::Tensor> base, adapters;
+  std::map<std::string, at::Tensor> base;
   std::unique_ptr<HfWeights> mapped;  // Keeps a transformers directory's mapping alive.
-  std::vector<std::vector<double>> router_bias;  // A checkpoint's, as the Trainer resumes it.
+  std::string step_dir;  // A checkpoint's: its state goes on the model (ApplyCheckpointState).
+  std::vector<std::vector<double>> router_bias;
+  bool lora_checkpoint = false;  // Its model.safetensors holds the adapters only.
   if (IsHfDirectory(path)) {
     auto hf = OpenHfModel(path);
     if (!hf.ok()) return hf.status();
@@ -68,22 +59,19 @@ absl::StatusOr<LoadedModel> LoadModelForInference(const std::string& path, c10::
     if (!checkpoint.ok()) return checkpoint.status();
     c = checkpoint->config;
     router_bias = checkpoint->router_bias;
-    auto tensors = LoadTensors(checkpoint->path + "/model.safetensors");
-    if (!tensors.ok()) return tensors.status();
-    out.source = checkpoint->path;
-    if (c.lora.enabled()) {
+    out.source = step_dir = checkpoint->path;
+    lora_checkpoint = c.lora.enabled();
+    if (lora_checkpoint) {
       // The adapters of a LoRA checkpoint, over the base the job trained them on.
       if (checkpoint->lora_base.empty()) {
         return absl::FailedPreconditionError(absl::StrCat(checkpoint->path, ": a LoRA checkpoint that names no base "
                                                           "model (the job had neither init_from nor pretrained)"));
       }
-      auto b = BaseTensors(checkpoint->lora_base, c, &mapped);
+      auto b = OpenBaseWeights(checkpoint->lora_base, c);
       if (!b.ok()) return absl::Status(b.status().code(), absl::StrCat("the LoRA checkpoint's base ", checkpoint->lora_base,
                                                                        ": ", b.status().message()));
-      base = std::move(*b);
-      adapters = std::move(*tensors);
-    } else {
-      base = std::move(*tensors);
+      base = std::move(b->tensors);
+      mapped = std::move(b->mapped);
     }
   }
   if (!lora.empty()) {
@@ -95,19 +83,19 @@ absl::StatusOr<LoadedModel> LoadModelForInference(const std::string& path, c10::
     c.lora.targets = config->targets;
   }
   out.model = std::make_unique<Decoder>(c, tp, /*seed=*/0, device);
+  at::Tensor bias;  // Loss-free balancing: the checkpoint's biases choose the experts, as in training.
   if (c.IsMoe() && c.router_bias_rate > 0) {
-    // Loss-free balancing: the checkpoint's biases choose the experts, as in training (router_bias.h).
-    at::Tensor bias = at::zeros({c.layers, c.experts}, at::TensorOptions().dtype(at::kFloat).device(device));
-    if (absl::Status s = LoadRouterBias(router_bias, bias); !s.ok()) {
-      return absl::DataLossError(absl::StrCat(out.source, "/trainer_state.json: ", s.message()));
-    }
+    bias = at::zeros({c.layers, c.experts}, at::TensorOptions().dtype(at::kFloat).device(device));
     out.model->set_router_bias(bias);
   }
-  if (absl::Status s = out.model->LoadFull(base); !s.ok()) return absl::DataLossError(absl::StrCat(out.source, ": ", s.message()));
-  if (!adapters.empty()) {
-    if (absl::Status s = out.model->LoadFull(adapters, Decoder::LoadWhat::kTrainable); !s.ok()) {
-      return absl::DataLossError(absl::StrCat(out.source, "/model.safetensors: ", s.message()));
-    }
+  if (!base.empty()) {
+    if (absl::Status s = out.model->LoadFull(base); !s.ok()) return absl::DataLossError(absl::StrCat(out.source, ": ", s.message()));
+  }
+  if (!step_dir.empty()) {
+    // As the Trainer resumes it (model_state.h): the parameters (a LoRA checkpoint's adapters over the
+    // base above) and the router biases.
+    const auto what = lora_checkpoint ? Decoder::LoadWhat::kTrainable : Decoder::LoadWhat::kModel;
+    if (absl::Status s = ApplyCheckpointState(step_dir, what, router_bias, *out.model, bias); !s.ok()) return s;
   }
   if (!lora.empty()) {
     if (absl::Status s = LoadPeftAdapterTensors(*out.model, lora); !s.ok()) return s;

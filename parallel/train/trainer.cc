@@ -148,6 +148,7 @@ absl::Status Trainer::Init() {
   model_->set_activation_checkpointing(options_.activation_checkpointing);
   model_->set_fused_kernels(options_.fused_kernels);
   model_->set_fp8(options_.fp8);
+  if (options_.objective) model_->set_objective(options_.objective);
 
   TESSERA_RETURN_IF_ERROR(LoadInitialWeights());
   TESSERA_RETURN_IF_ERROR(CreateOptimizer(dtype));

@@ -16,7 +16,7 @@
 #include "formats/model/trainer_state.h"
 #include "nlohmann/json.hpp"
 #include "parallel/checkpoint/tensor_convert.h"
-#include "parallel/models/router_bias.h"
+#include "parallel/models/model_state.h"
 #include "parallel/train/checkpoint_write.h"
 #include "parallel/train/status_macros.h"
 #include "parallel/train/trainer.h"
@@ -429,17 +429,11 @@ absl::Status Trainer::LoadCheckpoint(const std::string& path) {
           absl::StrCat("checkpoint ", path, " was written for model.", key, " ", had, ", the spec says ", want));
     }
   }
-  auto params = LoadTensors(path + "/model.safetensors");
-  if (!params.ok()) return params.status();
-  TESSERA_RETURN_IF_ERROR(model_->LoadFull(*params, Decoder::LoadWhat::kTrainable));
+  // What changes the forward pass, as tessera generate applies it (model_state.h): the trained
+  // parameters, and loss-free balancing's biases (a checkpoint without them starts them at 0).
+  TESSERA_RETURN_IF_ERROR(ApplyCheckpointState(path, Decoder::LoadWhat::kTrainable, state->router_bias, *model_, router_bias_));
   step_ = state->step;
   adam_step_ = state->optimizer_step;
-  if (router_bias_.defined()) {
-    // Loss-free balancing's biases go on; a checkpoint without them (rate 0 when written) starts at 0.
-    if (absl::Status s = LoadRouterBias(state->router_bias, router_bias_); !s.ok()) {
-      return absl::DataLossError(absl::StrCat(path, "/trainer_state.json: ", s.message()));
-    }
-  }
   if (data_->blended()) {
     // The blend continues from the saved positions when the checkpoint has them for as many
     // sources; otherwise (a checkpoint from before the blend) from its definition at next_sample.

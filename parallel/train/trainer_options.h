@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -19,6 +20,8 @@
 #include "parallel/optim/lr_schedule.h"
 
 namespace tessera::parallel {
+
+class Objective;  // parallel/objectives/objective.h
 
 struct TrainerOptions {
   ModelConfig model;
@@ -48,6 +51,9 @@ struct TrainerOptions {
   layout::Precision precision = layout::Precision::kFp32;  // Parameters and activations; fp32 masters.
   // With bf16 precision (train.precision fp8): the blocks' linear GEMMs in FP8 (Decoder::set_fp8).
   std::optional<layout::Fp8Options> fp8;
+  // What each micro-batch's loss is (parallel/objectives; Decoder::set_objective), in training and
+  // evaluation alike. Null: the mean cross-entropy.
+  std::shared_ptr<const Objective> objective;
   double initial_loss_scale = 65536;  // fp16: dynamic loss scaling starts here,
   int loss_scale_window = 1000;       // doubles after this many steps without overflow, halves on one.
 

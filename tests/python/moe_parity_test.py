@@ -266,7 +266,10 @@ class MoeParityTest(unittest.TestCase):
         samples = gpt_reference.Samples(self.data, SEQ, False, 0)
         want = gpt_reference.train(model, samples, STEPS, MICRO, GLOBAL, LR, MIN_LR, WARMUP, True, WD, BETAS,
                                    ADAM_EPS, CLIP)
-        for name, sets in [("mixtral_bias", ["checkpoint.every_steps=5"]),
+        # The run evaluates after its last step on validation samples 0..GLOBAL-1 of the same file, read in
+        # order: the trainer's own evaluation forward, compared with generate's below.
+        for name, sets in [("mixtral_bias", ["checkpoint.every_steps=5", f"data.valid_path={self.data}",
+                                             "train.eval_batches=1"]),
                            ("mixtral_bias_ep2", ["parallel.dp=2", "parallel.ep=2"])]:
             got = self.run_tessera(name, "mixtral", [f"model.router_bias_rate={rate}"] + sets)["loss"]
             worst = max(abs(g - w) / abs(w) for g, w in zip(got, want))
@@ -316,6 +319,22 @@ class MoeParityTest(unittest.TestCase):
         print(f"generate's logits vs the biased forward {worst:.2e}; vs the plain forward {gap:.2e}")
         torch.testing.assert_close(got, biased, rtol=LOGITS_TOL, atol=LOGITS_TOL)
         self.assertGreater(gap, 10 * LOGITS_TOL, "the biases change these logits (the test can fail)")
+        # And generate's forward is the trainer's own (issue 62): the cross-entropy of generate's prompt logits
+        # over the validation samples is the val_loss the trainer logged for the same weights and biases.
+        with open(os.path.join(self.tmp, "mixtral_bias", "steps.jsonl")) as f:
+            val = [json.loads(line) for line in f if "val_loss" in line]
+        self.assertEqual(len(val), 1)
+        inputs, targets = gpt_reference.Samples(self.data, SEQ, False, 0).batch(range(GLOBAL))
+        losses = []
+        for k in range(GLOBAL):
+            path = os.path.join(self.tmp, f"mixtral_bias_valid_{k}.safetensors")
+            self.tessera("generate", ckpt, "--prompt-ids", ",".join(map(str, inputs[k].tolist())), "--max-new-tokens",
+                         "0", "--logits-out", path)
+            logits = safetensors.torch.load_file(path)["logits"].double()
+            losses.append(torch.nn.functional.cross_entropy(logits, targets[k]).item())
+        from_generate = sum(losses) / GLOBAL
+        print(f"generate's validation loss {from_generate:.8f}, the trainer's {val[0]['val_loss']:.8f}")
+        self.assertLessEqual(abs(from_generate - val[0]["val_loss"]), LOGITS_TOL * abs(val[0]["val_loss"]))
         # The export has no place for the biases: refused by name, not written to route otherwise.
         done = subprocess.run([TESSERA, "export", ckpt, os.path.join(self.tmp, "mixtral_bias_hf")], env=ENV,
                               capture_output=True, text=True)

@@ -1,0 +1,65 @@
+// Objective: what one micro-batch's loss is, given the model's prediction of each of its targets —
+// written once, for every layout. A new objective (DPO, a reward model's, GRPO's) is a class here and
+// nothing else: the Decoder's head calls it wherever the loss is computed (one process; a pipeline's
+// last stage; every rank of a tp group, after the vocabulary-parallel cross-entropy made each target's
+// loss whole; each sequence-parallel rank and each grid rank for its own part of the micro-batch), and
+// the Trainer weighs the result like any micro-batch's loss (Trainer::LossWeight) in every layout.
+//
+// Contract: Loss() sees this rank's part of one micro-batch only, so an objective must be an average
+// over its parts — parts of equal size (samples split over a grid's sample axes, sequence blocks
+// over sp) average, micro-batches average, and the mean over the parts is the objective of the whole
+// (true of any mean over positions of a per-target function). Thread safety: const; may be shared.
+#ifndef TESSERA_PARALLEL_OBJECTIVES_OBJECTIVE_H_
+#define TESSERA_PARALLEL_OBJECTIVES_OBJECTIVE_H_
+
+#include <cstdint>
+#include <memory>
+
+#include <ATen/core/Tensor.h>
+
+namespace tessera::parallel {
+
+// What the model predicted for this rank's part of a micro-batch of `samples` × `positions` targets.
+struct TargetLosses {
+  // −log p(target) of each target, fp32, differentiable: [samples · positions] in sample-major order,
+  // or only the targets `rows` selects.
+  at::Tensor nll;
+  // Undefined: every target. Else [N] int64, the indices into [samples · positions] of nll's entries
+  // (the targets that reach a loss: Decoder::loss_rows()); the others' loss is 0.
+  at::Tensor rows;
+  // Undefined: every target is trained. Else, shaped as nll, true where the target is trained (SFT
+  // data: formats/data/token_dataset.h), and each trained target counts `target_weight` times.
+  at::Tensor trained;
+  double target_weight = 1;
+  // The forward pass's: nll (or rows) index [samples · positions].
+  int64_t samples = 0;
+  int64_t positions = 0;
+  // How many targets the part has: samples · positions, or more when the forward left out the
+  // positions after the batch's last trained target (Decoder::Loss; they reach no loss).
+  int64_t targets = 0;
+};
+
+class Objective {
+ public:
+  virtual ~Objective() = default;
+  // The name a spec or a log gives it.
+  virtual const char* name() const = 0;
+  // The loss of this part of the micro-batch: a scalar, fp32, differentiable in `t.nll`.
+  virtual at::Tensor Loss(const TargetLosses& t) const = 0;
+};
+
+// The default: the mean cross-entropy over every target of the part — with SFT data, each trained
+// target's weighted, the untrained adding 0 (so that the step's loss is Σ over the global batch's
+// trained targets / their number: Trainer::WeighTrainedTargets).
+class CrossEntropy final : public Objective {
+ public:
+  const char* name() const override { return "cross_entropy"; }
+  at::Tensor Loss(const TargetLosses& t) const override;
+};
+
+// The shared default objective.
+std::shared_ptr<const Objective> DefaultObjective();
+
+}  // namespace tessera::parallel
+
+#endif  // TESSERA_PARALLEL_OBJECTIVES_OBJECTIVE_H_
