@@ -23,7 +23,8 @@ struct ProcessGroups {
   std::shared_ptr<Communicator> tp;
   std::shared_ptr<Communicator> sp;
   // The ranks holding the same parameters (same pp and tp coordinates): dp × sp. Gradients are
-  // averaged over it. The dp group itself when sp = 1.
+  // summed over it (each rank's loss weighs its share: Trainer::LossWeight). The dp group itself when
+  // sp = 1.
   std::shared_ptr<Communicator> dp_sp;
   // The first and the last pipeline stage of this rank's pp group, which both hold the tied token
   // embedding (its gradient is summed between them). Null on the stages in between; a group of one

@@ -147,7 +147,8 @@ class Decoder {
   // Sequence parallelism: the tokens given to Embed/Loss are block sp->rank() of the sequence (all
   // ranks the same length), positions offset accordingly; attention spans the whole sequence through
   // `mode` (parallel/sequence). The loss is this block's mean: the mean over the sequence is the
-  // average over sp ranks, and gradients are averaged over sp like over dp.
+  // average over sp ranks (the Trainer weighs each block's loss 1/sp and sums gradients over sp, as
+  // over dp).
   void set_sequence_parallel(std::shared_ptr<Communicator> sp, SpMode mode) {
     sp_ = std::move(sp);
     sp_mode_ = mode;

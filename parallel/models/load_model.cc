@@ -88,7 +88,8 @@ absl::StatusOr<LoadedModel> LoadModelForInference(const std::string& path, c10::
     bias = at::zeros({c.layers, c.experts}, at::TensorOptions().dtype(at::kFloat).device(device));
     out.model->set_router_bias(bias);
   }
-  if (!base.empty()) {
+  if (step_dir.empty() || lora_checkpoint) {
+    // A transformers directory, or a LoRA checkpoint's base: every tensor of the model must be there.
     if (absl::Status s = out.model->LoadFull(base); !s.ok()) return absl::DataLossError(absl::StrCat(out.source, ": ", s.message()));
   }
   if (!step_dir.empty()) {

@@ -37,9 +37,9 @@ absl::Status ApplyCheckpointState(const std::string& step_dir, Decoder::LoadWhat
       for (double b : row) {
         if (b != 0) {
           return absl::FailedPreconditionError(absl::StrCat(
-              state_file, ": router_bias: the checkpoint routes tokens with loss-free balancing's biases, and this "
-                          "model has none (model.router_bias_rate 0): set model.router_bias_rate > 0 to go on "
-                          "with them"));
+              state_file, ": router_bias: the checkpoint routes tokens with loss-free balancing's biases, and the "
+                          "model it is loaded into routes without them (model.router_bias_rate 0); a spec that "
+                          "resumes it needs model.router_bias_rate > 0"));
         }
       }
     }

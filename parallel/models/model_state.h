@@ -6,8 +6,9 @@
 // What a checkpoint holds that changes the forward pass, and where it is handled:
 //   model.safetensors    the trained parameters (LoRA: the adapters only)     ApplyCheckpointState
 //   router_bias          loss-free balancing's biases (trainer_state.json)    ApplyCheckpointState
-//   the LoRA base        trainer_state.json lora_base, or the job's           OpenBaseWeights
-//                        model.init_from / model.pretrained
+//   the LoRA base        trainer_state.json lora_base (generate: OpenBaseWeights, which opens a
+//                        file or a transformers directory as the Trainer opens the job's
+//                        model.init_from / model.pretrained: LoadTensors / OpenHfWeights)
 //   model sizes, family  trainer_state.json model: the Decoder is built from it (generate) or checked
 //                        against the spec (the Trainer)
 // Not state: router jitter and LoRA dropout (training noise, off in every forward without a

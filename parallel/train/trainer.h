@@ -1,5 +1,5 @@
 // Trainer: one rank's training loop — data, forward/backward with gradient accumulation, data-parallel
-// gradient averaging overlapped with backward, global-norm clipping, AdamW, checkpoints, step log.
+// gradient sums overlapped with backward, global-norm clipping, AdamW, checkpoints, step log.
 //
 // Every rank of the job constructs one with the same options and its own ProcessGroups, and calls
 // Run(); collectives inside require all ranks to make the same calls in the same order.

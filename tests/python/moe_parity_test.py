@@ -283,6 +283,16 @@ class MoeParityTest(unittest.TestCase):
         self.assertEqual(len(got), STEPS - 5)
         for g, w in zip(got, want[5:]):
             self.assertLessEqual(abs(g - w), SINGLE_TOL * abs(w), "resumed")
+        # Resumed by a spec without loss-free balancing: refused by name, not routed without the biases.
+        dropped = os.path.join(self.tmp, "mixtral_bias_dropped")
+        shutil.copytree(os.path.join(self.tmp, "mixtral_bias", "checkpoints", "step_00000005"),
+                        os.path.join(dropped, "checkpoints", "step_00000005"))
+        spec = write_pretrained_spec(self.tmp, "mixtral_bias_dropped", self.dirs["mixtral"], self.data, SEQ, STEPS,
+                                     MICRO, GLOBAL, LR, MIN_LR, WARMUP, WD, BETAS, ADAM_EPS, CLIP)
+        done = run_tessera(TESSERA, spec, [], ENV)
+        self.assertNotEqual(done.returncode, 0)
+        self.assertIn("router_bias: the checkpoint routes tokens with loss-free balancing's biases",
+                      done.stdout + done.stderr)
         # The test can fail: the same run without the bias ends elsewhere.
         plain = self.reference("mixtral")["loss"]
         gap = max(abs(g - w) / abs(w) for g, w in zip(plain, want))
