@@ -16,6 +16,8 @@ plan::PlanInput PlanInputFor(const v1::JobSpec& spec, int devices, double gflops
   in.global_batch = spec.train().global_batch();
   in.devices = devices;
   in.activation_checkpointing = spec.train().activation_checkpointing();
+  in.target = spec::TargetOf(spec);
+  in.zero_stage = spec::LayoutOf(spec).zero_stage;
   const bool cuda = spec.device() == v1::DEVICE_CUDA;
   in.device.flops = gflops > 0 ? gflops * 1e9 : cuda ? 50e12 : 50e9;
   in.device.bandwidth = bandwidth_gbs > 0 ? bandwidth_gbs * 1e9 : cuda ? 200e9 : 2e9;

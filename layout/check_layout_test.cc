@@ -192,5 +192,45 @@ TEST(CheckLayoutTest, NonsenseModelsDoNotCrashIt) {
   EXPECT_THAT(LayoutProblems(zero, l, {0, 0}), Not(IsEmpty()));
 }
 
+// What this build runs where, LoRA's and FP8's layouts: rules of CheckLayout like the others (so the
+// planner never proposes what validation refuses: client/auto_layout_test.cc).
+TEST(CheckLayoutTest, TargetAndAdapterRules) {
+  ParallelLayout l;
+  l.pp = 2, l.sp = 2, l.tp = 4, l.tp_mode = TpMode::k2D;
+  EXPECT_TRUE(CheckLayout(Gpt(), l, {2, 8}).ok()) << Problems(Gpt(), l);
+  const Target cuda{DeviceKind::kCuda, false};
+  const std::string on_cuda(CheckLayout(Gpt(), l, {2, 8}, cuda).message());
+  EXPECT_THAT(on_cuda, HasSubstr("parallel.tp_mode: 2d with device cuda is not available yet; use 1d"));
+  EXPECT_THAT(on_cuda, HasSubstr("parallel.pp: 2 with device cuda is not available yet; use 1"));
+  EXPECT_THAT(on_cuda, HasSubstr("parallel.sp: 2 with device cuda is not available yet; use 1"));
+  EXPECT_THAT(std::string(CheckLayout(Gpt(), l, {2, 8}, {DeviceKind::kCpu, true}).message()),
+              HasSubstr("train.precision: fp8 with a grid tensor-parallel mode is not supported yet"));
+  ModelConfig lora = Gpt();
+  lora.family = ModelFamily::kLlama;
+  lora.lora.rank = 4, lora.lora.targets = {"q_proj"};
+  EXPECT_THAT(Problems(lora, l), HasSubstr("model.lora: with a grid tensor-parallel mode is not supported yet"));
+  EXPECT_THAT(TensorParallelProblems(lora, TpMode::k2D, 4, 1, 0), Not(IsEmpty())) << "the Decoder's contract";
+  l.tp = 2, l.tp_mode = TpMode::k1D;
+  EXPECT_TRUE(CheckLayout(lora, l, {2, 8}).ok()) << Problems(lora, l);
+  lora.experts = 4, lora.experts_per_token = 2, lora.lora.dropout = 0.1, lora.lora.targets = {"q_proj", "up_proj"};
+  EXPECT_THAT(Problems(lora, l), HasSubstr("model.lora.dropout: 0.1 with adapters on a Mixture of Experts' MLPs "
+                                           "(up_proj) is not supported yet"));
+}
+
+// The schedules, the stage layout and the rank generator read these parts of CheckLayout.
+TEST(CheckLayoutTest, PartsTheConstructorsRead) {
+  EXPECT_THAT(ScheduleProblems(PipeSchedule::kZeroBubbleV, 2, 1, 4), Not(IsEmpty()));
+  EXPECT_THAT(ScheduleProblems(PipeSchedule::kInterleaved, 2, 2, 3), Not(IsEmpty()));
+  EXPECT_THAT(ScheduleProblems(PipeSchedule::kInterleaved, 2, 2, 0), IsEmpty()) << "micro-batches unknown";
+  EXPECT_THAT(ScheduleProblems(PipeSchedule::kOneFOneB, 2, 1, 3), IsEmpty());
+  EXPECT_THAT(StageProblems(3, 2, 2, {}), Not(IsEmpty()));
+  EXPECT_THAT(StageProblems(4, 2, 1, {3, 1}), IsEmpty());
+  ParallelLayout l;
+  l.dp = 4, l.ep = 3;
+  EXPECT_THAT(AxisProblems(l), Not(IsEmpty()));
+  l.ep = 2;
+  EXPECT_THAT(AxisProblems(l), IsEmpty());
+}
+
 }  // namespace
 }  // namespace tessera::layout

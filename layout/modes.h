@@ -40,6 +40,9 @@ enum class PipeSchedule {
   kZeroBubbleV,  // ZB-V: two chunks per stage in a V (stage r holds r and 2·pp−1−r), split backwards.
 };
 
+// What a rank computes on (cpu, or cuda:local_rank).
+enum class DeviceKind { kCpu, kCuda };
+
 // Parameters and activations; master weights, optimizer state and the loss stay fp32.
 enum class Precision { kFp32, kBf16, kFp16 };
 

@@ -4,17 +4,15 @@
 #include <climits>
 
 #include "absl/strings/str_cat.h"
+#include "layout/check_layout.h"
 
 namespace tessera::layout {
 
 absl::StatusOr<RankGenerator> RankGenerator::Create(const ParallelLayout& layout) {
+  // The rules are CheckLayout's: every size ≥ 1, ep | dp.
+  if (absl::Status s = ToStatus(AxisProblems(layout)); !s.ok()) return s;
   std::array<int, kNumAxes> sizes{};
-  for (Axis a : kAxes) {
-    sizes[static_cast<int>(a)] = layout.Size(a);
-    if (layout.Size(a) < 1) {
-      return absl::InvalidArgumentError(absl::StrCat(AxisName(a), " size ", layout.Size(a), " must be at least 1"));
-    }
-  }
+  for (Axis a : kAxes) sizes[static_cast<int>(a)] = layout.Size(a);
   if (layout.WorldSize() > INT_MAX) {
     return absl::InvalidArgumentError(absl::StrCat("world size ", layout.WorldSize(), " exceeds ", INT_MAX, " ranks"));
   }
@@ -23,10 +21,6 @@ absl::StatusOr<RankGenerator> RankGenerator::Create(const ParallelLayout& layout
   for (Axis a : layout.order) {
     strides[static_cast<int>(a)] = stride;
     stride *= sizes[static_cast<int>(a)];
-  }
-  const int dp = sizes[static_cast<int>(Axis::kDp)];
-  if (layout.ep < 1 || dp % layout.ep != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("ep ", layout.ep, " must be at least 1 and divide dp ", dp));
   }
   return RankGenerator(sizes, strides, layout.order, stride, layout.ep);
 }
@@ -42,6 +36,35 @@ std::vector<int> RankGenerator::ExpertDataGroup(int rank) const {
   std::vector<int> ranks;
   for (int d = Coord(rank, Axis::kDp) % ep_; d < static_cast<int>(dp.size()); d += ep_) ranks.push_back(dp[d]);
   return ranks;
+}
+
+std::vector<int> RankGenerator::ExpertReplicaGroup(int rank) const {
+  std::vector<int> ranks;
+  const int d = Coord(rank, Axis::kDp);
+  for (int r : GroupRanks(rank, std::vector<Axis>{Axis::kDp, Axis::kSp})) {
+    if (Coord(r, Axis::kDp) % ep_ == d % ep_) ranks.push_back(r);
+  }
+  return ranks;
+}
+
+absl::StatusOr<std::vector<int>> RankGenerator::TpGridAxisGroup(int rank, const std::vector<int>& grid,
+                                                                int axis) const {
+  const std::vector<int> tp = GroupRanks(rank, Axis::kTp);
+  int64_t product = 1;
+  for (int n : grid) product *= n < 1 ? 0 : n;
+  if (product != static_cast<int64_t>(tp.size())) {
+    return absl::InvalidArgumentError(absl::StrCat("the tp grid's sizes multiply to ", product, ", tp is ", tp.size()));
+  }
+  if (axis < 0 || axis >= static_cast<int>(grid.size())) {
+    return absl::InvalidArgumentError(absl::StrCat("tp grid axis ", axis, " of ", grid.size()));
+  }
+  int stride = 1;  // Of `axis` along the tp index.
+  for (int a = static_cast<int>(grid.size()) - 1; a > axis; --a) stride *= grid[a];
+  const int t = Coord(rank, Axis::kTp);
+  const int coord = (t / stride) % grid[axis];
+  std::vector<int> members;
+  for (int k = 0; k < grid[axis]; ++k) members.push_back(tp[t + (k - coord) * stride]);
+  return members;
 }
 
 std::vector<std::vector<int>> RankGenerator::AllExpertParallelGroups() const {

@@ -44,9 +44,19 @@ class RankGenerator {
   // and the dp group.
   std::vector<int> ExpertParallelGroup(int rank) const;
   std::vector<int> ExpertDataGroup(int rank) const;
+  // The ranks holding the same experts as `rank`, whose experts' gradients are summed: the dp × sp
+  // ranks whose dp index is ≡ `rank`'s mod ep (sequence blocks hold the same experts), in rank order.
+  // With ep = 1: the dp × sp group.
+  std::vector<int> ExpertReplicaGroup(int rank) const;
   // Every expert-parallel group, ordered by their lowest rank (what placement keeps on one worker).
   std::vector<std::vector<int>> AllExpertParallelGroups() const;
   int ep() const { return ep_; }
+
+  // 2D / 2.5D / 3D tensor parallelism: `rank`'s tp group read as a grid of `grid` sizes (TpGrid::Axes,
+  // the last axis fastest-varying along the tp index); the members of the group that differ from
+  // `rank` only in grid coordinate `axis`, ranked by it. InvalidArgument when the sizes do not
+  // multiply to tp or `axis` is not one of them.
+  absl::StatusOr<std::vector<int>> TpGridAxisGroup(int rank, const std::vector<int>& grid, int axis) const;
 
  private:
   RankGenerator(std::array<int, kNumAxes> sizes, std::array<int, kNumAxes> strides, AxisOrder order, int world_size,

@@ -134,5 +134,61 @@ TEST(RankGeneratorTest, OrderNamesRoundTrip) {
             "'tp-dp-pp' must name dp, pp, sp and tp once each, e.g. tp-sp-pp-dp");
 }
 
+// The replicas of a rank's experts: every rank with the same pp and tp coordinates whose dp index is
+// ≡ this one's mod ep, any sp index; checked by coordinates for every order.
+TEST(RankGeneratorTest, ExpertReplicasSpanSpAndTheDpResidue) {
+  AxisOrder order = kDefaultOrder;
+  std::sort(order.begin(), order.end());
+  do {
+    ParallelLayout l;
+    l.dp = 6, l.pp = 2, l.tp = 1, l.sp = 2, l.ep = 3;
+    l.order = order;
+    auto g = RankGenerator::Create(l);
+    ASSERT_TRUE(g.ok()) << g.status();
+    for (int r = 0; r < g->world_size(); ++r) {
+      std::vector<int> want;
+      for (int x = 0; x < g->world_size(); ++x) {
+        if (g->Coord(x, Axis::kPp) == g->Coord(r, Axis::kPp) && g->Coord(x, Axis::kTp) == g->Coord(r, Axis::kTp) &&
+            g->Coord(x, Axis::kDp) % 3 == g->Coord(r, Axis::kDp) % 3) {
+          want.push_back(x);
+        }
+      }
+      EXPECT_EQ(g->ExpertReplicaGroup(r), want) << OrderName(order) << " rank " << r;
+      EXPECT_EQ(want.size(), 4u);
+    }
+  } while (std::next_permutation(order.begin(), order.end()));
+  auto one = Make(2, 1, 2, 2, "tp-sp-pp-dp");
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(one->ExpertReplicaGroup(3), one->GroupRanks(3, std::vector<Axis>{Axis::kDp, Axis::kSp}));
+}
+
+// A grid's axis groups: the tp index read with the last grid axis fastest; a group holds the ranks
+// whose grid coordinates differ in that axis only, ranked by it.
+TEST(RankGeneratorTest, TpGridAxisGroupsByGridCoordinates) {
+  auto g = Make(2, 1, 12, 1, "dp-tp-sp-pp");
+  ASSERT_TRUE(g.ok());
+  const std::vector<int> grid = {3, 2, 2};
+  auto coords = [&](int rank) {
+    const int t = g->Coord(rank, Axis::kTp);
+    return std::vector<int>{t / 4, (t / 2) % 2, t % 2};
+  };
+  for (int r = 0; r < g->world_size(); ++r) {
+    for (int a = 0; a < 3; ++a) {
+      auto members = g->TpGridAxisGroup(r, grid, a);
+      ASSERT_TRUE(members.ok()) << members.status();
+      ASSERT_EQ(static_cast<int>(members->size()), grid[a]);
+      for (int k = 0; k < grid[a]; ++k) {
+        const int m = (*members)[k];
+        EXPECT_EQ(g->Coord(m, Axis::kDp), g->Coord(r, Axis::kDp));
+        std::vector<int> want = coords(r);
+        want[a] = k;
+        EXPECT_EQ(coords(m), want) << "rank " << r << " axis " << a;
+      }
+    }
+  }
+  EXPECT_FALSE(g->TpGridAxisGroup(0, {2, 2}, 0).ok());
+  EXPECT_FALSE(g->TpGridAxisGroup(0, grid, 3).ok());
+}
+
 }  // namespace
 }  // namespace tessera::layout

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "layout/check_layout.h"
 
 namespace tessera::layout {
 namespace {
@@ -33,14 +34,7 @@ absl::StatusOr<std::vector<PipeAction>> MakeSchedule(PipeSchedule schedule, int 
                                                    " micro-batches is not a valid schedule"));
   }
   std::vector<PipeAction> out;
-  if (schedule == PipeSchedule::kZeroBubbleV && chunks != 2) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("parallel.pp_chunks: ", chunks, " (pp_schedule zbv runs two chunks per stage)"));
-  }
-  if (schedule != PipeSchedule::kInterleaved && schedule != PipeSchedule::kZeroBubbleV && chunks != 1) {
-    return absl::InvalidArgumentError(absl::StrCat("parallel.pp_chunks: ", chunks, " needs pp_schedule interleaved (",
-                                                   Name(schedule), " runs one chunk)"));
-  }
+  if (absl::Status s = ToStatus(ScheduleProblems(schedule, pp, chunks, m)); !s.ok()) return s;  // CheckLayout's.
   if (IsZeroBubble(schedule)) {
     // Every rank makes the whole pipeline's schedule from the same costs: the same one everywhere.
     auto all = MakeZeroBubbleSchedule(schedule, pp, m, PipeCosts{});
@@ -56,14 +50,6 @@ absl::StatusOr<std::vector<PipeAction>> MakeSchedule(PipeSchedule schedule, int 
     }
     for (int i = m - warmup; i < m; ++i) out.push_back({PipeOp::kBackward, i, 0});
     return out;
-  }
-  if (chunks < 2) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("parallel.pp_chunks: ", chunks, " must be at least 2 with pp_schedule interleaved"));
-  }
-  if (m % pp != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("parallel.pp_schedule: interleaved needs the micro-batches per "
-                                                   "step (", m, ") to be a multiple of pp (", pp, ")"));
   }
   const int total = m * chunks;
   int warmup = total;

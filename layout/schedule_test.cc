@@ -208,7 +208,7 @@ TEST(ScheduleTest, MakeScheduleGivesEachRankItsRowOfZeroBubbleH1) {
     }
   }
   auto two = MakeSchedule(PipeSchedule::kZeroBubbleH1, 2, 2, 0, 4);
-  EXPECT_NE(two.status().message().find("parallel.pp_chunks: 2 needs pp_schedule interleaved (zb1p runs one chunk)"),
+  EXPECT_NE(two.status().message().find("parallel.pp_chunks: 2 needs pp_schedule interleaved (zb1p runs one chunk per stage)"),
             std::string::npos)
       << two.status();
 }
@@ -328,7 +328,7 @@ TEST(StageLayoutTest, ExplicitListAndErrors) {
   ASSERT_TRUE(l.ok());
   EXPECT_EQ(l->virtual_stage(1).first_layer, 4);
   auto few = StageLayout::Create(3, 2, 2);
-  EXPECT_NE(few.status().message().find("at least 4 layers"), std::string::npos) << few.status();
+  EXPECT_NE(few.status().message().find("virtual stages need model.layers ≥ 4"), std::string::npos) << few.status();
   auto sum = StageLayout::Create(6, 2, 1, {4, 3});
   EXPECT_NE(sum.status().message().find("parallel.pp_layers: sums to 7"), std::string::npos) << sum.status();
   auto zero = StageLayout::Create(6, 2, 1, {6, 0});

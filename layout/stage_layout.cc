@@ -1,6 +1,7 @@
 #include "layout/stage_layout.h"
 
 #include "absl/strings/str_cat.h"
+#include "layout/check_layout.h"
 
 namespace tessera::layout {
 
@@ -12,41 +13,19 @@ int VirtualStageOf(StagePlacement placement, int pp, int rank, int chunk) {
 absl::StatusOr<StageLayout> StageLayout::Create(int layers, int pp, int chunks,
                                                 const std::vector<int>& layers_per_stage, StagePlacement placement) {
   if (pp < 1) return absl::InvalidArgumentError(absl::StrCat("parallel.pp: ", pp, " must be at least 1"));
-  if (chunks < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("parallel.pp_chunks: ", chunks, " must be at least 1"));
-  }
-  if (placement == StagePlacement::kV && chunks != 2) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("parallel.pp_chunks: ", chunks, " (pp_schedule zbv runs two chunks per stage)"));
-  }
+  // The rules are CheckLayout's. The V is zbv's placement; round-robin is interleaved's (chunks ≥ 2)
+  // and every other schedule's (one chunk).
+  const PipeSchedule schedule = placement == StagePlacement::kV ? PipeSchedule::kZeroBubbleV
+                                : chunks > 1                    ? PipeSchedule::kInterleaved
+                                                                : PipeSchedule::kOneFOneB;
+  std::vector<LayoutProblem> problems = ScheduleProblems(schedule, pp, chunks, /*micro_batches=*/0);
+  if (problems.empty()) problems = StageProblems(layers, pp, chunks, layers_per_stage);
+  if (absl::Status s = ToStatus(problems); !s.ok()) return s;
+  if (layers < 1) return absl::InvalidArgumentError(absl::StrCat("model.layers: ", layers, " must be at least 1"));
   const int v = pp * chunks;
-  std::vector<int> counts;
-  if (layers_per_stage.empty()) {
-    if (layers < v) {
-      return absl::InvalidArgumentError(absl::StrCat("parallel.pp_chunks: pp·pp_chunks = ", v,
-                                                     " virtual stages need at least ", v,
-                                                     " layers, the model has ", layers));
-    }
+  std::vector<int> counts = layers_per_stage;
+  if (counts.empty()) {
     for (int s = 0; s < v; ++s) counts.push_back(layers / v + (s < layers % v ? 1 : 0));
-  } else {
-    if (static_cast<int>(layers_per_stage.size()) != v) {
-      return absl::InvalidArgumentError(absl::StrCat("parallel.pp_layers: has ", layers_per_stage.size(),
-                                                     " entries, needs one per virtual stage (pp·pp_chunks = ",
-                                                     v, ")"));
-    }
-    int sum = 0;
-    for (size_t s = 0; s < layers_per_stage.size(); ++s) {
-      if (layers_per_stage[s] < 1) {
-        return absl::InvalidArgumentError(absl::StrCat("parallel.pp_layers[", s, "]: ", layers_per_stage[s],
-                                                       " must be at least 1"));
-      }
-      sum += layers_per_stage[s];
-    }
-    if (sum != layers) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("parallel.pp_layers: sums to ", sum, " layers, the model has ", layers));
-    }
-    counts = layers_per_stage;
   }
   std::vector<ModelChunk> stages;
   int first = 0;

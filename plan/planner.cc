@@ -46,7 +46,7 @@ std::vector<int> Divisors(int n) {
 std::string Invalid(const PlanInput& in, const Layout& l) {
   if (l.WorldSize() != in.devices) return "dp·pp·tp·sp is not the device count";
   const std::vector<layout::LayoutProblem> problems =
-      layout::LayoutProblems(in.model, l, {in.micro_batch, in.global_batch});
+      layout::LayoutProblems(in.model, l, {in.micro_batch, in.global_batch}, in.target);
   return problems.empty() ? "" : absl::StrCat(problems[0].field, ": ", problems[0].message);
 }
 
@@ -221,6 +221,7 @@ std::vector<Prediction> Plan(const PlanInput& in) {
               Layout l;
               l.dp = dp, l.ep = ep, l.pp = pp, l.tp = tp, l.sp = sp;
               l.tp_mode = mode, l.tp_depth = depth, l.sp_mode = sp_mode, l.pp_schedule = schedule, l.pp_chunks = chunks;
+              l.zero_stage = in.zero_stage;
               if (!Invalid(in, l).empty()) continue;
               out.push_back(Predict(in, l));
             }

@@ -30,13 +30,14 @@
 #include <string>
 #include <vector>
 
+#include "layout/check_layout.h"
 #include "layout/model_config.h"
 #include "layout/parallel_layout.h"
 
 namespace tessera::plan {
 
 using layout::ModelConfig;
-// A candidate layout (its order and ZeRO stage are not planned: the defaults).
+// A candidate layout (its order is not planned: the default; its ZeRO stage is the input's).
 using Layout = layout::ParallelLayout;
 
 struct DeviceModel {
@@ -53,6 +54,9 @@ struct PlanInput {
   int devices = 1;
   bool activation_checkpointing = false;
   DeviceModel device;
+  layout::Target target;          // The device kind and precision whose rules CheckLayout applies.
+  // The spec's ZeRO stage: candidates carry it for CheckLayout's rules (the cost model assumes none).
+  layout::ZeroStage zero_stage = layout::ZeroStage::kNone;
 };
 
 

@@ -91,6 +91,13 @@ layout::Precision PrecisionOf(const v1::JobSpec& spec) {
   }
 }
 
+layout::Target TargetOf(const v1::JobSpec& spec) {
+  layout::Target t;
+  t.device = spec.device() == v1::DEVICE_CUDA ? layout::DeviceKind::kCuda : layout::DeviceKind::kCpu;
+  t.fp8 = spec.train().precision() == v1::PRECISION_FP8;
+  return t;
+}
+
 layout::BatchShape BatchOf(const v1::JobSpec& spec) {
   return {spec.train().micro_batch(), spec.train().global_batch()};
 }

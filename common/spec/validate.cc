@@ -237,10 +237,7 @@ bool CheckLayoutBounds(const v1::JobSpec& s, Checker& c) {
   return ok;
 }
 
-// What this build runs on CUDA: ZeRO 1–3, offload and bf16 / fp16 ran on an H100 against the CPU
-// losses (tools/gpu/check.sh, bench/RESULTS.md); pipeline, sequence and grid tensor parallelism on
-// CUDA need two GPUs, which no session has had.
-// LoRA (docs/fine-tuning.md "LoRA"): the llama shape's linears, 1D layouts.
+// LoRA (docs/fine-tuning.md "LoRA"): the llama shape's linears.
 void CheckLora(const v1::JobSpec& s, Checker& c) {
   if (!s.model().has_lora()) return;
   const v1::LoraSpec& l = s.model().lora();
@@ -268,42 +265,7 @@ void CheckLora(const v1::JobSpec& s, Checker& c) {
   if (!pretrained && s.model().family() == v1::MODEL_FAMILY_GPT) {
     c.Fail("model.lora", "is supported for the llama shape (llama, mixtral families) so far, not gpt");
   }
-  // Dropout on experts' adapters would need masks per (token, expert) in every layout: not built.
-  // (A pretrained model's experts are known only from its config.json: the trainer checks it then.)
-  if (l.dropout() > 0 && (s.model().experts() != 0 || s.model().family() == v1::MODEL_FAMILY_MIXTRAL)) {
-    for (int i = 0; i < l.targets_size(); ++i) {
-      if (layout::LoraConfig::IsMlpModule(l.targets(i))) {
-        c.Fail("model.lora.dropout", absl::StrCat(l.dropout(), " with adapters on a Mixture of Experts' MLPs (",
-                                                  l.targets(i), ") is not supported yet (0, or attention targets only)"));
-        break;
-      }
-    }
-  }
-  const v1::TpMode mode = s.parallel().tp_mode();
-  if (mode != v1::TP_MODE_1D && mode != v1::TP_MODE_UNSPECIFIED) {
-    c.Fail("model.lora", "with a grid tensor-parallel mode is not supported yet (use parallel.tp_mode 1d)");
-  }
-}
-
-// FP8 GEMMs run in the 1D layers' Linear (parallel/layers/fp8_linear.h); the grid layouts have GEMMs
-// of their own.
-void CheckFp8Layout(const v1::JobSpec& s, Checker& c) {
-  if (s.train().precision() != v1::PRECISION_FP8) return;
-  const v1::TpMode mode = s.parallel().tp_mode();
-  if (mode != v1::TP_MODE_1D && mode != v1::TP_MODE_UNSPECIFIED) {
-    c.Fail("train.precision", "fp8 with a grid tensor-parallel mode is not supported yet (use parallel.tp_mode 1d)");
-  }
-}
-
-void CheckCudaLayout(const v1::JobSpec& s, Checker& c) {
-  if (s.device() != v1::DEVICE_CUDA) return;
-  const auto& p = s.parallel();
-  if (p.tp_mode() != v1::TP_MODE_1D && p.tp_mode() != v1::TP_MODE_UNSPECIFIED) {
-    const std::string mode = EnumYamlName(v1::TpMode_descriptor()->FindValueByNumber(p.tp_mode()));
-    c.Fail("parallel.tp_mode", absl::StrCat(mode, " with device cuda is not available yet; use 1d"));
-  }
-  if (p.pp() > 1) c.Fail("parallel.pp", absl::StrCat(p.pp(), " with device cuda is not available yet; use 1"));
-  if (p.sp() > 1) c.Fail("parallel.sp", absl::StrCat(p.sp(), " with device cuda is not available yet; use 1"));
+  // Its layout rules (tp_mode 1d; no dropout on experts' adapters) are CheckLayout's (CheckParallel).
 }
 
 void CheckParallel(const v1::JobSpec& s, Checker& c) {
@@ -321,7 +283,7 @@ void CheckParallel(const v1::JobSpec& s, Checker& c) {
   for (SpecError& e : conversion) c.Fail(std::move(e.field), std::move(e.message));
   const bool bounds_ok = CheckLayoutBounds(s, c);
   if (bounds_ok) {
-    for (const layout::LayoutProblem& problem : layout::LayoutProblems(ModelConfigOf(s.model()), l, BatchOf(s))) {
+    for (const layout::LayoutProblem& problem : layout::LayoutProblems(ModelConfigOf(s.model()), l, BatchOf(s), TargetOf(s))) {
       c.Fail(problem.field, problem.message);
     }
   }
@@ -331,8 +293,6 @@ void CheckParallel(const v1::JobSpec& s, Checker& c) {
     c.Fail("parallel", absl::StrCat("world size dp·tp·pp·sp = ", l.WorldSize(), " exceeds the limit ",
                                     limits::kMaxWorldSize));
   }
-  CheckCudaLayout(s, c);
-  CheckFp8Layout(s, c);
   if (p.zero_grad_reduce() == v1::ZERO_GRAD_REDUCE_UNSPECIFIED) {
     c.Fail("parallel.zero_grad_reduce", "must be micro_batch or step");
   }
@@ -445,9 +405,7 @@ std::vector<SpecError> ValidateJobSpec(const v1::JobSpec& s) {
   if (s.output_dir().empty()) c.Fail("output_dir", "is required");
   c.Path("output_dir", s.output_dir());
   if (s.optimizer().offload() == v1::OFFLOAD_UNSPECIFIED) c.Fail("optimizer.offload", "must be none or cpu");
-  // ZeRO 1–3, offload and bf16 / fp16 ran on an H100 against the CPU losses (tools/gpu/check.sh,
-  // bench/RESULTS.md); pipeline, sequence and grid tensor parallelism on CUDA need two GPUs, which no
-  // session has had, and stay refused in CheckParallel.
+  // What this build runs on CUDA is CheckLayout's rule (CheckParallel).
   if (s.device() != v1::DEVICE_CUDA && s.device() != v1::DEVICE_CPU) {
     c.Fail("device", "must be cpu or cuda");
   }

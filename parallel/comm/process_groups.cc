@@ -105,34 +105,13 @@ absl::StatusOr<ProcessGroups> CreateProcessGroups(const BootstrapOptions& option
   }
   if (mesh.ep() > 1) {
     wants.push_back({"ep", &groups.ep, mesh.ExpertParallelGroup(options.rank)});
-    // The replicas of this rank's experts: the dp × sp ranks whose dp index is ≡ this one's mod ep
-    // (sequence blocks hold the same experts), in rank order.
-    std::vector<int> replicas;
-    const int d = mesh.Coord(options.rank, Axis::kDp);
-    for (int r : mesh.GroupRanks(options.rank, std::vector<Axis>{Axis::kDp, Axis::kSp})) {
-      if (mesh.Coord(r, Axis::kDp) % mesh.ep() == d % mesh.ep()) replicas.push_back(r);
-    }
-    wants.push_back({"expertdp", &groups.expert_dp, replicas});
+    wants.push_back({"expertdp", &groups.expert_dp, mesh.ExpertReplicaGroup(options.rank)});
   }
   std::vector<std::shared_ptr<Communicator>> axes(options.tp_grid.size());
-  if (!options.tp_grid.empty()) {
-    const std::vector<int> tp_ranks = mesh.GroupRanks(options.rank, Axis::kTp);
-    int product = 1;
-    for (int n : options.tp_grid) product *= n;
-    if (product != static_cast<int>(tp_ranks.size())) {
-      return absl::InvalidArgumentError(absl::StrCat("the tp grid's sizes multiply to ", product, ", tp is ",
-                                                     tp_ranks.size()));
-    }
-    const int t = mesh.Coord(options.rank, Axis::kTp);
-    int stride = 1;
-    for (size_t a = options.tp_grid.size(); a-- > 0;) {
-      const int n = options.tp_grid[a];
-      const int coord = (t / stride) % n;
-      std::vector<int> members;
-      for (int k = 0; k < n; ++k) members.push_back(tp_ranks[t + (k - coord) * stride]);
-      wants.push_back({nullptr, &axes[a], members});
-      stride *= n;
-    }
+  for (size_t a = 0; a < options.tp_grid.size(); ++a) {
+    auto members = mesh.TpGridAxisGroup(options.rank, options.tp_grid, static_cast<int>(a));
+    if (!members.ok()) return members.status();
+    wants.push_back({nullptr, &axes[a], *std::move(members)});
   }
   const std::vector<int> pp_ranks = mesh.GroupRanks(options.rank, Axis::kPp);
   if (options.rank == pp_ranks.front() || options.rank == pp_ranks.back()) {

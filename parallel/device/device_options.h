@@ -2,9 +2,11 @@
 #ifndef TESSERA_PARALLEL_DEVICE_DEVICE_OPTIONS_H_
 #define TESSERA_PARALLEL_DEVICE_DEVICE_OPTIONS_H_
 
+#include "layout/modes.h"
+
 namespace tessera::parallel {
 
-enum class DeviceKind { kCpu, kCuda };
+using layout::DeviceKind;  // cpu, or cuda:local_rank.
 
 struct DeviceOptions {
   DeviceKind kind = DeviceKind::kCpu;

@@ -96,8 +96,7 @@ void Decoder::CheckConfig() const {
   const std::vector<layout::LayoutProblem> problems =
       layout::TensorParallelProblems(config_, shape_.mode, tp_->size(), shape_.depth, /*micro_batch=*/0);
   TORCH_CHECK(problems.empty(), "Decoder: ", layout::ToStatus(problems).message());
-  TORCH_CHECK(!config_.lora.enabled() || (config_.family != ModelFamily::kGpt2 && shape_.mode == TpMode::k1D),
-              "Decoder: LoRA needs the llama shape and tp_mode 1d");
+  TORCH_CHECK(!config_.lora.enabled() || config_.family != ModelFamily::kGpt2, "Decoder: LoRA needs the llama shape");
 }
 
 int Decoder::UnitOfLayer(int layer) const {

@@ -90,16 +90,9 @@ absl::Status Trainer::Init() {
   const auto& m = options_.model;
   const layout::ParallelLayout& l = options_.layout;
   // The rules of the layout are CheckLayout's; here only that the process groups are the layout's.
-  TESSERA_RETURN_IF_ERROR(layout::CheckLayout(m, l, {options_.micro_batch, options_.global_batch}));
-  if (m.lora.dropout > 0 && m.IsMoe()) {
-    // A pretrained model's experts are known here first (validation checks the specs that say so).
-    for (const std::string& t : m.lora.targets) {
-      if (layout::LoraConfig::IsMlpModule(t)) {
-        return absl::InvalidArgumentError(absl::StrCat("model.lora.dropout: ", m.lora.dropout, " with adapters on a ",
-                                                       "Mixture of Experts' MLPs (", t, ") is not supported yet"));
-      }
-    }
-  }
+  // (A pretrained model's experts, which LoRA's rules read, are known here first.)
+  TESSERA_RETURN_IF_ERROR(layout::CheckLayout(m, l, {options_.micro_batch, options_.global_batch},
+                                              {options_.device.kind, options_.fp8.has_value()}));
   const layout::TpGrid grid = layout::TpGridOf(l.tp_mode, l.tp, l.tp_depth);
   if (groups_.dp->size() != l.dp || groups_.pp->size() != l.pp || groups_.tp->size() != l.tp ||
       groups_.sp->size() != l.sp || groups_.tp_axes.size() != grid.Axes().size()) {
