@@ -244,6 +244,20 @@ absl::Status PipelineRunner::Forward(const PipeAction& a, const std::function<ab
     std::tie(stash.stats->sample_block, stash.stats->sample_blocks) = model_->SampleChunk();
     model_->set_router_stats(stash.stats);
   }
+  if (chunk.embedding && chunk.head) {
+    // The whole model in one chunk (a one-stage pipeline: no pipeline parallelism). Decoder::Loss,
+    // which also leaves out the positions no trained target reads.
+    stash.output = model_->Loss(tokens.narrow(1, 0, T), tokens.narrow(1, 1, T));
+    if (stash.stats) {
+      model_->set_router_stats({});
+      if (absl::Status s = ForwardStats(a, stash); !s.ok()) return s;
+    }
+    *loss_sum += stash.output.item<double>();
+    if (!keep) return absl::OkStatus();
+    stash_[{a.micro_batch, a.chunk}] = std::move(stash);
+    peak_in_flight_ = std::max(peak_in_flight_, ++in_flight_);
+    return absl::OkStatus();
+  }
   at::Tensor x;
   if (chunk.embedding) {
     x = model_->Embed(tokens.narrow(1, 0, T));

@@ -27,6 +27,10 @@
 // micro-batch and chunk, in W. The last micro-batch's W's of all the rank's chunks run together, as
 // the rank's last actions, so that every parameter accumulates once while the reduction is armed.
 //
+// It is the Trainer's one step path: without pipeline parallelism the model is the one chunk of a
+// one-stage 1F1B pipeline (each micro-batch's forward, Decoder::Loss, then its backward), so a loss
+// or objective runs the same code with and without pp (tests/objective_test.cc).
+//
 // Every rank of the pp group calls RunStep once per step with the same micro-batch count. Thread
 // safety: none.
 #ifndef TESSERA_PARALLEL_PIPELINE_PIPELINE_RUNNER_H_

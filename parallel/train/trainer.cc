@@ -147,9 +147,17 @@ absl::Status Trainer::Init() {
   TESSERA_RETURN_IF_ERROR(CreateOptimizer(dtype));
   if (m.lora.enabled()) model_->CastFrozen(dtype);  // The optimizer casts the adapters.
   ResetPeakResident();
-  if (layout_) {
+  {
+    // One step path for every layout: without pipeline parallelism the whole model is one stage of a
+    // one-stage 1F1B pipeline (whatever pp_schedule says: it schedules pp > 1 only).
+    std::unique_ptr<StageLayout> one_stage;
+    if (!layout_) {
+      auto whole = StageLayout::Create(m.layers, /*pp=*/1, /*chunks=*/1);
+      if (!whole.ok()) return whole.status();
+      one_stage = std::make_unique<StageLayout>(*whole);
+    }
     PipelineOptions po;
-    po.schedule = l.pp_schedule;
+    po.schedule = layout_ ? l.pp_schedule : layout::PipeSchedule::kOneFOneB;
     po.micro_batches = Accumulation(options_, groups_.dp->size());
     po.micro_batch = options_.micro_batch / model_->SampleChunk().second;
     po.seq_len = m.seq_len / groups_.sp->size();
@@ -166,7 +174,7 @@ absl::Status Trainer::Init() {
         return positions;
       };
     }
-    auto runner = PipelineRunner::Create(model_.get(), *layout_, groups_.pp, po);
+    auto runner = PipelineRunner::Create(model_.get(), layout_ ? *layout_ : *one_stage, groups_.pp, po);
     if (!runner.ok()) return runner.status();
     pipeline_ = std::move(*runner);
   }
@@ -277,68 +285,16 @@ absl::StatusOr<Trainer::LossSums> Trainer::ForwardBackward(int accum) {
   LossSums sums;
   auto unset_positions = absl::MakeCleanup([&] { model_->set_positions({}); });  // Validation is never packed.
   TESSERA_RETURN_IF_ERROR(WeighTrainedTargets(*data_, step_ * options_.global_batch, accum, &trained_targets_));
-  if (pipeline_) {
-    // Gradients of the last backward pass of this stage start their dp reduction inside it.
-    zero_->SetSyncThisPass(false);
-    auto sum = pipeline_->RunStep([&](int a) { return ReadMicroBatch(*data_, step_ * options_.global_batch, a, accum); },
-                                  LossWeight(accum), [&] { zero_->SetSyncThisPass(true); });
-    if (!sum.ok()) return absl::Status(sum.status().code(), absl::StrCat("step ", step_ + 1, ": ", sum.status().message()));
-    sums.lm = *sum;
-    sums.aux = pipeline_->aux_sum();
-    sums.expert_load = pipeline_->expert_load();
-    return sums;
-  }
-  const ModelConfig& c = options_.model;
-  for (int a = 0; a < accum; ++a) {
-    at::Tensor positions;
-    auto batch = ReadMicroBatch(*data_, step_ * options_.global_batch, a, accum, &positions);
-    if (!batch.ok()) return batch.status();
-    model_->set_positions(positions);
-    model_->set_dropout_seed(NoiseSeed(a, accum));  // Held through the backward's recomputations.
-    const int64_t T = batch->size(1) - 1;
-    zero_->SetSyncThisPass(a == accum - 1);
-    try {
-      RECORD_USER_SCOPE("tessera::train::forward_backward");
-      // A Mixture of Experts: this micro-batch's router statistics (the balancing loss is per forward
-      // pass, transformers' definition), and the loss's gradient scale for backward.
-      c10::intrusive_ptr<RouterStats> stats;
-      if (c.IsMoe()) {
-        stats = c10::make_intrusive<RouterStats>(c.experts);
-        stats->noise_seed = NoiseSeed(a, accum);
-        stats->sequence_block = groups_.sp->rank();
-        stats->sequence_blocks = groups_.sp->size();
-        std::tie(stats->sample_block, stats->sample_blocks) = model_->SampleChunk();
-        model_->set_router_stats(stats);
-      }
-      at::Tensor loss = model_->Loss(batch->narrow(1, 0, T), batch->narrow(1, 1, T));
-      at::Tensor objective = loss * LossWeight(accum);
-      if (stats) {
-        model_->set_router_stats({});
-        // Sequence parallelism: the balancing loss is over the whole sequence; each rank's gradient
-        // carries sp times its share of LossWeight (which counts the sp ranks' blocks as micro-batches).
-        // Grid layouts: over the micro-batch's samples too (their gradients are summed over the sample
-        // axes: no factor).
-        const int sp = groups_.sp->size();
-        std::vector<Communicator*> over = model_->SampleAxes();
-        if (sp > 1) over.push_back(groups_.sp.get());
-        for (Communicator* g : over) {
-          absl::Status s = stats->SumOver(*g, device_);
-          if (!s.ok()) return absl::Status(s.code(), absl::StrCat("step ", step_ + 1, ": ", s.message()));
-        }
-        sums.aux += stats->AuxLoss();
-        stats->grad_scale = c.aux_loss_coef * LossWeight(accum) * sp;
-        if (!sums.expert_load.defined()) {
-          sums.expert_load = at::zeros({c.layers, c.experts}, at::TensorOptions().dtype(at::kDouble).device(device_));
-        }
-        for (const auto& [layer, counts] : stats->layer_counts) sums.expert_load[layer].add_(counts);
-      }
-      objective.backward();
-      sums.lm += loss.item<double>();
-    } catch (const c10::Error& e) {
-      // Communication inside forward/backward (tp, ZeRO-3 gathers) reports failures as exceptions.
-      return absl::InternalError(absl::StrCat("step ", step_ + 1, ": ", e.what_without_backtrace()));
-    }
-  }
+  RECORD_USER_SCOPE("tessera::train::forward_backward");
+  // Gradients of the last backward pass of this stage start their dp reduction inside it. Each
+  // micro-batch's loss weighs LossWeight (a Mixture of Experts' balancing loss too: PipelineRunner).
+  zero_->SetSyncThisPass(false);
+  auto sum = pipeline_->RunStep([&](int a) { return ReadMicroBatch(*data_, step_ * options_.global_batch, a, accum); },
+                                LossWeight(accum), [&] { zero_->SetSyncThisPass(true); });
+  if (!sum.ok()) return absl::Status(sum.status().code(), absl::StrCat("step ", step_ + 1, ": ", sum.status().message()));
+  sums.lm = *sum;
+  sums.aux = pipeline_->aux_sum();
+  sums.expert_load = pipeline_->expert_load();
   return sums;
 }
 
@@ -346,8 +302,9 @@ absl::Status Trainer::ReduceLossAndNorm(LossSums& sums, int accum, StepStats* s,
   // Mean cross-entropy and balancing loss of this rank's micro-batches.
   at::Tensor mean_loss =
       at::tensor({sums.lm / accum, sums.aux / accum}, at::TensorOptions().dtype(at::kDouble)).to(device_);
-  if (pipeline_) {
+  {
     // Only the last stage has the loss; every stage's gradients add to the norm (wte counted once).
+    RECORD_USER_SCOPE("tessera::train::grad_norm");
     TESSERA_RETURN_IF_ERROR(groups_.pp->AllReduce(mean_loss, ReduceOp::kSum));
     std::vector<std::string> skip;
     if (model_->part().head && !model_->part().embedding && !model_->tied_embedding().empty()) {
@@ -358,11 +315,6 @@ absl::Status Trainer::ReduceLossAndNorm(LossSums& sums, int accum, StepStats* s,
     at::Tensor total = at::full({1}, *sq, at::TensorOptions().dtype(at::kDouble).device(device_));
     TESSERA_RETURN_IF_ERROR(groups_.pp->AllReduce(total, ReduceOp::kSum));
     *raw_norm = std::sqrt(total.item<double>());
-  } else {
-    RECORD_USER_SCOPE("tessera::train::grad_norm");
-    auto n = zero_->GradNorm();
-    if (!n.ok()) return n.status();
-    *raw_norm = *n;
   }
   // Over dp × sp: each sequence block's mean weighs the same.
   if (groups_.dp_sp->size() > 1) TESSERA_RETURN_IF_ERROR(groups_.dp_sp->AllReduce(mean_loss, ReduceOp::kAvg));
@@ -380,7 +332,7 @@ absl::Status Trainer::ReduceLossAndNorm(LossSums& sums, int accum, StepStats* s,
                           ? sums.expert_load.to(device_).contiguous()
                           : at::zeros({c.layers, c.experts}, at::TensorOptions().dtype(at::kDouble).device(device_));
     for (Communicator* g : model_->SampleAxes()) TESSERA_RETURN_IF_ERROR(g->AllReduce(load, ReduceOp::kSum));
-    if (pipeline_) TESSERA_RETURN_IF_ERROR(groups_.pp->AllReduce(load, ReduceOp::kSum));
+    TESSERA_RETURN_IF_ERROR(groups_.pp->AllReduce(load, ReduceOp::kSum));
     if (groups_.dp_sp->size() > 1) TESSERA_RETURN_IF_ERROR(groups_.dp_sp->AllReduce(load, ReduceOp::kSum));
     load = load.cpu();
     step_load_ = load;
@@ -487,7 +439,7 @@ absl::StatusOr<StepStats> Trainer::Step() {
   s.bytes_communicated = BytesCommunicated() - communicated_before;
   s.rss_peak_bytes = PeakResidentBytes();
   if (LiveBytesCounted()) s.live_peak_bytes = PeakLiveBytes();
-  if (pipeline_) {
+  if (layout_) {  // Pipeline parallelism.
     s.pipeline_wait_s = pipeline_->wait_seconds();
     s.weight_pending_peak_bytes = pipeline_->weight_pending_peak_bytes();
     auto bubble = PipelineBubble();
@@ -538,7 +490,6 @@ bool Trainer::EvaluatesNow() const {
 
 absl::StatusOr<double> Trainer::Evaluate() {
   if (!valid_) return absl::FailedPreconditionError("the job has no validation data (data.valid_path or data.valid_fraction)");
-  const int micro = options_.micro_batch;
   const int accum = Accumulation(options_, groups_.dp->size());
   // Every evaluation reads validation samples 0, 1, ... again: a blend starts over.
   if (valid_->blended()) {
@@ -556,37 +507,24 @@ absl::StatusOr<double> Trainer::Evaluate() {
     int64_t batch_targets = 0;
     TESSERA_RETURN_IF_ERROR(WeighTrainedTargets(*valid_, first, accum, &batch_targets));
     targets += batch_targets;
-    double loss_sum = 0;
-    if (pipeline_) {
-      std::function<absl::StatusOr<at::Tensor>(int)> positions;
-      if (valid_->packed()) {
-        positions = [&](int a) -> absl::StatusOr<at::Tensor> {
-          at::Tensor p;
-          auto batch = ReadMicroBatch(*valid_, first, a, accum, &p);
-          if (!batch.ok()) return batch.status();
-          return p;
-        };
-      }
-      auto sum = pipeline_->RunForwardOnly([&](int a) { return ReadMicroBatch(*valid_, first, a, accum); }, positions);
-      if (!sum.ok()) return absl::Status(sum.status().code(), absl::StrCat("evaluation: ", sum.status().message()));
-      loss_sum = *sum;
+    std::function<absl::StatusOr<at::Tensor>(int)> positions;
+    if (valid_->packed()) {
+      positions = [&](int a) -> absl::StatusOr<at::Tensor> {
+        at::Tensor p;
+        auto batch = ReadMicroBatch(*valid_, first, a, accum, &p);
+        if (!batch.ok()) return batch.status();
+        return p;
+      };
     }
-    for (int a = 0; a < accum && !pipeline_; ++a) {
-      at::Tensor positions;
-      auto batch = ReadMicroBatch(*valid_, first, a, accum, &positions);
-      if (!batch.ok()) return batch.status();
-      model_->set_positions(positions);
-      const int64_t T = batch->size(1) - 1;
-      try {
-        RECORD_USER_SCOPE("tessera::train::evaluate");
-        loss_sum += model_->Loss(batch->narrow(1, 0, T), batch->narrow(1, 1, T)).item<double>();
-      } catch (const c10::Error& e) {
-        return absl::InternalError(absl::StrCat("evaluation after step ", step_, ": ", e.what_without_backtrace()));
-      }
+    RECORD_USER_SCOPE("tessera::train::evaluate");
+    auto sum = pipeline_->RunForwardOnly([&](int a) { return ReadMicroBatch(*valid_, first, a, accum); }, positions);
+    if (!sum.ok()) {
+      return absl::Status(sum.status().code(), absl::StrCat("evaluation after step ", step_, ": ", sum.status().message()));
     }
+    const double loss_sum = *sum;
     // As a training step's loss: the head's stage has it; each dp × sp replica's mean weighs the same.
     at::Tensor mean = at::full({1}, loss_sum / accum, at::TensorOptions().dtype(at::kDouble).device(device_));
-    if (pipeline_) TESSERA_RETURN_IF_ERROR(groups_.pp->AllReduce(mean, ReduceOp::kSum));
+    TESSERA_RETURN_IF_ERROR(groups_.pp->AllReduce(mean, ReduceOp::kSum));
     if (groups_.dp_sp->size() > 1) TESSERA_RETURN_IF_ERROR(groups_.dp_sp->AllReduce(mean, ReduceOp::kAvg));
     total += mean * static_cast<double>(batch_targets);
   }

@@ -243,8 +243,9 @@ class Trainer {
   int64_t trained_targets_ = 0;
   std::unique_ptr<TrainingData> data_;
   std::unique_ptr<TrainingData> valid_;  // Validation samples; null without validation data.
-  // Pipeline parallelism (pp > 1): this rank's chunks of the model and their schedule.
+  // Pipeline parallelism (pp > 1): this rank's chunks of the model; null without.
   std::unique_ptr<StageLayout> layout_;
+  // Every layout's one step path: layout_'s schedule, or the whole model as a one-stage pipeline.
   std::unique_ptr<PipelineRunner> pipeline_;
   int pipeline_steps_ = 0;  // Steps this process has run through pipeline_.
   // The optimizer of every layout (stage 0 included): gradient reduction, norm, AdamW (parallel/zero).
