@@ -167,11 +167,8 @@ absl::Status Trainer::Init() {
     po.sp = groups_.sp;
     po.noise_seed = [this, micro_batches = po.micro_batches](int a) { return NoiseSeed(a, micro_batches); };
     if (data_->packed()) {
-      po.positions = [this, micro_batches = po.micro_batches](int a) -> absl::StatusOr<at::Tensor> {
-        at::Tensor positions;
-        auto batch = ReadMicroBatch(*data_, step_ * options_.global_batch, a, micro_batches, &positions);
-        if (!batch.ok()) return batch.status();
-        return positions;
+      po.positions = [this, micro_batches = po.micro_batches](int a) {
+        return ReadPositions(*data_, step_ * options_.global_batch, a, micro_batches);
       };
     }
     auto runner = PipelineRunner::Create(model_.get(), layout_ ? *layout_ : *one_stage, groups_.pp, po);
@@ -289,7 +286,7 @@ absl::StatusOr<Trainer::LossSums> Trainer::ForwardBackward(int accum) {
   // Gradients of the last backward pass of this stage start their dp reduction inside it. Each
   // micro-batch's loss weighs LossWeight (a Mixture of Experts' balancing loss too: PipelineRunner).
   zero_->SetSyncThisPass(false);
-  auto sum = pipeline_->RunStep([&](int a) { return ReadMicroBatch(*data_, step_ * options_.global_batch, a, accum); },
+  auto sum = pipeline_->RunStep([&](int a) { return ReadTokens(*data_, step_ * options_.global_batch, a, accum); },
                                 LossWeight(accum), [&] { zero_->SetSyncThisPass(true); });
   if (!sum.ok()) return absl::Status(sum.status().code(), absl::StrCat("step ", step_ + 1, ": ", sum.status().message()));
   sums.lm = *sum;
@@ -509,15 +506,10 @@ absl::StatusOr<double> Trainer::Evaluate() {
     targets += batch_targets;
     std::function<absl::StatusOr<at::Tensor>(int)> positions;
     if (valid_->packed()) {
-      positions = [&](int a) -> absl::StatusOr<at::Tensor> {
-        at::Tensor p;
-        auto batch = ReadMicroBatch(*valid_, first, a, accum, &p);
-        if (!batch.ok()) return batch.status();
-        return p;
-      };
+      positions = [&](int a) { return ReadPositions(*valid_, first, a, accum); };
     }
     RECORD_USER_SCOPE("tessera::train::evaluate");
-    auto sum = pipeline_->RunForwardOnly([&](int a) { return ReadMicroBatch(*valid_, first, a, accum); }, positions);
+    auto sum = pipeline_->RunForwardOnly([&](int a) { return ReadTokens(*valid_, first, a, accum); }, positions);
     if (!sum.ok()) {
       return absl::Status(sum.status().code(), absl::StrCat("evaluation after step ", step_, ": ", sum.status().message()));
     }

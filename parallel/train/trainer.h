@@ -207,6 +207,17 @@ class Trainer {
   // [micro, T] (Decoder::set_positions); undefined otherwise.
   absl::StatusOr<at::Tensor> ReadMicroBatch(TrainingData& data, int64_t first, int a, int accum,
                                             at::Tensor* positions = nullptr);
+  // The PipelineRunner's two questions about a micro-batch, answered with one read: its tokens
+  // (ReadTokens keeps packed data's positions of the same read), then its positions (ReadPositions
+  // hands those over, or reads them: a middle pipeline stage reads no tokens).
+  absl::StatusOr<at::Tensor> ReadTokens(TrainingData& data, int64_t first, int a, int accum);
+  absl::StatusOr<at::Tensor> ReadPositions(TrainingData& data, int64_t first, int a, int accum);
+  struct ReadAhead {
+    const TrainingData* data = nullptr;
+    int64_t first = -1;
+    int a = -1;
+    at::Tensor positions;
+  } read_ahead_;
   absl::Status TrimStepLog();
   // Something the user should see (a damaged checkpoint set aside, TensorBoard events that stopped, a
   // background checkpoint write that failed): on this rank's log at once as "tessera: warning: ...",

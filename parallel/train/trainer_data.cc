@@ -41,6 +41,26 @@ absl::StatusOr<at::Tensor> Trainer::ReadMicroBatch(TrainingData& data, int64_t f
   return part(window);
 }
 
+absl::StatusOr<at::Tensor> Trainer::ReadTokens(TrainingData& data, int64_t first, int a, int accum) {
+  if (!data.packed()) return ReadMicroBatch(data, first, a, accum);
+  at::Tensor positions;
+  auto tokens = ReadMicroBatch(data, first, a, accum, &positions);
+  if (tokens.ok()) read_ahead_ = {&data, first, a, std::move(positions)};
+  return tokens;
+}
+
+absl::StatusOr<at::Tensor> Trainer::ReadPositions(TrainingData& data, int64_t first, int a, int accum) {
+  if (read_ahead_.data == &data && read_ahead_.first == first && read_ahead_.a == a) {
+    at::Tensor positions = std::move(read_ahead_.positions);
+    read_ahead_ = {};
+    return positions;
+  }
+  at::Tensor positions;
+  auto tokens = ReadMicroBatch(data, first, a, accum, &positions);
+  if (!tokens.ok()) return tokens.status();
+  return positions;
+}
+
 absl::Status Trainer::WeighTrainedTargets(TrainingData& data, int64_t first, int accum, int64_t* trained_out) {
   *trained_out = options_.global_batch * options_.model.seq_len;
   if (!data.sft()) return absl::OkStatus();
