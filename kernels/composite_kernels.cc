@@ -102,6 +102,12 @@ class Composite final : public FusedKernels {
     return {(x.to(at::kFloat) * scale).clamp(-max, max).to(fp8), scale.reciprocal()};
   }
 
+  Fp8Transposed QuantizeFp8TensorwiseTransposed(const at::Tensor& x, at::ScalarType fp8) const override {
+    TORCH_CHECK(x.dim() == 2, "quantize_fp8_transposed: a 2-D tensor, got ", x.dim(), " dimensions");
+    auto [data, inv_scale] = QuantizeFp8Tensorwise(x, fp8);
+    return {data, data.t().contiguous(), inv_scale};
+  }
+
   void AdamW(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
              const std::vector<at::Tensor>& exp_avgs, const std::vector<at::Tensor>& exp_avg_sqs,
              const AdamWStep& s) const override {

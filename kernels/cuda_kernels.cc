@@ -176,6 +176,31 @@ class Cuda final : public FusedKernels {
     return {out, inv_scale};
   }
 
+  Fp8Transposed QuantizeFp8TensorwiseTransposed(const at::Tensor& x_in, at::ScalarType fp8) const override {
+    TORCH_CHECK(fp8 == at::kFloat8_e4m3fn || fp8 == at::kFloat8_e5m2, "quantize_fp8_transposed: ", fp8,
+                " is not an FP8 type");
+    TORCH_CHECK(x_in.dim() == 2, "quantize_fp8_transposed: a 2-D tensor, got ", x_in.dim(), " dimensions");
+    if (!x_in.is_cuda() || (x_in.scalar_type() != at::kHalf && x_in.scalar_type() != at::kBFloat16)) {
+      return CompositeKernels().QuantizeFp8TensorwiseTransposed(x_in, fp8);
+    }
+    at::Tensor x = x_in.contiguous();
+    const int64_t rows = x.size(0), cols = x.size(1);
+    c10::cuda::CUDAGuard guard(x.device());
+    at::Tensor out = at::empty({rows, cols}, x.options().dtype(fp8));
+    at::Tensor out_t = at::empty({cols, rows}, x.options().dtype(fp8));
+    if (!cuda::CanQuantizeFp8Transposed(ToDType(x), x.data_ptr(), out.data_ptr(), out_t.data_ptr(),
+                                                        rows, cols)) {
+      return CompositeKernels().QuantizeFp8TensorwiseTransposed(x_in, fp8);  // Unaligned or odd shapes.
+    }
+    at::Tensor amax = at::empty({}, x.options().dtype(at::kFloat));
+    at::Tensor inv_scale = at::empty({}, x.options().dtype(at::kFloat));  // Its own allocation: see above.
+    Check(cuda::QuantizeFp8TensorwiseTransposed(ToDType(x), x.data_ptr(), out.data_ptr(), out_t.data_ptr(),
+                                                amax.data_ptr<float>(), inv_scale.data_ptr<float>(), rows, cols,
+                                                fp8 == at::kFloat8_e5m2, StreamOf(x)),
+          "quantize_fp8_transposed kernels");
+    return {out, out_t, inv_scale};
+  }
+
   void AdamW(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
              const std::vector<at::Tensor>& exp_avgs, const std::vector<at::Tensor>& exp_avg_sqs,
              const AdamWStep& s) const override {

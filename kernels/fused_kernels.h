@@ -31,6 +31,11 @@ struct SoftmaxStats {
   at::Tensor sum_exp;  // fp32 [rows]: Σ_j exp(x_j − max)
 };
 
+// A tensor quantised to FP8 in both layouts, with its one scale (QuantizeFp8TensorwiseTransposed).
+struct Fp8Transposed {
+  at::Tensor data, data_t, inv_scale;
+};
+
 class FusedKernels {
  public:
   virtual ~FusedKernels() = default;
@@ -67,6 +72,10 @@ class FusedKernels {
   // ±fp8_max and rounded to nearest even in `fp8` (Float8_e4m3fn or Float8_e5m2), shaped as x.
   // Returns {data, inv_scale} with inv_scale the fp32 scalar tensor 1/scale. x: fp32/fp16/bf16.
   virtual std::pair<at::Tensor, at::Tensor> QuantizeFp8Tensorwise(const at::Tensor& x, at::ScalarType fp8) const = 0;
+  // The same quantisation of a 2-D x [r, c], returning the data twice: `data` [r, c] and `data_t` [c, r],
+  // both contiguous (data_t equals data.t(), byte for byte), and one inv_scale: the two layouts FP8 GEMMs
+  // take (cuBLASLt's need the contraction dimension contiguous in both operands).
+  virtual Fp8Transposed QuantizeFp8TensorwiseTransposed(const at::Tensor& x, at::ScalarType fp8) const = 0;
   // AdamW (PyTorch's arithmetic, kernels/cpu_adam.h) over every tensor of one parameter group, in
   // place. All tensors fp32 and contiguous; grads[i], exp_avgs[i], exp_avg_sqs[i] shaped as params[i].
   virtual void AdamW(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,

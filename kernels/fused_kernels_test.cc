@@ -117,6 +117,22 @@ TEST(CompositeKernelsTest, AdamWMatchesCpuAdamW) {
 }
 
 // The autograd functions over the composite give the gradients ATen's autograd gives.
+// Both layouts come from one quantisation: data as QuantizeFp8Tensorwise gives it, data_t its transpose
+// byte for byte, one scale.
+TEST(CompositeKernelsTest, QuantizeFp8TransposedIsOneQuantisationInBothLayouts) {
+  at::Tensor x = (at::randn({kRows, kCols}) * 5).to(at::kBFloat16);
+  for (at::ScalarType f : {at::kFloat8_e4m3fn, at::kFloat8_e5m2}) {
+    Fp8Transposed q = CompositeKernels().QuantizeFp8TensorwiseTransposed(x, f);
+    auto [data, inv_scale] = CompositeKernels().QuantizeFp8Tensorwise(x, f);
+    EXPECT_TRUE(at::equal(q.data.view(at::kByte), data.view(at::kByte)));
+    ASSERT_EQ(q.data_t.sizes(), (std::vector<int64_t>{kCols, kRows}));
+    EXPECT_TRUE(q.data_t.is_contiguous());
+    EXPECT_TRUE(at::equal(q.data_t.view(at::kByte), data.t().contiguous().view(at::kByte)));
+    EXPECT_TRUE(at::equal(q.inv_scale, inv_scale));
+  }
+  EXPECT_THROW(CompositeKernels().QuantizeFp8TensorwiseTransposed(x.flatten(), at::kFloat8_e4m3fn), c10::Error);
+}
+
 TEST(FusedOpsTest, AutogradWiringMatchesAten) {
   at::manual_seed(5);
   const FusedKernels& k = CompositeKernels();
@@ -276,6 +292,28 @@ TEST(CudaAdamWTest, MatchesComposite) {
     EXPECT_LT(RelErr(p[i], p2[i]), 1e-6) << i;
     EXPECT_LT(RelErr(m[i], m2[i]), 1e-6) << i;
     EXPECT_LT(RelErr(v[i], v2[i]), 1e-6) << i;
+  }
+}
+
+// The kernel that writes both layouts against the composite, bit for bit (data, transpose, scale), on
+// poisoned outputs: whole 64 x 64 tiles, partial tiles in either dimension, and a shape it hands to the
+// composite (not multiples of 16).
+TEST(CudaFp8Test, TransposedQuantisationIsBitEqualToTheComposite) {
+  SKIP_WITHOUT_CUDA();
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {
+      {8192, 2048}, {48, 80}, {4160, 64}, {16, 4112}, {40, 24}};
+  for (at::ScalarType dt : {at::kBFloat16, at::kHalf}) {
+    for (auto [r, c] : shapes) {
+      at::Tensor x = (at::randn({r, c}, at::TensorOptions().device(at::kCUDA)) * 3).to(dt);
+      for (at::ScalarType f : {at::kFloat8_e4m3fn, at::kFloat8_e5m2}) {
+        PoisonCudaAllocator(64 << 20);
+        Fp8Transposed got = CudaKernels()->QuantizeFp8TensorwiseTransposed(x, f);
+        Fp8Transposed want = CompositeKernels().QuantizeFp8TensorwiseTransposed(x, f);
+        EXPECT_TRUE(at::equal(got.data.view(at::kByte), want.data.view(at::kByte))) << r << "x" << c << " " << f;
+        EXPECT_TRUE(at::equal(got.data_t.view(at::kByte), want.data_t.view(at::kByte))) << r << "x" << c << " " << f;
+        EXPECT_TRUE(at::equal(got.inv_scale, want.inv_scale)) << r << "x" << c << " " << f;
+      }
+    }
   }
 }
 

@@ -2,11 +2,16 @@
 
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <torch/csrc/autograd/profiler_kineto.h>
 
 #include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <map>
+#include <set>
 #include <vector>
+
+#include "absl/strings/str_join.h"
 
 namespace tessera::bench {
 
@@ -89,6 +94,42 @@ double MatmulPeak(const at::Device& d) {
   at::Tensor a = at::randn({n, n}, o), b = at::randn({n, n}, o);
   const double t = TimeIt(d, [&] { at::mm(a, b); });
   return 2.0 * n * n * n / t;
+}
+
+void Profile(const std::string& label, const std::function<void()>& fn, const at::Device& d, bool shapes, size_t top) {
+  namespace prof = torch::autograd::profiler;
+  using torch::profiler::impl::ActivityType;
+  const prof::ProfilerConfig config(torch::profiler::impl::ProfilerState::KINETO, /*report_input_shapes=*/shapes);
+  std::set<ActivityType> activities{ActivityType::CPU};
+  if (d.is_cuda()) activities.insert(ActivityType::CUDA);
+  prof::prepareProfiler(config, activities);
+  prof::enableProfiler(config, activities);
+  fn();
+  Sync(d);
+  std::unique_ptr<prof::ProfilerResult> result = prof::disableProfiler();
+  std::map<std::string, std::pair<double, int>> cpu, gpu;
+  for (const auto& e : result->events()) {
+    auto& m = e.deviceType() == c10::DeviceType::CUDA ? gpu : cpu;
+    std::string key = e.name();
+    if (shapes && (key == "aten::copy_" || key == "aten::clone" || key == "aten::contiguous" || key == "aten::_to_copy")) {
+      for (const auto& shape : e.shapes()) key += " [" + absl::StrJoin(shape, ",") + "]";
+    }
+    auto& [ms, n] = m[key];
+    ms += e.durationNs() / 1e6;
+    ++n;
+  }
+  for (auto* m : {&cpu, &gpu}) {
+    std::vector<std::pair<double, std::string>> rows;
+    double total = 0;
+    for (const auto& [name, v] : *m) rows.push_back({v.first, name}), total += m == &gpu ? v.first : 0;
+    std::sort(rows.rbegin(), rows.rend());
+    const char* side = m == &cpu ? "cpu" : "gpu";
+    if (m == &gpu) std::printf("profile %s gpu_kernel_total_ms %.2f\n", label.c_str(), total);
+    for (size_t i = 0; i < rows.size() && i < top; ++i) {
+      std::printf("profile %s %s %.2f %d %s\n", label.c_str(), side, rows[i].first, (*m)[rows[i].second].second,
+                  rows[i].second.substr(0, shapes ? 160 : 90).c_str());
+    }
+  }
 }
 
 }  // namespace tessera::bench

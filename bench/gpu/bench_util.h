@@ -34,6 +34,13 @@ double ActiveParams(const layout::ModelConfig& c, double n_params);
 // The bf16 matmul rate measured on `d` (8192² on CUDA), FLOP/s.
 double MatmulPeak(const at::Device& d);
 
+// Runs `fn` once under LibTorch's Kineto profiler and prints, for CPU-side ranges (ATen operators and
+// tessera's RECORD_USER_SCOPE ranges; nested ones each count their whole time) and for GPU kernels,
+// the `top` names with the most total time: "profile <label> cpu|gpu total_ms count name".
+// With `shapes`, copies (aten::copy_, clone, contiguous, _to_copy) are keyed by their input shapes too.
+void Profile(const std::string& label, const std::function<void()>& fn, const at::Device& d, bool shapes = false,
+             size_t top = 25);
+
 }  // namespace tessera::bench
 
 #endif  // TESSERA_BENCH_GPU_BENCH_UTIL_H_

@@ -124,10 +124,14 @@ int Fp8Bench(int argc, char** argv) {
     const char* layer;
     int64_t k, n;
   };
-  const std::vector<Shape> shapes = {
+  std::vector<Shape> shapes = {
       {"gpt1.3b_qkv", 2048, 6144}, {"gpt1.3b_out", 2048, 2048}, {"gpt1.3b_fc", 2048, 8192},
       {"gpt1.3b_proj", 8192, 2048}, {"llama1b_q", 2048, 2048}, {"llama1b_kv", 2048, 512},
       {"llama1b_gate_up", 2048, 8192}, {"llama1b_down", 8192, 2048}};
+  // Llama 3 8B's layers, on the GPU only: where FP8's GEMMs are larger against its casts.
+  const std::vector<Shape> large = {
+      {"llama8b_q", 4096, 4096}, {"llama8b_gate_up", 4096, 14336}, {"llama8b_down", 14336, 4096}};
+  if (d.is_cuda()) shapes.insert(shapes.end(), large.begin(), large.end());
   for (const Shape& s : shapes) {
     const int64_t k = d.is_cuda() ? s.k : s.k / 8, n = d.is_cuda() ? s.n : s.n / 8;
     double t_bf16 = 0, t_tw = 0, t_rw = 0;
@@ -153,8 +157,15 @@ int Fp8Bench(int argc, char** argv) {
     const double t_mm = Median(d, [&] { at::mm(a, b); });
     const double t_f8 = Median(d, [&] { parallel::ScaledMatmul(qa, qbt, at::kBFloat16); });
     const double t_q = Median(d, [&] { parallel::QuantizeFp8(a, at::kFloat8_e4m3fn, -1, false); });
-    std::printf("fp8_gemm n %lld bf16_TFLOPs %.0f fp8_TFLOPs %.0f ratio %.2f quantize_us %.1f\n", static_cast<long long>(n),
-                2.0 * n * n * n / t_mm / 1e12, 2.0 * n * n * n / t_f8 / 1e12, t_mm / t_f8, t_q * 1e6);
+    // Both layouts: one kernel, against one quantisation and ATen's transposing copy.
+    const double t_qt =
+        Median(d, [&] { kernels::CudaKernels()->QuantizeFp8TensorwiseTransposed(a, at::kFloat8_e4m3fn); });
+    const double t_q_copy =
+        Median(d, [&] { parallel::QuantizeFp8(a, at::kFloat8_e4m3fn, -1, false).data.t().contiguous(); });
+    std::printf("fp8_gemm n %lld bf16_TFLOPs %.0f fp8_TFLOPs %.0f ratio %.2f quantize_us %.1f "
+                "quantize_both_layouts_us %.1f quantize_then_transpose_copy_us %.1f\n",
+                static_cast<long long>(n), 2.0 * n * n * n / t_mm / 1e12, 2.0 * n * n * n / t_f8 / 1e12, t_mm / t_f8,
+                t_q * 1e6, t_qt * 1e6, t_q_copy * 1e6);
   }
   return ok ? 0 : 1;
 }

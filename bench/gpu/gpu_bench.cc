@@ -60,46 +60,6 @@ namespace {
 using parallel::DeviceKind;
 
 
-// Runs `fn` once under LibTorch's Kineto profiler and prints, for CPU-side ranges (ATen operators and
-// tessera's RECORD_USER_SCOPE ranges; nested ones each count their whole time) and for GPU kernels,
-// the `top` names with the most total time: "profile <label> cpu|gpu total_ms count name".
-// With `shapes`, copies (aten::copy_, clone, contiguous, _to_copy) are keyed by their input shapes too.
-void Profile(const std::string& label, const std::function<void()>& fn, const at::Device& d, bool shapes = false,
-             size_t top = 25) {
-  namespace prof = torch::autograd::profiler;
-  using torch::profiler::impl::ActivityType;
-  const prof::ProfilerConfig config(torch::profiler::impl::ProfilerState::KINETO, /*report_input_shapes=*/shapes);
-  std::set<ActivityType> activities{ActivityType::CPU};
-  if (d.is_cuda()) activities.insert(ActivityType::CUDA);
-  prof::prepareProfiler(config, activities);
-  prof::enableProfiler(config, activities);
-  fn();
-  Sync(d);
-  std::unique_ptr<prof::ProfilerResult> result = prof::disableProfiler();
-  std::map<std::string, std::pair<double, int>> cpu, gpu;
-  for (const auto& e : result->events()) {
-    auto& m = e.deviceType() == c10::DeviceType::CUDA ? gpu : cpu;
-    std::string key = e.name();
-    if (shapes && (key == "aten::copy_" || key == "aten::clone" || key == "aten::contiguous" || key == "aten::_to_copy")) {
-      for (const auto& shape : e.shapes()) key += " [" + absl::StrJoin(shape, ",") + "]";
-    }
-    auto& [ms, n] = m[key];
-    ms += e.durationNs() / 1e6;
-    ++n;
-  }
-  for (auto* m : {&cpu, &gpu}) {
-    std::vector<std::pair<double, std::string>> rows;
-    double total = 0;
-    for (const auto& [name, v] : *m) rows.push_back({v.first, name}), total += m == &gpu ? v.first : 0;
-    std::sort(rows.rbegin(), rows.rend());
-    const char* side = m == &cpu ? "cpu" : "gpu";
-    if (m == &gpu) std::printf("profile %s gpu_kernel_total_ms %.2f\n", label.c_str(), total);
-    for (size_t i = 0; i < rows.size() && i < top; ++i) {
-      std::printf("profile %s %s %.2f %d %s\n", label.c_str(), side, rows[i].first, (*m)[rows[i].second].second,
-                  rows[i].second.substr(0, shapes ? 160 : 90).c_str());
-    }
-  }
-}
 
 
 // ---- check ----

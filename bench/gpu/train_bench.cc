@@ -110,6 +110,10 @@ int TrainBench(int argc, char** argv) {
               o.micro_batch, o.model.seq_len, o.fused_kernels ? 1 : 0, fused_layers ? 1 : 0, t * 1e3,
               tokens_per_step / t, flops / t / 1e12, peak / 1e12, flops / t / peak, loss,
               cuda ? PeakGpuBytes() / 1e9 : 0.0);
+  // One more step under the profiler: where the whole step's time goes (forward, backward, clipping, AdamW).
+  if (Arg(argc, argv, "profile", "0") == "1") {
+    Profile("train_" + size + "_" + fp8, [&] { (void)(*trainer)->Step(); }, d, /*shapes=*/true, 50);
+  }
   if (checkpoint == "none") return 0;
   // Async: twice (the first pins its host memory, later ones reuse it).
   for (int round = 0; round < (o.checkpoint_async ? 2 : 1); ++round) {

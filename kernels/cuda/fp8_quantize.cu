@@ -1,9 +1,13 @@
 // Tensorwise FP8 quantisation (launch.h: QuantizeFp8Tensorwise): one pass for the amax (16-byte loads,
 // a block max, one atomic per block), one pass that scales, saturates and rounds to e4m3 / e5m2
-// (16-byte loads, 8- or 4-byte stores). The scale is recomputed by every thread from the amax on the
-// device (no host round trip), in double and rounded to float as torchao and the composite do.
+// (16-byte loads, 8- or 4-byte stores). QuantizeFp8TensorwiseTransposed's cast pass also writes the
+// transpose, through a 64 x 64 tile in shared memory (16-byte loads, 8-byte row stores, 16-byte column
+// stores): the layouts cuBLASLt's FP8 GEMMs take, without a separate transposing copy. The scale is
+// recomputed by every thread from the amax on the device (no host round trip), in double and rounded to
+// float as torchao and the composite do.
 #include <cuda_fp8.h>
 
+#include <algorithm>
 #include <type_traits>
 
 #include "kernels/cuda/common.cuh"
@@ -87,6 +91,54 @@ __global__ void CastKernel(const T* __restrict__ x, uint8_t* __restrict__ out, c
   }
 }
 
+
+constexpr int kTile = 64;         // A tile is kTile x kTile elements, kThreads threads.
+constexpr int kTilePitch = kTile + 4;  // Shared-memory row pitch in bytes: spreads a column's bytes over banks.
+
+// One 64 x 64 tile of x [rows, cols] (2-byte T; rows and cols multiples of 16, x, out and out_t 16-byte
+// aligned): out [rows, cols] and out_t [cols, rows] get its bytes. Grid: x over column tiles, y (strided)
+// over row tiles.
+template <typename T, bool kE5m2>
+__global__ void CastTransposeKernel(const T* __restrict__ x, uint8_t* __restrict__ out, uint8_t* __restrict__ out_t,
+                                    const float* amax, float* inv_scale, int64_t rows, int64_t cols) {
+  static_assert(sizeof(T) == 2, "8 elements per 16-byte load");
+  __shared__ uint8_t tile[kTile][kTilePitch];
+  const float max = kE5m2 ? 57344.0f : 448.0f;
+  const double a = *amax;
+  const float scale = a != a ? NAN : static_cast<float>(static_cast<double>(max) / fmax(a, 1e-12));
+  if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *inv_scale = 1.0f / scale;
+  const int64_t c0 = static_cast<int64_t>(blockIdx.x) * kTile;
+  const int64_t row_tiles = (rows + kTile - 1) / kTile;
+  for (int64_t ty = blockIdx.y; ty < row_tiles; ty += gridDim.y) {
+    const int64_t r0 = ty * kTile;
+    // Rows: 64 rows x 8 packs of 8 elements; two packs per thread.
+    for (int p = threadIdx.x; p < kTile * 8; p += blockDim.x) {
+      const int r = p / 8, c = (p % 8) * 8;
+      if (r0 + r >= rows || c0 + c >= cols) continue;  // cols % 16 == 0: a pack is wholly in or out.
+      const Pack<T> in = *reinterpret_cast<const Pack<T>*>(x + (r0 + r) * cols + c0 + c);
+      uint8_t b[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) b[j] = ToFp8<kE5m2>(ToFloat(in.v[j]) * scale, max);
+      uint2 packed;
+      memcpy(&packed, b, 8);
+      *reinterpret_cast<uint2*>(out + (r0 + r) * cols + c0 + c) = packed;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) tile[r][c + j] = b[j];
+    }
+    __syncthreads();
+    // Columns: 64 columns x 4 runs of 16 rows; one 16-byte store per thread.
+    for (int p = threadIdx.x; p < kTile * 4; p += blockDim.x) {
+      const int c = p / 4, r = (p % 4) * 16;
+      if (c0 + c >= cols || r0 + r >= rows) continue;  // rows % 16 == 0: a run is wholly in or out.
+      alignas(16) uint8_t b[16];
+#pragma unroll
+      for (int j = 0; j < 16; ++j) b[j] = tile[r + j][c];
+      *reinterpret_cast<uint4*>(out_t + (c0 + c) * rows + r0 + r) = *reinterpret_cast<const uint4*>(b);
+    }
+    __syncthreads();  // The tile is rewritten by the next row tile.
+  }
+}
+
 }  // namespace
 
 cudaError_t QuantizeFp8Tensorwise(DType t, const void* x, void* out, float* amax, float* inv_scale, int64_t n,
@@ -108,6 +160,38 @@ cudaError_t QuantizeFp8Tensorwise(DType t, const void* x, void* out, float* amax
     }
     return cudaGetLastError();
   });
+}
+
+bool CanQuantizeFp8Transposed(DType t, const void* x, const void* out, const void* out_t, int64_t rows, int64_t cols) {
+  return t != DType::kFloat && rows > 0 && cols > 0 && rows % 16 == 0 && cols % 16 == 0 && Aligned16(x) &&
+         Aligned16(out) && Aligned16(out_t);
+}
+
+cudaError_t QuantizeFp8TensorwiseTransposed(DType t, const void* x, void* out, void* out_t, float* amax,
+                                            float* inv_scale, int64_t rows, int64_t cols, bool e5m2,
+                                            cudaStream_t stream) {
+  if (!CanQuantizeFp8Transposed(t, x, out, out_t, rows, cols)) return cudaErrorInvalidValue;
+  cudaError_t e = cudaMemsetAsync(amax, 0, sizeof(float), stream);
+  if (e != cudaSuccess) return e;
+  const int64_t n = rows * cols;
+  const int amax_blocks = BlocksFor(n, kThreads, 132LL * 16);
+  const dim3 grid(static_cast<unsigned>((cols + kTile - 1) / kTile),
+                  static_cast<unsigned>(std::min<int64_t>((rows + kTile - 1) / kTile, 65535)));
+  auto launch = [&](auto* tag) -> cudaError_t {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    AmaxKernel<T><<<amax_blocks, kThreads, 0, stream>>>(static_cast<const T*>(x), n, true, amax);
+    const auto* in = static_cast<const T*>(x);
+    auto* rows_out = static_cast<uint8_t*>(out);
+    auto* cols_out = static_cast<uint8_t*>(out_t);
+    if (e5m2) {
+      CastTransposeKernel<T, true><<<grid, kThreads, 0, stream>>>(in, rows_out, cols_out, amax, inv_scale, rows, cols);
+    } else {
+      CastTransposeKernel<T, false><<<grid, kThreads, 0, stream>>>(in, rows_out, cols_out, amax, inv_scale, rows, cols);
+    }
+    return cudaGetLastError();
+  };
+  if (t == DType::kHalf) return launch(static_cast<__half*>(nullptr));
+  return launch(static_cast<__nv_bfloat16*>(nullptr));
 }
 
 }  // namespace tessera::kernels::cuda

@@ -57,6 +57,13 @@ cudaError_t CrossEntropyBackward(DType t, const void* logits, const float* lse, 
 // e5m2, e5m2 (57344); inv_scale[0] = 1 / scale (fp32). out: n bytes.
 cudaError_t QuantizeFp8Tensorwise(DType t, const void* x, void* out, float* amax, float* inv_scale, int64_t n,
                                   bool e5m2, cudaStream_t stream);
+// The same quantisation of x [rows, cols] (row-major), writing out [rows, cols] and its transpose
+// out_t [cols, rows], both row-major, with one scale. Only where CanQuantizeFp8Transposed: fp16 or bf16,
+// rows and cols positive multiples of 16, x, out and out_t 16-byte aligned; else cudaErrorInvalidValue.
+bool CanQuantizeFp8Transposed(DType t, const void* x, const void* out, const void* out_t, int64_t rows, int64_t cols);
+cudaError_t QuantizeFp8TensorwiseTransposed(DType t, const void* x, void* out, void* out_t, float* amax,
+                                            float* inv_scale, int64_t rows, int64_t cols, bool e5m2,
+                                            cudaStream_t stream);
 
 // One fp32 tensor of a multi-tensor AdamW launch.
 struct AdamWTensor {

@@ -47,18 +47,39 @@ at::Tensor ScaledMatmulAccumulating(const Fp8Tensor& a, const Fp8Tensor& b, at::
 
 Fp8Tensor Transposed(const Fp8Tensor& t) { return {t.data.t(), t.inv_scale.numel() == 1 ? t.inv_scale : t.inv_scale.t()}; }
 
+// Tensorwise quantisation of a 2-D tensor: its row-major data and, where `transposed`, the transpose
+// too (data_t, contiguous), with one scale; on CUDA one kernel writes both (no transposing copy later).
+kernels::Fp8Transposed QuantizeTensorwise(const at::Tensor& t, at::ScalarType fp8, bool transposed) {
+  if (!transposed) {
+    Fp8Tensor q = QuantizeFp8(t, fp8, -1, false);
+    return {q.data, at::Tensor(), q.inv_scale};
+  }
+  const kernels::FusedKernels* cuda = t.is_cuda() ? kernels::CudaKernels() : nullptr;
+  return (cuda != nullptr ? *cuda : kernels::CompositeKernels()).QuantizeFp8TensorwiseTransposed(t, fp8);
+}
+
+// Which backward GEMMs a forward prepares for (Fp8Linear: grad mode on and the input's or the weight's
+// requires_grad): the input gradient needs Wᵀ's quantised layout, the weight gradient xᵀ's.
+constexpr int64_t kGradInput = 1, kGradWeight = 2;
+
 // Forward: y [M, N] = x [M, K] · Wᵀ, x scaled per row (over K), W per row (over K). Saved: tensorwise,
-// the quantised x and W (their one scale serves every GEMM); rowwise, x and W themselves (each GEMM
-// scales them along its own contraction).
-at::Tensor Fp8Forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w, Fp8Recipe recipe) {
+// the quantised transposes the gradients' GEMMs take as K-contiguous operands (xᵀ for grad_W where the
+// weight needs a gradient, Wᵀ for grad_x where the input does) and their scales; rowwise, x and W
+// themselves (each GEMM scales them along its own contraction).
+at::Tensor Fp8Forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w, Fp8Recipe recipe, int64_t grads) {
   at::Tensor x2 = Flat(x);
-  Fp8Tensor xq = QuantizeFp8(x2, at::kFloat8_e4m3fn, Axis(recipe, 1), Pow2(recipe));
-  Fp8Tensor wq = QuantizeFp8(w, at::kFloat8_e4m3fn, Axis(recipe, 1), Pow2(recipe));
   ctx->saved_data["recipe"] = static_cast<int64_t>(recipe);
   ctx->saved_data["x_sizes"] = x.sizes().vec();
+  Fp8Tensor xq, wq;
   if (recipe == Fp8Recipe::kTensorwise) {
-    ctx->save_for_backward({xq.data, xq.inv_scale, wq.data, wq.inv_scale, w});
+    kernels::Fp8Transposed xt = QuantizeTensorwise(x2, at::kFloat8_e4m3fn, (grads & kGradWeight) != 0);
+    kernels::Fp8Transposed wt = QuantizeTensorwise(w, at::kFloat8_e4m3fn, (grads & kGradInput) != 0);
+    xq = {xt.data, xt.inv_scale};
+    wq = {wt.data, wt.inv_scale};
+    ctx->save_for_backward({xt.data_t, xt.inv_scale, wt.data_t, wt.inv_scale, w});
   } else {
+    xq = QuantizeFp8(x2, at::kFloat8_e4m3fn, Axis(recipe, 1), Pow2(recipe));
+    wq = QuantizeFp8(w, at::kFloat8_e4m3fn, Axis(recipe, 1), Pow2(recipe));
     ctx->save_for_backward({x2, w});
   }
   at::Tensor y = ScaledMatmulAccumulating(xq, Transposed(wq), x.scalar_type(), /*fast_accum=*/true);
@@ -76,16 +97,21 @@ variable_list Fp8Backward(AutogradContext* ctx, const at::Tensor& grad) {
   at::Tensor gx, gw;
   const at::ScalarType x_dtype = grad.scalar_type();
   if (recipe == Fp8Recipe::kTensorwise) {
-    Fp8Tensor xq{saved[0], saved[1]}, wq{saved[2], saved[3]};
-    const at::Tensor& w = saved[4];
-    Fp8Tensor gq = QuantizeFp8(g, at::kFloat8_e5m2, -1, false);
+    // xᵀ [K, M] and Wᵀ [K, N] quantised in the forward, row-major: their .t() views are the column-major
+    // right operands _scaled_mm takes without a copy.
+    const at::Tensor &xt = saved[0], &x_inv = saved[1], &wt = saved[2], &w_inv = saved[3], &w = saved[4];
+    const bool want_gx = ctx->needs_input_grad(0), want_gw = ctx->needs_input_grad(1);
+    TORCH_CHECK((!want_gx || wt.defined()) && (!want_gw || xt.defined()),
+                "Fp8Linear: a gradient is wanted that the forward did not prepare for (grad mode changed?)");
+    kernels::Fp8Transposed gq = QuantizeTensorwise(g, at::kFloat8_e5m2, want_gw);
     // grad_x [M, K] = g [M, N] · W [N, K].
-    if (ctx->needs_input_grad(0)) gx = ScaledMatmul(gq, wq, x_dtype).view(x_sizes);
-    if (ctx->needs_input_grad(1)) {
+    if (want_gx) gx = ScaledMatmul({gq.data, gq.inv_scale}, {wt.t(), w_inv}, x_dtype).view(x_sizes);
+    if (want_gw) {
       // grad_W [N, K] = gᵀ [N, M] · x [M, K].
-      auto compute = [gq, xq, w]() { return ScaledMatmul(Transposed(gq), xq, w.scalar_type()); };
+      Fp8Tensor gtq{gq.data_t, gq.inv_scale}, xq{xt.t(), x_inv};
+      auto compute = [gtq, xq, w]() { return ScaledMatmul(gtq, xq, w.scalar_type()); };
       if (WeightGradStore* store = WeightGradStore::current()) {
-        store->Defer(w, std::move(compute), {gq.data, xq.data});
+        store->Defer(w, std::move(compute), {gtq.data, xt});
       } else {
         gw = compute();
       }
@@ -110,12 +136,13 @@ variable_list Fp8Backward(AutogradContext* ctx, const at::Tensor& grad) {
       }
     }
   }
-  return {gx, gw, at::Tensor()};
+  return {gx, gw, at::Tensor(), at::Tensor()};
 }
 
 struct Fp8LinearFn : public torch::autograd::Function<Fp8LinearFn> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w, int64_t recipe) {
-    return Fp8Forward(ctx, x, w, static_cast<Fp8Recipe>(recipe));
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w, int64_t recipe,
+                            int64_t grads) {
+    return Fp8Forward(ctx, x, w, static_cast<Fp8Recipe>(recipe), grads);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     return Fp8Backward(ctx, grads[0]);
@@ -177,7 +204,10 @@ bool Fp8Applies(const at::Tensor& x, const at::Tensor& w, const Fp8Options& opti
 }
 
 at::Tensor Fp8Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, const Fp8Options& options) {
-  at::Tensor y = Fp8LinearFn::apply(x, w, static_cast<int64_t>(options.recipe));
+  const bool grad_mode = at::GradMode::is_enabled();
+  const int64_t grads =
+      (grad_mode && x.requires_grad() ? kGradInput : 0) | (grad_mode && w.requires_grad() ? kGradWeight : 0);
+  at::Tensor y = Fp8LinearFn::apply(x, w, static_cast<int64_t>(options.recipe), grads);
   return b.defined() ? y + b : y;
 }
 

@@ -19,6 +19,8 @@ export LD_LIBRARY_PATH="$torch_dir/lib:$(pwd)/.gpu_bundle/lib:${LD_LIBRARY_PATH:
 # TESSERA_GPU_BIN=DIR: use the binaries already in DIR (built on another machine against the same
 # PyTorch, e.g. the dev machine's wheel, and carried along) instead of building here.
 bin=${TESSERA_GPU_BIN:-$build}
+# Prebuilt Bazel test binaries link the project's libraries dynamically: their .so files go in DIR/lib.
+[[ -n "${TESSERA_GPU_BIN:-}" && -d "$TESSERA_GPU_BIN/lib" ]] && export LD_LIBRARY_PATH="$TESSERA_GPU_BIN/lib:$LD_LIBRARY_PATH"
 
 configure_gpu_build() {
   local gen=()

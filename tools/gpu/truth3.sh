@@ -14,6 +14,9 @@
 #   experts checked and timed; the mixtral step, experts looped and grouped, vs transformers' Mixtral
 #   eager), LoRA SFT steps (gpu_bench train --lora 16 vs transformers + peft), and the checkpoint blocked
 #   time at 1.3B (sync vs async); two interleaved rounds where time allows, torch.compile'd Mixtral last.
+# --cast: the FP8 casts that write both layouts (kernels' GPU tests, the NCCL tests at world size 1 with
+#   zero-row all-to-alls, gpu_bench fp8 with Llama 8B shapes, bf16 vs FP8 steps against PyTorch eager in
+#   two interleaved rounds), then profiles of the GPT 1.3B step (tessera, eager) and its torch.compile row.
 # --peers: the Python peers at the transformers version tests pin (4.57.1, with peft 0.17.1; wheels in
 #   .whl/hf4/ and .whl/, installed apart) against the tessera runs of --rest, and the device's own
 #   transformers with its experts backends named; two interleaved rounds; the 1.3B asynchronous
@@ -39,6 +42,25 @@ step() {
 }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >>"$log" 2>&1
 $python -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)' >>"$log" 2>&1
+if [[ "${1:-}" == "--cast" ]]; then  # The 34th session: FP8 casts that write both layouts, and the GPT 1.3B gap.
+  for t in fused_kernels_test nccl_communicator_test; do
+    [[ -x "$bin/$t" ]] && step 90 "$bin/$t" --gtest_brief=1
+  done
+  step 120 "$bin/gpu_bench" fp8
+  for round in 1 2; do
+    step 45 "$bin/gpu_bench" train --size llama1b --batch 4
+    step 45 "$bin/gpu_bench" train --size llama1b --batch 4 --fp8 tensorwise
+    step 45 "$bin/gpu_bench" train --size 1.3b --batch 4
+    step 45 "$bin/gpu_bench" train --size 1.3b --batch 4 --fp8 tensorwise
+    step 45 $python bench/gpu/gpt_eager.py --size 1.3b --batch 4 --full
+  done
+  step 60 "$bin/gpu_bench" gpt --size 1.3b --batch 4 --profile 1
+  step 60 $python bench/gpu/gpt_eager.py --size 1.3b --batch 4 --full --profile
+  step 150 $python bench/gpu/gpt_eager.py --size 1.3b --batch 4 --full --compile
+  echo "## done after $(( $(date +%s) - start ))s" >>"$log"
+  grep -E '^(fp8_|train |gpt |eager|profile|exit|skipped|error|\[  (PASSED|FAILED|SKIPPED))' "$log"
+  exit 0
+fi
 if [[ "${1:-}" == "--peers" ]]; then
   $python -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site4 .whl/hf4/*.whl \
     .whl/peft-*.whl .whl/accelerate-*.whl >>"$log" 2>&1
