@@ -31,7 +31,9 @@ bool IsTerminal(v1::JobState s) {
 }
 
 Coordinator::Coordinator(CoordinatorOptions options, std::unique_ptr<JobStore> store)
-    : options_(options), store_(std::move(store)) {
+    : options_(options),
+      store_(std::move(store)),
+      keys_(WorkerKeysOptions{store_.get(), options_.clock, options_.on_transition}) {
   StoreWriterOptions w;
   w.store = store_.get();
   w.on_durable = [this] { OnStoreDurable(); };

@@ -28,6 +28,7 @@
 #include "common/time/clock.h"
 #include "coordinator/job_store.h"
 #include "coordinator/store_writer.h"
+#include "coordinator/worker_keys.h"
 #include "tessera/v1/cluster.pb.h"
 #include "tessera/v1/coordinator_service.pb.h"
 #include "tessera/v1/worker_service.pb.h"
@@ -134,21 +135,9 @@ class Coordinator {
   // Bytes of rank `rank`'s log of job `id` from `offset` (negative: from the end).
   absl::StatusOr<v1::GetJobLogsResponse> Logs(const std::string& id, int rank, int64_t offset, int max_bytes);
 
-  // Worker identity (with TLS): binds worker `name` to `key_sha256` (tls::PublicKeySha256 of the
-  // certificate it registers with) the first time, durably; afterwards a registration of that name with
-  // another key is PermissionDenied — a name's hold cannot pass to another certificate, also after the
-  // node is lost or the coordinator restarts — until an admin releases it (ReleaseWorkerKey; then
-  // the next registration binds again). Called by the worker service before RegisterWorker.
-  absl::Status BindWorkerKey(const std::string& name, const std::string& key_sha256);
-  // Whether a registration of `name` with `key_sha256` may go ahead: OK when the name is unbound or
-  // bound to that key (RegisterWorker's first check; BindWorkerKey binds once it was accepted).
-  absl::Status CheckWorkerKey(const std::string& name, const std::string& key_sha256);
-  // Every other worker RPC with TLS: the caller's certificate (`pem`) must carry the key `name` is
-  // bound to (a certificate refused at registration may not heartbeat, stream or report as the name).
-  // Cheap when it is the certificate of the name's last registration (a string compare).
-  absl::Status CheckWorkerCertificate(const std::string& name, const std::string& pem);
-  // An admin's release of `name`'s key (NotFound when none is bound).
-  absl::Status ReleaseWorkerKey(const std::string& name);
+  // Worker identity with TLS (coordinator/worker_keys.h): the worker service checks and binds names'
+  // certificate keys there; an admin's release too.
+  WorkerKeys& worker_keys() { return keys_; }
 
   // Worker side.
   absl::StatusOr<v1::RegisterWorkerResponse> RegisterWorker(const v1::RegisterWorkerRequest& request);
@@ -481,12 +470,7 @@ class Coordinator {
 
   const CoordinatorOptions options_;
   std::unique_ptr<JobStore> store_;
-  // Worker name → the key it is bound to (BindWorkerKey); loaded by Recover. Registrations are rare:
-  // the binding's durable write happens under this lock (serialising first registrations), not mu_.
-  absl::Mutex keys_mu_;
-  std::map<std::string, std::string> worker_keys_ ABSL_GUARDED_BY(keys_mu_);
-  // Worker name → the certificate (PEM) last seen with its bound key: the per-RPC check's fast path.
-  std::map<std::string, std::string> worker_pems_ ABSL_GUARDED_BY(keys_mu_);
+  WorkerKeys keys_;  // Its own lock; never taken under mu_.
   // Job rows, stored off mu_ (created after store_, destroyed first: ~Coordinator).
   std::unique_ptr<StoreWriter> writer_;
   absl::Mutex submit_mu_ ABSL_ACQUIRED_BEFORE(mu_);  // Held by Submit from its overlap check to its insert.

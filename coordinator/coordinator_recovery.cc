@@ -10,12 +10,7 @@
 namespace tessera::coordinator {
 
 absl::Status Coordinator::Recover() {
-  {
-    auto keys = store_->LoadWorkerKeys();
-    if (!keys.ok()) return keys.status();
-    absl::MutexLock lock(&keys_mu_);
-    worker_keys_ = *std::move(keys);
-  }
+  if (absl::Status s = keys_.Load(); !s.ok()) return s;
   std::vector<std::string> quarantined;
   auto jobs = store_->LoadAll(&quarantined);
   if (!jobs.ok()) return jobs.status();

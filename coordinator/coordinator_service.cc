@@ -163,7 +163,7 @@ grpc::Status CoordinatorServiceImpl::ReleaseWorkerKey(grpc::ServerContext* ctx, 
                         "ReleaseWorkerKey is for the coordinator's --admins: it lets another certificate take a worker's name");
   }
   if (req->name().empty()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "name: is required");
-  return ToGrpc(coordinator_->ReleaseWorkerKey(req->name()));
+  return ToGrpc(coordinator_->worker_keys().Release(req->name()));
 }
 
 grpc::Status CoordinatorServiceImpl::PlanJob(grpc::ServerContext* ctx, const v1::PlanJobRequest* req,

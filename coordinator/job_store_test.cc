@@ -58,7 +58,7 @@ TEST(JobStoreTest, JobsAndIdsSurviveReopening) {
   EXPECT_EQ(*(*store)->NextJobId(), "job-000003");  // Never reused.
 }
 
-// Worker names' keys (BindWorkerKey) are durable: a coordinator restart does not free a name for
+// Worker names' keys (WorkerKeys::Bind) are durable: a coordinator restart does not free a name for
 // another certificate; a release is durable too.
 TEST(JobStoreTest, WorkerKeysSurviveReopeningAndAReleaseToo) {
   const std::string path = DbPath("keys.db");

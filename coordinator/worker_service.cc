@@ -26,13 +26,13 @@ grpc::Status WorkerServiceImpl::RegisterWorker(grpc::ServerContext* ctx, const v
     auto peer_key = rpc::PeerKeySha256(*ctx);
     if (!peer_key.ok()) return ToGrpc(peer_key.status());
     key = *peer_key;
-    if (absl::Status s = coordinator_->CheckWorkerKey(req->name(), key); !s.ok()) return ToGrpc(s);
+    if (absl::Status s = coordinator_->worker_keys().Check(req->name(), key); !s.ok()) return ToGrpc(s);
   }
   auto r = coordinator_->RegisterWorker(*req);
   if (!r.ok()) return ToGrpc(r.status());
   if (!key.empty()) {
-    if (absl::Status bound = coordinator_->BindWorkerKey(req->name(), key); !bound.ok()) return ToGrpc(bound);
-    (void)coordinator_->CheckWorkerCertificate(req->name(), rpc::PeerCertificatePem(*ctx));  // Caches it.
+    if (absl::Status bound = coordinator_->worker_keys().Bind(req->name(), key); !bound.ok()) return ToGrpc(bound);
+    (void)coordinator_->worker_keys().CheckCertificate(req->name(), rpc::PeerCertificatePem(*ctx));  // Caches it.
   }
   *resp = *r;
   return grpc::Status::OK;
@@ -46,7 +46,7 @@ grpc::Status WorkerServiceImpl::AuthorizeRegistered(grpc::ServerContextBase* ctx
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         absl::StrCat(rpc, ": session: is required (the session of the worker's accepted registration)"));
   }
-  return ToGrpc(coordinator_->CheckWorkerCertificate(name, rpc::PeerCertificatePem(*ctx)));
+  return ToGrpc(coordinator_->worker_keys().CheckCertificate(name, rpc::PeerCertificatePem(*ctx)));
 }
 
 grpc::ServerUnaryReactor* WorkerServiceImpl::Heartbeat(grpc::CallbackServerContext* ctx,

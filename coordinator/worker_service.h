@@ -42,7 +42,7 @@ class WorkerServiceImpl final
     return authorizer_ == nullptr ? grpc::Status::OK : authorizer_->Worker(*ctx, rpc, name);
   }
   // Authorize, and with TLS: the caller's certificate carries the key the name is bound to
-  // (Coordinator::CheckWorkerCertificate), and `session` is a registration's (0, "not checked", is
+  // (WorkerKeys::CheckCertificate), and `session` is a registration's (0, "not checked", is
   // for in-process callers only). For every worker RPC but RegisterWorker.
   grpc::Status AuthorizeRegistered(grpc::ServerContextBase* ctx, const char* rpc, const std::string& name,
                                    const int64_t* session) const;
