@@ -12,6 +12,9 @@
 #include "kernels/cpu_adam.h"
 #include "kernels/fused_kernels.h"
 #include "kernels/fused_ops.h"
+#ifdef TESSERA_HAVE_CUDA
+#include "kernels/cuda/launch.h"
+#endif
 
 namespace tessera::kernels {
 namespace {
@@ -116,7 +119,6 @@ TEST(CompositeKernelsTest, AdamWMatchesCpuAdamW) {
   }
 }
 
-// The autograd functions over the composite give the gradients ATen's autograd gives.
 // Both layouts come from one quantisation: data as QuantizeFp8Tensorwise gives it, data_t its transpose
 // byte for byte, one scale.
 TEST(CompositeKernelsTest, QuantizeFp8TransposedIsOneQuantisationInBothLayouts) {
@@ -132,6 +134,8 @@ TEST(CompositeKernelsTest, QuantizeFp8TransposedIsOneQuantisationInBothLayouts) 
   }
   EXPECT_THROW(CompositeKernels().QuantizeFp8TensorwiseTransposed(x.flatten(), at::kFloat8_e4m3fn), c10::Error);
 }
+
+// The autograd functions over the composite give the gradients ATen's autograd gives.
 
 TEST(FusedOpsTest, AutogradWiringMatchesAten) {
   at::manual_seed(5);
@@ -296,15 +300,29 @@ TEST(CudaAdamWTest, MatchesComposite) {
 }
 
 // The kernel that writes both layouts against the composite, bit for bit (data, transpose, scale), on
-// poisoned outputs: whole 64 x 64 tiles, partial tiles in either dimension, and a shape it hands to the
-// composite (not multiples of 16).
+// poisoned outputs: whole 64 x 64 tiles, partial tiles in either dimension, more row tiles than one grid
+// row holds (65,536 > 65,535: the stride loop), and a shape it hands to the composite (not multiples of
+// 16). Which path each shape takes is asserted, so a refusal of every shape cannot pass for the kernel.
 TEST(CudaFp8Test, TransposedQuantisationIsBitEqualToTheComposite) {
   SKIP_WITHOUT_CUDA();
-  const std::vector<std::pair<int64_t, int64_t>> shapes = {
-      {8192, 2048}, {48, 80}, {4160, 64}, {16, 4112}, {40, 24}};
+  struct Shape {
+    int64_t rows, cols;
+    bool kernel;
+  };
+  const std::vector<Shape> shapes = {
+      {8192, 2048, true}, {48, 80, true}, {4176, 48, true}, {16, 4112, true}, {65536 * 64 + 16, 16, true},
+      {40, 24, false}};
   for (at::ScalarType dt : {at::kBFloat16, at::kHalf}) {
-    for (auto [r, c] : shapes) {
+    for (const Shape& sh : shapes) {
+      const int64_t r = sh.rows, c = sh.cols;
       at::Tensor x = (at::randn({r, c}, at::TensorOptions().device(at::kCUDA)) * 3).to(dt);
+#ifdef TESSERA_HAVE_CUDA
+      at::Tensor out = at::empty({r, c}, x.options().dtype(at::kByte)), out_t = at::empty({c, r}, out.options());
+      EXPECT_EQ(cuda::CanQuantizeFp8Transposed(dt == at::kHalf ? cuda::DType::kHalf : cuda::DType::kBFloat16,
+                                               x.data_ptr(), out.data_ptr(), out_t.data_ptr(), r, c),
+                sh.kernel)
+          << r << "x" << c;
+#endif
       for (at::ScalarType f : {at::kFloat8_e4m3fn, at::kFloat8_e5m2}) {
         PoisonCudaAllocator(64 << 20);
         Fp8Transposed got = CudaKernels()->QuantizeFp8TensorwiseTransposed(x, f);

@@ -158,8 +158,8 @@ int Fp8Bench(int argc, char** argv) {
     const double t_f8 = Median(d, [&] { parallel::ScaledMatmul(qa, qbt, at::kBFloat16); });
     const double t_q = Median(d, [&] { parallel::QuantizeFp8(a, at::kFloat8_e4m3fn, -1, false); });
     // Both layouts: one kernel, against one quantisation and ATen's transposing copy.
-    const double t_qt =
-        Median(d, [&] { kernels::CudaKernels()->QuantizeFp8TensorwiseTransposed(a, at::kFloat8_e4m3fn); });
+    const kernels::FusedKernels& k = kernels::CudaKernels() ? *kernels::CudaKernels() : kernels::CompositeKernels();
+    const double t_qt = Median(d, [&] { k.QuantizeFp8TensorwiseTransposed(a, at::kFloat8_e4m3fn); });
     const double t_q_copy =
         Median(d, [&] { parallel::QuantizeFp8(a, at::kFloat8_e4m3fn, -1, false).data.t().contiguous(); });
     std::printf("fp8_gemm n %lld bf16_TFLOPs %.0f fp8_TFLOPs %.0f ratio %.2f quantize_us %.1f "

@@ -10,6 +10,7 @@ namespace tessera::parallel {
 GradBuckets::GradBuckets(std::vector<at::Tensor> params, std::shared_ptr<Communicator> dp,
                          GradBucketsOptions options)
     : params_(std::move(params)), dp_(std::move(dp)), bucket_of_(params_.size()) {
+  if (dp_->size() == 1) return;  // Nothing to sum: autograd's own gradients stay (the header).
   // Reverse order: backward produces the last layers' gradients first.
   std::vector<std::vector<size_t>> groups;
   int64_t bytes = 0;
@@ -57,6 +58,10 @@ GradBuckets::~GradBuckets() {
 }
 
 void GradBuckets::ZeroGrad() {
+  if (dp_->size() == 1) {
+    for (at::Tensor& p : params_) p.mutable_grad() = at::Tensor();
+    return;
+  }
   for (Bucket& b : buckets_) b.flat.zero_();
 }
 

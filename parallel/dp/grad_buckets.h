@@ -6,6 +6,11 @@
 // synchronising backward pass, its sum over dp starts asynchronously while backward continues.
 // Finish() waits for all. Gradients accumulate in place across non-synchronising passes. A sum, not a
 // mean: the caller weights each rank's loss by its share of the step (zero_optimizer.h).
+//
+// At dp 1 there is nothing to sum and no bucket: .grad is autograd's own (the first backward of a step
+// hands its gradient over, later ones add to it) and ZeroGrad unsets it, so a parameter no pass used
+// has no .grad. Bucket views there would cost a zero-fill and an add per parameter and step (≈ 3.5% of
+// a GPT 1.3B step on an H200: bench/RESULTS.md, "third device session").
 #ifndef TESSERA_PARALLEL_DP_GRAD_BUCKETS_H_
 #define TESSERA_PARALLEL_DP_GRAD_BUCKETS_H_
 
@@ -30,7 +35,7 @@ class GradBuckets {
   GradBuckets(std::vector<at::Tensor> params, std::shared_ptr<Communicator> dp, GradBucketsOptions options);
   ~GradBuckets();
 
-  // Zeros every gradient (the buffers keep their storage).
+  // Zeros every gradient (the buffers keep their storage); at dp 1 unsets them.
   void ZeroGrad();
   // Whether the coming backward pass is the last of the step (its gradients get summed over dp).
   void SetSyncThisPass(bool sync);

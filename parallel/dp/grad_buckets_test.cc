@@ -1,5 +1,5 @@
 // GradBuckets across two forked ranks: sums are right, accumulation without sync stays local,
-// and with small buckets every bucket's all-reduce starts from inside backward.
+// and with small buckets every bucket's all-reduce starts from inside backward; at dp 1, no buckets.
 #include "parallel/dp/grad_buckets.h"
 
 #include <ATen/ATen.h>
@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "parallel/comm/process_groups.h"
+#include "parallel/comm/self_communicator.h"
 #include "parallel/testing/multi_process.h"
 #include "parallel/testing/rank_groups.h"
 
@@ -58,6 +59,35 @@ absl::Status Body(int rank, int port) {
 
 TEST(GradBucketsTest, SumsOverDataParallelRanksFromInsideBackward) {
   EXPECT_TRUE(testing::RunRanks(2, Body).ok());
+}
+
+// At dp 1 nothing is summed and nothing is bucketed: .grad is autograd's own tensor (not a view of a
+// shared buffer), ZeroGrad unsets it, accumulation over passes still sums, and a parameter no pass
+// used keeps no .grad.
+TEST(GradBucketsTest, AtDpOneGradientsAreAutogradsOwn) {
+  at::manual_seed(0);
+  std::vector<at::Tensor> weights;
+  for (int i = 0; i < 3; ++i) weights.push_back(at::randn({8, 8}).set_requires_grad(true));
+  at::Tensor x = at::randn({2, 8});
+  auto loss_of = [&] { return at::linear(at::linear(x, weights[0]), weights[1]).pow(2).sum(); };  // 2 unused.
+  auto expected = torch::autograd::grad({loss_of()}, {weights[0], weights[1]});
+  GradBuckets buckets(weights, std::make_shared<SelfCommunicator>(0, "dp"), {.bucket_bytes = 8 * 8 * 4});
+  EXPECT_EQ(buckets.num_buckets(), 0);
+  buckets.ZeroGrad();
+  for (const at::Tensor& w : weights) EXPECT_FALSE(w.grad().defined());
+  buckets.SetSyncThisPass(false);
+  loss_of().backward();
+  buckets.SetSyncThisPass(true);
+  loss_of().backward();
+  ASSERT_TRUE(buckets.Finish().ok());
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(weights[i].grad().defined());
+    EXPECT_TRUE(at::allclose(weights[i].grad(), expected[i] * 2, 1e-5, 1e-6)) << i;
+    EXPECT_EQ(weights[i].grad().storage().nbytes(), weights[i].numel() * 4) << "a view of a bucket: " << i;
+  }
+  EXPECT_FALSE(weights[2].grad().defined());
+  buckets.ZeroGrad();
+  for (const at::Tensor& w : weights) EXPECT_FALSE(w.grad().defined());
 }
 
 }  // namespace

@@ -6,9 +6,11 @@
 #include "parallel/layers/fp8_linear.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <torch/csrc/autograd/autograd.h>
 
 #include <cmath>
+#include <utility>
 
 #include "gtest/gtest.h"
 #include "parallel/layers/linear.h"
@@ -114,6 +116,43 @@ TEST(Fp8LinearTest, ForwardAndBothGradientsEqualTheEmulationInEachRecipe) {
     at::Tensor plain = at::mm(x2.to(at::kFloat), w.to(at::kFloat).t());
     EXPECT_GT(RelativeError(got.y.reshape({-1, N}), plain), 1e-3);
   }
+}
+
+// The forward prepares only the layouts a wanted gradient reads (a frozen weight — LoRA's base — needs
+// no xᵀ, an input without a gradient no Wᵀ): each gradient that is wanted equals the one of a run that
+// wants both, bit for bit; the forward of a run under no_grad too.
+TEST(Fp8LinearTest, EachGradientAloneEqualsItselfWithTheOther) {
+  at::manual_seed(6);
+  const int64_t K = 64, N = 48;
+  at::Tensor x0 = at::randn({32, K}).to(at::kBFloat16), w0 = (at::randn({N, K}) * 0.1).to(at::kBFloat16);
+  at::Tensor probe = at::randn({32, N});
+  Fp8Options o;
+  o.min_dim = 16;
+  auto run = [&](bool x_grad, bool w_grad) {
+    at::Tensor x = x0.clone().requires_grad_(x_grad), w = w0.clone().requires_grad_(w_grad);
+    at::Tensor y;
+    {
+      Fp8Scope scope(&o);
+      y = Linear(x, w);
+    }
+    (y.to(at::kFloat) * probe).sum().backward();
+    return std::pair<at::Tensor, at::Tensor>{x.grad(), w.grad()};
+  };
+  auto [dx, dw] = run(true, true);
+  auto [dx_only, no_dw] = run(true, false);  // The frozen weight.
+  auto [no_dx, dw_only] = run(false, true);
+  EXPECT_TRUE(at::equal(dx_only, dx));
+  EXPECT_FALSE(no_dw.defined());
+  EXPECT_TRUE(at::equal(dw_only, dw));
+  EXPECT_FALSE(no_dx.defined());
+  at::Tensor y_grad, y_no_grad;
+  {
+    Fp8Scope scope(&o);
+    y_grad = Linear(x0, w0.clone().requires_grad_(true)).detach();
+    at::NoGradGuard no_grad;
+    y_no_grad = Linear(x0, w0.clone().requires_grad_(true));
+  }
+  EXPECT_TRUE(at::equal(y_grad, y_no_grad));
 }
 
 TEST(Fp8LinearTest, AppliesOnlyToLargeAlignedSixteenBitLayers) {

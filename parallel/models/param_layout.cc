@@ -137,7 +137,7 @@ absl::StatusOr<double> GradSquaredSumMultiTensor(std::vector<Param>& params, Com
   std::vector<at::Tensor> grads;
   std::vector<double> replicated_weight, split_weight;  // Per gradient: its share in each sum.
   for (Param& p : params) {
-    if (std::find(skip.begin(), skip.end(), p.name) != skip.end()) continue;
+    if (std::find(skip.begin(), skip.end(), p.name) != skip.end() || !p.value.grad().defined()) continue;
     grads.push_back(p.value.grad());
     const bool rep = p.split == TpSplit::kReplicated;
     replicated_weight.push_back(rep ? 1.0 : 0.0);
@@ -168,8 +168,8 @@ absl::StatusOr<double> GradSquaredSumOverTp(std::vector<Param>& params, Communic
   at::Tensor replicated = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(device));
   at::Tensor split = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(device));
   for (Param& p : params) {
-    if (std::find(skip.begin(), skip.end(), p.name) != skip.end()) continue;
     const at::Tensor& g = p.value.grad();
+    if (std::find(skip.begin(), skip.end(), p.name) != skip.end() || !g.defined()) continue;
     at::Tensor sq = (g.scalar_type() == at::kFloat ? g : g.to(at::kFloat)).norm().to(at::kDouble).square();
     if (p.split == TpSplit::kReplicated) {
       replicated += sq;

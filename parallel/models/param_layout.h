@@ -49,7 +49,7 @@ at::Tensor JoinShards(const Param& param, const std::vector<at::Tensor>& parts);
 // one fp32 norm per tensor, squared and summed in double; tp-split tensors' sums are added over tp,
 // replicated ones counted once; not finite when a gradient overflowed. Leaves out the parameters
 // named in `skip` (a pipeline's last stage skips the tied embedding its first stage counts); summing
-// it over pipeline stages gives the model's.
+// it over pipeline stages gives the model's. A parameter without .grad (no pass used it at dp 1) adds nothing.
 absl::StatusOr<double> GradSquaredSumOverTp(std::vector<Param>& params, Communicator* tp,
                                             const std::vector<std::string>& skip = {});
 
