@@ -26,6 +26,7 @@
 #include "absl/time/time.h"
 #include "common/spec/paths.h"
 #include "common/time/clock.h"
+#include "coordinator/free_device_index.h"
 #include "coordinator/job_store.h"
 #include "coordinator/store_writer.h"
 #include "coordinator/worker_keys.h"
@@ -316,14 +317,6 @@ class Coordinator {
     std::map<std::tuple<std::string, int, int>, std::string> quarantined;
     std::set<int> used_ports;
     int64_t session = 0;  // Of the newest registration.
-    // Its entry in free_index_ as ReindexLocked left it.
-    struct Indexed {
-      bool in = false;  // Counted (alive).
-      v1::DeviceKind kind = v1::DEVICE_KIND_UNSPECIFIED;
-      std::string pool;
-      int free = 0;
-      int devices = 0;
-    } indexed;
     std::string instance;  // The worker process that registered it (RegisterWorkerRequest.instance).
     int64_t attempt = 0;   // Its RegisterWorkerRequest.attempt.
     absl::Duration stop_grace = absl::Seconds(10);  // Its RegisterWorkerRequest.stop_grace_ms.
@@ -394,14 +387,8 @@ class Coordinator {
   void CheckStartLocked(JobEntry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Fails a RUNNING attempt without a new step for progress_timeout.
   void CheckProgressLocked(JobEntry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Devices of `kind` on live workers, used or not.
-  // Devices of kind and pool (a job's: its device and placement.pool): free_index_'s key.
-  using PoolKey = std::pair<v1::DeviceKind, std::string>;
+  // The devices a job asks for: its device kind and placement.pool (free_index_'s key).
   static PoolKey PoolOf(const v1::JobSpec& spec);
-  int64_t ClusterDevicesLocked(const PoolKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    auto it = free_index_.find(key);
-    return it == free_index_.end() ? 0 : it->second.devices;
-  }
   absl::Status ReportRankStatusLocked(const v1::ReportRankStatusRequest& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void StopRanksLocked(JobEntry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Numbers `a` in the worker's session and queues it, to leave once ticket `after` is durable;
@@ -498,14 +485,9 @@ class Coordinator {
   bool defer_scheduling_ ABSL_GUARDED_BY(mu_) = false;
   int64_t last_stream_ ABSL_GUARDED_BY(mu_) = 0;
   std::set<std::string> held_workers_ ABSL_GUARDED_BY(mu_);  // Workers with an order held for the store.
-  // Live workers by free devices, per device kind and pool, in PlaceRanks' order (most free first, then
-  // by id), and the totals: placement and the queue's reasons read no worker they do not use.
-  struct FreeIndex {
-    std::set<std::pair<int, std::string>> by_free;  // (−free devices, worker id): workers with any free.
-    int64_t free = 0;     // Free devices of live workers.
-    int64_t devices = 0;  // Devices of live workers, used or not.
-  };
-  std::map<PoolKey, FreeIndex> free_index_ ABSL_GUARDED_BY(mu_);
+  // Live workers' free devices per device kind and pool, in PlaceRanks' order, and the totals:
+  // placement and the queue's reasons read no worker they do not use.
+  FreeDeviceIndex free_index_ ABSL_GUARDED_BY(mu_);
   // Job id → the live workers still running (stopping) a superseded rank of it.
   std::map<std::string, std::set<std::string>> stopping_index_ ABSL_GUARDED_BY(mu_);
   // Bumped (under mu_) by RanksChangedLocked; read by the fast heartbeat path.

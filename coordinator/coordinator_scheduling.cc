@@ -29,7 +29,7 @@ std::string DevicesOf(const std::pair<v1::DeviceKind, std::string>& key) {
 
 }  // namespace
 
-Coordinator::PoolKey Coordinator::PoolOf(const v1::JobSpec& spec) {
+PoolKey Coordinator::PoolOf(const v1::JobSpec& spec) {
   return {KindOf(spec), spec.placement().pool().empty() ? "default" : spec.placement().pool()};
 }
 
@@ -39,11 +39,9 @@ absl::StatusOr<Placement> Coordinator::PlaceLocked(const v1::JobSpec& spec) {
   auto ranks = layout::RankGenerator::Create(spec::LayoutOf(spec));
   if (!ranks.ok()) return absl::FailedPreconditionError(ranks.status().message());
   const PoolKey key = PoolOf(spec);
-  auto found = free_index_.find(key);
-  const int64_t free = found == free_index_.end() ? 0 : found->second.free;
+  const int64_t free = free_index_.Free(key);
   if (free < ranks->world_size()) {  // PlaceRanks' own reason, from the totals.
-    const size_t workers = found == free_index_.end() ? 0 : found->second.by_free.size();
-    return absl::ResourceExhaustedError(NotEnoughDevices(ranks->world_size(), free, workers));
+    return absl::ResourceExhaustedError(NotEnoughDevices(ranks->world_size(), free, free_index_.ByFree(key).size()));
   }
   return PlaceRanks(*ranks, FreeDevicesLocked(key, ranks->world_size(), ranks->size(layout::Axis::kTp)));
 }
@@ -64,7 +62,7 @@ void Coordinator::TryScheduleLocked() {
     const PoolKey key = PoolOf(spec);
     std::string reason;
     const std::string prefix = e.requeue_cause.empty() ? "" : e.requeue_cause + "; ";
-    const int64_t cluster = ClusterDevicesLocked(key);
+    const int64_t cluster = free_index_.Devices(key);
     absl::StatusOr<Placement> slots = absl::ResourceExhaustedError("");
     // Never two attempts of one job at once: not while an earlier attempt's ranks may be alive.
     if (std::string held = FencedLocked(e, stopping_jobs); !held.empty()) {
@@ -123,25 +121,13 @@ void Coordinator::IndexStoppingLocked(const WorkerEntry& w, bool add) {
 }
 
 void Coordinator::ReindexLocked(WorkerEntry& w) {
-  WorkerEntry::Indexed& x = w.indexed;
-  if (x.in) {
-    FreeIndex& old = free_index_[{x.kind, x.pool}];
-    old.by_free.erase({-x.free, w.info.id()});
-    old.free -= x.free;
-    old.devices -= x.devices;
-    x.in = false;
-  }
-  if (w.info.state() != v1::Worker::STATE_ALIVE) return;  // A lost worker's devices are nobody's.
-  x.in = true;
-  x.kind = w.info.device_kind();
-  x.pool = w.info.pool();
+  FreeDeviceIndex::Worker x;
+  x.alive = w.info.state() == v1::Worker::STATE_ALIVE;
+  x.key = {w.info.device_kind(), w.info.pool()};
   x.devices = w.info.device_count();
   x.free = x.devices;
   for (int d : w.used_devices) x.free -= d >= 0 && d < x.devices;
-  FreeIndex& now = free_index_[{x.kind, x.pool}];
-  if (x.free > 0) now.by_free.insert({-x.free, w.info.id()});
-  now.free += x.free;
-  now.devices += x.devices;
+  free_index_.Set(w.info.id(), x);
 }
 
 std::string Coordinator::FencedLocked(JobEntry& e, const std::map<std::string, std::string>& stopping_jobs) {
@@ -267,31 +253,19 @@ void Coordinator::StartAttemptLocked(JobEntry& e, const Placement& placement, in
 
 absl::Status Coordinator::VerifyIndexes() {
   absl::MutexLock lock(&mu_);
-  std::map<PoolKey, FreeIndex> free;
+  FreeDeviceIndex free;
   std::map<std::string, std::set<std::string>> stopping;
   for (const auto& [id, w] : workers_) {
     if (w.info.state() != v1::Worker::STATE_ALIVE) continue;
-    FreeIndex& f = free[{w.info.device_kind(), w.info.pool()}];
     int n = 0;
     for (int d = 0; d < w.info.device_count(); ++d) n += !w.used_devices.count(d);
-    if (n > 0) f.by_free.insert({-n, id});
-    f.free += n;
-    f.devices += w.info.device_count();
+    free.Set(id, {true, {w.info.device_kind(), w.info.pool()}, w.info.device_count(), n});
     for (const auto& [key, device] : w.stopping) {
       if (!w.quarantined.count(key)) stopping[std::get<0>(key)].insert(id);
     }
   }
-  for (const auto& [kind, f] : free_index_) {
-    if (f.devices == 0 && f.free == 0 && f.by_free.empty()) free.try_emplace(kind);  // Emptied: equal.
-  }
-  for (const auto& [kind, f] : free) {
-    const FreeIndex& x = free_index_[kind];
-    if (x.by_free != f.by_free || x.free != f.free || x.devices != f.devices) {
-      return absl::InternalError(absl::StrCat("the free-device index of kind ", kind.first, " pool ", kind.second,
-                                              " is stale: ", x.free, " free of ",
-                                              x.devices, " on ", x.by_free.size(), " workers; really ", f.free,
-                                              " of ", f.devices, " on ", f.by_free.size()));
-    }
+  if (std::string d = free_index_.Difference(free); !d.empty()) {  // "The other" is what the workers say.
+    return absl::InternalError(absl::StrCat("the free-device index is stale: ", d));
   }
   std::map<std::string, std::map<std::string, std::vector<int>, JobIdLess>> on;
   for (const auto& [jid, e] : jobs_) {
@@ -321,7 +295,7 @@ absl::Status Coordinator::VerifyIndexes() {
 std::vector<FreeDevices> Coordinator::FreeDevicesLocked(const PoolKey& key, int64_t world, int group) {
   std::vector<FreeDevices> free;
   PlacementPrefix prefix(world, group);
-  for (const auto& [minus_free, id] : free_index_[key].by_free) {
+  for (const auto& [minus_free, id] : free_index_.ByFree(key)) {
     if (prefix.Enough(-minus_free)) break;
     prefix.Add(-minus_free);
     const WorkerEntry& w = workers_[id];

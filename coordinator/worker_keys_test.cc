@@ -1,6 +1,7 @@
 // WorkerKeys against a real SQLite JobStore and real certificates (common/tls): a name binds to the first
-// key, durably; another key is refused until an admin's release; a worker RPC's certificate must carry
-// the bound key (a renewal with the same key passes, a stranger's or an unreadable PEM does not).
+// key, durably (across reopening the database); another key is refused until an admin's release; a worker
+// RPC's certificate must carry the bound key (a stranger's or an unreadable PEM does not), also after
+// the name passed to another key.
 #include "coordinator/worker_keys.h"
 
 #include <filesystem>
@@ -19,9 +20,10 @@ namespace {
 
 using ::testing::HasSubstr;
 
+// A fresh path under the test's temporary directory (SQLite's -wal and -shm files removed too).
 std::string TempPath(const std::string& name) {
   const std::string p = std::string(getenv("TEST_TMPDIR") ? getenv("TEST_TMPDIR") : "/tmp") + "/" + name;
-  std::filesystem::remove_all(p);
+  for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove_all(p + suffix);
   return p;
 }
 
@@ -35,7 +37,12 @@ std::string Slurp(const std::string& path) {
 class WorkerKeysTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    db_ = TempPath("keys.db");
+    db_ = TempPath("worker_keys_test.db");
+    Reopen();
+  }
+  // Closes the database and opens it again: what a coordinator restart reads.
+  void Reopen() {
+    store_.reset();
     auto store = JobStore::Open({db_});
     ASSERT_TRUE(store.ok()) << store.status();
     store_ = *std::move(store);
@@ -65,7 +72,8 @@ TEST_F(WorkerKeysTest, ANameBindsToItsFirstKeyDurablyUntilReleased) {
     EXPECT_EQ(keys.Bind("node1", k2).code(), absl::StatusCode::kPermissionDenied);
     EXPECT_TRUE(keys.Check("node2", k2).ok());  // Names are bound one by one.
   }
-  {  // A restart (a new WorkerKeys over the same store) keeps the binding.
+  Reopen();
+  {  // A restart (the database reopened, a new WorkerKeys) keeps the binding.
     WorkerKeys keys(Options());
     ASSERT_TRUE(keys.Load().ok());
     EXPECT_EQ(keys.Check("node1", k2).code(), absl::StatusCode::kPermissionDenied);
@@ -73,6 +81,7 @@ TEST_F(WorkerKeysTest, ANameBindsToItsFirstKeyDurablyUntilReleased) {
     ASSERT_TRUE(keys.Release("node1").ok());
     EXPECT_TRUE(keys.Check("node1", k2).ok());
   }
+  Reopen();
   {  // The release is durable too: the next registration binds again.
     WorkerKeys keys(Options());
     ASSERT_TRUE(keys.Load().ok());
@@ -97,7 +106,7 @@ TEST_F(WorkerKeysTest, AWorkerCallsCertificateMustCarryTheBoundKey) {
   EXPECT_TRUE(keys.CheckCertificate("node1", other).ok());  // Never registered: the call finds no worker.
   ASSERT_TRUE(keys.Bind("node1", *my_key).ok());
   EXPECT_TRUE(keys.CheckCertificate("node1", mine).ok());
-  EXPECT_TRUE(keys.CheckCertificate("node1", mine).ok());  // Cached: the string compare.
+  EXPECT_TRUE(keys.CheckCertificate("node1", mine).ok());  // Again (now the cached certificate's path).
   EXPECT_EQ(keys.CheckCertificate("node1", other).code(), absl::StatusCode::kPermissionDenied);
   EXPECT_EQ(keys.CheckCertificate("node1", "not a certificate").code(), absl::StatusCode::kUnauthenticated);
   // Released and bound to another key: the certificate seen before is no longer let through.
