@@ -22,7 +22,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
-#include "common/spec/job_spec.h"
+#include "spec/job_spec.h"
 #include "layout/rank_generator.h"
 #include "parallel/comm/process_groups.h"
 #include "parallel/train/trainer.h"

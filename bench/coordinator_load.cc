@@ -38,7 +38,7 @@
 #include "common/process/find_binary.h"
 #include "common/process/subprocess.h"
 #include "common/rpc/tls.h"
-#include "common/spec/job_spec.h"
+#include "spec/job_spec.h"
 #include "common/tls/certificates.h"
 #include "tessera/v1/coordinator_service.grpc.pb.h"
 #include "tessera/v1/worker_service.grpc.pb.h"

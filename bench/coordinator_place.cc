@@ -23,7 +23,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
-#include "common/spec/job_spec.h"
+#include "spec/job_spec.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/job_store.h"
 

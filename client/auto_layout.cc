@@ -2,8 +2,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/spec/layout_of.h"
-#include "common/spec/model_config_of.h"
+#include "spec/layout_of.h"
+#include "spec/model_config_of.h"
 
 namespace tessera::client {
 

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "common/spec/job_spec.h"
-#include "common/spec/layout_of.h"
+#include "spec/job_spec.h"
+#include "spec/layout_of.h"
 #include "gtest/gtest.h"
 #include "layout/check_layout.h"
 #include "layout/rank_generator.h"

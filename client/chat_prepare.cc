@@ -39,7 +39,7 @@ absl::Status Field(const std::string& field, const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
 }
 
-absl::StatusOr<Rendered> RenderConversation(const chat::ChatTemplate& t, const Json& record) {
+absl::StatusOr<Rendered> RenderConversation(const formats::chat::ChatTemplate& t, const Json& record) {
   const Json& messages = record["messages"];
   if (!messages.is_array()) return Field("messages", "must be a list");
   if (messages.empty()) return Field("messages", "is empty");
@@ -110,12 +110,12 @@ absl::StatusOr<ChatPrepareReport> PrepareChat(const ChatPrepareOptions& o) {
   std::error_code ec;
   const std::string tokenizer_json =
       fs::is_directory(o.tokenizer, ec) ? (fs::path(o.tokenizer) / "tokenizer.json").string() : o.tokenizer;
-  auto tok = parallel::Tokenizer::FromFile(tokenizer_json);
+  auto tok = formats::data::Tokenizer::FromFile(tokenizer_json);
   if (!tok.ok()) return tok.status();
   auto made = (*tok)->NewEncoder(/*match_special=*/true);  // The rendering spells the special tokens.
   if (!made.ok()) return made.status();
   auto encoder = *std::move(made);
-  auto tmpl = chat::ChatTemplate::FromTokenizerDir(dir.empty() ? "." : dir);
+  auto tmpl = formats::chat::ChatTemplate::FromTokenizerDir(dir.empty() ? "." : dir);
   const bool have_template = tmpl.ok();
   std::string eos;  // For prompt/completion records.
   {
@@ -131,8 +131,8 @@ absl::StatusOr<ChatPrepareReport> PrepareChat(const ChatPrepareOptions& o) {
   if (const fs::path parent = fs::path(o.output_prefix).parent_path(); !parent.empty()) {
     fs::create_directories(parent, ec);  // A failure shows as the writer's error below.
   }
-  const parallel::IndexedDtype dtype = parallel::IndexedDtypeForVocab((*tok)->vocab_size());
-  auto writer = parallel::IndexedDatasetWriter::Create(o.output_prefix, dtype);
+  const formats::data::IndexedDtype dtype = formats::data::IndexedDtypeForVocab((*tok)->vocab_size());
+  auto writer = formats::data::IndexedDatasetWriter::Create(o.output_prefix, dtype);
   if (!writer.ok()) return writer.status();
   const std::string mask_path = o.output_prefix + ".sft.mask", json_path = o.output_prefix + ".sft.json";
   const std::string mask_tmp = mask_path + ".tmp", json_tmp = json_path + ".tmp";
@@ -145,7 +145,7 @@ absl::StatusOr<ChatPrepareReport> PrepareChat(const ChatPrepareOptions& o) {
   } remove_temps{mask_tmp, json_tmp};
 
   ChatPrepareReport report;
-  report.dtype = parallel::IndexedDtypeName(dtype);
+  report.dtype = formats::data::IndexedDtypeName(dtype);
   const bool tty = isatty(STDERR_FILENO);
   auto last_print = start;
   std::vector<int32_t> ids;

@@ -34,7 +34,7 @@ absl::Status CheckConversation(const Json& record) {
 
 absl::Status RenderChatCommand(const std::string& tokenizer, const std::vector<std::string>& inputs,
                                bool add_generation_prompt) {
-  auto t = chat::ChatTemplate::FromTokenizerDir(tokenizer);
+  auto t = formats::chat::ChatTemplate::FromTokenizerDir(tokenizer);
   if (!t.ok()) return t.status();
   return ForEachJsonRecord(inputs, [&](const Json& record, const std::string& where) -> absl::Status {
     if (absl::Status s = CheckConversation(record); !s.ok()) return absl::InvalidArgumentError(where + std::string(s.message()));

@@ -23,9 +23,9 @@
 #include "client/exit_codes.h"
 #include "client/progress_line.h"
 #include "client/table.h"
-#include "common/spec/paths.h"
+#include "spec/paths.h"
 #include "common/rpc/channel.h"
-#include "common/spec/job_spec.h"
+#include "spec/job_spec.h"
 #include "google/protobuf/util/json_util.h"
 #include "tessera/v1/coordinator_service.grpc.pb.h"
 

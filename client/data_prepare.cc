@@ -51,7 +51,7 @@ absl::StatusOr<int64_t> PrepareByteTokens(const std::string& input, const std::s
 
 namespace {
 
-using parallel::Tokenizer;
+using formats::data::Tokenizer;
 
 absl::StatusOr<int32_t> FindEos(const Tokenizer& tok, const PrepareOptions& o) {
   std::string name = o.eos_token;
@@ -128,8 +128,8 @@ absl::StatusOr<PrepareReport> PrepareTokenized(const PrepareOptions& o) {
   }
   auto reader = DocumentReader::Open(o.inputs, o.text_key);
   if (!reader.ok()) return reader.status();
-  const parallel::IndexedDtype dtype = parallel::IndexedDtypeForVocab((*tok)->vocab_size());
-  auto writer = parallel::IndexedDatasetWriter::Create(o.output_prefix, dtype);
+  const formats::data::IndexedDtype dtype = formats::data::IndexedDtypeForVocab((*tok)->vocab_size());
+  auto writer = formats::data::IndexedDatasetWriter::Create(o.output_prefix, dtype);
   if (!writer.ok()) return writer.status();
   const int threads = o.threads > 0 ? o.threads : std::max(1u, std::thread::hardware_concurrency());
   std::vector<std::unique_ptr<Tokenizer::Encoder>> encoders;
@@ -138,7 +138,7 @@ absl::StatusOr<PrepareReport> PrepareTokenized(const PrepareOptions& o) {
   const bool tty = isatty(STDERR_FILENO);
   auto last_print = start;
   PrepareReport report;
-  report.dtype = parallel::IndexedDtypeName(dtype);
+  report.dtype = formats::data::IndexedDtypeName(dtype);
   std::vector<Document> docs;
   std::vector<std::vector<int32_t>> ids;
   while (true) {

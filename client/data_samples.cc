@@ -4,8 +4,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/exit_codes.h"
-#include "common/spec/data_options_of.h"
-#include "common/spec/job_spec.h"
+#include "spec/data_options_of.h"
+#include "spec/job_spec.h"
 #include "formats/data/training_data.h"
 
 namespace tessera::client {
@@ -21,7 +21,7 @@ int DataSamplesCommand(const std::string& spec_path, const std::vector<std::stri
     std::cerr << "error: --from and --count must not be negative\n";
     return kExitBadInput;
   }
-  auto data = parallel::TrainingData::Open(spec::DataOptionsOf(*spec), spec::BlendOf(*spec));
+  auto data = formats::data::TrainingData::Open(spec::DataOptionsOf(*spec), spec::BlendOf(*spec));
   if (!data.ok()) {
     std::cerr << "error: " << data.status().message() << "\n";
     return kExitBadInput;

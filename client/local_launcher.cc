@@ -26,9 +26,9 @@
 #include "common/process/find_binary.h"
 #include "common/process/rank_launch.h"
 #include "common/process/subprocess.h"
-#include "common/spec/data_options_of.h"
-#include "common/spec/job_spec.h"
-#include "common/spec/paths.h"
+#include "spec/data_options_of.h"
+#include "spec/job_spec.h"
+#include "spec/paths.h"
 #include "common/steplog/step_log.h"
 #include "formats/data/token_dataset.h"
 #include "google/protobuf/util/json_util.h"
@@ -133,7 +133,7 @@ int RunLocal(const LaunchOptions& options) {
     }
     if (!options.quiet) std::cout << "parallel: auto chose " << *chosen << "\n";
   }
-  if (auto ds = parallel::TrainingData::OpenWithValidation(spec::DataOptionsOf(*spec), spec::BlendOf(*spec),
+  if (auto ds = formats::data::TrainingData::OpenWithValidation(spec::DataOptionsOf(*spec), spec::BlendOf(*spec),
                                                           spec::ValidDataOptionsOf(*spec),
                                                           spec->data().valid_fraction());
       !ds.ok()) {

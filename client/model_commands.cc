@@ -38,9 +38,9 @@ absl::StatusOr<uint64_t> ParseByteSize(const std::string& text) {
 }
 
 int ExportCommand(const ExportOptions& o) {
-  parallel::HfExportOptions options;
+  formats::model::HfExportOptions options;
   if (o.dtype == "bf16") {
-    options.dtype = parallel::ExportDtype::kBF16;
+    options.dtype = formats::model::ExportDtype::kBF16;
   } else if (o.dtype != "fp32") {
     std::cerr << "error: --dtype: \"" << o.dtype << "\" is not fp32 or bf16\n";
     return kExitBadInput;
@@ -51,7 +51,7 @@ int ExportCommand(const ExportOptions& o) {
     return kExitBadInput;
   }
   options.max_shard_bytes = *shard;
-  auto checkpoint = parallel::ReadCheckpointModel(o.checkpoint);
+  auto checkpoint = formats::model::ReadCheckpointModel(o.checkpoint);
   if (!checkpoint.ok()) {
     std::cerr << "error: " << checkpoint.status().message() << "\n";
     return kExitBadInput;
@@ -80,7 +80,7 @@ int ExportCommand(const ExportOptions& o) {
                 << "nor pretrained): give one with --base\n";
       return kExitBadInput;
     }
-    auto done = parallel::ExportMergedLora(*checkpoint, base, o.out_dir, options);
+    auto done = formats::model::ExportMergedLora(*checkpoint, base, o.out_dir, options);
     if (!done.ok()) {
       std::cerr << "error: " << done.status().message() << "\n";
       return done.status().code() == absl::StatusCode::kFailedPrecondition ||
@@ -100,7 +100,7 @@ int ExportCommand(const ExportOptions& o) {
       std::cerr << "error: --dtype: a LoRA checkpoint's adapters are written in fp32, as PEFT saves them\n";
       return kExitBadInput;
     }
-    auto bytes = parallel::ExportPeftAdapter(*checkpoint, o.out_dir);
+    auto bytes = formats::model::ExportPeftAdapter(*checkpoint, o.out_dir);
     if (!bytes.ok()) {
       std::cerr << "error: " << bytes.status().message() << "\n";
       return bytes.status().code() == absl::StatusCode::kFailedPrecondition ? kExitBadInput : kExitJobFailed;
@@ -111,7 +111,7 @@ int ExportCommand(const ExportOptions& o) {
               << (checkpoint->lora_base.empty() ? std::string("the job started from") : checkpoint->lora_base) << "\n";
     return kExitOk;
   }
-  auto done = parallel::ExportToHf(*checkpoint, o.out_dir, options);
+  auto done = formats::model::ExportToHf(*checkpoint, o.out_dir, options);
   if (!done.ok()) {
     std::cerr << "error: " << done.status().message() << "\n";
     return done.status().code() == absl::StatusCode::kFailedPrecondition ? kExitBadInput : kExitJobFailed;

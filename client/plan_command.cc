@@ -7,7 +7,7 @@
 #include "client/auto_layout.h"
 #include "client/exit_codes.h"
 #include "client/table.h"
-#include "common/spec/job_spec.h"
+#include "spec/job_spec.h"
 #include "nlohmann/json.hpp"
 #include "plan/planner.h"
 

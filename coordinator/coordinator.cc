@@ -10,8 +10,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
-#include "common/spec/job_spec.h"
-#include "common/spec/limits.h"
+#include "spec/job_spec.h"
+#include "spec/limits.h"
 
 namespace tessera::coordinator {
 namespace {
@@ -33,7 +33,9 @@ bool IsTerminal(v1::JobState s) {
 Coordinator::Coordinator(CoordinatorOptions options, std::unique_ptr<JobStore> store)
     : options_(options),
       store_(std::move(store)),
-      keys_(WorkerKeysOptions{store_.get(), options_.clock, options_.on_transition}) {
+      keys_(WorkerKeysOptions{store_.get(), options_.clock, options_.on_transition}),
+      liveness_(WorkerLiveness::Options{options_.heartbeat_timeout, options_.worker_lease, options_.clock,
+                                        options_.before_fast_beat_for_test}) {
   StoreWriterOptions w;
   w.store = store_.get();
   w.on_durable = [this] { OnStoreDurable(); };

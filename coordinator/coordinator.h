@@ -8,7 +8,6 @@
 #ifndef TESSERA_COORDINATOR_COORDINATOR_H_
 #define TESSERA_COORDINATOR_COORDINATOR_H_
 
-#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -20,16 +19,16 @@
 #include <tuple>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "common/spec/paths.h"
+#include "spec/paths.h"
 #include "common/time/clock.h"
 #include "coordinator/free_device_index.h"
 #include "coordinator/job_store.h"
 #include "coordinator/store_writer.h"
 #include "coordinator/worker_keys.h"
+#include "coordinator/worker_liveness.h"
 #include "tessera/v1/cluster.pb.h"
 #include "tessera/v1/coordinator_service.pb.h"
 #include "tessera/v1/worker_service.pb.h"
@@ -41,8 +40,8 @@ struct CoordinatorOptions {
   absl::Duration heartbeat_timeout = absl::Seconds(10);  // Silence after which a worker is lost.
   // Asked of workers (RegisterWorkerResponse.lease_ms): a worker that has not completed a heartbeat for
   // this long stops its ranks. Below heartbeat_timeout. A lost worker's jobs get no new attempt before
-  // its last heartbeat + lease + its stop grace + its stop delay + kFenceSlack: by then its ranks are
-  // surely gone.
+  // its last heartbeat + lease + its stop grace + its stop delay + WorkerLiveness::kFenceSlack: by then
+  // its ranks are surely gone.
   // Zero: no lease (and no such wait).
   absl::Duration worker_lease = absl::Seconds(5);
   int max_restarts_limit = 100;                          // Largest max_restarts a job may ask.
@@ -70,7 +69,7 @@ struct CoordinatorOptions {
   // Called (under the coordinator's lock: keep it short) with the time a job waited in the queue
   // before its ranks were placed. May be empty.
   std::function<void(absl::Duration)> on_scheduled;
-  // Where jobs may read and write (common/spec/paths.h). Empty: not confined (a loopback cluster
+  // Where jobs may read and write (spec/paths.h). Empty: not confined (a loopback cluster
   // without TLS). Set: every path of a submitted job is absolute, normalised and inside them (outputs
   // inside OUTPUT_ROOT/OWNER for a job with an owner), also after resolving symbolic links on this
   // machine; logs are read only from inside the output root.
@@ -186,11 +185,8 @@ class Coordinator {
   std::map<v1::Worker::State, int> WorkersByState();
   // Heartbeats applied since the start: without the coordinator's lock (repeating the worker's previous
   // one), and under it.
-  struct HeartbeatPaths {
-    int64_t fast = 0;
-    int64_t locked = 0;
-  };
-  HeartbeatPaths HeartbeatsByPath() const { return {fast_heartbeats_.load(), locked_heartbeats_.load()}; }
+  using HeartbeatPaths = WorkerLiveness::Paths;
+  HeartbeatPaths HeartbeatsByPath() const { return liveness_.paths(); }
 
  private:
   struct RankEntry {
@@ -255,29 +251,9 @@ class Coordinator {
     // the time their lease and stop grace surely ended: no new attempt is placed before.
     std::map<std::string, absl::Time> fences;
   };
-  // What a heartbeat reads and writes without mu_: the worker's last heartbeat, and what its newest
-  // heartbeat applied under mu_ saw. While a heartbeat repeats that one (same session, acknowledgement
-  // and listed ranks) and no job's ranks changed since (rank_epoch_ as then), applying it again under
-  // mu_ would change nothing but the time (ReconcileLocked and NoteStoppingLocked read only what bumps
-  // rank_epoch_). Written under mu_ except last_heartbeat_us, which the fast path renews.
-  struct Liveness {
-    std::atomic<int64_t> last_heartbeat_us{0};  // Unix microseconds.
-    std::atomic<int64_t> session{-1};           // Of the live registration; -1: lost (no fast path).
-    std::atomic<int64_t> applied_seq{-1};       // Of the heartbeat seen; -1: none yet this session.
-    std::atomic<uint64_t> ranks_digest{0};
-    std::atomic<uint64_t> epoch{0};  // rank_epoch_ after that heartbeat; 0: none (the epoch starts at 1).
-    // Sequentially consistent with `session`: CheckLiveness stores session -1 and then reads the last
-    // heartbeat for the fence; the path without the lock beats and then reads the session again. One
-    // of the two sees the other (FastHeartbeat).
-    absl::Time LastHeartbeat() const { return absl::FromUnixMicros(last_heartbeat_us.load()); }
-    void Beat(absl::Time t) { last_heartbeat_us.store(absl::ToUnixMicros(t)); }
-  };
-  // Heartbeat's path without mu_; whether it applied `req`, whose listed ranks have `digest` (else
-  // the caller applies it under mu_).
-  bool FastHeartbeat(const v1::HeartbeatRequest& req, uint64_t digest);
   // A change to what reconciliation reads (ranks placed, gone, states, adoption): no heartbeat after
   // it takes the fast path before one was applied under mu_.
-  void RanksChangedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { rank_epoch_.fetch_add(1, std::memory_order_relaxed); }
+  void RanksChangedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { liveness_.RanksChanged(); }
   // Job `e`'s attempt is no longer being adopted (reconciliation reads that, so: RanksChangedLocked).
   void EndAdoptionLocked(JobEntry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     e.adopt_deadline.reset();
@@ -286,8 +262,8 @@ class Coordinator {
 
   struct WorkerEntry {
     v1::Worker info;
-    // Shared with live_ (the fast heartbeat path), which keeps it for the coordinator's life.
-    std::shared_ptr<Liveness> live = std::make_shared<Liveness>();
+    // Shared with liveness_ (the fast heartbeat path), which keeps it for the coordinator's life.
+    std::shared_ptr<WorkerLiveness::Record> live = std::make_shared<WorkerLiveness::Record>();
     int port_min = 0;
     int port_max = -1;
     int next_port = 0;  // Where the search for a free store port starts (round robin).
@@ -324,9 +300,6 @@ class Coordinator {
   };
   // A worker's stop delay when it states none (an older worker): two 3 s calls and two rounds, rounded up.
   static constexpr absl::Duration kDefaultStopDelay = absl::Seconds(7);
-  // Time beyond a lost worker's lease, stop grace and stop delay for its last ranks to be gone (a
-  // SIGKILLed process exits within milliseconds; the worker's clock may run a little slower).
-  static constexpr absl::Duration kFenceSlack = absl::Seconds(1);
 
   void TryScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Why job `e` may not get a new attempt now although it fits: a lost worker's fence has not ended,
@@ -490,14 +463,9 @@ class Coordinator {
   FreeDeviceIndex free_index_ ABSL_GUARDED_BY(mu_);
   // Job id → the live workers still running (stopping) a superseded rank of it.
   std::map<std::string, std::set<std::string>> stopping_index_ ABSL_GUARDED_BY(mu_);
-  // Bumped (under mu_) by RanksChangedLocked; read by the fast heartbeat path.
-  std::atomic<uint64_t> rank_epoch_{1};
-  std::atomic<int64_t> fast_heartbeats_{0};
-  std::atomic<int64_t> locked_heartbeats_{0};
-  // Worker id → its Liveness, for heartbeats without mu_. Entries are added (under mu_, then this),
-  // never removed. Lock order: mu_ before live_mu_.
-  absl::Mutex live_mu_ ABSL_ACQUIRED_AFTER(mu_);
-  absl::flat_hash_map<std::string, std::shared_ptr<Liveness>> live_ ABSL_GUARDED_BY(live_mu_);
+  // Every worker's last heartbeat, the fast heartbeat path and the fences of lost workers
+  // (coordinator/worker_liveness.h). Its own lock, taken after mu_ (never before).
+  WorkerLiveness liveness_;
 };
 
 bool IsTerminal(v1::JobState state);

@@ -1,5 +1,5 @@
 // Heartbeats: the ranks a heartbeat lists are reconciled with the placed ones, and a heartbeat
-// without the coordinator's lock (Coordinator::FastHeartbeat): a heartbeat that repeats
+// without the coordinator's lock (WorkerLiveness::TryFastBeat): a heartbeat that repeats
 // the worker's previous one renews its time only; anything that could change what the heartbeat
 // means — its listed ranks, its acknowledgement, a change to any job's ranks, the worker lost or
 // registered again — sends it through the locked path, which reconciles as before.

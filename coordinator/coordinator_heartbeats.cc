@@ -1,13 +1,11 @@
 // Coordinator's heartbeats and liveness: a worker's heartbeat (acknowledgement, reconciliation of the
-// ranks it lists, and the path without the coordinator's lock for a repeated one), and the check that
-// declares silent workers lost and fences their jobs.
+// ranks it lists; a repeated one takes WorkerLiveness's path without the coordinator's lock), and the
+// check that declares silent workers lost and fences their jobs.
 #include <algorithm>
 #include <set>
 #include <tuple>
 
-#include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/string_view.h"
 #include "coordinator/coordinator.h"
 
 namespace tessera::coordinator {
@@ -19,51 +17,11 @@ absl::Status Coordinator::Heartbeat(const std::string& worker_id, int64_t sessio
   return Heartbeat(req);
 }
 
-namespace {
-
-// Identifies a heartbeat's list of ranks (with whether it lists them at all).
-uint64_t RanksDigest(const v1::HeartbeatRequest& req) {
-  uint64_t h = absl::HashOf(req.reports_ranks(), req.ranks_size());
-  for (const v1::RunningRank& r : req.ranks()) {
-    h = absl::HashOf(h, absl::string_view(r.job_id()), r.attempt(), r.rank(), r.device());
-  }
-  return h;
-}
-
-}  // namespace
-
-bool Coordinator::FastHeartbeat(const v1::HeartbeatRequest& req, uint64_t digest) {
-  absl::ReaderMutexLock lock(&live_mu_);
-  auto it = live_.find(req.worker_id());
-  if (it == live_.end()) return false;
-  Liveness& l = *it->second;
-  const int64_t session = l.session.load();
-  if (session < 0) return false;  // Lost: refused under mu_.
-  if (req.session() != 0) {
-    // The epoch first: a change under mu_ after this load makes the heartbeat one that came before it.
-    const uint64_t epoch = rank_epoch_.load();
-    if (req.session() != session || req.applied_seq() != l.applied_seq.load() || l.epoch.load() != epoch ||
-        digest != l.ranks_digest.load()) {
-      return false;
-    }
-  }
-  if (options_.before_fast_beat_for_test) options_.before_fast_beat_for_test();
-  l.Beat(Now());
-  // CheckLiveness may have declared the worker lost since the load above, and taken its fence from the
-  // heartbeat before this one: then this one must not renew the worker's lease (its OK would). Beat
-  // first, then look again (both sequentially consistent): either the session is still live here, and
-  // the fence, read after the loss was stored, includes this beat; or it is -1, and this heartbeat
-  // goes to the path under mu_, which refuses it.
-  if (l.session.load() != session) return false;
-  fast_heartbeats_.fetch_add(1, std::memory_order_relaxed);
-  return true;
-}
-
 absl::Status Coordinator::Heartbeat(const v1::HeartbeatRequest& req) {
-  const uint64_t digest = RanksDigest(req);
-  if (FastHeartbeat(req, digest)) return absl::OkStatus();
+  const uint64_t digest = WorkerLiveness::RanksDigest(req);
+  if (liveness_.TryFastBeat(req, digest)) return absl::OkStatus();
   absl::MutexLock lock(&mu_);
-  locked_heartbeats_.fetch_add(1, std::memory_order_relaxed);
+  liveness_.CountLockedBeat();
   auto it = workers_.find(req.worker_id());
   if (it == workers_.end() || it->second.info.state() == v1::Worker::STATE_LOST) {
     return absl::NotFoundError(absl::StrCat("worker ", req.worker_id(), " is not registered; register again"));
@@ -73,7 +31,7 @@ absl::Status Coordinator::Heartbeat(const v1::HeartbeatRequest& req) {
     return absl::FailedPreconditionError(absl::StrCat("worker ", req.worker_id(), " registered again (session ",
                                                       w.session, "); session ", req.session(), " is over"));
   }
-  w.live->Beat(Now());
+  liveness_.Beat(*w.live);
   if (req.session() == 0) return absl::OkStatus();  // Unfenced: nothing to acknowledge or reconcile.
   if (req.applied_seq() < 0 || req.applied_seq() > w.last_seq) {
     return absl::InvalidArgumentError(absl::StrCat("applied_seq: ", req.applied_seq(), " is not an order of session ",
@@ -94,9 +52,7 @@ absl::Status Coordinator::Heartbeat(const v1::HeartbeatRequest& req) {
     }
   }
   // What the next heartbeat may repeat without mu_ (after the changes this one made).
-  w.live->applied_seq.store(req.applied_seq());
-  w.live->ranks_digest.store(digest);
-  w.live->epoch.store(rank_epoch_.load());
+  liveness_.Applied(*w.live, req, digest);
   return absl::OkStatus();
 }
 
@@ -115,21 +71,18 @@ void Coordinator::CheckLiveness() {
       reschedule |= QuarantineOverdueLocked(w);
       IndexStoppingLocked(w, /*add=*/true);
     }
-    if (w.info.state() != v1::Worker::STATE_ALIVE || now - w.live->LastHeartbeat() <= options_.heartbeat_timeout) continue;
+    if (w.info.state() != v1::Worker::STATE_ALIVE || !liveness_.Silent(*w.live)) continue;
     IndexStoppingLocked(w, /*add=*/false);  // A lost worker's superseded ranks: fences (below).
     w.info.set_state(v1::Worker::STATE_LOST);
     ReindexLocked(w);
-    w.live->session.store(-1);  // Its heartbeats go to the slow path, which refuses them.
+    liveness_.Lost(*w.live);  // Its heartbeats go to the slow path, which refuses them.
     w.queue.clear();
     w.sent.clear();
     EndSinkLocked(w, absl::NotFoundError(absl::StrCat("worker ", wid, " is not registered; register again")));
     reschedule = true;  // Jobs waiting for devices now wait for more (their reasons say so).
     // Lost is not dead: cut off from the coordinator only, the worker runs its ranks until its lease
     // runs out, and they are gone after its stop grace. Until then no new attempt of their jobs.
-    const absl::Time surely_stopped =
-        options_.worker_lease > absl::ZeroDuration()
-            ? w.live->LastHeartbeat() + options_.worker_lease + w.stop_grace + w.stop_delay + kFenceSlack
-            : absl::InfinitePast();
+    const absl::Time surely_stopped = liveness_.SurelyStopped(*w.live, w.stop_grace, w.stop_delay);
     // So are the superseded ranks it was still stopping (they held their jobs back while it was alive).
     if (surely_stopped > now) {
       for (const auto& [key, device] : w.stopping) {

@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
-#include "common/spec/job_spec.h"
+#include "spec/job_spec.h"
 #include "coordinator/coordinator.h"
 
 namespace tessera::coordinator {

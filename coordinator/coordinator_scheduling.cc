@@ -7,8 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "common/spec/job_spec.h"
-#include "common/spec/layout_of.h"
+#include "spec/job_spec.h"
+#include "spec/layout_of.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/placement.h"
 #include "layout/rank_generator.h"

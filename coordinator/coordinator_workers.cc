@@ -8,7 +8,7 @@
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
-#include "common/spec/job_spec.h"
+#include "spec/job_spec.h"
 #include "coordinator/coordinator.h"
 
 namespace tessera::coordinator {
@@ -135,10 +135,10 @@ absl::Status Coordinator::RefusedRegistrationLocked(const v1::RegisterWorkerRequ
   if (auto held = workers_.find(id); held != workers_.end() && !req.instance().empty() &&
                                      !held->second.instance.empty() && held->second.instance != req.instance() &&
                                      held->second.info.state() == v1::Worker::STATE_ALIVE &&
-                                     Now() - held->second.live->LastHeartbeat() < options_.name_hold) {
+                                     liveness_.SinceBeat(*held->second.live) < options_.name_hold) {
     return absl::AlreadyExistsError(absl::StrCat(
         "worker name ", id, " is in use by a live worker at ", held->second.info.host(), " (last heartbeat ",
-        absl::FormatDuration(absl::Trunc(Now() - held->second.live->LastHeartbeat(), absl::Milliseconds(1))),
+        absl::FormatDuration(absl::Trunc(liveness_.SinceBeat(*held->second.live), absl::Milliseconds(1))),
         " ago): give this worker another --name (a restarted worker is accepted once its predecessor has been "
         "silent for ", absl::FormatDuration(options_.name_hold), ")"));
   }
@@ -175,7 +175,6 @@ Coordinator::WorkerEntry& Coordinator::AcceptWorkerLocked(const v1::RegisterWork
   w.stop_delay = req.stop_delay_ms() > 0 ? absl::Milliseconds(req.stop_delay_ms()) : kDefaultStopDelay;
   w.port_min = req.store_port_min();
   w.port_max = req.store_port_max();
-  w.live->Beat(Now());
   w.queue.clear();
   w.sent.clear();
   w.last_seq = 0;
@@ -186,14 +185,8 @@ Coordinator::WorkerEntry& Coordinator::AcceptWorkerLocked(const v1::RegisterWork
   }
   w.session = ++last_session_;  // Streams of earlier registrations stop taking orders.
   RanksChangedLocked();  // Its ranks are adopted, stopped or gone next.
-  // The fast heartbeat path knows the new session (and nothing it saw yet).
-  w.live->applied_seq.store(-1);
-  w.live->epoch.store(0);
-  w.live->session.store(w.session);
-  {
-    absl::MutexLock live(&live_mu_);
-    live_.try_emplace(id, w.live);
-  }
+  // Its heartbeat counts from now; the fast path knows the new session (and nothing it saw yet).
+  liveness_.Registered(id, w.live, w.session);
   return w;
 }
 
@@ -357,7 +350,8 @@ bool Coordinator::QuarantineOverdueLocked(WorkerEntry& w) {
   if (options_.unkillable_rank_timeout <= absl::ZeroDuration()) return false;
   bool any = false;
   // Never before the worker could have stopped the rank: its stop grace (SIGTERM → SIGKILL) and delay.
-  const absl::Duration deadline = std::max(options_.unkillable_rank_timeout, w.stop_grace + w.stop_delay + kFenceSlack);
+  const absl::Duration deadline =
+      std::max(options_.unkillable_rank_timeout, w.stop_grace + w.stop_delay + WorkerLiveness::kFenceSlack);
   for (const auto& [key, since] : w.stopping_since) {
     if (w.quarantined.count(key) || Now() - since < deadline) continue;
     const auto& [job, attempt, rank] = key;

@@ -29,7 +29,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "common/rpc/channel.h"
-#include "common/spec/job_spec.h"
+#include "spec/job_spec.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/coordinator_service.h"
 #include "coordinator/job_store.h"

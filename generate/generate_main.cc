@@ -110,9 +110,9 @@ int Main(int argc, char** argv) {
       std::filesystem::exists(std::filesystem::path(model_path) / "tokenizer.json")) {
     tokenizer_path = (std::filesystem::path(model_path) / "tokenizer.json").string();
   }
-  std::unique_ptr<parallel::Tokenizer> tokenizer;
+  std::unique_ptr<formats::data::Tokenizer> tokenizer;
   if (!tokenizer_path.empty()) {
-    auto t = parallel::Tokenizer::FromFile(tokenizer_path);
+    auto t = formats::data::Tokenizer::FromFile(tokenizer_path);
     if (!t.ok()) {
       std::cerr << "error: --tokenizer: " << t.status().message() << "\n";
       return kExitBadInput;

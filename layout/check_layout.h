@@ -7,7 +7,7 @@
 // the spec field to change. No torch.
 //
 // Sizes are checked for being ≥ 1 here; upper bounds (security limits on user input) are the spec
-// validation's (common/spec/limits.h). Every product is formed in 64 bits.
+// validation's (spec/limits.h). Every product is formed in 64 bits.
 #ifndef TESSERA_LAYOUT_CHECK_LAYOUT_H_
 #define TESSERA_LAYOUT_CHECK_LAYOUT_H_
 

@@ -1,7 +1,7 @@
 // ParallelLayout: how one job's ranks split the work — the sizes of the parallel axes, the order in
 // which ranks are numbered over them, and every mode — described once, typed, and shared by the spec's
 // validation, the planner, the coordinator's placement, both launchers and the engine (which all read
-// it, never re-derive it). Made from the proto once (common/spec/layout_of.h); no torch, no proto.
+// it, never re-derive it). Made from the proto once (spec/layout_of.h); no torch, no proto.
 //
 // A new axis is added here (Axis, kAxes, the size field, Size()), in ParseOrder's names, and in
 // CheckLayout's rules; the rank generator and placement take it from there.

@@ -188,7 +188,7 @@ TEST(CheckpointResumeTest, MismatchedModelIsAClearErrorAndDamagedCheckpointsAreS
 
   // Every checkpoint damaged (one byte changed: same size, other checksum): the run says so and
   // starts over from the initialisation, again to the same losses.
-  for (const auto& [step, path] : parallel::ListCheckpoints(dir + "/a/checkpoints")) {
+  for (const auto& [step, path] : formats::checkpoint::ListCheckpoints(dir + "/a/checkpoints")) {
     std::fstream f(path + "/optimizer.safetensors", std::ios::in | std::ios::out | std::ios::binary);
     f.seekp(-1, std::ios::end);
     f.put('\x7f');

@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/net/free_port.h"
 #include "common/process/subprocess.h"
-#include "common/spec/job_spec.h"
+#include "spec/job_spec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tessera/v1/coordinator_service.grpc.pb.h"

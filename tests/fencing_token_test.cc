@@ -74,12 +74,12 @@ TEST(FencingTokenTest, ASupersededRankStopsWritingAndALateStartIsRefused) {
   ASSERT_TRUE(first.ok()) << first.status();
   // Training (a step every few ms here: checkpoints come and go with keep 2, so wait for any).
   ASSERT_TRUE(testing::WaitFor([&] {
-    return Lines(out + "/steps.jsonl") >= 12 && !parallel::ListCheckpoints(out + "/checkpoints").empty();
+    return Lines(out + "/steps.jsonl") >= 12 && !formats::checkpoint::ListCheckpoints(out + "/checkpoints").empty();
   }, 120)) << ReadAll(dir + "/attempt1.log");
   EXPECT_THAT(ReadAll(out + "/attempt.json"), HasSubstr("\"attempt\":1"));
 
   // Attempt 2 takes the directory over, as its rank 0 does at its start.
-  ASSERT_TRUE(parallel::AttemptFence(out, {"job-000001@1764000000000", 2}).Claim().ok());
+  ASSERT_TRUE(formats::checkpoint::AttemptFence(out, {"job-000001@1764000000000", 2}).Claim().ok());
   const int lines_at_claim = Lines(out + "/steps.jsonl");
   const int status = WaitExit(*first, 60);
   ASSERT_NE(status, -1) << "the superseded rank kept running";
@@ -90,7 +90,7 @@ TEST(FencingTokenTest, ASupersededRankStopsWritingAndALateStartIsRefused) {
   // written (an uncommitted checkpoint's directory is removed).
   EXPECT_LE(Lines(out + "/steps.jsonl"), lines_at_claim + 1);
   const int64_t last_step = Lines(out + "/steps.jsonl");
-  for (const auto& [step, path] : parallel::ListCheckpoints(out + "/checkpoints")) {
+  for (const auto& [step, path] : formats::checkpoint::ListCheckpoints(out + "/checkpoints")) {
     EXPECT_LE(step, last_step) << path;
   }
   for (const auto& e : fs::directory_iterator(out + "/checkpoints")) {

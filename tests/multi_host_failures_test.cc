@@ -131,7 +131,7 @@ TEST_F(MultiHostTest, WorkerAndCoordinatorKilledAndADamagedCheckpointTheJobEndsA
   hosts_->Kill(worker_pids_.at(victim_host));
   // With a rank gone no checkpoint can be committed any more (every rank must vote): damage the
   // newest one now.
-  auto all = parallel::ListCheckpoints(out + "/checkpoints");
+  auto all = formats::checkpoint::ListCheckpoints(out + "/checkpoints");
   ASSERT_FALSE(all.empty());
   const int64_t damaged_step = all.back().first;
   fs::resize_file(all.back().second + "/model.safetensors", 1000);
@@ -151,13 +151,13 @@ TEST_F(MultiHostTest, WorkerAndCoordinatorKilledAndADamagedCheckpointTheJobEndsA
   EXPECT_EQ(job["history"][0].value("failed_host", ""), hosts_->address(victim_host));
   EXPECT_EQ(job["history"].back().value("outcome", ""), "JOB_STATE_SUCCEEDED");
   EXPECT_THAT(Cli({"job", id}).output, HasSubstr(absl::StrCat(victim, " (", hosts_->address(victim_host), ")")));
-  EXPECT_THAT(RankLogs(out), HasSubstr(absl::StrCat(parallel::CheckpointName(damaged_step),
-                                                    " is damaged: model.safetensors has 1000 bytes")));
+  const std::string damaged = formats::checkpoint::CheckpointName(damaged_step);
+  EXPECT_THAT(RankLogs(out), HasSubstr(absl::StrCat(damaged, " is damaged: model.safetensors has 1000 bytes")));
   // And where the user looks: the job's warnings (`tessera job`, from rank 0's warning line).
   EXPECT_THAT(job["progress"].value("warnings", nlohmann::json::array()).dump(),
-              HasSubstr(absl::StrCat(parallel::CheckpointName(damaged_step), " is damaged: model.safetensors has 1000 bytes")));
-  EXPECT_THAT(Cli({"job", id}).output, HasSubstr(absl::StrCat("warning: checkpoint ", out, "/checkpoints/",
-                                                               parallel::CheckpointName(damaged_step), " is damaged")));
+              HasSubstr(absl::StrCat(damaged, " is damaged: model.safetensors has 1000 bytes")));
+  EXPECT_THAT(Cli({"job", id}).output,
+              HasSubstr(absl::StrCat("warning: checkpoint ", out, "/checkpoints/", damaged, " is damaged")));
   // The damaged checkpoint costs one interval more (the history shows where the attempt really
   // resumed, not the damaged newest one).
   ExpectRecomputedAtMost(job, 40);

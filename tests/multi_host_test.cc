@@ -128,7 +128,7 @@ TEST_F(MultiHostTest, FullDiskDuringACheckpointKeepsThePreviousOneAndTheJobResum
   EXPECT_THAT(RankLogs(out), HasSubstr("checkpoint of step 40: ")) << RankLogs(out);
   EXPECT_THAT(RankLogs(out), HasSubstr("No space left on device"));
   // The previous checkpoint was neither pruned nor touched.
-  EXPECT_TRUE(parallel::VerifyCheckpoint(out + "/checkpoints/step_00000020").ok());
+  EXPECT_TRUE(formats::checkpoint::VerifyCheckpoint(out + "/checkpoints/step_00000020").ok());
   EXPECT_FALSE(fs::exists(out + "/checkpoints/step_00000040"));
 
   auto grow = testing::RunCommand({"mount", "-o", "remount,size=64m", out});

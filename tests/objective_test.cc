@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/spec/job_spec.h"
+#include "spec/job_spec.h"
 #include "gtest/gtest.h"
 #include "parallel/checkpoint/tensor_convert.h"
 #include "parallel/objectives/objective.h"

@@ -16,7 +16,7 @@
 #include "common/net/free_port.h"
 #include "common/process/subprocess.h"
 #include "common/rpc/tls.h"
-#include "common/spec/job_spec.h"
+#include "spec/job_spec.h"
 #include "common/tls/certificates.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

@@ -83,11 +83,11 @@ TEST_F(MultiHostTest, AWorkerCutOffFromTheCoordinatorOnlyNeverOverlapsTheNextAtt
   ExpectLossesOfTheSingleProcessRun(out, sets, 2000);
   // The new attempt's checkpoints are all there and intact (keep: 2): none pruned or replaced by the
   // cut-off attempt.
-  auto kept = parallel::ListCheckpoints(out + "/checkpoints");
+  auto kept = formats::checkpoint::ListCheckpoints(out + "/checkpoints");
   ASSERT_EQ(kept.size(), 2u);
   EXPECT_EQ(kept[0].first, 1900);
   EXPECT_EQ(kept[1].first, 2000);
-  for (const auto& [step, path] : kept) EXPECT_TRUE(parallel::VerifyCheckpoint(path).ok()) << path;
+  for (const auto& [step, path] : kept) EXPECT_TRUE(formats::checkpoint::VerifyCheckpoint(path).ok()) << path;
   EXPECT_TRUE(WaitFor([&] { return RanksLeft() == 0; }, 10)) << "no rank process left on any host";
 }
 

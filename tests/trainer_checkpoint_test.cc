@@ -21,7 +21,7 @@
 #include "absl/strings/match.h"
 #include "absl/synchronization/notification.h"
 #include "absl/strings/str_cat.h"
-#include "common/spec/job_spec.h"
+#include "spec/job_spec.h"
 #include "gtest/gtest.h"
 #include "layout/rank_generator.h"
 #include "parallel/comm/process_groups.h"

@@ -62,12 +62,12 @@ protos() {
     proto/tessera/v1/{coordinator_service,worker_service}.proto
   echo "$stamp" > "$out/gen/.done"
 }
-spec_src=(common/spec/{job_spec,paths,pretrained,spec_error,validate,yaml_to_proto,model_config_of,layout_of}.cc
+spec_src=(spec/{job_spec,paths,pretrained,spec_error,validate,yaml_to_proto,model_config_of,layout_of}.cc
           layout/{check_layout,modes,parallel_layout,rank_generator,tp_grid}.cc formats/model/hf_config.cc)
 
 build_spec() {
   protos
-  local src=(common/spec/spec_fuzz.cc "${spec_src[@]}" "$out/gen/tessera/v1/job.pb.cc")
+  local src=(spec/spec_fuzz.cc "${spec_src[@]}" "$out/gen/tessera/v1/job.pb.cc")
   link_fuzzer spec "${src[@]}" -- protobuf yaml-cpp "${absl[@]}"
 }
 
@@ -106,7 +106,7 @@ build_worker() {
 build_rpc() {
   protos
   local src=(coordinator/{rpc_fuzz,authorizer,coordinator,coordinator_heartbeats,coordinator_metrics,coordinator_recovery,coordinator_scheduling,coordinator_workers,coordinator_service,free_device_index,store_writer,worker_keys}.cc
-             coordinator/{worker_service,job_store,placement}.cc common/rpc/{status_conversion,tls}.cc common/time/clock.cc
+             coordinator/{worker_service,worker_liveness,job_store,placement}.cc common/rpc/{status_conversion,tls}.cc common/time/clock.cc
              common/tls/{identity,certificates}.cc common/metrics/metrics_server.cc "${spec_src[@]}"
              "$out/gen/tessera/v1/"{job,cluster,coordinator_service,worker_service}.pb.cc
              "$out/gen/tessera/v1/"{coordinator_service,worker_service}.grpc.pb.cc)

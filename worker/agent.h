@@ -21,7 +21,7 @@
 
 #include "absl/time/time.h"
 #include "common/rpc/tls.h"
-#include "common/spec/paths.h"
+#include "spec/paths.h"
 #include "common/time/clock.h"
 #include "tessera/v1/cluster.pb.h"
 #include "worker/coordinator_link.h"
@@ -47,7 +47,7 @@ struct AgentOptions {
   std::string pool;                       // Registered (empty: the default pool): jobs of this pool run here.
   std::map<std::string, std::string> labels;  // Registered, shown by `tessera workers`.
   std::optional<rpc::TlsMaterial> tls;    // Mutual TLS towards the coordinator; none: insecure.
-  // Where a job's ranks may read and write (common/spec/paths.h), checked again here before a rank
+  // Where a job's ranks may read and write (spec/paths.h), checked again here before a rank
   // starts (the coordinator checked on submission, on its own machine). Empty: not confined.
   spec::PathRoots roots;
   RankSupervisorOptions supervisor;

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "common/spec/job_spec.h"
+#include "spec/job_spec.h"
 #include "common/time/fake_clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

@@ -96,7 +96,7 @@ void ReadProgress(FilesRead& read) {
   // new step came (with the newest step again).
   if (!report.empty()) r.last_step = report.back();
   int64_t checkpoint = r.reported_checkpoint;
-  auto all = parallel::ListCheckpoints(r.checkpoint_dir);
+  auto all = formats::checkpoint::ListCheckpoints(r.checkpoint_dir);
   if (!all.empty()) checkpoint = all.back().first;
   if (report.empty() && checkpoint != r.reported_checkpoint && r.last_step.has_value()) {
     report.push_back(*r.last_step);

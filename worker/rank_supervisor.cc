@@ -12,7 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/process/rank_launch.h"
 #include "common/process/subprocess.h"
-#include "common/spec/model_config_of.h"
+#include "spec/model_config_of.h"
 #include "common/userfs/user_files.h"
 #include "google/protobuf/util/json_util.h"
 

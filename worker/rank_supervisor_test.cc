@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-#include "common/spec/job_spec.h"
+#include "spec/job_spec.h"
 #include "absl/time/clock.h"
 #include "common/time/fake_clock.h"
 #include "gmock/gmock.h"

@@ -1,7 +1,7 @@
 #include "worker/start_order.h"
 
 #include "absl/strings/str_cat.h"
-#include "common/spec/job_spec.h"
+#include "spec/job_spec.h"
 
 namespace tessera::worker {
 namespace {

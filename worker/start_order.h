@@ -7,7 +7,7 @@
 #define TESSERA_WORKER_START_ORDER_H_
 
 #include "absl/status/status.h"
-#include "common/spec/paths.h"
+#include "spec/paths.h"
 #include "tessera/v1/worker_service.pb.h"
 
 namespace tessera::worker {

@@ -13,8 +13,8 @@
 #include <sstream>
 #include <string>
 
-#include "common/spec/job_spec.h"
-#include "common/spec/model_config_of.h"
+#include "spec/job_spec.h"
+#include "spec/model_config_of.h"
 #include "fuzz/fuzz_files.h"
 #include "google/protobuf/stubs/logging.h"
 #include "google/protobuf/util/json_util.h"

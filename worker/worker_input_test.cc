@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "common/spec/job_spec.h"
+#include "spec/job_spec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/start_order.h"

@@ -5,8 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/spec/job_spec.h"
-#include "common/spec/model_config_of.h"
+#include "spec/job_spec.h"
+#include "spec/model_config_of.h"
 #include "coordinator/ui/html.h"
 #include "coordinator/ui/svg_chart.h"
 

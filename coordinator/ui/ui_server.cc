@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "common/spec/job_spec.h"
+#include "spec/job_spec.h"
 #include "common/tls/certificates.h"
 
 namespace tessera::coordinator::ui {

@@ -13,7 +13,7 @@
 #include "formats/chat/jinja_render.h"
 #include "formats/chat/jinja_value.h"
 
-namespace tessera::chat {
+namespace tessera::formats::chat {
 namespace {
 
 namespace fs = std::filesystem;
@@ -175,4 +175,4 @@ absl::StatusOr<std::string> ChatTemplate::Render(const nlohmann::ordered_json& m
   return text;
 }
 
-}  // namespace tessera::chat
+}  // namespace tessera::formats::chat

@@ -18,7 +18,7 @@
 #include "formats/chat/jinja_render.h"
 #include "nlohmann/json.hpp"
 
-namespace tessera::chat {
+namespace tessera::formats::chat {
 
 class ChatTemplate {
  public:
@@ -51,6 +51,6 @@ class ChatTemplate {
   RenderOptions limits_;
 };
 
-}  // namespace tessera::chat
+}  // namespace tessera::formats::chat
 
 #endif  // TESSERA_FORMATS_CHAT_CHAT_TEMPLATE_H_

@@ -19,9 +19,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     auto j = nlohmann::ordered_json::parse(input.substr(nul + 1), nullptr, /*allow_exceptions=*/false);
     if (!j.is_discarded() && j.is_array()) messages = std::move(j);
   }
-  auto t = tessera::chat::ChatTemplate::Parse(source, {{"bos_token", "<s>"}, {"eos_token", "</s>"}}, {"<x>"});
+  auto t = tessera::formats::chat::ChatTemplate::Parse(source, {{"bos_token", "<s>"}, {"eos_token", "</s>"}}, {"<x>"});
   if (!t.ok()) return 0;
-  tessera::chat::RenderOptions limits;  // Small: every input finishes well within the fuzzer's timeout.
+  tessera::formats::chat::RenderOptions limits;  // Small: every input finishes well within the fuzzer's timeout.
   limits.max_steps = 200'000;
   limits.max_output_bytes = 1 << 20;
   limits.max_string_bytes = 1 << 20;

@@ -6,7 +6,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace tessera::chat {
+namespace tessera::formats::chat {
 namespace {
 
 using ::testing::HasSubstr;
@@ -101,4 +101,4 @@ TEST(ChatTemplateTest, SpecialTokensAndTheConversationAreVariables) {
 }
 
 }  // namespace
-}  // namespace tessera::chat
+}  // namespace tessera::formats::chat

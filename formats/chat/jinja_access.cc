@@ -8,7 +8,7 @@
 #include "formats/chat/jinja_builtins_internal.h"
 #include "formats/chat/py_case.h"
 
-namespace tessera::chat {
+namespace tessera::formats::chat {
 
 using Kind = Value::Kind;
 
@@ -192,4 +192,4 @@ absl::StatusOr<Value> Slice(const Value& obj, const Value& start, const Value& s
 }
 
 
-}  // namespace tessera::chat
+}  // namespace tessera::formats::chat

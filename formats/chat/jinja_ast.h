@@ -10,7 +10,7 @@
 
 #include "formats/chat/jinja_value.h"
 
-namespace tessera::chat {
+namespace tessera::formats::chat {
 
 struct Expr;
 using ExprPtr = std::unique_ptr<Expr>;
@@ -80,6 +80,6 @@ struct Stmt {
   std::vector<ExprPtr> defaults;  // Aligned with params (null: required).
 };
 
-}  // namespace tessera::chat
+}  // namespace tessera::formats::chat
 
 #endif  // TESSERA_FORMATS_CHAT_JINJA_AST_H_

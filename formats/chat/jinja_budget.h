@@ -18,7 +18,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 
-namespace tessera::chat {
+namespace tessera::formats::chat {
 
 class RenderBudget {
  public:
@@ -111,6 +111,6 @@ inline bool BudgetSpent() {
   return b != nullptr && b->spent();
 }
 
-}  // namespace tessera::chat
+}  // namespace tessera::formats::chat
 
 #endif  // TESSERA_FORMATS_CHAT_JINJA_BUDGET_H_

@@ -12,7 +12,7 @@
 #include "absl/status/statusor.h"
 #include "formats/chat/jinja_value.h"
 
-namespace tessera::chat {
+namespace tessera::formats::chat {
 
 // obj.name: a dict's key (or its method, for items/keys/values/get), a str's method, a namespace's
 // attribute; undefined when there is none. Reading an attribute of undefined is an error.
@@ -31,6 +31,6 @@ absl::StatusOr<Value> BinaryOp(const std::string& op, const Value& a, const Valu
 // The global functions (range, namespace, dict, raise_exception, strftime_now) by name.
 void AddGlobals(Dict* globals);
 
-}  // namespace tessera::chat
+}  // namespace tessera::formats::chat
 
 #endif  // TESSERA_FORMATS_CHAT_JINJA_BUILTINS_H_

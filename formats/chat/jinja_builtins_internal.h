@@ -14,7 +14,7 @@
 #include "formats/chat/jinja_budget.h"
 #include "formats/chat/jinja_value.h"
 
-namespace tessera::chat {
+namespace tessera::formats::chat {
 
 // The builtins charge the rendering's budget (jinja_budget.h) before they work: a step per item they
 // visit, SpendItems for the items they make, strings by their bytes; a string is checked against the
@@ -51,6 +51,6 @@ bool BoolArg(const Args& a, size_t i, const char* name, bool def);
 // The bound method `name` of a str, or nullopt.
 std::optional<Value> StrMethod(const std::string& self, const std::string& name);
 
-}  // namespace tessera::chat
+}  // namespace tessera::formats::chat
 
 #endif  // TESSERA_FORMATS_CHAT_JINJA_BUILTINS_INTERNAL_H_

@@ -10,7 +10,7 @@
 #include "formats/chat/jinja_builtins_internal.h"
 #include "formats/chat/py_case.h"
 
-namespace tessera::chat {
+namespace tessera::formats::chat {
 
 namespace {
 
@@ -405,4 +405,4 @@ absl::StatusOr<Value> ApplyFilter(const std::string& name, const Value& v, const
 }
 
 
-}  // namespace tessera::chat
+}  // namespace tessera::formats::chat

@@ -8,7 +8,7 @@
 #include "formats/chat/jinja_builtins.h"
 #include "formats/chat/jinja_builtins_internal.h"
 
-namespace tessera::chat {
+namespace tessera::formats::chat {
 
 namespace {
 
@@ -91,4 +91,4 @@ void AddGlobals(Dict* g) {
 }
 
 
-}  // namespace tessera::chat
+}  // namespace tessera::formats::chat

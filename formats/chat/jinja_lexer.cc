@@ -7,7 +7,7 @@
 #include "formats/chat/jinja_value.h"
 #include "formats/chat/py_case.h"
 
-namespace tessera::chat {
+namespace tessera::formats::chat {
 namespace {
 
 // `s` without trailing Python whitespace.
@@ -288,4 +288,4 @@ absl::StatusOr<std::vector<Token>> Lex(std::string_view source) {
   return Lexer(std::move(s)).Run();
 }
 
-}  // namespace tessera::chat
+}  // namespace tessera::formats::chat

@@ -11,7 +11,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace tessera::chat {
+namespace tessera::formats::chat {
 
 struct Token {
   enum class Type {
@@ -37,6 +37,6 @@ struct Token {
 // An error names the line ("line 3: unterminated string").
 absl::StatusOr<std::vector<Token>> Lex(std::string_view source);
 
-}  // namespace tessera::chat
+}  // namespace tessera::formats::chat
 
 #endif  // TESSERA_FORMATS_CHAT_JINJA_LEXER_H_

@@ -17,7 +17,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace tessera::chat {
+namespace tessera::formats::chat {
 namespace {
 
 using ::testing::HasSubstr;
@@ -279,4 +279,4 @@ INSTANTIATE_TEST_SUITE_P(Cases, JinjaLimitsTest, ::testing::ValuesIn(Cases()),
                          [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
 
 }  // namespace
-}  // namespace tessera::chat
+}  // namespace tessera::formats::chat

@@ -8,7 +8,7 @@
 #include "formats/chat/jinja_builtins_internal.h"
 #include "formats/chat/py_case.h"
 
-namespace tessera::chat {
+namespace tessera::formats::chat {
 
 using Kind = Value::Kind;
 
@@ -271,4 +271,4 @@ absl::StatusOr<Value> BinaryOp(const std::string& op, const Value& a, const Valu
 }
 
 
-}  // namespace tessera::chat
+}  // namespace tessera::formats::chat

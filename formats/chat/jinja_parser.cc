@@ -8,7 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "formats/chat/jinja_lexer.h"
 
-namespace tessera::chat {
+namespace tessera::formats::chat {
 namespace {
 
 using T = Token::Type;
@@ -689,4 +689,4 @@ absl::StatusOr<Body> ParseTemplate(std::string_view source) {
   return Parser(*std::move(tokens)).Run();
 }
 
-}  // namespace tessera::chat
+}  // namespace tessera::formats::chat

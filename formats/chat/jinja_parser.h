@@ -12,7 +12,7 @@
 #include "absl/status/statusor.h"
 #include "formats/chat/jinja_ast.h"
 
-namespace tessera::chat {
+namespace tessera::formats::chat {
 
 // Parsing takes memory in proportion to the template (its tokens and tree, ~300 bytes a token): a
 // template longer than this is refused. Real chat templates are a few KiB; the longest seen ~30 KiB.
@@ -22,6 +22,6 @@ constexpr size_t kMaxTemplateBytes = size_t{1} << 20;
 // 1 + 2 + 3) as deep as they are: InvalidArgument past that, as for any syntax error (naming the line).
 absl::StatusOr<Body> ParseTemplate(std::string_view source);
 
-}  // namespace tessera::chat
+}  // namespace tessera::formats::chat
 
 #endif  // TESSERA_FORMATS_CHAT_JINJA_PARSER_H_

@@ -9,7 +9,7 @@
 #include "formats/chat/jinja_budget.h"
 #include "formats/chat/jinja_builtins.h"
 
-namespace tessera::chat {
+namespace tessera::formats::chat {
 namespace {
 
 struct Scope {
@@ -495,4 +495,4 @@ absl::StatusOr<std::string> RenderTemplate(const Body& body, const Value& contex
   return out;
 }
 
-}  // namespace tessera::chat
+}  // namespace tessera::formats::chat

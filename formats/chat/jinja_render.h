@@ -11,7 +11,7 @@
 #include "formats/chat/jinja_ast.h"
 #include "formats/chat/jinja_value.h"
 
-namespace tessera::chat {
+namespace tessera::formats::chat {
 
 // The limits of one rendering. A template comes from a downloaded tokenizer directory: whatever it
 // does, the rendering ends with an error naming the limit it reached (ResourceExhausted) rather than
@@ -43,6 +43,6 @@ struct RenderOptions {
 // jinja_builtins.h). The template's parse tree must outlive nothing: the result owns its text.
 absl::StatusOr<std::string> RenderTemplate(const Body& body, const Value& context, const RenderOptions& options = {});
 
-}  // namespace tessera::chat
+}  // namespace tessera::formats::chat
 
 #endif  // TESSERA_FORMATS_CHAT_JINJA_RENDER_H_

@@ -9,7 +9,7 @@
 #include "formats/chat/jinja_builtins_internal.h"
 #include "formats/chat/py_case.h"
 
-namespace tessera::chat {
+namespace tessera::formats::chat {
 
 size_t FindIn(std::string_view s, std::string_view sub, size_t from) {
   if (from > s.size()) return std::string_view::npos;
@@ -256,4 +256,4 @@ std::optional<Value> StrMethod(const std::string& self, const std::string& name)
 }
 
 
-}  // namespace tessera::chat
+}  // namespace tessera::formats::chat

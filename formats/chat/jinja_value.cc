@@ -10,7 +10,7 @@
 #include "formats/chat/jinja_budget.h"
 #include "formats/chat/py_case.h"
 
-namespace tessera::chat {
+namespace tessera::formats::chat {
 
 namespace {
 
@@ -519,4 +519,4 @@ std::string Value::TypeName() const {
   return "?";
 }
 
-}  // namespace tessera::chat
+}  // namespace tessera::formats::chat

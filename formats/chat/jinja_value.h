@@ -20,7 +20,7 @@
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
 
-namespace tessera::chat {
+namespace tessera::formats::chat {
 
 class Value;
 
@@ -133,6 +133,6 @@ class Value {
 // Python's repr() of a float: the shortest digits that read back the same, "1.0", "1e-05", "1e+16".
 std::string FloatRepr(double f);
 
-}  // namespace tessera::chat
+}  // namespace tessera::formats::chat
 
 #endif  // TESSERA_FORMATS_CHAT_JINJA_VALUE_H_

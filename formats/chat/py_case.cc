@@ -6,7 +6,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "formats/chat/jinja_budget.h"
 
-namespace tessera::chat {
+namespace tessera::formats::chat {
 
 uint32_t DecodeUtf8At(std::string_view s, size_t i, size_t* len) {
   const auto c = static_cast<unsigned char>(s[i]);
@@ -292,4 +292,4 @@ bool PyIsLower(std::string_view s) {
   return cased;
 }
 
-}  // namespace tessera::chat
+}  // namespace tessera::formats::chat

@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-namespace tessera::chat {
+namespace tessera::formats::chat {
 
 // The code point at s[i] (UTF-8) and its length in *len; an invalid byte is itself (length 1).
 uint32_t DecodeUtf8At(std::string_view s, size_t i, size_t* len);
@@ -37,6 +37,6 @@ std::string PyCapitalize(std::string_view s);
 bool PyIsUpper(std::string_view s);
 bool PyIsLower(std::string_view s);
 
-}  // namespace tessera::chat
+}  // namespace tessera::formats::chat
 
 #endif  // TESSERA_FORMATS_CHAT_PY_CASE_H_

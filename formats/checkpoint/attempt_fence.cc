@@ -17,7 +17,7 @@
 #include "formats/checkpoint/durable_file.h"
 #include "nlohmann/json.hpp"
 
-namespace tessera::parallel {
+namespace tessera::formats::checkpoint {
 namespace {
 
 namespace fs = std::filesystem;
@@ -154,4 +154,4 @@ absl::Status AttemptFence::Check() const {
                                                     "directory"));
 }
 
-}  // namespace tessera::parallel
+}  // namespace tessera::formats::checkpoint

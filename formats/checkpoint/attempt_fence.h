@@ -21,7 +21,7 @@
 
 #include "absl/status/status.h"
 
-namespace tessera::parallel {
+namespace tessera::formats::checkpoint {
 
 struct FenceToken {
   std::string job;      // The job's identity: its id and creation time (ids repeat after a new database).
@@ -54,6 +54,6 @@ class AttemptFence {
   FenceToken token_;
 };
 
-}  // namespace tessera::parallel
+}  // namespace tessera::formats::checkpoint
 
 #endif  // TESSERA_FORMATS_CHECKPOINT_ATTEMPT_FENCE_H_

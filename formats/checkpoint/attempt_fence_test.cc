@@ -11,7 +11,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace tessera::parallel {
+namespace tessera::formats::checkpoint {
 namespace {
 
 using ::testing::HasSubstr;
@@ -114,4 +114,4 @@ TEST(AttemptFenceTest, UnfencedRunsNeitherWriteNorCheck) {
 }
 
 }  // namespace
-}  // namespace tessera::parallel
+}  // namespace tessera::formats::checkpoint

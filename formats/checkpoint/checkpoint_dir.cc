@@ -17,7 +17,7 @@
 #include "formats/checkpoint/durable_file.h"
 #include "nlohmann/json.hpp"
 
-namespace tessera::parallel {
+namespace tessera::formats::checkpoint {
 
 namespace fs = std::filesystem;
 
@@ -207,4 +207,4 @@ absl::StatusOr<std::optional<std::pair<int64_t, std::string>>> NewestGoodCheckpo
   return std::optional<std::pair<int64_t, std::string>>();
 }
 
-}  // namespace tessera::parallel
+}  // namespace tessera::formats::checkpoint

@@ -3,8 +3,8 @@
 // directory fsynced, and renamed into place, so a directory named step_* is complete unless storage
 // damaged it afterwards; its index.json records every file's size and CRC-32C so that such damage is
 // found before a resume. See docs/checkpoint-format.md. No torch.
-#ifndef TESSERA_PARALLEL_CHECKPOINT_CHECKPOINT_DIR_H_
-#define TESSERA_PARALLEL_CHECKPOINT_CHECKPOINT_DIR_H_
+#ifndef TESSERA_FORMATS_CHECKPOINT_CHECKPOINT_DIR_H_
+#define TESSERA_FORMATS_CHECKPOINT_CHECKPOINT_DIR_H_
 
 #include <cstdint>
 #include <functional>
@@ -14,7 +14,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace tessera::parallel {
+namespace tessera::formats::checkpoint {
 
 // "step_00000010".
 std::string CheckpointName(int64_t step);
@@ -58,6 +58,6 @@ absl::Status VerifyCheckpoint(const std::string& path);
 absl::StatusOr<std::optional<std::pair<int64_t, std::string>>> NewestGoodCheckpoint(
     const std::string& dir, std::vector<absl::Status>* damaged);
 
-}  // namespace tessera::parallel
+}  // namespace tessera::formats::checkpoint
 
-#endif  // TESSERA_PARALLEL_CHECKPOINT_CHECKPOINT_DIR_H_
+#endif  // TESSERA_FORMATS_CHECKPOINT_CHECKPOINT_DIR_H_

@@ -19,7 +19,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace tessera::parallel {
+namespace tessera::formats::checkpoint {
 namespace {
 
 namespace fs = std::filesystem;
@@ -278,4 +278,4 @@ TEST(CheckpointDirTest, BeginningACheckpointFreesTheSpaceOfAbandonedOnes) {
   EXPECT_TRUE(VerifyCheckpoint(dir + "/step_00000002").ok()) << "committed checkpoints are kept";
 }
 }  // namespace
-}  // namespace tessera::parallel
+}  // namespace tessera::formats::checkpoint

@@ -46,17 +46,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const std::string path = Dir() + "/model.safetensors";
     WriteFile(path, data, size);
     std::map<std::string, std::string> metadata;
-    tessera::parallel::ReadSafetensors(path, &metadata).IgnoreError();
+    tessera::formats::checkpoint::ReadSafetensors(path, &metadata).IgnoreError();
   } else if (kind == 1) {
-    tessera::parallel::ParseSafetensorsHeader("header", std::string_view(reinterpret_cast<const char*>(data), size),
-                                              size).IgnoreError();
+    tessera::formats::checkpoint::ParseSafetensorsHeader(
+        "header", std::string_view(reinterpret_cast<const char*>(data), size), size)
+        .IgnoreError();
   } else {
     if (size < 2) return 0;
     const size_t index = std::min<size_t>(size - 2, data[0] | (data[1] << 8));
     const std::string ckpt = Dir() + "/step_00000001";
     WriteFile(ckpt + "/index.json", data + 2, index);
     WriteFile(ckpt + "/model.safetensors", data + 2 + index, size - 2 - index);
-    tessera::parallel::VerifyCheckpoint(ckpt).IgnoreError();
+    tessera::formats::checkpoint::VerifyCheckpoint(ckpt).IgnoreError();
   }
   return 0;
 }

@@ -7,7 +7,7 @@
 #include <nmmintrin.h>
 #endif
 
-namespace tessera::parallel {
+namespace tessera::formats::checkpoint {
 
 namespace {
 
@@ -59,4 +59,4 @@ uint32_t Crc32c(uint32_t crc, const void* data, size_t n) {
   return Crc32cPortable(crc, data, n);
 }
 
-}  // namespace tessera::parallel
+}  // namespace tessera::formats::checkpoint

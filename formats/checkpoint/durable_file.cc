@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "formats/checkpoint/crc32c.h"
 
-namespace tessera::parallel {
+namespace tessera::formats::checkpoint {
 
 namespace {
 
@@ -100,4 +100,4 @@ absl::Status FsyncDirectory(const std::string& dir) {
   return s;
 }
 
-}  // namespace tessera::parallel
+}  // namespace tessera::formats::checkpoint

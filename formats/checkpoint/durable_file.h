@@ -1,8 +1,8 @@
 // Files that are on disk when the call returns: every write checked (a full disk is an error naming
 // the file, never a silently short file), the data fsynced, the size and CRC-32C of what was written
 // returned for a checkpoint's index. No torch.
-#ifndef TESSERA_PARALLEL_CHECKPOINT_DURABLE_FILE_H_
-#define TESSERA_PARALLEL_CHECKPOINT_DURABLE_FILE_H_
+#ifndef TESSERA_FORMATS_CHECKPOINT_DURABLE_FILE_H_
+#define TESSERA_FORMATS_CHECKPOINT_DURABLE_FILE_H_
 
 #include <cstdint>
 #include <string>
@@ -11,7 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
-namespace tessera::parallel {
+namespace tessera::formats::checkpoint {
 
 struct FileDigest {
   int64_t bytes = 0;
@@ -46,6 +46,6 @@ absl::StatusOr<FileDigest> DigestFile(const std::string& path);
 // fsyncs a directory, so that the names created or renamed in it survive a crash.
 absl::Status FsyncDirectory(const std::string& dir);
 
-}  // namespace tessera::parallel
+}  // namespace tessera::formats::checkpoint
 
-#endif  // TESSERA_PARALLEL_CHECKPOINT_DURABLE_FILE_H_
+#endif  // TESSERA_FORMATS_CHECKPOINT_DURABLE_FILE_H_

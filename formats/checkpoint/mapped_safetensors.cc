@@ -10,7 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace tessera::parallel {
+namespace tessera::formats::checkpoint {
 namespace {
 
 // Reads exactly n bytes at `offset`.
@@ -71,4 +71,4 @@ char* MappedSafetensors::data(const TensorEntry& entry) const {
   return base_ + header_.data_start + entry.begin;
 }
 
-}  // namespace tessera::parallel
+}  // namespace tessera::formats::checkpoint

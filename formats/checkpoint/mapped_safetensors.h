@@ -1,8 +1,8 @@
 // A safetensors file mapped into memory: its header is read and checked at Open, its tensors' bytes
 // are read by the kernel only where they are touched. A rank that needs a slice of a tensor (its tp
 // part, its pipeline stage's blocks) reads those pages, never the whole file.
-#ifndef TESSERA_PARALLEL_CHECKPOINT_MAPPED_SAFETENSORS_H_
-#define TESSERA_PARALLEL_CHECKPOINT_MAPPED_SAFETENSORS_H_
+#ifndef TESSERA_FORMATS_CHECKPOINT_MAPPED_SAFETENSORS_H_
+#define TESSERA_FORMATS_CHECKPOINT_MAPPED_SAFETENSORS_H_
 
 #include <memory>
 #include <string>
@@ -10,7 +10,7 @@
 #include "absl/status/statusor.h"
 #include "formats/checkpoint/safetensors.h"
 
-namespace tessera::parallel {
+namespace tessera::formats::checkpoint {
 
 class MappedSafetensors {
  public:
@@ -34,6 +34,6 @@ class MappedSafetensors {
   size_t size_ = 0;
 };
 
-}  // namespace tessera::parallel
+}  // namespace tessera::formats::checkpoint
 
-#endif  // TESSERA_PARALLEL_CHECKPOINT_MAPPED_SAFETENSORS_H_
+#endif  // TESSERA_FORMATS_CHECKPOINT_MAPPED_SAFETENSORS_H_

@@ -8,7 +8,7 @@
 #include "formats/checkpoint/durable_file.h"
 #include "nlohmann/json.hpp"
 
-namespace tessera::parallel {
+namespace tessera::formats::checkpoint {
 
 int64_t RawTensor::numel() const {
   int64_t n = 1;
@@ -141,4 +141,4 @@ absl::StatusOr<TensorMap> ReadSafetensors(const std::string& path,
   return tensors;
 }
 
-}  // namespace tessera::parallel
+}  // namespace tessera::formats::checkpoint

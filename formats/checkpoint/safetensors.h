@@ -1,7 +1,7 @@
 // The safetensors file format (8-byte little-endian header length, JSON header, raw data), written
 // and read without torch so that tools and tests can use it. See docs/checkpoint-format.md.
-#ifndef TESSERA_PARALLEL_CHECKPOINT_SAFETENSORS_H_
-#define TESSERA_PARALLEL_CHECKPOINT_SAFETENSORS_H_
+#ifndef TESSERA_FORMATS_CHECKPOINT_SAFETENSORS_H_
+#define TESSERA_FORMATS_CHECKPOINT_SAFETENSORS_H_
 
 #include <cstdint>
 #include <map>
@@ -12,7 +12,7 @@
 #include "absl/status/statusor.h"
 #include "formats/checkpoint/durable_file.h"
 
-namespace tessera::parallel {
+namespace tessera::formats::checkpoint {
 
 // One tensor: a safetensors dtype name ("F32", "BF16", "F16", "I64", "I32", ...), its shape, and
 // its bytes in row-major order.
@@ -66,6 +66,6 @@ absl::Status WriteSafetensors(const std::string& path, const TensorMap& tensors,
 absl::StatusOr<TensorMap> ReadSafetensors(const std::string& path,
                                           std::map<std::string, std::string>* metadata = nullptr);
 
-}  // namespace tessera::parallel
+}  // namespace tessera::formats::checkpoint
 
-#endif  // TESSERA_PARALLEL_CHECKPOINT_SAFETENSORS_H_
+#endif  // TESSERA_FORMATS_CHECKPOINT_SAFETENSORS_H_

@@ -8,7 +8,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace tessera::parallel {
+namespace tessera::formats::checkpoint {
 namespace {
 
 using ::testing::HasSubstr;
@@ -105,4 +105,4 @@ TEST(CheckpointDirTest, CommitIsAtomicAndKeepsNewest) {
 }
 
 }  // namespace
-}  // namespace tessera::parallel
+}  // namespace tessera::formats::checkpoint

@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace tessera::parallel {
+namespace tessera::formats::data {
 namespace {
 
 constexpr int64_t kSnapshotEvery = 4096;
@@ -99,4 +99,4 @@ absl::StatusOr<std::vector<int64_t>> BlendSchedule::CountsAt(int64_t g) {
   return counts_;
 }
 
-}  // namespace tessera::parallel
+}  // namespace tessera::formats::data

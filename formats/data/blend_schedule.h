@@ -6,8 +6,8 @@
 // weights as whole samples allow, and the sequence is a pure function of the weights: it does not
 // depend on dp, tp or where a run stopped. A schedule can start from saved counts (a checkpoint's)
 // and only moves forward, keeping a few snapshots to step back within recent samples.
-#ifndef TESSERA_PARALLEL_DATA_BLEND_SCHEDULE_H_
-#define TESSERA_PARALLEL_DATA_BLEND_SCHEDULE_H_
+#ifndef TESSERA_FORMATS_DATA_BLEND_SCHEDULE_H_
+#define TESSERA_FORMATS_DATA_BLEND_SCHEDULE_H_
 
 #include <cstdint>
 #include <map>
@@ -15,7 +15,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace tessera::parallel {
+namespace tessera::formats::data {
 
 struct BlendPick {
   int source;
@@ -52,6 +52,6 @@ class BlendSchedule {
   std::map<int64_t, std::vector<int64_t>> snapshots_;  // Recent positions' counts.
 };
 
-}  // namespace tessera::parallel
+}  // namespace tessera::formats::data
 
-#endif  // TESSERA_PARALLEL_DATA_BLEND_SCHEDULE_H_
+#endif  // TESSERA_FORMATS_DATA_BLEND_SCHEDULE_H_

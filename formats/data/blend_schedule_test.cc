@@ -5,7 +5,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace tessera::parallel {
+namespace tessera::formats::data {
 namespace {
 
 using ::testing::HasSubstr;
@@ -56,4 +56,4 @@ TEST(BlendScheduleTest, BadWeightsAndCountsAreRefused) {
 }
 
 }  // namespace
-}  // namespace tessera::parallel
+}  // namespace tessera::formats::data

@@ -5,7 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "formats/data/byte_level.h"
 
-namespace tessera::parallel {
+namespace tessera::formats::data {
 
 absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::Create(const BpeModelOptions& options) {
   std::unique_ptr<BpeModel> m(new BpeModel());
@@ -141,4 +141,4 @@ void BpeModel::Merge(std::string_view word, std::vector<int32_t>* ids) const {
   }
 }
 
-}  // namespace tessera::parallel
+}  // namespace tessera::formats::data

@@ -1,7 +1,7 @@
 // The BPE model of a byte-level tokenizer: vocabulary, ranked merges, and the merge procedure of the
 // `tokenizers` library (repeatedly merge the adjacent pair of lowest rank, the leftmost on ties).
-#ifndef TESSERA_PARALLEL_DATA_BPE_MODEL_H_
-#define TESSERA_PARALLEL_DATA_BPE_MODEL_H_
+#ifndef TESSERA_FORMATS_DATA_BPE_MODEL_H_
+#define TESSERA_FORMATS_DATA_BPE_MODEL_H_
 
 #include <cstdint>
 #include <memory>
@@ -13,7 +13,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 
-namespace tessera::parallel {
+namespace tessera::formats::data {
 
 struct BpeModelOptions {
   // Token (in the byte-level alphabet, as tokenizer.json writes it) -> id.
@@ -78,6 +78,6 @@ class BpeModel {
   bool fuse_unk_ = false;
 };
 
-}  // namespace tessera::parallel
+}  // namespace tessera::formats::data
 
-#endif  // TESSERA_PARALLEL_DATA_BPE_MODEL_H_
+#endif  // TESSERA_FORMATS_DATA_BPE_MODEL_H_

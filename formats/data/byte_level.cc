@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace tessera::parallel {
+namespace tessera::formats::data {
 namespace {
 
 std::string Utf8Of(uint32_t cp) {
@@ -73,4 +73,4 @@ absl::StatusOr<std::string> ByteLevelDecode(std::string_view text) {
   return out;
 }
 
-}  // namespace tessera::parallel
+}  // namespace tessera::formats::data

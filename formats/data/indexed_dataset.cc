@@ -9,7 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace tessera::parallel {
+namespace tessera::formats::data {
 namespace {
 
 constexpr char kMagic[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', '\0', '\0'};
@@ -209,4 +209,4 @@ absl::Status IndexedDatasetWriter::Finish() {
   return absl::OkStatus();
 }
 
-}  // namespace tessera::parallel
+}  // namespace tessera::formats::data

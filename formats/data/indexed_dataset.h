@@ -9,8 +9,8 @@
 //   int64[S]  sequence pointers, byte offsets into PREFIX.bin
 //   int64[D]  document indices: 0, then the index one past each document's last sequence
 // All little-endian. tessera writes one sequence per document. No torch.
-#ifndef TESSERA_PARALLEL_DATA_INDEXED_DATASET_H_
-#define TESSERA_PARALLEL_DATA_INDEXED_DATASET_H_
+#ifndef TESSERA_FORMATS_DATA_INDEXED_DATASET_H_
+#define TESSERA_FORMATS_DATA_INDEXED_DATASET_H_
 
 #include <cstdint>
 #include <cstdio>
@@ -20,7 +20,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace tessera::parallel {
+namespace tessera::formats::data {
 
 enum class IndexedDtype : uint8_t {
   kUint8 = 1, kInt8 = 2, kInt16 = 3, kInt32 = 4, kInt64 = 5, kFloat64 = 6, kFloat32 = 7, kUint16 = 8,
@@ -72,6 +72,6 @@ class IndexedDatasetWriter {
   bool finished_ = false;
 };
 
-}  // namespace tessera::parallel
+}  // namespace tessera::formats::data
 
-#endif  // TESSERA_PARALLEL_DATA_INDEXED_DATASET_H_
+#endif  // TESSERA_FORMATS_DATA_INDEXED_DATASET_H_

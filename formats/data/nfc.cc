@@ -7,7 +7,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 
-namespace tessera::parallel {
+namespace tessera::formats::data {
 namespace {
 
 struct CombiningClass {
@@ -195,4 +195,4 @@ std::string Nfc(std::string_view utf8) {
   return out;
 }
 
-}  // namespace tessera::parallel
+}  // namespace tessera::formats::data

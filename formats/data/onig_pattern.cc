@@ -3,7 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
-namespace tessera::parallel {
+namespace tessera::formats::data {
 namespace {
 
 struct CodePointRange {
@@ -123,4 +123,4 @@ absl::StatusOr<std::string> OnigToPcre2(std::string_view p) {
   return out;
 }
 
-}  // namespace tessera::parallel
+}  // namespace tessera::formats::data

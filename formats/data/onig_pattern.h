@@ -7,18 +7,18 @@
 // tools/unicode/derive_onig_classes.py from both libraries). Constructs whose meaning differs and
 // that no known tokenizer uses are refused: \h and \H (a hex digit in Oniguruma), nested classes and
 // `&&`, POSIX brackets, \S / \P{..} inside a class. Other escapes and \p{..} pass through unchanged.
-#ifndef TESSERA_PARALLEL_DATA_ONIG_PATTERN_H_
-#define TESSERA_PARALLEL_DATA_ONIG_PATTERN_H_
+#ifndef TESSERA_FORMATS_DATA_ONIG_PATTERN_H_
+#define TESSERA_FORMATS_DATA_ONIG_PATTERN_H_
 
 #include <string>
 #include <string_view>
 
 #include "absl/status/statusor.h"
 
-namespace tessera::parallel {
+namespace tessera::formats::data {
 
 absl::StatusOr<std::string> OnigToPcre2(std::string_view pattern);
 
-}  // namespace tessera::parallel
+}  // namespace tessera::formats::data
 
-#endif  // TESSERA_PARALLEL_DATA_ONIG_PATTERN_H_
+#endif  // TESSERA_FORMATS_DATA_ONIG_PATTERN_H_

@@ -1,6 +1,6 @@
 #include "formats/data/pre_tokenizer.h"
 
-namespace tessera::parallel {
+namespace tessera::formats::data {
 
 std::unique_ptr<PreTokenizer::State> PreTokenizer::NewState() const {
   auto state = std::make_unique<State>();
@@ -42,4 +42,4 @@ absl::Status PreTokenizer::Split(std::string_view text, State* state, std::vecto
   return absl::OkStatus();
 }
 
-}  // namespace tessera::parallel
+}  // namespace tessera::formats::data

@@ -2,8 +2,8 @@
 // final ByteLevel step (optional prefix space; optional split by GPT-2's regex), applied in order to
 // every piece, as the `tokenizers` library applies a Sequence. Pieces stay raw bytes: the byte-level
 // alphabet is the BPE model's business.
-#ifndef TESSERA_PARALLEL_DATA_PRE_TOKENIZER_H_
-#define TESSERA_PARALLEL_DATA_PRE_TOKENIZER_H_
+#ifndef TESSERA_FORMATS_DATA_PRE_TOKENIZER_H_
+#define TESSERA_FORMATS_DATA_PRE_TOKENIZER_H_
 
 #include <memory>
 #include <string>
@@ -13,7 +13,7 @@
 #include "absl/status/statusor.h"
 #include "formats/data/regex.h"
 
-namespace tessera::parallel {
+namespace tessera::formats::data {
 
 // What a Split step keeps: matches and the text between them as separate pieces (Isolated), or only
 // the text between matches (Removed).
@@ -53,6 +53,6 @@ class PreTokenizer {
   std::vector<PreTokenizerStep> steps_;
 };
 
-}  // namespace tessera::parallel
+}  // namespace tessera::formats::data
 
-#endif  // TESSERA_PARALLEL_DATA_PRE_TOKENIZER_H_
+#endif  // TESSERA_FORMATS_DATA_PRE_TOKENIZER_H_

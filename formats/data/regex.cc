@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace tessera::parallel {
+namespace tessera::formats::data {
 namespace {
 
 std::string ErrorText(int code) {
@@ -84,4 +84,4 @@ absl::Status Regex::Matcher::FindAll(std::string_view text, std::vector<std::pai
   return absl::OkStatus();
 }
 
-}  // namespace tessera::parallel
+}  // namespace tessera::formats::data

@@ -1,6 +1,6 @@
 // A compiled PCRE2 regex (UTF, Unicode properties, JIT) that finds every match in a text.
-#ifndef TESSERA_PARALLEL_DATA_REGEX_H_
-#define TESSERA_PARALLEL_DATA_REGEX_H_
+#ifndef TESSERA_FORMATS_DATA_REGEX_H_
+#define TESSERA_FORMATS_DATA_REGEX_H_
 
 #include <cstddef>
 #include <memory>
@@ -13,7 +13,7 @@
 
 struct pcre2_real_code_8;
 
-namespace tessera::parallel {
+namespace tessera::formats::data {
 
 class Regex {
  public:
@@ -48,6 +48,6 @@ class Regex {
   bool jit_;
 };
 
-}  // namespace tessera::parallel
+}  // namespace tessera::formats::data
 
-#endif  // TESSERA_PARALLEL_DATA_REGEX_H_
+#endif  // TESSERA_FORMATS_DATA_REGEX_H_

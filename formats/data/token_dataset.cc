@@ -17,7 +17,7 @@
 #include "nlohmann/json.hpp"
 
 
-namespace tessera::parallel {
+namespace tessera::formats::data {
 namespace {
 
 uint64_t SplitMix64(uint64_t* state) {
@@ -376,4 +376,4 @@ absl::Status TokenDataset::Read(int64_t g, std::vector<int64_t>* out, std::vecto
   return absl::OkStatus();
 }
 
-}  // namespace tessera::parallel
+}  // namespace tessera::formats::data

@@ -28,8 +28,8 @@
 // first is given as untrained (−id − 1: no target crosses a conversation boundary). Read's positions
 // restart at 0 at each conversation and at the padding: attention stays within the runs that start
 // at a position 0 (the model's contract, Decoder::set_positions).
-#ifndef TESSERA_PARALLEL_DATA_TOKEN_DATASET_H_
-#define TESSERA_PARALLEL_DATA_TOKEN_DATASET_H_
+#ifndef TESSERA_FORMATS_DATA_TOKEN_DATASET_H_
+#define TESSERA_FORMATS_DATA_TOKEN_DATASET_H_
 
 #include <cstdint>
 #include <memory>
@@ -39,7 +39,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace tessera::parallel {
+namespace tessera::formats::data {
 
 // How data.path is read. kAuto: a Megatron dataset when PATH.bin and PATH.idx exist (or PATH is
 // X.bin beside X.idx), else an llm.c file when its header says so, else a flat file.
@@ -121,6 +121,6 @@ class TokenDataset {
   size_t mask_size_ = 0;
 };
 
-}  // namespace tessera::parallel
+}  // namespace tessera::formats::data
 
-#endif  // TESSERA_PARALLEL_DATA_TOKEN_DATASET_H_
+#endif  // TESSERA_FORMATS_DATA_TOKEN_DATASET_H_

@@ -10,7 +10,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace tessera::parallel {
+namespace tessera::formats::data {
 namespace {
 
 using ::testing::ElementsAre;
@@ -336,4 +336,4 @@ TEST(TokenDatasetTest, LlmcFilesSkipTheirHeader) {
 }
 
 }  // namespace
-}  // namespace tessera::parallel
+}  // namespace tessera::formats::data

@@ -23,8 +23,8 @@
 
 namespace {
 
-using tessera::parallel::DataFormat;
-using tessera::parallel::DataSplit;
+using tessera::formats::data::DataFormat;
+using tessera::formats::data::DataSplit;
 
 const std::string& Dir() { return tessera::fuzz::ScratchDir("token-fuzz"); }
 
@@ -42,7 +42,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string prefix = Dir() + "/data";
   unlink((prefix + ".bin").c_str());
   unlink((prefix + ".idx").c_str());
-  tessera::parallel::TokenDatasetOptions o;
+  tessera::formats::data::TokenDatasetOptions o;
   o.seq_len = seq_len;
   o.vocab = 1000;
   o.path = prefix + ".bin";
@@ -52,7 +52,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     WriteFile(prefix + ".idx", data + 2, idx);
     WriteFile(prefix + ".bin", data + 2 + idx, size - 2 - idx);
     o.format = DataFormat::kMegatron;
-    tessera::parallel::ReadIndexedDatasetIndex(prefix + ".idx", size - 2 - idx).IgnoreError();
+    tessera::formats::data::ReadIndexedDatasetIndex(prefix + ".idx", size - 2 - idx).IgnoreError();
     o.path = prefix;
   } else {
     WriteFile(o.path, data, size);
@@ -63,7 +63,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     o.shuffle = shuffle;
     o.split = split == 0 ? DataSplit::kAll : split == 1 ? DataSplit::kTrain : DataSplit::kValid;
     o.valid_fraction = split == 0 ? 0 : 0.25;
-    auto ds = tessera::parallel::TokenDataset::Open(o);
+    auto ds = tessera::formats::data::TokenDataset::Open(o);
     if (!ds.ok()) continue;
     std::vector<int64_t> out;
     const int64_t n = std::min<int64_t>((*ds)->num_windows(), 64);

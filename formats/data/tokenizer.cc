@@ -11,7 +11,7 @@
 #include "formats/data/onig_pattern.h"
 #include "nlohmann/json.hpp"
 
-namespace tessera::parallel {
+namespace tessera::formats::data {
 namespace {
 
 using Json = nlohmann::json;
@@ -453,4 +453,4 @@ int32_t Tokenizer::TokenId(std::string_view text) const {
   return model_->Id(ByteLevelEncode(text));
 }
 
-}  // namespace tessera::parallel
+}  // namespace tessera::formats::data

@@ -10,8 +10,8 @@
 // ids themselves. Supported: normalizer none or NFC (nfc.h); pre-tokenizer ByteLevel, or a Sequence of Split steps
 // ending in ByteLevel; model BPE without dropout, byte fallback or subword affixes. Anything else is
 // refused with the field named. Text must be valid UTF-8; otherwise Encode fails naming the offset.
-#ifndef TESSERA_PARALLEL_DATA_TOKENIZER_H_
-#define TESSERA_PARALLEL_DATA_TOKENIZER_H_
+#ifndef TESSERA_FORMATS_DATA_TOKENIZER_H_
+#define TESSERA_FORMATS_DATA_TOKENIZER_H_
 
 #include <cstdint>
 #include <functional>
@@ -25,7 +25,7 @@
 #include "formats/data/bpe_model.h"
 #include "formats/data/pre_tokenizer.h"
 
-namespace tessera::parallel {
+namespace tessera::formats::data {
 
 struct AddedToken {
   int32_t id = 0;
@@ -110,6 +110,6 @@ class Tokenizer {
   int64_t vocab_size_ = 0;
 };
 
-}  // namespace tessera::parallel
+}  // namespace tessera::formats::data
 
-#endif  // TESSERA_PARALLEL_DATA_TOKENIZER_H_
+#endif  // TESSERA_FORMATS_DATA_TOKENIZER_H_

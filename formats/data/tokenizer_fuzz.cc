@@ -12,7 +12,7 @@
 #include "formats/data/tokenizer.h"
 #include "nlohmann/json.hpp"
 
-namespace tessera::parallel {
+namespace tessera::formats::data {
 namespace {
 
 // Every byte, a few merges, Llama 3's Split regex, a non-special and a special added token.
@@ -77,12 +77,12 @@ std::string CheckTokenizerOn(std::string_view input) {
   return "";
 }
 
-}  // namespace tessera::parallel
+}  // namespace tessera::formats::data
 
 #ifdef TESSERA_LIBFUZZER
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string broke =
-      tessera::parallel::CheckTokenizerOn(std::string_view(reinterpret_cast<const char*>(data), size));
+      tessera::formats::data::CheckTokenizerOn(std::string_view(reinterpret_cast<const char*>(data), size));
   if (!broke.empty()) {
     std::fprintf(stderr, "%s\n", broke.c_str());
     std::abort();

@@ -7,7 +7,7 @@
 #include "formats/data/tokenizer_fuzz.h"
 #include "gtest/gtest.h"
 
-namespace tessera::parallel {
+namespace tessera::formats::data {
 namespace {
 
 std::string Utf8(uint32_t cp) {
@@ -68,4 +68,4 @@ TEST(TokenizerFuzzTest, LongRunsDoNotExhaustTheRegex) {
 }
 
 }  // namespace
-}  // namespace tessera::parallel
+}  // namespace tessera::formats::data

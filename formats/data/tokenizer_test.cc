@@ -11,7 +11,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace tessera::parallel {
+namespace tessera::formats::data {
 namespace {
 
 using ::testing::ElementsAre;
@@ -197,4 +197,4 @@ TEST(TokenizerTest, ErrorsNameTheField) {
 }
 
 }  // namespace
-}  // namespace tessera::parallel
+}  // namespace tessera::formats::data

@@ -2,7 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace tessera::parallel {
+namespace tessera::formats::data {
 
 absl::StatusOr<std::unique_ptr<TrainingData>> TrainingData::Open(const TokenDatasetOptions& data,
                                                                   const std::vector<BlendSource>& blend) {
@@ -115,4 +115,4 @@ absl::Status TrainingData::RestoreBlend(int64_t g, std::vector<int64_t> counts) 
   return schedule_->Restore(g, std::move(counts));
 }
 
-}  // namespace tessera::parallel
+}  // namespace tessera::formats::data

@@ -1,8 +1,8 @@
 // TrainingData: what the trainer reads global samples from: one token stream (TokenDataset) or a
 // blend of several (BlendSchedule picks the source; each source reads its own samples in its own
 // window order, source s shuffled with seed data.seed + s·2^32).
-#ifndef TESSERA_PARALLEL_DATA_TRAINING_DATA_H_
-#define TESSERA_PARALLEL_DATA_TRAINING_DATA_H_
+#ifndef TESSERA_FORMATS_DATA_TRAINING_DATA_H_
+#define TESSERA_FORMATS_DATA_TRAINING_DATA_H_
 
 #include <cstdint>
 #include <memory>
@@ -13,7 +13,7 @@
 #include "formats/data/blend_schedule.h"
 #include "formats/data/token_dataset.h"
 
-namespace tessera::parallel {
+namespace tessera::formats::data {
 
 struct BlendSource {
   TokenDatasetOptions data;  // seq_len, vocab, shuffle are the job's; path, format, dtype the source's.
@@ -69,6 +69,6 @@ class TrainingData {
   std::optional<BlendSchedule> schedule_;
 };
 
-}  // namespace tessera::parallel
+}  // namespace tessera::formats::data
 
-#endif  // TESSERA_PARALLEL_DATA_TRAINING_DATA_H_
+#endif  // TESSERA_FORMATS_DATA_TRAINING_DATA_H_

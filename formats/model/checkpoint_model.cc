@@ -6,7 +6,10 @@
 #include "formats/checkpoint/checkpoint_dir.h"
 #include "formats/model/trainer_state.h"
 
-namespace tessera::parallel {
+namespace tessera::formats::model {
+
+using checkpoint::ListCheckpoints;
+using checkpoint::VerifyCheckpoint;
 
 namespace fs = std::filesystem;
 
@@ -45,4 +48,4 @@ absl::StatusOr<CheckpointModel> ReadCheckpointModel(const std::string& path) {
   return out;
 }
 
-}  // namespace tessera::parallel
+}  // namespace tessera::formats::model

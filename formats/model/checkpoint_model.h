@@ -1,7 +1,7 @@
 // Which checkpoint a path names and what model it holds (no torch): used by the commands that read a
 // checkpoint outside training (tessera export, tessera generate).
-#ifndef TESSERA_PARALLEL_MODELS_CHECKPOINT_MODEL_H_
-#define TESSERA_PARALLEL_MODELS_CHECKPOINT_MODEL_H_
+#ifndef TESSERA_FORMATS_MODEL_CHECKPOINT_MODEL_H_
+#define TESSERA_FORMATS_MODEL_CHECKPOINT_MODEL_H_
 
 #include <cstdint>
 #include <string>
@@ -10,7 +10,7 @@
 #include "absl/status/statusor.h"
 #include "formats/model/model_config.h"
 
-namespace tessera::parallel {
+namespace tessera::formats::model {
 
 struct CheckpointModel {
   std::string path;  // The step directory: path/model.safetensors holds the full fp32 parameters.
@@ -27,6 +27,6 @@ struct CheckpointModel {
 // name the path and the problem.
 absl::StatusOr<CheckpointModel> ReadCheckpointModel(const std::string& path);
 
-}  // namespace tessera::parallel
+}  // namespace tessera::formats::model
 
-#endif  // TESSERA_PARALLEL_MODELS_CHECKPOINT_MODEL_H_
+#endif  // TESSERA_FORMATS_MODEL_CHECKPOINT_MODEL_H_

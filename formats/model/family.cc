@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace tessera::parallel {
+namespace tessera::formats::model {
 
 const FamilySpec& FamilyOf(ModelFamily family) {
   static const FamilySpec kGpt2 = {
@@ -197,4 +197,4 @@ std::vector<ParamSpec> ParamSpecs1D(const ModelConfig& c, const ModelPart& part,
   return out;
 }
 
-}  // namespace tessera::parallel
+}  // namespace tessera::formats::model

@@ -3,8 +3,8 @@
 // only in these choices (Qwen2: qkv biases; Mistral: Llama's shape) is a new entry here, not a copy
 // of the model. Names are transformers' own without the model prefix ("transformer." for GPT-2,
 // "model." for Llama), so checkpoints map to Hugging Face by a prefix (docs/models.md).
-#ifndef TESSERA_PARALLEL_MODELS_FAMILY_H_
-#define TESSERA_PARALLEL_MODELS_FAMILY_H_
+#ifndef TESSERA_FORMATS_MODEL_FAMILY_H_
+#define TESSERA_FORMATS_MODEL_FAMILY_H_
 
 #include <string>
 #include <vector>
@@ -12,7 +12,7 @@
 #include "formats/model/model_config.h"
 #include "formats/model/tp_split.h"
 
-namespace tessera::parallel {
+namespace tessera::formats::model {
 
 enum class NormKind { kLayerNorm, kRmsNorm };
 enum class MlpKind { kGelu, kSwiGlu };          // GELU(erf) of one matrix; SiLU(gate)·up.
@@ -102,6 +102,6 @@ std::string ModuleOf(const std::string& param_name);
 // uses, across pipeline stages when they are apart), "" for an untied head.
 std::string TiedEmbeddingName(const ModelConfig& config);
 
-}  // namespace tessera::parallel
+}  // namespace tessera::formats::model
 
-#endif  // TESSERA_PARALLEL_MODELS_FAMILY_H_
+#endif  // TESSERA_FORMATS_MODEL_FAMILY_H_

@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 
-namespace tessera::parallel {
+namespace tessera::formats::model {
 namespace {
 
 using Json = nlohmann::json;
@@ -397,4 +397,4 @@ std::string HfConfigJson(const ModelConfig& c, int64_t max_positions, const std:
   return j.dump(2) + "\n";
 }
 
-}  // namespace tessera::parallel
+}  // namespace tessera::formats::model

@@ -1,7 +1,7 @@
 // transformers' config.json as tessera's model config, and back. Which keys of which model_type map
 // to which ModelConfig field is documented in docs/models.md ("Hugging Face models").
-#ifndef TESSERA_PARALLEL_MODELS_HF_CONFIG_H_
-#define TESSERA_PARALLEL_MODELS_HF_CONFIG_H_
+#ifndef TESSERA_FORMATS_MODEL_HF_CONFIG_H_
+#define TESSERA_FORMATS_MODEL_HF_CONFIG_H_
 
 #include <cstdint>
 #include <string>
@@ -11,7 +11,7 @@
 #include "absl/status/statusor.h"
 #include "formats/model/model_config.h"
 
-namespace tessera::parallel {
+namespace tessera::formats::model {
 
 // The model_types read: gpt2 (GPT2LMHeadModel) and the Llama shape — llama, mistral where its
 // sliding window does not bind, qwen2 (q, k, v biases), qwen3 (q/k norms), and the Mixtures of
@@ -47,6 +47,6 @@ absl::Status HfExportable(const ModelConfig& config);
 // its wpe has that many rows) and torch_dtype `dtype` ("float32", "bfloat16").
 std::string HfConfigJson(const ModelConfig& config, int64_t max_positions, const std::string& dtype);
 
-}  // namespace tessera::parallel
+}  // namespace tessera::formats::model
 
-#endif  // TESSERA_PARALLEL_MODELS_HF_CONFIG_H_
+#endif  // TESSERA_FORMATS_MODEL_HF_CONFIG_H_

@@ -3,7 +3,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace tessera::parallel {
+namespace tessera::formats::model {
 namespace {
 
 using ::testing::HasSubstr;
@@ -201,4 +201,4 @@ TEST(HfConfigTest, WrittenConfigReadsBackAsTheSameModel) {
 }
 
 }  // namespace
-}  // namespace tessera::parallel
+}  // namespace tessera::formats::model

@@ -15,7 +15,16 @@
 #include "formats/model/hf_config.h"
 #include "nlohmann/json.hpp"
 
-namespace tessera::parallel {
+namespace tessera::formats::model {
+
+using checkpoint::FsyncDirectory;
+using checkpoint::MappedSafetensors;
+using checkpoint::RawTensor;
+using checkpoint::TensorEntry;
+using checkpoint::TensorMap;
+using checkpoint::WriteFileDurably;
+using checkpoint::WriteSafetensors;
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -156,4 +165,4 @@ absl::StatusOr<HfExportResult> ExportToHf(const CheckpointModel& cp, const std::
       out_dir, options);
 }
 
-}  // namespace tessera::parallel
+}  // namespace tessera::formats::model

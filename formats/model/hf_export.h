@@ -2,8 +2,8 @@
 // transformers' names and layouts (the model prefix, GPT-2's Conv1D [in, out]), in one
 // model.safetensors or, above `max_shard_bytes`, shards model-0000K-of-0000N.safetensors with
 // model.safetensors.index.json — what save_pretrained writes, so from_pretrained loads it. No torch.
-#ifndef TESSERA_PARALLEL_MODELS_HF_EXPORT_H_
-#define TESSERA_PARALLEL_MODELS_HF_EXPORT_H_
+#ifndef TESSERA_FORMATS_MODEL_HF_EXPORT_H_
+#define TESSERA_FORMATS_MODEL_HF_EXPORT_H_
 
 #include <cstdint>
 #include <functional>
@@ -14,7 +14,7 @@
 #include "formats/model/checkpoint_model.h"
 #include "formats/model/family.h"
 
-namespace tessera::parallel {
+namespace tessera::formats::model {
 
 enum class ExportDtype { kF32, kBF16 };  // bf16: rounded to nearest even, as torch converts.
 
@@ -46,6 +46,6 @@ absl::StatusOr<HfExportResult> WriteHfModel(const ModelConfig& config, const HfP
 absl::StatusOr<HfExportResult> ExportToHf(const CheckpointModel& checkpoint, const std::string& out_dir,
                                           const HfExportOptions& options);
 
-}  // namespace tessera::parallel
+}  // namespace tessera::formats::model
 
-#endif  // TESSERA_PARALLEL_MODELS_HF_EXPORT_H_
+#endif  // TESSERA_FORMATS_MODEL_HF_EXPORT_H_

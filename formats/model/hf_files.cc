@@ -10,7 +10,11 @@
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
 
-namespace tessera::parallel {
+namespace tessera::formats::model {
+
+using checkpoint::MappedSafetensors;
+using checkpoint::TensorEntry;
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -209,4 +213,4 @@ absl::StatusOr<HfFiles> OpenHfFiles(const std::string& dir, const ModelConfig& c
   return out;
 }
 
-}  // namespace tessera::parallel
+}  // namespace tessera::formats::model

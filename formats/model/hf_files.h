@@ -16,12 +16,12 @@
 #include "formats/model/family.h"
 #include "formats/model/model_config.h"
 
-namespace tessera::parallel {
+namespace tessera::formats::model {
 
 // One parameter's stored tensor.
 struct HfStoredTensor {
-  const MappedSafetensors* file = nullptr;
-  const TensorEntry* entry = nullptr;
+  const checkpoint::MappedSafetensors* file = nullptr;
+  const checkpoint::TensorEntry* entry = nullptr;
   std::string stored_name;
   bool transposed = false;  // Stored [in, out] (GPT-2's Conv1D): the parameter is its transpose.
   bool positions = false;   // A learned position table: its first shape[0] rows are the parameter.
@@ -29,7 +29,7 @@ struct HfStoredTensor {
 
 struct HfFiles {
   std::map<std::string, HfStoredTensor> params;  // Every parameter of the whole model, by tessera name.
-  std::vector<std::unique_ptr<MappedSafetensors>> files;  // Keep alive while `params` is used.
+  std::vector<std::unique_ptr<checkpoint::MappedSafetensors>> files;  // Keep alive while `params` is used.
 };
 
 // Maps the weights of `dir` for a model of `config` (from its config.json: hf_config.h). Fails naming
@@ -44,9 +44,9 @@ std::vector<float> ReadAsFloat(const HfStoredTensor& t, const ParamSpec& spec);
 
 // The values of a stored floating-point tensor (F32, BF16, F16, F64) as fp32, in stored order.
 // INVALID_ARGUMENT naming `where` for any other dtype.
-absl::StatusOr<std::vector<float>> StoredAsFloat(const MappedSafetensors& file, const TensorEntry& entry,
+absl::StatusOr<std::vector<float>> StoredAsFloat(const checkpoint::MappedSafetensors& file, const checkpoint::TensorEntry& entry,
                                                  const std::string& where);
 
-}  // namespace tessera::parallel
+}  // namespace tessera::formats::model
 
 #endif  // TESSERA_FORMATS_MODEL_HF_FILES_H_

@@ -14,7 +14,11 @@
 #include "formats/model/hf_files.h"
 #include "formats/model/peft_export.h"
 
-namespace tessera::parallel {
+namespace tessera::formats::model {
+
+using checkpoint::MappedSafetensors;
+using checkpoint::TensorEntry;
+
 namespace {
 
 std::string Shape(const std::vector<int64_t>& shape) { return absl::StrCat("[", absl::StrJoin(shape, ", "), "]"); }
@@ -117,4 +121,4 @@ absl::StatusOr<HfExportResult> ExportMergedLora(const CheckpointModel& cp, const
       out_dir, options);
 }
 
-}  // namespace tessera::parallel
+}  // namespace tessera::formats::model

@@ -10,7 +10,7 @@
 #include "formats/model/checkpoint_model.h"
 #include "formats/model/hf_export.h"
 
-namespace tessera::parallel {
+namespace tessera::formats::model {
 
 // `checkpoint`: config.lora enabled, model.safetensors holding the adapters (fp32). `base`: the
 // model the adapters were trained over — a transformers directory (config.json + safetensors, any
@@ -21,6 +21,6 @@ namespace tessera::parallel {
 absl::StatusOr<HfExportResult> ExportMergedLora(const CheckpointModel& checkpoint, const std::string& base,
                                                 const std::string& out_dir, const HfExportOptions& options);
 
-}  // namespace tessera::parallel
+}  // namespace tessera::formats::model
 
 #endif  // TESSERA_FORMATS_MODEL_LORA_MERGE_H_

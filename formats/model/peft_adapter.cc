@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 
-namespace tessera::parallel {
+namespace tessera::formats::model {
 namespace {
 
 constexpr char kPeftPrefix[] = "base_model.model.model.";
@@ -91,4 +91,4 @@ std::string TesseraNameOfPeftKey(const std::string& key) {
 
 std::string PeftKeyOfTesseraName(const std::string& name) { return absl::StrCat(kPeftPrefix, name); }
 
-}  // namespace tessera::parallel
+}  // namespace tessera::formats::model

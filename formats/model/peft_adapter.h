@@ -11,7 +11,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace tessera::parallel {
+namespace tessera::formats::model {
 
 struct PeftLoraConfig {
   int rank = 0;                      // "r".
@@ -36,6 +36,6 @@ std::string TesseraNameOfPeftKey(const std::string& key);
 // The inverse.
 std::string PeftKeyOfTesseraName(const std::string& name);
 
-}  // namespace tessera::parallel
+}  // namespace tessera::formats::model
 
 #endif  // TESSERA_FORMATS_MODEL_PEFT_ADAPTER_H_

@@ -7,7 +7,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace tessera::parallel {
+namespace tessera::formats::model {
 namespace {
 
 using ::testing::HasSubstr;
@@ -57,4 +57,4 @@ TEST(PeftAdapterTest, TensorNamesMapBothWays) {
 }
 
 }  // namespace
-}  // namespace tessera::parallel
+}  // namespace tessera::formats::model

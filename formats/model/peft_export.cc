@@ -8,7 +8,15 @@
 #include "formats/model/hf_export.h"
 #include "formats/model/peft_adapter.h"
 
-namespace tessera::parallel {
+namespace tessera::formats::model {
+
+using checkpoint::FsyncDirectory;
+using checkpoint::MappedSafetensors;
+using checkpoint::RawTensor;
+using checkpoint::TensorEntry;
+using checkpoint::TensorMap;
+using checkpoint::WriteFileDurably;
+using checkpoint::WriteSafetensors;
 
 absl::StatusOr<std::vector<std::pair<ParamSpec, const TensorEntry*>>> LoraAdapterEntries(
     const CheckpointModel& cp, const MappedSafetensors& file) {
@@ -52,4 +60,4 @@ absl::StatusOr<uint64_t> ExportPeftAdapter(const CheckpointModel& cp, const std:
   return bytes;
 }
 
-}  // namespace tessera::parallel
+}  // namespace tessera::formats::model

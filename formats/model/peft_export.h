@@ -14,19 +14,19 @@
 #include "formats/model/checkpoint_model.h"
 #include "formats/model/family.h"
 
-namespace tessera::parallel {
+namespace tessera::formats::model {
 
 // The adapters of `checkpoint` (config.lora enabled) in `file`, its model.safetensors, in
 // LoraParamSpecs' order: each spec with its entry, checked to be F32 of the spec's shape. DATA_LOSS
 // naming the file and tensor otherwise.
-absl::StatusOr<std::vector<std::pair<ParamSpec, const TensorEntry*>>> LoraAdapterEntries(
-    const CheckpointModel& checkpoint, const MappedSafetensors& file);
+absl::StatusOr<std::vector<std::pair<ParamSpec, const checkpoint::TensorEntry*>>> LoraAdapterEntries(
+    const CheckpointModel& checkpoint, const checkpoint::MappedSafetensors& file);
 
 // Writes the adapters of `checkpoint` (config.lora enabled) into `out_dir` in fp32, as PEFT saves
 // them; `out_dir` must not exist or be empty; every file durably. Returns the bytes of tensors
 // written. Fails naming the tensor or file.
 absl::StatusOr<uint64_t> ExportPeftAdapter(const CheckpointModel& checkpoint, const std::string& out_dir);
 
-}  // namespace tessera::parallel
+}  // namespace tessera::formats::model
 
 #endif  // TESSERA_FORMATS_MODEL_PEFT_EXPORT_H_

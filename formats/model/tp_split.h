@@ -1,11 +1,11 @@
 // How a parameter is split over the tensor-parallel ranks, as data (no torch): the model's parameter
 // list (family.h) names a split per parameter; param_layout.h cuts and joins tensors by it.
-#ifndef TESSERA_PARALLEL_MODELS_TP_SPLIT_H_
-#define TESSERA_PARALLEL_MODELS_TP_SPLIT_H_
+#ifndef TESSERA_FORMATS_MODEL_TP_SPLIT_H_
+#define TESSERA_FORMATS_MODEL_TP_SPLIT_H_
 
 #include <vector>
 
-namespace tessera::parallel {
+namespace tessera::formats::model {
 
 enum class TpSplit {
   kReplicated,  // Every tp rank holds the full tensor (norms, position embedding, row-linear bias).
@@ -29,6 +29,6 @@ struct GridSplit {
   bool qkv = false;       // Dim 0 is three stacked blocks (q, k, v), each chunked.
 };
 
-}  // namespace tessera::parallel
+}  // namespace tessera::formats::model
 
-#endif  // TESSERA_PARALLEL_MODELS_TP_SPLIT_H_
+#endif  // TESSERA_FORMATS_MODEL_TP_SPLIT_H_

@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 
-namespace tessera::parallel {
+namespace tessera::formats::model {
 namespace {
 
 using Json = nlohmann::json;
@@ -243,4 +243,4 @@ absl::StatusOr<TrainerState> ReadTrainerState(const std::string& checkpoint) {
   return ParseTrainerState(text, path);
 }
 
-}  // namespace tessera::parallel
+}  // namespace tessera::formats::model

@@ -2,8 +2,8 @@
 // `tessera generate` take from it. The file is written by the trainer (Trainer::TrainerStateJson);
 // a reader meets it after a crash, a copy or an edit, so every field is checked for presence, type
 // and range, and a bad file is a DataLoss error naming the file and the field — never an exception.
-#ifndef TESSERA_PARALLEL_MODELS_TRAINER_STATE_H_
-#define TESSERA_PARALLEL_MODELS_TRAINER_STATE_H_
+#ifndef TESSERA_FORMATS_MODEL_TRAINER_STATE_H_
+#define TESSERA_FORMATS_MODEL_TRAINER_STATE_H_
 
 #include <cstdint>
 #include <optional>
@@ -14,7 +14,7 @@
 #include "absl/status/statusor.h"
 #include "formats/model/model_config.h"
 
-namespace tessera::parallel {
+namespace tessera::formats::model {
 
 struct TrainerState {
   int64_t step = 0;  // Optimizer steps taken.
@@ -48,6 +48,6 @@ absl::StatusOr<TrainerState> ParseTrainerState(std::string_view text, const std:
 // Reads and parses CHECKPOINT/trainer_state.json.
 absl::StatusOr<TrainerState> ReadTrainerState(const std::string& checkpoint);
 
-}  // namespace tessera::parallel
+}  // namespace tessera::formats::model
 
-#endif  // TESSERA_PARALLEL_MODELS_TRAINER_STATE_H_
+#endif  // TESSERA_FORMATS_MODEL_TRAINER_STATE_H_

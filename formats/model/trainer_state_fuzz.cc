@@ -10,7 +10,7 @@
 #include "formats/model/trainer_state.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  using namespace tessera::parallel;  // NOLINT: one function.
+  using namespace tessera::formats::model;  // NOLINT: one function.
   auto state = ParseTrainerState(std::string_view(reinterpret_cast<const char*>(data), size), "trainer_state.json");
   if (!state.ok()) return 0;
   const ModelConfig& c = state->model;

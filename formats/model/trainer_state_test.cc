@@ -5,7 +5,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 
-namespace tessera::parallel {
+namespace tessera::formats::model {
 namespace {
 
 // What Trainer::TrainerStateJson writes for a small Llama with a blend and fp16.
@@ -138,4 +138,4 @@ TEST(TrainerStateTest, NotJsonOrTooLarge) {
 }
 
 }  // namespace
-}  // namespace tessera::parallel
+}  // namespace tessera::formats::model

@@ -12,14 +12,14 @@
 #include "absl/strings/str_cat.h"
 #include "formats/checkpoint/crc32c.h"
 
-namespace tessera::tensorboard {
+namespace tessera::formats::tensorboard {
 namespace {
 
 namespace fs = std::filesystem;
 
 // TFRecord's masked CRC-32C: rotated right by 15 bits plus a constant.
 uint32_t MaskedCrc(const void* data, size_t n) {
-  const uint32_t crc = parallel::Crc32c(0, data, n);
+  const uint32_t crc = checkpoint::Crc32c(0, data, n);
   return ((crc >> 15) | (crc << 17)) + 0xa282ead8u;
 }
 
@@ -211,4 +211,4 @@ absl::Status EventFileWriter::AddScalars(int64_t step, const std::vector<std::pa
   return absl::OkStatus();
 }
 
-}  // namespace tessera::tensorboard
+}  // namespace tessera::formats::tensorboard

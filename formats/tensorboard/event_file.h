@@ -22,7 +22,7 @@
 #include "absl/status/statusor.h"
 #include "common/userfs/user_files.h"
 
-namespace tessera::tensorboard {
+namespace tessera::formats::tensorboard {
 
 inline constexpr char kEventFileName[] = "events.out.tfevents.0000000000.tessera";
 
@@ -58,6 +58,6 @@ class EventFileWriter {
   std::string path_;
 };
 
-}  // namespace tessera::tensorboard
+}  // namespace tessera::formats::tensorboard
 
 #endif  // TESSERA_FORMATS_TENSORBOARD_EVENT_FILE_H_

@@ -11,7 +11,7 @@
 
 #include "gtest/gtest.h"
 
-namespace tessera::tensorboard {
+namespace tessera::formats::tensorboard {
 namespace {
 
 namespace fs = std::filesystem;
@@ -82,4 +82,4 @@ TEST(EventFileTest, ALinkOrFifoPlantedInTheOutputDirIsRefused) {
 }
 
 }  // namespace
-}  // namespace tessera::tensorboard
+}  // namespace tessera::formats::tensorboard

@@ -7,6 +7,13 @@
 #include "absl/strings/str_cat.h"
 
 namespace tessera::parallel {
+
+using formats::checkpoint::FileDigest;
+using formats::checkpoint::RawTensor;
+using formats::checkpoint::ReadSafetensors;
+using formats::checkpoint::TensorMap;
+using formats::checkpoint::WriteSafetensors;
+
 namespace {
 
 struct DtypeName {

@@ -13,17 +13,17 @@
 namespace tessera::parallel {
 
 // A CPU copy of `t` as a RawTensor (F32, F16, BF16, F64, I64, I32, U8 supported).
-absl::StatusOr<RawTensor> ToRaw(const at::Tensor& t);
+absl::StatusOr<formats::checkpoint::RawTensor> ToRaw(const at::Tensor& t);
 
 // A new tensor holding `raw`'s data. Fails on dtypes torch cannot hold.
-absl::StatusOr<at::Tensor> FromRaw(const RawTensor& raw);
+absl::StatusOr<at::Tensor> FromRaw(const formats::checkpoint::RawTensor& raw);
 
 // Reads a safetensors file into tensors.
 absl::StatusOr<std::map<std::string, at::Tensor>> LoadTensors(const std::string& path);
 
 // Writes tensors to a safetensors file (see WriteSafetensors: durable, `digest` of the file).
 absl::Status SaveTensors(const std::string& path, const std::map<std::string, at::Tensor>& tensors,
-                         const std::map<std::string, std::string>& metadata = {}, FileDigest* digest = nullptr);
+                         const std::map<std::string, std::string>& metadata = {}, formats::checkpoint::FileDigest* digest = nullptr);
 
 }  // namespace tessera::parallel
 

@@ -20,6 +20,22 @@
 #include "parallel/layers/tp_ops.h"
 
 namespace tessera::parallel {
+
+using formats::model::BlockParamName;
+using formats::model::ExpertParamName;
+using formats::model::FamilyOf;
+using formats::model::FamilySpec;
+using formats::model::LoraParamSpecs;
+using formats::model::MlpKind;
+using formats::model::ModelPart;
+using formats::model::NormKind;
+using formats::model::ParamSpec;
+using formats::model::PositionKind;
+using formats::model::RouterName;
+using formats::model::SharedExpertGateName;
+using formats::model::SharedExpertParamName;
+using formats::model::TiedEmbeddingName;
+
 namespace {
 
 std::string Shape(at::IntArrayRef s) {

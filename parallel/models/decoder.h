@@ -21,7 +21,7 @@
 
 #include "absl/status/status.h"
 #include "formats/model/family.h"
-#include "formats/model/model_config.h"
+#include "parallel/models/model_config.h"
 #include "layout/tp_grid.h"
 #include "parallel/comm/communicator.h"
 #include "parallel/layers/fp8_linear.h"
@@ -53,11 +53,11 @@ using layout::TpGrid;
 using layout::TpMode;
 
 // The parameters of `part` of a model of `config` split over `tp` ranks in `layout`.
-std::vector<ParamSpec> ModelParamSpecs(const ModelConfig& config, const ModelPart& part, int tp,
+std::vector<formats::model::ParamSpec> ModelParamSpecs(const ModelConfig& config, const formats::model::ModelPart& part, int tp,
                                        const TpGrid& grid = {});
 // The parameters a Decoder of `config` trains (its params(), in their order): all of
 // ModelParamSpecs, or with LoRA only the adapters (LoraParamSpecs).
-std::vector<ParamSpec> TrainedParamSpecs(const ModelConfig& config, const ModelPart& part, int tp,
+std::vector<formats::model::ParamSpec> TrainedParamSpecs(const ModelConfig& config, const formats::model::ModelPart& part, int tp,
                                          const TpGrid& grid = {});
 
 // Keys and values of the positions already seen, per block, for incremental decoding (generate.h).
@@ -78,12 +78,12 @@ class Decoder {
   // token embedding exists where the embedding or the head is held (a pipeline's first and last
   // stage both hold it).
   Decoder(const ModelConfig& config, std::shared_ptr<Communicator> tp, uint64_t seed, c10::Device device);
-  Decoder(const ModelConfig& config, const ModelPart& part, std::shared_ptr<Communicator> tp, uint64_t seed,
+  Decoder(const ModelConfig& config, const formats::model::ModelPart& part, std::shared_ptr<Communicator> tp, uint64_t seed,
           c10::Device device);
   // Grid layouts (2D, 2.5D, 3D): `axes` are this rank's groups along the grid's axes
   // (ProcessGroups::tp_axes). Token batches given to Embed/Head/Loss are this rank's chunk of the
   // micro-batch's samples (SampleChunk()).
-  Decoder(const ModelConfig& config, const ModelPart& part, std::shared_ptr<Communicator> tp, const TpGrid& grid,
+  Decoder(const ModelConfig& config, const formats::model::ModelPart& part, std::shared_ptr<Communicator> tp, const TpGrid& grid,
           std::vector<std::shared_ptr<Communicator>> axes, uint64_t seed, c10::Device device);
   // Which chunk of each micro-batch's samples this rank processes: (index, count); (0, 1) for 1D.
   std::pair<int, int> SampleChunk() const;
@@ -203,7 +203,7 @@ class Decoder {
   const ModelConfig& config() const { return config_; }
   // Vocabulary rows each tp rank holds (1D): ceil(vocab / tp), the last ranks' padded (kPaddedDim0).
   int64_t VocabPart() const { return (config_.vocab + tp_->size() - 1) / tp_->size(); }
-  const ModelPart& part() const { return part_; }
+  const formats::model::ModelPart& part() const { return part_; }
   bool holds(const std::string& name) const { return index_.count(name) > 0; }
   Communicator* tp() const { return tp_.get(); }
   int64_t num_parameters() const;  // Of the full model.
@@ -220,7 +220,7 @@ class Decoder {
   void CastFrozen(at::ScalarType dtype);
 
  private:
-  Param& Add(const ParamSpec& spec, uint64_t seed);
+  Param& Add(const formats::model::ParamSpec& spec, uint64_t seed);
   void CheckConfig() const;
   const at::Tensor& P(const std::string& name) const;
   const Param& Named(const std::string& name) const;  // A trained or a frozen parameter.
@@ -291,9 +291,9 @@ class Decoder {
   at::Tensor CheckpointedBlock(const at::Tensor& x, int i);
 
   ModelConfig config_;
-  const FamilySpec& family_;
+  const formats::model::FamilySpec& family_;
   std::string tied_;
-  ModelPart part_;
+  formats::model::ModelPart part_;
   std::shared_ptr<Communicator> tp_;
   std::shared_ptr<Communicator> sp_;  // Null or one rank: no sequence parallelism.
   TpGrid shape_;

@@ -12,6 +12,11 @@
 
 namespace tessera::parallel {
 
+using formats::model::BlockParamName;
+using formats::model::FamilySpec;
+using formats::model::MlpKind;
+using formats::model::NormKind;
+
 std::vector<Communicator*> Decoder::SampleAxes() const {
   std::vector<Communicator*> out;
   for (size_t a = 0; a + 1 < axes_.size(); ++a) out.push_back(axes_[a].get());

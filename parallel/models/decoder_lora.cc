@@ -11,6 +11,12 @@
 
 namespace tessera::parallel {
 
+using formats::model::BlockParamName;
+using formats::model::ExpertParamName;
+using formats::model::FamilySpec;
+using formats::model::ModuleOf;
+using formats::model::SharedExpertParamName;
+
 void Decoder::CastFrozen(at::ScalarType dtype) {
   for (Param& p : frozen_) p.value = p.value.to(dtype);
 }

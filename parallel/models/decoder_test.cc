@@ -12,6 +12,10 @@
 #include "parallel/comm/self_communicator.h"
 
 namespace tessera::parallel {
+
+using formats::model::FamilyName;
+using formats::model::ModelPart;
+
 namespace {
 
 ModelConfig Config(ModelFamily family) {

@@ -10,6 +10,9 @@
 
 namespace tessera::parallel {
 
+using formats::model::FamilyOf;
+using formats::model::PositionKind;
+
 absl::StatusOr<std::vector<int64_t>> Generate(Decoder& model, const std::vector<int64_t>& prompt,
                                               const GenerateOptions& o, const std::function<void(int64_t)>& on_token,
                                               at::Tensor* prompt_logits) {

@@ -6,6 +6,13 @@
 #include "formats/model/hf_files.h"
 
 namespace tessera::parallel {
+
+using formats::model::HfStoredTensor;
+using formats::model::ModelPart;
+using formats::model::OpenHfFiles;
+using formats::model::ParamSpec;
+using formats::model::ParamSpecs1D;
+
 namespace {
 
 at::Tensor View(const HfStoredTensor& s) {

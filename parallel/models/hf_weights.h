@@ -15,7 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "formats/checkpoint/mapped_safetensors.h"
-#include "formats/model/model_config.h"
+#include "parallel/models/model_config.h"
 
 namespace tessera::parallel {
 
@@ -23,7 +23,7 @@ struct HfWeights {
   // Every parameter of the whole model, by tessera name: views into `files` (keep this alive while
   // they are used), of the full documented shape.
   std::map<std::string, at::Tensor> tensors;
-  std::vector<std::unique_ptr<MappedSafetensors>> files;
+  std::vector<std::unique_ptr<formats::checkpoint::MappedSafetensors>> files;
 };
 
 // Maps the weights of `dir` for a model of `config` (from its config.json: parallel/models/hf_config).

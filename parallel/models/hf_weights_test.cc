@@ -14,6 +14,13 @@
 #include "parallel/checkpoint/tensor_convert.h"
 
 namespace tessera::parallel {
+
+using formats::model::FamilyOf;
+using formats::model::FamilySpec;
+using formats::model::ModelPart;
+using formats::model::ParamSpec;
+using formats::model::ParamSpecs1D;
+
 namespace {
 
 using ::testing::HasSubstr;

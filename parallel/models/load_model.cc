@@ -18,6 +18,11 @@
 #include "parallel/models/model_state.h"
 
 namespace tessera::parallel {
+
+using formats::model::ReadCheckpointModel;
+using formats::model::ReadHfConfig;
+using formats::model::ReadPeftLoraConfig;
+
 namespace {
 
 bool IsHfDirectory(const std::string& path) {

@@ -8,6 +8,9 @@
 
 namespace tessera::parallel {
 
+using formats::model::GridSplit;
+using formats::model::TpSplit;
+
 uint64_t TensorSeed(uint64_t seed, const std::string& name) {
   uint64_t h = 1469598103934665603ull ^ seed;
   for (unsigned char c : name) h = (h ^ c) * 1099511628211ull;

@@ -29,8 +29,8 @@ int ReplicasInTp(const Param& param, int tp_size);
 struct Param {
   std::string name;                 // Documented full name, e.g. "h.0.attn.c_attn.weight".
   std::vector<int64_t> full_shape;  // Shape of the full (unsplit) tensor.
-  TpSplit split = TpSplit::kReplicated;
-  GridSplit grid;                   // With split kGrid.
+  formats::model::TpSplit split = formats::model::TpSplit::kReplicated;
+  formats::model::GridSplit grid;                   // With split kGrid.
   bool weight_decay = false;        // AdamW decay applies (tensors with >= 2 dims).
   bool expert = false;              // A sparse block's expert: split over ep, reduced over expert_dp.
   at::Tensor value;                 // This rank's part; a leaf that requires grad.

@@ -8,6 +8,9 @@
 
 namespace tessera::parallel {
 
+using formats::model::PeftKeyOfTesseraName;
+using formats::model::TesseraNameOfPeftKey;
+
 absl::Status LoadPeftAdapterTensors(Decoder& model, const std::string& dir) {
   const std::string file = dir + "/adapter_model.safetensors";
   auto tensors = LoadTensors(file);

@@ -8,6 +8,15 @@
 
 namespace tessera::parallel {
 
+using formats::model::FamilyOf;
+using formats::model::FamilySpec;
+using formats::model::GridSplit;
+using formats::model::LoraParamSpecs;
+using formats::model::ModelPart;
+using formats::model::ParamSpec;
+using formats::model::ParamSpecs1D;
+using formats::model::TpSplit;
+
 std::vector<ParamSpec> ModelParamSpecs(const ModelConfig& c, const ModelPart& part, int tp_size, const TpGrid& tp) {
   std::vector<ParamSpec> out = ParamSpecs1D(c, part, tp_size);
   if (tp.mode == TpMode::k1D) return out;

@@ -13,6 +13,8 @@
 
 namespace tessera::parallel {
 
+using formats::model::ModelPart;
+
 ModelPart PartOfRank(const StageLayout& layout, int rank) {
   ModelPart part;
   part.embedding = part.head = false;

@@ -64,7 +64,7 @@ using layout::StageLayout;
 
 // The parts of the GPT that pipeline rank `rank` holds under `layout`: its chunks' blocks, the
 // embeddings on the rank with virtual stage 0, the head on the rank with the last.
-ModelPart PartOfRank(const StageLayout& layout, int rank);
+formats::model::ModelPart PartOfRank(const StageLayout& layout, int rank);
 
 struct PipelineOptions {
   PipeSchedule schedule = PipeSchedule::kOneFOneB;

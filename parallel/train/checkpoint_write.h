@@ -37,7 +37,7 @@ struct Trainer::CheckpointWrite {
   bool sharded_state = false;
   bool deferred = false;
   absl::Status status;
-  std::map<std::string, FileDigest> written;
+  std::map<std::string, formats::checkpoint::FileDigest> written;
   std::map<std::string, at::Tensor> params, optimizer;  // Gathered by global rank 0 (their names index the files).
   int64_t snapshot_bytes = 0;  // Deferred: host bytes of the tensors held until Flush.
 
@@ -83,12 +83,12 @@ struct Trainer::CheckpointWrite {
   };
   void Write(const std::string& name, const std::map<std::string, at::Tensor>& tensors,
              const std::map<std::string, std::string>& metadata) {
-    FileDigest d;
+    formats::checkpoint::FileDigest d;
     status = SaveTensors(tmp + "/" + name, tensors, metadata, &d);
     if (status.ok()) written[name] = d;
   }
   void WriteText(const std::string& name, const std::string& text) {
-    auto d = WriteFileDurably(tmp + "/" + name, text);
+    auto d = formats::checkpoint::WriteFileDurably(tmp + "/" + name, text);
     status = d.status();
     if (d.ok()) written[name] = *d;
   }

@@ -38,6 +38,13 @@
 
 namespace tessera::parallel {
 
+using formats::data::BlendSource;
+using formats::checkpoint::CheckpointName;
+using formats::model::ModelPart;
+using formats::model::ReadPeftLoraConfig;
+using formats::data::TokenDatasetOptions;
+using formats::data::TrainingData;
+
 namespace fs = std::filesystem;
 
 Trainer::Trainer(const TrainerOptions& options, ProcessGroups groups)

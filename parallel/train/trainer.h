@@ -190,7 +190,7 @@ class Trainer {
   absl::Status LoadShardedOptimizer(const std::string& path, int saved_tp);
   absl::Status AppendStepLog(const StepStats& stats);
   // This attempt's claim on the output directory (options_.fence; unfenced for `tessera run`).
-  AttemptFence Fence() const { return AttemptFence(options_.output_dir, options_.fence); }
+  formats::checkpoint::AttemptFence Fence() const { return formats::checkpoint::AttemptFence(options_.output_dir, options_.fence); }
   // Full-size (tp-local) m and v per parameter, whichever optimizer holds them (collective over dp
   // when sharded).
   absl::Status LocalOptimizerState(std::vector<at::Tensor>* m, std::vector<at::Tensor>* v);
@@ -205,15 +205,15 @@ class Trainer {
   // Micro-batch a (of accum) of this rank's share of the global batch whose first sample is `first`.
   // With `positions` and packed data: also this rank's positions of the micro-batch's inputs
   // [micro, T] (Decoder::set_positions); undefined otherwise.
-  absl::StatusOr<at::Tensor> ReadMicroBatch(TrainingData& data, int64_t first, int a, int accum,
+  absl::StatusOr<at::Tensor> ReadMicroBatch(formats::data::TrainingData& data, int64_t first, int a, int accum,
                                             at::Tensor* positions = nullptr);
   // The PipelineRunner's two questions about a micro-batch, answered with one read: its tokens
   // (ReadTokens keeps packed data's positions of the same read), then its positions (ReadPositions
   // hands those over, or reads them: a middle pipeline stage reads no tokens).
-  absl::StatusOr<at::Tensor> ReadTokens(TrainingData& data, int64_t first, int a, int accum);
-  absl::StatusOr<at::Tensor> ReadPositions(TrainingData& data, int64_t first, int a, int accum);
+  absl::StatusOr<at::Tensor> ReadTokens(formats::data::TrainingData& data, int64_t first, int a, int accum);
+  absl::StatusOr<at::Tensor> ReadPositions(formats::data::TrainingData& data, int64_t first, int a, int accum);
   struct ReadAhead {
-    const TrainingData* data = nullptr;
+    const formats::data::TrainingData* data = nullptr;
     int64_t first = -1;
     int a = -1;
     at::Tensor positions;
@@ -231,7 +231,7 @@ class Trainer {
   std::mutex warnings_mu_;
   std::vector<std::string> pending_warnings_;  // Guarded by warnings_mu_.
   // Rank 0: the job's TensorBoard event file (opened by TrimStepLog; null when it cannot be written).
-  std::unique_ptr<tensorboard::EventFileWriter> events_;
+  std::unique_ptr<formats::tensorboard::EventFileWriter> events_;
   // Communicator::bytes_communicated summed over this rank's distinct groups.
   int64_t BytesCommunicated() const;
   absl::Status DumpDebug();
@@ -247,13 +247,13 @@ class Trainer {
   // rank, from the mask files), and weighs the model's targets so that the batch's loss is their
   // cross-entropy summed over that count (0 targets: weight 0). Sets *trained (the batch's
   // global_batch · seq_len for token streams).
-  absl::Status WeighTrainedTargets(TrainingData& data, int64_t first, int accum, int64_t* trained);
+  absl::Status WeighTrainedTargets(formats::data::TrainingData& data, int64_t first, int accum, int64_t* trained);
   // LoRA: the adapters from a PEFT adapter directory (model.lora.init_from), its config checked
   // against model.lora.
   absl::Status LoadPeftAdapter(const std::string& dir);
   int64_t trained_targets_ = 0;
-  std::unique_ptr<TrainingData> data_;
-  std::unique_ptr<TrainingData> valid_;  // Validation samples; null without validation data.
+  std::unique_ptr<formats::data::TrainingData> data_;
+  std::unique_ptr<formats::data::TrainingData> valid_;  // Validation samples; null without validation data.
   // Pipeline parallelism (pp > 1): this rank's chunks of the model; null without.
   std::unique_ptr<StageLayout> layout_;
   // Every layout's one step path: layout_'s schedule, or the whole model as a one-stage pipeline.

@@ -27,6 +27,8 @@
 
 namespace tessera::parallel {
 
+using formats::checkpoint::WriteFileDurably;
+
 namespace fs = std::filesystem;
 
 namespace {

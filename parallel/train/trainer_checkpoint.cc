@@ -23,6 +23,20 @@
 
 namespace tessera::parallel {
 
+using formats::checkpoint::AbortCheckpoint;
+using formats::checkpoint::BeginCheckpoint;
+using formats::checkpoint::CommitCheckpoint;
+using formats::model::FamilyName;
+using formats::checkpoint::FileDigest;
+using formats::model::ModelPart;
+using formats::checkpoint::NewestGoodCheckpoint;
+using formats::model::ParamSpec;
+using formats::model::ReadTrainerState;
+using formats::model::TiedEmbeddingName;
+using formats::checkpoint::TmpCheckpointPath;
+using formats::model::TpSplit;
+using formats::checkpoint::WriteFileDurably;
+
 namespace fs = std::filesystem;
 
 absl::Status Trainer::LocalOptimizerState(std::vector<at::Tensor>* m, std::vector<at::Tensor>* v) {

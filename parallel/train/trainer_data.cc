@@ -10,6 +10,8 @@
 
 namespace tessera::parallel {
 
+using formats::data::TrainingData;
+
 absl::StatusOr<at::Tensor> Trainer::ReadMicroBatch(TrainingData& data, int64_t first, int a, int accum,
                                                    at::Tensor* positions) {
   // Sample j of the global batch for dp rank d, micro-batch a, row i: d·micro·accum + a·micro + i.

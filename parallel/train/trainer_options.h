@@ -13,7 +13,7 @@
 #include "formats/checkpoint/attempt_fence.h"
 #include "formats/data/token_dataset.h"
 #include "formats/data/training_data.h"
-#include "formats/model/model_config.h"
+#include "parallel/models/model_config.h"
 #include "layout/modes.h"
 #include "layout/parallel_layout.h"
 #include "parallel/device/device_options.h"
@@ -28,12 +28,12 @@ struct TrainerOptions {
   std::string init_from;            // Optional safetensors file of full tensors (documented names).
   std::string lora_init_from;       // model.lora.init_from: a PEFT adapter directory to start from.
   std::string pretrained;           // Optional transformers model directory (parallel/models/hf_weights.h).
-  TokenDatasetOptions data;
-  std::vector<BlendSource> blend;  // Non-empty: these sources mixed by weight instead of data.path.
+  formats::data::TokenDatasetOptions data;
+  std::vector<formats::data::BlendSource> blend;  // Non-empty: these sources mixed by weight instead of data.path.
   // Validation (Trainer::Evaluate): valid_data.path names its own token stream (read in order), or
   // valid_fraction > 0 holds out the tail of data.path (of each blend source, blended by the same
   // weights; token_dataset.h, "Held-out tail"). Neither: no validation.
-  TokenDatasetOptions valid_data;
+  formats::data::TokenDatasetOptions valid_data;
   double valid_fraction = 0;
   int64_t eval_every = 0;           // Evaluate after every N-th step; 0: only after the last step.
   int64_t log_every = 0;            // A progress line on stderr every N steps and at the last; 0: none.
@@ -82,7 +82,7 @@ struct TrainerOptions {
   // A cluster attempt's fencing token (formats/checkpoint/attempt_fence.h): rank 0 claims output_dir
   // for it at the start and checks it before every checkpoint commit or prune and every steps.jsonl
   // write, so that a superseded attempt stops instead of writing. attempt 0 (`tessera run`): unfenced.
-  FenceToken fence;
+  formats::checkpoint::FenceToken fence;
   int64_t dump_at_step = 0;         // > 0: after that step, write full weights and gradients to
                                     // output_dir/debug/step_N.safetensors (a debugging aid).
 };

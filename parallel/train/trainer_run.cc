@@ -21,6 +21,8 @@
 
 namespace tessera::parallel {
 
+using formats::checkpoint::AbortCheckpoint;
+
 namespace fs = std::filesystem;
 
 absl::Status Trainer::Run(const std::function<void(const StepStats&)>& on_step) {

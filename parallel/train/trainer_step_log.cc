@@ -72,7 +72,7 @@ absl::Status Trainer::TrimStepLog() {
   std::error_code ec;
   fs::rename(tmp, path, ec);
   if (ec) return absl::UnavailableError(absl::StrCat(path, ": cannot rename ", tmp, " into place: ", ec.message()));
-  auto events = tensorboard::EventFileWriter::Open(options_.output_dir, "tensorboard", step_);
+  auto events = formats::tensorboard::EventFileWriter::Open(options_.output_dir, "tensorboard", step_);
   if (events.ok()) {
     events_ = std::move(*events);
   } else {

@@ -14,6 +14,8 @@
 
 namespace tessera::parallel {
 
+using formats::model::TpSplit;
+
 using Stage = layout::ZeroStage;
 
 namespace {

@@ -109,7 +109,7 @@ std::map<int, double> ReadValLosses(const std::string& steps_jsonl) {
 
 std::map<std::string, std::vector<float>> ReadF32(const std::string& path) {
   std::map<std::string, std::vector<float>> out;
-  auto tensors = parallel::ReadSafetensors(path);
+  auto tensors = formats::checkpoint::ReadSafetensors(path);
   if (!tensors.ok()) return out;
   for (const auto& [name, t] : *tensors) {
     if (t.dtype != "F32") continue;

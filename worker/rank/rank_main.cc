@@ -13,7 +13,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
-#include "common/spec/job_spec.h"
+#include "spec/job_spec.h"
 #include "layout/rank_generator.h"
 #include "layout/tp_grid.h"
 #include "parallel/comm/process_groups.h"

@@ -1,8 +1,8 @@
 #include "worker/rank/spec_to_options.h"
 
-#include "common/spec/data_options_of.h"
-#include "common/spec/layout_of.h"
-#include "common/spec/model_config_of.h"
+#include "spec/data_options_of.h"
+#include "spec/layout_of.h"
+#include "spec/model_config_of.h"
 
 namespace tessera::rank {
 

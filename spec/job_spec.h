@@ -1,6 +1,6 @@
 // Job specs: YAML text -> validated tessera.v1.JobSpec. Used by the CLI, the coordinator and the rank.
-#ifndef TESSERA_COMMON_SPEC_JOB_SPEC_H_
-#define TESSERA_COMMON_SPEC_JOB_SPEC_H_
+#ifndef TESSERA_SPEC_JOB_SPEC_H_
+#define TESSERA_SPEC_JOB_SPEC_H_
 
 #include <cstdint>
 #include <string>
@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/spec/spec_error.h"
+#include "spec/spec_error.h"
 #include "tessera/v1/job.pb.h"
 
 namespace tessera::spec {
@@ -49,4 +49,4 @@ int AccumulationSteps(const v1::JobSpec& spec);
 
 }  // namespace tessera::spec
 
-#endif  // TESSERA_COMMON_SPEC_JOB_SPEC_H_
+#endif  // TESSERA_SPEC_JOB_SPEC_H_

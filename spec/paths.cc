@@ -1,4 +1,4 @@
-#include "common/spec/paths.h"
+#include "spec/paths.h"
 
 #include <limits.h>
 #include <stdlib.h>
@@ -12,7 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "common/spec/limits.h"
+#include "spec/limits.h"
 
 namespace tessera::spec {
 namespace {

@@ -1,14 +1,14 @@
-#include "common/spec/job_spec.h"
+#include "spec/job_spec.h"
 
-#include "common/spec/layout_of.h"
+#include "spec/layout_of.h"
 
 #include <fstream>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "common/spec/limits.h"
-#include "common/spec/yaml_to_proto.h"
+#include "spec/limits.h"
+#include "spec/yaml_to_proto.h"
 #include "yaml-cpp/depthguard.h"
 #include "yaml-cpp/yaml.h"
 

@@ -1,7 +1,7 @@
 // model.lora: parsed into the model's LoraConfig, and every problem named by its field.
-#include "common/spec/job_spec.h"
-#include "common/spec/model_config_of.h"
-#include "common/spec/paths.h"
+#include "spec/job_spec.h"
+#include "spec/model_config_of.h"
+#include "spec/paths.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

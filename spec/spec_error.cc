@@ -1,4 +1,4 @@
-#include "common/spec/spec_error.h"
+#include "spec/spec_error.h"
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"

@@ -3,15 +3,15 @@
 // must lie in, and an output root that output_dir and checkpoint.dir must lie in — with TLS, inside
 // the submitting user's own OUTPUT_ROOT/USER. A cluster job's paths must also be absolute and
 // normalised: no NUL byte, no "." or ".." component, no empty component, no trailing '/'.
-#ifndef TESSERA_COMMON_SPEC_PATHS_H_
-#define TESSERA_COMMON_SPEC_PATHS_H_
+#ifndef TESSERA_SPEC_PATHS_H_
+#define TESSERA_SPEC_PATHS_H_
 
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/spec/spec_error.h"
+#include "spec/spec_error.h"
 #include "tessera/v1/job.pb.h"
 
 namespace tessera::spec {
@@ -57,4 +57,4 @@ std::vector<SpecError> ConfineJobPaths(const v1::JobSpec& spec, const PathRoots&
 
 }  // namespace tessera::spec
 
-#endif  // TESSERA_COMMON_SPEC_PATHS_H_
+#endif  // TESSERA_SPEC_PATHS_H_

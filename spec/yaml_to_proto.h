@@ -1,12 +1,12 @@
 // Merges a YAML tree into a protobuf message field by field, by reflection, so that the proto is the
 // schema: unknown keys, wrong types and unknown enum names are errors naming the field path.
-#ifndef TESSERA_COMMON_SPEC_YAML_TO_PROTO_H_
-#define TESSERA_COMMON_SPEC_YAML_TO_PROTO_H_
+#ifndef TESSERA_SPEC_YAML_TO_PROTO_H_
+#define TESSERA_SPEC_YAML_TO_PROTO_H_
 
 #include <string>
 #include <vector>
 
-#include "common/spec/spec_error.h"
+#include "spec/spec_error.h"
 #include "google/protobuf/message.h"
 #include "yaml-cpp/yaml.h"
 
@@ -25,4 +25,4 @@ std::string EnumYamlName(const google::protobuf::EnumValueDescriptor* value);
 
 }  // namespace tessera::spec
 
-#endif  // TESSERA_COMMON_SPEC_YAML_TO_PROTO_H_
+#endif  // TESSERA_SPEC_YAML_TO_PROTO_H_

@@ -2,8 +2,8 @@
 // (docs/security.md, "Bounds"). ValidateJobSpec refuses anything outside them, so that every product
 // the system later forms from a valid spec (world size, batch, tokens per step, parameter counts) is
 // exact in 64 bits and every loop over a size terminates quickly.
-#ifndef TESSERA_COMMON_SPEC_LIMITS_H_
-#define TESSERA_COMMON_SPEC_LIMITS_H_
+#ifndef TESSERA_SPEC_LIMITS_H_
+#define TESSERA_SPEC_LIMITS_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -41,4 +41,4 @@ inline constexpr size_t kMaxSpecBytes = 1 << 20;         // A YAML spec file or 
 
 }  // namespace tessera::spec::limits
 
-#endif  // TESSERA_COMMON_SPEC_LIMITS_H_
+#endif  // TESSERA_SPEC_LIMITS_H_

@@ -1,12 +1,12 @@
 // LayoutOf speaks the spec's words: every mode's layout::Name() (trainer_state.json, `tessera plan`,
 // the Trainer's messages) is the YAML name a user writes for the same proto value (EnumYamlName).
-#include "common/spec/layout_of.h"
+#include "spec/layout_of.h"
 
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "common/spec/yaml_to_proto.h"
+#include "spec/yaml_to_proto.h"
 #include "gtest/gtest.h"
 #include "layout/modes.h"
 

@@ -7,9 +7,9 @@
 #include <cstdlib>
 #include <string>
 
-#include "common/spec/job_spec.h"
-#include "common/spec/limits.h"
-#include "common/spec/paths.h"
+#include "spec/job_spec.h"
+#include "spec/limits.h"
+#include "spec/paths.h"
 
 namespace {
 

@@ -5,15 +5,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/spec/job_spec.h"
-#include "common/spec/model_config_of.h"
+#include "spec/job_spec.h"
+#include "spec/model_config_of.h"
 #include "formats/model/hf_config.h"
 
 namespace tessera::spec {
 namespace {
 
-using parallel::HfModelConfig;
-using parallel::ModelFamily;
+using formats::model::HfModelConfig;
+using layout::ModelFamily;
 
 // Collects "field: N in the spec, M in FILE" for every written field that disagrees.
 class Agreement {
@@ -54,9 +54,9 @@ absl::Status ApplyPretrained(const v1::ModelSpec& w, v1::JobSpec* spec) {
   if (!m->init_from().empty()) {
     return ToStatus({{"model.pretrained", "excludes model.init_from (both give the initial weights)"}});
   }
-  auto hf = parallel::ReadHfConfig(m->pretrained());
+  auto hf = formats::model::ReadHfConfig(m->pretrained());
   if (!hf.ok()) return ToStatus({{"model.pretrained", std::string(hf.status().message())}});
-  const parallel::ModelConfig& c = hf->config;
+  const layout::ModelConfig& c = hf->config;
   const bool gpt = c.family == ModelFamily::kGpt2;
   Agreement a(m->pretrained() + "/config.json");
   const v1::ModelFamily family = gpt                                  ? v1::MODEL_FAMILY_GPT

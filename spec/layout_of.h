@@ -1,11 +1,11 @@
 // The ParallelLayout (layout/parallel_layout.h) of a spec: the one conversion from the proto's
 // parallel section, used by validation, the coordinator's placement, the launchers and the rank.
-#ifndef TESSERA_COMMON_SPEC_LAYOUT_OF_H_
-#define TESSERA_COMMON_SPEC_LAYOUT_OF_H_
+#ifndef TESSERA_SPEC_LAYOUT_OF_H_
+#define TESSERA_SPEC_LAYOUT_OF_H_
 
 #include <vector>
 
-#include "common/spec/spec_error.h"
+#include "spec/spec_error.h"
 #include "layout/check_layout.h"
 #include "layout/parallel_layout.h"
 #include "tessera/v1/job.pb.h"
@@ -32,4 +32,4 @@ void SetLayout(const layout::ParallelLayout& layout, v1::ParallelSpec* parallel)
 
 }  // namespace tessera::spec
 
-#endif  // TESSERA_COMMON_SPEC_LAYOUT_OF_H_
+#endif  // TESSERA_SPEC_LAYOUT_OF_H_

@@ -1,4 +1,4 @@
-#include "common/spec/yaml_to_proto.h"
+#include "spec/yaml_to_proto.h"
 
 #include <algorithm>
 #include <cctype>

@@ -1,6 +1,6 @@
 // One problem found in a job spec, named by its field path ("parallel.tp") and a reason.
-#ifndef TESSERA_COMMON_SPEC_SPEC_ERROR_H_
-#define TESSERA_COMMON_SPEC_SPEC_ERROR_H_
+#ifndef TESSERA_SPEC_SPEC_ERROR_H_
+#define TESSERA_SPEC_SPEC_ERROR_H_
 
 #include <string>
 #include "absl/strings/string_view.h"
@@ -31,4 +31,4 @@ absl::Status ToStatus(const std::vector<SpecError>& errors);
 
 }  // namespace tessera::spec
 
-#endif  // TESSERA_COMMON_SPEC_SPEC_ERROR_H_
+#endif  // TESSERA_SPEC_SPEC_ERROR_H_

@@ -1,4 +1,4 @@
-#include "common/spec/job_spec.h"
+#include "spec/job_spec.h"
 
 #include <filesystem>
 #include <fstream>
@@ -6,9 +6,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "common/spec/layout_of.h"
-#include "common/spec/limits.h"
-#include "common/spec/model_config_of.h"
+#include "spec/layout_of.h"
+#include "spec/limits.h"
+#include "spec/model_config_of.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

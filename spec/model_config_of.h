@@ -1,7 +1,7 @@
 // The ModelConfig (layout/model_config.h, no torch) of a spec's model section: the
 // one conversion, used by the rank (to build the model) and by the CLI's planner (to cost it).
-#ifndef TESSERA_COMMON_SPEC_MODEL_CONFIG_OF_H_
-#define TESSERA_COMMON_SPEC_MODEL_CONFIG_OF_H_
+#ifndef TESSERA_SPEC_MODEL_CONFIG_OF_H_
+#define TESSERA_SPEC_MODEL_CONFIG_OF_H_
 
 #include "layout/model_config.h"
 #include "tessera/v1/job.pb.h"
@@ -13,4 +13,4 @@ layout::ModelConfig ModelConfigOf(const v1::ModelSpec& m);
 
 }  // namespace tessera::spec
 
-#endif  // TESSERA_COMMON_SPEC_MODEL_CONFIG_OF_H_
+#endif  // TESSERA_SPEC_MODEL_CONFIG_OF_H_

@@ -1,4 +1,4 @@
-#include "common/spec/layout_of.h"
+#include "spec/layout_of.h"
 
 #include <cstddef>
 #include <optional>

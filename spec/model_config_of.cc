@@ -1,4 +1,4 @@
-#include "common/spec/model_config_of.h"
+#include "spec/model_config_of.h"
 
 namespace tessera::spec {
 
