@@ -34,6 +34,7 @@ Coordinator::Coordinator(CoordinatorOptions options, std::unique_ptr<JobStore> s
     : options_(options),
       store_(std::move(store)),
       keys_(WorkerKeysOptions{store_.get(), options_.clock, options_.on_transition}),
+      queue_(JobQueueOptions{options_.backfill_limit}),
       liveness_(WorkerLiveness::Options{options_.heartbeat_timeout, options_.worker_lease, options_.clock,
                                         options_.before_fast_beat_for_test}) {
   StoreWriterOptions w;
@@ -205,14 +206,13 @@ absl::StatusOr<v1::Job> Coordinator::Submit(const v1::JobSpec& spec, int max_res
   JobEntry& e = jobs_[*id];
   e.job = std::move(job);
   e.last_persist = Now();
-  e.queued_at = e.last_persist;
   ChangedLocked(e, /*persist=*/false);
   if (options_.on_transition) {
     options_.on_transition(absl::StrCat(*id, " (", spec.name(), ") submitted", owner.empty() ? "" : " by " + owner,
                                         ": ", spec::WorldSize(spec), " ranks, pool ", PoolOf(spec).second,
                                         ", max_restarts ", max_restarts));
   }
-  queue_.push_back(*id);
+  queue_.Push(*id, PoolOf(e.job.spec()), e.last_persist, JobQueue::Where::kBack);
   TryScheduleLocked();
   return e.job;
 }
@@ -336,7 +336,7 @@ absl::StatusOr<v1::Job> Coordinator::Cancel(const std::string& id) {
     // retried by the writer; asking again reports whether it is stored now).
     ended_before = IsTerminal(e.job.state());
     if (!ended_before) {
-      queue_.erase(std::remove(queue_.begin(), queue_.end(), id), queue_.end());
+      queue_.Remove(id);
       StopRanksLocked(e);
       EndAttemptLocked(e, v1::JOB_STATE_CANCELLED, "cancelled by the user", "");
       SetStateLocked(e, v1::JOB_STATE_CANCELLED, "cancelled by the user");
@@ -448,9 +448,8 @@ void Coordinator::AfterRankExitLocked(JobEntry& e) {
     EndAdoptionLocked(e);  // The next attempt is not adopted.
     e.job.clear_placement();
     e.job.clear_placement_explanation();
-    e.queued_at = Now();
     e.requeue_cause = e.job.reason();
-    queue_.push_front(e.job.id());
+    queue_.Push(e.job.id(), PoolOf(e.job.spec()), Now(), JobQueue::Where::kFront);
     SetStateLocked(e, v1::JOB_STATE_PENDING, absl::StrCat(e.requeue_cause, "; waiting for devices"));
   }
   TryScheduleLocked();

@@ -1,5 +1,6 @@
-// Coordinator: the cluster's state machine — jobs, workers, the FIFO queue, placement, attempts and
-// restarts. Transport-free: the gRPC handlers (coordinator_service.h, worker_service.h) call it.
+// Coordinator: the cluster's state machine — jobs, workers, the queue (job_queue.h), placement,
+// attempts and restarts. Transport-free: the gRPC handlers (coordinator_service.h, worker_service.h)
+// call it.
 //
 // Job states: PENDING → SCHEDULED → RUNNING → SUCCEEDED | FAILED | CANCELLED. When a rank exits with
 // an error or its worker is lost, every rank of the attempt is stopped; with restarts left the job is
@@ -25,6 +26,7 @@
 #include "spec/paths.h"
 #include "common/time/clock.h"
 #include "coordinator/free_device_index.h"
+#include "coordinator/job_queue.h"
 #include "coordinator/job_store.h"
 #include "coordinator/store_writer.h"
 #include "coordinator/worker_keys.h"
@@ -240,7 +242,6 @@ class Coordinator {
     uint64_t version = 0;
     uint64_t ticket = 0;  // Of its newest row given to the StoreWriter (0: none).
     absl::Time last_persist = absl::InfinitePast();
-    absl::Time queued_at = absl::InfinitePast();  // Set when the job enters the queue.
     absl::Time scheduled_at = absl::InfinitePast();  // When the current attempt was placed.
     absl::Time progressed_at = absl::InfinitePast();  // When it started running or last logged a new step.
     std::string requeue_cause;  // Why the job is back in the queue (kept in its reason while it waits).
@@ -448,7 +449,8 @@ class Coordinator {
   // the order of jobs_: what a worker's registration, reconciliation or loss walks instead of every
   // rank of every job. Kept by UnindexRanksLocked / IndexRanksLocked around every ResetRanks.
   std::map<std::string, std::map<std::string, std::vector<int>, JobIdLess>> ranks_on_ ABSL_GUARDED_BY(mu_);
-  std::deque<std::string> queue_ ABSL_GUARDED_BY(mu_);  // PENDING job ids, first come first served.
+  // PENDING jobs, in the order scheduling considers them, with backfill (coordinator/job_queue.h).
+  JobQueue queue_ ABSL_GUARDED_BY(mu_);
   uint64_t version_counter_ ABSL_GUARDED_BY(mu_) = 0;
   // Sessions count up from the start time, so that none repeats one of a previous coordinator process.
   int64_t last_session_ ABSL_GUARDED_BY(mu_) = absl::ToUnixMicros(absl::Now());

@@ -109,7 +109,7 @@ void Coordinator::CheckLiveness() {
     changed_.SignalAll();
   }
   // A fence that ended lets its job be placed.
-  for (const std::string& jid : queue_) {
+  for (const std::string& jid : queue_.ids()) {
     for (const auto& [worker, until] : jobs_[jid].fences) reschedule |= until <= now;
   }
   if (reschedule) {

@@ -82,7 +82,9 @@ TEST_F(CoordinatorPoolsTest, JobsLandOnlyInTheirPoolAndAJobForAnEmptyPoolWaitsNa
   std::map<std::string, std::string> pools;
   for (const v1::Worker& w : c_->ListWorkers()) {
     pools[w.name()] = w.pool();
-    if (w.name() != "d") EXPECT_EQ(w.labels().at("rack"), "r" + w.name());
+    if (w.name() != "d") {
+      EXPECT_EQ(w.labels().at("rack"), "r" + w.name());
+    }
   }
   EXPECT_EQ(pools, (std::map<std::string, std::string>{
                        {"a1", "alpha"}, {"a2", "alpha"}, {"b1", "beta"}, {"d", "default"}, {"g", "gamma"}}));

@@ -22,7 +22,6 @@ absl::Status Coordinator::Recover() {
   for (v1::Job& job : *jobs) {
     JobEntry& e = jobs_[job.id()];
     e.job = std::move(job);
-    e.queued_at = Now();  // Its wait in the queue (backfill) counts from this start.
     const v1::JobState state = e.job.state();
     if (IsTerminal(state)) continue;
     // A job this coordinator could not have accepted (a database written by an older version, or by
@@ -59,7 +58,7 @@ absl::Status Coordinator::Recover() {
       e.job.clear_placement_explanation();
       SetStateLocked(e, v1::JOB_STATE_PENDING, e.requeue_cause);
     }
-    queue_.push_back(e.job.id());
+    queue_.Push(e.job.id(), PoolOf(e.job.spec()), Now(), JobQueue::Where::kBack);  // Its wait counts from this start.
   }
   return absl::OkStatus();
 }

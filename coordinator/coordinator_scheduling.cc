@@ -1,6 +1,6 @@
-// The coordinator's scheduling: the queue in order with backfill, what holds a job back (a lost
-// worker's fence, a superseded rank still stopping), placement over the free devices, the start of an
-// attempt, and Plan (the same placement, without starting anything).
+// The coordinator's scheduling: a pass over the queue (its order and backfill: job_queue.h), what
+// holds a job back (a lost worker's fence, a superseded rank still stopping), placement over the free
+// devices, the start of an attempt, and Plan (the same placement, without starting anything).
 #include <algorithm>
 #include <set>
 #include <vector>
@@ -49,56 +49,51 @@ absl::StatusOr<Placement> Coordinator::PlaceLocked(const v1::JobSpec& spec) {
 void Coordinator::TryScheduleLocked() {
   if (defer_scheduling_) return;  // The registration in progress schedules when it is done.
   if (queue_.empty()) return;  // Nothing to place (and no scan of every worker for it).
-  // In queue order (first come, first served); a job that does not fit lets later ones that do fit
-  // go first (backfill), unless it has waited longer than backfill_limit: then nothing behind it of
-  // its device kind is placed until it is, so that a large job is not starved by a stream of small
-  // ones. A job larger than every live device of its kind together never blocks the others.
-  std::set<PoolKey> reserved;  // Kinds and pools whose devices a long-waiting job holds back.
+  // The order and backfill are the queue's (job_queue.h); here: what holds a job back, whether its
+  // pool can ever hold it, and where its ranks go.
   const std::map<std::string, std::string> stopping_jobs = StoppingJobsLocked();
-  for (auto it = queue_.begin(); it != queue_.end();) {
-    JobEntry& e = jobs_[*it];
+  queue_.Pass(Now(), [&](const std::string& id, bool behind_reservation) {
+    JobEntry& e = jobs_[id];
     const v1::JobSpec& spec = e.job.spec();
     const int world = static_cast<int>(spec::WorldSize(spec));  // Queued specs are valid: ≤ 4096.
     const PoolKey key = PoolOf(spec);
-    std::string reason;
     const std::string prefix = e.requeue_cause.empty() ? "" : e.requeue_cause + "; ";
     const int64_t cluster = free_index_.Devices(key);
-    absl::StatusOr<Placement> slots = absl::ResourceExhaustedError("");
     // Never two attempts of one job at once: not while an earlier attempt's ranks may be alive.
     if (std::string held = FencedLocked(e, stopping_jobs); !held.empty()) {
       WaitingLocked(e, prefix + held);
-      ++it;
-      continue;
+      return JobQueue::Outcome::kHeld;
     }
     if (world > cluster && cluster == 0 && key.second != "default") {
-      reason = absl::StrCat(prefix, "needs ", world, " ", DevicesOf(key), ": no live worker is in pool ",
-                            spec::Quote(key.second), " (tessera-worker --pool); waiting for its workers");
-    } else if (world > cluster) {
-      reason = absl::StrCat(prefix, "needs ", world, " ", DevicesOf(key), ", more than the whole ",
-                            key.second == "default" ? "cluster" : "pool", "'s ", cluster,
-                            " (live workers); waiting for more workers");
-    } else if (reserved.count(key)) {
-      reason = absl::StrCat(prefix, "waiting behind an earlier job that has waited longer than ",
-                            absl::FormatDuration(options_.backfill_limit));
-    } else {
-      slots = PlaceLocked(spec);
-      if (!slots.ok()) reason = absl::StrCat(prefix, "waiting for devices: ", slots.status().message());
+      WaitingLocked(e, absl::StrCat(prefix, "needs ", world, " ", DevicesOf(key), ": no live worker is in pool ",
+                                    spec::Quote(key.second), " (tessera-worker --pool); waiting for its workers"));
+      return JobQueue::Outcome::kNeverFits;
     }
-    if (slots.ok()) {
-      WorkerEntry& w0 = workers_[slots->slots[0].worker_id];
-      const int port = NextStorePortLocked(w0);
-      if (port < 0) {
-        reason = absl::StrCat(prefix, "waiting for a free store port on worker ", w0.info.name());
-      } else {
-        StartAttemptLocked(e, *slots, port);
-        it = queue_.erase(it);
-        continue;
-      }
+    if (world > cluster) {
+      WaitingLocked(e, absl::StrCat(prefix, "needs ", world, " ", DevicesOf(key), ", more than the whole ",
+                                    key.second == "default" ? "cluster" : "pool", "'s ", cluster,
+                                    " (live workers); waiting for more workers"));
+      return JobQueue::Outcome::kNeverFits;
     }
-    WaitingLocked(e, reason);
-    if (world <= cluster && Now() - e.queued_at > options_.backfill_limit) reserved.insert(key);
-    ++it;
-  }
+    if (behind_reservation) {
+      WaitingLocked(e, absl::StrCat(prefix, "waiting behind an earlier job that has waited longer than ",
+                                    absl::FormatDuration(options_.backfill_limit)));
+      return JobQueue::Outcome::kWaits;
+    }
+    absl::StatusOr<Placement> slots = PlaceLocked(spec);
+    if (!slots.ok()) {
+      WaitingLocked(e, absl::StrCat(prefix, "waiting for devices: ", slots.status().message()));
+      return JobQueue::Outcome::kWaits;
+    }
+    WorkerEntry& w0 = workers_[slots->slots[0].worker_id];
+    const int port = NextStorePortLocked(w0);
+    if (port < 0) {
+      WaitingLocked(e, absl::StrCat(prefix, "waiting for a free store port on worker ", w0.info.name()));
+      return JobQueue::Outcome::kWaits;
+    }
+    StartAttemptLocked(e, *slots, port);
+    return JobQueue::Outcome::kPlaced;
+  });
 }
 
 std::map<std::string, std::string> Coordinator::StoppingJobsLocked() {
@@ -220,7 +215,7 @@ void Coordinator::StartAttemptLocked(JobEntry& e, const Placement& placement, in
   if (e.job.history_size() > kMaxHistory) e.job.mutable_history()->DeleteSubrange(0, e.job.history_size() - kMaxHistory);
   e.scheduled_at = Now();
   e.progressed_at = absl::InfinitePast();
-  if (options_.on_scheduled) options_.on_scheduled(Now() - e.queued_at);
+  if (options_.on_scheduled) options_.on_scheduled(Now() - queue_.QueuedAt(e.job.id()));
   // The first workers by name in the reason (the history lists them all).
   std::string names;
   for (int i = 0; i < h->workers_size() && i < 4; ++i) absl::StrAppend(&names, i ? ", " : "", h->workers(i));

@@ -121,6 +121,31 @@ TEST_F(CoordinatorTest, SmallerJobsBackfillAroundOneThatDoesNotFit) {
   EXPECT_THAT(c_->GetJob(huge->id())->reason(), HasSubstr("waiting for devices"));
 }
 
+// The time each attempt waited in the queue (the on_scheduled metric): from the submission, and for a
+// requeued job from its requeue.
+TEST_F(CoordinatorTest, TheWaitInTheQueueCountsFromTheSubmissionOrTheRequeue) {
+  const std::string a = AddWorker("a", 1);
+  auto first = c_->Submit(Spec(1, 1), 1);
+  auto second = c_->Submit(Spec(1, 1), 0);
+  ASSERT_EQ(scheduled_waits_, std::vector<absl::Duration>{absl::ZeroDuration()});
+  auto placed = Drain(a);
+  ASSERT_EQ(placed.size(), 1u);
+  clock_.Advance(absl::Seconds(5));
+  Report(a, placed[0], v1::ReportRankStatusRequest::EVENT_STARTED);
+  Report(a, placed[0], v1::ReportRankStatusRequest::EVENT_EXITED, 1);  // Fails: requeued in front.
+  EXPECT_EQ(State(second->id()), v1::JOB_STATE_PENDING) << "the requeued job goes first";
+  ASSERT_EQ(State(first->id()), v1::JOB_STATE_SCHEDULED);
+  EXPECT_EQ(scheduled_waits_, (std::vector<absl::Duration>{absl::ZeroDuration(), absl::ZeroDuration()}));
+  placed = Drain(a);
+  ASSERT_EQ(placed.size(), 1u);
+  clock_.Advance(absl::Seconds(3));
+  Report(a, placed[0], v1::ReportRankStatusRequest::EVENT_STARTED);
+  Report(a, placed[0], v1::ReportRankStatusRequest::EVENT_EXITED, 0);
+  EXPECT_EQ(State(second->id()), v1::JOB_STATE_SCHEDULED);
+  EXPECT_EQ(scheduled_waits_,
+            (std::vector<absl::Duration>{absl::ZeroDuration(), absl::ZeroDuration(), absl::Seconds(8)}));
+}
+
 // A job that has waited longer than the backfill limit is not overtaken any more.
 TEST_F(CoordinatorTest, AJobWaitingPastTheBackfillLimitIsNotOvertaken) {
   backfill_limit_ = absl::Milliseconds(50);

@@ -51,6 +51,7 @@ class CoordinatorTest : public ::testing::Test {
     o.before_fast_beat_for_test = [this] {
       if (before_fast_beat_) before_fast_beat_();
     };
+    o.on_scheduled = [this](absl::Duration waited) { scheduled_waits_.push_back(waited); };
     c_ = std::make_unique<Coordinator>(o, std::move(*store));
     ASSERT_TRUE(c_->Recover().ok());
   }
@@ -174,6 +175,7 @@ class CoordinatorTest : public ::testing::Test {
   std::string db_;
   FakeClock clock_;
   std::function<void()> before_fast_beat_;  // CoordinatorOptions::before_fast_beat_for_test.
+  std::vector<absl::Duration> scheduled_waits_;  // CoordinatorOptions::on_scheduled's, in order.
   std::unique_ptr<Coordinator> c_;
   int specs_ = 0;  // Spec() calls so far.
   std::map<std::string, int64_t> sessions_;  // Of each worker's newest AddWorker.

@@ -1,7 +1,7 @@
 // WorkerLiveness on a FakeClock: a repeated heartbeat takes the fast path only while nothing it would
 // read under the coordinator's lock changed (session, acknowledgement, listed ranks, a rank change, a
 // loss — each case alone sends it to the lock); a loss between the fast path's check and its beat is
-// seen; silence, name hold and the fence a lost worker's jobs wait out follow the clock.
+// seen; silence and the fence a lost worker's jobs wait out follow the clock.
 #include "coordinator/worker_liveness.h"
 
 #include <memory>

@@ -1,0 +1,43 @@
+#include "coordinator/job_queue.h"
+
+#include <algorithm>
+#include <set>
+
+namespace tessera::coordinator {
+
+void JobQueue::Push(const std::string& id, const PoolKey& pool, absl::Time now, Where where) {
+  Remove(id);
+  entries_[id] = Entry{pool, now};
+  if (where == Where::kFront) {
+    order_.push_front(id);
+  } else {
+    order_.push_back(id);
+  }
+}
+
+void JobQueue::Remove(const std::string& id) {
+  if (entries_.erase(id) == 0) return;
+  order_.erase(std::find(order_.begin(), order_.end(), id));
+}
+
+absl::Time JobQueue::QueuedAt(const std::string& id) const {
+  auto it = entries_.find(id);
+  return it == entries_.end() ? absl::InfinitePast() : it->second.queued_at;
+}
+
+void JobQueue::Pass(absl::Time now, const std::function<Outcome(const std::string& id, bool behind_reservation)>& offer) {
+  std::set<PoolKey> reserved;  // Pools whose devices a long-waiting job holds back.
+  for (auto it = order_.begin(); it != order_.end();) {
+    const Entry& e = entries_.at(*it);
+    const Outcome outcome = offer(*it, reserved.count(e.pool) > 0);
+    if (outcome == Outcome::kPlaced) {
+      entries_.erase(*it);
+      it = order_.erase(it);
+      continue;
+    }
+    if (outcome == Outcome::kWaits && now - e.queued_at > options_.backfill_limit) reserved.insert(e.pool);
+    ++it;
+  }
+}
+
+}  // namespace tessera::coordinator
