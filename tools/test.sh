@@ -4,15 +4,23 @@
 # cases are never counted as passed). The whole suite (no arguments) also runs every fuzz target
 # briefly under ASan+UBSan (tools/fuzz.sh --smoke: one case each) and the deployment tests
 # (tools/test_deploy.sh: the container image and a cluster in containers); every run checks the
-# layering (tools/check_layering.sh). Extra arguments go to `bazel test` (e.g. a narrower target
-# pattern) and skip the fuzz targets.
+# layering (tools/check_layering.sh). Extra arguments go to `bazel test`: flags (e.g.
+# --nocache_test_results, which reruns every test: the flake check of docs/testing.md) keep the whole
+# suite; a target pattern narrows it and skips the fuzz and deployment tests.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 cache="${HOME:-/root}/.cache/tessera/bazel-disk"
 mkdir -p "$cache"
-targets=("$@")
+flags=()
+targets=()
+for arg in "$@"; do
+  case "$arg" in
+    -*) flags+=("$arg") ;;
+    *) targets+=("$arg") ;;
+  esac
+done
 [ ${#targets[@]} -gt 0 ] || targets=(//...)
-bazel test --disk_cache="$cache" "${targets[@]}"
+bazel test --disk_cache="$cache" "${flags[@]}" "${targets[@]}"
 rc=$?
 # The layering rule the compiler cannot check (tools/check_layering.sh), counted as one test case.
 layering_junit="${TMPDIR:-/tmp}/tessera-layering-junit"
