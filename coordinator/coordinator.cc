@@ -14,21 +14,6 @@
 #include "spec/limits.h"
 
 namespace tessera::coordinator {
-namespace {
-
-// The address `worker_id` had when the attempt was placed ("" when it was not one of its workers).
-std::string HostInAttempt(const v1::Attempt& h, const std::string& worker_id) {
-  for (int i = 0; i < h.workers_size() && i < h.worker_hosts_size(); ++i) {
-    if (h.workers(i) == worker_id) return h.worker_hosts(i);
-  }
-  return "";
-}
-
-}  // namespace
-
-bool IsTerminal(v1::JobState s) {
-  return s == v1::JOB_STATE_SUCCEEDED || s == v1::JOB_STATE_FAILED || s == v1::JOB_STATE_CANCELLED;
-}
 
 Coordinator::Coordinator(CoordinatorOptions options, std::unique_ptr<JobStore> store)
     : options_(options),
@@ -56,8 +41,8 @@ void Coordinator::OnStoreDurable() {
       it = held_workers_.erase(it);
       continue;
     }
-    FlushLocked(w->second);
-    it = w->second.held_until <= durable ? held_workers_.erase(it) : std::next(it);
+    w->second.orders.Flush(durable);
+    it = w->second.orders.HeldBeyond(durable) ? std::next(it) : held_workers_.erase(it);
   }
   changed_.SignalAll();  // Pulling streams (NextAssignment) wait for held orders.
 }
@@ -72,17 +57,12 @@ void Coordinator::CheckStartLocked(JobEntry& e) {
       Now() - e.scheduled_at <= options_.start_timeout) {
     return;
   }
-  std::string missing, failed_worker;
-  for (size_t r = 0; r < e.ranks.size(); ++r) {
-    if (e.ranks[r].started || e.ranks[r].exited) continue;
-    absl::StrAppend(&missing, missing.empty() ? "" : ",", r);
-    if (failed_worker.empty()) failed_worker = e.ranks[r].worker_id;
-  }
-  if (missing.empty()) return;
-  AttemptFailedLocked(e, absl::StrCat("rank(s) ", missing, " not started within ",
-                                      absl::FormatDuration(options_.start_timeout), " (first on worker ", failed_worker,
-                                      ")"),
-                      /*counts=*/true, failed_worker);
+  const JobEntry::Missing missing = e.NotStarted();
+  if (missing.ranks.empty()) return;
+  AttemptFailedLocked(e, absl::StrCat("rank(s) ", missing.ranks, " not started within ",
+                                      absl::FormatDuration(options_.start_timeout), " (first on worker ",
+                                      missing.first_worker, ")"),
+                      /*counts=*/true, missing.first_worker);
   // Their workers were told to stop them (should they start after all); they count as gone now, as
   // an assignment that was lost would never report an exit.
   for (size_t r = 0; r < e.ranks.size(); ++r) {
@@ -130,16 +110,12 @@ void Coordinator::SetStateLocked(JobEntry& e, v1::JobState state, const std::str
   // reconciliation does not read, does not end the heartbeats' fast path.
   RanksChangedLocked();
   if (options_.on_transition && (state != e.job.state() || reason != e.job.reason())) {
-    auto name = [](v1::JobState s) {
-      return s == v1::JOB_STATE_UNSPECIFIED ? std::string("NEW") : std::string(v1::JobState_Name(s)).substr(10);
-    };
     options_.on_transition(absl::StrCat(e.job.id(), " (", e.job.spec().name(), ") ",
-                                        state != e.job.state() ? absl::StrCat(name(e.job.state()), " -> ") : "",
-                                        name(state), reason.empty() ? "" : ": ",
+                                        state != e.job.state() ? absl::StrCat(JobStateName(e.job.state()), " -> ") : "",
+                                        JobStateName(state), reason.empty() ? "" : ": ",
                                         reason.size() > 2000 ? reason.substr(0, 2000) + "…" : reason));
   }
-  e.job.set_state(state);
-  e.job.set_reason(reason);
+  e.Transition(state, reason);
   ChangedLocked(e, /*persist=*/true);
 }
 
@@ -391,36 +367,16 @@ void Coordinator::RankGoneLocked(JobEntry& e, int rank) {
 
 void Coordinator::EndAttemptLocked(JobEntry& e, v1::JobState outcome, const std::string& reason,
                                    const std::string& failed_worker) {
-  if (e.job.history_size() == 0) return;
-  v1::Attempt& h = *e.job.mutable_history(e.job.history_size() - 1);
-  if (h.attempt() != e.job.attempt() || h.ended_unix_ms() != 0) return;
-  h.set_ended_unix_ms(absl::ToUnixMillis(WallNow()));
-  h.set_outcome(outcome);
-  h.set_reason(reason);
-  if (!failed_worker.empty()) {
-    h.set_failed_worker(failed_worker);
-    h.set_failed_host(HostInAttempt(h, failed_worker));
-  }
+  e.EndAttempt(outcome, reason, failed_worker, WallNow());
 }
 
 void Coordinator::BlameWorkerLocked(JobEntry& e, const std::string& worker_id, const std::string& why,
                                     BlameScope scope) {
-  if (e.job.history_size() == 0) return;
-  v1::Attempt& h = *e.job.mutable_history(e.job.history_size() - 1);
-  if (h.outcome() != v1::JOB_STATE_FAILED || h.failed_worker() == worker_id ||
-      std::find(h.workers().begin(), h.workers().end(), worker_id) == h.workers().end()) {
-    return;
-  }
   // An adopted attempt may have ended (by a surviving worker's report) up to the whole adoption window
   // before its deadline names the worker that never came back: a time window would race that deadline.
-  if (scope == BlameScope::kRecentFailure &&
-      absl::FromUnixMillis(h.ended_unix_ms()) < WallNow() - 2 * options_.heartbeat_timeout) {
-    return;
-  }
-  h.set_failed_worker(worker_id);
-  h.set_failed_host(HostInAttempt(h, worker_id));
-  h.set_reason(absl::StrCat(h.reason(), "; then worker ", worker_id, " ", why));
-  ChangedLocked(e, /*persist=*/true);
+  const absl::Time not_before = scope == BlameScope::kRecentFailure ? WallNow() - 2 * options_.heartbeat_timeout
+                                                                    : absl::InfinitePast();
+  if (e.Blame(worker_id, why, not_before)) ChangedLocked(e, /*persist=*/true);
 }
 
 void Coordinator::AttemptFailedLocked(JobEntry& e, const std::string& reason, bool counts,
@@ -429,15 +385,8 @@ void Coordinator::AttemptFailedLocked(JobEntry& e, const std::string& reason, bo
   StopRanksLocked(e);
   // An attempt being adopted keeps its deadline: CheckAdoptionLocked then clears ranks whose workers
   // never came back.
-  if (!counts || e.job.restarts_used() < e.job.max_restarts()) {
-    if (counts) e.job.set_restarts_used(e.job.restarts_used() + 1);
-    SetStateLocked(e, v1::JOB_STATE_RESTARTING,
-                   absl::StrCat("attempt ", e.job.attempt(), " failed: ", reason, "; restarting from the newest checkpoint"));
-  } else {
-    SetStateLocked(e, v1::JOB_STATE_FAILED,
-                   absl::StrCat(reason, e.job.max_restarts() > 0 ? absl::StrCat(" (after ", e.job.restarts_used(), " restarts)")
-                                                                : ""));
-  }
+  const auto [state, why] = e.AfterFailure(reason, counts);
+  SetStateLocked(e, state, why);
   AfterRankExitLocked(e);
 }
 

@@ -10,7 +10,6 @@
 #define TESSERA_COORDINATOR_COORDINATOR_H_
 
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -26,11 +25,13 @@
 #include "spec/paths.h"
 #include "common/time/clock.h"
 #include "coordinator/free_device_index.h"
+#include "coordinator/job_entry.h"
 #include "coordinator/job_queue.h"
 #include "coordinator/job_store.h"
 #include "coordinator/store_writer.h"
 #include "coordinator/worker_keys.h"
 #include "coordinator/worker_liveness.h"
+#include "coordinator/worker_orders.h"
 #include "tessera/v1/cluster.pb.h"
 #include "tessera/v1/coordinator_service.pb.h"
 #include "tessera/v1/worker_service.pb.h"
@@ -85,20 +86,6 @@ struct CoordinatorOptions {
   // Tests only: run by a heartbeat's path without the lock between its check of the worker's session
   // and its beat (where CheckLiveness may declare the worker lost). May be empty.
   std::function<void()> before_fast_beat_for_test;
-};
-
-// The receiving end of a worker's assignment stream that the coordinator pushes orders into (the
-// gRPC handler's reactor: no thread waits per stream). Both calls come under the coordinator's lock:
-// they must not block nor call the Coordinator.
-class AssignmentSink {
- public:
-  virtual ~AssignmentSink() = default;
-  // The next order for the worker, in order. It stays with the coordinator until acknowledged; the
-  // sink shares it (it is never changed).
-  virtual void Deliver(std::shared_ptr<const v1::Assignment> a) = 0;
-  // The stream is over — a newer stream or registration replaced it, or the worker was lost: finish
-  // the call with `status`. Nothing is delivered after it.
-  virtual void End(const absl::Status& status) = 0;
 };
 
 class Coordinator {
@@ -182,7 +169,8 @@ class Coordinator {
   // until every change made so far is durable (tests, benchmarks); the error of a failed write.
   absl::Status WaitForStore(absl::Duration timeout = absl::Seconds(30));
   // Recomputes the indexes that scheduling reads (free devices by worker, stopping ranks by job) from
-  // the workers themselves and says where they differ (tests call it after their events).
+  // the workers themselves and says where they differ, and names a job that made a state change the
+  // job state machine does not allow (job_entry.h). Tests call it after their events.
   absl::Status VerifyIndexes();
   std::map<v1::Worker::State, int> WorkersByState();
   // Heartbeats applied since the start: without the coordinator's lock (repeating the worker's previous
@@ -191,67 +179,6 @@ class Coordinator {
   HeartbeatPaths HeartbeatsByPath() const { return liveness_.paths(); }
 
  private:
-  struct RankEntry {
-    std::string worker_id;
-    int local_rank = 0;
-    bool started = false;
-    bool exited = false;
-    bool finished = false;  // Exited with code 0 (during a coordinator outage: not "lost").
-    // The Assignment.seq of its start order in the worker's session (0: adopted at a registration).
-    int64_t start_seq = 0;
-  };
-  struct JobEntry {
-    v1::Job job;
-    // Of the current attempt. Their flags change only through the Mark* functions, which keep the
-    // counts below: a rank's report or a worker's registration reads them instead of every rank (a
-    // 100,000-rank job's starts, exits and re-registrations were quadratic).
-    std::vector<RankEntry> ranks;
-    struct RankCounts {
-      int64_t started = 0;  // started.
-      int64_t exited = 0;   // exited.
-      int64_t settled = 0;  // started or exited.
-      int64_t lost = 0;     // exited without having started or finished (adoption: the attempt failed).
-      bool operator==(const RankCounts& o) const {
-        return started == o.started && exited == o.exited && settled == o.settled && lost == o.lost;
-      }
-    };
-    RankCounts counts;
-    void ResetRanks(size_t world) {
-      ranks.assign(world, RankEntry{});
-      counts = {};
-    }
-    void MarkStarted(int r) { Mark(r, [](RankEntry& x) { x.started = true; }); }
-    void MarkExited(int r) { Mark(r, [](RankEntry& x) { x.exited = true; }); }
-    void MarkFinished(int r) { Mark(r, [](RankEntry& x) { x.finished = true; }); }
-    bool AllStarted() const { return counts.started == static_cast<int64_t>(ranks.size()); }
-    bool AllExited() const { return counts.exited == static_cast<int64_t>(ranks.size()); }
-    bool AllSettled() const { return counts.settled == static_cast<int64_t>(ranks.size()); }
-    static RankCounts CountOf(const RankEntry& x) {
-      return {x.started, x.exited, x.started || x.exited, x.exited && !x.started && !x.finished};
-    }
-    template <typename F>
-    void Mark(int r, F set) {
-      const RankCounts before = CountOf(ranks[r]);
-      set(ranks[r]);
-      const RankCounts after = CountOf(ranks[r]);
-      counts.started += after.started - before.started;
-      counts.exited += after.exited - before.exited;
-      counts.settled += after.settled - before.settled;
-      counts.lost += after.lost - before.lost;
-    }
-    uint64_t version = 0;
-    uint64_t ticket = 0;  // Of its newest row given to the StoreWriter (0: none).
-    absl::Time last_persist = absl::InfinitePast();
-    absl::Time scheduled_at = absl::InfinitePast();  // When the current attempt was placed.
-    absl::Time progressed_at = absl::InfinitePast();  // When it started running or last logged a new step.
-    std::string requeue_cause;  // Why the job is back in the queue (kept in its reason while it waits).
-    // After a coordinator restart: the placed attempt is adopted if its workers report its ranks
-    // running before this deadline; ranks not reported by then are treated as gone.
-    std::optional<absl::Time> adopt_deadline;
-    // Lost workers that may still run ranks of this job (cut off from the coordinator, not dead), with
-    // the time their lease and stop grace surely ended: no new attempt is placed before.
-    std::map<std::string, absl::Time> fences;
-  };
   // A change to what reconciliation reads (ranks placed, gone, states, adoption): no heartbeat after
   // it takes the fast path before one was applied under mu_.
   void RanksChangedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { liveness_.RanksChanged(); }
@@ -268,20 +195,9 @@ class Coordinator {
     int port_min = 0;
     int port_max = -1;
     int next_port = 0;  // Where the search for a free store port starts (round robin).
-    // Orders are shared, never copied: with the stream's sink until written, here until acknowledged
-    // (a 100,000-rank job's orders each carry its spec). A queued order leaves only once the store
-    // ticket it waits for is durable (write-ahead), and none overtakes another.
-    struct Queued {
-      std::shared_ptr<const v1::Assignment> order;
-      uint64_t after = 0;  // The StoreWriter ticket it waits for (0: none).
-    };
-    std::deque<Queued> queue;  // Orders not yet given to a stream.
-    std::deque<std::shared_ptr<const v1::Assignment>> sent;   // Given to a stream, not yet acknowledged.
-    uint64_t held_until = 0;  // The largest `after` of an order queued (a held one: > durable()).
-    int64_t last_seq = 0;              // Of the newest order of this session.
-    int64_t applied_seq = 0;           // The worker's acknowledgement.
-    int64_t stream = 0;                // The newest assignment stream (StreamOpened).
-    AssignmentSink* sink = nullptr;    // Stream `stream`'s, when it is a pushed one.
+    // Its orders in its newest session: numbered, held for the store, streamed, kept until
+    // acknowledged (coordinator/worker_orders.h).
+    WorkerOrders orders;
 
     std::set<int> used_devices;
     // Ranks this worker still runs (or has not reported the exit of) that belong to no current
@@ -368,19 +284,11 @@ class Coordinator {
   // Numbers `a` in the worker's session and queues it, to leave once ticket `after` is durable;
   // returns its seq.
   int64_t SendLocked(WorkerEntry& w, v1::Assignment a, uint64_t after = 0) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Whether the front of the worker's queue may leave (its ticket is durable).
-  bool FrontReadyLocked(const WorkerEntry& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return !w.queue.empty() && w.queue.front().after <= writer_->durable();
-  }
   // The StoreWriter made more changes durable: held orders leave.
   void OnStoreDurable();
   // A new stream of the worker's session: the previous one (pushed or pulled) ends, orders not
   // acknowledged are queued first again; returns the stream's number.
   int64_t OpenStreamLocked(WorkerEntry& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Gives the queued orders to the worker's pushed stream, if it has one.
-  void FlushLocked(WorkerEntry& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Ends the worker's pushed stream, if it has one, with `status`.
-  void EndSinkLocked(WorkerEntry& w, const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Reconciliation: ranks of live attempts placed on worker `id` that are not in `listed` and whose
   // start order has seq <= `up_to_seq` are gone; their attempts fail with the reason "worker NAME
   // `seen` rank R of attempt A `hint`". Returns whether any rank was gone.
@@ -469,8 +377,6 @@ class Coordinator {
   // (coordinator/worker_liveness.h). Its own lock, taken after mu_ (never before).
   WorkerLiveness liveness_;
 };
-
-bool IsTerminal(v1::JobState state);
 
 }  // namespace tessera::coordinator
 

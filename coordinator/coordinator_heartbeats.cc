@@ -33,18 +33,15 @@ absl::Status Coordinator::Heartbeat(const v1::HeartbeatRequest& req) {
   }
   liveness_.Beat(*w.live);
   if (req.session() == 0) return absl::OkStatus();  // Unfenced: nothing to acknowledge or reconcile.
-  if (req.applied_seq() < 0 || req.applied_seq() > w.last_seq) {
-    return absl::InvalidArgumentError(absl::StrCat("applied_seq: ", req.applied_seq(), " is not an order of session ",
-                                                   w.session, " (the newest is ", w.last_seq, ")"));
+  if (absl::Status s = w.orders.Acknowledge(req.applied_seq()); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(s.message(), " (session ", w.session, ")"));
   }
-  w.applied_seq = std::max(w.applied_seq, req.applied_seq());
-  while (!w.sent.empty() && w.sent.front()->seq() <= w.applied_seq) w.sent.pop_front();
   if (req.reports_ranks()) {
     std::set<std::tuple<std::string, int, int>> listed;
     for (const v1::RunningRank& r : req.ranks()) listed.insert({r.job_id(), r.attempt(), r.rank()});
     // The usage and the queue are revisited only when a rank was gone.
     const bool stopping_changed = NoteStoppingLocked(req.worker_id(), req.ranks());
-    if (ReconcileLocked(req.worker_id(), listed, w.applied_seq, "no longer has", "(its exit was not reported)") ||
+    if (ReconcileLocked(req.worker_id(), listed, w.orders.applied_seq(), "no longer has", "(its exit was not reported)") ||
         stopping_changed) {
       RefreshWorkerUsageLocked(&req.worker_id());
       TryScheduleLocked();
@@ -76,9 +73,7 @@ void Coordinator::CheckLiveness() {
     w.info.set_state(v1::Worker::STATE_LOST);
     ReindexLocked(w);
     liveness_.Lost(*w.live);  // Its heartbeats go to the slow path, which refuses them.
-    w.queue.clear();
-    w.sent.clear();
-    EndSinkLocked(w, absl::NotFoundError(absl::StrCat("worker ", wid, " is not registered; register again")));
+    w.orders.Drop(absl::NotFoundError(absl::StrCat("worker ", wid, " is not registered; register again")));
     reschedule = true;  // Jobs waiting for devices now wait for more (their reasons say so).
     // Lost is not dead: cut off from the coordinator only, the worker runs its ranks until its lease
     // runs out, and they are gone after its stop grace. Until then no new attempt of their jobs.

@@ -100,16 +100,12 @@ void Coordinator::CheckAdoptionLocked(JobEntry& e) {
   }
   if (!lost && Now() < *e.adopt_deadline) return;
   EndAdoptionLocked(e);
-  std::string missing, failed_worker;
+  const JobEntry::Missing missing = e.NotReported();
   for (size_t r = 0; r < e.ranks.size(); ++r) {
-    if (!e.ranks[r].started && !e.ranks[r].finished) {
-      absl::StrAppend(&missing, missing.empty() ? "" : ",", r);
-      if (failed_worker.empty()) failed_worker = e.ranks[r].worker_id;
-      RankGoneLocked(e, static_cast<int>(r));
-    }
+    if (!e.ranks[r].started && !e.ranks[r].finished) RankGoneLocked(e, static_cast<int>(r));
   }
-  AttemptFailedLocked(e, absl::StrCat("rank(s) ", missing, " not reported running after a coordinator restart"),
-                      /*counts=*/false, failed_worker);
+  AttemptFailedLocked(e, absl::StrCat("rank(s) ", missing.ranks, " not reported running after a coordinator restart"),
+                      /*counts=*/false, missing.first_worker);
 }
 
 }  // namespace tessera::coordinator

@@ -270,6 +270,11 @@ absl::Status Coordinator::VerifyIndexes() {
       const JobEntry::RankCounts x = JobEntry::CountOf(e.ranks[r]);
       counts.started += x.started, counts.exited += x.exited, counts.settled += x.settled, counts.lost += x.lost;
     }
+    if (e.bad_transitions > 0) {
+      return absl::InternalError(absl::StrCat("job ", jid, " made ", e.bad_transitions,
+                                              " state change(s) the job state machine does not allow (job_entry.h), "
+                                              "the newest ", e.last_bad_transition));
+    }
     if (!(counts == e.counts)) {
       return absl::InternalError(absl::StrCat("the rank counts of job ", jid, " are stale: ", e.counts.started,
                                               " started, ", e.counts.exited, " exited; really ", counts.started,

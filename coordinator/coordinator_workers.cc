@@ -175,14 +175,8 @@ Coordinator::WorkerEntry& Coordinator::AcceptWorkerLocked(const v1::RegisterWork
   w.stop_delay = req.stop_delay_ms() > 0 ? absl::Milliseconds(req.stop_delay_ms()) : kDefaultStopDelay;
   w.port_min = req.store_port_min();
   w.port_max = req.store_port_max();
-  w.queue.clear();
-  w.sent.clear();
-  w.last_seq = 0;
-  w.applied_seq = 0;
-  if (w.sink != nullptr) {
-    EndSinkLocked(w, absl::FailedPreconditionError(absl::StrCat("worker ", id, " registered again; this stream of session ",
-                                                                w.session, " is over")));
-  }
+  w.orders.NewSession(absl::FailedPreconditionError(
+      absl::StrCat("worker ", id, " registered again; this stream of session ", w.session, " is over")));
   w.session = ++last_session_;  // Streams of earlier registrations stop taking orders.
   RanksChangedLocked();  // Its ranks are adopted, stopped or gone next.
   // Its heartbeat counts from now; the fast path knows the new session (and nothing it saw yet).
@@ -278,36 +272,14 @@ bool Coordinator::ReconcileLocked(const std::string& id, const std::set<std::tup
 }
 
 int64_t Coordinator::SendLocked(WorkerEntry& w, v1::Assignment a, uint64_t after) {
-  a.set_seq(++w.last_seq);
-  w.queue.push_back({std::make_shared<const v1::Assignment>(std::move(a)), after});
-  if (after > writer_->durable()) {
-    w.held_until = std::max(w.held_until, after);
-    held_workers_.insert(w.info.id());  // OnStoreDurable flushes it.
-  }
-  if (w.sink != nullptr) {
-    FlushLocked(w);
-  } else {
-    changed_.SignalAll();  // A pulling stream (NextAssignment) waits for it.
-  }
-  return w.last_seq;
+  const uint64_t durable = writer_->durable();
+  const int64_t seq = w.orders.Send(std::move(a), after, durable);
+  if (w.orders.HeldBeyond(durable)) held_workers_.insert(w.info.id());  // OnStoreDurable flushes it.
+  if (!w.orders.pushed()) changed_.SignalAll();  // A pulling stream (NextAssignment) waits for it.
+  return seq;
 }
 
-void Coordinator::FlushLocked(WorkerEntry& w) {
-  while (w.sink != nullptr && FrontReadyLocked(w)) {
-    std::shared_ptr<const v1::Assignment> a = std::move(w.queue.front().order);
-    w.queue.pop_front();
-    w.sink->Deliver(a);
-    if (a->seq() > 0) w.sent.push_back(std::move(a));  // Until acknowledged.
-  }
-}
-
-void Coordinator::EndSinkLocked(WorkerEntry& w, const absl::Status& status) {
-  if (w.sink == nullptr) return;
-  w.sink->End(status);
-  w.sink = nullptr;
-}
-
-Coordinator::RankEntry* Coordinator::PlacedHereLocked(const std::string& id, const v1::RunningRank& r,
+RankEntry* Coordinator::PlacedHereLocked(const std::string& id, const v1::RunningRank& r,
                                                      JobEntry** job) {
   auto it = jobs_.find(r.job_id());
   if (it == jobs_.end() || IsTerminal(it->second.job.state()) || it->second.job.attempt() != r.attempt() ||
@@ -444,15 +416,12 @@ absl::StatusOr<std::optional<v1::Assignment>> Coordinator::NextAssignment(const 
                                                         w.session, "); this stream of session ", session,
                                                         " is over"));
     }
-    if (stream != 0 && stream != w.stream) {
+    if (stream != 0 && stream != w.orders.stream()) {
       return absl::FailedPreconditionError(
           absl::StrCat("worker ", worker_id, " opened a newer assignment stream; this one is over"));
     }
-    if (FrontReadyLocked(w)) {
-      std::shared_ptr<const v1::Assignment> a = std::move(w.queue.front().order);
-      w.queue.pop_front();
-      if (a->seq() > 0) w.sent.push_back(a);  // Until acknowledged.
-      return std::optional<v1::Assignment>(*a);
+    if (std::shared_ptr<const v1::Assignment> a = w.orders.Take(writer_->durable())) {
+      return std::optional<v1::Assignment>(*a);  // Kept until acknowledged.
     }
     if (absl::Now() >= deadline) return std::optional<v1::Assignment>();
     changed_.WaitWithDeadline(&mu_, deadline);
@@ -468,14 +437,11 @@ int64_t Coordinator::StreamOpened(const std::string& worker_id, int64_t session)
 }
 
 int64_t Coordinator::OpenStreamLocked(WorkerEntry& w) {
-  EndSinkLocked(w, absl::FailedPreconditionError(
-                       absl::StrCat("worker ", w.info.id(), " opened a newer assignment stream; this one is over")));
   // Orders given to an earlier stream of the session and not acknowledged go first again.
-  for (auto it = w.sent.rbegin(); it != w.sent.rend(); ++it) w.queue.push_front({std::move(*it), 0});  // Were durable.
-  w.sent.clear();
-  w.stream = ++last_stream_;
+  w.orders.Open(++last_stream_, absl::FailedPreconditionError(absl::StrCat(
+                                    "worker ", w.info.id(), " opened a newer assignment stream; this one is over")));
   changed_.SignalAll();  // A pulling stream it replaces ends.
-  return w.stream;
+  return w.orders.stream();
 }
 
 absl::StatusOr<int64_t> Coordinator::AttachAssignmentSink(const std::string& worker_id, int64_t session,
@@ -491,15 +457,14 @@ absl::StatusOr<int64_t> Coordinator::AttachAssignmentSink(const std::string& wor
                                                       "); this stream of session ", session, " is over"));
   }
   const int64_t stream = OpenStreamLocked(w);
-  w.sink = sink;
-  FlushLocked(w);
+  w.orders.Attach(sink, writer_->durable());
   return stream;
 }
 
 void Coordinator::DetachAssignmentSink(const std::string& worker_id, int64_t stream) {
   absl::MutexLock lock(&mu_);
   auto it = workers_.find(worker_id);
-  if (it != workers_.end() && it->second.stream == stream) it->second.sink = nullptr;
+  if (it != workers_.end()) it->second.orders.Detach(stream);
 }
 
 absl::Status Coordinator::ReportRankStatus(const v1::ReportRankStatusRequest& req) {
