@@ -22,7 +22,9 @@ grpc::Status WorkerServiceImpl::RegisterWorker(grpc::ServerContext* ctx, const v
   // With TLS the name is bound to the key of the certificate that first registered it: checked
   // before, bound once the registration was accepted (a refused one binds nothing).
   std::string key;
+  std::optional<absl::MutexLock> registering;
   if (authorizer_ != nullptr && authorizer_->tls()) {
+    registering.emplace(&registration_mu_);
     auto peer_key = rpc::PeerKeySha256(*ctx);
     if (!peer_key.ok()) return ToGrpc(peer_key.status());
     key = *peer_key;

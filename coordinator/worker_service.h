@@ -50,6 +50,10 @@ class WorkerServiceImpl final
   Coordinator* coordinator_;
   CoordinatorMetrics* metrics_;
   const Authorizer* authorizer_;
+  // Held by a TLS registration from the check of its key to the bind: two first registrations of an
+  // unbound name with different keys would both pass the check, and the loser's registration would
+  // already be accepted when its bind failed. Taken before the coordinator's lock, never inside it.
+  absl::Mutex registration_mu_;
   absl::Mutex streams_mu_;
   int open_streams_ ABSL_GUARDED_BY(streams_mu_) = 0;
 };
