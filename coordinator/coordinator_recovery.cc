@@ -3,8 +3,6 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_replace.h"
-#include "spec/job_spec.h"
 #include "coordinator/coordinator.h"
 
 namespace tessera::coordinator {
@@ -23,40 +21,41 @@ absl::Status Coordinator::Recover() {
     JobEntry& e = jobs_[job.id()];
     e.job = std::move(job);
     const v1::JobState state = e.job.state();
-    if (IsTerminal(state)) continue;
-    // A job this coordinator could not have accepted (a database written by an older version, or by
-    // hand) fails with the reason instead of reaching the scheduler: no stored job may crash or stall
-    // the daemon, on this start or any later one.
-    if (absl::Status valid = spec::ToStatus(spec::ValidateJobSpec(e.job.spec())); !valid.ok()) {
-      e.job.clear_placement();
-      e.job.clear_placement_explanation();
-      SetStateLocked(e, v1::JOB_STATE_FAILED,
-                     absl::StrCat("the stored spec is not valid: ", absl::StrReplaceAll(valid.message(), {{"\n", "; "}})));
-      fprintf(stderr, "tessera-coordinator: job %s failed on recovery: %s\n", e.job.id().c_str(), e.job.reason().c_str());
-      continue;
-    }
-    if (state == v1::JOB_STATE_SCHEDULED || state == v1::JOB_STATE_RUNNING) {
-      // Adopt the placed attempt: its ranks may well still be training.
-      UnindexRanksLocked(e);
-      e.ResetRanks(e.job.placement_size());
-      for (const v1::RankPlacement& p : e.job.placement()) {
-        if (p.rank() >= 0 && p.rank() < e.job.placement_size()) {
-          e.ranks[p.rank()].worker_id = p.worker_id();
-          e.ranks[p.rank()].local_rank = p.local_rank();
+    std::string invalid;
+    switch (JobEntry::Recover(e.job, &invalid)) {
+      case JobEntry::AtStart::kEnded:
+        continue;
+      case JobEntry::AtStart::kInvalid:
+        // No stored job may crash or stall the daemon, on this start or any later one.
+        e.job.clear_placement();
+        e.job.clear_placement_explanation();
+        SetStateLocked(e, v1::JOB_STATE_FAILED, invalid);
+        fprintf(stderr, "tessera-coordinator: job %s failed on recovery: %s\n", e.job.id().c_str(),
+                e.job.reason().c_str());
+        continue;
+      case JobEntry::AtStart::kAdopt:
+        UnindexRanksLocked(e);
+        e.ResetRanks(e.job.placement_size());
+        for (const v1::RankPlacement& p : e.job.placement()) {
+          if (p.rank() >= 0 && p.rank() < e.job.placement_size()) {
+            e.ranks[p.rank()].worker_id = p.worker_id();
+            e.ranks[p.rank()].local_rank = p.local_rank();
+          }
         }
-      }
-      IndexRanksLocked(e);
-      // Workers reconnect with a backoff of up to a few seconds; one that has not come back within two
-      // heartbeat timeouts is taken for lost.
-      e.adopt_deadline = Now() + 2 * options_.heartbeat_timeout;  // SetStateLocked ends the fast path.
-      SetStateLocked(e, state, "coordinator restarted; waiting for the workers to report the ranks");
-      continue;
-    }
-    if (state == v1::JOB_STATE_RESTARTING) {
-      e.requeue_cause = e.job.reason();
-      e.job.clear_placement();
-      e.job.clear_placement_explanation();
-      SetStateLocked(e, v1::JOB_STATE_PENDING, e.requeue_cause);
+        IndexRanksLocked(e);
+        // Workers reconnect with a backoff of up to a few seconds; one that has not come back within
+        // two heartbeat timeouts is taken for lost.
+        e.adopt_deadline = Now() + 2 * options_.heartbeat_timeout;  // SetStateLocked ends the fast path.
+        SetStateLocked(e, state, "coordinator restarted; waiting for the workers to report the ranks");
+        continue;
+      case JobEntry::AtStart::kRequeue:
+        e.requeue_cause = e.job.reason();
+        e.job.clear_placement();
+        e.job.clear_placement_explanation();
+        SetStateLocked(e, v1::JOB_STATE_PENDING, e.requeue_cause);
+        break;
+      case JobEntry::AtStart::kQueue:
+        break;
     }
     queue_.Push(e.job.id(), PoolOf(e.job.spec()), Now(), JobQueue::Where::kBack);  // Its wait counts from this start.
   }
@@ -64,48 +63,47 @@ absl::Status Coordinator::Recover() {
 }
 
 void Coordinator::CheckAdoptionLocked(JobEntry& e) {
-  if (!e.adopt_deadline) return;
-  if (e.job.state() == v1::JOB_STATE_RESTARTING) {
-    // The adopted attempt failed before all its workers were back. At the deadline its ranks on
-    // workers that did not come back (unknown to this coordinator, or lost) are gone, so that the job
-    // is queued again instead of waiting for reports that will never come.
-    if (Now() >= *e.adopt_deadline) {
-      for (size_t r = 0; r < e.ranks.size(); ++r) {
-        auto w = workers_.find(e.ranks[r].worker_id);
-        if (!e.ranks[r].exited && (w == workers_.end() || w->second.info.state() != v1::Worker::STATE_ALIVE)) {
-          // Blame first: the rank's end may place the next attempt at once, and the blame belongs to
-          // the attempt that failed (measured: a free node took the job in the same call).
-          BlameWorkerLocked(e, e.ranks[r].worker_id, "did not come back after the coordinator restarted",
-                            BlameScope::kAdoptedAttempt);
-          RankGoneLocked(e, static_cast<int>(r));
+  switch (e.AdoptionAt(Now())) {
+    case JobEntry::Adoption::kNone:
+    case JobEntry::Adoption::kWaits:
+      return;
+    case JobEntry::Adoption::kRestarting:
+      // At the deadline its ranks on workers that did not come back (unknown to this coordinator, or
+      // lost) are gone, so that the job is queued again instead of waiting for reports that will
+      // never come.
+      if (Now() >= *e.adopt_deadline) {
+        for (size_t r = 0; r < e.ranks.size(); ++r) {
+          auto w = workers_.find(e.ranks[r].worker_id);
+          if (!e.ranks[r].exited && (w == workers_.end() || w->second.info.state() != v1::Worker::STATE_ALIVE)) {
+            // Blame first: the rank's end may place the next attempt at once, and the blame belongs to
+            // the attempt that failed (measured: a free node took the job in the same call).
+            BlameWorkerLocked(e, e.ranks[r].worker_id, "did not come back after the coordinator restarted",
+                              BlameScope::kAdoptedAttempt);
+            RankGoneLocked(e, static_cast<int>(r));
+          }
         }
       }
+      AfterRankExitLocked(e);  // Queued again (and the deadline dropped) once every rank is gone.
+      return;
+    case JobEntry::Adoption::kEnded:
+      EndAdoptionLocked(e);
+      return;
+    case JobEntry::Adoption::kCarriesOn:
+      EndAdoptionLocked(e);
+      SetStateLocked(e, v1::JOB_STATE_RUNNING,
+                     absl::StrCat("attempt ", e.job.attempt(), " running (carried on through a coordinator restart)"));
+      return;
+    case JobEntry::Adoption::kFails: {
+      EndAdoptionLocked(e);
+      const JobEntry::Missing missing = e.NotReported();
+      for (size_t r = 0; r < e.ranks.size(); ++r) {
+        if (!e.ranks[r].started && !e.ranks[r].finished) RankGoneLocked(e, static_cast<int>(r));
+      }
+      AttemptFailedLocked(e, absl::StrCat("rank(s) ", missing.ranks, " not reported running after a coordinator restart"),
+                          /*counts=*/false, missing.first_worker);
+      return;
     }
-    AfterRankExitLocked(e);  // Queued again (and the deadline dropped) once every rank is gone.
-    return;
   }
-  if (e.job.state() != v1::JOB_STATE_SCHEDULED && e.job.state() != v1::JOB_STATE_RUNNING) {
-    EndAdoptionLocked(e);  // Finished or failed meanwhile.
-    return;
-  }
-  const bool all = e.AllSettled();
-  // A rank that finished while the coordinator was away exited without being reported running: it
-  // is done, not lost (before: the attempt failed and the job ran again).
-  const bool lost = e.counts.lost > 0;
-  if (all && !lost) {
-    EndAdoptionLocked(e);
-    SetStateLocked(e, v1::JOB_STATE_RUNNING,
-                   absl::StrCat("attempt ", e.job.attempt(), " running (carried on through a coordinator restart)"));
-    return;
-  }
-  if (!lost && Now() < *e.adopt_deadline) return;
-  EndAdoptionLocked(e);
-  const JobEntry::Missing missing = e.NotReported();
-  for (size_t r = 0; r < e.ranks.size(); ++r) {
-    if (!e.ranks[r].started && !e.ranks[r].finished) RankGoneLocked(e, static_cast<int>(r));
-  }
-  AttemptFailedLocked(e, absl::StrCat("rank(s) ", missing.ranks, " not reported running after a coordinator restart"),
-                      /*counts=*/false, missing.first_worker);
 }
 
 }  // namespace tessera::coordinator

@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "spec/job_spec.h"
 
 namespace tessera::coordinator {
 namespace {
@@ -93,6 +95,35 @@ bool JobEntry::Blame(const std::string& worker_id, const std::string& why, absl:
   h.set_failed_host(HostInAttempt(h, worker_id));
   h.set_reason(absl::StrCat(h.reason(), "; then worker ", worker_id, " ", why));
   return true;
+}
+
+JobEntry::AtStart JobEntry::Recover(const v1::Job& job, std::string* reason) {
+  if (IsTerminal(job.state())) return AtStart::kEnded;
+  if (absl::Status valid = spec::ToStatus(spec::ValidateJobSpec(job.spec())); !valid.ok()) {
+    *reason = absl::StrCat("the stored spec is not valid: ", absl::StrReplaceAll(valid.message(), {{"\n", "; "}}));
+    return AtStart::kInvalid;
+  }
+  switch (job.state()) {
+    case v1::JOB_STATE_SCHEDULED:
+    case v1::JOB_STATE_RUNNING:
+      return AtStart::kAdopt;
+    case v1::JOB_STATE_RESTARTING:
+      return AtStart::kRequeue;
+    default:
+      return AtStart::kQueue;
+  }
+}
+
+JobEntry::Adoption JobEntry::AdoptionAt(absl::Time now) const {
+  if (!adopt_deadline) return Adoption::kNone;
+  if (job.state() == v1::JOB_STATE_RESTARTING) return Adoption::kRestarting;
+  if (job.state() != v1::JOB_STATE_SCHEDULED && job.state() != v1::JOB_STATE_RUNNING) return Adoption::kEnded;
+  // A rank that finished while the coordinator was away exited without being reported running: it
+  // is done, not lost.
+  const bool lost = counts.lost > 0;
+  if (AllSettled() && !lost) return Adoption::kCarriesOn;
+  if (!lost && now < *adopt_deadline) return Adoption::kWaits;
+  return Adoption::kFails;
 }
 
 template <typename Pred>

@@ -68,6 +68,31 @@ struct JobEntry {
   // (InfinitePast: however long ago). Whether it changed.
   bool Blame(const std::string& worker_id, const std::string& why, absl::Time not_before);
 
+  // --- A coordinator's start (coordinator_recovery.cc).
+  enum class AtStart {
+    kEnded,    // Ended before: kept as it is.
+    kInvalid,  // Its stored spec is not one this coordinator accepts (an older version's, or edited by
+               // hand): it fails with the reason instead of reaching the scheduler.
+    kAdopt,    // SCHEDULED or RUNNING: its placed attempt may still be training; adopted until its
+               // workers report its ranks (or adopt_deadline passes).
+    kRequeue,  // RESTARTING: its attempt failed; queued again as the failure's reason says.
+    kQueue,    // PENDING: queued again.
+  };
+  // What a starting coordinator does with the stored job; *reason says why for kInvalid.
+  static AtStart Recover(const v1::Job& job, std::string* reason);
+  // Where an adopted attempt stands at `now`.
+  enum class Adoption {
+    kNone,        // Not being adopted.
+    kRestarting,  // It failed before all its workers were back: at the deadline, its ranks on
+                  // workers still away are gone (the coordinator knows which are away).
+    kEnded,       // It finished or failed meanwhile: adoption ends.
+    kCarriesOn,   // Every rank reported (none lost): RUNNING.
+    kWaits,       // Ranks not reported yet, and the deadline has not passed.
+    kFails,       // A rank was lost, or the deadline passed: the ranks not reported are gone and the
+                  // attempt fails without spending a restart.
+  };
+  Adoption AdoptionAt(absl::Time now) const;
+
   // --- The current attempt's ranks. Their flags change only through the Mark* functions, which keep
   // the counts: a rank's report or a worker's registration reads them instead of every rank (a
   // 100,000-rank job's starts, exits and re-registrations were quadratic).

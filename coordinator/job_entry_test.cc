@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "spec/job_spec.h"
 
 namespace tessera::coordinator {
 namespace {
@@ -153,6 +154,69 @@ TEST(JobEntryTest, RankCountsFollowTheMarksAndNameTheMissingRanks) {
   e.ResetRanks(2);
   EXPECT_EQ(e.counts, JobEntry::RankCounts{});
   EXPECT_EQ(e.NotStarted().ranks, "0,1");
+}
+
+v1::Job StoredJob(v1::JobState state) {
+  v1::Job job;
+  job.set_id("job-000001");
+  job.set_state(state);
+  auto spec = spec::ParseJobSpec(R"(
+name: tiny
+output_dir: /tmp/tessera-job-entry-test
+model: {layers: 2, hidden: 64, heads: 4, vocab: 256, seq_len: 32}
+data: {path: data.bin, dtype: uint16}
+train: {steps: 10, micro_batch: 2, global_batch: 4, lr: 1e-3}
+)", {});
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  if (spec.ok()) *job.mutable_spec() = *spec;
+  return job;
+}
+
+TEST(JobEntryTest, AStartingCoordinatorAdoptsRequeuesOrFailsEachStoredJob) {
+  std::string why;
+  ASSERT_EQ(JobEntry::Recover(StoredJob(kPending), &why), JobEntry::AtStart::kQueue) << why;
+  EXPECT_EQ(JobEntry::Recover(StoredJob(kScheduled), &why), JobEntry::AtStart::kAdopt);
+  EXPECT_EQ(JobEntry::Recover(StoredJob(kRunning), &why), JobEntry::AtStart::kAdopt);
+  EXPECT_EQ(JobEntry::Recover(StoredJob(kRestarting), &why), JobEntry::AtStart::kRequeue);
+  for (v1::JobState end : {kSucceeded, kFailed, kCancelled}) {
+    v1::Job job = StoredJob(end);
+    job.clear_spec();  // An ended job is kept as it is, even with a spec no longer accepted.
+    EXPECT_EQ(JobEntry::Recover(job, &why), JobEntry::AtStart::kEnded);
+  }
+  EXPECT_TRUE(why.empty());
+  v1::Job bad = StoredJob(kRunning);
+  bad.mutable_spec()->mutable_train()->set_steps(-3);
+  ASSERT_EQ(JobEntry::Recover(bad, &why), JobEntry::AtStart::kInvalid);
+  EXPECT_NE(why.find("the stored spec is not valid: "), std::string::npos) << why;
+  EXPECT_NE(why.find("train.steps"), std::string::npos) << why;
+  EXPECT_EQ(why.find('\n'), std::string::npos) << "one line: " << why;
+}
+
+TEST(JobEntryTest, AnAdoptedAttemptCarriesOnWaitsOrFailsAsItsRanksReport) {
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  JobEntry e;
+  e.job.set_state(kRunning);
+  e.ResetRanks(3);
+  EXPECT_EQ(e.AdoptionAt(t0), JobEntry::Adoption::kNone);
+  e.adopt_deadline = t0 + absl::Seconds(20);
+  EXPECT_EQ(e.AdoptionAt(t0), JobEntry::Adoption::kWaits);
+  e.MarkStarted(0);
+  e.MarkExited(1);
+  e.MarkFinished(1);  // Finished while the coordinator was away: done, not lost.
+  EXPECT_EQ(e.AdoptionAt(t0), JobEntry::Adoption::kWaits);
+  EXPECT_EQ(e.AdoptionAt(t0 + absl::Seconds(20)), JobEntry::Adoption::kFails) << "the deadline passed";
+  e.MarkStarted(2);
+  EXPECT_EQ(e.AdoptionAt(t0 + absl::Seconds(30)), JobEntry::Adoption::kCarriesOn) << "all reported, none lost";
+  JobEntry lost;
+  lost.job.set_state(kScheduled);
+  lost.ResetRanks(2);
+  lost.adopt_deadline = t0 + absl::Seconds(20);
+  lost.MarkExited(0);  // Exited without having started or finished.
+  EXPECT_EQ(lost.AdoptionAt(t0), JobEntry::Adoption::kFails) << "a lost rank fails it before the deadline";
+  lost.job.set_state(kRestarting);
+  EXPECT_EQ(lost.AdoptionAt(t0), JobEntry::Adoption::kRestarting);
+  lost.job.set_state(kCancelled);
+  EXPECT_EQ(lost.AdoptionAt(t0), JobEntry::Adoption::kEnded);
 }
 
 }  // namespace
