@@ -358,9 +358,8 @@ void Coordinator::RankGoneLocked(JobEntry& e, int rank) {
   RanksChangedLocked();
   auto w = workers_.find(r.worker_id);
   if (w == workers_.end()) return;
-  bool held = false;  // By a superseded rank still there.
-  for (const auto& [key, device] : w->second.stopping) held |= device == r.local_rank;
-  if (!held) w->second.used_devices.erase(r.local_rank);
+  // A superseded rank still there holds the device.
+  if (!w->second.stopping.UsesDevice(r.local_rank)) w->second.used_devices.erase(r.local_rank);
   ReindexLocked(w->second);
   if (rank == 0) w->second.used_ports.erase(e.job.store_port());
 }

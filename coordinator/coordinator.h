@@ -28,6 +28,7 @@
 #include "coordinator/job_entry.h"
 #include "coordinator/job_queue.h"
 #include "coordinator/job_store.h"
+#include "coordinator/stopping_ranks.h"
 #include "coordinator/store_writer.h"
 #include "coordinator/worker_keys.h"
 #include "coordinator/worker_liveness.h"
@@ -201,13 +202,8 @@ class Coordinator {
 
     std::set<int> used_devices;
     // Ranks this worker still runs (or has not reported the exit of) that belong to no current
-    // attempt — superseded, being stopped — with their device: it stays used until they are gone, so
-    // a new attempt never shares a device with a rank of an old one.
-    std::map<std::tuple<std::string, int, int>, int> stopping;
-    // When each `stopping` rank was first listed as such, and those listed past the
-    // unkillable_rank_timeout: quarantined (key → the reason), no longer holding their jobs back.
-    std::map<std::tuple<std::string, int, int>, absl::Time> stopping_since;
-    std::map<std::tuple<std::string, int, int>, std::string> quarantined;
+    // attempt, and those of them quarantined (coordinator/stopping_ranks.h).
+    StoppingRanks stopping;
     std::set<int> used_ports;
     int64_t session = 0;  // Of the newest registration.
     std::string instance;  // The worker process that registered it (RegisterWorkerRequest.instance).

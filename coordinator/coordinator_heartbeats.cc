@@ -80,7 +80,7 @@ void Coordinator::CheckLiveness() {
     const absl::Time surely_stopped = liveness_.SurelyStopped(*w.live, w.stop_grace, w.stop_delay);
     // So are the superseded ranks it was still stopping (they held their jobs back while it was alive).
     if (surely_stopped > now) {
-      for (const auto& [key, device] : w.stopping) {
+      for (const auto& [key, device] : w.stopping.ranks()) {
         auto j = jobs_.find(std::get<0>(key));
         if (j != jobs_.end()) j->second.fences[wid] = surely_stopped;
       }

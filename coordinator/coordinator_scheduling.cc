@@ -103,8 +103,8 @@ std::map<std::string, std::string> Coordinator::StoppingJobsLocked() {
 }
 
 void Coordinator::IndexStoppingLocked(const WorkerEntry& w, bool add) {
-  for (const auto& [key, device] : w.stopping) {
-    if (add && w.quarantined.count(key)) continue;  // Given up on: holds its job back no more.
+  for (const auto& [key, device] : w.stopping.ranks()) {
+    if (add && !w.stopping.HoldsJob(key)) continue;  // Quarantined: holds its job back no more.
     const std::string& job = std::get<0>(key);
     if (add) {
       stopping_index_[job].insert(w.info.id());
@@ -255,8 +255,8 @@ absl::Status Coordinator::VerifyIndexes() {
     int n = 0;
     for (int d = 0; d < w.info.device_count(); ++d) n += !w.used_devices.count(d);
     free.Set(id, {true, {w.info.device_kind(), w.info.pool()}, w.info.device_count(), n});
-    for (const auto& [key, device] : w.stopping) {
-      if (!w.quarantined.count(key)) stopping[std::get<0>(key)].insert(id);
+    for (const auto& [key, device] : w.stopping.ranks()) {
+      if (w.stopping.HoldsJob(key)) stopping[std::get<0>(key)].insert(id);
     }
   }
   if (std::string d = free_index_.Difference(free); !d.empty()) {  // "The other" is what the workers say.

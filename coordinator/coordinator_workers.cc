@@ -20,10 +20,10 @@ std::vector<v1::Worker> Coordinator::ListWorkers() {
     v1::Worker info = w.info;
     info.set_devices_in_use(static_cast<int>(w.used_devices.size()));
     info.set_last_heartbeat_unix_ms(absl::ToUnixMillis(options_.clock->ToWall(w.live->LastHeartbeat())));
-    for (const auto& [key, reason] : w.quarantined) {
+    for (const StoppingRanks::Quarantined& x : w.stopping.quarantined()) {
       v1::DeviceQuarantine* q = info.add_quarantined();
-      q->set_device(w.stopping.count(key) ? w.stopping.at(key) : -1);
-      q->set_reason(reason);
+      q->set_device(x.device);
+      q->set_reason(x.reason);
     }
     out.push_back(std::move(info));
   }
@@ -300,19 +300,9 @@ bool Coordinator::NoteStoppingLocked(const std::string& id,
     RankEntry* placed = PlacedHereLocked(id, r, &e);
     if (placed == nullptr || placed->exited) stopping[{r.job_id(), r.attempt(), r.rank()}] = r.device();
   }
-  bool changed = stopping != w.stopping;
   IndexStoppingLocked(w, /*add=*/false);
-  w.stopping = std::move(stopping);
-  // Since when each is listed; a rank no longer listed is neither timed nor quarantined any more.
-  std::map<std::tuple<std::string, int, int>, absl::Time> since;
-  for (const auto& [key, device] : w.stopping) {
-    auto old = w.stopping_since.find(key);
-    since[key] = old != w.stopping_since.end() ? old->second : Now();
-  }
-  w.stopping_since = std::move(since);
-  for (auto it = w.quarantined.begin(); it != w.quarantined.end();) {
-    it = w.stopping.count(it->first) ? std::next(it) : w.quarantined.erase(it);
-  }
+  // A rank no longer listed is neither timed nor quarantined any more.
+  bool changed = w.stopping.Set(std::move(stopping), Now());
   changed |= QuarantineOverdueLocked(w);
   if (w.info.state() == v1::Worker::STATE_ALIVE) IndexStoppingLocked(w, /*add=*/true);
   return changed;
@@ -320,21 +310,14 @@ bool Coordinator::NoteStoppingLocked(const std::string& id,
 
 bool Coordinator::QuarantineOverdueLocked(WorkerEntry& w) {
   if (options_.unkillable_rank_timeout <= absl::ZeroDuration()) return false;
-  bool any = false;
   // Never before the worker could have stopped the rank: its stop grace (SIGTERM → SIGKILL) and delay.
   const absl::Duration deadline =
       std::max(options_.unkillable_rank_timeout, w.stop_grace + w.stop_delay + WorkerLiveness::kFenceSlack);
-  for (const auto& [key, since] : w.stopping_since) {
-    if (w.quarantined.count(key) || Now() - since < deadline) continue;
-    const auto& [job, attempt, rank] = key;
-    std::string reason = absl::StrCat("rank ", rank, " of ", job, " attempt ", attempt, " could not be stopped for ",
-                                      absl::FormatDuration(Now() - since), " (listed by the worker after SIGKILL); device ",
-                                      w.stopping.at(key), " quarantined until the worker no longer lists it");
-    if (options_.on_transition) options_.on_transition(absl::StrCat("worker ", w.info.name(), ": ", reason));
-    w.quarantined.emplace(key, std::move(reason));
-    any = true;
+  const std::vector<std::string> reasons = w.stopping.QuarantineOverdue(Now(), deadline);
+  if (options_.on_transition) {
+    for (const std::string& reason : reasons) options_.on_transition(absl::StrCat("worker ", w.info.name(), ": ", reason));
   }
-  return any;
+  return !reasons.empty();
 }
 
 void Coordinator::UnindexRanksLocked(const JobEntry& e) {
@@ -378,7 +361,7 @@ std::vector<int> Coordinator::RanksOnLocked(const std::string& worker_id, const 
 void Coordinator::RefreshWorkerUsageLocked(const std::string* only) {
   auto recount = [&](const std::string& id, WorkerEntry& w) {
     w.used_devices.clear(), w.used_ports.clear();
-    for (const auto& [key, device] : w.stopping) w.used_devices.insert(device);
+    for (const auto& [key, device] : w.stopping.ranks()) w.used_devices.insert(device);
     auto on = ranks_on_.find(id);
     if (on == ranks_on_.end()) return;
     for (const auto& [jid, ranks] : on->second) {
