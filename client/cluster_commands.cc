@@ -44,6 +44,17 @@ void SetDeadline(grpc::ClientContext* ctx, int seconds) {
   ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(seconds));
 }
 
+using Stub = v1::CoordinatorService::Stub;
+
+// One unary call of the coordinator's (`rpc`, e.g. &Stub::GetJob) within the command's --timeout.
+template <typename Req, typename Resp>
+grpc::Status Call(Stub& stub, const ClusterOptions& o, grpc::Status (Stub::*rpc)(grpc::ClientContext*, const Req&, Resp*),
+                  const Req& req, Resp* resp) {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, o.timeout_s);
+  return (stub.*rpc)(&ctx, req, resp);
+}
+
 // Prints the error of a failed call and returns the exit code it maps to.
 int Report(const ClusterOptions& o, const grpc::Status& s) {
   switch (s.error_code()) {
@@ -145,9 +156,7 @@ int SubmitCommand(const ClusterOptions& o, const std::string& spec_path, const s
   *req.mutable_spec() = *spec;
   req.set_max_restarts(max_restarts);
   v1::SubmitJobResponse resp;
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx, o.timeout_s);
-  grpc::Status s = Connect(o)->SubmitJob(&ctx, req, &resp);
+  grpc::Status s = Call(*Connect(o), o, &Stub::SubmitJob, req, &resp);
   if (!s.ok()) return Report(o, s);
   if (o.json && !follow) {
     std::cout << Json(resp.job()) << "\n";
@@ -255,9 +264,7 @@ int JobsCommand(const ClusterOptions& o) {
   req.set_page_size(1000);
   do {
     v1::ListJobsResponse page;
-    grpc::ClientContext ctx;
-    SetDeadline(&ctx, o.timeout_s);
-    grpc::Status s = stub->ListJobs(&ctx, req, &page);
+    grpc::Status s = Call(*stub, o, &Stub::ListJobs, req, &page);
     if (!s.ok()) return Report(o, s);
     for (v1::Job& j : *page.mutable_jobs()) *resp.add_jobs() = std::move(j);
     req.set_page_token(page.next_page_token());
@@ -283,9 +290,7 @@ int JobCommand(const ClusterOptions& o, const std::string& job_id) {
   v1::GetJobRequest req;
   req.set_job_id(job_id);
   v1::GetJobResponse resp;
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx, o.timeout_s);
-  grpc::Status s = Connect(o)->GetJob(&ctx, req, &resp);
+  grpc::Status s = Call(*Connect(o), o, &Stub::GetJob, req, &resp);
   if (!s.ok()) return Report(o, s);
   if (o.json) {
     std::cout << Json(resp.job()) << "\n";
@@ -326,9 +331,7 @@ int CancelCommand(const ClusterOptions& o, const std::string& job_id) {
   v1::CancelJobRequest req;
   req.set_job_id(job_id);
   v1::CancelJobResponse resp;
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx, o.timeout_s);
-  grpc::Status s = Connect(o)->CancelJob(&ctx, req, &resp);
+  grpc::Status s = Call(*Connect(o), o, &Stub::CancelJob, req, &resp);
   if (!s.ok()) return Report(o, s);
   std::cout << Summary(resp.job()) << "\n";
   return kExitOk;
@@ -338,9 +341,7 @@ int ReleaseWorkerKeyCommand(const ClusterOptions& o, const std::string& name) {
   v1::ReleaseWorkerKeyRequest req;
   req.set_name(name);
   v1::ReleaseWorkerKeyResponse resp;
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx, o.timeout_s);
-  grpc::Status s = Connect(o)->ReleaseWorkerKey(&ctx, req, &resp);
+  grpc::Status s = Call(*Connect(o), o, &Stub::ReleaseWorkerKey, req, &resp);
   if (!s.ok()) return Report(o, s);
   std::cout << "worker " << name << ": key released; its next registration binds the key it presents\n";
   return kExitOk;
@@ -348,9 +349,7 @@ int ReleaseWorkerKeyCommand(const ClusterOptions& o, const std::string& name) {
 
 int WorkersCommand(const ClusterOptions& o) {
   v1::ListWorkersResponse resp;
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx, o.timeout_s);
-  grpc::Status s = Connect(o)->ListWorkers(&ctx, v1::ListWorkersRequest(), &resp);
+  grpc::Status s = Call(*Connect(o), o, &Stub::ListWorkers, v1::ListWorkersRequest(), &resp);
   if (!s.ok()) return Report(o, s);
   if (o.json) {
     std::cout << Json(resp) << "\n";
@@ -381,9 +380,7 @@ int PlanCommand(const ClusterOptions& o, const std::string& spec_path, const std
   v1::PlanJobRequest req;
   *req.mutable_spec() = *spec;
   v1::PlanJobResponse resp;
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx, o.timeout_s);
-  grpc::Status s = Connect(o)->PlanJob(&ctx, req, &resp);
+  grpc::Status s = Call(*Connect(o), o, &Stub::PlanJob, req, &resp);
   if (!s.ok()) return Report(o, s);
   if (o.json) {
     std::cout << Json(resp) << "\n";
@@ -413,9 +410,7 @@ int LogsCommand(const ClusterOptions& o, const std::string& job_id, int rank, bo
     req.set_offset(offset);
     req.set_max_bytes(1 << 20);
     v1::GetJobLogsResponse resp;
-    grpc::ClientContext ctx;
-    SetDeadline(&ctx, o.timeout_s);
-    grpc::Status s = stub->GetJobLogs(&ctx, req, &resp);
+    grpc::Status s = Call(*stub, o, &Stub::GetJobLogs, req, &resp);
     if (!s.ok()) return Report(o, s);
     std::cout << resp.data() << std::flush;
     offset = resp.next_offset();
@@ -424,9 +419,7 @@ int LogsCommand(const ClusterOptions& o, const std::string& job_id, int rank, bo
     v1::GetJobRequest get;
     get.set_job_id(job_id);
     v1::GetJobResponse job;
-    grpc::ClientContext ctx2;
-    SetDeadline(&ctx2, o.timeout_s);
-    if (grpc::Status js = stub->GetJob(&ctx2, get, &job); !js.ok()) return Report(o, js);
+    if (grpc::Status js = Call(*stub, o, &Stub::GetJob, get, &job); !js.ok()) return Report(o, js);
     if (Terminal(job.job().state())) return kExitOk;
     if (std::chrono::steady_clock::now() >= give_up) return FollowTimedOut(o, job_id, StateName(job.job().state()));
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
