@@ -9,6 +9,8 @@ TRANSFORMERS_VERSION=4.57.1
 PEFT_VERSION=0.17.1
 TENSORBOARD_VERSION=2.21.0
 TORCHAO_VERSION=0.15.0
+TRL_VERSION=0.24.0
+DATASETS_VERSION=4.3.0
 PACKAGES=(
   bazel-bootstrap build-essential pkg-config python3 python3-venv python3-yaml
   protobuf-compiler libprotobuf-dev libgrpc++-dev protobuf-compiler-grpc libabsl-dev
@@ -41,7 +43,8 @@ has_torch() {
 }
 # Used by tests only: the other side's own code for interop (transformers' models and checkpoints,
 # the tokenizers library it depends on, for token ids, peft for LoRA adapters, and tensorboard's own
-# reader for the event files, torchao's Float8Linear for the FP8 layers).
+# reader for the event files, torchao's Float8Linear for the FP8 layers, TRL for the preference and
+# RL objectives' data and losses, with the datasets library it imports).
 ensure_transformers() {
   if ! "$1" -c "import transformers, tokenizers" 2>/dev/null; then
     log "installing transformers==$TRANSFORMERS_VERSION (tests only)"
@@ -56,6 +59,12 @@ ensure_transformers() {
       2>/dev/null; then
     log "installing tensorboard==$TENSORBOARD_VERSION (tests only)"
     "$1" -m pip install -q --disable-pip-version-check "tensorboard==$TENSORBOARD_VERSION"
+  fi
+  if ! "$1" -c "import trl, datasets, sys; sys.exit(0 if (trl.__version__, datasets.__version__) == ('$TRL_VERSION', '$DATASETS_VERSION') else 1)" \
+      2>/dev/null; then
+    log "installing trl==$TRL_VERSION and datasets==$DATASETS_VERSION (tests only)"
+    "$1" -m pip install -q --disable-pip-version-check "trl==$TRL_VERSION" "datasets==$DATASETS_VERSION" \
+      "torch==$TORCH_VERSION" "transformers==$TRANSFORMERS_VERSION" "peft==$PEFT_VERSION"
   fi
   # --no-deps: torchao's Float8 training is pure Python; its C++ extensions (built for another torch)
   # are skipped at import with a warning.
