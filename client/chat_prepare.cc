@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "client/jsonl_records.h"
+#include "client/prepare_tokenizer.h"
 #include "formats/chat/chat_template.h"
 #include "formats/data/indexed_dataset.h"
 #include "formats/data/tokenizer.h"
@@ -31,31 +32,13 @@ struct Rendered {
   std::vector<Span> trained;
 };
 
-// The roles chat templates know: the four every template handles, OpenAI's "developer" and "function",
-// Llama 3's "ipython" (a tool's output).
-constexpr const char* kRoles[] = {"system", "user", "assistant", "tool", "developer", "function", "ipython"};
-
 absl::Status Field(const std::string& field, const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
 }
 
 absl::StatusOr<Rendered> RenderConversation(const formats::chat::ChatTemplate& t, const Json& record) {
   const Json& messages = record["messages"];
-  if (!messages.is_array()) return Field("messages", "must be a list");
-  if (messages.empty()) return Field("messages", "is empty");
-  for (size_t k = 0; k < messages.size(); ++k) {
-    if (!messages[k].is_object()) return Field(absl::StrCat("messages[", k, "]"), "must be an object");
-    if (!messages[k].contains("role") || !messages[k]["role"].is_string()) {
-      return Field(absl::StrCat("messages[", k, "].role"), "must be a string");
-    }
-    // A misspelt role ("asistant") renders without complaint under most templates and is silently
-    // not trained: refused instead.
-    const std::string role = messages[k]["role"].get<std::string>();
-    if (std::find(std::begin(kRoles), std::end(kRoles), role) == std::end(kRoles)) {
-      return Field(absl::StrCat("messages[", k, "].role"),
-                   absl::StrCat("\"", role.substr(0, 64), "\" is not a chat role (", absl::StrJoin(kRoles, ", "), ")"));
-    }
-  }
+  if (absl::Status s = CheckChatMessages(messages, "messages"); !s.ok()) return s;
   const Json tools = record.contains("tools") ? record["tools"] : Json(nullptr);
   if (!tools.is_null() && !tools.is_array()) return Field("tools", "must be a list");
   Rendered r;
@@ -97,41 +80,21 @@ absl::StatusOr<Rendered> RenderCompletion(const Json& record, const std::string&
   return r;
 }
 
-std::string TokenizerDir(const std::string& path) {
-  std::error_code ec;
-  return fs::is_directory(path, ec) ? path : fs::path(path).parent_path().string();
-}
-
 }  // namespace
 
 absl::StatusOr<ChatPrepareReport> PrepareChat(const ChatPrepareOptions& o) {
   const auto start = std::chrono::steady_clock::now();
-  const std::string dir = TokenizerDir(o.tokenizer);
-  std::error_code ec;
-  const std::string tokenizer_json =
-      fs::is_directory(o.tokenizer, ec) ? (fs::path(o.tokenizer) / "tokenizer.json").string() : o.tokenizer;
-  auto tok = formats::data::Tokenizer::FromFile(tokenizer_json);
-  if (!tok.ok()) return tok.status();
-  auto made = (*tok)->NewEncoder(/*match_special=*/true);  // The rendering spells the special tokens.
-  if (!made.ok()) return made.status();
-  auto encoder = *std::move(made);
-  auto tmpl = formats::chat::ChatTemplate::FromTokenizerDir(dir.empty() ? "." : dir);
+  auto loaded = LoadPrepareTokenizer(o.tokenizer);
+  if (!loaded.ok()) return loaded.status();
+  const auto& encoder = loaded->encoder;  // The rendering spells the special tokens.
+  const auto& tmpl = loaded->chat_template;
   const bool have_template = tmpl.ok();
-  std::string eos;  // For prompt/completion records.
-  {
-    const std::string config = (fs::path(dir.empty() ? "." : dir) / "tokenizer_config.json").string();
-    std::ifstream in(config);
-    Json j = in ? Json::parse(in, nullptr, /*allow_exceptions=*/false) : Json();
-    if (j.is_object() && j.contains("eos_token")) {
-      const Json& e = j["eos_token"];
-      if (e.is_string()) eos = e.get<std::string>();
-      if (e.is_object() && e.contains("content") && e["content"].is_string()) eos = e["content"].get<std::string>();
-    }
-  }
+  const std::string& eos = loaded->eos;  // For prompt/completion records.
+  std::error_code ec;
   if (const fs::path parent = fs::path(o.output_prefix).parent_path(); !parent.empty()) {
     fs::create_directories(parent, ec);  // A failure shows as the writer's error below.
   }
-  const formats::data::IndexedDtype dtype = formats::data::IndexedDtypeForVocab((*tok)->vocab_size());
+  const formats::data::IndexedDtype dtype = loaded->dtype;
   auto writer = formats::data::IndexedDatasetWriter::Create(o.output_prefix, dtype);
   if (!writer.ok()) return writer.status();
   const std::string mask_path = o.output_prefix + ".sft.mask", json_path = o.output_prefix + ".sft.json";

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/certs_command.h"
 #include "client/chat_prepare.h"
+#include "client/preference_prepare.h"
 #include "client/chat_render.h"
 #include "client/cluster_commands.h"
 #include "client/data_prepare.h"
@@ -183,6 +184,11 @@ int Main(int argc, char** argv) {
   prepare->add_flag("--chat", prepare_chat,
                     "INPUT... are conversations ({\"messages\": [...]} or {\"prompt\", \"completion\"} per line): "
                     "write an SFT dataset rendered with the tokenizer's chat template (docs/fine-tuning.md)");
+  bool prepare_preference = false;
+  prepare->add_flag("--preference", prepare_preference,
+                    "INPUT... are preference pairs ({\"prompt\", \"chosen\", \"rejected\"} per line, messages or "
+                    "text): write a preference dataset tokenized as TRL's DPOTrainer does (docs/post-training.md)")
+      ->excludes("--chat");
   prepare->add_flag("--append-eos", prepare_options.append_eos, "End every document with the EOS token");
   prepare->add_option("--eos-token", prepare_options.eos_token,
                       "The EOS token's text (default: tokenizer_config.json's eos_token beside the tokenizer)");
@@ -261,6 +267,30 @@ int Main(int argc, char** argv) {
   if (plan->parsed()) return PlanCommand(cluster, submit_spec, submit_sets);
   if (logs->parsed()) return LogsCommand(cluster, job_id, log_rank, log_follow);
   if (export_cmd->parsed()) return ExportCommand(export_options);
+  if (prepare->parsed() && prepare_preference) {
+    if (prepare_options.tokenizer.empty() || prepare_options.append_eos || !prepare_options.eos_token.empty()) {
+      std::cerr << "error: data prepare --preference needs --tokenizer (a directory with tokenizer.json and, for "
+                   "conversations, its chat template) and takes no --append-eos or --eos-token\n";
+      return kExitBadInput;
+    }
+    PreferencePrepareOptions pref;
+    pref.tokenizer = prepare_options.tokenizer;
+    pref.output_prefix = prepare_paths.back();
+    pref.inputs.assign(prepare_paths.begin(), prepare_paths.end() - 1);
+    pref.progress = !no_progress;
+    auto report = PreparePreference(pref);
+    if (!report.ok()) {
+      std::cerr << "error: " << report.status().message() << "\n";
+      return kExitBadInput;
+    }
+    std::printf("wrote %s.bin, .idx, %s.pref.json: %lld pairs, %lld tokens (%s): %lld in prompts, %lld in "
+                "completions, in %.1f s\n",
+                pref.output_prefix.c_str(), report->margins ? ".pref.margin and " : "",
+                static_cast<long long>(report->pairs), static_cast<long long>(report->tokens), report->dtype.c_str(),
+                static_cast<long long>(report->prompt_tokens), static_cast<long long>(report->completion_tokens),
+                report->seconds);
+    return kExitOk;
+  }
   if (prepare->parsed() && prepare_chat) {
     if (prepare_options.tokenizer.empty() || prepare_options.append_eos || !prepare_options.eos_token.empty()) {
       std::cerr << "error: data prepare --chat needs --tokenizer (a directory with tokenizer.json and its chat "

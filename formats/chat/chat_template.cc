@@ -7,6 +7,7 @@
 #include <vector>
 #include <fstream>
 #include <sstream>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
 #include "formats/chat/jinja_parser.h"
@@ -172,6 +173,57 @@ absl::StatusOr<std::string> ChatTemplate::Render(const nlohmann::ordered_json& m
   c.Set("add_generation_prompt", Value::Bool(add_generation_prompt));
   auto text = RenderTemplate(*body_, context, limits_);
   if (!text.ok()) return absl::Status(text.status().code(), absl::StrCat("chat_template ", text.status().message()));
+  return text;
+}
+
+absl::StatusOr<std::string> ChatTemplate::RenderContinuing(const nlohmann::ordered_json& messages,
+                                                           const nlohmann::ordered_json& tools) const {
+  // transformers' way: a tag is appended to the final text, the whole rendered, and the text cut at
+  // the tag (and the whitespace before it, when the template trimmed the tag's own space).
+  static constexpr char kTag[] = "CONTINUE_FINAL_MESSAGE_TAG ";
+  if (!messages.is_array() || messages.empty() || !messages.back().is_object()) {
+    return absl::InvalidArgumentError("messages: the final message to continue must be an object");
+  }
+  nlohmann::ordered_json tagged = messages;
+  nlohmann::ordered_json& content = tagged.back()["content"];
+  std::string final_text;
+  if (content.is_string()) {
+    final_text = content.get<std::string>();
+    content = final_text + kTag;
+  } else if (content.is_array()) {
+    bool found = false;
+    for (auto it = content.rbegin(); it != content.rend() && !found; ++it) {
+      if (it->is_object() && it->contains("text") && (*it)["text"].is_string()) {
+        final_text = (*it)["text"].get<std::string>();
+        (*it)["text"] = final_text + kTag;
+        found = true;
+      }
+    }
+    if (!found) return absl::InvalidArgumentError("messages: the final message has no text to continue");
+  } else {
+    return absl::InvalidArgumentError("messages: the final message's content must be a string or a list");
+  }
+  auto text = Render(tagged, /*add_generation_prompt=*/false, tools);
+  if (!text.ok()) return text;
+  constexpr std::string_view kSpace = " \t\n\r\v\f";
+  auto strip = [&](std::string_view v) {
+    const size_t b = v.find_first_not_of(kSpace);
+    if (b == std::string_view::npos) return std::string_view();
+    return v.substr(b, v.find_last_not_of(kSpace) - b + 1);
+  };
+  const std::string_view bare_tag = strip(kTag);
+  const size_t tag = text->rfind(bare_tag);
+  if (text->find(strip(final_text)) == std::string::npos || tag == std::string::npos) {
+    return absl::FailedPreconditionError(
+        "the chat template drops or rewrites part of the final message, so the text cannot end with it "
+        "(continuing a final message)");
+  }
+  if (text->compare(tag, sizeof(kTag) - 1, kTag) == 0) {
+    text->resize(tag);  // The template kept the tag's space: cut exactly.
+  } else {
+    const size_t end = text->find_last_not_of(kSpace, tag == 0 ? std::string::npos : tag - 1);
+    text->resize(tag == 0 || end == std::string::npos ? 0 : end + 1);
+  }
   return text;
 }
 

@@ -38,6 +38,14 @@ class ChatTemplate {
   absl::StatusOr<std::string> Render(const nlohmann::ordered_json& messages, bool add_generation_prompt,
                                      const nlohmann::ordered_json& tools = nullptr) const;
 
+  // The text of `messages` whose last message the model is to continue (transformers'
+  // continue_final_message=True, how TRL renders a prompt that ends with an assistant message): the
+  // rendering without the generation prompt, cut right after the last message's content (its last
+  // text block when the content is a list). FailedPrecondition when the template drops or rewrites
+  // that content so that its end cannot be found.
+  absl::StatusOr<std::string> RenderContinuing(const nlohmann::ordered_json& messages,
+                                               const nlohmann::ordered_json& tools = nullptr) const;
+
   const std::string& source() const { return source_; }
   // The limits of each rendering (jinja_render.h); the defaults suit real chat templates.
   void set_limits(const RenderOptions& limits) { limits_ = limits; }

@@ -100,5 +100,35 @@ TEST(ChatTemplateTest, SpecialTokensAndTheConversationAreVariables) {
   EXPECT_EQ(*r, "<s>[user:hi]");
 }
 
+// Continuing a final message (transformers' continue_final_message): the text ends right after its
+// content, also when the template trims it or writes it as a list of blocks; a template that drops
+// the content is refused. (tests/python/preference_data_test.py compares real templates with transformers.)
+TEST(ChatTemplateTest, ContinuingTheFinalMessageEndsTheTextAfterItsContent) {
+  const nlohmann::ordered_json prefill = nlohmann::ordered_json::parse(
+      R"([{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Sure, "}])");
+  auto plain = ChatTemplate::Parse("{% for m in messages %}<{{ m.role }}>{{ m.content }}</{{ m.role }}>{% endfor %}");
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  auto r = plain->RenderContinuing(prefill);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(*r, "<user>Hi</user><assistant>Sure, ");
+  auto trimmed = ChatTemplate::Parse("{% for m in messages %}<{{ m.role }}>{{ m.content | trim }}</{{ m.role }}>{% endfor %}");
+  ASSERT_TRUE(trimmed.ok());
+  r = trimmed->RenderContinuing(prefill);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(*r, "<user>Hi</user><assistant>Sure,");
+  auto blocks = ChatTemplate::Parse(
+      "{% for m in messages %}{% for b in m.content %}{{ b.text }}|{% endfor %}{% endfor %}");
+  ASSERT_TRUE(blocks.ok());
+  r = blocks->RenderContinuing(nlohmann::ordered_json::parse(
+      R"([{"role": "assistant", "content": [{"type": "text", "text": "a"}, {"type": "image", "text": "b"}]}])"));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(*r, "a|b");
+  auto roles_only = ChatTemplate::Parse("{% for m in messages %}<{{ m.role }}>{% endfor %}");
+  ASSERT_TRUE(roles_only.ok());
+  EXPECT_EQ(roles_only->RenderContinuing(prefill).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(plain->RenderContinuing(nlohmann::ordered_json::array()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace tessera::formats::chat
