@@ -12,7 +12,7 @@
 //
 // A state may also be set again with a new reason (a waiting job's reason, an adopted attempt's);
 // the ends are final. Transition() makes every change and counts those the machine does not allow
-// (VerifyIndexes reports them: every coordinator test checks the machine).
+// (VerifyIndexes reports them; every test of coordinator/coordinator_test_fixture.h calls it).
 //
 // Lock discipline: none of its own; the coordinator calls it under its lock. The side effects of a
 // transition — orders to workers, the store, the queue — are the coordinator's.

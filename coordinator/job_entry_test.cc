@@ -37,6 +37,13 @@ TEST(JobEntryTest, TheStateMachineAllowsTheLifecycleAndNothingElse) {
   }
   // 8 forward; 4 live states again, cancelled or failed; NEW cancelled or failed (NEW again: no).
   EXPECT_EQ(allowed, 8 + 4 * 3 + 2);
+  // A few by name, independent of the rule above.
+  EXPECT_FALSE(JobEntry::Allowed(kPending, kRunning)) << "placed before running";
+  EXPECT_FALSE(JobEntry::Allowed(kRunning, kPending)) << "a failed attempt restarts first";
+  EXPECT_FALSE(JobEntry::Allowed(kRestarting, kScheduled)) << "queued again first";
+  EXPECT_FALSE(JobEntry::Allowed(kNew, kNew));
+  EXPECT_TRUE(JobEntry::Allowed(kRunning, kCancelled));
+  EXPECT_TRUE(JobEntry::Allowed(kRestarting, kFailed));
   for (v1::JobState end : {kSucceeded, kFailed, kCancelled}) {
     for (v1::JobState to : kAll) EXPECT_FALSE(JobEntry::Allowed(end, to)) << "an end is final";
   }

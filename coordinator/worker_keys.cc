@@ -27,8 +27,9 @@ absl::Status WorkerKeys::Load() {
   return absl::OkStatus();
 }
 
-absl::Status WorkerKeys::Bind(const std::string& name, const std::string& key_sha256) {
+absl::Status WorkerKeys::Bind(const std::string& name, const std::string& key_sha256, bool* bound_now) {
   absl::MutexLock lock(&mu_);
+  if (bound_now != nullptr) *bound_now = false;
   auto it = keys_.find(name);
   if (it != keys_.end()) return it->second == key_sha256 ? absl::OkStatus() : KeyConflict(name, it->second, key_sha256);
   const int64_t now_ms = absl::ToUnixMillis(options_.clock->WallNow());
@@ -36,6 +37,7 @@ absl::Status WorkerKeys::Bind(const std::string& name, const std::string& key_sh
     return absl::UnavailableError(absl::StrCat("cannot bind worker ", name, " to its key: ", s.message()));
   }
   keys_.emplace(name, key_sha256);
+  if (bound_now != nullptr) *bound_now = true;
   if (options_.on_transition) {
     options_.on_transition(absl::StrCat("worker ", name, ": bound to certificate key sha256 ", key_sha256));
   }
@@ -66,13 +68,13 @@ absl::Status WorkerKeys::CheckCertificate(const std::string& name, const std::st
   return absl::OkStatus();
 }
 
-absl::Status WorkerKeys::Release(const std::string& name) {
+absl::Status WorkerKeys::Forget(const std::string& name, const std::string& why) {
   absl::MutexLock lock(&mu_);
   if (!keys_.count(name)) return absl::NotFoundError(absl::StrCat("worker ", name.substr(0, 128), " has no bound key"));
   if (absl::Status s = options_.store->ForgetWorkerKey(name); !s.ok()) return s;
   keys_.erase(name);
   pems_.erase(name);
-  if (options_.on_transition) options_.on_transition(absl::StrCat("worker ", name, ": key released by an admin"));
+  if (options_.on_transition) options_.on_transition(absl::StrCat("worker ", name, ": ", why));
   return absl::OkStatus();
 }
 

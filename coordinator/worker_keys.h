@@ -33,7 +33,8 @@ class WorkerKeys {
   // the first time, durably (Unavailable when the store refuses); afterwards a call with another key
   // is PermissionDenied — a name's hold cannot pass to another certificate, also after the node is
   // lost or the coordinator restarts — until Release.
-  absl::Status Bind(const std::string& name, const std::string& key_sha256);
+  // `bound_now` (may be null): set to whether this call made the binding.
+  absl::Status Bind(const std::string& name, const std::string& key_sha256, bool* bound_now = nullptr);
   // Whether a registration of `name` with `key_sha256` may go ahead: OK when the name is unbound or
   // bound to that key (RegisterWorker's first check; Bind binds once it was accepted).
   absl::Status Check(const std::string& name, const std::string& key_sha256);
@@ -43,9 +44,13 @@ class WorkerKeys {
   // with the bound key (a string compare); a PEM without a readable key is Unauthenticated.
   absl::Status CheckCertificate(const std::string& name, const std::string& pem);
   // An admin's release of `name`'s key (NotFound when none is bound): the next registration binds again.
-  absl::Status Release(const std::string& name);
+  absl::Status Release(const std::string& name) { return Forget(name, "key released by an admin"); }
+  // Takes back a binding a registration made before the coordinator refused it (the journal says `why`).
+  absl::Status Unbind(const std::string& name, const std::string& why) { return Forget(name, why); }
 
  private:
+  absl::Status Forget(const std::string& name, const std::string& why);
+
   const WorkerKeysOptions options_;
   // Registrations are rare: a binding's durable write happens under this lock (serialising first
   // registrations), never under the coordinator's.

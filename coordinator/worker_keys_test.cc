@@ -56,6 +56,31 @@ class WorkerKeysTest : public ::testing::Test {
   std::vector<std::string> lines_;
 };
 
+// The worker service binds before the coordinator accepts a registration and takes a binding back
+// when it refuses it: Bind says whether it bound, and Unbind forgets durably, with the reason.
+TEST_F(WorkerKeysTest, ABindingOfARefusedRegistrationIsTakenBack) {
+  const std::string k1(64, 'a'), k2(64, 'b');
+  {
+    WorkerKeys keys(Options());
+    ASSERT_TRUE(keys.Load().ok());
+    bool bound_now = false;
+    ASSERT_TRUE(keys.Bind("node1", k1, &bound_now).ok());
+    EXPECT_TRUE(bound_now);
+    ASSERT_TRUE(keys.Bind("node1", k1, &bound_now).ok());
+    EXPECT_FALSE(bound_now) << "bound before: not this call's";
+    EXPECT_EQ(keys.Bind("node1", k2, &bound_now).code(), absl::StatusCode::kPermissionDenied);
+    EXPECT_FALSE(bound_now);
+    ASSERT_TRUE(keys.Unbind("node1", "key taken back: its first registration was refused (x)").ok());
+    EXPECT_TRUE(keys.Check("node1", k2).ok());
+  }
+  Reopen();
+  WorkerKeys keys(Options());
+  ASSERT_TRUE(keys.Load().ok());
+  EXPECT_TRUE(keys.Check("node1", k2).ok()) << "the take-back is durable";
+  EXPECT_THAT(lines_, ::testing::ElementsAre("worker node1: bound to certificate key sha256 " + k1,
+                                             "worker node1: key taken back: its first registration was refused (x)"));
+}
+
 TEST_F(WorkerKeysTest, ANameBindsToItsFirstKeyDurablyUntilReleased) {
   const std::string k1(64, 'a'), k2(64, 'b');
   {

@@ -19,21 +19,31 @@ grpc::Status WorkerServiceImpl::RegisterWorker(grpc::ServerContext* ctx, const v
                                                v1::RegisterWorkerResponse* resp) {
   RpcTimer timer(metrics_, "RegisterWorker");
   if (grpc::Status s = Authorize(ctx, "RegisterWorker", req->name()); !s.ok()) return s;
-  // With TLS the name is bound to the key of the certificate that first registered it: checked
-  // before, bound once the registration was accepted (a refused one binds nothing).
+  // With TLS the name is bound to the key of the certificate that first registered it — before the
+  // registration is accepted, so that from its acceptance on no other certificate may act as the
+  // name (heartbeat, stream, report); a binding whose registration is refused is taken back. A
+  // binding the store refuses fails the registration (the name is never accepted unbound).
   std::string key;
-  std::optional<absl::MutexLock> registering;
+  bool bound_now = false;
+  std::optional<absl::MutexLock> registering;  // One TLS registration at a time, from bind to accept.
   if (authorizer_ != nullptr && authorizer_->tls()) {
     registering.emplace(&registration_mu_);
     auto peer_key = rpc::PeerKeySha256(*ctx);
     if (!peer_key.ok()) return ToGrpc(peer_key.status());
     key = *peer_key;
-    if (absl::Status s = coordinator_->worker_keys().Check(req->name(), key); !s.ok()) return ToGrpc(s);
+    if (absl::Status s = coordinator_->worker_keys().Bind(req->name(), key, &bound_now); !s.ok()) return ToGrpc(s);
   }
   auto r = coordinator_->RegisterWorker(*req);
-  if (!r.ok()) return ToGrpc(r.status());
+  if (!r.ok()) {
+    if (bound_now) {
+      coordinator_->worker_keys()
+          .Unbind(req->name(), absl::StrCat("key taken back: its first registration was refused (",
+                                            r.status().message().substr(0, 200), ")"))
+          .IgnoreError();
+    }
+    return ToGrpc(r.status());
+  }
   if (!key.empty()) {
-    if (absl::Status bound = coordinator_->worker_keys().Bind(req->name(), key); !bound.ok()) return ToGrpc(bound);
     (void)coordinator_->worker_keys().CheckCertificate(req->name(), rpc::PeerCertificatePem(*ctx));  // Caches it.
   }
   *resp = *r;

@@ -50,9 +50,9 @@ class WorkerServiceImpl final
   Coordinator* coordinator_;
   CoordinatorMetrics* metrics_;
   const Authorizer* authorizer_;
-  // Held by a TLS registration from the check of its key to the bind: two first registrations of an
-  // unbound name with different keys would both pass the check, and the loser's registration would
-  // already be accepted when its bind failed. Taken before the coordinator's lock, never inside it.
+  // Held by a TLS registration from the bind of its key to the coordinator's answer: a binding that a
+  // refused registration made is taken back before another registration of the name (say, with the
+  // same certificate) could be accepted on it. Taken before the coordinator's lock, never inside it.
   absl::Mutex registration_mu_;
   absl::Mutex streams_mu_;
   int open_streams_ ABSL_GUARDED_BY(streams_mu_) = 0;

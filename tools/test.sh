@@ -4,23 +4,26 @@
 # cases are never counted as passed). The whole suite (no arguments) also runs every fuzz target
 # briefly under ASan+UBSan (tools/fuzz.sh --smoke: one case each) and the deployment tests
 # (tools/test_deploy.sh: the container image and a cluster in containers); every run checks the
-# layering (tools/check_layering.sh). Extra arguments go to `bazel test`: flags (e.g.
-# --nocache_test_results, which reruns every test: the flake check of docs/testing.md) keep the whole
-# suite; a target pattern narrows it and skips the fuzz and deployment tests.
+# layering (tools/check_layering.sh). Extra arguments go to `bazel test`, in their order. Flags
+# alone (each starting with "-", values joined with "=": --nocache_test_results, which reruns every
+# test — the flake check of docs/testing.md) keep the whole suite: //... is added, and so are the fuzz
+# and deployment tests. Any other argument (a target pattern, an exclusion -//x:y, a flag's separate
+# value) hands the whole command to bazel as given and skips the fuzz and deployment tests.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 cache="${HOME:-/root}/.cache/tessera/bazel-disk"
 mkdir -p "$cache"
-flags=()
-targets=()
+args=("$@")
+whole=1
 for arg in "$@"; do
   case "$arg" in
-    -*) flags+=("$arg") ;;
-    *) targets+=("$arg") ;;
+    -/*|-@*) whole=0 ;;  # An exclusion is a target pattern.
+    -*) ;;
+    *) whole=0 ;;
   esac
 done
-[ ${#targets[@]} -gt 0 ] || targets=(//...)
-bazel test --disk_cache="$cache" "${flags[@]}" "${targets[@]}"
+[ "$whole" = 0 ] || args+=(//...)
+bazel test --disk_cache="$cache" "${args[@]}"
 rc=$?
 # The layering rule the compiler cannot check (tools/check_layering.sh), counted as one test case.
 layering_junit="${TMPDIR:-/tmp}/tessera-layering-junit"
@@ -31,7 +34,7 @@ fuzz_junit="${TMPDIR:-/tmp}/tessera-fuzz-junit"
 rm -rf "$fuzz_junit"
 deploy_junit="${TMPDIR:-/tmp}/tessera-deploy-junit"
 rm -rf "$deploy_junit"
-if [ "${targets[*]}" = "//..." ]; then
+if [ "$whole" = 1 ]; then
   TESSERA_FUZZ_JUNIT="$fuzz_junit" bash tools/fuzz.sh --smoke || rc=1
   TESSERA_DEPLOY_JUNIT="$deploy_junit" bash tools/test_deploy.sh || rc=1
 fi
