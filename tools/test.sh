@@ -23,7 +23,11 @@ for arg in "$@"; do
   esac
 done
 [ "$whole" = 0 ] || args+=(//...)
-bazel test --disk_cache="$cache" "${args[@]}"
+# The test results of this invocation only (its build events): bazel-testlogs also keeps the logs of
+# targets renamed or removed since, which would be counted again.
+events="${TMPDIR:-/tmp}/tessera-test-events.json"
+rm -f "$events"
+bazel test --disk_cache="$cache" --build_event_json_file="$events" "${args[@]}"
 rc=$?
 # The layering rule the compiler cannot check (tools/check_layering.sh), counted as one test case.
 layering_junit="${TMPDIR:-/tmp}/tessera-layering-junit"
@@ -38,10 +42,26 @@ if [ "$whole" = 1 ]; then
   TESSERA_FUZZ_JUNIT="$fuzz_junit" bash tools/fuzz.sh --smoke || rc=1
   TESSERA_DEPLOY_JUNIT="$deploy_junit" bash tools/test_deploy.sh || rc=1
 fi
-python3 - "$(bazel info bazel-testlogs 2>/dev/null)" "$fuzz_junit" "$deploy_junit" "$layering_junit" <<'PY'
-import pathlib, sys, xml.etree.ElementTree as ET
+python3 - "$events" "$fuzz_junit" "$deploy_junit" "$layering_junit" <<'PY'
+import json, pathlib, sys, urllib.parse, urllib.request, xml.etree.ElementTree as ET
 passed = failed = skipped = 0
-xmls = list(pathlib.Path(sys.argv[1]).rglob("test.xml"))
+# Each test's (run, shard) counts once, with its last attempt's test.xml.
+latest = {}
+try:
+    with open(sys.argv[1], encoding="utf-8") as f:
+        for line in f:
+            event = json.loads(line)
+            key = event.get("id", {}).get("testResult")
+            if key is None or "testResult" not in event:
+                continue
+            for out in event["testResult"].get("testActionOutput", []):
+                if out.get("name") == "test.xml" and out.get("uri", "").startswith("file://"):
+                    run = (key.get("label"), key.get("run", 1), key.get("shard", 1))
+                    if key.get("attempt", 1) >= latest.get(run, (0, None))[0]:
+                        latest[run] = (key.get("attempt", 1), urllib.request.url2pathname(urllib.parse.urlparse(out["uri"]).path))
+except (OSError, ValueError) as e:
+    print(f"test.sh: cannot read the build events ({e}); counting no Bazel test", file=sys.stderr)
+xmls = [pathlib.Path(path) for _, path in latest.values()]
 for extra in sys.argv[2:]:
     if pathlib.Path(extra).is_dir():
         xmls += list(pathlib.Path(extra).glob("*.xml"))
