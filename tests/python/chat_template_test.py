@@ -159,6 +159,16 @@ def small_tokenizer():
     return tok
 
 
+def save_tokenizer(base, directory, name, template):
+    """`base` saved as a transformers tokenizer with `template` in DIRECTORY/NAME; (path, the tokenizer loaded)."""
+    path = os.path.join(directory, name)
+    fast = PreTrainedTokenizerFast(tokenizer_object=base, bos_token="<s>", eos_token="</s>",
+                                   additional_special_tokens=["<|im_start|>", "<|im_end|>"])
+    fast.chat_template = template
+    fast.save_pretrained(path)
+    return path, PreTrainedTokenizerFast.from_pretrained(path)
+
+
 class ChatTemplateTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -166,12 +176,7 @@ class ChatTemplateTest(unittest.TestCase):
         cls.base = small_tokenizer()
 
     def save(self, name, template):
-        path = os.path.join(self.dir, name)
-        fast = PreTrainedTokenizerFast(tokenizer_object=self.base, bos_token="<s>", eos_token="</s>",
-                                       additional_special_tokens=["<|im_start|>", "<|im_end|>"])
-        fast.chat_template = template
-        fast.save_pretrained(path)
-        return path, PreTrainedTokenizerFast.from_pretrained(path)
+        return save_tokenizer(self.base, self.dir, name, template)
 
     def render(self, path, conversations, generation_prompt, tools=None):
         lines = "".join(json.dumps({"messages": c, **({"tools": tools} if tools else {})}, ensure_ascii=False) + "\n"

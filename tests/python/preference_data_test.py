@@ -60,12 +60,7 @@ class PreferenceDataTest(unittest.TestCase):
         cls.base = ct.small_tokenizer()
 
     def save(self, name, template):
-        path = os.path.join(self.dir, name)
-        fast = PreTrainedTokenizerFast(tokenizer_object=self.base, bos_token="<s>", eos_token="</s>",
-                                       additional_special_tokens=["<|im_start|>", "<|im_end|>"])
-        fast.chat_template = template
-        fast.save_pretrained(path)
-        return path, PreTrainedTokenizerFast.from_pretrained(path)
+        return ct.save_tokenizer(self.base, self.dir, name, template)
 
     def prepare(self, path, records, out, lines=None):
         inp = os.path.join(self.dir, out + ".jsonl")
