@@ -11,11 +11,11 @@
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 problems="$(
-  grep -rnE '#include "(parallel|kernels)/' client coordinator worker spec common layout plan formats \
+  grep -rnE '#include "(parallel|kernels)/' client coordinator worker spec common layout plan formats rewards \
     --include='*.h' --include='*.cc' | grep -v '^worker/rank/'
   grep -rnE '(^|[^[:alnum:]_])parallel::|namespace tessera::parallel' client coordinator worker spec common \
-    layout plan formats --include='*.h' --include='*.cc' | grep -v '^worker/rank/'
-  grep -nE '"@torch|"//(parallel|kernels)[/:]' layout/BUILD.bazel plan/BUILD.bazel formats/*/BUILD.bazel \
+    layout plan formats rewards --include='*.h' --include='*.cc' | grep -v '^worker/rank/'
+  grep -nE '"@torch|"//(parallel|kernels)[/:]' layout/BUILD.bazel plan/BUILD.bazel formats/*/BUILD.bazel rewards/BUILD.bazel \
     client/BUILD.bazel coordinator/BUILD.bazel coordinator/ui/BUILD.bazel worker/BUILD.bazel \
     spec/BUILD.bazel common/*/BUILD.bazel
   grep -nE '"//' common/*/BUILD.bazel | grep -vE '"//(common/|visibility)'
