@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -101,7 +102,21 @@ void RewardProgram::Kill() {
   CloseFd(&err_);
 }
 
-absl::Status RewardProgram::Fail(const std::string& why) {
+absl::Status RewardProgram::Fail(const std::string& why, bool grace) {
+  if (grace && err_ >= 0) {
+    CloseFd(&in_);
+    const absl::Time until = absl::Now() + kGrace;
+    char buf[4096];
+    while (absl::Now() < until) {
+      pollfd fd = {err_, POLLIN, 0};
+      const int ms = static_cast<int>(std::max<int64_t>(1, absl::ToInt64Milliseconds(until - absl::Now())));
+      if (poll(&fd, 1, ms) <= 0) break;
+      const ssize_t n = read(err_, buf, sizeof(buf));
+      if (n <= 0) break;  // Closed: it exited.
+      err_tail_.append(buf, static_cast<size_t>(n));
+      if (err_tail_.size() > 4 * options_.stderr_tail_bytes) err_tail_.erase(0, err_tail_.size() - options_.stderr_tail_bytes);
+    }
+  }
   // What it wrote to stderr before it went, then stop it.
   if (err_ >= 0) {
     char buf[4096];
@@ -179,7 +194,8 @@ absl::StatusOr<std::vector<double>> RewardProgram::Score(const std::vector<Rewar
   if (absl::Status s = Pump(absl::Now(), &timed_out); !s.ok()) return s;
   if (!lines_.empty() || !out_buffer_.empty()) {
     return Fail(absl::StrCat("printed more lines than it was given queries (", Quote(lines_.empty() ? out_buffer_ : lines_[0]),
-                             " came after the last answer)"));
+                             " came after the last answer)"),
+                /*grace=*/true);
   }
   std::string payload;
   for (const RewardQuery& q : queries) {
@@ -212,7 +228,8 @@ absl::StatusOr<std::vector<double>> RewardProgram::Score(const std::vector<Rewar
       const nlohmann::json v = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
       if (v.is_discarded() || !v.is_number() || !std::isfinite(v.get<double>())) {
         return Fail(absl::StrCat("answer ", scores.size() + 1, " of ", queries.size(), " is ", Quote(line),
-                                 ", not a finite JSON number (one number per line, one line per query)"));
+                                 ", not a finite JSON number (one number per line, one line per query)"),
+                    /*grace=*/true);
       }
       scores.push_back(v.get<double>());
       continue;

@@ -57,7 +57,10 @@ class RewardProgram {
  private:
   explicit RewardProgram(RewardProgramOptions options) : options_(std::move(options)) {}
   // Stops the program and remembers `why` (with its stderr's tail) as the error of every later call.
-  absl::Status Fail(const std::string& why);
+  // With `grace`, its stdin is closed first and its stderr read for a moment (until it closes, at most
+  // kGrace), so that what a program that noticed its own mistake writes there is kept.
+  absl::Status Fail(const std::string& why, bool grace = false);
+  static constexpr absl::Duration kGrace = absl::Milliseconds(500);
   // Reads what is available on stdout and stderr (waiting up to `until`); false at the deadline.
   absl::Status Pump(absl::Time until, bool* timed_out);
   void Kill();
