@@ -15,6 +15,7 @@
 #include "client/certs_command.h"
 #include "client/chat_prepare.h"
 #include "client/preference_prepare.h"
+#include "client/prompt_prepare.h"
 #include "client/chat_render.h"
 #include "client/cluster_commands.h"
 #include "client/data_prepare.h"
@@ -189,6 +190,12 @@ int Main(int argc, char** argv) {
                     "INPUT... are preference pairs ({\"prompt\", \"chosen\", \"rejected\"} per line, messages or "
                     "text): write a preference dataset tokenized as TRL's DPOTrainer does (docs/post-training.md)")
       ->excludes("--chat");
+  bool prepare_prompts = false;
+  prepare->add_flag("--prompts", prepare_prompts,
+                    "INPUT... are prompts for reinforcement learning ({\"prompt\": messages or text, ...fields} per "
+                    "line): write a prompt dataset tokenized as TRL's GRPOTrainer does, the other fields kept")
+      ->excludes("--chat")
+      ->excludes("--preference");
   prepare->add_flag("--append-eos", prepare_options.append_eos, "End every document with the EOS token");
   prepare->add_option("--eos-token", prepare_options.eos_token,
                       "The EOS token's text (default: tokenizer_config.json's eos_token beside the tokenizer)");
@@ -267,6 +274,29 @@ int Main(int argc, char** argv) {
   if (plan->parsed()) return PlanCommand(cluster, submit_spec, submit_sets);
   if (logs->parsed()) return LogsCommand(cluster, job_id, log_rank, log_follow);
   if (export_cmd->parsed()) return ExportCommand(export_options);
+  if (prepare->parsed() && prepare_prompts) {
+    if (prepare_options.tokenizer.empty() || prepare_options.append_eos || !prepare_options.eos_token.empty()) {
+      std::cerr << "error: data prepare --prompts needs --tokenizer (a directory with tokenizer.json and, for "
+                   "conversations, its chat template) and takes no --append-eos or --eos-token\n";
+      return kExitBadInput;
+    }
+    PromptPrepareOptions po;
+    po.tokenizer = prepare_options.tokenizer;
+    po.output_prefix = prepare_paths.back();
+    po.inputs.assign(prepare_paths.begin(), prepare_paths.end() - 1);
+    po.progress = !no_progress;
+    auto report = PreparePrompts(po);
+    if (!report.ok()) {
+      std::cerr << "error: " << report.status().message() << "\n";
+      return kExitBadInput;
+    }
+    std::printf("wrote %s.bin, .idx, .fields.jsonl and .prompts.json: %lld prompts, %lld tokens (%s), the longest "
+                "%lld, in %.1f s\n",
+                po.output_prefix.c_str(), static_cast<long long>(report->prompts),
+                static_cast<long long>(report->tokens), report->dtype.c_str(), static_cast<long long>(report->longest),
+                report->seconds);
+    return kExitOk;
+  }
   if (prepare->parsed() && prepare_preference) {
     if (prepare_options.tokenizer.empty() || prepare_options.append_eos || !prepare_options.eos_token.empty()) {
       std::cerr << "error: data prepare --preference needs --tokenizer (a directory with tokenizer.json and, for "

@@ -53,18 +53,8 @@ absl::StatusOr<PairText> RenderConversational(const formats::chat::ChatTemplate&
   }
   const Json tools = record.contains("tools") ? record["tools"] : Json(nullptr);
   if (!tools.is_null() && !tools.is_array()) return Field("tools", "must be a list");
-  const std::string last = prompt.back()["role"].get<std::string>();
-  absl::StatusOr<std::string> rendered = absl::InternalError("");
-  if (last == "user") {
-    rendered = t.Render(prompt, /*add_generation_prompt=*/true, tools);
-  } else if (last == "assistant") {
-    rendered = t.RenderContinuing(prompt, tools);  // A prefill the completions continue.
-  } else {
-    return Field(absl::StrCat("prompt[", prompt.size() - 1, "].role"),
-                 absl::StrCat("the prompt must end with a user message (or an assistant message the completions "
-                              "continue), not \"", last.substr(0, 64), "\""));
-  }
-  if (!rendered.ok()) return Field("prompt", std::string(rendered.status().message()));
+  absl::StatusOr<std::string> rendered = RenderPromptText(t, prompt, tools);
+  if (!rendered.ok()) return rendered.status();
   PairText out;
   std::string p = *std::move(rendered);
   for (const char* field : {"chosen", "rejected"}) {

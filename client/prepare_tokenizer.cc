@@ -63,4 +63,21 @@ absl::Status CheckChatMessages(const nlohmann::ordered_json& messages, const std
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::string> RenderPromptText(const formats::chat::ChatTemplate& t, const nlohmann::ordered_json& prompt,
+                                             const nlohmann::ordered_json& tools) {
+  const std::string last = prompt.back()["role"].get<std::string>();
+  absl::StatusOr<std::string> rendered = absl::InternalError("");
+  if (last == "user") {
+    rendered = t.Render(prompt, /*add_generation_prompt=*/true, tools);
+  } else if (last == "assistant") {
+    rendered = t.RenderContinuing(prompt, tools);  // A prefill the completions continue.
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("prompt[", prompt.size() - 1, "].role: the prompt must end with a user message (or an assistant "
+                     "message the completions continue), not \"", last.substr(0, 64), "\""));
+  }
+  if (!rendered.ok()) return absl::InvalidArgumentError(absl::StrCat("prompt: ", rendered.status().message()));
+  return rendered;
+}
+
 }  // namespace tessera::client

@@ -33,6 +33,12 @@ absl::StatusOr<PrepareTokenizer> LoadPrepareTokenizer(const std::string& path);
 // templates and would silently not be trained. InvalidArgument naming the field and message.
 absl::Status CheckChatMessages(const nlohmann::ordered_json& messages, const std::string& field);
 
+// The text of a conversational prompt (checked messages) as TRL's maybe_apply_chat_template renders
+// it: with the generation prompt when it ends with a user message, continuing its final message when
+// it ends with an assistant message (a prefill); another last role is InvalidArgument naming it.
+absl::StatusOr<std::string> RenderPromptText(const formats::chat::ChatTemplate& t, const nlohmann::ordered_json& prompt,
+                                             const nlohmann::ordered_json& tools);
+
 }  // namespace tessera::client
 
 #endif  // TESSERA_CLIENT_PREPARE_TOKENIZER_H_

@@ -1,0 +1,183 @@
+#include "formats/data/prompt_dataset.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+
+namespace tessera::formats::data {
+namespace {
+
+constexpr char kFormat[] = "tessera-prompts";
+constexpr int kVersion = 1;
+constexpr int64_t kMaxFieldsLine = int64_t{64} << 20;  // Bytes of one prompt's fields.
+
+}  // namespace
+
+PromptDatasetWriter::PromptDatasetWriter(std::string prefix, std::unique_ptr<IndexedDatasetWriter> tokens,
+                                         std::FILE* fields)
+    : prefix_(std::move(prefix)), tokens_(std::move(tokens)), fields_(fields) {}
+
+absl::StatusOr<std::unique_ptr<PromptDatasetWriter>> PromptDatasetWriter::Create(const std::string& prefix,
+                                                                                 IndexedDtype dtype) {
+  std::remove((prefix + ".prompts.json").c_str());  // Complete again only when this writer finishes.
+  auto tokens = IndexedDatasetWriter::Create(prefix, dtype);
+  if (!tokens.ok()) return tokens.status();
+  const std::string tmp = prefix + ".fields.jsonl.tmp";
+  std::FILE* fields = std::fopen(tmp.c_str(), "wb");
+  if (fields == nullptr) return absl::InvalidArgumentError(absl::StrCat(tmp, ": cannot write: ", std::strerror(errno)));
+  return std::unique_ptr<PromptDatasetWriter>(new PromptDatasetWriter(prefix, *std::move(tokens), fields));
+}
+
+PromptDatasetWriter::~PromptDatasetWriter() {
+  if (fields_ != nullptr) std::fclose(fields_);
+  if (!finished_) {
+    std::remove((prefix_ + ".fields.jsonl.tmp").c_str());
+    std::remove((prefix_ + ".prompts.json.tmp").c_str());
+  }
+}
+
+absl::Status PromptDatasetWriter::Add(const PromptRow& row) {
+  if (row.ids.empty()) return absl::InvalidArgumentError("prompt: has no tokens");
+  if (!row.fields.is_object()) return absl::InvalidArgumentError("fields: must be an object");
+  nlohmann::json line = row.fields;
+  line["prompt_text"] = row.text;
+  const std::string text = line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  if (static_cast<int64_t>(text.size()) > kMaxFieldsLine) {
+    return absl::InvalidArgumentError(absl::StrCat("the record is ", text.size(), " bytes, more than ", kMaxFieldsLine));
+  }
+  if (absl::Status s = tokens_->AddDocument(row.ids); !s.ok()) return s;
+  if (std::fwrite(text.data(), 1, text.size(), fields_) != text.size()) {
+    return absl::InternalError(absl::StrCat(prefix_, ".fields.jsonl.tmp: write failed"));
+  }
+  ++prompts_;
+  return absl::OkStatus();
+}
+
+absl::Status PromptDatasetWriter::Finish() {
+  const std::string fields_path = prefix_ + ".fields.jsonl", json_path = prefix_ + ".prompts.json";
+  const bool flushed = std::fflush(fields_) == 0 && fsync(fileno(fields_)) == 0;
+  std::fclose(fields_);
+  fields_ = nullptr;
+  if (!flushed) return absl::InternalError(absl::StrCat(fields_path, ".tmp: write failed"));
+  if (std::rename((fields_path + ".tmp").c_str(), fields_path.c_str()) != 0) {
+    return absl::InternalError(absl::StrCat(fields_path, ": rename failed: ", std::strerror(errno)));
+  }
+  if (absl::Status s = tokens_->Finish(); !s.ok()) return s;
+  nlohmann::ordered_json meta = nlohmann::ordered_json::object();
+  meta["format"] = kFormat;
+  meta["version"] = kVersion;
+  meta["prompts"] = prompts_;
+  meta["tokens"] = tokens_->tokens();
+  const std::string tmp = json_path + ".tmp";
+  {
+    std::ofstream js(tmp, std::ios::trunc);
+    js << meta.dump(2) << "\n";
+    js.close();
+    if (!js) return absl::InternalError(absl::StrCat(tmp, ": write failed"));
+  }
+  if (std::rename(tmp.c_str(), json_path.c_str()) != 0) {
+    return absl::InternalError(absl::StrCat(json_path, ": rename failed: ", std::strerror(errno)));
+  }
+  finished_ = true;
+  return absl::OkStatus();
+}
+
+PromptDataset::~PromptDataset() {
+  if (fields_fd_ >= 0) close(fields_fd_);
+}
+
+absl::StatusOr<std::unique_ptr<PromptDataset>> PromptDataset::Open(const std::string& prefix, int64_t vocab) {
+  const std::string json_path = prefix + ".prompts.json", fields_path = prefix + ".fields.jsonl";
+  std::ifstream in(json_path);
+  if (!in) {
+    return absl::NotFoundError(absl::StrCat(json_path, ": cannot open (a prompt dataset is complete when it exists: ",
+                                            "prepare one with `tessera data prepare --prompts`)"));
+  }
+  const nlohmann::json meta = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (meta.is_discarded() || !meta.is_object() || meta.value("format", "") != kFormat) {
+    return absl::InvalidArgumentError(absl::StrCat(json_path, ": not a prompt dataset's metadata (format ", kFormat, ")"));
+  }
+  if (!meta.contains("version") || meta["version"] != kVersion) {
+    return absl::InvalidArgumentError(absl::StrCat(json_path, ": version ", meta.contains("version") ? meta["version"].dump() : "missing",
+                                                   " is not supported (", kVersion, ")"));
+  }
+  for (const char* key : {"prompts", "tokens"}) {
+    if (!meta.contains(key) || !meta[key].is_number_integer() || meta[key].get<int64_t>() < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(json_path, ": ", key, " must be a count"));
+    }
+  }
+  const int64_t prompts = meta["prompts"].get<int64_t>();
+  if (prompts == 0) return absl::InvalidArgumentError(absl::StrCat(json_path, ": holds no prompt"));
+  auto tokens = MappedIndexedDataset::Open(prefix);
+  if (!tokens.ok()) return tokens.status();
+  const IndexedDatasetIndex& x = (*tokens)->index();
+  if ((*tokens)->sequences() != prompts || static_cast<int64_t>(x.document_indices.size()) != prompts + 1) {
+    return absl::InvalidArgumentError(absl::StrCat(prefix, ".idx: holds ", (*tokens)->sequences(), " sequences; ",
+                                                   json_path, " says ", prompts, " prompts (one document of one sequence each)"));
+  }
+  for (int64_t d = 0; d <= prompts; ++d) {
+    if (x.document_indices[d] != d) {
+      return absl::InvalidArgumentError(absl::StrCat(prefix, ".idx: document ", d, " is not one sequence"));
+    }
+  }
+  for (int64_t p = 0; p < prompts; ++p) {
+    if (x.sequence_lengths[p] == 0) return absl::InvalidArgumentError(absl::StrCat(prefix, ".idx: prompt ", p, " is empty"));
+  }
+  if (meta["tokens"].get<int64_t>() != x.num_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat(json_path, ": tokens ", meta["tokens"].get<int64_t>(),
+                                                   " does not match the ", x.num_tokens, " tokens of ", prefix, ".bin"));
+  }
+  std::unique_ptr<PromptDataset> ds(new PromptDataset(prefix, vocab));
+  ds->tokens_ = *std::move(tokens);
+  // The fields: one line per prompt (offsets found once; each line read and parsed when asked for).
+  ds->fields_fd_ = open(fields_path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (ds->fields_fd_ < 0) return absl::NotFoundError(absl::StrCat(fields_path, ": cannot open: ", std::strerror(errno)));
+  std::ifstream fields(fields_path, std::ios::binary);
+  std::string line;
+  int64_t at = 0;
+  while (std::getline(fields, line)) {
+    if (static_cast<int64_t>(ds->field_offsets_.size()) == prompts) {
+      return absl::InvalidArgumentError(absl::StrCat(fields_path, ": holds more lines than the ", prompts, " prompts"));
+    }
+    ds->field_offsets_.push_back(at);
+    at += static_cast<int64_t>(line.size()) + 1;
+  }
+  if (static_cast<int64_t>(ds->field_offsets_.size()) != prompts) {
+    return absl::InvalidArgumentError(absl::StrCat(fields_path, ": holds ", ds->field_offsets_.size(), " lines for ",
+                                                   prompts, " prompts"));
+  }
+  ds->fields_end_ = at;
+  return ds;
+}
+
+absl::StatusOr<PromptRow> PromptDataset::Row(int64_t i) const {
+  if (i < 0 || i >= prompts()) {
+    return absl::OutOfRangeError(absl::StrCat("prompt ", i, " is not in ", prefix_, " (", prompts(), " prompts)"));
+  }
+  PromptRow row;
+  auto ids = tokens_->Sequence(i, vocab_);
+  if (!ids.ok()) return ids.status();
+  row.ids = *std::move(ids);
+  const int64_t begin = field_offsets_[i];
+  const int64_t end = (i + 1 < prompts() ? field_offsets_[i + 1] : fields_end_) - 1;  // Without the newline.
+  std::string text(static_cast<size_t>(std::max<int64_t>(0, end - begin)), '\0');
+  if (!text.empty() && pread(fields_fd_, text.data(), text.size(), begin) != static_cast<ssize_t>(text.size())) {
+    return absl::DataLossError(absl::StrCat(prefix_, ".fields.jsonl: line ", i + 1, ": cannot be read"));
+  }
+  nlohmann::json fields = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (fields.is_discarded() || !fields.is_object() || !fields.contains("prompt_text") || !fields["prompt_text"].is_string()) {
+    return absl::DataLossError(absl::StrCat(prefix_, ".fields.jsonl: line ", i + 1,
+                                            ": not a JSON object with a string prompt_text"));
+  }
+  row.text = fields["prompt_text"].get<std::string>();
+  fields.erase("prompt_text");
+  row.fields = std::move(fields);
+  return row;
+}
+
+}  // namespace tessera::formats::data
