@@ -99,6 +99,10 @@ absl::StatusOr<PreferencePrepareReport> PreparePreference(const PreferencePrepar
     for (const char* field : {"prompt", "chosen", "rejected"}) {
       if (!record.contains(field)) return fail(Field(field, "is missing (a pair has prompt, chosen and rejected)"));
     }
+    if (record.contains("chat_template_kwargs")) {
+      return fail(Field("chat_template_kwargs",
+                        "is not supported (TRL passes them to the chat template as variables; tessera does not)"));
+    }
     if (record["chosen"] == record["rejected"]) {
       return fail(absl::InvalidArgumentError("chosen and rejected are the same: a pair prefers one of two different completions"));
     }

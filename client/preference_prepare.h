@@ -5,7 +5,8 @@
 //
 // Records, one per line: conversational {"prompt": [messages], "chosen": [messages], "rejected":
 // [messages], "tools": [...]?, "margin": number?} or text {"prompt": "...", "chosen": "...",
-// "rejected": "...", "margin": number?}; other keys are ignored. Conversational: the prompt is the
+// "rejected": "...", "margin": number?}; other keys are ignored but `chat_template_kwargs` (refused:
+// not supported). `tools` is per record here (DPOTrainer takes one list, DPOConfig.tools, for all). Conversational: the prompt is the
 // chat template's rendering of `prompt` — with the generation prompt when it ends with a user
 // message, continuing its final message when it ends with an assistant message (a prefill) — cut to
 // the longest common prefix with the rendering of prompt + chosen; the chosen text is that rendering

@@ -32,6 +32,10 @@ absl::StatusOr<PromptPrepareReport> PreparePrompts(const PromptPrepareOptions& o
   absl::Status read = ForEachJsonRecord(o.inputs, [&](const Json& record, const std::string& where) -> absl::Status {
     auto fail = [&](const absl::Status& s) { return absl::Status(s.code(), where + std::string(s.message())); };
     if (!record.contains("prompt")) return fail(absl::InvalidArgumentError("prompt: is missing"));
+    if (record.contains("chat_template_kwargs")) {
+      return fail(absl::InvalidArgumentError(
+          "chat_template_kwargs: is not supported (TRL passes them to the chat template as variables; tessera does not)"));
+    }
     const Json& prompt = record["prompt"];
     formats::data::PromptRow row;
     if (prompt.is_string()) {
@@ -43,9 +47,8 @@ absl::StatusOr<PromptPrepareReport> PreparePrompts(const PromptPrepareOptions& o
                                  absl::StrCat("a conversational prompt needs the tokenizer's chat template: ",
                                               loaded->chat_template.status().message())));
       }
-      const Json tools = record.contains("tools") ? record["tools"] : Json(nullptr);
-      if (!tools.is_null() && !tools.is_array()) return fail(absl::InvalidArgumentError("tools: must be a list"));
-      auto text = RenderPromptText(*loaded->chat_template, prompt, tools);
+      // As GRPOTrainer: the prompt alone (a record's "tools" is a field like any other).
+      auto text = RenderPromptText(*loaded->chat_template, prompt, nullptr);
       if (!text.ok()) return fail(text.status());
       row.text = *std::move(text);
     } else {

@@ -6,7 +6,8 @@
 // Records, one per line: {"prompt": [messages] | "text", ...other fields}. A conversational prompt is
 // rendered with the chat template and the generation prompt (ending with a user message), or
 // continuing its final message (ending with an assistant message); a text prompt is taken as it is.
-// The other fields (an `answer`, test cases, an `id`) are kept for the rewards. A bad record is
+// The other fields (an `answer`, test cases, an `id`, also `tools`: the prompt is rendered alone, as
+// GRPOTrainer renders it) are kept for the rewards. `chat_template_kwargs` is refused (not supported). A bad record is
 // refused with its file, line and problem, and the run leaves no dataset.
 #ifndef TESSERA_CLIENT_PROMPT_PREPARE_H_
 #define TESSERA_CLIENT_PROMPT_PREPARE_H_

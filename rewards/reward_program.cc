@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -42,17 +43,32 @@ absl::StatusOr<std::unique_ptr<RewardProgram>> RewardProgram::Start(RewardProgra
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, in) != 0) {
     return absl::InternalError(absl::StrCat("reward ", options.name, ": socketpair: ", std::strerror(errno)));
   }
-  if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) {
+  auto close_all = [&](std::initializer_list<int*> pairs) {
+    for (int* p : pairs) close(p[0]), close(p[1]);
+  };
+  if (pipe2(out, O_CLOEXEC) != 0) {
+    close_all({in});
     return absl::InternalError(absl::StrCat("reward ", options.name, ": pipe: ", std::strerror(errno)));
   }
+  if (pipe2(err, O_CLOEXEC) != 0) {
+    close_all({in, out});
+    return absl::InternalError(absl::StrCat("reward ", options.name, ": pipe: ", std::strerror(errno)));
+  }
+  const pid_t parent = getpid();
   std::vector<char*> argv;
   for (std::string& a : options.argv) argv.push_back(a.data());
   argv.push_back(nullptr);
   const pid_t pid = fork();
-  if (pid < 0) return absl::InternalError(absl::StrCat("reward ", options.name, ": fork: ", std::strerror(errno)));
+  if (pid < 0) {
+    close_all({in, out, err});
+    return absl::InternalError(absl::StrCat("reward ", options.name, ": fork: ", std::strerror(errno)));
+  }
   if (pid == 0) {
     setpgid(0, 0);
+    // Killed with the thread that started it (Start is called from a thread that lives as long as
+    // the job: the rank's main thread); and if that is already gone, at once.
     prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(1);
     dup2(in[1], STDIN_FILENO);
     dup2(out[1], STDOUT_FILENO);
     dup2(err[1], STDERR_FILENO);
@@ -79,27 +95,37 @@ absl::StatusOr<std::unique_ptr<RewardProgram>> RewardProgram::Start(RewardProgra
 }
 
 RewardProgram::~RewardProgram() {
-  if (pid_ > 0 && !exited_) {
+  if (pid_ > 0) {
     CloseFd(&in_);  // End of input: a well-behaved program exits.
-    for (int k = 0; k < 50 && !exited_; ++k) {
-      if (waitpid(pid_, &wait_status_, WNOHANG) == pid_) {
-        exited_ = true;
-      } else {
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      }
-    }
+    std::string how;
+    for (int k = 0; k < 50 && !LeaderExited(&how); ++k) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   Kill();
 }
 
 void RewardProgram::Kill() {
   if (pid_ > 0) {
-    kill(-pid_, SIGKILL);  // Its whole group, also when it exited and left children.
-    if (!exited_ && waitpid(pid_, &wait_status_, 0) == pid_) exited_ = true;
+    // Its whole group (children it left too). The leader is not reaped before this, so its group id
+    // is still its own.
+    kill(-pid_, SIGKILL);
+    if (waitpid(pid_, &wait_status_, 0) == pid_) exited_ = true;
+    pid_ = -1;
   }
   CloseFd(&in_);
   CloseFd(&out_);
   CloseFd(&err_);
+}
+
+bool RewardProgram::LeaderExited(std::string* how) {
+  if (pid_ <= 0) return false;
+  siginfo_t info;
+  info.si_pid = 0;
+  if (waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid != pid_) {
+    return false;
+  }
+  *how = info.si_code == CLD_EXITED ? absl::StrCat("exit code ", info.si_status)
+                                    : absl::StrCat("killed by signal ", info.si_status, " (", strsignal(info.si_status), ")");
+  return true;
 }
 
 absl::Status RewardProgram::Fail(const std::string& why, bool grace) {
@@ -135,7 +161,7 @@ absl::Status RewardProgram::Fail(const std::string& why, bool grace) {
 
 absl::Status RewardProgram::Pump(absl::Time until, bool* timed_out) {
   *timed_out = false;
-  pollfd fds[2] = {{out_, POLLIN, 0}, {err_, POLLIN, 0}};
+  pollfd fds[2] = {{out_, POLLIN, 0}, {err_, POLLIN, 0}};  // A closed stderr (-1) is not polled.
   const int ms = static_cast<int>(std::max<int64_t>(0, absl::ToInt64Milliseconds(until - absl::Now())));
   const int ready = poll(fds, 2, ms);
   if (ready < 0) {
@@ -149,6 +175,7 @@ absl::Status RewardProgram::Pump(absl::Time until, bool* timed_out) {
   char buf[65536];
   if (fds[1].revents != 0) {
     const ssize_t n = read(err_, buf, sizeof(buf));
+    if (n == 0) CloseFd(&err_);  // It closed its stderr: not polled again (poll would report it at once, forever).
     if (n > 0) {
       err_tail_.append(buf, static_cast<size_t>(n));
       if (err_tail_.size() > 4 * options_.stderr_tail_bytes) err_tail_.erase(0, err_tail_.size() - options_.stderr_tail_bytes);
@@ -157,18 +184,9 @@ absl::Status RewardProgram::Pump(absl::Time until, bool* timed_out) {
   if (fds[0].revents != 0) {
     const ssize_t n = read(out_, buf, sizeof(buf));
     if (n == 0) {
-      // Its stdout closed: it exited (or closed it). Reap it for the message.
-      int status = 0;
+      // Its stdout closed: it exited (or closed it). How, without reaping it (Kill needs its group).
       std::string how = "closed its stdout";
-      for (int k = 0; k < 100; ++k) {
-        if (waitpid(pid_, &status, WNOHANG) == pid_) {
-          exited_ = true;
-          wait_status_ = status;
-          how = process::DescribeExit(status);
-          break;
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      }
+      for (int k = 0; k < 100 && !LeaderExited(&how); ++k) std::this_thread::sleep_for(std::chrono::milliseconds(10));
       return Fail(absl::StrCat("stopped (", how, ")"));
     }
     if (n > 0) {
@@ -223,8 +241,12 @@ absl::StatusOr<std::vector<double>> RewardProgram::Score(const std::vector<Rewar
       }
     }
     if (!lines_.empty()) {
-      const std::string line = lines_.front();
-      lines_.erase(lines_.begin());
+      if (scores.size() % 1024 == 1023 && absl::Now() >= deadline) {
+        return Fail(absl::StrCat("gave ", scores.size(), " of ", queries.size(), " scores within its timeout of ",
+                                 absl::FormatDuration(options_.timeout), "; killed"));
+      }
+      const std::string line = std::move(lines_.front());
+      lines_.pop_front();
       const nlohmann::json v = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
       if (v.is_discarded() || !v.is_number() || !std::isfinite(v.get<double>())) {
         return Fail(absl::StrCat("answer ", scores.size() + 1, " of ", queries.size(), " is ", Quote(line),
@@ -238,9 +260,25 @@ absl::StatusOr<std::vector<double>> RewardProgram::Score(const std::vector<Rewar
     const absl::Time until = written < payload.size() ? std::min(deadline, absl::Now() + absl::Milliseconds(5)) : deadline;
     if (absl::Status s = Pump(until, &timed_out); !s.ok()) return s;
     if (absl::Now() >= deadline && lines_.empty()) {
+      // A program that exited while a process it started holds its stdout open looks hung: say so.
+      std::string how;
+      if (LeaderExited(&how)) {
+        return Fail(absl::StrCat("stopped (", how, ") after ", scores.size(), " of ", queries.size(),
+                                 " scores, while a process it started kept its stdout open"));
+      }
       return Fail(absl::StrCat("gave ", scores.size(), " of ", queries.size(), " scores within its timeout of ",
                                absl::FormatDuration(options_.timeout), "; killed"));
     }
+  }
+  // Lines beyond the answers that arrive with them or just after are caught now (see kSettle).
+  const absl::Time settle = absl::Now() + kSettle;
+  while (lines_.empty() && out_buffer_.empty() && absl::Now() < settle) {
+    if (absl::Status s = Pump(settle, &timed_out); !s.ok()) return s;
+  }
+  if (!lines_.empty() || !out_buffer_.empty()) {
+    return Fail(absl::StrCat("printed more lines than it was given queries (", Quote(lines_.empty() ? out_buffer_ : lines_[0]),
+                             " came after the last answer)"),
+                /*grace=*/true);
   }
   return scores;
 }

@@ -1,10 +1,13 @@
 // A reward program: the user's own verifier for reinforcement learning (issue 57; `grpo.rewards`
 // entries with `command: [argv...]`), started once and kept running. For each completion it reads one
 // JSON object per line on its stdin — {"prompt": text, "completion": text, "fields": {...}} — and
-// writes one JSON number per line on its stdout, in order. Anything else is an error that names the
-// program and ends it, with the tail of its stderr: it exits or crashes, it takes longer than the
-// timeout for a batch (it is killed), it prints a line that is not a finite JSON number, a line longer
-// than the limit, or more lines than it was asked for. A score is never made up (no silent 0).
+// writes one JSON number per line on its stdout, in order, flushing each (Python: print(x, flush=True)).
+// Anything else is an error that names the program and ends it, with the tail of its stderr: it exits
+// or crashes, it takes longer than the timeout for a batch (it is killed), it prints a line that is
+// not a finite JSON number, a line longer than the limit, or more lines than it was asked for. No
+// score is made up (no silent 0). The protocol has no ids: an extra line is caught when it arrives
+// with the batch's answers or within kSettle after the last of them; one printed later still would
+// be taken for the next batch's first answer.
 //
 // The program runs in a process group of its own, killed with this process; its stderr is drained
 // while it runs (it never blocks on a full pipe) and its last bytes kept. Not thread-safe: one caller.
@@ -15,6 +18,7 @@
 #include <sys/types.h>
 
 #include <cstddef>
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -61,15 +65,21 @@ class RewardProgram {
   // kGrace), so that what a program that noticed its own mistake writes there is kept.
   absl::Status Fail(const std::string& why, bool grace = false);
   static constexpr absl::Duration kGrace = absl::Milliseconds(500);
+  // How long stdout is watched after a batch's last answer for lines that should not be there.
+  static constexpr absl::Duration kSettle = absl::Milliseconds(20);
   // Reads what is available on stdout and stderr (waiting up to `until`); false at the deadline.
   absl::Status Pump(absl::Time until, bool* timed_out);
+  // Kills its process group (while the leader is not yet reaped, so the group id cannot have been
+  // reused), reaps it and closes the pipes. Idempotent.
   void Kill();
+  // Whether the leader has exited (not reaped: waitid WNOWAIT); *status describes how.
+  bool LeaderExited(std::string* how);
 
   RewardProgramOptions options_;
   pid_t pid_ = -1;
   int in_ = -1, out_ = -1, err_ = -1;  // Its stdin (ours to write), stdout and stderr (ours to read).
   std::string out_buffer_;             // Stdout not yet split into lines.
-  std::vector<std::string> lines_;     // Complete stdout lines not yet taken.
+  std::deque<std::string> lines_;      // Complete stdout lines not yet taken.
   std::string err_tail_;
   bool exited_ = false;
   int wait_status_ = 0;

@@ -112,16 +112,26 @@ TEST(RewardProgramTest, AHangingProgramIsKilledAtItsTimeout) {
   EXPECT_NE(kill(pid, 0), 0) << "the program is gone";
 }
 
-TEST(RewardProgramTest, MoreLinesThanQueriesIsAnErrorAtTheNextBatch) {
-  // Both lines in one write: the second is already read when the first answer is taken.
-  auto p = Shell("while read l; do printf '1\\n2\\n'; done");
+TEST(RewardProgramTest, MoreLinesThanQueriesIsAnError) {
+  auto p = Shell("while read l; do echo 1; echo 2; done");
   ASSERT_NE(p, nullptr);
-  auto first = p->Score(Queries(1));
-  ASSERT_TRUE(first.ok()) << first.status();
-  EXPECT_EQ(*first, std::vector<double>{1});
-  auto second = p->Score(Queries(1));
-  ASSERT_FALSE(second.ok());
-  EXPECT_THAT(std::string(second.status().message()), HasSubstr("printed more lines than it was given queries (\"2\""));
+  auto scores = p->Score(Queries(1));
+  ASSERT_FALSE(scores.ok());
+  EXPECT_THAT(std::string(scores.status().message()), HasSubstr("printed more lines than it was given queries (\"2\""));
+}
+
+TEST(RewardProgramTest, AClosedStderrOrAnExitedLeaderIsNotMistakenForWork) {
+  // Closing its stderr must not make the caller spin, and answers still come.
+  auto quiet = Shell("exec 2>&-; while read l; do echo 1; done");
+  ASSERT_NE(quiet, nullptr);
+  auto scores = quiet->Score(Queries(3));
+  ASSERT_TRUE(scores.ok()) << scores.status();
+  // A program that exits while a child it started holds its stdout: named as an exit, not a hang.
+  auto orphaned = Shell("(sleep 30) & echo boom >&2; exit 1", absl::Milliseconds(500));
+  ASSERT_NE(orphaned, nullptr);
+  const std::string m(orphaned->Score(Queries(2)).status().message());
+  EXPECT_THAT(m, HasSubstr("stopped (exit code 1) after 0 of 2 scores, while a process it started kept its stdout open"));
+  EXPECT_THAT(m, HasSubstr("boom"));
 }
 
 TEST(RewardProgramTest, InvalidUtf8InACompletionReachesTheProgramReplaced) {

@@ -37,12 +37,27 @@ size_t NumberAt(std::string_view s, size_t i) {
   return j - i;
 }
 
-// "-12.50" → "-12.5"; "" when `s` is not a plain decimal number (commas already removed).
+// "-12.50" → "-12.5", "1e+20" → "100000000000000000000"; "" when `s` is not a decimal number
+// (commas already removed; an exponent beyond ±1000 is not taken for one).
 std::string CanonicalNumber(std::string_view s) {
   bool negative = false;
   if (!s.empty() && (s[0] == '-' || s[0] == '+')) {
     negative = s[0] == '-';
     s.remove_prefix(1);
+  }
+  int exponent = 0;
+  if (const size_t e = s.find_first_of("eE"); e != std::string_view::npos) {
+    std::string_view x = s.substr(e + 1);
+    s = s.substr(0, e);
+    bool minus = false;
+    if (!x.empty() && (x[0] == '-' || x[0] == '+')) minus = x[0] == '-', x.remove_prefix(1);
+    if (x.empty() || x.size() > 4) return "";
+    for (char c : x) {
+      if (!Digit(c)) return "";
+      exponent = exponent * 10 + (c - '0');
+    }
+    if (exponent > 1000) return "";
+    if (minus) exponent = -exponent;
   }
   const size_t dot = s.find('.');
   std::string_view whole = s.substr(0, dot), frac = dot == std::string_view::npos ? "" : s.substr(dot + 1);
@@ -52,6 +67,15 @@ std::string CanonicalNumber(std::string_view s) {
   }
   for (char c : frac) {
     if (!Digit(c)) return "";
+  }
+  if (exponent != 0) {
+    // Move the decimal point: digits = whole + frac, the point after whole.size() + exponent of them.
+    std::string digits = std::string(whole) + std::string(frac);
+    int64_t point = static_cast<int64_t>(whole.size()) + exponent;
+    if (point < 0) digits.insert(0, static_cast<size_t>(-point), '0'), point = 0;
+    if (point > static_cast<int64_t>(digits.size())) digits.append(static_cast<size_t>(point) - digits.size(), '0');
+    const std::string w = digits.substr(0, static_cast<size_t>(point)), f = digits.substr(static_cast<size_t>(point));
+    return CanonicalNumber(std::string(negative ? "-" : "") + (w.empty() ? "0" : w) + (f.empty() ? "" : "." + f));
   }
   while (whole.size() > 1 && whole[0] == '0') whole.remove_prefix(1);
   while (!frac.empty() && frac.back() == '0') frac.remove_suffix(1);
@@ -64,20 +88,24 @@ std::string CanonicalNumber(std::string_view s) {
 }  // namespace
 
 std::string ExtractAnswer(std::string_view c) {
-  // The last \boxed{...} whose braces close.
-  for (size_t at = c.rfind("\\boxed{"); at != std::string_view::npos; at = at == 0 ? std::string_view::npos : c.rfind("\\boxed{", at - 1)) {
-    const size_t open = at + 7;
-    int depth = 1;
-    for (size_t k = open; k < c.size(); ++k) {
-      if (c[k] == '{') ++depth;
-      if (c[k] == '}' && --depth == 0) return std::string(c.substr(open, k - open));
-    }
+  // The last \boxed{...} whose braces close: each '{' matched to its '}' in one pass (linear in the
+  // text, also for a completion that repeats an unclosed \boxed{ many times).
+  std::vector<size_t> close(c.size(), std::string_view::npos), open;
+  for (size_t k = 0; k < c.size(); ++k) {
+    if (c[k] == '{') open.push_back(k);
+    if (c[k] == '}' && !open.empty()) close[open.back()] = k, open.pop_back();
+  }
+  for (size_t at = c.rfind("\\boxed{"); at != std::string_view::npos;
+       at = at == 0 ? std::string_view::npos : c.rfind("\\boxed{", at - 1)) {
+    const size_t brace = at + 6;
+    if (close[brace] != std::string_view::npos) return std::string(c.substr(brace + 1, close[brace] - brace - 1));
   }
   // Else the last number.
   std::string_view last;
   for (size_t i = 0; i < c.size();) {
-    // A number starts at a sign or digit not preceded by a digit (or a decimal point's digits).
-    const bool boundary = i == 0 || !(Digit(c[i - 1]) || c[i - 1] == '.' || c[i - 1] == ',');
+    // A number starts at a sign or digit not preceded by a digit or a decimal point (a thousands
+    // group after a comma is taken by the number it belongs to; "2,3,5" is three numbers).
+    const bool boundary = i == 0 || !(Digit(c[i - 1]) || c[i - 1] == '.');
     const size_t n = boundary ? NumberAt(c, i) : 0;
     if (n > 0) {
       last = c.substr(i, n);

@@ -18,6 +18,10 @@ TEST(VerifiersTest, TheAnswerIsTheLastBoxedElseTheLastNumber) {
   EXPECT_EQ(ExtractAnswer("total: 1,234,567."), "1,234,567");
   EXPECT_EQ(ExtractAnswer("pi is about 3.14"), "3.14");
   EXPECT_EQ(ExtractAnswer("3-5"), "5");
+  EXPECT_EQ(ExtractAnswer("The primes are 2,3,5,7"), "7");
+  std::string unclosed;
+  for (int k = 0; k < 200000; ++k) unclosed += "\\boxed{";
+  EXPECT_EQ(ExtractAnswer(unclosed + " 42"), "42") << "linear: 1.4 MB of unclosed boxes";
   EXPECT_EQ(ExtractAnswer("no numbers here"), "");
   EXPECT_EQ(ExtractAnswer(""), "");
 }
@@ -30,6 +34,10 @@ TEST(VerifiersTest, AnswersAreComparedNormalised) {
   EXPECT_EQ(NormalizeAnswer(".5"), "0.5");
   EXPECT_EQ(NormalizeAnswer("  New   York\n"), "New York");
   EXPECT_EQ(NormalizeAnswer("\\frac{1}{2}"), "\\frac{1}{2}");
+  EXPECT_EQ(NormalizeAnswer("1e+20"), "100000000000000000000");
+  EXPECT_EQ(NormalizeAnswer("1e-07"), "0.0000001");
+  EXPECT_EQ(NormalizeAnswer("-2.5E1"), "-25");
+  EXPECT_EQ(NormalizeAnswer("1e99999"), "1e99999") << "not taken for a number: compared as text";
 }
 
 TEST(VerifiersTest, ExactAnswerScoresOneOnlyForTheRightAnswer) {
@@ -39,6 +47,8 @@ TEST(VerifiersTest, ExactAnswerScoresOneOnlyForTheRightAnswer) {
   EXPECT_EQ(*ExactAnswerReward("\\boxed{7} and 9 more", seven), 1.0) << "a boxed answer wins";
   EXPECT_EQ(*ExactAnswerReward("it is 1,000.50", text), 1.0);
   EXPECT_EQ(*ExactAnswerReward("2.5", real), 1.0);
+  EXPECT_EQ(*ExactAnswerReward("100000000000000000000", nlohmann::json(1e20)), 1.0) << "dumped as 1e+20";
+  EXPECT_EQ(*ExactAnswerReward("0.0000001", nlohmann::json(1e-7)), 1.0);
   EXPECT_EQ(*ExactAnswerReward("no idea", seven), 0.0);
   EXPECT_THAT(std::string(ExactAnswerReward("7", nlohmann::json()).status().message()), HasSubstr("no answer field"));
   EXPECT_EQ(ExactAnswerReward("7", nlohmann::json::array()).status().code(), absl::StatusCode::kInvalidArgument);

@@ -205,11 +205,34 @@ absl::StatusOr<std::string> ChatTemplate::RenderContinuing(const nlohmann::order
   }
   auto text = Render(tagged, /*add_generation_prompt=*/false, tools);
   if (!text.ok()) return text;
-  constexpr std::string_view kSpace = " \t\n\r\v\f";
+  // Python's str.strip(): the characters str.isspace() is true of, in UTF-8.
+  static const char* const kSpaces[] = {" ", "\t", "\n", "\v", "\f", "\r", "\x1c", "\x1d", "\x1e", "\x1f",
+                                        "\xc2\x85", "\xc2\xa0", "\xe1\x9a\x80", "\xe2\x80\x80", "\xe2\x80\x81",
+                                        "\xe2\x80\x82", "\xe2\x80\x83", "\xe2\x80\x84", "\xe2\x80\x85",
+                                        "\xe2\x80\x86", "\xe2\x80\x87", "\xe2\x80\x88", "\xe2\x80\x89",
+                                        "\xe2\x80\x8a", "\xe2\x80\xa8", "\xe2\x80\xa9", "\xe2\x80\xaf",
+                                        "\xe2\x81\x9f", "\xe3\x80\x80"};
+  auto space_at_end = [](std::string_view v) -> size_t {  // Bytes of the space ending `v`, 0 if none.
+    for (const char* s : kSpaces) {
+      const std::string_view sp(s);
+      if (v.size() >= sp.size() && v.substr(v.size() - sp.size()) == sp) return sp.size();
+    }
+    return 0;
+  };
+  auto space_at_start = [](std::string_view v) -> size_t {
+    for (const char* s : kSpaces) {
+      const std::string_view sp(s);
+      if (v.substr(0, sp.size()) == sp) return sp.size();
+    }
+    return 0;
+  };
+  auto rstrip = [&](std::string_view v) {
+    while (size_t n = space_at_end(v)) v.remove_suffix(n);
+    return v;
+  };
   auto strip = [&](std::string_view v) {
-    const size_t b = v.find_first_not_of(kSpace);
-    if (b == std::string_view::npos) return std::string_view();
-    return v.substr(b, v.find_last_not_of(kSpace) - b + 1);
+    while (size_t n = space_at_start(v)) v.remove_prefix(n);
+    return rstrip(v);
   };
   const std::string_view bare_tag = strip(kTag);
   const size_t tag = text->rfind(bare_tag);
@@ -221,8 +244,7 @@ absl::StatusOr<std::string> ChatTemplate::RenderContinuing(const nlohmann::order
   if (text->compare(tag, sizeof(kTag) - 1, kTag) == 0) {
     text->resize(tag);  // The template kept the tag's space: cut exactly.
   } else {
-    const size_t end = text->find_last_not_of(kSpace, tag == 0 ? std::string::npos : tag - 1);
-    text->resize(tag == 0 || end == std::string::npos ? 0 : end + 1);
+    text->resize(rstrip(std::string_view(*text).substr(0, tag)).size());
   }
   return text;
 }

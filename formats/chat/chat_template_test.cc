@@ -123,6 +123,13 @@ TEST(ChatTemplateTest, ContinuingTheFinalMessageEndsTheTextAfterItsContent) {
       R"([{"role": "assistant", "content": [{"type": "text", "text": "a"}, {"type": "image", "text": "b"}]}])"));
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(*r, "a|b");
+  // Whitespace is Python's: a trimmed template loses a no-break space and an ideographic space too.
+  auto unicode = nlohmann::ordered_json::parse(R"([{"role": "assistant", "content": "Sure,\u00a0\u3000 "}])");
+  auto tag_trimmed = ChatTemplate::Parse("{% for m in messages %}<{{ m.role }}>{{ m.content | trim }}|{% endfor %}");
+  ASSERT_TRUE(tag_trimmed.ok());
+  r = tag_trimmed->RenderContinuing(unicode);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(*r, "<assistant>Sure,");
   auto roles_only = ChatTemplate::Parse("{% for m in messages %}<{{ m.role }}>{% endfor %}");
   ASSERT_TRUE(roles_only.ok());
   EXPECT_EQ(roles_only->RenderContinuing(prefill).status().code(), absl::StatusCode::kFailedPrecondition);

@@ -137,15 +137,34 @@ absl::StatusOr<std::unique_ptr<PromptDataset>> PromptDataset::Open(const std::st
   // The fields: one line per prompt (offsets found once; each line read and parsed when asked for).
   ds->fields_fd_ = open(fields_path.c_str(), O_RDONLY | O_CLOEXEC);
   if (ds->fields_fd_ < 0) return absl::NotFoundError(absl::StrCat(fields_path, ": cannot open: ", std::strerror(errno)));
-  std::ifstream fields(fields_path, std::ios::binary);
-  std::string line;
-  int64_t at = 0;
-  while (std::getline(fields, line)) {
-    if (static_cast<int64_t>(ds->field_offsets_.size()) == prompts) {
-      return absl::InvalidArgumentError(absl::StrCat(fields_path, ": holds more lines than the ", prompts, " prompts"));
+  // Line starts, found in one pass with a fixed buffer (a line is never held whole: a damaged file
+  // with a gigantic line is refused by its length).
+  char buf[1 << 16];
+  int64_t at = 0, line_start = 0;
+  bool in_line = false;
+  while (true) {
+    const ssize_t n = pread(ds->fields_fd_, buf, sizeof(buf), at);
+    if (n < 0) return absl::DataLossError(absl::StrCat(fields_path, ": read failed: ", std::strerror(errno)));
+    if (n == 0) break;
+    for (ssize_t k = 0; k < n; ++k) {
+      if (!in_line) {
+        if (static_cast<int64_t>(ds->field_offsets_.size()) == prompts) {
+          return absl::InvalidArgumentError(absl::StrCat(fields_path, ": holds more lines than the ", prompts, " prompts"));
+        }
+        ds->field_offsets_.push_back(at + k);
+        line_start = at + k;
+        in_line = true;
+      }
+      if (buf[k] == '\n') in_line = false;
     }
-    ds->field_offsets_.push_back(at);
-    at += static_cast<int64_t>(line.size()) + 1;
+    at += n;
+    if (in_line && at - line_start > kMaxFieldsLine) {
+      return absl::InvalidArgumentError(absl::StrCat(fields_path, ": line ", ds->field_offsets_.size(), " is longer than ",
+                                                     kMaxFieldsLine, " bytes"));
+    }
+  }
+  if (in_line) {
+    return absl::InvalidArgumentError(absl::StrCat(fields_path, ": the last line has no newline (the file was cut)"));
   }
   if (static_cast<int64_t>(ds->field_offsets_.size()) != prompts) {
     return absl::InvalidArgumentError(absl::StrCat(fields_path, ": holds ", ds->field_offsets_.size(), " lines for ",

@@ -80,6 +80,8 @@ TEST_F(PromptDatasetTest, ADamagedDatasetIsRefusedNamingTheFile) {
   EXPECT_THAT(OpenError(), HasSubstr("holds more lines than the 2 prompts"));
   std::ofstream(fields, std::ios::trunc) << good.substr(0, good.find('\n') + 1);
   EXPECT_THAT(OpenError(), HasSubstr("holds 1 lines for 2 prompts"));
+  std::ofstream(fields, std::ios::trunc) << good.substr(0, good.find('\n') + 1) << "{\"prompt_text\": \"cut";
+  EXPECT_THAT(OpenError(), HasSubstr("the last line has no newline"));
   std::ofstream(fields, std::ios::trunc) << good.substr(0, good.find('\n') + 1) << "not json\n";
   auto ds = PromptDataset::Open(prefix_, 16);
   ASSERT_TRUE(ds.ok());

@@ -48,6 +48,9 @@ def pairs_of(conversations, prefill=False):
                 if not isinstance(m.get("content"), str):
                     continue
                 prompt.append({"role": "assistant", "content": "Sure, "})
+            # TRL takes a record for conversational by one of its keys picked at random (a set's pop) and
+            # only when that key's first message has "content": a tool-call message gets an empty one.
+            m = m if "content" in m else dict(m, content="")
             out.append({"prompt": prompt, "chosen": [m],
                         "rejected": [{"role": "assistant", "content": "No idea — ask «someone» else."}]})
     return out
@@ -137,6 +140,7 @@ class PreferenceDataTest(unittest.TestCase):
             (dict(good, prompt=[]), "prompt: is empty"),
             (dict(good, chosen="text"), "chosen: must be a list"),
             (dict(good, margin="big"), "margin: must be a finite number"),
+            (dict(good, chat_template_kwargs={"x": 1}), "chat_template_kwargs: is not supported"),
             ({"prompt": "p", "chosen": "", "rejected": "r"}, "chosen: has no tokens"),
             ({"prompt": "p", "chosen": ["x"], "rejected": "r"}, "chosen: must be a string, as the prompt is"),
             ({"prompt": 3, "chosen": "c", "rejected": "r"}, "prompt: must be a list of messages or a string"),

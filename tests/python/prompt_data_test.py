@@ -82,6 +82,11 @@ class PromptDataTest(unittest.TestCase):
     def test_text_prompts(self):
         path, hf = ct.save_tokenizer(self.base, self.dir, "text", ct.CHATML)
         records = [{"prompt": "Q: 2+2=", "answer": 4}, {"prompt": ct.UNICODE, "tests": ["a", {"b": [1, 2.5]}]}]
+        path_tools, hf_tools = ct.save_tokenizer(self.base, self.dir, "tools", ct.TOOLS)
+        with_tools = [{"prompt": ct.TOOL_CONVERSATION[:2], "tools": ct.TOOL_SCHEMAS, "answer": "21.5"}]
+        r, prefix = self.prepare(path_tools, [json.dumps(x, ensure_ascii=False) for x in with_tools], "with-tools")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.check(hf_tools, with_tools, prefix)  # Rendered without the tools, as GRPOTrainer does; kept as a field.
         r, prefix = self.prepare(path, [json.dumps(x, ensure_ascii=False) for x in records], "text")
         self.assertEqual(r.returncode, 0, r.stderr)
         self.check(hf, records, prefix)
@@ -97,6 +102,7 @@ class PromptDataTest(unittest.TestCase):
             ({"prompt": ""}, "prompt: has no tokens"),
             ({"prompt": 7}, "prompt: must be a list of messages or a string"),
             (dict(good, prompt_text="x"), "prompt_text: is a name the dataset keeps"),
+            (dict(good, chat_template_kwargs={"enable_thinking": False}), "chat_template_kwargs: is not supported"),
         ]
         for k, (bad, expected) in enumerate(cases):
             r, prefix = self.prepare(path, [json.dumps(good), json.dumps(bad)], f"bad{k}")
