@@ -186,6 +186,25 @@ void OnTarget(const ParallelLayout& l, const Target& t, Problems* out) {
   }
 }
 
+// Objectives whose loss is not a mean over targets (DPO: a function of each sample's summed
+// log-probability) need every sample's targets on one rank.
+void ForObjective(const ModelConfig& m, const ParallelLayout& l, const Target& t, Problems* out) {
+  if (t.objective == Objective::kCrossEntropy) return;
+  const char* name = Name(t.objective);
+  if (l.sp > 1) {
+    Add(out, "parallel.sp", absl::StrCat(l.sp, " with train.objective ", name,
+                                         " is not supported yet (a sample's log-probability is summed on one rank)"));
+  }
+  if (l.tp_mode != TpMode::k1D) {
+    Add(out, "parallel.tp_mode", absl::StrCat(Name(l.tp_mode), " with train.objective ", name,
+                                              " is not supported yet (use 1d)"));
+  }
+  if (m.IsMoe()) {
+    Add(out, "model.experts", absl::StrCat(m.experts, ": a Mixture of Experts with train.objective ", name,
+                                           " is not supported yet"));
+  }
+}
+
 }  // namespace
 
 std::vector<LayoutProblem> ScheduleProblems(PipeSchedule schedule, int pp, int chunks, int64_t micro_batches) {
@@ -293,6 +312,7 @@ std::vector<LayoutProblem> LayoutProblems(const ModelConfig& model, const Parall
   Sequence(model, layout, &out);
   Adapters(model, &out);
   OnTarget(layout, target, &out);
+  ForObjective(model, layout, target, &out);
   return out;
 }
 

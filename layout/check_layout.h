@@ -31,10 +31,14 @@ struct BatchShape {
 // (LayoutProblems names that). The one place this is computed.
 int64_t MicroBatchesPerStep(const BatchShape& batch, int64_t dp);
 
-// What the ranks compute on and in: the rules of what this build runs where.
+// What the ranks compute on and in, and what they compute: the rules of what this build runs where.
 struct Target {
   DeviceKind device = DeviceKind::kCpu;
   bool fp8 = false;  // train.precision fp8: the 1D layers' FP8 GEMMs (parallel/layers/fp8_linear.h).
+  // train.objective: DPO needs each sample's whole log-probability on one rank (no sequence or grid
+  // split of a sample yet) and a dense model (a Mixture of Experts' balancing loss is not in TRL's DPO
+  // parity yet).
+  Objective objective = Objective::kCrossEntropy;
 };
 
 struct LayoutProblem {

@@ -20,6 +20,9 @@ constexpr std::array<std::pair<PipeSchedule, const char*>, 4> kSchedules = {{{Pi
 constexpr std::array<std::pair<Precision, const char*>, 3> kPrecisions = {
     {{Precision::kFp32, "fp32"}, {Precision::kBf16, "bf16"}, {Precision::kFp16, "fp16"}}};
 
+constexpr std::array<std::pair<Objective, const char*>, 2> kObjectives = {
+    {{Objective::kCrossEntropy, "cross_entropy"}, {Objective::kDpo, "dpo"}}};
+
 template <typename E, size_t N>
 const char* NameIn(const std::array<std::pair<E, const char*>, N>& table, E value) {
   for (const auto& [e, name] : table) {
@@ -42,6 +45,7 @@ absl::StatusOr<E> ParseIn(const std::array<std::pair<E, const char*>, N>& table,
 
 }  // namespace
 
+const char* Name(Objective objective) { return NameIn(kObjectives, objective); }
 const char* Name(TpMode mode) { return NameIn(kTpModes, mode); }
 const char* Name(SpMode mode) { return NameIn(kSpModes, mode); }
 const char* Name(PipeSchedule schedule) { return NameIn(kSchedules, schedule); }

@@ -62,6 +62,18 @@ struct Fp8Options {
   std::vector<std::string> filter;
 };
 
+// What a step's loss is (train.objective; parallel/objectives): the mean cross-entropy of the samples'
+// targets (pretraining, SFT), or DPO's over pairs of completions (docs/post-training.md).
+enum class Objective { kCrossEntropy, kDpo };
+
+// DPO's loss of one pair (TRL 0.24's DPOTrainer loss types; parallel/objectives/preference_loss.h).
+enum class DpoLossType {
+  kSigmoid,  // −(1 − ls)·logσ(β·h) − ls·logσ(−β·h), h = (π_c − π_r) − (ρ_c − ρ_r). Log-probabilities:
+             // sums over the completion's tokens.
+  kIpo,      // (h − 1/(2β))², with per-token means of the log-probabilities (label smoothing does not
+             // apply).
+};
+
 // What ZeRO shards over the replicas of a parameter (dp × sp), cumulatively (parallel/zero).
 enum class ZeroStage {
   kNone = 0,            // Nothing sharded: every replica holds everything.
@@ -70,6 +82,8 @@ enum class ZeroStage {
   kParameters = 3,      // ... and parameters, gathered per block just before use.
 };
 
+// "cross_entropy", "dpo".
+const char* Name(Objective objective);
 // "1d", "2d", "2.5d", "3d".
 const char* Name(TpMode mode);
 // "ring", "all_to_all".

@@ -67,6 +67,10 @@ v1::JobSpec DefaultJobSpec() {
   t->set_eval_every(0);
   t->set_log_every(10);
   t->set_eval_batches(10);
+  t->set_objective(v1::OBJECTIVE_CROSS_ENTROPY);
+  s.mutable_dpo()->set_beta(0.1);
+  s.mutable_dpo()->set_loss_type(v1::DPO_LOSS_TYPE_SIGMOID);
+  s.mutable_dpo()->set_reference("initial");
   s.mutable_optimizer()->set_offload(v1::OFFLOAD_NONE);
   t->set_seed(1234);
   auto* c = s.mutable_checkpoint();

@@ -20,7 +20,8 @@ layout::ParallelLayout LayoutOf(const v1::JobSpec& spec, std::vector<SpecError>*
 // The spec's train.precision; fp32 when unspecified.
 layout::Precision PrecisionOf(const v1::JobSpec& spec);
 
-// The spec's device and whether train.precision is fp8: what CheckLayout's device rules read.
+// The spec's device, whether train.precision is fp8 and train.objective: what CheckLayout's target
+// rules read.
 layout::Target TargetOf(const v1::JobSpec& spec);
 
 // train.micro_batch and train.global_batch.

@@ -348,6 +348,44 @@ void CheckTrain(const v1::JobSpec& s, Checker& c) {
   }
 }
 
+// train.objective and its section (dpo:); the layouts an objective runs in are CheckLayout's.
+void CheckObjective(const v1::JobSpec& s, Checker& c) {
+  const auto& d = s.data();
+  c.InRange("data.max_prompt_tokens", d.max_prompt_tokens(), 0, limits::kMaxSeqLen);
+  c.InRange("data.max_completion_tokens", d.max_completion_tokens(), 0, limits::kMaxSeqLen);
+  if (s.train().objective() != v1::OBJECTIVE_DPO) {
+    for (const auto& [field, value] : {std::pair{"data.max_prompt_tokens", d.max_prompt_tokens()},
+                                       std::pair{"data.max_completion_tokens", d.max_completion_tokens()}}) {
+      if (value != 0) c.Fail(field, "applies to train.objective dpo only (preference pairs)");
+    }
+    return;
+  }
+  const char* kDpo = "with train.objective dpo";
+  if (d.blend_size() > 0) c.Fail("data.blend", absl::StrCat("is not supported ", kDpo, " (one preference dataset, data.path)"));
+  if (d.packing()) c.Fail("data.packing", absl::StrCat("is not supported ", kDpo, " (each pair is two sequences)"));
+  if (d.shuffle()) c.Fail("data.shuffle", absl::StrCat("is not supported ", kDpo, " yet (pairs are read in file order)"));
+  if (!d.valid_path().empty() || d.valid_fraction() != 0) {
+    c.Fail(d.valid_path().empty() ? "data.valid_fraction" : "data.valid_path",
+           absl::StrCat("validation is not supported ", kDpo, " yet"));
+  }
+  if (!s.model().lora().init_from().empty()) {
+    c.Fail("model.lora.init_from", absl::StrCat("is not supported ", kDpo,
+                                                " yet (the reference is the base without adapters)"));
+  }
+  const v1::DpoSpec& dpo = s.dpo();
+  if (!(dpo.beta() > 0) || !(dpo.beta() <= 1e6)) c.Fail("dpo.beta", absl::StrCat(dpo.beta(), " must be in (0, 1e6]"));
+  if (dpo.loss_type() == v1::DPO_LOSS_TYPE_UNSPECIFIED) c.Fail("dpo.loss_type", "must be sigmoid or ipo");
+  if (!(dpo.label_smoothing() >= 0 && dpo.label_smoothing() < 0.5)) {
+    c.Fail("dpo.label_smoothing", absl::StrCat(dpo.label_smoothing(), " must be in [0, 0.5)"));
+  } else if (dpo.label_smoothing() != 0 && dpo.loss_type() == v1::DPO_LOSS_TYPE_IPO) {
+    c.Fail("dpo.label_smoothing", "applies to loss_type sigmoid only");
+  }
+  if (!dpo.reference().empty() && dpo.reference() != "initial") {
+    c.Fail("dpo.reference", absl::StrCat("\"", dpo.reference().substr(0, 64),
+                                         "\": only initial (the job's starting weights) is supported yet"));
+  }
+}
+
 }  // namespace
 
 std::vector<SpecError> ValidateJobSpec(const v1::JobSpec& s) {
@@ -399,6 +437,7 @@ std::vector<SpecError> ValidateJobSpec(const v1::JobSpec& s) {
   CheckParallel(s, c);
   CheckLora(s, c);
   CheckTrain(s, c);
+  CheckObjective(s, c);
   c.InRange("checkpoint.every_steps", s.checkpoint().every_steps(), 0, limits::kMaxSteps);
   c.InRange("checkpoint.keep", s.checkpoint().keep(), 1, limits::kMaxCheckpointsKept);
   c.Path("checkpoint.dir", s.checkpoint().dir());

@@ -42,6 +42,21 @@ void WriteOptional(nlohmann::json& j, const char* key, const std::optional<T>& v
   if (value.has_value()) j[key] = *value;
 }
 
+constexpr const char* kObjectiveMetrics[] = {"rewards_chosen", "rewards_rejected", "rewards_margin",
+                                             "rewards_accuracy", "logps_chosen", "logps_rejected"};
+
+// ObjectiveMetric, for a const record too.
+template <typename Record>
+auto MetricOf(Record& r, std::string_view name) -> decltype(&r.rewards_chosen) {
+  if (name == "rewards_chosen") return &r.rewards_chosen;
+  if (name == "rewards_rejected") return &r.rewards_rejected;
+  if (name == "rewards_margin") return &r.rewards_margin;
+  if (name == "rewards_accuracy") return &r.rewards_accuracy;
+  if (name == "logps_chosen") return &r.logps_chosen;
+  if (name == "logps_rejected") return &r.logps_rejected;
+  return nullptr;
+}
+
 nlohmann::json StepJson(const StepRecord& r) {
   nlohmann::json j = {{"step", r.step},
                       {"loss", r.loss},
@@ -72,6 +87,7 @@ nlohmann::json StepJson(const StepRecord& r) {
   if (!r.expert_imbalance_layers.empty()) j["expert_imbalance_layers"] = r.expert_imbalance_layers;
   WriteOptional(j, "pipeline_wait_s", r.pipeline_wait_s);
   WriteOptional(j, "pipeline_bubble", r.pipeline_bubble);
+  for (const char* name : kObjectiveMetrics) WriteOptional(j, name, *MetricOf(r, name));
   if (r.checkpoint_blocked_s.has_value()) {
     j["checkpoint_blocked_s"] = *r.checkpoint_blocked_s;
     j["checkpoint_snapshot_bytes"] = r.checkpoint_snapshot_bytes;
@@ -84,6 +100,8 @@ nlohmann::json StepJson(const StepRecord& r) {
 }
 
 }  // namespace
+
+std::optional<double>* ObjectiveMetric(StepRecord& r, std::string_view name) { return MetricOf(r, name); }
 
 std::string FormatStepLine(const StepRecord& record) { return StepJson(record).dump(); }
 
@@ -134,6 +152,7 @@ std::optional<StepRecord> ParseStepLine(std::string_view line) {
   }
   ReadOptional(j, "pipeline_wait_s", &r.pipeline_wait_s);
   ReadOptional(j, "pipeline_bubble", &r.pipeline_bubble);
+  for (const char* name : kObjectiveMetrics) ReadOptional(j, name, ObjectiveMetric(r, name));
   ReadOptional(j, "checkpoint_blocked_s", &r.checkpoint_blocked_s);
   r.checkpoint_snapshot_bytes = IntOf(j, "checkpoint_snapshot_bytes");
   ReadOptional(j, "checkpoint_write_s", &r.checkpoint_write_s);

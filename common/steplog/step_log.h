@@ -56,11 +56,20 @@ struct StepRecord {
   std::optional<double> checkpoint_blocked_s, checkpoint_write_s;
   int64_t checkpoint_snapshot_bytes = 0;  // With checkpoint_blocked_s.
   int64_t checkpoint_write_step = 0;      // With checkpoint_write_s.
+  // The objective's metrics (train.objective dpo: docs/post-training.md), means over the step's pairs:
+  // DPO's implicit rewards β·(logπ − logρ) of the chosen and the rejected completions, their difference,
+  // the share of pairs whose chosen reward is the larger, and the policy's log-probabilities.
+  std::optional<double> rewards_chosen, rewards_rejected, rewards_margin, rewards_accuracy, logps_chosen,
+      logps_rejected;
   // A warning line ({"step": N, "warning": "..."}), not a step: something the user should see (a
   // damaged checkpoint set aside, TensorBoard events that stopped), cut to kMaxWarningBytes. Readers
   // that chart or report steps skip these records; the worker forwards them to the coordinator.
   std::optional<std::string> warning;
 };
+
+// The objective's metric of `record` named `name` (one of the members above, by its JSON name); null
+// for any other name.
+std::optional<double>* ObjectiveMetric(StepRecord& record, std::string_view name);
 
 // The longest warning kept (longer ones are cut at a UTF-8 character boundary, "..." appended).
 inline constexpr size_t kMaxWarningBytes = 1024;

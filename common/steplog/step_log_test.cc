@@ -31,6 +31,8 @@ StepRecord Full() {
   r.pipeline_wait_s = 0.01, r.pipeline_bubble = 0.3;
   r.checkpoint_blocked_s = 0.125, r.checkpoint_snapshot_bytes = 19;
   r.checkpoint_write_s = 1.5, r.checkpoint_write_step = 6;
+  r.rewards_chosen = 0.25, r.rewards_rejected = -0.5, r.rewards_margin = 0.75, r.rewards_accuracy = 0.625;
+  r.logps_chosen = -20.5, r.logps_rejected = -31.25;
   return r;
 }
 
@@ -71,6 +73,15 @@ TEST(StepLogTest, EveryMemberWrittenReadsBack) {
   EXPECT_EQ(got->checkpoint_snapshot_bytes, want.checkpoint_snapshot_bytes);
   EXPECT_EQ(got->checkpoint_write_s, want.checkpoint_write_s);
   EXPECT_EQ(got->checkpoint_write_step, want.checkpoint_write_step);
+  for (const char* name : {"rewards_chosen", "rewards_rejected", "rewards_margin", "rewards_accuracy", "logps_chosen",
+                           "logps_rejected"}) {
+    StepRecord wrote = want, read = *got;
+    ASSERT_NE(ObjectiveMetric(wrote, name), nullptr) << name;
+    ASSERT_TRUE(ObjectiveMetric(wrote, name)->has_value()) << name;
+    EXPECT_EQ(*ObjectiveMetric(read, name), *ObjectiveMetric(wrote, name)) << name;
+  }
+  StepRecord read = *got;
+  EXPECT_EQ(ObjectiveMetric(read, "loss"), nullptr);
   EXPECT_FALSE(got->warning.has_value());
 }
 

@@ -481,6 +481,7 @@ at::Tensor Decoder::Head(const at::Tensor& x_in, const at::Tensor& targets) {
     at::Tensor loss = objective_->Loss({.nll = losses,
                                         .trained = masked_targets_ ? flat_targets >= 0 : at::Tensor(),
                                         .target_weight = target_weight_,
+                                        .sample_data = sample_data_,
                                         .samples = B,
                                         .positions = T,
                                         .targets = B * T});
@@ -513,6 +514,7 @@ at::Tensor Decoder::Head(const at::Tensor& x_in, const at::Tensor& targets) {
                                       .rows = loss_rows_,
                                       .trained = masked_targets_ ? flat_targets >= 0 : at::Tensor(),
                                       .target_weight = target_weight_,
+                                      .sample_data = sample_data_,
                                       .samples = samples,
                                       .positions = positions,
                                       .targets = loss_rows_.defined() ? loss_positions_ : B * T});

@@ -104,6 +104,10 @@ class Decoder {
   // mean cross-entropy unless set. Not null.
   void set_objective(std::shared_ptr<const Objective> objective) { objective_ = std::move(objective); }
   const Objective& objective() const { return *objective_; }
+  // What the objective reads per sample of the micro-batch the next Head computes the loss of
+  // (TargetLosses::sample_data: DPO's reference log-probabilities), this rank's samples in order;
+  // undefined (the default): nothing.
+  void set_sample_data(at::Tensor data) { sample_data_ = std::move(data); }
   // Packed sequences (formats/data/token_dataset.h "Packing"): the positions [B, T] of the tokens the
   // next forward passes (and the recomputations of their backward) take — of the whole sequence, all
   // sp blocks — for the rotary or learned position embeddings; a token attends only to earlier
@@ -312,6 +316,7 @@ class Decoder {
   at::Tensor positions_;  // set_positions.
   at::Tensor runs_;       // With positions_: which run each position is in, [B, T] (every layer's mask).
   double target_weight_ = 1;
+  at::Tensor sample_data_;  // set_sample_data.
   std::shared_ptr<const Objective> objective_ = DefaultObjective();
   bool fused_kernels_ = false;
   std::optional<Fp8Options> fp8_;  // set_fp8.

@@ -8,12 +8,18 @@
 // Contract: Loss() sees this rank's part of one micro-batch only, so an objective must be an average
 // over its parts — parts of equal size (samples split over a grid's sample axes, sequence blocks
 // over sp) average, micro-batches average, and the mean over the parts is the objective of the whole
-// (true of any mean over positions of a per-target function). Thread safety: const; may be shared.
+// (true of any mean over positions of a per-target function). An objective whose loss is not such a
+// mean (DPO's: a function of each sample's summed log-probability) needs every sample's targets in one
+// part, which CheckLayout's rules for its train.objective guarantee. Thread safety: Loss() is const
+// but may add to the objective's metrics (TakeMetrics): one such objective per Trainer; the default
+// may be shared.
 #ifndef TESSERA_PARALLEL_OBJECTIVES_OBJECTIVE_H_
 #define TESSERA_PARALLEL_OBJECTIVES_OBJECTIVE_H_
 
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include <ATen/core/Tensor.h>
 
@@ -31,6 +37,9 @@ struct TargetLosses {
   // data: formats/data/token_dataset.h), and each trained target counts `target_weight` times.
   at::Tensor trained;
   double target_weight = 1;
+  // Undefined, or what the Trainer gave for each of the part's samples (Decoder::set_sample_data):
+  // [samples] or [samples, k], fp64 (DPO: the reference's log-probability of each completion).
+  at::Tensor sample_data;
   // The forward pass's: nll (or rows) index [samples · positions].
   int64_t samples = 0;
   int64_t positions = 0;
@@ -46,6 +55,11 @@ class Objective {
   virtual const char* name() const = 0;
   // The loss of this part of the micro-batch: a scalar, fp32, differentiable in `t.nll`.
   virtual at::Tensor Loss(const TargetLosses& t) const = 0;
+  // What the step log reports besides the loss (DPO's rewards_chosen, ...), by name; and their sums
+  // over the Loss() calls since the last take, each call adding its own mean over its part (the
+  // Trainer averages them over micro-batches and ranks like the loss), set back to 0.
+  virtual std::vector<std::string> metric_names() const { return {}; }
+  virtual std::vector<double> TakeMetrics() const { return {}; }
 };
 
 // The default: the mean cross-entropy over every target of the part — with SFT data, each trained

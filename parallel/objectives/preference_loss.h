@@ -9,14 +9,11 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "layout/modes.h"
+
 namespace tessera::parallel {
 
-enum class DpoLossType {
-  kSigmoid,  // −(1 − ls)·logσ(β·h) − ls·logσ(−β·h), h = (π_c − π_r) − (ρ_c − ρ_r). Log-probabilities:
-             // sums over the completion's tokens.
-  kIpo,      // (h − 1/(2β))², with per-token means of the log-probabilities (the caller's; label
-             // smoothing does not apply).
-};
+using layout::DpoLossType;  // sigmoid or ipo (the per-token means of ipo are the caller's).
 
 struct DpoLossOptions {
   double beta = 0.1;

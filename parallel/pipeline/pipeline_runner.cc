@@ -148,7 +148,7 @@ absl::StatusOr<double> PipelineRunner::RunStep(const std::function<absl::StatusO
       const auto action_start = std::chrono::steady_clock::now();
       const double waited = wait_seconds_;
       if (a.op == PipeOp::kForward) {
-        status = Forward(a, batch, options_.positions, &loss_sum);
+        status = Forward(a, batch, options_.positions, options_.sample_data, &loss_sum);
       } else if (a.op == PipeOp::kBackward) {
         status = Backward(a, loss_weight);
       } else if (i < final_weights_) {
@@ -183,7 +183,8 @@ absl::Status PipelineRunner::Reschedule(const PipeCosts& costs) {
 }
 
 absl::StatusOr<double> PipelineRunner::RunForwardOnly(const std::function<absl::StatusOr<at::Tensor>(int)>& batch,
-                                                      const std::function<absl::StatusOr<at::Tensor>(int)>& positions) {
+                                                      const std::function<absl::StatusOr<at::Tensor>(int)>& positions,
+                                                      const std::function<absl::StatusOr<at::Tensor>(int)>& sample_data) {
   // Every rank runs (micro-batch, chunk) in increasing order, and a forward waits only for the
   // previous virtual stage of its micro-batch, which comes earlier in that order: no deadlock.
   double loss_sum = 0;
@@ -191,7 +192,7 @@ absl::StatusOr<double> PipelineRunner::RunForwardOnly(const std::function<absl::
   try {
     for (int m = 0; m < options_.micro_batches && status.ok(); ++m) {
       for (int c = 0; c < static_cast<int>(chunks_.size()) && status.ok(); ++c) {
-        status = Forward(PipeAction{PipeOp::kForward, m, c}, batch, positions, &loss_sum, /*keep=*/false);
+        status = Forward(PipeAction{PipeOp::kForward, m, c}, batch, positions, sample_data, &loss_sum, /*keep=*/false);
       }
     }
   } catch (const c10::Error& e) {
@@ -218,6 +219,7 @@ absl::Status PipelineRunner::Finish(absl::Status status) {
 
 absl::Status PipelineRunner::Forward(const PipeAction& a, const std::function<absl::StatusOr<at::Tensor>(int)>& batch,
                                      const std::function<absl::StatusOr<at::Tensor>(int)>& positions_of,
+                                     const std::function<absl::StatusOr<at::Tensor>(int)>& sample_data_of,
                                      double* loss_sum, bool keep) {
   const ModelChunk& chunk = chunks_[a.chunk];
   const int64_t T = options_.seq_len;
@@ -234,6 +236,12 @@ absl::Status PipelineRunner::Forward(const PipeAction& a, const std::function<ab
     stash.positions = *positions;
   }
   model_->set_positions(stash.positions);
+  if (chunk.head && sample_data_of) {
+    auto data = sample_data_of(a.micro_batch);
+    if (!data.ok()) return data.status();
+    model_->set_sample_data(*data);
+  }
+  auto unset_sample_data = absl::MakeCleanup([&] { model_->set_sample_data({}); });
   if (keep) stash.dropout_seed = options_.noise_seed ? options_.noise_seed(a.micro_batch) : 0;
   model_->set_dropout_seed(stash.dropout_seed);
   if (keep && options_.experts > 0) {

@@ -83,6 +83,9 @@ struct PipelineOptions {
   // Packed sequences: the positions [micro_batch, seq_len] of micro-batch a of the current step's
   // inputs (Decoder::set_positions), read by every stage; null: none.
   std::function<absl::StatusOr<at::Tensor>(int)> positions;
+  // What the objective reads per sample of micro-batch a (Decoder::set_sample_data: DPO's reference
+  // log-probabilities), read by the head's chunk just before its loss; null: none.
+  std::function<absl::StatusOr<at::Tensor>(int)> sample_data;
 };
 
 class PipelineRunner {
@@ -109,9 +112,10 @@ class PipelineRunner {
   // as in RunStep and nothing kept for a backward. Every rank of the pp group calls it together.
   // Returns the sum of the micro-batch losses on the rank holding the head, 0 elsewhere.
   // `positions`: packed sequences' positions of micro-batch a (as PipelineOptions::positions, for
-  // this data); null: none.
+  // this data); null: none. `sample_data`: as PipelineOptions::sample_data, for this pass; null: none.
   absl::StatusOr<double> RunForwardOnly(const std::function<absl::StatusOr<at::Tensor>(int)>& batch,
-                                        const std::function<absl::StatusOr<at::Tensor>(int)>& positions = nullptr);
+                                        const std::function<absl::StatusOr<at::Tensor>(int)>& positions = nullptr,
+                                        const std::function<absl::StatusOr<at::Tensor>(int)>& sample_data = nullptr);
 
   // A Mixture of Experts, of the last RunStep: the sum of the micro-batches' balancing losses on the
   // rank holding the head (0 elsewhere), and the tokens per expert of each sparse block this rank holds
@@ -158,9 +162,10 @@ class PipelineRunner {
     std::optional<uint64_t> dropout_seed;  // Training: the micro-batch's (Decoder::set_dropout_seed).
   };
   // `keep`: stash the activations for the micro-batch's backward (training).
-  // `positions`: as PipelineOptions::positions (null: none).
+  // `positions`, `sample_data`: as PipelineOptions' (null: none).
   absl::Status Forward(const PipeAction& a, const std::function<absl::StatusOr<at::Tensor>(int)>& batch,
-                       const std::function<absl::StatusOr<at::Tensor>(int)>& positions, double* loss_sum,
+                       const std::function<absl::StatusOr<at::Tensor>(int)>& positions,
+                       const std::function<absl::StatusOr<at::Tensor>(int)>& sample_data, double* loss_sum,
                        bool keep = true);
   // Waits for every send (their tensors may go then) and drops the stash; the first error wins.
   absl::Status Finish(absl::Status status);

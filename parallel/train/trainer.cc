@@ -32,6 +32,7 @@
 #include "formats/model/peft_adapter.h"
 #include "parallel/models/hf_weights.h"
 #include "parallel/models/peft_weights.h"
+#include "parallel/objectives/dpo_objective.h"
 #include "parallel/optim/lr_schedule.h"
 #include "parallel/train/checkpoint_write.h"  // Complete types of the members the constructor may destroy.
 #include "parallel/train/status_macros.h"
@@ -99,7 +100,8 @@ absl::Status Trainer::Init() {
   // The rules of the layout are CheckLayout's; here only that the process groups are the layout's.
   // (A pretrained model's experts, which LoRA's rules read, are known here first.)
   TESSERA_RETURN_IF_ERROR(layout::CheckLayout(m, l, {options_.micro_batch, options_.global_batch},
-                                              {options_.device.kind, options_.fp8.has_value()}));
+                                              {options_.device.kind, options_.fp8.has_value(), options_.objective_kind}));
+  const bool dpo = options_.objective_kind == layout::Objective::kDpo;
   const layout::TpGrid grid = layout::TpGridOf(l.tp_mode, l.tp, l.tp_depth);
   if (groups_.dp->size() != l.dp || groups_.pp->size() != l.pp || groups_.tp->size() != l.tp ||
       groups_.sp->size() != l.sp || groups_.tp_axes.size() != grid.Axes().size()) {
@@ -134,7 +136,7 @@ absl::Status Trainer::Init() {
   }
   model_ = grid_tp ? std::make_unique<Decoder>(m, part, groups_.tp, grid, groups_.tp_axes, options_.seed, device_)
                    : std::make_unique<Decoder>(m, part, groups_.tp, options_.seed, device_);
-  if (data_->sft()) {
+  if (dpo || data_->sft()) {
     // Conversations with untrained targets (docs/fine-tuning.md): the loss of a step is the sum over
     // the global batch's trained targets divided by their number (Step sets each target's weight).
     model_->set_masked_targets(true);
@@ -148,7 +150,12 @@ absl::Status Trainer::Init() {
   model_->set_activation_checkpointing(options_.activation_checkpointing);
   model_->set_fused_kernels(options_.fused_kernels);
   model_->set_fp8(options_.fp8);
-  if (options_.objective) model_->set_objective(options_.objective);
+  objective_ = options_.objective;
+  if (dpo) {
+    objective_ = std::make_shared<DpoObjective>(DpoLossOptions{options_.dpo.beta, options_.dpo.loss_type,
+                                                               options_.dpo.label_smoothing});
+  }
+  if (objective_) model_->set_objective(objective_);
 
   TESSERA_RETURN_IF_ERROR(LoadInitialWeights());
   TESSERA_RETURN_IF_ERROR(CreateOptimizer(dtype));
@@ -166,14 +173,19 @@ absl::Status Trainer::Init() {
     PipelineOptions po;
     po.schedule = layout_ ? l.pp_schedule : layout::PipeSchedule::kOneFOneB;
     po.micro_batches = Accumulation(options_, groups_.dp->size());
-    po.micro_batch = options_.micro_batch / model_->SampleChunk().second;
+    // DPO: each pair is two rows (trainer_preference.cc).
+    po.micro_batch = (dpo ? 2 : 1) * options_.micro_batch / model_->SampleChunk().second;
     po.seq_len = m.seq_len / groups_.sp->size();
     po.activation_dtype = dtype;
     po.experts = m.experts;
     po.aux_loss_coef = m.aux_loss_coef;
     po.sp = groups_.sp;
     po.noise_seed = [this, micro_batches = po.micro_batches](int a) { return NoiseSeed(a, micro_batches); };
-    if (data_->packed()) {
+    if (dpo) {
+      po.sample_data = [this, micro_batches = po.micro_batches](int a) {
+        return ReferenceOf(step_ * options_.global_batch, a, micro_batches);
+      };
+    } else if (data_->packed()) {
       po.positions = [this, micro_batches = po.micro_batches](int a) {
         return ReadPositions(*data_, step_ * options_.global_batch, a, micro_batches);
       };
@@ -182,10 +194,19 @@ absl::Status Trainer::Init() {
     if (!runner.ok()) return runner.status();
     pipeline_ = std::move(*runner);
   }
+  // DPO's reference: the initial weights' log-probabilities, unless the checkpoint resumed had them.
+  if (dpo && reference_.empty()) TESSERA_RETURN_IF_ERROR(ScoreReference());
   return absl::OkStatus();
 }
 
 absl::Status Trainer::OpenData() {
+  if (options_.objective_kind == layout::Objective::kDpo) {
+    auto pairs = formats::data::PreferenceDataset::Open(options_.data.path, options_.model.vocab);
+    if (!pairs.ok()) return absl::Status(pairs.status().code(), absl::StrCat("data.path: ", pairs.status().message()));
+    if ((*pairs)->pairs() == 0) return absl::InvalidArgumentError(absl::StrCat("data.path ", options_.data.path, " has no pairs"));
+    pairs_ = std::move(*pairs);
+    return absl::OkStatus();
+  }
   TokenDatasetOptions data = options_.data;
   data.seq_len = options_.model.seq_len;
   data.vocab = options_.model.vocab;
@@ -288,24 +309,30 @@ absl::Status Trainer::CreateOptimizer(at::ScalarType dtype) {
 absl::StatusOr<Trainer::LossSums> Trainer::ForwardBackward(int accum) {
   LossSums sums;
   auto unset_positions = absl::MakeCleanup([&] { model_->set_positions({}); });  // Validation is never packed.
-  TESSERA_RETURN_IF_ERROR(WeighTrainedTargets(*data_, step_ * options_.global_batch, accum, &trained_targets_));
+  if (data_) TESSERA_RETURN_IF_ERROR(WeighTrainedTargets(*data_, step_ * options_.global_batch, accum, &trained_targets_));
   RECORD_USER_SCOPE("tessera::train::forward_backward");
   // Gradients of the last backward pass of this stage start their dp reduction inside it. Each
   // micro-batch's loss weighs LossWeight (a Mixture of Experts' balancing loss too: PipelineRunner).
   zero_->SetSyncThisPass(false);
-  auto sum = pipeline_->RunStep([&](int a) { return ReadTokens(*data_, step_ * options_.global_batch, a, accum); },
+  auto sum = pipeline_->RunStep([&](int a) {
+                                  return pairs_ ? ReadPairs(step_ * options_.global_batch, a, accum)
+                                                : ReadTokens(*data_, step_ * options_.global_batch, a, accum);
+                                },
                                 LossWeight(accum), [&] { zero_->SetSyncThisPass(true); });
   if (!sum.ok()) return absl::Status(sum.status().code(), absl::StrCat("step ", step_ + 1, ": ", sum.status().message()));
   sums.lm = *sum;
   sums.aux = pipeline_->aux_sum();
   sums.expert_load = pipeline_->expert_load();
+  if (objective_) sums.metrics = objective_->TakeMetrics();
   return sums;
 }
 
 absl::Status Trainer::ReduceLossAndNorm(LossSums& sums, int accum, StepStats* s, double* raw_norm) {
   // Mean cross-entropy and balancing loss of this rank's micro-batches.
-  at::Tensor mean_loss =
-      at::tensor({sums.lm / accum, sums.aux / accum}, at::TensorOptions().dtype(at::kDouble)).to(device_);
+  // Then the objective's metrics, averaged as the loss.
+  std::vector<double> means_of = {sums.lm / accum, sums.aux / accum};
+  for (double m : sums.metrics) means_of.push_back(m / accum);
+  at::Tensor mean_loss = at::tensor(means_of, at::TensorOptions().dtype(at::kDouble)).to(device_);
   {
     // Only the last stage has the loss; every stage's gradients add to the norm (wte counted once).
     RECORD_USER_SCOPE("tessera::train::grad_norm");
@@ -325,6 +352,12 @@ absl::Status Trainer::ReduceLossAndNorm(LossSums& sums, int accum, StepStats* s,
   const at::Tensor means = mean_loss.cpu();
   const double lm = means[0].item<double>(), aux = means[1].item<double>();
   s->loss = lm;
+  if (objective_) {
+    const std::vector<std::string> names = objective_->metric_names();
+    for (size_t i = 0; i < names.size() && i < sums.metrics.size(); ++i) {
+      s->objective_metrics.emplace_back(names[i], means[2 + static_cast<int64_t>(i)].item<double>());
+    }
+  }
   if (options_.model.IsMoe()) {
     s->loss = lm + options_.model.aux_loss_coef * aux;
     s->lm_loss = lm;
@@ -436,8 +469,9 @@ absl::StatusOr<StepStats> Trainer::Step() {
   ++step_;
   s.step = step_;
   s.step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  s.tokens = static_cast<int64_t>(options_.global_batch) * options_.model.seq_len;
-  if (data_->sft()) s.trained_tokens = trained_targets_;
+  // DPO: a pair is two sequences.
+  s.tokens = static_cast<int64_t>(options_.global_batch) * (pairs_ ? 2 : 1) * options_.model.seq_len;
+  if (data_ && data_->sft()) s.trained_tokens = trained_targets_;
   s.tokens_per_s = s.tokens / s.step_seconds;
   s.bytes_all_reduced = all_reduced() - bytes_before;
   s.bytes_communicated = BytesCommunicated() - communicated_before;

@@ -17,6 +17,7 @@
 
 #include "absl/status/statusor.h"
 #include "formats/checkpoint/attempt_fence.h"
+#include "formats/data/preference_dataset.h"
 #include "formats/data/token_dataset.h"
 #include "formats/tensorboard/event_file.h"
 #include "nlohmann/json_fwd.hpp"
@@ -37,6 +38,9 @@ struct StepStats {
   // its busiest expert over the mean (1: balanced), summed over the step and the data-parallel ranks.
   std::optional<double> lm_loss, aux_loss;
   std::vector<double> expert_imbalance;
+  // The objective's metrics (Objective::metric_names: DPO's rewards_chosen, ...), averaged over the
+  // step's micro-batches and ranks as the loss.
+  std::vector<std::pair<std::string, double>> objective_metrics;
   double lr = 0;
   double grad_norm = 0;       // Global L2 norm before clipping.
   double step_seconds = 0;
@@ -135,8 +139,22 @@ class Trainer {
     double lm = 0;
     double aux = 0;
     at::Tensor expert_load;
+    std::vector<double> metrics;  // The objective's (Objective::TakeMetrics).
   };
   absl::StatusOr<LossSums> ForwardBackward(int accum);
+  // Preference data (train.objective dpo; trainer_preference.cc). ReadPairs: micro-batch a (of accum)
+  // of this rank's share of the global batch of pairs starting at pair `first` (pair g is the
+  // dataset's g mod pairs), each pair as two rows of seq_len + 1 ids — the prompt then the chosen
+  // completion, the prompt then the rejected one — the prompt's targets untrained (−id − 1), right-
+  // padded with −1: [2·micro, seq_len + 1] (SFT data's encoding, formats/data/token_dataset.h).
+  // PairsOf: the dataset pairs of those rows, in order. ReferenceOf: their reference log-probabilities
+  // [2·micro] fp64 (chosen, rejected per pair). ScoreReference: the reference's log-probability of
+  // every row of the pairs the job will read, with the current (initial) weights, into reference_ — a
+  // collective over every rank.
+  absl::StatusOr<at::Tensor> ReadPairs(int64_t first, int a, int accum);
+  std::vector<int64_t> PairsOf(int64_t first, int a, int accum) const;
+  absl::StatusOr<at::Tensor> ReferenceOf(int64_t first, int a, int accum) const;
+  absl::Status ScoreReference();
   absl::Status ReduceLossAndNorm(LossSums& sums, int accum, StepStats* s, double* raw_norm);
   absl::Status Update(double norm, double lr, StepStats* s);
   // pp > 1, every stage together: StepStats::pipeline_bubble of the last RunStep.
@@ -254,6 +272,13 @@ class Trainer {
   int64_t trained_targets_ = 0;
   std::unique_ptr<formats::data::TrainingData> data_;
   std::unique_ptr<formats::data::TrainingData> valid_;  // Validation samples; null without validation data.
+  // train.objective dpo: the pairs (data_ is null then), and the reference's log-probability of each
+  // pair's chosen (2p) and rejected (2p + 1) completion — −inf where not scored — restored from the
+  // checkpoint on a resume (reference.safetensors).
+  std::unique_ptr<formats::data::PreferenceDataset> pairs_;
+  std::vector<double> reference_;
+  // The objective the model computes (options_.objective, DPO's, or null for the default): its metrics.
+  std::shared_ptr<const Objective> objective_;
   // Pipeline parallelism (pp > 1): this rank's chunks of the model; null without.
   std::unique_ptr<StageLayout> layout_;
   // Every layout's one step path: layout_'s schedule, or the whole model as a one-stage pipeline.

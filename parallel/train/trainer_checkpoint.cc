@@ -258,6 +258,12 @@ absl::Status Trainer::WriteGatheredCheckpointFiles(CheckpointWrite& w, const std
     w.Save("model.safetensors", w.params, {{"format", "pt"}});
     if (!w.sharded_state) w.Save("optimizer.safetensors", w.optimizer, {});
     w.SaveText("trainer_state.json", TrainerStateJson(w.sharded_state).dump(2) + "\n");
+    if (pairs_) {
+      // DPO's reference log-probabilities [pairs, 2] (chosen, rejected; −inf: not scored): a resume
+      // keeps them, as the initial weights are gone.
+      at::Tensor logps = at::tensor(reference_, at::TensorOptions().dtype(at::kDouble)).view({pairs_->pairs(), 2});
+      w.Save("reference.safetensors", {{"logps", logps}}, {});
+    }
   }
   return absl::OkStatus();
 }
@@ -448,7 +454,22 @@ absl::Status Trainer::LoadCheckpoint(const std::string& path) {
   TESSERA_RETURN_IF_ERROR(ApplyCheckpointState(path, Decoder::LoadWhat::kTrainable, state->router_bias, *model_, router_bias_));
   step_ = state->step;
   adam_step_ = state->optimizer_step;
-  if (data_->blended()) {
+  if (pairs_) {
+    auto reference = LoadTensors(path + "/reference.safetensors");
+    if (!reference.ok()) {
+      return absl::DataLossError(absl::StrCat("checkpoint ", path, " has no DPO reference log-probabilities (",
+                                              reference.status().message(), "): was it written by a dpo job?"));
+    }
+    auto it = reference->find("logps");
+    if (it == reference->end() || it->second.dim() != 2 || it->second.size(0) != pairs_->pairs() ||
+        it->second.size(1) != 2 || it->second.scalar_type() != at::kDouble) {
+      return absl::DataLossError(absl::StrCat("checkpoint ", path, "/reference.safetensors: expected logps [",
+                                              pairs_->pairs(), ", 2] F64 (data.path's pairs)"));
+    }
+    const at::Tensor logps = it->second.contiguous();
+    reference_.assign(logps.data_ptr<double>(), logps.data_ptr<double>() + logps.numel());
+  }
+  if (data_ && data_->blended()) {
     // The blend continues from the saved positions when the checkpoint has them for as many
     // sources; otherwise (a checkpoint from before the blend) from its definition at next_sample.
     const int64_t next = step_ * options_.global_batch;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "formats/checkpoint/attempt_fence.h"
+#include "formats/data/preference_dataset.h"
 #include "formats/data/token_dataset.h"
 #include "formats/data/training_data.h"
 #include "parallel/models/model_config.h"
@@ -54,6 +55,17 @@ struct TrainerOptions {
   // What each micro-batch's loss is (parallel/objectives; Decoder::set_objective), in training and
   // evaluation alike. Null: the mean cross-entropy.
   std::shared_ptr<const Objective> objective;
+  // train.objective dpo (docs/post-training.md): data.path is a preference dataset (its pairs cut as
+  // preference_cut says), micro_batch and global_batch count pairs, and the loss is DPO's against
+  // the reference — the initial weights, scored over the pairs before the first step and kept in the
+  // checkpoints. `objective` (tests) must be null then.
+  layout::Objective objective_kind = layout::Objective::kCrossEntropy;
+  struct Dpo {
+    double beta = 0.1;
+    layout::DpoLossType loss_type = layout::DpoLossType::kSigmoid;
+    double label_smoothing = 0;
+  } dpo;
+  formats::data::PreferenceTruncation preference_cut;
   double initial_loss_scale = 65536;  // fp16: dynamic loss scaling starts here,
   int loss_scale_window = 1000;       // doubles after this many steps without overflow, halves on one.
 

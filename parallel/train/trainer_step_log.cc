@@ -134,6 +134,9 @@ absl::Status Trainer::AppendStepLog(const StepStats& s) {
   r.skipped = s.skipped;
   r.trained_tokens = s.trained_tokens;
   r.lm_loss = s.lm_loss, r.aux_loss = s.aux_loss;
+  for (const auto& [name, value] : s.objective_metrics) {
+    if (std::optional<double>* m = steplog::ObjectiveMetric(r, name)) *m = value;
+  }
   if (!s.expert_imbalance.empty()) {
     r.expert_imbalance = *std::max_element(s.expert_imbalance.begin(), s.expert_imbalance.end());
     r.expert_imbalance_layers = s.expert_imbalance;

@@ -54,6 +54,13 @@ parallel::TrainerOptions ToTrainerOptions(const v1::JobSpec& spec) {
   o.checkpoint_keep = spec.checkpoint().keep();
   o.checkpoint_async = spec.checkpoint().async();
   o.output_dir = spec.output_dir();
+  if (t.objective() == v1::OBJECTIVE_DPO) {
+    o.objective_kind = layout::Objective::kDpo;
+    o.dpo.beta = spec.dpo().beta();
+    o.dpo.loss_type = spec.dpo().loss_type() == v1::DPO_LOSS_TYPE_IPO ? layout::DpoLossType::kIpo : layout::DpoLossType::kSigmoid;
+    o.dpo.label_smoothing = spec.dpo().label_smoothing();
+    o.preference_cut = {spec.data().max_prompt_tokens(), spec.data().max_completion_tokens()};
+  }
   return o;
 }
 

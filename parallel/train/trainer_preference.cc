@@ -1,0 +1,107 @@
+// The trainer's preference data (train.objective dpo, trainer.h): pairs as rows of SFT data's
+// encoding, their reference log-probabilities, and the pass that scores them before training.
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/str_cat.h"
+#include "parallel/objectives/dpo_objective.h"
+#include "parallel/train/status_macros.h"
+#include "parallel/train/trainer.h"
+
+namespace tessera::parallel {
+
+using formats::data::PreferencePair;
+
+std::vector<int64_t> Trainer::PairsOf(int64_t first, int a, int accum) const {
+  // Pair j of the global batch for dp rank d, micro-batch a, row i: d·micro·accum + a·micro + i (as
+  // ReadMicroBatch's samples), wrapping around the dataset.
+  const int micro = options_.micro_batch;
+  std::vector<int64_t> out;
+  for (int i = 0; i < micro; ++i) {
+    const int64_t g = first + static_cast<int64_t>(groups_.dp->rank()) * micro * accum + static_cast<int64_t>(a) * micro + i;
+    out.push_back(g % pairs_->pairs());
+  }
+  return out;
+}
+
+absl::StatusOr<at::Tensor> Trainer::ReadPairs(int64_t first, int a, int accum) {
+  const int64_t T = options_.model.seq_len;
+  const std::vector<int64_t> pairs = PairsOf(first, a, accum);
+  std::vector<int64_t> rows(pairs.size() * 2 * (T + 1), -1);  // Padding: token 0, untrained.
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    auto pair = pairs_->Pair(pairs[i], options_.preference_cut);
+    if (!pair.ok()) return pair.status();
+    for (int side = 0; side < 2; ++side) {
+      const std::vector<int32_t>& completion = side == 0 ? pair->chosen : pair->rejected;
+      const int64_t length = static_cast<int64_t>(pair->prompt.size() + completion.size());
+      if (length > T + 1) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "data.path ", options_.data.path, ": pair ", pairs[i], " has ", pair->prompt.size(), " prompt and ",
+            completion.size(), side == 0 ? " chosen" : " rejected", " tokens, more than model.seq_len + 1 = ", T + 1,
+            " (cut them with data.max_prompt_tokens and data.max_completion_tokens)"));
+      }
+      int64_t* row = rows.data() + (2 * i + side) * (T + 1);
+      // The prompt's tokens are no trained targets (the first token is never a target); the
+      // completion's are.
+      for (size_t t = 0; t < pair->prompt.size(); ++t) row[t] = t == 0 ? pair->prompt[t] : -int64_t{pair->prompt[t]} - 1;
+      for (size_t t = 0; t < completion.size(); ++t) row[pair->prompt.size() + t] = completion[t];
+    }
+  }
+  at::Tensor window =
+      at::from_blob(rows.data(), {static_cast<int64_t>(pairs.size() * 2), T + 1}, at::kLong).to(device_, false, true);
+  return window;
+}
+
+absl::StatusOr<at::Tensor> Trainer::ReferenceOf(int64_t first, int a, int accum) const {
+  const std::vector<int64_t> pairs = PairsOf(first, a, accum);
+  std::vector<double> values;
+  for (int64_t p : pairs) {
+    for (int side = 0; side < 2; ++side) {
+      const double v = reference_[2 * p + side];
+      if (!std::isfinite(v)) {
+        return absl::InternalError(absl::StrCat("pair ", p, " has no reference log-probability"));
+      }
+      values.push_back(v);
+    }
+  }
+  return at::tensor(values, at::TensorOptions().dtype(at::kDouble)).to(device_);
+}
+
+absl::Status Trainer::ScoreReference() {
+  const int accum = static_cast<int>(options_.global_batch / (static_cast<int64_t>(options_.micro_batch) * groups_.dp->size()));
+  const int64_t n = pairs_->pairs();
+  reference_.assign(2 * n, -std::numeric_limits<double>::infinity());
+  // The pairs the job reads: steps · global_batch of them, wrapping; each at most once.
+  const int64_t used = std::min<int64_t>(n, options_.steps * static_cast<int64_t>(options_.global_batch));
+  auto scorer = std::make_shared<SequenceLogps>(&reference_, options_.dpo.loss_type == layout::DpoLossType::kIpo);
+  model_->set_objective(scorer);
+  auto restore = absl::MakeCleanup([&] { model_->set_objective(objective_); });
+  at::NoGradGuard no_grad;
+  model_->set_dropout_seed(std::nullopt);
+  for (int64_t first = 0; first < used; first += options_.global_batch) {
+    auto rows_of = [&](int a) -> absl::StatusOr<at::Tensor> {
+      std::vector<double> where;
+      for (int64_t p : PairsOf(first, a, accum)) where.insert(where.end(), {2.0 * p, 2.0 * p + 1});
+      return at::tensor(where, at::TensorOptions().dtype(at::kDouble));
+    };
+    auto sum = pipeline_->RunForwardOnly([&](int a) { return ReadPairs(first, a, accum); }, nullptr, rows_of);
+    if (!sum.ok()) {
+      return absl::Status(sum.status().code(), absl::StrCat("scoring the reference: ", sum.status().message()));
+    }
+  }
+  zero_->ReleaseGatheredUnits();  // ZeRO-3: the units a forward pass without backward left gathered.
+  // Each row was scored by the ranks holding the head of its dp replica (tp ranks alike): the largest
+  // over every rank is its value (−inf elsewhere).
+  at::Tensor table = at::from_blob(reference_.data(), {2 * n}, at::kDouble).to(device_, false, true);
+  TESSERA_RETURN_IF_ERROR(groups_.world->AllReduce(table, ReduceOp::kMax));
+  table = table.cpu().contiguous();
+  std::copy(table.data_ptr<double>(), table.data_ptr<double>() + 2 * n, reference_.begin());
+  return absl::OkStatus();
+}
+
+}  // namespace tessera::parallel
