@@ -12,8 +12,11 @@ plan::PlanInput PlanInputFor(const v1::JobSpec& spec, int devices, double gflops
   plan::PlanInput in;
   const auto& m = spec.model();
   in.model = spec::ModelConfigOf(m);
-  in.micro_batch = spec.train().micro_batch();
-  in.global_batch = spec.train().global_batch();
+  // DPO's batches count pairs, each two sequences: the planner sizes sequences.
+  // (Both below 2^25 by the spec's limits: twice fits an int.)
+  const int rows = spec.train().objective() == v1::OBJECTIVE_DPO ? 2 : 1;
+  in.micro_batch = rows * spec.train().micro_batch();
+  in.global_batch = rows * spec.train().global_batch();
   in.devices = devices;
   in.activation_checkpointing = spec.train().activation_checkpointing();
   in.target = spec::TargetOf(spec);

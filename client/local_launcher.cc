@@ -30,6 +30,7 @@
 #include "spec/job_spec.h"
 #include "spec/paths.h"
 #include "common/steplog/step_log.h"
+#include "formats/data/preference_dataset.h"
 #include "formats/data/token_dataset.h"
 #include "google/protobuf/util/json_util.h"
 
@@ -133,7 +134,13 @@ int RunLocal(const LaunchOptions& options) {
     }
     if (!options.quiet) std::cout << "parallel: auto chose " << *chosen << "\n";
   }
-  if (auto ds = formats::data::TrainingData::OpenWithValidation(spec::DataOptionsOf(*spec), spec::BlendOf(*spec),
+  if (spec->train().objective() == v1::OBJECTIVE_DPO) {
+    // A preference dataset (docs/post-training.md), read as the ranks will read it.
+    if (auto pairs = formats::data::PreferenceDataset::Open(spec->data().path(), spec->model().vocab()); !pairs.ok()) {
+      std::cerr << "error: data.path: " << pairs.status().message() << "\n";
+      return kExitBadInput;
+    }
+  } else if (auto ds = formats::data::TrainingData::OpenWithValidation(spec::DataOptionsOf(*spec), spec::BlendOf(*spec),
                                                           spec::ValidDataOptionsOf(*spec),
                                                           spec->data().valid_fraction());
       !ds.ok()) {

@@ -368,10 +368,6 @@ void CheckObjective(const v1::JobSpec& s, Checker& c) {
     c.Fail(d.valid_path().empty() ? "data.valid_fraction" : "data.valid_path",
            absl::StrCat("validation is not supported ", kDpo, " yet"));
   }
-  if (!s.model().lora().init_from().empty()) {
-    c.Fail("model.lora.init_from", absl::StrCat("is not supported ", kDpo,
-                                                " yet (the reference is the base without adapters)"));
-  }
   const v1::DpoSpec& dpo = s.dpo();
   if (!(dpo.beta() > 0) || !(dpo.beta() <= 1e6)) c.Fail("dpo.beta", absl::StrCat(dpo.beta(), " must be in (0, 1e6]"));
   if (dpo.loss_type() == v1::DPO_LOSS_TYPE_UNSPECIFIED) c.Fail("dpo.loss_type", "must be sigmoid or ipo");

@@ -118,6 +118,9 @@ class Decoder {
   // that follow and of the recomputations in their backward (LoraDropout) — the same for every rank
   // holding part of the micro-batch. Unset (the default; evaluation, decoding): no dropout.
   void set_dropout_seed(std::optional<uint64_t> seed) { dropout_seed_ = seed; }
+  // LoRA: whether the adapters take part in the forward passes that follow (default true); false is
+  // the base model's forward (peft's disable_adapter(): DPO's reference under LoRA).
+  void set_adapters_enabled(bool enabled) { adapters_enabled_ = enabled; }
 
   // The pieces of Loss, for pipeline stages: token + position embedding [B, T, hidden] (needs the
   // embedding); blocks [first, first + count) (must be held); final norm, tied head, each target's
@@ -313,6 +316,7 @@ class Decoder {
   bool activation_checkpointing_ = false;
   bool masked_targets_ = false;
   std::optional<uint64_t> dropout_seed_;  // set_dropout_seed.
+  bool adapters_enabled_ = true;  // set_adapters_enabled.
   at::Tensor positions_;  // set_positions.
   at::Tensor runs_;       // With positions_: which run each position is in, [B, T] (every layer's mask).
   double target_weight_ = 1;

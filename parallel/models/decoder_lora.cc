@@ -44,7 +44,9 @@ at::Tensor Decoder::LoraDropout(const at::Tensor& in, int i, const std::string& 
 
 at::Tensor Decoder::LoraColumn(const at::Tensor& y, const at::Tensor& in, int i, const std::string& role,
                                std::pair<int64_t, int64_t> rows) const {
-  if (!config_.lora.enabled() || !config_.lora.Targets(ModuleOf(BlockParamName(family_, i, role)))) return y;
+  if (!adapters_enabled_ || !config_.lora.enabled() || !config_.lora.Targets(ModuleOf(BlockParamName(family_, i, role)))) {
+    return y;
+  }
   at::Tensor b = P(BlockParamName(family_, i, role, "lora_B.weight"));
   if (rows.second >= 0) b = CopyToTp(b, tp_.get()).narrow(0, rows.first, rows.second);
   const at::Tensor a = CopyToTp(P(BlockParamName(family_, i, role, "lora_A.weight")), tp_.get());
@@ -52,7 +54,9 @@ at::Tensor Decoder::LoraColumn(const at::Tensor& y, const at::Tensor& in, int i,
 }
 
 at::Tensor Decoder::LoraRow(const at::Tensor& y, const at::Tensor& in, int i, const std::string& role) const {
-  if (!config_.lora.enabled() || !config_.lora.Targets(ModuleOf(BlockParamName(family_, i, role)))) return y;
+  if (!adapters_enabled_ || !config_.lora.enabled() || !config_.lora.Targets(ModuleOf(BlockParamName(family_, i, role)))) {
+    return y;
+  }
   const at::Tensor t = ReduceFromTp(
       Linear(LoraDropout(in, i, role, /*columns_split=*/true), P(BlockParamName(family_, i, role, "lora_A.weight"))),
       tp_.get());
@@ -93,7 +97,7 @@ void Decoder::ExpertAdapters(int i, int first, int last, SparseMlpWeights* out) 
     any |= expert(SharedExpertParamName(f, i, "gate_proj"), SharedExpertParamName(f, i, "up_proj"),
                   SharedExpertParamName(f, i, "down_proj"), &w.shared_lora);
   }
-  if (any) {
+  if (any && adapters_enabled_) {
     w.lora_scale = config_.lora.scale();
   } else {
     w.lora.clear();

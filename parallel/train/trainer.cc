@@ -205,7 +205,7 @@ absl::Status Trainer::OpenData() {
     if (!pairs.ok()) return absl::Status(pairs.status().code(), absl::StrCat("data.path: ", pairs.status().message()));
     if ((*pairs)->pairs() == 0) return absl::InvalidArgumentError(absl::StrCat("data.path ", options_.data.path, " has no pairs"));
     pairs_ = std::move(*pairs);
-    return absl::OkStatus();
+    return CheckPairs();
   }
   TokenDatasetOptions data = options_.data;
   data.seq_len = options_.model.seq_len;

@@ -152,6 +152,17 @@ class Trainer {
   // every row of the pairs the job will read, with the current (initial) weights, into reference_ — a
   // collective over every rank.
   absl::StatusOr<at::Tensor> ReadPairs(int64_t first, int a, int accum);
+  // The pairs the job reads: [0, min(pairs, steps · global_batch)). CheckPairs: every rank reads every
+  // pair (cut) and fails on an id ≥ vocab or a pair it reads longer than seq_len + 1 — before any
+  // collective — and sets pairs_fingerprint_. CheckReference: each has finite reference
+  // log-probabilities at most 0 (FailedPrecondition naming train.steps for unscored ones).
+  int64_t PairsUsed() const;
+  absl::Status CheckPairs();
+  absl::Status CheckReference(const std::string& where) const;
+  // reference.safetensors in a checkpoint: its metadata (what the log-probabilities were scored from)
+  // and, on a resume, the table read back and checked against this job (LoadReference).
+  std::map<std::string, std::string> ReferenceMetadata() const;
+  absl::Status LoadReference(const std::string& file);
   std::vector<int64_t> PairsOf(int64_t first, int a, int accum) const;
   absl::StatusOr<at::Tensor> ReferenceOf(int64_t first, int a, int accum) const;
   absl::Status ScoreReference();
@@ -277,6 +288,7 @@ class Trainer {
   // checkpoint on a resume (reference.safetensors).
   std::unique_ptr<formats::data::PreferenceDataset> pairs_;
   std::vector<double> reference_;
+  uint64_t pairs_fingerprint_ = 0;  // CheckPairs.
   // The objective the model computes (options_.objective, DPO's, or null for the default): its metrics.
   std::shared_ptr<const Objective> objective_;
   // Pipeline parallelism (pp > 1): this rank's chunks of the model; null without.

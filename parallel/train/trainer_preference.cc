@@ -29,6 +29,65 @@ std::vector<int64_t> Trainer::PairsOf(int64_t first, int a, int accum) const {
   return out;
 }
 
+int64_t Trainer::PairsUsed() const {
+  // min(pairs, steps · global_batch) without forming a product that could overflow (steps < 2^40,
+  // global_batch < 2^24 by the spec's limits: 2^64 would wrap).
+  const int64_t n = pairs_->pairs(), batch = options_.global_batch;
+  return options_.steps >= (n + batch - 1) / batch ? n : options_.steps * batch;
+}
+
+absl::Status Trainer::CheckPairs() {
+  // Every rank reads the same pairs: a bad one stops every rank here, before any collective, with the
+  // same message. The fingerprint (FNV-1a over every cut pair's lengths and ids, whether this job
+  // reads it or not) ties the reference log-probabilities kept in checkpoints to this data and cut.
+  const int64_t T = options_.model.seq_len;
+  uint64_t h = 0xcbf29ce484222325ull;
+  auto mix = [&h](uint64_t v) {
+    for (int b = 0; b < 8; ++b) h = (h ^ ((v >> (8 * b)) & 0xff)) * 0x100000001b3ull;
+  };
+  const int64_t used = PairsUsed();
+  for (int64_t p = 0; p < pairs_->pairs(); ++p) {
+    auto pair = pairs_->Pair(p, options_.preference_cut);
+    if (!pair.ok()) return absl::Status(pair.status().code(), absl::StrCat("data.path: ", pair.status().message()));
+    for (const std::vector<int32_t>* seq : {&pair->prompt, &pair->chosen, &pair->rejected}) {
+      mix(seq->size());
+      for (int32_t id : *seq) mix(static_cast<uint32_t>(id));
+    }
+    for (int side = 0; side < 2 && p < used; ++side) {
+      const size_t completion = side == 0 ? pair->chosen.size() : pair->rejected.size();
+      if (static_cast<int64_t>(pair->prompt.size() + completion) > T + 1) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "data.path ", options_.data.path, ": pair ", p, " has ", pair->prompt.size(), " prompt and ", completion,
+            side == 0 ? " chosen" : " rejected", " tokens, more than model.seq_len + 1 = ", T + 1,
+            " (cut them with data.max_prompt_tokens and data.max_completion_tokens)"));
+      }
+    }
+  }
+  pairs_fingerprint_ = h;
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::CheckReference(const std::string& where) const {
+  // Every pair the job reads has its two log-probabilities: finite and at most 0 (sums or means of
+  // log-probabilities).
+  const int64_t used = PairsUsed();
+  for (int64_t i = 0; i < 2 * used; ++i) {
+    const double v = reference_[i];
+    if (std::isinf(v) && v < 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          where, ": pair ", i / 2, " has no reference log-probability: the job reads ", used,
+          " pairs (train.steps × train.global_batch, at most data.path's ", pairs_->pairs(),
+          "), more than were scored before the first step; the reference (the initial weights) cannot be "
+          "scored again after it — start a new job (a new output_dir) to train on more pairs"));
+    }
+    if (!std::isfinite(v) || v > 0) {
+      return absl::DataLossError(absl::StrCat(where, ": pair ", i / 2, "'s reference log-probability is ", v,
+                                              ", not a finite number at most 0"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<at::Tensor> Trainer::ReadPairs(int64_t first, int a, int accum) {
   const int64_t T = options_.model.seq_len;
   const std::vector<int64_t> pairs = PairsOf(first, a, accum);
@@ -76,11 +135,17 @@ absl::Status Trainer::ScoreReference() {
   const int accum = static_cast<int>(options_.global_batch / (static_cast<int64_t>(options_.micro_batch) * groups_.dp->size()));
   const int64_t n = pairs_->pairs();
   reference_.assign(2 * n, -std::numeric_limits<double>::infinity());
-  // The pairs the job reads: steps · global_batch of them, wrapping; each at most once.
-  const int64_t used = std::min<int64_t>(n, options_.steps * static_cast<int64_t>(options_.global_batch));
+  // The pairs the job reads (steps · global_batch of them, wrapping), each scored once: pairs
+  // [0, used) in global batches, the last one wrapping onto pairs already scored.
+  const int64_t used = PairsUsed();
   auto scorer = std::make_shared<SequenceLogps>(&reference_, options_.dpo.loss_type == layout::DpoLossType::kIpo);
   model_->set_objective(scorer);
-  auto restore = absl::MakeCleanup([&] { model_->set_objective(objective_); });
+  // Under LoRA the reference is the base model: the adapters off (as TRL with peft).
+  model_->set_adapters_enabled(false);
+  auto restore = absl::MakeCleanup([&] {
+    model_->set_objective(objective_);
+    model_->set_adapters_enabled(true);
+  });
   at::NoGradGuard no_grad;
   model_->set_dropout_seed(std::nullopt);
   for (int64_t first = 0; first < used; first += options_.global_batch) {
@@ -97,11 +162,12 @@ absl::Status Trainer::ScoreReference() {
   zero_->ReleaseGatheredUnits();  // ZeRO-3: the units a forward pass without backward left gathered.
   // Each row was scored by the ranks holding the head of its dp replica (tp ranks alike): the largest
   // over every rank is its value (−inf elsewhere).
-  at::Tensor table = at::from_blob(reference_.data(), {2 * n}, at::kDouble).to(device_, false, true);
+  at::Tensor table = at::from_blob(reference_.data(), {2 * used}, at::kDouble).to(device_, false, true);
   TESSERA_RETURN_IF_ERROR(groups_.world->AllReduce(table, ReduceOp::kMax));
   table = table.cpu().contiguous();
-  std::copy(table.data_ptr<double>(), table.data_ptr<double>() + 2 * n, reference_.begin());
-  return absl::OkStatus();
+  std::copy(table.data_ptr<double>(), table.data_ptr<double>() + 2 * used, reference_.begin());
+  // The same table on every rank after the reduction: the same verdict everywhere.
+  return CheckReference("scoring the reference");
 }
 
 }  // namespace tessera::parallel

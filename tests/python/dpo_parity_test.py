@@ -12,6 +12,7 @@ policy, prompt tokens counted in the log-probabilities, or per-token means inste
 other numbers (the mutations in the note of issue 56)."""
 import copy
 import json
+import math
 import os
 import random
 import shutil
@@ -20,6 +21,7 @@ import sys
 import tempfile
 import unittest
 
+import peft
 import torch
 import transformers
 from transformers import PreTrainedTokenizerFast
@@ -48,6 +50,11 @@ METRICS = {"rewards_chosen": "rewards/chosen", "rewards_rejected": "rewards/reje
 # near eps, where Adam's update amplifies rounding), so the bound would test rounding; with 1e-6 every
 # layout ends within 1.6e-6 of TRL (measured).
 TOL = 1e-5
+LORA_R, LORA_ALPHA = 4, 8.0
+LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+# bf16 (parameters and activations; fp32 masters and loss) against TRL's fp32 run: each step's loss
+# within 1e-2 (the issue's bound).
+BF16_TOL = 1e-2
 
 WORDS = "the cat sat on a mat while two dogs ran past an old barn and a farmer laughed yes no maybe".split()
 
@@ -76,11 +83,34 @@ def hf_llama(vocab):
     return transformers.LlamaForCausalLM(config).float()
 
 
-def train_trl(tokenizer, pairs, vocab, tmp, loss_type="sigmoid", beta=0.1, label_smoothing=0.0):
+def lora_llama(vocab, adapter_dir):
+    """The model wrapped by peft's LoRA with A and B drawn (init_lora_weights=False: the initial policy is
+    not the base), its adapter saved into `adapter_dir` for tessera's model.lora.init_from."""
+    torch.manual_seed(4)
+    config = peft.LoraConfig(r=LORA_R, lora_alpha=LORA_ALPHA, lora_dropout=0.0, target_modules=LORA_TARGETS,
+                             init_lora_weights=False, task_type="CAUSAL_LM")
+    model = peft.get_peft_model(hf_llama(vocab), config)
+    model.save_pretrained(adapter_dir)
+    return model
+
+
+def adapter_weights(model, directory):
+    """A peft model's adapters under tessera's names (its checkpoint's under LoRA)."""
+    model.save_pretrained(directory)
+    saved = safetensors_io.load(os.path.join(directory, "adapter_model.safetensors"))
+    return {k.removeprefix("base_model.model.model."): v for k, v in saved.items()}
+
+
+def train_trl(tokenizer, pairs, vocab, tmp, loss_type="sigmoid", beta=0.1, label_smoothing=0.0, lora_adapter=None):
     """TRL's DPO on `pairs` [(prompt, chosen, rejected) ids] as tessera's spec defines the step: micro-batches
-    of MICRO pairs in file order, GLOBAL pairs a step. Returns (losses, metrics per step, final weights)."""
-    model = hf_llama(vocab)
-    ref = copy.deepcopy(model).eval()
+    of MICRO pairs in file order, GLOBAL pairs a step. With `lora_adapter` (a directory), peft's LoRA
+    (lora_llama) and no reference model: TRL's reference is then the base, the adapters disabled.
+    Returns (losses, metrics per step, final weights: the adapters' under LoRA)."""
+    if lora_adapter:
+        model, ref = lora_llama(vocab, lora_adapter), None
+    else:
+        model = hf_llama(vocab)
+        ref = copy.deepcopy(model).eval()
     args = DPOConfig(output_dir=os.path.join(tmp, "trl"), beta=beta, loss_type=loss_type,
                      label_smoothing=label_smoothing, report_to=[], use_cpu=True, padding_value=0,
                      max_length=None, max_prompt_length=None, max_completion_length=None,
@@ -89,8 +119,9 @@ def train_trl(tokenizer, pairs, vocab, tmp, loss_type="sigmoid", beta=0.1, label
     dataset = datasets.Dataset.from_list([{"prompt": "a", "chosen": "b", "rejected": "c"}])
     trainer = DPOTrainer(model=model, ref_model=ref, args=args, train_dataset=dataset, processing_class=tokenizer)
     collate = DataCollatorForPreference(pad_token_id=0)
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    trained = [p for p in model.parameters() if p.requires_grad]
+    decay = [p for p in trained if p.dim() >= 2]
+    no_decay = [p for p in trained if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": WD}, {"params": no_decay, "weight_decay": 0.0}],
                             lr=LR, betas=BETAS, eps=ADAM_EPS, foreach=False)
     losses, metrics = [], []
@@ -109,10 +140,12 @@ def train_trl(tokenizer, pairs, vocab, tmp, loss_type="sigmoid", beta=0.1, label
             total += loss.item() / micro_batches
             for k, name in METRICS.items():
                 sums[k] += got[name] / micro_batches
-        torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
+        torch.nn.utils.clip_grad_norm_(trained, CLIP)
         opt.step()
         losses.append(total)
         metrics.append(sums)
+    if lora_adapter:
+        return losses, metrics, adapter_weights(model, os.path.join(tmp, "trl-adapters"))
     weights = {k.removeprefix("model."): v.detach().clone() for k, v in model.state_dict().items()
                if not k.endswith("rotary_emb.inv_freq")}
     return losses, metrics, weights
@@ -154,13 +187,13 @@ class DpoParityTest(unittest.TestCase):
                                        label_smoothing=label_smoothing)
         return self.want[key]
 
-    def run_tessera(self, name, sets, dpo="{beta: 0.1}", steps=STEPS, every=0):
+    def run_tessera(self, name, sets, dpo="{beta: 0.1}", steps=STEPS, every=0, lora=""):
         spec = os.path.join(self.tmp, f"{name}.yaml")
         with open(spec, "w") as f:
             f.write(f"""name: {name}
 model: {{family: llama, layers: {LAYERS}, hidden: {HIDDEN}, heads: {HEADS}, kv_heads: {KV_HEADS},
         ffn_hidden: {FFN}, vocab: {self.vocab}, seq_len: {SEQ}, norm_eps: {EPS}, rope_theta: {THETA},
-        init_from: {self.init}}}
+        init_from: {self.init}{lora}}}
 data: {{path: {self.data}}}
 train: {{objective: dpo, steps: {steps}, micro_batch: {MICRO}, global_batch: {GLOBAL}, lr: {LR}, min_lr: {MIN_LR},
         warmup_steps: {WARMUP}, schedule: cosine, weight_decay: {WD}, betas: [{BETAS[0]}, {BETAS[1]}],
@@ -202,6 +235,25 @@ output_dir: {self.tmp}/{name}
                            ("zero3_offload", ["parallel.dp=2", "parallel.zero_stage=3", "optimizer.offload=cpu"])]:
             self.check(name, self.run_tessera(name, sets), want)
 
+    def test_lora_reference_is_the_base(self):
+        # peft's LoRA with drawn adapters (so the initial policy is not the base): TRL's reference is the
+        # base with the adapters disabled, and so is tessera's (model.lora.init_from: the same adapters).
+        adapter = os.path.join(self.tmp, "lora-adapter")
+        want = train_trl(self.hf_tokenizer, self.pairs, self.vocab, self.tmp, lora_adapter=adapter)
+        lora = (f",\n        lora: {{rank: {LORA_R}, alpha: {LORA_ALPHA}, targets: [{', '.join(LORA_TARGETS)}], "
+                f"init_from: {adapter}}}")
+        steps = self.run_tessera("lora", [], lora=lora)
+        self.assertGreater(abs(steps[0]["rewards_margin"]), 1e-3, "step 1: the policy is not the reference")
+        self.check("lora", steps, want)
+        self.check("lora_tp2", self.run_tessera("lora_tp2", ["parallel.tp=2"], lora=lora), want)
+
+    def test_bf16_tracks_fp32(self):
+        losses = self.reference()[0]
+        got = [s["loss"] for s in self.run_tessera("bf16", ["train.precision=bf16"])]
+        worst = max(abs(g - w) for g, w in zip(got, losses))
+        print(f"bf16: max loss difference {worst:.2e} from TRL's fp32 run")
+        self.assertLessEqual(worst, BF16_TOL)
+
     def test_ipo_and_label_smoothing(self):
         self.check("ipo", self.run_tessera("ipo", [], dpo="{beta: 0.1, loss_type: ipo}"), self.reference("ipo"))
         self.check("smoothed", self.run_tessera("smoothed", [], dpo="{beta: 0.1, label_smoothing: 0.2}"),
@@ -216,6 +268,70 @@ output_dir: {self.tmp}/{name}
         steps = self.run_tessera("resumed", [], every=STEPS // 2)
         self.assertEqual(steps[STEPS // 2]["resumed_from"], STEPS // 2)
         self.check("resumed", steps, self.reference())
+    def run_refused(self, name, sets, dpo="{beta: 0.1}", steps=STEPS, every=0):
+        """`tessera run` that must fail: its output."""
+        spec = os.path.join(self.tmp, f"{name}.yaml")
+        with open(spec, "w") as f:
+            f.write(f"""name: {name}
+model: {{family: llama, layers: {LAYERS}, hidden: {HIDDEN}, heads: {HEADS}, kv_heads: {KV_HEADS},
+        ffn_hidden: {FFN}, vocab: {self.vocab}, seq_len: {SEQ}, init_from: {self.init}}}
+data: {{path: {self.data}}}
+train: {{objective: dpo, steps: {steps}, micro_batch: {MICRO}, global_batch: {GLOBAL}}}
+dpo: {dpo}
+checkpoint: {{every_steps: {every}}}
+output_dir: {self.tmp}/{name}
+""")
+        done = hf_testing.run_tessera(TESSERA, spec, sets, dict(os.environ, TESSERA_RANK_BINARY=RANK))
+        self.assertNotEqual(done.returncode, 0, done.stdout + done.stderr)
+        return done.stdout + done.stderr
+
+    def test_bad_input_is_refused_by_name(self):
+        # A pair longer than seq_len + 1: every rank stops before its first collective, naming the pair.
+        out = self.run_refused("too_long", ["model.seq_len=16", "parallel.dp=2"])
+        self.assertRegex(out, r"pair \d+ has \d+ prompt and \d+ (chosen|rejected) tokens, more than model.seq_len \+ 1 = 17")
+        # Not a preference dataset.
+        out = self.run_refused("not_pairs", [f"data.path={self.tmp}/nothing"])
+        self.assertIn("data.path", out)
+        # A resume that would read pairs the first run did not score (2 steps scored 8 pairs).
+        self.run_tessera("grown", [], steps=2, every=2)
+        out = self.run_refused("grown", [], steps=STEPS, every=2)
+        self.assertIn("pair 8 has no reference log-probability", out)
+        self.assertIn("train.steps", out)
+        # A resume whose loss type needs other reference numbers (per-token means for ipo).
+        out = self.run_refused("grown", [], dpo="{beta: 0.1, loss_type: ipo}", steps=2, every=2)
+        self.assertIn("per_token_mean false, this job's true: dpo.loss_type changed", out)
+
+    def test_the_example_prepares_and_trains(self):
+        # examples/dpo-llama.yaml as its comment says, for a few steps, from a few steps of the SFT example.
+        env = dict(os.environ, TESSERA_RANK_BINARY=RANK)
+        sft_data, pairs = os.path.join(self.tmp, "example-sft"), os.path.join(self.tmp, "example-pairs")
+        for kind, src, out in [("--chat", "examples/sft/chats.jsonl", sft_data),
+                               ("--preference", "examples/dpo/pairs.jsonl", pairs)]:
+            done = subprocess.run([TESSERA, "data", "prepare", "--no-progress", "--tokenizer", "examples/sft", kind, src,
+                                   out], capture_output=True, text=True)
+            self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertIn("300 pairs", done.stdout)
+        sft_out, dpo_out = os.path.join(self.tmp, "example-sft-run"), os.path.join(self.tmp, "example-dpo-run")
+        done = hf_testing.run_tessera(TESSERA, "examples/sft-llama.yaml",
+                                      [f"data.path={sft_data}", f"output_dir={sft_out}", "train.steps=3",
+                                       "checkpoint.every_steps=0"], env)
+        self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
+        start = os.path.join(sft_out, "checkpoints", "step_00000003", "model.safetensors")
+        done = hf_testing.run_tessera(TESSERA, "examples/dpo-llama.yaml",
+                                      [f"data.path={pairs}", f"output_dir={dpo_out}", f"model.init_from={start}",
+                                       "train.steps=3", "checkpoint.every_steps=0"], env)
+        self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
+        with open(os.path.join(dpo_out, "steps.jsonl")) as f:
+            steps = [json.loads(line) for line in f if "warning" not in line]
+        self.assertEqual(len(steps), 3)
+        # Step 1's policy is the reference: h = 0 for every pair, so the loss is log 2 and the rewards 0.
+        self.assertAlmostEqual(steps[0]["loss"], math.log(2), delta=1e-6)
+        self.assertAlmostEqual(steps[0]["rewards_chosen"], 0.0, delta=1e-7)
+        for s in steps:
+            for k in METRICS:
+                self.assertIn(k, s)
+            self.assertEqual(s["tokens"], 2 * 16 * 64)  # Two sequences per pair.
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -1,0 +1,81 @@
+// train.objective and its dpo: section (proto Objective, DpoSpec): a spec stored before the field
+// existed (objective 0) is cross-entropy, the dpo section is checked only with objective dpo, what DPO
+// does not run yet is refused by field, and the layouts it cannot run in are CheckLayout's problems.
+#include <string>
+#include <vector>
+
+#include "spec/job_spec.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace tessera::spec {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr char kSpec[] =
+    "name: t\ndata: {path: /x}\nmodel: {heads: 4}\ntrain: {objective: dpo, micro_batch: 1, global_batch: 2}\n";
+
+std::string Errors(const v1::JobSpec& s) {
+  std::string all;
+  for (const SpecError& e : ValidateJobSpec(s)) all += e.field + ": " + e.message + "\n";
+  return all;
+}
+
+TEST(DpoSpecTest, TheDefaultsAreValidAndAStoredSpecWithoutTheFieldIsCrossEntropy) {
+  auto dpo = ParseJobSpec(kSpec, {"output_dir=/out/t"});
+  ASSERT_TRUE(dpo.ok()) << dpo.status();
+  EXPECT_EQ(Errors(*dpo), "");
+  EXPECT_EQ(dpo->train().objective(), v1::OBJECTIVE_DPO);
+  EXPECT_EQ(dpo->dpo().beta(), 0.1);
+  EXPECT_EQ(dpo->dpo().loss_type(), v1::DPO_LOSS_TYPE_SIGMOID);
+  EXPECT_EQ(dpo->dpo().reference(), "initial");
+  v1::JobSpec old = *dpo;
+  old.mutable_train()->clear_objective();  // As stored by a version without it: cross-entropy.
+  old.clear_dpo();
+  EXPECT_EQ(Errors(old), "");
+  old.mutable_dpo()->set_beta(-1);  // The section is read only with objective dpo.
+  EXPECT_EQ(Errors(old), "");
+}
+
+TEST(DpoSpecTest, BadValuesAreRefusedByField) {
+  auto s = ParseJobSpec(kSpec, {"output_dir=/out/t", "dpo.beta=0", "dpo.label_smoothing=0.5",
+                                "dpo.reference=/models/sft", "data.max_prompt_tokens=-1"});
+  ASSERT_TRUE(s.ok()) << s.status();
+  const std::string errors = Errors(*s);
+  EXPECT_THAT(errors, HasSubstr("dpo.beta: 0 must be in (0, 1e6]"));
+  EXPECT_THAT(errors, HasSubstr("dpo.label_smoothing: 0.5 must be in [0, 0.5)"));
+  EXPECT_THAT(errors, HasSubstr("dpo.reference: \"/models/sft\": only initial"));
+  EXPECT_THAT(errors, HasSubstr("data.max_prompt_tokens"));
+  auto ipo = ParseJobSpec(kSpec, {"output_dir=/out/t", "dpo.loss_type=ipo", "dpo.label_smoothing=0.1"});
+  ASSERT_TRUE(ipo.ok());
+  EXPECT_THAT(Errors(*ipo), HasSubstr("dpo.label_smoothing: applies to loss_type sigmoid only"));
+  auto bad_type = ParseJobSpec(kSpec, {"output_dir=/out/t", "dpo.loss_type=hinge"});
+  EXPECT_FALSE(bad_type.ok());
+  EXPECT_THAT(std::string(bad_type.status().message()), HasSubstr("dpo.loss_type"));
+}
+
+TEST(DpoSpecTest, WhatDpoDoesNotRunYetIsRefusedByField) {
+  auto s = ParseJobSpec(kSpec, {"output_dir=/out/t", "data.shuffle=true", "data.packing=true",
+                                "data.valid_fraction=0.1", "parallel.sp=2", "model.seq_len=128"});
+  ASSERT_TRUE(s.ok()) << s.status();
+  const std::string errors = Errors(*s);
+  EXPECT_THAT(errors, HasSubstr("data.shuffle: is not supported with train.objective dpo yet"));
+  EXPECT_THAT(errors, HasSubstr("data.packing: is not supported with train.objective dpo"));
+  EXPECT_THAT(errors, HasSubstr("data.valid_fraction: validation is not supported with train.objective dpo"));
+  EXPECT_THAT(errors, HasSubstr("parallel.sp: 2 with train.objective dpo is not supported yet"));
+  auto grid = ParseJobSpec(kSpec, {"output_dir=/out/t", "parallel.tp=4", "parallel.tp_mode=2d",
+                                   "train.micro_batch=2", "train.global_batch=2"});
+  ASSERT_TRUE(grid.ok()) << grid.status();
+  EXPECT_THAT(Errors(*grid), HasSubstr("parallel.tp_mode: 2d with train.objective dpo is not supported yet"));
+  auto moe = ParseJobSpec(kSpec, {"output_dir=/out/t", "model.family=llama", "model.experts=4"});
+  ASSERT_TRUE(moe.ok()) << moe.status();
+  EXPECT_THAT(Errors(*moe), HasSubstr("model.experts: 4: a Mixture of Experts with train.objective dpo"));
+  // The pair cut belongs to DPO's data only.
+  auto lm = ParseJobSpec(kSpec, {"output_dir=/out/t", "train.objective=cross_entropy", "data.max_completion_tokens=8"});
+  ASSERT_TRUE(lm.ok());
+  EXPECT_THAT(Errors(*lm), HasSubstr("data.max_completion_tokens: applies to train.objective dpo only"));
+}
+
+}  // namespace
+}  // namespace tessera::spec
