@@ -75,13 +75,18 @@ def step_lines(out, warmup):
         return [json.loads(line) for line in f][warmup:]
 
 
+def adamw(model, lr):
+    """AdamW as tessera's spec defines it: weight decay 0.1 on tensors with ≥ 2 dims, betas (0.9, 0.95)."""
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+                             lr=lr, betas=(0.9, 0.95))
+
+
 def torch_step_seconds(model, objective, samples, steps, batch):
     """Seconds of each of `steps` training steps of `model` in PyTorch as tessera's spec defines one
     (AdamW with weight decay on ≥2-D tensors, clipping at 1.0); `objective(x, y)` is the loss."""
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=1e-3, betas=(0.9, 0.95))
+    opt = adamw(model, 1e-3)
     secs = []
     for step in range(steps):
         t0 = time.perf_counter()

@@ -21,9 +21,9 @@ import sys
 import tempfile
 import unittest
 
+import datasets
 import peft
 import torch
-import transformers
 from transformers import PreTrainedTokenizerFast
 from trl import DPOConfig, DPOTrainer
 from trl.trainer.dpo_trainer import DataCollatorForPreference
@@ -37,8 +37,10 @@ from data_reference import read_indexed_dataset  # noqa: E402
 
 TESSERA = os.path.abspath("client/tessera")
 RANK = os.path.abspath("worker/rank/tessera-rank")
-LAYERS, HIDDEN, HEADS, KV_HEADS, FFN, SEQ = 2, 64, 4, 2, 160, 64
-EPS, THETA = 1e-5, 10000.0
+# SFT parity's tiny Llama (hf_llama: seed 3, untied), with longer samples (rotary positions: its
+# max_position_embeddings changes nothing).
+from sft_parity_test import EPS, FFN, HEADS, HIDDEN, KV_HEADS, LAYERS, THETA, hf_llama  # noqa: E402
+SEQ = 64
 PAIRS, MICRO, GLOBAL, STEPS = 32, 2, 4, 8
 LR, MIN_LR, WARMUP, WD, BETAS, ADAM_EPS, CLIP = 2e-3, 2e-4, 2, 0.1, (0.9, 0.95), 1e-6, 1.0
 METRICS = {"rewards_chosen": "rewards/chosen", "rewards_rejected": "rewards/rejected",
@@ -73,16 +75,6 @@ def pair_records(n, seed):
     return out
 
 
-def hf_llama(vocab):
-    config = transformers.LlamaConfig(
-        vocab_size=vocab, hidden_size=HIDDEN, intermediate_size=FFN, num_hidden_layers=LAYERS,
-        num_attention_heads=HEADS, num_key_value_heads=KV_HEADS, max_position_embeddings=SEQ,
-        rms_norm_eps=EPS, rope_theta=THETA, tie_word_embeddings=False, attention_bias=False,
-        mlp_bias=False, hidden_act="silu")
-    torch.manual_seed(3)
-    return transformers.LlamaForCausalLM(config).float()
-
-
 def lora_llama(vocab, adapter_dir):
     """The model wrapped by peft's LoRA with A and B drawn (init_lora_weights=False: the initial policy is
     not the base), its adapter saved into `adapter_dir` for tessera's model.lora.init_from."""
@@ -115,7 +107,6 @@ def train_trl(tokenizer, pairs, vocab, tmp, loss_type="sigmoid", beta=0.1, label
                      label_smoothing=label_smoothing, report_to=[], use_cpu=True, padding_value=0,
                      max_length=None, max_prompt_length=None, max_completion_length=None,
                      bf16=False)  # transformers' default on a CPU with bf16 runs the reference under autocast.
-    import datasets
     dataset = datasets.Dataset.from_list([{"prompt": "a", "chosen": "b", "rejected": "c"}])
     trainer = DPOTrainer(model=model, ref_model=ref, args=args, train_dataset=dataset, processing_class=tokenizer)
     collate = DataCollatorForPreference(pad_token_id=0)
