@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -386,26 +387,47 @@ TEST_F(ClusterTest, PrometheusScrapesCoordinatorAndWorkersDuringAJob) {
   const std::string id = Submit({"train.steps=100000", "output_dir=" + dir_ + "/out", "data.valid_fraction=0.05",
                                   "train.eval_every=2", "train.eval_batches=1", "checkpoint.async=true",
                                   "checkpoint.every_steps=2"});
+  // What Prometheus saw, for a failure's message: the job as the coordinator has it and the targets'
+  // health (a failure once showed every series missing after 120 s, with nothing to tell why).
+  auto observed = [&] {
+    return absl::StrCat("job ", Job(id).dump(), "\nPrometheus targets ",
+                        HttpGet("http://" + prom + "/api/v1/targets?state=active").substr(0, 4000));
+  };
+  // The job runs and reports steps to the coordinator before Prometheus can see its series: with the
+  // rest of the suite on the same two cores its first step can take long, so the generous wait is
+  // here, on the coordinator, and the scrapes below only wait for a few scrape intervals.
+  ASSERT_TRUE(WaitFor([&] {
+    const nlohmann::json job = Job(id);
+    int64_t step = 0;
+    if (job.contains("progress") && job["progress"].is_object()) {
+      step = std::atoll(job["progress"].value("step", std::string("0")).c_str());
+    }
+    return job.value("state", "") == "JOB_STATE_RUNNING" && step >= 2;
+  }, 180)) << observed();
   double tokens_per_s = -1;
   WaitFor([&] {
     tokens_per_s = PromQuery(prom, "tessera_worker_tokens_per_second{job_id=\"" + id + "\",rank=\"0\"}");
     return tokens_per_s > 0;
-  }, 40);
-  EXPECT_GT(tokens_per_s, 0) << "PromQL for the job's tokens/s";
+  }, 60);
+  EXPECT_GT(tokens_per_s, 0) << "PromQL for the job's tokens/s\n" << observed();
   // Each target is scraped once a second; give every series a few scrapes to appear.
-  EXPECT_TRUE(WaitFor([&] { return PromQuery(prom, "tessera_coordinator_jobs{state=\"running\"}") >= 1; }, 10));
+  EXPECT_TRUE(WaitFor([&] { return PromQuery(prom, "tessera_coordinator_jobs{state=\"running\"}") >= 1; }, 20))
+      << observed();
   EXPECT_TRUE(WaitFor([&] { return PromQuery(prom, "count(tessera_build_info)") == 3; }, 10))
       << "coordinator and both workers scraped";
-  EXPECT_TRUE(WaitFor([&] { return PromQuery(prom, "min(tessera_worker_process_resident_memory_bytes)") > 1e6; }, 10));
+  EXPECT_TRUE(WaitFor([&] { return PromQuery(prom, "min(tessera_worker_process_resident_memory_bytes)") > 1e6; }, 20))
+      << observed();
   // The validation loss beside the training loss (an untrained byte model starts near ln 256 = 5.5).
   double val = -1;
-  WaitFor([&] { return (val = PromQuery(prom, "tessera_worker_val_loss{job_id=\"" + id + "\",rank=\"0\"}")) > 0; }, 20);
-  EXPECT_GT(val, 0.5) << "PromQL for the job's val_loss";
+  WaitFor([&] { return (val = PromQuery(prom, "tessera_worker_val_loss{job_id=\"" + id + "\",rank=\"0\"}")) > 0; }, 40);
+  EXPECT_GT(val, 0.5) << "PromQL for the job's val_loss\n" << observed();
   EXPECT_LT(val, 7.0);
   // Asynchronous checkpoints: the time each held its step and each background write's.
   const std::string series = "{job_id=\"" + id + "\",rank=\"0\"}";
-  EXPECT_TRUE(WaitFor([&] { return PromQuery(prom, "tessera_worker_checkpoint_blocked_seconds_count" + series) >= 1; }, 20));
-  EXPECT_TRUE(WaitFor([&] { return PromQuery(prom, "tessera_worker_checkpoint_write_seconds_count" + series) >= 1; }, 20));
+  EXPECT_TRUE(WaitFor([&] { return PromQuery(prom, "tessera_worker_checkpoint_blocked_seconds_count" + series) >= 1; }, 40))
+      << observed();
+  EXPECT_TRUE(WaitFor([&] { return PromQuery(prom, "tessera_worker_checkpoint_write_seconds_count" + series) >= 1; }, 40))
+      << observed();
   // Most heartbeats repeat the worker's previous one: the coordinator applies them without its lock.
   EXPECT_TRUE(WaitFor(
       [&] { return PromQuery(prom, "sum(tessera_coordinator_rpc_duration_seconds_count{method=\"Heartbeat\"})") > 0; },
