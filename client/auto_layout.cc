@@ -14,7 +14,7 @@ plan::PlanInput PlanInputFor(const v1::JobSpec& spec, int devices, double gflops
   in.model = spec::ModelConfigOf(m);
   // DPO's batches count pairs, each two sequences: the planner sizes sequences.
   // (Both below 2^25 by the spec's limits: twice fits an int.)
-  const int rows = spec.train().objective() == v1::OBJECTIVE_DPO ? 2 : 1;
+  const int rows = spec.train().objective() == v1::OBJECTIVE_DPO || spec.train().objective() == v1::OBJECTIVE_REWARD ? 2 : 1;
   in.micro_batch = rows * spec.train().micro_batch();
   in.global_batch = rows * spec.train().global_batch();
   in.devices = devices;

@@ -134,7 +134,7 @@ int RunLocal(const LaunchOptions& options) {
     }
     if (!options.quiet) std::cout << "parallel: auto chose " << *chosen << "\n";
   }
-  if (spec->train().objective() == v1::OBJECTIVE_DPO) {
+  if (spec->train().objective() == v1::OBJECTIVE_DPO || spec->train().objective() == v1::OBJECTIVE_REWARD) {
     // A preference dataset (docs/post-training.md), read as the ranks will read it.
     if (auto pairs = formats::data::PreferenceDataset::Open(spec->data().path(), spec->model().vocab()); !pairs.ok()) {
       std::cerr << "error: data.path: " << pairs.status().message() << "\n";

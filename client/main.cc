@@ -148,6 +148,9 @@ int Main(int argc, char** argv) {
                          "A checkpoint (step_NNNNNNNN) or a checkpoint directory (its newest)")->required();
   export_cmd->add_option("out_dir", export_options.out_dir, "New (or empty) output directory")->required();
   export_cmd->add_option("--dtype", export_options.dtype, "fp32 (default) or bf16");
+  export_cmd->add_option("--pad-token-id", export_options.pad_token_id,
+                         "A reward model's pad_token_id in config.json (default: null); transformers scores a "
+                         "sequence at its last token that is not this id");
   export_cmd->add_option("--max-shard-size", export_options.max_shard_size,
                          "Largest file before sharding with an index, e.g. 5GB (default), 500MB");
   export_cmd->add_flag("--merge", export_options.merge,

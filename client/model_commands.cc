@@ -56,6 +56,18 @@ int ExportCommand(const ExportOptions& o) {
     std::cerr << "error: " << checkpoint.status().message() << "\n";
     return kExitBadInput;
   }
+  if (o.pad_token_id != -1 && !checkpoint->config.score_head) {
+    std::cerr << "error: --pad-token-id: only for a reward model's checkpoint (train.objective reward)\n";
+    return kExitBadInput;
+  }
+  if (o.pad_token_id < -1 || o.pad_token_id >= checkpoint->config.vocab) {
+    std::cerr << "error: --pad-token-id: " << o.pad_token_id << " is not a token id below model.vocab "
+              << checkpoint->config.vocab << "\n";
+    return kExitBadInput;
+  }
+  options.pad_token_id = o.pad_token_id;
+  const char* loader = checkpoint->config.score_head ? "transformers.AutoModelForSequenceClassification.from_pretrained"
+                                                     : "transformers.AutoModelForCausalLM.from_pretrained";
   for (const std::vector<double>& row : checkpoint->router_bias) {
     // transformers' Mixtral and Qwen-MoE route by the plain top-k: the export would route otherwise.
     if (std::any_of(row.begin(), row.end(), [](double b) { return b != 0; })) {
@@ -118,7 +130,7 @@ int ExportCommand(const ExportOptions& o) {
   }
   std::cout << "exported step " << checkpoint->step << " of " << checkpoint->path << " to " << o.out_dir << ": "
             << done->shards << (done->shards == 1 ? " file" : " shards") << ", " << done->bytes << " bytes ("
-            << o.dtype << "); load with transformers.AutoModelForCausalLM.from_pretrained\n";
+            << o.dtype << "); load with " << loader << "\n";
   return kExitOk;
 }
 

@@ -17,6 +17,9 @@ struct ExportOptions {
   std::string max_shard_size = "5GB";  // Bytes: N, NKB, NMB, NGB (10^3 steps) or NKiB, NMiB, NGiB.
   bool merge = false;  // A LoRA checkpoint: the base with the adapters merged in, not a PEFT directory.
   std::string base;    // With merge: the base model ("" = the one trainer_state.json names).
+  // A reward model's config.json pad_token_id: transformers scores a sequence at its last token that
+  // is not this id. -1 (the default): null (transformers then scores unpadded sequences one at a time).
+  int64_t pad_token_id = -1;
 };
 
 // "5GB" → 5·10^9, "40KiB" → 40960; errors name the value.

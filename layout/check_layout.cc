@@ -187,13 +187,13 @@ void OnTarget(const ParallelLayout& l, const Target& t, Problems* out) {
 }
 
 // Objectives whose loss is not a mean over targets (DPO: a function of each sample's summed
-// log-probability) need every sample's targets on one rank.
+// log-probability; a reward model: of each pair's two scores) need every sample's targets on one rank.
 void ForObjective(const ModelConfig& m, const ParallelLayout& l, const Target& t, Problems* out) {
   if (t.objective == Objective::kCrossEntropy) return;
   const char* name = Name(t.objective);
   if (l.sp > 1) {
     Add(out, "parallel.sp", absl::StrCat(l.sp, " with train.objective ", name,
-                                         " is not supported yet (a sample's log-probability is summed on one rank)"));
+                                         " is not supported yet (a sample's whole sequence is scored on one rank)"));
   }
   if (l.tp_mode != TpMode::k1D) {
     Add(out, "parallel.tp_mode", absl::StrCat(Name(l.tp_mode), " with train.objective ", name,
@@ -202,6 +202,10 @@ void ForObjective(const ModelConfig& m, const ParallelLayout& l, const Target& t
   if (m.IsMoe()) {
     Add(out, "model.experts", absl::StrCat(m.experts, ": a Mixture of Experts with train.objective ", name,
                                            " is not supported yet"));
+  }
+  if (t.objective == Objective::kReward && m.lora.enabled()) {
+    Add(out, "model.lora", "with train.objective reward is not supported yet (the score head would train beside "
+                           "the adapters)");
   }
 }
 

@@ -37,7 +37,7 @@ struct Target {
   bool fp8 = false;  // train.precision fp8: the 1D layers' FP8 GEMMs (parallel/layers/fp8_linear.h).
   // train.objective: DPO needs each sample's whole log-probability on one rank (no sequence or grid
   // split of a sample yet) and a dense model (a Mixture of Experts' balancing loss is not in TRL's DPO
-  // parity yet).
+  // parity yet); a reward model also no LoRA.
   Objective objective = Objective::kCrossEntropy;
 };
 

@@ -95,6 +95,10 @@ struct ModelConfig {
   // (transformers' Mixtral router_jitter_noise); 0: none.
   double router_jitter = 0;
   LoraConfig lora;  // Adapters (lora.enabled()): only they train.
+  // A reward model (train.objective reward): the head is `score.weight` [1, hidden], no bias, read at
+  // a sequence's last token (transformers' *ForSequenceClassification with num_labels 1) instead of
+  // the LM head; the token embedding is then the embedding only.
+  bool score_head = false;
 
   int HeadDim() const { return hidden / heads; }
   bool IsMoe() const { return experts > 0; }

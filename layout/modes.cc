@@ -20,8 +20,8 @@ constexpr std::array<std::pair<PipeSchedule, const char*>, 4> kSchedules = {{{Pi
 constexpr std::array<std::pair<Precision, const char*>, 3> kPrecisions = {
     {{Precision::kFp32, "fp32"}, {Precision::kBf16, "bf16"}, {Precision::kFp16, "fp16"}}};
 
-constexpr std::array<std::pair<Objective, const char*>, 2> kObjectives = {
-    {{Objective::kCrossEntropy, "cross_entropy"}, {Objective::kDpo, "dpo"}}};
+constexpr std::array<std::pair<Objective, const char*>, 3> kObjectives = {
+    {{Objective::kCrossEntropy, "cross_entropy"}, {Objective::kDpo, "dpo"}, {Objective::kReward, "reward"}}};
 
 template <typename E, size_t N>
 const char* NameIn(const std::array<std::pair<E, const char*>, N>& table, E value) {

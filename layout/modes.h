@@ -63,8 +63,9 @@ struct Fp8Options {
 };
 
 // What a step's loss is (train.objective; parallel/objectives): the mean cross-entropy of the samples'
-// targets (pretraining, SFT), or DPO's over pairs of completions (docs/post-training.md).
-enum class Objective { kCrossEntropy, kDpo };
+// targets (pretraining, SFT), DPO's over pairs of completions, or a reward model's over the scores
+// of pairs of completions (docs/post-training.md).
+enum class Objective { kCrossEntropy, kDpo, kReward };
 
 // DPO's loss of one pair (TRL 0.24's DPOTrainer loss types; parallel/objectives/preference_loss.h).
 enum class DpoLossType {
@@ -82,7 +83,7 @@ enum class ZeroStage {
   kParameters = 3,      // ... and parameters, gathered per block just before use.
 };
 
-// "cross_entropy", "dpo".
+// "cross_entropy", "dpo", "reward".
 const char* Name(Objective objective);
 // "1d", "2d", "2.5d", "3d".
 const char* Name(TpMode mode);

@@ -1,6 +1,7 @@
-// train.objective and its dpo: section (proto Objective, DpoSpec): a spec stored before the field
-// existed (objective 0) is cross-entropy, the dpo section is checked only with objective dpo, what DPO
-// does not run yet is refused by field, and the layouts it cannot run in are CheckLayout's problems.
+// train.objective and its dpo: and reward_model: sections (proto Objective, DpoSpec, RewardModelSpec): a
+// spec stored before the field existed (objective 0) is cross-entropy, the dpo section is checked only
+// with objective dpo, reward_model's belongs to objective reward, what the preference objectives do not
+// run yet is refused by field, and the layouts they cannot run in are CheckLayout's problems.
 #include <string>
 #include <vector>
 
@@ -74,7 +75,45 @@ TEST(DpoSpecTest, WhatDpoDoesNotRunYetIsRefusedByField) {
   // The pair cut belongs to DPO's data only.
   auto lm = ParseJobSpec(kSpec, {"output_dir=/out/t", "train.objective=cross_entropy", "data.max_completion_tokens=8"});
   ASSERT_TRUE(lm.ok());
-  EXPECT_THAT(Errors(*lm), HasSubstr("data.max_completion_tokens: applies to train.objective dpo only"));
+  EXPECT_THAT(Errors(*lm), HasSubstr("data.max_completion_tokens: applies to train.objective dpo or reward only"));
+}
+
+constexpr char kReward[] =
+    "name: t\ndata: {path: /x}\nmodel: {heads: 4}\ntrain: {objective: reward, micro_batch: 1, global_batch: 2}\n";
+
+TEST(RewardSpecTest, TheSectionIsCheckedByFieldAndBelongsToRewardOnly) {
+  auto reward = ParseJobSpec(kReward, {"output_dir=/out/t", "reward_model.center_coefficient=0.01",
+                                       "data.max_prompt_tokens=8"});
+  ASSERT_TRUE(reward.ok()) << reward.status();
+  EXPECT_EQ(Errors(*reward), "");
+  EXPECT_EQ(reward->train().objective(), v1::OBJECTIVE_REWARD);
+  EXPECT_EQ(reward->reward_model().center_coefficient(), 0.01);
+  auto negative = ParseJobSpec(kReward, {"output_dir=/out/t", "reward_model.center_coefficient=-1"});
+  ASSERT_TRUE(negative.ok());
+  EXPECT_THAT(Errors(*negative), HasSubstr("reward_model.center_coefficient: -1 must be in [0, 1e6]"));
+  auto nan = ParseJobSpec(kReward, {"output_dir=/out/t", "reward_model.center_coefficient=nan"});
+  if (nan.ok()) {
+    EXPECT_THAT(Errors(*nan), HasSubstr("reward_model.center_coefficient"));
+  }
+  auto elsewhere = ParseJobSpec(kSpec, {"output_dir=/out/t", "reward_model.center_coefficient=0.5"});
+  ASSERT_TRUE(elsewhere.ok());
+  EXPECT_THAT(Errors(*elsewhere), HasSubstr("reward_model.center_coefficient: applies to train.objective reward only"));
+}
+
+TEST(RewardSpecTest, WhatARewardModelDoesNotRunYetIsRefusedByField) {
+  auto s = ParseJobSpec(kReward, {"output_dir=/out/t", "data.shuffle=true", "data.packing=true",
+                                  "parallel.sp=2", "model.seq_len=128"});
+  ASSERT_TRUE(s.ok()) << s.status();
+  const std::string errors = Errors(*s);
+  EXPECT_THAT(errors, HasSubstr("data.shuffle: is not supported with train.objective reward yet"));
+  EXPECT_THAT(errors, HasSubstr("data.packing: is not supported with train.objective reward"));
+  EXPECT_THAT(errors, HasSubstr("parallel.sp: 2 with train.objective reward is not supported yet"));
+  auto lora = ParseJobSpec(
+      "name: t\ndata: {path: /x}\nmodel: {family: llama, heads: 4, lora: {rank: 4, alpha: 8, targets: [q_proj]}}\n"
+      "train: {objective: reward, micro_batch: 1, global_batch: 2}\n",
+      {"output_dir=/out/t"});
+  ASSERT_TRUE(lora.ok()) << lora.status();
+  EXPECT_THAT(Errors(*lora), HasSubstr("model.lora: with train.objective reward is not supported yet"));
 }
 
 }  // namespace

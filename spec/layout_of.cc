@@ -95,7 +95,9 @@ layout::Target TargetOf(const v1::JobSpec& spec) {
   layout::Target t;
   t.device = spec.device() == v1::DEVICE_CUDA ? layout::DeviceKind::kCuda : layout::DeviceKind::kCpu;
   t.fp8 = spec.train().precision() == v1::PRECISION_FP8;
-  t.objective = spec.train().objective() == v1::OBJECTIVE_DPO ? layout::Objective::kDpo : layout::Objective::kCrossEntropy;
+  t.objective = spec.train().objective() == v1::OBJECTIVE_DPO      ? layout::Objective::kDpo
+                : spec.train().objective() == v1::OBJECTIVE_REWARD ? layout::Objective::kReward
+                                                                   : layout::Objective::kCrossEntropy;
   return t;
 }
 

@@ -348,25 +348,37 @@ void CheckTrain(const v1::JobSpec& s, Checker& c) {
   }
 }
 
-// train.objective and its section (dpo:); the layouts an objective runs in are CheckLayout's.
+// train.objective and its section (dpo:, reward_model:); the layouts an objective runs in are
+// CheckLayout's.
 void CheckObjective(const v1::JobSpec& s, Checker& c) {
   const auto& d = s.data();
   c.InRange("data.max_prompt_tokens", d.max_prompt_tokens(), 0, limits::kMaxSeqLen);
   c.InRange("data.max_completion_tokens", d.max_completion_tokens(), 0, limits::kMaxSeqLen);
-  if (s.train().objective() != v1::OBJECTIVE_DPO) {
+  const v1::Objective objective = s.train().objective();
+  if (objective != v1::OBJECTIVE_REWARD && s.reward_model().center_coefficient() != 0) {
+    c.Fail("reward_model.center_coefficient", "applies to train.objective reward only");
+  }
+  if (objective != v1::OBJECTIVE_DPO && objective != v1::OBJECTIVE_REWARD) {
     for (const auto& [field, value] : {std::pair{"data.max_prompt_tokens", d.max_prompt_tokens()},
                                        std::pair{"data.max_completion_tokens", d.max_completion_tokens()}}) {
-      if (value != 0) c.Fail(field, "applies to train.objective dpo only (preference pairs)");
+      if (value != 0) c.Fail(field, "applies to train.objective dpo or reward only (preference pairs)");
     }
     return;
   }
-  const char* kDpo = "with train.objective dpo";
-  if (d.blend_size() > 0) c.Fail("data.blend", absl::StrCat("is not supported ", kDpo, " (one preference dataset, data.path)"));
-  if (d.packing()) c.Fail("data.packing", absl::StrCat("is not supported ", kDpo, " (each pair is two sequences)"));
-  if (d.shuffle()) c.Fail("data.shuffle", absl::StrCat("is not supported ", kDpo, " yet (pairs are read in file order)"));
+  const std::string with = objective == v1::OBJECTIVE_DPO ? "with train.objective dpo" : "with train.objective reward";
+  if (d.blend_size() > 0) c.Fail("data.blend", absl::StrCat("is not supported ", with, " (one preference dataset, data.path)"));
+  if (d.packing()) c.Fail("data.packing", absl::StrCat("is not supported ", with, " (each pair is two sequences)"));
+  if (d.shuffle()) c.Fail("data.shuffle", absl::StrCat("is not supported ", with, " yet (pairs are read in file order)"));
   if (!d.valid_path().empty() || d.valid_fraction() != 0) {
     c.Fail(d.valid_path().empty() ? "data.valid_fraction" : "data.valid_path",
-           absl::StrCat("validation is not supported ", kDpo, " yet"));
+           absl::StrCat("validation is not supported ", with, " yet"));
+  }
+  if (objective == v1::OBJECTIVE_REWARD) {
+    const double center = s.reward_model().center_coefficient();
+    if (!(center >= 0 && center <= 1e6)) {
+      c.Fail("reward_model.center_coefficient", absl::StrCat(center, " must be in [0, 1e6]"));
+    }
+    return;
   }
   const v1::DpoSpec& dpo = s.dpo();
   if (!(dpo.beta() > 0) || !(dpo.beta() <= 1e6)) c.Fail("dpo.beta", absl::StrCat(dpo.beta(), " must be in (0, 1e6]"));

@@ -71,6 +71,8 @@ class PreferenceDataset {
   int64_t pairs() const { return pairs_; }
   int64_t tokens() const { return index_.num_tokens; }
   bool has_margins() const { return !margins_.empty(); }
+  // Pair `i`'s margin (0 <= i < pairs(); 0 without margins), as stored: the reader checks it is finite.
+  double margin(int64_t i) const { return margins_.empty() ? 0 : margins_[static_cast<size_t>(i)]; }
   // Pair `i` (0 <= i < pairs()), cut as `cut` says. DataLoss naming the pair on an id >= vocab.
   absl::StatusOr<PreferencePair> Pair(int64_t i, const PreferenceTruncation& cut = {}) const;
 

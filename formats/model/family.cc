@@ -111,8 +111,13 @@ ModelPart ModelPart::Whole(int layers) {
   return part;
 }
 
+std::string HfParamName(const FamilySpec& f, const std::string& name) {
+  return name == "lm_head.weight" || name == kScoreWeight ? name : f.hf_prefix + name;
+}
+
 std::string TiedEmbeddingName(const ModelConfig& c) {
   const FamilySpec& f = FamilyOf(c.family);
+  if (c.score_head) return "";
   return c.family == ModelFamily::kGpt2 || c.tie_embeddings ? f.token_embedding + ".weight" : "";
 }
 
@@ -192,7 +197,11 @@ std::vector<ParamSpec> ParamSpecs1D(const ModelConfig& c, const ModelPart& part,
   }
   if (part.head) {
     norm(f.final_norm, -1);
-    if (!tied) add(f.lm_head + ".weight", {c.vocab, h}, TpSplit::kPaddedDim0, std, 0);
+    if (c.score_head) {
+      add(kScoreWeight, {1, h}, TpSplit::kReplicated, std, 0);
+    } else if (!tied) {
+      add(f.lm_head + ".weight", {c.vocab, h}, TpSplit::kPaddedDim0, std, 0);
+    }
   }
   return out;
 }

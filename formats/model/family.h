@@ -99,8 +99,15 @@ std::vector<ParamSpec> LoraParamSpecs(const ModelConfig& config, const std::vect
 std::string ModuleOf(const std::string& param_name);
 
 // The name of the token embedding where the LM head uses it too (its gradient then sums the two
-// uses, across pipeline stages when they are apart), "" for an untied head.
+// uses, across pipeline stages when they are apart), "" for an untied head and for a score head.
 std::string TiedEmbeddingName(const ModelConfig& config);
+
+// A reward model's head (ModelConfig::score_head): transformers' *ForSequenceClassification name,
+// outside the family's prefix, [1, hidden], replicated over tp, drawn normal(0, 0.02) like any weight.
+inline constexpr char kScoreWeight[] = "score.weight";
+// A parameter's transformers name: the family's prefix + name, but the LM head's and the score head's
+// stand outside it ("lm_head.weight", "score.weight").
+std::string HfParamName(const FamilySpec& family, const std::string& name);
 
 }  // namespace tessera::formats::model
 

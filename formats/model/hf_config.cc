@@ -8,6 +8,7 @@
 #include <limits>
 #include <sstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 
@@ -259,6 +260,15 @@ absl::StatusOr<HfModelConfig> ParseHfConfig(const std::string& path, std::string
     r.Fail("model_type", absl::StrCat(out.model_type.empty() ? "missing" : "\"" + out.model_type + "\"",
                                       ": tessera reads gpt2, llama, mistral, qwen2, qwen3, mixtral, qwen2_moe and qwen3_moe"));
   }
+  // A reward model: the family's *ForSequenceClassification of one label (its score head).
+  if (j.contains("architectures") && j["architectures"].is_array() && j["architectures"].size() == 1 &&
+      j["architectures"][0].is_string() &&
+      absl::EndsWith(j["architectures"][0].get<std::string>(), "ForSequenceClassification")) {
+    out.config.score_head = true;
+    if (j.contains("id2label") && j["id2label"].is_object() && j["id2label"].size() != 1) {
+      r.Fail("id2label", absl::StrCat(j["id2label"].size(), " labels: tessera's reward models have one (a score)"));
+    }
+  }
   if (!r.status().ok()) return r.status();
   return out;
 }
@@ -294,7 +304,7 @@ absl::Status HfExportable(const ModelConfig& c) {
   return absl::OkStatus();
 }
 
-std::string HfConfigJson(const ModelConfig& c, int64_t max_positions, const std::string& dtype) {
+std::string HfConfigJson(const ModelConfig& c, int64_t max_positions, const std::string& dtype, int64_t pad_token_id) {
   Json j;
   if (c.family == ModelFamily::kGpt2) {
     j = {{"architectures", {"GPT2LMHeadModel"}},
@@ -392,6 +402,18 @@ std::string HfConfigJson(const ModelConfig& c, int64_t max_positions, const std:
   if (c.IsMoe()) {
     j["output_router_logits"] = c.aux_loss_coef > 0;
     j["router_aux_loss_coef"] = c.aux_loss_coef > 0 ? c.aux_loss_coef : 0.001;
+  }
+  if (c.score_head) {
+    // A reward model: transformers' *ForSequenceClassification of one label, scored at the last token
+    // that is not pad_token_id (null: the last token; transformers then refuses batches of several).
+    std::string arch = j["architectures"][0].get<std::string>();
+    for (const char* head : {"ForCausalLM", "LMHeadModel"}) {
+      if (const size_t at = arch.rfind(head); at != std::string::npos) arch = arch.substr(0, at);
+    }
+    j["architectures"] = {arch + "ForSequenceClassification"};
+    j["id2label"] = {{"0", "LABEL_0"}};
+    j["label2id"] = {{"LABEL_0", 0}};
+    j["pad_token_id"] = pad_token_id >= 0 ? Json(pad_token_id) : Json(nullptr);
   }
   j["torch_dtype"] = dtype;
   return j.dump(2) + "\n";

@@ -29,7 +29,8 @@ struct HfModelConfig {
 // Parses config.json text; `path` names the file in errors. Fails with InvalidArgument naming the
 // key and the problem: a missing or non-positive size, an unknown model_type, or a setting tessera's
 // families do not implement (an activation, biases, rope scaling, ...) — a model is never loaded as
-// something it is not.
+// something it is not. A *ForSequenceClassification architecture of one label is a reward model
+// (config.score_head).
 absl::StatusOr<HfModelConfig> ParseHfConfig(const std::string& path, std::string_view json);
 
 // Reads and parses DIR/config.json.
@@ -44,8 +45,11 @@ absl::Status HfExportable(const ModelConfig& config);
 
 // config.json text for `config` that transformers' AutoConfig reads back as the same model
 // (GPT2LMHeadModel, LlamaForCausalLM, or Qwen2ForCausalLM with qkv_bias), with `max_positions` positions (at least seq_len for gpt2:
-// its wpe has that many rows) and torch_dtype `dtype` ("float32", "bfloat16").
-std::string HfConfigJson(const ModelConfig& config, int64_t max_positions, const std::string& dtype);
+// its wpe has that many rows) and torch_dtype `dtype` ("float32", "bfloat16"). A reward model
+// (config.score_head): the family's *ForSequenceClassification with one label and `pad_token_id`
+// (-1: null).
+std::string HfConfigJson(const ModelConfig& config, int64_t max_positions, const std::string& dtype,
+                         int64_t pad_token_id = -1);
 
 }  // namespace tessera::formats::model
 

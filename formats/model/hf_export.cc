@@ -86,7 +86,7 @@ absl::StatusOr<HfExportResult> WriteHfModel(const ModelConfig& c, const HfParamV
   const std::vector<ParamSpec> specs = ParamSpecs1D(c, ModelPart::Whole(c.layers), 1);
   std::vector<Item> items;
   for (const ParamSpec& p : specs) {
-    Item item{&p, (p.name == f.lm_head + ".weight" ? "" : f.hf_prefix) + p.name,
+    Item item{&p, HfParamName(f, p.name),
               f.hf_conv1d && p.layer >= 0 && p.shape.size() == 2, p.shape, 0};
     if (item.transpose) std::swap(item.shape[0], item.shape[1]);
     uint64_t n = 1;
@@ -128,7 +128,7 @@ absl::StatusOr<HfExportResult> WriteHfModel(const ModelConfig& c, const HfParamV
     if (!s.ok()) return s.status();
   }
   const std::string dtype = options.dtype == ExportDtype::kF32 ? "float32" : "bfloat16";
-  auto s = WriteFileDurably(out_dir + "/config.json", HfConfigJson(c, c.seq_len, dtype));
+  auto s = WriteFileDurably(out_dir + "/config.json", HfConfigJson(c, c.seq_len, dtype, options.pad_token_id));
   if (!s.ok()) return s.status();
   if (absl::Status d = FsyncDirectory(out_dir); !d.ok()) return d;
   return HfExportResult{n, total};

@@ -21,6 +21,8 @@ enum class ExportDtype { kF32, kBF16 };  // bf16: rounded to nearest even, as to
 struct HfExportOptions {
   ExportDtype dtype = ExportDtype::kF32;
   uint64_t max_shard_bytes = 5000000000;  // transformers' default, 5GB. A larger tensor is a shard of its own.
+  // A reward model's config.json pad_token_id (HfConfigJson); -1: null.
+  int64_t pad_token_id = -1;
 };
 
 struct HfExportResult {

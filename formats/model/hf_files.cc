@@ -178,12 +178,16 @@ absl::StatusOr<HfFiles> OpenHfFiles(const std::string& dir, const ModelConfig& c
     std::string n = absl::StartsWith(name, f.hf_prefix) ? name.substr(f.hf_prefix.size()) : name;
     if (IsBuffer(n)) continue;
     if (tied && n == "lm_head.weight") continue;  // A tied head is the token embedding itself.
+    // A causal LM read as a reward model: its LM head is dropped (as transformers does).
+    if (config.score_head && n == "lm_head.weight") continue;
     auto [it, added] = names.emplace(n, name);
     if (!added) return absl::InvalidArgumentError(absl::StrCat(dir, ": both ", it->second, " and ", name, " hold ", n));
   }
   for (const ParamSpec& p : ParamSpecs1D(config, ModelPart::Whole(config.layers), 1)) {
     auto it = names.find(p.name);
-    const std::string hf_name = (p.name == "lm_head.weight" ? "" : f.hf_prefix) + p.name;
+    const std::string hf_name = HfParamName(f, p.name);
+    // A causal LM as a reward model's start: no score head (HfFiles::params lacks it; it keeps its draw).
+    if (it == names.end() && p.name == kScoreWeight) continue;
     if (it == names.end()) return absl::NotFoundError(absl::StrCat(dir, ": tensor ", hf_name, " is missing"));
     const Stored& s = stored.at(it->second);
     if (!IsFloatingPoint(s.entry->dtype)) {

@@ -28,7 +28,9 @@ struct HfStoredTensor {
 };
 
 struct HfFiles {
-  std::map<std::string, HfStoredTensor> params;  // Every parameter of the whole model, by tessera name.
+  // Every parameter of the whole model, by tessera name — but a reward model's score head
+  // (ModelConfig::score_head) when the directory is a causal LM's (its LM head is then ignored).
+  std::map<std::string, HfStoredTensor> params;
   std::vector<std::unique_ptr<checkpoint::MappedSafetensors>> files;  // Keep alive while `params` is used.
 };
 

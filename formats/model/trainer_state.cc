@@ -125,6 +125,12 @@ absl::StatusOr<TrainerState> ParseTrainerState(std::string_view text, const std:
     c.gelu_tanh = model.String("activation", "gelu") == "gelu_tanh";
     c.qkv_bias = model.Bool("qkv_bias", false);
     c.qk_norm = model.Bool("qk_norm", false);
+    // The head (absent: older checkpoints, an LM head): "lm" or a reward model's "score".
+    if (const std::string head = model.String("head", "lm"); head == "score") {
+      c.score_head = true;
+    } else if (head != "lm") {
+      model.Fail("head", absl::StrCat("\"", head.substr(0, 32), "\" is neither lm nor score"));
+    }
     // Mixture of Experts (absent: a dense model).
     c.experts = static_cast<int>(model.Int("experts", 0, kMaxTrainerStateSize, 0));
     c.experts_per_token = static_cast<int>(model.Int("experts_per_token", 0, kMaxTrainerStateSize, 0));

@@ -163,6 +163,8 @@ absl::Status Decoder::LoadFull(const std::map<std::string, at::Tensor>& full, Lo
       auto it = full.find(p.name);
       if (it == full.end()) {
         if (lora && what == LoadWhat::kModel && list == &params_) continue;  // An adapter keeps its values.
+        // A reward model started from a causal LM: the score head keeps its draw (hf_files.h).
+        if (what == LoadWhat::kModel && p.name == formats::model::kScoreWeight) continue;
         return absl::NotFoundError(absl::StrCat("tensor ", p.name, " is missing"));
       }
       if (!it->second.sizes().equals(p.full_shape)) {
@@ -460,7 +462,37 @@ at::Tensor Decoder::Blocks(at::Tensor x, int first, int count) {
   return x;
 }
 
+at::Tensor Decoder::ScoreHead(const at::Tensor& x_in, const at::Tensor& targets) {
+  TORCH_CHECK(shape_.mode == TpMode::k1D && (!sp_ || sp_->size() == 1),
+              "a score head needs the whole sequence on one rank and 1D tensor parallelism");
+  // The positions scored: those loss_rows_ selected (x holds only them, [1, N, hidden]), else the
+  // trained targets' of `targets` [B, T]. Every tp rank holds the whole hidden state after the last
+  // block and computes the same scores from the replicated head: no reduction either way.
+  at::Tensor rows = loss_rows_;
+  at::Tensor x = x_in.reshape({-1, x_in.size(-1)});
+  if (!rows.defined()) {
+    rows = (masked_targets_ ? targets.reshape({-1}) >= 0 : at::ones({targets.numel()}, targets.options().dtype(at::kBool)))
+               .nonzero()
+               .squeeze(1);
+    x = x.index_select(0, rows);
+  }
+  x = Norm(x.unsqueeze(0), family_.final_norm, fused_kernels_).squeeze(0);
+  const at::Tensor scores = at::matmul(x, P(formats::model::kScoreWeight).t()).squeeze(-1).to(at::kFloat);
+  return objective_->Loss({.rows = rows,
+                           .scores = scores,
+                           .sample_data = sample_data_,
+                           .samples = targets.size(0),
+                           .positions = targets.size(1),
+                           .targets = loss_rows_.defined() ? loss_positions_ : targets.numel()});
+}
+
 at::Tensor Decoder::Head(const at::Tensor& x_in, const at::Tensor& targets) {
+  if (config_.score_head) {
+    if (hooks_ && !part_.embedding) hooks_->PreForward(0, false);
+    at::Tensor loss = ScoreHead(x_in, targets);
+    if (hooks_) loss = hooks_->PostForward(0, loss);
+    return loss;
+  }
   Communicator* tp = tp_.get();
   const int64_t B = x_in.size(0), T = x_in.size(1);
   const int64_t vocab_start = tp->rank() * VocabPart();
@@ -526,6 +558,7 @@ at::Tensor Decoder::DecodeStep(const at::Tensor& tokens, KvCache* cache) {
   TORCH_CHECK(shape_.mode == TpMode::k1D && tp_->size() == 1 && (!sp_ || sp_->size() == 1) && part_.embedding &&
                   part_.head && static_cast<int>(part_.layers.size()) == config_.layers,
               "DecodeStep needs the whole model on one rank");
+  TORCH_CHECK(!config_.score_head, "DecodeStep needs an LM head (a reward model scores, it does not decode)");
   at::NoGradGuard no_grad;
   cache->k.resize(config_.layers);
   cache->v.resize(config_.layers);

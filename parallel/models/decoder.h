@@ -124,7 +124,9 @@ class Decoder {
 
   // The pieces of Loss, for pipeline stages: token + position embedding [B, T, hidden] (needs the
   // embedding); blocks [first, first + count) (must be held); final norm, tied head, each target's
-  // cross-entropy and the objective over them (needs the head).
+  // cross-entropy and the objective over them (needs the head). A reward model's head
+  // (config.score_head) instead scores the positions whose targets are trained (one per sample:
+  // the Trainer's reward rows) and gives the objective those scores.
   at::Tensor Embed(const at::Tensor& tokens);
   // The shape of this rank's activations between blocks for `samples` × `positions` tokens given to it.
   std::vector<int64_t> ActivationShape(int64_t samples, int64_t positions) const;
@@ -216,8 +218,8 @@ class Decoder {
   int64_t num_parameters() const;  // Of the full model.
   int64_t frozen_bytes() const;     // LoRA: this rank's frozen weights as held (0 without LoRA).
 
-  // What LoadFull replaces: kModel, every tensor of the model (LoRA adapters optional: missing ones
-  // keep their values); kTrainable, exactly the trained parameters (params(): a checkpoint's).
+  // What LoadFull replaces: kModel, every tensor of the model (LoRA adapters and a reward model's
+  // score head optional: missing ones keep their values); kTrainable, exactly the trained parameters (params(): a checkpoint's).
   enum class LoadWhat { kModel, kTrainable };
   // Replaces this rank's parts with the shards of `full` tensors (documented names, shapes checked).
   // Fails naming the first missing or mis-shaped tensor.
@@ -296,6 +298,9 @@ class Decoder {
   // linear of a pair (input split over (x, z) and hidden over y).
   at::Tensor GridLinear(const at::Tensor& x, const std::string& weight, const std::string& bias, bool second);
   at::Tensor CheckpointedBlock(const at::Tensor& x, int i);
+  // Head of a reward model (config_.score_head): the final norm and the score head at the scored
+  // positions, and the objective over the scores (TargetLosses::scores).
+  at::Tensor ScoreHead(const at::Tensor& x, const at::Tensor& targets);
 
   ModelConfig config_;
   const formats::model::FamilySpec& family_;

@@ -34,7 +34,9 @@ absl::StatusOr<HfWeights> OpenHfWeights(const std::string& dir, const ModelConfi
   if (!files.ok()) return files.status();
   HfWeights out;
   for (const ParamSpec& p : ParamSpecs1D(config, ModelPart::Whole(config.layers), 1)) {
-    const HfStoredTensor& s = files->params.at(p.name);
+    auto it = files->params.find(p.name);
+    if (it == files->params.end()) continue;  // A causal LM's directory read as a reward model: no score head.
+    const HfStoredTensor& s = it->second;
     at::Tensor t = View(s);
     if (s.transposed) t = t.t();  // Conv1D [in, out] → [out, in].
     if (s.positions) t = t.narrow(0, 0, p.shape[0]);

@@ -22,7 +22,7 @@ namespace tessera::parallel {
 struct HfWeights {
   // Every parameter of the whole model, by tessera name: views into `files` (keep this alive while
   // they are used), of the full documented shape.
-  std::map<std::string, at::Tensor> tensors;
+  std::map<std::string, at::Tensor> tensors;  // Every parameter (a reward model read from a causal LM: but its score head).
   std::vector<std::unique_ptr<formats::checkpoint::MappedSafetensors>> files;
 };
 

@@ -33,6 +33,9 @@ struct TargetLosses {
   // Undefined: every target. Else [N] int64, the indices into [samples · positions] of nll's entries
   // (the targets that reach a loss: Decoder::loss_rows()); the others' loss is 0.
   at::Tensor rows;
+  // A reward model's (ModelConfig::score_head; nll then undefined): [N] fp32, differentiable, the
+  // score head's output at the position of each of `rows` (defined then), in their order.
+  at::Tensor scores;
   // Undefined: every target is trained. Else, shaped as nll, true where the target is trained (SFT
   // data: formats/data/token_dataset.h), and each trained target counts `target_weight` times.
   at::Tensor trained;
@@ -53,7 +56,8 @@ class Objective {
   virtual ~Objective() = default;
   // The name a spec or a log gives it.
   virtual const char* name() const = 0;
-  // The loss of this part of the micro-batch: a scalar, fp32, differentiable in `t.nll`.
+  // The loss of this part of the micro-batch: a scalar, fp32, differentiable in `t.nll` (a reward
+  // model's: in `t.scores`).
   virtual at::Tensor Loss(const TargetLosses& t) const = 0;
   // What the step log reports besides the loss (DPO's rewards_chosen, ...), by name; and their sums
   // over the Loss() calls since the last take, each call adding its own mean over its part (the

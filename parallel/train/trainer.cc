@@ -33,6 +33,7 @@
 #include "parallel/models/hf_weights.h"
 #include "parallel/models/peft_weights.h"
 #include "parallel/objectives/dpo_objective.h"
+#include "parallel/objectives/reward_objective.h"
 #include "parallel/optim/lr_schedule.h"
 #include "parallel/train/checkpoint_write.h"  // Complete types of the members the constructor may destroy.
 #include "parallel/train/status_macros.h"
@@ -95,13 +96,15 @@ absl::Status Trainer::Init() {
   // A cluster attempt takes the output directory before anything is read or written there; a
   // superseded attempt that starts late stops here.
   if (groups_.global_rank == 0) TESSERA_RETURN_IF_ERROR(Fence().Claim());
+  // A reward model's head is a score head (the objective decides the head, here and in its checkpoints).
+  options_.model.score_head = reward();
   const auto& m = options_.model;
   const layout::ParallelLayout& l = options_.layout;
   // The rules of the layout are CheckLayout's; here only that the process groups are the layout's.
   // (A pretrained model's experts, which LoRA's rules read, are known here first.)
   TESSERA_RETURN_IF_ERROR(layout::CheckLayout(m, l, {options_.micro_batch, options_.global_batch},
                                               {options_.device.kind, options_.fp8.has_value(), options_.objective_kind}));
-  const bool dpo = options_.objective_kind == layout::Objective::kDpo;
+  const bool preference = dpo() || reward();  // Pairs (trainer_preference.cc).
   const layout::TpGrid grid = layout::TpGridOf(l.tp_mode, l.tp, l.tp_depth);
   if (groups_.dp->size() != l.dp || groups_.pp->size() != l.pp || groups_.tp->size() != l.tp ||
       groups_.sp->size() != l.sp || groups_.tp_axes.size() != grid.Axes().size()) {
@@ -136,7 +139,7 @@ absl::Status Trainer::Init() {
   }
   model_ = grid_tp ? std::make_unique<Decoder>(m, part, groups_.tp, grid, groups_.tp_axes, options_.seed, device_)
                    : std::make_unique<Decoder>(m, part, groups_.tp, options_.seed, device_);
-  if (dpo || data_->sft()) {
+  if (preference || data_->sft()) {
     // Conversations with untrained targets (docs/fine-tuning.md): the loss of a step is the sum over
     // the global batch's trained targets divided by their number (Step sets each target's weight).
     model_->set_masked_targets(true);
@@ -151,9 +154,11 @@ absl::Status Trainer::Init() {
   model_->set_fused_kernels(options_.fused_kernels);
   model_->set_fp8(options_.fp8);
   objective_ = options_.objective;
-  if (dpo) {
+  if (dpo()) {
     objective_ = std::make_shared<DpoObjective>(DpoLossOptions{options_.dpo.beta, options_.dpo.loss_type,
                                                                options_.dpo.label_smoothing});
+  } else if (reward()) {
+    objective_ = std::make_shared<RewardObjective>(options_.reward.center_coefficient);
   }
   if (objective_) model_->set_objective(objective_);
 
@@ -173,19 +178,23 @@ absl::Status Trainer::Init() {
     PipelineOptions po;
     po.schedule = layout_ ? l.pp_schedule : layout::PipeSchedule::kOneFOneB;
     po.micro_batches = Accumulation(options_, groups_.dp->size());
-    // DPO: each pair is two rows (trainer_preference.cc).
-    po.micro_batch = (dpo ? 2 : 1) * options_.micro_batch / model_->SampleChunk().second;
+    // Preference objectives: each pair is two rows (trainer_preference.cc).
+    po.micro_batch = (preference ? 2 : 1) * options_.micro_batch / model_->SampleChunk().second;
     po.seq_len = m.seq_len / groups_.sp->size();
     po.activation_dtype = dtype;
     po.experts = m.experts;
     po.aux_loss_coef = m.aux_loss_coef;
     po.sp = groups_.sp;
     po.noise_seed = [this, micro_batches = po.micro_batches](int a) { return NoiseSeed(a, micro_batches); };
-    if (dpo) {
+    if (dpo()) {
       po.sample_data = [this, micro_batches = po.micro_batches](int a) {
         return ReferenceOf(step_ * options_.global_batch, a, micro_batches);
       };
-    } else if (data_->packed()) {
+    } else if (reward() && pairs_->has_margins()) {
+      po.sample_data = [this, micro_batches = po.micro_batches](int a) {
+        return MarginsOf(step_ * options_.global_batch, a, micro_batches);
+      };
+    } else if (!preference && data_->packed()) {
       po.positions = [this, micro_batches = po.micro_batches](int a) {
         return ReadPositions(*data_, step_ * options_.global_batch, a, micro_batches);
       };
@@ -195,12 +204,12 @@ absl::Status Trainer::Init() {
     pipeline_ = std::move(*runner);
   }
   // DPO's reference: the initial weights' log-probabilities, unless the checkpoint resumed had them.
-  if (dpo && reference_.empty()) TESSERA_RETURN_IF_ERROR(ScoreReference());
+  if (dpo() && reference_.empty()) TESSERA_RETURN_IF_ERROR(ScoreReference());
   return absl::OkStatus();
 }
 
 absl::Status Trainer::OpenData() {
-  if (options_.objective_kind == layout::Objective::kDpo) {
+  if (dpo() || reward()) {
     auto pairs = formats::data::PreferenceDataset::Open(options_.data.path, options_.model.vocab);
     if (!pairs.ok()) return absl::Status(pairs.status().code(), absl::StrCat("data.path: ", pairs.status().message()));
     if ((*pairs)->pairs() == 0) return absl::InvalidArgumentError(absl::StrCat("data.path ", options_.data.path, " has no pairs"));

@@ -142,18 +142,26 @@ class Trainer {
     std::vector<double> metrics;  // The objective's (Objective::TakeMetrics).
   };
   absl::StatusOr<LossSums> ForwardBackward(int accum);
-  // Preference data (train.objective dpo; trainer_preference.cc). ReadPairs: micro-batch a (of accum)
-  // of this rank's share of the global batch of pairs starting at pair `first` (pair g is the
-  // dataset's g mod pairs), each pair as two rows of seq_len + 1 ids — the prompt then the chosen
-  // completion, the prompt then the rejected one — the prompt's targets untrained (−id − 1), right-
-  // padded with −1: [2·micro, seq_len + 1] (SFT data's encoding, formats/data/token_dataset.h).
+  // Preference data (train.objective dpo or reward; trainer_preference.cc). ReadPairs: micro-batch a
+  // (of accum) of this rank's share of the global batch of pairs starting at pair `first` (pair g is
+  // the dataset's g mod pairs), each pair as two rows of seq_len + 1 ids — the prompt then the chosen
+  // completion, the prompt then the rejected one — right-padded with −1: [2·micro, seq_len + 1] (SFT
+  // data's encoding, formats/data/token_dataset.h). DPO: the prompt's targets untrained (−id − 1), the
+  // completion's trained. Reward: every token untrained and one trained target (token 0) after the
+  // last, so that the only trained position is the last token's (the score head's; Decoder::Head).
   // PairsOf: the dataset pairs of those rows, in order. ReferenceOf: their reference log-probabilities
-  // [2·micro] fp64 (chosen, rejected per pair). ScoreReference: the reference's log-probability of
-  // every row of the pairs the job will read, with the current (initial) weights, into reference_ — a
-  // collective over every rank.
+  // [2·micro] fp64 (chosen, rejected per pair). MarginsOf: their margins [2·micro] fp64 (the pair's at
+  // both rows). ScoreReference: the reference's log-probability of every row of the pairs the job
+  // will read, with the current (initial) weights, into reference_ — a collective over every rank.
   absl::StatusOr<at::Tensor> ReadPairs(int64_t first, int a, int accum);
+  absl::StatusOr<at::Tensor> MarginsOf(int64_t first, int a, int accum) const;
+  bool dpo() const { return options_.objective_kind == layout::Objective::kDpo; }
+  bool reward() const { return options_.objective_kind == layout::Objective::kReward; }
+  // The longest pair (prompt + completion) a row holds: seq_len + 1 for DPO (the last token is only
+  // a target), seq_len for a reward model (the last token is scored as an input).
+  int64_t PairLimit() const { return options_.model.seq_len + (reward() ? 0 : 1); }
   // The pairs the job reads: [0, min(pairs, steps · global_batch)). CheckPairs: every rank reads every
-  // pair (cut) and fails on an id ≥ vocab or a pair it reads longer than seq_len + 1 — before any
+  // pair (cut) and fails on an id ≥ vocab or a pair it reads longer than PairLimit() — before any
   // collective — and sets pairs_fingerprint_. CheckReference: each has finite reference
   // log-probabilities at most 0 (FailedPrecondition naming train.steps for unscored ones).
   int64_t PairsUsed() const;
@@ -283,13 +291,14 @@ class Trainer {
   int64_t trained_targets_ = 0;
   std::unique_ptr<formats::data::TrainingData> data_;
   std::unique_ptr<formats::data::TrainingData> valid_;  // Validation samples; null without validation data.
-  // train.objective dpo: the pairs (data_ is null then), and the reference's log-probability of each
+  // train.objective dpo or reward: the pairs (data_ is null then); DPO: the reference's log-probability of each
   // pair's chosen (2p) and rejected (2p + 1) completion — −inf where not scored — restored from the
   // checkpoint on a resume (reference.safetensors).
   std::unique_ptr<formats::data::PreferenceDataset> pairs_;
   std::vector<double> reference_;
   uint64_t pairs_fingerprint_ = 0;  // CheckPairs.
-  // The objective the model computes (options_.objective, DPO's, or null for the default): its metrics.
+  // The objective the model computes (options_.objective, DPO's, a reward model's, or null for the
+  // default): its metrics.
   std::shared_ptr<const Objective> objective_;
   // Pipeline parallelism (pp > 1): this rank's chunks of the model; null without.
   std::unique_ptr<StageLayout> layout_;

@@ -262,7 +262,7 @@ absl::Status Trainer::WriteGatheredCheckpointFiles(CheckpointWrite& w, const std
     w.Save("model.safetensors", w.params, {{"format", "pt"}});
     if (!w.sharded_state) w.Save("optimizer.safetensors", w.optimizer, {});
     w.SaveText("trainer_state.json", TrainerStateJson(w.sharded_state).dump(2) + "\n");
-    if (pairs_) {
+    if (dpo()) {
       // DPO's reference log-probabilities [pairs, 2] (chosen, rejected; −inf: not scored): a resume
       // keeps them, as the initial weights are gone.
       at::Tensor logps = at::tensor(reference_, at::TensorOptions().dtype(at::kDouble)).view({pairs_->pairs(), 2});
@@ -390,7 +390,8 @@ nlohmann::json Trainer::TrainerStateJson(bool sharded_state) const {
       {"data", DataStateJson()},
       {"model", {{"family", FamilyName(c.family)}, {"layers", c.layers}, {"hidden", c.hidden}, {"heads", c.heads},
                  {"kv_heads", c.KvHeads()}, {"ffn_hidden", c.FfnHidden()}, {"vocab", c.vocab}, {"seq_len", c.seq_len},
-                 {"norm_eps", c.norm_eps}, {"rope_theta", c.rope_theta}, {"tie_embeddings", !TiedEmbeddingName(c).empty()},
+                 {"norm_eps", c.norm_eps}, {"rope_theta", c.rope_theta}, {"tie_embeddings", c.family == ModelFamily::kGpt2 || c.tie_embeddings},
+                 {"head", c.score_head ? "score" : "lm"},
                  {"activation", c.family != ModelFamily::kGpt2 ? "silu" : c.gelu_tanh ? "gelu_tanh" : "gelu"},
                  {"qkv_bias", c.qkv_bias}, {"qk_norm", c.qk_norm}, {"experts", c.experts},
                  {"experts_per_token", c.experts_per_token}, {"moe_ffn_hidden", c.MoeFfnHidden()},
@@ -496,7 +497,7 @@ absl::Status Trainer::LoadCheckpoint(const std::string& path) {
   TESSERA_RETURN_IF_ERROR(ApplyCheckpointState(path, Decoder::LoadWhat::kTrainable, state->router_bias, *model_, router_bias_));
   step_ = state->step;
   adam_step_ = state->optimizer_step;
-  if (pairs_) TESSERA_RETURN_IF_ERROR(LoadReference(path + "/reference.safetensors"));
+  if (dpo()) TESSERA_RETURN_IF_ERROR(LoadReference(path + "/reference.safetensors"));
   if (data_ && data_->blended()) {
     // The blend continues from the saved positions when the checkpoint has them for as many
     // sources; otherwise (a checkpoint from before the blend) from its definition at next_sample.

@@ -65,6 +65,11 @@ struct TrainerOptions {
     layout::DpoLossType loss_type = layout::DpoLossType::kSigmoid;
     double label_smoothing = 0;
   } dpo;
+  // train.objective reward (docs/post-training.md): data.path as for dpo; the model's head is a score
+  // head (the Trainer sets model.score_head) and the loss RewardTrainer's with this centring weight.
+  struct Reward {
+    double center_coefficient = 0;
+  } reward;
   formats::data::PreferenceTruncation preference_cut;
   double initial_loss_scale = 65536;  // fp16: dynamic loss scaling starts here,
   int loss_scale_window = 1000;       // doubles after this many steps without overflow, halves on one.

@@ -1,5 +1,6 @@
-// The trainer's preference data (train.objective dpo, trainer.h): pairs as rows of SFT data's
-// encoding, their reference log-probabilities, and the pass that scores them before training.
+// The trainer's preference data (train.objective dpo or reward, trainer.h): pairs as rows of SFT
+// data's encoding, DPO's reference log-probabilities and the pass that scores them before training,
+// a reward model's margins.
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 
@@ -40,7 +41,7 @@ absl::Status Trainer::CheckPairs() {
   // Every rank reads the same pairs: a bad one stops every rank here, before any collective, with the
   // same message. The fingerprint (FNV-1a over every cut pair's lengths and ids, whether this job
   // reads it or not) ties the reference log-probabilities kept in checkpoints to this data and cut.
-  const int64_t T = options_.model.seq_len;
+  const int64_t limit = PairLimit();
   uint64_t h = 0xcbf29ce484222325ull;
   auto mix = [&h](uint64_t v) {
     for (int b = 0; b < 8; ++b) h = (h ^ ((v >> (8 * b)) & 0xff)) * 0x100000001b3ull;
@@ -55,11 +56,11 @@ absl::Status Trainer::CheckPairs() {
     }
     for (int side = 0; side < 2 && p < used; ++side) {
       const size_t completion = side == 0 ? pair->chosen.size() : pair->rejected.size();
-      if (static_cast<int64_t>(pair->prompt.size() + completion) > T + 1) {
+      if (static_cast<int64_t>(pair->prompt.size() + completion) > limit) {
         return absl::InvalidArgumentError(absl::StrCat(
             "data.path ", options_.data.path, ": pair ", p, " has ", pair->prompt.size(), " prompt and ", completion,
-            side == 0 ? " chosen" : " rejected", " tokens, more than model.seq_len + 1 = ", T + 1,
-            " (cut them with data.max_prompt_tokens and data.max_completion_tokens)"));
+            side == 0 ? " chosen" : " rejected", " tokens, more than ", reward() ? "model.seq_len = " : "model.seq_len + 1 = ",
+            limit, " (cut them with data.max_prompt_tokens and data.max_completion_tokens)"));
       }
     }
   }
@@ -98,22 +99,32 @@ absl::StatusOr<at::Tensor> Trainer::ReadPairs(int64_t first, int a, int accum) {
     for (int side = 0; side < 2; ++side) {
       const std::vector<int32_t>& completion = side == 0 ? pair->chosen : pair->rejected;
       const int64_t length = static_cast<int64_t>(pair->prompt.size() + completion.size());
-      if (length > T + 1) {
+      if (length > PairLimit()) {
         return absl::InvalidArgumentError(absl::StrCat(
             "data.path ", options_.data.path, ": pair ", pairs[i], " has ", pair->prompt.size(), " prompt and ",
-            completion.size(), side == 0 ? " chosen" : " rejected", " tokens, more than model.seq_len + 1 = ", T + 1,
+            completion.size(), side == 0 ? " chosen" : " rejected", " tokens, more than ", PairLimit(),
             " (cut them with data.max_prompt_tokens and data.max_completion_tokens)"));
       }
       int64_t* row = rows.data() + (2 * i + side) * (T + 1);
-      // The prompt's tokens are no trained targets (the first token is never a target); the
-      // completion's are.
-      for (size_t t = 0; t < pair->prompt.size(); ++t) row[t] = t == 0 ? pair->prompt[t] : -int64_t{pair->prompt[t]} - 1;
-      for (size_t t = 0; t < completion.size(); ++t) row[pair->prompt.size() + t] = completion[t];
+      // The prompt's tokens are no trained targets (the first token is never a target); DPO trains
+      // the completion's, a reward model none but the one after the last token (its score).
+      const size_t P = pair->prompt.size();
+      for (size_t t = 0; t < P; ++t) row[t] = t == 0 ? pair->prompt[t] : -int64_t{pair->prompt[t]} - 1;
+      for (size_t t = 0; t < completion.size(); ++t) row[P + t] = reward() ? -int64_t{completion[t]} - 1 : completion[t];
+      if (reward()) row[length] = 0;  // length <= seq_len: a row has seq_len + 1 entries.
     }
   }
   at::Tensor window =
       at::from_blob(rows.data(), {static_cast<int64_t>(pairs.size() * 2), T + 1}, at::kLong).to(device_, false, true);
   return window;
+}
+
+absl::StatusOr<at::Tensor> Trainer::MarginsOf(int64_t first, int a, int accum) const {
+  std::vector<double> values;
+  for (int64_t p : PairsOf(first, a, accum)) {
+    values.insert(values.end(), {pairs_->margin(p), pairs_->margin(p)});  // Finite (PreferenceDataset::Open).
+  }
+  return at::tensor(values, at::TensorOptions().dtype(at::kDouble)).to(device_);
 }
 
 absl::StatusOr<at::Tensor> Trainer::ReferenceOf(int64_t first, int a, int accum) const {

@@ -14,7 +14,6 @@ import copy
 import json
 import math
 import os
-import random
 import shutil
 import subprocess
 import sys
@@ -24,16 +23,14 @@ import unittest
 import datasets
 import peft
 import torch
-from transformers import PreTrainedTokenizerFast
 from trl import DPOConfig, DPOTrainer
 from trl.trainer.dpo_trainer import DataCollatorForPreference
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import chat_template_test as ct  # noqa: E402
 import gpt_reference  # noqa: E402
 import hf_testing  # noqa: E402
 import safetensors_io  # noqa: E402
-from data_reference import read_indexed_dataset  # noqa: E402
+from preference_testing import chatml_tokenizer, pair_records, prepare_pairs  # noqa: E402
 
 TESSERA = os.path.abspath("client/tessera")
 RANK = os.path.abspath("worker/rank/tessera-rank")
@@ -57,23 +54,6 @@ LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", 
 # bf16 (parameters and activations; fp32 masters and loss) against TRL's fp32 run: each step's loss
 # within 1e-2 (the issue's bound).
 BF16_TOL = 1e-2
-
-WORDS = "the cat sat on a mat while two dogs ran past an old barn and a farmer laughed yes no maybe".split()
-
-
-def pair_records(n, seed):
-    """Seeded single-turn pairs: a short question, a chosen answer that repeats the question's words, a
-    rejected one of other words (so a model can learn to prefer chosen)."""
-    rng = random.Random(seed)
-    out = []
-    for _ in range(n):
-        q = [rng.choice(WORDS) for _ in range(rng.randint(2, 6))]
-        out.append({"prompt": [{"role": "user", "content": " ".join(q)}],
-                    "chosen": [{"role": "assistant", "content": " ".join(q[: rng.randint(1, len(q))])}],
-                    "rejected": [{"role": "assistant",
-                                  "content": " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 6)))}]})
-    return out
-
 
 def lora_llama(vocab, adapter_dir):
     """The model wrapped by peft's LoRA with A and B drawn (init_lora_weights=False: the initial policy is
@@ -147,23 +127,10 @@ class DpoParityTest(unittest.TestCase):
     def setUpClass(cls):
         torch.set_num_threads(1)
         cls.tmp = tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
-        fast = PreTrainedTokenizerFast(tokenizer_object=ct.small_tokenizer(), bos_token="<s>", eos_token="</s>",
-                                       additional_special_tokens=["<|im_start|>", "<|im_end|>"])
-        fast.chat_template = ct.CHATML
-        cls.tokenizer_dir = os.path.join(cls.tmp, "tokenizer")
-        fast.save_pretrained(cls.tokenizer_dir)
-        cls.hf_tokenizer = PreTrainedTokenizerFast.from_pretrained(cls.tokenizer_dir)
+        cls.tokenizer_dir, cls.hf_tokenizer = chatml_tokenizer(cls.tmp)
         cls.vocab = len(cls.hf_tokenizer)
-        with open(os.path.join(cls.tmp, "pairs.jsonl"), "w", encoding="utf-8") as f:
-            for r in pair_records(PAIRS, seed=7):
-                f.write(json.dumps(r) + "\n")
         cls.data = os.path.join(cls.tmp, "pairs")
-        done = subprocess.run([TESSERA, "data", "prepare", "--no-progress", "--tokenizer", cls.tokenizer_dir,
-                               "--preference", os.path.join(cls.tmp, "pairs.jsonl"), cls.data],
-                              capture_output=True, text=True)
-        assert done.returncode == 0, done.stderr
-        _, docs = read_indexed_dataset(cls.data)
-        cls.pairs = [tuple(list(map(int, docs[3 * i + k])) for k in range(3)) for i in range(PAIRS)]
+        cls.pairs = prepare_pairs(TESSERA, cls.tokenizer_dir, pair_records(PAIRS, seed=7), cls.data)
         assert max(len(p) + max(len(c), len(r)) for p, c, r in cls.pairs) <= SEQ + 1
         state = hf_llama(cls.vocab).state_dict()
         cls.init = os.path.join(cls.tmp, "init.safetensors")

@@ -61,6 +61,11 @@ parallel::TrainerOptions ToTrainerOptions(const v1::JobSpec& spec) {
     o.dpo.label_smoothing = spec.dpo().label_smoothing();
     o.preference_cut = {spec.data().max_prompt_tokens(), spec.data().max_completion_tokens()};
   }
+  if (t.objective() == v1::OBJECTIVE_REWARD) {
+    o.objective_kind = layout::Objective::kReward;
+    o.reward.center_coefficient = spec.reward_model().center_coefficient();
+    o.preference_cut = {spec.data().max_prompt_tokens(), spec.data().max_completion_tokens()};
+  }
   return o;
 }
 

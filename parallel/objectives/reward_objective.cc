@@ -1,0 +1,46 @@
+#include "parallel/objectives/reward_objective.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+
+#include "parallel/objectives/preference_loss.h"
+
+namespace tessera::parallel {
+
+at::Tensor RewardObjective::Loss(const TargetLosses& t) const {
+  TORCH_CHECK(t.scores.defined() && t.rows.defined(), "reward: the model has no score head");
+  TORCH_CHECK(t.samples % 2 == 0, "reward: a micro-batch of ", t.samples, " samples is not pairs");
+  // Exactly one scored position per sample, in sample order: rows / positions == 0, 1, 2, ...
+  const at::Tensor sample = at::div(t.rows, t.positions, "floor");
+  TORCH_CHECK(t.scores.numel() == t.samples &&
+                  sample.equal(at::arange(t.samples, sample.options())),
+              "reward: each sample needs exactly one scored position (its last token)");
+  const int64_t pairs = t.samples / 2;
+  const at::Tensor scores = t.scores.view({pairs, 2});
+  at::Tensor margin;
+  if (t.sample_data.defined()) {
+    TORCH_CHECK(t.sample_data.numel() == t.samples, "reward: the margins are not one per sample");
+    margin = t.sample_data.to(scores.device(), scores.scalar_type()).view({pairs, 2}).select(1, 0);
+  }
+  const PreferenceTerms terms = RewardLosses(scores.select(1, 0), scores.select(1, 1), margin, center_coefficient_);
+  {
+    const at::Tensor c = terms.chosen_rewards.to(at::kDouble), r = terms.rejected_rewards.to(at::kDouble);
+    const at::Tensor row = at::stack({c.mean(), r.mean(), (c - r).mean(), (c > r).to(at::kDouble).mean()}).cpu();
+    const double* v = row.data_ptr<double>();
+    for (size_t i = 0; i < sums_.size(); ++i) sums_[i] += v[i];
+  }
+  return terms.losses.mean();
+}
+
+std::vector<std::string> RewardObjective::metric_names() const {
+  return {"rewards_chosen", "rewards_rejected", "rewards_margin", "rewards_accuracy"};
+}
+
+std::vector<double> RewardObjective::TakeMetrics() const {
+  std::vector<double> out = sums_;
+  std::fill(sums_.begin(), sums_.end(), 0.0);
+  return out;
+}
+
+}  // namespace tessera::parallel
