@@ -1,6 +1,6 @@
 // tessera: the command-line client. `tessera run SPEC` trains locally; `tessera data prepare` makes
 // token files; the cluster commands talk to the coordinator; `tessera export` and `tessera generate`
-// read models. Never links LibTorch (generate runs the tessera-generate binary).
+// read models. Never links LibTorch (generate runs the tessera-generate binary, score tessera-score).
 #include <unistd.h>
 
 #include <algorithm>
@@ -29,9 +29,25 @@
 namespace tessera::client {
 namespace {
 
+// Replaces this process with the engine program `name` (generate/: it links LibTorch, this one never
+// does) given argv[2..]; returns the exit code only when it cannot run.
+int ExecEngineProgram(const std::string& name, const std::string& env, int argc, char** argv) {
+  std::string bin = process::FindTesseraBinary(name, "generate", env.c_str());
+  if (bin.empty()) {
+    std::cerr << "error: " << name << " is not installed next to tessera (set " << env << ")\n";
+    return kExitBadInput;
+  }
+  std::vector<char*> args{bin.data()};
+  for (int i = 2; i < argc; ++i) args.push_back(argv[i]);
+  args.push_back(nullptr);
+  execv(bin.c_str(), args.data());
+  std::cerr << "error: cannot run " << bin << ": " << std::strerror(errno) << "\n";
+  return kExitBadInput;
+}
+
 int Main(int argc, char** argv) {
-  // `tessera generate` is the tessera-generate binary (LibTorch stays out of this one), or
-  // tessera-generate-cuda for --device cuda[:N]; its own --help lists its options.
+  // `tessera generate` is the tessera-generate binary, or tessera-generate-cuda for --device
+  // cuda[:N]; `tessera score` is tessera-score. Their own --help lists their options.
   if (argc >= 2 && std::string(argv[1]) == "generate") {
     bool cuda = false;
     for (int i = 2; i < argc; ++i) {
@@ -39,19 +55,11 @@ int Main(int argc, char** argv) {
       const std::string value = a == "--device" && i + 1 < argc ? argv[i + 1] : a.rfind("--device=", 0) == 0 ? a.substr(9) : "";
       if (value.rfind("cuda", 0) == 0) cuda = true;
     }
-    const std::string name = cuda ? "tessera-generate-cuda" : "tessera-generate";
-    const std::string env = cuda ? "TESSERA_GENERATE_CUDA_BINARY" : "TESSERA_GENERATE_BINARY";
-    std::string bin = process::FindTesseraBinary(name, "generate", env.c_str());
-    if (bin.empty()) {
-      std::cerr << "error: " << name << " is not installed next to tessera (set " << env << ")\n";
-      return kExitBadInput;
-    }
-    std::vector<char*> args{bin.data()};
-    for (int i = 2; i < argc; ++i) args.push_back(argv[i]);
-    args.push_back(nullptr);
-    execv(bin.c_str(), args.data());
-    std::cerr << "error: cannot run " << bin << ": " << std::strerror(errno) << "\n";
-    return kExitBadInput;
+    return cuda ? ExecEngineProgram("tessera-generate-cuda", "TESSERA_GENERATE_CUDA_BINARY", argc, argv)
+                : ExecEngineProgram("tessera-generate", "TESSERA_GENERATE_BINARY", argc, argv);
+  }
+  if (argc >= 2 && std::string(argv[1]) == "score") {
+    return ExecEngineProgram("tessera-score", "TESSERA_SCORE_BINARY", argc, argv);
   }
   CLI::App app{"tessera: distributed training of transformer models"};
   app.require_subcommand(1);
@@ -141,6 +149,7 @@ int Main(int argc, char** argv) {
   plan->add_option("--memory-gb", local_plan.memory_gb, "Memory per device, GB");
   plan->add_option("--top", local_plan.top, "Print only the first N layouts");
   app.add_subcommand("generate", "Sample tokens from a checkpoint or a transformers model (tessera generate --help)");
+  app.add_subcommand("score", "A reward model's scores of preference pairs (tessera score --help)");
   ExportOptions export_options;
   CLI::App* export_cmd = app.add_subcommand(
       "export", "Write a checkpoint as a transformers model directory (config.json + safetensors)");

@@ -142,6 +142,11 @@ int Main(int argc, char** argv) {
     std::cerr << "error: " << loaded.status().message() << "\n";
     return kExitBadInput;
   }
+  if (loaded->model->config().score_head) {
+    std::cerr << "error: " << model_path << " is a reward model (a score head, no LM head): `tessera score` scores "
+              << "with it\n";
+    return kExitBadInput;
+  }
   if (!prompt_text.empty() && !tokenizer && loaded->model->config().vocab < 256) {
     std::cerr << "error: --prompt: byte-level text needs a vocabulary of at least 256 tokens; this model has "
               << loaded->model->config().vocab << " (use --prompt-ids or --tokenizer)\n";

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the tessera binaries and installs them under PREFIX (default /usr/local): PREFIX/bin for
-# tessera, tessera-coordinator, tessera-worker, tessera-rank and tessera-generate, PREFIX/lib/tessera
+# tessera, tessera-coordinator, tessera-worker, tessera-rank, tessera-generate and tessera-score, PREFIX/lib/tessera
 # for the shared libraries the LibTorch-linked ones need beyond the system's (LibTorch and its OpenMP),
 # found through an $ORIGIN rpath. Run tools/setup.sh first.
 #   bash tools/install.sh [--cuda] [PREFIX]
@@ -14,14 +14,14 @@ if [ "${1:-}" = "--cuda" ]; then cuda=1; shift; fi
 prefix="${1:-/usr/local}"
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 cache="${HOME:-/root}/.cache/tessera/bazel-disk"
-bins=(client/tessera coordinator/tessera-coordinator worker/tessera-worker worker/rank/tessera-rank generate/tessera-generate)
+bins=(client/tessera coordinator/tessera-coordinator worker/tessera-worker worker/rank/tessera-rank generate/tessera-generate generate/tessera-score)
 [ $cuda = 0 ] || bins+=(worker/rank/tessera-rank-cuda generate/tessera-generate-cuda)
 targets=()
 for b in "${bins[@]}"; do targets+=("//${b%/*}:${b##*/}"); done
 bazel build --disk_cache="$cache" "${targets[@]}"
 mkdir -p "$prefix/bin" "$prefix/lib/tessera"
 for b in "${bins[@]}"; do install -m 0755 "bazel-bin/$b" "$prefix/bin/"; done
-torch_bins=(tessera-rank tessera-generate)
+torch_bins=(tessera-rank tessera-generate tessera-score)
 [ $cuda = 0 ] || torch_bins+=(tessera-rank-cuda tessera-generate-cuda)
 # Libraries outside the system directories that the LibTorch-linked binaries resolve now.
 libs="$(cd "$prefix/bin" && ldd "${torch_bins[@]}" | awk '/=> \// {print $3}' | grep -v -E '^/(usr/)?lib(64)?/' | sort -u)"

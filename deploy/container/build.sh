@@ -65,7 +65,7 @@ if ! podman image exists "$base"; then
     --shell /usr/sbin/nologin tessera
   if [ $systemd = 1 ]; then
     cp deploy/systemd/*.service "$rootfs/etc/systemd/system/"
-    for b in tessera tessera-coordinator tessera-worker tessera-rank tessera-generate; do
+    for b in tessera tessera-coordinator tessera-worker tessera-rank tessera-generate tessera-score; do
       ln -s "/opt/tessera/bin/$b" "$rootfs/usr/local/bin/$b"
     done
   fi

@@ -43,4 +43,29 @@ std::vector<double> RewardObjective::TakeMetrics() const {
   return out;
 }
 
+at::Tensor SequenceScores::Loss(const TargetLosses& t) const {
+  TORCH_CHECK(t.scores.defined() && t.scores.numel() == t.samples, "sequence_scores: not one score per sample");
+  TORCH_CHECK(t.sample_data.defined() && t.sample_data.numel() == t.samples,
+              "sequence_scores: the micro-batch has no sample indices");
+  const at::Tensor scores = t.scores.detach().to(at::kDouble).cpu().contiguous();
+  const at::Tensor where = t.sample_data.to(at::kDouble).cpu().contiguous();
+  for (int64_t i = 0; i < t.samples; ++i) {
+    const double w = where.data_ptr<double>()[i];
+    if (w < 0 || w >= static_cast<double>(table_->size())) continue;  // Padding samples: no entry.
+    (*table_)[static_cast<size_t>(w)] = scores.data_ptr<double>()[i];
+  }
+  return at::zeros({}, t.scores.options());
+}
+
+void WriteRewardRow(const std::vector<int32_t>& prompt, const std::vector<int32_t>& completion, int64_t* row) {
+  size_t at = 0;
+  for (const std::vector<int32_t>* part : {&prompt, &completion}) {
+    for (int32_t id : *part) {
+      row[at] = at == 0 ? id : -int64_t{id} - 1;
+      ++at;
+    }
+  }
+  row[at] = 0;
+}
+
 }  // namespace tessera::parallel

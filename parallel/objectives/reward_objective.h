@@ -6,6 +6,7 @@
 #ifndef TESSERA_PARALLEL_OBJECTIVES_REWARD_OBJECTIVE_H_
 #define TESSERA_PARALLEL_OBJECTIVES_REWARD_OBJECTIVE_H_
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,25 @@ class RewardObjective final : public Objective {
   double center_coefficient_;
   mutable std::vector<double> sums_ = std::vector<double>(4, 0.0);
 };
+
+// A forward pass that records each sample's score into `table` at the index t.sample_data gives it
+// ([samples] fp64 holding integers; one outside the table: a padding sample, not recorded) and
+// returns 0 (no gradient): `tessera score`.
+class SequenceScores final : public Objective {
+ public:
+  explicit SequenceScores(std::vector<double>* table) : table_(table) {}
+  const char* name() const override { return "sequence_scores"; }
+  at::Tensor Loss(const TargetLosses& t) const override;
+
+ private:
+  std::vector<double>* table_;
+};
+
+// One prompt + completion as a reward model's row of masked targets (SFT data's encoding,
+// formats/data/token_dataset.h): every token untrained (the first as itself, the others −id − 1) and
+// one trained target, token 0, right after the last, so that the only trained position is the last
+// token's — where the score head reads (Decoder::Head). Writes prompt + completion + 1 entries of `row`.
+void WriteRewardRow(const std::vector<int32_t>& prompt, const std::vector<int32_t>& completion, int64_t* row);
 
 }  // namespace tessera::parallel
 

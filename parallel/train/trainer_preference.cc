@@ -11,6 +11,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "parallel/objectives/dpo_objective.h"
+#include "parallel/objectives/reward_objective.h"
 #include "parallel/train/status_macros.h"
 #include "parallel/train/trainer.h"
 
@@ -106,12 +107,15 @@ absl::StatusOr<at::Tensor> Trainer::ReadPairs(int64_t first, int a, int accum) {
             " (cut them with data.max_prompt_tokens and data.max_completion_tokens)"));
       }
       int64_t* row = rows.data() + (2 * i + side) * (T + 1);
-      // The prompt's tokens are no trained targets (the first token is never a target); DPO trains
-      // the completion's, a reward model none but the one after the last token (its score).
+      if (reward()) {
+        WriteRewardRow(pair->prompt, completion, row);  // length + 1 <= seq_len + 1 entries.
+        continue;
+      }
+      // The prompt's tokens are no trained targets (the first token is never a target); the
+      // completion's are.
       const size_t P = pair->prompt.size();
       for (size_t t = 0; t < P; ++t) row[t] = t == 0 ? pair->prompt[t] : -int64_t{pair->prompt[t]} - 1;
-      for (size_t t = 0; t < completion.size(); ++t) row[P + t] = reward() ? -int64_t{completion[t]} - 1 : completion[t];
-      if (reward()) row[length] = 0;  // length <= seq_len: a row has seq_len + 1 entries.
+      for (size_t t = 0; t < completion.size(); ++t) row[P + t] = completion[t];
     }
   }
   at::Tensor window =

@@ -9,7 +9,7 @@ fields of steps.jsonl (rewards_chosen, rewards_rejected, rewards_margin, rewards
 last step, every weight (the score head's too). In one process, dp=2, tp=2, pp=2 and ZeRO-3 with
 offload; margins with the centring term; bf16; a resume; both kinds of transformers directory as
 model.pretrained (a *ForSequenceClassification one's score head read, a causal LM's drawn); the export
-loaded by transformers' AutoModelForSequenceClassification. The test can fail: a score read at another
+loaded by transformers' AutoModelForSequenceClassification; `tessera score` against it. The test can fail: a score read at another
 position than the last token, chosen and rejected split across dp ranks, a margin or centring term
 dropped each give other numbers (the mutations in the note of issue 56)."""
 import json
@@ -176,6 +176,13 @@ output_dir: {self.tmp}/{name}
         self.assertNotEqual(done.returncode, 0, done.stdout + done.stderr)
         return done.stdout + done.stderr
 
+    def init_dir(self):
+        """The initial reward model as a transformers directory."""
+        directory = os.path.join(self.tmp, "seqcls")
+        if not os.path.exists(directory):
+            self.init_model.save_pretrained(directory)
+        return directory
+
     def checkpoint(self, name):
         return os.path.join(self.tmp, name, "checkpoints", f"step_{STEPS:08d}")
 
@@ -228,9 +235,7 @@ output_dir: {self.tmp}/{name}
     def test_transformers_directories_in_and_out(self):
         # A LlamaForSequenceClassification directory as model.pretrained: its score head is read (the same
         # start as init_from, so the same run as TRL's).
-        seqcls = os.path.join(self.tmp, "seqcls")
-        self.init_model.save_pretrained(seqcls)
-        steps = self.run_tessera("from_seqcls", [], model=f"pretrained: {seqcls}")
+        steps = self.run_tessera("from_seqcls", [], model=f"pretrained: {self.init_dir()}")
         want = self.reference()
         self.check("from_seqcls", steps, want)
         # Its export, loaded by transformers, scores as TRL's model after the same steps.
@@ -252,6 +257,20 @@ output_dir: {self.tmp}/{name}
         diff = float((got - expect).abs().max())
         print(f"export: max score difference {diff:.2e} from TRL's model over {2 * PAIRS} sequences")
         self.assertLessEqual(diff, TOL)
+        # `tessera score` of the checkpoint (the prepared pairs) and of the export (the JSONL, tokenized as
+        # data prepare does) gives transformers' scores of the exported model.
+        exported_scores = got.squeeze(-1).double()
+        for model, data, extra in [(self.checkpoint("from_seqcls"), self.data, []),
+                                   (out, self.data + ".jsonl", ["--tokenizer", self.tokenizer_dir, "--batch", "3"])]:
+            done = subprocess.run([TESSERA, "score", model, "--data", data] + extra, capture_output=True, text=True)
+            self.assertEqual(done.returncode, 0, done.stderr)
+            lines = [json.loads(line) for line in done.stdout.splitlines()]
+            self.assertEqual([r["pair"] for r in lines], list(range(PAIRS)))
+            scores = torch.tensor([r["chosen"] for r in lines] + [r["rejected"] for r in lines], dtype=torch.float64)
+            diff = float((scores - exported_scores).abs().max())
+            print(f"tessera score {os.path.basename(model)}: max difference {diff:.2e} from transformers' scores")
+            self.assertLessEqual(diff, TOL)
+            self.assertIn(f"scored {PAIRS} pairs", done.stderr)
         # A causal LM directory as model.pretrained: its LM head dropped, the score head drawn; it trains.
         causal = os.path.join(self.tmp, "causal")
         hf_llama(self.vocab).save_pretrained(causal)
@@ -272,6 +291,52 @@ output_dir: {self.tmp}/{name}
         self.assertIn("reward_model.center_coefficient", out)
         out = self.run_refused("sp", ["parallel.sp=2"])
         self.assertIn("parallel.sp", out)
+        # `tessera score` of a model that is no reward model, and of a bad line.
+        causal = os.path.join(self.tmp, "causal-for-score")
+        hf_llama(self.vocab).save_pretrained(causal)
+        done = subprocess.run([TESSERA, "score", causal, "--data", self.data], capture_output=True, text=True)
+        self.assertNotEqual(done.returncode, 0)
+        self.assertIn("is not a reward model", done.stderr)
+        bad = os.path.join(self.tmp, "bad.jsonl")
+        with open(bad, "w") as f:
+            f.write('{"prompt": "a", "chosen": "b", "rejected": "c"}\n{"prompt": "a", "chosen": "b"}\n')
+        done = subprocess.run([TESSERA, "score", self.init_dir(), "--data", bad, "--tokenizer", self.tokenizer_dir],
+                              capture_output=True, text=True)
+        self.assertNotEqual(done.returncode, 0)
+        self.assertIn("bad.jsonl:2", done.stderr)
+
+    def test_the_example_prepares_trains_and_scores(self):
+        # examples/reward-llama.yaml as its comment says, for a few steps, from a few steps of the SFT example.
+        env = dict(os.environ, TESSERA_RANK_BINARY=RANK)
+        sft_data, pairs = os.path.join(self.tmp, "example-sft"), os.path.join(self.tmp, "example-pairs")
+        for kind, src, out in [("--chat", "examples/sft/chats.jsonl", sft_data),
+                               ("--preference", "examples/reward/pairs.jsonl", pairs)]:
+            done = subprocess.run([TESSERA, "data", "prepare", "--no-progress", "--tokenizer", "examples/sft", kind, src,
+                                   out], capture_output=True, text=True)
+            self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertIn("300 pairs", done.stdout)
+        self.assertIn(".pref.margin", done.stdout)
+        sft_out, reward_out = os.path.join(self.tmp, "example-sft-run"), os.path.join(self.tmp, "example-reward-run")
+        done = hf_testing.run_tessera(TESSERA, "examples/sft-llama.yaml",
+                                      [f"data.path={sft_data}", f"output_dir={sft_out}", "train.steps=3",
+                                       "checkpoint.every_steps=0"], env)
+        self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
+        start = os.path.join(sft_out, "checkpoints", "step_00000003", "model.safetensors")
+        done = hf_testing.run_tessera(TESSERA, "examples/reward-llama.yaml",
+                                      [f"data.path={pairs}", f"output_dir={reward_out}", f"model.init_from={start}",
+                                       "train.steps=3", "checkpoint.every_steps=0"], env)
+        self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
+        steps = read_steps(reward_out)
+        self.assertEqual(len(steps), 3)
+        for s in steps:
+            for k in FIELDS:
+                self.assertIn(k, s)
+            self.assertEqual(s["tokens"], 2 * 16 * 64)  # Two sequences per pair.
+        done = subprocess.run([TESSERA, "score", os.path.join(reward_out, "checkpoints"), "--data",
+                               "examples/reward/pairs.jsonl", "--tokenizer", "examples/sft"], capture_output=True, text=True)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertEqual(len(done.stdout.splitlines()), 300)
+        self.assertIn("scored 300 pairs", done.stderr)
 
 
 if __name__ == "__main__":
