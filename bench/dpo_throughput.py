@@ -88,18 +88,26 @@ def trl_pairs_per_s(model_dir, tokenizer, pairs, steps, warmup, threads, precomp
     return PAIRS_PER_STEP / statistics.median(secs[warmup:])
 
 
-def main():
-    args = parse_bench_args(ROOT, 20)
-    cores = os.cpu_count()
-    tmp = tempfile.mkdtemp()
+def prepared_pairs(tessera, tmp, example):
+    """examples/EXAMPLE/pairs.jsonl prepared with examples/sft's tokenizer into tmp/pairs, and the bench's
+    Llama drawn into tmp/llama: (the dataset's prefix, the tokenizer, its pairs as (prompt, chosen,
+    rejected) ids, the model's directory)."""
     data = os.path.join(tmp, "pairs")
-    subprocess.run([args.tessera, "data", "prepare", "--no-progress", "--tokenizer", os.path.join(ROOT, "examples", "sft"),
-                    "--preference", os.path.join(ROOT, "examples", "dpo", "pairs.jsonl"), data], check=True)
+    subprocess.run([tessera, "data", "prepare", "--no-progress", "--tokenizer", os.path.join(ROOT, "examples", "sft"),
+                    "--preference", os.path.join(ROOT, "examples", example, "pairs.jsonl"), data], check=True)
     tokenizer = transformers.PreTrainedTokenizerFast.from_pretrained(os.path.join(ROOT, "examples", "sft"))
     _, docs = read_indexed_dataset(data)
     pairs = [tuple(list(map(int, docs[3 * i + k])) for k in range(3)) for i in range(len(docs) // 3)]
     model_dir = os.path.join(tmp, "llama")
     draw(model_dir, len(tokenizer))
+    return data, tokenizer, pairs, model_dir
+
+
+def main():
+    args = parse_bench_args(ROOT, 20)
+    cores = os.cpu_count()
+    tmp = tempfile.mkdtemp()
+    data, tokenizer, pairs, model_dir = prepared_pairs(args.tessera, tmp, "dpo")
     tessera_name = f"tessera run, train.objective dpo, {cores} threads"
     trl_name = f"TRL {trl.__version__} DPOTrainer step, reference forward each step, {cores} threads"
     pre_name = f"TRL {trl.__version__} DPOTrainer step, precompute_ref_log_probs, {cores} threads"
