@@ -187,14 +187,11 @@ void OnTarget(const ParallelLayout& l, const Target& t, Problems* out) {
 }
 
 // Objectives whose loss is not a mean over targets (DPO: a function of each sample's summed
-// log-probability; a reward model: of each pair's two scores) need every sample's targets on one rank.
+// log-probability; a reward model: of each pair's two scores) make each sample whole over its sequence
+// blocks (objective.h); a grid's split of the samples they do not handle yet.
 void ForObjective(const ModelConfig& m, const ParallelLayout& l, const Target& t, Problems* out) {
   if (t.objective == Objective::kCrossEntropy) return;
   const char* name = Name(t.objective);
-  if (l.sp > 1) {
-    Add(out, "parallel.sp", absl::StrCat(l.sp, " with train.objective ", name,
-                                         " is not supported yet (a sample's whole sequence is scored on one rank)"));
-  }
   if (l.tp_mode != TpMode::k1D) {
     Add(out, "parallel.tp_mode", absl::StrCat(Name(l.tp_mode), " with train.objective ", name,
                                               " is not supported yet (use 1d)"));

@@ -462,9 +462,21 @@ at::Tensor Decoder::Blocks(at::Tensor x, int first, int count) {
   return x;
 }
 
+std::function<at::Tensor(const at::Tensor&)> Decoder::SampleSplitSum() const {
+  if (!sp_ || sp_->size() <= 1) return nullptr;
+  Communicator* sp = sp_.get();
+  return [sp](const at::Tensor& x) {
+    // Forward: the sum over the sequence blocks. Backward: the gradient times sp — every block's rank
+    // computes the objective of the whole samples, and the Trainer weighs each one's loss 1/sp of the
+    // micro-batch's (TargetLosses::WholeSamples).
+    const double n = sp->size();
+    const at::Tensor sum = ReduceFromTp(x, sp);
+    return sum * n - (sum * (n - 1)).detach();
+  };
+}
+
 at::Tensor Decoder::ScoreHead(const at::Tensor& x_in, const at::Tensor& targets) {
-  TORCH_CHECK(shape_.mode == TpMode::k1D && (!sp_ || sp_->size() == 1),
-              "a score head needs the whole sequence on one rank and 1D tensor parallelism");
+  TORCH_CHECK(shape_.mode == TpMode::k1D, "a score head needs 1D tensor parallelism");
   // The positions scored: those loss_rows_ selected (x holds only them, [1, N, hidden]), else the
   // trained targets' of `targets` [B, T]. Every tp rank holds the whole hidden state after the last
   // block and computes the same scores from the replicated head: no reduction either way.
@@ -483,7 +495,8 @@ at::Tensor Decoder::ScoreHead(const at::Tensor& x_in, const at::Tensor& targets)
                            .sample_data = sample_data_,
                            .samples = targets.size(0),
                            .positions = targets.size(1),
-                           .targets = loss_rows_.defined() ? loss_positions_ : targets.numel()});
+                           .targets = loss_rows_.defined() ? loss_positions_ : targets.numel(),
+                           .sum_over_sample_split = SampleSplitSum()});
 }
 
 at::Tensor Decoder::Head(const at::Tensor& x_in, const at::Tensor& targets) {
@@ -549,7 +562,8 @@ at::Tensor Decoder::Head(const at::Tensor& x_in, const at::Tensor& targets) {
                                       .sample_data = sample_data_,
                                       .samples = samples,
                                       .positions = positions,
-                                      .targets = loss_rows_.defined() ? loss_positions_ : B * T});
+                                      .targets = loss_rows_.defined() ? loss_positions_ : B * T,
+                                      .sum_over_sample_split = SampleSplitSum()});
   if (hooks_) loss = hooks_->PostForward(0, loss);
   return loss;
 }

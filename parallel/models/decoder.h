@@ -10,6 +10,7 @@
 #define TESSERA_PARALLEL_MODELS_DECODER_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -301,6 +302,8 @@ class Decoder {
   // Head of a reward model (config_.score_head): the final norm and the score head at the scored
   // positions, and the objective over the scores (TargetLosses::scores).
   at::Tensor ScoreHead(const at::Tensor& x, const at::Tensor& targets);
+  // TargetLosses::sum_over_sample_split: over the sequence blocks (sp), null without them.
+  std::function<at::Tensor(const at::Tensor&)> SampleSplitSum() const;
 
   ModelConfig config_;
   const formats::model::FamilySpec& family_;

@@ -15,9 +15,9 @@ at::Tensor SampleLogps(const TargetLosses& t, bool per_token_mean) {
                                ? t.rows
                                : at::arange(t.samples * t.positions, at::TensorOptions().dtype(at::kLong).device(logps.device()));
   const at::Tensor sample = at::div(index, t.positions, "floor");
-  at::Tensor sums = at::zeros({t.samples}, logps.options()).index_add(0, sample, logps);
+  at::Tensor sums = t.WholeSamples(at::zeros({t.samples}, logps.options()).index_add(0, sample, logps));
   if (!per_token_mean) return sums;
-  const at::Tensor counts = at::zeros({t.samples}, logps.options()).index_add(0, sample, trained);
+  const at::Tensor counts = t.WholeSamples(at::zeros({t.samples}, logps.options()).index_add(0, sample, trained));
   return sums / counts.clamp_min(1);
 }
 

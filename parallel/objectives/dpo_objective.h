@@ -15,8 +15,8 @@
 namespace tessera::parallel {
 
 // Each sample's log-probability of its trained targets, [samples] fp32 differentiable in t.nll: the
-// sum of −nll over them, or (per_token_mean: IPO's) that sum over their number (0 without any). Needs
-// the whole of every sample in `t` (CheckLayout's rule for such objectives).
+// sum of −nll over them, or (per_token_mean: IPO's) that sum over their number (0 without any), of
+// the whole samples (TargetLosses::WholeSamples: summed over sequence blocks).
 at::Tensor SampleLogps(const TargetLosses& t, bool per_token_mean);
 
 class DpoObjective final : public Objective {

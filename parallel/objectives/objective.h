@@ -9,14 +9,16 @@
 // over its parts — parts of equal size (samples split over a grid's sample axes, sequence blocks
 // over sp) average, micro-batches average, and the mean over the parts is the objective of the whole
 // (true of any mean over positions of a per-target function). An objective whose loss is not such a
-// mean (DPO's: a function of each sample's summed log-probability) needs every sample's targets in one
-// part, which CheckLayout's rules for its train.objective guarantee. Thread safety: Loss() is const
+// mean (DPO's: a function of each sample's summed log-probability; a reward model's: of each pair's
+// scores) makes each sample whole first with TargetLosses::WholeSamples — over sequence blocks; the
+// other splits of a sample (a grid's) CheckLayout's rules for its train.objective refuse. Thread safety: Loss() is const
 // but may add to the objective's metrics (TakeMetrics): one such objective per Trainer; the default
 // may be shared.
 #ifndef TESSERA_PARALLEL_OBJECTIVES_OBJECTIVE_H_
 #define TESSERA_PARALLEL_OBJECTIVES_OBJECTIVE_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -49,6 +51,18 @@ struct TargetLosses {
   // How many targets the part has: samples · positions, or more when the forward left out the
   // positions after the batch's last trained target (Decoder::Loss; they reach no loss).
   int64_t targets = 0;
+  // Null when each sample's positions are all in this part. Else (sequence parallelism) the sum of a
+  // per-sample tensor over the parts that split the samples' positions — see WholeSamples.
+  std::function<at::Tensor(const at::Tensor&)> sum_over_sample_split;
+
+  // `per_sample` ([samples], fp32 or fp64; this part's contribution to each sample, e.g. its targets'
+  // summed log-probabilities) summed over every part of the samples, so that each part holds the
+  // whole samples' values and computes the objective of the whole micro-batch. Differentiable: each
+  // part's contribution gets the gradient times the number of parts — the Trainer weighs each part's
+  // loss as a fraction of the micro-batch (Trainer::LossWeight), and here every part computes all of it.
+  at::Tensor WholeSamples(const at::Tensor& per_sample) const {
+    return sum_over_sample_split ? sum_over_sample_split(per_sample) : per_sample;
+  }
 };
 
 class Objective {

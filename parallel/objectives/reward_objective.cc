@@ -1,6 +1,7 @@
 #include "parallel/objectives/reward_objective.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 #include <algorithm>
 
@@ -8,16 +9,26 @@
 
 namespace tessera::parallel {
 
+at::Tensor SampleScores(const TargetLosses& t) {
+  TORCH_CHECK(t.scores.defined() && t.rows.defined(), "reward: the model has no score head");
+  // Each score to its sample (rows index [samples · positions]), over the whole samples; each sample
+  // must have exactly one scored position in all its parts.
+  const at::Tensor sample = at::div(t.rows, t.positions, "floor");
+  const at::Tensor scores = t.WholeSamples(at::zeros({t.samples}, t.scores.options()).index_add(0, sample, t.scores));
+  at::Tensor counts;
+  {
+    at::NoGradGuard no_grad;
+    counts = t.WholeSamples(at::zeros({t.samples}, t.scores.options()).index_add(0, sample, at::ones_like(t.scores)));
+  }
+  TORCH_CHECK(counts.eq(1).all().item<bool>(), "reward: each sample needs exactly one scored position (its last token)");
+  return scores;
+}
+
 at::Tensor RewardObjective::Loss(const TargetLosses& t) const {
   TORCH_CHECK(t.scores.defined() && t.rows.defined(), "reward: the model has no score head");
   TORCH_CHECK(t.samples % 2 == 0, "reward: a micro-batch of ", t.samples, " samples is not pairs");
-  // Exactly one scored position per sample, in sample order: rows / positions == 0, 1, 2, ...
-  const at::Tensor sample = at::div(t.rows, t.positions, "floor");
-  TORCH_CHECK(t.scores.numel() == t.samples &&
-                  sample.equal(at::arange(t.samples, sample.options())),
-              "reward: each sample needs exactly one scored position (its last token)");
   const int64_t pairs = t.samples / 2;
-  const at::Tensor scores = t.scores.view({pairs, 2});
+  const at::Tensor scores = SampleScores(t).view({pairs, 2});
   at::Tensor margin;
   if (t.sample_data.defined()) {
     TORCH_CHECK(t.sample_data.numel() == t.samples, "reward: the margins are not one per sample");
@@ -44,10 +55,9 @@ std::vector<double> RewardObjective::TakeMetrics() const {
 }
 
 at::Tensor SequenceScores::Loss(const TargetLosses& t) const {
-  TORCH_CHECK(t.scores.defined() && t.scores.numel() == t.samples, "sequence_scores: not one score per sample");
   TORCH_CHECK(t.sample_data.defined() && t.sample_data.numel() == t.samples,
               "sequence_scores: the micro-batch has no sample indices");
-  const at::Tensor scores = t.scores.detach().to(at::kDouble).cpu().contiguous();
+  const at::Tensor scores = SampleScores(t).detach().to(at::kDouble).cpu().contiguous();
   const at::Tensor where = t.sample_data.to(at::kDouble).cpu().contiguous();
   for (int64_t i = 0; i < t.samples; ++i) {
     const double w = where.data_ptr<double>()[i];

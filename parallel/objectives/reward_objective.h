@@ -14,11 +14,16 @@
 
 namespace tessera::parallel {
 
+// Each sample's score, [samples] fp32 differentiable in t.scores: the score head's output at its one
+// scored position, of the whole samples (TargetLosses::WholeSamples); an error unless every sample has
+// exactly one.
+at::Tensor SampleScores(const TargetLosses& t);
+
 class RewardObjective final : public Objective {
  public:
   explicit RewardObjective(double center_coefficient) : center_coefficient_(center_coefficient) {}
   const char* name() const override { return "reward"; }
-  // t.scores: one per sample, in sample order (a micro-batch of pairs that is not is an error);
+  // t.scores: one per sample (SampleScores; a micro-batch of pairs that is not is an error);
   // t.sample_data: undefined (no margins) or [samples] fp64, each pair's margin at its chosen sample.
   at::Tensor Loss(const TargetLosses& t) const override;
   // TRL's RewardTrainer metrics (means over the pairs): rewards_chosen (the chosen completion's

@@ -145,7 +145,8 @@ class Trainer {
   // Preference data (train.objective dpo or reward; trainer_preference.cc). ReadPairs: micro-batch a
   // (of accum) of this rank's share of the global batch of pairs starting at pair `first` (pair g is
   // the dataset's g mod pairs), each pair as two rows of seq_len + 1 ids — the prompt then the chosen
-  // completion, the prompt then the rejected one — right-padded with −1: [2·micro, seq_len + 1] (SFT
+  // completion, the prompt then the rejected one — right-padded with −1: [2·micro, seq_len + 1], under
+  // sequence parallelism this rank's block of them [2·micro, seq_len/sp + 1] (SFT
   // data's encoding, formats/data/token_dataset.h). DPO: the prompt's targets untrained (−id − 1), the
   // completion's trained. Reward: every token untrained and one trained target (token 0) after the
   // last, so that the only trained position is the last token's (the score head's; Decoder::Head).

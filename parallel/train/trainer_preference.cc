@@ -118,9 +118,11 @@ absl::StatusOr<at::Tensor> Trainer::ReadPairs(int64_t first, int a, int accum) {
       for (size_t t = 0; t < completion.size(); ++t) row[P + t] = completion[t];
     }
   }
-  at::Tensor window =
-      at::from_blob(rows.data(), {static_cast<int64_t>(pairs.size() * 2), T + 1}, at::kLong).to(device_, false, true);
-  return window;
+  at::Tensor window = at::from_blob(rows.data(), {static_cast<int64_t>(pairs.size() * 2), T + 1}, at::kLong);
+  // Sequence parallelism: this rank's block of positions (and the target after its last), as ReadTokens.
+  const int64_t sp = groups_.sp->size();
+  if (sp > 1) window = window.narrow(1, groups_.sp->rank() * (T / sp), T / sp + 1);
+  return window.to(device_, false, true);
 }
 
 absl::StatusOr<at::Tensor> Trainer::MarginsOf(int64_t first, int a, int accum) const {

@@ -6,8 +6,8 @@ concatenated_forward, its reference pass through a frozen copy of the initial mo
 metrics), the micro-batch losses averaged, with AdamW, warmup + cosine LR and clipping as tessera's
 spec defines them. Per step: the loss and the six reward fields of steps.jsonl (rewards_chosen,
 rewards_rejected, rewards_margin, rewards_accuracy, logps_chosen, logps_rejected); after the last
-step, every weight. In one process, dp=2, tp=2, pp=2 and ZeRO-3 with offload; ipo and label smoothing
-in one process; a resume from a checkpoint half way. The test can fail: the reference updated with the
+step, every weight. In one process, dp=2, tp=2, pp=2, sp=2 (ring; all-to-all with tp=2) and ZeRO-3 with
+offload; ipo (also with sp=2) and label smoothing in one process; a resume from a checkpoint half way. The test can fail: the reference updated with the
 policy, prompt tokens counted in the log-probabilities, or per-token means instead of sums each give
 other numbers (the mutations in the note of issue 56)."""
 import copy
@@ -123,9 +123,10 @@ def train_trl(tokenizer, pairs, vocab, tmp, loss_type="sigmoid", beta=0.1, label
             total += loss.item() / micro_batches
             for k, name in METRICS.items():
                 sums[k] += got[name] / micro_batches
-        torch.nn.utils.clip_grad_norm_(trained, CLIP)
+        norm = float(torch.nn.utils.clip_grad_norm_(trained, CLIP))  # Before clipping, as steps.jsonl's.
         opt.step()
         losses.append(total)
+        sums["grad_norm"] = norm
         metrics.append(sums)
     if lora_adapter:
         return losses, metrics, adapter_weights(model, os.path.join(tmp, "trl-adapters"))
@@ -188,7 +189,7 @@ output_dir: {self.tmp}/{name}
         self.assertEqual([s["step"] for s in steps], list(range(1, STEPS + 1)))
         worst = 0.0
         for s, loss, m in zip(steps, losses, metrics):
-            for key, got, expect in [("loss", s["loss"], loss)] + [(k, s[k], m[k]) for k in METRICS]:
+            for key, got, expect in [("loss", s["loss"], loss)] + [(k, s[k], m[k]) for k in list(METRICS) + ["grad_norm"]]:
                 diff = abs(got - expect)
                 worst = max(worst, diff)
                 self.assertLessEqual(diff, TOL * max(1.0, abs(expect)),
@@ -204,7 +205,8 @@ output_dir: {self.tmp}/{name}
     def test_sigmoid_in_every_layout(self):
         want = self.reference()
         for name, sets in [("single", []), ("dp2", ["parallel.dp=2"]), ("tp2", ["parallel.tp=2"]),
-                           ("pp2", ["parallel.pp=2"]),
+                           ("pp2", ["parallel.pp=2"]), ("sp2", ["parallel.sp=2"]),
+                           ("sp2_all_to_all_tp2", ["parallel.sp=2", "parallel.sp_mode=all_to_all", "parallel.tp=2"]),
                            ("zero3_offload", ["parallel.dp=2", "parallel.zero_stage=3", "optimizer.offload=cpu"])]:
             self.check(name, self.run_tessera(name, sets), want)
 
@@ -237,6 +239,9 @@ output_dir: {self.tmp}/{name}
 
     def test_ipo_and_label_smoothing(self):
         self.check("ipo", self.run_tessera("ipo", [], dpo="{beta: 0.1, loss_type: ipo}"), self.reference("ipo"))
+        # Per-token means under sp: the counts of a sample's targets summed over its sequence blocks too.
+        self.check("ipo_sp2", self.run_tessera("ipo_sp2", ["parallel.sp=2"], dpo="{beta: 0.1, loss_type: ipo}"),
+                   self.reference("ipo"))
         self.check("smoothed", self.run_tessera("smoothed", [], dpo="{beta: 0.1, label_smoothing: 0.2}"),
                    self.reference("sigmoid", 0.2))
 

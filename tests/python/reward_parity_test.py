@@ -7,7 +7,7 @@ margin and the centring term, its accuracy and margin metrics), the micro-batch 
 AdamW, warmup + cosine LR and clipping as tessera's spec defines them. Per step: the loss and the reward
 fields of steps.jsonl (rewards_chosen, rewards_rejected, rewards_margin, rewards_accuracy); after the
 last step, every weight (the score head's too). In one process, dp=2, tp=2, pp=2 and ZeRO-3 with
-offload; margins with the centring term; bf16; a resume; both kinds of transformers directory as
+offload, sp=2 (ring; all-to-all with tp=2); margins with the centring term; bf16; a resume; both kinds of transformers directory as
 model.pretrained (a *ForSequenceClassification one's score head read, a causal LM's drawn); the export
 loaded by transformers' AutoModelForSequenceClassification; `tessera score` against it. The test can fail: a score read at another
 position than the last token, chosen and rejected split across dp ranks, a margin or centring term
@@ -122,9 +122,10 @@ def train_trl(tokenizer, pairs, vocab, tmp, margins=None, center=None, make=rewa
             # TRL's own metrics of this micro-batch.
             sums["rewards_margin"] += trainer._metrics["train"]["margin"][-1] / micro_batches
             sums["rewards_accuracy"] += trainer._metrics["train"]["accuracy"][-1] / micro_batches
-        torch.nn.utils.clip_grad_norm_(trained, CLIP)
+        norm = float(torch.nn.utils.clip_grad_norm_(trained, CLIP))  # Before clipping, as steps.jsonl's.
         opt.step()
         losses.append(total)
+        sums["grad_norm"] = norm
         fields.append(sums)
     return losses, fields, tessera_names(model), model
 
@@ -203,7 +204,7 @@ output_dir: {self.tmp}/{name}
         self.assertEqual([s["step"] for s in steps], list(range(1, STEPS + 1)))
         worst = 0.0
         for s, loss, f in zip(steps, losses, fields):
-            for key, got, expect in [("loss", s["loss"], loss)] + [(k, s[k], f[k]) for k in FIELDS]:
+            for key, got, expect in [("loss", s["loss"], loss)] + [(k, s[k], f[k]) for k in FIELDS + ["grad_norm"]]:
                 diff = abs(got - expect)
                 worst = max(worst, diff)
                 self.assertLessEqual(diff, TOL * max(1.0, abs(expect)),
@@ -220,7 +221,8 @@ output_dir: {self.tmp}/{name}
     def test_every_layout(self):
         want = self.reference()
         for name, sets in [("single", []), ("dp2", ["parallel.dp=2"]), ("tp2", ["parallel.tp=2"]),
-                           ("pp2", ["parallel.pp=2"]),
+                           ("pp2", ["parallel.pp=2"]), ("sp2", ["parallel.sp=2"]),
+                           ("sp2_all_to_all_tp2", ["parallel.sp=2", "parallel.sp_mode=all_to_all", "parallel.tp=2"]),
                            ("zero3_offload", ["parallel.dp=2", "parallel.zero_stage=3", "optimizer.offload=cpu"])]:
             self.check(name, self.run_tessera(name, sets), want)
 
@@ -311,8 +313,6 @@ output_dir: {self.tmp}/{name}
         self.assertIn("reward_model.center_coefficient: applies to train.objective reward only", out)
         out = self.run_refused("negative_center", ["reward_model.center_coefficient=-1"])
         self.assertIn("reward_model.center_coefficient", out)
-        out = self.run_refused("sp", ["parallel.sp=2"])
-        self.assertIn("parallel.sp", out)
         # `tessera score` of a model that is no reward model, and of a bad line.
         causal = os.path.join(self.tmp, "causal-for-score")
         hf_llama(self.vocab).save_pretrained(causal)
