@@ -7,7 +7,7 @@ metrics), the micro-batch losses averaged, with AdamW, warmup + cosine LR and cl
 spec defines them. Per step: the loss and the six reward fields of steps.jsonl (rewards_chosen,
 rewards_rejected, rewards_margin, rewards_accuracy, logps_chosen, logps_rejected); after the last
 step, every weight. In one process, dp=2, tp=2, pp=2, sp=2 (ring; all-to-all with tp=2) and ZeRO-3 with
-offload; ipo (also with sp=2) and label smoothing in one process; a resume from a checkpoint half way. The test can fail: the reference updated with the
+offload; ipo (also with sp=2), label smoothing and TRL's precomputed reference in one process; a resume from a checkpoint half way. The test can fail: the reference updated with the
 policy, prompt tokens counted in the log-probabilities, or per-token means instead of sums each give
 other numbers (the mutations in the note of issue 56)."""
 import copy
@@ -85,7 +85,7 @@ def qwen2_lm(vocab):
 
 
 def train_trl(tokenizer, pairs, vocab, tmp, loss_type="sigmoid", beta=0.1, label_smoothing=0.0, lora_adapter=None,
-              make=hf_llama):
+              make=hf_llama, precompute=False):
     """TRL's DPO on `pairs` [(prompt, chosen, rejected) ids] as tessera's spec defines the step: micro-batches
     of MICRO pairs in file order, GLOBAL pairs a step. With `lora_adapter` (a directory), peft's LoRA
     (lora_llama) and no reference model: TRL's reference is then the base, the adapters disabled.
@@ -98,6 +98,7 @@ def train_trl(tokenizer, pairs, vocab, tmp, loss_type="sigmoid", beta=0.1, label
     args = DPOConfig(output_dir=os.path.join(tmp, "trl"), beta=beta, loss_type=loss_type,
                      label_smoothing=label_smoothing, report_to=[], use_cpu=True, padding_value=0,
                      max_length=None, max_prompt_length=None, max_completion_length=None,
+                     precompute_ref_log_probs=precompute,
                      bf16=False)  # transformers' default on a CPU with bf16 runs the reference under autocast.
     dataset = datasets.Dataset.from_list([{"prompt": "a", "chosen": "b", "rejected": "c"}])
     trainer = DPOTrainer(model=model, ref_model=ref, args=args, train_dataset=dataset, processing_class=tokenizer)
@@ -107,17 +108,37 @@ def train_trl(tokenizer, pairs, vocab, tmp, loss_type="sigmoid", beta=0.1, label
     no_decay = [p for p in trained if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": WD}, {"params": no_decay, "weight_decay": 0.0}],
                             lr=LR, betas=BETAS, eps=ADAM_EPS, foreach=False)
+    micro_batches = GLOBAL // MICRO
+
+    def micro_batch(step, m):
+        return [(step * GLOBAL + m * MICRO + i) % len(pairs) for i in range(MICRO)]
+
+    reference = {}
+    if precompute:
+        # TRL's precompute_ref_log_probs: its compute_ref_log_probs over every pair before the first step
+        # (the initial weights), kept as float32 as its dataset column keeps them, then read with the batches.
+        for step in range(STEPS):
+            for m in range(micro_batches):
+                index = micro_batch(step, m)
+                batch = collate([{"prompt_input_ids": pairs[i][0], "chosen_input_ids": pairs[i][1],
+                                  "rejected_input_ids": pairs[i][2]} for i in index])
+                with torch.no_grad():
+                    chosen, rejected = trainer.compute_ref_log_probs(batch)
+                for i, c, r in zip(index, chosen.float().tolist(), rejected.float().tolist()):
+                    reference.setdefault(i, (c, r))
     losses, metrics = [], []
     for step in range(STEPS):
         for group in opt.param_groups:
             group["lr"] = gpt_reference.lr_at(step, LR, MIN_LR, WARMUP, STEPS, True)
         opt.zero_grad(set_to_none=True)
         total, sums = 0.0, {k: 0.0 for k in METRICS}
-        micro_batches = GLOBAL // MICRO
         for m in range(micro_batches):
-            chunk = [pairs[(step * GLOBAL + m * MICRO + i) % len(pairs)] for i in range(MICRO)]
-            batch = collate([{"prompt_input_ids": p, "chosen_input_ids": c, "rejected_input_ids": r}
-                             for p, c, r in chunk])
+            examples = [{"prompt_input_ids": pairs[i][0], "chosen_input_ids": pairs[i][1],
+                         "rejected_input_ids": pairs[i][2]} for i in micro_batch(step, m)]
+            if precompute:
+                for e, i in zip(examples, micro_batch(step, m)):
+                    e["ref_chosen_logps"], e["ref_rejected_logps"] = reference[i]
+            batch = collate(examples)
             loss, got = trainer.get_batch_loss_metrics(model, batch, train_eval="train")
             (loss / micro_batches).backward()
             total += loss.item() / micro_batches
@@ -244,6 +265,13 @@ output_dir: {self.tmp}/{name}
                    self.reference("ipo"))
         self.check("smoothed", self.run_tessera("smoothed", [], dpo="{beta: 0.1, label_smoothing: 0.2}"),
                    self.reference("sigmoid", 0.2))
+
+    def test_precomputed_reference(self):
+        # TRL's precompute_ref_log_probs (the reference scored before training, float32) against
+        # dpo.precompute_reference: true — tessera scores it before the first step either way.
+        want = train_trl(self.hf_tokenizer, self.pairs, self.vocab, self.tmp, precompute=True)
+        self.check("precomputed", self.run_tessera("precomputed", [], dpo="{beta: 0.1, precompute_reference: true}"),
+                   want)
 
     def test_resume_keeps_the_reference(self):
         # A run with a checkpoint after step 4, its last checkpoint removed, run again: it resumes at step
