@@ -223,6 +223,10 @@ output_dir: {self.tmp}/{name}
         for name, sets in [("single", []), ("dp2", ["parallel.dp=2"]), ("tp2", ["parallel.tp=2"]),
                            ("pp2", ["parallel.pp=2"]), ("sp2", ["parallel.sp=2"]),
                            ("sp2_all_to_all_tp2", ["parallel.sp=2", "parallel.sp_mode=all_to_all", "parallel.tp=2"]),
+                           ("pp2_zb1p", ["parallel.pp=2", "parallel.pp_schedule=zb1p"]),
+                           ("zero1", ["parallel.dp=2", "parallel.zero_stage=1"]),
+                           ("zero2_checkpointed", ["parallel.dp=2", "parallel.zero_stage=2",
+                                                   "train.activation_checkpointing=true"]),
                            ("zero3_offload", ["parallel.dp=2", "parallel.zero_stage=3", "optimizer.offload=cpu"])]:
             self.check(name, self.run_tessera(name, sets), want)
 
