@@ -15,7 +15,6 @@ import json
 import math
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import unittest
@@ -31,7 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gpt_reference  # noqa: E402
 import hf_testing  # noqa: E402
 import safetensors_io  # noqa: E402
-from preference_testing import chatml_tokenizer, pair_records, prepare_pairs  # noqa: E402
+from preference_testing import LAYOUTS, chatml_tokenizer, pair_records, prepare_pairs, run_example  # noqa: E402
 
 TESSERA = os.path.abspath("client/tessera")
 RANK = os.path.abspath("worker/rank/tessera-rank")
@@ -225,14 +224,7 @@ output_dir: {self.tmp}/{name}
 
     def test_sigmoid_in_every_layout(self):
         want = self.reference()
-        for name, sets in [("single", []), ("dp2", ["parallel.dp=2"]), ("tp2", ["parallel.tp=2"]),
-                           ("pp2", ["parallel.pp=2"]), ("sp2", ["parallel.sp=2"]),
-                           ("sp2_all_to_all_tp2", ["parallel.sp=2", "parallel.sp_mode=all_to_all", "parallel.tp=2"]),
-                           ("pp2_zb1p", ["parallel.pp=2", "parallel.pp_schedule=zb1p"]),
-                           ("zero1", ["parallel.dp=2", "parallel.zero_stage=1"]),
-                           ("zero2_checkpointed", ["parallel.dp=2", "parallel.zero_stage=2",
-                                                   "train.activation_checkpointing=true"]),
-                           ("zero3_offload", ["parallel.dp=2", "parallel.zero_stage=3", "optimizer.offload=cpu"])]:
+        for name, sets in LAYOUTS:
             self.check(name, self.run_tessera(name, sets), want)
 
     def test_qwen2(self):
@@ -321,27 +313,7 @@ output_dir: {self.tmp}/{name}
 
     def test_the_example_prepares_and_trains(self):
         # examples/dpo-llama.yaml as its comment says, for a few steps, from a few steps of the SFT example.
-        env = dict(os.environ, TESSERA_RANK_BINARY=RANK)
-        sft_data, pairs = os.path.join(self.tmp, "example-sft"), os.path.join(self.tmp, "example-pairs")
-        for kind, src, out in [("--chat", "examples/sft/chats.jsonl", sft_data),
-                               ("--preference", "examples/dpo/pairs.jsonl", pairs)]:
-            done = subprocess.run([TESSERA, "data", "prepare", "--no-progress", "--tokenizer", "examples/sft", kind, src,
-                                   out], capture_output=True, text=True)
-            self.assertEqual(done.returncode, 0, done.stderr)
-        self.assertIn("300 pairs", done.stdout)
-        sft_out, dpo_out = os.path.join(self.tmp, "example-sft-run"), os.path.join(self.tmp, "example-dpo-run")
-        done = hf_testing.run_tessera(TESSERA, "examples/sft-llama.yaml",
-                                      [f"data.path={sft_data}", f"output_dir={sft_out}", "train.steps=3",
-                                       "checkpoint.every_steps=0"], env)
-        self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
-        start = os.path.join(sft_out, "checkpoints", "step_00000003", "model.safetensors")
-        done = hf_testing.run_tessera(TESSERA, "examples/dpo-llama.yaml",
-                                      [f"data.path={pairs}", f"output_dir={dpo_out}", f"model.init_from={start}",
-                                       "train.steps=3", "checkpoint.every_steps=0"], env)
-        self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
-        with open(os.path.join(dpo_out, "steps.jsonl")) as f:
-            steps = [json.loads(line) for line in f if "warning" not in line]
-        self.assertEqual(len(steps), 3)
+        steps, _ = run_example(self, TESSERA, RANK, self.tmp, "dpo", "examples/dpo-llama.yaml")
         # Step 1's policy is the reference: h = 0 for every pair, so the loss is log 2 and the rewards 0.
         self.assertAlmostEqual(steps[0]["loss"], math.log(2), delta=1e-6)
         self.assertAlmostEqual(steps[0]["rewards_chosen"], 0.0, delta=1e-7)

@@ -1,5 +1,6 @@
 """What the preference parity tests (DPO, reward models) share: seeded pairs, the ChatML tokenizer they are
-prepared with, and `tessera data prepare --preference` of them read back as ids."""
+prepared with, `tessera data prepare --preference` of them read back as ids, the layouts each objective
+is checked in, and a preference example run as its comment says."""
 import json
 import os
 import random
@@ -8,6 +9,7 @@ import subprocess
 from transformers import PreTrainedTokenizerFast
 
 import chat_template_test as ct
+import hf_testing
 from data_reference import read_indexed_dataset
 
 WORDS = "the cat sat on a mat while two dogs ran past an old barn and a farmer laughed yes no maybe".split()
@@ -54,3 +56,41 @@ def prepare_pairs(tessera, tokenizer_dir, records, prefix):
     assert done.returncode == 0, done.stderr
     _, docs = read_indexed_dataset(prefix)
     return [tuple(list(map(int, docs[3 * i + k])) for k in range(3)) for i in range(len(records))]
+
+
+# Every layout a preference objective is checked in against TRL: (name, --set overrides).
+LAYOUTS = [("single", []), ("dp2", ["parallel.dp=2"]), ("tp2", ["parallel.tp=2"]),
+           ("pp2", ["parallel.pp=2"]), ("sp2", ["parallel.sp=2"]),
+           ("sp2_all_to_all_tp2", ["parallel.sp=2", "parallel.sp_mode=all_to_all", "parallel.tp=2"]),
+           ("pp2_zb1p", ["parallel.pp=2", "parallel.pp_schedule=zb1p"]),
+           ("zero1", ["parallel.dp=2", "parallel.zero_stage=1"]),
+           ("zero2_checkpointed", ["parallel.dp=2", "parallel.zero_stage=2", "train.activation_checkpointing=true"]),
+           ("zero3_offload", ["parallel.dp=2", "parallel.zero_stage=3", "optimizer.offload=cpu"])]
+
+
+def run_example(test, tessera, rank, tmp, example, spec):
+    """examples/SPEC as its comment says, for 3 steps from 3 steps of the SFT example: the SFT chats and
+    examples/EXAMPLE/pairs.jsonl prepared with examples/sft's tokenizer. Returns (steps.jsonl's records,
+    the run's output directory)."""
+    env = dict(os.environ, TESSERA_RANK_BINARY=rank)
+    sft_data, pairs = os.path.join(tmp, f"{example}-sft"), os.path.join(tmp, f"{example}-pairs")
+    for kind, src, out in [("--chat", "examples/sft/chats.jsonl", sft_data),
+                           ("--preference", f"examples/{example}/pairs.jsonl", pairs)]:
+        done = subprocess.run([tessera, "data", "prepare", "--no-progress", "--tokenizer", "examples/sft", kind, src,
+                               out], capture_output=True, text=True)
+        test.assertEqual(done.returncode, 0, done.stderr)
+    test.assertIn("300 pairs", done.stdout)
+    sft_out, run_out = os.path.join(tmp, f"{example}-sft-run"), os.path.join(tmp, f"{example}-run")
+    done = hf_testing.run_tessera(tessera, "examples/sft-llama.yaml",
+                                  [f"data.path={sft_data}", f"output_dir={sft_out}", "train.steps=3",
+                                   "checkpoint.every_steps=0"], env)
+    test.assertEqual(done.returncode, 0, done.stdout + done.stderr)
+    start = os.path.join(sft_out, "checkpoints", "step_00000003", "model.safetensors")
+    done = hf_testing.run_tessera(tessera, spec, [f"data.path={pairs}", f"output_dir={run_out}",
+                                                  f"model.init_from={start}", "train.steps=3",
+                                                  "checkpoint.every_steps=0"], env)
+    test.assertEqual(done.returncode, 0, done.stdout + done.stderr)
+    with open(os.path.join(run_out, "steps.jsonl")) as f:
+        steps = [json.loads(line) for line in f if "warning" not in line]
+    test.assertEqual(len(steps), 3)
+    return steps, run_out

@@ -30,7 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gpt_reference  # noqa: E402
 import hf_testing  # noqa: E402
 import safetensors_io  # noqa: E402
-from preference_testing import chatml_tokenizer, pair_records, prepare_pairs  # noqa: E402
+from preference_testing import LAYOUTS, chatml_tokenizer, pair_records, prepare_pairs, run_example  # noqa: E402
 # SFT parity's tiny Llama (untied).
 from sft_parity_test import EPS, FFN, HEADS, HIDDEN, KV_HEADS, LAYERS, THETA, hf_llama  # noqa: E402
 
@@ -220,14 +220,7 @@ output_dir: {self.tmp}/{name}
 
     def test_every_layout(self):
         want = self.reference()
-        for name, sets in [("single", []), ("dp2", ["parallel.dp=2"]), ("tp2", ["parallel.tp=2"]),
-                           ("pp2", ["parallel.pp=2"]), ("sp2", ["parallel.sp=2"]),
-                           ("sp2_all_to_all_tp2", ["parallel.sp=2", "parallel.sp_mode=all_to_all", "parallel.tp=2"]),
-                           ("pp2_zb1p", ["parallel.pp=2", "parallel.pp_schedule=zb1p"]),
-                           ("zero1", ["parallel.dp=2", "parallel.zero_stage=1"]),
-                           ("zero2_checkpointed", ["parallel.dp=2", "parallel.zero_stage=2",
-                                                   "train.activation_checkpointing=true"]),
-                           ("zero3_offload", ["parallel.dp=2", "parallel.zero_stage=3", "optimizer.offload=cpu"])]:
+        for name, sets in LAYOUTS:
             self.check(name, self.run_tessera(name, sets), want)
 
     def test_margins_and_centring(self):
@@ -333,27 +326,8 @@ output_dir: {self.tmp}/{name}
 
     def test_the_example_prepares_trains_and_scores(self):
         # examples/reward-llama.yaml as its comment says, for a few steps, from a few steps of the SFT example.
-        env = dict(os.environ, TESSERA_RANK_BINARY=RANK)
-        sft_data, pairs = os.path.join(self.tmp, "example-sft"), os.path.join(self.tmp, "example-pairs")
-        for kind, src, out in [("--chat", "examples/sft/chats.jsonl", sft_data),
-                               ("--preference", "examples/reward/pairs.jsonl", pairs)]:
-            done = subprocess.run([TESSERA, "data", "prepare", "--no-progress", "--tokenizer", "examples/sft", kind, src,
-                                   out], capture_output=True, text=True)
-            self.assertEqual(done.returncode, 0, done.stderr)
-        self.assertIn("300 pairs", done.stdout)
-        self.assertIn(".pref.margin", done.stdout)
-        sft_out, reward_out = os.path.join(self.tmp, "example-sft-run"), os.path.join(self.tmp, "example-reward-run")
-        done = hf_testing.run_tessera(TESSERA, "examples/sft-llama.yaml",
-                                      [f"data.path={sft_data}", f"output_dir={sft_out}", "train.steps=3",
-                                       "checkpoint.every_steps=0"], env)
-        self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
-        start = os.path.join(sft_out, "checkpoints", "step_00000003", "model.safetensors")
-        done = hf_testing.run_tessera(TESSERA, "examples/reward-llama.yaml",
-                                      [f"data.path={pairs}", f"output_dir={reward_out}", f"model.init_from={start}",
-                                       "train.steps=3", "checkpoint.every_steps=0"], env)
-        self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
-        steps = read_steps(reward_out)
-        self.assertEqual(len(steps), 3)
+        steps, reward_out = run_example(self, TESSERA, RANK, self.tmp, "reward", "examples/reward-llama.yaml")
+        self.assertTrue(os.path.exists(os.path.join(self.tmp, "reward-pairs.pref.margin")), "the example's margins")
         for s in steps:
             for k in FIELDS:
                 self.assertIn(k, s)
