@@ -304,6 +304,8 @@ class Decoder {
   at::Tensor ScoreHead(const at::Tensor& x, const at::Tensor& targets);
   // TargetLosses::sum_over_sample_split: over the sequence blocks (sp), null without them.
   std::function<at::Tensor(const at::Tensor&)> SampleSplitSum() const;
+  // Token ids with the masked-target encoding removed: −k−1 is token k.
+  static at::Tensor RealIds(const at::Tensor& ids);
 
   ModelConfig config_;
   const formats::model::FamilySpec& family_;

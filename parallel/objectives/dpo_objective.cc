@@ -2,8 +2,6 @@
 
 #include <ATen/ATen.h>
 
-#include <algorithm>
-
 namespace tessera::parallel {
 
 at::Tensor SampleLogps(const TargetLosses& t, bool per_token_mean) {
@@ -33,11 +31,8 @@ at::Tensor DpoObjective::Loss(const TargetLosses& t) const {
   {
     const at::Tensor c = terms.chosen_rewards.to(at::kDouble), r = terms.rejected_rewards.to(at::kDouble);
     const at::Tensor lp = logps.detach().to(at::kDouble);
-    const at::Tensor row = at::stack({c.mean(), r.mean(), (c - r).mean(), (c > r).to(at::kDouble).mean(),
-                                      lp.select(1, 0).mean(), lp.select(1, 1).mean()})
-                               .cpu();
-    const double* v = row.data_ptr<double>();
-    for (size_t i = 0; i < sums_.size(); ++i) sums_[i] += v[i];
+    metrics_.Add(at::stack({c.mean(), r.mean(), (c - r).mean(), (c > r).to(at::kDouble).mean(),
+                            lp.select(1, 0).mean(), lp.select(1, 1).mean()}));
   }
   return terms.losses.mean();
 }
@@ -46,22 +41,12 @@ std::vector<std::string> DpoObjective::metric_names() const {
   return {"rewards_chosen", "rewards_rejected", "rewards_margin", "rewards_accuracy", "logps_chosen", "logps_rejected"};
 }
 
-std::vector<double> DpoObjective::TakeMetrics() const {
-  std::vector<double> out = sums_;
-  std::fill(sums_.begin(), sums_.end(), 0.0);
-  return out;
-}
+std::vector<double> DpoObjective::TakeMetrics() const { return metrics_.Take(); }
 
 at::Tensor SequenceLogps::Loss(const TargetLosses& t) const {
   TORCH_CHECK(t.sample_data.defined() && t.sample_data.numel() == t.samples,
               "sequence_logps: the micro-batch has no sample indices");
-  const at::Tensor logps = SampleLogps(t, per_token_mean_).detach().to(at::kDouble).cpu();
-  const at::Tensor where = t.sample_data.to(at::kDouble).cpu().contiguous();
-  for (int64_t i = 0; i < t.samples; ++i) {
-    const double w = where[i].item<double>();
-    if (w < 0 || w >= static_cast<double>(table_->size())) continue;  // Padding samples: no entry.
-    (*table_)[static_cast<size_t>(w)] = logps[i].item<double>();
-  }
+  RecordSampleValues(t, SampleLogps(t, per_token_mean_), table_);
   return at::zeros({}, t.nll.options()).sum();
 }
 

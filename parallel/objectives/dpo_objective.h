@@ -34,7 +34,7 @@ class DpoObjective final : public Objective {
 
  private:
   DpoLossOptions options_;
-  mutable std::vector<double> sums_ = std::vector<double>(6, 0.0);
+  mutable MetricSums metrics_{6};
 };
 
 // A forward pass that records each sample's log-probability (SampleLogps) into `table` at the index

@@ -92,6 +92,24 @@ class CrossEntropy final : public Objective {
 // The shared default objective.
 std::shared_ptr<const Objective> DefaultObjective();
 
+// A scoring pass's record (SequenceLogps, SequenceScores): values[i] ([samples], one per sample) into
+// (*table)[t.sample_data[i]] (fp64 holding integers); an index outside the table is a padding
+// sample's, not recorded.
+void RecordSampleValues(const TargetLosses& t, const at::Tensor& values, std::vector<double>* table);
+
+// An objective's metrics (Objective::TakeMetrics): each Loss() call adds its row of means over its
+// part; Take() returns the sums and sets them back to 0. Not thread-safe (one per Trainer).
+class MetricSums {
+ public:
+  explicit MetricSums(size_t n) : sums_(n, 0.0) {}
+  // row: [n] of any floating type, on any device.
+  void Add(const at::Tensor& row);
+  std::vector<double> Take();
+
+ private:
+  std::vector<double> sums_;
+};
+
 }  // namespace tessera::parallel
 
 #endif  // TESSERA_PARALLEL_OBJECTIVES_OBJECTIVE_H_

@@ -3,8 +3,6 @@
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 
-#include <algorithm>
-
 #include "parallel/objectives/preference_loss.h"
 
 namespace tessera::parallel {
@@ -37,9 +35,7 @@ at::Tensor RewardObjective::Loss(const TargetLosses& t) const {
   const PreferenceTerms terms = RewardLosses(scores.select(1, 0), scores.select(1, 1), margin, center_coefficient_);
   {
     const at::Tensor c = terms.chosen_rewards.to(at::kDouble), r = terms.rejected_rewards.to(at::kDouble);
-    const at::Tensor row = at::stack({c.mean(), r.mean(), (c - r).mean(), (c > r).to(at::kDouble).mean()}).cpu();
-    const double* v = row.data_ptr<double>();
-    for (size_t i = 0; i < sums_.size(); ++i) sums_[i] += v[i];
+    metrics_.Add(at::stack({c.mean(), r.mean(), (c - r).mean(), (c > r).to(at::kDouble).mean()}));
   }
   return terms.losses.mean();
 }
@@ -48,22 +44,12 @@ std::vector<std::string> RewardObjective::metric_names() const {
   return {"rewards_chosen", "rewards_rejected", "rewards_margin", "rewards_accuracy"};
 }
 
-std::vector<double> RewardObjective::TakeMetrics() const {
-  std::vector<double> out = sums_;
-  std::fill(sums_.begin(), sums_.end(), 0.0);
-  return out;
-}
+std::vector<double> RewardObjective::TakeMetrics() const { return metrics_.Take(); }
 
 at::Tensor SequenceScores::Loss(const TargetLosses& t) const {
   TORCH_CHECK(t.sample_data.defined() && t.sample_data.numel() == t.samples,
               "sequence_scores: the micro-batch has no sample indices");
-  const at::Tensor scores = SampleScores(t).detach().to(at::kDouble).cpu().contiguous();
-  const at::Tensor where = t.sample_data.to(at::kDouble).cpu().contiguous();
-  for (int64_t i = 0; i < t.samples; ++i) {
-    const double w = where.data_ptr<double>()[i];
-    if (w < 0 || w >= static_cast<double>(table_->size())) continue;  // Padding samples: no entry.
-    (*table_)[static_cast<size_t>(w)] = scores.data_ptr<double>()[i];
-  }
+  RecordSampleValues(t, SampleScores(t), table_);
   return at::zeros({}, t.scores.options());
 }
 

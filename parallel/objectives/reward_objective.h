@@ -34,7 +34,7 @@ class RewardObjective final : public Objective {
 
  private:
   double center_coefficient_;
-  mutable std::vector<double> sums_ = std::vector<double>(4, 0.0);
+  mutable MetricSums metrics_{4};
 };
 
 // A forward pass that records each sample's score into `table` at the index t.sample_data gives it

@@ -2,8 +2,6 @@
 // sharded optimizer state). The training loop is in trainer.cc.
 #include <ATen/ATen.h>
 
-#include <cstring>
-
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -13,7 +11,6 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "formats/checkpoint/checkpoint_dir.h"
 #include "formats/checkpoint/durable_file.h"
 #include "formats/checkpoint/safetensors.h"
@@ -313,44 +310,6 @@ void Trainer::CommitCheckpointFiles(CheckpointWrite& w, const at::Tensor& votes)
                                 [this] { return Fence().Check(); });
   }
   if (!w.status.ok()) AbortCheckpoint(w.tmp);
-}
-
-std::map<std::string, std::string> Trainer::ReferenceMetadata() const {
-  return {{"format", "tessera-dpo-reference"},
-          {"pairs", absl::StrCat(pairs_->pairs())},
-          {"pairs_fingerprint", absl::StrFormat("%016x", pairs_fingerprint_)},
-          {"per_token_mean", options_.dpo.loss_type == layout::DpoLossType::kIpo ? "true" : "false"}};
-}
-
-absl::Status Trainer::LoadReference(const std::string& file) {
-  // What the log-probabilities were scored from must be what this job reads: the same pairs, cut the
-  // same way, summed or averaged as its loss type needs. Every rank reads the file: the same verdict.
-  std::map<std::string, std::string> metadata;
-  auto tensors = formats::checkpoint::ReadSafetensors(file, &metadata);
-  if (!tensors.ok()) {
-    return absl::DataLossError(absl::StrCat(file, ": ", tensors.status().message(),
-                                            " (a checkpoint of a dpo job keeps its reference log-probabilities there)"));
-  }
-  const std::map<std::string, std::string> want = ReferenceMetadata();
-  for (const auto& [key, value] : want) {
-    auto it = metadata.find(key);
-    const std::string had = it == metadata.end() ? "(none)" : it->second.substr(0, 64);
-    if (had == value) continue;
-    const char* why = key == "per_token_mean" ? "dpo.loss_type changed"
-                      : key == "format"       ? "not DPO reference log-probabilities"
-                                              : "data.path's pairs or their cut (data.max_prompt_tokens, "
-                                                "data.max_completion_tokens) changed";
-    return absl::FailedPreconditionError(absl::StrCat(file, ": ", key, " ", had, ", this job's ", value, ": ", why,
-                                                      " since the reference was scored; the initial weights are "
-                                                      "gone, so it cannot be scored again — start a new job"));
-  }
-  auto it = tensors->find("logps");
-  if (it == tensors->end() || it->second.dtype != "F64" || it->second.shape != std::vector<int64_t>{pairs_->pairs(), 2}) {
-    return absl::DataLossError(absl::StrCat(file, ": expected logps [", pairs_->pairs(), ", 2] F64"));
-  }
-  reference_.resize(2 * pairs_->pairs());
-  std::memcpy(reference_.data(), it->second.bytes.data(), reference_.size() * sizeof(double));
-  return CheckReference(file);
 }
 
 nlohmann::json Trainer::DataStateJson() const {

@@ -1,15 +1,18 @@
 // The trainer's preference data (train.objective dpo or reward, trainer.h): pairs as rows of SFT
 // data's encoding, DPO's reference log-probabilities and the pass that scores them before training,
-// a reward model's margins.
+// a reward model's margins; the reference's file in a checkpoint (reference.safetensors).
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "formats/checkpoint/safetensors.h"
 #include "parallel/objectives/dpo_objective.h"
 #include "parallel/objectives/reward_objective.h"
 #include "parallel/train/status_macros.h"
@@ -185,6 +188,44 @@ absl::Status Trainer::ScoreReference() {
   std::copy(table.data_ptr<double>(), table.data_ptr<double>() + 2 * used, reference_.begin());
   // The same table on every rank after the reduction: the same verdict everywhere.
   return CheckReference("scoring the reference");
+}
+
+std::map<std::string, std::string> Trainer::ReferenceMetadata() const {
+  return {{"format", "tessera-dpo-reference"},
+          {"pairs", absl::StrCat(pairs_->pairs())},
+          {"pairs_fingerprint", absl::StrFormat("%016x", pairs_fingerprint_)},
+          {"per_token_mean", options_.dpo.loss_type == layout::DpoLossType::kIpo ? "true" : "false"}};
+}
+
+absl::Status Trainer::LoadReference(const std::string& file) {
+  // What the log-probabilities were scored from must be what this job reads: the same pairs, cut the
+  // same way, summed or averaged as its loss type needs. Every rank reads the file: the same verdict.
+  std::map<std::string, std::string> metadata;
+  auto tensors = formats::checkpoint::ReadSafetensors(file, &metadata);
+  if (!tensors.ok()) {
+    return absl::DataLossError(absl::StrCat(file, ": ", tensors.status().message(),
+                                            " (a checkpoint of a dpo job keeps its reference log-probabilities there)"));
+  }
+  const std::map<std::string, std::string> want = ReferenceMetadata();
+  for (const auto& [key, value] : want) {
+    auto it = metadata.find(key);
+    const std::string had = it == metadata.end() ? "(none)" : it->second.substr(0, 64);
+    if (had == value) continue;
+    const char* why = key == "per_token_mean" ? "dpo.loss_type changed"
+                      : key == "format"       ? "not DPO reference log-probabilities"
+                                              : "data.path's pairs or their cut (data.max_prompt_tokens, "
+                                                "data.max_completion_tokens) changed";
+    return absl::FailedPreconditionError(absl::StrCat(file, ": ", key, " ", had, ", this job's ", value, ": ", why,
+                                                      " since the reference was scored; the initial weights are "
+                                                      "gone, so it cannot be scored again — start a new job"));
+  }
+  auto it = tensors->find("logps");
+  if (it == tensors->end() || it->second.dtype != "F64" || it->second.shape != std::vector<int64_t>{pairs_->pairs(), 2}) {
+    return absl::DataLossError(absl::StrCat(file, ": expected logps [", pairs_->pairs(), ", 2] F64"));
+  }
+  reference_.resize(2 * pairs_->pairs());
+  std::memcpy(reference_.data(), it->second.bytes.data(), reference_.size() * sizeof(double));
+  return CheckReference(file);
 }
 
 }  // namespace tessera::parallel
