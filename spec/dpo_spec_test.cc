@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "spec/job_spec.h"
+#include "spec/paths.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -41,16 +42,29 @@ TEST(DpoSpecTest, TheDefaultsAreValidAndAStoredSpecWithoutTheFieldIsCrossEntropy
 
 TEST(DpoSpecTest, BadValuesAreRefusedByField) {
   auto s = ParseJobSpec(kSpec, {"output_dir=/out/t", "dpo.beta=0", "dpo.label_smoothing=0.5",
-                                "dpo.reference=/models/sft", "data.max_prompt_tokens=-1"});
+                                "data.max_prompt_tokens=-1"});
   ASSERT_TRUE(s.ok()) << s.status();
   const std::string errors = Errors(*s);
   EXPECT_THAT(errors, HasSubstr("dpo.beta: 0 must be in (0, 1e6]"));
   EXPECT_THAT(errors, HasSubstr("dpo.label_smoothing: 0.5 must be in [0, 0.5)"));
-  EXPECT_THAT(errors, HasSubstr("dpo.reference: \"/models/sft\": only initial"));
   EXPECT_THAT(errors, HasSubstr("data.max_prompt_tokens"));
   auto ipo = ParseJobSpec(kSpec, {"output_dir=/out/t", "dpo.loss_type=ipo", "dpo.label_smoothing=0.1"});
   ASSERT_TRUE(ipo.ok());
   EXPECT_THAT(Errors(*ipo), HasSubstr("dpo.label_smoothing: applies to loss_type sigmoid only"));
+  // dpo.reference: initial or a path (read by the rank); not beside LoRA, whose reference is the base.
+  auto path = ParseJobSpec(kSpec, {"output_dir=/out/t", "dpo.reference=/models/sft"});
+  ASSERT_TRUE(path.ok());
+  EXPECT_EQ(Errors(*path), "");
+  auto nul = ParseJobSpec(kSpec, {"output_dir=/out/t"});
+  ASSERT_TRUE(nul.ok());
+  nul->mutable_dpo()->set_reference(std::string("/models/a\0b", 11));
+  EXPECT_THAT(Errors(*nul), HasSubstr("dpo.reference: contains a NUL byte at offset 9"));
+  auto lora = ParseJobSpec(
+      "name: t\ndata: {path: /x}\nmodel: {family: llama, heads: 4, lora: {rank: 4, alpha: 8, targets: [q_proj]}}\n"
+      "train: {objective: dpo, micro_batch: 1, global_batch: 2}\ndpo: {reference: /models/sft}\n",
+      {"output_dir=/out/t"});
+  ASSERT_TRUE(lora.ok()) << lora.status();
+  EXPECT_THAT(Errors(*lora), HasSubstr("dpo.reference: a path is not supported with model.lora"));
   auto bad_type = ParseJobSpec(kSpec, {"output_dir=/out/t", "dpo.loss_type=hinge"});
   EXPECT_FALSE(bad_type.ok());
   EXPECT_THAT(std::string(bad_type.status().message()), HasSubstr("dpo.loss_type"));
@@ -59,10 +73,11 @@ TEST(DpoSpecTest, BadValuesAreRefusedByField) {
 TEST(DpoSpecTest, WhatDpoDoesNotRunYetIsRefusedByField) {
   auto s = ParseJobSpec(kSpec, {"output_dir=/out/t", "data.shuffle=true", "data.packing=true",
                                 "data.valid_fraction=0.1", "parallel.sp=2", "model.seq_len=128"});
-  // Sequence parallelism is allowed (each sample made whole over its blocks: objective.h).
+  // Sequence parallelism is allowed (each sample made whole over its blocks: objective.h), and so is
+  // shuffling (pairs permuted per epoch).
   ASSERT_TRUE(s.ok()) << s.status();
   const std::string errors = Errors(*s);
-  EXPECT_THAT(errors, HasSubstr("data.shuffle: is not supported with train.objective dpo yet"));
+  EXPECT_THAT(errors, ::testing::Not(HasSubstr("data.shuffle")));
   EXPECT_THAT(errors, HasSubstr("data.packing: is not supported with train.objective dpo"));
   EXPECT_THAT(errors, HasSubstr("data.valid_fraction: validation is not supported with train.objective dpo"));
   EXPECT_THAT(errors, ::testing::Not(HasSubstr("parallel.sp")));
@@ -77,6 +92,25 @@ TEST(DpoSpecTest, WhatDpoDoesNotRunYetIsRefusedByField) {
   auto lm = ParseJobSpec(kSpec, {"output_dir=/out/t", "train.objective=cross_entropy", "data.max_completion_tokens=8"});
   ASSERT_TRUE(lm.ok());
   EXPECT_THAT(Errors(*lm), HasSubstr("data.max_completion_tokens: applies to train.objective dpo or reward only"));
+}
+
+TEST(DpoSpecTest, AReferencePathIsAnInputMadeAbsoluteAndConfined) {
+  auto spec = ParseJobSpec(kSpec, {"output_dir=out/x", "dpo.reference=models/sft/"});
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  MakePathsAbsolute(&*spec, "/cwd/project");
+  EXPECT_EQ(spec->dpo().reference(), "/cwd/project/models/sft");
+  bool reference_is_input = false;
+  for (const auto& [field, path] : InputPaths(*spec)) reference_is_input |= field == "dpo.reference";
+  EXPECT_TRUE(reference_is_input);
+  PathRoots roots{{"/x"}, ""};
+  auto confined = ToStatus(CheckJobPaths(*spec, roots, ""));
+  EXPECT_THAT(confined.message(), HasSubstr("dpo.reference: '/cwd/project/models/sft' is outside the data roots"));
+  // "initial" is no path.
+  auto initial = ParseJobSpec(kSpec, {"output_dir=/out/t"});
+  ASSERT_TRUE(initial.ok());
+  MakePathsAbsolute(&*initial, "/cwd/project");
+  EXPECT_EQ(initial->dpo().reference(), "initial");
+  for (const auto& [field, path] : InputPaths(*initial)) EXPECT_NE(field, "dpo.reference");
 }
 
 constexpr char kReward[] =
@@ -106,7 +140,7 @@ TEST(RewardSpecTest, WhatARewardModelDoesNotRunYetIsRefusedByField) {
                                   "parallel.sp=2", "model.seq_len=128"});
   ASSERT_TRUE(s.ok()) << s.status();
   const std::string errors = Errors(*s);
-  EXPECT_THAT(errors, HasSubstr("data.shuffle: is not supported with train.objective reward yet"));
+  EXPECT_THAT(errors, ::testing::Not(HasSubstr("data.shuffle")));
   EXPECT_THAT(errors, HasSubstr("data.packing: is not supported with train.objective reward"));
   EXPECT_THAT(errors, ::testing::Not(HasSubstr("parallel.sp")));
   auto lora = ParseJobSpec(

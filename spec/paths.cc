@@ -95,6 +95,9 @@ void MakePathsAbsolute(v1::JobSpec* s, const std::string& cwd) {
   s->mutable_model()->set_init_from(absolute(s->model().init_from()));
   s->mutable_model()->set_pretrained(absolute(s->model().pretrained()));
   if (s->model().has_lora()) s->mutable_model()->mutable_lora()->set_init_from(absolute(s->model().lora().init_from()));
+  if (s->has_dpo() && !s->dpo().reference().empty() && s->dpo().reference() != "initial") {
+    s->mutable_dpo()->set_reference(absolute(s->dpo().reference()));
+  }
   s->set_output_dir(absolute(s->output_dir()));
   if (s->has_checkpoint()) s->mutable_checkpoint()->set_dir(absolute(s->checkpoint().dir()));
 }
@@ -110,6 +113,7 @@ std::vector<std::pair<std::string, std::string>> InputPaths(const v1::JobSpec& s
   add("model.init_from", s.model().init_from());
   add("model.pretrained", s.model().pretrained());
   add("model.lora.init_from", s.model().lora().init_from());
+  if (s.dpo().reference() != "initial") add("dpo.reference", s.dpo().reference());
   return out;
 }
 

@@ -368,7 +368,6 @@ void CheckObjective(const v1::JobSpec& s, Checker& c) {
   const std::string with = objective == v1::OBJECTIVE_DPO ? "with train.objective dpo" : "with train.objective reward";
   if (d.blend_size() > 0) c.Fail("data.blend", absl::StrCat("is not supported ", with, " (one preference dataset, data.path)"));
   if (d.packing()) c.Fail("data.packing", absl::StrCat("is not supported ", with, " (each pair is two sequences)"));
-  if (d.shuffle()) c.Fail("data.shuffle", absl::StrCat("is not supported ", with, " yet (pairs are read in file order)"));
   if (!d.valid_path().empty() || d.valid_fraction() != 0) {
     c.Fail(d.valid_path().empty() ? "data.valid_fraction" : "data.valid_path",
            absl::StrCat("validation is not supported ", with, " yet"));
@@ -389,8 +388,13 @@ void CheckObjective(const v1::JobSpec& s, Checker& c) {
     c.Fail("dpo.label_smoothing", "applies to loss_type sigmoid only");
   }
   if (!dpo.reference().empty() && dpo.reference() != "initial") {
-    c.Fail("dpo.reference", absl::StrCat("\"", dpo.reference().substr(0, 64),
-                                         "\": only initial (the job's starting weights) is supported yet"));
+    // A path: a tessera checkpoint or a transformers directory of the job's model (checked where the
+    // rank reads it, against the spec's model).
+    c.Path("dpo.reference", dpo.reference());
+    if (s.model().has_lora()) {
+      c.Fail("dpo.reference", "a path is not supported with model.lora: the reference is the base model, the adapters "
+                              "off (as TRL with peft, which refuses a ref_model beside a peft_config)");
+    }
   }
 }
 

@@ -1,6 +1,8 @@
 // The decoder's heads: the language-model head with its vocab-parallel cross-entropy (1D and grid
 // layouts), the score head of a reward model, and the sum over a sample's sequence blocks that both
 // hand the objective (TargetLosses::sum_over_sample_split).
+#include <ATen/ATen.h>
+
 #include <algorithm>
 #include <limits>
 

@@ -113,7 +113,6 @@ absl::Status Trainer::Init() {
                                                    " grid axes), sp ", groups_.sp->size(), " were not built for ",
                                                    l.ToString()));
   }
-  const bool grid_tp = l.tp_mode != layout::TpMode::k1D;
   at::ScalarType dtype = at::kFloat;
   if (options_.precision == layout::Precision::kBf16) {
     dtype = at::kBFloat16;
@@ -121,38 +120,27 @@ absl::Status Trainer::Init() {
     dtype = at::kHalf;
     loss_scale_ = options_.initial_loss_scale;
   }
+  param_dtype_ = dtype;
   TESSERA_RETURN_IF_ERROR(OpenData());
   auto device = SelectDevice(options_.device);
   if (!device.ok()) return device.status();
   device_ = *device;
-  ModelPart part = ModelPart::Whole(m.layers);
   if (l.pp > 1) {
     auto stages = layout::StageLayout::Create(m.layers, l.pp, l.pp_chunks, l.pp_layers, layout::PlacementOf(l.pp_schedule));
     if (!stages.ok()) return stages.status();
     layout_ = std::make_unique<layout::StageLayout>(*stages);
-    part = PartOfRank(*layout_, groups_.pp->rank());
+  } else {
+    // One step path for every layout: without pipeline parallelism the whole model is one stage of a
+    // one-stage 1F1B pipeline (whatever pp_schedule says: it schedules pp > 1 only).
+    auto whole = StageLayout::Create(m.layers, /*pp=*/1, /*chunks=*/1);
+    if (!whole.ok()) return whole.status();
+    one_stage_ = std::make_unique<StageLayout>(*whole);
   }
-  if (m.IsMoe() && groups_.ep->size() > 1) {
-    // Expert parallelism: this rank's E/ep experts of every sparse block.
-    part.expert_count = m.experts / groups_.ep->size();
-    part.expert_first = groups_.ep->rank() * part.expert_count;
-  }
-  model_ = grid_tp ? std::make_unique<Decoder>(m, part, groups_.tp, grid, groups_.tp_axes, options_.seed, device_)
-                   : std::make_unique<Decoder>(m, part, groups_.tp, options_.seed, device_);
-  if (preference || data_->sft()) {
-    // Conversations with untrained targets (docs/fine-tuning.md): the loss of a step is the sum over
-    // the global batch's trained targets divided by their number (Step sets each target's weight).
-    model_->set_masked_targets(true);
-  }
-  if (l.sp > 1) model_->set_sequence_parallel(groups_.sp, l.sp_mode);
-  if (groups_.ep->size() > 1) model_->set_expert_parallel(groups_.ep);
+  model_ = NewModel();
   if (m.IsMoe() && m.router_bias_rate > 0) {
     router_bias_ = at::zeros({m.layers, m.experts}, at::TensorOptions().dtype(at::kFloat).device(device_));
     model_->set_router_bias(router_bias_);
   }
-  model_->set_activation_checkpointing(options_.activation_checkpointing);
-  model_->set_fused_kernels(options_.fused_kernels);
-  model_->set_fp8(options_.fp8);
   objective_ = options_.objective;
   if (dpo()) {
     objective_ = std::make_shared<DpoObjective>(DpoLossOptions{options_.dpo.beta, options_.dpo.loss_type,
@@ -166,46 +154,63 @@ absl::Status Trainer::Init() {
   TESSERA_RETURN_IF_ERROR(CreateOptimizer(dtype));
   if (m.lora.enabled()) model_->CastFrozen(dtype);  // The optimizer casts the adapters.
   ResetPeakResident();
-  {
-    // One step path for every layout: without pipeline parallelism the whole model is one stage of a
-    // one-stage 1F1B pipeline (whatever pp_schedule says: it schedules pp > 1 only).
-    std::unique_ptr<StageLayout> one_stage;
-    if (!layout_) {
-      auto whole = StageLayout::Create(m.layers, /*pp=*/1, /*chunks=*/1);
-      if (!whole.ok()) return whole.status();
-      one_stage = std::make_unique<StageLayout>(*whole);
-    }
-    PipelineOptions po;
-    po.schedule = layout_ ? l.pp_schedule : layout::PipeSchedule::kOneFOneB;
-    po.micro_batches = Accumulation(options_, groups_.dp->size());
-    // Preference objectives: each pair is two rows (trainer_preference.cc).
-    po.micro_batch = (preference ? 2 : 1) * options_.micro_batch / model_->SampleChunk().second;
-    po.seq_len = m.seq_len / groups_.sp->size();
-    po.activation_dtype = dtype;
-    po.experts = m.experts;
-    po.aux_loss_coef = m.aux_loss_coef;
-    po.sp = groups_.sp;
-    po.noise_seed = [this, micro_batches = po.micro_batches](int a) { return NoiseSeed(a, micro_batches); };
-    if (dpo()) {
-      po.sample_data = [this, micro_batches = po.micro_batches](int a) {
-        return ReferenceOf(step_ * options_.global_batch, a, micro_batches);
-      };
-    } else if (reward() && pairs_->has_margins()) {
-      po.sample_data = [this, micro_batches = po.micro_batches](int a) {
-        return MarginsOf(step_ * options_.global_batch, a, micro_batches);
-      };
-    } else if (!preference && data_->packed()) {
-      po.positions = [this, micro_batches = po.micro_batches](int a) {
-        return ReadPositions(*data_, step_ * options_.global_batch, a, micro_batches);
-      };
-    }
-    auto runner = PipelineRunner::Create(model_.get(), layout_ ? *layout_ : *one_stage, groups_.pp, po);
-    if (!runner.ok()) return runner.status();
-    pipeline_ = std::move(*runner);
+  PipelineOptions& po = pipeline_options_;
+  po.schedule = layout_ ? l.pp_schedule : layout::PipeSchedule::kOneFOneB;
+  po.micro_batches = Accumulation(options_, groups_.dp->size());
+  // Preference objectives: each pair is two rows (trainer_preference.cc).
+  po.micro_batch = (preference ? 2 : 1) * options_.micro_batch / model_->SampleChunk().second;
+  po.seq_len = m.seq_len / groups_.sp->size();
+  po.activation_dtype = dtype;
+  po.experts = m.experts;
+  po.aux_loss_coef = m.aux_loss_coef;
+  po.sp = groups_.sp;
+  po.noise_seed = [this, micro_batches = po.micro_batches](int a) { return NoiseSeed(a, micro_batches); };
+  if (dpo()) {
+    po.sample_data = [this, micro_batches = po.micro_batches](int a) {
+      return ReferenceOf(step_ * options_.global_batch, a, micro_batches);
+    };
+  } else if (reward() && pairs_->has_margins()) {
+    po.sample_data = [this, micro_batches = po.micro_batches](int a) {
+      return MarginsOf(step_ * options_.global_batch, a, micro_batches);
+    };
+  } else if (!preference && data_->packed()) {
+    po.positions = [this, micro_batches = po.micro_batches](int a) {
+      return ReadPositions(*data_, step_ * options_.global_batch, a, micro_batches);
+    };
   }
-  // DPO's reference: the initial weights' log-probabilities, unless the checkpoint resumed had them.
+  auto runner = PipelineRunner::Create(model_.get(), layout_ ? *layout_ : *one_stage_, groups_.pp, po);
+  if (!runner.ok()) return runner.status();
+  pipeline_ = std::move(*runner);
+  // DPO's reference: the initial weights' (or dpo.reference's) log-probabilities, unless the
+  // checkpoint resumed had them.
   if (dpo() && reference_.empty()) TESSERA_RETURN_IF_ERROR(ScoreReference());
   return absl::OkStatus();
+}
+
+std::unique_ptr<Decoder> Trainer::NewModel() const {
+  const auto& m = options_.model;
+  const layout::ParallelLayout& l = options_.layout;
+  ModelPart part = layout_ ? PartOfRank(*layout_, groups_.pp->rank()) : ModelPart::Whole(m.layers);
+  if (m.IsMoe() && groups_.ep->size() > 1) {
+    // Expert parallelism: this rank's E/ep experts of every sparse block.
+    part.expert_count = m.experts / groups_.ep->size();
+    part.expert_first = groups_.ep->rank() * part.expert_count;
+  }
+  const layout::TpGrid grid = layout::TpGridOf(l.tp_mode, l.tp, l.tp_depth);
+  auto model = l.tp_mode != layout::TpMode::k1D
+                   ? std::make_unique<Decoder>(m, part, groups_.tp, grid, groups_.tp_axes, options_.seed, device_)
+                   : std::make_unique<Decoder>(m, part, groups_.tp, options_.seed, device_);
+  if (dpo() || reward() || data_->sft()) {
+    // Conversations with untrained targets (docs/fine-tuning.md): the loss of a step is the sum over
+    // the global batch's trained targets divided by their number (Step sets each target's weight).
+    model->set_masked_targets(true);
+  }
+  if (l.sp > 1) model->set_sequence_parallel(groups_.sp, l.sp_mode);
+  if (groups_.ep->size() > 1) model->set_expert_parallel(groups_.ep);
+  model->set_activation_checkpointing(options_.activation_checkpointing);
+  model->set_fused_kernels(options_.fused_kernels);
+  model->set_fp8(options_.fp8);
+  return model;
 }
 
 absl::Status Trainer::OpenData() {

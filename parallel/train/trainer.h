@@ -161,11 +161,14 @@ class Trainer {
   // The longest pair (prompt + completion) a row holds: seq_len + 1 for DPO (the last token is only
   // a target), seq_len for a reward model (the last token is scored as an input).
   int64_t PairLimit() const { return options_.model.seq_len + (reward() ? 0 : 1); }
-  // The pairs the job reads: [0, min(pairs, steps · global_batch)). CheckPairs: every rank reads every
-  // pair (cut) and fails on an id ≥ vocab or a pair it reads longer than PairLimit() — before any
-  // collective — and sets pairs_fingerprint_. CheckReference: each has finite reference
-  // log-probabilities at most 0 (FailedPrecondition naming train.steps for unscored ones).
+  // The pairs the job reads: those of global indices [0, min(pairs, steps · global_batch)) (PairOf).
+  // CheckPairs: every rank reads every pair (cut) and fails on an id ≥ vocab or a pair it reads longer
+  // than PairLimit() — before any collective — and sets pairs_fingerprint_. CheckReference: each has
+  // finite reference log-probabilities at most 0 (FailedPrecondition naming train.steps for unscored ones).
   int64_t PairsUsed() const;
+  // The dataset pair of global pair index g: g mod pairs, or with data.shuffle the permutation of its
+  // epoch (TokenDataset::Permutation with seed data.seed + epoch, as SFT samples are shuffled).
+  int64_t PairOf(int64_t g) const;
   absl::Status CheckPairs();
   absl::Status CheckReference(const std::string& where) const;
   // reference.safetensors in a checkpoint: its metadata (what the log-probabilities were scored from)
@@ -175,6 +178,17 @@ class Trainer {
   std::vector<int64_t> PairsOf(int64_t first, int a, int accum) const;
   absl::StatusOr<at::Tensor> ReferenceOf(int64_t first, int a, int accum) const;
   absl::Status ScoreReference();
+  // dpo.reference PATH: a model built like model_ (this rank's part, its flags, `dtype`) holding the
+  // weights of PATH, checked against the spec's model (CheckModelMatches) — scored once and freed.
+  absl::StatusOr<std::unique_ptr<Decoder>> LoadReferenceModel() const;
+  // A model of this rank's part of the spec's model (its pipeline chunks, experts, sequence and expert
+  // parallelism, kernels and FP8) with the seed's weights, as Init builds model_.
+  std::unique_ptr<Decoder> NewModel() const;
+  // `saved` (the model of a checkpoint resumed, or of dpo.reference's checkpoint or directory, named
+  // `what`) has the spec's family and sizes. A checkpoint resumed: and seq_len (its other choices are
+  // checked by its tensors). A reference: not seq_len (rotary positions need none; a transformers
+  // directory has none), but q/k/v biases, tied embeddings and the head.
+  absl::Status CheckModelMatches(const ModelConfig& saved, const std::string& what, bool reference) const;
   absl::Status ReduceLossAndNorm(LossSums& sums, int accum, StepStats* s, double* raw_norm);
   absl::Status Update(double norm, double lr, StepStats* s);
   // pp > 1, every stage together: StepStats::pipeline_bubble of the last RunStep.
@@ -298,13 +312,20 @@ class Trainer {
   std::unique_ptr<formats::data::PreferenceDataset> pairs_;
   std::vector<double> reference_;
   uint64_t pairs_fingerprint_ = 0;  // CheckPairs.
+  // data.shuffle: the permutation of pairs of epoch permutation_epoch_ (PairOf's cache).
+  mutable int64_t permutation_epoch_ = -1;
+  mutable std::vector<int64_t> permutation_;
   // The objective the model computes (options_.objective, DPO's, a reward model's, or null for the
   // default): its metrics.
   std::shared_ptr<const Objective> objective_;
   // Pipeline parallelism (pp > 1): this rank's chunks of the model; null without.
   std::unique_ptr<StageLayout> layout_;
-  // Every layout's one step path: layout_'s schedule, or the whole model as a one-stage pipeline.
+  // Every layout's one step path: layout_'s schedule, or the whole model as a one-stage pipeline
+  // (one_stage_), with these options.
   std::unique_ptr<PipelineRunner> pipeline_;
+  std::unique_ptr<StageLayout> one_stage_;
+  PipelineOptions pipeline_options_;
+  at::ScalarType param_dtype_ = at::kFloat;  // train.precision's parameter and activation type.
   int pipeline_steps_ = 0;  // Steps this process has run through pipeline_.
   // The optimizer of every layout (stage 0 included): gradient reduction, norm, AdamW (parallel/zero).
   std::unique_ptr<ZeroOptimizer> zero_;

@@ -428,29 +428,40 @@ absl::StatusOr<int64_t> Trainer::AgreeOnResumeStep() {
   return resume;
 }
 
-absl::Status Trainer::LoadCheckpoint(const std::string& path) {
-  auto state = ReadTrainerState(path);
-  if (!state.ok()) return state.status();
+absl::Status Trainer::CheckModelMatches(const ModelConfig& saved, const std::string& what, bool reference) const {
   const ModelConfig& c = options_.model;
-  const ModelConfig& saved = state->model;
   if (saved.family != c.family) {
-    return absl::FailedPreconditionError(absl::StrCat("checkpoint ", path, " was written for model.family ",
-                                                      FamilyName(saved.family), ", the spec says ", FamilyName(c.family)));
+    return absl::FailedPreconditionError(absl::StrCat(what, " was written for model.family ", FamilyName(saved.family),
+                                                      ", the spec says ", FamilyName(c.family)));
   }
   // The sizes first, then what follows from them (a wider model also has a wider MLP).
   for (const auto& [key, had, want] : std::vector<std::tuple<const char*, int, int>>{
            {"layers", saved.layers, c.layers}, {"hidden", saved.hidden, c.hidden}, {"heads", saved.heads, c.heads},
-           {"vocab", saved.vocab, c.vocab}, {"seq_len", saved.seq_len, c.seq_len},
+           {"vocab", saved.vocab, c.vocab}, {"seq_len", reference ? c.seq_len : saved.seq_len, c.seq_len},
            {"kv_heads", saved.KvHeads(), c.KvHeads()}, {"ffn_hidden", saved.FfnHidden(), c.FfnHidden()},
            {"experts", saved.experts, c.experts}, {"moe_ffn_hidden", saved.IsMoe() ? saved.MoeFfnHidden() : 0,
                                                    c.IsMoe() ? c.MoeFfnHidden() : 0},
            {"shared_expert_ffn_hidden", saved.shared_expert_ffn_hidden, c.shared_expert_ffn_hidden},
-           {"qk_norm", saved.qk_norm, c.qk_norm}}) {
+           {"qk_norm", saved.qk_norm, c.qk_norm},
+           {"qkv_bias", reference ? saved.qkv_bias : c.qkv_bias, c.qkv_bias},
+           {"tie_embeddings", reference ? saved.tie_embeddings : c.tie_embeddings, c.tie_embeddings}}) {
     if (had != want) {
       return absl::FailedPreconditionError(
-          absl::StrCat("checkpoint ", path, " was written for model.", key, " ", had, ", the spec says ", want));
+          absl::StrCat(what, " was written for model.", key, " ", had, ", the spec says ", want));
     }
   }
+  if (reference && saved.score_head != c.score_head) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        what, saved.score_head ? " is a reward model (a score head)" : " is a language model (an LM head)",
+        ", this job trains ", c.score_head ? "a reward model (train.objective reward)" : "a language model"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::LoadCheckpoint(const std::string& path) {
+  auto state = ReadTrainerState(path);
+  if (!state.ok()) return state.status();
+  TESSERA_RETURN_IF_ERROR(CheckModelMatches(state->model, absl::StrCat("checkpoint ", path), /*reference=*/false));
   // What changes the forward pass, as tessera generate applies it (model_state.h): the trained
   // parameters, and loss-free balancing's biases (a checkpoint without them starts them at 0).
   TESSERA_RETURN_IF_ERROR(ApplyCheckpointState(path, Decoder::LoadWhat::kTrainable, state->router_bias, *model_, router_bias_));

@@ -56,14 +56,18 @@ struct TrainerOptions {
   // evaluation alike. Null: the mean cross-entropy.
   std::shared_ptr<const Objective> objective;
   // train.objective dpo (docs/post-training.md): data.path is a preference dataset (its pairs cut as
-  // preference_cut says), micro_batch and global_batch count pairs, and the loss is DPO's against
-  // the reference — the initial weights, scored over the pairs before the first step and kept in the
-  // checkpoints. `objective` (tests) must be null then.
+  // preference_cut says; data.shuffle permutes them per epoch as it permutes SFT samples), micro_batch
+  // and global_batch count pairs, and the loss is DPO's against the reference — the initial weights or
+  // dpo.reference's, scored over the pairs before the first step and kept in the checkpoints.
+  // `objective` (tests) must be null then.
   layout::Objective objective_kind = layout::Objective::kCrossEntropy;
   struct Dpo {
     double beta = 0.1;
     layout::DpoLossType loss_type = layout::DpoLossType::kSigmoid;
     double label_smoothing = 0;
+    // Empty: the reference is the initial weights. Else a tessera checkpoint (a step directory or a
+    // checkpoint directory: its newest) or a transformers model directory of the job's model.
+    std::string reference;
   } dpo;
   // train.objective reward (docs/post-training.md): data.path as for dpo; the model's head is a score
   // head (the Trainer sets model.score_head) and the loss RewardTrainer's with this centring weight.

@@ -5,6 +5,7 @@
 #include <ATen/core/grad_mode.h>
 
 #include <cmath>
+#include <filesystem>
 #include <cstring>
 #include <limits>
 #include <vector>
@@ -13,6 +14,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "formats/checkpoint/safetensors.h"
+#include "formats/model/checkpoint_model.h"
+#include "formats/model/hf_config.h"
+#include "parallel/models/hf_weights.h"
+#include "parallel/models/model_state.h"
 #include "parallel/objectives/dpo_objective.h"
 #include "parallel/objectives/reward_objective.h"
 #include "parallel/train/status_macros.h"
@@ -29,9 +34,20 @@ std::vector<int64_t> Trainer::PairsOf(int64_t first, int a, int accum) const {
   std::vector<int64_t> out;
   for (int i = 0; i < micro; ++i) {
     const int64_t g = first + static_cast<int64_t>(groups_.dp->rank()) * micro * accum + static_cast<int64_t>(a) * micro + i;
-    out.push_back(g % pairs_->pairs());
+    out.push_back(PairOf(g));
   }
   return out;
+}
+
+int64_t Trainer::PairOf(int64_t g) const {
+  const int64_t n = pairs_->pairs();
+  if (!options_.data.shuffle) return g % n;
+  const int64_t epoch = g / n;
+  if (epoch != permutation_epoch_) {
+    permutation_ = formats::data::TokenDataset::Permutation(n, options_.data.seed + static_cast<uint64_t>(epoch));
+    permutation_epoch_ = epoch;
+  }
+  return permutation_[g % n];
 }
 
 int64_t Trainer::PairsUsed() const {
@@ -51,6 +67,8 @@ absl::Status Trainer::CheckPairs() {
     for (int b = 0; b < 8; ++b) h = (h ^ ((v >> (8 * b)) & 0xff)) * 0x100000001b3ull;
   };
   const int64_t used = PairsUsed();
+  std::vector<bool> read(pairs_->pairs(), false);
+  for (int64_t g = 0; g < used; ++g) read[PairOf(g)] = true;
   for (int64_t p = 0; p < pairs_->pairs(); ++p) {
     auto pair = pairs_->Pair(p, options_.preference_cut);
     if (!pair.ok()) return absl::Status(pair.status().code(), absl::StrCat("data.path: ", pair.status().message()));
@@ -58,7 +76,7 @@ absl::Status Trainer::CheckPairs() {
       mix(seq->size());
       for (int32_t id : *seq) mix(static_cast<uint32_t>(id));
     }
-    for (int side = 0; side < 2 && p < used; ++side) {
+    for (int side = 0; side < 2 && read[p]; ++side) {
       const size_t completion = side == 0 ? pair->chosen.size() : pair->rejected.size();
       if (static_cast<int64_t>(pair->prompt.size() + completion) > limit) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -76,18 +94,20 @@ absl::Status Trainer::CheckReference(const std::string& where) const {
   // Every pair the job reads has its two log-probabilities: finite and at most 0 (sums or means of
   // log-probabilities).
   const int64_t used = PairsUsed();
-  for (int64_t i = 0; i < 2 * used; ++i) {
-    const double v = reference_[i];
-    if (std::isinf(v) && v < 0) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          where, ": pair ", i / 2, " has no reference log-probability: the job reads ", used,
-          " pairs (train.steps × train.global_batch, at most data.path's ", pairs_->pairs(),
-          "), more than were scored before the first step; the reference (the initial weights) cannot be "
-          "scored again after it — start a new job (a new output_dir) to train on more pairs"));
-    }
-    if (!std::isfinite(v) || v > 0) {
-      return absl::DataLossError(absl::StrCat(where, ": pair ", i / 2, "'s reference log-probability is ", v,
-                                              ", not a finite number at most 0"));
+  for (int64_t g = 0; g < used; ++g) {
+    const int64_t p = PairOf(g);
+    for (const double v : {reference_[2 * p], reference_[2 * p + 1]}) {
+      if (std::isinf(v) && v < 0) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            where, ": pair ", p, " has no reference log-probability: the job reads ", used,
+            " pairs (train.steps × train.global_batch, at most data.path's ", pairs_->pairs(),
+            "; which ones, data.shuffle and data.seed decide), not those scored before the first step; the "
+            "reference cannot be scored again after it — start a new job (a new output_dir) to train on other pairs"));
+      }
+      if (!std::isfinite(v) || v > 0) {
+        return absl::DataLossError(absl::StrCat(where, ": pair ", p, "'s reference log-probability is ", v,
+                                                ", not a finite number at most 0"));
+      }
     }
   }
   return absl::OkStatus();
@@ -151,16 +171,65 @@ absl::StatusOr<at::Tensor> Trainer::ReferenceOf(int64_t first, int a, int accum)
   return at::tensor(values, at::TensorOptions().dtype(at::kDouble)).to(device_);
 }
 
+absl::StatusOr<std::unique_ptr<Decoder>> Trainer::LoadReferenceModel() const {
+  const std::string& path = options_.dpo.reference;
+  auto fail = [&](const absl::Status& s) {
+    return absl::Status(s.code(), absl::StrCat("dpo.reference ", path, ": ", s.message()));
+  };
+  std::unique_ptr<Decoder> ref = NewModel();
+  if (std::filesystem::exists(std::filesystem::path(path) / "config.json")) {
+    // A transformers directory: its config agrees with the spec's model, then every tensor is read
+    // (mapped: this rank copies its own parts).
+    auto hf = formats::model::ReadHfConfig(path);
+    if (!hf.ok()) return fail(hf.status());
+    TESSERA_RETURN_IF_ERROR(CheckModelMatches(hf->config, absl::StrCat("dpo.reference ", path), /*reference=*/true));
+    auto weights = OpenHfWeights(path, options_.model);
+    absl::Status s = weights.ok() ? ref->LoadFull(weights->tensors) : weights.status();
+    if (!s.ok()) return fail(s);
+  } else {
+    // A tessera checkpoint (or the newest of a checkpoint directory), verified against its index.
+    auto checkpoint = formats::model::ReadCheckpointModel(path);
+    if (!checkpoint.ok()) return fail(checkpoint.status());
+    if (checkpoint->config.lora.enabled()) {
+      return fail(absl::FailedPreconditionError(
+          absl::StrCat(checkpoint->path, " holds LoRA adapters only: export the model merged (tessera export --merge) "
+                       "and give that directory")));
+    }
+    TESSERA_RETURN_IF_ERROR(
+        CheckModelMatches(checkpoint->config, absl::StrCat("dpo.reference ", checkpoint->path), /*reference=*/true));
+    absl::Status s = ApplyCheckpointState(checkpoint->path, Decoder::LoadWhat::kModel, checkpoint->router_bias, *ref,
+                                          at::Tensor());
+    if (!s.ok()) return fail(s);
+  }
+  // Scored in the job's precision, as the policy's own forward would be.
+  for (Param& p : ref->params()) p.value = p.value.detach().to(param_dtype_);
+  return ref;
+}
+
 absl::Status Trainer::ScoreReference() {
   const int accum = static_cast<int>(options_.global_batch / (static_cast<int64_t>(options_.micro_batch) * groups_.dp->size()));
   const int64_t n = pairs_->pairs();
   reference_.assign(2 * n, -std::numeric_limits<double>::infinity());
-  // The pairs the job reads (steps · global_batch of them, wrapping), each scored once: pairs
+  // The pairs the job reads (steps · global_batch of them, wrapping), each scored once: global pairs
   // [0, used) in global batches, the last one wrapping onto pairs already scored.
   const int64_t used = PairsUsed();
   auto scorer = std::make_shared<SequenceLogps>(&reference_, options_.dpo.loss_type == layout::DpoLossType::kIpo);
+  // The model scored: the policy itself with its initial weights (under LoRA the base model, the
+  // adapters off, as TRL with peft), or dpo.reference's, built like it and freed after the pass.
+  std::unique_ptr<Decoder> other;
+  std::unique_ptr<PipelineRunner> other_pipeline;
+  PipelineRunner* runner = pipeline_.get();
+  if (!options_.dpo.reference.empty()) {
+    auto ref = LoadReferenceModel();
+    if (!ref.ok()) return ref.status();
+    other = std::move(*ref);
+    other->set_objective(scorer);
+    auto created = PipelineRunner::Create(other.get(), layout_ ? *layout_ : *one_stage_, groups_.pp, pipeline_options_);
+    if (!created.ok()) return created.status();
+    other_pipeline = std::move(*created);
+    runner = other_pipeline.get();
+  }
   model_->set_objective(scorer);
-  // Under LoRA the reference is the base model: the adapters off (as TRL with peft).
   model_->set_adapters_enabled(false);
   auto restore = absl::MakeCleanup([&] {
     model_->set_objective(objective_);
@@ -174,18 +243,18 @@ absl::Status Trainer::ScoreReference() {
       for (int64_t p : PairsOf(first, a, accum)) where.insert(where.end(), {2.0 * p, 2.0 * p + 1});
       return at::tensor(where, at::TensorOptions().dtype(at::kDouble));
     };
-    auto sum = pipeline_->RunForwardOnly([&](int a) { return ReadPairs(first, a, accum); }, nullptr, rows_of);
+    auto sum = runner->RunForwardOnly([&](int a) { return ReadPairs(first, a, accum); }, nullptr, rows_of);
     if (!sum.ok()) {
       return absl::Status(sum.status().code(), absl::StrCat("scoring the reference: ", sum.status().message()));
     }
   }
-  zero_->ReleaseGatheredUnits();  // ZeRO-3: the units a forward pass without backward left gathered.
+  if (!other) zero_->ReleaseGatheredUnits();  // ZeRO-3: the units a forward pass without backward left gathered.
   // Each row was scored by the ranks holding the head of its dp replica (tp ranks alike): the largest
   // over every rank is its value (−inf elsewhere).
-  at::Tensor table = at::from_blob(reference_.data(), {2 * used}, at::kDouble).to(device_, false, true);
+  at::Tensor table = at::from_blob(reference_.data(), {2 * n}, at::kDouble).to(device_, false, true);
   TESSERA_RETURN_IF_ERROR(groups_.world->AllReduce(table, ReduceOp::kMax));
   table = table.cpu().contiguous();
-  std::copy(table.data_ptr<double>(), table.data_ptr<double>() + 2 * used, reference_.begin());
+  std::copy(table.data_ptr<double>(), table.data_ptr<double>() + 2 * n, reference_.begin());
   // The same table on every rank after the reduction: the same verdict everywhere.
   return CheckReference("scoring the reference");
 }
@@ -194,7 +263,8 @@ std::map<std::string, std::string> Trainer::ReferenceMetadata() const {
   return {{"format", "tessera-dpo-reference"},
           {"pairs", absl::StrCat(pairs_->pairs())},
           {"pairs_fingerprint", absl::StrFormat("%016x", pairs_fingerprint_)},
-          {"per_token_mean", options_.dpo.loss_type == layout::DpoLossType::kIpo ? "true" : "false"}};
+          {"per_token_mean", options_.dpo.loss_type == layout::DpoLossType::kIpo ? "true" : "false"},
+          {"reference", options_.dpo.reference.empty() ? "initial" : options_.dpo.reference}};
 }
 
 absl::Status Trainer::LoadReference(const std::string& file) {
@@ -209,15 +279,17 @@ absl::Status Trainer::LoadReference(const std::string& file) {
   const std::map<std::string, std::string> want = ReferenceMetadata();
   for (const auto& [key, value] : want) {
     auto it = metadata.find(key);
-    const std::string had = it == metadata.end() ? "(none)" : it->second.substr(0, 64);
+    // Checkpoints from before dpo.reference took paths scored the initial weights.
+    const std::string had = it != metadata.end() ? it->second.substr(0, 4096) : key == "reference" ? "initial" : "(none)";
     if (had == value) continue;
     const char* why = key == "per_token_mean" ? "dpo.loss_type changed"
+                      : key == "reference"    ? "dpo.reference changed"
                       : key == "format"       ? "not DPO reference log-probabilities"
                                               : "data.path's pairs or their cut (data.max_prompt_tokens, "
                                                 "data.max_completion_tokens) changed";
     return absl::FailedPreconditionError(absl::StrCat(file, ": ", key, " ", had, ", this job's ", value, ": ", why,
-                                                      " since the reference was scored; the initial weights are "
-                                                      "gone, so it cannot be scored again — start a new job"));
+                                                      " since the reference was scored; a job scores its reference "
+                                                      "once, before its first step — start a new job"));
   }
   auto it = tensors->find("logps");
   if (it == tensors->end() || it->second.dtype != "F64" || it->second.shape != std::vector<int64_t>{pairs_->pairs(), 2}) {

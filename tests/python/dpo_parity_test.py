@@ -7,7 +7,9 @@ metrics), the micro-batch losses averaged, with AdamW, warmup + cosine LR and cl
 spec defines them. Per step: the loss and the six reward fields of steps.jsonl (rewards_chosen,
 rewards_rejected, rewards_margin, rewards_accuracy, logps_chosen, logps_rejected); after the last
 step, every weight. In one process, dp=2, tp=2, pp=2, sp=2 (ring; all-to-all with tp=2) and ZeRO-3 with
-offload; ipo (also with sp=2), label smoothing and TRL's precomputed reference in one process; a resume from a checkpoint half way. The test can fail: the reference updated with the
+offload; ipo (also with sp=2), label smoothing and TRL's precomputed reference in one process; a resume from a checkpoint half way;
+shuffled pairs (TRL fed the documented permutation) and dpo.reference from a transformers directory (also
+under tp=2 and pp=2) or a tessera checkpoint (TRL's ref_model). The test can fail: the reference updated with the
 policy, prompt tokens counted in the log-probabilities, or per-token means instead of sums each give
 other numbers (the mutations in the note of issue 56)."""
 import copy
@@ -27,6 +29,7 @@ from trl import DPOConfig, DPOTrainer
 from trl.trainer.dpo_trainer import DataCollatorForPreference
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import data_reference  # noqa: E402
 import gpt_reference  # noqa: E402
 import hf_testing  # noqa: E402
 import safetensors_io  # noqa: E402
@@ -84,16 +87,18 @@ def qwen2_lm(vocab):
 
 
 def train_trl(tokenizer, pairs, vocab, tmp, loss_type="sigmoid", beta=0.1, label_smoothing=0.0, lora_adapter=None,
-              make=hf_llama, precompute=False):
+              make=hf_llama, precompute=False, order=None, ref_model=None):
     """TRL's DPO on `pairs` [(prompt, chosen, rejected) ids] as tessera's spec defines the step: micro-batches
-    of MICRO pairs in file order, GLOBAL pairs a step. With `lora_adapter` (a directory), peft's LoRA
-    (lora_llama) and no reference model: TRL's reference is then the base, the adapters disabled.
-    Returns (losses, metrics per step, final weights: the adapters' under LoRA)."""
+    of MICRO pairs, GLOBAL pairs a step, global pair g being pairs[order(g)] (default: file order, wrapping).
+    With `lora_adapter` (a directory), peft's LoRA (lora_llama) and no reference model: TRL's reference is
+    then the base, the adapters disabled. `ref_model`: TRL's ref_model (default: a frozen copy of the
+    initial model). Returns (losses, metrics per step, final weights: the adapters' under LoRA)."""
+    order = order or (lambda g: g % len(pairs))
     if lora_adapter:
         model, ref = lora_llama(vocab, lora_adapter), None
     else:
         model = make(vocab)
-        ref = copy.deepcopy(model).eval()
+        ref = (ref_model if ref_model is not None else copy.deepcopy(model)).eval()
     args = DPOConfig(output_dir=os.path.join(tmp, "trl"), beta=beta, loss_type=loss_type,
                      label_smoothing=label_smoothing, report_to=[], use_cpu=True, padding_value=0,
                      max_length=None, max_prompt_length=None, max_completion_length=None,
@@ -110,7 +115,7 @@ def train_trl(tokenizer, pairs, vocab, tmp, loss_type="sigmoid", beta=0.1, label
     micro_batches = GLOBAL // MICRO
 
     def micro_batch(step, m):
-        return [(step * GLOBAL + m * MICRO + i) % len(pairs) for i in range(MICRO)]
+        return [order(step * GLOBAL + m * MICRO + i) for i in range(MICRO)]
 
     reference = {}
     if precompute:
@@ -262,6 +267,47 @@ output_dir: {self.tmp}/{name}
         self.check("smoothed", self.run_tessera("smoothed", [], dpo="{beta: 0.1, label_smoothing: 0.2}"),
                    self.reference("sigmoid", 0.2))
 
+    def test_shuffled_pairs(self):
+        # data.shuffle: global pair g is pair P_e[g mod N] of epoch e = g div N, P_e the documented
+        # SplitMix64 permutation with seed data.seed + e (docs/data-format.md, as SFT samples). 20 pairs
+        # and 32 read: epoch 1 starts at step 6. TRL is fed that order; each row reads other pairs.
+        data = os.path.join(self.tmp, "pairs20")
+        pairs = prepare_pairs(TESSERA, self.tokenizer_dir, pair_records(20, seed=7), data)
+        seed = 11
+        order = lambda g: data_reference.splitmix_permutation(len(pairs), seed + g // len(pairs))[g % len(pairs)]
+        self.assertNotEqual([order(g) for g in range(32)], [g % 20 for g in range(32)])
+        want = train_trl(self.hf_tokenizer, pairs, self.vocab, self.tmp, order=order)
+        for name, sets in [("shuffled", []), ("shuffled_dp2", ["parallel.dp=2"])]:
+            sets = sets + [f"data.path={data}", "data.shuffle=true", f"data.seed={seed}"]
+            self.check(name, self.run_tessera(name, sets), want, learns=False)
+
+    def test_reference_from_a_directory_or_a_checkpoint(self):
+        # dpo.reference PATH: TRL's ref_model. (1) A transformers directory (the initial Llama with every
+        # weight moved by noise, so it is not the policy), in one process, tp=2 and pp=2: each rank's
+        # reference model holds its own part. (2) A tessera checkpoint (another run's last step).
+        perturbed = hf_llama(self.vocab)
+        gen = torch.Generator().manual_seed(21)
+        with torch.no_grad():
+            for p in perturbed.parameters():
+                p.add_(0.05 * torch.randn(p.shape, generator=gen))
+        directory = os.path.join(self.tmp, "reference-llama")
+        perturbed.save_pretrained(directory)
+        want = train_trl(self.hf_tokenizer, self.pairs, self.vocab, self.tmp, ref_model=perturbed)
+        for name, sets in [("ref_dir", []), ("ref_dir_tp2", ["parallel.tp=2"]), ("ref_dir_pp2", ["parallel.pp=2"])]:
+            steps = self.run_tessera(name, sets, dpo=f"{{beta: 0.1, reference: {directory}}}")
+            self.assertGreater(abs(steps[0]["rewards_margin"]), 1e-3, "step 1: the policy is not the reference")
+            self.check(name, steps, want, learns=False)
+        self.run_tessera("ref_source", [], steps=2)
+        checkpoint = os.path.join(self.tmp, "ref_source", "checkpoints")
+        saved = safetensors_io.load(os.path.join(checkpoint, "step_00000002", "model.safetensors"))
+        from_checkpoint = hf_llama(self.vocab)
+        missing, unexpected = from_checkpoint.load_state_dict(
+            {("lm_head.weight" if k == "lm_head.weight" else f"model.{k}"): v for k, v in saved.items()}, strict=False)
+        self.assertEqual(([m for m in missing if not m.endswith("inv_freq")], unexpected), ([], []))
+        want = train_trl(self.hf_tokenizer, self.pairs, self.vocab, self.tmp, ref_model=from_checkpoint)
+        self.check("ref_checkpoint", self.run_tessera("ref_checkpoint", [], dpo=f"{{beta: 0.1, reference: {checkpoint}}}"),
+                   want, learns=False)
+
     def test_precomputed_reference(self):
         # TRL's precompute_ref_log_probs (the reference scored before training, float32) against
         # dpo.precompute_reference: true — tessera scores it before the first step either way.
@@ -310,6 +356,16 @@ output_dir: {self.tmp}/{name}
         # A resume whose loss type needs other reference numbers (per-token means for ipo).
         out = self.run_refused("grown", [], dpo="{beta: 0.1, loss_type: ipo}", steps=2, every=2)
         self.assertIn("per_token_mean false, this job's true: dpo.loss_type changed", out)
+        # A resume with another reference than the one scored.
+        out = self.run_refused("grown", [], dpo=f"{{beta: 0.1, reference: {self.tmp}/grown/checkpoints}}", steps=2, every=2)
+        self.assertIn("dpo.reference changed", out)
+        # A reference of another model: named with the field that differs, before any step.
+        qwen = os.path.join(self.tmp, "other-model")
+        qwen2_lm(self.vocab).save_pretrained(qwen)
+        out = self.run_refused("other_reference", [], dpo=f"{{beta: 0.1, reference: {qwen}}}")
+        self.assertIn(f"dpo.reference {qwen} was written for model.qkv_bias 1, the spec says 0", out)
+        out = self.run_refused("no_reference", [], dpo=f"{{beta: 0.1, reference: {self.tmp}/nowhere}}")
+        self.assertIn(f"dpo.reference {self.tmp}/nowhere", out)
 
     def test_the_example_prepares_and_trains(self):
         # examples/dpo-llama.yaml as its comment says, for a few steps, from a few steps of the SFT example.

@@ -59,6 +59,7 @@ parallel::TrainerOptions ToTrainerOptions(const v1::JobSpec& spec) {
     o.dpo.beta = spec.dpo().beta();
     o.dpo.loss_type = spec.dpo().loss_type() == v1::DPO_LOSS_TYPE_IPO ? layout::DpoLossType::kIpo : layout::DpoLossType::kSigmoid;
     o.dpo.label_smoothing = spec.dpo().label_smoothing();
+    if (spec.dpo().reference() != "initial") o.dpo.reference = spec.dpo().reference();
     o.preference_cut = {spec.data().max_prompt_tokens(), spec.data().max_completion_tokens()};
   }
   if (t.objective() == v1::OBJECTIVE_REWARD) {
