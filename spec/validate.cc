@@ -368,10 +368,6 @@ void CheckObjective(const v1::JobSpec& s, Checker& c) {
   const std::string with = objective == v1::OBJECTIVE_DPO ? "with train.objective dpo" : "with train.objective reward";
   if (d.blend_size() > 0) c.Fail("data.blend", absl::StrCat("is not supported ", with, " (one preference dataset, data.path)"));
   if (d.packing()) c.Fail("data.packing", absl::StrCat("is not supported ", with, " (each pair is two sequences)"));
-  if (!d.valid_path().empty() || d.valid_fraction() != 0) {
-    c.Fail(d.valid_path().empty() ? "data.valid_fraction" : "data.valid_path",
-           absl::StrCat("validation is not supported ", with, " yet"));
-  }
   if (objective == v1::OBJECTIVE_REWARD) {
     const double center = s.reward_model().center_coefficient();
     if (!(center >= 0 && center <= 1e6)) {

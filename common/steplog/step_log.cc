@@ -42,8 +42,10 @@ void WriteOptional(nlohmann::json& j, const char* key, const std::optional<T>& v
   if (value.has_value()) j[key] = *value;
 }
 
-constexpr const char* kObjectiveMetrics[] = {"rewards_chosen", "rewards_rejected", "rewards_margin",
-                                             "rewards_accuracy", "logps_chosen", "logps_rejected"};
+constexpr const char* kObjectiveMetrics[] = {
+    "rewards_chosen", "rewards_rejected", "rewards_margin", "rewards_accuracy", "logps_chosen", "logps_rejected",
+    "val_rewards_chosen", "val_rewards_rejected", "val_rewards_margin", "val_rewards_accuracy", "val_logps_chosen",
+    "val_logps_rejected"};
 
 // ObjectiveMetric, for a const record too.
 template <typename Record>
@@ -54,6 +56,12 @@ auto MetricOf(Record& r, std::string_view name) -> decltype(&r.rewards_chosen) {
   if (name == "rewards_accuracy") return &r.rewards_accuracy;
   if (name == "logps_chosen") return &r.logps_chosen;
   if (name == "logps_rejected") return &r.logps_rejected;
+  if (name == "val_rewards_chosen") return &r.val_rewards_chosen;
+  if (name == "val_rewards_rejected") return &r.val_rewards_rejected;
+  if (name == "val_rewards_margin") return &r.val_rewards_margin;
+  if (name == "val_rewards_accuracy") return &r.val_rewards_accuracy;
+  if (name == "val_logps_chosen") return &r.val_logps_chosen;
+  if (name == "val_logps_rejected") return &r.val_logps_rejected;
   return nullptr;
 }
 
@@ -110,7 +118,7 @@ std::vector<std::pair<std::string, double>> Scalars(const StepRecord& record) {
   const nlohmann::json j = StepJson(record);  // Alive while items() refers to it.
   for (const auto& [field, value] : j.items()) {
     if (field == "step" || !value.is_number()) continue;
-    const bool val = field == "val_loss" || field == "eval_seconds";
+    const bool val = field == "eval_seconds" || field.rfind("val_", 0) == 0;
     out.emplace_back((val ? "val/" : "train/") + field, value.get<double>());
   }
   return out;

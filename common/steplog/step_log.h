@@ -61,14 +61,17 @@ struct StepRecord {
   // the share of pairs whose chosen reward is the larger, and the policy's log-probabilities.
   std::optional<double> rewards_chosen, rewards_rejected, rewards_margin, rewards_accuracy, logps_chosen,
       logps_rejected;
+  // The same over the validation pairs, on an evaluation's line (with val_loss; TRL's eval_rewards/…).
+  std::optional<double> val_rewards_chosen, val_rewards_rejected, val_rewards_margin, val_rewards_accuracy,
+      val_logps_chosen, val_logps_rejected;
   // A warning line ({"step": N, "warning": "..."}), not a step: something the user should see (a
   // damaged checkpoint set aside, TensorBoard events that stopped), cut to kMaxWarningBytes. Readers
   // that chart or report steps skip these records; the worker forwards them to the coordinator.
   std::optional<std::string> warning;
 };
 
-// The objective's metric of `record` named `name` (one of the members above, by its JSON name); null
-// for any other name.
+// The objective's metric of `record` named `name` (one of the members above, by its JSON name: a
+// training metric, or "val_" and one); null for any other name.
 std::optional<double>* ObjectiveMetric(StepRecord& record, std::string_view name);
 
 // The longest warning kept (longer ones are cut at a UTF-8 character boundary, "..." appended).
@@ -85,7 +88,8 @@ std::string CutWarning(std::string_view message);
 std::string FormatStepLine(const StepRecord& record);
 
 // TensorBoard's scalars of a step: (tag, value) for every number FormatStepLine writes but the step —
-// "val/val_loss" and "val/eval_seconds", "train/<member>" for the others.
+// "val/<member>" for the evaluation's (val_loss, eval_seconds and the val_ metrics), "train/<member>"
+// for the others.
 std::vector<std::pair<std::string, double>> Scalars(const StepRecord& record);
 
 // The longest line read; longer ones are skipped as not a step.

@@ -33,6 +33,8 @@ StepRecord Full() {
   r.checkpoint_write_s = 1.5, r.checkpoint_write_step = 6;
   r.rewards_chosen = 0.25, r.rewards_rejected = -0.5, r.rewards_margin = 0.75, r.rewards_accuracy = 0.625;
   r.logps_chosen = -20.5, r.logps_rejected = -31.25;
+  r.val_rewards_chosen = 0.125, r.val_rewards_rejected = -0.25, r.val_rewards_margin = 0.375;
+  r.val_rewards_accuracy = 0.75, r.val_logps_chosen = -21.5, r.val_logps_rejected = -30.25;
   return r;
 }
 
@@ -74,7 +76,8 @@ TEST(StepLogTest, EveryMemberWrittenReadsBack) {
   EXPECT_EQ(got->checkpoint_write_s, want.checkpoint_write_s);
   EXPECT_EQ(got->checkpoint_write_step, want.checkpoint_write_step);
   for (const char* name : {"rewards_chosen", "rewards_rejected", "rewards_margin", "rewards_accuracy", "logps_chosen",
-                           "logps_rejected"}) {
+                           "logps_rejected", "val_rewards_chosen", "val_rewards_rejected", "val_rewards_margin",
+                           "val_rewards_accuracy", "val_logps_chosen", "val_logps_rejected"}) {
     StepRecord wrote = want, read = *got;
     ASSERT_NE(ObjectiveMetric(wrote, name), nullptr) << name;
     ASSERT_TRUE(ObjectiveMetric(wrote, name)->has_value()) << name;
@@ -110,7 +113,7 @@ TEST(StepLogTest, ScalarsAreTheLinesNumbers) {
   for (const auto& [key, value] : j.items()) {
     if (key == "step" || !value.is_number()) continue;
     ++numbers;
-    const std::string tag = (key == "val_loss" || key == "eval_seconds" ? "val/" : "train/") + key;
+    const std::string tag = (key == "eval_seconds" || key.rfind("val_", 0) == 0 ? "val/" : "train/") + key;
     ASSERT_TRUE(scalars.count(tag)) << tag;
     EXPECT_EQ(scalars[tag], value.get<double>()) << tag;
   }
@@ -118,6 +121,8 @@ TEST(StepLogTest, ScalarsAreTheLinesNumbers) {
   EXPECT_FALSE(scalars.count("train/skipped")) << "not a number";
   EXPECT_FALSE(scalars.count("train/expert_imbalance_layers")) << "not a number";
   EXPECT_EQ(scalars["val/val_loss"], 2.4);
+  EXPECT_EQ(scalars["val/val_rewards_accuracy"], 0.75);
+  EXPECT_EQ(scalars["train/rewards_accuracy"], 0.625);
 }
 
 class ReadAppendedTest : public ::testing::Test {

@@ -167,11 +167,11 @@ absl::Status Trainer::Init() {
   po.noise_seed = [this, micro_batches = po.micro_batches](int a) { return NoiseSeed(a, micro_batches); };
   if (dpo()) {
     po.sample_data = [this, micro_batches = po.micro_batches](int a) {
-      return ReferenceOf(step_ * options_.global_batch, a, micro_batches);
+      return ReferenceOf(train_pairs_, step_ * options_.global_batch, a, micro_batches);
     };
   } else if (reward() && pairs_->has_margins()) {
     po.sample_data = [this, micro_batches = po.micro_batches](int a) {
-      return MarginsOf(step_ * options_.global_batch, a, micro_batches);
+      return MarginsOf(train_pairs_, step_ * options_.global_batch, a, micro_batches);
     };
   } else if (!preference && data_->packed()) {
     po.positions = [this, micro_batches = po.micro_batches](int a) {
@@ -183,7 +183,7 @@ absl::Status Trainer::Init() {
   pipeline_ = std::move(*runner);
   // DPO's reference: the initial weights' (or dpo.reference's) log-probabilities, unless the
   // checkpoint resumed had them.
-  if (dpo() && reference_.empty()) TESSERA_RETURN_IF_ERROR(ScoreReference());
+  if (dpo() && train_pairs_.reference.empty()) TESSERA_RETURN_IF_ERROR(ScoreReference());
   return absl::OkStatus();
 }
 
@@ -214,13 +214,7 @@ std::unique_ptr<Decoder> Trainer::NewModel() const {
 }
 
 absl::Status Trainer::OpenData() {
-  if (dpo() || reward()) {
-    auto pairs = formats::data::PreferenceDataset::Open(options_.data.path, options_.model.vocab);
-    if (!pairs.ok()) return absl::Status(pairs.status().code(), absl::StrCat("data.path: ", pairs.status().message()));
-    if ((*pairs)->pairs() == 0) return absl::InvalidArgumentError(absl::StrCat("data.path ", options_.data.path, " has no pairs"));
-    pairs_ = std::move(*pairs);
-    return CheckPairs();
-  }
+  if (dpo() || reward()) return OpenPairs();
   TokenDatasetOptions data = options_.data;
   data.seq_len = options_.model.seq_len;
   data.vocab = options_.model.vocab;
@@ -329,7 +323,7 @@ absl::StatusOr<Trainer::LossSums> Trainer::ForwardBackward(int accum) {
   // micro-batch's loss weighs LossWeight (a Mixture of Experts' balancing loss too: PipelineRunner).
   zero_->SetSyncThisPass(false);
   auto sum = pipeline_->RunStep([&](int a) {
-                                  return pairs_ ? ReadPairs(step_ * options_.global_batch, a, accum)
+                                  return pairs_ ? ReadPairs(train_pairs_, step_ * options_.global_batch, a, accum)
                                                 : ReadTokens(*data_, step_ * options_.global_batch, a, accum);
                                 },
                                 LossWeight(accum), [&] { zero_->SetSyncThisPass(true); });
@@ -536,11 +530,12 @@ absl::Status Trainer::ScheduleFromMeasuredCosts() {
 }
 
 bool Trainer::EvaluatesNow() const {
-  if (!valid_) return false;
+  if (!valid_ && !valid_pairs_.data) return false;
   return step_ == options_.steps || (options_.eval_every > 0 && step_ % options_.eval_every == 0);
 }
 
 absl::StatusOr<double> Trainer::Evaluate() {
+  if (valid_pairs_.data) return EvaluatePairs();
   if (!valid_) return absl::FailedPreconditionError("the job has no validation data (data.valid_path or data.valid_fraction)");
   const int accum = Accumulation(options_, groups_.dp->size());
   // Every evaluation reads validation samples 0, 1, ... again: a blend starts over.

@@ -66,6 +66,9 @@ struct StepStats {
   double loss_scale = 1;              // fp16: the scale this step's backward used.
   std::optional<double> val_loss;     // After an evaluation at this step (Trainer::Evaluate).
   double eval_seconds = 0;
+  // With val_loss on preference pairs: the objective's metrics over the validation pairs, named
+  // "val_" + the metric's name.
+  std::vector<std::pair<std::string, double>> val_objective_metrics;
   // checkpoint.async: on a checkpoint step, how long the step was held (waiting for the previous
   // background write, then the snapshot) and the host bytes of the snapshot; on the first step after a
   // background write ended, its step and how long it took.
@@ -95,8 +98,11 @@ class Trainer {
   // The validation loss of the current weights: the mean loss over every token of eval_batches
   // global batches of validation samples 0, 1, 2, ... (the same samples at every evaluation, wrapping
   // around a smaller validation set), read and split over the ranks as a training step's, forward
-  // passes only. A collective over every rank. Fails when the job has no validation data.
+  // passes only; on preference pairs, the objective's mean over those pairs (and its metrics:
+  // eval_metrics()). A collective over every rank. Fails when the job has no validation data.
   absl::StatusOr<double> Evaluate();
+  // The objective's metrics of the last Evaluate() on preference pairs ("val_" names); empty otherwise.
+  const std::vector<std::pair<std::string, double>>& eval_metrics() const { return eval_metrics_; }
   // Whether Run evaluates after the current step.
   bool EvaluatesNow() const;
 
@@ -142,42 +148,67 @@ class Trainer {
     std::vector<double> metrics;  // The objective's (Objective::TakeMetrics).
   };
   absl::StatusOr<LossSums> ForwardBackward(int accum);
-  // Preference data (train.objective dpo or reward; trainer_preference.cc). ReadPairs: micro-batch a
-  // (of accum) of this rank's share of the global batch of pairs starting at pair `first` (pair g is
-  // the dataset's g mod pairs), each pair as two rows of seq_len + 1 ids — the prompt then the chosen
+  // Preference data (train.objective dpo or reward; trainer_preference.cc). A PairSet is the pairs
+  // the job trains on (data.path's, but a held-out tail) or validates on (data.valid_path's, or that
+  // tail): pairs [first, first + count) of `data`, global pair g of the set being set pair g mod count
+  // or with `shuffle` (training's data.shuffle) the permutation of its epoch (PairOf).
+  struct PairSet {
+    const formats::data::PreferenceDataset* data = nullptr;  // Null: no such set (no validation).
+    int64_t first = 0;
+    int64_t count = 0;
+    bool shuffle = false;
+    std::string field;  // The spec field it comes from, for messages ("data.path", "data.valid_path"),
+    std::string path;   // and that field's value.
+    // The global pairs the job reads of it: min(count, steps · global_batch) for training,
+    // min(count, eval_batches · global_batch) for validation (global pairs [0, read), wrapping).
+    int64_t read = 0;
+    // DPO: the reference's log-probability of set pair i's chosen (2i) and rejected (2i + 1)
+    // completion — −inf where not scored — restored from the checkpoint on a resume.
+    std::vector<double> reference;
+    uint64_t fingerprint = 0;  // CheckPairs.
+    // The set pair of global pair g: g mod count, or the permutation of its epoch
+    // (TokenDataset::Permutation with seed `seed` + epoch, as SFT samples are shuffled).
+    int64_t PairOf(int64_t g, uint64_t seed) const;
+    mutable int64_t permutation_epoch = -1;  // PairOf's cache.
+    mutable std::vector<int64_t> permutation;
+  };
+  // ReadPairs: micro-batch a (of accum) of this rank's share of the global batch of `set`'s pairs
+  // starting at global pair `first`, each pair as two rows of seq_len + 1 ids — the prompt then the chosen
   // completion, the prompt then the rejected one — right-padded with −1: [2·micro, seq_len + 1], under
   // sequence parallelism this rank's block of them [2·micro, seq_len/sp + 1] (SFT
   // data's encoding, formats/data/token_dataset.h). DPO: the prompt's targets untrained (−id − 1), the
   // completion's trained. Reward: every token untrained and one trained target (token 0) after the
   // last, so that the only trained position is the last token's (the score head's; Decoder::Head).
-  // PairsOf: the dataset pairs of those rows, in order. ReferenceOf: their reference log-probabilities
+  // PairsOf: the set pairs of those rows, in order. ReferenceOf: their reference log-probabilities
   // [2·micro] fp64 (chosen, rejected per pair). MarginsOf: their margins [2·micro] fp64 (the pair's at
   // both rows). ScoreReference: the reference's log-probability of every row of the pairs the job
-  // will read, with the current (initial) weights, into reference_ — a collective over every rank.
-  absl::StatusOr<at::Tensor> ReadPairs(int64_t first, int a, int accum);
-  absl::StatusOr<at::Tensor> MarginsOf(int64_t first, int a, int accum) const;
+  // will read of each set, with the initial weights or dpo.reference's — a collective over every rank.
+  absl::StatusOr<at::Tensor> ReadPairs(const PairSet& set, int64_t first, int a, int accum);
+  absl::StatusOr<at::Tensor> MarginsOf(const PairSet& set, int64_t first, int a, int accum) const;
   bool dpo() const { return options_.objective_kind == layout::Objective::kDpo; }
   bool reward() const { return options_.objective_kind == layout::Objective::kReward; }
   // The longest pair (prompt + completion) a row holds: seq_len + 1 for DPO (the last token is only
   // a target), seq_len for a reward model (the last token is scored as an input).
   int64_t PairLimit() const { return options_.model.seq_len + (reward() ? 0 : 1); }
-  // The pairs the job reads: those of global indices [0, min(pairs, steps · global_batch)) (PairOf).
-  // CheckPairs: every rank reads every pair (cut) and fails on an id ≥ vocab or a pair it reads longer
-  // than PairLimit() — before any collective — and sets pairs_fingerprint_. CheckReference: each has
+  // OpenPairs: data.path's pairs, its held-out tail (data.valid_fraction) or data.valid_path's, as
+  // train_pairs_ and valid_pairs_, each checked (CheckPairs). CheckPairs: every rank reads every pair
+  // of the set (cut) and fails on an id ≥ vocab or a pair the job reads longer than PairLimit() —
+  // before any collective — and sets its fingerprint. CheckReference: each pair the job reads has
   // finite reference log-probabilities at most 0 (FailedPrecondition naming train.steps for unscored ones).
-  int64_t PairsUsed() const;
-  // The dataset pair of global pair index g: g mod pairs, or with data.shuffle the permutation of its
-  // epoch (TokenDataset::Permutation with seed data.seed + epoch, as SFT samples are shuffled).
-  int64_t PairOf(int64_t g) const;
-  absl::Status CheckPairs();
-  absl::Status CheckReference(const std::string& where) const;
+  absl::Status OpenPairs();
+  absl::Status CheckPairs(PairSet& set);
+  absl::Status CheckReference(const PairSet& set, const std::string& where) const;
   // reference.safetensors in a checkpoint: its metadata (what the log-probabilities were scored from)
-  // and, on a resume, the table read back and checked against this job (LoadReference).
+  // and, on a resume, the tables read back and checked against this job (LoadReference).
   std::map<std::string, std::string> ReferenceMetadata() const;
   absl::Status LoadReference(const std::string& file);
-  std::vector<int64_t> PairsOf(int64_t first, int a, int accum) const;
-  absl::StatusOr<at::Tensor> ReferenceOf(int64_t first, int a, int accum) const;
+  std::vector<int64_t> PairsOf(const PairSet& set, int64_t first, int a, int accum) const;
+  absl::StatusOr<at::Tensor> ReferenceOf(const PairSet& set, int64_t first, int a, int accum) const;
   absl::Status ScoreReference();
+  // ScoreReference's pass over one set with `model` (runner's), into set.reference.
+  absl::Status ScoreSet(PipelineRunner& runner, Decoder& model, PairSet& set);
+  // Evaluate on preference pairs (valid_pairs_).
+  absl::StatusOr<double> EvaluatePairs();
   // dpo.reference PATH: a model built like model_ (this rank's part, its flags, `dtype`) holding the
   // weights of PATH, checked against the spec's model (CheckModelMatches) — scored once and freed.
   absl::StatusOr<std::unique_ptr<Decoder>> LoadReferenceModel() const;
@@ -306,15 +337,12 @@ class Trainer {
   int64_t trained_targets_ = 0;
   std::unique_ptr<formats::data::TrainingData> data_;
   std::unique_ptr<formats::data::TrainingData> valid_;  // Validation samples; null without validation data.
-  // train.objective dpo or reward: the pairs (data_ is null then); DPO: the reference's log-probability of each
-  // pair's chosen (2p) and rejected (2p + 1) completion — −inf where not scored — restored from the
-  // checkpoint on a resume (reference.safetensors).
+  // train.objective dpo or reward (data_ is null then): data.path's pairs and data.valid_path's (null
+  // without), and the sets read of them.
   std::unique_ptr<formats::data::PreferenceDataset> pairs_;
-  std::vector<double> reference_;
-  uint64_t pairs_fingerprint_ = 0;  // CheckPairs.
-  // data.shuffle: the permutation of pairs of epoch permutation_epoch_ (PairOf's cache).
-  mutable int64_t permutation_epoch_ = -1;
-  mutable std::vector<int64_t> permutation_;
+  std::unique_ptr<formats::data::PreferenceDataset> valid_file_;
+  PairSet train_pairs_, valid_pairs_;
+  std::vector<std::pair<std::string, double>> eval_metrics_;  // Evaluate's on pairs.
   // The objective the model computes (options_.objective, DPO's, a reward model's, or null for the
   // default): its metrics.
   std::shared_ptr<const Objective> objective_;

@@ -260,10 +260,15 @@ absl::Status Trainer::WriteGatheredCheckpointFiles(CheckpointWrite& w, const std
     if (!w.sharded_state) w.Save("optimizer.safetensors", w.optimizer, {});
     w.SaveText("trainer_state.json", TrainerStateJson(w.sharded_state).dump(2) + "\n");
     if (dpo()) {
-      // DPO's reference log-probabilities [pairs, 2] (chosen, rejected; −inf: not scored): a resume
-      // keeps them, as the initial weights are gone.
-      at::Tensor logps = at::tensor(reference_, at::TensorOptions().dtype(at::kDouble)).view({pairs_->pairs(), 2});
-      w.Save("reference.safetensors", {{"logps", logps}}, ReferenceMetadata());
+      // DPO's reference log-probabilities [pairs, 2] (chosen, rejected; −inf: not scored) of the
+      // training pairs and of the validation pairs: a resume keeps them, as the initial weights are gone.
+      std::map<std::string, at::Tensor> tables;
+      for (const PairSet* set : {&train_pairs_, &valid_pairs_}) {
+        if (!set->data) continue;
+        tables[set == &train_pairs_ ? "logps" : "valid_logps"] =
+            at::tensor(set->reference, at::TensorOptions().dtype(at::kDouble)).view({set->count, 2});
+      }
+      w.Save("reference.safetensors", tables, ReferenceMetadata());
     }
   }
   return absl::OkStatus();

@@ -56,6 +56,7 @@ absl::Status Trainer::Run(const std::function<void(const StepStats&)>& on_step) 
       auto val = Evaluate();
       if (!val.ok()) return val.status();
       stats->val_loss = *val;
+      stats->val_objective_metrics = eval_metrics();
       stats->eval_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     }
     // checkpoint.async: a background write that ended is reported (and its failure ends the run); on a

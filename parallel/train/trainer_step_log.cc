@@ -137,6 +137,9 @@ absl::Status Trainer::AppendStepLog(const StepStats& s) {
   for (const auto& [name, value] : s.objective_metrics) {
     if (std::optional<double>* m = steplog::ObjectiveMetric(r, name)) *m = value;
   }
+  for (const auto& [name, value] : s.val_objective_metrics) {
+    if (std::optional<double>* m = steplog::ObjectiveMetric(r, name)) *m = value;
+  }
   if (!s.expert_imbalance.empty()) {
     r.expert_imbalance = *std::max_element(s.expert_imbalance.begin(), s.expert_imbalance.end());
     r.expert_imbalance_layers = s.expert_imbalance;

@@ -87,12 +87,16 @@ def qwen2_lm(vocab):
 
 
 def train_trl(tokenizer, pairs, vocab, tmp, loss_type="sigmoid", beta=0.1, label_smoothing=0.0, lora_adapter=None,
-              make=hf_llama, precompute=False, order=None, ref_model=None):
+              make=hf_llama, precompute=False, order=None, ref_model=None, valid=None, eval_steps=(), eval_batches=0):
     """TRL's DPO on `pairs` [(prompt, chosen, rejected) ids] as tessera's spec defines the step: micro-batches
     of MICRO pairs, GLOBAL pairs a step, global pair g being pairs[order(g)] (default: file order, wrapping).
     With `lora_adapter` (a directory), peft's LoRA (lora_llama) and no reference model: TRL's reference is
     then the base, the adapters disabled. `ref_model`: TRL's ref_model (default: a frozen copy of the
-    initial model). Returns (losses, metrics per step, final weights: the adapters' under LoRA)."""
+    initial model). With `valid` (pairs), an evaluation after each step of `eval_steps` (1-based): TRL's
+    get_batch_loss_metrics(train_eval="eval") over micro-batches of MICRO validation pairs, global pair g
+    being valid[g mod len(valid)], eval_batches global batches, averaged (all micro-batches alike).
+    Returns (losses, metrics per step, final weights: the adapters' under LoRA), and with `valid` also
+    {step: (eval loss, {metric: value})}."""
     order = order or (lambda g: g % len(pairs))
     if lora_adapter:
         model, ref = lora_llama(vocab, lora_adapter), None
@@ -130,7 +134,7 @@ def train_trl(tokenizer, pairs, vocab, tmp, loss_type="sigmoid", beta=0.1, label
                     chosen, rejected = trainer.compute_ref_log_probs(batch)
                 for i, c, r in zip(index, chosen.float().tolist(), rejected.float().tolist()):
                     reference.setdefault(i, (c, r))
-    losses, metrics = [], []
+    losses, metrics, evals = [], [], {}
     for step in range(STEPS):
         for group in opt.param_groups:
             group["lr"] = gpt_reference.lr_at(step, LR, MIN_LR, WARMUP, STEPS, True)
@@ -153,6 +157,21 @@ def train_trl(tokenizer, pairs, vocab, tmp, loss_type="sigmoid", beta=0.1, label
         losses.append(total)
         sums["grad_norm"] = norm
         metrics.append(sums)
+        if valid is not None and step + 1 in eval_steps:
+            count = eval_batches * GLOBAL // MICRO
+            loss_sum, got_sums = 0.0, {k: 0.0 for k in METRICS}
+            with torch.no_grad():
+                for m in range(count):
+                    batch = collate([{"prompt_input_ids": valid[i][0], "chosen_input_ids": valid[i][1],
+                                      "rejected_input_ids": valid[i][2]}
+                                     for i in [(m * MICRO + j) % len(valid) for j in range(MICRO)]])
+                    loss, got = trainer.get_batch_loss_metrics(model, batch, train_eval="eval")
+                    loss_sum += loss.item() / count
+                    for k, name in METRICS.items():
+                        got_sums[k] += got[f"eval_{name}"] / count
+            evals[step + 1] = (loss_sum, got_sums)
+    if valid is not None:
+        return losses, metrics, None, evals
     if lora_adapter:
         return losses, metrics, adapter_weights(model, os.path.join(tmp, "trl-adapters"))
     tied = model.config.tie_word_embeddings  # lm_head.weight is then the token embedding (not in checkpoints).
@@ -307,6 +326,52 @@ output_dir: {self.tmp}/{name}
         want = train_trl(self.hf_tokenizer, self.pairs, self.vocab, self.tmp, ref_model=from_checkpoint)
         self.check("ref_checkpoint", self.run_tessera("ref_checkpoint", [], dpo=f"{{beta: 0.1, reference: {checkpoint}}}"),
                    want, learns=False)
+
+    def test_validation(self):
+        # Validation on pairs (TRL's evaluate: eval_loss and eval_rewards/…, with its reference model): the
+        # held-out tail (data.valid_fraction 0.25: the last 8 of 32 pairs, training on 24 and wrapping),
+        # every 4 steps, 3 global batches (12 pairs: the 8 wrap) — in one process, pp=2 and dp=2 with
+        # sp=2; and data.valid_path (another file) with dp=2. Then a resume at step 4 evaluates at step 8
+        # with the validation reference kept in the checkpoint (valid_logps).
+        want = train_trl(self.hf_tokenizer, self.pairs[:24], self.vocab, self.tmp, valid=self.pairs[24:],
+                         eval_steps=(4, 8), eval_batches=3)
+        sets = ["data.valid_fraction=0.25", "train.eval_every=4", "train.eval_batches=3"]
+        for name, extra in [("valid_tail", []), ("valid_tail_pp2", ["parallel.pp=2"]),
+                            ("valid_tail_dp2_sp2", ["parallel.dp=2", "parallel.sp=2"])]:
+            self.check_evaluations(name, self.run_tessera(name, sets + extra, every=4), want)
+        shutil.rmtree(os.path.join(self.tmp, "valid_tail", "checkpoints", f"step_{STEPS:08d}"))
+        steps = self.run_tessera("valid_tail", sets, every=4)
+        self.assertEqual(steps[STEPS // 2]["resumed_from"], STEPS // 2)
+        self.check_evaluations("valid_tail (resumed)", steps, want)
+        data = os.path.join(self.tmp, "valid20")
+        valid = prepare_pairs(TESSERA, self.tokenizer_dir, pair_records(20, seed=8), data)
+        want = train_trl(self.hf_tokenizer, self.pairs, self.vocab, self.tmp, valid=valid, eval_steps=(8,),
+                         eval_batches=2)
+        self.check_evaluations("valid_path_dp2", self.run_tessera(
+            "valid_path_dp2", [f"data.valid_path={data}", "train.eval_batches=2", "parallel.dp=2"]), want)
+
+    def check_evaluations(self, name, steps, want):
+        """Every step as check() (the training pairs), and each evaluation's val_loss and val_ metrics
+        against TRL's eval; the steps without one have none."""
+        losses, metrics, _, evals = want
+        self.assertEqual([s["step"] for s in steps], list(range(1, STEPS + 1)))
+        worst = 0.0
+        for s, loss, m in zip(steps, losses, metrics):
+            for key in ["loss"] + list(METRICS):
+                expect = loss if key == "loss" else m[key]
+                worst = max(worst, abs(s[key] - expect))
+                self.assertLessEqual(abs(s[key] - expect), TOL * max(1.0, abs(expect)), f"{name} step {s['step']} {key}")
+            if s["step"] not in evals:
+                self.assertNotIn("val_loss", s, f"{name} step {s['step']}")
+                continue
+            val_loss, val = evals[s["step"]]
+            for key, got, expect in [("val_loss", s["val_loss"], val_loss)] + [
+                    (f"val_{k}", s[f"val_{k}"], val[k]) for k in METRICS]:
+                worst = max(worst, abs(got - expect))
+                self.assertLessEqual(abs(got - expect), TOL * max(1.0, abs(expect)),
+                                     f"{name} step {s['step']} {key}: tessera {got} vs TRL {expect}")
+        print(f"{name}: val_loss {[round(evals[k][0], 4) for k in sorted(evals)]}, "
+              f"max difference {worst:.2e} in the step and evaluation fields")
 
     def test_precomputed_reference(self):
         # TRL's precompute_ref_log_probs (the reference scored before training, float32) against

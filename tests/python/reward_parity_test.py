@@ -81,10 +81,14 @@ def tessera_names(model):
             if not k.endswith("rotary_emb.inv_freq")}
 
 
-def train_trl(tokenizer, pairs, vocab, tmp, margins=None, center=None, make=reward_llama):
+def train_trl(tokenizer, pairs, vocab, tmp, margins=None, center=None, make=reward_llama, valid=None,
+              valid_margins=None, eval_steps=(), eval_batches=0, evals=None):
     """TRL's reward model on `pairs` [(prompt, chosen, rejected) ids] as tessera's spec defines the step:
     micro-batches of MICRO pairs in file order, GLOBAL pairs a step. Returns (losses, the reward fields per
-    step, final weights under tessera's names)."""
+    step, final weights under tessera's names). With `valid` (pairs, and their margins), an evaluation
+    after each step of `eval_steps` (1-based) into `evals` {step: (loss, fields)}: RewardTrainer's
+    compute_loss in eval mode over micro-batches of MICRO validation pairs, global pair g being
+    valid[g mod len(valid)], eval_batches global batches, averaged (all micro-batches alike)."""
     model = make(vocab, tokenizer.eos_token_id)
     args = RewardConfig(output_dir=os.path.join(tmp, "trl"), report_to=[], use_cpu=True, bf16=False,
                         gradient_checkpointing=False, max_length=None, center_rewards_coefficient=center)
@@ -101,6 +105,32 @@ def train_trl(tokenizer, pairs, vocab, tmp, margins=None, center=None, make=rewa
                             lr=LR, betas=BETAS, eps=ADAM_EPS, foreach=False)
     losses, fields = [], []
     micro_batches = GLOBAL // MICRO
+
+    def batch_of(source, source_margins, index):
+        examples = [{"chosen_input_ids": source[i][0] + source[i][1], "rejected_input_ids": source[i][0] + source[i][2]}
+                    for i in index]
+        if source_margins is not None:
+            for e, i in zip(examples, index):
+                e["margin"] = source_margins[i]
+        return collate(examples)
+
+    def evaluate():
+        count = eval_batches * GLOBAL // MICRO
+        loss_sum, sums = 0.0, {k: 0.0 for k in FIELDS}
+        model.eval()  # RewardTrainer records its metrics under "eval" then (no dropout: the same forward).
+        with torch.no_grad():
+            for m in range(count):
+                index = [(m * MICRO + j) % len(valid) for j in range(MICRO)]
+                loss, outputs = trainer.compute_loss(model, batch_of(valid, valid_margins, index), return_outputs=True)
+                loss_sum += loss.item() / count
+                chosen, rejected = outputs.logits.detach().squeeze(-1).double().chunk(2)
+                sums["rewards_chosen"] += chosen.mean().item() / count
+                sums["rewards_rejected"] += rejected.mean().item() / count
+                sums["rewards_margin"] += trainer._metrics["eval"]["margin"][-1] / count
+                sums["rewards_accuracy"] += trainer._metrics["eval"]["accuracy"][-1] / count
+        model.train()
+        return loss_sum, sums
+
     for step in range(STEPS):
         for group in opt.param_groups:
             group["lr"] = gpt_reference.lr_at(step, LR, MIN_LR, WARMUP, STEPS, True)
@@ -108,12 +138,7 @@ def train_trl(tokenizer, pairs, vocab, tmp, margins=None, center=None, make=rewa
         total, sums = 0.0, {k: 0.0 for k in FIELDS}
         for m in range(micro_batches):
             index = [(step * GLOBAL + m * MICRO + i) % len(pairs) for i in range(MICRO)]
-            examples = [{"chosen_input_ids": pairs[i][0] + pairs[i][1], "rejected_input_ids": pairs[i][0] + pairs[i][2]}
-                        for i in index]
-            if margins is not None:
-                for e, i in zip(examples, index):
-                    e["margin"] = margins[i]
-            loss, outputs = trainer.compute_loss(model, collate(examples), return_outputs=True)
+            loss, outputs = trainer.compute_loss(model, batch_of(pairs, margins, index), return_outputs=True)
             (loss / micro_batches).backward()
             total += loss.item() / micro_batches
             chosen, rejected = outputs.logits.detach().squeeze(-1).double().chunk(2)
@@ -127,6 +152,8 @@ def train_trl(tokenizer, pairs, vocab, tmp, margins=None, center=None, make=rewa
         losses.append(total)
         sums["grad_norm"] = norm
         fields.append(sums)
+        if valid is not None and step + 1 in eval_steps:
+            evals[step + 1] = evaluate()
     return losses, fields, tessera_names(model), model
 
 
@@ -222,6 +249,33 @@ output_dir: {self.tmp}/{name}
         want = self.reference()
         for name, sets in LAYOUTS:
             self.check(name, self.run_tessera(name, sets), want)
+
+    def test_validation(self):
+        # Validation on the held-out tail (data.valid_fraction 0.25 of the pairs with margins: TRL's
+        # eval_loss with margins and centring, eval_margin and eval_accuracy), every 4 steps, 3 global
+        # batches (12 of the 8 pairs: wrapping), in one process and dp=2 with tp=2.
+        evals = {}
+        want = train_trl(self.hf_tokenizer, self.margin_pairs[:24], self.vocab, self.tmp, margins=self.margins[:24],
+                         center=CENTER, valid=self.margin_pairs[24:], valid_margins=self.margins[24:],
+                         eval_steps=(4, 8), eval_batches=3, evals=evals)
+        sets = ["data.valid_fraction=0.25", "train.eval_every=4", "train.eval_batches=3"]
+        for name, extra in [("valid_tail", []), ("valid_tail_dp2_tp2", ["parallel.dp=2", "parallel.tp=2"])]:
+            steps = self.run_tessera(name, sets + extra, data=self.margin_data,
+                                     reward_model=f"reward_model: {{center_coefficient: {CENTER}}}")
+            self.check(name, steps, want, learns=False)
+            worst = 0.0
+            for s in steps:
+                if s["step"] not in evals:
+                    self.assertNotIn("val_loss", s, f"{name} step {s['step']}")
+                    continue
+                loss, fields = evals[s["step"]]
+                for key, got, expect in [("val_loss", s["val_loss"], loss)] + [
+                        (f"val_{k}", s[f"val_{k}"], fields[k]) for k in FIELDS]:
+                    worst = max(worst, abs(got - expect))
+                    self.assertLessEqual(abs(got - expect), TOL * max(1.0, abs(expect)),
+                                         f"{name} step {s['step']} {key}: tessera {got} vs TRL {expect}")
+            print(f"{name}: val_loss {[round(evals[k][0], 4) for k in sorted(evals)]}, max difference {worst:.2e} "
+                  "in the evaluation fields")
 
     def test_margins_and_centring(self):
         steps = self.run_tessera("margins", [], data=self.margin_data,
