@@ -72,6 +72,10 @@ int Main(int argc, char** argv) {
   app.add_option("--max-new-tokens", o.max_new_tokens, "Tokens to generate (default 32)");
   app.add_option("--temperature", o.temperature, "0 (default): greedy; > 0: sample from softmax(logits / T)");
   app.add_option("--top-k", o.top_k, "Sample among the K most likely tokens (default: all)");
+  app.add_option("--top-p", o.top_p,
+                 "Sample among the most likely tokens whose probability reaches P, after --top-k (default 1: all)");
+  app.add_option("--num-samples", o.num_samples,
+                 "Completions of the prompt (default 1), decoded as one batch, each from its own seeded generator");
   app.add_option("--seed", o.seed, "Seed of the sampler (default 0)");
   app.add_option("--stop-id", o.stop_token, "Stop after generating this token id (e.g. the end-of-text id)");
   app.add_option("--device", device_text, "cpu (default), cuda or cuda:N");
@@ -79,7 +83,9 @@ int Main(int argc, char** argv) {
   app.add_option("--logits-out", logits_out, "Write the prompt's logits [T, vocab] (fp32) to this .safetensors file");
   std::string lora;
   app.add_option("--lora", lora, "A PEFT LoRA adapter directory applied over MODEL (as `tessera export` writes one)");
-  app.add_flag("--json", json, "Print {\"prompt\": [...], \"tokens\": [...]} instead of the tokens as they come");
+  app.add_flag("--json", json,
+               "Print one line per completion, {\"model\", \"prompt\": [...], \"sample\", \"tokens\": [...], "
+               "\"logprobs\": [...], \"truncated\", \"text\"}, instead of the tokens as they come");
   CLI11_PARSE(app, argc, argv);
   const bool given_ids = app.count("--prompt-ids") > 0, given_text = app.count("--prompt") > 0;
   if (given_ids == given_text) {
@@ -158,8 +164,9 @@ int Main(int argc, char** argv) {
     auto text = tokenizer->Decode(ids);
     return text.ok() ? *text : "?";
   };
-  auto print = [&](int64_t t) {
-    if (json) return;
+  // One completion streams its tokens as they come; several print each on its line when done.
+  auto print = [&](int /*sample*/, int64_t t) {
+    if (json || o.num_samples > 1) return;
     if (tokenizer) {
       std::cout << text_of({static_cast<int32_t>(t)}) << std::flush;
     } else if (bytes) {
@@ -169,9 +176,9 @@ int Main(int argc, char** argv) {
     }
   };
   at::Tensor logits;
-  auto tokens = parallel::Generate(*loaded->model, prompt, o, print, logits_out.empty() ? nullptr : &logits);
-  if (!tokens.ok()) {
-    std::cerr << "error: " << tokens.status().message() << "\n";
+  auto completions = parallel::Sample(*loaded->model, prompt, o, print, logits_out.empty() ? nullptr : &logits);
+  if (!completions.ok()) {
+    std::cerr << "error: " << completions.status().message() << "\n";
     return kExitBadInput;
   }
   if (!logits_out.empty()) {
@@ -180,23 +187,36 @@ int Main(int argc, char** argv) {
       return kExitJobFailed;
     }
   }
-  if (json) {
-    auto list = [](const std::vector<int64_t>& v) {
-      std::string s = "[";
-      for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
-      return s + "]";
-    };
-    std::cout << "{\"model\": \"" << loaded->source << "\", \"prompt\": " << list(prompt)
-              << ", \"tokens\": " << list(*tokens);
-    if (tokenizer) {
-      const std::vector<int32_t> ids(tokens->begin(), tokens->end());
-      // Invalid UTF-8 (a character cut by --max-new-tokens, or bytes a model strung together) becomes
-      // U+FFFD, as the `tokenizers` library decodes it.
-      std::cout << ", \"text\": " << nlohmann::json(text::Utf8Lossy(text_of(ids))).dump();
+  for (size_t i = 0; i < completions->size(); ++i) {
+    const parallel::Completion& c = (*completions)[i];
+    const std::vector<int32_t> ids(c.tokens.begin(), c.tokens.end());
+    if (!json) {
+      if (o.num_samples == 1) {
+        std::cout << "\n";
+      } else if (tokenizer) {
+        std::cout << nlohmann::json(text::Utf8Lossy(text_of(ids))).dump() << "\n";
+      } else {
+        for (int64_t t : c.tokens) {
+          if (bytes) {
+            std::cout << static_cast<char>(t < 256 ? t : '?');
+          } else {
+            std::cout << t << " ";
+          }
+        }
+        std::cout << "\n";
+      }
+      continue;
     }
-    std::cout << "}\n";
-  } else {
-    std::cout << "\n";
+    nlohmann::json line = {{"model", text::Utf8Lossy(loaded->source)},
+                           {"prompt", prompt},
+                           {"sample", i},
+                           {"tokens", c.tokens},
+                           {"logprobs", c.logprobs},
+                           {"truncated", c.truncated}};
+    // Invalid UTF-8 (a character cut by --max-new-tokens, or bytes a model strung together) becomes
+    // U+FFFD, as the `tokenizers` library decodes it.
+    if (tokenizer) line["text"] = text::Utf8Lossy(text_of(ids));
+    std::cout << line.dump() << "\n";
   }
   return kExitOk;
 }

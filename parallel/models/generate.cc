@@ -4,6 +4,8 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "formats/model/family.h"
@@ -13,9 +15,39 @@ namespace tessera::parallel {
 using formats::model::FamilyOf;
 using formats::model::PositionKind;
 
-absl::StatusOr<std::vector<int64_t>> Generate(Decoder& model, const std::vector<int64_t>& prompt,
-                                              const GenerateOptions& o, const std::function<void(int64_t)>& on_token,
-                                              at::Tensor* prompt_logits) {
+namespace {
+
+// The scores of one row [V] (logits / temperature) with top-k then top-p applied: the tokens left out
+// at −inf. top-k keeps the tokens scoring at least the k-th largest (ties kept); top-p sorts the kept
+// tokens by score, ascending, and drops those whose cumulative probability stays at or below 1 − p,
+// never the most likely one.
+at::Tensor Filter(at::Tensor scores, int top_k, double top_p) {
+  const double minus_inf = -std::numeric_limits<double>::infinity();
+  if (top_k > 0 && top_k < scores.size(-1)) {
+    const at::Tensor kth = std::get<0>(scores.topk(top_k, -1)).narrow(-1, top_k - 1, 1);
+    scores = scores.masked_fill(scores < kth, minus_inf);
+  }
+  if (top_p < 1) {
+    auto [sorted, order] = scores.sort(/*dim=*/-1, /*descending=*/false);
+    at::Tensor drop = sorted.softmax(-1).cumsum(-1) <= (1 - top_p);
+    drop.select(-1, drop.size(-1) - 1).fill_(false);
+    scores = scores.masked_fill(at::zeros_like(drop).scatter(-1, order, drop), minus_inf);
+  }
+  return scores;
+}
+
+}  // namespace
+
+uint64_t SampleSeed(uint64_t seed, int i) {
+  uint64_t z = seed + static_cast<uint64_t>(i) * 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+absl::StatusOr<std::vector<Completion>> Sample(Decoder& model, const std::vector<int64_t>& prompt,
+                                               const GenerateOptions& o, const std::function<void(int, int64_t)>& on_token,
+                                               at::Tensor* prompt_logits) {
   const ModelConfig& c = model.config();
   if (prompt.empty()) return absl::InvalidArgumentError("the prompt is empty (at least one token)");
   for (size_t i = 0; i < prompt.size(); ++i) {
@@ -25,8 +57,14 @@ absl::StatusOr<std::vector<int64_t>> Generate(Decoder& model, const std::vector<
     }
   }
   if (o.max_new_tokens < 0) return absl::InvalidArgumentError(absl::StrCat("max-new-tokens ", o.max_new_tokens, " is negative"));
-  if (!(o.temperature >= 0)) return absl::InvalidArgumentError(absl::StrCat("temperature ", o.temperature, " is negative"));
+  if (!(o.temperature >= 0) || std::isinf(o.temperature)) {
+    return absl::InvalidArgumentError(absl::StrCat("temperature ", o.temperature, " is not a finite number >= 0"));
+  }
   if (o.top_k < 0) return absl::InvalidArgumentError(absl::StrCat("top-k ", o.top_k, " is negative"));
+  if (!(o.top_p > 0 && o.top_p <= 1)) return absl::InvalidArgumentError(absl::StrCat("top-p ", o.top_p, " is not in (0, 1]"));
+  if (o.num_samples < 1 || o.num_samples > kMaxSamples) {
+    return absl::InvalidArgumentError(absl::StrCat("num-samples ", o.num_samples, " is not in [1, ", kMaxSamples, "]"));
+  }
   // Positions the model reads: the prompt's and every generated token's but the last (never fed back).
   const int64_t needed = static_cast<int64_t>(prompt.size()) + std::max<int64_t>(o.max_new_tokens - 1, 0);
   if (FamilyOf(c.family).positions == PositionKind::kLearned && needed > c.seq_len) {
@@ -35,32 +73,84 @@ absl::StatusOr<std::vector<int64_t>> Generate(Decoder& model, const std::vector<
                                                    c.seq_len, " learned positions"));
   }
   const c10::Device device = model.params().front().value.device();
-  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(o.seed);
+  const int G = o.num_samples;
+  std::vector<at::Generator> generators;
+  if (o.temperature > 0) {
+    for (int i = 0; i < G; ++i) generators.push_back(at::make_generator<at::CPUGeneratorImpl>(SampleSeed(o.seed, i)));
+  }
+  std::vector<Completion> out(G);
+  if (o.max_new_tokens == 0 && prompt_logits == nullptr) return out;
   KvCache cache;
-  std::vector<int64_t> out;
-  at::Tensor tokens = at::tensor(prompt, at::kLong).unsqueeze(0).to(device);
-  for (int n = 0; n < o.max_new_tokens || (prompt_logits != nullptr && n == 0); ++n) {
-    at::Tensor logits = model.DecodeStep(tokens, &cache);  // [1, T, vocab]
-    if (n == 0 && prompt_logits != nullptr) *prompt_logits = logits[0].cpu();
-    if (n >= o.max_new_tokens) break;
-    at::Tensor last = logits[0][-1].cpu();
-    int64_t next;
-    if (o.temperature == 0) {
-      next = last.argmax().item<int64_t>();
-    } else {
-      at::Tensor scaled = last / o.temperature;
-      if (o.top_k > 0 && o.top_k < c.vocab) {
-        const double kth = std::get<0>(scaled.topk(o.top_k))[-1].item<double>();
-        scaled = scaled.masked_fill(scaled < kth, -std::numeric_limits<float>::infinity());
-      }
-      next = at::multinomial(at::softmax(scaled, -1), 1, /*replacement=*/false, gen).item<int64_t>();
+  at::Tensor logits = model.DecodeStep(at::tensor(prompt, at::kLong).unsqueeze(0).to(device), &cache);  // [1, T, V]
+  if (prompt_logits != nullptr) *prompt_logits = logits[0].cpu();
+  if (o.max_new_tokens == 0) return out;
+  // Every completion continues the same prompt: the cache and the last logits, once per completion.
+  at::Tensor last = logits.select(1, -1).expand({G, logits.size(-1)});  // [G, V]
+  if (G > 1) {
+    const at::Tensor rows = at::zeros({G}, at::TensorOptions().dtype(at::kLong).device(device));
+    for (size_t l = 0; l < cache.k.size(); ++l) {
+      cache.k[l] = cache.k[l].index_select(0, rows);
+      cache.v[l] = cache.v[l].index_select(0, rows);
     }
-    out.push_back(next);
-    if (on_token) on_token(next);
-    if (next == o.stop_token) break;
-    tokens = at::full({1, 1}, next, at::TensorOptions().dtype(at::kLong).device(device));
+  }
+  std::vector<int> active(G);  // The completion of each row of the batch.
+  for (int i = 0; i < G; ++i) active[i] = i;
+  const double T = o.temperature > 0 ? o.temperature : 1.0;
+  for (int n = 0; n < o.max_new_tokens; ++n) {
+    const at::Tensor scores = last.to(at::kFloat).cpu() / T;  // [A, V]
+    const at::Tensor logprobs = at::log_softmax(scores.to(at::kDouble), -1);
+    std::vector<int64_t> next(active.size());
+    if (o.temperature == 0) {
+      const at::Tensor best = scores.argmax(-1);
+      for (size_t r = 0; r < active.size(); ++r) next[r] = best[r].item<int64_t>();
+    } else {
+      const at::Tensor probs = at::softmax(Filter(scores, o.top_k, o.top_p), -1);
+      for (size_t r = 0; r < active.size(); ++r) {
+        next[r] = at::multinomial(probs[r], 1, /*replacement=*/false, generators[active[r]]).item<int64_t>();
+      }
+    }
+    std::vector<int64_t> keep;
+    for (size_t r = 0; r < active.size(); ++r) {
+      Completion& done = out[active[r]];
+      done.tokens.push_back(next[r]);
+      done.logprobs.push_back(logprobs[r][next[r]].item<double>());
+      if (on_token) on_token(active[r], next[r]);
+      if (next[r] == o.stop_token) continue;
+      if (n + 1 == o.max_new_tokens) {
+        done.truncated = true;
+        continue;
+      }
+      keep.push_back(static_cast<int64_t>(r));
+    }
+    if (keep.empty()) break;
+    std::vector<int64_t> tokens;
+    std::vector<int> still;
+    for (int64_t r : keep) {
+      tokens.push_back(next[r]);
+      still.push_back(active[r]);
+    }
+    if (keep.size() < active.size()) {
+      // Finished completions leave the batch (their rows of the cache with them).
+      const at::Tensor rows = at::tensor(keep, at::kLong).to(device);
+      for (size_t l = 0; l < cache.k.size(); ++l) {
+        cache.k[l] = cache.k[l].index_select(0, rows);
+        cache.v[l] = cache.v[l].index_select(0, rows);
+      }
+    }
+    active = std::move(still);
+    last = model.DecodeStep(at::tensor(tokens, at::kLong).unsqueeze(1).to(device), &cache).select(1, -1);
   }
   return out;
+}
+
+absl::StatusOr<std::vector<int64_t>> Generate(Decoder& model, const std::vector<int64_t>& prompt,
+                                              const GenerateOptions& o, const std::function<void(int64_t)>& on_token,
+                                              at::Tensor* prompt_logits) {
+  if (o.num_samples != 1) return absl::InvalidArgumentError("Generate makes one completion (num_samples 1)");
+  auto each = on_token ? std::function<void(int, int64_t)>([&](int, int64_t t) { on_token(t); }) : nullptr;
+  auto completions = Sample(model, prompt, o, each, prompt_logits);
+  if (!completions.ok()) return completions.status();
+  return std::move(completions->front().tokens);
 }
 
 }  // namespace tessera::parallel
