@@ -7,8 +7,10 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
@@ -18,6 +20,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/cleanup/cleanup.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "client/exit_codes.h"
 #include "client/preference_prepare.h"
@@ -61,7 +64,24 @@ int Main(int argc, char** argv) {
     return kExitBadInput;
   }
   std::error_code ec;
-  // A .jsonl file is prepared into a temporary dataset first (its errors name the line).
+  // A prepared dataset given by one of its files (PREFIX.pref.json) is that dataset.
+  if (absl::EndsWith(data, ".pref.json") && fs::exists(data, ec)) data.resize(data.size() - strlen(".pref.json"));
+  if (threads > 0) at::set_num_threads(threads);
+  // The model first: a wrong one is refused before any data is read.
+  auto loaded = parallel::LoadModelForInference(model_path, c10::Device(c10::kCPU), "");
+  if (!loaded.ok()) {
+    std::cerr << "error: " << loaded.status().message() << "\n";
+    return kExitBadInput;
+  }
+  parallel::Decoder& model = *loaded->model;
+  const parallel::ModelConfig& c = model.config();
+  if (!c.score_head) {
+    std::cerr << "error: " << model_path << " is not a reward model (its head is an LM head): give a checkpoint of "
+              << "train.objective reward or a transformers *ForSequenceClassification directory\n";
+    return kExitBadInput;
+  }
+  // A .jsonl file is prepared into a temporary dataset first (its errors name the line), in $TMPDIR
+  // (else /tmp), removed when the program ends.
   std::string prefix = data;
   fs::path scratch;
   auto remove_scratch = absl::MakeCleanup([&] {
@@ -78,10 +98,12 @@ int Main(int argc, char** argv) {
       std::cerr << "error: --tokenizer: needed to tokenize " << data << " (MODEL holds no tokenizer.json)\n";
       return kExitBadInput;
     }
-    char templ[] = "/tmp/tessera-score-XXXXXX";
-    const char* made = mkdtemp(templ);
+    const char* tmpdir = getenv("TMPDIR");
+    const std::string base = tmpdir != nullptr && tmpdir[0] != '\0' ? tmpdir : "/tmp";
+    std::string templ = (fs::path(base) / "tessera-score-XXXXXX").string();
+    const char* made = mkdtemp(templ.data());
     if (made == nullptr) {
-      std::cerr << "error: cannot create a temporary directory in /tmp\n";
+      std::cerr << "error: cannot create a temporary directory in " << base << ": " << strerror(errno) << "\n";
       return kExitJobFailed;
     }
     scratch = made;
@@ -95,19 +117,6 @@ int Main(int argc, char** argv) {
       return kExitBadInput;
     }
     prefix = prepare.output_prefix;
-  }
-  if (threads > 0) at::set_num_threads(threads);
-  auto loaded = parallel::LoadModelForInference(model_path, c10::Device(c10::kCPU), "");
-  if (!loaded.ok()) {
-    std::cerr << "error: " << loaded.status().message() << "\n";
-    return kExitBadInput;
-  }
-  parallel::Decoder& model = *loaded->model;
-  const parallel::ModelConfig& c = model.config();
-  if (!c.score_head) {
-    std::cerr << "error: " << model_path << " is not a reward model (its head is an LM head): give a checkpoint of "
-              << "train.objective reward or a transformers *ForSequenceClassification directory\n";
-    return kExitBadInput;
   }
   auto pairs = formats::data::PreferenceDataset::Open(prefix, c.vocab);
   if (!pairs.ok()) {

@@ -130,6 +130,10 @@ TEST(RewardSpecTest, TheSectionIsCheckedByFieldAndBelongsToRewardOnly) {
   if (nan.ok()) {
     EXPECT_THAT(Errors(*nan), HasSubstr("reward_model.center_coefficient"));
   }
+  auto sft = ParseJobSpec(kReward, {"output_dir=/out/t", "train.objective=cross_entropy", "dpo.reference=/models/sft"});
+  ASSERT_TRUE(sft.ok());
+  EXPECT_THAT(Errors(*sft), HasSubstr("dpo.reference: applies to train.objective dpo only"));
+  for (const auto& [field, path] : InputPaths(*sft)) EXPECT_NE(field, "dpo.reference");
   auto elsewhere = ParseJobSpec(kSpec, {"output_dir=/out/t", "reward_model.center_coefficient=0.5"});
   ASSERT_TRUE(elsewhere.ok());
   EXPECT_THAT(Errors(*elsewhere), HasSubstr("reward_model.center_coefficient: applies to train.objective reward only"));

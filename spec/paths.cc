@@ -95,7 +95,8 @@ void MakePathsAbsolute(v1::JobSpec* s, const std::string& cwd) {
   s->mutable_model()->set_init_from(absolute(s->model().init_from()));
   s->mutable_model()->set_pretrained(absolute(s->model().pretrained()));
   if (s->model().has_lora()) s->mutable_model()->mutable_lora()->set_init_from(absolute(s->model().lora().init_from()));
-  if (s->has_dpo() && !s->dpo().reference().empty() && s->dpo().reference() != "initial") {
+  if (s->train().objective() == v1::OBJECTIVE_DPO && !s->dpo().reference().empty() &&
+      s->dpo().reference() != "initial") {
     s->mutable_dpo()->set_reference(absolute(s->dpo().reference()));
   }
   s->set_output_dir(absolute(s->output_dir()));
@@ -113,7 +114,9 @@ std::vector<std::pair<std::string, std::string>> InputPaths(const v1::JobSpec& s
   add("model.init_from", s.model().init_from());
   add("model.pretrained", s.model().pretrained());
   add("model.lora.init_from", s.model().lora().init_from());
-  if (s.dpo().reference() != "initial") add("dpo.reference", s.dpo().reference());
+  if (s.train().objective() == v1::OBJECTIVE_DPO && s.dpo().reference() != "initial") {
+    add("dpo.reference", s.dpo().reference());
+  }
   return out;
 }
 

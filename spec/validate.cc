@@ -358,6 +358,9 @@ void CheckObjective(const v1::JobSpec& s, Checker& c) {
   if (objective != v1::OBJECTIVE_REWARD && s.reward_model().center_coefficient() != 0) {
     c.Fail("reward_model.center_coefficient", "applies to train.objective reward only");
   }
+  if (objective != v1::OBJECTIVE_DPO && !s.dpo().reference().empty() && s.dpo().reference() != "initial") {
+    c.Fail("dpo.reference", "applies to train.objective dpo only");
+  }
   if (objective != v1::OBJECTIVE_DPO && objective != v1::OBJECTIVE_REWARD) {
     for (const auto& [field, value] : {std::pair{"data.max_prompt_tokens", d.max_prompt_tokens()},
                                        std::pair{"data.max_completion_tokens", d.max_completion_tokens()}}) {

@@ -211,7 +211,9 @@ class Trainer {
   absl::StatusOr<double> EvaluatePairs();
   // dpo.reference PATH: a model built like model_ (this rank's part, its flags, `dtype`) holding the
   // weights of PATH, checked against the spec's model (CheckModelMatches) — scored once and freed.
-  absl::StatusOr<std::unique_ptr<Decoder>> LoadReferenceModel() const;
+  // *step: the checkpoint's step read (its newest, for a checkpoint directory), −1 for a transformers
+  // directory. This rank's verdict only (ScoreReference makes it every rank's).
+  absl::StatusOr<std::unique_ptr<Decoder>> LoadReferenceModel(int64_t* step) const;
   // A model of this rank's part of the spec's model (its pipeline chunks, experts, sequence and expert
   // parallelism, kernels and FP8) with the seed's weights, as Init builds model_.
   std::unique_ptr<Decoder> NewModel() const;

@@ -455,6 +455,22 @@ absl::Status Trainer::CheckModelMatches(const ModelConfig& saved, const std::str
           absl::StrCat(what, " was written for model.", key, " ", had, ", the spec says ", want));
     }
   }
+  if (reference) {
+    // What else changes the forward pass: the reference is built from the spec's model (NewModel), so
+    // a model that computes otherwise is refused, not scored as another (TRL's ref_model runs its own).
+    for (const auto& [key, had, want] : std::vector<std::tuple<const char*, double, double>>{
+             {"norm_eps", saved.norm_eps, c.norm_eps},
+             {"rope_theta", saved.rope_theta, c.rope_theta},
+             {"gelu_tanh", saved.gelu_tanh ? 1.0 : 0.0, c.gelu_tanh ? 1.0 : 0.0}}) {
+      if (had != want) {
+        return absl::FailedPreconditionError(
+            absl::StrCat(what, " was written for model.", key, " ", had, ", the spec says ", want));
+      }
+    }
+    if (!(saved.rope_scaling == c.rope_scaling)) {
+      return absl::FailedPreconditionError(absl::StrCat(what, "'s rope_scaling differs from the spec's model"));
+    }
+  }
   if (reference && saved.score_head != c.score_head) {
     return absl::FailedPreconditionError(absl::StrCat(
         what, saved.score_head ? " is a reward model (a score head)" : " is a language model (an LM head)",

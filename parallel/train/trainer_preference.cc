@@ -17,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "formats/checkpoint/safetensors.h"
 #include "formats/model/checkpoint_model.h"
+#include "formats/model/family.h"
 #include "formats/model/hf_config.h"
 #include "parallel/models/hf_weights.h"
 #include "parallel/models/model_state.h"
@@ -218,11 +219,12 @@ absl::StatusOr<at::Tensor> Trainer::ReferenceOf(const PairSet& set, int64_t firs
   return at::tensor(values, at::TensorOptions().dtype(at::kDouble)).to(device_);
 }
 
-absl::StatusOr<std::unique_ptr<Decoder>> Trainer::LoadReferenceModel() const {
+absl::StatusOr<std::unique_ptr<Decoder>> Trainer::LoadReferenceModel(int64_t* step) const {
   const std::string& path = options_.dpo.reference;
   auto fail = [&](const absl::Status& s) {
     return absl::Status(s.code(), absl::StrCat("dpo.reference ", path, ": ", s.message()));
   };
+  *step = -1;
   std::unique_ptr<Decoder> ref = NewModel();
   if (std::filesystem::exists(std::filesystem::path(path) / "config.json")) {
     // A transformers directory: its config agrees with the spec's model, then every tensor is read
@@ -244,6 +246,13 @@ absl::StatusOr<std::unique_ptr<Decoder>> Trainer::LoadReferenceModel() const {
     }
     TESSERA_RETURN_IF_ERROR(
         CheckModelMatches(checkpoint->config, absl::StrCat("dpo.reference ", checkpoint->path), /*reference=*/true));
+    if (formats::model::FamilyOf(options_.model.family).positions == formats::model::PositionKind::kLearned &&
+        checkpoint->config.seq_len != options_.model.seq_len) {
+      return fail(absl::FailedPreconditionError(absl::StrCat(
+          checkpoint->path, " was written for model.seq_len ", checkpoint->config.seq_len, ", the spec says ",
+          options_.model.seq_len, " (learned positions: one row each)")));
+    }
+    *step = checkpoint->step;
     absl::Status s = ApplyCheckpointState(checkpoint->path, Decoder::LoadWhat::kModel, checkpoint->router_bias, *ref,
                                           at::Tensor());
     if (!s.ok()) return fail(s);
@@ -261,8 +270,26 @@ absl::Status Trainer::ScoreReference() {
   PipelineRunner* runner = pipeline_.get();
   Decoder* model = model_.get();
   if (!options_.dpo.reference.empty()) {
-    auto ref = LoadReferenceModel();
-    if (!ref.ok()) return ref.status();
+    int64_t step = -1;
+    auto ref = LoadReferenceModel(&step);
+    // One verdict on every rank before the pass's collectives: each rank loads (and checks) only its
+    // own part, and each resolves a checkpoint directory to its newest step itself.
+    at::Tensor votes = at::tensor(std::vector<double>{ref.ok() ? 0.0 : 1.0, static_cast<double>(step),
+                                                      -static_cast<double>(step)},
+                                  at::TensorOptions().dtype(at::kDouble))
+                           .to(device_);
+    TESSERA_RETURN_IF_ERROR(groups_.world->AllReduce(votes, ReduceOp::kMax));
+    votes = votes.cpu();
+    if (votes[0].item<double>() > 0) {
+      return ref.ok() ? absl::UnavailableError("another rank could not load dpo.reference (its log says why)")
+                      : ref.status();
+    }
+    if (votes[1].item<double>() != -votes[2].item<double>()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "dpo.reference ", options_.dpo.reference, ": the ranks read different checkpoints of it (steps ",
+          static_cast<int64_t>(-votes[2].item<double>()), " and ", static_cast<int64_t>(votes[1].item<double>()),
+          "): it changed while the job started; give one step directory (step_NNNNNNNN)"));
+    }
     other = std::move(*ref);
     auto created = PipelineRunner::Create(other.get(), layout_ ? *layout_ : *one_stage_, groups_.pp, pipeline_options_);
     if (!created.ok()) return created.status();

@@ -1,8 +1,8 @@
 // The trainer's step log (OUTPUT_DIR/steps.jsonl, rank 0): trimmed to the resumed step at the start,
 // one JSON line appended per step; both checked against the attempt's fencing token first. The same
 // numbers go to TensorBoard (OUTPUT_DIR/tensorboard/, formats/tensorboard): every number of a step's
-// line as a scalar tagged "train/FIELD" ("val/FIELD" for the evaluation's val_loss and eval_seconds),
-// the event file trimmed to the resumed step alike.
+// line as a scalar tagged "train/FIELD" ("val/FIELD" for the evaluation's val_loss, eval_seconds and
+// val_ metrics), the event file trimmed to the resumed step alike.
 #include <algorithm>
 #include <filesystem>
 #include <fstream>

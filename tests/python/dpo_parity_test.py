@@ -431,6 +431,21 @@ output_dir: {self.tmp}/{name}
         self.assertIn(f"dpo.reference {qwen} was written for model.qkv_bias 1, the spec says 0", out)
         out = self.run_refused("no_reference", [], dpo=f"{{beta: 0.1, reference: {self.tmp}/nowhere}}")
         self.assertIn(f"dpo.reference {self.tmp}/nowhere", out)
+        # Another rotary base: the reference would compute otherwise.
+        rope = hf_llama(self.vocab)
+        rope.config.rope_theta = 500000.0
+        rope.save_pretrained(os.path.join(self.tmp, "reference-rope"))
+        out = self.run_refused("rope_reference", [], dpo=f"{{beta: 0.1, reference: {self.tmp}/reference-rope}}")
+        self.assertIn("was written for model.rope_theta 500000, the spec says", out)
+        # A reference directory without a tensor of the second pipeline stage: that rank's error ends
+        # the job on every rank (the first stage does not wait in the scoring pass for the second).
+        broken = os.path.join(self.tmp, "reference-broken")
+        hf_llama(self.vocab).save_pretrained(broken)
+        weights = safetensors_io.load(os.path.join(broken, "model.safetensors"))
+        del weights["model.layers.1.mlp.down_proj.weight"]
+        safetensors_io.save(os.path.join(broken, "model.safetensors"), weights)
+        out = self.run_refused("broken_reference", ["parallel.pp=2"], dpo=f"{{beta: 0.1, reference: {broken}}}")
+        self.assertIn("layers.1.mlp.down_proj.weight", out)
 
     def test_the_example_prepares_and_trains(self):
         # examples/dpo-llama.yaml as its comment says, for a few steps, from a few steps of the SFT example.
