@@ -184,7 +184,11 @@ at::Tensor ScaledMatmul(const Fp8Tensor& a, const Fp8Tensor& b, at::ScalarType o
 namespace {
 
 at::Tensor ScaledMatmulAccumulating(const Fp8Tensor& a, const Fp8Tensor& b, at::ScalarType out_dtype, bool fast_accum) {
-  if (!ScaledMmTakes(a, b, out_dtype)) return EmulatedScaledMatmul(a, b, out_dtype);
+  // On the CPU the product of the scaled operands in fp32, rounded once: what torch's own CPU fallback
+  // for _scaled_mm computes. torch 2.11's CPU _scaled_mm takes oneDNN's FP8 path on CPUs that have
+  // AVX512-FP16/AMX, which was 400x slower than a bf16 GEMM of the same shape and 1.6e-3 (relative) off
+  // the fp32 product on a Xeon (Sapphire Rapids; measured in the 39th session), so it is not called.
+  if (!a.data.is_cuda() || !ScaledMmTakes(a, b, out_dtype)) return EmulatedScaledMatmul(a, b, out_dtype);
   at::Tensor lhs = a.data.contiguous();
   at::Tensor rhs = ColumnMajor(b.data) ? b.data : b.data.t().contiguous().t();
   at::Tensor sa = a.inv_scale.numel() == 1 ? a.inv_scale.reshape({}) : a.inv_scale.contiguous();

@@ -2,8 +2,11 @@
 
 The same bf16 x, w and output gradient go to tests/fp8/fp8_linear_tool (tessera's Linear under an Fp8Scope)
 and to torchao.float8's Float8Linear (convert_to_float8_training with the recipe of the same name). With
-the tensorwise recipe both quantise with the same scales and call torch's _scaled_mm on the same fp8
-operands, so y, dx and dw are equal bit for bit (tolerance 0). torchao's rowwise recipe does not run on
+the tensorwise recipe both quantise with the same scales and multiply the same fp8 operands; on the CPU
+tessera multiplies them as torch's CPU fallback for _scaled_mm does (the scaled operands' product in fp32,
+rounded once), and torchao's _scaled_mm is that product here too (torch's CPU _scaled_mm takes oneDNN's
+FP8 path on CPUs with AVX512-FP16/AMX, which is slow and less exact: parallel/layers/fp8_linear.cc), so
+y, dx and dw are equal bit for bit (tolerance 0). torchao's rowwise recipe does not run on
 the CPU (torch 2.11's CPU _scaled_mm takes one scale per tensor only); that is asserted, and tessera's
 rowwise path is held instead to torchao's own rowwise quantisation (hp_tensor_to_float8_dynamic with
 axiswise scales, power-of-two) followed by an fp32 product: equal to one bf16 rounding (2^-8 relative,
@@ -47,14 +50,25 @@ def tessera(recipe, x, w, gy):
         return safetensors_io.load(dst)
 
 
+def cpu_scaled_mm(a, b, scale_a, scale_b, bias=None, scale_result=None, out_dtype=None, use_fast_accum=False):
+    """torch's CPU fallback for _scaled_mm: the product of the scaled operands in fp32, rounded once."""
+    assert bias is None and scale_result is None
+    out = (a.float() * scale_a) @ (b.float() * scale_b)
+    return out.to(out_dtype or a.dtype)
+
+
 def torchao_linear(recipe, x, w, gy):
     m = torch.nn.Sequential(torch.nn.Linear(K, N, bias=False)).to(torch.bfloat16)
     with torch.no_grad():
         m[0].weight.copy_(w)
     convert_to_float8_training(m, config=Float8LinearConfig.from_recipe_name(recipe))
     xs = x.clone().requires_grad_(True)
-    y = m(xs)
-    y.backward(gy)
+    scaled_mm, torch._scaled_mm = torch._scaled_mm, cpu_scaled_mm
+    try:
+        y = m(xs)
+        y.backward(gy)
+    finally:
+        torch._scaled_mm = scaled_mm
     return {"y": y.detach(), "dx": xs.grad, "dw": m[0].weight.grad}
 
 
@@ -77,7 +91,9 @@ class Fp8TorchaoTest(unittest.TestCase):
     def test_rowwise_equals_torchaos_rowwise_quantisation(self):
         x, w, gy = inputs(3)
         with self.assertRaises(RuntimeError):  # torchao's own rowwise GEMM: per-tensor scales only on the CPU.
-            torchao_linear("rowwise", x, w, gy)
+            m = torch.nn.Sequential(torch.nn.Linear(K, N, bias=False)).to(torch.bfloat16)
+            convert_to_float8_training(m, config=Float8LinearConfig.from_recipe_name("rowwise"))
+            m(x)
         from torchao.float8.float8_scaling_utils import hp_tensor_to_float8_dynamic
         from torchao.float8.float8_training_tensor import GemmInputRole, LinearMMConfig
         from torchao.float8.config import ScalingGranularity
