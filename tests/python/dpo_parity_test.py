@@ -33,7 +33,8 @@ import data_reference  # noqa: E402
 import gpt_reference  # noqa: E402
 import hf_testing  # noqa: E402
 import safetensors_io  # noqa: E402
-from preference_testing import LAYOUTS, chatml_tokenizer, pair_records, prepare_pairs, run_example  # noqa: E402
+from preference_testing import (LAYOUTS, chatml_tokenizer, check_evaluations, pair_records, prepare_pairs,  # noqa: E402
+                                run_example)
 
 TESSERA = os.path.abspath("client/tessera")
 RANK = os.path.abspath("worker/rank/tessera-rank")
@@ -351,27 +352,14 @@ output_dir: {self.tmp}/{name}
             "valid_path_dp2", [f"data.valid_path={data}", "train.eval_batches=2", "parallel.dp=2"]), want)
 
     def check_evaluations(self, name, steps, want):
-        """Every step as check() (the training pairs), and each evaluation's val_loss and val_ metrics
-        against TRL's eval; the steps without one have none."""
+        """Every step's loss and reward fields (the training pairs) and each evaluation against TRL's."""
         losses, metrics, _, evals = want
         self.assertEqual([s["step"] for s in steps], list(range(1, STEPS + 1)))
-        worst = 0.0
         for s, loss, m in zip(steps, losses, metrics):
             for key in ["loss"] + list(METRICS):
                 expect = loss if key == "loss" else m[key]
-                worst = max(worst, abs(s[key] - expect))
                 self.assertLessEqual(abs(s[key] - expect), TOL * max(1.0, abs(expect)), f"{name} step {s['step']} {key}")
-            if s["step"] not in evals:
-                self.assertNotIn("val_loss", s, f"{name} step {s['step']}")
-                continue
-            val_loss, val = evals[s["step"]]
-            for key, got, expect in [("val_loss", s["val_loss"], val_loss)] + [
-                    (f"val_{k}", s[f"val_{k}"], val[k]) for k in METRICS]:
-                worst = max(worst, abs(got - expect))
-                self.assertLessEqual(abs(got - expect), TOL * max(1.0, abs(expect)),
-                                     f"{name} step {s['step']} {key}: tessera {got} vs TRL {expect}")
-        print(f"{name}: val_loss {[round(evals[k][0], 4) for k in sorted(evals)]}, "
-              f"max difference {worst:.2e} in the step and evaluation fields")
+        check_evaluations(self, name, steps, evals, METRICS, TOL)
 
     def test_precomputed_reference(self):
         # TRL's precompute_ref_log_probs (the reference scored before training, float32) against

@@ -1,6 +1,7 @@
 """What the preference parity tests (DPO, reward models) share: seeded pairs, the ChatML tokenizer they are
 prepared with, `tessera data prepare --preference` of them read back as ids, the layouts each objective
-is checked in, and a preference example run as its comment says."""
+is checked in, the check of a run's evaluations against TRL's, and a preference example run as its
+comment says."""
 import json
 import os
 import random
@@ -94,3 +95,23 @@ def run_example(test, tessera, rank, tmp, example, spec):
         steps = [json.loads(line) for line in f if "warning" not in line]
     test.assertEqual(len(steps), 3)
     return steps, run_out
+
+
+def check_evaluations(test, name, steps, evals, metrics, tol):
+    """Each evaluation of a run (steps.jsonl lines with val_loss) against TRL's `evals` {step: (loss,
+    {metric: value})}: val_loss and val_<metric> within `tol` (relative where larger); steps without an
+    evaluation in `evals` have none. Returns the largest difference."""
+    worst = 0.0
+    for s in steps:
+        if s["step"] not in evals:
+            test.assertNotIn("val_loss", s, f"{name} step {s['step']}")
+            continue
+        loss, values = evals[s["step"]]
+        for key, got, expect in [("val_loss", s["val_loss"], loss)] + [
+                (f"val_{k}", s[f"val_{k}"], values[k]) for k in metrics]:
+            worst = max(worst, abs(got - expect))
+            test.assertLessEqual(abs(got - expect), tol * max(1.0, abs(expect)),
+                                 f"{name} step {s['step']} {key}: tessera {got} vs TRL {expect}")
+    print(f"{name}: val_loss {[round(evals[k][0], 4) for k in sorted(evals)]}, max difference {worst:.2e} "
+          "in the evaluation fields")
+    return worst

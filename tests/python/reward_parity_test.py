@@ -30,7 +30,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gpt_reference  # noqa: E402
 import hf_testing  # noqa: E402
 import safetensors_io  # noqa: E402
-from preference_testing import LAYOUTS, chatml_tokenizer, pair_records, prepare_pairs, run_example  # noqa: E402
+from preference_testing import (LAYOUTS, chatml_tokenizer, check_evaluations, pair_records, prepare_pairs,  # noqa: E402
+                                run_example)
 # SFT parity's tiny Llama (untied).
 from sft_parity_test import EPS, FFN, HEADS, HIDDEN, KV_HEADS, LAYERS, THETA, hf_llama  # noqa: E402
 
@@ -263,19 +264,7 @@ output_dir: {self.tmp}/{name}
             steps = self.run_tessera(name, sets + extra, data=self.margin_data,
                                      reward_model=f"reward_model: {{center_coefficient: {CENTER}}}")
             self.check(name, steps, want, learns=False)
-            worst = 0.0
-            for s in steps:
-                if s["step"] not in evals:
-                    self.assertNotIn("val_loss", s, f"{name} step {s['step']}")
-                    continue
-                loss, fields = evals[s["step"]]
-                for key, got, expect in [("val_loss", s["val_loss"], loss)] + [
-                        (f"val_{k}", s[f"val_{k}"], fields[k]) for k in FIELDS]:
-                    worst = max(worst, abs(got - expect))
-                    self.assertLessEqual(abs(got - expect), TOL * max(1.0, abs(expect)),
-                                         f"{name} step {s['step']} {key}: tessera {got} vs TRL {expect}")
-            print(f"{name}: val_loss {[round(evals[k][0], 4) for k in sorted(evals)]}, max difference {worst:.2e} "
-                  "in the evaluation fields")
+            check_evaluations(self, name, steps, evals, FIELDS, TOL)
 
     def test_margins_and_centring(self):
         steps = self.run_tessera("margins", [], data=self.margin_data,
