@@ -84,12 +84,12 @@ int64_t PeakResidentBytes() {
 // training excludes the start-up (full tensors drawn before sharding, checkpoint loading).
 void ResetPeakResident() { std::ofstream("/proc/self/clear_refs") << "5"; }
 
-// Micro-batches this rank runs per step (validation made micro_batch · dp divide global_batch).
-int Accumulation(const TrainerOptions& o, int dp) {
-  return static_cast<int>(layout::MicroBatchesPerStep({o.micro_batch, o.global_batch}, dp));
-}
-
 }  // namespace
+
+int Trainer::Accumulation() const {
+  return static_cast<int>(
+      layout::MicroBatchesPerStep({options_.micro_batch, options_.global_batch}, groups_.dp->size()));
+}
 
 absl::Status Trainer::Init() {
   rss_base_bytes_ = ResidentBytes();
@@ -156,7 +156,7 @@ absl::Status Trainer::Init() {
   ResetPeakResident();
   PipelineOptions& po = pipeline_options_;
   po.schedule = layout_ ? l.pp_schedule : layout::PipeSchedule::kOneFOneB;
-  po.micro_batches = Accumulation(options_, groups_.dp->size());
+  po.micro_batches = Accumulation();
   // Preference objectives: each pair is two rows (trainer_preference.cc).
   po.micro_batch = (preference ? 2 : 1) * options_.micro_batch / model_->SampleChunk().second;
   po.seq_len = m.seq_len / groups_.sp->size();
@@ -445,7 +445,7 @@ void Trainer::UpdateRouterBias() {
 
 absl::StatusOr<StepStats> Trainer::Step() {
   const auto start = std::chrono::steady_clock::now();
-  const int accum = Accumulation(options_, groups_.dp->size());
+  const int accum = Accumulation();
   // dp_sp is the dp group itself when sp = 1.
   auto all_reduced = [&] {
     int64_t n = groups_.dp_sp->bytes_all_reduced() + groups_.tp->bytes_all_reduced();
@@ -537,7 +537,7 @@ bool Trainer::EvaluatesNow() const {
 absl::StatusOr<double> Trainer::Evaluate() {
   if (valid_pairs_.data) return EvaluatePairs();
   if (!valid_) return absl::FailedPreconditionError("the job has no validation data (data.valid_path or data.valid_fraction)");
-  const int accum = Accumulation(options_, groups_.dp->size());
+  const int accum = Accumulation();
   // Every evaluation reads validation samples 0, 1, ... again: a blend starts over.
   if (valid_->blended()) {
     TESSERA_RETURN_IF_ERROR(valid_->RestoreBlend(0, std::vector<int64_t>(valid_->sources(), 0)));

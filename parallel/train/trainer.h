@@ -217,6 +217,9 @@ class Trainer {
   // A model of this rank's part of the spec's model (its pipeline chunks, experts, sequence and expert
   // parallelism, kernels and FP8) with the seed's weights, as Init builds model_.
   std::unique_ptr<Decoder> NewModel() const;
+  // Micro-batches this rank runs per step, training or evaluating: global_batch / (micro_batch · dp)
+  // (layout::MicroBatchesPerStep; validation made the division exact).
+  int Accumulation() const;
   // `saved` (the model of a checkpoint resumed, or of dpo.reference's checkpoint or directory, named
   // `what`) has the spec's family and sizes. A checkpoint resumed: and seq_len (its other choices are
   // checked by its tensors). A reference: not seq_len (rotary positions need none; a transformers

@@ -313,7 +313,7 @@ absl::Status Trainer::ScoreReference() {
 }
 
 absl::Status Trainer::ScoreSet(PipelineRunner& runner, Decoder& model, PairSet& set) {
-  const int accum = static_cast<int>(options_.global_batch / (static_cast<int64_t>(options_.micro_batch) * groups_.dp->size()));
+  const int accum = Accumulation();
   set.reference.assign(2 * set.count, -std::numeric_limits<double>::infinity());
   model.set_objective(std::make_shared<SequenceLogps>(&set.reference, options_.dpo.loss_type == layout::DpoLossType::kIpo));
   // The pairs the job reads of the set, each scored once: global pairs [0, read) in global batches,
@@ -339,7 +339,7 @@ absl::Status Trainer::ScoreSet(PipelineRunner& runner, Decoder& model, PairSet& 
 }
 
 absl::StatusOr<double> Trainer::EvaluatePairs() {
-  const int accum = static_cast<int>(options_.global_batch / (static_cast<int64_t>(options_.micro_batch) * groups_.dp->size()));
+  const int accum = Accumulation();
   at::NoGradGuard no_grad;
   model_->set_dropout_seed(std::nullopt);  // Evaluation: no dropout.
   const PairSet& set = valid_pairs_;
