@@ -23,9 +23,10 @@ absl::Status Field(const std::string& field, const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
 }
 
-// The texts of a record before tokenization.
-struct PairText {
-  std::string prompt, chosen, rejected;
+// The texts of a record before tokenization: the prompt, then each completion field's.
+struct RecordText {
+  std::string prompt;
+  std::vector<std::string> completions;
 };
 
 // The length of the longest common prefix of `a` and `b` in whole characters (TRL compares Python
@@ -46,36 +47,71 @@ Json Concat(const Json& a, const Json& b) {
   return out;
 }
 
-absl::StatusOr<PairText> RenderConversational(const formats::chat::ChatTemplate& t, const Json& record) {
+// The header's rule: the prompt's rendering, cut to its common prefix with the rendering of prompt +
+// each completion in turn; each completion's text that rendering minus the prompt cut so far.
+absl::StatusOr<RecordText> RenderConversational(const formats::chat::ChatTemplate& t, const Json& record,
+                                                const std::vector<const char*>& fields) {
   const Json& prompt = record["prompt"];
-  for (const char* field : {"prompt", "chosen", "rejected"}) {
+  if (absl::Status s = CheckChatMessages(prompt, "prompt"); !s.ok()) return s;
+  for (const char* field : fields) {
     if (absl::Status s = CheckChatMessages(record[field], field); !s.ok()) return s;
   }
   const Json tools = record.contains("tools") ? record["tools"] : Json(nullptr);
   if (!tools.is_null() && !tools.is_array()) return Field("tools", "must be a list");
   absl::StatusOr<std::string> rendered = RenderPromptText(t, prompt, tools);
   if (!rendered.ok()) return rendered.status();
-  PairText out;
+  RecordText out;
   std::string p = *std::move(rendered);
-  for (const char* field : {"chosen", "rejected"}) {
+  for (const char* field : fields) {
     auto full = t.Render(Concat(prompt, record[field]), /*add_generation_prompt=*/false, tools);
     if (!full.ok()) return Field(field, absl::StrCat("rendering prompt + ", field, ": ", full.status().message()));
     p.resize(CommonPrefix(p, *full));
-    (std::string(field) == "chosen" ? out.chosen : out.rejected) = full->substr(p.size());
+    out.completions.push_back(full->substr(p.size()));
   }
   out.prompt = std::move(p);
   return out;
 }
 
-absl::StatusOr<PairText> ReadText(const Json& record) {
-  PairText out;
-  for (const char* field : {"chosen", "rejected"}) {
-    if (!record[field].is_string()) return Field(field, "must be a string, as the prompt is");
-  }
+absl::StatusOr<RecordText> ReadText(const Json& record, const std::vector<const char*>& fields) {
+  RecordText out;
   out.prompt = record["prompt"].get<std::string>();
-  out.chosen = record["chosen"].get<std::string>();
-  out.rejected = record["rejected"].get<std::string>();
+  for (const char* field : fields) {
+    if (!record[field].is_string()) return Field(field, "must be a string, as the prompt is");
+    out.completions.push_back(record[field].get<std::string>());
+  }
   return out;
+}
+
+// A record's prompt and its completion fields' ids, rendered (conversational) or read (text) and
+// tokenized apart; a completion with no tokens is refused.
+absl::Status TokenizeRecord(const PrepareTokenizer& loaded, const Json& record, const std::vector<const char*>& fields,
+                            std::vector<int32_t>* prompt, const std::vector<std::vector<int32_t>*>& completions) {
+  absl::StatusOr<RecordText> text = absl::InternalError("");
+  if (record["prompt"].is_string()) {
+    text = ReadText(record, fields);
+  } else if (record["prompt"].is_array()) {
+    if (!loaded.chat_template.ok()) {
+      return absl::Status(loaded.chat_template.status().code(),
+                          absl::StrCat("a conversational record needs the tokenizer's chat template: ",
+                                       loaded.chat_template.status().message()));
+    }
+    text = RenderConversational(*loaded.chat_template, record, fields);
+  } else {
+    return Field("prompt", "must be a list of messages or a string");
+  }
+  if (!text.ok()) return text.status();
+  if (absl::Status s = loaded.encoder->Encode(text->prompt, prompt); !s.ok()) {
+    return Field("prompt", absl::StrCat("the text: ", s.message()));
+  }
+  for (size_t i = 0; i < fields.size(); ++i) {
+    if (absl::Status s = loaded.encoder->Encode(text->completions[i], completions[i]); !s.ok()) {
+      return Field(fields[i], absl::StrCat("the text: ", s.message()));
+    }
+    if (completions[i]->empty()) {
+      return Field(fields[i], "has no tokens (an empty completion)");
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -120,34 +156,11 @@ absl::StatusOr<PreferencePrepareReport> PreparePreference(const PreferencePrepar
       return fail(Field("margin", absl::StrCat("every record has a margin or none does; the first record (",
                                                margins_from, " ) ", report.margins ? "has one" : "has none")));
     }
-    absl::StatusOr<PairText> text = absl::InternalError("");
-    if (record["prompt"].is_string()) {
-      text = ReadText(record);
-    } else if (record["prompt"].is_array()) {
-      if (!loaded->chat_template.ok()) {
-        return fail(absl::Status(loaded->chat_template.status().code(),
-                                 absl::StrCat("a conversational record needs the tokenizer's chat template: ",
-                                              loaded->chat_template.status().message())));
-      }
-      text = RenderConversational(*loaded->chat_template, record);
-    } else {
-      return fail(Field("prompt", "must be a list of messages or a string"));
-    }
-    if (!text.ok()) return fail(text.status());
     formats::data::PreferencePair pair;
-    const std::pair<const char*, std::pair<const std::string*, std::vector<int32_t>*>> parts[] = {
-        {"prompt", {&text->prompt, &pair.prompt}},
-        {"chosen", {&text->chosen, &pair.chosen}},
-        {"rejected", {&text->rejected, &pair.rejected}}};
-    for (const auto& [field, io] : parts) {
-      if (absl::Status s = loaded->encoder->Encode(*io.first, io.second); !s.ok()) {
-        return fail(Field(field, absl::StrCat("the text: ", s.message())));
-      }
-    }
-    for (const char* field : {"chosen", "rejected"}) {
-      if ((std::string(field) == "chosen" ? pair.chosen : pair.rejected).empty()) {
-        return fail(Field(field, "has no tokens (an empty completion: nothing to prefer)"));
-      }
+    if (absl::Status s = TokenizeRecord(*loaded, record, {"chosen", "rejected"}, &pair.prompt,
+                                        {&pair.chosen, &pair.rejected});
+        !s.ok()) {
+      return fail(s);
     }
     if (has_margin) pair.margin = record["margin"].get<double>();
     if (absl::Status s = writer->Add(pair); !s.ok()) return fail(s);
@@ -168,6 +181,47 @@ absl::StatusOr<PreferencePrepareReport> PreparePreference(const PreferencePrepar
   report.tokens = writer->tokens();
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return report;
+}
+
+absl::StatusOr<bool> HoldsCompletions(const std::string& path) {
+  bool completions = false, seen = false;
+  absl::Status read = ForEachJsonRecord({path}, [&](const Json& record, const std::string&) -> absl::Status {
+    completions = record.contains("completion");
+    seen = true;
+    return absl::CancelledError();  // The first record decides.
+  });
+  if (!seen && !read.ok()) return read;
+  return completions;
+}
+
+absl::StatusOr<std::vector<CompletionTokens>> PrepareCompletions(const std::vector<std::string>& inputs,
+                                                                 const std::string& tokenizer) {
+  auto loaded = LoadPrepareTokenizer(tokenizer);
+  if (!loaded.ok()) return loaded.status();
+  std::vector<CompletionTokens> out;
+  absl::Status read = ForEachJsonRecord(inputs, [&](const Json& record, const std::string& where) -> absl::Status {
+    auto fail = [&](const absl::Status& s) { return absl::Status(s.code(), where + std::string(s.message())); };
+    for (const char* field : {"prompt", "completion"}) {
+      if (!record.contains(field)) return fail(Field(field, "is missing (a record has a prompt and a completion)"));
+    }
+    if (record.contains("chosen") || record.contains("rejected")) {
+      return fail(Field(record.contains("chosen") ? "chosen" : "rejected",
+                        "a record of single completions has none (pairs and single completions do not mix)"));
+    }
+    if (record.contains("chat_template_kwargs")) {
+      return fail(Field("chat_template_kwargs", "is not supported"));
+    }
+    CompletionTokens row;
+    if (absl::Status s = TokenizeRecord(*loaded, record, {"completion"}, &row.prompt, {&row.completion}); !s.ok()) {
+      return fail(s);
+    }
+    row.where = where;
+    out.push_back(std::move(row));
+    return absl::OkStatus();
+  });
+  if (!read.ok()) return read;
+  if (out.empty()) return absl::InvalidArgumentError("the inputs hold no records");
+  return out;
 }
 
 }  // namespace tessera::client

@@ -46,6 +46,22 @@ struct PreferencePrepareReport {
 
 absl::StatusOr<PreferencePrepareReport> PreparePreference(const PreferencePrepareOptions& options);
 
+// `tessera score` of single completions: records {"prompt": [messages], "completion": [messages],
+// "tools": [...]?} or {"prompt": "...", "completion": "..."} (TRL's prompt-completion formats),
+// each tokenized as a pair's chosen is (the rules above, `completion` in place of `chosen`), so that a
+// reward model scores a completion as it scored it in a pair. A bad record is refused with its file,
+// line and the problem (also a record that holds chosen or rejected).
+struct CompletionTokens {
+  std::vector<int32_t> prompt, completion;
+  std::string where;  // "FILE:LINE: ", for the caller's errors.
+};
+absl::StatusOr<std::vector<CompletionTokens>> PrepareCompletions(const std::vector<std::string>& inputs,
+                                                                 const std::string& tokenizer);
+
+// Whether the first record of the .jsonl file `path` is a single completion (has "completion") rather
+// than a pair; its line's error when it is no JSON object.
+absl::StatusOr<bool> HoldsCompletions(const std::string& path);
+
 }  // namespace tessera::client
 
 #endif  // TESSERA_CLIENT_PREFERENCE_PREPARE_H_

@@ -2,7 +2,9 @@
 // checkpoint of train.objective reward or a transformers *ForSequenceClassification directory — scores
 // each pair of a preference dataset, or of preference JSONL tokenized as `tessera data prepare
 // --preference` does, at the last token of prompt + chosen and prompt + rejected, as training reads
-// them. One JSON line per pair on stdout; a summary (pairs, accuracy, mean margin) on stderr.
+// them; or single completions (JSONL records with "prompt" and "completion", tokenized as a pair's
+// chosen is). One JSON line per pair or completion on stdout; a summary (pairs, accuracy, mean margin;
+// or completions and their mean score) on stderr.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
@@ -12,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <limits>
@@ -33,8 +36,96 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// One sequence to score: a prompt and a completion (a pair's side, or a single completion).
+struct Scored {
+  const std::vector<int32_t>* prompt;
+  const std::vector<int32_t>* completion;
+  int64_t index;  // Its place in the scores.
+};
+
+// Scores `seqs` in one forward pass, each at its last token as training reads it (WriteRewardRow),
+// seqs[i]'s score into (*scores)[seqs[i].index]. Every sequence fits the model (the caller checked).
+absl::Status ScoreBatch(parallel::Decoder& model, const std::vector<Scored>& seqs) {
+  int64_t longest = 1;
+  for (const Scored& q : seqs) {
+    longest = std::max<int64_t>(longest, static_cast<int64_t>(q.prompt->size() + q.completion->size()));
+  }
+  const int64_t n = static_cast<int64_t>(seqs.size());
+  // Rows of longest + 1 ids (right-padded with −1: token 0, untrained).
+  std::vector<int64_t> rows(static_cast<size_t>(n * (longest + 1)), -1);
+  std::vector<double> where;
+  for (int64_t i = 0; i < n; ++i) {
+    const Scored& q = seqs[static_cast<size_t>(i)];
+    parallel::WriteRewardRow(*q.prompt, *q.completion, rows.data() + i * (longest + 1));
+    where.push_back(static_cast<double>(q.index));
+  }
+  const at::Tensor window = at::from_blob(rows.data(), {n, longest + 1}, at::kLong);
+  model.set_sample_data(at::tensor(where, at::TensorOptions().dtype(at::kDouble)));
+  try {
+    (void)model.Loss(window.narrow(1, 0, longest), window.narrow(1, 1, longest));
+  } catch (const std::exception& e) {
+    return absl::InternalError(e.what());
+  }
+  return absl::OkStatus();
+}
+
+// Single completions (PrepareCompletions): one line {"record": i, "score": s} each, in order.
+int ScoreCompletions(parallel::Decoder& model, const std::string& source, const std::string& data,
+                     const std::string& tokenizer, const formats::data::PreferenceTruncation& cut, int batch,
+                     std::vector<double>* scores) {
+  auto records = PrepareCompletions({data}, tokenizer);
+  if (!records.ok()) {
+    std::cerr << "error: --data: " << records.status().message() << "\n";
+    return kExitBadInput;
+  }
+  const parallel::ModelConfig& c = model.config();
+  const int64_t n = static_cast<int64_t>(records->size());
+  for (int64_t i = 0; i < n; ++i) {
+    CompletionTokens& r = (*records)[static_cast<size_t>(i)];
+    cut.CutPrompt(&r.prompt);
+    cut.CutCompletion(&r.completion);
+    const int64_t length = static_cast<int64_t>(r.prompt.size() + r.completion.size());
+    if (length > c.seq_len) {
+      std::cerr << "error: --data: " << r.where << "record " << i << " has " << length
+                << " tokens, more than the model's " << c.seq_len
+                << " positions (cut it with --max-prompt-tokens and --max-completion-tokens)\n";
+      return kExitBadInput;
+    }
+    for (const std::vector<int32_t>* ids : {&r.prompt, &r.completion}) {
+      for (int32_t id : *ids) {
+        if (id < 0 || id >= c.vocab) {
+          std::cerr << "error: --data: " << r.where << "record " << i << " has token id " << id << ", outside the model's vocabulary of "
+                    << c.vocab << " (another tokenizer?)\n";
+          return kExitBadInput;
+        }
+      }
+    }
+  }
+  scores->assign(static_cast<size_t>(n), std::numeric_limits<double>::quiet_NaN());
+  for (int64_t first = 0; first < n; first += batch) {
+    std::vector<Scored> seqs;
+    for (int64_t i = first; i < std::min<int64_t>(n, first + batch); ++i) {
+      const CompletionTokens& r = (*records)[static_cast<size_t>(i)];
+      seqs.push_back({&r.prompt, &r.completion, i});
+    }
+    if (absl::Status s = ScoreBatch(model, seqs); !s.ok()) {
+      std::cerr << "error: scoring records " << first << ".." << first + static_cast<int64_t>(seqs.size()) - 1 << ": "
+                << s.message() << "\n";
+      return kExitJobFailed;
+    }
+  }
+  double sum = 0;
+  std::cout << std::setprecision(9);
+  for (int64_t i = 0; i < n; ++i) {
+    std::cout << "{\"record\": " << i << ", \"score\": " << (*scores)[static_cast<size_t>(i)] << "}\n";
+    sum += (*scores)[static_cast<size_t>(i)];
+  }
+  std::cerr << "scored " << n << " completions with " << source << ": mean score " << sum / n << "\n";
+  return kExitOk;
+}
+
 int Main(int argc, char** argv) {
-  CLI::App app{"tessera score: a reward model's scores of preference pairs"};
+  CLI::App app{"tessera score: a reward model's scores of preference pairs or of single completions"};
   app.name("tessera score");
   std::string model_path, data, tokenizer;
   formats::data::PreferenceTruncation cut;
@@ -44,15 +135,16 @@ int Main(int argc, char** argv) {
                  "transformers *ForSequenceClassification directory")
       ->required();
   app.add_option("--data", data,
-                 "Preference pairs: a .jsonl file (as `tessera data prepare --preference` reads) or a prepared "
-                 "preference dataset's prefix")
+                 "Preference pairs: a .jsonl file (as `tessera data prepare --preference` reads; - for stdin) or a "
+                 "prepared preference dataset's prefix; or single completions: a .jsonl file of records with "
+                 "\"prompt\" and \"completion\"")
       ->required();
   app.add_option("--tokenizer", tokenizer,
                  "For a .jsonl file: the tokenizer directory (default: MODEL when it holds a tokenizer.json)");
   app.add_option("--max-prompt-tokens", cut.max_prompt, "Keep a prompt's last N tokens (data.max_prompt_tokens)");
   app.add_option("--max-completion-tokens", cut.max_completion,
                  "Keep a completion's first N tokens (data.max_completion_tokens)");
-  app.add_option("--batch", batch, "Pairs per forward pass (default 8)");
+  app.add_option("--batch", batch, "Pairs (or single completions) per forward pass (default 8)");
   app.add_option("--threads", threads, "Intra-op threads (default: LibTorch's)");
   CLI11_PARSE(app, argc, argv);
   if (batch < 1 || batch > 4096) {
@@ -80,8 +172,13 @@ int Main(int argc, char** argv) {
               << "train.objective reward or a transformers *ForSequenceClassification directory\n";
     return kExitBadInput;
   }
-  // A .jsonl file is prepared into a temporary dataset first (its errors name the line), in $TMPDIR
-  // (else /tmp), removed when the program ends.
+  std::vector<double> scores;
+  auto scorer = std::make_shared<parallel::SequenceScores>(&scores);
+  model.set_objective(scorer);
+  model.set_masked_targets(true);
+  at::NoGradGuard no_grad;
+  // A .jsonl file is read in $TMPDIR (else /tmp): standard input copied there first, pairs prepared
+  // into a temporary dataset (their errors name the line); removed when the program ends.
   std::string prefix = data;
   fs::path scratch;
   auto remove_scratch = absl::MakeCleanup([&] {
@@ -107,6 +204,21 @@ int Main(int argc, char** argv) {
       return kExitJobFailed;
     }
     scratch = made;
+    if (data == "-") {
+      data = (scratch / "stdin.jsonl").string();
+      std::ofstream copy(data, std::ios::binary);
+      copy << std::cin.rdbuf();
+      if (!copy.flush()) {
+        std::cerr << "error: cannot write standard input to " << data << "\n";
+        return kExitJobFailed;
+      }
+    }
+    auto singles = HoldsCompletions(data);
+    if (!singles.ok()) {
+      std::cerr << "error: --data: " << singles.status().message() << "\n";
+      return kExitBadInput;
+    }
+    if (*singles) return ScoreCompletions(model, loaded->source, data, tokenizer, cut, batch, &scores);
     PreferencePrepareOptions prepare;
     prepare.inputs = {data};
     prepare.output_prefix = (scratch / "pairs").string();
@@ -124,15 +236,10 @@ int Main(int argc, char** argv) {
     return kExitBadInput;
   }
   const int64_t n = (*pairs)->pairs();
-  std::vector<double> scores(2 * static_cast<size_t>(n), std::numeric_limits<double>::quiet_NaN());
-  auto scorer = std::make_shared<parallel::SequenceScores>(&scores);
-  model.set_objective(scorer);
-  model.set_masked_targets(true);
-  at::NoGradGuard no_grad;
+  scores.assign(2 * static_cast<size_t>(n), std::numeric_limits<double>::quiet_NaN());
   for (int64_t first = 0; first < n; first += batch) {
     const int64_t count = std::min<int64_t>(batch, n - first);
     std::vector<formats::data::PreferencePair> read;
-    int64_t longest = 1;
     for (int64_t p = first; p < first + count; ++p) {
       auto pair = (*pairs)->Pair(p, cut);
       if (!pair.ok()) {
@@ -145,26 +252,17 @@ int Main(int argc, char** argv) {
                   << " positions (cut it with --max-prompt-tokens and --max-completion-tokens)\n";
         return kExitBadInput;
       }
-      longest = std::max<int64_t>(longest, static_cast<int64_t>(length));
       read.push_back(*std::move(pair));
     }
-    // Rows of longest + 1 ids (right-padded with −1: token 0, untrained); chosen then rejected.
-    std::vector<int64_t> rows(static_cast<size_t>(2 * count * (longest + 1)), -1);
-    std::vector<double> where;
+    // Chosen then rejected.
+    std::vector<Scored> seqs;
     for (int64_t i = 0; i < count; ++i) {
-      for (int side = 0; side < 2; ++side) {
-        const formats::data::PreferencePair& pair = read[static_cast<size_t>(i)];
-        parallel::WriteRewardRow(pair.prompt, side == 0 ? pair.chosen : pair.rejected,
-                                 rows.data() + (2 * i + side) * (longest + 1));
-        where.push_back(static_cast<double>(2 * (first + i) + side));
-      }
+      const formats::data::PreferencePair& pair = read[static_cast<size_t>(i)];
+      seqs.push_back({&pair.prompt, &pair.chosen, 2 * (first + i)});
+      seqs.push_back({&pair.prompt, &pair.rejected, 2 * (first + i) + 1});
     }
-    const at::Tensor window = at::from_blob(rows.data(), {2 * count, longest + 1}, at::kLong);
-    model.set_sample_data(at::tensor(where, at::TensorOptions().dtype(at::kDouble)));
-    try {
-      (void)model.Loss(window.narrow(1, 0, longest), window.narrow(1, 1, longest));
-    } catch (const std::exception& e) {
-      std::cerr << "error: scoring pairs " << first << ".." << first + count - 1 << ": " << e.what() << "\n";
+    if (absl::Status s = ScoreBatch(model, seqs); !s.ok()) {
+      std::cerr << "error: scoring pairs " << first << ".." << first + count - 1 << ": " << s.message() << "\n";
       return kExitJobFailed;
     }
   }

@@ -238,14 +238,9 @@ absl::StatusOr<PreferencePair> PreferenceDataset::Pair(int64_t i, const Preferen
     if (!ids.ok()) return ids.status();
     *parts[k] = *std::move(ids);
   }
-  if (cut.max_prompt > 0 && static_cast<int64_t>(pair.prompt.size()) > cut.max_prompt) {
-    pair.prompt.erase(pair.prompt.begin(), pair.prompt.end() - cut.max_prompt);
-  }
-  if (cut.max_completion > 0) {
-    for (std::vector<int32_t>* c : {&pair.chosen, &pair.rejected}) {
-      if (static_cast<int64_t>(c->size()) > cut.max_completion) c->resize(static_cast<size_t>(cut.max_completion));
-    }
-  }
+  cut.CutPrompt(&pair.prompt);
+  cut.CutCompletion(&pair.chosen);
+  cut.CutCompletion(&pair.rejected);
   if (!margins_.empty()) pair.margin = margins_[i];
   return pair;
 }

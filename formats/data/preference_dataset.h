@@ -35,6 +35,17 @@ struct PreferencePair {
 struct PreferenceTruncation {
   int64_t max_prompt = 0;
   int64_t max_completion = 0;
+
+  void CutPrompt(std::vector<int32_t>* prompt) const {
+    if (max_prompt > 0 && static_cast<int64_t>(prompt->size()) > max_prompt) {
+      prompt->erase(prompt->begin(), prompt->end() - max_prompt);
+    }
+  }
+  void CutCompletion(std::vector<int32_t>* completion) const {
+    if (max_completion > 0 && static_cast<int64_t>(completion->size()) > max_completion) {
+      completion->resize(static_cast<size_t>(max_completion));
+    }
+  }
 };
 
 class PreferenceDatasetWriter {

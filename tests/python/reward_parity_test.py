@@ -326,6 +326,22 @@ output_dir: {self.tmp}/{name}
             print(f"tessera score {os.path.basename(model)}: max difference {diff:.2e} from transformers' scores")
             self.assertLessEqual(diff, TOL)
             self.assertIn(f"scored {PAIRS} pairs", done.stderr)
+        # Single completions (prompt + completion records, read from stdin), tokenized as a pair's chosen:
+        # each pair's chosen, then each pair's rejected, score as transformers scores them.
+        with open(self.data + ".jsonl") as f:
+            records = [json.loads(line) for line in f if line.strip()]
+        singles = "".join(json.dumps({"prompt": r["prompt"], "completion": r[side]}) + "\n"
+                          for side in ("chosen", "rejected") for r in records)
+        done = subprocess.run([TESSERA, "score", out, "--data", "-", "--tokenizer", self.tokenizer_dir, "--batch", "5"],
+                              input=singles,
+                              capture_output=True, text=True)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        lines = [json.loads(line) for line in done.stdout.splitlines()]
+        self.assertEqual([r["record"] for r in lines], list(range(2 * PAIRS)))
+        diff = float((torch.tensor([r["score"] for r in lines], dtype=torch.float64) - exported_scores).abs().max())
+        print(f"tessera score of single completions: max difference {diff:.2e} from transformers' scores")
+        self.assertLessEqual(diff, TOL)
+        self.assertIn(f"scored {2 * PAIRS} completions", done.stderr)
         # A causal LM directory as model.pretrained: its LM head dropped, the score head drawn; it trains.
         causal = os.path.join(self.tmp, "causal")
         hf_llama(self.vocab).save_pretrained(causal)
@@ -366,6 +382,16 @@ output_dir: {self.tmp}/{name}
                               capture_output=True, text=True)
         self.assertNotEqual(done.returncode, 0)
         self.assertIn("bad.jsonl:2", done.stderr)
+        # Single completions: a pair among them, a record without its completion, an empty completion.
+        for second, problem in [('{"prompt": "a", "completion": "b", "chosen": "c"}', "chosen: a record of single"),
+                                ('{"prompt": "a"}', "completion: is missing"),
+                                ('{"prompt": "a", "completion": ""}', "completion: has no tokens")]:
+            with open(bad, "w") as f:
+                f.write('{"prompt": "a", "completion": "b"}\n' + second + "\n")
+            done = subprocess.run([TESSERA, "score", self.init_dir(), "--data", bad, "--tokenizer", self.tokenizer_dir],
+                                  capture_output=True, text=True)
+            self.assertNotEqual(done.returncode, 0)
+            self.assertIn("bad.jsonl:2: " + problem, done.stderr)
 
     def test_the_example_prepares_trains_and_scores(self):
         # examples/reward-llama.yaml as its comment says, for a few steps, from a few steps of the SFT example.
