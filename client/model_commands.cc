@@ -103,7 +103,7 @@ int ExportCommand(const ExportOptions& o) {
     }
     std::cout << "exported step " << checkpoint->step << " of " << checkpoint->path << " merged into " << base << " to "
               << o.out_dir << ": " << done->shards << (done->shards == 1 ? " file" : " shards") << ", " << done->bytes
-              << " bytes (" << o.dtype << "); load with transformers.AutoModelForCausalLM.from_pretrained\n";
+              << " bytes (" << o.dtype << "); load with " << loader << "\n";
     return kExitOk;
   }
   if (checkpoint->config.lora.enabled()) {

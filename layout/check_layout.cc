@@ -200,10 +200,6 @@ void ForObjective(const ModelConfig& m, const ParallelLayout& l, const Target& t
     Add(out, "model.experts", absl::StrCat(m.experts, ": a Mixture of Experts with train.objective ", name,
                                            " is not supported yet"));
   }
-  if (t.objective == Objective::kReward && m.lora.enabled()) {
-    Add(out, "model.lora", "with train.objective reward is not supported yet (the score head would train beside "
-                           "the adapters)");
-  }
 }
 
 }  // namespace

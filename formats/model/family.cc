@@ -86,6 +86,12 @@ std::vector<ParamSpec> LoraParamSpecs(const ModelConfig& c, const std::vector<Pa
     out.push_back(std::move(a));
     out.push_back(std::move(b));
   }
+  for (const ParamSpec& p : base) {
+    if (p.name != kScoreWeight) continue;
+    ParamSpec head = p;
+    head.lora = true;
+    out.push_back(std::move(head));
+  }
   return out;
 }
 

@@ -77,7 +77,7 @@ struct ParamSpec {
   GridSplit grid;  // With split kGrid.
   int layer = -1;
   int expert = -1;  // A sparse block's expert this belongs to; -1 for every other parameter.
-  bool lora = false;        // A LoRA adapter (LoraParamSpecs): trained while the others are frozen.
+  bool lora = false;        // Trained under LoRA (LoraParamSpecs: an adapter, or a reward model's score head).
   double uniform_bound = 0;  // > 0: initialised uniform in [−bound, bound) instead.
 };
 
@@ -93,7 +93,10 @@ std::vector<ParamSpec> ParamSpecs1D(const ModelConfig& config, const ModelPart& 
 // by columns) splits A by columns and keeps B whole, a replicated one keeps both whole. A is drawn as
 // PEFT draws it (kaiming-uniform, a = √5: uniform ±1/√in), B is zero. A sparse block's experts and
 // shared expert take adapters as peft wraps them (by module name: gate_proj/up_proj/down_proj, or
-// Mixtral's w1/w3/w2), an expert's belonging to it (ParamSpec::expert). {} without LoRA.
+// Mixtral's w1/w3/w2), an expert's belonging to it (ParamSpec::expert). Then, when `base` holds a
+// reward model's score head (ModelConfig::score_head), that head itself, trained whole beside the
+// adapters as PEFT trains the modules_to_save of a SEQ_CLS task (its spec as in `base`, drawn alike).
+// {} without LoRA. Every other parameter of `base` is frozen.
 std::vector<ParamSpec> LoraParamSpecs(const ModelConfig& config, const std::vector<ParamSpec>& base);
 // The module name of a block parameter's role ("q_proj" of "layers.3.self_attn.q_proj.weight").
 std::string ModuleOf(const std::string& param_name);

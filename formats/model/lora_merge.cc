@@ -26,7 +26,9 @@ std::string Shape(const std::vector<int64_t>& shape) { return absl::StrCat("[", 
 // The base's parameters: where each lies, read as fp32 on demand.
 class BaseModel {
  public:
-  static absl::StatusOr<BaseModel> Open(const std::string& path, const ModelConfig& c) {
+  // `own`: the parameters the checkpoint holds whole (a reward model's score head), not read here.
+  static absl::StatusOr<BaseModel> Open(const std::string& path, const ModelConfig& c,
+                                        const std::map<std::string, const TensorEntry*>& own) {
     BaseModel out;
     if (std::filesystem::exists(std::filesystem::path(path) / "config.json")) {
       auto files = OpenHfFiles(path, c);
@@ -38,6 +40,7 @@ class BaseModel {
     if (!file.ok()) return file.status();
     out.file_ = std::move(*file);
     for (const ParamSpec& p : ParamSpecs1D(c, ModelPart::Whole(c.layers), 1)) {
+      if (own.count(p.name) > 0) continue;
       const auto& entries = out.file_->header().entries;
       auto e = entries.find(p.name);
       const std::string where = absl::StrCat(path, ": ", p.name);
@@ -80,14 +83,19 @@ absl::StatusOr<HfExportResult> ExportMergedLora(const CheckpointModel& cp, const
     const TensorEntry* b = nullptr;
   };
   std::map<std::string, Pair> pairs;  // By the adapted weight's name.
+  std::map<std::string, const TensorEntry*> own;  // Trained whole: a reward model's score head.
   auto entries = LoraAdapterEntries(cp, **adapters);
   if (!entries.ok()) return entries.status();
   for (const auto& [p, e] : *entries) {
+    if (p.name == kScoreWeight) {
+      own[p.name] = e;
+      continue;
+    }
     const bool is_a = p.name.find(".lora_A.") != std::string::npos;
     const std::string stem = p.name.substr(0, p.name.find(is_a ? ".lora_A." : ".lora_B."));
     (is_a ? pairs[stem + ".weight"].a : pairs[stem + ".weight"].b) = e;
   }
-  auto model = BaseModel::Open(base, c);
+  auto model = BaseModel::Open(base, c, own);
   if (!model.ok()) {
     return absl::Status(model.status().code(), absl::StrCat("the base ", base, ": ", model.status().message()));
   }
@@ -98,6 +106,11 @@ absl::StatusOr<HfExportResult> ExportMergedLora(const CheckpointModel& cp, const
   return WriteHfModel(
       merged,
       [&](const ParamSpec& p) {
+        if (auto whole = own.find(p.name); whole != own.end()) {  // F32 of p's shape (LoraAdapterEntries).
+          std::vector<float> w((whole->second->end - whole->second->begin) / sizeof(float));
+          std::memcpy(w.data(), (*adapters)->data(*whole->second), w.size() * 4);
+          return w;
+        }
         std::vector<float> w = model->Read(p);
         auto pair = pairs.find(p.name);
         if (pair == pairs.end()) return w;

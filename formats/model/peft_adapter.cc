@@ -5,12 +5,16 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "formats/model/family.h"
 #include "nlohmann/json.hpp"
 
 namespace tessera::formats::model {
 namespace {
 
 constexpr char kPeftPrefix[] = "base_model.model.model.";
+// A SEQ_CLS task's score head (a module of the *ForSequenceClassification model itself, beside its
+// decoder `model`).
+constexpr char kPeftScoreKey[] = "base_model.model.score.weight";
 
 }  // namespace
 
@@ -50,10 +54,28 @@ absl::StatusOr<PeftLoraConfig> ReadPeftLoraConfig(const std::string& dir) {
     if (j.contains(flag) && j[flag].is_boolean() && j[flag].get<bool>()) return bad(flag, "true is not supported");
   }
   if (j.contains("bias") && j["bias"] != "none") return bad("bias", "only \"none\" is supported");
-  for (const char* list : {"modules_to_save", "layers_to_transform"}) {
-    if (j.contains(list) && !j[list].is_null() && !(j[list].is_array() && j[list].empty())) {
-      return bad(list, "is not supported");
+  const std::string task = j.contains("task_type") && j["task_type"].is_string() ? j["task_type"].get<std::string>() : "";
+  if (j.contains("modules_to_save") && !j["modules_to_save"].is_null()) {
+    const nlohmann::json& saved = j["modules_to_save"];
+    bool score = false, others = !saved.is_array();
+    if (saved.is_array()) {
+      for (const auto& m : saved) {
+        if (m == "score") {
+          score = true;
+        } else if (m != "classifier") {
+          others = true;
+        }
+      }
     }
+    if (others || (score && task != "SEQ_CLS")) {
+      return bad("modules_to_save", "is not supported (but a SEQ_CLS task's score head: a reward model's)");
+    }
+    c.score_head = score;
+  }
+  if (task == "SEQ_CLS" && !c.score_head) return bad("modules_to_save", "a SEQ_CLS task must save its score head");
+  if (j.contains("layers_to_transform") && !j["layers_to_transform"].is_null() &&
+      !(j["layers_to_transform"].is_array() && j["layers_to_transform"].empty())) {
+    return bad("layers_to_transform", "is not supported");
   }
   for (const char* pattern : {"rank_pattern", "alpha_pattern"}) {
     if (j.contains(pattern) && !j[pattern].is_null() && !(j[pattern].is_object() && j[pattern].empty())) {
@@ -65,7 +87,7 @@ absl::StatusOr<PeftLoraConfig> ReadPeftLoraConfig(const std::string& dir) {
 
 std::string PeftLoraConfigJson(const PeftLoraConfig& c) {
   nlohmann::json j = {{"peft_type", "LORA"},
-                      {"task_type", "CAUSAL_LM"},
+                      {"task_type", c.score_head ? "SEQ_CLS" : "CAUSAL_LM"},
                       {"r", c.rank},
                       {"lora_alpha", c.alpha},
                       {"lora_dropout", c.dropout},
@@ -76,12 +98,13 @@ std::string PeftLoraConfigJson(const PeftLoraConfig& c) {
                       {"use_dora", false},
                       {"inference_mode", true},
                       {"init_lora_weights", true},
-                      {"modules_to_save", nullptr},
+                      {"modules_to_save", c.score_head ? nlohmann::json{"classifier", "score"} : nlohmann::json(nullptr)},
                       {"base_model_name_or_path", c.base_model}};
   return j.dump(2) + "\n";
 }
 
 std::string TesseraNameOfPeftKey(const std::string& key) {
+  if (key == kPeftScoreKey) return kScoreWeight;
   if (!absl::StartsWith(key, kPeftPrefix)) return "";
   const std::string name = key.substr(sizeof(kPeftPrefix) - 1);
   if (!absl::StartsWith(name, "layers.")) return "";
@@ -89,6 +112,8 @@ std::string TesseraNameOfPeftKey(const std::string& key) {
   return name;
 }
 
-std::string PeftKeyOfTesseraName(const std::string& name) { return absl::StrCat(kPeftPrefix, name); }
+std::string PeftKeyOfTesseraName(const std::string& name) {
+  return name == kScoreWeight ? kPeftScoreKey : absl::StrCat(kPeftPrefix, name);
+}
 
 }  // namespace tessera::formats::model

@@ -29,6 +29,30 @@ TEST(PeftAdapterTest, ConfigRoundTripsThroughItsJson) {
   EXPECT_EQ(read->base_model, "/models/base");
 }
 
+TEST(PeftAdapterTest, AScoreHeadIsASeqClsTasksModuleToSave) {
+  PeftLoraConfig c{4, 8.0, 0.0, {"q_proj"}, ""};
+  c.score_head = true;
+  const std::string json = PeftLoraConfigJson(c);
+  EXPECT_THAT(json, HasSubstr("\"SEQ_CLS\""));
+  auto read = ReadPeftLoraConfig(AdapterDir("seqcls", json));
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_TRUE(read->score_head);
+  EXPECT_FALSE(ReadPeftLoraConfig(AdapterDir("causal", PeftLoraConfigJson({4, 8.0, 0.0, {"q_proj"}, ""})))->score_head);
+  // As peft saves a SEQ_CLS task (["classifier", "score"]), or the score alone.
+  const std::string ok = R"("peft_type": "LORA", "r": 4, "lora_alpha": 8, "target_modules": ["q_proj"])";
+  auto alone = ReadPeftLoraConfig(AdapterDir("alone", "{" + ok + R"(, "task_type": "SEQ_CLS", "modules_to_save": ["score"]})"));
+  ASSERT_TRUE(alone.ok()) << alone.status();
+  EXPECT_TRUE(alone->score_head);
+  for (const auto& [extra, words] : std::vector<std::pair<std::string, std::string>>{
+           {R"(, "task_type": "CAUSAL_LM", "modules_to_save": ["score"])", "modules_to_save: is not supported"},
+           {R"(, "task_type": "SEQ_CLS", "modules_to_save": ["score", "lm_head"])", "modules_to_save: is not supported"},
+           {R"(, "task_type": "SEQ_CLS", "modules_to_save": "score")", "modules_to_save: is not supported"},
+           {R"(, "task_type": "SEQ_CLS")", "a SEQ_CLS task must save its score head"}}) {
+    auto bad = ReadPeftLoraConfig(AdapterDir("bad_seqcls", "{" + ok + extra + "}"));
+    EXPECT_THAT(std::string(bad.status().message()), HasSubstr(words)) << extra;
+  }
+}
+
 TEST(PeftAdapterTest, WhatIsNotComputedAsPeftDoesIsRefusedByKey) {
   const std::string ok = R"("peft_type": "LORA", "r": 4, "lora_alpha": 8, "target_modules": ["q_proj"])";
   for (const auto& [extra, words] : std::vector<std::pair<std::string, std::string>>{
@@ -53,6 +77,8 @@ TEST(PeftAdapterTest, TensorNamesMapBothWays) {
   EXPECT_EQ(TesseraNameOfPeftKey(key), "layers.3.self_attn.q_proj.lora_A.weight");
   EXPECT_EQ(PeftKeyOfTesseraName("layers.3.self_attn.q_proj.lora_A.weight"), key);
   EXPECT_EQ(TesseraNameOfPeftKey("base_model.model.lm_head.weight"), "");
+  EXPECT_EQ(TesseraNameOfPeftKey("base_model.model.score.weight"), "score.weight");
+  EXPECT_EQ(PeftKeyOfTesseraName("score.weight"), "base_model.model.score.weight");
   EXPECT_EQ(TesseraNameOfPeftKey("base_model.model.model.layers.0.mlp.down_proj.weight"), "");
 }
 

@@ -54,6 +54,7 @@ absl::StatusOr<uint64_t> ExportPeftAdapter(const CheckpointModel& cp, const std:
     return s;
   }
   PeftLoraConfig config{c.lora.rank, c.lora.alpha, c.lora.dropout, c.lora.targets, cp.lora_base};
+  config.score_head = c.score_head;  // Trained whole beside the adapters (LoraParamSpecs), saved with them.
   auto s = WriteFileDurably(out_dir + "/adapter_config.json", PeftLoraConfigJson(config));
   if (!s.ok()) return s.status();
   if (absl::Status d = FsyncDirectory(out_dir); !d.ok()) return d;

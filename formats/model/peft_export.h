@@ -16,8 +16,8 @@
 
 namespace tessera::formats::model {
 
-// The adapters of `checkpoint` (config.lora enabled) in `file`, its model.safetensors, in
-// LoraParamSpecs' order: each spec with its entry, checked to be F32 of the spec's shape. DATA_LOSS
+// The adapters of `checkpoint` (config.lora enabled; and a reward model's score head) in `file`, its
+// model.safetensors, in LoraParamSpecs' order: each spec with its entry, checked to be F32 of the spec's shape. DATA_LOSS
 // naming the file and tensor otherwise.
 absl::StatusOr<std::vector<std::pair<ParamSpec, const checkpoint::TensorEntry*>>> LoraAdapterEntries(
     const CheckpointModel& checkpoint, const checkpoint::MappedSafetensors& file);

@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <limits>
 #include <cmath>
+#include <set>
+#include <string>
 #include <utility>
 
 #include "absl/cleanup/cleanup.h"
@@ -87,8 +89,13 @@ Decoder::Decoder(const ModelConfig& c, const ModelPart& part, std::shared_ptr<Co
       device_(device) {
   CheckConfig();
   const std::vector<ParamSpec> specs = ModelParamSpecs(c, part, tp_->size());
-  for (const ParamSpec& spec : specs) Add(spec, seed);  // With LoRA: frozen.
-  for (const ParamSpec& spec : LoraParamSpecs(c, specs)) Add(spec, seed);
+  const std::vector<ParamSpec> lora = LoraParamSpecs(c, specs);
+  std::set<std::string> trained;  // LoRA: the adapters, and a reward model's score head trained whole.
+  for (const ParamSpec& spec : lora) trained.insert(spec.name);
+  for (const ParamSpec& spec : specs) {
+    if (trained.count(spec.name) == 0) Add(spec, seed);  // With LoRA: frozen.
+  }
+  for (const ParamSpec& spec : lora) Add(spec, seed);
 }
 
 Decoder::Decoder(const ModelConfig& c, const ModelPart& part, std::shared_ptr<Communicator> tp, const TpGrid& grid,

@@ -86,6 +86,11 @@ absl::StatusOr<LoadedModel> LoadModelForInference(const std::string& path, c10::
     c.lora.rank = config->rank;
     c.lora.alpha = config->alpha;
     c.lora.targets = config->targets;
+    if (config->score_head != c.score_head) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          lora, ": the adapters ", config->score_head ? "of a reward model (task_type SEQ_CLS)" : "of a causal LM",
+          " over ", path, ", a model with ", c.score_head ? "a score head" : "an LM head"));
+    }
   }
   out.model = std::make_unique<Decoder>(c, tp, /*seed=*/0, device);
   at::Tensor bias;  // Loss-free balancing: the checkpoint's biases choose the experts, as in training.

@@ -253,6 +253,12 @@ absl::Status Trainer::LoadPeftAdapter(const std::string& dir) {
     return fail(absl::StrCat("target_modules [", absl::StrJoin(got, ", "), "], model.lora.targets [",
                              absl::StrJoin(targets, ", "), "]"));
   }
+  if (config->score_head != options_.model.score_head) {
+    return fail(config->score_head
+                    ? "the adapters of a reward model (task_type SEQ_CLS, its score head saved), for a model with an LM head"
+                    : "adapters without a score head (task_type SEQ_CLS with modules_to_save [\"score\"]: what peft "
+                      "saves for a reward model), for train.objective reward");
+  }
   absl::Status s = LoadPeftAdapterTensors(*model_, dir);
   return s.ok() ? s : fail(std::string(s.message()));
 }

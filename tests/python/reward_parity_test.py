@@ -21,6 +21,7 @@ import tempfile
 import unittest
 
 import datasets
+import peft
 import torch
 import transformers
 from trl import RewardConfig, RewardTrainer
@@ -77,13 +78,40 @@ def reward_qwen2(vocab, pad_token_id):
     return hf_testing.with_random_biases(transformers.Qwen2ForSequenceClassification(config).float())
 
 
+LORA_R, LORA_ALPHA = 4, 8.0
+LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+def lora_reward(adapter_dir):
+    """reward_llama wrapped by peft's LoRA for a SEQ_CLS task (its score head trained whole beside the
+    adapters: modules_to_save), A and B drawn (init_lora_weights=False: the initial model is not the
+    base), saved into `adapter_dir` for tessera's model.lora.init_from."""
+    def make(vocab, pad_token_id):
+        model = reward_llama(vocab, pad_token_id)
+        torch.manual_seed(4)
+        config = peft.LoraConfig(r=LORA_R, lora_alpha=LORA_ALPHA, lora_dropout=0.0, target_modules=LORA_TARGETS,
+                                 init_lora_weights=False, task_type="SEQ_CLS")
+        model = peft.get_peft_model(model, config)
+        model.save_pretrained(adapter_dir)
+        return model
+    return make
+
+
+def peft_names(model, directory):
+    """A peft model's trained tensors (adapters and score head) under tessera's names, as PEFT saves them."""
+    model.save_pretrained(directory)
+    saved = safetensors_io.load(os.path.join(directory, "adapter_model.safetensors"))
+    return {"score.weight" if k == "base_model.model.score.weight" else k.removeprefix("base_model.model.model."): v
+            for k, v in saved.items()}
+
+
 def tessera_names(model):
     return {k.removeprefix("model."): v.detach().clone().contiguous() for k, v in model.state_dict().items()
             if not k.endswith("rotary_emb.inv_freq")}
 
 
 def train_trl(tokenizer, pairs, vocab, tmp, margins=None, center=None, make=reward_llama, valid=None,
-              valid_margins=None, eval_steps=(), eval_batches=0, evals=None):
+              valid_margins=None, eval_steps=(), eval_batches=0, evals=None, names=tessera_names):
     """TRL's reward model on `pairs` [(prompt, chosen, rejected) ids] as tessera's spec defines the step:
     micro-batches of MICRO pairs in file order, GLOBAL pairs a step. Returns (losses, the reward fields per
     step, final weights under tessera's names). With `valid` (pairs, and their margins), an evaluation
@@ -155,7 +183,7 @@ def train_trl(tokenizer, pairs, vocab, tmp, margins=None, center=None, make=rewa
         fields.append(sums)
         if valid is not None and step + 1 in eval_steps:
             evals[step + 1] = evaluate()
-    return losses, fields, tessera_names(model), model
+    return losses, fields, names(model), model
 
 
 def read_steps(out_dir):
@@ -350,6 +378,51 @@ output_dir: {self.tmp}/{name}
         head = safetensors_io.load(os.path.join(self.checkpoint("from_causal"), "model.safetensors"))
         self.assertEqual(list(head["score.weight"].shape), [1, HIDDEN])
         self.assertNotIn("lm_head.weight", head)
+
+    def test_lora(self):
+        # peft's LoRA of a SEQ_CLS task: the adapters and the score head (modules_to_save) train, the base is
+        # frozen; tessera's model.lora with init_from the same adapter directory, in one process, tp=2 and pp=2.
+        adapter = os.path.join(self.tmp, "lora-adapter")
+        want = train_trl(self.hf_tokenizer, self.pairs, self.vocab, self.tmp, make=lora_reward(adapter),
+                         names=lambda m: peft_names(m, os.path.join(self.tmp, "lora-trl-final")))
+        model = (f"family: llama, layers: {LAYERS}, hidden: {HIDDEN}, heads: {HEADS}, kv_heads: {KV_HEADS}, "
+                 f"ffn_hidden: {FFN}, vocab: {self.vocab}, norm_eps: {EPS}, rope_theta: {THETA}, "
+                 f"init_from: {self.init}, lora: {{rank: {LORA_R}, alpha: {LORA_ALPHA}, "
+                 f"targets: [{', '.join(LORA_TARGETS)}], init_from: {adapter}}}")
+        for name, sets in [("lora", []), ("lora_tp2", ["parallel.tp=2"]), ("lora_pp2", ["parallel.pp=2"])]:
+            self.check(name, self.run_tessera(name, sets, model=model), want)
+        # The export: PEFT's adapter directory over the base, and the merged transformers model, each
+        # scoring as TRL's trained model.
+        trl_model = want[3].eval()
+        collate = DataCollatorForPreference(pad_token_id=self.hf_tokenizer.eos_token_id)
+        batch = collate([{"chosen_input_ids": p + c, "rejected_input_ids": p + r} for p, c, r in self.pairs])
+        with torch.no_grad():
+            expect = trl_model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+        adapters_out, merged_out = os.path.join(self.tmp, "lora-peft"), os.path.join(self.tmp, "lora-merged")
+        for out, extra in [(adapters_out, []),
+                           (merged_out, ["--merge", "--pad-token-id", str(self.hf_tokenizer.eos_token_id)])]:
+            done = subprocess.run([TESSERA, "export", self.checkpoint("lora"), out] + extra, capture_output=True,
+                                  text=True)
+            self.assertEqual(done.returncode, 0, done.stderr)
+        with open(os.path.join(adapters_out, "adapter_config.json")) as f:
+            config = json.load(f)
+        self.assertEqual((config["task_type"], config["modules_to_save"]), ("SEQ_CLS", ["classifier", "score"]))
+        for label, scorer in [("peft", lambda: peft.PeftModel.from_pretrained(reward_llama(
+                                  self.vocab, self.hf_tokenizer.eos_token_id), adapters_out)),
+                              ("merged", lambda: transformers.AutoModelForSequenceClassification.from_pretrained(
+                                  merged_out))]:
+            with torch.no_grad():
+                got = scorer().eval()(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+            diff = float((got - expect).abs().max())
+            print(f"lora export ({label}): max score difference {diff:.2e} from TRL's model")
+            self.assertLessEqual(diff, TOL)
+        # Adapters of a causal LM for a reward model are refused by name.
+        causal_adapter = os.path.join(self.tmp, "causal-adapter")
+        peft.get_peft_model(hf_llama(self.vocab), peft.LoraConfig(
+            r=LORA_R, lora_alpha=LORA_ALPHA, target_modules=LORA_TARGETS, task_type="CAUSAL_LM")).save_pretrained(
+                causal_adapter)
+        out = self.run_refused("lora_causal_adapter", [], model=model.replace(adapter, causal_adapter))
+        self.assertIn("adapters without a score head", out)
 
     def test_qwen2(self):
         # A Qwen2ForSequenceClassification directory (biases, tied embeddings) as model.pretrained, in one
