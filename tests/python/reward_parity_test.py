@@ -416,6 +416,15 @@ output_dir: {self.tmp}/{name}
             diff = float((got - expect).abs().max())
             print(f"lora export ({label}): max score difference {diff:.2e} from TRL's model")
             self.assertLessEqual(diff, TOL)
+        # `tessera score` of the LoRA checkpoint (its adapters and head over the base it names).
+        done = subprocess.run([TESSERA, "score", self.checkpoint("lora"), "--data", self.data], capture_output=True,
+                              text=True)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        lines = [json.loads(line) for line in done.stdout.splitlines()]
+        scores = torch.tensor([r["chosen"] for r in lines] + [r["rejected"] for r in lines], dtype=torch.float64)
+        diff = float((scores - expect.squeeze(-1).double()).abs().max())
+        print(f"tessera score of the LoRA checkpoint: max difference {diff:.2e} from TRL's model")
+        self.assertLessEqual(diff, TOL)
         # Adapters of a causal LM for a reward model are refused by name.
         causal_adapter = os.path.join(self.tmp, "causal-adapter")
         peft.get_peft_model(hf_llama(self.vocab), peft.LoraConfig(
