@@ -188,14 +188,11 @@ void OnTarget(const ParallelLayout& l, const Target& t, Problems* out) {
 
 // Objectives whose loss is not a mean over targets (DPO: a function of each sample's summed
 // log-probability; a reward model: of each pair's two scores) make each sample whole over its sequence
-// blocks (objective.h); a grid's split of the samples they do not handle yet.
-void ForObjective(const ModelConfig& m, const ParallelLayout& l, const Target& t, Problems* out) {
+// blocks (objective.h); a grid splits a micro-batch's pairs whole (train.micro_batch, which counts
+// pairs then, a multiple of the grid's sample split: Grid above).
+void ForObjective(const ModelConfig& m, const ParallelLayout&, const Target& t, Problems* out) {
   if (t.objective == Objective::kCrossEntropy) return;
   const char* name = Name(t.objective);
-  if (l.tp_mode != TpMode::k1D) {
-    Add(out, "parallel.tp_mode", absl::StrCat(Name(l.tp_mode), " with train.objective ", name,
-                                              " is not supported yet (use 1d)"));
-  }
   if (m.IsMoe()) {
     Add(out, "model.experts", absl::StrCat(m.experts, ": a Mixture of Experts with train.objective ", name,
                                            " is not supported yet"));

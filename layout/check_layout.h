@@ -35,9 +35,8 @@ int64_t MicroBatchesPerStep(const BatchShape& batch, int64_t dp);
 struct Target {
   DeviceKind device = DeviceKind::kCpu;
   bool fp8 = false;  // train.precision fp8: the 1D layers' FP8 GEMMs (parallel/layers/fp8_linear.h).
-  // train.objective: DPO and reward models need each sample's whole sequence in one part apart from
-  // its sequence blocks (no grid split of a sample yet) and a dense model (a Mixture of Experts'
-  // balancing loss is not in TRL's parity yet); a reward model also no LoRA.
+  // train.objective: DPO and reward models need a dense model (a Mixture of Experts' balancing loss
+  // is not in TRL's parity yet).
   Objective objective = Objective::kCrossEntropy;
 };
 

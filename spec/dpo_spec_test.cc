@@ -84,7 +84,12 @@ TEST(DpoSpecTest, WhatDpoDoesNotRunYetIsRefusedByField) {
   auto grid = ParseJobSpec(kSpec, {"output_dir=/out/t", "parallel.tp=4", "parallel.tp_mode=2d",
                                    "train.micro_batch=2", "train.global_batch=2"});
   ASSERT_TRUE(grid.ok()) << grid.status();
-  EXPECT_THAT(Errors(*grid), HasSubstr("parallel.tp_mode: 2d with train.objective dpo is not supported yet"));
+  EXPECT_THAT(Errors(*grid), ::testing::Not(HasSubstr("parallel.tp_mode"))) << "a grid splits the pairs whole";
+  // A grid splits a micro-batch's pairs (not its sequences) over its sample axes.
+  auto split_pair = ParseJobSpec(kSpec, {"output_dir=/out/t", "parallel.tp=4", "parallel.tp_mode=2d",
+                                         "train.micro_batch=1", "train.global_batch=2"});
+  ASSERT_TRUE(split_pair.ok()) << split_pair.status();
+  EXPECT_THAT(Errors(*split_pair), HasSubstr("train.micro_batch"));
   auto moe = ParseJobSpec(kSpec, {"output_dir=/out/t", "model.family=llama", "model.experts=4"});
   ASSERT_TRUE(moe.ok()) << moe.status();
   EXPECT_THAT(Errors(*moe), HasSubstr("model.experts: 4: a Mixture of Experts with train.objective dpo"));

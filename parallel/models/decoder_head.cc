@@ -28,7 +28,26 @@ std::function<at::Tensor(const at::Tensor&)> Decoder::SampleSplitSum() const {
 }
 
 at::Tensor Decoder::ScoreHead(const at::Tensor& x_in, const at::Tensor& targets) {
-  TORCH_CHECK(shape_.mode == TpMode::k1D, "a score head needs 1D tensor parallelism");
+  if (shape_.mode != TpMode::k1D) {
+    // This rank's samples, their hidden states split along the grid's hidden axis as score.weight is
+    // (tp_layout.cc): the products at the trained targets' positions summed over that axis; the loss
+    // the mean over the axes that split the samples, as the LM head's.
+    const at::Tensor flat = targets.reshape({-1});
+    const at::Tensor rows =
+        (masked_targets_ ? flat >= 0 : at::ones({flat.numel()}, flat.options().dtype(at::kBool))).nonzero().squeeze(1);
+    at::Tensor x = GridNorm(x_in, family_.final_norm);
+    x = x.reshape({-1, x.size(-1)}).index_select(0, rows);
+    const at::Tensor partial = at::matmul(x, Use(formats::model::kScoreWeight).t()).squeeze(-1);
+    const at::Tensor scores = ReduceFromTp(partial, grid_.row).to(at::kFloat);
+    at::Tensor loss = objective_->Loss({.rows = rows,
+                                        .scores = scores,
+                                        .sample_data = sample_data_,
+                                        .samples = targets.size(0),
+                                        .positions = targets.size(1),
+                                        .targets = targets.numel()});
+    for (size_t a = 0; a + 1 < axes_.size(); ++a) loss = ReduceFromTp(loss / axes_[a]->size(), axes_[a].get());
+    return loss;
+  }
   // The positions scored: those loss_rows_ selected (x holds only them, [1, N, hidden]), else the
   // trained targets' of `targets` [B, T]. Every tp rank holds the whole hidden state after the last
   // block and computes the same scores from the replicated head: no reduction either way.

@@ -40,7 +40,7 @@ std::vector<ParamSpec> ModelParamSpecs(const ModelConfig& c, const ModelPart& pa
     for (const std::string* base : {&f.token_embedding, &f.position_embedding, &f.lm_head}) {
       if (!base->empty() && name == *base + ".weight") return true;
     }
-    return false;
+    return name == formats::model::kScoreWeight;  // [1, hidden]: split by hidden, as the LM head.
   };
   // Mixture of Experts: the router, the experts and the shared expert act on the block's input made
   // whole along the hidden axis (Decoder::GridSparseMlp), as 1D tp over that axis's q ranks: experts

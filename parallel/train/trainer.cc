@@ -341,12 +341,22 @@ absl::StatusOr<Trainer::LossSums> Trainer::ForwardBackward(int accum) {
   return sums;
 }
 
+absl::Status Trainer::AverageOverSampleAxes(at::Tensor& means) {
+  // Each grid chunk's objective metrics are means over its own pairs (its loss is already the whole
+  // micro-batch's, the same on every chunk: averaging leaves it).
+  for (Communicator* axis : model_->SampleAxes()) {
+    if (axis->size() > 1) TESSERA_RETURN_IF_ERROR(axis->AllReduce(means, ReduceOp::kAvg));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Trainer::ReduceLossAndNorm(LossSums& sums, int accum, StepStats* s, double* raw_norm) {
   // Mean cross-entropy and balancing loss of this rank's micro-batches.
   // Then the objective's metrics, averaged as the loss.
   std::vector<double> means_of = {sums.lm / accum, sums.aux / accum};
   for (double m : sums.metrics) means_of.push_back(m / accum);
   at::Tensor mean_loss = at::tensor(means_of, at::TensorOptions().dtype(at::kDouble)).to(device_);
+  if (!sums.metrics.empty()) TESSERA_RETURN_IF_ERROR(AverageOverSampleAxes(mean_loss));
   {
     // Only the last stage has the loss; every stage's gradients add to the norm (wte counted once).
     RECORD_USER_SCOPE("tessera::train::grad_norm");

@@ -225,6 +225,9 @@ class Trainer {
   // checked by its tensors). A reference: not seq_len (rotary positions need none; a transformers
   // directory has none), but q/k/v biases, tied embeddings and the head.
   absl::Status CheckModelMatches(const ModelConfig& saved, const std::string& what, bool reference) const;
+  // Grid tensor parallelism: `means` (this rank's means of its micro-batches' parts) averaged over the
+  // axes that split the samples (a collective over each); nothing otherwise.
+  absl::Status AverageOverSampleAxes(at::Tensor& means);
   absl::Status ReduceLossAndNorm(LossSums& sums, int accum, StepStats* s, double* raw_norm);
   absl::Status Update(double norm, double lr, StepStats* s);
   // pp > 1, every stage together: StepStats::pipeline_bubble of the last RunStep.
@@ -293,6 +296,9 @@ class Trainer {
   // Micro-batch a (of accum) of this rank's share of the global batch whose first sample is `first`.
   // With `positions` and packed data: also this rank's positions of the micro-batch's inputs
   // [micro, T] (Decoder::set_positions); undefined otherwise.
+  // Grid tensor parallelism: this rank's chunk of a micro-batch's rows (dim 0, sample-major; pairs
+  // stay whole: train.micro_batch is a multiple of the chunks), as every reader cuts them; else `rows`.
+  at::Tensor SampleChunkOf(const at::Tensor& rows) const;
   absl::StatusOr<at::Tensor> ReadMicroBatch(formats::data::TrainingData& data, int64_t first, int a, int accum,
                                             at::Tensor* positions = nullptr);
   // The PipelineRunner's two questions about a micro-batch, answered with one read: its tokens

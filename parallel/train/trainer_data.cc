@@ -12,6 +12,13 @@ namespace tessera::parallel {
 
 using formats::data::TrainingData;
 
+at::Tensor Trainer::SampleChunkOf(const at::Tensor& rows) const {
+  const auto [chunk, chunks] = model_->SampleChunk();
+  if (chunks <= 1) return rows;
+  const int64_t n = rows.size(0) / chunks;
+  return rows.narrow(0, chunk * n, n);
+}
+
 absl::StatusOr<at::Tensor> Trainer::ReadMicroBatch(TrainingData& data, int64_t first, int a, int accum,
                                                    at::Tensor* positions) {
   // Sample j of the global batch for dp rank d, micro-batch a, row i: d·micro·accum + a·micro + i.
@@ -29,11 +36,7 @@ absl::StatusOr<at::Tensor> Trainer::ReadMicroBatch(TrainingData& data, int64_t f
   // This rank's part: with grid tensor parallelism its chunk of the samples, with sequence
   // parallelism its block of each window (the positions stay whole: Decoder::set_positions).
   const int sp = groups_.sp->size();
-  const auto [chunk, chunks] = model_->SampleChunk();
-  auto part = [&](at::Tensor w) {
-    if (chunks > 1) w = w.narrow(0, chunk * (micro / chunks), micro / chunks);
-    return w.to(device_, /*non_blocking=*/false, /*copy=*/true);
-  };
+  auto part = [&](const at::Tensor& w) { return SampleChunkOf(w).to(device_, /*non_blocking=*/false, /*copy=*/true); };
   if (positions != nullptr) {
     *positions = packed ? part(at::from_blob(token_positions.data(), {micro, T + 1}, at::kLong).narrow(1, 0, T))
                         : at::Tensor();

@@ -193,7 +193,7 @@ absl::StatusOr<at::Tensor> Trainer::ReadPairs(const PairSet& set, int64_t first,
   // Sequence parallelism: this rank's block of positions (and the target after its last), as ReadTokens.
   const int64_t sp = groups_.sp->size();
   if (sp > 1) window = window.narrow(1, groups_.sp->rank() * (T / sp), T / sp + 1);
-  return window.to(device_, false, true);
+  return SampleChunkOf(window).to(device_, false, true);
 }
 
 absl::StatusOr<at::Tensor> Trainer::MarginsOf(const PairSet& set, int64_t first, int a, int accum) const {
@@ -202,7 +202,7 @@ absl::StatusOr<at::Tensor> Trainer::MarginsOf(const PairSet& set, int64_t first,
     const double m = set.data->margin(set.first + i);  // Finite (PreferenceDataset::Open).
     values.insert(values.end(), {m, m});
   }
-  return at::tensor(values, at::TensorOptions().dtype(at::kDouble)).to(device_);
+  return SampleChunkOf(at::tensor(values, at::TensorOptions().dtype(at::kDouble))).to(device_);
 }
 
 absl::StatusOr<at::Tensor> Trainer::ReferenceOf(const PairSet& set, int64_t first, int a, int accum) const {
@@ -216,7 +216,7 @@ absl::StatusOr<at::Tensor> Trainer::ReferenceOf(const PairSet& set, int64_t firs
       values.push_back(v);
     }
   }
-  return at::tensor(values, at::TensorOptions().dtype(at::kDouble)).to(device_);
+  return SampleChunkOf(at::tensor(values, at::TensorOptions().dtype(at::kDouble))).to(device_);
 }
 
 absl::StatusOr<std::unique_ptr<Decoder>> Trainer::LoadReferenceModel(int64_t* step) const {
@@ -322,7 +322,7 @@ absl::Status Trainer::ScoreSet(PipelineRunner& runner, Decoder& model, PairSet& 
     auto rows_of = [&](int a) -> absl::StatusOr<at::Tensor> {
       std::vector<double> where;
       for (int64_t i : PairsOf(set, first, a, accum)) where.insert(where.end(), {2.0 * i, 2.0 * i + 1});
-      return at::tensor(where, at::TensorOptions().dtype(at::kDouble));
+      return SampleChunkOf(at::tensor(where, at::TensorOptions().dtype(at::kDouble)));
     };
     auto sum = runner.RunForwardOnly([&](int a) { return ReadPairs(set, first, a, accum); }, nullptr, rows_of);
     if (!sum.ok()) {
@@ -367,7 +367,9 @@ absl::StatusOr<double> Trainer::EvaluatePairs() {
     }
     means.resize(1 + names.size(), 0.0);
     at::Tensor batch = at::tensor(means, at::TensorOptions().dtype(at::kDouble)).to(device_);
-    // As a training step's loss: the head's stage has it; each dp × sp replica's mean weighs the same.
+    // As a training step's loss: the head's stage has it; each dp × sp replica's mean weighs the same
+    // (and each grid chunk's metrics: ReduceLossAndNorm).
+    TESSERA_RETURN_IF_ERROR(AverageOverSampleAxes(batch));
     TESSERA_RETURN_IF_ERROR(groups_.pp->AllReduce(batch, ReduceOp::kSum));
     if (groups_.dp_sp->size() > 1) TESSERA_RETURN_IF_ERROR(groups_.dp_sp->AllReduce(batch, ReduceOp::kAvg));
     total += batch;

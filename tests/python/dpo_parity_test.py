@@ -33,7 +33,7 @@ import data_reference  # noqa: E402
 import gpt_reference  # noqa: E402
 import hf_testing  # noqa: E402
 import safetensors_io  # noqa: E402
-from preference_testing import (LAYOUTS, chatml_tokenizer, check_evaluations, pair_records, prepare_pairs,  # noqa: E402
+from preference_testing import (GRID_LAYOUTS, LAYOUTS, chatml_tokenizer, check_evaluations, pair_records, prepare_pairs,  # noqa: E402
                                 run_example)
 
 TESSERA = os.path.abspath("client/tessera")
@@ -250,6 +250,13 @@ output_dir: {self.tmp}/{name}
     def test_sigmoid_in_every_layout(self):
         want = self.reference()
         for name, sets in LAYOUTS:
+            self.check(name, self.run_tessera(name, sets), want)
+
+    def test_grid_tensor_parallel(self):
+        # 2D, 2.5D and 3D, and 2D with a pipeline: each chunk's pairs' log-probabilities from the
+        # vocabulary-parallel loss over the grid's hidden axis, the loss the mean over the chunks.
+        want = self.reference()
+        for name, sets in GRID_LAYOUTS:
             self.check(name, self.run_tessera(name, sets), want)
 
     def test_qwen2(self):

@@ -31,7 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gpt_reference  # noqa: E402
 import hf_testing  # noqa: E402
 import safetensors_io  # noqa: E402
-from preference_testing import (LAYOUTS, chatml_tokenizer, check_evaluations, pair_records, prepare_pairs,  # noqa: E402
+from preference_testing import (GRID_LAYOUTS, LAYOUTS, chatml_tokenizer, check_evaluations, pair_records, prepare_pairs,  # noqa: E402
                                 run_example)
 # SFT parity's tiny Llama (untied).
 from sft_parity_test import EPS, FFN, HEADS, HIDDEN, KV_HEADS, LAYERS, THETA, hf_llama  # noqa: E402
@@ -277,6 +277,13 @@ output_dir: {self.tmp}/{name}
     def test_every_layout(self):
         want = self.reference()
         for name, sets in LAYOUTS:
+            self.check(name, self.run_tessera(name, sets), want)
+
+    def test_grid_tensor_parallel(self):
+        # 2D, 2.5D and 3D, and 2D with a pipeline: each chunk's scores the sum over the grid's hidden
+        # axis of its part of the hidden state times its part of score.weight.
+        want = self.reference()
+        for name, sets in GRID_LAYOUTS:
             self.check(name, self.run_tessera(name, sets), want)
 
     def test_validation(self):
