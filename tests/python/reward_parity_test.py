@@ -289,13 +289,14 @@ output_dir: {self.tmp}/{name}
     def test_validation(self):
         # Validation on the held-out tail (data.valid_fraction 0.25 of the pairs with margins: TRL's
         # eval_loss with margins and centring, eval_margin and eval_accuracy), every 4 steps, 3 global
-        # batches (12 of the 8 pairs: wrapping), in one process and dp=2 with tp=2.
+        # batches (12 of the 8 pairs: wrapping), in one process, dp=2 with tp=2 and a 2D grid.
         evals = {}
         want = train_trl(self.hf_tokenizer, self.margin_pairs[:24], self.vocab, self.tmp, margins=self.margins[:24],
                          center=CENTER, valid=self.margin_pairs[24:], valid_margins=self.margins[24:],
                          eval_steps=(4, 8), eval_batches=3, evals=evals)
         sets = ["data.valid_fraction=0.25", "train.eval_every=4", "train.eval_batches=3"]
-        for name, extra in [("valid_tail", []), ("valid_tail_dp2_tp2", ["parallel.dp=2", "parallel.tp=2"])]:
+        for name, extra in [("valid_tail", []), ("valid_tail_dp2_tp2", ["parallel.dp=2", "parallel.tp=2"]),
+                            ("valid_tail_2d", ["parallel.tp=4", "parallel.tp_mode=2d"])]:
             steps = self.run_tessera(name, sets + extra, data=self.margin_data,
                                      reward_model=f"reward_model: {{center_coefficient: {CENTER}}}")
             self.check(name, steps, want, learns=False)
