@@ -35,8 +35,8 @@ int64_t MicroBatchesPerStep(const BatchShape& batch, int64_t dp);
 struct Target {
   DeviceKind device = DeviceKind::kCpu;
   bool fp8 = false;  // train.precision fp8: the 1D layers' FP8 GEMMs (parallel/layers/fp8_linear.h).
-  // train.objective: DPO and reward models need a dense model (a Mixture of Experts' balancing loss
-  // is not in TRL's parity yet).
+  // train.objective: DPO and reward models train a Mixture of Experts without its balancing loss
+  // (model.aux_loss_coef 0; TRL's leaves padding out, tessera's routers count it).
   Objective objective = Objective::kCrossEntropy;
 };
 

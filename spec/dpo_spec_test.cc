@@ -92,7 +92,11 @@ TEST(DpoSpecTest, WhatDpoDoesNotRunYetIsRefusedByField) {
   EXPECT_THAT(Errors(*split_pair), HasSubstr("train.micro_batch"));
   auto moe = ParseJobSpec(kSpec, {"output_dir=/out/t", "model.family=llama", "model.experts=4"});
   ASSERT_TRUE(moe.ok()) << moe.status();
-  EXPECT_THAT(Errors(*moe), HasSubstr("model.experts: 4: a Mixture of Experts with train.objective dpo"));
+  EXPECT_THAT(Errors(*moe), ::testing::Not(HasSubstr("model.experts"))) << "without a balancing loss, as TRL's default";
+  auto balanced = ParseJobSpec(kSpec, {"output_dir=/out/t", "model.family=llama", "model.experts=4",
+                                       "model.aux_loss_coef=0.02"});
+  ASSERT_TRUE(balanced.ok()) << balanced.status();
+  EXPECT_THAT(Errors(*balanced), HasSubstr("model.aux_loss_coef: 0.02: the balancing loss with train.objective dpo"));
   // The pair cut belongs to DPO's data only.
   auto lm = ParseJobSpec(kSpec, {"output_dir=/out/t", "train.objective=cross_entropy", "data.max_completion_tokens=8"});
   ASSERT_TRUE(lm.ok());

@@ -33,7 +33,7 @@ import data_reference  # noqa: E402
 import gpt_reference  # noqa: E402
 import hf_testing  # noqa: E402
 import safetensors_io  # noqa: E402
-from preference_testing import (GRID_LAYOUTS, LAYOUTS, chatml_tokenizer, check_evaluations, pair_records, prepare_pairs,  # noqa: E402
+from preference_testing import (GRID_LAYOUTS, LAYOUTS, MOE_LAYOUTS, mixtral_config, chatml_tokenizer, check_evaluations, pair_records, prepare_pairs,  # noqa: E402
                                 run_example)
 
 TESSERA = os.path.abspath("client/tessera")
@@ -258,6 +258,18 @@ output_dir: {self.tmp}/{name}
         want = self.reference()
         for name, sets in GRID_LAYOUTS:
             self.check(name, self.run_tessera(name, sets), want)
+
+    def test_mixture_of_experts(self):
+        # A MixtralForCausalLM directory as model.pretrained (TRL's default: no balancing loss).
+        directory = os.path.join(self.tmp, "mixtral")
+
+        def mixtral_lm(vocab):
+            torch.manual_seed(11)
+            return transformers.MixtralForCausalLM(mixtral_config(vocab)).float()
+        mixtral_lm(self.vocab).save_pretrained(directory)
+        want = train_trl(self.hf_tokenizer, self.pairs, self.vocab, self.tmp, make=mixtral_lm)
+        for name, sets in MOE_LAYOUTS:
+            self.check(name, self.run_tessera(name, sets, model=f"pretrained: {directory}"), want, learns=False)
 
     def test_qwen2(self):
         # A Qwen2ForCausalLM directory (biases, tied embeddings) as model.pretrained, in one process and tp=2.

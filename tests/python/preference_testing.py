@@ -7,6 +7,7 @@ import os
 import random
 import subprocess
 
+import transformers
 from transformers import PreTrainedTokenizerFast
 
 import chat_template_test as ct
@@ -67,6 +68,22 @@ LAYOUTS = [("single", []), ("dp2", ["parallel.dp=2"]), ("tp2", ["parallel.tp=2"]
            ("zero1", ["parallel.dp=2", "parallel.zero_stage=1"]),
            ("zero2_checkpointed", ["parallel.dp=2", "parallel.zero_stage=2", "train.activation_checkpointing=true"]),
            ("zero3_offload", ["parallel.dp=2", "parallel.zero_stage=3", "optimizer.offload=cpu"])]
+# A Mixture of Experts (Mixtral) without the balancing loss (transformers' output_router_logits false,
+# TRL's default): one process, expert parallelism, tp and pp.
+MOE_LAYOUTS = [("moe", []), ("moe_dp2_ep2", ["parallel.dp=2", "parallel.ep=2"]), ("moe_tp2", ["parallel.tp=2"]),
+               ("moe_pp2", ["parallel.pp=2"])]
+
+
+def mixtral_config(vocab, **extra):
+    """The parity tests' tiny sizes as a Mixtral of 4 experts, 2 a token, no balancing loss."""
+    from sft_parity_test import EPS, FFN, HEADS, HIDDEN, KV_HEADS, LAYERS, THETA
+    return transformers.MixtralConfig(
+        vocab_size=vocab, hidden_size=HIDDEN, intermediate_size=FFN, num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS, num_key_value_heads=KV_HEADS, max_position_embeddings=64, rms_norm_eps=EPS,
+        rope_theta=THETA, tie_word_embeddings=False, num_local_experts=4, num_experts_per_tok=2,
+        sliding_window=None, output_router_logits=False, **extra)
+
+
 # Grid tensor parallelism: each rank holds a chunk of a micro-batch's pairs (whole) and a part of the
 # hidden dimension. 2.5D (depth 2) and 3D split the pairs 4 ways: micro-batches of 4 pairs (one a step;
 # the same objective: the mean over the step's pairs).

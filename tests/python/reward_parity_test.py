@@ -31,7 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gpt_reference  # noqa: E402
 import hf_testing  # noqa: E402
 import safetensors_io  # noqa: E402
-from preference_testing import (GRID_LAYOUTS, LAYOUTS, chatml_tokenizer, check_evaluations, pair_records, prepare_pairs,  # noqa: E402
+from preference_testing import (GRID_LAYOUTS, LAYOUTS, MOE_LAYOUTS, mixtral_config, chatml_tokenizer, check_evaluations, pair_records, prepare_pairs,  # noqa: E402
                                 run_example)
 # SFT parity's tiny Llama (untied).
 from sft_parity_test import EPS, FFN, HEADS, HIDDEN, KV_HEADS, LAYERS, THETA, hf_llama  # noqa: E402
@@ -440,6 +440,20 @@ output_dir: {self.tmp}/{name}
                 causal_adapter)
         out = self.run_refused("lora_causal_adapter", [], model=model.replace(adapter, causal_adapter))
         self.assertIn("adapters without a score head", out)
+
+    def test_mixture_of_experts(self):
+        # A MixtralForSequenceClassification directory as model.pretrained (TRL's RewardTrainer adds no
+        # balancing loss).
+        directory = os.path.join(self.tmp, "mixtral")
+
+        def reward_mixtral(vocab, pad_token_id):
+            torch.manual_seed(11)
+            return transformers.MixtralForSequenceClassification(
+                mixtral_config(vocab, num_labels=1, pad_token_id=pad_token_id)).float()
+        reward_mixtral(self.vocab, self.hf_tokenizer.eos_token_id).save_pretrained(directory)
+        want = train_trl(self.hf_tokenizer, self.pairs, self.vocab, self.tmp, make=reward_mixtral)
+        for name, sets in MOE_LAYOUTS:
+            self.check(name, self.run_tessera(name, sets, model=f"pretrained: {directory}"), want, learns=False)
 
     def test_qwen2(self):
         # A Qwen2ForSequenceClassification directory (biases, tied embeddings) as model.pretrained, in one
