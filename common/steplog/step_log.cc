@@ -89,6 +89,7 @@ nlohmann::json StepJson(const StepRecord& r) {
   WriteOptional(j, "mfu", r.mfu);
   WriteOptional(j, "val_loss", r.val_loss);
   WriteOptional(j, "eval_seconds", r.eval_seconds);
+  WriteOptional(j, "reference_seconds", r.reference_seconds);
   WriteOptional(j, "lm_loss", r.lm_loss);
   WriteOptional(j, "aux_loss", r.aux_loss);
   WriteOptional(j, "expert_imbalance", r.expert_imbalance);
@@ -152,6 +153,7 @@ std::optional<StepRecord> ParseStepLine(std::string_view line) {
   ReadOptional(j, "mfu", &r.mfu);
   ReadOptional(j, "val_loss", &r.val_loss);
   ReadOptional(j, "eval_seconds", &r.eval_seconds);
+  ReadOptional(j, "reference_seconds", &r.reference_seconds);
   ReadOptional(j, "lm_loss", &r.lm_loss);
   ReadOptional(j, "aux_loss", &r.aux_loss);
   ReadOptional(j, "expert_imbalance", &r.expert_imbalance);

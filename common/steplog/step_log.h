@@ -45,6 +45,8 @@ struct StepRecord {
   std::optional<double> mfu;                // Model FLOPs utilisation against the device's stated peak.
   std::optional<double> val_loss;  // An evaluation line.
   std::optional<double> eval_seconds;       // With val_loss.
+  // DPO: on a run's first step, the seconds its scoring of the reference took before it (Init).
+  std::optional<double> reference_seconds;
   // A Mixture of Experts: the cross-entropy, the balancing loss, and the busiest expert's tokens over
   // the mean (the largest over sparse blocks; each block's in expert_imbalance_layers).
   std::optional<double> lm_loss, aux_loss, expert_imbalance;

@@ -27,6 +27,7 @@ StepRecord Full() {
   r.loss = 2.5, r.lr = 1e-4, r.grad_norm = 0.75, r.tokens_per_s = 1234.5, r.step_seconds = 0.25;
   r.skipped = true, r.loss_scale = 65536, r.trained_tokens = 3000, r.live_peak_bytes = 17;
   r.frozen_param_bytes = 18, r.mfu = 0.4, r.val_loss = 2.4, r.eval_seconds = 0.5;
+  r.reference_seconds = 3.25;
   r.lm_loss = 2.3, r.aux_loss = 0.2, r.expert_imbalance = 1.5, r.expert_imbalance_layers = {1.2, 1.5};
   r.pipeline_wait_s = 0.01, r.pipeline_bubble = 0.3;
   r.checkpoint_blocked_s = 0.125, r.checkpoint_snapshot_bytes = 19;
@@ -65,6 +66,7 @@ TEST(StepLogTest, EveryMemberWrittenReadsBack) {
   EXPECT_EQ(got->mfu, want.mfu);
   EXPECT_EQ(got->val_loss, want.val_loss);
   EXPECT_EQ(got->eval_seconds, want.eval_seconds);
+  EXPECT_EQ(got->reference_seconds, want.reference_seconds);
   EXPECT_EQ(got->lm_loss, want.lm_loss);
   EXPECT_EQ(got->aux_loss, want.aux_loss);
   EXPECT_EQ(got->expert_imbalance, want.expert_imbalance);

@@ -183,7 +183,11 @@ absl::Status Trainer::Init() {
   pipeline_ = std::move(*runner);
   // DPO's reference: the initial weights' (or dpo.reference's) log-probabilities, unless the
   // checkpoint resumed had them.
-  if (dpo() && train_pairs_.reference.empty()) TESSERA_RETURN_IF_ERROR(ScoreReference());
+  if (dpo() && train_pairs_.reference.empty()) {
+    const auto start = std::chrono::steady_clock::now();
+    TESSERA_RETURN_IF_ERROR(ScoreReference());
+    reference_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
   return absl::OkStatus();
 }
 

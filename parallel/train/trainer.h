@@ -66,6 +66,8 @@ struct StepStats {
   double loss_scale = 1;              // fp16: the scale this step's backward used.
   std::optional<double> val_loss;     // After an evaluation at this step (Trainer::Evaluate).
   double eval_seconds = 0;
+  // DPO: on the first step of a run that scored the reference before it (Init), that pass's seconds.
+  std::optional<double> reference_seconds;
   // With val_loss on preference pairs: the objective's metrics over the validation pairs, named
   // "val_" + the metric's name.
   std::vector<std::pair<std::string, double>> val_objective_metrics;
@@ -268,6 +270,7 @@ class Trainer {
   std::unique_ptr<CheckpointWrite> snapshot_;
   std::unique_ptr<BackgroundCheckpoint> background_;
   double snapshot_blocked_s_ = 0;
+  std::optional<double> reference_seconds_;  // Init's scoring of DPO's reference, until a step reports it.
   // The newest write that ended and was not yet reported: (step, seconds); background, or synchronous
   // (which held training all that time).
   std::optional<std::pair<int64_t, double>> write_ended_;

@@ -3,6 +3,7 @@
 // lines, checkpoints (synchronous, or snapshot then background: trainer_async_checkpoint.cc), and
 // debug dumps. One step is Trainer::Step (trainer.cc).
 #include <chrono>
+#include <utility>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -51,6 +52,7 @@ absl::Status Trainer::Run(const std::function<void(const StepStats&)>& on_step) 
   while (step_ < options_.steps) {
     auto stats = Step();
     if (!stats.ok()) return stats.status();
+    stats->reference_seconds = std::exchange(reference_seconds_, std::nullopt);
     if (EvaluatesNow()) {
       const auto start = std::chrono::steady_clock::now();
       auto val = Evaluate();

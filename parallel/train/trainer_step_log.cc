@@ -145,6 +145,7 @@ absl::Status Trainer::AppendStepLog(const StepStats& s) {
     r.expert_imbalance_layers = s.expert_imbalance;
   }
   if (s.val_loss) r.val_loss = *s.val_loss, r.eval_seconds = s.eval_seconds;
+  r.reference_seconds = s.reference_seconds;
   if (layout_) r.pipeline_wait_s = s.pipeline_wait_s;
   r.pipeline_bubble = s.pipeline_bubble;
   if (s.live_peak_bytes > 0) r.live_peak_bytes = s.live_peak_bytes;
