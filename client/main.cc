@@ -149,7 +149,7 @@ int Main(int argc, char** argv) {
   plan->add_option("--memory-gb", local_plan.memory_gb, "Memory per device, GB");
   plan->add_option("--top", local_plan.top, "Print only the first N layouts");
   app.add_subcommand("generate", "Sample tokens from a checkpoint or a transformers model (tessera generate --help)");
-  app.add_subcommand("score", "A reward model's scores of preference pairs (tessera score --help)");
+  app.add_subcommand("score", "A reward model's scores of preference pairs or single completions (tessera score --help)");
   ExportOptions export_options;
   CLI::App* export_cmd = app.add_subcommand(
       "export", "Write a checkpoint as a transformers model directory (config.json + safetensors)");

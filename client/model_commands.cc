@@ -112,6 +112,11 @@ int ExportCommand(const ExportOptions& o) {
       std::cerr << "error: --dtype: a LoRA checkpoint's adapters are written in fp32, as PEFT saves them\n";
       return kExitBadInput;
     }
+    if (o.pad_token_id >= 0) {
+      std::cerr << "error: --pad-token-id: a PEFT adapter directory has no model config to hold it; give it with "
+                << "--merge (or set pad_token_id on the base's config)\n";
+      return kExitBadInput;
+    }
     auto bytes = formats::model::ExportPeftAdapter(*checkpoint, o.out_dir);
     if (!bytes.ok()) {
       std::cerr << "error: " << bytes.status().message() << "\n";
@@ -120,6 +125,9 @@ int ExportCommand(const ExportOptions& o) {
     std::cout << "exported the LoRA adapters of step " << checkpoint->step << " of " << checkpoint->path << " to "
               << o.out_dir << ": " << *bytes << " bytes; load with peft.PeftModel.from_pretrained(base, \""
               << o.out_dir << "\") over the base "
+              << (checkpoint->config.score_head ? "(loaded with transformers.AutoModelForSequenceClassification, "
+                                                  "num_labels=1) "
+                                                : "")
               << (checkpoint->lora_base.empty() ? std::string("the job started from") : checkpoint->lora_base) << "\n";
     return kExitOk;
   }

@@ -132,6 +132,10 @@ absl::StatusOr<PreferencePrepareReport> PreparePreference(const PreferencePrepar
   auto last_print = start;
   absl::Status read = ForEachJsonRecord(o.inputs, [&](const Json& record, const std::string& where) -> absl::Status {
     auto fail = [&](const absl::Status& s) { return absl::Status(s.code(), where + std::string(s.message())); };
+    if (record.contains("completion")) {
+      return fail(Field("completion", "a pair has chosen and rejected, not a completion (pairs and single "
+                                      "completions do not mix)"));
+    }
     for (const char* field : {"prompt", "chosen", "rejected"}) {
       if (!record.contains(field)) return fail(Field(field, "is missing (a pair has prompt, chosen and rejected)"));
     }

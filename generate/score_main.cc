@@ -15,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iomanip>
 #include <iostream>
 #include <limits>
@@ -25,6 +26,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "client/exit_codes.h"
 #include "client/preference_prepare.h"
 #include "formats/data/preference_dataset.h"
@@ -70,12 +72,13 @@ absl::Status ScoreBatch(parallel::Decoder& model, const std::vector<Scored>& seq
 }
 
 // Single completions (PrepareCompletions): one line {"record": i, "score": s} each, in order.
+// `named`: a message with the input's displayed name (standard input's copy as "<stdin>").
 int ScoreCompletions(parallel::Decoder& model, const std::string& source, const std::string& data,
                      const std::string& tokenizer, const formats::data::PreferenceTruncation& cut, int batch,
-                     std::vector<double>* scores) {
+                     const std::function<std::string(const std::string&)>& named, std::vector<double>* scores) {
   auto records = PrepareCompletions({data}, tokenizer);
   if (!records.ok()) {
-    std::cerr << "error: --data: " << records.status().message() << "\n";
+    std::cerr << "error: --data: " << named(std::string(records.status().message())) << "\n";
     return kExitBadInput;
   }
   const parallel::ModelConfig& c = model.config();
@@ -86,7 +89,7 @@ int ScoreCompletions(parallel::Decoder& model, const std::string& source, const 
     cut.CutCompletion(&r.completion);
     const int64_t length = static_cast<int64_t>(r.prompt.size() + r.completion.size());
     if (length > c.seq_len) {
-      std::cerr << "error: --data: " << r.where << "record " << i << " has " << length
+      std::cerr << "error: --data: " << named(r.where) << "record " << i << " has " << length
                 << " tokens, more than the model's " << c.seq_len
                 << " positions (cut it with --max-prompt-tokens and --max-completion-tokens)\n";
       return kExitBadInput;
@@ -94,7 +97,7 @@ int ScoreCompletions(parallel::Decoder& model, const std::string& source, const 
     for (const std::vector<int32_t>* ids : {&r.prompt, &r.completion}) {
       for (int32_t id : *ids) {
         if (id < 0 || id >= c.vocab) {
-          std::cerr << "error: --data: " << r.where << "record " << i << " has token id " << id << ", outside the model's vocabulary of "
+          std::cerr << "error: --data: " << named(r.where) << "record " << i << " has token id " << id << ", outside the model's vocabulary of "
                     << c.vocab << " (another tokenizer?)\n";
           return kExitBadInput;
         }
@@ -181,6 +184,10 @@ int Main(int argc, char** argv) {
   // into a temporary dataset (their errors name the line); removed when the program ends.
   std::string prefix = data;
   fs::path scratch;
+  std::string stdin_copy;
+  auto named = [&](const std::string& m) {
+    return stdin_copy.empty() ? m : absl::StrReplaceAll(m, {{stdin_copy, "<stdin>"}});
+  };
   auto remove_scratch = absl::MakeCleanup([&] {
     if (!scratch.empty()) fs::remove_all(scratch, ec);
   });
@@ -205,27 +212,28 @@ int Main(int argc, char** argv) {
     }
     scratch = made;
     if (data == "-") {
-      data = (scratch / "stdin.jsonl").string();
+      // Errors name "<stdin>", not the copy's path (removed when the program ends).
+      stdin_copy = data = (scratch / "stdin.jsonl").string();
       std::ofstream copy(data, std::ios::binary);
-      copy << std::cin.rdbuf();
-      if (!copy.flush()) {
-        std::cerr << "error: cannot write standard input to " << data << "\n";
+      if (std::cin.peek() != std::char_traits<char>::eof()) copy << std::cin.rdbuf();  // Empty: nothing to copy.
+      if (std::cin.bad() || !copy.flush()) {
+        std::cerr << "error: cannot copy standard input to " << data << "\n";
         return kExitJobFailed;
       }
     }
     auto singles = HoldsCompletions(data);
     if (!singles.ok()) {
-      std::cerr << "error: --data: " << singles.status().message() << "\n";
+      std::cerr << "error: --data: " << named(std::string(singles.status().message())) << "\n";
       return kExitBadInput;
     }
-    if (*singles) return ScoreCompletions(model, loaded->source, data, tokenizer, cut, batch, &scores);
+    if (*singles) return ScoreCompletions(model, loaded->source, data, tokenizer, cut, batch, named, &scores);
     PreferencePrepareOptions prepare;
     prepare.inputs = {data};
     prepare.output_prefix = (scratch / "pairs").string();
     prepare.tokenizer = tokenizer;
     prepare.progress = false;
     if (auto report = PreparePreference(prepare); !report.ok()) {
-      std::cerr << "error: " << report.status().message() << "\n";
+      std::cerr << "error: " << named(std::string(report.status().message())) << "\n";
       return kExitBadInput;
     }
     prefix = prepare.output_prefix;

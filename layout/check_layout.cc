@@ -196,6 +196,11 @@ void ForObjective(const ModelConfig& m, const ParallelLayout&, const Target& t, 
   // A Mixture of Experts trains as TRL's does by default (transformers' output_router_logits false:
   // no balancing loss). With it TRL counts a batch's tokens without its padding, which the routers'
   // statistics do not tell apart yet.
+  if (m.IsMoe() && m.router_bias_rate > 0) {
+    Add(out, "model.router_bias_rate",
+        absl::StrCat(m.router_bias_rate, ": loss-free balancing with train.objective ", name,
+                     " is not supported yet (its counts would include the pairs' padding)"));
+  }
   if (m.IsMoe() && m.aux_loss_coef > 0) {
     Add(out, "model.aux_loss_coef",
         absl::StrCat(m.aux_loss_coef, ": the balancing loss with train.objective ", name,

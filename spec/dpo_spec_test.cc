@@ -97,6 +97,10 @@ TEST(DpoSpecTest, WhatDpoDoesNotRunYetIsRefusedByField) {
                                        "model.aux_loss_coef=0.02"});
   ASSERT_TRUE(balanced.ok()) << balanced.status();
   EXPECT_THAT(Errors(*balanced), HasSubstr("model.aux_loss_coef: 0.02: the balancing loss with train.objective dpo"));
+  auto biased = ParseJobSpec(kSpec, {"output_dir=/out/t", "model.family=llama", "model.experts=4",
+                                     "model.router_bias_rate=0.001"});
+  ASSERT_TRUE(biased.ok()) << biased.status();
+  EXPECT_THAT(Errors(*biased), HasSubstr("model.router_bias_rate: 0.001: loss-free balancing with train.objective dpo"));
   // The pair cut belongs to DPO's data only.
   auto lm = ParseJobSpec(kSpec, {"output_dir=/out/t", "train.objective=cross_entropy", "data.max_completion_tokens=8"});
   ASSERT_TRUE(lm.ok());

@@ -130,8 +130,9 @@ TEST_F(PreferenceClusterTest, ARewardModelJobRunsAsAnyJob) {
 }
 
 TEST_F(PreferenceClusterTest, AKilledDpoRankResumesWithTheUndisturbedNumbers) {
-  // Long enough for the kill to land after the checkpoint of step 5 and before the end.
-  const int steps = 60;
+  // Long enough for the kill to land after the checkpoint of step 5 and well before the end (~30 ms a
+  // step here; the kill follows the checkpoint within a poll of 50 ms).
+  const int steps = 150;
   const std::string spec = WriteSpec("dpo", steps);
   const std::string want = RunLocally(spec, "dpo");
   const std::string out = dir_ + "/out";

@@ -44,7 +44,8 @@ at::Tensor Decoder::ScoreHead(const at::Tensor& x_in, const at::Tensor& targets)
                                         .sample_data = sample_data_,
                                         .samples = targets.size(0),
                                         .positions = targets.size(1),
-                                        .targets = targets.numel()});
+                                        .targets = targets.numel(),
+                                        .sum_over_sample_split = SampleSplitSum()});
     for (size_t a = 0; a + 1 < axes_.size(); ++a) loss = ReduceFromTp(loss / axes_[a]->size(), axes_[a].get());
     return loss;
   }
@@ -100,7 +101,8 @@ at::Tensor Decoder::Head(const at::Tensor& x_in, const at::Tensor& targets) {
                                         .sample_data = sample_data_,
                                         .samples = B,
                                         .positions = T,
-                                        .targets = B * T});
+                                        .targets = B * T,
+                                        .sum_over_sample_split = SampleSplitSum()});
     for (size_t a = 0; a + 1 < axes_.size(); ++a) loss = ReduceFromTp(loss / axes_[a]->size(), axes_[a].get());
     if (hooks_) loss = hooks_->PostForward(0, loss);
     return loss;

@@ -22,6 +22,10 @@ absl::Status LoadPeftAdapterTensors(Decoder& model, const std::string& dir) {
       return absl::InvalidArgumentError(
           absl::StrCat(file, ": tensor ", key, " is not a LoRA adapter of a Llama-shaped model's layers"));
     }
+    if (name == formats::model::kScoreWeight && !model.config().score_head) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(file, ": tensor ", key, " is a reward model's score head; this model has an LM head"));
+    }
     adapters[name] = t.to(at::kFloat);
   }
   for (const Param& p : model.params()) {

@@ -10,8 +10,8 @@
 // over sp) average, micro-batches average, and the mean over the parts is the objective of the whole
 // (true of any mean over positions of a per-target function). An objective whose loss is not such a
 // mean (DPO's: a function of each sample's summed log-probability; a reward model's: of each pair's
-// scores) makes each sample whole first with TargetLosses::WholeSamples — over sequence blocks; the
-// other splits of a sample (a grid's) CheckLayout's rules for its train.objective refuse. Thread safety: Loss() is const
+// scores) makes each sample whole first with TargetLosses::WholeSamples — over sequence blocks; a
+// grid splits a micro-batch's samples, not a sample (its chunks are averaged like any mean). Thread safety: Loss() is const
 // but may add to the objective's metrics (TakeMetrics): one such objective per Trainer; the default
 // may be shared.
 #ifndef TESSERA_PARALLEL_OBJECTIVES_OBJECTIVE_H_

@@ -85,12 +85,13 @@ def mixtral_config(vocab, **extra):
 
 
 # Grid tensor parallelism: each rank holds a chunk of a micro-batch's pairs (whole) and a part of the
-# hidden dimension. 2.5D (depth 2) and 3D split the pairs 4 ways: micro-batches of 4 pairs (one a step;
+# hidden dimension (with sp, of its sequence blocks: each sample's sums over them). 2.5D (depth 2) and 3D split the pairs 4 ways: micro-batches of 4 pairs (one a step;
 # the same objective: the mean over the step's pairs).
 GRID_LAYOUTS = [("grid_2d", ["parallel.tp=4", "parallel.tp_mode=2d"]),
                 ("grid_2p5d", ["parallel.tp=8", "parallel.tp_mode=2.5d", "parallel.tp_depth=2", "train.micro_batch=4"]),
                 ("grid_3d", ["parallel.tp=8", "parallel.tp_mode=3d", "train.micro_batch=4"]),
-                ("grid_2d_pp2", ["parallel.tp=4", "parallel.tp_mode=2d", "parallel.pp=2"])]
+                ("grid_2d_pp2", ["parallel.tp=4", "parallel.tp_mode=2d", "parallel.pp=2"]),
+                ("grid_2d_sp2", ["parallel.tp=4", "parallel.tp_mode=2d", "parallel.sp=2"])]
 
 
 def run_example(test, tessera, rank, tmp, example, spec):

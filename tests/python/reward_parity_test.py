@@ -412,6 +412,10 @@ output_dir: {self.tmp}/{name}
             done = subprocess.run([TESSERA, "export", self.checkpoint("lora"), out] + extra, capture_output=True,
                                   text=True)
             self.assertEqual(done.returncode, 0, done.stderr)
+        done = subprocess.run([TESSERA, "export", self.checkpoint("lora"), os.path.join(self.tmp, "lora-pad"),
+                               "--pad-token-id", "0"], capture_output=True, text=True)
+        self.assertEqual(done.returncode, 2, done.stderr)
+        self.assertIn("--pad-token-id: a PEFT adapter directory", done.stderr)
         with open(os.path.join(adapters_out, "adapter_config.json")) as f:
             config = json.load(f)
         self.assertEqual((config["task_type"], config["modules_to_save"]), ("SEQ_CLS", ["classifier", "score"]))
@@ -486,6 +490,17 @@ output_dir: {self.tmp}/{name}
                               capture_output=True, text=True)
         self.assertNotEqual(done.returncode, 0)
         self.assertIn("bad.jsonl:2", done.stderr)
+        # Empty standard input; a single completion among pairs.
+        done = subprocess.run([TESSERA, "score", self.init_dir(), "--data", "-", "--tokenizer", self.tokenizer_dir],
+                              input="", capture_output=True, text=True)
+        self.assertEqual(done.returncode, 2, done.stderr)
+        self.assertIn("the inputs hold no pairs", done.stderr)
+        with open(bad, "w") as f:
+            f.write('{"prompt": "a", "chosen": "b", "rejected": "c"}\n{"prompt": "a", "completion": "b"}\n')
+        done = subprocess.run([TESSERA, "score", self.init_dir(), "--data", "-", "--tokenizer", self.tokenizer_dir],
+                              input=open(bad).read(), capture_output=True, text=True)
+        self.assertNotEqual(done.returncode, 0)
+        self.assertIn("<stdin>:2: completion: a pair has chosen and rejected", done.stderr)
         # Single completions: a pair among them, a record without its completion, an empty completion.
         for second, problem in [('{"prompt": "a", "completion": "b", "chosen": "c"}', "chosen: a record of single"),
                                 ('{"prompt": "a"}', "completion: is missing"),
