@@ -9,12 +9,16 @@ batch, its reference pass, dpo_loss) + backward + clipping + AdamW, in two forms
 forward in every step (TRL's default), and precompute_ref_log_probs (the reference's log-probabilities
 computed once before training, given in the batch). tessera always scores the reference once before
 its first step (docs/post-training.md); its steady-state step is the one compared, like TRL's with
-precomputed log-probabilities, and the one-time pass is reported apart (a no-grad forward per pair).
+precomputed log-probabilities, and the one-time pass is reported apart (a no-grad forward per pair):
+steps.jsonl's reference_seconds over the pairs it scored gives its cost a pair, and the epoch row
+(pairs/s over one epoch, the pass included: 1 / (1/step rate + pass seconds a pair)) compares with
+TRL's default step, which runs the reference in every step.
 
 Usage (after tools/setup.sh): bash bench/run_dpo.sh [--steps N] [--rounds R]
 Prints a table; copy it into bench/RESULTS.md with the date and machine.
 """
 import copy
+import json
 import os
 import statistics
 import subprocess
@@ -41,8 +45,9 @@ PAIRS_PER_STEP = 8  # train.global_batch = train.micro_batch (pairs): 16 sequenc
 SEQ = 64            # Every pair of examples/dpo fits prompt + completion in 65 tokens.
 
 
-def tessera_pairs_per_s(tessera, tmp, model_dir, data, steps, warmup, threads):
-    """Pairs/s of the median step (steps warmup+1 .. steps)."""
+def tessera_pairs_per_s(tessera, tmp, model_dir, data, steps, warmup, threads, pass_per_pair=None):
+    """Pairs/s of the median step (steps warmup+1 .. steps); the scoring pass's seconds a pair (of the
+    steps · PAIRS_PER_STEP pairs it scored, at most the dataset's) appended to `pass_per_pair`."""
     out = os.path.join(tmp, f"run_{time.monotonic_ns()}")
     spec = os.path.join(tmp, "dpo.yaml")
     with open(spec, "w") as f:
@@ -56,6 +61,11 @@ output_dir: {out}
 """)
     subprocess.run([tessera, "run", spec, "--quiet", f"--threads-per-rank={threads}"], check=True)
     secs = statistics.median(line["step_seconds"] for line in step_lines(out, warmup))
+    if pass_per_pair is not None:
+        with open(os.path.join(out, "steps.jsonl")) as f:
+            first = json.loads(f.readline())
+        scored = min(steps * PAIRS_PER_STEP, len(read_indexed_dataset(data)[1]) // 3)
+        pass_per_pair.append(first["reference_seconds"] / scored)
     return PAIRS_PER_STEP / secs
 
 
@@ -111,8 +121,10 @@ def main():
     tessera_name = f"tessera run, train.objective dpo, {cores} threads"
     trl_name = f"TRL {trl.__version__} DPOTrainer step, reference forward each step, {cores} threads"
     pre_name = f"TRL {trl.__version__} DPOTrainer step, precompute_ref_log_probs, {cores} threads"
+    pass_per_pair = []
     rows = interleaved_medians([
-        (tessera_name, lambda: tessera_pairs_per_s(args.tessera, tmp, model_dir, data, args.steps, args.warmup, cores)),
+        (tessera_name, lambda: tessera_pairs_per_s(args.tessera, tmp, model_dir, data, args.steps, args.warmup, cores,
+                                                   pass_per_pair)),
         (trl_name, lambda: trl_pairs_per_s(model_dir, tokenizer, pairs, args.steps, args.warmup, cores, False)),
         (pre_name, lambda: trl_pairs_per_s(model_dir, tokenizer, pairs, args.steps, args.warmup, cores, True)),
     ], args.rounds)
@@ -120,6 +132,10 @@ def main():
           f"{len(tokenizer)}, seq_len {SEQ}, {PAIRS_PER_STEP} pairs a step, fp32, {cores} cores, torch "
           f"{torch.__version__}, transformers {transformers.__version__}; median step of steps {args.warmup + 1}.."
           f"{args.steps}, median of {args.rounds} interleaved rounds")
+    # One epoch with the scoring pass: the median step and the median pass cost a pair.
+    epoch = 1.0 / (1.0 / dict(rows)[tessera_name] + statistics.median(pass_per_pair))
+    rows.insert(1, (f"tessera run, one epoch with the reference's scoring pass "
+                    f"({statistics.median(pass_per_pair) * 1e3:.1f} ms a pair)", epoch))
     peer = dict(rows)[trl_name]
     print(f"{'configuration':80s} {'pairs/s':>10s} {'vs TRL':>8s}")
     for name, v in rows:
