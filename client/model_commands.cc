@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <filesystem>
 #include <iostream>
 #include <limits>
 
@@ -129,6 +130,12 @@ int ExportCommand(const ExportOptions& o) {
                                                   "num_labels=1) "
                                                 : "")
               << (checkpoint->lora_base.empty() ? std::string("the job started from") : checkpoint->lora_base) << "\n";
+    std::error_code ec;
+    if (!checkpoint->lora_base.empty() &&
+        !std::filesystem::exists(std::filesystem::path(checkpoint->lora_base) / "config.json", ec)) {
+      std::cout << "(" << checkpoint->lora_base << " is no transformers directory: peft needs one — `tessera export` "
+                << "the checkpoint it belongs to, and load that)\n";
+    }
     return kExitOk;
   }
   auto done = formats::model::ExportToHf(*checkpoint, o.out_dir, options);

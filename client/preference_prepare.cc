@@ -155,10 +155,10 @@ absl::StatusOr<PreferencePrepareReport> PreparePreference(const PreferencePrepar
       if (!made.ok()) return made.status();
       writer = *std::move(made);
       report.margins = has_margin;
-      margins_from = where;
+      margins_from = where.substr(0, where.rfind(':'));  // "FILE:LINE" of "FILE:LINE: ".
     } else if (has_margin != report.margins) {
       return fail(Field("margin", absl::StrCat("every record has a margin or none does; the first record (",
-                                               margins_from, " ) ", report.margins ? "has one" : "has none")));
+                                               margins_from, ") ", report.margins ? "has one" : "has none")));
     }
     formats::data::PreferencePair pair;
     if (absl::Status s = TokenizeRecord(*loaded, record, {"chosen", "rejected"}, &pair.prompt,
@@ -205,12 +205,12 @@ absl::StatusOr<std::vector<CompletionTokens>> PrepareCompletions(const std::vect
   std::vector<CompletionTokens> out;
   absl::Status read = ForEachJsonRecord(inputs, [&](const Json& record, const std::string& where) -> absl::Status {
     auto fail = [&](const absl::Status& s) { return absl::Status(s.code(), where + std::string(s.message())); };
-    for (const char* field : {"prompt", "completion"}) {
-      if (!record.contains(field)) return fail(Field(field, "is missing (a record has a prompt and a completion)"));
-    }
     if (record.contains("chosen") || record.contains("rejected")) {
       return fail(Field(record.contains("chosen") ? "chosen" : "rejected",
                         "a record of single completions has none (pairs and single completions do not mix)"));
+    }
+    for (const char* field : {"prompt", "completion"}) {
+      if (!record.contains(field)) return fail(Field(field, "is missing (a record has a prompt and a completion)"));
     }
     if (record.contains("chat_template_kwargs")) {
       return fail(Field("chat_template_kwargs", "is not supported"));

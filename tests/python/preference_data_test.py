@@ -155,6 +155,7 @@ class PreferenceDataTest(unittest.TestCase):
         # Margins: every record or none.
         r, _ = self.prepare(path, None, "mixed", lines=[json.dumps(dict(good, margin=1)), json.dumps(good)])
         self.assertIn("mixed.jsonl:2: margin: every record has a margin or none does", r.stderr)
+        self.assertRegex(r.stderr, r"the first record \(\S*mixed\.jsonl:1\) has (one|none)")
         r, _ = self.prepare(path, None, "notjson", lines=[json.dumps(good), "{oops"])
         self.assertIn("notjson.jsonl:2: not valid JSON", r.stderr)
         # A conversational record needs a chat template.

@@ -503,6 +503,7 @@ output_dir: {self.tmp}/{name}
         self.assertIn("<stdin>:2: completion: a pair has chosen and rejected", done.stderr)
         # Single completions: a pair among them, a record without its completion, an empty completion.
         for second, problem in [('{"prompt": "a", "completion": "b", "chosen": "c"}', "chosen: a record of single"),
+                                ('{"prompt": "a", "chosen": "b", "rejected": "c"}', "chosen: a record of single"),
                                 ('{"prompt": "a"}', "completion: is missing"),
                                 ('{"prompt": "a", "completion": ""}', "completion: has no tokens")]:
             with open(bad, "w") as f:
