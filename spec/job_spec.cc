@@ -3,6 +3,7 @@
 #include "spec/layout_of.h"
 
 #include <fstream>
+#include <memory>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
@@ -94,6 +95,31 @@ YAML::Node NestOverride(const std::vector<std::string>& parts, const YAML::Node&
   return node;
 }
 
+// `--set a.b=null`: field a.b of `spec` back to its value in DefaultJobSpec() (an optional path
+// emptied, a number its default). "" when done, else what is wrong with the path.
+std::string ResetToDefault(const std::vector<std::string>& parts, google::protobuf::Message* spec) {
+  const v1::JobSpec defaults = DefaultJobSpec();
+  google::protobuf::Message* msg = spec;
+  const google::protobuf::Message* def = &defaults;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const google::protobuf::FieldDescriptor* f = msg->GetDescriptor()->FindFieldByName(parts[i]);
+    if (f == nullptr) return UnknownFieldMessage(msg->GetDescriptor(), parts[i]);
+    if (i + 1 == parts.size()) {
+      std::unique_ptr<google::protobuf::Message> copy(def->New());
+      copy->CopyFrom(*def);
+      msg->GetReflection()->ClearField(msg, f);
+      msg->GetReflection()->SwapFields(msg, copy.get(), {f});
+      return "";
+    }
+    if (f->cpp_type() != google::protobuf::FieldDescriptor::CPPTYPE_MESSAGE || f->is_repeated()) {
+      return absl::StrCat("is not a section: ", parts[i + 1], " cannot be below it");
+    }
+    msg = msg->GetReflection()->MutableMessage(msg, f);
+    def = &def->GetReflection()->GetMessage(*def, f);
+  }
+  return "";
+}
+
 }  // namespace
 
 absl::StatusOr<v1::JobSpec> ParseJobSpec(std::string_view text,
@@ -132,6 +158,16 @@ absl::StatusOr<v1::JobSpec> ParseJobSpec(std::string_view text,
       value = YAML::Load(o.substr(eq + 1));
     } catch (const YAML::Exception& e) {
       errors.push_back({o.substr(0, eq), absl::StrCat("value is not valid YAML: ", e.msg)});
+      continue;
+    }
+    const std::string raw = o.substr(eq + 1);
+    if (raw == "null" || raw == "~") {
+      // Back to the default (the YAML file's value dropped): e.g. model.init_from=null starts from the seed.
+      if (std::string problem = ResetToDefault(parts, &spec); !problem.empty()) {
+        errors.push_back({o.substr(0, eq), problem});
+      } else if (written != nullptr) {
+        ResetToDefault(parts, written);
+      }
       continue;
     }
     // Built once: YAML nodes share what they refer to, and NestOverride reassigns them.

@@ -41,19 +41,6 @@ size_t EditDistance(const std::string& a, const std::string& b) {
   return row[b.size()];
 }
 
-std::string UnknownFieldMessage(const google::protobuf::Descriptor* desc, const std::string& key) {
-  std::string best;
-  size_t best_distance = 3;  // Only suggest names at most two edits away.
-  std::vector<std::string> names;
-  for (int i = 0; i < desc->field_count(); ++i) {
-    const std::string& name = desc->field(i)->name();
-    names.push_back(name);
-    size_t d = EditDistance(key, name);
-    if (d < best_distance) best_distance = d, best = name;
-  }
-  if (!best.empty()) return absl::StrCat("unknown field (did you mean ", best, "?)");
-  return absl::StrCat("unknown field (known: ", absl::StrJoin(names, ", "), ")");
-}
 
 std::string EnumChoices(const google::protobuf::EnumDescriptor* desc) {
   std::vector<std::string> names;
@@ -158,6 +145,20 @@ std::string SetScalar(const YAML::Node& node, const FieldDescriptor* f, Message*
 }
 
 }  // namespace
+
+std::string UnknownFieldMessage(const google::protobuf::Descriptor* desc, const std::string& key) {
+  std::string best;
+  size_t best_distance = 3;  // Only suggest names at most two edits away.
+  std::vector<std::string> names;
+  for (int i = 0; i < desc->field_count(); ++i) {
+    const std::string& name = desc->field(i)->name();
+    names.push_back(name);
+    size_t d = EditDistance(key, name);
+    if (d < best_distance) best_distance = d, best = name;
+  }
+  if (!best.empty()) return absl::StrCat("unknown field (did you mean ", best, "?)");
+  return absl::StrCat("unknown field (known: ", absl::StrJoin(names, ", "), ")");
+}
 
 std::string EnumYamlName(const EnumValueDescriptor* value) {
   if (value == nullptr) return "";  // A number no value of the enum has (proto3 enums are open).

@@ -20,6 +20,9 @@ namespace tessera::spec {
 void MergeYaml(const YAML::Node& node, const std::string& path, google::protobuf::Message* msg,
                std::vector<SpecError>* errors);
 
+// "unknown field KEY" for a key `desc` has no field of, with the nearest name when one is close.
+std::string UnknownFieldMessage(const google::protobuf::Descriptor* desc, const std::string& key);
+
 // The YAML spelling of an enum value ("TP_MODE_2P5D" -> "2.5d"); "" for the UNSPECIFIED value.
 std::string EnumYamlName(const google::protobuf::EnumValueDescriptor* value);
 
