@@ -192,20 +192,15 @@ void OnTarget(const ParallelLayout& l, const Target& t, Problems* out) {
 // pairs then, a multiple of the grid's sample split: Grid above).
 void ForObjective(const ModelConfig& m, const ParallelLayout&, const Target& t, Problems* out) {
   if (t.objective == Objective::kCrossEntropy) return;
-  const char* name = Name(t.objective);
-  // A Mixture of Experts trains as TRL's does by default (transformers' output_router_logits false:
-  // no balancing loss). With it TRL counts a batch's tokens without its padding, which the routers'
-  // statistics do not tell apart yet.
-  if (m.IsMoe() && m.router_bias_rate > 0) {
-    Add(out, "model.router_bias_rate",
-        absl::StrCat(m.router_bias_rate, ": loss-free balancing with train.objective ", name,
-                     " is not supported yet (its counts would include the pairs' padding)"));
-  }
-  if (m.IsMoe() && m.aux_loss_coef > 0) {
+  // A Mixture of Experts: the routers' statistics (the balancing loss, loss-free balancing's loads)
+  // leave the pairs' padding out (PipelineOptions::counted), as transformers' balancing loss with
+  // TRL's attention mask. DPO adds it as TRL's DPOTrainer does (output_router_logits). TRL's reward
+  // model trains none: transformers' *ForSequenceClassification returns no balancing loss.
+  if (t.objective == Objective::kReward && m.IsMoe() && m.aux_loss_coef > 0) {
     Add(out, "model.aux_loss_coef",
-        absl::StrCat(m.aux_loss_coef, ": the balancing loss with train.objective ", name,
-                     " is not supported yet (TRL's leaves the pairs' padding out of it; tessera's routers count "
-                     "every position): set 0, TRL's default (transformers' output_router_logits false)"));
+        absl::StrCat(m.aux_loss_coef, ": a reward model trains no balancing loss (transformers' "
+                     "*ForSequenceClassification returns none, so TRL's RewardTrainer has none): set 0, or "
+                     "balance the experts with model.router_bias_rate"));
   }
 }
 

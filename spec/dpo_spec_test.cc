@@ -96,11 +96,17 @@ TEST(DpoSpecTest, WhatDpoDoesNotRunYetIsRefusedByField) {
   auto balanced = ParseJobSpec(kSpec, {"output_dir=/out/t", "model.family=llama", "model.experts=4",
                                        "model.aux_loss_coef=0.02"});
   ASSERT_TRUE(balanced.ok()) << balanced.status();
-  EXPECT_THAT(Errors(*balanced), HasSubstr("model.aux_loss_coef: 0.02: the balancing loss with train.objective dpo"));
+  EXPECT_THAT(Errors(*balanced), ::testing::Not(HasSubstr("model.aux_loss_coef")))
+      << "DPO adds the balancing loss as TRL's DPOTrainer with output_router_logits";
   auto biased = ParseJobSpec(kSpec, {"output_dir=/out/t", "model.family=llama", "model.experts=4",
                                      "model.router_bias_rate=0.001"});
   ASSERT_TRUE(biased.ok()) << biased.status();
-  EXPECT_THAT(Errors(*biased), HasSubstr("model.router_bias_rate: 0.001: loss-free balancing with train.objective dpo"));
+  EXPECT_THAT(Errors(*biased), ::testing::Not(HasSubstr("model.router_bias_rate")));
+  // A reward model trains none (transformers' sequence classifiers return no balancing loss).
+  auto reward = ParseJobSpec(kSpec, {"output_dir=/out/t", "model.family=llama", "model.experts=4",
+                                     "model.aux_loss_coef=0.02", "train.objective=reward", "dpo=null"});
+  ASSERT_TRUE(reward.ok()) << reward.status();
+  EXPECT_THAT(Errors(*reward), HasSubstr("model.aux_loss_coef: 0.02: a reward model trains no balancing loss"));
   // The pair cut belongs to DPO's data only.
   auto lm = ParseJobSpec(kSpec, {"output_dir=/out/t", "train.objective=cross_entropy", "data.max_completion_tokens=8"});
   ASSERT_TRUE(lm.ok());

@@ -290,16 +290,29 @@ at::Tensor SparseMlp(const at::Tensor& x_in, const SparseMlpWeights& w, const Sp
                                               : ReduceFromTp(y, tp).view({B, T, h});
 
   if (stats == nullptr) return y;
+  // The rows counted (all, or those stats->counted marks) and their probabilities' sum over them.
+  at::Tensor counted;
+  if (stats->counted.defined()) {
+    TORCH_CHECK(stats->counted.numel() == N, "SparseMlp: ", stats->counted.numel(),
+                " counted-row flags for a block input of ", N, " rows");
+    counted = stats->counted.reshape({N}).to(probs.device(), at::kDouble);
+  }
+  const at::Tensor prob_sum = counted.defined() ? (probs * counted.to(at::kFloat).unsqueeze(1)).sum(0) : probs.sum(0);
   if (record) {
-    const at::Tensor c = (w.router_bias.defined() ? at::bincount(balancing_choice.reshape({-1}), {}, E) : counts)
-                             .to(at::kDouble);
-    const at::Tensor p = probs.detach().sum(0).to(at::kDouble);
+    // Counts of the assignments (each top-k slot) of counted rows: a row's flag weighs its k slots.
+    const at::Tensor slot_weights = counted.defined() ? counted.repeat_interleave(k) : at::Tensor();
+    auto count = [&](const at::Tensor& choice) {
+      return slot_weights.defined() ? at::bincount(choice.reshape({-1}), slot_weights, E)
+                                    : at::bincount(choice.reshape({-1}), {}, E).to(at::kDouble);
+    };
+    const at::Tensor c = count(balancing_choice);
+    const at::Tensor p = prob_sum.detach().to(at::kDouble);
     stats->counts = stats->counts.defined() ? stats->counts + c : c;
     stats->prob_sums = stats->prob_sums.defined() ? stats->prob_sums + p : p;
-    stats->rows += N;
-    stats->layer_counts[layer] = counts.to(at::kDouble);
+    stats->rows += counted.defined() ? static_cast<int64_t>(std::llround(counted.sum().item<double>())) : N;
+    stats->layer_counts[layer] = w.router_bias.defined() || counted.defined() ? count(top_e) : c;
   }
-  return CarryAuxGradient::apply(y, probs.sum(0), c10::intrusive_ptr<RouterStats>::reclaim_copy(stats));
+  return CarryAuxGradient::apply(y, prob_sum, c10::intrusive_ptr<RouterStats>::reclaim_copy(stats));
 }
 
 }  // namespace tessera::parallel

@@ -55,6 +55,11 @@ struct RouterStats : torch::CustomClassHolder {
   at::Tensor counts;     // [E] fp64: tokens routed to each expert (each top-k slot counts), over the blocks.
   at::Tensor prob_sums;  // [E] fp64, no gradient: Σ over tokens and blocks of the router probabilities.
   int64_t rows = 0;      // Router rows: tokens × sparse blocks.
+  // Which rows of each sparse block's input [B·T] (this rank's) the statistics count, 1 or 0 in the
+  // block's device and fp64 (transformers' attention mask in load_balancing_loss_func: a preference
+  // pair's padding is left out); undefined: every row. The balancing loss's gradient reaches the
+  // counted rows only. Set by the pipeline before the forward (PipelineOptions::counted).
+  at::Tensor counted;
   // Per sparse block (its index): [E] fp64 tokens routed to each expert (with a router bias, by the
   // biased choice; `counts` is always transformers' choice, the plain top-k of the probabilities).
   std::map<int, at::Tensor> layer_counts;

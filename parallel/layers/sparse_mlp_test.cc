@@ -200,6 +200,56 @@ TEST(SparseMlpTest, BalancingLossAndItsGradientAreTransformers) {
   EXPECT_FALSE(at::allclose(got_a, a3.w.router.grad(), 1e-4, 1e-6));
 }
 
+// transformers' load_balancing_loss_func with an attention mask: the counts and probabilities of the
+// rows `counted` [N] (1/0, the same for every block) only, each over their sum.
+at::Tensor MaskedBalancingLoss(const std::vector<at::Tensor>& logits, const at::Tensor& counted, int k) {
+  at::Tensor all = at::cat(logits);
+  at::Tensor mask = at::cat(std::vector<at::Tensor>(logits.size(), counted)).to(at::kFloat);  // [blocks·N]
+  at::Tensor probs = at::softmax(all, -1);
+  at::Tensor selected = std::get<1>(at::topk(probs, k, -1));
+  at::Tensor hot = at::one_hot(selected, kExperts).to(at::kFloat);  // [rows, k, E]
+  at::Tensor tokens_per_expert = (hot * mask.view({-1, 1, 1})).sum(0) / mask.sum();
+  at::Tensor prob_per_expert = (probs * mask.unsqueeze(1)).sum(0) / mask.sum();
+  return (tokens_per_expert * prob_per_expert.unsqueeze(0)).sum() * kExperts;
+}
+
+TEST(SparseMlpTest, CountedRowsAloneMakeTheBalancingLossAndItsGradient) {
+  Weights a(false), b(false);
+  at::manual_seed(9);
+  const at::Tensor x = at::randn({2, kTokens / 2, kHidden});
+  // The second sample's last four positions are padding (a shorter pair).
+  at::Tensor counted = at::ones({2, kTokens / 2}, at::kDouble);
+  counted[1].narrow(0, kTokens / 2 - 4, 4).zero_();
+  auto tp = Self();
+  const double coef = 50;
+  auto stats = c10::make_intrusive<RouterStats>(kExperts);
+  stats->counted = counted;
+  at::Tensor y1 = SparseMlp(x, a.w, {2, true, 0}, tp.get(), nullptr, stats.get(), true, 0);
+  at::Tensor y2 = SparseMlp(y1, b.w, {2, true, 0}, tp.get(), nullptr, stats.get(), true, 1);
+  EXPECT_EQ(stats->rows, 2 * (kTokens - 4));
+  EXPECT_EQ(stats->counts.sum().item<double>(), 2.0 * (kTokens - 4) * 2);
+  EXPECT_EQ(stats->layer_counts.at(1).sum().item<double>(), 2.0 * (kTokens - 4));
+  stats->grad_scale = coef;
+  y2.sum().backward();
+  const at::Tensor got_a = a.w.router.grad().clone(), got_b = b.w.router.grad().clone();
+
+  Weights a2(false), b2(false);
+  at::Tensor z1 = SparseMlp(x, a2.w, {2, true, 0}, tp.get(), nullptr, nullptr, false, 0);
+  at::Tensor z2 = SparseMlp(z1, b2.w, {2, true, 0}, tp.get(), nullptr, nullptr, false, 0);
+  const at::Tensor flags = counted.reshape({kTokens});
+  at::Tensor aux = MaskedBalancingLoss({at::linear(x.reshape({kTokens, kHidden}), a2.w.router),
+                                        at::linear(z1.reshape({kTokens, kHidden}), b2.w.router)}, flags, 2);
+  EXPECT_NEAR(stats->AuxLoss(), aux.item<double>(), 1e-6);
+  (z2.sum() + coef * aux).backward();
+  EXPECT_TRUE(at::allclose(got_a, a2.w.router.grad(), 1e-4, 1e-6)) << (got_a - a2.w.router.grad()).abs().max();
+  EXPECT_TRUE(at::allclose(got_b, b2.w.router.grad(), 1e-4, 1e-6)) << (got_b - b2.w.router.grad()).abs().max();
+  // The test can fail: every row counted gives another loss.
+  EXPECT_GT(std::abs(stats->AuxLoss() - BalancingLoss({at::linear(x.reshape({kTokens, kHidden}), a2.w.router),
+                                                       at::linear(z1.reshape({kTokens, kHidden}), b2.w.router)}, 2)
+                                            .item<double>()),
+            1e-4);
+}
+
 // ExpertGemm::kGrouped against kLoop (the definition above): dropless and with capacity, with a
 // shared expert and an expert that gets no rows (a router bias of -100 keeps it out): the same
 // outputs and gradients — the idle expert's gradient all zeros, defined.

@@ -252,6 +252,11 @@ absl::Status PipelineRunner::Forward(const PipeAction& a, const std::function<ab
       stash.stats->sequence_blocks = options_.sp->size();
     }
     std::tie(stash.stats->sample_block, stash.stats->sample_blocks) = model_->SampleChunk();
+    if (options_.counted) {
+      auto counted = options_.counted(a.micro_batch);
+      if (!counted.ok()) return counted.status();
+      stash.stats->counted = counted->to(at::kDouble);
+    }
     model_->set_router_stats(stash.stats);
   }
   if (chunk.embedding && chunk.head) {

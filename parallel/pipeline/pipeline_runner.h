@@ -86,6 +86,10 @@ struct PipelineOptions {
   // What the objective reads per sample of micro-batch a (Decoder::set_sample_data: DPO's reference
   // log-probabilities), read by the head's chunk just before its loss; null: none.
   std::function<absl::StatusOr<at::Tensor>(int)> sample_data;
+  // A Mixture of Experts in training: which input positions [micro_batch, seq_len] of micro-batch a
+  // (this rank's, as batch(a)'s) the balancing statistics count, 1 or 0 (RouterStats::counted: a
+  // preference pair's padding is left out), read by every stage; null: every position.
+  std::function<absl::StatusOr<at::Tensor>(int)> counted;
 };
 
 class PipelineRunner {

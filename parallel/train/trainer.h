@@ -185,7 +185,12 @@ class Trainer {
   // [2·micro] fp64 (chosen, rejected per pair). MarginsOf: their margins [2·micro] fp64 (the pair's at
   // both rows). ScoreReference: the reference's log-probability of every row of the pairs the job
   // will read of each set, with the initial weights or dpo.reference's — a collective over every rank.
-  absl::StatusOr<at::Tensor> ReadPairs(const PairSet& set, int64_t first, int a, int accum);
+  // With `counted`, also which of the returned rows' input positions hold a token of the pair (1) or
+  // padding (0), [rows, positions] fp64 on the device; CountedOf returns just those (the routers'
+  // statistics leave the padding out, as transformers' balancing loss with an attention mask).
+  absl::StatusOr<at::Tensor> ReadPairs(const PairSet& set, int64_t first, int a, int accum,
+                                       at::Tensor* counted = nullptr);
+  absl::StatusOr<at::Tensor> CountedOf(const PairSet& set, int64_t first, int a, int accum);
   absl::StatusOr<at::Tensor> MarginsOf(const PairSet& set, int64_t first, int a, int accum) const;
   bool dpo() const { return options_.objective_kind == layout::Objective::kDpo; }
   bool reward() const { return options_.objective_kind == layout::Objective::kReward; }

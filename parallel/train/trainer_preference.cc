@@ -160,10 +160,12 @@ absl::Status Trainer::CheckReference(const PairSet& set, const std::string& wher
   return absl::OkStatus();
 }
 
-absl::StatusOr<at::Tensor> Trainer::ReadPairs(const PairSet& set, int64_t first, int a, int accum) {
+absl::StatusOr<at::Tensor> Trainer::ReadPairs(const PairSet& set, int64_t first, int a, int accum,
+                                              at::Tensor* counted) {
   const int64_t T = options_.model.seq_len;
   const std::vector<int64_t> pairs = PairsOf(set, first, a, accum);
   std::vector<int64_t> rows(pairs.size() * 2 * (T + 1), -1);  // Padding: token 0, untrained.
+  std::vector<uint8_t> real(counted != nullptr ? pairs.size() * 2 * T : 0, 0);  // Input positions < length.
   for (size_t i = 0; i < pairs.size(); ++i) {
     const int64_t p = set.first + pairs[i];
     auto pair = set.data->Pair(p, options_.preference_cut);
@@ -178,6 +180,7 @@ absl::StatusOr<at::Tensor> Trainer::ReadPairs(const PairSet& set, int64_t first,
             " (cut them with data.max_prompt_tokens and data.max_completion_tokens)"));
       }
       int64_t* row = rows.data() + (2 * i + side) * (T + 1);
+      if (counted != nullptr) std::fill_n(real.data() + (2 * i + side) * T, std::min(length, T), uint8_t{1});
       if (reward()) {
         WriteRewardRow(pair->prompt, completion, row);  // length + 1 <= seq_len + 1 entries.
         continue;
@@ -193,7 +196,19 @@ absl::StatusOr<at::Tensor> Trainer::ReadPairs(const PairSet& set, int64_t first,
   // Sequence parallelism: this rank's block of positions (and the target after its last), as ReadTokens.
   const int64_t sp = groups_.sp->size();
   if (sp > 1) window = window.narrow(1, groups_.sp->rank() * (T / sp), T / sp + 1);
+  if (counted != nullptr) {
+    at::Tensor inputs = at::from_blob(real.data(), {static_cast<int64_t>(pairs.size() * 2), T}, at::kByte);
+    if (sp > 1) inputs = inputs.narrow(1, groups_.sp->rank() * (T / sp), T / sp);
+    *counted = SampleChunkOf(inputs).to(device_, at::kDouble);
+  }
   return SampleChunkOf(window).to(device_, false, true);
+}
+
+absl::StatusOr<at::Tensor> Trainer::CountedOf(const PairSet& set, int64_t first, int a, int accum) {
+  at::Tensor counted;
+  auto rows = ReadPairs(set, first, a, accum, &counted);
+  if (!rows.ok()) return rows.status();
+  return counted;
 }
 
 absl::StatusOr<at::Tensor> Trainer::MarginsOf(const PairSet& set, int64_t first, int a, int accum) const {

@@ -88,7 +88,8 @@ def qwen2_lm(vocab):
 
 
 def train_trl(tokenizer, pairs, vocab, tmp, loss_type="sigmoid", beta=0.1, label_smoothing=0.0, lora_adapter=None,
-              make=hf_llama, precompute=False, order=None, ref_model=None, valid=None, eval_steps=(), eval_batches=0):
+              make=hf_llama, precompute=False, order=None, ref_model=None, valid=None, eval_steps=(), eval_batches=0,
+              metric_names=METRICS):
     """TRL's DPO on `pairs` [(prompt, chosen, rejected) ids] as tessera's spec defines the step: micro-batches
     of MICRO pairs, GLOBAL pairs a step, global pair g being pairs[order(g)] (default: file order, wrapping).
     With `lora_adapter` (a directory), peft's LoRA (lora_llama) and no reference model: TRL's reference is
@@ -96,6 +97,7 @@ def train_trl(tokenizer, pairs, vocab, tmp, loss_type="sigmoid", beta=0.1, label
     initial model). With `valid` (pairs), an evaluation after each step of `eval_steps` (1-based): TRL's
     get_batch_loss_metrics(train_eval="eval") over micro-batches of MICRO validation pairs, global pair g
     being valid[g mod len(valid)], eval_batches global batches, averaged (all micro-batches alike).
+    `metric_names`: steps.jsonl's field → TRL's metric, per step.
     Returns (losses, metrics per step, final weights: the adapters' under LoRA), and with `valid` also
     {step: (eval loss, {metric: value})}."""
     order = order or (lambda g: g % len(pairs))
@@ -140,7 +142,7 @@ def train_trl(tokenizer, pairs, vocab, tmp, loss_type="sigmoid", beta=0.1, label
         for group in opt.param_groups:
             group["lr"] = gpt_reference.lr_at(step, LR, MIN_LR, WARMUP, STEPS, True)
         opt.zero_grad(set_to_none=True)
-        total, sums = 0.0, {k: 0.0 for k in METRICS}
+        total, sums = 0.0, {k: 0.0 for k in metric_names}
         for m in range(micro_batches):
             examples = [{"prompt_input_ids": pairs[i][0], "chosen_input_ids": pairs[i][1],
                          "rejected_input_ids": pairs[i][2]} for i in micro_batch(step, m)]
@@ -151,7 +153,7 @@ def train_trl(tokenizer, pairs, vocab, tmp, loss_type="sigmoid", beta=0.1, label
             loss, got = trainer.get_batch_loss_metrics(model, batch, train_eval="train")
             (loss / micro_batches).backward()
             total += loss.item() / micro_batches
-            for k, name in METRICS.items():
+            for k, name in metric_names.items():
                 sums[k] += got[name] / micro_batches
         norm = float(torch.nn.utils.clip_grad_norm_(trained, CLIP))  # Before clipping, as steps.jsonl's.
         opt.step()
@@ -234,7 +236,7 @@ output_dir: {self.tmp}/{name}
         self.assertEqual([s["step"] for s in steps], list(range(1, STEPS + 1)))
         worst = 0.0
         for s, loss, m in zip(steps, losses, metrics):
-            for key, got, expect in [("loss", s["loss"], loss)] + [(k, s[k], m[k]) for k in list(METRICS) + ["grad_norm"]]:
+            for key, got, expect in [("loss", s["loss"], loss)] + [(k, s[k], m[k]) for k in m]:
                 diff = abs(got - expect)
                 worst = max(worst, diff)
                 self.assertLessEqual(diff, TOL * max(1.0, abs(expect)),
@@ -270,6 +272,31 @@ output_dir: {self.tmp}/{name}
         want = train_trl(self.hf_tokenizer, self.pairs, self.vocab, self.tmp, make=mixtral_lm)
         for name, sets in MOE_LAYOUTS:
             self.check(name, self.run_tessera(name, sets, model=f"pretrained: {directory}"), want, learns=False)
+
+    def test_mixture_of_experts_balancing_loss(self):
+        # A Mixtral directory with output_router_logits true and router_aux_loss_coef 0.1: TRL's DPOTrainer
+        # adds the balancing loss over each micro-batch's pair rows, their padding left out by the attention
+        # mask (transformers' load_balancing_loss_func), and so does tessera (the coefficient read from
+        # config.json). aux_loss is compared per step; counting the padding fails it (the rows here are
+        # padded to seq_len, TRL's to the micro-batch's longest). With sp each rank counts its sequence
+        # block's tokens, with the 2D grid its chunk of the pairs'.
+        directory = os.path.join(self.tmp, "mixtral-balanced")
+
+        def mixtral_lm(vocab):
+            torch.manual_seed(11)
+            config = mixtral_config(vocab, output_router_logits=True, router_aux_loss_coef=0.1)
+            return transformers.MixtralForCausalLM(config).float()
+        mixtral_lm(self.vocab).save_pretrained(directory)
+        # Every pair within seq_len: a pair of seq_len + 1 tokens would route its last token in TRL, which
+        # tessera reads only as a target (docs/post-training.md).
+        self.assertLessEqual(max(len(p) + max(len(c), len(r)) for p, c, r in self.pairs), SEQ)
+        want = train_trl(self.hf_tokenizer, self.pairs, self.vocab, self.tmp, make=mixtral_lm,
+                         metric_names=dict(METRICS, aux_loss="aux_loss"))
+        self.assertGreater(want[1][0]["aux_loss"], 0.5, "the balancing loss is on")
+        layouts = MOE_LAYOUTS + [("moe_sp2", ["parallel.sp=2"]), ("moe_grid_2d", ["parallel.tp=4", "parallel.tp_mode=2d"])]
+        for name, sets in layouts:
+            self.check(name + "_balanced", self.run_tessera(name + "_balanced", sets, model=f"pretrained: {directory}"),
+                       want, learns=False)
 
     def test_qwen2(self):
         # A Qwen2ForCausalLM directory (biases, tied embeddings) as model.pretrained, in one process and tp=2.

@@ -75,13 +75,15 @@ MOE_LAYOUTS = [("moe", []), ("moe_dp2_ep2", ["parallel.dp=2", "parallel.ep=2"]),
 
 
 def mixtral_config(vocab, **extra):
-    """The parity tests' tiny sizes as a Mixtral of 4 experts, 2 a token, no balancing loss."""
+    """The parity tests' tiny sizes as a Mixtral of 4 experts, 2 a token, no balancing loss unless `extra`
+    says output_router_logits=True."""
+    extra.setdefault("output_router_logits", False)
     from sft_parity_test import EPS, FFN, HEADS, HIDDEN, KV_HEADS, LAYERS, THETA
     return transformers.MixtralConfig(
         vocab_size=vocab, hidden_size=HIDDEN, intermediate_size=FFN, num_hidden_layers=LAYERS,
         num_attention_heads=HEADS, num_key_value_heads=KV_HEADS, max_position_embeddings=64, rms_norm_eps=EPS,
         rope_theta=THETA, tie_word_embeddings=False, num_local_experts=4, num_experts_per_tok=2,
-        sliding_window=None, output_router_logits=False, **extra)
+        sliding_window=None, **extra)
 
 
 # Grid tensor parallelism: each rank holds a chunk of a micro-batch's pairs (whole) and a part of the
