@@ -3,12 +3,15 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "client/jsonl_records.h"
 #include "client/prepare_tokenizer.h"
 #include "formats/data/preference_dataset.h"
@@ -143,12 +146,10 @@ absl::StatusOr<PreferencePrepareReport> PreparePreference(const PreferencePrepar
       return fail(Field("chat_template_kwargs",
                         "is not supported (TRL passes them to the chat template as variables; tessera does not)"));
     }
-    if (record["chosen"] == record["rejected"]) {
-      return fail(absl::InvalidArgumentError("chosen and rejected are the same: a pair prefers one of two different completions"));
-    }
     const bool has_margin = record.contains("margin");
-    if (has_margin && (!record["margin"].is_number() || !std::isfinite(record["margin"].get<double>()))) {
-      return fail(Field("margin", "must be a finite number"));
+    if (has_margin && (!record["margin"].is_number() || !std::isfinite(record["margin"].get<double>()) ||
+                       std::abs(record["margin"].get<double>()) > std::numeric_limits<float>::max())) {
+      return fail(Field("margin", "must be a finite number within float32's range (the loss is float32)"));
     }
     if (writer == nullptr) {
       auto made = formats::data::PreferenceDatasetWriter::Create(o.output_prefix, loaded->dtype, has_margin);
@@ -166,6 +167,11 @@ absl::StatusOr<PreferencePrepareReport> PreparePreference(const PreferencePrepar
         !s.ok()) {
       return fail(s);
     }
+    // The same completion twice (whatever its JSON's key order or the fields its template ignores).
+    if (pair.chosen == pair.rejected) {
+      return fail(absl::InvalidArgumentError(
+          "chosen and rejected are the same completion (the same tokens): a pair prefers one of two different ones"));
+    }
     if (has_margin) pair.margin = record["margin"].get<double>();
     if (absl::Status s = writer->Add(pair); !s.ok()) return fail(s);
     ++report.pairs;
@@ -180,7 +186,11 @@ absl::StatusOr<PreferencePrepareReport> PreparePreference(const PreferencePrepar
   });
   if (!read.ok()) return read;
   if (o.progress && tty) std::cerr << "\n";
-  if (writer == nullptr || report.pairs == 0) return absl::InvalidArgumentError("the inputs hold no pairs");
+  if (writer == nullptr || report.pairs == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(absl::StrJoin(o.inputs, ", "), ": ",
+                                                   o.inputs.size() == 1 ? "holds" : "hold",
+                                                   " no pairs (one JSON object per line: prompt, chosen, rejected)"));
+  }
   if (absl::Status s = writer->Finish(); !s.ok()) return s;
   report.tokens = writer->tokens();
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

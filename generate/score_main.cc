@@ -8,9 +8,13 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
+#include <signal.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -19,6 +23,7 @@
 #include <iomanip>
 #include <iostream>
 #include <limits>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -37,6 +42,46 @@ namespace tessera::client {
 namespace {
 
 namespace fs = std::filesystem;
+
+// A score as JSON: the number, or null when it is not finite (a diverged checkpoint's).
+std::string JsonNumber(double v) {
+  if (!std::isfinite(v)) return "null";
+  std::ostringstream out;
+  out << std::setprecision(9) << v;
+  return out.str();
+}
+
+// The temporary directory's files, removed by a signal that ends the program (SIGINT, SIGTERM, SIGHUP)
+// before it dies of it: the handler only calls unlink, rmdir and raise (async-signal-safe) on names
+// fixed before it is installed.
+constexpr int kScratchNames = 11;
+char g_scratch_files[kScratchNames][4096];
+char g_scratch_dir[4096];
+
+extern "C" void RemoveScratchAndDie(int sig) {
+  for (int i = 0; i < kScratchNames; ++i) {
+    if (g_scratch_files[i][0] != '\0') unlink(g_scratch_files[i]);
+  }
+  rmdir(g_scratch_dir);
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
+// Fills the names above for `dir` (stdin's copy and the prepared dataset's files, finished or not)
+// and installs the handler.
+void RemoveScratchOnSignals(const fs::path& dir) {
+  const char* names[kScratchNames] = {"stdin.jsonl",   "pairs.bin",        "pairs.bin.tmp",   "pairs.idx",
+                                      "pairs.idx.tmp", "pairs.pref.json",  "pairs.pref.json.tmp",
+                                      "pairs.pref.margin", "pairs.pref.margin.tmp", "", ""};
+  const std::string d = dir.string();
+  if (d.size() + 32 >= sizeof(g_scratch_dir)) return;  // Not covered: left for the normal exit's cleanup.
+  for (int i = 0; i < kScratchNames; ++i) {
+    const std::string path = names[i][0] == '\0' ? std::string() : (dir / names[i]).string();
+    std::snprintf(g_scratch_files[i], sizeof(g_scratch_files[i]), "%s", path.c_str());
+  }
+  std::snprintf(g_scratch_dir, sizeof(g_scratch_dir), "%s", d.c_str());
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) signal(sig, RemoveScratchAndDie);
+}
 
 // One sequence to score: a prompt and a completion (a pair's side, or a single completion).
 struct Scored {
@@ -118,9 +163,9 @@ int ScoreCompletions(parallel::Decoder& model, const std::string& source, const 
     }
   }
   double sum = 0;
-  std::cout << std::setprecision(9);
   for (int64_t i = 0; i < n; ++i) {
-    std::cout << "{\"record\": " << i << ", \"score\": " << (*scores)[static_cast<size_t>(i)] << "}\n";
+    std::cout << "{\"record\": " << i << ", \"score\": " << JsonNumber((*scores)[static_cast<size_t>(i)]) << "}\n";
+    if (!std::cout) return kExitJobFailed;  // Its reader went away (SIGPIPE is ignored): the cleanup runs.
     sum += (*scores)[static_cast<size_t>(i)];
   }
   std::cerr << "scored " << n << " completions with " << source << ": mean score " << sum / n << "\n";
@@ -128,6 +173,7 @@ int ScoreCompletions(parallel::Decoder& model, const std::string& source, const 
 }
 
 int Main(int argc, char** argv) {
+  signal(SIGPIPE, SIG_IGN);  // A closed stdout fails the write instead: the temporary directory is removed.
   CLI::App app{"tessera score: a reward model's scores of preference pairs or of single completions"};
   app.name("tessera score");
   std::string model_path, data, tokenizer;
@@ -211,6 +257,7 @@ int Main(int argc, char** argv) {
       return kExitJobFailed;
     }
     scratch = made;
+    RemoveScratchOnSignals(scratch);
     if (data == "-") {
       // Errors name "<stdin>", not the copy's path (removed when the program ends).
       stdin_copy = data = (scratch / "stdin.jsonl").string();
@@ -238,9 +285,14 @@ int Main(int argc, char** argv) {
     }
     prefix = prepare.output_prefix;
   }
+  // Errors of the prepared temporary dataset name the input (its pair p is the input's record p).
+  const std::string input = named(data);
+  auto named_pairs = [&](absl::string_view m) {
+    return scratch.empty() ? std::string(m) : absl::StrReplaceAll(m, {{prefix + ".bin", input}, {prefix, input}});
+  };
   auto pairs = formats::data::PreferenceDataset::Open(prefix, c.vocab);
   if (!pairs.ok()) {
-    std::cerr << "error: --data: " << pairs.status().message() << "\n";
+    std::cerr << "error: --data: " << named_pairs(pairs.status().message()) << "\n";
     return kExitBadInput;
   }
   const int64_t n = (*pairs)->pairs();
@@ -251,7 +303,7 @@ int Main(int argc, char** argv) {
     for (int64_t p = first; p < first + count; ++p) {
       auto pair = (*pairs)->Pair(p, cut);
       if (!pair.ok()) {
-        std::cerr << "error: --data: " << pair.status().message() << "\n";
+        std::cerr << "error: --data: " << named_pairs(pair.status().message()) << "\n";
         return kExitBadInput;
       }
       const size_t length = pair->prompt.size() + std::max(pair->chosen.size(), pair->rejected.size());
@@ -276,10 +328,11 @@ int Main(int argc, char** argv) {
   }
   int64_t correct = 0;
   double margin = 0;
-  std::cout << std::setprecision(9);
   for (int64_t p = 0; p < n; ++p) {
     const double chosen = scores[2 * p], rejected = scores[2 * p + 1];
-    std::cout << "{\"pair\": " << p << ", \"chosen\": " << chosen << ", \"rejected\": " << rejected << "}\n";
+    std::cout << "{\"pair\": " << p << ", \"chosen\": " << JsonNumber(chosen) << ", \"rejected\": "
+              << JsonNumber(rejected) << "}\n";
+    if (!std::cout) return kExitJobFailed;  // Its reader went away (SIGPIPE is ignored): the cleanup runs.
     correct += chosen > rejected ? 1 : 0;
     margin += chosen - rejected;
   }

@@ -36,8 +36,17 @@ TEST(DpoSpecTest, TheDefaultsAreValidAndAStoredSpecWithoutTheFieldIsCrossEntropy
   old.mutable_train()->clear_objective();  // As stored by a version without it: cross-entropy.
   old.clear_dpo();
   EXPECT_EQ(Errors(old), "");
-  old.mutable_dpo()->set_beta(-1);  // The section is read only with objective dpo.
+  old.mutable_dpo()->set_beta(0.1);  // The defaults the section is filled with.
+  old.mutable_dpo()->set_loss_type(v1::DPO_LOSS_TYPE_SIGMOID);
   EXPECT_EQ(Errors(old), "");
+  // Anything else is read only with objective dpo, so refused (it would be ignored).
+  old.mutable_dpo()->set_beta(0.5);
+  old.mutable_dpo()->set_loss_type(v1::DPO_LOSS_TYPE_IPO);
+  old.mutable_dpo()->set_precompute_reference(true);
+  const std::string errors = Errors(old);
+  for (const char* field : {"dpo.beta", "dpo.loss_type", "dpo.precompute_reference"}) {
+    EXPECT_THAT(errors, HasSubstr(std::string(field) + ": applies to train.objective dpo only")) << field;
+  }
 }
 
 TEST(DpoSpecTest, BadValuesAreRefusedByField) {
@@ -107,6 +116,10 @@ TEST(DpoSpecTest, WhatDpoDoesNotRunYetIsRefusedByField) {
                                      "model.aux_loss_coef=0.02", "train.objective=reward", "dpo=null"});
   ASSERT_TRUE(reward.ok()) << reward.status();
   EXPECT_THAT(Errors(*reward), HasSubstr("model.aux_loss_coef: 0.02: a reward model trains no balancing loss"));
+  // LoRA's dropout: TRL's preference trainers disable every dropout (disable_dropout).
+  auto dropout = ParseJobSpec(kSpec, {"output_dir=/out/t", "model.lora.rank=4", "model.lora.dropout=0.05"});
+  ASSERT_TRUE(dropout.ok()) << dropout.status();
+  EXPECT_THAT(Errors(*dropout), HasSubstr("model.lora.dropout: 0.05: with train.objective dpo trains without dropout"));
   // The pair cut belongs to DPO's data only.
   auto lm = ParseJobSpec(kSpec, {"output_dir=/out/t", "train.objective=cross_entropy", "data.max_completion_tokens=8"});
   ASSERT_TRUE(lm.ok());

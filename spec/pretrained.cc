@@ -57,6 +57,14 @@ absl::Status ApplyPretrained(const v1::ModelSpec& w, v1::JobSpec* spec) {
   auto hf = formats::model::ReadHfConfig(m->pretrained());
   if (!hf.ok()) return ToStatus({{"model.pretrained", std::string(hf.status().message())}});
   const layout::ModelConfig& c = hf->config;
+  if (c.score_head && spec->train().objective() != v1::OBJECTIVE_REWARD) {
+    // A reward model's directory has a score head and no LM head: nothing else trains from it.
+    return ToStatus({{"model.pretrained",
+                      absl::StrCat(m->pretrained(), " is a reward model (a *ForSequenceClassification with a score "
+                                                    "head, no LM head): train.objective ",
+                                   spec->train().objective() == v1::OBJECTIVE_DPO ? "dpo" : "cross_entropy",
+                                   " needs a causal LM (a *ForCausalLM directory)")}});
+  }
   const bool gpt = c.family == ModelFamily::kGpt2;
   Agreement a(m->pretrained() + "/config.json");
   const v1::ModelFamily family = gpt                                  ? v1::MODEL_FAMILY_GPT

@@ -358,8 +358,19 @@ void CheckObjective(const v1::JobSpec& s, Checker& c) {
   if (objective != v1::OBJECTIVE_REWARD && s.reward_model().center_coefficient() != 0) {
     c.Fail("reward_model.center_coefficient", "applies to train.objective reward only");
   }
-  if (objective != v1::OBJECTIVE_DPO && !s.dpo().reference().empty() && s.dpo().reference() != "initial") {
-    c.Fail("dpo.reference", "applies to train.objective dpo only");
+  if (objective != v1::OBJECTIVE_DPO) {
+    // The dpo: section is read with objective dpo only: a value other than its default (or a stored
+    // spec's unset field) would be ignored, so it is refused.
+    const v1::DpoSpec& dpo = s.dpo();
+    const std::pair<const char*, bool> set[] = {
+        {"dpo.beta", dpo.beta() != 0 && dpo.beta() != 0.1},
+        {"dpo.loss_type", dpo.loss_type() != v1::DPO_LOSS_TYPE_UNSPECIFIED && dpo.loss_type() != v1::DPO_LOSS_TYPE_SIGMOID},
+        {"dpo.label_smoothing", dpo.label_smoothing() != 0},
+        {"dpo.reference", !dpo.reference().empty() && dpo.reference() != "initial"},
+        {"dpo.precompute_reference", dpo.precompute_reference()}};
+    for (const auto& [field, differs] : set) {
+      if (differs) c.Fail(field, "applies to train.objective dpo only (remove the dpo: section, or --set dpo=null)");
+    }
   }
   if (objective != v1::OBJECTIVE_DPO && objective != v1::OBJECTIVE_REWARD) {
     for (const auto& [field, value] : {std::pair{"data.max_prompt_tokens", d.max_prompt_tokens()},
@@ -371,6 +382,11 @@ void CheckObjective(const v1::JobSpec& s, Checker& c) {
   const std::string with = objective == v1::OBJECTIVE_DPO ? "with train.objective dpo" : "with train.objective reward";
   if (d.blend_size() > 0) c.Fail("data.blend", absl::StrCat("is not supported ", with, " (one preference dataset, data.path)"));
   if (d.packing()) c.Fail("data.packing", absl::StrCat("is not supported ", with, " (each pair is two sequences)"));
+  if (s.model().has_lora() && s.model().lora().dropout() != 0) {
+    c.Fail("model.lora.dropout", absl::StrCat(s.model().lora().dropout(), ": ", with,
+                                              " trains without dropout, as TRL's DPOTrainer and RewardTrainer do "
+                                              "(disable_dropout, true by default; peft's lora_dropout too): set 0"));
+  }
   if (objective == v1::OBJECTIVE_REWARD) {
     const double center = s.reward_model().center_coefficient();
     if (!(center >= 0 && center <= 1e6)) {

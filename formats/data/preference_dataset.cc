@@ -10,9 +10,13 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <string_view>
 #include <fstream>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "formats/checkpoint/durable_file.h"
 #include "nlohmann/json.hpp"
 
 namespace tessera::formats::data {
@@ -30,8 +34,6 @@ PreferenceDatasetWriter::PreferenceDatasetWriter(std::string prefix, bool margin
 absl::StatusOr<std::unique_ptr<PreferenceDatasetWriter>> PreferenceDatasetWriter::Create(const std::string& prefix,
                                                                                          IndexedDtype dtype,
                                                                                          bool margins) {
-  // The dataset is complete again only when this writer finishes.
-  std::remove((prefix + ".pref.json").c_str());
   auto tokens = IndexedDatasetWriter::Create(prefix, dtype);
   if (!tokens.ok()) return tokens.status();
   return std::unique_ptr<PreferenceDatasetWriter>(new PreferenceDatasetWriter(prefix, margins, *std::move(tokens)));
@@ -56,37 +58,37 @@ absl::Status PreferenceDatasetWriter::Add(const PreferencePair& pair) {
 }
 
 absl::Status PreferenceDatasetWriter::Finish() {
+  // An earlier dataset at the prefix stays whole until every record was accepted: only now is its
+  // .pref.json (the mark of a complete dataset, written last) removed, the tokens' files renamed
+  // over, then the margins and the new .pref.json written — each durably, so that a crash leaves
+  // either no .pref.json or one whose files are all there.
   const std::string margin_path = prefix_ + ".pref.margin", json_path = prefix_ + ".pref.json";
+  std::remove(json_path.c_str());
   std::remove(margin_path.c_str());
-  if (margins_) {
-    const std::string tmp = margin_path + ".tmp";
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    // float64 little-endian: this machine's order (tessera runs on little-endian hosts only).
-    out.write(reinterpret_cast<const char*>(margin_values_.data()),
-              static_cast<std::streamsize>(margin_values_.size() * sizeof(double)));
-    out.close();
-    if (!out) return absl::InternalError(absl::StrCat(tmp, ": write failed"));
-    if (std::rename(tmp.c_str(), margin_path.c_str()) != 0) {
-      return absl::InternalError(absl::StrCat(margin_path, ": rename failed: ", std::strerror(errno)));
+  auto durably = [](const std::string& path, std::string_view content) -> absl::Status {
+    const std::string tmp = path + ".tmp";
+    if (auto written = formats::checkpoint::WriteFileDurably(tmp, content); !written.ok()) return written.status();
+    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+      return absl::InternalError(absl::StrCat(path, ": rename failed: ", std::strerror(errno)));
     }
-  }
+    return absl::OkStatus();
+  };
   if (absl::Status s = tokens_->Finish(); !s.ok()) return s;
+  if (margins_) {
+    // float64 little-endian: this machine's order (tessera runs on little-endian hosts only).
+    const std::string_view bytes(reinterpret_cast<const char*>(margin_values_.data()),
+                                 margin_values_.size() * sizeof(double));
+    if (absl::Status s = durably(margin_path, bytes); !s.ok()) return s;
+  }
   nlohmann::ordered_json meta = nlohmann::ordered_json::object();
   meta["format"] = kFormat;
   meta["version"] = kVersion;
   meta["pairs"] = pairs_;
   meta["tokens"] = tokens_->tokens();
   meta["margins"] = margins_;
-  const std::string tmp = json_path + ".tmp";
-  {
-    std::ofstream js(tmp, std::ios::trunc);
-    js << meta.dump(2) << "\n";
-    js.close();
-    if (!js) return absl::InternalError(absl::StrCat(tmp, ": write failed"));
-  }
-  if (std::rename(tmp.c_str(), json_path.c_str()) != 0) {
-    return absl::InternalError(absl::StrCat(json_path, ": rename failed: ", std::strerror(errno)));
-  }
+  if (absl::Status s = durably(json_path, meta.dump(2) + "\n"); !s.ok()) return s;
+  const std::string dir = std::filesystem::path(json_path).parent_path().string();
+  if (absl::Status s = formats::checkpoint::FsyncDirectory(dir.empty() ? "." : dir); !s.ok()) return s;
   finished_ = true;
   return absl::OkStatus();
 }
@@ -191,8 +193,9 @@ absl::StatusOr<std::unique_ptr<PreferenceDataset>> PreferenceDataset::Open(const
     margins.read(reinterpret_cast<char*>(ds->margins_.data()), bytes);
     if (!margins) return absl::InternalError(absl::StrCat(margin_path, ": read failed"));
     for (int64_t p = 0; p < ds->pairs_; ++p) {
-      if (!std::isfinite(ds->margins_[p])) {
-        return absl::InvalidArgumentError(absl::StrCat(margin_path, ": pair ", p, "'s margin is not a finite number"));
+      if (!std::isfinite(ds->margins_[p]) || std::abs(ds->margins_[p]) > std::numeric_limits<float>::max()) {
+        return absl::InvalidArgumentError(absl::StrCat(margin_path, ": pair ", p, "'s margin ", ds->margins_[p],
+                                                       " is not a finite float32 number (the loss is float32)"));
       }
     }
   }
@@ -219,8 +222,10 @@ absl::StatusOr<std::vector<int32_t>> PreferenceDataset::Sequence(int64_t s) cons
                                                      " is not a token type (uint16 or int32)"));
     }
     if (id < 0 || id >= vocab_) {
-      return absl::DataLossError(absl::StrCat(prefix_, ".bin: token ", id, " at position ", k, " of sequence ", s,
-                                              " is outside the vocabulary (", vocab_, ")"));
+      static constexpr const char* kParts[] = {"prompt", "chosen", "rejected"};
+      return absl::DataLossError(absl::StrCat(prefix_, ".bin: pair ", s / 3, "'s ", kParts[s % 3], ": token ", id,
+                                              " at position ", k, " is outside the model's vocabulary (", vocab_,
+                                              "): prepared with another tokenizer than the model's?"));
     }
     ids[k] = static_cast<int32_t>(id);
   }

@@ -94,7 +94,7 @@ TEST_F(PreferenceDatasetTest, ADamagedDatasetIsRefusedNamingTheFileAndTheProblem
     auto ds = PreferenceDataset::Open(prefix_, /*vocab=*/5);
     ASSERT_TRUE(ds.ok());
     EXPECT_TRUE((*ds)->Pair(0).ok());
-    EXPECT_THAT(std::string((*ds)->Pair(1).status().message()), HasSubstr("token 5 at position 0 of sequence 4"));
+    EXPECT_THAT(std::string((*ds)->Pair(1).status().message()), HasSubstr("pair 1's chosen: token 5 at position 0 is outside the model's vocabulary (5)"));
   }
   const std::string json = prefix_ + ".pref.json";
   std::string good;
@@ -127,7 +127,13 @@ TEST_F(PreferenceDatasetTest, ADamagedDatasetIsRefusedNamingTheFileAndTheProblem
     std::ofstream m(prefix_ + ".pref.margin", std::ios::binary | std::ios::trunc);
     m.write(reinterpret_cast<const char*>(&one), 8).write(reinterpret_cast<const char*>(&nan), 8);
   }
-  EXPECT_THAT(open_error(), HasSubstr("pair 1's margin is not a finite number"));
+  EXPECT_THAT(open_error(), HasSubstr("pair 1's margin nan is not a finite float32 number"));
+  {
+    const double huge = 1e300;  // Finite in float64, not in float32 (the loss's type).
+    std::ofstream m(prefix_ + ".pref.margin", std::ios::binary | std::ios::trunc);
+    m.write(reinterpret_cast<const char*>(&one), 8).write(reinterpret_cast<const char*>(&huge), 8);
+  }
+  EXPECT_THAT(open_error(), HasSubstr("pair 1's margin 1e+300 is not a finite float32 number"));
   fs::remove(prefix_ + ".pref.margin");
   EXPECT_THAT(open_error(), HasSubstr("says margins: true"));
   fs::resize_file(prefix_ + ".bin", 4);

@@ -109,6 +109,10 @@ class Decoder {
   // (TargetLosses::sample_data: DPO's reference log-probabilities), this rank's samples in order;
   // undefined (the default): nothing.
   void set_sample_data(at::Tensor data) { sample_data_ = std::move(data); }
+  // The LM head's logits are divided by `temperature` (> 0) before the log-softmax (GRPO's policy
+  // log-probabilities at the sampling temperature: transformers' logits / temperature), applied as the
+  // final hidden state scaled by 1 / temperature (the head has no bias). 1: the logits as they are.
+  void set_logit_temperature(double temperature) { logit_scale_ = 1.0 / temperature; }
   // Packed sequences (formats/data/token_dataset.h "Packing"): the positions [B, T] of the tokens the
   // next forward passes (and the recomputations of their backward) take — of the whole sequence, all
   // sp blocks — for the rotary or learned position embeddings; a token attends only to earlier
@@ -331,6 +335,7 @@ class Decoder {
   at::Tensor runs_;       // With positions_: which run each position is in, [B, T] (every layer's mask).
   double target_weight_ = 1;
   at::Tensor sample_data_;  // set_sample_data.
+  double logit_scale_ = 1;  // set_logit_temperature: 1 / temperature.
   std::shared_ptr<const Objective> objective_ = DefaultObjective();
   bool fused_kernels_ = false;
   std::optional<Fp8Options> fp8_;  // set_fp8.

@@ -36,6 +36,7 @@ at::Tensor Decoder::ScoreHead(const at::Tensor& x_in, const at::Tensor& targets)
     const at::Tensor rows =
         (masked_targets_ ? flat >= 0 : at::ones({flat.numel()}, flat.options().dtype(at::kBool))).nonzero().squeeze(1);
     at::Tensor x = GridNorm(x_in, family_.final_norm);
+    if (logit_scale_ != 1) x = x * logit_scale_;
     x = x.reshape({-1, x.size(-1)}).index_select(0, rows);
     const at::Tensor partial = at::matmul(x, Use(formats::model::kScoreWeight).t()).squeeze(-1);
     const at::Tensor scores = ReduceFromTp(partial, grid_.row).to(at::kFloat);
@@ -108,6 +109,7 @@ at::Tensor Decoder::Head(const at::Tensor& x_in, const at::Tensor& targets) {
     return loss;
   }
   at::Tensor x = Norm(x_in, family_.final_norm, fused_kernels_);
+  if (logit_scale_ != 1) x = x * logit_scale_;
   const std::string head = tied_.empty() ? family_.lm_head + ".weight" : tied_;
   at::Tensor logits = Linear(CopyToTp(x, tp), P(head));  // [B, T, VocabPart()].
   // Padding rows of the vocabulary (past vocab) are no tokens: out of the softmax.

@@ -152,5 +152,27 @@ TEST(DecoderTest, SftLossLeavesOutOnlyWhatReachesNoLoss) {
   }
 }
 
+TEST(DecoderTest, LogitTemperatureDividesTheLogitsBeforeTheLoss) {
+  // GRPO's log-probabilities at the sampling temperature: the head's cross-entropy equals that of the
+  // logits (DecodeStep's, the generation path's) divided by the temperature.
+  for (ModelFamily family : {ModelFamily::kGpt2, ModelFamily::kLlama}) {
+    const ModelConfig c = Config(family);
+    Decoder model(c, Self(), /*seed=*/3, c10::Device(c10::kCPU));
+    at::Tensor tokens = at::randint(0, c.vocab, {2, 16}, at::TensorOptions().dtype(at::kLong));
+    at::Tensor targets = at::randint(0, c.vocab, {2, 16}, at::TensorOptions().dtype(at::kLong));
+    KvCache cache;
+    const at::Tensor logits = model.DecodeStep(tokens, &cache);  // [2, 16, vocab]
+    const double temperature = 0.7;
+    const double want = at::cross_entropy_loss((logits / temperature).reshape({32, c.vocab}), targets.reshape({32}))
+                            .item<double>();
+    model.set_logit_temperature(temperature);
+    const double got = model.Head(model.Blocks(model.Embed(tokens), 0, c.layers), targets).item<double>();
+    EXPECT_NEAR(got, want, 1e-5 * want) << FamilyName(family);
+    model.set_logit_temperature(1.0);
+    const double plain = model.Head(model.Blocks(model.Embed(tokens), 0, c.layers), targets).item<double>();
+    EXPECT_GT(std::abs(plain - want), 1e-3) << "the test can fail";
+  }
+}
+
 }  // namespace
 }  // namespace tessera::parallel

@@ -28,21 +28,7 @@ GrpoTerms GrpoLosses(const GrpoInputs& in, const GrpoLossOptions& o) {
     per_token_kl = at::exp(d) - d - 1;
     out.per_token_loss = out.per_token_loss + o.beta * per_token_kl;
   }
-  const at::Tensor masked = out.per_token_loss * mask;
-  switch (o.type) {
-    case GrpoLossType::kGrpo:
-      out.loss = (masked.sum(-1) / mask.sum(-1).clamp_min(1.0)).mean();
-      break;
-    case GrpoLossType::kBnpo:
-      out.loss = masked.sum() / mask.sum().clamp_min(1.0);
-      break;
-    case GrpoLossType::kDrGrpo:
-      out.loss = masked.sum() / static_cast<double>(B * o.max_completion_tokens);
-      break;
-    case GrpoLossType::kDapo:
-      out.loss = masked.sum() / o.normalizer;
-      break;
-  }
+  out.loss = GrpoNormalize((out.per_token_loss * mask).sum(-1), mask.sum(-1), o);
   // The metrics: means over the completion tokens, as TRL's masked_batch_mean.
   at::NoGradGuard no_grad;
   const at::Tensor tokens = mask.sum().clamp_min(1.0).to(at::kDouble);
@@ -50,11 +36,35 @@ GrpoTerms GrpoLosses(const GrpoInputs& in, const GrpoLossOptions& o) {
   const at::Tensor r = ratio.detach();
   const at::Tensor low = (r < 1 - o.epsilon) & (adv < 0);
   const at::Tensor high = (r > 1 + o.epsilon_high) & (adv > 0);
+  out.low_clipped = low;
+  out.high_clipped = high;
   out.low_clip = mean(low);
   out.high_clip = mean(high);
   out.clip_ratio = mean(low | high);
-  if (per_token_kl.defined()) out.kl = mean(per_token_kl.detach());
+  if (per_token_kl.defined()) {
+    out.per_token_kl = per_token_kl.detach();
+    out.kl = mean(out.per_token_kl);
+  }
   return out;
+}
+
+at::Tensor GrpoNormalize(const at::Tensor& sums, const at::Tensor& counts, const GrpoLossOptions& o) {
+  TORCH_CHECK(sums.dim() == 1 && counts.sizes() == sums.sizes(), "grpo: one sum and one count per completion");
+  const int64_t B = sums.size(0);
+  const at::Tensor n = counts.to(sums.scalar_type());
+  switch (o.type) {
+    case GrpoLossType::kGrpo:
+      return (sums / n.clamp_min(1.0)).mean();
+    case GrpoLossType::kBnpo:
+      return sums.sum() / n.sum().clamp_min(1.0);
+    case GrpoLossType::kDrGrpo:
+      TORCH_CHECK(o.max_completion_tokens > 0, "grpo: dr_grpo needs max_completion_tokens");
+      return sums.sum() / static_cast<double>(B * o.max_completion_tokens);
+    case GrpoLossType::kDapo:
+      TORCH_CHECK(o.normalizer > 0, "grpo: dapo needs a positive normalizer");
+      return sums.sum() / o.normalizer;
+  }
+  TORCH_CHECK(false, "grpo: unknown loss type");
 }
 
 }  // namespace tessera::parallel

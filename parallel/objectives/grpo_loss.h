@@ -45,6 +45,10 @@ struct GrpoInputs {
 struct GrpoTerms {
   at::Tensor loss;            // Scalar, differentiable in logps.
   at::Tensor per_token_loss;  // [B, T], before the mask.
+  // Per token, without gradient, before the mask: the KL term (undefined at beta 0) and whether the
+  // ratio was clipped below (A < 0) or above (A > 0) — the metrics' numerators.
+  at::Tensor per_token_kl;
+  at::Tensor low_clipped, high_clipped;
   // Means over the completion tokens (0 with none), without gradient, float64 scalars.
   at::Tensor kl;              // Undefined at beta 0.
   at::Tensor low_clip;        // ratio < 1 − ε where A < 0.
@@ -54,6 +58,13 @@ struct GrpoTerms {
 
 // TORCH_CHECKs the shapes, beta's reference and dapo's normalizer.
 GrpoTerms GrpoLosses(const GrpoInputs& in, const GrpoLossOptions& options);
+
+// The loss type's normalisation of B completions' masked per-token losses, given each one's sum
+// `sums` [B] (differentiable) and token count `counts` [B]: grpo mean_i(sums_i / max(counts_i, 1)); bnpo
+// Σ sums / max(Σ counts, 1); dr_grpo Σ sums / (B · max_completion_tokens); dapo Σ sums / normalizer.
+// GrpoLosses' loss is this of its rows; a caller whose completions are split (sequence blocks) passes
+// the whole completions' sums and counts.
+at::Tensor GrpoNormalize(const at::Tensor& sums, const at::Tensor& counts, const GrpoLossOptions& options);
 
 }  // namespace tessera::parallel
 

@@ -471,7 +471,7 @@ absl::Status Trainer::CheckModelMatches(const ModelConfig& saved, const std::str
       return absl::FailedPreconditionError(absl::StrCat(what, "'s rope_scaling differs from the spec's model"));
     }
   }
-  if (reference && saved.score_head != c.score_head) {
+  if (saved.score_head != c.score_head) {
     return absl::FailedPreconditionError(absl::StrCat(
         what, saved.score_head ? " is a reward model (a score head)" : " is a language model (an LM head)",
         ", this job trains ", c.score_head ? "a reward model (train.objective reward)" : "a language model"));

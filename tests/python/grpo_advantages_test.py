@@ -5,41 +5,30 @@ _generate_and_score_completions — the weighted nansum, the group means, the gr
 deviation, the scaling, and the metrics it logs (reward, reward_std, frac_reward_zero_std, each
 function's mean and std). Seeded random cases for every scale_rewards, with weights, missing rewards
 and groups of equal rewards; to 1e-5 relative (TRL computes in float32, tessera in float64)."""
-import json
 import math
 import os
 import random
-import subprocess
 import sys
 import tempfile
 import unittest
 
-import datasets
 import torch
-import transformers
-from transformers import PreTrainedTokenizerFast
-from trl import GRPOConfig, GRPOTrainer
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import chat_template_test as ct  # noqa: E402
+from grpo_testing import grpo_trainer, run_tool, small_tokenizer  # noqa: E402
 
 TOOL = os.path.abspath("rewards/advantages_tool")
 TOL = 1e-5
 
 
 def tessera(case):
-    r = subprocess.run([TOOL], input=json.dumps(case), capture_output=True, text=True, check=True)
-    return json.loads(r.stdout)
+    return run_tool(TOOL, case)
 
 
 class TrlScorer:
     """A GRPOTrainer for `functions` reward functions, whose completions and rewards each case sets."""
 
     def __init__(self, tmp, tokenizer, completions, group, scale, weights, functions):
-        config = transformers.LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
-                                          num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1)
-        torch.manual_seed(0)
-        model = transformers.LlamaForCausalLM(config)
         self.values = [[] for _ in range(functions)]
 
         def make(f):
@@ -48,12 +37,9 @@ class TrlScorer:
             reward.__name__ = f"f{f}"
             return reward
 
-        args = GRPOConfig(output_dir=os.path.join(tmp, "grpo"), num_generations=group,
-                          per_device_train_batch_size=completions, scale_rewards=scale, reward_weights=weights,
-                          report_to=[], use_cpu=True, bf16=False, max_completion_length=4)
-        dataset = datasets.Dataset.from_list([{"prompt": "a b"}])
-        self.trainer = GRPOTrainer(model=model, reward_funcs=[make(f) for f in range(functions)], args=args,
-                                   train_dataset=dataset, processing_class=tokenizer)
+        self.trainer = grpo_trainer(tmp, tokenizer, [make(f) for f in range(functions)], num_generations=group,
+                                    per_device_train_batch_size=completions, scale_rewards=scale,
+                                    reward_weights=weights, max_completion_length=4)
         self.completions = completions
 
     def run(self, per_function):
@@ -81,8 +67,7 @@ class GrpoAdvantagesTest(unittest.TestCase):
     def setUpClass(cls):
         torch.set_num_threads(1)
         cls.tmp = tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
-        cls.tokenizer = PreTrainedTokenizerFast(tokenizer_object=ct.small_tokenizer(), bos_token="<s>",
-                                                eos_token="</s>", pad_token="</s>")
+        cls.tokenizer = small_tokenizer()
 
     def test_random_cases_equal_trl(self):
         rng = random.Random(11)

@@ -6,23 +6,17 @@ region_mean). Seeded random cases — padded completions, positive and negative 
 log-probabilities far enough from the policy's for the clip to act (num_iterations > 1) or none (the
 policy's own, num_iterations 1), β 0 and 0.04, ε_high apart from ε — for every loss type; the loss and its
 gradient in the log-probabilities to 1e-6 relative (TRL in float32, tessera in float64)."""
-import json
 import math
 import os
 import random
-import subprocess
 import sys
 import tempfile
 import unittest
 
-import datasets
 import torch
-import transformers
-from transformers import PreTrainedTokenizerFast
-from trl import GRPOConfig, GRPOTrainer
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import chat_template_test as ct  # noqa: E402
+from grpo_testing import grpo_trainer, run_tool, small_tokenizer  # noqa: E402
 
 TOOL = os.path.abspath("parallel/objectives/grpo_loss_tool")
 TOL = 1e-6
@@ -30,22 +24,15 @@ MAX_COMPLETION = 6
 
 
 def tessera(case):
-    r = subprocess.run([TOOL], input=json.dumps(case), capture_output=True, text=True, check=True)
-    return json.loads(r.stdout)
+    return run_tool(TOOL, case)
 
 
 def trl_trainer(tmp, tokenizer, loss_type, beta, epsilon, epsilon_high):
-    config = transformers.LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
-                                      num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1)
-    torch.manual_seed(0)
-    args = GRPOConfig(output_dir=os.path.join(tmp, "grpo"), num_generations=2, per_device_train_batch_size=4,
-                      loss_type=loss_type, beta=0.0, epsilon=epsilon, epsilon_high=epsilon_high,
-                      max_completion_length=MAX_COMPLETION, report_to=[], use_cpu=True, bf16=False)
     def zero(prompts, completions, **kwargs):
         return [0.0] * len(completions)
-    trainer = GRPOTrainer(model=transformers.LlamaForCausalLM(config), reward_funcs=[zero],
-                          args=args, train_dataset=datasets.Dataset.from_list([{"prompt": "a b"}]),
-                          processing_class=tokenizer)
+    trainer = grpo_trainer(tmp, tokenizer, [zero], num_generations=2, per_device_train_batch_size=4,
+                           loss_type=loss_type, beta=0.0, epsilon=epsilon, epsilon_high=epsilon_high,
+                           max_completion_length=MAX_COMPLETION)
     # β set after construction: TRL would load a reference model by name, which the loss never calls
     # here (the reference's log-probabilities are given).
     trainer.beta = beta
@@ -96,8 +83,7 @@ class GrpoLossTest(unittest.TestCase):
     def setUpClass(cls):
         torch.set_num_threads(1)
         cls.tmp = tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
-        cls.tokenizer = PreTrainedTokenizerFast(tokenizer_object=ct.small_tokenizer(), bos_token="<s>",
-                                                eos_token="</s>", pad_token="</s>")
+        cls.tokenizer = small_tokenizer()
 
     def close(self, got, want, what, tol=TOL):
         self.assertLessEqual(abs(got - want), tol * max(1.0, abs(want)), f"{what}: tessera {got} vs TRL {want}")

@@ -134,7 +134,10 @@ class PreferenceDataTest(unittest.TestCase):
                 "rejected": [{"role": "assistant", "content": "Go away"}]}
         cases = [
             ({"prompt": good["prompt"], "chosen": good["chosen"]}, "rejected: is missing"),
-            (dict(good, rejected=good["chosen"]), "chosen and rejected are the same"),
+            (dict(good, rejected=good["chosen"]), "chosen and rejected are the same completion"),
+            # The same messages with their keys in another order: the same tokens (review finding).
+            (dict(good, rejected=[{"content": "Hello", "role": "assistant"}]), "chosen and rejected are the same completion"),
+            (dict(good, margin=1e300), "margin: must be a finite number within float32's range"),
             (dict(good, chosen=[{"role": "asistant", "content": "x"}]), "chosen[0].role: \"asistant\" is not a chat role"),
             (dict(good, prompt=[{"role": "system", "content": "x"}]), "prompt[0].role: the prompt must end with a user"),
             (dict(good, prompt=[]), "prompt: is empty"),
@@ -152,6 +155,14 @@ class PreferenceDataTest(unittest.TestCase):
             self.assertIn(f"bad{k}.jsonl:2: {expected}", r.stderr)
             for ext in (".bin", ".idx", ".pref.json", ".pref.margin"):
                 self.assertFalse(os.path.exists(prefix + ext), f"{expected}: {ext} left behind")
+        # A failed prepare over an existing dataset leaves that dataset whole (review finding: its
+        # .pref.json was removed before the records were checked).
+        r, prefix = self.prepare(path, None, "kept", lines=[json.dumps(good)])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        before = {ext: open(prefix + ext, "rb").read() for ext in (".bin", ".idx", ".pref.json")}
+        r, _ = self.prepare(path, None, "kept", lines=[json.dumps(good), json.dumps({"prompt": "p"})])
+        self.assertNotEqual(r.returncode, 0)
+        self.assertEqual({ext: open(prefix + ext, "rb").read() for ext in before}, before)
         # Margins: every record or none.
         r, _ = self.prepare(path, None, "mixed", lines=[json.dumps(dict(good, margin=1)), json.dumps(good)])
         self.assertIn("mixed.jsonl:2: margin: every record has a margin or none does", r.stderr)

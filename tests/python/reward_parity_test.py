@@ -13,11 +13,14 @@ loaded by transformers' AutoModelForSequenceClassification; `tessera score` agai
 position than the last token, chosen and rejected split across dp ranks, a margin or centring term
 dropped each give other numbers (the mutations in the note of issue 56)."""
 import json
+import re
+import signal
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 import datasets
@@ -494,7 +497,7 @@ output_dir: {self.tmp}/{name}
         done = subprocess.run([TESSERA, "score", self.init_dir(), "--data", "-", "--tokenizer", self.tokenizer_dir],
                               input="", capture_output=True, text=True)
         self.assertEqual(done.returncode, 2, done.stderr)
-        self.assertIn("the inputs hold no pairs", done.stderr)
+        self.assertIn("error: <stdin>: holds no pairs", done.stderr)
         with open(bad, "w") as f:
             f.write('{"prompt": "a", "chosen": "b", "rejected": "c"}\n{"prompt": "a", "completion": "b"}\n')
         done = subprocess.run([TESSERA, "score", self.init_dir(), "--data", "-", "--tokenizer", self.tokenizer_dir],
@@ -512,6 +515,69 @@ output_dir: {self.tmp}/{name}
                                   capture_output=True, text=True)
             self.assertNotEqual(done.returncode, 0)
             self.assertIn("bad.jsonl:2: " + problem, done.stderr)
+
+    def test_a_reward_model_is_no_language_model(self):
+        # Review findings: a reward model's directory or checkpoint given where a language model is
+        # trained is refused naming it, not by a missing tensor; the dpo: section outside dpo; LoRA dropout.
+        out = self.run_refused("dpo_from_seqcls", ["train.objective=dpo"], model=f"pretrained: {self.init_dir()}")
+        self.assertIn(f"model.pretrained: {self.init_dir()} is a reward model", out)
+        self.assertIn("train.objective dpo needs a causal LM", out)
+        self.run_tessera("then_dpo", [], steps=2, every=2)
+        out = self.run_refused("then_dpo", ["train.objective=dpo", "train.steps=3"], steps=2, every=2)
+        self.assertRegex(out, r"checkpoint \S+step_00000002 is a reward model \(a score head\), this job trains a "
+                              r"language model")
+        out = self.run_refused("dpo_fields", ["dpo.beta=0.5", "dpo.loss_type=ipo"])
+        self.assertIn("dpo.beta: applies to train.objective dpo only", out)
+        self.assertIn("dpo.loss_type: applies to train.objective dpo only", out)
+        out = self.run_refused("lora_dropout", ["model.lora.rank=4", "model.lora.dropout=0.1"])
+        self.assertIn("model.lora.dropout: 0.1: with train.objective reward trains without dropout", out)
+        # A model of a smaller vocabulary than the tokenizer's: the pair and the input named, not the
+        # temporary dataset's file.
+        small = os.path.join(self.tmp, "small-vocab")
+        small_vocab = max(max(p + c + r) for p, c, r in self.pairs)
+        if not os.path.exists(small):
+            reward_llama(small_vocab, self.hf_tokenizer.eos_token_id).save_pretrained(small)
+        pairs = os.path.join(self.tmp, "score-pairs.jsonl")
+        with open(pairs, "w") as f:
+            for r in pair_records(PAIRS, seed=7):  # self.pairs, whose largest id is then outside.
+                f.write(json.dumps(r) + "\n")
+        done = subprocess.run([TESSERA, "score", small, "--data", pairs, "--tokenizer", self.tokenizer_dir],
+                              capture_output=True, text=True)
+        self.assertNotEqual(done.returncode, 0)
+        self.assertRegex(done.stderr, rf"--data: {re.escape(pairs)}: pair \d+'s (prompt|chosen|rejected): token \d+ "
+                                      rf"at position \d+ is outside the model's vocabulary \({small_vocab}\): "
+                                      "prepared with another tokenizer")
+        self.assertNotIn("tessera-score-", done.stderr)
+
+    def test_score_leaves_no_temporary_directory(self):
+        # Review finding: its reader gone (SIGPIPE) or the program interrupted, tessera score's temporary
+        # directory (the stdin copy, the prepared pairs) is removed all the same.
+        scratch = tempfile.mkdtemp(dir=self.tmp)
+        env = dict(os.environ, TMPDIR=scratch)
+        pairs = os.path.join(self.tmp, "many-pairs.jsonl")
+        with open(pairs, "w") as f:
+            for r in pair_records(PAIRS, seed=7):
+                f.write(json.dumps(r) + "\n")
+        reader = subprocess.Popen([TESSERA, "score", self.init_dir(), "--data", pairs, "--tokenizer",
+                                   self.tokenizer_dir], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        reader.stdout.close()  # Its reader is gone before the first score is written.
+        _, err = reader.communicate(timeout=120)
+        self.assertNotEqual(reader.returncode, 0, err)
+        self.assertEqual(os.listdir(scratch), [], "a closed stdout")
+        interrupted = subprocess.Popen([TESSERA, "score", self.init_dir(), "--data", "-", "--tokenizer",
+                                        self.tokenizer_dir], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                       stderr=subprocess.PIPE, env=env)
+        interrupted.stdin.write(open(pairs, "rb").read())
+        interrupted.stdin.flush()  # Left open: the program is copying its standard input.
+        deadline = time.time() + 60
+        while not any(os.scandir(scratch)) and time.time() < deadline:
+            time.sleep(0.05)
+        self.assertEqual(len(os.listdir(scratch)), 1, "the temporary directory while standard input is copied")
+        interrupted.send_signal(signal.SIGINT)
+        interrupted.wait(timeout=120)
+        interrupted.stdin.close()
+        self.assertEqual(interrupted.returncode, -signal.SIGINT)
+        self.assertEqual(os.listdir(scratch), [], "SIGINT")
 
     def test_the_example_prepares_trains_and_scores(self):
         # examples/reward-llama.yaml as its comment says, for a few steps, from a few steps of the SFT example.
