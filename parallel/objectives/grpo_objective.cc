@@ -27,7 +27,7 @@ at::Tensor GrpoObjective::Loss(const TargetLosses& t) const {
   const at::Tensor data = t.sample_data.to(logps.device(), at::kFloat);
   GrpoInputs in;
   in.logps = logps;
-  in.old_logps = data.narrow(1, 0, P);
+  if (old_ == GrpoOldLogps::kGiven) in.old_logps = data.narrow(1, 0, P);
   if (options_.beta != 0) in.ref_logps = data.narrow(1, whole, P);
   in.advantages = data.select(1, 2 * whole);
   in.mask = mask;

@@ -3,7 +3,8 @@
 // trained (DPO's rows) — and the Trainer gives each sample, through TargetLosses::sample_data,
 // [samples, 2·P + 1] fp64 for the P target positions of the forward pass (this rank's sequence block
 // under sp, from its first position): the sampling policy's log-probability of each position's
-// target, the reference's (read only when beta != 0), and the completion's advantage. The policy's
+// target (read with GrpoOldLogps::kGiven), the reference's (read only when beta != 0), and the
+// completion's advantage (grpo_rows.h writes them). The policy's
 // log-probabilities are the head's at the job's sampling temperature (Decoder::set_logit_temperature).
 // The loss is GrpoNormalize over the whole micro-batch: its completions made whole over sequence blocks
 // (TargetLosses::WholeSamples), so that every layout computes the one-process value.
@@ -18,9 +19,16 @@
 
 namespace tessera::parallel {
 
+// Where π_old's log-probabilities come from.
+enum class GrpoOldLogps {
+  kPolicy,  // The policy's own, without gradient (ratio 1): TRL at num_iterations 1.
+  kGiven,   // sample_data's first block (the policy that sampled, scored before the first iteration).
+};
+
 class GrpoObjective final : public Objective {
  public:
-  explicit GrpoObjective(const GrpoLossOptions& options) : options_(options) {}
+  explicit GrpoObjective(const GrpoLossOptions& options, GrpoOldLogps old = GrpoOldLogps::kGiven)
+      : options_(options), old_(old) {}
   const char* name() const override { return "grpo"; }
   at::Tensor Loss(const TargetLosses& t) const override;
   // TRL's metrics, means over each micro-batch's completion tokens: kl (0 at beta 0), clip_ratio_low
@@ -33,6 +41,7 @@ class GrpoObjective final : public Objective {
 
  private:
   GrpoLossOptions options_;
+  GrpoOldLogps old_;
   mutable MetricSums metrics_{4};
 };
 
