@@ -18,6 +18,7 @@
 #include "kernels/fused_ops.h"
 #include "parallel/layers/linear.h"
 #include "parallel/layers/sparse_mlp.h"
+#include "parallel/layers/tp2d_ops.h"
 #include "parallel/layers/tp3d_ops.h"
 #include "parallel/layers/tp_ops.h"
 
@@ -465,9 +466,10 @@ at::Tensor Decoder::Blocks(at::Tensor x, int first, int count) {
 }
 
 at::Tensor Decoder::DecodeStep(const at::Tensor& tokens, KvCache* cache) {
-  TORCH_CHECK(shape_.mode == TpMode::k1D && tp_->size() == 1 && (!sp_ || sp_->size() == 1) && part_.embedding &&
-                  part_.head && static_cast<int>(part_.layers.size()) == config_.layers,
-              "DecodeStep needs the whole model on one rank");
+  TORCH_CHECK(shape_.mode == TpMode::k1D && (!sp_ || sp_->size() == 1) && (!ep_ || ep_->size() == 1) &&
+                  part_.embedding && part_.head && static_cast<int>(part_.layers.size()) == config_.layers,
+              "DecodeStep needs the whole model on each rank of a 1D tp group (no pipeline, sequence, grid or "
+              "expert parallelism)");
   TORCH_CHECK(!config_.score_head, "DecodeStep needs an LM head (a reward model scores, it does not decode)");
   at::NoGradGuard no_grad;
   cache->k.resize(config_.layers);
@@ -478,7 +480,13 @@ at::Tensor Decoder::DecodeStep(const at::Tensor& tokens, KvCache* cache) {
   x = Norm(x, family_.final_norm, fused_kernels_);
   cache_ = nullptr;
   cache->length += tokens.size(1);
-  return Linear(x, P(tied_.empty() ? family_.lm_head + ".weight" : tied_)).to(at::kFloat);
+  at::Tensor logits = Linear(x, P(tied_.empty() ? family_.lm_head + ".weight" : tied_)).to(at::kFloat);
+  if (tp_->size() > 1) {
+    // Each rank's vocabulary rows (the last rank's padded past vocab): gathered in rank order, the
+    // padding dropped — the same logits on every member of the group.
+    logits = GatherAlong(logits, 2, tp_.get()).narrow(2, 0, config_.vocab);
+  }
+  return logits;
 }
 
 at::Tensor Decoder::Loss(const at::Tensor& tokens_in, const at::Tensor& targets_in) {

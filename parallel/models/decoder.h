@@ -138,9 +138,11 @@ class Decoder {
   at::Tensor Blocks(at::Tensor x, int first, int count);
   at::Tensor Head(const at::Tensor& x, const at::Tensor& targets);
 
-  // Incremental decoding (whole model, 1D tp of one rank, no sp): logits [B, T, vocab] of `tokens`
-  // [B, T] at positions cache->length.. (each attends to the cached positions and the earlier ones of
-  // `tokens`); appends their keys and values to `cache`. No autograd.
+  // Incremental decoding (the whole model on each rank of a 1D tp group: no pp, sp, grid or ep):
+  // logits [B, T, vocab] of `tokens` [B, T] at positions cache->length.. (each attends to the cached
+  // positions and the earlier ones of `tokens`); appends their keys and values to `cache` (this rank's
+  // heads). With tp > 1 every member calls it with the same tokens (a collective) and gets the same
+  // logits (gathered over the vocabulary). No autograd.
   at::Tensor DecodeStep(const at::Tensor& tokens, KvCache* cache);
 
   // Transformer block `i` on activations `x` [B, T, hidden] (used by Loss and by recomputation).

@@ -44,8 +44,9 @@ uint64_t SampleSeed(uint64_t seed, int i);
 // num_samples completions after `prompt` (ids below the vocabulary; with learned positions, prompt
 // + new tokens fit in seq_len). Calls `on_token(i, token)` with each new token of completion i as it
 // is chosen. `prompt_logits`, when given, receives the fp32 logits of every prompt position [T, vocab]
-// (CPU). InvalidArgument names the offending option or token. The model must be whole on this rank
-// (DecodeStep).
+// (CPU). InvalidArgument names the offending option or token. The model must be whole on this rank,
+// or on each rank of its 1D tp group (DecodeStep): then every member calls Sample with the same
+// arguments and draws the same tokens (the same logits, the same generators), in lockstep.
 absl::StatusOr<std::vector<Completion>> Sample(Decoder& model, const std::vector<int64_t>& prompt,
                                                const GenerateOptions& options,
                                                const std::function<void(int, int64_t)>& on_token = nullptr,
