@@ -72,6 +72,15 @@ v1::JobSpec DefaultJobSpec() {
   s.mutable_dpo()->set_beta(0.1);
   s.mutable_dpo()->set_loss_type(v1::DPO_LOSS_TYPE_SIGMOID);
   s.mutable_dpo()->set_reference("initial");
+  v1::GrpoSpec* g = s.mutable_grpo();  // TRL 0.24's GRPOConfig defaults.
+  g->set_num_generations(8);
+  g->set_max_completion_tokens(256);
+  g->set_temperature(1.0);
+  g->set_top_p(1.0);
+  g->set_epsilon(0.2);
+  g->set_loss_type(v1::GRPO_LOSS_TYPE_DAPO);
+  g->set_scale_rewards(v1::REWARD_SCALE_GROUP);
+  g->set_num_iterations(1);
   s.mutable_optimizer()->set_offload(v1::OFFLOAD_NONE);
   t->set_seed(1234);
   auto* c = s.mutable_checkpoint();

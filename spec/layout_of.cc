@@ -1,5 +1,7 @@
 #include "spec/layout_of.h"
 
+#include <algorithm>
+
 #include <cstddef>
 #include <optional>
 #include <utility>
@@ -102,6 +104,12 @@ layout::Target TargetOf(const v1::JobSpec& spec) {
 }
 
 layout::BatchShape BatchOf(const v1::JobSpec& spec) {
+  // GRPO: global_batch counts prompts, each sampled grpo.num_generations times; micro_batch counts
+  // sequences — the layout's samples are the step's completions.
+  if (spec.train().objective() == v1::OBJECTIVE_GRPO) {
+    return {spec.train().micro_batch(),
+            int64_t{spec.train().global_batch()} * std::max(1, spec.grpo().num_generations())};
+  }
   return {spec.train().micro_batch(), spec.train().global_batch()};
 }
 

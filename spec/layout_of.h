@@ -24,7 +24,8 @@ layout::Precision PrecisionOf(const v1::JobSpec& spec);
 // rules read.
 layout::Target TargetOf(const v1::JobSpec& spec);
 
-// train.micro_batch and train.global_batch.
+// train.micro_batch and train.global_batch (with train.objective grpo: global_batch × grpo.num_generations,
+// the step's completions).
 layout::BatchShape BatchOf(const v1::JobSpec& spec);
 
 // Writes `layout`'s sizes, modes and pipeline split into `parallel` (what `parallel: auto` chooses);
