@@ -166,40 +166,6 @@ at::Tensor BalancingLoss(const std::vector<at::Tensor>& logits, int k) {
   return (tokens_per_expert * probs.mean(0).unsqueeze(0)).sum() * kExperts;
 }
 
-TEST(SparseMlpTest, BalancingLossAndItsGradientAreTransformers) {
-  Weights a(false), b(false);
-  at::manual_seed(9);
-  const at::Tensor x = at::randn({2, kTokens / 2, kHidden});
-  auto tp = Self();
-  const double coef = 50;  // Large: the balancing loss's part of the router gradient is far above the tolerance.
-  // Two sparse blocks in a row recording into one RouterStats; the objective y.sum() + coef · aux.
-  auto stats = c10::make_intrusive<RouterStats>(kExperts);
-  at::Tensor y1 = SparseMlp(x, a.w, {2, true, 0}, tp.get(), nullptr, stats.get(), true, 0);
-  at::Tensor y2 = SparseMlp(y1, b.w, {2, true, 0}, tp.get(), nullptr, stats.get(), true, 1);
-  EXPECT_EQ(stats->rows, 2 * kTokens);
-  EXPECT_EQ(stats->counts.sum().item<double>(), 2.0 * kTokens * 2);
-  EXPECT_EQ(stats->layer_counts.size(), 2u);
-  stats->grad_scale = coef;
-  y2.sum().backward();
-  const at::Tensor got_a = a.w.router.grad().clone(), got_b = b.w.router.grad().clone();
-
-  // The same through autograd of the loss written out (transformers' function on both blocks' logits).
-  Weights a2(false), b2(false);
-  at::Tensor z1 = SparseMlp(x, a2.w, {2, true, 0}, tp.get(), nullptr, nullptr, false, 0);
-  at::Tensor z2 = SparseMlp(z1, b2.w, {2, true, 0}, tp.get(), nullptr, nullptr, false, 0);
-  at::Tensor aux = BalancingLoss({at::linear(x.reshape({kTokens, kHidden}), a2.w.router),
-                                  at::linear(z1.reshape({kTokens, kHidden}), b2.w.router)}, 2);
-  EXPECT_NEAR(stats->AuxLoss(), aux.item<double>(), 1e-6);
-  (z2.sum() + coef * aux).backward();
-  EXPECT_TRUE(at::allclose(got_a, a2.w.router.grad(), 1e-4, 1e-6)) << (got_a - a2.w.router.grad()).abs().max();
-  EXPECT_TRUE(at::allclose(got_b, b2.w.router.grad(), 1e-4, 1e-6)) << (got_b - b2.w.router.grad()).abs().max();
-  // The test can fail: without the carried gradient the router's gradient differs.
-  Weights a3(false), b3(false);
-  at::Tensor w1 = SparseMlp(x, a3.w, {2, true, 0}, tp.get(), nullptr, nullptr, false, 0);
-  SparseMlp(w1, b3.w, {2, true, 0}, tp.get(), nullptr, nullptr, false, 1).sum().backward();
-  EXPECT_FALSE(at::allclose(got_a, a3.w.router.grad(), 1e-4, 1e-6));
-}
-
 // transformers' load_balancing_loss_func with an attention mask: the counts and probabilities of the
 // rows `counted` [N] (1/0, the same for every block) only, each over their sum.
 at::Tensor MaskedBalancingLoss(const std::vector<at::Tensor>& logits, const at::Tensor& counted, int k) {
@@ -213,22 +179,23 @@ at::Tensor MaskedBalancingLoss(const std::vector<at::Tensor>& logits, const at::
   return (tokens_per_expert * prob_per_expert.unsqueeze(0)).sum() * kExperts;
 }
 
-TEST(SparseMlpTest, CountedRowsAloneMakeTheBalancingLossAndItsGradient) {
+// Two sparse blocks in a row recording into one RouterStats (counting the rows `counted` marks, or all
+// when undefined); the objective y.sum() + coef · aux. The statistics, aux and both routers' gradients
+// against autograd through transformers' function written out (MaskedBalancingLoss). Returns aux.
+double CheckCarriedGradient(const at::Tensor& x, const at::Tensor& counted) {
   Weights a(false), b(false);
-  at::manual_seed(9);
-  const at::Tensor x = at::randn({2, kTokens / 2, kHidden});
-  // The second sample's last four positions are padding (a shorter pair).
-  at::Tensor counted = at::ones({2, kTokens / 2}, at::kDouble);
-  counted[1].narrow(0, kTokens / 2 - 4, 4).zero_();
   auto tp = Self();
-  const double coef = 50;
+  const double coef = 50;  // Large: the balancing loss's part of the router gradient is far above the tolerance.
   auto stats = c10::make_intrusive<RouterStats>(kExperts);
-  stats->counted = counted;
+  if (counted.defined()) stats->counted = counted;
   at::Tensor y1 = SparseMlp(x, a.w, {2, true, 0}, tp.get(), nullptr, stats.get(), true, 0);
   at::Tensor y2 = SparseMlp(y1, b.w, {2, true, 0}, tp.get(), nullptr, stats.get(), true, 1);
-  EXPECT_EQ(stats->rows, 2 * (kTokens - 4));
-  EXPECT_EQ(stats->counts.sum().item<double>(), 2.0 * (kTokens - 4) * 2);
-  EXPECT_EQ(stats->layer_counts.at(1).sum().item<double>(), 2.0 * (kTokens - 4));
+  const at::Tensor flags = counted.defined() ? counted.reshape({kTokens}).to(at::kFloat) : at::ones({kTokens});
+  const int64_t rows = static_cast<int64_t>(flags.sum().item<double>());
+  EXPECT_EQ(stats->rows, 2 * rows);
+  EXPECT_EQ(stats->counts.sum().item<double>(), 2.0 * rows * 2);
+  EXPECT_EQ(stats->layer_counts.size(), 2u);
+  EXPECT_EQ(stats->layer_counts.at(1).sum().item<double>(), 2.0 * rows);
   stats->grad_scale = coef;
   y2.sum().backward();
   const at::Tensor got_a = a.w.router.grad().clone(), got_b = b.w.router.grad().clone();
@@ -236,18 +203,36 @@ TEST(SparseMlpTest, CountedRowsAloneMakeTheBalancingLossAndItsGradient) {
   Weights a2(false), b2(false);
   at::Tensor z1 = SparseMlp(x, a2.w, {2, true, 0}, tp.get(), nullptr, nullptr, false, 0);
   at::Tensor z2 = SparseMlp(z1, b2.w, {2, true, 0}, tp.get(), nullptr, nullptr, false, 0);
-  const at::Tensor flags = counted.reshape({kTokens});
-  at::Tensor aux = MaskedBalancingLoss({at::linear(x.reshape({kTokens, kHidden}), a2.w.router),
-                                        at::linear(z1.reshape({kTokens, kHidden}), b2.w.router)}, flags, 2);
+  const std::vector<at::Tensor> logits = {at::linear(x.reshape({kTokens, kHidden}), a2.w.router),
+                                          at::linear(z1.reshape({kTokens, kHidden}), b2.w.router)};
+  at::Tensor aux = MaskedBalancingLoss(logits, flags, 2);
+  if (!counted.defined()) EXPECT_NEAR(aux.item<double>(), BalancingLoss(logits, 2).item<double>(), 1e-6);
   EXPECT_NEAR(stats->AuxLoss(), aux.item<double>(), 1e-6);
   (z2.sum() + coef * aux).backward();
   EXPECT_TRUE(at::allclose(got_a, a2.w.router.grad(), 1e-4, 1e-6)) << (got_a - a2.w.router.grad()).abs().max();
   EXPECT_TRUE(at::allclose(got_b, b2.w.router.grad(), 1e-4, 1e-6)) << (got_b - b2.w.router.grad()).abs().max();
+  // The test can fail: without the carried gradient the router's gradient differs.
+  Weights a3(false), b3(false);
+  at::Tensor w1 = SparseMlp(x, a3.w, {2, true, 0}, tp.get(), nullptr, nullptr, false, 0);
+  SparseMlp(w1, b3.w, {2, true, 0}, tp.get(), nullptr, nullptr, false, 1).sum().backward();
+  EXPECT_FALSE(at::allclose(got_a, a3.w.router.grad(), 1e-4, 1e-6));
+  return stats->AuxLoss();
+}
+
+TEST(SparseMlpTest, BalancingLossAndItsGradientAreTransformers) {
+  at::manual_seed(9);
+  CheckCarriedGradient(at::randn({2, kTokens / 2, kHidden}), at::Tensor());
+}
+
+TEST(SparseMlpTest, CountedRowsAloneMakeTheBalancingLossAndItsGradient) {
+  at::manual_seed(9);
+  const at::Tensor x = at::randn({2, kTokens / 2, kHidden});
+  // The second sample's last four positions are padding (a shorter pair).
+  at::Tensor counted = at::ones({2, kTokens / 2}, at::kDouble);
+  counted[1].narrow(0, kTokens / 2 - 4, 4).zero_();
+  const double masked = CheckCarriedGradient(x, counted);
   // The test can fail: every row counted gives another loss.
-  EXPECT_GT(std::abs(stats->AuxLoss() - BalancingLoss({at::linear(x.reshape({kTokens, kHidden}), a2.w.router),
-                                                       at::linear(z1.reshape({kTokens, kHidden}), b2.w.router)}, 2)
-                                            .item<double>()),
-            1e-4);
+  EXPECT_GT(std::abs(masked - CheckCarriedGradient(x, at::Tensor())), 1e-4);
 }
 
 // ExpertGemm::kGrouped against kLoop (the definition above): dropless and with capacity, with a
