@@ -206,7 +206,9 @@ double CheckCarriedGradient(const at::Tensor& x, const at::Tensor& counted) {
   const std::vector<at::Tensor> logits = {at::linear(x.reshape({kTokens, kHidden}), a2.w.router),
                                           at::linear(z1.reshape({kTokens, kHidden}), b2.w.router)};
   at::Tensor aux = MaskedBalancingLoss(logits, flags, 2);
-  if (!counted.defined()) EXPECT_NEAR(aux.item<double>(), BalancingLoss(logits, 2).item<double>(), 1e-6);
+  if (!counted.defined()) {
+    EXPECT_NEAR(aux.item<double>(), BalancingLoss(logits, 2).item<double>(), 1e-6);
+  }
   EXPECT_NEAR(stats->AuxLoss(), aux.item<double>(), 1e-6);
   (z2.sum() + coef * aux).backward();
   EXPECT_TRUE(at::allclose(got_a, a2.w.router.grad(), 1e-4, 1e-6)) << (got_a - a2.w.router.grad()).abs().max();
