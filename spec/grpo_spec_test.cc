@@ -65,7 +65,7 @@ TEST(GrpoSpecTest, BadValuesAreRefusedByField) {
   ASSERT_TRUE(s.ok()) << s.status();
   const std::string errors = Errors(*s);
   for (const char* want :
-       {"grpo.num_generations: 1 with scale_rewards group", "grpo.temperature: 0 must be in (0, 100]",
+       {"grpo.num_generations: 1 must be at least 2", "grpo.temperature: 0 must be in (0, 100]",
         "grpo.top_p: 1.5 must be in (0, 1]", "grpo.beta: -1 must be in [0, 1e6]", "grpo.epsilon: 1 must be in [0, 1)",
         "grpo.epsilon_high: -0.1 must be in [0, 1e6]", "grpo.num_iterations: 0 must be at least 1",
         "grpo.max_completion_tokens: 0 must be at least 1", "data.max_completion_tokens: applies to preference pairs",
@@ -79,10 +79,6 @@ TEST(GrpoSpecTest, BadValuesAreRefusedByField) {
   auto micro = ParseJobSpec(kSpec, {"output_dir=/out/g", "train.micro_batch=8", "parallel.dp=2"});
   ASSERT_TRUE(micro.ok());
   EXPECT_THAT(Errors(*micro), Not(HasSubstr("train.global_batch"))) << "2 prompts x 8 = 16 completions, 8 a replica";
-  // G = 1 is fine where the advantages need no spread.
-  auto batch = ParseJobSpec(kSpec, {"output_dir=/out/g", "grpo.num_generations=1", "grpo.scale_rewards=none"});
-  ASSERT_TRUE(batch.ok());
-  EXPECT_THAT(Errors(*batch), Not(HasSubstr("grpo.num_generations")));
 }
 
 TEST(GrpoSpecTest, EachRewardsFieldsAreItsKinds) {

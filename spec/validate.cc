@@ -505,6 +505,10 @@ void CheckGrpo(const v1::JobSpec& s, Checker& c) {
     }
     return;
   }
+  if (g.num_generations() < 2) {
+    c.Fail("grpo.num_generations", absl::StrCat(g.num_generations(), " must be at least 2: a completion's advantage is "
+                                                "its reward against its prompt's other completions (TRL's minimum)"));
+  }
   c.InRange("grpo.num_generations", g.num_generations(), 1, 4096);
   c.InRange("grpo.max_completion_tokens", g.max_completion_tokens(), 1, limits::kMaxSeqLen);
   if (!(g.temperature() > 0 && g.temperature() <= 100)) {
@@ -519,10 +523,6 @@ void CheckGrpo(const v1::JobSpec& s, Checker& c) {
   }
   if (g.loss_type() == v1::GRPO_LOSS_TYPE_UNSPECIFIED) c.Fail("grpo.loss_type", "must be grpo, bnpo, dr_grpo or dapo");
   if (g.scale_rewards() == v1::REWARD_SCALE_UNSPECIFIED) c.Fail("grpo.scale_rewards", "must be group, batch or none");
-  if (g.scale_rewards() == v1::REWARD_SCALE_GROUP && g.num_generations() == 1) {
-    c.Fail("grpo.num_generations", "1 with scale_rewards group: a group of one completion has no standard deviation "
-                                   "(TRL's would be NaN); sample at least 2, or scale_rewards batch or none");
-  }
   c.InRange("grpo.num_iterations", g.num_iterations(), 1, 1024);
   // Each data-parallel replica samples its own prompts' groups whole.
   const int64_t dp = std::max(1, s.parallel().dp());
