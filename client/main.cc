@@ -302,7 +302,7 @@ int Main(int argc, char** argv) {
       std::cerr << "error: " << report.status().message() << "\n";
       return kExitBadInput;
     }
-    std::printf("wrote %s.bin, .idx, .fields.jsonl and .prompts.json: %lld prompts, %lld tokens (%s), the longest "
+    std::printf("wrote %s.bin, .idx, .fields.jsonl, .tokenizer.json and .prompts.json: %lld prompts, %lld tokens (%s), the longest "
                 "%lld, in %.1f s\n",
                 po.output_prefix.c_str(), static_cast<long long>(report->prompts),
                 static_cast<long long>(report->tokens), report->dtype.c_str(), static_cast<long long>(report->longest),

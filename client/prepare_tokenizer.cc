@@ -26,6 +26,7 @@ absl::StatusOr<PrepareTokenizer> LoadPrepareTokenizer(const std::string& path) {
   if (dir.empty()) dir = ".";
   const std::string tokenizer_json = is_dir ? (fs::path(path) / "tokenizer.json").string() : path;
   PrepareTokenizer t;
+  t.json_path = tokenizer_json;
   auto tok = formats::data::Tokenizer::FromFile(tokenizer_json);
   if (!tok.ok()) return tok.status();
   t.tokenizer = *std::move(tok);

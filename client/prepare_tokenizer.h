@@ -21,6 +21,7 @@ struct PrepareTokenizer {
   // The tokenizer's chat template, or why there is none (an error for the records that need one).
   absl::StatusOr<formats::chat::ChatTemplate> chat_template = absl::NotFoundError("no chat template");
   std::string eos;  // tokenizer_config.json's eos_token ("" if none).
+  std::string json_path;  // The tokenizer.json read.
   formats::data::IndexedDtype dtype = formats::data::IndexedDtype::kUint16;  // For its vocabulary.
 };
 

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
@@ -78,6 +80,20 @@ absl::StatusOr<PromptPrepareReport> PreparePrompts(const PromptPrepareOptions& o
   if (!read.ok()) return read;
   if (o.progress && tty) std::cerr << "\n";
   if (report.prompts == 0) return absl::InvalidArgumentError("the inputs hold no prompts");
+  // The job decodes its completions with the same tokenizer, and stops a completion at its EOS
+  // (GRPOTrainer's eos_token_id).
+  int64_t stop = -1;
+  if (!loaded->eos.empty()) {
+    stop = loaded->tokenizer->TokenId(loaded->eos);
+    if (stop < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(loaded->json_path, ": the eos_token \"", loaded->eos,
+                                                     "\" of tokenizer_config.json is not one of its tokens"));
+    }
+  }
+  std::ifstream json(loaded->json_path, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(json)), std::istreambuf_iterator<char>());
+  if (!json && !json.eof()) return absl::InvalidArgumentError(absl::StrCat(loaded->json_path, ": cannot be read"));
+  (*writer)->set_tokenizer(std::move(bytes), stop);
   if (absl::Status s = (*writer)->Finish(); !s.ok()) return s;
   report.tokens = (*writer)->tokens();
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

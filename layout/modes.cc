@@ -20,8 +20,10 @@ constexpr std::array<std::pair<PipeSchedule, const char*>, 4> kSchedules = {{{Pi
 constexpr std::array<std::pair<Precision, const char*>, 3> kPrecisions = {
     {{Precision::kFp32, "fp32"}, {Precision::kBf16, "bf16"}, {Precision::kFp16, "fp16"}}};
 
-constexpr std::array<std::pair<Objective, const char*>, 3> kObjectives = {
-    {{Objective::kCrossEntropy, "cross_entropy"}, {Objective::kDpo, "dpo"}, {Objective::kReward, "reward"}}};
+constexpr std::array<std::pair<Objective, const char*>, 4> kObjectives = {{{Objective::kCrossEntropy, "cross_entropy"},
+                                                                          {Objective::kDpo, "dpo"},
+                                                                          {Objective::kReward, "reward"},
+                                                                          {Objective::kGrpo, "grpo"}}};
 
 template <typename E, size_t N>
 const char* NameIn(const std::array<std::pair<E, const char*>, N>& table, E value) {

@@ -64,8 +64,8 @@ struct Fp8Options {
 
 // What a step's loss is (train.objective; parallel/objectives): the mean cross-entropy of the samples'
 // targets (pretraining, SFT), DPO's over pairs of completions, or a reward model's over the scores
-// of pairs of completions (docs/post-training.md).
-enum class Objective { kCrossEntropy, kDpo, kReward };
+// of pairs of completions, or GRPO's over completions it samples itself (docs/post-training.md).
+enum class Objective { kCrossEntropy, kDpo, kReward, kGrpo };
 
 // DPO's loss of one pair (TRL 0.24's DPOTrainer loss types; parallel/objectives/preference_loss.h).
 enum class DpoLossType {

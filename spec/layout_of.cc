@@ -99,6 +99,7 @@ layout::Target TargetOf(const v1::JobSpec& spec) {
   t.fp8 = spec.train().precision() == v1::PRECISION_FP8;
   t.objective = spec.train().objective() == v1::OBJECTIVE_DPO      ? layout::Objective::kDpo
                 : spec.train().objective() == v1::OBJECTIVE_REWARD ? layout::Objective::kReward
+                : spec.train().objective() == v1::OBJECTIVE_GRPO   ? layout::Objective::kGrpo
                                                                    : layout::Objective::kCrossEntropy;
   return t;
 }

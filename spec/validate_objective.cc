@@ -42,6 +42,10 @@ void CheckObjective(const v1::JobSpec& s, Checker& c) {
     }
     if (d.blend_size() > 0) c.Fail("data.blend", "is not supported with train.objective grpo (one prompt dataset, data.path)");
     if (d.packing()) c.Fail("data.packing", "is not supported with train.objective grpo (each completion is a sequence)");
+    if (s.model().has_lora() && s.model().lora().dropout() != 0) {
+      c.Fail("model.lora.dropout", absl::StrCat(s.model().lora().dropout(), ": with train.objective grpo trains without "
+                                                "dropout, as TRL's GRPOTrainer does (disable_dropout): set 0"));
+    }
     return;
   }
   if (objective != v1::OBJECTIVE_DPO && objective != v1::OBJECTIVE_REWARD) {
@@ -203,13 +207,32 @@ void CheckGrpo(const v1::JobSpec& s, Checker& c) {
   for (int i = 0; i < g.rewards_size() && i < 64; ++i) {
     const std::string at = absl::StrCat("grpo.rewards[", i, "]");
     CheckReward(g.rewards(i), at, c);
+    if (g.rewards(i).name() == "std") {
+      c.Fail(at + ".name", "\"std\" would be logged as reward_std, the rewards' standard deviation: choose another");
+    }
     if (!g.rewards(i).name().empty() && !names.insert(g.rewards(i).name()).second) {
       c.Fail(at + ".name", absl::StrCat("\"", g.rewards(i).name(), "\" is another reward's name too"));
     }
   }
-  // What runs it is the next part of the work.
-  c.Fail("train.objective", "grpo: the spec is read and checked, but the GRPO training step is not built yet "
-                            "(issue 57: the sampler, rewards and loss are; the step that joins them is next)");
+  // What the GRPO step does not do yet (issue 57), refused by name rather than ignored.
+  if (g.beta() != 0) {
+    c.Fail("grpo.beta", absl::StrCat(g.beta(), ": the KL term needs a reference model, which GRPO jobs do not keep "
+                                     "yet; use 0 (TRL's default)"));
+  }
+  if (g.num_iterations() > 1) {
+    c.Fail("grpo.num_iterations", absl::StrCat(g.num_iterations(), ": more than one update per generation is not "
+                                               "supported yet; use 1 (TRL's default)"));
+  }
+  for (int i = 0; i < g.rewards_size() && i < 64; ++i) {
+    if (g.rewards(i).kind() == v1::REWARD_KIND_MODEL) {
+      c.Fail(absl::StrCat("grpo.rewards[", i, "].kind"), "model: scoring with a reward model inside a GRPO job is not "
+                                                         "supported yet (use exact_answer, regex, length or program)");
+    }
+  }
+  if (!s.data().valid_path().empty()) c.Fail("data.valid_path", "is not supported with train.objective grpo (no validation loss)");
+  if (s.data().valid_fraction() != 0) {
+    c.Fail("data.valid_fraction", "is not supported with train.objective grpo (no validation loss)");
+  }
 }
 
 }  // namespace tessera::spec::internal

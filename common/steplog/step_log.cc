@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdint>
 #include <sstream>
 #include <string>
@@ -97,6 +98,9 @@ nlohmann::json StepJson(const StepRecord& r) {
   WriteOptional(j, "pipeline_wait_s", r.pipeline_wait_s);
   WriteOptional(j, "pipeline_bubble", r.pipeline_bubble);
   for (const char* name : kObjectiveMetrics) WriteOptional(j, name, *MetricOf(r, name));
+  for (const auto& [name, value] : r.grpo_metrics) {
+    if (IsGrpoMetric(name)) WriteOptional(j, name.c_str(), std::optional<double>(value));
+  }
   if (r.checkpoint_blocked_s.has_value()) {
     j["checkpoint_blocked_s"] = *r.checkpoint_blocked_s;
     j["checkpoint_snapshot_bytes"] = r.checkpoint_snapshot_bytes;
@@ -111,6 +115,20 @@ nlohmann::json StepJson(const StepRecord& r) {
 }  // namespace
 
 std::optional<double>* ObjectiveMetric(StepRecord& r, std::string_view name) { return MetricOf(r, name); }
+
+bool IsGrpoMetric(std::string_view name) {
+  for (const char* fixed : {"reward", "reward_std", "frac_reward_zero_std", "kl", "clip_ratio", "clip_ratio_low",
+                            "clip_ratio_high", "completion_length", "completion_length_max", "truncated_fraction",
+                            "generation_seconds", "generated_tokens_per_s"}) {
+    if (name == fixed) return true;
+  }
+  // A reward function's mean: reward_NAME, NAME of 1-64 letters, digits or '_' (spec/validate).
+  if (name.size() <= 7 || name.size() > 7 + 64 || name.substr(0, 7) != "reward_") return false;
+  for (char c : name.substr(7)) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_') return false;
+  }
+  return true;
+}
 
 std::string FormatStepLine(const StepRecord& record) { return StepJson(record).dump(); }
 
@@ -163,6 +181,9 @@ std::optional<StepRecord> ParseStepLine(std::string_view line) {
   ReadOptional(j, "pipeline_wait_s", &r.pipeline_wait_s);
   ReadOptional(j, "pipeline_bubble", &r.pipeline_bubble);
   for (const char* name : kObjectiveMetrics) ReadOptional(j, name, ObjectiveMetric(r, name));
+  for (const auto& [field, value] : j.items()) {
+    if (value.is_number() && IsGrpoMetric(field)) r.grpo_metrics.emplace_back(field, value.get<double>());
+  }
   ReadOptional(j, "checkpoint_blocked_s", &r.checkpoint_blocked_s);
   r.checkpoint_snapshot_bytes = IntOf(j, "checkpoint_snapshot_bytes");
   ReadOptional(j, "checkpoint_write_s", &r.checkpoint_write_s);

@@ -66,6 +66,11 @@ struct StepRecord {
   // The same over the validation pairs, on an evaluation's line (with val_loss; TRL's eval_rewards/…).
   std::optional<double> val_rewards_chosen, val_rewards_rejected, val_rewards_margin, val_rewards_accuracy,
       val_logps_chosen, val_logps_rejected;
+  // train.objective grpo (docs/post-training.md "GRPO"): its metrics by JSON name, in the order
+  // written — reward, reward_std, frac_reward_zero_std, reward_NAME per reward function, the
+  // objective's kl, clip_ratio, clip_ratio_low, clip_ratio_high, then completion_length,
+  // completion_length_max, truncated_fraction, generation_seconds, generated_tokens_per_s (IsGrpoMetric).
+  std::vector<std::pair<std::string, double>> grpo_metrics;
   // A warning line ({"step": N, "warning": "..."}), not a step: something the user should see (a
   // damaged checkpoint set aside, TensorBoard events that stopped), cut to kMaxWarningBytes. Readers
   // that chart or report steps skip these records; the worker forwards them to the coordinator.
@@ -75,6 +80,9 @@ struct StepRecord {
 // The objective's metric of `record` named `name` (one of the members above, by its JSON name: a
 // training metric, or "val_" and one); null for any other name.
 std::optional<double>* ObjectiveMetric(StepRecord& record, std::string_view name);
+
+// Whether a step line's member `name` is one of grpo_metrics (a reward function's reward_NAME too).
+bool IsGrpoMetric(std::string_view name);
 
 // The longest warning kept (longer ones are cut at a UTF-8 character boundary, "..." appended).
 inline constexpr size_t kMaxWarningBytes = 1024;

@@ -13,7 +13,7 @@ namespace tessera::formats::data {
 namespace {
 
 constexpr char kFormat[] = "tessera-prompts";
-constexpr int kVersion = 1;
+constexpr int kVersion = 2;  // 2: the tokenizer and its stop token.
 constexpr int64_t kMaxFieldsLine = int64_t{64} << 20;  // Bytes of one prompt's fields.
 
 }  // namespace
@@ -68,11 +68,22 @@ absl::Status PromptDatasetWriter::Finish() {
     return absl::InternalError(absl::StrCat(fields_path, ": rename failed: ", std::strerror(errno)));
   }
   if (absl::Status s = tokens_->Finish(); !s.ok()) return s;
+  {
+    const std::string path = prefix_ + ".tokenizer.json", tmp = path + ".tmp";
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << tokenizer_json_;
+    out.close();
+    if (!out) return absl::InternalError(absl::StrCat(tmp, ": write failed"));
+    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+      return absl::InternalError(absl::StrCat(path, ": rename failed: ", std::strerror(errno)));
+    }
+  }
   nlohmann::ordered_json meta = nlohmann::ordered_json::object();
   meta["format"] = kFormat;
   meta["version"] = kVersion;
   meta["prompts"] = prompts_;
   meta["tokens"] = tokens_->tokens();
+  if (stop_token_ >= 0) meta["stop_token"] = stop_token_;
   const std::string tmp = json_path + ".tmp";
   {
     std::ofstream js(tmp, std::ios::trunc);
@@ -104,7 +115,17 @@ absl::StatusOr<std::unique_ptr<PromptDataset>> PromptDataset::Open(const std::st
   }
   if (!meta.contains("version") || meta["version"] != kVersion) {
     return absl::InvalidArgumentError(absl::StrCat(json_path, ": version ", meta.contains("version") ? meta["version"].dump() : "missing",
-                                                   " is not supported (", kVersion, ")"));
+                                                   " is not supported (", kVersion,
+                                                   "; prepare it again with `tessera data prepare --prompts`)"));
+  }
+  int64_t stop_token = -1;
+  if (meta.contains("stop_token")) {
+    if (!meta["stop_token"].is_number_integer() || meta["stop_token"].get<int64_t>() < 0 ||
+        meta["stop_token"].get<int64_t>() >= vocab) {
+      return absl::InvalidArgumentError(absl::StrCat(json_path, ": stop_token ", meta["stop_token"].dump(),
+                                                     " is not an id below the model's vocabulary ", vocab));
+    }
+    stop_token = meta["stop_token"].get<int64_t>();
   }
   for (const char* key : {"prompts", "tokens"}) {
     if (!meta.contains(key) || !meta[key].is_number_integer() || meta[key].get<int64_t>() < 0) {
@@ -134,6 +155,7 @@ absl::StatusOr<std::unique_ptr<PromptDataset>> PromptDataset::Open(const std::st
   }
   std::unique_ptr<PromptDataset> ds(new PromptDataset(prefix, vocab));
   ds->tokens_ = *std::move(tokens);
+  ds->stop_token_ = stop_token;
   // The fields: one line per prompt (offsets found once; each line read and parsed when asked for).
   ds->fields_fd_ = open(fields_path.c_str(), O_RDONLY | O_CLOEXEC);
   if (ds->fields_fd_ < 0) return absl::NotFoundError(absl::StrCat(fields_path, ": cannot open: ", std::strerror(errno)));
@@ -173,6 +195,8 @@ absl::StatusOr<std::unique_ptr<PromptDataset>> PromptDataset::Open(const std::st
   ds->fields_end_ = at;
   return ds;
 }
+
+int64_t PromptDataset::length(int64_t i) const { return tokens_->index().sequence_lengths[i]; }
 
 absl::StatusOr<PromptRow> PromptDataset::Row(int64_t i) const {
   if (i < 0 || i >= prompts()) {

@@ -6,7 +6,10 @@
 //   PREFIX.fields.jsonl       one JSON object per prompt, in order: the record's other fields (what
 //                             the rewards read: an `answer`, a test case) and "prompt_text", the
 //                             rendered prompt the rewards see;
-//   PREFIX.prompts.json       {"format": "tessera-prompts", "version": 1, "prompts": N, "tokens": T}.
+//   PREFIX.tokenizer.json     the tokenizer that rendered them (a copy): the job decodes its completions
+//                             with it for the rewards;
+//   PREFIX.prompts.json       {"format": "tessera-prompts", "version": 2, "prompts": N, "tokens": T,
+//                             "stop_token": the tokenizer's EOS id (absent: none)}.
 // No torch.
 #ifndef TESSERA_FORMATS_DATA_PROMPT_DATASET_H_
 #define TESSERA_FORMATS_DATA_PROMPT_DATASET_H_
@@ -36,6 +39,11 @@ class PromptDatasetWriter {
   ~PromptDatasetWriter();  // Before Finish: removes what it wrote.
   // InvalidArgument for a prompt without tokens, or fields that are not an object.
   absl::Status Add(const PromptRow& row);
+  // The tokenizer's JSON (tokenizer.json's bytes) and its EOS id (-1: none), written by Finish.
+  void set_tokenizer(std::string json, int64_t stop_token) {
+    tokenizer_json_ = std::move(json);
+    stop_token_ = stop_token;
+  }
   absl::Status Finish();  // PREFIX.prompts.json last.
   int64_t prompts() const { return prompts_; }
   int64_t tokens() const { return tokens_->tokens(); }
@@ -47,6 +55,8 @@ class PromptDatasetWriter {
   std::FILE* fields_;
   int64_t prompts_ = 0;
   bool finished_ = false;
+  std::string tokenizer_json_;
+  int64_t stop_token_ = -1;
 };
 
 class PromptDataset {
@@ -59,6 +69,11 @@ class PromptDataset {
   int64_t prompts() const { return static_cast<int64_t>(field_offsets_.size()); }
   // Prompt `i`: its ids, rendered text and fields.
   absl::StatusOr<PromptRow> Row(int64_t i) const;
+  // Prompt `i`'s token count (0 <= i < prompts()).
+  int64_t length(int64_t i) const;
+  // The EOS id of the tokenizer that prepared it (-1: it has none), and that tokenizer's file.
+  int64_t stop_token() const { return stop_token_; }
+  std::string tokenizer_path() const { return prefix_ + ".tokenizer.json"; }
 
  private:
   PromptDataset(std::string prefix, int64_t vocab) : prefix_(std::move(prefix)), vocab_(vocab) {}
@@ -68,6 +83,7 @@ class PromptDataset {
   int fields_fd_ = -1;
   std::vector<int64_t> field_offsets_;  // Start of each prompt's line, and the end after the last.
   int64_t fields_end_ = 0;
+  int64_t stop_token_ = -1;
 };
 
 }  // namespace tessera::formats::data

@@ -20,18 +20,9 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "parallel/objectives/grpo_loss_options.h"
+
 namespace tessera::parallel {
-
-enum class GrpoLossType { kGrpo, kBnpo, kDrGrpo, kDapo };
-
-struct GrpoLossOptions {
-  GrpoLossType type = GrpoLossType::kGrpo;
-  double beta = 0;           // The KL term's weight (0: none, no reference needed).
-  double epsilon = 0.2;      // The ratio's lower clip: 1 − epsilon.
-  double epsilon_high = 0.2; // Its upper clip: 1 + epsilon_high.
-  int64_t max_completion_tokens = 0;  // dr_grpo's denominator (per completion).
-  double normalizer = 0;     // dapo's denominator (> 0).
-};
 
 // One micro-batch of B completions, each padded to T positions.
 struct GrpoInputs {

@@ -72,6 +72,7 @@ void ResetPeakResident() { std::ofstream("/proc/self/clear_refs") << "5"; }
 }  // namespace
 
 int Trainer::Accumulation() const {
+  if (grpo()) return GrpoAccumulation();
   return static_cast<int>(
       layout::MicroBatchesPerStep({options_.micro_batch, options_.global_batch}, groups_.dp->size()));
 }
@@ -87,7 +88,9 @@ absl::Status Trainer::Init() {
   const layout::ParallelLayout& l = options_.layout;
   // The rules of the layout are CheckLayout's; here only that the process groups are the layout's.
   // (A pretrained model's experts, which LoRA's rules read, are known here first.)
-  TESSERA_RETURN_IF_ERROR(layout::CheckLayout(m, l, {options_.micro_batch, options_.global_batch},
+  // GRPO: the layout's samples are the step's completions (spec/layout_of.h BatchOf).
+  const int64_t samples = int64_t{options_.global_batch} * (grpo() ? options_.grpo.num_generations : 1);
+  TESSERA_RETURN_IF_ERROR(layout::CheckLayout(m, l, {options_.micro_batch, samples},
                                               {options_.device.kind, options_.fp8.has_value(), options_.objective_kind}));
   const bool preference = dpo() || reward();  // Pairs (trainer_preference.cc).
   const layout::TpGrid grid = layout::TpGridOf(l.tp_mode, l.tp, l.tp_depth);
@@ -132,6 +135,12 @@ absl::Status Trainer::Init() {
                                                                options_.dpo.label_smoothing});
   } else if (reward()) {
     objective_ = std::make_shared<RewardObjective>(options_.reward.center_coefficient);
+  } else if (grpo()) {
+    // π_old is the policy that sampled: at num_iterations 1 its own values, without gradient (TRL).
+    grpo_objective_ = std::make_shared<GrpoObjective>(options_.grpo.loss, GrpoOldLogps::kPolicy);
+    objective_ = grpo_objective_;
+    // The loss's log-probabilities are at the sampling temperature (the sampler divides by it itself).
+    model_->set_logit_temperature(options_.grpo.temperature);
   }
   if (objective_) model_->set_objective(objective_);
 
@@ -150,7 +159,9 @@ absl::Status Trainer::Init() {
   po.aux_loss_coef = m.aux_loss_coef;
   po.sp = groups_.sp;
   po.noise_seed = [this, micro_batches = po.micro_batches](int a) { return NoiseSeed(a, micro_batches); };
-  if (dpo()) {
+  if (grpo()) {
+    po.sample_data = [this](int a) { return GrpoDataOf(a); };
+  } else if (dpo()) {
     po.sample_data = [this, micro_batches = po.micro_batches](int a) {
       return ReferenceOf(train_pairs_, step_ * options_.global_batch, a, micro_batches);
     };
@@ -163,7 +174,7 @@ absl::Status Trainer::Init() {
     po.counted = [this, micro_batches = po.micro_batches](int a) {
       return CountedOf(train_pairs_, step_ * options_.global_batch, a, micro_batches);
     };
-  } else if (!preference && data_->packed()) {
+  } else if (!preference && data_ && data_->packed()) {
     po.positions = [this, micro_batches = po.micro_batches](int a) {
       return ReadPositions(*data_, step_ * options_.global_batch, a, micro_batches);
     };
@@ -194,7 +205,7 @@ std::unique_ptr<Decoder> Trainer::NewModel() const {
   auto model = l.tp_mode != layout::TpMode::k1D
                    ? std::make_unique<Decoder>(m, part, groups_.tp, grid, groups_.tp_axes, options_.seed, device_)
                    : std::make_unique<Decoder>(m, part, groups_.tp, options_.seed, device_);
-  if (dpo() || reward() || data_->sft()) {
+  if (dpo() || reward() || grpo() || data_->sft()) {
     // Conversations with untrained targets (docs/fine-tuning.md): the loss of a step is the sum over
     // the global batch's trained targets divided by their number (Step sets each target's weight).
     model->set_masked_targets(true);
@@ -209,6 +220,7 @@ std::unique_ptr<Decoder> Trainer::NewModel() const {
 
 absl::Status Trainer::OpenData() {
   if (dpo() || reward()) return OpenPairs();
+  if (grpo()) return OpenPrompts();
   TokenDatasetOptions data = options_.data;
   data.seq_len = options_.model.seq_len;
   data.vocab = options_.model.vocab;

@@ -18,14 +18,19 @@
 #include "absl/status/statusor.h"
 #include "formats/checkpoint/attempt_fence.h"
 #include "formats/data/preference_dataset.h"
+#include "formats/data/prompt_dataset.h"
+#include "formats/data/tokenizer.h"
 #include "formats/data/token_dataset.h"
 #include "formats/tensorboard/event_file.h"
 #include "nlohmann/json_fwd.hpp"
 #include "parallel/comm/process_groups.h"
 #include "parallel/models/decoder.h"
+#include "parallel/objectives/grpo_objective.h"
+#include "parallel/objectives/grpo_rows.h"
 #include "parallel/pipeline/pipeline_runner.h"
 #include "parallel/train/trainer_options.h"
 #include "parallel/zero/zero_optimizer.h"
+#include "rewards/reward_set.h"
 
 namespace tessera::parallel {
 
@@ -221,6 +226,34 @@ class Trainer {
   // *step: the checkpoint's step read (its newest, for a checkpoint directory), −1 for a transformers
   // directory. This rank's verdict only (ScoreReference makes it every rank's).
   absl::StatusOr<std::unique_ptr<Decoder>> LoadReferenceModel(int64_t* step) const;
+  // train.objective grpo (trainer_grpo.cc): OpenPrompts opens data.path's prompt dataset and its
+  // tokenizer, checks that every prompt the job reads leaves room for a whole completion (before any
+  // collective), and on global rank 0 starts the reward functions. PromptOf: the dataset prompt of
+  // global prompt g (g mod N, or data.shuffle's permutation of its epoch). GrpoAccumulation: this
+  // rank's micro-batches per step, global_batch / dp · num_generations / micro_batch.
+  // GenerateRollouts: the step's sampling, rewards and advantages (a collective over every rank),
+  // into grpo_rows_, grpo_metrics_ and rollouts.jsonl; GrpoTokensOf / GrpoDataOf: micro-batch a of
+  // this rank's rows and their objective data, on the device. TrimRolloutLog: rollouts.jsonl cut back
+  // to the resumed step (rank 0).
+  bool grpo() const { return options_.objective_kind == layout::Objective::kGrpo; }
+  absl::Status OpenPrompts();
+  int64_t PromptOf(int64_t g) const;
+  int GrpoAccumulation() const;
+  absl::Status GenerateRollouts();
+  absl::StatusOr<at::Tensor> GrpoTokensOf(int a) const;
+  absl::StatusOr<at::Tensor> GrpoDataOf(int a) const;
+  absl::Status TrimRolloutLog();
+  std::unique_ptr<formats::data::PromptDataset> prompts_;
+  std::unique_ptr<formats::data::Tokenizer> prompt_tokenizer_;
+  std::unique_ptr<rewards::RewardSet> rewards_;  // Global rank 0 only.
+  std::shared_ptr<GrpoObjective> grpo_objective_;
+  GrpoRows grpo_rows_;  // This rank's rows of the current step.
+  // The step's numbers for steps.jsonl: the rewards' (reward, reward_std, frac_reward_zero_std,
+  // reward_NAME), then — after the objective's — the completions' and the sampler's.
+  std::vector<std::pair<std::string, double>> grpo_metrics_, grpo_completion_metrics_;
+  int64_t grpo_generated_tokens_ = 0;
+  mutable int64_t prompt_permutation_epoch_ = -1;  // PromptOf's cache.
+  mutable std::vector<int64_t> prompt_permutation_;
   // A model of this rank's part of the spec's model (its pipeline chunks, experts, sequence and expert
   // parallelism, kernels and FP8) with the seed's weights, as Init builds model_.
   std::unique_ptr<Decoder> NewModel() const;

@@ -15,10 +15,13 @@
 #include "formats/data/token_dataset.h"
 #include "formats/data/training_data.h"
 #include "parallel/models/model_config.h"
+#include "parallel/objectives/grpo_loss_options.h"
 #include "layout/modes.h"
 #include "layout/parallel_layout.h"
 #include "parallel/device/device_options.h"
 #include "parallel/optim/lr_schedule.h"
+#include "rewards/advantages.h"
+#include "rewards/reward_set.h"
 
 namespace tessera::parallel {
 
@@ -75,6 +78,22 @@ struct TrainerOptions {
     double center_coefficient = 0;
   } reward;
   formats::data::PreferenceTruncation preference_cut;
+  // train.objective grpo (docs/post-training.md "GRPO"): data.path is a prompt dataset
+  // (formats/data/prompt_dataset.h); global_batch counts prompts (step s takes prompts s·B … s·B+B−1,
+  // wrapping, or data.shuffle's permutation of each epoch), each sampled num_generations times by the
+  // ranks that train on it; micro_batch counts completions. TRL 0.24's GRPOTrainer definitions.
+  struct Grpo {
+    int num_generations = 8;
+    int64_t max_completion_tokens = 256;
+    double temperature = 1;
+    double top_p = 1;
+    int top_k = 0;
+    GrpoLossOptions loss;  // normalizer: set per step by the Trainer.
+    rewards::RewardScale scale_rewards = rewards::RewardScale::kGroup;
+    int num_iterations = 1;
+    bool mask_truncated_completions = false;
+    std::vector<rewards::RewardFunctionOptions> rewards;
+  } grpo;
   double initial_loss_scale = 65536;  // fp16: dynamic loss scaling starts here,
   int loss_scale_window = 1000;       // doubles after this many steps without overflow, halves on one.
 

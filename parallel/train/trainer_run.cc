@@ -34,6 +34,7 @@ absl::Status Trainer::Run(const std::function<void(const StepStats&)>& on_step) 
         ": nothing to train (raise train.steps to continue, or give a new output_dir to start over)"));
   }
   if (groups_.global_rank == 0) TESSERA_RETURN_IF_ERROR(TrimStepLog());
+  if (groups_.global_rank == 0 && grpo()) TESSERA_RETURN_IF_ERROR(TrimRolloutLog());
   // OUTPUT_DIR is the user's: a checkpoint directory below it must not be a planted link (say into
   // another job's directory).
   TESSERA_RETURN_IF_ERROR(userfs::CheckDirBelow(options_.output_dir, options_.checkpoint_dir));

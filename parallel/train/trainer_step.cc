@@ -46,6 +46,7 @@ absl::StatusOr<Trainer::LossSums> Trainer::ForwardBackward(int accum) {
   // micro-batch's loss weighs LossWeight (a Mixture of Experts' balancing loss too: PipelineRunner).
   zero_->SetSyncThisPass(false);
   auto sum = pipeline_->RunStep([&](int a) {
+                                  if (grpo()) return GrpoTokensOf(a);
                                   return pairs_ ? ReadPairs(train_pairs_, step_ * options_.global_batch, a, accum)
                                                 : ReadTokens(*data_, step_ * options_.global_batch, a, accum);
                                 },
@@ -193,6 +194,7 @@ absl::StatusOr<StepStats> Trainer::Step() {
   ResetPeakLiveBytes();
   zero_->ZeroGrad();
   zero_->ResetPeak();
+  if (grpo()) TESSERA_RETURN_IF_ERROR(GenerateRollouts());
   auto sums = ForwardBackward(accum);
   if (!sums.ok()) return sums.status();
   {
@@ -210,8 +212,15 @@ absl::StatusOr<StepStats> Trainer::Step() {
   ++step_;
   s.step = step_;
   s.step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  // DPO: a pair is two sequences.
-  s.tokens = static_cast<int64_t>(options_.global_batch) * (pairs_ ? 2 : 1) * options_.model.seq_len;
+  // DPO: a pair is two sequences; GRPO: a prompt is num_generations.
+  s.tokens = static_cast<int64_t>(options_.global_batch) * (pairs_ ? 2 : 1) *
+             (grpo() ? options_.grpo.num_generations : 1) * options_.model.seq_len;
+  if (grpo()) {
+    // The rewards' numbers, the objective's (already in), then the completions'.
+    s.objective_metrics.insert(s.objective_metrics.begin(), grpo_metrics_.begin(), grpo_metrics_.end());
+    s.objective_metrics.insert(s.objective_metrics.end(), grpo_completion_metrics_.begin(),
+                               grpo_completion_metrics_.end());
+  }
   if (data_ && data_->sft()) s.trained_tokens = trained_targets_;
   s.tokens_per_s = s.tokens / s.step_seconds;
   s.bytes_all_reduced = all_reduced() - bytes_before;

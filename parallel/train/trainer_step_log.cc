@@ -135,7 +135,11 @@ absl::Status Trainer::AppendStepLog(const StepStats& s) {
   r.trained_tokens = s.trained_tokens;
   r.lm_loss = s.lm_loss, r.aux_loss = s.aux_loss;
   for (const auto& [name, value] : s.objective_metrics) {
-    if (std::optional<double>* m = steplog::ObjectiveMetric(r, name)) *m = value;
+    if (std::optional<double>* m = steplog::ObjectiveMetric(r, name)) {
+      *m = value;
+    } else if (grpo()) {
+      r.grpo_metrics.emplace_back(name, value);
+    }
   }
   for (const auto& [name, value] : s.val_objective_metrics) {
     if (std::optional<double>* m = steplog::ObjectiveMetric(r, name)) *m = value;

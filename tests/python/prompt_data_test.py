@@ -54,6 +54,13 @@ class PromptDataTest(unittest.TestCase):
         self.assertEqual(meta["format"], "tessera-prompts")
         self.assertEqual(meta["prompts"], len(records))
         self.assertEqual(meta["tokens"], sum(len(d) for d in docs))
+        self.assertEqual(meta["version"], 2)
+        # The job's stop token: the tokenizer's EOS (GRPOTrainer's eos_token_id), and its tokenizer.
+        if hf.eos_token_id is not None:
+            self.assertEqual(meta["stop_token"], hf.eos_token_id)
+        else:
+            self.assertNotIn("stop_token", meta)
+        self.assertTrue(os.path.exists(prefix + ".tokenizer.json"))
         with open(prefix + ".fields.jsonl", encoding="utf-8") as f:
             fields = [json.loads(line) for line in f]
         self.assertEqual(len(docs), len(records))
@@ -108,7 +115,7 @@ class PromptDataTest(unittest.TestCase):
             r, prefix = self.prepare(path, [json.dumps(good), json.dumps(bad)], f"bad{k}")
             self.assertNotEqual(r.returncode, 0, expected)
             self.assertIn(f"bad{k}.jsonl:2: {expected}", r.stderr)
-            for ext in (".bin", ".idx", ".fields.jsonl", ".prompts.json"):
+            for ext in (".bin", ".idx", ".fields.jsonl", ".tokenizer.json", ".prompts.json"):
                 self.assertFalse(os.path.exists(prefix + ext), f"{expected}: {ext} left behind")
 
 

@@ -67,6 +67,53 @@ parallel::TrainerOptions ToTrainerOptions(const v1::JobSpec& spec) {
     o.reward.center_coefficient = spec.reward_model().center_coefficient();
     o.preference_cut = {spec.data().max_prompt_tokens(), spec.data().max_completion_tokens()};
   }
+  if (t.objective() == v1::OBJECTIVE_GRPO) {
+    o.objective_kind = layout::Objective::kGrpo;
+    const v1::GrpoSpec& g = spec.grpo();
+    o.grpo.num_generations = g.num_generations();
+    o.grpo.max_completion_tokens = g.max_completion_tokens();
+    o.grpo.temperature = g.temperature();
+    o.grpo.top_p = g.top_p();
+    o.grpo.top_k = g.top_k();
+    o.grpo.loss.type = g.loss_type() == v1::GRPO_LOSS_TYPE_GRPO      ? parallel::GrpoLossType::kGrpo
+                       : g.loss_type() == v1::GRPO_LOSS_TYPE_BNPO    ? parallel::GrpoLossType::kBnpo
+                       : g.loss_type() == v1::GRPO_LOSS_TYPE_DR_GRPO ? parallel::GrpoLossType::kDrGrpo
+                                                                     : parallel::GrpoLossType::kDapo;
+    o.grpo.loss.beta = g.beta();
+    o.grpo.loss.epsilon = g.epsilon();
+    o.grpo.loss.epsilon_high = g.has_epsilon_high() ? g.epsilon_high() : g.epsilon();
+    o.grpo.loss.max_completion_tokens = g.max_completion_tokens();
+    o.grpo.scale_rewards = g.scale_rewards() == v1::REWARD_SCALE_BATCH  ? rewards::RewardScale::kBatch
+                           : g.scale_rewards() == v1::REWARD_SCALE_NONE ? rewards::RewardScale::kNone
+                                                                        : rewards::RewardScale::kGroup;
+    o.grpo.num_iterations = g.num_iterations();
+    o.grpo.mask_truncated_completions = g.mask_truncated_completions();
+    for (const v1::RewardSpec& r : g.rewards()) {
+      rewards::RewardFunctionOptions f;
+      f.name = r.name();
+      f.weight = r.has_weight() ? r.weight() : 1.0;
+      switch (r.kind()) {
+        case v1::REWARD_KIND_REGEX:
+          f.kind = rewards::RewardKind::kRegex;
+          f.pattern = r.pattern();
+          break;
+        case v1::REWARD_KIND_LENGTH:
+          f.kind = rewards::RewardKind::kLength;
+          f.max_tokens = r.max_tokens();
+          f.soft_cache = r.soft_cache();
+          break;
+        case v1::REWARD_KIND_PROGRAM:
+          f.kind = rewards::RewardKind::kProgram;
+          f.program.argv.assign(r.command().begin(), r.command().end());
+          if (r.timeout_s() > 0) f.program.timeout = absl::Seconds(r.timeout_s());
+          break;
+        default:  // exact_answer (validation refuses a kind that is not built).
+          f.kind = rewards::RewardKind::kExactAnswer;
+          if (!r.field().empty()) f.field = r.field();
+      }
+      o.grpo.rewards.push_back(std::move(f));
+    }
+  }
   return o;
 }
 
