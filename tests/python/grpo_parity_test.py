@@ -28,6 +28,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gpt_reference  # noqa: E402
+from data_reference import read_indexed_dataset  # noqa: E402
 import hf_testing  # noqa: E402
 import safetensors_io  # noqa: E402
 from grpo_testing import grpo_trainer  # noqa: E402
@@ -96,10 +97,11 @@ class GrpoParityTest(unittest.TestCase):
         safetensors_io.save(cls.init, {k.removeprefix("model."): v.contiguous() for k, v in state.items()
                                        if not k.endswith("rotary_emb.inv_freq")})
         cls.eos = cls.hf_tokenizer.eos_token_id
+        cls.prompt_ids = [list(map(int, d)) for d in read_indexed_dataset(cls.data)[1]]
 
-    def run_tessera(self, name, sets, loss_type="dapo", lora=""):
+    def run_tessera(self, name, sets, loss_type="dapo", lora="", rewards=None, expect_ok=True):
         spec = os.path.join(self.tmp, f"{name}.yaml")
-        rewards = ", ".join(f"{{name: {n}, kind: regex, pattern: '{p}', weight: {w}}}" for n, p, w in REWARDS)
+        rewards = rewards or ", ".join(f"{{name: {n}, kind: regex, pattern: '{p}', weight: {w}}}" for n, p, w in REWARDS)
         with open(spec, "w") as f:
             f.write(f"""name: {name}
 model: {{family: llama, layers: {LAYERS}, hidden: {HIDDEN}, heads: {HEADS}, kv_heads: {KV_HEADS}, ffn_hidden: {FFN},
@@ -113,6 +115,8 @@ grpo: {{num_generations: {G}, max_completion_tokens: {MAX_NEW}, temperature: {TE
 output_dir: {self.tmp}/{name}
 """)
         done = hf_testing.run_tessera(TESSERA, spec, sets, dict(os.environ, TESSERA_RANK_BINARY=RANK))
+        if not expect_ok:
+            return done
         self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
         out = os.path.join(self.tmp, name)
         with open(os.path.join(out, "steps.jsonl")) as f:
@@ -156,6 +160,9 @@ output_dir: {self.tmp}/{name}
             batch = [r for r in rollouts if r["step"] == step + 1]
             self.assertEqual([(r["prompt_index"], r["sample"]) for r in batch],
                              [(j, s) for j in range(GLOBAL) for s in range(G)])
+            # Step s takes prompts s·B … s·B+B−1 of the file, wrapping (data.shuffle false).
+            for r in batch:
+                self.assertEqual(r["prompt_ids"], self.prompt_ids[(step * GLOBAL + r["prompt_index"]) % PROMPTS])
             # The rewards from the decoded text, the advantages from the rewards.
             rewards = []
             for r in batch:
@@ -227,6 +234,44 @@ output_dir: {self.tmp}/{name}
             batch = [r for r in rollouts if r["step"] == s["step"]]
             self.assertAlmostEqual(s["completion_length"], sum(len(r["completion_ids"]) for r in batch) / len(batch))
             self.assertEqual(s["tokens"], GLOBAL * G * SEQ)
+
+    def test_resume_samples_the_same(self):
+        # Two steps, a checkpoint, then the last two in a second run: the same completions, losses and
+        # weights as one run of four (the sampler's seeds are the job's seed, the step and the prompt).
+        whole = self.run_tessera("whole", [])
+        first = self.run_tessera("halves", ["checkpoint.every_steps=2", "train.steps=2"], expect_ok=False)
+        self.assertEqual(first.returncode, 0, first.stdout + first.stderr)
+        with open(os.path.join(self.tmp, "halves", "rollouts.jsonl"), "a") as f:
+            f.write('{"step": 3, "left": "by a run that died after step 2"}\n')
+        steps, rollouts, saved = self.run_tessera("halves", ["checkpoint.every_steps=2"])
+        self.assertEqual([s["step"] for s in steps], list(range(1, STEPS + 1)))
+        self.assertEqual(rollouts, whole[1])
+        for a, b in zip(steps, whole[0]):
+            self.assertEqual((a["loss"], a["grad_norm"], a["reward"]), (b["loss"], b["grad_norm"], b["reward"]))
+        for k, v in whole[2].items():
+            self.assertTrue(torch.equal(saved[k], v), k)
+
+    def test_bad_inputs(self):
+        # A prompt that leaves no room for a whole completion, named before anything trains.
+        done = self.run_tessera("long", [f"grpo.max_completion_tokens={SEQ - 2}"], expect_ok=False)
+        self.assertNotEqual(done.returncode, 0)
+        self.assertIn("prompt 0 has", done.stdout + done.stderr)
+        self.assertIn("prompts may have 3", done.stdout + done.stderr)
+        # Reward programs that print text, exit or hang: the step fails naming the reward, nothing trains
+        # on missing rewards (no step line).
+        for name, script, expected in [
+                ("text", "read l; echo not-a-number", "reward words"),
+                ("exits", "exit 3", "reward words"),
+                ("hangs", "sleep 60", "reward words")]:
+            with self.subTest(name):
+                rewards = (f"{{name: words, kind: program, command: [/bin/sh, -c, '{script}'], timeout_s: 2}}")
+                done = self.run_tessera(f"bad_{name}", [], rewards=rewards, expect_ok=False)
+                self.assertNotEqual(done.returncode, 0)
+                self.assertIn(expected, done.stdout + done.stderr)
+                log = os.path.join(self.tmp, f"bad_{name}", "steps.jsonl")
+                if os.path.exists(log):
+                    with open(log) as f:
+                        self.assertNotIn('"loss"', f.read())
 
     def test_dp2(self):
         self.check("dp2", ["parallel.dp=2"])
