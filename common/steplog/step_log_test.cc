@@ -106,6 +106,31 @@ TEST(StepLogTest, UnsetMembersAreNotWritten) {
   EXPECT_FALSE(back->val_loss || back->loss_scale || back->mfu || back->pipeline_wait_s || back->checkpoint_write_s);
 }
 
+TEST(StepLogTest, GrpoMetricsReadBackInOrderAndOthersAreNot) {
+  StepRecord r;
+  r.step = 3;
+  r.grpo_metrics = {{"reward", 0.5},          {"reward_std", 0.25}, {"reward_correct", 1.0},
+                    {"kl", 0.0},              {"clip_ratio", 0.125}, {"completion_length", 7.5},
+                    {"generated_tokens_per_s", 900.0}, {"not_ours", 1.0}, {"reward_bad name", 2.0}};
+  const std::string line = FormatStepLine(r);
+  EXPECT_EQ(line.find("not_ours"), std::string::npos);  // Only the documented names are written.
+  EXPECT_EQ(line.find("bad name"), std::string::npos);
+  auto back = ParseStepLine(line);
+  ASSERT_TRUE(back.has_value());
+  std::map<std::string, double> got(back->grpo_metrics.begin(), back->grpo_metrics.end());
+  EXPECT_EQ(got, (std::map<std::string, double>{{"reward", 0.5}, {"reward_std", 0.25}, {"reward_correct", 1.0},
+                                                {"kl", 0.0}, {"clip_ratio", 0.125}, {"completion_length", 7.5},
+                                                {"generated_tokens_per_s", 900.0}}));
+  // TensorBoard shows them (the reward curve).
+  bool reward = false;
+  for (const auto& [tag, value] : Scalars(r)) reward |= tag == "train/reward" && value == 0.5;
+  EXPECT_TRUE(reward);
+  EXPECT_TRUE(IsGrpoMetric("reward_has_a"));
+  EXPECT_FALSE(IsGrpoMetric("reward_"));
+  EXPECT_FALSE(IsGrpoMetric("rewards_chosen"));  // DPO's, a member of its own.
+  EXPECT_FALSE(IsGrpoMetric("loss"));
+}
+
 TEST(StepLogTest, ScalarsAreTheLinesNumbers) {
   const StepRecord r = Full();
   std::map<std::string, double> scalars;

@@ -89,10 +89,13 @@ TEST_F(PromptDatasetTest, ADamagedDatasetIsRefusedNamingTheFile) {
   EXPECT_THAT(std::string((*ds)->Row(1).status().message()), HasSubstr(".fields.jsonl: line 2: not a JSON object"));
   std::ofstream(fields, std::ios::trunc) << good;
   const std::string json = prefix_ + ".prompts.json";
-  std::ofstream(json, std::ios::trunc) << "{\"format\": \"tessera-prompts\", \"version\": 1, \"prompts\": 3, \"tokens\": 2}";
+  std::ofstream(json, std::ios::trunc) << "{\"format\": \"tessera-prompts\", \"version\": 2, \"prompts\": 3, \"tokens\": 2}";
   EXPECT_THAT(OpenError(), HasSubstr("says 3 prompts"));
-  std::ofstream(json, std::ios::trunc) << "{\"format\": \"tessera-prompts\", \"version\": 2, \"prompts\": 2, \"tokens\": 2}";
-  EXPECT_THAT(OpenError(), HasSubstr("version 2 is not supported"));
+  std::ofstream(json, std::ios::trunc) << "{\"format\": \"tessera-prompts\", \"version\": 1, \"prompts\": 2, \"tokens\": 2}";
+  EXPECT_THAT(OpenError(), HasSubstr("version 1 is not supported (2; prepare it again"));
+  std::ofstream(json, std::ios::trunc)
+      << "{\"format\": \"tessera-prompts\", \"version\": 2, \"prompts\": 2, \"tokens\": 2, \"stop_token\": 999999}";
+  EXPECT_THAT(OpenError(), HasSubstr("stop_token 999999 is not an id below the model's vocabulary"));
   std::ofstream(json, std::ios::trunc) << "[]";
   EXPECT_THAT(OpenError(), HasSubstr("not a prompt dataset's metadata"));
   fs::remove(json);
