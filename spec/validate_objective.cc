@@ -215,10 +215,6 @@ void CheckGrpo(const v1::JobSpec& s, Checker& c) {
     }
   }
   // What the GRPO step does not do yet (issue 57), refused by name rather than ignored.
-  if (g.beta() != 0) {
-    c.Fail("grpo.beta", absl::StrCat(g.beta(), ": the KL term needs a reference model, which GRPO jobs do not keep "
-                                     "yet; use 0 (TRL's default)"));
-  }
   if (g.num_iterations() > 1) {
     c.Fail("grpo.num_iterations", absl::StrCat(g.num_iterations(), ": more than one update per generation is not "
                                                "supported yet; use 1 (TRL's default)"));

@@ -145,6 +145,7 @@ absl::Status Trainer::Init() {
   if (objective_) model_->set_objective(objective_);
 
   TESSERA_RETURN_IF_ERROR(LoadInitialWeights());
+  if (grpo()) TESSERA_RETURN_IF_ERROR(CreateGrpoReference());
   TESSERA_RETURN_IF_ERROR(CreateOptimizer(dtype));
   if (m.lora.enabled()) model_->CastFrozen(dtype);  // The optimizer casts the adapters.
   ResetPeakResident();

@@ -238,11 +238,20 @@ class Trainer {
   bool grpo() const { return options_.objective_kind == layout::Objective::kGrpo; }
   absl::Status OpenPrompts();
   int64_t PromptOf(int64_t g) const;
+  // Dataset prompt i, cut to data.max_prompt_tokens from the left (its text then the kept ids' decoding).
+  absl::StatusOr<formats::data::PromptRow> ReadPrompt(int64_t i) const;
   int GrpoAccumulation() const;
   absl::Status GenerateRollouts();
   absl::StatusOr<at::Tensor> GrpoTokensOf(int a) const;
   absl::StatusOr<at::Tensor> GrpoDataOf(int a) const;
   absl::Status TrimRolloutLog();
+  // grpo.beta > 0: the frozen reference (the initial weights; none under LoRA, whose reference is the
+  // base model, the adapters off), and its log-probabilities of a completion's tokens at the sampling
+  // temperature (this rank's tp group in lockstep).
+  absl::Status CreateGrpoReference();
+  absl::StatusOr<std::vector<double>> ReferenceLogps(const std::vector<int64_t>& prompt,
+                                                     const std::vector<int64_t>& completion);
+  std::unique_ptr<Decoder> grpo_reference_;
   std::unique_ptr<formats::data::PromptDataset> prompts_;
   std::unique_ptr<formats::data::Tokenizer> prompt_tokenizer_;
   std::unique_ptr<rewards::RewardSet> rewards_;  // Global rank 0 only.

@@ -23,12 +23,15 @@
 #include <string>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "common/steplog/rollout_log.h"
 #include "common/text/utf8.h"
 #include "common/userfs/user_files.h"
 #include "formats/data/token_dataset.h"
+#include "parallel/checkpoint/tensor_convert.h"
 #include "parallel/models/generate.h"
+#include "parallel/models/hf_weights.h"
 #include "parallel/train/status_macros.h"
 #include "parallel/train/trainer.h"
 #include "rewards/advantages.h"
@@ -65,11 +68,14 @@ absl::Status Trainer::OpenPrompts() {
   const int64_t n = prompts_->prompts();
   const int64_t read = std::min<int64_t>(n, options_.steps * static_cast<int64_t>(options_.global_batch));
   const int64_t room = options_.model.seq_len + 1 - options_.grpo.max_completion_tokens;
+  const int64_t cut = options_.preference_cut.max_prompt;  // data.max_prompt_tokens (0: none).
   for (int64_t g = 0; g < read; ++g) {
     const int64_t i = options_.data.shuffle ? PromptOf(g) : g;
-    if (prompts_->length(i) > room) {
+    const int64_t length = cut > 0 ? std::min<int64_t>(cut, prompts_->length(i)) : prompts_->length(i);
+    if (length > room) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "data.path ", path, ": prompt ", i, " has ", prompts_->length(i), " tokens; with grpo.max_completion_tokens ",
+          "data.path ", path, ": prompt ", i, " has ", length, cut > 0 ? " tokens (after data.max_prompt_tokens)" : " tokens",
+          "; with grpo.max_completion_tokens ",
           options_.grpo.max_completion_tokens, " a row holds at most model.seq_len + 1 = ", options_.model.seq_len + 1,
           " ids, so prompts may have ", std::max<int64_t>(room, 0),
           " (shorten the prompts, lower grpo.max_completion_tokens or raise model.seq_len)"));
@@ -81,6 +87,66 @@ absl::Status Trainer::OpenPrompts() {
     rewards_ = *std::move(set);
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<formats::data::PromptRow> Trainer::ReadPrompt(int64_t i) const {
+  auto row = prompts_->Row(i);
+  if (!row.ok()) return row.status();
+  const int64_t cut = options_.preference_cut.max_prompt;
+  if (cut > 0 && static_cast<int64_t>(row->ids.size()) > cut) {
+    // Cut from the left, as TRL's max_prompt_length; the rewards see the kept tokens' text (TRL decodes
+    // the cut ids, special tokens kept).
+    options_.preference_cut.CutPrompt(&row->ids);
+    auto text = prompt_tokenizer_->Decode(row->ids);
+    if (!text.ok()) return text.status();
+    row->text = text::Utf8Lossy(*text);
+  }
+  return row;
+}
+
+absl::Status Trainer::CreateGrpoReference() {
+  // grpo.beta > 0: the KL term's frozen reference, the initial model (TRL's ref_model); under LoRA the
+  // base model itself, the adapters off (TRL with peft), so nothing is built.
+  if (options_.grpo.loss.beta == 0 || options_.model.lora.enabled()) return absl::OkStatus();
+  std::unique_ptr<Decoder> ref = NewModel();  // The seed's weights, as model_'s before any were loaded.
+  if (!options_.init_from.empty()) {
+    auto full = LoadTensors(options_.init_from);
+    if (!full.ok()) return full.status();
+    absl::Status s = ref->LoadFull(*full);
+    if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("model.init_from ", options_.init_from, ": ", s.message()));
+  } else if (!options_.pretrained.empty()) {
+    auto weights = OpenHfWeights(options_.pretrained, options_.model);
+    absl::Status s = weights.ok() ? ref->LoadFull(weights->tensors) : weights.status();
+    if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("model.pretrained: ", s.message()));
+  }
+  // Scored in the job's precision, as the policy's own forward is.
+  for (Param& p : ref->params()) p.value = p.value.detach().to(param_dtype_);
+  grpo_reference_ = std::move(ref);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<double>> Trainer::ReferenceLogps(const std::vector<int64_t>& prompt,
+                                                            const std::vector<int64_t>& completion) {
+  Decoder& ref = grpo_reference_ ? *grpo_reference_ : *model_;
+  if (!grpo_reference_) model_->set_adapters_enabled(false);
+  auto restore = absl::MakeCleanup([&] { model_->set_adapters_enabled(true); });
+  // The whole sequence but its last token, in one pass: the logits at the prompt's last position and
+  // at every completion token but the last predict the completion.
+  std::vector<int64_t> sequence = prompt;
+  sequence.insert(sequence.end(), completion.begin(), completion.end() - 1);
+  GenerateOptions o;
+  o.max_new_tokens = 0;
+  at::Tensor logits;
+  auto done = Sample(ref, sequence, o, nullptr, &logits);
+  if (!done.ok()) return done.status();
+  const int64_t P = static_cast<int64_t>(prompt.size()), C = static_cast<int64_t>(completion.size());
+  // As the sampler's: log-softmax of the fp32 logits / T, in float64.
+  const at::Tensor scores = logits.narrow(0, P - 1, C).to(at::kFloat) / options_.grpo.temperature;
+  const at::Tensor logps = at::log_softmax(scores.to(at::kDouble), -1)
+                               .gather(1, at::tensor(completion, at::kLong).unsqueeze(1))
+                               .squeeze(1)
+                               .contiguous();
+  return std::vector<double>(logps.data_ptr<double>(), logps.data_ptr<double>() + C);
 }
 
 int64_t Trainer::PromptOf(int64_t g) const {
@@ -121,7 +187,7 @@ absl::Status Trainer::GenerateRollouts() {
     o.num_samples = G;
     for (int64_t j = 0; j < local; ++j) {
       const int64_t g = step_ * B + first_j + j;
-      auto row = prompts_->Row(PromptOf(g));
+      auto row = ReadPrompt(PromptOf(g));
       if (!row.ok()) return row.status();
       rows[j] = *std::move(row);
       o.seed = PromptSeed(options_.seed, step_, first_j + j);
@@ -187,7 +253,7 @@ absl::Status Trainer::GenerateRollouts() {
     std::vector<rewards::ScoredCompletion> batch(static_cast<size_t>(total));
     for (int64_t c = 0; c < total && scored.ok(); ++c) {
       const int64_t j = c / G;
-      auto prompt = prompts_->Row(PromptOf(step_ * B + j));
+      auto prompt = ReadPrompt(PromptOf(step_ * B + j));
       if (!prompt.ok()) {
         scored = prompt.status();
         break;
@@ -258,6 +324,12 @@ absl::Status Trainer::GenerateRollouts() {
     r.completion.assign(completions[c].tokens.begin(), completions[c].tokens.end());
     r.logprobs = completions[c].logprobs;
     r.advantage = advantages->advantages[first_j * G + c];
+    if (options_.grpo.loss.beta != 0) {
+      at::NoGradGuard no_grad;
+      auto ref = ReferenceLogps(std::vector<int64_t>(prompt.begin(), prompt.end()), completions[c].tokens);
+      if (!ref.ok()) return ref.status();
+      r.ref_logprobs = *std::move(ref);
+    }
   }
   auto made = MakeGrpoRows(rollouts, options_.model.seq_len);
   if (!made.ok()) return made.status();
@@ -306,7 +378,7 @@ absl::Status Trainer::GenerateRollouts() {
       r.step = step_ + 1;
       r.prompt_index = c / G;
       r.sample = c % G;
-      auto prompt = prompts_->Row(PromptOf(step_ * B + c / G));
+      auto prompt = ReadPrompt(PromptOf(step_ * B + c / G));
       if (!prompt.ok()) return prompt.status();
       r.prompt_ids.assign(prompt->ids.begin(), prompt->ids.end());
       r.completion_ids = tokens_of(c);

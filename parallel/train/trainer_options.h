@@ -77,6 +77,7 @@ struct TrainerOptions {
   struct Reward {
     double center_coefficient = 0;
   } reward;
+  // dpo, reward: data.max_prompt_tokens and max_completion_tokens; grpo: data.max_prompt_tokens.
   formats::data::PreferenceTruncation preference_cut;
   // train.objective grpo (docs/post-training.md "GRPO"): data.path is a prompt dataset
   // (formats/data/prompt_dataset.h); global_batch counts prompts (step s takes prompts s·B … s·B+B−1,

@@ -15,6 +15,7 @@ Per step, from the rollouts tessera sampled and wrote:
 In one process, dp=2, tp=2, ZeRO-2 (dp=2) and LoRA, with dapo (TRL's default); grpo, bnpo and dr_grpo in
 one process. The test can fail: advantages not normalised per group, log-probabilities without the
 temperature, or prompt tokens in the loss each give other numbers."""
+import copy
 import json
 import math
 import os
@@ -99,7 +100,7 @@ class GrpoParityTest(unittest.TestCase):
         cls.eos = cls.hf_tokenizer.eos_token_id
         cls.prompt_ids = [list(map(int, d)) for d in read_indexed_dataset(cls.data)[1]]
 
-    def run_tessera(self, name, sets, loss_type="dapo", lora="", rewards=None, expect_ok=True):
+    def run_tessera(self, name, sets, loss_type="dapo", lora="", rewards=None, expect_ok=True, beta=0.0):
         spec = os.path.join(self.tmp, f"{name}.yaml")
         rewards = rewards or ", ".join(f"{{name: {n}, kind: regex, pattern: '{p}', weight: {w}}}" for n, p, w in REWARDS)
         with open(spec, "w") as f:
@@ -111,7 +112,7 @@ train: {{objective: grpo, steps: {STEPS}, micro_batch: {MICRO}, global_batch: {G
         warmup_steps: {WARMUP}, schedule: cosine, weight_decay: {WD}, betas: [{BETAS[0]}, {BETAS[1]}],
         eps: {ADAM_EPS}, grad_clip: {CLIP}, seed: 5}}
 grpo: {{num_generations: {G}, max_completion_tokens: {MAX_NEW}, temperature: {TEMPERATURE}, loss_type: {loss_type},
-       rewards: [{rewards}]}}
+       beta: {beta}, rewards: [{rewards}]}}
 output_dir: {self.tmp}/{name}
 """)
         done = hf_testing.run_tessera(TESSERA, spec, sets, dict(os.environ, TESSERA_RANK_BINARY=RANK))
@@ -130,7 +131,7 @@ output_dir: {self.tmp}/{name}
         ids = completion[:completion.index(self.eos)] if self.eos in completion else completion
         return self.hf_tokenizer.decode(ids, skip_special_tokens=True)
 
-    def check(self, name, sets, loss_type="dapo", lora=False):
+    def check(self, name, sets, loss_type="dapo", lora=False, beta=0.0):
         lora_spec = (f", lora: {{rank: {LORA_R}, alpha: {LORA_ALPHA}, targets: [{', '.join(LORA_TARGETS)}], "
                      f"init_from: {self.tmp}/adapter}}") if lora else ""
         model = hf_llama(self.vocab)
@@ -141,7 +142,10 @@ output_dir: {self.tmp}/{name}
                                      init_lora_weights=False, task_type="CAUSAL_LM")
             model = peft.get_peft_model(model, config)
             model.save_pretrained(os.path.join(self.tmp, "adapter"))
-        steps, rollouts, saved = self.run_tessera(name, sets, loss_type, lora_spec)
+        # β > 0: TRL's reference, a frozen copy of the initial model (under LoRA the base: peft's
+        # disable_adapter, as TRL with peft).
+        reference = copy.deepcopy(model).eval() if beta and not lora else None
+        steps, rollouts, saved = self.run_tessera(name, sets, loss_type, lora_spec, beta=beta)
         self.assertEqual([s["step"] for s in steps], list(range(1, STEPS + 1)))
         self.assertEqual(len(rollouts), STEPS * GLOBAL * G)
 
@@ -151,11 +155,13 @@ output_dir: {self.tmp}/{name}
                            loss_type=loss_type, beta=0.0, max_completion_length=MAX_NEW, temperature=TEMPERATURE)
         micro_batches = GLOBAL * G // MICRO
         trl.current_gradient_accumulation_steps = micro_batches
+        trl.beta = beta  # Set after construction: TRL would load a reference by name (given here).
+        trl.model.train()  # Its metrics then go to _metrics["train"].
         trained = [p for p in model.parameters() if p.requires_grad]
         opt = torch.optim.AdamW([{"params": [p for p in trained if p.dim() >= 2], "weight_decay": WD},
                                  {"params": [p for p in trained if p.dim() < 2], "weight_decay": 0.0}],
                                 lr=LR, betas=BETAS, eps=ADAM_EPS, foreach=False)
-        worst = {"logprobs": 0.0, "loss": 0.0, "grad_norm": 0.0}
+        worst = {"logprobs": 0.0, "loss": 0.0, "grad_norm": 0.0, "kl": 0.0}
         for step in range(STEPS):
             batch = [r for r in rollouts if r["step"] == step + 1]
             self.assertEqual([(r["prompt_index"], r["sample"]) for r in batch],
@@ -182,6 +188,7 @@ output_dir: {self.tmp}/{name}
             opt.zero_grad(set_to_none=True)
             tokens = sum(len(r["completion_ids"]) for r in batch)
             total = 0.0
+            trl._metrics["train"].clear()
             for m in range(micro_batches):
                 rows = batch[m * MICRO:(m + 1) * MICRO]
                 logps = [completion_logps(model, r["prompt_ids"], r["completion_ids"]) for r in rows]
@@ -198,12 +205,24 @@ output_dir: {self.tmp}/{name}
                           "completion_ids": torch.ones(len(rows), width, dtype=torch.long), "completion_mask": mask,
                           "advantages": torch.tensor([advantages[m * MICRO + i] for i in range(len(rows))]),
                           "num_items_in_batch": torch.tensor(float(tokens))}
+                if beta:
+                    with torch.no_grad():
+                        if lora:
+                            with model.disable_adapter():
+                                ref = [completion_logps(model, r["prompt_ids"], r["completion_ids"]) for r in rows]
+                        else:
+                            ref = [completion_logps(reference, r["prompt_ids"], r["completion_ids"]) for r in rows]
+                    inputs["ref_per_token_logps"] = torch.stack(
+                        [torch.nn.functional.pad(lp, (0, width - len(lp))) for lp in ref])
                 loss = trl._compute_loss(model, inputs)
                 loss.backward()
                 total += loss.item()
             norm = float(torch.nn.utils.clip_grad_norm_(trained, CLIP))
             opt.step()
-            for key, want in [("loss", total), ("grad_norm", norm)]:
+            checks = [("loss", total), ("grad_norm", norm)]
+            if beta:  # TRL's kl: each micro-batch's mean over its completion tokens, averaged.
+                checks.append(("kl", sum(trl._metrics["train"]["kl"]) / micro_batches))
+            for key, want in checks:
                 diff = abs(steps[step][key] - want)
                 worst[key] = max(worst[key], diff)
                 self.assertLessEqual(diff, TOL * max(1.0, abs(want)),
@@ -272,6 +291,13 @@ output_dir: {self.tmp}/{name}
                 if os.path.exists(log):
                     with open(log) as f:
                         self.assertNotIn('"loss"', f.read())
+
+    def test_beta(self):
+        self.check("beta", [], beta=0.04)
+
+    def test_beta_tp2_lora(self):
+        self.check("beta_tp2", ["parallel.tp=2"], beta=0.04)
+        self.check("beta_lora", [], beta=0.04, lora=True)
 
     def test_dp2(self):
         self.check("dp2", ["parallel.dp=2"])

@@ -69,6 +69,7 @@ parallel::TrainerOptions ToTrainerOptions(const v1::JobSpec& spec) {
   }
   if (t.objective() == v1::OBJECTIVE_GRPO) {
     o.objective_kind = layout::Objective::kGrpo;
+    o.preference_cut = {spec.data().max_prompt_tokens(), 0};  // Prompts cut from the left.
     const v1::GrpoSpec& g = spec.grpo();
     o.grpo.num_generations = g.num_generations();
     o.grpo.max_completion_tokens = g.max_completion_tokens();
