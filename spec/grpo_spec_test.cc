@@ -1,6 +1,6 @@
 // The grpo: section: TRL 0.24's GRPOConfig defaults, its ranges and each reward kind's fields refused by
 // name, the section refused with another objective, and what the GRPO step does not do yet refused by
-// name (issue 57): several updates per generation, a reward model, layouts
+// name (issue 57): a reward model, layouts
 // the sampler does not run on.
 #include <string>
 
@@ -57,13 +57,13 @@ TEST(GrpoSpecTest, TheDefaultsAreTrlsAndAGoodSpecHasNoError) {
 
 TEST(GrpoSpecTest, WhatIsNotBuiltYetIsRefusedByName) {
   const std::string with_model = std::string(kSpec) + "    - {name: rm, kind: model, path: /models/rm}\n";
-  auto s = ParseJobSpec(with_model, {"output_dir=/out/g", "grpo.beta=0.04", "grpo.num_iterations=2", "parallel.pp=2",
+  auto s = ParseJobSpec(with_model, {"output_dir=/out/g", "grpo.beta=0.04", "grpo.num_iterations=3", "parallel.pp=2",
                                      "parallel.sp=2", "data.valid_fraction=0.1", "model.lora.rank=4",
                                      "model.lora.dropout=0.1"});
   ASSERT_TRUE(s.ok()) << s.status();
   const std::string errors = Errors(*s);
   for (const char* want :
-       {"grpo.num_iterations: 2: more than one update",
+       {"train.steps: 100 is not a multiple of grpo.num_iterations = 3",
         "grpo.rewards[4].kind: model: scoring with a reward model inside a GRPO job is not supported yet",
         "parallel.pp: 2 with train.objective grpo is not supported yet",
         "parallel.sp: 2 with train.objective grpo is not supported yet",

@@ -216,8 +216,16 @@ void CheckGrpo(const v1::JobSpec& s, Checker& c) {
   }
   // What the GRPO step does not do yet (issue 57), refused by name rather than ignored.
   if (g.num_iterations() > 1) {
-    c.Fail("grpo.num_iterations", absl::StrCat(g.num_iterations(), ": more than one update per generation is not "
-                                               "supported yet; use 1 (TRL's default)"));
+    // A checkpoint falls between generations: a resumed job starts a generation (nothing of one is kept).
+    const int64_t mu = g.num_iterations();
+    if (s.train().steps() % mu != 0) {
+      c.Fail("train.steps", absl::StrCat(s.train().steps(), " is not a multiple of grpo.num_iterations = ", mu,
+                                         " (each generation trains num_iterations steps)"));
+    }
+    if (s.checkpoint().every_steps() % mu != 0) {
+      c.Fail("checkpoint.every_steps", absl::StrCat(s.checkpoint().every_steps(), " is not a multiple of "
+                                                    "grpo.num_iterations = ", mu, " (a checkpoint falls between generations)"));
+    }
   }
   for (int i = 0; i < g.rewards_size() && i < 64; ++i) {
     if (g.rewards(i).kind() == v1::REWARD_KIND_MODEL) {

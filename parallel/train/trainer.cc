@@ -137,7 +137,9 @@ absl::Status Trainer::Init() {
     objective_ = std::make_shared<RewardObjective>(options_.reward.center_coefficient);
   } else if (grpo()) {
     // π_old is the policy that sampled: at num_iterations 1 its own values, without gradient (TRL).
-    grpo_objective_ = std::make_shared<GrpoObjective>(options_.grpo.loss, GrpoOldLogps::kPolicy);
+    // With several iterations per generation, the sampler's log-probabilities (the rows' data).
+    grpo_objective_ = std::make_shared<GrpoObjective>(
+        options_.grpo.loss, options_.grpo.num_iterations > 1 ? GrpoOldLogps::kGiven : GrpoOldLogps::kPolicy);
     objective_ = grpo_objective_;
     // The loss's log-probabilities are at the sampling temperature (the sampler divides by it itself).
     model_->set_logit_temperature(options_.grpo.temperature);

@@ -1,12 +1,14 @@
 // Trainer: train.objective grpo (trainer.h; docs/post-training.md "GRPO") — each step samples its
 // completions in the ranks that train on them, scores them on rank 0, and trains GrpoObjective on
 // their rows:
-//   1. Prompts: the step's global batch of B prompts (global prompt g = step·B + j, the prompt
+//   0. grpo.num_iterations μ: steps k·μ … k·μ + μ − 1 train on the completions of generation k (the
+//      first samples them, the others reuse its rows; π_old the sampler's log-probabilities).
+//   1. Prompts: the generation's global batch of B prompts (global prompt g = k·B + j, the prompt
 //      dataset's g mod N or data.shuffle's permutation of its epoch); dp rank d takes j in
 //      [d·B/dp, (d+1)·B/dp). Every rank of a 1D tensor-parallel group samples the same completions in
 //      lockstep (generate.h).
 //   2. Sampling: grpo.num_generations completions of each prompt, drawn with a seed of the job's seed,
-//      the step and j only — a resumed job samples what the uninterrupted one sampled, in any layout
+//      the generation and j only — a resumed job samples what the uninterrupted one sampled, in any layout
 //      whose weights are the same.
 //   3. Rewards: the completions gathered over dp, decoded on global rank 0 and scored there by the
 //      reward functions (one RewardSet for the job, its programs kept running); the rewards broadcast
@@ -171,6 +173,8 @@ absl::Status Trainer::GenerateRollouts() {
   const int64_t B = options_.global_batch, dp = groups_.dp->size();
   const int64_t local = B / dp, first_j = groups_.dp->rank() * local;
   const int64_t C = options_.grpo.max_completion_tokens;
+  // Generation k serves steps k·μ … k·μ + μ − 1 (grpo.num_iterations μ) and takes prompts k·B … k·B + B − 1.
+  const int64_t generation = step_ / options_.grpo.num_iterations;
   // 1–2. This rank's prompts and their completions.
   std::vector<formats::data::PromptRow> rows(local);
   std::vector<Completion> completions;
@@ -186,11 +190,11 @@ absl::Status Trainer::GenerateRollouts() {
     o.stop_token = prompts_->stop_token();
     o.num_samples = G;
     for (int64_t j = 0; j < local; ++j) {
-      const int64_t g = step_ * B + first_j + j;
+      const int64_t g = generation * B + first_j + j;
       auto row = ReadPrompt(PromptOf(g));
       if (!row.ok()) return row.status();
       rows[j] = *std::move(row);
-      o.seed = PromptSeed(options_.seed, step_, first_j + j);
+      o.seed = PromptSeed(options_.seed, generation, first_j + j);
       auto drawn = Sample(*model_, std::vector<int64_t>(rows[j].ids.begin(), rows[j].ids.end()), o);
       if (!drawn.ok()) {
         return absl::Status(drawn.status().code(), absl::StrCat("step ", step_ + 1, ": sampling prompt ", PromptOf(g),
@@ -253,7 +257,7 @@ absl::Status Trainer::GenerateRollouts() {
     std::vector<rewards::ScoredCompletion> batch(static_cast<size_t>(total));
     for (int64_t c = 0; c < total && scored.ok(); ++c) {
       const int64_t j = c / G;
-      auto prompt = ReadPrompt(PromptOf(step_ * B + j));
+      auto prompt = ReadPrompt(PromptOf(generation * B + j));
       if (!prompt.ok()) {
         scored = prompt.status();
         break;
@@ -378,7 +382,7 @@ absl::Status Trainer::GenerateRollouts() {
       r.step = step_ + 1;
       r.prompt_index = c / G;
       r.sample = c % G;
-      auto prompt = ReadPrompt(PromptOf(step_ * B + c / G));
+      auto prompt = ReadPrompt(PromptOf(generation * B + c / G));
       if (!prompt.ok()) return prompt.status();
       r.prompt_ids.assign(prompt->ids.begin(), prompt->ids.end());
       r.completion_ids = tokens_of(c);

@@ -194,7 +194,23 @@ absl::StatusOr<StepStats> Trainer::Step() {
   ResetPeakLiveBytes();
   zero_->ZeroGrad();
   zero_->ResetPeak();
-  if (grpo()) TESSERA_RETURN_IF_ERROR(GenerateRollouts());
+  if (grpo()) {
+    if (step_ % options_.grpo.num_iterations == 0) {
+      TESSERA_RETURN_IF_ERROR(GenerateRollouts());
+    } else {
+      if (grpo_rows_.rows == 0) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "step ", step_ + 1, " trains on the completions of the generation at step ",
+            step_ / options_.grpo.num_iterations * options_.grpo.num_iterations + 1,
+            ", which this run did not sample (it resumed inside a generation: grpo.num_iterations ",
+            options_.grpo.num_iterations, " changed?); resume from a checkpoint at a multiple of it"));
+      }
+      // grpo.num_iterations: the generation's rows again (nothing sampled for this step).
+      for (auto& [name, value] : grpo_completion_metrics_) {
+        if (name == "generation_seconds" || name == "generated_tokens_per_s") value = 0;
+      }
+    }
+  }
   auto sums = ForwardBackward(accum);
   if (!sums.ok()) return sums.status();
   {

@@ -100,7 +100,7 @@ class GrpoParityTest(unittest.TestCase):
         cls.eos = cls.hf_tokenizer.eos_token_id
         cls.prompt_ids = [list(map(int, d)) for d in read_indexed_dataset(cls.data)[1]]
 
-    def run_tessera(self, name, sets, loss_type="dapo", lora="", rewards=None, expect_ok=True, beta=0.0):
+    def run_tessera(self, name, sets, loss_type="dapo", lora="", rewards=None, expect_ok=True, beta=0.0, mu=1):
         spec = os.path.join(self.tmp, f"{name}.yaml")
         rewards = rewards or ", ".join(f"{{name: {n}, kind: regex, pattern: '{p}', weight: {w}}}" for n, p, w in REWARDS)
         with open(spec, "w") as f:
@@ -112,7 +112,7 @@ train: {{objective: grpo, steps: {STEPS}, micro_batch: {MICRO}, global_batch: {G
         warmup_steps: {WARMUP}, schedule: cosine, weight_decay: {WD}, betas: [{BETAS[0]}, {BETAS[1]}],
         eps: {ADAM_EPS}, grad_clip: {CLIP}, seed: 5}}
 grpo: {{num_generations: {G}, max_completion_tokens: {MAX_NEW}, temperature: {TEMPERATURE}, loss_type: {loss_type},
-       beta: {beta}, rewards: [{rewards}]}}
+       beta: {beta}, num_iterations: {mu}, rewards: [{rewards}]}}
 output_dir: {self.tmp}/{name}
 """)
         done = hf_testing.run_tessera(TESSERA, spec, sets, dict(os.environ, TESSERA_RANK_BINARY=RANK))
@@ -131,7 +131,7 @@ output_dir: {self.tmp}/{name}
         ids = completion[:completion.index(self.eos)] if self.eos in completion else completion
         return self.hf_tokenizer.decode(ids, skip_special_tokens=True)
 
-    def check(self, name, sets, loss_type="dapo", lora=False, beta=0.0):
+    def check(self, name, sets, loss_type="dapo", lora=False, beta=0.0, mu=1):
         lora_spec = (f", lora: {{rank: {LORA_R}, alpha: {LORA_ALPHA}, targets: [{', '.join(LORA_TARGETS)}], "
                      f"init_from: {self.tmp}/adapter}}") if lora else ""
         model = hf_llama(self.vocab)
@@ -145,9 +145,10 @@ output_dir: {self.tmp}/{name}
         # β > 0: TRL's reference, a frozen copy of the initial model (under LoRA the base: peft's
         # disable_adapter, as TRL with peft).
         reference = copy.deepcopy(model).eval() if beta and not lora else None
-        steps, rollouts, saved = self.run_tessera(name, sets, loss_type, lora_spec, beta=beta)
+        steps, rollouts, saved = self.run_tessera(name, sets, loss_type, lora_spec, beta=beta, mu=mu)
         self.assertEqual([s["step"] for s in steps], list(range(1, STEPS + 1)))
-        self.assertEqual(len(rollouts), STEPS * GLOBAL * G)
+        # grpo.num_iterations μ: a generation every μ steps, its rollouts logged at its first step.
+        self.assertEqual(len(rollouts), STEPS // mu * GLOBAL * G)
 
         def zero(prompts, completions, **kwargs):
             return [0.0] * len(completions)
@@ -163,12 +164,13 @@ output_dir: {self.tmp}/{name}
                                 lr=LR, betas=BETAS, eps=ADAM_EPS, foreach=False)
         worst = {"logprobs": 0.0, "loss": 0.0, "grad_norm": 0.0, "kl": 0.0}
         for step in range(STEPS):
-            batch = [r for r in rollouts if r["step"] == step + 1]
+            generation = step // mu
+            batch = [r for r in rollouts if r["step"] == generation * mu + 1]
             self.assertEqual([(r["prompt_index"], r["sample"]) for r in batch],
                              [(j, s) for j in range(GLOBAL) for s in range(G)])
             # Step s takes prompts s·B … s·B+B−1 of the file, wrapping (data.shuffle false).
             for r in batch:
-                self.assertEqual(r["prompt_ids"], self.prompt_ids[(step * GLOBAL + r["prompt_index"]) % PROMPTS])
+                self.assertEqual(r["prompt_ids"], self.prompt_ids[(generation * GLOBAL + r["prompt_index"]) % PROMPTS])
             # The rewards from the decoded text, the advantages from the rewards.
             rewards = []
             for r in batch:
@@ -192,9 +194,10 @@ output_dir: {self.tmp}/{name}
             for m in range(micro_batches):
                 rows = batch[m * MICRO:(m + 1) * MICRO]
                 logps = [completion_logps(model, r["prompt_ids"], r["completion_ids"]) for r in rows]
-                for r, lp in zip(rows, logps):
-                    worst["logprobs"] = max(worst["logprobs"],
-                                            max(abs(a - b) for a, b in zip(lp.tolist(), r["logprobs"])))
+                if step % mu == 0:  # The weights that sampled them.
+                    for r, lp in zip(rows, logps):
+                        worst["logprobs"] = max(worst["logprobs"],
+                                                max(abs(a - b) for a, b in zip(lp.tolist(), r["logprobs"])))
                 width = max(len(r["completion_ids"]) for r in rows)
                 padded = torch.stack([torch.nn.functional.pad(lp, (0, width - len(lp))) for lp in logps])
                 mask = torch.tensor([[1] * len(r["completion_ids"]) + [0] * (width - len(r["completion_ids"]))
@@ -205,6 +208,9 @@ output_dir: {self.tmp}/{name}
                           "completion_ids": torch.ones(len(rows), width, dtype=torch.long), "completion_mask": mask,
                           "advantages": torch.tensor([advantages[m * MICRO + i] for i in range(len(rows))]),
                           "num_items_in_batch": torch.tensor(float(tokens))}
+                if mu > 1:  # π_old: the policy that sampled (its log-probabilities, checked above).
+                    inputs["old_per_token_logps"] = torch.tensor(
+                        [r["logprobs"] + [0.0] * (width - len(r["logprobs"])) for r in rows])
                 if beta:
                     with torch.no_grad():
                         if lora:
@@ -298,6 +304,13 @@ output_dir: {self.tmp}/{name}
     def test_beta_tp2_lora(self):
         self.check("beta_tp2", ["parallel.tp=2"], beta=0.04)
         self.check("beta_lora", [], beta=0.04, lora=True)
+
+    def test_num_iterations(self):
+        # Two updates per generation: π_old the sampler's, the ratio apart from 1 in the second (clipped
+        # where it leaves [1 − ε, 1 + ε]); in one process and dp2, with grpo's normalisation and β.
+        steps, _ = self.check("mu2", [], mu=2)
+        self.assertEqual([s["generation_seconds"] > 0 for s in steps], [True, False, True, False])
+        self.check("mu2_dp2_grpo_beta", ["parallel.dp=2"], loss_type="grpo", beta=0.04, mu=2)
 
     def test_dp2(self):
         self.check("dp2", ["parallel.dp=2"])
