@@ -206,7 +206,13 @@ at::Tensor Decoder::Attend(const at::Tensor& q, const at::Tensor& k_new, const a
     v = v.defined() ? at::cat({v, v_new}, 2) : v_new;
     at::Tensor rows = at::arange(L, L + T, at::TensorOptions().dtype(at::kLong).device(q.device())).unsqueeze(1);
     at::Tensor cols = at::arange(0, L + T, at::TensorOptions().dtype(at::kLong).device(q.device())).unsqueeze(0);
-    return at::scaled_dot_product_attention(q, k, v, cols <= rows, 0.0, /*is_causal=*/false);
+    at::Tensor mask = cols <= rows;  // [T, L + T]
+    if (cache_->offsets.defined()) {
+      // [B, 1, T, L + T]: a row's padding slots are seen by no query but their own.
+      const at::Tensor first = cache_->offsets.to(q.device()).view({-1, 1, 1, 1});
+      mask = mask.unsqueeze(0).unsqueeze(0) & ((cols >= first) | (cols == rows));
+    }
+    return at::scaled_dot_product_attention(q, k, v, mask, 0.0, /*is_causal=*/false);
   }
   // Packed sequences: causal within each run (runs_, numbered over the whole sequence).
   if (sp_ && sp_->size() > 1) return SequenceParallelAttention(sp_mode_, q, k_new, v_new, sp_.get(), runs_);
@@ -277,6 +283,9 @@ at::Tensor Decoder::Rotary(const at::Tensor& t, int64_t first_position) const {
   if (positions_.defined() && cache_ == nullptr) {
     // Packed sequences: each token's own position; [B, 1, T, D/2] to broadcast over the heads.
     angles = (LocalPositions().to(at::kCPU).to(at::kFloat).unsqueeze(-1) * inv_freq).unsqueeze(1);
+  } else if (cache_ != nullptr && cache_->offsets.defined()) {
+    // Left-padded rows: each row's positions count from its first token (its padding's clamped to 0).
+    angles = (PaddedPositions(T).to(at::kFloat).unsqueeze(-1) * inv_freq).unsqueeze(1);
   } else {
     at::Tensor positions = at::arange(first_position, first_position + T, at::kLong).to(at::kFloat);
     angles = at::outer(positions, inv_freq);  // [T, D/2]
@@ -428,8 +437,14 @@ at::Tensor Decoder::LocalPositions() const {
   return positions_.narrow(1, sp_->rank() * block, block);
 }
 
+at::Tensor Decoder::PaddedPositions(int64_t T) const {
+  const at::Tensor slots = at::arange(cache_->length, cache_->length + T, at::kLong).unsqueeze(0);  // [1, T]
+  return (slots - cache_->offsets.to(at::kCPU).unsqueeze(1)).clamp_min(0);                     // [B, T]
+}
+
 at::Tensor Decoder::LearnedPositions(const at::Tensor& table, int64_t first_position, int64_t T) const {
   if (positions_.defined() && cache_ == nullptr) return at::embedding(table, LocalPositions().to(table.device()));
+  if (cache_ != nullptr && cache_->offsets.defined()) return at::embedding(table, PaddedPositions(T).to(table.device()));
   return table.narrow(0, first_position, T);
 }
 

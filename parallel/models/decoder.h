@@ -65,6 +65,10 @@ std::vector<formats::model::ParamSpec> TrainedParamSpecs(const ModelConfig& conf
 struct KvCache {
   int64_t length = 0;            // Positions cached: the next token's position.
   std::vector<at::Tensor> k, v;  // Per block: [B, heads, length, head_dim] (heads after GQA's repeat).
+  // Left-padded rows (prompts of different lengths decoded as one batch): [B] int64 on the CPU, row b's
+  // leading padding slots — its tokens sit at slots offsets[b] … and its positions count from there;
+  // no query attends to a padding slot but the padding's own (kept finite). Undefined: no padding.
+  at::Tensor offsets;
 };
 
 class Decoder {
@@ -297,6 +301,8 @@ class Decoder {
   at::Tensor LearnedPositions(const at::Tensor& table, int64_t first_position, int64_t T) const;
   // The first position of this rank's tokens in the sequence (sp splits the sequence in blocks;
   // decoding continues after the cached positions).
+  // DecodeStep with KvCache::offsets: the positions [B, T] (CPU) of the T new tokens of each row.
+  at::Tensor PaddedPositions(int64_t T) const;
   int64_t FirstPosition(int64_t tokens) const {
     if (cache_ != nullptr) return cache_->length;
     return sp_ ? sp_->rank() * tokens : 0;

@@ -4,6 +4,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <algorithm>
+#include <string>
 #include <cmath>
 #include <limits>
 
@@ -45,17 +46,16 @@ uint64_t SampleSeed(uint64_t seed, int i) {
   return z ^ (z >> 31);
 }
 
-absl::StatusOr<std::vector<Completion>> Sample(Decoder& model, const std::vector<int64_t>& prompt,
-                                               const GenerateOptions& o, const std::function<void(int, int64_t)>& on_token,
-                                               at::Tensor* prompt_logits) {
+namespace {
+
+// Sample and SampleBatch: prompts[p]'s completion i is row p·G + i, drawn by SampleSeed(seeds[p], i).
+absl::StatusOr<std::vector<std::vector<Completion>>> Decode(Decoder& model, const std::vector<std::vector<int64_t>>& prompts,
+                                                            const std::vector<uint64_t>& seeds, const GenerateOptions& o,
+                                                            const std::function<void(int, int64_t)>& on_token,
+                                                            at::Tensor* prompt_logits) {
   const ModelConfig& c = model.config();
-  if (prompt.empty()) return absl::InvalidArgumentError("the prompt is empty (at least one token)");
-  for (size_t i = 0; i < prompt.size(); ++i) {
-    if (prompt[i] < 0 || prompt[i] >= c.vocab) {
-      return absl::InvalidArgumentError(absl::StrCat("prompt token ", i, " is ", prompt[i], ", outside the vocabulary [0, ",
-                                                     c.vocab, ")"));
-    }
-  }
+  if (prompts.empty()) return absl::InvalidArgumentError("no prompt");
+  if (seeds.size() != prompts.size()) return absl::InvalidArgumentError("one seed per prompt");
   if (o.max_new_tokens < 0) return absl::InvalidArgumentError(absl::StrCat("max-new-tokens ", o.max_new_tokens, " is negative"));
   if (!(o.temperature >= 0) || std::isinf(o.temperature)) {
     return absl::InvalidArgumentError(absl::StrCat("temperature ", o.temperature, " is not a finite number >= 0"));
@@ -65,44 +65,76 @@ absl::StatusOr<std::vector<Completion>> Sample(Decoder& model, const std::vector
   if (o.num_samples < 1 || o.num_samples > kMaxSamples) {
     return absl::InvalidArgumentError(absl::StrCat("num-samples ", o.num_samples, " is not in [1, ", kMaxSamples, "]"));
   }
-  // Positions the model reads: the prompt's and every generated token's but the last (never fed back).
-  const int64_t needed = static_cast<int64_t>(prompt.size()) + std::max<int64_t>(o.max_new_tokens - 1, 0);
-  if (FamilyOf(c.family).positions == PositionKind::kLearned && needed > c.seq_len) {
-    return absl::InvalidArgumentError(absl::StrCat("the prompt (", prompt.size(), " tokens) and max-new-tokens ",
-                                                   o.max_new_tokens, " need ", needed, " positions, more than the model's ",
-                                                   c.seq_len, " learned positions"));
+  const int64_t N = static_cast<int64_t>(prompts.size());
+  if (N * o.num_samples > kMaxSamples) {
+    return absl::InvalidArgumentError(absl::StrCat(N, " prompts × num-samples ", o.num_samples, " exceed ", kMaxSamples,
+                                                   " completions in one batch"));
+  }
+  int64_t longest = 0;
+  for (int64_t p = 0; p < N; ++p) {
+    const std::vector<int64_t>& prompt = prompts[p];
+    const std::string which = N > 1 ? absl::StrCat("prompt ", p, ": ") : "";
+    if (prompt.empty()) return absl::InvalidArgumentError(which + "the prompt is empty (at least one token)");
+    for (size_t i = 0; i < prompt.size(); ++i) {
+      if (prompt[i] < 0 || prompt[i] >= c.vocab) {
+        return absl::InvalidArgumentError(absl::StrCat(which, "prompt token ", i, " is ", prompt[i],
+                                                       ", outside the vocabulary [0, ", c.vocab, ")"));
+      }
+    }
+    // Positions the model reads: the prompt's and every generated token's but the last (never fed back).
+    const int64_t needed = static_cast<int64_t>(prompt.size()) + std::max<int64_t>(o.max_new_tokens - 1, 0);
+    if (FamilyOf(c.family).positions == PositionKind::kLearned && needed > c.seq_len) {
+      return absl::InvalidArgumentError(absl::StrCat(which, "the prompt (", prompt.size(), " tokens) and max-new-tokens ",
+                                                     o.max_new_tokens, " need ", needed, " positions, more than the model's ",
+                                                     c.seq_len, " learned positions"));
+    }
+    longest = std::max<int64_t>(longest, static_cast<int64_t>(prompt.size()));
   }
   const c10::Device device = model.params().front().value.device();
   const int G = o.num_samples;
+  const int64_t rows_total = N * G;
   std::vector<at::Generator> generators;
   if (o.temperature > 0) {
-    for (int i = 0; i < G; ++i) generators.push_back(at::make_generator<at::CPUGeneratorImpl>(SampleSeed(o.seed, i)));
+    for (int64_t p = 0; p < N; ++p) {
+      for (int i = 0; i < G; ++i) generators.push_back(at::make_generator<at::CPUGeneratorImpl>(SampleSeed(seeds[p], i)));
+    }
   }
-  std::vector<Completion> out(G);
+  std::vector<std::vector<Completion>> out(N, std::vector<Completion>(G));
   if (o.max_new_tokens == 0 && prompt_logits == nullptr) return out;
+  // The prefill: one row per prompt, left-padded to the longest (KvCache::offsets) when they differ.
   KvCache cache;
-  at::Tensor logits = model.DecodeStep(at::tensor(prompt, at::kLong).unsqueeze(0).to(device), &cache);  // [1, T, V]
+  std::vector<int64_t> padded(static_cast<size_t>(N * longest), 0), offsets(N);
+  for (int64_t p = 0; p < N; ++p) {
+    offsets[p] = longest - static_cast<int64_t>(prompts[p].size());
+    std::copy(prompts[p].begin(), prompts[p].end(), padded.begin() + p * longest + offsets[p]);
+  }
+  if (std::any_of(offsets.begin(), offsets.end(), [](int64_t x) { return x > 0; })) cache.offsets = at::tensor(offsets, at::kLong);
+  at::Tensor logits = model.DecodeStep(at::tensor(padded, at::kLong).view({N, longest}).to(device), &cache);  // [N, T, V]
   if (prompt_logits != nullptr) *prompt_logits = logits[0].cpu();
   if (o.max_new_tokens == 0) return out;
-  // Every completion continues the same prompt: the cache and the last logits, once per completion.
-  at::Tensor last = logits.select(1, -1).expand({G, logits.size(-1)});  // [G, V]
+  // Every completion continues its prompt: the cache and the last logits, once per completion.
+  at::Tensor last = logits.select(1, -1);  // [N, V]
   if (G > 1) {
-    const at::Tensor rows = at::zeros({G}, at::TensorOptions().dtype(at::kLong).device(device));
+    const at::Tensor rows = at::arange(N, at::kLong).repeat_interleave(G).to(device);
+    last = last.index_select(0, rows);
     for (size_t l = 0; l < cache.k.size(); ++l) {
       cache.k[l] = cache.k[l].index_select(0, rows);
       cache.v[l] = cache.v[l].index_select(0, rows);
     }
+    if (cache.offsets.defined()) cache.offsets = cache.offsets.index_select(0, rows.cpu());
   }
-  std::vector<int> active(G);  // The completion of each row of the batch.
-  for (int i = 0; i < G; ++i) active[i] = i;
+  std::vector<int64_t> active(rows_total);  // The completion (p·G + i) of each row of the batch.
+  for (int64_t r = 0; r < rows_total; ++r) active[r] = r;
   const double T = o.temperature > 0 ? o.temperature : 1.0;
   for (int n = 0; n < o.max_new_tokens; ++n) {
     const at::Tensor scores = last.to(at::kFloat).cpu() / T;  // [A, V]
-    const at::Tensor logprobs = at::log_softmax(scores.to(at::kDouble), -1);
+    const at::Tensor logprobs = at::log_softmax(scores.to(at::kDouble), -1).contiguous();
+    const int64_t V = logprobs.size(1);
+    const double* logprob_at = logprobs.data_ptr<double>();
     std::vector<int64_t> next(active.size());
     if (o.temperature == 0) {
-      const at::Tensor best = scores.argmax(-1);
-      for (size_t r = 0; r < active.size(); ++r) next[r] = best[r].item<int64_t>();
+      const at::Tensor best = scores.argmax(-1).contiguous();
+      std::copy(best.data_ptr<int64_t>(), best.data_ptr<int64_t>() + best.numel(), next.begin());
     } else {
       const at::Tensor probs = at::softmax(Filter(scores, o.top_k, o.top_p), -1);
       for (size_t r = 0; r < active.size(); ++r) {
@@ -111,10 +143,10 @@ absl::StatusOr<std::vector<Completion>> Sample(Decoder& model, const std::vector
     }
     std::vector<int64_t> keep;
     for (size_t r = 0; r < active.size(); ++r) {
-      Completion& done = out[active[r]];
+      Completion& done = out[active[r] / G][active[r] % G];
       done.tokens.push_back(next[r]);
-      done.logprobs.push_back(logprobs[r][next[r]].item<double>());
-      if (on_token) on_token(active[r], next[r]);
+      done.logprobs.push_back(logprob_at[static_cast<int64_t>(r) * V + next[r]]);
+      if (on_token) on_token(static_cast<int>(active[r]), next[r]);
       if (next[r] == o.stop_token) continue;
       if (n + 1 == o.max_new_tokens) {
         done.truncated = true;
@@ -124,23 +156,42 @@ absl::StatusOr<std::vector<Completion>> Sample(Decoder& model, const std::vector
     }
     if (keep.empty()) break;
     std::vector<int64_t> tokens;
-    std::vector<int> still;
+    std::vector<int64_t> still;
     for (int64_t r : keep) {
       tokens.push_back(next[r]);
       still.push_back(active[r]);
     }
     if (keep.size() < active.size()) {
       // Finished completions leave the batch (their rows of the cache with them).
-      const at::Tensor rows = at::tensor(keep, at::kLong).to(device);
+      const at::Tensor rows = at::tensor(keep, at::kLong);
+      const at::Tensor on_device = rows.to(device);
       for (size_t l = 0; l < cache.k.size(); ++l) {
-        cache.k[l] = cache.k[l].index_select(0, rows);
-        cache.v[l] = cache.v[l].index_select(0, rows);
+        cache.k[l] = cache.k[l].index_select(0, on_device);
+        cache.v[l] = cache.v[l].index_select(0, on_device);
       }
+      if (cache.offsets.defined()) cache.offsets = cache.offsets.index_select(0, rows);
     }
     active = std::move(still);
     last = model.DecodeStep(at::tensor(tokens, at::kLong).unsqueeze(1).to(device), &cache).select(1, -1);
   }
   return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<Completion>> Sample(Decoder& model, const std::vector<int64_t>& prompt,
+                                               const GenerateOptions& o, const std::function<void(int, int64_t)>& on_token,
+                                               at::Tensor* prompt_logits) {
+  auto done = Decode(model, {prompt}, {o.seed}, o, on_token, prompt_logits);
+  if (!done.ok()) return done.status();
+  return std::move(done->front());
+}
+
+absl::StatusOr<std::vector<std::vector<Completion>>> SampleBatch(Decoder& model,
+                                                                 const std::vector<std::vector<int64_t>>& prompts,
+                                                                 const std::vector<uint64_t>& seeds,
+                                                                 const GenerateOptions& o) {
+  return Decode(model, prompts, seeds, o, nullptr, nullptr);
 }
 
 absl::StatusOr<std::vector<int64_t>> Generate(Decoder& model, const std::vector<int64_t>& prompt,

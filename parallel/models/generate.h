@@ -52,6 +52,15 @@ absl::StatusOr<std::vector<Completion>> Sample(Decoder& model, const std::vector
                                                const std::function<void(int, int64_t)>& on_token = nullptr,
                                                at::Tensor* prompt_logits = nullptr);
 
+// Several prompts decoded as one batch (the prefill left-pads them to the longest: KvCache::offsets):
+// num_samples completions of each, prompt p's completion i drawn by the generator of SampleSeed(seeds[p],
+// i) (options.seed is not read) — Sample's draws for each prompt alone, up to the rounding of the
+// padded batch's arithmetic. At most kMaxSamples completions in all. Errors name the prompt.
+absl::StatusOr<std::vector<std::vector<Completion>>> SampleBatch(Decoder& model,
+                                                                 const std::vector<std::vector<int64_t>>& prompts,
+                                                                 const std::vector<uint64_t>& seeds,
+                                                                 const GenerateOptions& options);
+
 // One completion (options.num_samples must be 1): its tokens.
 absl::StatusOr<std::vector<int64_t>> Generate(Decoder& model, const std::vector<int64_t>& prompt,
                                               const GenerateOptions& options,

@@ -189,18 +189,22 @@ absl::Status Trainer::GenerateRollouts() {
     o.top_p = options_.grpo.top_p;
     o.stop_token = prompts_->stop_token();
     o.num_samples = G;
+    // The rank's prompts as one batch (SampleBatch), each drawn with its own seed.
+    std::vector<std::vector<int64_t>> ids(local);
+    std::vector<uint64_t> seeds(local);
     for (int64_t j = 0; j < local; ++j) {
-      const int64_t g = generation * B + first_j + j;
-      auto row = ReadPrompt(PromptOf(g));
+      auto row = ReadPrompt(PromptOf(generation * B + first_j + j));
       if (!row.ok()) return row.status();
       rows[j] = *std::move(row);
-      o.seed = PromptSeed(options_.seed, generation, first_j + j);
-      auto drawn = Sample(*model_, std::vector<int64_t>(rows[j].ids.begin(), rows[j].ids.end()), o);
-      if (!drawn.ok()) {
-        return absl::Status(drawn.status().code(), absl::StrCat("step ", step_ + 1, ": sampling prompt ", PromptOf(g),
-                                                                ": ", drawn.status().message()));
-      }
-      for (Completion& c : *drawn) completions.push_back(std::move(c));
+      ids[j].assign(rows[j].ids.begin(), rows[j].ids.end());
+      seeds[j] = PromptSeed(options_.seed, generation, first_j + j);
+    }
+    auto drawn = SampleBatch(*model_, ids, seeds, o);
+    if (!drawn.ok()) {
+      return absl::Status(drawn.status().code(), absl::StrCat("step ", step_ + 1, ": sampling: ", drawn.status().message()));
+    }
+    for (std::vector<Completion>& group : *drawn) {
+      for (Completion& c : group) completions.push_back(std::move(c));
     }
   }
   const double generation_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
