@@ -4,10 +4,10 @@ examples/sft's tokenizer and chat template), group size, completion length, thre
 measured in one run with interleaved rounds and printed as ratios:
 
 - generation: tessera's sampler inside the job (steps.jsonl's generated_tokens_per_s: the step's
-  generated tokens over its sampling seconds) against transformers' `generate` with its KV cache,
-  sampling (top_k 0, top_p 1, temperature 1, the same EOS), in two batchings: each prompt's group as
-  one batch (what tessera does) and every prompt's group in one left-padded batch (what TRL's
-  GRPOTrainer does without vLLM);
+  generated tokens over its sampling seconds; a rank's prompts left-padded into one batch) against
+  transformers' `generate` with its KV cache, sampling (top_k 0, top_p 1, temperature 1, the same
+  EOS), in two batchings: each prompt's group as one batch, and every prompt's group in one
+  left-padded batch (what TRL's GRPOTrainer does without vLLM);
 - training: steps/s of `tessera run` (the median step_seconds: sampling, rewards, forward/backward,
   AdamW) against TRL's own GRPOTrainer.train() without vLLM (the median time between its
   on_step_begin and on_step_end callbacks), both loss_type dapo, beta 0, one reward function (the last
@@ -170,7 +170,7 @@ def main():
 
     names = {"t_steps": f"tessera run, train.objective grpo, {cores} threads",
              "trl": f"TRL {trl.__version__} GRPOTrainer.train(), no vLLM, {cores} threads",
-             "t_gen": f"tessera's sampler in the job (each prompt's group one batch)",
+             "t_gen": f"tessera's sampler in the job (every prompt's group in one batch)",
              "hf_each": f"transformers {transformers.__version__} generate, each prompt's group one batch",
              "hf_all": f"transformers {transformers.__version__} generate, every group in one batch (TRL's)"}
     rows = dict(interleaved_medians([

@@ -31,6 +31,7 @@
 #include "spec/paths.h"
 #include "common/steplog/step_log.h"
 #include "formats/data/preference_dataset.h"
+#include "formats/data/prompt_dataset.h"
 #include "formats/data/token_dataset.h"
 #include "google/protobuf/util/json_util.h"
 
@@ -138,6 +139,12 @@ int RunLocal(const LaunchOptions& options) {
     // A preference dataset (docs/post-training.md), read as the ranks will read it.
     if (auto pairs = formats::data::PreferenceDataset::Open(spec->data().path(), spec->model().vocab()); !pairs.ok()) {
       std::cerr << "error: data.path: " << pairs.status().message() << "\n";
+      return kExitBadInput;
+    }
+  } else if (spec->train().objective() == v1::OBJECTIVE_GRPO) {
+    // A prompt dataset (docs/data-format.md "Prompt datasets"), read as the ranks will read it.
+    if (auto prompts = formats::data::PromptDataset::Open(spec->data().path(), spec->model().vocab()); !prompts.ok()) {
+      std::cerr << "error: data.path: " << prompts.status().message() << "\n";
       return kExitBadInput;
     }
   } else if (auto ds = formats::data::TrainingData::OpenWithValidation(spec::DataOptionsOf(*spec), spec::BlendOf(*spec),

@@ -68,9 +68,17 @@ TEST(GrpoSpecTest, WhatIsNotBuiltYetIsRefusedByName) {
         "parallel.pp: 2 with train.objective grpo is not supported yet",
         "parallel.sp: 2 with train.objective grpo is not supported yet",
         "data.valid_fraction: is not supported with train.objective grpo",
-        "model.lora.dropout: 0.1: with train.objective grpo trains without dropout"}) {
+        "model.lora.dropout: 0.1 with train.objective grpo is not supported yet"}) {
     EXPECT_THAT(errors, HasSubstr(want)) << want;
   }
+  auto micro = ParseJobSpec(kSpec, {"output_dir=/out/g", "train.micro_batch=3"});
+  ASSERT_TRUE(micro.ok());
+  EXPECT_THAT(Errors(*micro), HasSubstr("train.micro_batch: 3 completions × parallel.dp = 3 does not divide the step's "
+                                        "2 prompts × 8 generations = 16 completions"));
+  auto huge = ParseJobSpec(kSpec, {"output_dir=/out/g", "train.global_batch=1048576", "grpo.num_generations=4096"});
+  ASSERT_TRUE(huge.ok());
+  EXPECT_THAT(Errors(*huge), HasSubstr("train.global_batch × grpo.num_generations = 4294967296 completions a step "
+                                       "exceed the limit 16777216"));
   auto zero3 = ParseJobSpec(kSpec, {"output_dir=/out/g", "parallel.dp=2", "parallel.zero_stage=3"});
   ASSERT_TRUE(zero3.ok());
   EXPECT_THAT(Errors(*zero3), HasSubstr("parallel.zero_stage: 3 with train.objective grpo is not supported yet"));

@@ -43,8 +43,8 @@ void CheckObjective(const v1::JobSpec& s, Checker& c) {
     if (d.blend_size() > 0) c.Fail("data.blend", "is not supported with train.objective grpo (one prompt dataset, data.path)");
     if (d.packing()) c.Fail("data.packing", "is not supported with train.objective grpo (each completion is a sequence)");
     if (s.model().has_lora() && s.model().lora().dropout() != 0) {
-      c.Fail("model.lora.dropout", absl::StrCat(s.model().lora().dropout(), ": with train.objective grpo trains without "
-                                                "dropout, as TRL's GRPOTrainer does (disable_dropout): set 0"));
+      c.Fail("model.lora.dropout", absl::StrCat(s.model().lora().dropout(), " with train.objective grpo is not "
+                                                "supported yet (the sampler runs without dropout): set 0"));
     }
     return;
   }
@@ -195,6 +195,19 @@ void CheckGrpo(const v1::JobSpec& s, Checker& c) {
   if (g.loss_type() == v1::GRPO_LOSS_TYPE_UNSPECIFIED) c.Fail("grpo.loss_type", "must be grpo, bnpo, dr_grpo or dapo");
   if (g.scale_rewards() == v1::REWARD_SCALE_UNSPECIFIED) c.Fail("grpo.scale_rewards", "must be group, batch or none");
   c.InRange("grpo.num_iterations", g.num_iterations(), 1, 1024);
+  // A step's completions: at most kMaxGlobalBatch samples, in whole micro-batches on every replica.
+  const int64_t completions = int64_t{s.train().global_batch()} * g.num_generations();
+  if (completions > limits::kMaxGlobalBatch) {
+    c.Fail("grpo.num_generations", absl::StrCat("train.global_batch × grpo.num_generations = ", completions,
+                                                " completions a step exceed the limit ", limits::kMaxGlobalBatch));
+  } else if (s.train().micro_batch() >= 1 && s.train().global_batch() >= 1 && g.num_generations() >= 1) {
+    const int64_t per_step = int64_t{s.train().micro_batch()} * std::max(1, s.parallel().dp());
+    if (completions % per_step != 0) {
+      c.Fail("train.micro_batch", absl::StrCat(s.train().micro_batch(), " completions × parallel.dp = ", per_step,
+                                               " does not divide the step's ", s.train().global_batch(), " prompts × ",
+                                               g.num_generations(), " generations = ", completions, " completions"));
+    }
+  }
   // Each data-parallel replica samples its own prompts' groups whole.
   const int64_t dp = std::max(1, s.parallel().dp());
   if (s.train().global_batch() >= 1 && s.train().global_batch() % dp != 0) {

@@ -16,16 +16,26 @@ WIDTH, HEIGHT, LEFT, RIGHT, TOP, BOTTOM = 640, 360, 56, 16, 28, 36
 def read(path, field):
     steps, values = [], []
     with open(path, encoding="utf-8", errors="replace") as f:
-        for n, line in enumerate(f, 1):
-            try:
-                record = json.loads(line)
-            except ValueError:
-                sys.exit(f"{path}:{n}: not JSON")
-            value = record.get(field) if isinstance(record, dict) else None
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) \
-                    and isinstance(record.get("step"), int):
-                steps.append(record["step"])
-                values.append(float(value))
+        lines = f.read().split("\n")
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            if n == len(lines):  # An unfinished last line: the job is writing it.
+                continue
+            sys.exit(f"{path}:{n}: not JSON")
+        value = record.get(field) if isinstance(record, dict) else None
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not isinstance(record.get("step"), int):
+            continue
+        try:
+            value = float(value)
+        except OverflowError:
+            continue
+        if math.isfinite(value):
+            steps.append(record["step"])
+            values.append(value)
     if not values:
         sys.exit(f"{path}: no step line has a number named {field!r}")
     return steps, values

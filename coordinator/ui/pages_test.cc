@@ -234,5 +234,24 @@ TEST(UiPageTest, MixtureOfExpertsJobsChartTheirLossesAndExpertLoad) {
   EXPECT_THAT(RenderJobPage({false, "", true}, d, {0, 0}), Not(HasSubstr("data-chart=\"aux_loss\"")));
 }
 
+TEST(UiPageTest, GrpoJobsChartTheirRewardAndCompletionLength) {
+  JobPageData d;
+  d.job = SampleJob();
+  for (int s = 1; s <= 4; ++s) {
+    steplog::StepRecord r;
+    r.step = s, r.loss = 0.01, r.tokens_per_s = 1000, r.step_seconds = 0.1;
+    r.grpo_metrics = {{"reward", 0.1 * s}, {"completion_length", 10.0}, {"completion_length_max", 16.0}, {"kl", 0.0}};
+    d.history.steps[s] = r;
+  }
+  const std::string html = RenderJobPage({false, "", true}, d, {0, 0});
+  for (const char* chart : {"reward", "completion_length"}) {
+    EXPECT_THAT(html, HasSubstr(std::string("data-chart=\"") + chart + "\"")) << chart;
+  }
+  EXPECT_THAT(html, HasSubstr("completion_length_max"));
+  EXPECT_EQ(Count(html, "<circle"), 4 * 6);  // loss, reward, both lengths, tokens/s, step time.
+  for (auto& [step, r] : d.history.steps) r.grpo_metrics.clear();  // Another objective: no such chart.
+  EXPECT_THAT(RenderJobPage({false, "", true}, d, {0, 0}), Not(HasSubstr("data-chart=\"reward\"")));
+}
+
 }  // namespace
 }  // namespace tessera::coordinator::ui

@@ -168,9 +168,18 @@ std::string RenderJobPage(const Viewer& viewer, const JobPageData& d, const Page
   ChartSeries loss{"loss", "#1f77b4", {}}, val{"val_loss", "#d62728", {}}, tps{"tokens/s", "#2ca02c", {}},
       mfu{"MFU %", "#9467bd", {}}, step_time{"step time (s)", "#ff7f0e", {}}, lm{"lm_loss", "#17becf", {}},
       aux{"aux_loss", "#8c564b", {}}, imbalance{"busiest expert / mean", "#e377c2", {}};
+  // GRPO (steps.jsonl's grpo_metrics): the mean reward and the completions' lengths.
+  ChartSeries reward{"reward", "#2ca02c", {}}, length{"completion_length", "#1f77b4", {}},
+      longest{"completion_length_max", "#ff7f0e", {}};
   for (const auto& [step, r] : d.history.steps) {
     const double x = static_cast<double>(step);
     loss.points.push_back({x, r.loss});
+    for (const auto& [name, value] : r.grpo_metrics) {
+      if (!std::isfinite(value)) continue;
+      if (name == "reward") reward.points.push_back({x, value});
+      if (name == "completion_length") length.points.push_back({x, value});
+      if (name == "completion_length_max") longest.points.push_back({x, value});
+    }
     if (r.lm_loss) lm.points.push_back({x, *r.lm_loss});
     if (r.aux_loss) aux.points.push_back({x, *r.aux_loss});
     if (r.expert_imbalance) imbalance.points.push_back({x, *r.expert_imbalance});
@@ -192,6 +201,12 @@ std::string RenderJobPage(const Viewer& viewer, const JobPageData& d, const Page
   std::vector<ChartSeries> losses = {loss, val};
   if (!lm.points.empty()) losses.push_back(lm);  // A Mixture of Experts: the cross-entropy apart.
   absl::StrAppend(&out, "<div class=\"charts\">", RenderLineChart(c, losses));
+  if (!reward.points.empty()) {
+    c.id = "reward", c.title = "mean reward (GRPO)";
+    absl::StrAppend(&out, RenderLineChart(c, {reward}));
+    c.id = "completion_length", c.title = "completion length (tokens)";
+    absl::StrAppend(&out, RenderLineChart(c, {length, longest}));
+  }
   if (!aux.points.empty()) {
     c.id = "aux_loss", c.title = "balancing loss (aux_loss)";
     absl::StrAppend(&out, RenderLineChart(c, {aux}));

@@ -1,6 +1,7 @@
 #include "formats/data/prompt_dataset.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -15,6 +16,36 @@ namespace {
 constexpr char kFormat[] = "tessera-prompts";
 constexpr int kVersion = 2;  // 2: the tokenizer and its stop token.
 constexpr int64_t kMaxFieldsLine = int64_t{64} << 20;  // Bytes of one prompt's fields.
+
+constexpr int64_t kMaxMetaBytes = int64_t{1} << 20;
+constexpr int64_t kMaxTokenizerBytes = int64_t{1} << 30;
+
+// A regular file's bytes (at most max_bytes), opened without blocking: a FIFO or a device planted
+// where a file belongs is refused, never waited on or read without end.
+absl::StatusOr<std::string> ReadRegularFile(const std::string& path, int64_t max_bytes) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
+  }
+  if (st.st_size > max_bytes) {
+    close(fd);
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", st.st_size, " bytes, more than the ", max_bytes, " allowed"));
+  }
+  std::string bytes(static_cast<size_t>(st.st_size), '\0');
+  int64_t got = 0;
+  while (got < st.st_size) {
+    const ssize_t n = pread(fd, bytes.data() + got, bytes.size() - got, got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    got += n;
+  }
+  close(fd);
+  bytes.resize(static_cast<size_t>(got));
+  return bytes;
+}
 
 }  // namespace
 
@@ -104,12 +135,13 @@ PromptDataset::~PromptDataset() {
 
 absl::StatusOr<std::unique_ptr<PromptDataset>> PromptDataset::Open(const std::string& prefix, int64_t vocab) {
   const std::string json_path = prefix + ".prompts.json", fields_path = prefix + ".fields.jsonl";
-  std::ifstream in(json_path);
-  if (!in) {
+  auto meta_bytes = ReadRegularFile(json_path, kMaxMetaBytes);
+  if (absl::IsNotFound(meta_bytes.status())) {
     return absl::NotFoundError(absl::StrCat(json_path, ": cannot open (a prompt dataset is complete when it exists: ",
                                             "prepare one with `tessera data prepare --prompts`)"));
   }
-  const nlohmann::json meta = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!meta_bytes.ok()) return meta_bytes.status();
+  const nlohmann::json meta = nlohmann::json::parse(*meta_bytes, nullptr, /*allow_exceptions=*/false);
   if (meta.is_discarded() || !meta.is_object() || meta.value("format", "") != kFormat) {
     return absl::InvalidArgumentError(absl::StrCat(json_path, ": not a prompt dataset's metadata (format ", kFormat, ")"));
   }
@@ -157,8 +189,11 @@ absl::StatusOr<std::unique_ptr<PromptDataset>> PromptDataset::Open(const std::st
   ds->tokens_ = *std::move(tokens);
   ds->stop_token_ = stop_token;
   // The fields: one line per prompt (offsets found once; each line read and parsed when asked for).
-  ds->fields_fd_ = open(fields_path.c_str(), O_RDONLY | O_CLOEXEC);
+  ds->fields_fd_ = open(fields_path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (ds->fields_fd_ < 0) return absl::NotFoundError(absl::StrCat(fields_path, ": cannot open: ", std::strerror(errno)));
+  if (struct stat st {}; fstat(ds->fields_fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat(fields_path, ": not a regular file"));
+  }
   // Line starts, found in one pass with a fixed buffer (a line is never held whole: a damaged file
   // with a gigantic line is refused by its length).
   char buf[1 << 16];
@@ -194,6 +229,10 @@ absl::StatusOr<std::unique_ptr<PromptDataset>> PromptDataset::Open(const std::st
   }
   ds->fields_end_ = at;
   return ds;
+}
+
+absl::StatusOr<std::string> PromptDataset::ReadTokenizerJson() const {
+  return ReadRegularFile(tokenizer_path(), kMaxTokenizerBytes);
 }
 
 int64_t PromptDataset::length(int64_t i) const { return tokens_->index().sequence_lengths[i]; }

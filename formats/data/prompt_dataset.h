@@ -74,6 +74,8 @@ class PromptDataset {
   // The EOS id of the tokenizer that prepared it (-1: it has none), and that tokenizer's file.
   int64_t stop_token() const { return stop_token_; }
   std::string tokenizer_path() const { return prefix_ + ".tokenizer.json"; }
+  // That file's bytes: a regular file of at most 1 GiB (a FIFO or device there is refused, not read).
+  absl::StatusOr<std::string> ReadTokenizerJson() const;
 
  private:
   PromptDataset(std::string prefix, int64_t vocab) : prefix_(std::move(prefix)), vocab_(vocab) {}

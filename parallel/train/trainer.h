@@ -238,13 +238,20 @@ class Trainer {
   bool grpo() const { return options_.objective_kind == layout::Objective::kGrpo; }
   absl::Status OpenPrompts();
   int64_t PromptOf(int64_t g) const;
-  // Dataset prompt i, cut to data.max_prompt_tokens from the left (its text then the kept ids' decoding).
+  // Dataset prompt i, its ids cut to data.max_prompt_tokens from the left (its text whole, for the rewards).
   absl::StatusOr<formats::data::PromptRow> ReadPrompt(int64_t i) const;
   int GrpoAccumulation() const;
   absl::Status GenerateRollouts();
   absl::StatusOr<at::Tensor> GrpoTokensOf(int a) const;
   absl::StatusOr<at::Tensor> GrpoDataOf(int a) const;
   absl::Status TrimRolloutLog();
+  // The text a reward sees of completion ids (decoded before the stop token, special tokens skipped).
+  std::string CompletionText(const std::vector<int64_t>& ids) const;
+  // Global rank 0 scores `batch` (its own; `prepared`: why it could not be made) while the other ranks
+  // wait, heartbeats keeping their waits short of the collective timeout; every rank returns the
+  // rewards [function][completion] of the `total` completions, or rank 0's error.
+  absl::StatusOr<std::vector<std::vector<double>>> ScoreOnRankZero(std::vector<rewards::ScoredCompletion> batch,
+                                                                   int64_t total, const absl::Status& prepared);
   // grpo.beta > 0: the frozen reference (the initial weights; none under LoRA, whose reference is the
   // base model, the adapters off), and its log-probabilities of a completion's tokens at the sampling
   // temperature (this rank's tp group in lockstep).

@@ -22,6 +22,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
+#include <future>
 #include <string>
 #include <vector>
 
@@ -62,17 +64,24 @@ absl::Status Trainer::OpenPrompts() {
   auto prompts = formats::data::PromptDataset::Open(path, options_.model.vocab);
   if (!prompts.ok()) return fail(prompts.status());
   prompts_ = *std::move(prompts);
-  auto tokenizer = formats::data::Tokenizer::FromFile(prompts_->tokenizer_path());
+  auto json = prompts_->ReadTokenizerJson();
+  if (!json.ok()) return fail(json.status());
+  auto tokenizer = formats::data::Tokenizer::FromJson(*json, prompts_->tokenizer_path());
   if (!tokenizer.ok()) return fail(tokenizer.status());
   prompt_tokenizer_ = *std::move(tokenizer);
   // Every prompt the job reads leaves room for a whole completion: prompt + max_completion_tokens
   // ids in a row of seq_len + 1 (the sampler reads the prompt and all but the last new token).
-  const int64_t n = prompts_->prompts();
-  const int64_t read = std::min<int64_t>(n, options_.steps * static_cast<int64_t>(options_.global_batch));
+  // The job reads the prompts of ⌈steps / num_iterations⌉ generations of B (at most every prompt;
+  // computed without overflow). Each is read whole here, on every rank, before any collective: a
+  // damaged line fails every rank with its own message, not one rank's peers with a lost connection.
+  const int64_t n = prompts_->prompts(), B = options_.global_batch, mu = options_.grpo.num_iterations;
+  const int64_t generations = options_.steps / mu + (options_.steps % mu != 0 ? 1 : 0);
+  const int64_t read = generations > n / B ? n : std::min<int64_t>(n, generations * B);
   const int64_t room = options_.model.seq_len + 1 - options_.grpo.max_completion_tokens;
   const int64_t cut = options_.preference_cut.max_prompt;  // data.max_prompt_tokens (0: none).
   for (int64_t g = 0; g < read; ++g) {
     const int64_t i = options_.data.shuffle ? PromptOf(g) : g;
+    if (auto row = prompts_->Row(i); !row.ok()) return fail(row.status());
     const int64_t length = cut > 0 ? std::min<int64_t>(cut, prompts_->length(i)) : prompts_->length(i);
     if (length > room) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -95,14 +104,9 @@ absl::StatusOr<formats::data::PromptRow> Trainer::ReadPrompt(int64_t i) const {
   auto row = prompts_->Row(i);
   if (!row.ok()) return row.status();
   const int64_t cut = options_.preference_cut.max_prompt;
-  if (cut > 0 && static_cast<int64_t>(row->ids.size()) > cut) {
-    // Cut from the left, as TRL's max_prompt_length; the rewards see the kept tokens' text (TRL decodes
-    // the cut ids, special tokens kept).
-    options_.preference_cut.CutPrompt(&row->ids);
-    auto text = prompt_tokenizer_->Decode(row->ids);
-    if (!text.ok()) return text.status();
-    row->text = text::Utf8Lossy(*text);
-  }
+  // Cut from the left, as TRL's max_prompt_length; the rewards still see the whole prompt's text (TRL
+  // gives its reward functions the dataset's prompts).
+  if (cut > 0 && static_cast<int64_t>(row->ids.size()) > cut) options_.preference_cut.CutPrompt(&row->ids);
   return row;
 }
 
@@ -253,67 +257,35 @@ absl::Status Trainer::GenerateRollouts() {
     for (size_t k = 0; k < t.size(); ++k) t[k] = id_at[c][2 + static_cast<int64_t>(k)];
     return t;
   };
-  // Rank 0 scores every completion; the others wait for its verdict.
+  // Rank 0 scores every completion (its prompts read once); the others wait for its verdict.
   const size_t F = options_.grpo.rewards.size();
-  std::vector<double> verdict_values(1 + F * static_cast<size_t>(total), 0.0);
-  absl::Status scored = absl::OkStatus();
+  std::vector<formats::data::PromptRow> step_prompts;  // Rank 0: the generation's B prompts.
+  std::vector<rewards::ScoredCompletion> batch;
+  absl::Status prepared = absl::OkStatus();
   if (groups_.global_rank == 0) {
-    std::vector<rewards::ScoredCompletion> batch(static_cast<size_t>(total));
-    for (int64_t c = 0; c < total && scored.ok(); ++c) {
-      const int64_t j = c / G;
+    for (int64_t j = 0; j < B && prepared.ok(); ++j) {
       auto prompt = ReadPrompt(PromptOf(generation * B + j));
-      if (!prompt.ok()) {
-        scored = prompt.status();
-        break;
-      }
-      // The text before the stop token, special tokens skipped (transformers' decode with
-      // skip_special_tokens), invalid UTF-8 replaced.
-      std::vector<int32_t> kept;
-      for (int64_t t : tokens_of(c)) {
-        if (t == prompts_->stop_token()) break;
-        bool special = false;
-        for (const auto& added : prompt_tokenizer_->added_tokens()) special |= added.special && added.id == t;
-        if (!special) kept.push_back(static_cast<int32_t>(t));
-      }
-      auto text = prompt_tokenizer_->Decode(kept);
-      if (!text.ok()) {
-        scored = absl::InvalidArgumentError(absl::StrCat("completion ", c, ": cannot be decoded: ", text.status().message()));
-        break;
-      }
-      batch[c].prompt = prompt->text;
-      batch[c].completion = text::Utf8Lossy(*text);
-      batch[c].completion_tokens = length_of(c);
-      batch[c].fields = prompt->fields;
-    }
-    if (scored.ok()) {
-      auto per_function = rewards_->Score(batch);
-      if (per_function.ok()) {
-        for (size_t f = 0; f < F; ++f) {
-          for (int64_t c = 0; c < total; ++c) verdict_values[1 + f * total + c] = (*per_function)[f][c];
-        }
+      if (prompt.ok()) {
+        step_prompts.push_back(*std::move(prompt));
       } else {
-        scored = per_function.status();
+        prepared = prompt.status();
       }
     }
-    if (!scored.ok()) verdict_values[0] = 1;
+    batch.resize(static_cast<size_t>(total));
+    for (int64_t c = 0; c < total && prepared.ok(); ++c) {
+      const formats::data::PromptRow& prompt = step_prompts[c / G];
+      batch[c].prompt = prompt.text;
+      batch[c].completion = CompletionText(tokens_of(c));
+      batch[c].completion_tokens = length_of(c);
+      batch[c].fields = prompt.fields;
+    }
   }
-  at::Tensor shared = at::tensor(verdict_values, at::kDouble).to(device_);
-  TESSERA_RETURN_IF_ERROR(groups_.world->Broadcast(shared, 0));
-  const at::Tensor verdict = shared.cpu().contiguous();
-  const double* got = verdict.data_ptr<double>();
-  if (!scored.ok()) {
-    return absl::Status(scored.code(), absl::StrCat("step ", step_ + 1, ": the rewards: ", scored.message()));
-  }
-  if (got[0] != 0) {
-    return absl::AbortedError(absl::StrCat("step ", step_ + 1, ": rank 0 could not score the completions (its error "
-                                           "names the reward function and the completion)"));
-  }
-  std::vector<std::vector<double>> per_function(F, std::vector<double>(static_cast<size_t>(total)));
+  auto scored = ScoreOnRankZero(std::move(batch), total, prepared);
+  if (!scored.ok()) return absl::Status(scored.status().code(), absl::StrCat("step ", step_ + 1, ": the rewards: ",
+                                                                             scored.status().message()));
+  const std::vector<std::vector<double>>& per_function = *scored;
   std::vector<double> weights;
-  for (size_t f = 0; f < F; ++f) {
-    weights.push_back(options_.grpo.rewards[f].weight);
-    for (int64_t c = 0; c < total; ++c) per_function[f][c] = got[1 + f * total + c];
-  }
+  for (size_t f = 0; f < F; ++f) weights.push_back(options_.grpo.rewards[f].weight);
   auto advantages = rewards::ComputeAdvantages(per_function, {G, options_.grpo.scale_rewards, weights});
   if (!advantages.ok()) {
     return absl::Status(advantages.status().code(),
@@ -321,10 +293,10 @@ absl::Status Trainer::GenerateRollouts() {
   }
   // 4. This rank's rows.
   std::vector<Rollout> rollouts(static_cast<size_t>(n));
-  int64_t trained = 0;  // Completion tokens the loss counts, over the job (for dapo).
-  for (int64_t c = 0; c < total; ++c) {
-    if (!(truncated_of(c) && options_.grpo.mask_truncated_completions)) trained += length_of(c);
-  }
+  // dapo's count: every completion token of the step over the job, masked truncated ones too (TRL's
+  // num_items_in_batch is counted before mask_truncated_completions masks them).
+  int64_t trained = 0;
+  for (int64_t c = 0; c < total; ++c) trained += length_of(c);
   for (int64_t c = 0; c < n; ++c) {
     Rollout& r = rollouts[c];
     const std::vector<int32_t>& prompt = rows[c / G].ids;
@@ -386,9 +358,7 @@ absl::Status Trainer::GenerateRollouts() {
       r.step = step_ + 1;
       r.prompt_index = c / G;
       r.sample = c % G;
-      auto prompt = ReadPrompt(PromptOf(generation * B + c / G));
-      if (!prompt.ok()) return prompt.status();
-      r.prompt_ids.assign(prompt->ids.begin(), prompt->ids.end());
+      r.prompt_ids.assign(step_prompts[c / G].ids.begin(), step_prompts[c / G].ids.end());
       r.completion_ids = tokens_of(c);
       for (int64_t k = 0; k < length_of(c); ++k) r.logprobs.push_back(logp_at[c][k]);
       for (size_t f = 0; f < F; ++f) r.rewards.emplace_back(options_.grpo.rewards[f].name, per_function[f][c]);
@@ -405,6 +375,87 @@ absl::Status Trainer::GenerateRollouts() {
     }
   }
   return absl::OkStatus();
+}
+
+std::string Trainer::CompletionText(const std::vector<int64_t>& ids) const {
+  // transformers' decode(skip_special_tokens=True) of the ids before the stop token: special tokens and
+  // ids the tokenizer does not have (a model's vocabulary padded past it) left out, invalid UTF-8
+  // replaced.
+  std::vector<int32_t> kept;
+  for (int64_t t : ids) {
+    if (t == prompts_->stop_token()) break;
+    bool special = false;
+    for (const auto& added : prompt_tokenizer_->added_tokens()) special |= added.special && added.id == t;
+    if (special || t >= prompt_tokenizer_->vocab_size()) continue;
+    kept.push_back(static_cast<int32_t>(t));
+  }
+  auto text = prompt_tokenizer_->Decode(kept);
+  if (!text.ok()) {  // An id inside the range the tokenizer lacks: each kept alone if it decodes.
+    std::string joined;
+    for (int32_t t : kept) {
+      if (auto piece = prompt_tokenizer_->Decode({t}); piece.ok()) joined += *piece;
+    }
+    text = joined;
+  }
+  return text::Utf8Lossy(*text);
+}
+
+absl::StatusOr<std::vector<std::vector<double>>> Trainer::ScoreOnRankZero(std::vector<rewards::ScoredCompletion> batch,
+                                                                          int64_t total, const absl::Status& prepared) {
+  // Phases, broadcast from rank 0 (1 number): 2 still scoring (every kHeartbeat, so that no rank's
+  // wait reaches the collective timeout however long the reward programs take: each has its own
+  // timeout_s), 0 scored (the rewards follow), 1 failed (its message follows).
+  constexpr auto kHeartbeat = std::chrono::seconds(5);
+  constexpr int64_t kMessageBytes = 4096;
+  const size_t F = options_.grpo.rewards.size();
+  const auto f64 = at::TensorOptions().dtype(at::kDouble);
+  absl::StatusOr<std::vector<std::vector<double>>> result =
+      prepared.ok() ? absl::StatusOr<std::vector<std::vector<double>>>(std::vector<std::vector<double>>()) : prepared;
+  double phase = 2;
+  if (groups_.global_rank == 0) {
+    if (prepared.ok()) {
+      auto scoring = std::async(std::launch::async, [&] { return rewards_->Score(batch); });
+      while (scoring.wait_for(kHeartbeat) != std::future_status::ready) {
+        at::Tensor still = at::full({1}, 2.0, f64).to(device_);
+        TESSERA_RETURN_IF_ERROR(groups_.world->Broadcast(still, 0));
+      }
+      result = scoring.get();
+    }
+    phase = result.ok() ? 0 : 1;
+    at::Tensor done = at::full({1}, phase, f64).to(device_);
+    TESSERA_RETURN_IF_ERROR(groups_.world->Broadcast(done, 0));
+  } else {
+    while (phase == 2) {
+      at::Tensor got = at::zeros({1}, f64).to(device_);
+      TESSERA_RETURN_IF_ERROR(groups_.world->Broadcast(got, 0));
+      phase = got.cpu().item<double>();
+    }
+  }
+  if (phase == 1) {
+    // Rank 0's message on every rank (whichever rank's error the user is shown names the cause).
+    std::string message = groups_.global_rank == 0 ? std::string(result.status().message()) : std::string();
+    message.resize(kMessageBytes, '\0');
+    at::Tensor bytes = at::from_blob(message.data(), {kMessageBytes}, at::kByte).clone().to(device_);
+    TESSERA_RETURN_IF_ERROR(groups_.world->Broadcast(bytes, 0));
+    const at::Tensor cpu = bytes.cpu().contiguous();
+    std::string text(reinterpret_cast<const char*>(cpu.data_ptr<uint8_t>()), kMessageBytes);
+    text.resize(std::strlen(text.c_str()));
+    const absl::StatusCode code = groups_.global_rank == 0 ? result.status().code() : absl::StatusCode::kInvalidArgument;
+    return absl::Status(code, groups_.global_rank == 0 ? text : absl::StrCat("(rank 0) ", text));
+  }
+  at::Tensor values = at::zeros({static_cast<int64_t>(F) * total}, f64);
+  if (groups_.global_rank == 0) {
+    for (size_t f = 0; f < F; ++f) {
+      for (int64_t c = 0; c < total; ++c) values[static_cast<int64_t>(f) * total + c] = (*result)[f][c];
+    }
+  }
+  values = values.to(device_);
+  TESSERA_RETURN_IF_ERROR(groups_.world->Broadcast(values, 0));
+  const at::Tensor cpu = values.cpu().contiguous();
+  const double* got = cpu.data_ptr<double>();
+  std::vector<std::vector<double>> per_function(F, std::vector<double>(static_cast<size_t>(total)));
+  for (size_t f = 0; f < F; ++f) std::copy(got + f * total, got + (f + 1) * total, per_function[f].begin());
+  return per_function;
 }
 
 absl::Status Trainer::TrimRolloutLog() {

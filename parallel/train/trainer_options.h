@@ -80,8 +80,9 @@ struct TrainerOptions {
   // dpo, reward: data.max_prompt_tokens and max_completion_tokens; grpo: data.max_prompt_tokens.
   formats::data::PreferenceTruncation preference_cut;
   // train.objective grpo (docs/post-training.md "GRPO"): data.path is a prompt dataset
-  // (formats/data/prompt_dataset.h); global_batch counts prompts (step s takes prompts s·B … s·B+B−1,
-  // wrapping, or data.shuffle's permutation of each epoch), each sampled num_generations times by the
+  // (formats/data/prompt_dataset.h); global_batch counts prompts (generation k — step k at
+  // num_iterations 1 — takes prompts k·B … k·B+B−1, wrapping, or data.shuffle's permutation of each
+  // epoch), each sampled num_generations times by the
   // ranks that train on it; micro_batch counts completions. TRL 0.24's GRPOTrainer definitions.
   struct Grpo {
     int num_generations = 8;

@@ -20,6 +20,7 @@ import json
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -100,7 +101,8 @@ class GrpoParityTest(unittest.TestCase):
         cls.eos = cls.hf_tokenizer.eos_token_id
         cls.prompt_ids = [list(map(int, d)) for d in read_indexed_dataset(cls.data)[1]]
 
-    def run_tessera(self, name, sets, loss_type="dapo", lora="", rewards=None, expect_ok=True, beta=0.0, mu=1):
+    def run_tessera(self, name, sets, loss_type="dapo", lora="", rewards=None, expect_ok=True, beta=0.0, mu=1,
+                    mask=False, rank=RANK):
         spec = os.path.join(self.tmp, f"{name}.yaml")
         rewards = rewards or ", ".join(f"{{name: {n}, kind: regex, pattern: '{p}', weight: {w}}}" for n, p, w in REWARDS)
         with open(spec, "w") as f:
@@ -112,10 +114,10 @@ train: {{objective: grpo, steps: {STEPS}, micro_batch: {MICRO}, global_batch: {G
         warmup_steps: {WARMUP}, schedule: cosine, weight_decay: {WD}, betas: [{BETAS[0]}, {BETAS[1]}],
         eps: {ADAM_EPS}, grad_clip: {CLIP}, seed: 5}}
 grpo: {{num_generations: {G}, max_completion_tokens: {MAX_NEW}, temperature: {TEMPERATURE}, loss_type: {loss_type},
-       beta: {beta}, num_iterations: {mu}, rewards: [{rewards}]}}
+       beta: {beta}, num_iterations: {mu}, mask_truncated_completions: {str(mask).lower()}, rewards: [{rewards}]}}
 output_dir: {self.tmp}/{name}
 """)
-        done = hf_testing.run_tessera(TESSERA, spec, sets, dict(os.environ, TESSERA_RANK_BINARY=RANK))
+        done = hf_testing.run_tessera(TESSERA, spec, sets, dict(os.environ, TESSERA_RANK_BINARY=rank))
         if not expect_ok:
             return done
         self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
@@ -131,7 +133,7 @@ output_dir: {self.tmp}/{name}
         ids = completion[:completion.index(self.eos)] if self.eos in completion else completion
         return self.hf_tokenizer.decode(ids, skip_special_tokens=True)
 
-    def check(self, name, sets, loss_type="dapo", lora=False, beta=0.0, mu=1):
+    def check(self, name, sets, loss_type="dapo", lora=False, beta=0.0, mu=1, mask=False):
         lora_spec = (f", lora: {{rank: {LORA_R}, alpha: {LORA_ALPHA}, targets: [{', '.join(LORA_TARGETS)}], "
                      f"init_from: {self.tmp}/adapter}}") if lora else ""
         model = hf_llama(self.vocab)
@@ -145,13 +147,14 @@ output_dir: {self.tmp}/{name}
         # β > 0: TRL's reference, a frozen copy of the initial model (under LoRA the base: peft's
         # disable_adapter, as TRL with peft).
         reference = copy.deepcopy(model).eval() if beta and not lora else None
-        steps, rollouts, saved = self.run_tessera(name, sets, loss_type, lora_spec, beta=beta, mu=mu)
+        steps, rollouts, saved = self.run_tessera(name, sets, loss_type, lora_spec, beta=beta, mu=mu, mask=mask)
         self.assertEqual([s["step"] for s in steps], list(range(1, STEPS + 1)))
         # grpo.num_iterations μ: a generation every μ steps, its rollouts logged at its first step.
         self.assertEqual(len(rollouts), STEPS // mu * GLOBAL * G)
 
         def zero(prompts, completions, **kwargs):
             return [0.0] * len(completions)
+        mask_truncated = mask
         trl = grpo_trainer(self.tmp, self.hf_tokenizer, [zero], num_generations=G, per_device_train_batch_size=MICRO,
                            loss_type=loss_type, beta=0.0, max_completion_length=MAX_NEW, temperature=TEMPERATURE)
         micro_batches = GLOBAL * G // MICRO
@@ -200,8 +203,10 @@ output_dir: {self.tmp}/{name}
                                                 max(abs(a - b) for a, b in zip(lp.tolist(), r["logprobs"])))
                 width = max(len(r["completion_ids"]) for r in rows)
                 padded = torch.stack([torch.nn.functional.pad(lp, (0, width - len(lp))) for lp in logps])
-                mask = torch.tensor([[1] * len(r["completion_ids"]) + [0] * (width - len(r["completion_ids"]))
-                                     for r in rows])
+                # mask_truncated_completions: a truncated completion's tokens add no loss (TRL's
+                # completion_mask zeroed), though dapo's count keeps them (num_items_in_batch).
+                mask = torch.tensor([[0 if mask_truncated and r["truncated"] else 1] * len(r["completion_ids"])
+                                     + [0] * (width - len(r["completion_ids"])) for r in rows])
                 trl._get_per_token_logps_and_entropies = lambda *a, **k: (padded, torch.zeros_like(padded))
                 inputs = {"prompt_ids": torch.ones(len(rows), 2, dtype=torch.long),
                           "prompt_mask": torch.ones(len(rows), 2, dtype=torch.long),
@@ -282,6 +287,19 @@ output_dir: {self.tmp}/{name}
         self.assertNotEqual(done.returncode, 0)
         self.assertIn("prompt 0 has", done.stdout + done.stderr)
         self.assertIn("prompts may have 3", done.stdout + done.stderr)
+        # A model whose vocabulary is larger than the tokenizer's (padded, as many pretrained models'): the
+        # ids past the tokenizer's are left out of the text the rewards see, not an error.
+        done = self.run_tessera("padded_vocab", ["model.init_from=null", "model.vocab=512", "train.steps=2"],
+                                expect_ok=False)
+        self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
+        # A FIFO where the dataset's tokenizer belongs: refused by name, never waited on.
+        fifo = os.path.join(self.tmp, "fifo_prompts")
+        for ext in (".bin", ".idx", ".fields.jsonl", ".prompts.json"):
+            shutil.copy(self.data + ext, fifo + ext)
+        os.mkfifo(fifo + ".tokenizer.json")
+        done = self.run_tessera("fifo", [f"data.path={fifo}"], expect_ok=False)
+        self.assertNotEqual(done.returncode, 0)
+        self.assertIn("tokenizer.json: not a regular file", done.stdout + done.stderr)
         # Reward programs that print text, exit or hang: the step fails naming the reward, nothing trains
         # on missing rewards (no step line).
         for name, script, expected in [
@@ -346,6 +364,22 @@ output_dir: {self.tmp}/{name}
         with open(png, "rb") as f:
             self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
 
+    def test_a_slow_reward_program_outlasts_the_collective_timeout(self):
+        # The ranks wait for one another at most --timeout_s (8 s here, through a wrapper of the rank);
+        # a program that takes ~12 s to score a step's 16 completions still finishes the job: rank 0
+        # tells the others every 5 s that it is still scoring.
+        wrapper = os.path.join(self.tmp, "rank_with_short_timeout.sh")
+        with open(wrapper, "w") as f:
+            f.write(f"#!/bin/sh\nexec {RANK} \"$@\" --timeout_s=8\n")
+        os.chmod(wrapper, 0o755)
+        script = "while read l; do sleep 0.75; echo 1; done"
+        rewards = f"{{name: slow, kind: program, command: [/bin/sh, -c, '{script}'], timeout_s: 60}}"
+        spec_sets = ["parallel.dp=2", "train.steps=1", "train.global_batch=4", "grpo.max_completion_tokens=2"]
+        done = self.run_tessera("slow_reward", spec_sets, rewards=rewards, expect_ok=False, rank=wrapper)
+        self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
+        with open(os.path.join(self.tmp, "slow_reward", "steps.jsonl")) as f:
+            self.assertEqual(json.loads(f.readline())["reward"], 1.0)
+
     def test_dp2(self):
         self.check("dp2", ["parallel.dp=2"])
 
@@ -362,6 +396,12 @@ output_dir: {self.tmp}/{name}
         for loss_type in ["grpo", "bnpo", "dr_grpo"]:
             with self.subTest(loss_type=loss_type):
                 self.check(f"single_{loss_type}", [], loss_type=loss_type)
+        # Truncated completions masked (most of this model's are): every loss type's own normalisation,
+        # dapo's count still every token.
+        for loss_type in ["dapo", "grpo"]:
+            with self.subTest(loss_type=loss_type, mask=True):
+                steps, _ = self.check(f"masked_{loss_type}", [], loss_type=loss_type, mask=True)
+                self.assertGreater(max(s["truncated_fraction"] for s in steps), 0)
 
 
 if __name__ == "__main__":
