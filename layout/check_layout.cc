@@ -194,16 +194,14 @@ void ForObjective(const ModelConfig& m, const ParallelLayout& l, const Target& t
   if (t.objective == Objective::kCrossEntropy) return;
   if (t.objective == Objective::kGrpo) {
     // GRPO samples its completions in the ranks (parallel/models/generate.h): the sampler runs the
-    // whole model on each rank of a 1D tensor-parallel group, so the layouts whose ranks hold a part
-    // of the layers, of a sequence or of the experts, or every parameter sharded, do not train it yet.
+    // whole model on each rank of a 1D tensor-parallel group (ZeRO-3 gathers it once for the sampling),
+    // so the layouts whose ranks hold a part of the layers, of a sequence or of the experts do not train
+    // it yet.
     const char* why = " with train.objective grpo is not supported yet: the sampler runs on dp × 1D tp ranks";
     if (l.pp > 1) Add(out, "parallel.pp", absl::StrCat(l.pp, why));
     if (l.sp > 1) Add(out, "parallel.sp", absl::StrCat(l.sp, why));
     if (l.tp_mode != TpMode::k1D) Add(out, "parallel.tp_mode", absl::StrCat(Name(l.tp_mode), why));
     if (l.ep > 1) Add(out, "parallel.ep", absl::StrCat(l.ep, why));
-    if (l.zero_stage == ZeroStage::kParameters) {
-      Add(out, "parallel.zero_stage", absl::StrCat("3", why, " (ZeRO 1 and 2 are)"));
-    }
     if (m.IsMoe() && m.aux_loss_coef > 0) {
       Add(out, "model.aux_loss_coef", absl::StrCat(m.aux_loss_coef, " with train.objective grpo is not supported yet: "
                                                    "set 0, or balance the experts with model.router_bias_rate"));

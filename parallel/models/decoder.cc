@@ -491,7 +491,13 @@ at::Tensor Decoder::DecodeStep(const at::Tensor& tokens, KvCache* cache) {
   cache->v.resize(config_.layers);
   cache_ = cache;
   at::Tensor x = Embed(tokens);
-  for (int i = 0; i < config_.layers; ++i) x = Block(x, i);
+  // The unit hooks (ZeRO-3's gathers) as a forward pass's; without activation checkpointing.
+  for (int i = 0; i < config_.layers; ++i) {
+    const int unit = UnitOfLayer(i);
+    if (hooks_) hooks_->PreForward(unit, false);
+    x = Block(x, i);
+    if (hooks_) x = hooks_->PostForward(unit, x);
+  }
   x = Norm(x, family_.final_norm, fused_kernels_);
   cache_ = nullptr;
   cache->length += tokens.size(1);

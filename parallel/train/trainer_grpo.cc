@@ -179,6 +179,10 @@ absl::Status Trainer::GenerateRollouts() {
   const int64_t C = options_.grpo.max_completion_tokens;
   // Generation k serves steps k·μ … k·μ + μ − 1 (grpo.num_iterations μ) and takes prompts k·B … k·B + B − 1.
   const int64_t generation = step_ / options_.grpo.num_iterations;
+  // ZeRO-3: the parameters gathered once for the sampler's (and the LoRA reference's) many forward
+  // passes, freed before the training forwards (which gather unit by unit).
+  TESSERA_RETURN_IF_ERROR(zero_->HoldGathered(true));
+  auto unhold = absl::MakeCleanup([this] { zero_->HoldGathered(false).IgnoreError(); });
   // 1–2. This rank's prompts and their completions.
   std::vector<formats::data::PromptRow> rows(local);
   std::vector<Completion> completions;
@@ -311,6 +315,7 @@ absl::Status Trainer::GenerateRollouts() {
       r.ref_logprobs = *std::move(ref);
     }
   }
+  std::move(unhold).Invoke();
   auto made = MakeGrpoRows(rollouts, options_.model.seq_len);
   if (!made.ok()) return made.status();
   grpo_rows_ = *std::move(made);

@@ -223,6 +223,29 @@ void ZeroOptimizer::ReleaseGatheredUnits() {
   }
 }
 
+absl::Status ZeroOptimizer::HoldGathered(bool hold) {
+  if (options_.stage != Stage::kParameters || hold == held_) return absl::OkStatus();
+  at::NoGradGuard no_grad;
+  if (hold) {
+    for (auto& u : units_) StartGather(*u);
+    for (auto& u : units_) {
+      if (u->gather) {
+        absl::Status s = u->gather->Wait();
+        u->gather.reset();
+        if (!s.ok()) return s;
+      }
+      u->gathered = true;
+    }
+    held_ = true;
+    return absl::OkStatus();
+  }
+  held_ = false;
+  for (auto& u : units_) {
+    if (u->pending == 0 && (u->gathered || u->gather)) Release(*u);
+  }
+  return absl::OkStatus();
+}
+
 void ZeroOptimizer::SetSyncThisPass(bool sync) {
   sync_ = sync;
   for (auto& u : units_) u->ready = 0;
@@ -425,6 +448,7 @@ void ZeroOptimizer::Acquire(Unit& u) {
 }
 
 void ZeroOptimizer::Release(Unit& u) {
+  if (held_) return;  // HoldGathered: every unit stays until the hold ends.
   if (u.gather) {
     u.gather->Wait().IgnoreError();
     u.gather.reset();

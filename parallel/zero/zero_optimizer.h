@@ -104,6 +104,10 @@ class ZeroOptimizer final : public UnitHooks {
   // Stage 3: frees every unit a forward pass without autograd (an evaluation) left gathered; no-op
   // otherwise. Units a training forward still needs for its backward stay.
   void ReleaseGatheredUnits();
+  // Stage 3: `hold` true gathers every unit and keeps them gathered (no forward frees one) until
+  // HoldGathered(false) frees them all — a generation phase's many forward passes without autograd
+  // (GRPO's sampler) gather the parameters once. No-op at stages 0–2. A collective over dp.
+  absl::Status HoldGathered(bool hold);
   // Whether the coming backward is the last of the step (its gradients get reduced).
   void SetSyncThisPass(bool sync);
   // After the last backward: each rank's owned gradients, summed over dp.
@@ -200,6 +204,7 @@ class ZeroOptimizer final : public UnitHooks {
   std::unique_ptr<HostStaging> staging_;  // Offload with parameters on an accelerator (first Step).
   double grad_factor_ = 1.0;             // From ScaleGradients, applied as the update reads gradients.
   bool sync_ = false;
+  bool held_ = false;  // HoldGathered.
   int64_t peak_bytes_ = 0;
 };
 

@@ -12,7 +12,7 @@ Per step, from the rollouts tessera sampled and wrote:
   computed here, one sequence at a time, at the temperature; π_old the policy's own, as TRL at
   num_iterations 1), AdamW with tessera's warmup + cosine and clipping. steps.jsonl's loss, grad_norm
   and reward, and every weight after the last step, within 1e-5.
-In one process, dp=2, tp=2, ZeRO-2 (dp=2) and LoRA, with dapo (TRL's default); grpo, bnpo and dr_grpo in
+In one process, dp=2, tp=2, ZeRO-2 and ZeRO-3 (dp=2; also offloaded) and LoRA, with dapo (TRL's default); grpo, bnpo and dr_grpo in
 one process. The test can fail: advantages not normalised per group, log-probabilities without the
 temperature, or prompt tokens in the loss each give other numbers."""
 import copy
@@ -388,6 +388,12 @@ output_dir: {self.tmp}/{name}
 
     def test_zero2(self):
         self.check("zero2", ["parallel.dp=2", "parallel.zero_stage=2"])
+
+    def test_zero3(self):
+        # The parameters gathered once a generation for the sampler (ZeroOptimizer::HoldGathered), then
+        # unit by unit for training; with β the reference apart, and with the optimizer offloaded.
+        self.check("zero3", ["parallel.dp=2", "parallel.zero_stage=3"])
+        self.check("zero3_beta_offload", ["parallel.dp=2", "parallel.zero_stage=3", "optimizer.offload=cpu"], beta=0.04)
 
     def test_lora(self):
         self.check("lora", [], lora=True)
