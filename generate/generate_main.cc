@@ -5,6 +5,7 @@
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <iostream>
 #include <string>
@@ -19,6 +20,7 @@
 #include "client/exit_codes.h"
 #include "common/text/utf8.h"
 #include "formats/data/tokenizer.h"
+#include "generate/prompts_file.h"
 #include "nlohmann/json.hpp"
 #include "parallel/checkpoint/tensor_convert.h"
 #include "parallel/models/generate.h"
@@ -53,6 +55,54 @@ absl::StatusOr<c10::Device> ParseDevice(const std::string& text) {
   return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(index));
 }
 
+// --prompts-file: every prompt of the file as one batch (SampleBatch), line p with seed o.seed + p (what
+// `--seed o.seed+p` alone would draw, up to the batch's rounding), one JSON line per completion.
+int GenerateFile(const parallel::LoadedModel& loaded, const std::string& path, const formats::data::Tokenizer* tokenizer,
+                 const parallel::GenerateOptions& o) {
+  const int64_t max_prompts = parallel::kMaxSamples / std::max(1, o.num_samples);
+  auto prompts = ReadPromptsFile(path, tokenizer, max_prompts);
+  if (!prompts.ok()) {
+    std::cerr << "error: --prompts-file: " << prompts.status().message() << "\n";
+    return kExitBadInput;
+  }
+  if (!tokenizer && loaded.model->config().vocab < 256) {
+    for (const auto& p : *prompts) {
+      for (int64_t id : p) {
+        if (id >= loaded.model->config().vocab) {
+          std::cerr << "error: --prompts-file: a text prompt as bytes needs a vocabulary of at least 256 tokens (use "
+                    << "--tokenizer or prompt_ids)\n";
+          return kExitBadInput;
+        }
+      }
+    }
+  }
+  std::vector<uint64_t> seeds;
+  for (size_t p = 0; p < prompts->size(); ++p) seeds.push_back(o.seed + p);
+  auto completions = parallel::SampleBatch(*loaded.model, *prompts, seeds, o);
+  if (!completions.ok()) {
+    std::cerr << "error: --prompts-file " << path << ": " << completions.status().message() << "\n";
+    return kExitBadInput;
+  }
+  for (size_t p = 0; p < completions->size(); ++p) {
+    for (size_t i = 0; i < (*completions)[p].size(); ++i) {
+      const parallel::Completion& c = (*completions)[p][i];
+      nlohmann::json line = {{"model", text::Utf8Lossy(loaded.source)},
+                             {"prompt_index", p},
+                             {"prompt", (*prompts)[p]},
+                             {"sample", i},
+                             {"tokens", c.tokens},
+                             {"logprobs", c.logprobs},
+                             {"truncated", c.truncated}};
+      if (tokenizer) {
+        auto text = tokenizer->Decode(std::vector<int32_t>(c.tokens.begin(), c.tokens.end()));
+        line["text"] = text::Utf8Lossy(text.ok() ? *text : "?");
+      }
+      std::cout << line.dump() << "\n";
+    }
+  }
+  return kExitOk;
+}
+
 int Main(int argc, char** argv) {
   CLI::App app{"tessera generate: sample tokens from a model (KV cache, CPU or CUDA)"};
   app.name("tessera generate");
@@ -83,13 +133,23 @@ int Main(int argc, char** argv) {
   app.add_option("--logits-out", logits_out, "Write the prompt's logits [T, vocab] (fp32) to this .safetensors file");
   std::string lora;
   app.add_option("--lora", lora, "A PEFT LoRA adapter directory applied over MODEL (as `tessera export` writes one)");
+  std::string prompts_file;
+  app.add_option("--prompts-file", prompts_file,
+                 "A file of prompts, one JSON object a line: {\"prompt\": text} or {\"prompt_ids\": [ids]}; all "
+                 "decoded as one batch, line p (of those not blank) sampled with seed SEED + p; prints --json lines "
+                 "with \"prompt_index\"");
   app.add_flag("--json", json,
                "Print one line per completion, {\"model\", \"prompt\": [...], \"sample\", \"tokens\": [...], "
                "\"logprobs\": [...], \"truncated\", \"text\"}, instead of the tokens as they come");
   CLI11_PARSE(app, argc, argv);
   const bool given_ids = app.count("--prompt-ids") > 0, given_text = app.count("--prompt") > 0;
-  if (given_ids == given_text) {
-    std::cerr << "error: give exactly one of --prompt-ids and --prompt\n";
+  const bool given_file = app.count("--prompts-file") > 0;
+  if (int{given_ids} + int{given_text} + int{given_file} != 1) {
+    std::cerr << "error: give exactly one of --prompt-ids, --prompt and --prompts-file\n";
+    return kExitBadInput;
+  }
+  if (given_file && !logits_out.empty()) {
+    std::cerr << "error: --logits-out: writes one prompt's logits; not with --prompts-file\n";
     return kExitBadInput;
   }
   if (given_text && prompt_text.empty()) {
@@ -112,7 +172,7 @@ int Main(int argc, char** argv) {
       prompt.push_back(id);
     }
   }
-  if (tokenizer_path.empty() && !prompt_text.empty() && std::filesystem::is_directory(model_path) &&
+  if (tokenizer_path.empty() && (!prompt_text.empty() || given_file) && std::filesystem::is_directory(model_path) &&
       std::filesystem::exists(std::filesystem::path(model_path) / "tokenizer.json")) {
     tokenizer_path = (std::filesystem::path(model_path) / "tokenizer.json").string();
   }
@@ -158,6 +218,7 @@ int Main(int argc, char** argv) {
               << loaded->model->config().vocab << " (use --prompt-ids or --tokenizer)\n";
     return kExitBadInput;
   }
+  if (given_file) return GenerateFile(*loaded, prompts_file, tokenizer.get(), o);
   const bool bytes = !prompt_text.empty() && !tokenizer;
   // With a tokenizer, each token's bytes as it comes (a character split over tokens completes later).
   auto text_of = [&](const std::vector<int32_t>& ids) -> std::string {

@@ -181,6 +181,50 @@ class SamplerTest(unittest.TestCase):
         other = self.generate("qwen2", *flags[:-1], "10", "--num-samples", "8")
         self.assertNotEqual([c["tokens"] for c in other], [c["tokens"] for c in many], "another seed draws others")
 
+    def test_a_prompts_file_draws_what_each_prompt_draws_alone(self):
+        # --prompts-file: the prompts (of different lengths) as one left-padded batch, line p with seed
+        # SEED + p — the completions of `--prompt-ids P --seed SEED+p` alone, for a rotary Llama and a MoE.
+        prompts = [PROMPT, PROMPT[:2], [7], PROMPT[::-1] + [1, 2]]
+        path = os.path.join(self.tmp, "prompts.jsonl")
+        with open(path, "w") as f:
+            for p in prompts:
+                f.write(json.dumps({"prompt_ids": p, "id": "ignored"}) + "\n")
+            f.write("\n")  # A blank line: skipped.
+        flags = ["--max-new-tokens", "6", "--temperature", "0.8", "--num-samples", "3", "--seed", "5"]
+        for name in ["llama", "mixtral"]:
+            with self.subTest(name):
+                done = subprocess.run([TESSERA, "generate", self.dirs[name], "--prompts-file", path, "--threads", "1",
+                                       *flags], env=ENV, capture_output=True, text=True)
+                self.assertEqual(done.returncode, 0, done.stderr)
+                batch = [json.loads(line) for line in done.stdout.splitlines()]
+                self.assertEqual([(c["prompt_index"], c["sample"]) for c in batch],
+                                 [(p, i) for p in range(len(prompts)) for i in range(3)])
+                for p, prompt in enumerate(prompts):
+                    alone = subprocess.run([TESSERA, "generate", self.dirs[name], "--prompt-ids", ",".join(map(str, prompt)),
+                                            "--json", "--threads", "1", *flags[:-1], str(5 + p)], env=ENV,
+                                           capture_output=True, text=True)
+                    self.assertEqual(alone.returncode, 0, alone.stderr)
+                    want = [json.loads(line) for line in alone.stdout.splitlines()]
+                    got = [c for c in batch if c["prompt_index"] == p]
+                    self.assertEqual([c["tokens"] for c in got], [c["tokens"] for c in want], f"prompt {p}")
+                    for g, w in zip(got, want):
+                        self.assertEqual(g["prompt"], prompt)
+                        for a, b in zip(g["logprobs"], w["logprobs"]):
+                            self.assertAlmostEqual(a, b, delta=1e-5)
+        # Bad lines are named by line.
+        for body, message in [("{\"prompt_ids\": [1, -2]}", "prompts.bad:1: prompt_ids[1]: -2 is not a token id"),
+                              ("[1, 2]", "prompts.bad:1: not a JSON object"),
+                              ("{\"prompt_ids\": [1]}\n{\"other\": 1}", "prompts.bad:2: give exactly one of"),
+                              ("{\"prompt_ids\": []}", "prompts.bad:1: the prompt has no tokens"),
+                              ("", "holds no prompt")]:
+            bad = os.path.join(self.tmp, "prompts.bad")
+            with open(bad, "w") as f:
+                f.write(body)
+            done = subprocess.run([TESSERA, "generate", self.dirs["llama"], "--prompts-file", bad], env=ENV,
+                                  capture_output=True, text=True)
+            self.assertNotEqual(done.returncode, 0)
+            self.assertIn(message, done.stderr)
+
     def test_bad_options_are_refused_by_name(self):
         for flags, message in [(["--top-p", "0"], "top-p 0 is not in (0, 1]"),
                                (["--top-p", "1.5"], "top-p 1.5 is not in (0, 1]"),
