@@ -4,7 +4,9 @@
 // (loss, gradient norm and every reward field) equals `tessera run`'s of the same spec bit for bit
 // (same layout, same arithmetic), the coordinator's progress and TensorBoard carry it, and a DPO job
 // whose rank is killed resumes from its checkpoint — the reference's log-probabilities restored, not
-// recomputed from the trained weights — with the undisturbed run's numbers.
+// recomputed from the trained weights — with the undisturbed run's numbers. A GRPO job, its rank killed
+// (most of a GRPO step is sampling), resumes and samples what the undisturbed run sampled: the same
+// rollouts.jsonl and step numbers.
 #include <signal.h>
 
 #include <filesystem>
@@ -149,6 +151,44 @@ TEST_F(PreferenceClusterTest, AKilledDpoRankResumesWithTheUndisturbedNumbers) {
   EXPECT_EQ(job.value("state", ""), "JOB_STATE_SUCCEEDED") << job.dump();
   EXPECT_EQ(job.value("attempt", 0), 2) << "one restart";
   ExpectSameSteps(want, out, kDpoFields, steps);
+}
+
+TEST_F(PreferenceClusterTest, AKilledGrpoRankResumesAndSamplesWhatTheUndisturbedRunSampled) {
+  // examples/grpo's prompts with the SFT example's tokenizer; a tiny model from the seed.
+  const std::string prompts = dir_ + "/prompts";
+  auto prepared = RunTessera({"data", "prepare", "--tokenizer", testing::Runfile("examples/sft"), "--prompts",
+                              testing::Runfile("examples/grpo/prompts.jsonl"), prompts});
+  ASSERT_EQ(prepared.exit_code, 0) << prepared.output;
+  const int steps = 100;
+  const std::string spec = dir_ + "/grpo.yaml";
+  std::ofstream(spec) << "name: grpo\n"
+                      << "model: {family: llama, layers: 2, hidden: 64, heads: 4, kv_heads: 2, ffn_hidden: 128, "
+                      << "vocab: 384, seq_len: 64}\n"
+                      << "data: {path: " << prompts << "}\n"
+                      << "parallel: {dp: 2}\n"
+                      << "train: {objective: grpo, steps: " << steps
+                      << ", micro_batch: 4, global_batch: 2, lr: 1e-3, schedule: constant}\n"
+                      << "grpo: {num_generations: 4, max_completion_tokens: 8, rewards: [{name: correct, kind: "
+                      << "exact_answer}, {name: digits, kind: regex, pattern: '[0-9]', weight: 0.5}]}\n"
+                      << "checkpoint: {every_steps: 5, keep: 2" << testing::CheckpointAsyncYaml() << "}\n";
+  const std::string want = RunLocally(spec, "grpo");
+  const std::string out = dir_ + "/out";
+  auto r = cluster_->Cli({"submit", spec, "--max-restarts=2", "--set", "output_dir=" + out});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_TRUE(WaitFor([&] { return fs::exists(out + "/checkpoints/step_00000005"); }, 120))
+      << cluster_->Job("job-000001").dump();
+  auto ranks = testing::ProcessesMatching({"tessera-rank", dir_ + "/", "/jobs/job-000001/attempt_1/"});
+  ASSERT_FALSE(ranks.empty()) << "the job ended before its rank could be killed: " << cluster_->Job("job-000001").dump();
+  kill(ranks.back(), SIGKILL);
+  ASSERT_TRUE(WaitFor([&] { return testing::LocalCluster::Ended(cluster_->Job("job-000001")); }, 240))
+      << cluster_->Job("job-000001").dump();
+  const nlohmann::json job = cluster_->Job("job-000001");
+  EXPECT_EQ(job.value("state", ""), "JOB_STATE_SUCCEEDED") << job.dump();
+  EXPECT_EQ(job.value("attempt", 0), 2) << "one restart";
+  ExpectSameSteps(want, out, {"loss", "grad_norm", "reward", "reward_correct", "reward_digits", "completion_length"},
+                  steps);
+  // Every completion as the undisturbed run sampled it, the killed attempt's lines past its checkpoint gone.
+  EXPECT_EQ(Read(out + "/rollouts.jsonl"), Read(want + "/rollouts.jsonl"));
 }
 
 }  // namespace
