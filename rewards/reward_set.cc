@@ -8,7 +8,8 @@
 
 namespace tessera::rewards {
 
-absl::StatusOr<std::unique_ptr<RewardSet>> RewardSet::Create(std::vector<RewardFunctionOptions> functions) {
+absl::StatusOr<std::unique_ptr<RewardSet>> RewardSet::Create(std::vector<RewardFunctionOptions> functions,
+                                                             ModelScorer scorer) {
   if (functions.empty()) return absl::InvalidArgumentError("rewards: there is no reward function");
   std::set<std::string> names;
   std::vector<Function> made;
@@ -38,16 +39,20 @@ absl::StatusOr<std::unique_ptr<RewardSet>> RewardSet::Create(std::vector<RewardF
         f.program = *std::move(program);
         break;
       }
+      case RewardKind::kModel:
+        if (!scorer) return bad("a reward model needs a scorer (the trainer's)");
+        break;
     }
     f.options = std::move(o);
     made.push_back(std::move(f));
   }
-  return std::unique_ptr<RewardSet>(new RewardSet(std::move(made)));
+  return std::unique_ptr<RewardSet>(new RewardSet(std::move(made), std::move(scorer)));
 }
 
 absl::StatusOr<std::vector<std::vector<double>>> RewardSet::Score(const std::vector<ScoredCompletion>& batch) {
   std::vector<std::vector<double>> out;
-  for (Function& f : functions_) {
+  for (size_t index = 0; index < functions_.size(); ++index) {
+    Function& f = functions_[index];
     const RewardFunctionOptions& o = f.options;
     std::vector<double> scores;
     scores.reserve(batch.size());
@@ -60,6 +65,21 @@ absl::StatusOr<std::vector<std::vector<double>>> RewardSet::Score(const std::vec
       for (const ScoredCompletion& c : batch) queries.push_back({c.prompt, c.completion, c.fields});
       auto got = f.program->Score(queries);
       if (!got.ok()) return got.status();  // The program's errors name it, the answer and its stderr.
+      out.push_back(*std::move(got));
+      continue;
+    }
+    if (o.kind == RewardKind::kModel) {
+      auto got = scorer_(index, batch);
+      if (!got.ok()) return absl::Status(got.status().code(), absl::StrCat("reward ", o.name, ": ", got.status().message()));
+      if (got->size() != batch.size()) {
+        return absl::InternalError(absl::StrCat("reward ", o.name, ": ", got->size(), " scores for ", batch.size(),
+                                                " completions"));
+      }
+      for (size_t c = 0; c < got->size(); ++c) {
+        if (!std::isfinite((*got)[c])) {
+          return at(c, absl::InvalidArgumentError(absl::StrCat("the reward model's score is ", (*got)[c])));
+        }
+      }
       out.push_back(*std::move(got));
       continue;
     }
@@ -82,6 +102,7 @@ absl::StatusOr<std::vector<std::vector<double>>> RewardSet::Score(const std::vec
           r = SoftOverlongPunishment(q.completion_tokens, o.max_tokens, o.soft_cache);
           break;
         case RewardKind::kProgram:
+        case RewardKind::kModel:
           break;  // Above.
       }
       if (!r.ok()) return at(c, r.status());

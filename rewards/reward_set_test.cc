@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -75,6 +76,42 @@ TEST(RewardSetTest, WhatCannotBeScoredIsNamed) {
   auto answer = (*broken)->Score(Batch());
   ASSERT_FALSE(answer.ok());
   EXPECT_THAT(std::string(answer.status().message()), HasSubstr("reward judge"));
+}
+
+TEST(RewardSetTest, AModelRewardIsTheScorersAndItsBadScoresAreNamed) {
+  RewardFunctionOptions model{.name = "rm", .weight = 2, .kind = RewardKind::kModel};
+  model.model_path = "/models/rm";
+  std::vector<size_t> asked;
+  auto set = RewardSet::Create({model}, [&](size_t f, const std::vector<ScoredCompletion>& batch) {
+    asked.push_back(f);
+    std::vector<double> scores;
+    for (const ScoredCompletion& c : batch) scores.push_back(static_cast<double>(c.completion.size()));
+    return absl::StatusOr<std::vector<double>>(scores);
+  });
+  ASSERT_TRUE(set.ok()) << set.status();
+  auto got = (*set)->Score(Batch());
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->size(), 1u);
+  for (size_t c = 0; c < Batch().size(); ++c) EXPECT_EQ((*got)[0][c], static_cast<double>(Batch()[c].completion.size()));
+  EXPECT_EQ(asked, std::vector<size_t>{0});
+  // A score that is not a number, or a scorer's error, fails naming the function (and the completion).
+  auto nan = RewardSet::Create({model}, [](size_t, const std::vector<ScoredCompletion>& batch) {
+    std::vector<double> scores(batch.size(), 1.0);
+    scores.back() = std::nan("");
+    return absl::StatusOr<std::vector<double>>(scores);
+  });
+  ASSERT_TRUE(nan.ok());
+  auto bad = (*nan)->Score(Batch());
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()),
+              HasSubstr(absl::StrCat("reward rm: completion ", Batch().size() - 1, ": the reward model's score is nan")));
+  auto failing = RewardSet::Create({model}, [](size_t, const std::vector<ScoredCompletion>&) {
+    return absl::StatusOr<std::vector<double>>(absl::InternalError("out of memory"));
+  });
+  ASSERT_TRUE(failing.ok());
+  EXPECT_EQ(std::string((*failing)->Score(Batch()).status().message()), "reward rm: out of memory");
+  // Without a scorer there is nothing to score with.
+  EXPECT_THAT(std::string(RewardSet::Create({model}).status().message()), HasSubstr("reward rm: a reward model needs a scorer"));
 }
 
 TEST(RewardSetTest, BadFunctionsAreRefusedByName) {

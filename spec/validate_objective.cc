@@ -240,12 +240,6 @@ void CheckGrpo(const v1::JobSpec& s, Checker& c) {
                                                     "grpo.num_iterations = ", mu, " (a checkpoint falls between generations)"));
     }
   }
-  for (int i = 0; i < g.rewards_size() && i < 64; ++i) {
-    if (g.rewards(i).kind() == v1::REWARD_KIND_MODEL) {
-      c.Fail(absl::StrCat("grpo.rewards[", i, "].kind"), "model: scoring with a reward model inside a GRPO job is not "
-                                                         "supported yet (use exact_answer, regex, length or program)");
-    }
-  }
   if (!s.data().valid_path().empty()) c.Fail("data.valid_path", "is not supported with train.objective grpo (no validation loss)");
   if (s.data().valid_fraction() != 0) {
     c.Fail("data.valid_fraction", "is not supported with train.objective grpo (no validation loss)");

@@ -259,6 +259,12 @@ class Trainer {
   absl::StatusOr<std::vector<double>> ReferenceLogps(const std::vector<int64_t>& prompt,
                                                      const std::vector<int64_t>& completion);
   std::unique_ptr<Decoder> grpo_reference_;
+  // Rank 0: the reward models of grpo.rewards (kind model) by function index, each checked (a score
+  // head, the policy's vocabulary), and their scores of a batch (RewardSet's ModelScorer).
+  absl::Status LoadRewardModels();
+  absl::StatusOr<std::vector<double>> ScoreWithRewardModel(Decoder& model,
+                                                           const std::vector<rewards::ScoredCompletion>& batch);
+  std::map<size_t, std::unique_ptr<Decoder>> reward_models_;
   std::unique_ptr<formats::data::PromptDataset> prompts_;
   std::unique_ptr<formats::data::Tokenizer> prompt_tokenizer_;
   std::unique_ptr<rewards::RewardSet> rewards_;  // Global rank 0 only.

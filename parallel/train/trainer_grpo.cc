@@ -36,6 +36,9 @@
 #include "parallel/checkpoint/tensor_convert.h"
 #include "parallel/models/generate.h"
 #include "parallel/models/hf_weights.h"
+#include "parallel/models/load_model.h"
+#include "parallel/objectives/reward_objective.h"
+#include "formats/model/family.h"
 #include "parallel/train/status_macros.h"
 #include "parallel/train/trainer.h"
 #include "rewards/advantages.h"
@@ -93,11 +96,77 @@ absl::Status Trainer::OpenPrompts() {
     }
   }
   if (groups_.global_rank == 0) {
-    auto set = rewards::RewardSet::Create(options_.grpo.rewards);
+    TESSERA_RETURN_IF_ERROR(LoadRewardModels());
+    auto set = rewards::RewardSet::Create(
+        options_.grpo.rewards, [this](size_t f, const std::vector<rewards::ScoredCompletion>& batch) {
+          return ScoreWithRewardModel(*reward_models_.at(f), batch);
+        });
     if (!set.ok()) return set.status();
     rewards_ = *std::move(set);
   }
   return absl::OkStatus();
+}
+
+absl::Status Trainer::LoadRewardModels() {
+  for (size_t f = 0; f < options_.grpo.rewards.size(); ++f) {
+    const rewards::RewardFunctionOptions& r = options_.grpo.rewards[f];
+    if (r.kind != rewards::RewardKind::kModel) continue;
+    auto fail = [&](const std::string& why) {
+      return absl::InvalidArgumentError(absl::StrCat("grpo.rewards[", f, "] (", r.name, "): ", r.model_path, ": ", why));
+    };
+    auto loaded = LoadModelForInference(r.model_path, device_, "");
+    if (!loaded.ok()) return fail(std::string(loaded.status().message()));
+    const ModelConfig& c = loaded->model->config();
+    if (!c.score_head) {
+      return fail("not a reward model (its head is an LM head): give a checkpoint of train.objective reward or a "
+                  "transformers *ForSequenceClassification directory");
+    }
+    // It scores the policy's ids: the prompt dataset's tokenizer must be its own.
+    if (c.vocab != options_.model.vocab) {
+      return fail(absl::StrCat("its vocabulary is ", c.vocab, " ids, the policy's ", options_.model.vocab,
+                               ": a reward model scores the prompts' and completions' ids, so it needs their tokenizer"));
+    }
+    if (formats::model::FamilyOf(c.family).positions == formats::model::PositionKind::kLearned &&
+        c.seq_len < options_.model.seq_len) {
+      return fail(absl::StrCat("its ", c.seq_len, " learned positions are fewer than model.seq_len ",
+                               options_.model.seq_len));
+    }
+    reward_models_[f] = std::move(loaded->model);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<double>> Trainer::ScoreWithRewardModel(Decoder& model,
+                                                                  const std::vector<rewards::ScoredCompletion>& batch) {
+  // Each completion as `train.objective: reward` trained on it: the prompt's ids and the completion's
+  // (its stop token included), scored at the last token; in forward passes of kScoreRows rows.
+  constexpr size_t kScoreRows = 64;
+  at::NoGradGuard no_grad;
+  std::vector<double> scores(batch.size(), std::nan(""));
+  auto scorer = std::make_shared<SequenceScores>(&scores);
+  model.set_objective(scorer);
+  model.set_masked_targets(true);
+  for (size_t first = 0; first < batch.size(); first += kScoreRows) {
+    const size_t n = std::min(kScoreRows, batch.size() - first);
+    int64_t longest = 1;
+    for (size_t i = first; i < first + n; ++i) {
+      longest = std::max<int64_t>(longest, static_cast<int64_t>(batch[i].prompt_ids.size() + batch[i].completion_ids.size()));
+    }
+    std::vector<int64_t> rows(n * static_cast<size_t>(longest + 1), -1);
+    std::vector<double> where;
+    for (size_t i = 0; i < n; ++i) {
+      WriteRewardRow(batch[first + i].prompt_ids, batch[first + i].completion_ids, rows.data() + i * (longest + 1));
+      where.push_back(static_cast<double>(first + i));
+    }
+    const at::Tensor window = at::from_blob(rows.data(), {static_cast<int64_t>(n), longest + 1}, at::kLong).to(device_);
+    model.set_sample_data(at::tensor(where, at::TensorOptions().dtype(at::kDouble)).to(device_));
+    try {
+      (void)model.Loss(window.narrow(1, 0, longest), window.narrow(1, 1, longest));
+    } catch (const std::exception& e) {
+      return absl::InternalError(e.what());
+    }
+  }
+  return scores;
 }
 
 absl::StatusOr<formats::data::PromptRow> Trainer::ReadPrompt(int64_t i) const {
@@ -282,6 +351,8 @@ absl::Status Trainer::GenerateRollouts() {
       batch[c].completion = CompletionText(tokens_of(c));
       batch[c].completion_tokens = length_of(c);
       batch[c].fields = prompt.fields;
+      batch[c].prompt_ids = prompt.ids;
+      for (int64_t t : tokens_of(c)) batch[c].completion_ids.push_back(static_cast<int32_t>(t));
     }
   }
   auto scored = ScoreOnRankZero(std::move(batch), total, prepared);

@@ -380,6 +380,51 @@ output_dir: {self.tmp}/{name}
         with open(os.path.join(self.tmp, "slow_reward", "steps.jsonl")) as f:
             self.assertEqual(json.loads(f.readline())["reward"], 1.0)
 
+    def test_a_reward_model_scores_the_completions(self):
+        # kind: model — a transformers LlamaForSequenceClassification (drawn, seed 11) scores each
+        # completion's prompt + completion ids on rank 0, as transformers' own forward scores them
+        # (logits at the last token, within 1e-5); its rewards enter the advantages with the others'.
+        import transformers
+        config = transformers.LlamaConfig(
+            vocab_size=self.vocab, hidden_size=HIDDEN, intermediate_size=FFN, num_hidden_layers=LAYERS,
+            num_attention_heads=HEADS, num_key_value_heads=KV_HEADS, max_position_embeddings=SEQ, rms_norm_eps=EPS,
+            rope_theta=THETA, tie_word_embeddings=False, num_labels=1)
+        torch.manual_seed(11)
+        rm = transformers.LlamaForSequenceClassification(config).float().eval()
+        rm_dir = os.path.join(self.tmp, "reward-model")
+        rm.save_pretrained(rm_dir, safe_serialization=True)
+        rewards = (f"{{name: rm, kind: model, path: {rm_dir}}}, "
+                   f"{{name: has_a, kind: regex, pattern: 'a', weight: 0.5}}")
+        steps, rollouts, _ = self.run_tessera("reward_model", ["parallel.dp=2"], rewards=rewards)
+        worst = 0.0
+        for step in range(STEPS):
+            batch = [r for r in rollouts if r["step"] == step + 1]
+            totals = []
+            for r in batch:
+                with torch.no_grad():
+                    want = float(rm(input_ids=torch.tensor([r["prompt_ids"] + r["completion_ids"]])).logits[0, 0])
+                worst = max(worst, abs(r["rewards"]["rm"] - want))
+                self.assertLessEqual(abs(r["rewards"]["rm"] - want), TOL * max(1.0, abs(want)))
+                has_a = 1.0 if re.search("a", self.text_of(r["completion_ids"])) else 0.0
+                self.assertEqual(r["rewards"]["has_a"], has_a)
+                totals.append(r["rewards"]["rm"] + 0.5 * has_a)
+                self.assertAlmostEqual(r["reward"], totals[-1], places=9)
+            for r, a in zip(batch, group_advantages(totals)):
+                self.assertLessEqual(abs(r["advantage"] - a), 1e-6 * max(1.0, abs(a)))
+            self.assertAlmostEqual(steps[step]["reward_rm"], sum(r["rewards"]["rm"] for r in batch) / len(batch), places=9)
+        print(f"reward model: largest difference from transformers' scores {worst:.1e}")
+        # A causal LM is no reward model, and a reward model of another vocabulary is refused by name.
+        lm_dir = os.path.join(self.tmp, "causal-lm")
+        hf_llama(self.vocab).save_pretrained(lm_dir, safe_serialization=True)
+        config.vocab_size = self.vocab + 8
+        other_dir = os.path.join(self.tmp, "other-vocab-rm")
+        transformers.LlamaForSequenceClassification(config).save_pretrained(other_dir, safe_serialization=True)
+        for name, path, message in [("not_rm", lm_dir, "not a reward model (its head is an LM head)"),
+                                    ("other_vocab", other_dir, f"its vocabulary is {self.vocab + 8} ids, the policy's")]:
+            done = self.run_tessera(name, [], rewards=f"{{name: rm, kind: model, path: {path}}}", expect_ok=False)
+            self.assertNotEqual(done.returncode, 0)
+            self.assertIn(f"grpo.rewards[0] (rm): {path}: {message}", done.stdout + done.stderr)
+
     def test_dp2(self):
         self.check("dp2", ["parallel.dp=2"])
 

@@ -108,7 +108,11 @@ parallel::TrainerOptions ToTrainerOptions(const v1::JobSpec& spec) {
           f.program.argv.assign(r.command().begin(), r.command().end());
           if (r.timeout_s() > 0) f.program.timeout = absl::Seconds(r.timeout_s());
           break;
-        default:  // exact_answer (validation refuses a kind that is not built).
+        case v1::REWARD_KIND_MODEL:
+          f.kind = rewards::RewardKind::kModel;
+          f.model_path = r.path();
+          break;
+        default:  // exact_answer.
           f.kind = rewards::RewardKind::kExactAnswer;
           if (!r.field().empty()) f.field = r.field();
       }
