@@ -59,22 +59,15 @@ absl::StatusOr<c10::Device> ParseDevice(const std::string& text) {
 // `--seed o.seed+p` alone would draw, up to the batch's rounding), one JSON line per completion.
 int GenerateFile(const parallel::LoadedModel& loaded, const std::string& path, const formats::data::Tokenizer* tokenizer,
                  const parallel::GenerateOptions& o) {
-  const int64_t max_prompts = parallel::kMaxSamples / std::max(1, o.num_samples);
-  auto prompts = ReadPromptsFile(path, tokenizer, max_prompts);
+  if (o.num_samples < 1 || o.num_samples > parallel::kMaxSamples) {
+    std::cerr << "error: num-samples " << o.num_samples << " is not in [1, " << parallel::kMaxSamples << "]\n";
+    return kExitBadInput;
+  }
+  const int64_t max_prompts = parallel::kMaxSamples / o.num_samples;
+  auto prompts = ReadPromptsFile(path, tokenizer, max_prompts, loaded.model->config().vocab);
   if (!prompts.ok()) {
     std::cerr << "error: --prompts-file: " << prompts.status().message() << "\n";
     return kExitBadInput;
-  }
-  if (!tokenizer && loaded.model->config().vocab < 256) {
-    for (const auto& p : *prompts) {
-      for (int64_t id : p) {
-        if (id >= loaded.model->config().vocab) {
-          std::cerr << "error: --prompts-file: a text prompt as bytes needs a vocabulary of at least 256 tokens (use "
-                    << "--tokenizer or prompt_ids)\n";
-          return kExitBadInput;
-        }
-      }
-    }
   }
   std::vector<uint64_t> seeds;
   for (size_t p = 0; p < prompts->size(); ++p) seeds.push_back(o.seed + p);
@@ -285,4 +278,11 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace tessera::client
 
-int main(int argc, char** argv) { return tessera::client::Main(argc, argv); }
+int main(int argc, char** argv) {
+  try {
+    return tessera::client::Main(argc, argv);
+  } catch (const std::exception& e) {  // LibTorch's errors (memory, a device): a message, not an abort.
+    std::cerr << "error: " << e.what() << "\n";
+    return tessera::client::kExitJobFailed;
+  }
+}

@@ -14,7 +14,7 @@ namespace tessera::client {
 
 absl::StatusOr<std::vector<std::vector<int64_t>>> ReadPromptsFile(const std::string& path,
                                                                   const formats::data::Tokenizer* tokenizer,
-                                                                  int64_t max_prompts) {
+                                                                  int64_t max_prompts, int64_t vocab) {
   // Opened without blocking and read only as a regular file: a FIFO or device is refused.
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return absl::InvalidArgumentError(absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
@@ -55,8 +55,8 @@ absl::StatusOr<std::vector<std::vector<int64_t>>> ReadPromptsFile(const std::str
       const nlohmann::json& list = j["prompt_ids"];
       if (!list.is_array()) return fail("prompt_ids: must be a list of token ids");
       for (size_t k = 0; k < list.size(); ++k) {
-        if (!list[k].is_number_integer() || list[k].get<int64_t>() < 0 || list[k].get<int64_t>() > INT32_MAX) {
-          return fail(absl::StrCat("prompt_ids[", k, "]: ", list[k].dump(), " is not a token id"));
+        if (!list[k].is_number_integer() || list[k].get<int64_t>() < 0 || list[k].get<int64_t>() >= vocab) {
+          return fail(absl::StrCat("prompt_ids[", k, "]: ", list[k].dump(), " is not a token id of the model's ", vocab));
         }
         ids.push_back(list[k].get<int64_t>());
       }
@@ -66,9 +66,18 @@ absl::StatusOr<std::vector<std::vector<int64_t>>> ReadPromptsFile(const std::str
       if (encoder) {
         std::vector<int32_t> encoded;
         if (absl::Status s = encoder->Encode(prompt, &encoded); !s.ok()) return fail(absl::StrCat("prompt: ", s.message()));
+        for (int32_t id : encoded) {
+          if (id >= vocab) return fail(absl::StrCat("prompt: token ", id, " is past the model's vocabulary of ", vocab));
+        }
         ids.assign(encoded.begin(), encoded.end());
       } else {
-        for (unsigned char ch : prompt) ids.push_back(ch);
+        for (unsigned char ch : prompt) {
+          if (ch >= vocab) {
+            return fail(absl::StrCat("prompt: byte ", int{ch}, " is past the model's vocabulary of ", vocab,
+                                     " (text as bytes needs 256 ids: give --tokenizer)"));
+          }
+          ids.push_back(ch);
+        }
       }
     }
     if (ids.empty()) return fail("the prompt has no tokens");

@@ -16,12 +16,12 @@ namespace tessera::client {
 inline constexpr int64_t kMaxPromptsFileBytes = int64_t{1} << 30;
 
 // The prompts of `path` (a regular file of at most kMaxPromptsFileBytes, at most `max_prompts` lines
-// that are not blank) as ids; `tokenizer` may be null (text as bytes). InvalidArgument names the file,
-// the line and the problem: not JSON, no prompt or both kinds, an empty prompt, an id that is not an
-// integer in [0, 2^31).
+// that are not blank) as ids below `vocab`; `tokenizer` may be null (text as bytes). InvalidArgument
+// names the file, the line and the problem: not JSON, no prompt or both kinds, an empty prompt, an id
+// that is not an integer in [0, vocab).
 absl::StatusOr<std::vector<std::vector<int64_t>>> ReadPromptsFile(const std::string& path,
                                                                   const formats::data::Tokenizer* tokenizer,
-                                                                  int64_t max_prompts);
+                                                                  int64_t max_prompts, int64_t vocab);
 
 }  // namespace tessera::client
 

@@ -206,6 +206,11 @@ void ForObjective(const ModelConfig& m, const ParallelLayout& l, const Target& t
       Add(out, "model.aux_loss_coef", absl::StrCat(m.aux_loss_coef, " with train.objective grpo is not supported yet: "
                                                    "set 0, or balance the experts with model.router_bias_rate"));
     }
+    if (m.IsMoe() && m.capacity_factor > 0) {
+      Add(out, "model.capacity_factor", absl::StrCat(m.capacity_factor, " with train.objective grpo is not supported "
+                                                     "yet (the sampler's padding would take experts' capacity): use 0, "
+                                                     "dropless"));
+    }
     return;
   }
   // A Mixture of Experts: the routers' statistics (the balancing loss, loss-free balancing's loads)

@@ -7,6 +7,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "spec/job_spec.h"
+#include "spec/paths.h"
 
 namespace tessera::spec {
 namespace {
@@ -139,6 +140,22 @@ grpo:
   auto empty = ParseJobSpec("name: g\ndata: {path: /x}\nmodel: {heads: 4}\ntrain: {objective: grpo}\n", {"output_dir=/o"});
   ASSERT_TRUE(empty.ok());
   EXPECT_THAT(Errors(*empty), HasSubstr("grpo.rewards: needs at least one reward function"));
+}
+
+TEST(GrpoSpecTest, ARewardModelsPathIsAnInputMadeAbsolute) {
+  const std::string with_model = std::string(kSpec) + "    - {name: rm, kind: model, path: models/rm}\n";
+  auto s = ParseJobSpec(with_model, {"output_dir=/out/g"});
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(Errors(*s), "");
+  MakePathsAbsolute(&*s, "/cwd/project");
+  EXPECT_EQ(s->grpo().rewards(4).path(), "/cwd/project/models/rm");
+  bool listed = false;
+  for (const auto& [field, path] : InputPaths(*s)) listed |= field == "grpo.rewards[4].path" && path == "/cwd/project/models/rm";
+  EXPECT_TRUE(listed) << "the job's inputs (confined to the data roots) include the reward model";
+  // A Mixture of Experts with an expert capacity: the sampler's padding would take capacity.
+  auto capacity = ParseJobSpec(kSpec, {"output_dir=/out/g", "model.experts=4", "model.capacity_factor=1.25"});
+  ASSERT_TRUE(capacity.ok());
+  EXPECT_THAT(Errors(*capacity), HasSubstr("model.capacity_factor: 1.25 with train.objective grpo is not supported yet"));
 }
 
 TEST(GrpoSpecTest, TheSectionBelongsToGrpo) {

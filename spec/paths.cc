@@ -99,6 +99,9 @@ void MakePathsAbsolute(v1::JobSpec* s, const std::string& cwd) {
       s->dpo().reference() != "initial") {
     s->mutable_dpo()->set_reference(absolute(s->dpo().reference()));
   }
+  for (auto& r : *s->mutable_grpo()->mutable_rewards()) {
+    if (r.kind() == v1::REWARD_KIND_MODEL) r.set_path(absolute(r.path()));
+  }
   s->set_output_dir(absolute(s->output_dir()));
   if (s->has_checkpoint()) s->mutable_checkpoint()->set_dir(absolute(s->checkpoint().dir()));
 }
@@ -116,6 +119,11 @@ std::vector<std::pair<std::string, std::string>> InputPaths(const v1::JobSpec& s
   add("model.lora.init_from", s.model().lora().init_from());
   if (s.train().objective() == v1::OBJECTIVE_DPO && s.dpo().reference() != "initial") {
     add("dpo.reference", s.dpo().reference());
+  }
+  for (int i = 0; i < s.grpo().rewards_size(); ++i) {
+    if (s.grpo().rewards(i).kind() == v1::REWARD_KIND_MODEL) {
+      add(absl::StrCat("grpo.rewards[", i, "].path"), s.grpo().rewards(i).path());
+    }
   }
   return out;
 }

@@ -113,6 +113,7 @@ absl::Status Trainer::Init() {
   auto device = SelectDevice(options_.device);
   if (!device.ok()) return device.status();
   device_ = *device;
+  if (grpo()) TESSERA_RETURN_IF_ERROR(OpenRewards());
   if (l.pp > 1) {
     auto stages = layout::StageLayout::Create(m.layers, l.pp, l.pp_chunks, l.pp_layers, layout::PlacementOf(l.pp_schedule));
     if (!stages.ok()) return stages.status();

@@ -259,9 +259,14 @@ class Trainer {
   absl::StatusOr<std::vector<double>> ReferenceLogps(const std::vector<int64_t>& prompt,
                                                      const std::vector<int64_t>& completion);
   std::unique_ptr<Decoder> grpo_reference_;
-  // Rank 0: the reward models of grpo.rewards (kind model) by function index, each checked (a score
-  // head, the policy's vocabulary), and their scores of a batch (RewardSet's ModelScorer).
+  // OpenRewards (after the device is chosen): rank 0 starts the reward functions, every rank gets its
+  // verdict. Rank 0: the reward models of grpo.rewards (kind model) by function index, each checked (a
+  // score head, the policy's vocabulary, positions for the longest row it scores), and their scores of
+  // a batch (RewardSet's ModelScorer).
+  absl::Status OpenRewards();
   absl::Status LoadRewardModels();
+  // The most tokens a reward model scores: the longest whole prompt the job reads + max_completion_tokens.
+  int64_t longest_scored_ = 0;
   absl::StatusOr<std::vector<double>> ScoreWithRewardModel(Decoder& model,
                                                            const std::vector<rewards::ScoredCompletion>& batch);
   std::map<size_t, std::unique_ptr<Decoder>> reward_models_;

@@ -80,6 +80,7 @@ absl::Status Trainer::OpenPrompts() {
   for (int64_t g = 0; g < read; ++g) {
     const int64_t i = options_.data.shuffle ? PromptOf(g) : g;
     if (auto row = prompts_->Row(i); !row.ok()) return fail(row.status());
+    longest_scored_ = std::max<int64_t>(longest_scored_, prompts_->length(i) + options_.grpo.max_completion_tokens);
     const int64_t length = cut > 0 ? std::min<int64_t>(cut, prompts_->length(i)) : prompts_->length(i);
     if (length > room) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -89,15 +90,6 @@ absl::Status Trainer::OpenPrompts() {
           " ids, so prompts may have ", std::max<int64_t>(room, 0),
           " (shorten the prompts, lower grpo.max_completion_tokens or raise model.seq_len)"));
     }
-  }
-  if (groups_.global_rank == 0) {
-    TESSERA_RETURN_IF_ERROR(LoadRewardModels());
-    auto set = rewards::RewardSet::Create(
-        options_.grpo.rewards, [this](size_t f, const std::vector<rewards::ScoredCompletion>& batch) {
-          return ScoreWithRewardModel(*reward_models_.at(f), batch);
-        });
-    if (!set.ok()) return set.status();
-    rewards_ = *std::move(set);
   }
   return absl::OkStatus();
 }
@@ -265,16 +257,19 @@ absl::Status Trainer::GenerateRollouts() {
   };
   // Rank 0 scores every completion (its prompts read once); the others wait for its verdict.
   const size_t F = options_.grpo.rewards.size();
-  std::vector<formats::data::PromptRow> step_prompts;  // Rank 0: the generation's B prompts.
+  std::vector<formats::data::PromptRow> step_prompts;  // Rank 0: the generation's B prompts (ids cut),
+  std::vector<std::vector<int32_t>> whole_ids;          // and their whole ids (what a reward model scores).
   std::vector<rewards::ScoredCompletion> batch;
   absl::Status prepared = absl::OkStatus();
   if (groups_.global_rank == 0) {
     for (int64_t j = 0; j < B && prepared.ok(); ++j) {
+      auto whole = prompts_->Row(PromptOf(generation * B + j));
       auto prompt = ReadPrompt(PromptOf(generation * B + j));
-      if (prompt.ok()) {
+      if (whole.ok() && prompt.ok()) {
+        whole_ids.push_back(std::move(whole->ids));
         step_prompts.push_back(*std::move(prompt));
       } else {
-        prepared = prompt.status();
+        prepared = whole.ok() ? prompt.status() : whole.status();
       }
     }
     batch.resize(static_cast<size_t>(total));
@@ -284,7 +279,8 @@ absl::Status Trainer::GenerateRollouts() {
       batch[c].completion = CompletionText(tokens_of(c));
       batch[c].completion_tokens = length_of(c);
       batch[c].fields = prompt.fields;
-      batch[c].prompt_ids = prompt.ids;
+      // As TRL's reward models see the whole prompt (data.max_prompt_tokens cuts only the policy's).
+      batch[c].prompt_ids = whole_ids[c / G];
       for (int64_t t : tokens_of(c)) batch[c].completion_ids.push_back(static_cast<int32_t>(t));
     }
   }

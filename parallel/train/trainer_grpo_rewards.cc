@@ -22,6 +22,33 @@
 
 namespace tessera::parallel {
 
+absl::Status Trainer::OpenRewards() {
+  // Rank 0 starts the programs and loads the reward models (on the job's device); every rank learns
+  // its verdict before the first collective of training, so a failure there is every rank's error.
+  absl::Status opened = absl::OkStatus();
+  if (groups_.global_rank == 0) {
+    opened = LoadRewardModels();
+    if (opened.ok()) {
+      auto set = rewards::RewardSet::Create(
+          options_.grpo.rewards, [this](size_t f, const std::vector<rewards::ScoredCompletion>& batch) {
+            return ScoreWithRewardModel(*reward_models_.at(f), batch);
+          });
+      if (set.ok()) {
+        rewards_ = *std::move(set);
+      } else {
+        opened = set.status();
+      }
+    }
+  }
+  at::Tensor failed = at::full({1}, opened.ok() ? 0.0 : 1.0, at::TensorOptions().dtype(at::kDouble)).to(device_);
+  TESSERA_RETURN_IF_ERROR(groups_.world->AllReduce(failed, ReduceOp::kMax));
+  if (!opened.ok()) return opened;
+  if (failed.cpu().item<double>() > 0) {
+    return absl::FailedPreconditionError("rank 0 could not start the reward functions (its error names the reward)");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Trainer::LoadRewardModels() {
   for (size_t f = 0; f < options_.grpo.rewards.size(); ++f) {
     const rewards::RewardFunctionOptions& r = options_.grpo.rewards[f];
@@ -42,9 +69,9 @@ absl::Status Trainer::LoadRewardModels() {
                                ": a reward model scores the prompts' and completions' ids, so it needs their tokenizer"));
     }
     if (formats::model::FamilyOf(c.family).positions == formats::model::PositionKind::kLearned &&
-        c.seq_len < options_.model.seq_len) {
-      return fail(absl::StrCat("its ", c.seq_len, " learned positions are fewer than model.seq_len ",
-                               options_.model.seq_len));
+        c.seq_len < longest_scored_) {
+      return fail(absl::StrCat("its ", c.seq_len, " learned positions are fewer than the ", longest_scored_,
+                               " tokens of the longest prompt it may score with a whole completion"));
     }
     reward_models_[f] = std::move(loaded->model);
   }
@@ -121,7 +148,13 @@ absl::StatusOr<std::vector<std::vector<double>>> Trainer::ScoreOnRankZero(std::v
   double phase = 2;
   if (groups_.global_rank == 0) {
     if (prepared.ok()) {
-      auto scoring = std::async(std::launch::async, [&] { return rewards_->Score(batch); });
+      auto scoring = std::async(std::launch::async, [&]() -> absl::StatusOr<std::vector<std::vector<double>>> {
+        try {
+          return rewards_->Score(batch);
+        } catch (const std::exception& e) {  // Torch's errors (a device's memory) become rank 0's message.
+          return absl::InternalError(e.what());
+        }
+      });
       while (scoring.wait_for(kHeartbeat) != std::future_status::ready) {
         at::Tensor still = at::full({1}, 2.0, f64).to(device_);
         TESSERA_RETURN_IF_ERROR(groups_.world->Broadcast(still, 0));

@@ -213,6 +213,7 @@ class SamplerTest(unittest.TestCase):
                             self.assertAlmostEqual(a, b, delta=1e-5)
         # Bad lines are named by line.
         for body, message in [("{\"prompt_ids\": [1, -2]}", "prompts.bad:1: prompt_ids[1]: -2 is not a token id"),
+                              ("{\"prompt_ids\": [1, 500000]}", "prompts.bad:1: prompt_ids[1]: 500000 is not a token id of the model's"),
                               ("[1, 2]", "prompts.bad:1: not a JSON object"),
                               ("{\"prompt_ids\": [1]}\n{\"other\": 1}", "prompts.bad:2: give exactly one of"),
                               ("{\"prompt_ids\": []}", "prompts.bad:1: the prompt has no tokens"),
