@@ -98,6 +98,26 @@ class PreferenceClusterTest : public ::testing::Test {
     }
   }
 
+  // Submits `spec` into DIR/out (two restarts allowed), SIGKILLs a rank of its first attempt once the
+  // checkpoint of step 5 exists, and waits for the job to end: it succeeds on its second attempt.
+  // Returns the output directory.
+  std::string SubmitAndKillARank(const std::string& spec) {
+    const std::string out = dir_ + "/out";
+    auto r = cluster_->Cli({"submit", spec, "--max-restarts=2", "--set", "output_dir=" + out});
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_TRUE(WaitFor([&] { return fs::exists(out + "/checkpoints/step_00000005"); }, 120))
+        << cluster_->Job("job-000001").dump();
+    auto ranks = testing::ProcessesMatching({"tessera-rank", dir_ + "/", "/jobs/job-000001/attempt_1/"});
+    EXPECT_FALSE(ranks.empty()) << "the job ended before its rank could be killed: " << cluster_->Job("job-000001").dump();
+    if (!ranks.empty()) kill(ranks.back(), SIGKILL);
+    EXPECT_TRUE(WaitFor([&] { return testing::LocalCluster::Ended(cluster_->Job("job-000001")); }, 240))
+        << cluster_->Job("job-000001").dump();
+    const nlohmann::json job = cluster_->Job("job-000001");
+    EXPECT_EQ(job.value("state", ""), "JOB_STATE_SUCCEEDED") << job.dump();
+    EXPECT_EQ(job.value("attempt", 0), 2) << "one restart";
+    return out;
+  }
+
   std::unique_ptr<testing::LocalCluster> cluster_;
   std::string dir_, pairs_;
 };
@@ -137,19 +157,7 @@ TEST_F(PreferenceClusterTest, AKilledDpoRankResumesWithTheUndisturbedNumbers) {
   const int steps = 150;
   const std::string spec = WriteSpec("dpo", steps);
   const std::string want = RunLocally(spec, "dpo");
-  const std::string out = dir_ + "/out";
-  auto r = cluster_->Cli({"submit", spec, "--max-restarts=2", "--set", "output_dir=" + out});
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  ASSERT_TRUE(WaitFor([&] { return fs::exists(out + "/checkpoints/step_00000005"); }, 120))
-      << cluster_->Job("job-000001").dump();
-  auto ranks = testing::ProcessesMatching({"tessera-rank", dir_ + "/", "/jobs/job-000001/attempt_1/"});
-  ASSERT_FALSE(ranks.empty()) << "the job ended before its rank could be killed: " << cluster_->Job("job-000001").dump();
-  kill(ranks.back(), SIGKILL);
-  ASSERT_TRUE(WaitFor([&] { return testing::LocalCluster::Ended(cluster_->Job("job-000001")); }, 240))
-      << cluster_->Job("job-000001").dump();
-  const nlohmann::json job = cluster_->Job("job-000001");
-  EXPECT_EQ(job.value("state", ""), "JOB_STATE_SUCCEEDED") << job.dump();
-  EXPECT_EQ(job.value("attempt", 0), 2) << "one restart";
+  const std::string out = SubmitAndKillARank(spec);
   ExpectSameSteps(want, out, kDpoFields, steps);
 }
 
@@ -172,19 +180,7 @@ TEST_F(PreferenceClusterTest, AKilledGrpoRankResumesAndSamplesWhatTheUndisturbed
                       << "exact_answer}, {name: digits, kind: regex, pattern: '[0-9]', weight: 0.5}]}\n"
                       << "checkpoint: {every_steps: 5, keep: 2" << testing::CheckpointAsyncYaml() << "}\n";
   const std::string want = RunLocally(spec, "grpo");
-  const std::string out = dir_ + "/out";
-  auto r = cluster_->Cli({"submit", spec, "--max-restarts=2", "--set", "output_dir=" + out});
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  ASSERT_TRUE(WaitFor([&] { return fs::exists(out + "/checkpoints/step_00000005"); }, 120))
-      << cluster_->Job("job-000001").dump();
-  auto ranks = testing::ProcessesMatching({"tessera-rank", dir_ + "/", "/jobs/job-000001/attempt_1/"});
-  ASSERT_FALSE(ranks.empty()) << "the job ended before its rank could be killed: " << cluster_->Job("job-000001").dump();
-  kill(ranks.back(), SIGKILL);
-  ASSERT_TRUE(WaitFor([&] { return testing::LocalCluster::Ended(cluster_->Job("job-000001")); }, 240))
-      << cluster_->Job("job-000001").dump();
-  const nlohmann::json job = cluster_->Job("job-000001");
-  EXPECT_EQ(job.value("state", ""), "JOB_STATE_SUCCEEDED") << job.dump();
-  EXPECT_EQ(job.value("attempt", 0), 2) << "one restart";
+  const std::string out = SubmitAndKillARank(spec);
   ExpectSameSteps(want, out, {"loss", "grad_norm", "reward", "reward_correct", "reward_digits", "completion_length"},
                   steps);
   // Every completion as the undisturbed run sampled it, the killed attempt's lines past its checkpoint gone.
