@@ -129,14 +129,16 @@ TEST_F(MultiHostTest, WorkerAndCoordinatorKilledAndADamagedCheckpointTheJobEndsA
   const int victim_host = victim.back() - '0';
 
   hosts_->Kill(worker_pids_.at(victim_host));
-  // With a rank gone no checkpoint can be committed any more (every rank must vote): damage the
-  // newest one now.
+  hosts_->Kill(coordinator_pid_);
+  // The survivor's rank may still commit a checkpoint whose votes were all cast before the kill (with
+  // checkpoint.async its write ends in the background): the newest checkpoint is known once the first
+  // attempt's ranks are gone (the coordinator, down, starts no other). Damage it then.
+  ASSERT_TRUE(WaitFor([&] { return testing::ProcessesMatching({"tessera-rank", dir_ + "/", "/attempt_1/"}).empty(); }, 60))
+      << RankCommands();
   auto all = formats::checkpoint::ListCheckpoints(out + "/checkpoints");
   ASSERT_FALSE(all.empty());
   const int64_t damaged_step = all.back().first;
   fs::resize_file(all.back().second + "/model.safetensors", 1000);
-  hosts_->Kill(coordinator_pid_);
-  std::this_thread::sleep_for(std::chrono::seconds(1));
   StartCoordinator();
 
   ASSERT_TRUE(WaitFor([&] { return Ended(Job(id)); }, 150)) << "job stuck: " << Job(id).dump();
