@@ -36,6 +36,7 @@
 #include "client/preference_prepare.h"
 #include "formats/data/preference_dataset.h"
 #include "parallel/models/load_model.h"
+#include "parallel/models/reward_scoring.h"
 #include "parallel/objectives/reward_objective.h"
 
 namespace tessera::client {
@@ -83,39 +84,6 @@ void RemoveScratchOnSignals(const fs::path& dir) {
   for (int sig : {SIGINT, SIGTERM, SIGHUP}) signal(sig, RemoveScratchAndDie);
 }
 
-// One sequence to score: a prompt and a completion (a pair's side, or a single completion).
-struct Scored {
-  const std::vector<int32_t>* prompt;
-  const std::vector<int32_t>* completion;
-  int64_t index;  // Its place in the scores.
-};
-
-// Scores `seqs` in one forward pass, each at its last token as training reads it (WriteRewardRow),
-// seqs[i]'s score into (*scores)[seqs[i].index]. Every sequence fits the model (the caller checked).
-absl::Status ScoreBatch(parallel::Decoder& model, const std::vector<Scored>& seqs) {
-  int64_t longest = 1;
-  for (const Scored& q : seqs) {
-    longest = std::max<int64_t>(longest, static_cast<int64_t>(q.prompt->size() + q.completion->size()));
-  }
-  const int64_t n = static_cast<int64_t>(seqs.size());
-  // Rows of longest + 1 ids (right-padded with −1: token 0, untrained).
-  std::vector<int64_t> rows(static_cast<size_t>(n * (longest + 1)), -1);
-  std::vector<double> where;
-  for (int64_t i = 0; i < n; ++i) {
-    const Scored& q = seqs[static_cast<size_t>(i)];
-    parallel::WriteRewardRow(*q.prompt, *q.completion, rows.data() + i * (longest + 1));
-    where.push_back(static_cast<double>(q.index));
-  }
-  const at::Tensor window = at::from_blob(rows.data(), {n, longest + 1}, at::kLong);
-  model.set_sample_data(at::tensor(where, at::TensorOptions().dtype(at::kDouble)));
-  try {
-    (void)model.Loss(window.narrow(1, 0, longest), window.narrow(1, 1, longest));
-  } catch (const std::exception& e) {
-    return absl::InternalError(e.what());
-  }
-  return absl::OkStatus();
-}
-
 // Single completions (PrepareCompletions): one line {"record": i, "score": s} each, in order.
 // `named`: a message with the input's displayed name (standard input's copy as "<stdin>").
 int ScoreCompletions(parallel::Decoder& model, const std::string& source, const std::string& data,
@@ -151,12 +119,12 @@ int ScoreCompletions(parallel::Decoder& model, const std::string& source, const 
   }
   scores->assign(static_cast<size_t>(n), std::numeric_limits<double>::quiet_NaN());
   for (int64_t first = 0; first < n; first += batch) {
-    std::vector<Scored> seqs;
+    std::vector<parallel::ScoredSequence> seqs;
     for (int64_t i = first; i < std::min<int64_t>(n, first + batch); ++i) {
       const CompletionTokens& r = (*records)[static_cast<size_t>(i)];
       seqs.push_back({&r.prompt, &r.completion, i});
     }
-    if (absl::Status s = ScoreBatch(model, seqs); !s.ok()) {
+    if (absl::Status s = parallel::ScoreSequences(model, seqs); !s.ok()) {
       std::cerr << "error: scoring records " << first << ".." << first + static_cast<int64_t>(seqs.size()) - 1 << ": "
                 << s.message() << "\n";
       return kExitJobFailed;
@@ -315,13 +283,13 @@ int Main(int argc, char** argv) {
       read.push_back(*std::move(pair));
     }
     // Chosen then rejected.
-    std::vector<Scored> seqs;
+    std::vector<parallel::ScoredSequence> seqs;
     for (int64_t i = 0; i < count; ++i) {
       const formats::data::PreferencePair& pair = read[static_cast<size_t>(i)];
       seqs.push_back({&pair.prompt, &pair.chosen, 2 * (first + i)});
       seqs.push_back({&pair.prompt, &pair.rejected, 2 * (first + i) + 1});
     }
-    if (absl::Status s = ScoreBatch(model, seqs); !s.ok()) {
+    if (absl::Status s = parallel::ScoreSequences(model, seqs); !s.ok()) {
       std::cerr << "error: scoring pairs " << first << ".." << first + count - 1 << ": " << s.message() << "\n";
       return kExitJobFailed;
     }

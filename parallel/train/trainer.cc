@@ -285,21 +285,26 @@ absl::Status Trainer::LoadInitialWeights() {
   if (!resume.ok()) return resume.status();
   const bool lora = options_.model.lora.enabled();
   if (*resume < 0 || lora) {
-    if (!options_.init_from.empty()) {
-      auto full = LoadTensors(options_.init_from);
-      if (!full.ok()) return full.status();
-      absl::Status s = model_->LoadFull(*full);
-      if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("model.init_from ", options_.init_from, ": ", s.message()));
-    } else if (!options_.pretrained.empty()) {
-      // Mapped, not read: this rank copies its own parts (its stage's blocks, its tp slices).
-      auto weights = OpenHfWeights(options_.pretrained, options_.model);
-      absl::Status s = weights.ok() ? model_->LoadFull(weights->tensors) : weights.status();
-      if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("model.pretrained: ", s.message()));
-    }
+    TESSERA_RETURN_IF_ERROR(LoadStartingWeights(*model_));
     if (lora && !options_.lora_init_from.empty()) TESSERA_RETURN_IF_ERROR(LoadPeftAdapter(options_.lora_init_from));
   }
   if (*resume >= 0) {
     TESSERA_RETURN_IF_ERROR(LoadCheckpoint(absl::StrCat(options_.checkpoint_dir, "/", CheckpointName(*resume))));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::LoadStartingWeights(Decoder& model) const {
+  if (!options_.init_from.empty()) {
+    auto full = LoadTensors(options_.init_from);
+    if (!full.ok()) return full.status();
+    absl::Status s = model.LoadFull(*full);
+    if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("model.init_from ", options_.init_from, ": ", s.message()));
+  } else if (!options_.pretrained.empty()) {
+    // Mapped, not read: this rank copies its own parts (its stage's blocks, its tp slices).
+    auto weights = OpenHfWeights(options_.pretrained, options_.model);
+    absl::Status s = weights.ok() ? model.LoadFull(weights->tensors) : weights.status();
+    if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("model.pretrained: ", s.message()));
   }
   return absl::OkStatus();
 }

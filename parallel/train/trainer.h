@@ -140,6 +140,8 @@ class Trainer {
   // optimizer over the model's parameters in `dtype`.
   absl::Status OpenData();
   absl::Status LoadInitialWeights();
+  // model.init_from's or model.pretrained's weights into `model` (this rank's part); nothing without.
+  absl::Status LoadStartingWeights(Decoder& model) const;
   absl::Status CreateOptimizer(at::ScalarType dtype);
   // Step's parts, in order. ForwardBackward: this step's backward passes (the pipeline's schedule or
   // `accum` micro-batches), returning the sum of their losses. ReduceLossAndNorm (after

@@ -109,16 +109,7 @@ absl::Status Trainer::CreateGrpoReference() {
   // base model itself, the adapters off (TRL with peft), so nothing is built.
   if (options_.grpo.loss.beta == 0 || options_.model.lora.enabled()) return absl::OkStatus();
   std::unique_ptr<Decoder> ref = NewModel();  // The seed's weights, as model_'s before any were loaded.
-  if (!options_.init_from.empty()) {
-    auto full = LoadTensors(options_.init_from);
-    if (!full.ok()) return full.status();
-    absl::Status s = ref->LoadFull(*full);
-    if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("model.init_from ", options_.init_from, ": ", s.message()));
-  } else if (!options_.pretrained.empty()) {
-    auto weights = OpenHfWeights(options_.pretrained, options_.model);
-    absl::Status s = weights.ok() ? ref->LoadFull(weights->tensors) : weights.status();
-    if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("model.pretrained: ", s.message()));
-  }
+  TESSERA_RETURN_IF_ERROR(LoadStartingWeights(*ref));
   // Scored in the job's precision, as the policy's own forward is.
   for (Param& p : ref->params()) p.value = p.value.detach().to(param_dtype_);
   grpo_reference_ = std::move(ref);
@@ -264,13 +255,13 @@ absl::Status Trainer::GenerateRollouts() {
   if (groups_.global_rank == 0) {
     for (int64_t j = 0; j < B && prepared.ok(); ++j) {
       auto whole = prompts_->Row(PromptOf(generation * B + j));
-      auto prompt = ReadPrompt(PromptOf(generation * B + j));
-      if (whole.ok() && prompt.ok()) {
-        whole_ids.push_back(std::move(whole->ids));
-        step_prompts.push_back(*std::move(prompt));
-      } else {
-        prepared = whole.ok() ? prompt.status() : whole.status();
+      if (!whole.ok()) {
+        prepared = whole.status();
+        break;
       }
+      whole_ids.push_back(whole->ids);
+      options_.preference_cut.CutPrompt(&whole->ids);  // ReadPrompt's cut, on the row read once.
+      step_prompts.push_back(*std::move(whole));
     }
     batch.resize(static_cast<size_t>(total));
     for (int64_t c = 0; c < total && prepared.ok(); ++c) {

@@ -16,6 +16,7 @@
 #include "common/text/utf8.h"
 #include "formats/model/family.h"
 #include "parallel/models/load_model.h"
+#include "parallel/models/reward_scoring.h"
 #include "parallel/objectives/reward_objective.h"
 #include "parallel/train/status_macros.h"
 #include "parallel/train/trainer.h"
@@ -83,30 +84,15 @@ absl::StatusOr<std::vector<double>> Trainer::ScoreWithRewardModel(Decoder& model
   // Each completion as `train.objective: reward` trained on it: the prompt's ids and the completion's
   // (its stop token included), scored at the last token; in forward passes of kScoreRows rows.
   constexpr size_t kScoreRows = 64;
-  at::NoGradGuard no_grad;
   std::vector<double> scores(batch.size(), std::nan(""));
-  auto scorer = std::make_shared<SequenceScores>(&scores);
-  model.set_objective(scorer);
+  model.set_objective(std::make_shared<SequenceScores>(&scores));
   model.set_masked_targets(true);
   for (size_t first = 0; first < batch.size(); first += kScoreRows) {
-    const size_t n = std::min(kScoreRows, batch.size() - first);
-    int64_t longest = 1;
-    for (size_t i = first; i < first + n; ++i) {
-      longest = std::max<int64_t>(longest, static_cast<int64_t>(batch[i].prompt_ids.size() + batch[i].completion_ids.size()));
+    std::vector<ScoredSequence> seqs;
+    for (size_t i = first; i < std::min(batch.size(), first + kScoreRows); ++i) {
+      seqs.push_back({&batch[i].prompt_ids, &batch[i].completion_ids, static_cast<int64_t>(i)});
     }
-    std::vector<int64_t> rows(n * static_cast<size_t>(longest + 1), -1);
-    std::vector<double> where;
-    for (size_t i = 0; i < n; ++i) {
-      WriteRewardRow(batch[first + i].prompt_ids, batch[first + i].completion_ids, rows.data() + i * (longest + 1));
-      where.push_back(static_cast<double>(first + i));
-    }
-    const at::Tensor window = at::from_blob(rows.data(), {static_cast<int64_t>(n), longest + 1}, at::kLong).to(device_);
-    model.set_sample_data(at::tensor(where, at::TensorOptions().dtype(at::kDouble)).to(device_));
-    try {
-      (void)model.Loss(window.narrow(1, 0, longest), window.narrow(1, 1, longest));
-    } catch (const std::exception& e) {
-      return absl::InternalError(e.what());
-    }
+    TESSERA_RETURN_IF_ERROR(ScoreSequences(model, seqs));
   }
   return scores;
 }
