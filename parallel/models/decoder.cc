@@ -214,11 +214,12 @@ at::Tensor Decoder::Attend(const at::Tensor& q, const at::Tensor& k_new, const a
     }
     return at::scaled_dot_product_attention(q, k, v, mask, 0.0, /*is_causal=*/false);
   }
-  // Packed sequences: causal within each run (runs_, numbered over the whole sequence).
-  if (sp_ && sp_->size() > 1) return SequenceParallelAttention(sp_mode_, q, k_new, v_new, sp_.get(), runs_);
-  if (runs_.defined()) {
+  // Packed sequences and shared prefixes: causal within each key's span (ends_, over the whole
+  // sequence; a forward that left out the last positions narrows it to its own).
+  if (sp_ && sp_->size() > 1) return SequenceParallelAttention(sp_mode_, q, k_new, v_new, sp_.get(), ends_);
+  if (ends_.defined()) {
     const int64_t T = q.size(2);
-    return at::scaled_dot_product_attention(q, k_new, v_new, RunCausalMask(runs_, 0, T, 0, T), 0.0, /*is_causal=*/false);
+    return at::scaled_dot_product_attention(q, k_new, v_new, SpanCausalMask(ends_, 0, T, 0, T), 0.0, /*is_causal=*/false);
   }
   return at::scaled_dot_product_attention(q, k_new, v_new, {}, 0.0, /*is_causal=*/true);
 }
@@ -282,7 +283,7 @@ at::Tensor Decoder::Rotary(const at::Tensor& t, int64_t first_position) const {
   at::Tensor angles;
   if (positions_.defined() && cache_ == nullptr) {
     // Packed sequences: each token's own position; [B, 1, T, D/2] to broadcast over the heads.
-    angles = (LocalPositions().to(at::kCPU).to(at::kFloat).unsqueeze(-1) * inv_freq).unsqueeze(1);
+    angles = (LocalPositions(T).to(at::kCPU).to(at::kFloat).unsqueeze(-1) * inv_freq).unsqueeze(1);
   } else if (cache_ != nullptr && cache_->offsets.defined()) {
     // Left-padded rows: each row's positions count from its first token (its padding's clamped to 0).
     angles = (PaddedPositions(T).to(at::kFloat).unsqueeze(-1) * inv_freq).unsqueeze(1);
@@ -426,13 +427,13 @@ at::Tensor Decoder::RealIds(const at::Tensor& ids) { return at::where(ids < 0, -
 
 void Decoder::set_positions(at::Tensor positions) {
   positions_ = std::move(positions);
-  // A run starts at each position 0: its number is the count of starts so far (once per micro-batch,
-  // not per layer).
-  runs_ = positions_.defined() ? (positions_ == 0).cumsum(1) : at::Tensor();
+  // Each position's span (once per micro-batch, not per layer).
+  ends_ = positions_.defined() ? PositionSpanEnds(positions_) : at::Tensor();
 }
 
-at::Tensor Decoder::LocalPositions() const {
-  if (!sp_ || sp_->size() == 1) return positions_;
+at::Tensor Decoder::LocalPositions(int64_t T) const {
+  if (!sp_ || sp_->size() == 1) return positions_.narrow(1, 0, T);  // Loss may leave out the last ones.
+
   const int64_t block = positions_.size(1) / sp_->size();
   return positions_.narrow(1, sp_->rank() * block, block);
 }
@@ -443,7 +444,7 @@ at::Tensor Decoder::PaddedPositions(int64_t T) const {
 }
 
 at::Tensor Decoder::LearnedPositions(const at::Tensor& table, int64_t first_position, int64_t T) const {
-  if (positions_.defined() && cache_ == nullptr) return at::embedding(table, LocalPositions().to(table.device()));
+  if (positions_.defined() && cache_ == nullptr) return at::embedding(table, LocalPositions(T).to(table.device()));
   if (cache_ != nullptr && cache_->offsets.defined()) return at::embedding(table, PaddedPositions(T).to(table.device()));
   return table.narrow(0, first_position, T);
 }
@@ -516,9 +517,10 @@ at::Tensor Decoder::Loss(const at::Tensor& tokens_in, const at::Tensor& targets_
   if (masked_targets_ && shape_.mode == TpMode::k1D && !config_.IsMoeLayer(last) && config_.lora.dropout == 0) {
     at::Tensor trained = targets >= 0;  // [B, T]
     // Positions after the batch's last trained target reach no loss (attention is causal): without
-    // sequence parallelism (its blocks are fixed), packing (already dense) or a Mixture of Experts
-    // (its balancing statistics count every routed token), they are left out.
-    const bool whole_sequence = (!sp_ || sp_->size() == 1) && !positions_.defined() && !config_.IsMoe();
+    // sequence parallelism (its blocks are fixed) or a Mixture of Experts (its balancing statistics
+    // count every routed token), they are left out — with set positions too (LocalPositions and
+    // the masks take the first ones).
+    const bool whole_sequence = (!sp_ || sp_->size() == 1) && !config_.IsMoe();
     if (whole_sequence && targets.size(1) > 1) {
       const at::Tensor any = trained.any(0).nonzero();
       const int64_t keep = any.size(0) > 0 ? any.max().item<int64_t>() + 1 : targets.size(1);

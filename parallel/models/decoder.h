@@ -117,11 +117,12 @@ class Decoder {
   // log-probabilities at the sampling temperature: transformers' logits / temperature), applied as the
   // final hidden state scaled by 1 / temperature (the head has no bias). 1: the logits as they are.
   void set_logit_temperature(double temperature) { logit_scale_ = 1.0 / temperature; }
-  // Packed sequences (formats/data/token_dataset.h "Packing"): the positions [B, T] of the tokens the
-  // next forward passes (and the recomputations of their backward) take — of the whole sequence, all
-  // sp blocks — for the rotary or learned position embeddings; a token attends only to earlier
-  // tokens of its run (the tokens from the last position 0 at or before it). Undefined (the
-  // default): positions 0 .. T−1, causal attention. Not with a KV cache.
+  // Packed sequences (formats/data/token_dataset.h "Packing") and shared-prompt rows (DPO's): the
+  // positions [B, T] of the tokens the next forward passes (and the recomputations of their backward)
+  // take — of the whole sequence, all sp blocks — for the rotary or learned position embeddings; a
+  // token attends only to the earlier tokens it descends from (PositionSpanEnds: a packed run's own
+  // tokens; a shared prompt and its own completion). Undefined (the default): positions 0 .. T−1,
+  // causal attention. Not with a KV cache.
   void set_positions(at::Tensor positions);
   // LoRA dropout (config.lora.dropout > 0): the micro-batch's seed of the masks of the forward passes
   // that follow and of the recomputations in their backward (LoraDropout) — the same for every rank
@@ -294,8 +295,9 @@ class Decoder {
   // q or k [B, H, T, D] rotated by their positions (first_position + t, or positions_ when set),
   // transformers' rotate-half.
   at::Tensor Rotary(const at::Tensor& t, int64_t first_position) const;
-  // This rank's block of positions_ (its sp block).
-  at::Tensor LocalPositions() const;
+  // This rank's block of positions_ (its sp block); without sp the first T of them (T: the forward's
+  // length, which Loss may have cut).
+  at::Tensor LocalPositions(int64_t T) const;
   // The learned position embeddings (rows of `table`) of T tokens from first_position, or of
   // positions_ when set.
   at::Tensor LearnedPositions(const at::Tensor& table, int64_t first_position, int64_t T) const;
@@ -340,7 +342,7 @@ class Decoder {
   std::optional<uint64_t> dropout_seed_;  // set_dropout_seed.
   bool adapters_enabled_ = true;  // set_adapters_enabled.
   at::Tensor positions_;  // set_positions.
-  at::Tensor runs_;       // With positions_: which run each position is in, [B, T] (every layer's mask).
+  at::Tensor ends_;       // With positions_: PositionSpanEnds, [B, T] (every layer's mask).
   double target_weight_ = 1;
   at::Tensor sample_data_;  // set_sample_data.
   double logit_scale_ = 1;  // set_logit_temperature: 1 / temperature.

@@ -1,11 +1,12 @@
-// DPO as an Objective (objective.h; docs/post-training.md): each micro-batch holds pairs as two samples
-// each, the chosen completion's sample then the rejected one's (prompt then completion, only the
-// completion's targets trained: the Trainer's preference rows); the loss is the mean over the pairs of
-// DpoLosses (preference_loss.h) with the reference's log-probabilities from TargetLosses::sample_data.
-// SequenceLogps is the pass that computes those: it writes each sample's log-probability into a table.
+// DPO as an Objective (objective.h; docs/post-training.md): each micro-batch holds pairs in one of two
+// forms (PairRows; only the completions' targets trained: the Trainer's preference rows); the loss is
+// the mean over the pairs of DpoLosses (preference_loss.h) with the reference's log-probabilities from
+// TargetLosses::sample_data. SequenceLogps is the pass that computes those: it writes each completion's
+// log-probability into a table.
 #ifndef TESSERA_PARALLEL_OBJECTIVES_DPO_OBJECTIVE_H_
 #define TESSERA_PARALLEL_OBJECTIVES_DPO_OBJECTIVE_H_
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -14,17 +15,31 @@
 
 namespace tessera::parallel {
 
-// Each sample's log-probability of its trained targets, [samples] fp32 differentiable in t.nll: the
-// sum of −nll over them, or (per_token_mean: IPO's) that sum over their number (0 without any), of
-// the whole samples (TargetLosses::WholeSamples: summed over sequence blocks).
-at::Tensor SampleLogps(const TargetLosses& t, bool per_token_mean);
+// How a micro-batch's samples hold its pairs.
+enum class PairRows {
+  // Two samples a pair: prompt + chosen, then prompt + rejected. Any layout.
+  kSeparate,
+  // One sample a pair (Trainer's shared-prompt rows): the prompt but its last token, then that token
+  // and the chosen completion, then that token again and the rejected completion, positioned so that
+  // each completion sees the prompt and not the other (Decoder::set_positions); the sample's whole
+  // targets on this part (no sequence parallelism). The sample data's last column is the index of the
+  // rejected branch's first input in the row: the targets of inputs before it are chosen's.
+  kSharedPrompt,
+};
+
+// Each pair's log-probabilities of its chosen and rejected completions' trained targets, [pairs, 2]
+// fp32 differentiable in t.nll: the sum of −nll over them, or (per_token_mean: IPO's) that sum over
+// their number (0 without any), of the whole samples (TargetLosses::WholeSamples: summed over sequence
+// blocks).
+at::Tensor CompletionLogps(const TargetLosses& t, PairRows rows, bool per_token_mean);
 
 class DpoObjective final : public Objective {
  public:
-  explicit DpoObjective(const DpoLossOptions& options) : options_(options) {}
+  DpoObjective(const DpoLossOptions& options, PairRows rows) : options_(options), rows_(rows) {}
   const char* name() const override { return "dpo"; }
-  // t.sample_data: [samples] fp64, the reference's log-probability of each sample (as SampleLogps,
-  // per-token means for ipo); samples = 2 · pairs, chosen then rejected.
+  // t.sample_data, fp64: the reference's log-probability of each completion (as CompletionLogps,
+  // per-token means for ipo) — kSeparate: [samples], samples = 2 · pairs, chosen then rejected;
+  // kSharedPrompt: [pairs, 3], chosen's, rejected's and the row's rejected branch start.
   at::Tensor Loss(const TargetLosses& t) const override;
   // TRL's DPOTrainer metrics (means over the pairs): rewards_chosen = β·(π_c − ρ_c), rewards_rejected,
   // rewards_margin (their difference), rewards_accuracy (the share with chosen's above rejected's),
@@ -34,22 +49,38 @@ class DpoObjective final : public Objective {
 
  private:
   DpoLossOptions options_;
+  PairRows rows_;
   mutable MetricSums metrics_{6};
 };
 
-// A forward pass that records each sample's log-probability (SampleLogps) into `table` at the index
-// t.sample_data gives it ([samples] fp64 holding integers), and returns 0 (no gradient). DPO's
-// reference scoring: the Trainer runs it over the pairs with the reference's weights.
+// A forward pass that records each completion's log-probability (CompletionLogps) into `table` at the
+// index t.sample_data gives it — kSeparate: [samples], one per sample; kSharedPrompt: [pairs, 3],
+// chosen's and rejected's indices and the rejected branch's start (fp64 holding integers) — and returns
+// 0 (no gradient). DPO's reference scoring: the Trainer runs it over the pairs with the reference's
+// weights.
 class SequenceLogps final : public Objective {
  public:
-  SequenceLogps(std::vector<double>* table, bool per_token_mean) : table_(table), per_token_mean_(per_token_mean) {}
+  SequenceLogps(std::vector<double>* table, PairRows rows, bool per_token_mean)
+      : table_(table), rows_(rows), per_token_mean_(per_token_mean) {}
   const char* name() const override { return "sequence_logps"; }
   at::Tensor Loss(const TargetLosses& t) const override;
 
  private:
   std::vector<double>* table_;
+  PairRows rows_;
   bool per_token_mean_;
 };
+
+// A pair as a shared-prompt row of T = seq_len (each completion non-empty and at most T + 1 tokens
+// with the prompt): its ids into row[0 .. 2T + 1] (filled with −1, padding, before; SFT data's
+// encoding: an untrained target −id − 1) and, unless null, its inputs' positions into
+// positions[0 .. 2T] (filled with 0 before). The prompt but its last token at positions 0 .. P − 2;
+// each branch starts with an untrained token at position P − 1 — the prompt's last, or without a
+// prompt the completion's first (never scored: no position precedes it, as in TRL) — followed by the
+// completion's trained tokens; so the rejected branch starts at index P + C. Positions are capped at
+// T − 1, which only a branch's last input can pass (its target is untrained, nothing attends to it).
+void WriteSharedPromptRow(const std::vector<int32_t>& prompt, const std::vector<int32_t>& chosen,
+                          const std::vector<int32_t>& rejected, int64_t T, int64_t* row, int64_t* positions);
 
 }  // namespace tessera::parallel
 

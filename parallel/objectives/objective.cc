@@ -6,12 +6,12 @@
 
 namespace tessera::parallel {
 
-void RecordSampleValues(const TargetLosses& t, const at::Tensor& values, std::vector<double>* table) {
-  TORCH_CHECK(t.sample_data.defined() && t.sample_data.numel() == t.samples && values.numel() == t.samples,
-              "a scoring pass needs one table index and one value per sample");
+void RecordSampleValues(const at::Tensor& where_in, const at::Tensor& values, std::vector<double>* table) {
+  TORCH_CHECK(where_in.defined() && where_in.numel() == values.numel(),
+              "a scoring pass needs one table index per value: ", values.numel(), " values");
   const at::Tensor v = values.detach().to(at::kDouble).cpu().contiguous();
-  const at::Tensor where = t.sample_data.to(at::kDouble).cpu().contiguous();
-  for (int64_t i = 0; i < t.samples; ++i) {
+  const at::Tensor where = where_in.to(at::kDouble).cpu().contiguous();
+  for (int64_t i = 0; i < v.numel(); ++i) {
     const double w = where.data_ptr<double>()[i];
     if (w < 0 || w >= static_cast<double>(table->size())) continue;  // Padding samples: no entry.
     (*table)[static_cast<size_t>(w)] = v.data_ptr<double>()[i];

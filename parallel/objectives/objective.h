@@ -92,10 +92,10 @@ class CrossEntropy final : public Objective {
 // The shared default objective.
 std::shared_ptr<const Objective> DefaultObjective();
 
-// A scoring pass's record (SequenceLogps, SequenceScores): values[i] ([samples], one per sample) into
-// (*table)[t.sample_data[i]] (fp64 holding integers); an index outside the table is a padding
-// sample's, not recorded.
-void RecordSampleValues(const TargetLosses& t, const at::Tensor& values, std::vector<double>* table);
+// A scoring pass's record (SequenceLogps, SequenceScores): values[i] into (*table)[where[i]] (any
+// shapes of as many elements; `where` fp64 holding integers); an index outside the table is a
+// padding sample's, not recorded.
+void RecordSampleValues(const at::Tensor& where, const at::Tensor& values, std::vector<double>* table);
 
 // An objective's metrics (Objective::TakeMetrics): each Loss() call adds its row of means over its
 // part; Take() returns the sums and sets them back to 0. Not thread-safe (one per Trainer).

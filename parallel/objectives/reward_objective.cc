@@ -49,7 +49,7 @@ std::vector<double> RewardObjective::TakeMetrics() const { return metrics_.Take(
 at::Tensor SequenceScores::Loss(const TargetLosses& t) const {
   TORCH_CHECK(t.sample_data.defined() && t.sample_data.numel() == t.samples,
               "sequence_scores: the micro-batch has no sample indices");
-  RecordSampleValues(t, SampleScores(t), table_);
+  RecordSampleValues(t.sample_data, SampleScores(t), table_);
   return at::zeros({}, t.scores.options());
 }
 

@@ -261,8 +261,11 @@ absl::Status PipelineRunner::Forward(const PipeAction& a, const std::function<ab
   }
   if (chunk.embedding && chunk.head) {
     // The whole model in one chunk (a one-stage pipeline: no pipeline parallelism). Decoder::Loss,
-    // which also leaves out the positions no trained target reads.
-    stash.output = model_->Loss(tokens.narrow(1, 0, T), tokens.narrow(1, 1, T));
+    // which also leaves out the positions no trained target reads. Its rows may be wider than
+    // seq_len (DPO's shared-prompt rows: a prompt and two completions): inputs and targets are the
+    // row's entries but the last and but the first.
+    const int64_t width = tokens.size(1) - 1;
+    stash.output = model_->Loss(tokens.narrow(1, 0, width), tokens.narrow(1, 1, width));
     if (stash.stats) {
       model_->set_router_stats({});
       if (absl::Status s = ForwardStats(a, stash); !s.ok()) return s;

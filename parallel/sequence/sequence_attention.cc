@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <vector>
 
 namespace tessera::parallel {
 namespace {
@@ -40,10 +41,10 @@ at::Tensor Scores(const at::Tensor& q, const at::Tensor& k, double scale, bool d
 }
 
 // Packed sequences: the keys of block `src` this rank's queries may see ([B, 1, Tl, Tl]); undefined
-// without runs.
-at::Tensor BlockMask(const at::Tensor& runs, int r, int src, int64_t Tl) {
-  if (!runs.defined()) return {};
-  return RunCausalMask(runs, r * Tl, Tl, src * Tl, Tl);
+// without spans.
+at::Tensor BlockMask(const at::Tensor& ends, int r, int src, int64_t Tl) {
+  if (!ends.defined()) return {};
+  return SpanCausalMask(ends, r * Tl, Tl, src * Tl, Tl);
 }
 
 // The fused CPU kernel's additive form of `allowed` (0 or −inf, in `like`'s dtype); none when undefined.
@@ -55,8 +56,8 @@ std::optional<at::Tensor> Additive(const at::Tensor& allowed, const at::Tensor& 
 
 struct RingAttentionFn : public torch::autograd::Function<RingAttentionFn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q_in, const at::Tensor& k_in,
-                            const at::Tensor& v_in, Communicator* sp, const std::optional<at::Tensor>& runs_in) {
-    const at::Tensor runs = runs_in.value_or(at::Tensor());
+                            const at::Tensor& v_in, Communicator* sp, const std::optional<at::Tensor>& ends_in) {
+    const at::Tensor ends = ends_in.value_or(at::Tensor());
     const int n = sp->size(), r = sp->rank();
     const int64_t Tl = q_in.size(2);
     const double scale = 1.0 / std::sqrt(static_cast<double>(q_in.size(-1)));
@@ -77,10 +78,10 @@ struct RingAttentionFn : public torch::autograd::Function<RingAttentionFn> {
         send = sp->SendAsync(kv, (r + 1) % n, 0);
         recv = sp->RecvAsync(next, (r + n - 1) % n, 0);
       }
-      const at::Tensor allowed = src <= r ? BlockMask(runs, r, src, Tl) : at::Tensor();
+      const at::Tensor allowed = src <= r ? BlockMask(ends, r, src, Tl) : at::Tensor();
       if (src <= r && q.device().is_cpu()) {
         // The fused CPU attention kernel on this block (memory O(Tl), not O(Tl²)), merged by log-sum-exp.
-        auto [o, l] = at::_scaled_dot_product_flash_attention_for_cpu(q, kv[0], kv[1], 0.0, src == r && !runs.defined(),
+        auto [o, l] = at::_scaled_dot_product_flash_attention_for_cpu(q, kv[0], kv[1], 0.0, src == r && !ends.defined(),
                                                                       Additive(allowed, q));
         at::Tensor lj = l.unsqueeze(-1);
         // A row with no key allowed in this block adds nothing (the kernel gives it output 0, lse 0);
@@ -115,7 +116,7 @@ struct RingAttentionFn : public torch::autograd::Function<RingAttentionFn> {
     out = out.contiguous();
     SavePointer(ctx, "sp", sp);
     ctx->save_for_backward({q_in, k_in, v_in, out, lse});
-    ctx->saved_data["runs"] = runs;
+    ctx->saved_data["ends"] = ends;
     return out.to(q_in.scalar_type());
   }
 
@@ -127,7 +128,7 @@ struct RingAttentionFn : public torch::autograd::Function<RingAttentionFn> {
     const at::ScalarType dtype = saved[0].scalar_type();
     const at::Tensor& out = saved[3];
     const at::Tensor& lse = saved[4];
-    const at::Tensor runs = ctx->saved_data["runs"].toOptional<at::Tensor>().value_or(at::Tensor());
+    const at::Tensor ends = ctx->saved_data["ends"].toOptional<at::Tensor>().value_or(at::Tensor());
     const int64_t Tl = q.size(2);
     const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
     at::Tensor dout = grads[0].to(at::kFloat).contiguous();
@@ -141,10 +142,10 @@ struct RingAttentionFn : public torch::autograd::Function<RingAttentionFn> {
     at::Tensor next = at::empty_like(block);
     for (int j = 0; j < n; ++j) {
       const int src = (r - j + n) % n;
-      const at::Tensor allowed = src <= r ? BlockMask(runs, r, src, Tl) : at::Tensor();
+      const at::Tensor allowed = src <= r ? BlockMask(ends, r, src, Tl) : at::Tensor();
       if (src <= r && q.device().is_cpu()) {
         auto [dq_j, dk_j, dv_j] = at::_scaled_dot_product_flash_attention_for_cpu_backward(
-            dout, q, block[0], block[1], out, lse.squeeze(-1), 0.0, src == r && !runs.defined(), Additive(allowed, q));
+            dout, q, block[0], block[1], out, lse.squeeze(-1), 0.0, src == r && !ends.defined(), Additive(allowed, q));
         dq.add_(dq_j);
         block[2].add_(dk_j);
         block[3].add_(dv_j);
@@ -203,27 +204,48 @@ struct HeadsToSeqFn : public torch::autograd::Function<HeadsToSeqFn> {
 
 }  // namespace
 
-at::Tensor RunCausalMask(const at::Tensor& runs, int64_t q_first, int64_t Tq, int64_t k_first, int64_t Tk) {
-  const at::Tensor rq = runs.narrow(1, q_first, Tq), rk = runs.narrow(1, k_first, Tk);
-  const at::TensorOptions longs = at::TensorOptions().dtype(at::kLong).device(runs.device());
-  const at::Tensor earlier =
-      at::arange(k_first, k_first + Tk, longs).unsqueeze(0).le(at::arange(q_first, q_first + Tq, longs).unsqueeze(1));
-  return rq.unsqueeze(2).eq(rk.unsqueeze(1)).logical_and(earlier).unsqueeze(1);
+at::Tensor PositionSpanEnds(const at::Tensor& positions) {
+  const at::Tensor p = positions.to(at::kCPU, at::kLong).contiguous();
+  const int64_t B = p.size(0), T = p.size(1);
+  at::Tensor ends = at::empty({B, T}, at::kLong);
+  const int64_t* pos = p.data_ptr<int64_t>();
+  int64_t* end = ends.data_ptr<int64_t>();
+  std::vector<int64_t> open;  // Indices whose end is not found yet; their positions strictly increase.
+  for (int64_t b = 0; b < B; ++b) {
+    open.clear();
+    for (int64_t j = 0; j < T; ++j) {
+      while (!open.empty() && pos[b * T + j] <= pos[b * T + open.back()]) {
+        end[b * T + open.back()] = j;
+        open.pop_back();
+      }
+      open.push_back(j);
+    }
+    for (int64_t k : open) end[b * T + k] = T;
+  }
+  return ends.to(positions.device());
+}
+
+at::Tensor SpanCausalMask(const at::Tensor& ends, int64_t q_first, int64_t Tq, int64_t k_first, int64_t Tk) {
+  const at::TensorOptions longs = at::TensorOptions().dtype(at::kLong).device(ends.device());
+  const at::Tensor q = at::arange(q_first, q_first + Tq, longs).view({1, Tq, 1});
+  const at::Tensor k = at::arange(k_first, k_first + Tk, longs).view({1, 1, Tk});
+  const at::Tensor end = ends.narrow(1, k_first, Tk).unsqueeze(1);  // [B, 1, Tk]
+  return k.le(q).logical_and(q.lt(end)).unsqueeze(1);
 }
 
 at::Tensor RingSelfAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, Communicator* sp,
-                             const at::Tensor& runs) {
+                             const at::Tensor& ends) {
   // An undefined tensor may not be an autograd function's argument: none is passed as nullopt.
-  return RingAttentionFn::apply(q, k, v, sp, runs.defined() ? std::optional<at::Tensor>(runs) : std::nullopt);
+  return RingAttentionFn::apply(q, k, v, sp, ends.defined() ? std::optional<at::Tensor>(ends) : std::nullopt);
 }
 
 at::Tensor UlyssesSelfAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, Communicator* sp,
-                                const at::Tensor& runs) {
+                                const at::Tensor& ends) {
   at::Tensor qh = SeqToHeadsFn::apply(q, sp), kh = SeqToHeadsFn::apply(k, sp), vh = SeqToHeadsFn::apply(v, sp);
   at::Tensor y;
-  if (runs.defined()) {
+  if (ends.defined()) {
     const int64_t T = qh.size(2);
-    y = at::scaled_dot_product_attention(qh, kh, vh, RunCausalMask(runs, 0, T, 0, T).to(qh.device()), 0.0,
+    y = at::scaled_dot_product_attention(qh, kh, vh, SpanCausalMask(ends, 0, T, 0, T).to(qh.device()), 0.0,
                                          /*is_causal=*/false);
   } else {
     y = at::scaled_dot_product_attention(qh, kh, vh, {}, 0.0, /*is_causal=*/true);

@@ -17,9 +17,9 @@
 //               rank gets all T positions of H/sp heads), attention runs locally, a second all-to-all
 //               turns it back. Needs H % sp == 0.
 //
-// Packed sequences: `runs` [B, T] (the whole sequence's, on every rank) numbers the run each position
-// belongs to; a query attends only to earlier keys of its own run (Decoder::set_positions). Undefined:
-// plain causal attention.
+// Packed sequences and shared prefixes: `ends` [B, T] (the whole sequence's, on every rank;
+// PositionSpanEnds) gives each key the end of the span of queries that may see it; a query attends
+// only to earlier keys whose span holds it (Decoder::set_positions). Undefined: plain causal attention.
 #ifndef TESSERA_PARALLEL_SEQUENCE_SEQUENCE_ATTENTION_H_
 #define TESSERA_PARALLEL_SEQUENCE_SEQUENCE_ATTENTION_H_
 
@@ -33,19 +33,28 @@ namespace tessera::parallel {
 using layout::SpMode;  // kRing or kAllToAll.
 
 at::Tensor RingSelfAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, Communicator* sp,
-                             const at::Tensor& runs = {});
+                             const at::Tensor& ends = {});
 at::Tensor UlyssesSelfAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, Communicator* sp,
-                                const at::Tensor& runs = {});
+                                const at::Tensor& ends = {});
 
 inline at::Tensor SequenceParallelAttention(SpMode mode, const at::Tensor& q, const at::Tensor& k,
-                                            const at::Tensor& v, Communicator* sp, const at::Tensor& runs = {}) {
-  return mode == SpMode::kRing ? RingSelfAttention(q, k, v, sp, runs) : UlyssesSelfAttention(q, k, v, sp, runs);
+                                            const at::Tensor& v, Communicator* sp, const at::Tensor& ends = {}) {
+  return mode == SpMode::kRing ? RingSelfAttention(q, k, v, sp, ends) : UlyssesSelfAttention(q, k, v, sp, ends);
 }
 
-// Which keys each query may see: [B, 1, Tq, Tk] (true: allowed) for queries at positions
-// [q_first, q_first + Tq) and keys at [k_first, k_first + Tk) of sequences numbered into runs by
-// `runs` [B, T]: an earlier or the same position, in the same run.
-at::Tensor RunCausalMask(const at::Tensor& runs, int64_t q_first, int64_t Tq, int64_t k_first, int64_t Tk);
+// The attention spans of tokens at `positions` [B, T] (int64, any device): for each index k, the first
+// later index j whose position is at most k's, or T — [B, T] int64 on positions' device. The tokens at
+// k .. end−1 are k's descendants in the tree the positions draw: a token's parent is the nearest
+// earlier token with a smaller position. So packed sequences (each restarting at position 0) are
+// separate runs, and a row that continues a prefix twice (a prompt at 0 .. P−2, then one completion
+// from position P−1, then another from P−1 again: DPO's shared-prompt rows) lets both completions
+// see the prefix and neither see the other.
+at::Tensor PositionSpanEnds(const at::Tensor& positions);
+
+// Which keys each query may see: [B, 1, Tq, Tk] (true: allowed) for queries at indices
+// [q_first, q_first + Tq) and keys at [k_first, k_first + Tk) of rows whose spans are `ends` [B, T]
+// (PositionSpanEnds): the key at or before the query, the query before the key's end.
+at::Tensor SpanCausalMask(const at::Tensor& ends, int64_t q_first, int64_t Tq, int64_t k_first, int64_t Tk);
 
 }  // namespace tessera::parallel
 

@@ -1,9 +1,12 @@
 // Ring and all-to-all sequence-parallel attention across forked rank processes, against causal
-// attention over the whole sequence computed by each rank (outputs and q/k/v gradients).
+// attention over the whole sequence computed by each rank (outputs and q/k/v gradients); the spans
+// that positions draw (PositionSpanEnds, SpanCausalMask) against the rules they state.
 #include "parallel/sequence/sequence_attention.h"
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/autograd.h>
+
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
@@ -50,6 +53,43 @@ absl::Status Check(int rank, int port, int sp, SpMode mode) {
   if (auto s = Close(ql.grad(), mine(qf.grad()), tag + " dq"); !s.ok()) return s;
   if (auto s = Close(kl.grad(), mine(kf.grad()), tag + " dk"); !s.ok()) return s;
   return Close(vl.grad(), mine(vf.grad()), tag + " dv");
+}
+
+// The mask of rows at `positions`, [T, T], as booleans.
+std::vector<std::vector<bool>> MaskOf(const std::vector<int64_t>& positions) {
+  const int64_t T = static_cast<int64_t>(positions.size());
+  const at::Tensor mask = SpanCausalMask(PositionSpanEnds(at::tensor(positions).view({1, T})), 0, T, 0, T);
+  std::vector<std::vector<bool>> out(T, std::vector<bool>(T));
+  for (int64_t q = 0; q < T; ++q) {
+    for (int64_t k = 0; k < T; ++k) out[q][k] = mask[0][0][q][k].item<bool>();
+  }
+  return out;
+}
+
+TEST(SpanCausalMaskTest, PackedRunsSeeOnlyTheirOwnEarlierTokens) {
+  // Runs restart at position 0 (formats/data/token_dataset.h "Packing"); a window may begin inside one.
+  const std::vector<int64_t> positions = {5, 6, 0, 1, 2, 0, 0, 1};
+  const std::vector<int> run = {0, 0, 1, 1, 1, 2, 3, 3};
+  const auto mask = MaskOf(positions);
+  for (size_t q = 0; q < positions.size(); ++q) {
+    for (size_t k = 0; k < positions.size(); ++k) {
+      EXPECT_EQ(mask[q][k], k <= q && run[k] == run[q]) << "query " << q << ", key " << k;
+    }
+  }
+}
+
+TEST(SpanCausalMaskTest, SharedPromptBranchesSeeThePromptAndNotEachOther) {
+  // DPO's shared-prompt row: prompt p0 p1 (positions 0 1), chosen branch p2 c0 c1 (2 3 4), rejected
+  // branch p2 r0 (2 3), then padding (0 0).
+  const std::vector<int64_t> positions = {0, 1, 2, 3, 4, 2, 3, 0, 0};
+  const std::vector<char> part = {'p', 'p', 'c', 'c', 'c', 'r', 'r', 'x', 'y'};
+  const auto mask = MaskOf(positions);
+  for (size_t q = 0; q < positions.size(); ++q) {
+    for (size_t k = 0; k < positions.size(); ++k) {
+      const bool want = k <= q && (part[k] == part[q] || (part[k] == 'p' && part[q] != 'x' && part[q] != 'y'));
+      EXPECT_EQ(mask[q][k], want) << "query " << q << " (" << part[q] << "), key " << k << " (" << part[k] << ")";
+    }
+  }
 }
 
 TEST(SequenceAttentionTest, RingTwoRanks) {

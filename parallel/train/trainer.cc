@@ -132,8 +132,8 @@ absl::Status Trainer::Init() {
   }
   objective_ = options_.objective;
   if (dpo()) {
-    objective_ = std::make_shared<DpoObjective>(DpoLossOptions{options_.dpo.beta, options_.dpo.loss_type,
-                                                               options_.dpo.label_smoothing});
+    objective_ = std::make_shared<DpoObjective>(
+        DpoLossOptions{options_.dpo.beta, options_.dpo.loss_type, options_.dpo.label_smoothing}, PairRowsOf());
   } else if (reward()) {
     objective_ = std::make_shared<RewardObjective>(options_.reward.center_coefficient);
   } else if (grpo()) {
@@ -155,8 +155,8 @@ absl::Status Trainer::Init() {
   PipelineOptions& po = pipeline_options_;
   po.schedule = layout_ ? l.pp_schedule : layout::PipeSchedule::kOneFOneB;
   po.micro_batches = Accumulation();
-  // Preference objectives: each pair is two rows (trainer_preference.cc).
-  po.micro_batch = (preference ? 2 : 1) * options_.micro_batch / model_->SampleChunk().second;
+  // Preference objectives: each pair is two rows, or one shared-prompt row (trainer_preference.cc).
+  po.micro_batch = (preference && !SharedPromptRows() ? 2 : 1) * options_.micro_batch / model_->SampleChunk().second;
   po.seq_len = m.seq_len / groups_.sp->size();
   po.activation_dtype = dtype;
   po.experts = m.experts;
@@ -177,6 +177,10 @@ absl::Status Trainer::Init() {
   if (preference && m.IsMoe()) {
     po.counted = [this, micro_batches = po.micro_batches](int a) {
       return CountedOf(train_pairs_, step_ * options_.global_batch, a, micro_batches);
+    };
+  } else if (SharedPromptRows()) {
+    po.positions = [this, micro_batches = po.micro_batches](int a) {
+      return PairPositionsOf(train_pairs_, step_ * options_.global_batch, a, micro_batches);
     };
   } else if (!preference && data_ && data_->packed()) {
     po.positions = [this, micro_batches = po.micro_batches](int a) {

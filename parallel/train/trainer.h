@@ -25,6 +25,7 @@
 #include "nlohmann/json_fwd.hpp"
 #include "parallel/comm/process_groups.h"
 #include "parallel/models/decoder.h"
+#include "parallel/objectives/dpo_objective.h"
 #include "parallel/objectives/grpo_objective.h"
 #include "parallel/objectives/grpo_rows.h"
 #include "parallel/pipeline/pipeline_runner.h"
@@ -195,11 +196,36 @@ class Trainer {
   // With `counted`, also which of the returned rows' input positions hold a token of the pair (1) or
   // padding (0), [rows, positions] fp64 on the device; CountedOf returns just those (the routers'
   // statistics leave the padding out, as transformers' balancing loss with an attention mask).
+  // DPO in shared-prompt rows (pair_rows_ kSharedPrompt; DpoObjective's PairRows): one row a pair of
+  // 2·seq_len + 2 ids — the prompt but its last token (untrained targets), that token and the chosen
+  // completion, that token again (an untrained target) and the rejected completion, right-padded —
+  // [micro, 2·seq_len + 2]; PairPositionsOf their inputs' positions [micro, 2·seq_len + 1] (the
+  // prompt 0 .. P−2, each branch from P−1; padding 0; capped at seq_len − 1, which only a branch's
+  // last input, no trained target's, can pass); ReferenceOf [micro, 3] (chosen's, rejected's, the
+  // rejected branch's first input index).
   absl::StatusOr<at::Tensor> ReadPairs(const PairSet& set, int64_t first, int a, int accum,
                                        at::Tensor* counted = nullptr);
+  absl::StatusOr<at::Tensor> PairPositionsOf(const PairSet& set, int64_t first, int a, int accum);
+  // A forward pass's positions of `set`'s global batch from `first` (PairPositionsOf), null for
+  // separate rows. `set` must outlive it.
+  std::function<absl::StatusOr<at::Tensor>(int)> PositionsOf(const PairSet& set, int64_t first, int accum);
+  // Shared-prompt rows: values (a pair's two values, so far) gets the pair's RejectedStart.
+  absl::Status AppendRejectedStart(const PairSet& set, int64_t i, std::vector<double>* values) const;
+  // A micro-batch's per-pair values on the device: [micro, 3] for shared-prompt rows, else this
+  // rank's chunk of [2·micro].
+  at::Tensor PairValuesOf(std::vector<double> values) const;
+  PairRows PairRowsOf() const { return SharedPromptRows() ? PairRows::kSharedPrompt : PairRows::kSeparate; }
+  // The index of pair `pair`'s rejected branch in its shared-prompt row: prompt + chosen tokens.
+  static int64_t RejectedStart(const formats::data::PreferencePair& pair) {
+    return static_cast<int64_t>(pair.prompt.size() + pair.chosen.size());
+  }
   absl::StatusOr<at::Tensor> CountedOf(const PairSet& set, int64_t first, int a, int accum);
   absl::StatusOr<at::Tensor> MarginsOf(const PairSet& set, int64_t first, int a, int accum) const;
   bool dpo() const { return options_.objective_kind == layout::Objective::kDpo; }
+  // Whether DPO's pairs are shared-prompt rows: where Decoder::Loss leaves out a row's padding (one
+  // pipeline stage, no sequence parallelism, 1D tp, a dense model, no LoRA dropout) — elsewhere a
+  // wider row would cost more than the prompt saved.
+  bool SharedPromptRows() const;
   bool reward() const { return options_.objective_kind == layout::Objective::kReward; }
   // The longest pair (prompt + completion) a row holds: seq_len + 1 for DPO (the last token is only
   // a target), seq_len for a reward model (the last token is scored as an input).

@@ -160,10 +160,54 @@ absl::Status Trainer::CheckReference(const PairSet& set, const std::string& wher
   return absl::OkStatus();
 }
 
+bool Trainer::SharedPromptRows() const {
+  const layout::ParallelLayout& l = options_.layout;
+  return dpo() && l.pp == 1 && l.sp == 1 && l.tp_mode == layout::TpMode::k1D && !options_.model.IsMoe() &&
+         options_.model.lora.dropout == 0;
+}
+
+
+absl::StatusOr<at::Tensor> Trainer::PairPositionsOf(const PairSet& set, int64_t first, int a, int accum) {
+  const int64_t T = options_.model.seq_len;
+  const std::vector<int64_t> pairs = PairsOf(set, first, a, accum);
+  std::vector<int64_t> rows(pairs.size() * 2 * (T + 1)), positions(pairs.size() * (2 * T + 1), 0);
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    auto pair = set.data->Pair(set.first + pairs[i], options_.preference_cut);
+    if (!pair.ok()) return pair.status();
+    if (pair->chosen.empty() || pair->rejected.empty()) {  // ReadPairs, which runs first, says more.
+      return absl::InvalidArgumentError(absl::StrCat(set.field, " pair ", set.first + pairs[i], " has an empty completion"));
+    }
+    WriteSharedPromptRow(pair->prompt, pair->chosen, pair->rejected, T, rows.data() + i * 2 * (T + 1),
+                         positions.data() + i * (2 * T + 1));
+  }
+  return at::from_blob(positions.data(), {static_cast<int64_t>(pairs.size()), 2 * T + 1}, at::kLong).to(device_, false, true);
+}
+
 absl::StatusOr<at::Tensor> Trainer::ReadPairs(const PairSet& set, int64_t first, int a, int accum,
                                               at::Tensor* counted) {
   const int64_t T = options_.model.seq_len;
   const std::vector<int64_t> pairs = PairsOf(set, first, a, accum);
+  if (SharedPromptRows()) {
+    // Lengths are checked as for two rows (CheckPairs): prompt + each completion ≤ seq_len + 1, so
+    // the row's P + C + R + 1 entries fit 2·seq_len + 2.
+    std::vector<int64_t> rows(pairs.size() * 2 * (T + 1), -1);
+    for (size_t i = 0; i < pairs.size(); ++i) {
+      const int64_t p = set.first + pairs[i];
+      auto pair = set.data->Pair(p, options_.preference_cut);
+      if (!pair.ok()) return pair.status();
+      for (const std::vector<int32_t>* completion : {&pair->chosen, &pair->rejected}) {
+        if (static_cast<int64_t>(pair->prompt.size() + completion->size()) > PairLimit() || completion->empty()) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              set.field, " ", set.path, ": pair ", p, " has ", pair->prompt.size(), " prompt and ", completion->size(),
+              completion == &pair->chosen ? " chosen" : " rejected", " tokens: not 1 to ", PairLimit(),
+              " in all (cut them with data.max_prompt_tokens and data.max_completion_tokens)"));
+        }
+      }
+      WriteSharedPromptRow(pair->prompt, pair->chosen, pair->rejected, T, rows.data() + i * 2 * (T + 1), nullptr);
+    }
+    return at::from_blob(rows.data(), {static_cast<int64_t>(pairs.size()), 2 * (T + 1)}, at::kLong)
+        .to(device_, false, true);
+  }
   std::vector<int64_t> rows(pairs.size() * 2 * (T + 1), -1);  // Padding: token 0, untrained.
   std::vector<uint8_t> real(counted != nullptr ? pairs.size() * 2 * T : 0, 0);  // Input positions < length.
   for (size_t i = 0; i < pairs.size(); ++i) {
@@ -204,6 +248,11 @@ absl::StatusOr<at::Tensor> Trainer::ReadPairs(const PairSet& set, int64_t first,
   return SampleChunkOf(window).to(device_, false, true);
 }
 
+std::function<absl::StatusOr<at::Tensor>(int)> Trainer::PositionsOf(const PairSet& set, int64_t first, int accum) {
+  if (!SharedPromptRows()) return nullptr;
+  return [this, &set, first, accum](int a) { return PairPositionsOf(set, first, a, accum); };
+}
+
 absl::StatusOr<at::Tensor> Trainer::CountedOf(const PairSet& set, int64_t first, int a, int accum) {
   at::Tensor counted;
   auto rows = ReadPairs(set, first, a, accum, &counted);
@@ -230,8 +279,25 @@ absl::StatusOr<at::Tensor> Trainer::ReferenceOf(const PairSet& set, int64_t firs
       }
       values.push_back(v);
     }
+    TESSERA_RETURN_IF_ERROR(AppendRejectedStart(set, i, &values));
   }
-  return SampleChunkOf(at::tensor(values, at::TensorOptions().dtype(at::kDouble))).to(device_);
+  return PairValuesOf(std::move(values));
+}
+
+absl::Status Trainer::AppendRejectedStart(const PairSet& set, int64_t i, std::vector<double>* values) const {
+  if (!SharedPromptRows()) return absl::OkStatus();
+  auto pair = set.data->Pair(set.first + i, options_.preference_cut);
+  if (!pair.ok()) return pair.status();
+  values->push_back(static_cast<double>(RejectedStart(*pair)));
+  return absl::OkStatus();
+}
+
+at::Tensor Trainer::PairValuesOf(std::vector<double> values) const {
+  at::Tensor t = at::tensor(values, at::TensorOptions().dtype(at::kDouble));
+  // Shared-prompt rows: a row a pair, three values each (never a grid: SharedPromptRows); else one
+  // value a row.
+  if (SharedPromptRows()) return t.view({-1, 3}).to(device_);
+  return SampleChunkOf(t).to(device_);
 }
 
 absl::StatusOr<std::unique_ptr<Decoder>> Trainer::LoadReferenceModel(int64_t* step) const {
@@ -330,16 +396,21 @@ absl::Status Trainer::ScoreReference() {
 absl::Status Trainer::ScoreSet(PipelineRunner& runner, Decoder& model, PairSet& set) {
   const int accum = Accumulation();
   set.reference.assign(2 * set.count, -std::numeric_limits<double>::infinity());
-  model.set_objective(std::make_shared<SequenceLogps>(&set.reference, options_.dpo.loss_type == layout::DpoLossType::kIpo));
+  model.set_objective(std::make_shared<SequenceLogps>(&set.reference, PairRowsOf(),
+                                                      options_.dpo.loss_type == layout::DpoLossType::kIpo));
   // The pairs the job reads of the set, each scored once: global pairs [0, read) in global batches,
   // the last one wrapping onto pairs already scored.
   for (int64_t first = 0; first < set.read; first += options_.global_batch) {
     auto rows_of = [&](int a) -> absl::StatusOr<at::Tensor> {
       std::vector<double> where;
-      for (int64_t i : PairsOf(set, first, a, accum)) where.insert(where.end(), {2.0 * i, 2.0 * i + 1});
-      return SampleChunkOf(at::tensor(where, at::TensorOptions().dtype(at::kDouble)));
+      for (int64_t i : PairsOf(set, first, a, accum)) {
+        where.insert(where.end(), {2.0 * i, 2.0 * i + 1});
+        TESSERA_RETURN_IF_ERROR(AppendRejectedStart(set, i, &where));
+      }
+      return PairValuesOf(std::move(where));
     };
-    auto sum = runner.RunForwardOnly([&](int a) { return ReadPairs(set, first, a, accum); }, nullptr, rows_of);
+    auto sum = runner.RunForwardOnly([&](int a) { return ReadPairs(set, first, a, accum); }, PositionsOf(set, first, accum),
+                                     rows_of);
     if (!sum.ok()) {
       return absl::Status(sum.status().code(), absl::StrCat("scoring the reference: ", sum.status().message()));
     }
@@ -372,7 +443,8 @@ absl::StatusOr<double> Trainer::EvaluatePairs() {
       sample_data = [&](int a) { return MarginsOf(set, first, a, accum); };
     }
     RECORD_USER_SCOPE("tessera::train::evaluate");
-    auto sum = pipeline_->RunForwardOnly([&](int a) { return ReadPairs(set, first, a, accum); }, nullptr, sample_data);
+    auto sum = pipeline_->RunForwardOnly([&](int a) { return ReadPairs(set, first, a, accum); },
+                                         PositionsOf(set, first, accum), sample_data);
     if (!sum.ok()) {
       return absl::Status(sum.status().code(), absl::StrCat("evaluation after step ", step_, ": ", sum.status().message()));
     }
