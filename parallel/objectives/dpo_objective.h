@@ -1,31 +1,19 @@
 // DPO as an Objective (objective.h; docs/post-training.md): each micro-batch holds pairs in one of two
-// forms (PairRows; only the completions' targets trained: the Trainer's preference rows); the loss is
+// forms (pair_rows.h; only the completions' targets trained: the Trainer's preference rows); the loss is
 // the mean over the pairs of DpoLosses (preference_loss.h) with the reference's log-probabilities from
 // TargetLosses::sample_data. SequenceLogps is the pass that computes those: it writes each completion's
 // log-probability into a table.
 #ifndef TESSERA_PARALLEL_OBJECTIVES_DPO_OBJECTIVE_H_
 #define TESSERA_PARALLEL_OBJECTIVES_DPO_OBJECTIVE_H_
 
-#include <cstdint>
 #include <string>
 #include <vector>
 
 #include "parallel/objectives/objective.h"
+#include "parallel/objectives/pair_rows.h"
 #include "parallel/objectives/preference_loss.h"
 
 namespace tessera::parallel {
-
-// How a micro-batch's samples hold its pairs.
-enum class PairRows {
-  // Two samples a pair: prompt + chosen, then prompt + rejected. Any layout.
-  kSeparate,
-  // One sample a pair (Trainer's shared-prompt rows): the prompt but its last token, then that token
-  // and the chosen completion, then that token again and the rejected completion, positioned so that
-  // each completion sees the prompt and not the other (Decoder::set_positions); the sample's whole
-  // targets on this part (no sequence parallelism). The sample data's last column is the index of the
-  // rejected branch's first input in the row: the targets of inputs before it are chosen's.
-  kSharedPrompt,
-};
 
 // Each pair's log-probabilities of its chosen and rejected completions' trained targets, [pairs, 2]
 // fp32 differentiable in t.nll: the sum of −nll over them, or (per_token_mean: IPO's) that sum over
@@ -70,17 +58,6 @@ class SequenceLogps final : public Objective {
   PairRows rows_;
   bool per_token_mean_;
 };
-
-// A pair as a shared-prompt row of T = seq_len (each completion non-empty and at most T + 1 tokens
-// with the prompt): its ids into row[0 .. 2T + 1] (filled with −1, padding, before; SFT data's
-// encoding: an untrained target −id − 1) and, unless null, its inputs' positions into
-// positions[0 .. 2T] (filled with 0 before). The prompt but its last token at positions 0 .. P − 2;
-// each branch starts with an untrained token at position P − 1 — the prompt's last, or without a
-// prompt the completion's first (never scored: no position precedes it, as in TRL) — followed by the
-// completion's trained tokens; so the rejected branch starts at index P + C. Positions are capped at
-// T − 1, which only a branch's last input can pass (its target is untrained, nothing attends to it).
-void WriteSharedPromptRow(const std::vector<int32_t>& prompt, const std::vector<int32_t>& chosen,
-                          const std::vector<int32_t>& rejected, int64_t T, int64_t* row, int64_t* positions);
 
 }  // namespace tessera::parallel
 

@@ -7,31 +7,34 @@
 
 namespace tessera::parallel {
 
-at::Tensor SampleScores(const TargetLosses& t) {
+at::Tensor CompletionScores(const TargetLosses& t, PairRows rows) {
   TORCH_CHECK(t.scores.defined() && t.rows.defined(), "reward: the model has no score head");
-  // Each score to its sample (rows index [samples · positions]), over the whole samples; each sample
-  // must have exactly one scored position in all its parts.
-  const at::Tensor sample = at::div(t.rows, t.positions, "floor");
-  const at::Tensor scores = t.WholeSamples(at::zeros({t.samples}, t.scores.options()).index_add(0, sample, t.scores));
+  // Each score to its completion (rows index [samples · positions]), over the whole samples; each
+  // completion must have exactly one scored position in all its parts.
+  const at::Tensor completion = PairCompletionOf(t.rows, t.positions, rows, PairStarts(t.sample_data, rows));
+  const int64_t n = rows == PairRows::kSeparate ? t.samples : 2 * t.samples;
+  const at::Tensor scores = t.WholeSamples(at::zeros({n}, t.scores.options()).index_add(0, completion, t.scores));
   at::Tensor counts;
   {
     at::NoGradGuard no_grad;
-    counts = t.WholeSamples(at::zeros({t.samples}, t.scores.options()).index_add(0, sample, at::ones_like(t.scores)));
+    counts = t.WholeSamples(at::zeros({n}, t.scores.options()).index_add(0, completion, at::ones_like(t.scores)));
   }
-  TORCH_CHECK(counts.eq(1).all().item<bool>(), "reward: each sample needs exactly one scored position (its last token)");
+  TORCH_CHECK(counts.eq(1).all().item<bool>(), "reward: each completion needs exactly one scored position (its last token)");
   return scores;
 }
 
 at::Tensor RewardObjective::Loss(const TargetLosses& t) const {
   TORCH_CHECK(t.scores.defined() && t.rows.defined(), "reward: the model has no score head");
-  TORCH_CHECK(t.samples % 2 == 0, "reward: a micro-batch of ", t.samples, " samples is not pairs");
-  const int64_t pairs = t.samples / 2;
-  const at::Tensor scores = SampleScores(t).view({pairs, 2});
+  // Without margins, kSeparate has no sample data; kSharedPrompt has it for the rejected starts.
   at::Tensor margin;
-  if (t.sample_data.defined()) {
-    TORCH_CHECK(t.sample_data.numel() == t.samples, "reward: the margins are not one per sample");
-    margin = t.sample_data.to(scores.device(), scores.scalar_type()).view({pairs, 2}).select(1, 0);
+  if (rows_ == PairRows::kSharedPrompt || margins_) {
+    margin = PairValues(t.sample_data, t.samples, rows_, "reward").select(1, 0);
+  } else {
+    TORCH_CHECK(t.samples % 2 == 0, "reward: a micro-batch of ", t.samples, " samples is not pairs");
   }
+  TORCH_CHECK(rows_ == PairRows::kSeparate || !t.sum_over_sample_split, "reward: a shared-prompt row split over sequence blocks");
+  const at::Tensor scores = CompletionScores(t, rows_).view({-1, 2});
+  margin = margins_ ? margin.to(scores.device(), scores.scalar_type()) : at::Tensor();
   const PreferenceTerms terms = RewardLosses(scores.select(1, 0), scores.select(1, 1), margin, center_coefficient_);
   {
     const at::Tensor c = terms.chosen_rewards.to(at::kDouble), r = terms.rejected_rewards.to(at::kDouble);
@@ -49,7 +52,7 @@ std::vector<double> RewardObjective::TakeMetrics() const { return metrics_.Take(
 at::Tensor SequenceScores::Loss(const TargetLosses& t) const {
   TORCH_CHECK(t.sample_data.defined() && t.sample_data.numel() == t.samples,
               "sequence_scores: the micro-batch has no sample indices");
-  RecordSampleValues(t.sample_data, SampleScores(t), table_);
+  RecordSampleValues(t.sample_data, CompletionScores(t, PairRows::kSeparate), table_);
   return at::zeros({}, t.scores.options());
 }
 

@@ -1,7 +1,7 @@
 // A reward model's objective (objective.h; docs/post-training.md): each micro-batch holds pairs as two
-// samples each, the chosen completion's then the rejected one's (prompt then completion), each scored
-// once by the score head at its last token (the Trainer's reward rows: that position's target is the
-// only trained one); the loss is the mean over the pairs of RewardLosses (preference_loss.h), TRL 0.24's
+// samples each, the chosen completion's then the rejected one's (prompt then completion), or as one
+// shared-prompt row each (pair_rows.h), each completion scored once by the score head at its last
+// token (the Trainer's reward rows: that position's target is the only trained one); the loss is the mean over the pairs of RewardLosses (preference_loss.h), TRL 0.24's
 // RewardTrainer loss, with each pair's margin from TargetLosses::sample_data.
 #ifndef TESSERA_PARALLEL_OBJECTIVES_REWARD_OBJECTIVE_H_
 #define TESSERA_PARALLEL_OBJECTIVES_REWARD_OBJECTIVE_H_
@@ -11,20 +11,26 @@
 #include <vector>
 
 #include "parallel/objectives/objective.h"
+#include "parallel/objectives/pair_rows.h"
 
 namespace tessera::parallel {
 
-// Each sample's score, [samples] fp32 differentiable in t.scores: the score head's output at its one
-// scored position, of the whole samples (TargetLosses::WholeSamples); an error unless every sample has
-// exactly one.
-at::Tensor SampleScores(const TargetLosses& t);
+// Each completion's score, [completions] fp32 differentiable in t.scores: the score head's output at
+// its one scored position, of the whole samples (TargetLosses::WholeSamples); an error unless every
+// completion has exactly one. A completion is a sample in `rows` kSeparate (what a scoring pass of
+// single sequences is), half a shared-prompt row in kSharedPrompt (PairCompletionOf).
+at::Tensor CompletionScores(const TargetLosses& t, PairRows rows);
 
 class RewardObjective final : public Objective {
  public:
-  explicit RewardObjective(double center_coefficient) : center_coefficient_(center_coefficient) {}
+  // margins: whether the data has them (TRL's "margin" column).
+  RewardObjective(double center_coefficient, PairRows rows, bool margins)
+      : center_coefficient_(center_coefficient), rows_(rows), margins_(margins) {}
   const char* name() const override { return "reward"; }
-  // t.scores: one per sample (SampleScores; a micro-batch of pairs that is not is an error);
-  // t.sample_data: undefined (no margins) or [samples] fp64, each pair's margin at its chosen sample.
+  // t.scores: one per completion (CompletionScores; a micro-batch of pairs that is not is an error);
+  // t.sample_data (pair_rows.h PairValues), fp64: kSeparate [samples], each pair's margin at both
+  // samples (undefined without margins); kSharedPrompt [pairs, 3], the margin twice (0 without) and
+  // the rejected start.
   at::Tensor Loss(const TargetLosses& t) const override;
   // TRL's RewardTrainer metrics (means over the pairs): rewards_chosen (the chosen completion's
   // score), rewards_rejected, rewards_margin (their difference), rewards_accuracy (the share with
@@ -34,6 +40,8 @@ class RewardObjective final : public Objective {
 
  private:
   double center_coefficient_;
+  PairRows rows_;
+  bool margins_;
   mutable MetricSums metrics_{4};
 };
 

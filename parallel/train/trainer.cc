@@ -135,7 +135,7 @@ absl::Status Trainer::Init() {
     objective_ = std::make_shared<DpoObjective>(
         DpoLossOptions{options_.dpo.beta, options_.dpo.loss_type, options_.dpo.label_smoothing}, PairRowsOf());
   } else if (reward()) {
-    objective_ = std::make_shared<RewardObjective>(options_.reward.center_coefficient);
+    objective_ = std::make_shared<RewardObjective>(options_.reward.center_coefficient, PairRowsOf(), pairs_->has_margins());
   } else if (grpo()) {
     // π_old is the policy that sampled: at num_iterations 1 its own values, without gradient (TRL).
     // With several iterations per generation, the sampler's log-probabilities (the rows' data).
@@ -169,7 +169,7 @@ absl::Status Trainer::Init() {
     po.sample_data = [this, micro_batches = po.micro_batches](int a) {
       return ReferenceOf(train_pairs_, step_ * options_.global_batch, a, micro_batches);
     };
-  } else if (reward() && pairs_->has_margins()) {
+  } else if (reward() && (pairs_->has_margins() || SharedPromptRows())) {
     po.sample_data = [this, micro_batches = po.micro_batches](int a) {
       return MarginsOf(train_pairs_, step_ * options_.global_batch, a, micro_batches);
     };

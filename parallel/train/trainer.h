@@ -196,13 +196,11 @@ class Trainer {
   // With `counted`, also which of the returned rows' input positions hold a token of the pair (1) or
   // padding (0), [rows, positions] fp64 on the device; CountedOf returns just those (the routers'
   // statistics leave the padding out, as transformers' balancing loss with an attention mask).
-  // DPO in shared-prompt rows (pair_rows_ kSharedPrompt; DpoObjective's PairRows): one row a pair of
-  // 2·seq_len + 2 ids — the prompt but its last token (untrained targets), that token and the chosen
-  // completion, that token again (an untrained target) and the rejected completion, right-padded —
-  // [micro, 2·seq_len + 2]; PairPositionsOf their inputs' positions [micro, 2·seq_len + 1] (the
-  // prompt 0 .. P−2, each branch from P−1; padding 0; capped at seq_len − 1, which only a branch's
-  // last input, no trained target's, can pass); ReferenceOf [micro, 3] (chosen's, rejected's, the
-  // rejected branch's first input index).
+  // Shared-prompt rows (SharedPromptRows(); pair_rows.h WriteSharedPromptRow, DPO's trained targets
+  // the completions', a reward model's the one after each completion's last token): one row a pair
+  // of 2·seq_len + 2 ids, [micro, 2·seq_len + 2]; PairPositionsOf their inputs' positions
+  // [micro, 2·seq_len + 1]; ReferenceOf and MarginsOf [micro, 3] (the pair's two values, the
+  // rejected branch's first input index; MarginsOf's 0 without margins).
   absl::StatusOr<at::Tensor> ReadPairs(const PairSet& set, int64_t first, int a, int accum,
                                        at::Tensor* counted = nullptr);
   absl::StatusOr<at::Tensor> PairPositionsOf(const PairSet& set, int64_t first, int a, int accum);
@@ -215,6 +213,7 @@ class Trainer {
   // rank's chunk of [2·micro].
   at::Tensor PairValuesOf(std::vector<double> values) const;
   PairRows PairRowsOf() const { return SharedPromptRows() ? PairRows::kSharedPrompt : PairRows::kSeparate; }
+  PairTargets SharedRowTargets() const { return reward() ? PairTargets::kLastTokens : PairTargets::kCompletions; }
   // The index of pair `pair`'s rejected branch in its shared-prompt row: prompt + chosen tokens.
   static int64_t RejectedStart(const formats::data::PreferencePair& pair) {
     return static_cast<int64_t>(pair.prompt.size() + pair.chosen.size());
@@ -222,9 +221,9 @@ class Trainer {
   absl::StatusOr<at::Tensor> CountedOf(const PairSet& set, int64_t first, int a, int accum);
   absl::StatusOr<at::Tensor> MarginsOf(const PairSet& set, int64_t first, int a, int accum) const;
   bool dpo() const { return options_.objective_kind == layout::Objective::kDpo; }
-  // Whether DPO's pairs are shared-prompt rows: where Decoder::Loss leaves out a row's padding (one
-  // pipeline stage, no sequence parallelism, 1D tp, a dense model, no LoRA dropout) — elsewhere a
-  // wider row would cost more than the prompt saved.
+  // Whether pairs are shared-prompt rows (DPO and reward models): where Decoder::Loss leaves out a
+  // row's padding (one pipeline stage, no sequence parallelism, 1D tp, a dense model, no LoRA
+  // dropout) — elsewhere a wider row would cost more than the prompt saved.
   bool SharedPromptRows() const;
   bool reward() const { return options_.objective_kind == layout::Objective::kReward; }
   // The longest pair (prompt + completion) a row holds: seq_len + 1 for DPO (the last token is only

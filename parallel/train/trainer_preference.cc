@@ -162,7 +162,7 @@ absl::Status Trainer::CheckReference(const PairSet& set, const std::string& wher
 
 bool Trainer::SharedPromptRows() const {
   const layout::ParallelLayout& l = options_.layout;
-  return dpo() && l.pp == 1 && l.sp == 1 && l.tp_mode == layout::TpMode::k1D && !options_.model.IsMoe() &&
+  return (dpo() || reward()) && l.pp == 1 && l.sp == 1 && l.tp_mode == layout::TpMode::k1D && !options_.model.IsMoe() &&
          options_.model.lora.dropout == 0;
 }
 
@@ -177,8 +177,8 @@ absl::StatusOr<at::Tensor> Trainer::PairPositionsOf(const PairSet& set, int64_t 
     if (pair->chosen.empty() || pair->rejected.empty()) {  // ReadPairs, which runs first, says more.
       return absl::InvalidArgumentError(absl::StrCat(set.field, " pair ", set.first + pairs[i], " has an empty completion"));
     }
-    WriteSharedPromptRow(pair->prompt, pair->chosen, pair->rejected, T, rows.data() + i * 2 * (T + 1),
-                         positions.data() + i * (2 * T + 1));
+    WriteSharedPromptRow(pair->prompt, pair->chosen, pair->rejected, T, SharedRowTargets(),
+                         rows.data() + i * 2 * (T + 1), positions.data() + i * (2 * T + 1));
   }
   return at::from_blob(positions.data(), {static_cast<int64_t>(pairs.size()), 2 * T + 1}, at::kLong).to(device_, false, true);
 }
@@ -188,8 +188,9 @@ absl::StatusOr<at::Tensor> Trainer::ReadPairs(const PairSet& set, int64_t first,
   const int64_t T = options_.model.seq_len;
   const std::vector<int64_t> pairs = PairsOf(set, first, a, accum);
   if (SharedPromptRows()) {
-    // Lengths are checked as for two rows (CheckPairs): prompt + each completion ≤ seq_len + 1, so
-    // the row's P + C + R + 1 entries fit 2·seq_len + 2.
+    // Lengths are checked as for two rows (CheckPairs): prompt + each completion ≤ PairLimit(), so
+    // the row's P + C + R + 1 entries (DPO; + 2 for a reward model, whose limit is seq_len) fit
+    // 2·seq_len + 2.
     std::vector<int64_t> rows(pairs.size() * 2 * (T + 1), -1);
     for (size_t i = 0; i < pairs.size(); ++i) {
       const int64_t p = set.first + pairs[i];
@@ -203,7 +204,8 @@ absl::StatusOr<at::Tensor> Trainer::ReadPairs(const PairSet& set, int64_t first,
               " in all (cut them with data.max_prompt_tokens and data.max_completion_tokens)"));
         }
       }
-      WriteSharedPromptRow(pair->prompt, pair->chosen, pair->rejected, T, rows.data() + i * 2 * (T + 1), nullptr);
+      WriteSharedPromptRow(pair->prompt, pair->chosen, pair->rejected, T, SharedRowTargets(),
+                           rows.data() + i * 2 * (T + 1), nullptr);
     }
     return at::from_blob(rows.data(), {static_cast<int64_t>(pairs.size()), 2 * (T + 1)}, at::kLong)
         .to(device_, false, true);
@@ -263,10 +265,11 @@ absl::StatusOr<at::Tensor> Trainer::CountedOf(const PairSet& set, int64_t first,
 absl::StatusOr<at::Tensor> Trainer::MarginsOf(const PairSet& set, int64_t first, int a, int accum) const {
   std::vector<double> values;
   for (int64_t i : PairsOf(set, first, a, accum)) {
-    const double m = set.data->margin(set.first + i);  // Finite (PreferenceDataset::Open).
+    const double m = set.data->margin(set.first + i);  // Finite (PreferenceDataset::Open); 0 without.
     values.insert(values.end(), {m, m});
+    TESSERA_RETURN_IF_ERROR(AppendRejectedStart(set, i, &values));
   }
-  return SampleChunkOf(at::tensor(values, at::TensorOptions().dtype(at::kDouble))).to(device_);
+  return PairValuesOf(std::move(values));
 }
 
 absl::StatusOr<at::Tensor> Trainer::ReferenceOf(const PairSet& set, int64_t first, int a, int accum) const {
@@ -439,7 +442,7 @@ absl::StatusOr<double> Trainer::EvaluatePairs() {
     std::function<absl::StatusOr<at::Tensor>(int)> sample_data;
     if (dpo()) {
       sample_data = [&](int a) { return ReferenceOf(set, first, a, accum); };
-    } else if (set.data->has_margins()) {
+    } else if (set.data->has_margins() || SharedPromptRows()) {
       sample_data = [&](int a) { return MarginsOf(set, first, a, accum); };
     }
     RECORD_USER_SCOPE("tessera::train::evaluate");
