@@ -195,24 +195,53 @@ at::Tensor Decoder::Attention(const at::Tensor& qkv_in, int64_t local_heads, int
   return y.transpose(1, 2).reshape({B, T, width});
 }
 
+void KvCache::SelectRows(const at::Tensor& rows) {
+  for (std::vector<at::Tensor>* blocks : {&k, &v}) {
+    for (at::Tensor& t : *blocks) {
+      if (t.defined()) t = t.index_select(0, rows.to(t.device()));
+    }
+  }
+  if (offsets.defined()) offsets = offsets.index_select(0, rows);
+}
+
 at::Tensor Decoder::Attend(const at::Tensor& q, const at::Tensor& k_new, const at::Tensor& v_new, int layer) {
   if (cache_ != nullptr) {
     // Query t (position L + t) sees keys 0..L + t: SDPA's is_causal aligns the corners the other way
     // when there are more keys than queries, so the mask is explicit.
-    const int64_t L = cache_->length, T = q.size(2);
+    const int64_t L = cache_->length, B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
+    const int64_t kv = k_new.size(1), group = H / kv;
     at::Tensor& k = cache_->k[layer];
     at::Tensor& v = cache_->v[layer];
-    k = k.defined() ? at::cat({k, k_new}, 2) : k_new;
-    v = v.defined() ? at::cat({v, v_new}, 2) : v_new;
+    at::Tensor keys, values;
+    if (cache_->capacity > 0) {
+      TORCH_CHECK(L + T <= cache_->capacity, "the KV cache holds ", cache_->capacity, " positions, not ", L + T);
+      if (!k.defined()) {
+        k = at::empty({B, kv, cache_->capacity, D}, k_new.options());
+        v = at::empty({B, kv, cache_->capacity, D}, v_new.options());
+      }
+      k.narrow(2, L, T).copy_(k_new);
+      v.narrow(2, L, T).copy_(v_new);
+      keys = k.narrow(2, 0, L + T);
+      values = v.narrow(2, 0, L + T);
+    } else {
+      k = k.defined() ? at::cat({k, k_new}, 2) : k_new;
+      v = v.defined() ? at::cat({v, v_new}, 2) : v_new;
+      keys = k;
+      values = v;
+    }
     at::Tensor rows = at::arange(L, L + T, at::TensorOptions().dtype(at::kLong).device(q.device())).unsqueeze(1);
     at::Tensor cols = at::arange(0, L + T, at::TensorOptions().dtype(at::kLong).device(q.device())).unsqueeze(0);
-    at::Tensor mask = cols <= rows;  // [T, L + T]
+    at::Tensor mask = (cols <= rows).view({1, 1, T, L + T});
     if (cache_->offsets.defined()) {
       // [B, 1, T, L + T]: a row's padding slots are seen by no query but their own.
       const at::Tensor first = cache_->offsets.to(q.device()).view({-1, 1, 1, 1});
-      mask = mask.unsqueeze(0).unsqueeze(0) & ((cols >= first) | (cols == rows));
+      mask = mask & ((cols >= first) | (cols == rows));
     }
-    return at::scaled_dot_product_attention(q, k, v, mask, 0.0, /*is_causal=*/false);
+    // Grouped-query attention: the `group` query heads of each key/value head (heads h·group ..
+    // h·group + group − 1, transformers' repeat_kv) attend as group·T queries of that head.
+    const at::Tensor grouped = q.reshape({B, kv, group * T, D});
+    if (group > 1) mask = mask.unsqueeze(2).expand({mask.size(0), 1, group, T, L + T}).reshape({mask.size(0), 1, group * T, L + T});
+    return at::scaled_dot_product_attention(grouped, keys, values, mask, 0.0, /*is_causal=*/false).view({B, H, T, D});
   }
   // Packed sequences and shared prefixes: causal within each key's span (ends_, over the whole
   // sequence; a forward that left out the last positions narrows it to its own).
@@ -348,8 +377,8 @@ at::Tensor Decoder::HeadsAttention(const at::Tensor& q_in, const at::Tensor& k_i
     q = Rotary(q, FirstPosition(T));
     k = Rotary(k, FirstPosition(T));
   }
-  if (local_kv != H) {  // Grouped-query attention: each key/value head serves H / local_kv query heads.
-    k = k.repeat_interleave(H / local_kv, 1);
+  if (local_kv != H && cache_ == nullptr) {  // Grouped-query attention: each key/value head serves H / local_kv
+    k = k.repeat_interleave(H / local_kv, 1);   // query heads (Attend groups them itself with a KV cache).
     v = v.repeat_interleave(H / local_kv, 1);
   }
   return Attend(q, k, v, i).transpose(1, 2).reshape({B, T, H * D});

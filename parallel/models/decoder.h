@@ -63,12 +63,23 @@ std::vector<formats::model::ParamSpec> TrainedParamSpecs(const ModelConfig& conf
 
 // Keys and values of the positions already seen, per block, for incremental decoding (generate.h).
 struct KvCache {
-  int64_t length = 0;            // Positions cached: the next token's position.
-  std::vector<at::Tensor> k, v;  // Per block: [B, heads, length, head_dim] (heads after GQA's repeat).
+  int64_t length = 0;  // Positions cached: the next token's position.
+  // Per block: [B, kv heads (this rank's), slots, head_dim] — slots = length, or `capacity` when set
+  // (of which the first `length` are filled). Grouped-query attention reads each key/value head for
+  // its query heads without repeating it.
+  std::vector<at::Tensor> k, v;
+  // > 0: the slots are allocated once, at the first step, and each step writes its keys and values
+  // into the next ones (no copy of the cache per step); a step past it is an error. 0: the cache
+  // grows by concatenation.
+  int64_t capacity = 0;
   // Left-padded rows (prompts of different lengths decoded as one batch): [B] int64 on the CPU, row b's
   // leading padding slots — its tokens sit at slots offsets[b] … and its positions count from there;
   // no query attends to a padding slot but the padding's own (kept finite). Undefined: no padding.
   at::Tensor offsets;
+
+  // Keeps rows `rows` ([B'] int64, on the CPU; repeats allowed) of every block and of offsets, in that
+  // order (the sampler's completions of one prompt, finished rows leaving the batch).
+  void SelectRows(const at::Tensor& rows);
 };
 
 class Decoder {

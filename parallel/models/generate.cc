@@ -2,11 +2,13 @@
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/DistributionsHelper.h>
 
 #include <algorithm>
 #include <string>
 #include <cmath>
 #include <limits>
+#include <mutex>
 
 #include "absl/strings/str_cat.h"
 #include "formats/model/family.h"
@@ -35,6 +37,21 @@ at::Tensor Filter(at::Tensor scores, int top_k, double top_p) {
     scores = scores.masked_fill(at::zeros_like(drop).scatter(-1, order, drop), minus_inf);
   }
   return scores;
+}
+
+// The token whose cumulative probability `cdf` [V] (non-decreasing, its last ≈ 1) first exceeds a
+// uniform draw of `generator` scaled to the total; never a token of probability 0.
+int64_t DrawToken(const double* cdf, int64_t V, at::Generator& generator) {
+  double u;
+  {
+    auto* gen = at::check_generator<at::CPUGeneratorImpl>(generator);
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    u = at::uniform_real_distribution<double>(0.0, 1.0)(gen) * cdf[V - 1];
+  }
+  int64_t token = std::upper_bound(cdf, cdf + V, u) - cdf;
+  token = std::min(token, V - 1);
+  while (token > 0 && cdf[token] == cdf[token - 1]) --token;  // Rounding past the last likely token.
+  return token;
 }
 
 }  // namespace
@@ -101,8 +118,10 @@ absl::StatusOr<std::vector<std::vector<Completion>>> Decode(Decoder& model, cons
   }
   std::vector<std::vector<Completion>> out(N, std::vector<Completion>(G));
   if (o.max_new_tokens == 0 && prompt_logits == nullptr) return out;
-  // The prefill: one row per prompt, left-padded to the longest (KvCache::offsets) when they differ.
+  // The prefill: one row per prompt, left-padded to the longest (KvCache::offsets) when they differ;
+  // the cache allocated once for the prompt and every token fed back.
   KvCache cache;
+  cache.capacity = longest + std::max<int64_t>(o.max_new_tokens - 1, 0);
   std::vector<int64_t> padded(static_cast<size_t>(N * longest), 0), offsets(N);
   for (int64_t p = 0; p < N; ++p) {
     offsets[p] = longest - static_cast<int64_t>(prompts[p].size());
@@ -115,64 +134,64 @@ absl::StatusOr<std::vector<std::vector<Completion>>> Decode(Decoder& model, cons
   // Every completion continues its prompt: the cache and the last logits, once per completion.
   at::Tensor last = logits.select(1, -1);  // [N, V]
   if (G > 1) {
-    const at::Tensor rows = at::arange(N, at::kLong).repeat_interleave(G).to(device);
-    last = last.index_select(0, rows);
-    for (size_t l = 0; l < cache.k.size(); ++l) {
-      cache.k[l] = cache.k[l].index_select(0, rows);
-      cache.v[l] = cache.v[l].index_select(0, rows);
-    }
-    if (cache.offsets.defined()) cache.offsets = cache.offsets.index_select(0, rows.cpu());
+    const at::Tensor rows = at::arange(N, at::kLong).repeat_interleave(G);
+    last = last.index_select(0, rows.to(device));
+    cache.SelectRows(rows);
   }
-  std::vector<int64_t> active(rows_total);  // The completion (p·G + i) of each row of the batch.
+  // The completion (p·G + i) of each row of the batch; −1: finished, decoded along until the batch is
+  // compacted (rows are dropped from the cache only when a quarter of them are done: each drop copies it).
+  std::vector<int64_t> active(rows_total);
   for (int64_t r = 0; r < rows_total; ++r) active[r] = r;
   const double T = o.temperature > 0 ? o.temperature : 1.0;
   for (int n = 0; n < o.max_new_tokens; ++n) {
     const at::Tensor scores = last.to(at::kFloat).cpu() / T;  // [A, V]
     const at::Tensor logprobs = at::log_softmax(scores.to(at::kDouble), -1).contiguous();
-    const int64_t V = logprobs.size(1);
+    const int64_t A = logprobs.size(0), V = logprobs.size(1);
     const double* logprob_at = logprobs.data_ptr<double>();
-    std::vector<int64_t> next(active.size());
+    std::vector<int64_t> next(A, 0);
     if (o.temperature == 0) {
       const at::Tensor best = scores.argmax(-1).contiguous();
       std::copy(best.data_ptr<int64_t>(), best.data_ptr<int64_t>() + best.numel(), next.begin());
     } else {
-      const at::Tensor probs = at::softmax(Filter(scores, o.top_k, o.top_p), -1);
-      for (size_t r = 0; r < active.size(); ++r) {
-        next[r] = at::multinomial(probs[r], 1, /*replacement=*/false, generators[active[r]]).item<int64_t>();
+      // Each row's token by inverse transform: one uniform from its completion's generator against
+      // the cumulative probabilities (the first token whose cumulative sum passes it).
+      const at::Tensor cumulative = at::softmax(Filter(scores, o.top_k, o.top_p).to(at::kDouble), -1).cumsum(-1).contiguous();
+      const double* cdf = cumulative.data_ptr<double>();
+      for (int64_t r = 0; r < A; ++r) {
+        if (active[r] >= 0) next[r] = DrawToken(cdf + r * V, V, generators[active[r]]);
       }
     }
-    std::vector<int64_t> keep;
-    for (size_t r = 0; r < active.size(); ++r) {
+    int64_t live = 0;
+    for (int64_t r = 0; r < A; ++r) {
+      if (active[r] < 0) continue;
       Completion& done = out[active[r] / G][active[r] % G];
       done.tokens.push_back(next[r]);
-      done.logprobs.push_back(logprob_at[static_cast<int64_t>(r) * V + next[r]]);
+      done.logprobs.push_back(logprob_at[r * V + next[r]]);
       if (on_token) on_token(static_cast<int>(active[r]), next[r]);
-      if (next[r] == o.stop_token) continue;
-      if (n + 1 == o.max_new_tokens) {
+      if (next[r] == o.stop_token) {
+        active[r] = -1;
+      } else if (n + 1 == o.max_new_tokens) {
         done.truncated = true;
-        continue;
+        active[r] = -1;
+      } else {
+        ++live;
       }
-      keep.push_back(static_cast<int64_t>(r));
     }
-    if (keep.empty()) break;
-    std::vector<int64_t> tokens;
-    std::vector<int64_t> still;
-    for (int64_t r : keep) {
-      tokens.push_back(next[r]);
-      still.push_back(active[r]);
-    }
-    if (keep.size() < active.size()) {
+    if (live == 0) break;
+    if (4 * live <= 3 * A) {
       // Finished completions leave the batch (their rows of the cache with them).
-      const at::Tensor rows = at::tensor(keep, at::kLong);
-      const at::Tensor on_device = rows.to(device);
-      for (size_t l = 0; l < cache.k.size(); ++l) {
-        cache.k[l] = cache.k[l].index_select(0, on_device);
-        cache.v[l] = cache.v[l].index_select(0, on_device);
+      std::vector<int64_t> keep, still, tokens;
+      for (int64_t r = 0; r < A; ++r) {
+        if (active[r] < 0) continue;
+        keep.push_back(r);
+        still.push_back(active[r]);
+        tokens.push_back(next[r]);
       }
-      if (cache.offsets.defined()) cache.offsets = cache.offsets.index_select(0, rows);
+      cache.SelectRows(at::tensor(keep, at::kLong));
+      active = std::move(still);
+      next = std::move(tokens);
     }
-    active = std::move(still);
-    last = model.DecodeStep(at::tensor(tokens, at::kLong).unsqueeze(1).to(device), &cache).select(1, -1);
+    last = model.DecodeStep(at::tensor(next, at::kLong).unsqueeze(1).to(device), &cache).select(1, -1);
   }
   return out;
 }

@@ -2,7 +2,10 @@
 // prefill), then one token per step for every completion still going, as one batch. Greedy
 // (temperature 0) picks the arg-max, as transformers' generate with do_sample=False; otherwise each
 // token is drawn from softmax of the logits / temperature kept by top-k, then by top-p (the order and
-// the rules of transformers' TemperatureLogitsWarper, TopKLogitsWarper and TopPLogitsWarper).
+// the rules of transformers' TemperatureLogitsWarper, TopKLogitsWarper and TopPLogitsWarper), by
+// inverse transform: one uniform draw of the completion's own generator a token. The cache is
+// allocated once for the prompt and the tokens fed back (KvCache::capacity); finished completions
+// leave the batch when a quarter of its rows are done (until then they are decoded along, unread).
 #ifndef TESSERA_PARALLEL_MODELS_GENERATE_H_
 #define TESSERA_PARALLEL_MODELS_GENERATE_H_
 
