@@ -177,7 +177,7 @@ TEST(DecoderDpoTest, SharedPromptRowsGiveARewardModelTheTwoRowsLossMetricsAndGra
     const SharedRows shared = Shared(pairs, PairTargets::kLastTokens);
     const at::Tensor margins = at::tensor(std::vector<double>{0.5, -1.0, 0.0, 2.0}, at::kDouble);
 
-    auto objective = std::make_shared<RewardObjective>(/*center_coefficient=*/0.01, PairRows::kSeparate, true);
+    auto objective = std::make_shared<RewardObjective>(/*center_coefficient=*/0.01, PairRows::kSeparate);
     model.set_objective(objective);
     model.set_sample_data(margins.repeat_interleave(2));
     at::Tensor loss_want = LossOf(model, separate);
@@ -185,7 +185,7 @@ TEST(DecoderDpoTest, SharedPromptRowsGiveARewardModelTheTwoRowsLossMetricsAndGra
     const at::Tensor grads_want = Gradients(model);
     const std::vector<double> metrics_want = objective->TakeMetrics();
 
-    objective = std::make_shared<RewardObjective>(0.01, PairRows::kSharedPrompt, true);
+    objective = std::make_shared<RewardObjective>(0.01, PairRows::kSharedPrompt);
     model.set_objective(objective);
     model.set_sample_data(at::stack({margins, margins, shared.starts}, 1));
     model.set_positions(shared.positions);

@@ -1,5 +1,5 @@
 // SampleBatch: prompts of different lengths decoded as one left-padded batch (KvCache::offsets) draw
-// what Sample draws for each prompt alone — the same tokens, greedy and sampled with each prompt's seed,
+// what Sample draws for each prompt alone (the rows that finish early leaving each batch at other steps) — the same tokens, greedy and sampled with each prompt's seed,
 // and log-probabilities within 1e-5 — for a Llama (rotary positions counted from each row's first
 // token) and a GPT-2 (learned positions); a bad prompt is named by its index.
 #include <ATen/ATen.h>
@@ -34,16 +34,31 @@ class GenerateBatchTest : public ::testing::TestWithParam<ModelFamily> {};
 
 TEST_P(GenerateBatchTest, APaddedBatchDrawsWhatEachPromptAloneDraws) {
   Decoder model(Config(GetParam()), std::make_shared<SelfCommunicator>(0, "tp[0]"), /*seed=*/3, c10::Device(c10::kCPU));
+  // The stop token: prompt 0's most likely first token, so that completions end at different steps.
+  GenerateOptions first;
+  first.max_new_tokens = 1;
+  auto greedy = Sample(model, kPrompts[0], first);
+  ASSERT_TRUE(greedy.ok()) << greedy.status();
   for (double temperature : {0.0, 0.9}) {
     GenerateOptions o;
     o.max_new_tokens = 12;
     o.temperature = temperature;
     o.top_k = temperature > 0 ? 20 : 0;
     o.num_samples = 3;
-    o.stop_token = 4;
+    o.stop_token = greedy->front().tokens.front();
     auto batch = SampleBatch(model, kPrompts, kSeeds, o);
     ASSERT_TRUE(batch.ok()) << batch.status();
     ASSERT_EQ(batch->size(), kPrompts.size());
+    if (temperature > 0) {
+      // Completions end at different steps, so finished rows are decoded along and then dropped
+      // (the batch of 12 and each prompt's 3 compact at other times): some stop, some run to the end.
+      int stopped = 0, truncated = 0;
+      for (const auto& completions : *batch) {
+        for (const Completion& c : completions) (c.truncated ? truncated : stopped) += 1;
+      }
+      EXPECT_GE(stopped, 2) << truncated << " truncated";
+      EXPECT_GE(truncated, 2) << stopped << " stopped";
+    }
     for (size_t p = 0; p < kPrompts.size(); ++p) {
       o.seed = kSeeds[p];
       auto alone = Sample(model, kPrompts[p], o);

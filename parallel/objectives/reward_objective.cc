@@ -25,16 +25,17 @@ at::Tensor CompletionScores(const TargetLosses& t, PairRows rows) {
 
 at::Tensor RewardObjective::Loss(const TargetLosses& t) const {
   TORCH_CHECK(t.scores.defined() && t.rows.defined(), "reward: the model has no score head");
-  // Without margins, kSeparate has no sample data; kSharedPrompt has it for the rejected starts.
+  // The micro-batch's margins when it has them (a file without margins: kSeparate has no sample data,
+  // kSharedPrompt margins of 0 beside its rejected starts — the same loss as none).
   at::Tensor margin;
-  if (rows_ == PairRows::kSharedPrompt || margins_) {
+  if (rows_ == PairRows::kSharedPrompt || t.sample_data.defined()) {
     margin = PairValues(t.sample_data, t.samples, rows_, "reward").select(1, 0);
   } else {
     TORCH_CHECK(t.samples % 2 == 0, "reward: a micro-batch of ", t.samples, " samples is not pairs");
   }
   TORCH_CHECK(rows_ == PairRows::kSeparate || !t.sum_over_sample_split, "reward: a shared-prompt row split over sequence blocks");
   const at::Tensor scores = CompletionScores(t, rows_).view({-1, 2});
-  margin = margins_ ? margin.to(scores.device(), scores.scalar_type()) : at::Tensor();
+  if (margin.defined()) margin = margin.to(scores.device(), scores.scalar_type());
   const PreferenceTerms terms = RewardLosses(scores.select(1, 0), scores.select(1, 1), margin, center_coefficient_);
   {
     const at::Tensor c = terms.chosen_rewards.to(at::kDouble), r = terms.rejected_rewards.to(at::kDouble);

@@ -23,14 +23,12 @@ at::Tensor CompletionScores(const TargetLosses& t, PairRows rows);
 
 class RewardObjective final : public Objective {
  public:
-  // margins: whether the data has them (TRL's "margin" column).
-  RewardObjective(double center_coefficient, PairRows rows, bool margins)
-      : center_coefficient_(center_coefficient), rows_(rows), margins_(margins) {}
+  RewardObjective(double center_coefficient, PairRows rows) : center_coefficient_(center_coefficient), rows_(rows) {}
   const char* name() const override { return "reward"; }
   // t.scores: one per completion (CompletionScores; a micro-batch of pairs that is not is an error);
-  // t.sample_data (pair_rows.h PairValues), fp64: kSeparate [samples], each pair's margin at both
-  // samples (undefined without margins); kSharedPrompt [pairs, 3], the margin twice (0 without) and
-  // the rejected start.
+  // t.sample_data (pair_rows.h PairValues), fp64: kSeparate [samples], each pair's margin (TRL's
+  // "margin" column) at both samples, or undefined: no margins; kSharedPrompt [pairs, 3], the margin
+  // twice (0 without: the same loss) and the rejected start.
   at::Tensor Loss(const TargetLosses& t) const override;
   // TRL's RewardTrainer metrics (means over the pairs): rewards_chosen (the chosen completion's
   // score), rewards_rejected, rewards_margin (their difference), rewards_accuracy (the share with
@@ -41,7 +39,6 @@ class RewardObjective final : public Objective {
  private:
   double center_coefficient_;
   PairRows rows_;
-  bool margins_;
   mutable MetricSums metrics_{4};
 };
 

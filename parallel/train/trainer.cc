@@ -135,7 +135,7 @@ absl::Status Trainer::Init() {
     objective_ = std::make_shared<DpoObjective>(
         DpoLossOptions{options_.dpo.beta, options_.dpo.loss_type, options_.dpo.label_smoothing}, PairRowsOf());
   } else if (reward()) {
-    objective_ = std::make_shared<RewardObjective>(options_.reward.center_coefficient, PairRowsOf(), pairs_->has_margins());
+    objective_ = std::make_shared<RewardObjective>(options_.reward.center_coefficient, PairRowsOf());
   } else if (grpo()) {
     // π_old is the policy that sampled: at num_iterations 1 its own values, without gradient (TRL).
     // With several iterations per generation, the sampler's log-probabilities (the rows' data).

@@ -204,6 +204,8 @@ class Trainer {
   absl::StatusOr<at::Tensor> ReadPairs(const PairSet& set, int64_t first, int a, int accum,
                                        at::Tensor* counted = nullptr);
   absl::StatusOr<at::Tensor> PairPositionsOf(const PairSet& set, int64_t first, int a, int accum);
+  // A pair `p` of `set` fits a shared-prompt row: each completion 1 .. PairLimit() tokens with the prompt.
+  absl::Status CheckRowPair(const PairSet& set, int64_t p, const formats::data::PreferencePair& pair) const;
   // A forward pass's positions of `set`'s global batch from `first` (PairPositionsOf), null for
   // separate rows. `set` must outlive it.
   std::function<absl::StatusOr<at::Tensor>(int)> PositionsOf(const PairSet& set, int64_t first, int accum);
@@ -221,9 +223,11 @@ class Trainer {
   absl::StatusOr<at::Tensor> CountedOf(const PairSet& set, int64_t first, int a, int accum);
   absl::StatusOr<at::Tensor> MarginsOf(const PairSet& set, int64_t first, int a, int accum) const;
   bool dpo() const { return options_.objective_kind == layout::Objective::kDpo; }
-  // Whether pairs are shared-prompt rows (DPO and reward models): where Decoder::Loss leaves out a
-  // row's padding (one pipeline stage, no sequence parallelism, 1D tp, a dense model, no LoRA
-  // dropout) — elsewhere a wider row would cost more than the prompt saved.
+  // Whether pairs are shared-prompt rows (DPO and reward models): on the CPU, where Decoder::Loss
+  // leaves out a row's padding (one pipeline stage, no sequence parallelism, 1D tp, a dense model, no
+  // LoRA dropout) — elsewhere a wider row would cost more than the prompt saved. Not on CUDA until
+  // measured there: its rows need an explicit attention mask, [B, 1, 2T + 1, 2T + 1] per layer, where
+  // two rows take the fused causal kernel.
   bool SharedPromptRows() const;
   bool reward() const { return options_.objective_kind == layout::Objective::kReward; }
   // The longest pair (prompt + completion) a row holds: seq_len + 1 for DPO (the last token is only

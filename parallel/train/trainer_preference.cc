@@ -162,10 +162,22 @@ absl::Status Trainer::CheckReference(const PairSet& set, const std::string& wher
 
 bool Trainer::SharedPromptRows() const {
   const layout::ParallelLayout& l = options_.layout;
-  return (dpo() || reward()) && l.pp == 1 && l.sp == 1 && l.tp_mode == layout::TpMode::k1D && !options_.model.IsMoe() &&
+  return (dpo() || reward()) && options_.device.kind == layout::DeviceKind::kCpu && l.pp == 1 && l.sp == 1 && l.tp_mode == layout::TpMode::k1D && !options_.model.IsMoe() &&
          options_.model.lora.dropout == 0;
 }
 
+
+absl::Status Trainer::CheckRowPair(const PairSet& set, int64_t p, const PreferencePair& pair) const {
+  for (const std::vector<int32_t>* completion : {&pair.chosen, &pair.rejected}) {
+    if (static_cast<int64_t>(pair.prompt.size() + completion->size()) > PairLimit() || completion->empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          set.field, " ", set.path, ": pair ", p, " has ", pair.prompt.size(), " prompt and ", completion->size(),
+          completion == &pair.chosen ? " chosen" : " rejected", " tokens: not 1 to ", PairLimit(),
+          " in all (cut them with data.max_prompt_tokens and data.max_completion_tokens)"));
+    }
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<at::Tensor> Trainer::PairPositionsOf(const PairSet& set, int64_t first, int a, int accum) {
   const int64_t T = options_.model.seq_len;
@@ -174,9 +186,7 @@ absl::StatusOr<at::Tensor> Trainer::PairPositionsOf(const PairSet& set, int64_t 
   for (size_t i = 0; i < pairs.size(); ++i) {
     auto pair = set.data->Pair(set.first + pairs[i], options_.preference_cut);
     if (!pair.ok()) return pair.status();
-    if (pair->chosen.empty() || pair->rejected.empty()) {  // ReadPairs, which runs first, says more.
-      return absl::InvalidArgumentError(absl::StrCat(set.field, " pair ", set.first + pairs[i], " has an empty completion"));
-    }
+    TESSERA_RETURN_IF_ERROR(CheckRowPair(set, set.first + pairs[i], *pair));
     WriteSharedPromptRow(pair->prompt, pair->chosen, pair->rejected, T, SharedRowTargets(),
                          rows.data() + i * 2 * (T + 1), positions.data() + i * (2 * T + 1));
   }
@@ -196,14 +206,7 @@ absl::StatusOr<at::Tensor> Trainer::ReadPairs(const PairSet& set, int64_t first,
       const int64_t p = set.first + pairs[i];
       auto pair = set.data->Pair(p, options_.preference_cut);
       if (!pair.ok()) return pair.status();
-      for (const std::vector<int32_t>* completion : {&pair->chosen, &pair->rejected}) {
-        if (static_cast<int64_t>(pair->prompt.size() + completion->size()) > PairLimit() || completion->empty()) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              set.field, " ", set.path, ": pair ", p, " has ", pair->prompt.size(), " prompt and ", completion->size(),
-              completion == &pair->chosen ? " chosen" : " rejected", " tokens: not 1 to ", PairLimit(),
-              " in all (cut them with data.max_prompt_tokens and data.max_completion_tokens)"));
-        }
-      }
+      TESSERA_RETURN_IF_ERROR(CheckRowPair(set, p, *pair));
       WriteSharedPromptRow(pair->prompt, pair->chosen, pair->rejected, T, SharedRowTargets(),
                            rows.data() + i * 2 * (T + 1), nullptr);
     }
@@ -398,6 +401,7 @@ absl::Status Trainer::ScoreReference() {
 
 absl::Status Trainer::ScoreSet(PipelineRunner& runner, Decoder& model, PairSet& set) {
   const int accum = Accumulation();
+  auto unset_positions = absl::MakeCleanup([&] { model.set_positions({}); });  // Shared-prompt rows' (the pipeline sets them).
   set.reference.assign(2 * set.count, -std::numeric_limits<double>::infinity());
   model.set_objective(std::make_shared<SequenceLogps>(&set.reference, PairRowsOf(),
                                                       options_.dpo.loss_type == layout::DpoLossType::kIpo));
@@ -431,6 +435,7 @@ absl::StatusOr<double> Trainer::EvaluatePairs() {
   const int accum = Accumulation();
   at::NoGradGuard no_grad;
   model_->set_dropout_seed(std::nullopt);  // Evaluation: no dropout.
+  auto unset_positions = absl::MakeCleanup([&] { model_->set_positions({}); });  // Shared-prompt rows'.
   const PairSet& set = valid_pairs_;
   if (objective_) objective_->TakeMetrics();  // Only this evaluation's.
   const std::vector<std::string> names = objective_ ? objective_->metric_names() : std::vector<std::string>{};
