@@ -195,6 +195,22 @@ TEST(DecoderDpoTest, SharedPromptRowsGiveARewardModelTheTwoRowsLossMetricsAndGra
     const at::Tensor grads_got = Gradients(model);
     const std::vector<double> metrics_got = objective->TakeMetrics();
 
+    // Without margins: separate rows carry no sample data, shared-prompt rows margins of 0 — one loss
+    // (a file without margins, e.g. the validation file beside a training file with them).
+    {
+      at::NoGradGuard no_grad;
+      model.set_objective(std::make_shared<RewardObjective>(0.01, PairRows::kSeparate));
+      model.set_sample_data({});
+      const double none = LossOf(model, separate).item<double>();
+      model.set_objective(std::make_shared<RewardObjective>(0.01, PairRows::kSharedPrompt));
+      const at::Tensor zeros = at::zeros_like(margins);
+      model.set_sample_data(at::stack({zeros, zeros, shared.starts}, 1));
+      model.set_positions(shared.positions);
+      const double zero = LossOf(model, shared.rows).item<double>();
+      model.set_positions({});
+      EXPECT_NEAR(zero, none, 1e-6);
+      EXPECT_GT(std::abs(none - loss_want.item<double>()), 1e-3);  // The margins count.
+    }
     EXPECT_NEAR(loss_got.item<double>(), loss_want.item<double>(), 1e-6);
     ASSERT_EQ(metrics_got.size(), metrics_want.size());
     for (size_t i = 0; i < metrics_want.size(); ++i) EXPECT_NEAR(metrics_got[i], metrics_want[i], 1e-5) << "metric " << i;
