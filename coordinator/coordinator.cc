@@ -134,6 +134,9 @@ absl::StatusOr<v1::Job> Coordinator::Submit(const v1::JobSpec& spec, int max_res
   std::vector<spec::SpecError> paths = spec::ConfineJobPaths(spec, options_.roots, owner);
   errors.insert(errors.end(), paths.begin(), paths.end());
   if (absl::Status s = spec::ToStatus(errors); !s.ok()) return s;
+  if (options_.policy.from_file) {
+    if (absl::Status s = options_.policy.CheckPriority(owner, PriorityOf(spec)); !s.ok()) return s;
+  }
   // One submission at a time from the overlap check until the job is in jobs_: two concurrent
   // submissions of one directory would both pass the check.
   absl::MutexLock submitting(&submit_mu_);
@@ -188,7 +191,7 @@ absl::StatusOr<v1::Job> Coordinator::Submit(const v1::JobSpec& spec, int max_res
                                         ": ", spec::WorldSize(spec), " ranks, pool ", PoolOf(spec).second,
                                         ", max_restarts ", max_restarts));
   }
-  queue_.Push(*id, PoolOf(e.job.spec()), e.last_persist, JobQueue::Where::kBack);
+  queue_.Push(*id, PoolOf(e.job.spec()), e.last_persist, JobQueue::Where::kBack, PriorityOf(e.job.spec()));
   TryScheduleLocked();
   return e.job;
 }
@@ -397,7 +400,7 @@ void Coordinator::AfterRankExitLocked(JobEntry& e) {
     e.job.clear_placement();
     e.job.clear_placement_explanation();
     e.requeue_cause = e.job.reason();
-    queue_.Push(e.job.id(), PoolOf(e.job.spec()), Now(), JobQueue::Where::kFront);
+    queue_.Push(e.job.id(), PoolOf(e.job.spec()), Now(), JobQueue::Where::kFront, PriorityOf(e.job.spec()));
     SetStateLocked(e, v1::JOB_STATE_PENDING, absl::StrCat(e.requeue_cause, "; waiting for devices"));
   }
   TryScheduleLocked();

@@ -27,6 +27,7 @@
 #include "coordinator/free_device_index.h"
 #include "coordinator/job_entry.h"
 #include "coordinator/job_queue.h"
+#include "coordinator/scheduling_policy.h"
 #include "coordinator/job_store.h"
 #include "coordinator/stopping_ranks.h"
 #include "coordinator/store_writer.h"
@@ -70,6 +71,10 @@ struct CoordinatorOptions {
   // Backfill: later jobs that fit may be placed before an earlier one that does not, until it has
   // waited this long; from then on, nothing behind it (same device kind) is placed before it.
   absl::Duration backfill_limit = absl::Minutes(10);
+  // Who may ask for which priority (--policy; scheduling_policy.h). The default, without a file:
+  // every owner any priority. With one, Submit refuses an owner in no team or a priority above the
+  // team's max_priority (PermissionDenied naming it).
+  SchedulingPolicy policy;
   // Called (under the coordinator's lock: keep it short) with the time a job waited in the queue
   // before its ranks were placed. May be empty.
   std::function<void(absl::Duration)> on_scheduled;
@@ -275,6 +280,8 @@ class Coordinator {
   void CheckProgressLocked(JobEntry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The devices a job asks for: its device kind and placement.pool (free_index_'s key).
   static PoolKey PoolOf(const v1::JobSpec& spec);
+  // Its queue priority: scheduling.priority (valid in a queued spec; normal otherwise).
+  static int PriorityOf(const v1::JobSpec& spec);
   absl::Status ReportRankStatusLocked(const v1::ReportRankStatusRequest& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void StopRanksLocked(JobEntry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Numbers `a` in the worker's session and queues it, to leave once ticket `after` is durable;

@@ -20,6 +20,7 @@
 #include "coordinator/coordinator.h"
 #include "coordinator/coordinator_service.h"
 #include "coordinator/job_store.h"
+#include "coordinator/scheduling_policy.h"
 #include "coordinator/worker_service.h"
 #include "common/metrics/metrics_server.h"
 #include "common/rpc/channel.h"
@@ -70,6 +71,10 @@ ABSL_FLAG(std::string, output_root, "",
           "The directory a job's output_dir and checkpoint.dir must lie in (with TLS: in OUTPUT_ROOT/USER, the "
           "submitting user's). Required with TLS; empty without: not confined.");
 ABSL_FLAG(std::vector<std::string>, admins, {}, "Users (certificate names) who may see and cancel every job.");
+ABSL_FLAG(std::string, policy, "",
+          "Scheduling policy (YAML: teams, their members and quotas, each team's max_priority; docs/scheduling.md): "
+          "a job's scheduling.priority above its owner's team cap, or from a user in no team, is refused. Needs TLS "
+          "(users are certificate names). Without it: every user any priority.");
 ABSL_FLAG(int, max_streams_per_client, 16, "WatchJob streams one user (without TLS: one address) may hold open at once.");
 ABSL_FLAG(int, max_threads, 512, "Threads the gRPC server may use at most (each open WatchJob stream holds one; workers' assignment streams and heartbeats hold none).");
 
@@ -178,7 +183,24 @@ int main(int argc, char** argv) {
                  "write only inside them, and logs are served only from inside --output_root (docs/security.md)\n";
     return 2;
   }
-  tessera::coordinator::Coordinator coordinator(OptionsFromFlags(*roots, *timing, metrics), std::move(*store));
+  tessera::coordinator::CoordinatorOptions options = OptionsFromFlags(*roots, *timing, metrics);
+  if (const std::string path = absl::GetFlag(FLAGS_policy); !path.empty()) {
+    if (!tls_requested) {
+      std::cerr << "error: --policy needs TLS (--tls_ca, --tls_cert, --tls_key): without certificates callers are "
+                   "unknown, so no team can be told from another\n";
+      return 2;
+    }
+    auto policy = tessera::coordinator::LoadSchedulingPolicy(path);
+    if (!policy.ok()) {
+      std::cerr << "error: --policy: " << policy.status().message() << "\n";
+      return 2;
+    }
+    options.policy = std::move(*policy);
+    const size_t teams = options.policy.teams.size();
+    std::cerr << "tessera-coordinator: scheduling policy " << path << ": " << teams << (teams == 1 ? " team" : " teams")
+              << "\n";
+  }
+  tessera::coordinator::Coordinator coordinator(std::move(options), std::move(*store));
   if (absl::Status s = coordinator.Recover(); !s.ok()) {
     std::cerr << "error: " << s.message() << "\n";
     return 1;

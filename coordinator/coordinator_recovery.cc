@@ -57,7 +57,7 @@ absl::Status Coordinator::Recover() {
       case JobEntry::AtStart::kQueue:
         break;
     }
-    queue_.Push(e.job.id(), PoolOf(e.job.spec()), Now(), JobQueue::Where::kBack);  // Its wait counts from this start.
+    queue_.Push(e.job.id(), PoolOf(e.job.spec()), Now(), JobQueue::Where::kBack, PriorityOf(e.job.spec()));  // Its wait counts from this start.
   }
   return absl::OkStatus();
 }

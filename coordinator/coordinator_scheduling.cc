@@ -9,6 +9,7 @@
 #include "absl/strings/string_view.h"
 #include "spec/job_spec.h"
 #include "spec/layout_of.h"
+#include "spec/priority.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/placement.h"
 #include "layout/rank_generator.h"
@@ -31,6 +32,10 @@ std::string DevicesOf(const std::pair<v1::DeviceKind, std::string>& key) {
 
 PoolKey Coordinator::PoolOf(const v1::JobSpec& spec) {
   return {KindOf(spec), spec.placement().pool().empty() ? "default" : spec.placement().pool()};
+}
+
+int Coordinator::PriorityOf(const v1::JobSpec& spec) {
+  return spec::ParsePriority(spec.scheduling().priority()).value_or(spec::kPriorityNormal);
 }
 
 // The job's placement from its layout's rank generator. Queued specs are valid, so the generator

@@ -48,6 +48,7 @@ class CoordinatorTest : public ::testing::Test {
     o.start_timeout = start_timeout_;
     o.backfill_limit = backfill_limit_;
     o.clock = &clock_;
+    o.policy = policy_;
     o.before_fast_beat_for_test = [this] {
       if (before_fast_beat_) before_fast_beat_();
     };
@@ -180,6 +181,7 @@ class CoordinatorTest : public ::testing::Test {
   int specs_ = 0;  // Spec() calls so far.
   std::map<std::string, int64_t> sessions_;  // Of each worker's newest AddWorker.
   absl::Duration start_timeout_ = absl::Minutes(2), backfill_limit_ = absl::Minutes(10);
+  SchedulingPolicy policy_;  // The options' policy from the next Restart().
 };
 
 }  // namespace tessera::coordinator

@@ -5,14 +5,16 @@
 
 namespace tessera::coordinator {
 
-void JobQueue::Push(const std::string& id, const PoolKey& pool, absl::Time now, Where where) {
+void JobQueue::Push(const std::string& id, const PoolKey& pool, absl::Time now, Where where, int priority) {
   Remove(id);
-  entries_[id] = Entry{pool, now};
-  if (where == Where::kFront) {
-    order_.push_front(id);
-  } else {
-    order_.push_back(id);
-  }
+  // order_ stays sorted by priority, highest first: the first place whose job has a lower priority
+  // (kBack) or at most the same (kFront).
+  const auto at = std::find_if(order_.begin(), order_.end(), [&](const std::string& other) {
+    const int p = entries_.at(other).priority;
+    return where == Where::kFront ? p <= priority : p < priority;
+  });
+  order_.insert(at, id);
+  entries_[id] = Entry{pool, now, priority};
 }
 
 void JobQueue::Remove(const std::string& id) {

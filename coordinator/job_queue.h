@@ -2,8 +2,9 @@
 // considers them, and backfill — when a later job may be placed ahead of an earlier one that does
 // not fit.
 //
-// Policy. First come, first served, but a job whose attempt ended and that waits for its next one
-// goes to the front (Where::kFront). A job that does not fit lets later ones of its device kind and
+// Policy. Higher priorities first (a spec's scheduling.priority, spec/priority.h); within one
+// priority first come, first served, but a job whose attempt ended and that waits for its next one
+// goes to the front of its priority (Where::kFront). A job that does not fit lets later ones of its device kind and
 // pool that do fit go first, until it has waited longer than backfill_limit: from then on, nothing
 // behind it in its pool is placed before it, so that a large job is not starved by a stream of small
 // ones. A job larger than every live device of its pool together (Outcome::kNeverFits) or held back
@@ -38,9 +39,10 @@ class JobQueue {
     kBack,   // A new job (submitted, or recovered at a coordinator's start).
     kFront,  // A job whose attempt ended and that waits for its next one.
   };
-  // Job `id`, asking for devices of `pool`, waits from `now` (its wait for backfill counts from
-  // there). A job already queued is moved.
-  void Push(const std::string& id, const PoolKey& pool, absl::Time now, Where where);
+  // Job `id`, asking for devices of `pool` at `priority`, waits from `now` (its wait for backfill
+  // counts from there): after the queued jobs of its priority or higher (kBack), or before those of
+  // its priority or lower (kFront). A job already queued is moved.
+  void Push(const std::string& id, const PoolKey& pool, absl::Time now, Where where, int priority);
   // Takes job `id` out (cancelled); nothing if it is not queued.
   void Remove(const std::string& id);
   bool Contains(const std::string& id) const { return entries_.count(id) > 0; }
@@ -68,6 +70,7 @@ class JobQueue {
   struct Entry {
     PoolKey pool;
     absl::Time queued_at;
+    int priority = 0;
   };
   const JobQueueOptions options_;
   std::deque<std::string> order_;

@@ -160,26 +160,6 @@ void ParseQuota(const YAML::Node& node, const std::string& team, Problems* p, Te
 
 }  // namespace
 
-absl::StatusOr<int> ParsePriority(absl::string_view text) {
-  if (text == "low") return kPriorityLow;
-  if (text == "normal") return kPriorityNormal;
-  if (text == "high") return kPriorityHigh;
-  int v = -1;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (text.empty() || ec != std::errc() || end != text.data() + text.size() || v < 0 || v > kPriorityMax) {
-    return absl::InvalidArgumentError(absl::StrCat("priority ", spec::Quote(text), " is not low, normal, high or an integer from 0 to ",
-                                                   kPriorityMax));
-  }
-  return v;
-}
-
-std::string PriorityName(int priority) {
-  if (priority == kPriorityLow) return "low";
-  if (priority == kPriorityNormal) return "normal";
-  if (priority == kPriorityHigh) return "high";
-  return absl::StrCat(priority);
-}
-
 const Team* SchedulingPolicy::TeamOf(const std::string& user) const {
   if (!from_file) return &ImplicitTeam();
   auto it = team_of_member.find(user);
@@ -257,11 +237,11 @@ absl::StatusOr<SchedulingPolicy> ParseSchedulingPolicy(absl::string_view yaml, a
     if (node["max_priority"]) {
       std::string text;
       if (Scalar(node["max_priority"], "max_priority", &p, &text)) {
-        auto priority = ParsePriority(text);
+        auto priority = text.empty() ? absl::InvalidArgumentError("'' is empty") : ParsePriority(text);
         if (priority.ok()) {
           team.max_priority = *priority;
         } else {
-          p.Add(node["max_priority"], absl::StrCat("team ", spec::Quote(team.name), "'s max_", priority.status().message()));
+          p.Add(node["max_priority"], absl::StrCat("team ", spec::Quote(team.name), "'s max_priority ", priority.status().message()));
         }
       }
     }

@@ -12,7 +12,8 @@
 //       quotas:
 //         - {device: cuda, pool: a100, guaranteed: 16, limit: 32}   # pool omitted: any pool
 //
-// Priorities are integers: low = 100, normal = 200, high = 300, or any in [0, 1000]. A file is checked
+// Priorities as a spec's scheduling.priority (spec/priority.h): low = 100, normal = 200, high = 300, or
+// any integer in [0, 1000]. A file is checked
 // whole: every problem is reported, each naming its line, and a bad file leaves the old policy in force.
 // Without a file every user is in one implicit team with no limits and every priority allowed.
 #ifndef TESSERA_COORDINATOR_SCHEDULING_POLICY_H_
@@ -27,15 +28,16 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "spec/priority.h"
 
 namespace tessera::coordinator {
 
-inline constexpr int kPriorityLow = 100, kPriorityNormal = 200, kPriorityHigh = 300, kPriorityMax = 1000;
-
-// "low", "normal", "high" or an integer in [0, kPriorityMax]; InvalidArgument saying which otherwise.
-absl::StatusOr<int> ParsePriority(absl::string_view text);
-// "high" for 300, the number otherwise.
-std::string PriorityName(int priority);
+using spec::kPriorityHigh;
+using spec::kPriorityLow;
+using spec::kPriorityMax;
+using spec::kPriorityNormal;
+using spec::ParsePriority;
+using spec::PriorityName;
 
 struct Quota {
   std::string device;  // "cpu" or "cuda".

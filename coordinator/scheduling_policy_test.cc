@@ -63,10 +63,11 @@ TEST(SchedulingPolicyTest, WithoutAFileEveryUserIsInOneTeamWithEveryPriority) {
 TEST(SchedulingPolicyTest, PrioritiesAreNamesOrIntegersInRange) {
   EXPECT_EQ(*ParsePriority("low"), kPriorityLow);
   EXPECT_EQ(*ParsePriority("normal"), kPriorityNormal);
+  EXPECT_EQ(*ParsePriority(""), kPriorityNormal);  // A spec without one.
   EXPECT_EQ(*ParsePriority("high"), kPriorityHigh);
   EXPECT_EQ(*ParsePriority("250"), 250);
   EXPECT_EQ(*ParsePriority("0"), 0);
-  for (const char* bad : {"", "urgent", "-1", "1001", "12x", "99999999999999999999"}) {
+  for (const char* bad : {"urgent", "-1", "1001", "12x", "99999999999999999999", " 5"}) {
     const auto p = ParsePriority(bad);
     ASSERT_FALSE(p.ok()) << bad;
     EXPECT_NE(p.status().message().find("is not low, normal, high or an integer from 0 to 1000"), std::string::npos)

@@ -14,6 +14,7 @@
 #include "spec/layout_of.h"
 #include "spec/limits.h"
 #include "spec/model_config_of.h"
+#include "spec/priority.h"
 #include "spec/spec_checker.h"
 #include "spec/validate_objective.h"
 #include "spec/yaml_to_proto.h"
@@ -328,6 +329,9 @@ std::vector<SpecError> ValidateJobSpec(const v1::JobSpec& s) {
   CheckEnumsKnown(s, "", c);
   if (std::string problem = NameProblem(s.name()); !problem.empty()) c.Fail("name", problem);
   if (std::string problem = NameProblem(s.placement().pool()); !problem.empty()) c.Fail("placement.pool", problem);
+  if (auto priority = ParsePriority(s.scheduling().priority()); !priority.ok()) {
+    c.Fail("scheduling.priority", std::string(priority.status().message()));
+  }
   CheckModel(s.model(), c);
   if (s.data().blend_size() == 0 && s.data().path().empty()) {
     c.Fail("data.path", "is required (a token file; see tessera data prepare), or data.blend");

@@ -62,7 +62,7 @@ protos() {
     proto/tessera/v1/{coordinator_service,worker_service}.proto
   echo "$stamp" > "$out/gen/.done"
 }
-spec_src=(spec/{job_spec,paths,pretrained,spec_error,validate,validate_objective,yaml_to_proto,model_config_of,layout_of}.cc
+spec_src=(spec/{job_spec,paths,pretrained,priority,spec_error,validate,validate_objective,yaml_to_proto,model_config_of,layout_of}.cc
           layout/{check_layout,modes,parallel_layout,rank_generator,tp_grid}.cc formats/model/hf_config.cc)
 
 build_spec() {
