@@ -106,7 +106,7 @@ build_worker() {
 build_rpc() {
   protos
   local src=(coordinator/{rpc_fuzz,authorizer,coordinator,coordinator_heartbeats,coordinator_metrics,coordinator_recovery,coordinator_scheduling,coordinator_workers,coordinator_service,free_device_index,store_writer,worker_keys}.cc
-             coordinator/{worker_service,worker_liveness,worker_orders,job_entry,stopping_ranks,job_queue,job_store,placement}.cc common/rpc/{status_conversion,tls}.cc common/time/clock.cc
+             coordinator/{worker_service,worker_liveness,worker_orders,job_entry,stopping_ranks,job_queue,job_store,placement,scheduling_policy}.cc common/rpc/{status_conversion,tls}.cc common/time/clock.cc
              common/tls/{identity,certificates}.cc common/metrics/metrics_server.cc "${spec_src[@]}"
              "$out/gen/tessera/v1/"{job,cluster,coordinator_service,worker_service}.pb.cc
              "$out/gen/tessera/v1/"{coordinator_service,worker_service}.grpc.pb.cc)
